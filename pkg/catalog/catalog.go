@@ -1,0 +1,191 @@
+// Package catalog parses and validates the catalog users write: the models,
+// the endpoints that serve them with their prices and quotas, and the tenants
+// with their API keys and quotas (DESIGN.md "Catalog"). Prices are USD per
+// million tokens.
+package catalog
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Catalog is a parsed, validated catalog.
+type Catalog struct {
+	// Models are the models clients may ask for.
+	Models []Model `yaml:"models"`
+	// Tenants are the API keys and their quotas.
+	Tenants []Tenant `yaml:"tenants"`
+}
+
+// Price is a price list in USD per million tokens.
+type Price struct {
+	// Input is the price of uncached input tokens. (Required)
+	Input *float64 `yaml:"input"`
+	// CachedInput is the price of input tokens read from cache. (Optional)
+	// Defaults to Input: no cache discount.
+	CachedInput *float64 `yaml:"cached_input"`
+	// Output is the price of output tokens. (Required)
+	Output *float64 `yaml:"output"`
+}
+
+// Rates is a Price with every field resolved.
+type Rates struct {
+	Input, CachedInput, Output float64
+}
+
+// Rates returns the price with defaults applied. Call it on validated prices only.
+func (p Price) Rates() Rates {
+	r := Rates{Input: deref(p.Input), Output: deref(p.Output)}
+	r.CachedInput = r.Input
+	if p.CachedInput != nil {
+		r.CachedInput = *p.CachedInput
+	}
+	return r
+}
+
+// Model is one model and the endpoints that sell it.
+type Model struct {
+	// ID is what clients send as "model", e.g. deepseek/deepseek-v4.1-flash. (Required)
+	ID string `yaml:"id"`
+	// ListPrice is the model maker's official price. (Optional)
+	ListPrice *Price `yaml:"list_price"`
+	// Endpoints are the providers' offers. (Required, at least one)
+	Endpoints []Endpoint `yaml:"endpoints"`
+}
+
+// Endpoint is one provider's offer of a model.
+type Endpoint struct {
+	// Provider is the provider's name as clients use it in provider.only,
+	// order and ignore: lowercase letters, digits, '-' and '_'. (Required)
+	Provider string `yaml:"provider"`
+	// BaseURL is the OpenAI-compatible upstream, e.g. https://api.example.com/v1. (Required)
+	BaseURL string `yaml:"base_url"`
+	// UpstreamModel is the model name sent upstream. (Optional) Defaults to the model's ID.
+	UpstreamModel string `yaml:"upstream_model"`
+	// APIKeyEnv names the environment variable, on the edge, that holds the
+	// credential. (Optional) Empty means the upstream needs no credential.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Price is what this endpoint charges. (Required)
+	Price Price `yaml:"price"`
+	// ContextLength is the largest prompt plus output, in tokens. (Optional) 0 means unknown.
+	ContextLength int64 `yaml:"context_length"`
+	// MaxOutputTokens is the largest output the endpoint produces. (Optional)
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// Quantization is the served precision, e.g. fp8. (Optional)
+	Quantization string `yaml:"quantization"`
+	// DataCollection is "allow" when the provider may keep or train on prompts,
+	// "deny" otherwise. (Optional) Defaults to "allow".
+	DataCollection string `yaml:"data_collection"`
+	// ZDR marks a zero-data-retention endpoint. (Optional)
+	ZDR bool `yaml:"zdr"`
+	// SupportedParameters lists the optional request parameters the endpoint
+	// honours (tools, response_format...), for require_parameters. (Optional)
+	SupportedParameters []string `yaml:"supported_parameters"`
+	// Limits is the provider's quota on this endpoint. (Optional)
+	Limits []Limit `yaml:"limits"`
+}
+
+// ID returns the endpoint's stable id, "<provider>/<model id>".
+func (e Endpoint) ID(modelID string) string { return e.Provider + "/" + modelID }
+
+// Tenant is a team or customer with its API keys and quotas.
+type Tenant struct {
+	// ID names the tenant. (Required)
+	ID string `yaml:"id"`
+	// APIKeysSHA256 are the lowercase hex SHA-256 digests of the tenant's API
+	// keys; the keys themselves are never stored. (Required, at least one)
+	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
+	// Limits are the tenant's quotas. (Optional)
+	Limits []Limit `yaml:"limits"`
+}
+
+// Limit is one quota: {unit, per, capacity}.
+type Limit struct {
+	// Unit is what is counted: requests, input_tokens, output_tokens,
+	// total_tokens, usd or concurrent_requests. (Required)
+	Unit string `yaml:"unit"`
+	// Per is the window: second, minute, hour or day; empty for
+	// concurrent_requests and only for it. (Required otherwise)
+	Per string `yaml:"per"`
+	// Capacity is how much fits in one window. (Required, > 0)
+	Capacity float64 `yaml:"capacity"`
+	// Burst is extra capacity above the steady rate. (Optional) Defaults to 0.
+	Burst float64 `yaml:"burst"`
+	// Scope is the level of the hierarchy the limit applies to. (Optional)
+	// Defaults to tenant on tenants and model_route on endpoints.
+	Scope string `yaml:"scope"`
+}
+
+// Units are the valid limit units.
+var Units = []string{"requests", "input_tokens", "output_tokens", "total_tokens", "usd", "concurrent_requests"}
+
+// Windows are the valid limit windows.
+var Windows = []string{"second", "minute", "hour", "day"}
+
+// Scopes are the valid limit scopes, narrowest first.
+var Scopes = []string{"api_key", "app", "tenant", "partner", "provider_workspace", "provider_project", "model_route"}
+
+var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// HashKey returns the lowercase hex SHA-256 of an API key, as stored in api_keys_sha256.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// KeyID returns a stable, non-secret id for an API key hash: "key-" and its first 12 hex digits.
+func KeyID(keySHA256 string) string {
+	if len(keySHA256) < 12 {
+		return "key-" + keySHA256
+	}
+	return "key-" + keySHA256[:12]
+}
+
+// Load reads and validates the catalog at path.
+func Load(path string) (*Catalog, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func validURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("missing host")
+	}
+	if u.User != nil {
+		return fmt.Errorf("must not carry credentials: use api_key_env")
+	}
+	return nil
+}
+
+func oneOf(v string, set []string) bool { return slices.Contains(set, v) }
+
+func list(set []string) string { return strings.Join(set, ", ") }

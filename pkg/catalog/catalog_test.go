@@ -1,0 +1,171 @@
+package catalog
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const valid = `
+models:
+  - id: deepseek/deepseek-v4.1-flash
+    list_price: {input: 0.27, cached_input: 0.07, output: 1.10}
+    endpoints:
+      - provider: alpha
+        base_url: http://127.0.0.1:9101/v1
+        upstream_model: deepseek-v4.1-flash
+        api_key_env: ALPHA_API_KEY
+        price: {input: 0.20, cached_input: 0.07, output: 0.80}
+        context_length: 163840
+        limits:
+          - {unit: requests, per: minute, capacity: 600}
+          - {unit: input_tokens, per: minute, capacity: 2000000, scope: provider_project}
+      - provider: beta
+        base_url: https://beta.example.com/v1
+        price: {input: 0.30, output: 1.20}
+tenants:
+  - id: acme
+    api_keys_sha256: ["` + "4c1ec8ef28b2fca5bd84e4b0a7bf4e5a5d2cf0c1e0e16b0ebd4c0fc6a7d1b2a3" + `"]
+    limits:
+      - {unit: input_tokens, per: minute, capacity: 100000}
+      - {unit: requests, per: day, capacity: 10000}
+      - {unit: concurrent_requests, capacity: 8}
+      - {unit: usd, per: day, capacity: 5.0}
+`
+
+func TestParseValid(t *testing.T) {
+	c, err := Parse([]byte(valid))
+	require.NoError(t, err)
+	require.Len(t, c.Models, 1)
+	m := c.Models[0]
+	require.Len(t, m.Endpoints, 2)
+	require.Equal(t, "deepseek-v4.1-flash", m.Endpoints[0].UpstreamModel)
+	require.Equal(t, m.ID, m.Endpoints[1].UpstreamModel, "upstream_model defaults to the model id")
+	require.Equal(t, Rates{Input: 0.30, CachedInput: 0.30, Output: 1.20}, m.Endpoints[1].Price.Rates(), "cached_input defaults to input")
+	require.Equal(t, "model_route", m.Endpoints[0].Limits[0].Scope)
+	require.Equal(t, "provider_project", m.Endpoints[0].Limits[1].Scope)
+	require.Equal(t, "alpha/deepseek/deepseek-v4.1-flash", m.Endpoints[0].ID(m.ID))
+	require.Equal(t, "tenant", c.Tenants[0].Limits[0].Scope)
+	require.Equal(t, "allow", m.Endpoints[0].DataCollection)
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // each must appear in the error
+	}{
+		{
+			name: "empty",
+			yaml: "",
+			want: []string{"catalog: is empty"},
+		},
+		{
+			name: "not yaml",
+			yaml: "models: [",
+			want: []string{"parse yaml"},
+		},
+		{
+			name: "unknown field with line",
+			yaml: "models:\n  - id: m\n    bogus: 1\n    endpoints: []\n",
+			want: []string{"line 3: models[0].bogus: unknown field"},
+		},
+		{
+			name: "wrong type with line",
+			yaml: "models:\n  - id: m\n    endpoints:\n      - provider: a\n        base_url: http://x/v1\n        price: {input: cheap, output: 1}\n",
+			want: []string{"line 6", "cheap"},
+		},
+		{
+			name: "every semantic problem at once",
+			yaml: `models:
+  - id: m
+    endpoints:
+      - provider: Alpha
+        base_url: ftp://x
+        price: {input: -1}
+        limits:
+          - {unit: bananas, per: fortnight, capacity: 0}
+          - {unit: concurrent_requests, per: minute, capacity: 2}
+  - id: m
+    endpoints: []
+tenants:
+  - id: t
+    api_keys_sha256: [nothex]
+`,
+			want: []string{
+				`line 4: models[0].endpoints[0].provider: "Alpha" must be lowercase`,
+				"line 5: models[0].endpoints[0].base_url: scheme must be http or https",
+				"line 6: models[0].endpoints[0].price.input: must be a non-negative number",
+				"models[0].endpoints[0].price.output: is required",
+				`line 8: models[0].endpoints[0].limits[0].unit: "bananas" must be one of`,
+				`models[0].endpoints[0].limits[0].per: "fortnight" must be one of`,
+				"models[0].endpoints[0].limits[0].capacity: must be a positive number",
+				"line 9: models[0].endpoints[0].limits[1].per: concurrent_requests has no window",
+				`line 10: models[1].id: "m" is already defined at models[0]`,
+				"models[1].endpoints: at least one endpoint is required",
+				"line 14: tenants[0].api_keys_sha256[0]: must be 64 lowercase hex digits",
+			},
+		},
+		{
+			name: "credentials in url",
+			yaml: "models:\n  - id: m\n    endpoints:\n      - {provider: a, base_url: 'http://u:p@x/v1', price: {input: 1, output: 1}}\n",
+			want: []string{"must not carry credentials"},
+		},
+		{
+			name: "duplicate provider and key",
+			yaml: `models:
+  - id: m
+    endpoints:
+      - {provider: a, base_url: http://x/v1, price: {input: 1, output: 1}}
+      - {provider: a, base_url: http://y/v1, price: {input: 1, output: 1}}
+tenants:
+  - {id: t, api_keys_sha256: [` + strings.Repeat("a", 64) + `]}
+  - {id: u, api_keys_sha256: [` + strings.Repeat("a", 64) + `]}
+`,
+			want: []string{`"a" already serves this model`, "key is already used by tenants[0]"},
+		},
+		{
+			name: "suffix in model id",
+			yaml: "models:\n  - id: m:floor\n    endpoints:\n      - {provider: a, base_url: http://x/v1, price: {input: 1, output: 1}}\n",
+			want: []string{"must not contain spaces or ':'"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			require.Error(t, err)
+			for _, w := range tt.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	_, err := Parse([]byte("models:\n  - id: m\n    endpoints: []\n"))
+	var ce *Error
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, 3, ce.Line)
+	require.Equal(t, "models[0].endpoints", ce.Field)
+}
+
+func TestHashKey(t *testing.T) {
+	h := HashKey("sk-demo")
+	require.Len(t, h, 64)
+	require.Equal(t, "key-"+h[:12], KeyID(h))
+	require.NotEqual(t, h, HashKey("sk-demo2"))
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(valid))
+	f.Add([]byte("models: [{id: m, endpoints: [{provider: a}]}]"))
+	f.Add([]byte("&a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err == nil && len(c.Models) == 0 {
+			t.Fatal("a valid catalog has models")
+		}
+	})
+}

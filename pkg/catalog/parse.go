@@ -1,0 +1,284 @@
+package catalog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Error is one problem found in a catalog, located by line and field path.
+type Error struct {
+	// Line is the 1-based line of the offending field, 0 if unknown.
+	Line int
+	// Field is the field's path, e.g. models[0].endpoints[1].price.input.
+	Field string
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error implements [error.Error].
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// Parse parses and validates a catalog. It reports every problem at once,
+// joined, each as an *Error naming its line and field.
+func Parse(data []byte) (*Catalog, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("parse yaml: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return nil, &Error{Field: "catalog", Msg: "is empty"}
+	}
+	p := &positions{lines: map[string]int{}}
+	p.walk(root.Content[0], reflect.TypeOf(Catalog{}), "")
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	var c Catalog
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("parse yaml: %w", err)
+	}
+	if errs := c.validate(p.lines); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.applyDefaults()
+	return &c, nil
+}
+
+// positions records the line of every field path, and unknown fields, by
+// walking the YAML tree against the Go types. yaml.v3 reports lines for type
+// errors but not for values that are well-typed yet invalid, hence the walk.
+type positions struct {
+	lines map[string]int
+	errs  []error
+}
+
+func (p *positions) walk(n *yaml.Node, t reflect.Type, path string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.AliasNode {
+		// Aliases are not followed: a self-referencing alias would never end,
+		// and the decoder checks what they point at.
+		return
+	}
+	p.lines[path] = n.Line
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return // the decoder reports the type error with its line
+		}
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			child := join(path, k.Value)
+			ft, ok := fields[k.Value]
+			if !ok {
+				p.errs = append(p.errs, &Error{Line: k.Line, Field: child, Msg: "unknown field"})
+				continue
+			}
+			p.walk(v, ft, child)
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return
+		}
+		for i, c := range n.Content {
+			p.walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	}
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// line returns the line of path, or of its nearest recorded parent.
+func line(lines map[string]int, path string) int {
+	for path != "" {
+		if l, ok := lines[path]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return 0
+}
+
+func (c *Catalog) validate(lines map[string]int) []error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &Error{Line: line(lines, path), Field: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if len(c.Models) == 0 {
+		bad("models", "at least one model is required")
+	}
+	models := map[string]string{}
+	for i, m := range c.Models {
+		mp := fmt.Sprintf("models[%d]", i)
+		switch {
+		case m.ID == "":
+			bad(mp+".id", "is required")
+		case strings.ContainsAny(m.ID, " \t\n:"):
+			bad(mp+".id", "%q must not contain spaces or ':' (':' starts a routing suffix such as :floor)", m.ID)
+		case models[m.ID] != "":
+			bad(mp+".id", "%q is already defined at %s", m.ID, models[m.ID])
+		default:
+			models[m.ID] = mp
+		}
+		if m.ListPrice != nil {
+			validatePrice(*m.ListPrice, mp+".list_price", bad)
+		}
+		if len(m.Endpoints) == 0 {
+			bad(mp+".endpoints", "at least one endpoint is required")
+		}
+		providers := map[string]bool{}
+		for j, e := range m.Endpoints {
+			ep := fmt.Sprintf("%s.endpoints[%d]", mp, j)
+			switch {
+			case e.Provider == "":
+				bad(ep+".provider", "is required")
+			case !providerName.MatchString(e.Provider):
+				bad(ep+".provider", "%q must be lowercase letters, digits, '-' or '_'", e.Provider)
+			case providers[e.Provider]:
+				bad(ep+".provider", "%q already serves this model", e.Provider)
+			}
+			providers[e.Provider] = true
+			if e.BaseURL == "" {
+				bad(ep+".base_url", "is required")
+			} else if err := validURL(e.BaseURL); err != nil {
+				bad(ep+".base_url", "%v", err)
+			}
+			validatePrice(e.Price, ep+".price", bad)
+			if e.ContextLength < 0 {
+				bad(ep+".context_length", "must not be negative")
+			}
+			if e.MaxOutputTokens < 0 {
+				bad(ep+".max_output_tokens", "must not be negative")
+			}
+			if e.DataCollection != "" && e.DataCollection != "allow" && e.DataCollection != "deny" {
+				bad(ep+".data_collection", "%q must be allow or deny", e.DataCollection)
+			}
+			validateLimits(e.Limits, ep+".limits", bad)
+		}
+	}
+	keys := map[string]string{}
+	tenants := map[string]bool{}
+	for i, t := range c.Tenants {
+		tp := fmt.Sprintf("tenants[%d]", i)
+		switch {
+		case t.ID == "":
+			bad(tp+".id", "is required")
+		case tenants[t.ID]:
+			bad(tp+".id", "%q is already defined", t.ID)
+		}
+		tenants[t.ID] = true
+		if len(t.APIKeysSHA256) == 0 {
+			bad(tp+".api_keys_sha256", "at least one key digest is required")
+		}
+		for j, k := range t.APIKeysSHA256 {
+			kp := fmt.Sprintf("%s.api_keys_sha256[%d]", tp, j)
+			switch {
+			case !sha256Hex.MatchString(k):
+				bad(kp, "must be 64 lowercase hex digits (sha256 of the key, e.g. `printf %%s \"$KEY\" | sha256sum`)")
+			case keys[k] != "":
+				bad(kp, "key is already used by %s", keys[k])
+			default:
+				keys[k] = tp
+			}
+		}
+		validateLimits(t.Limits, tp+".limits", bad)
+	}
+	return errs
+}
+
+func validatePrice(p Price, path string, bad func(string, string, ...any)) {
+	check := func(v *float64, field string, required bool) {
+		switch {
+		case v == nil && required:
+			bad(path+"."+field, "is required")
+		case v == nil:
+		case math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0:
+			bad(path+"."+field, "must be a non-negative number of USD per million tokens")
+		}
+	}
+	check(p.Input, "input", true)
+	check(p.CachedInput, "cached_input", false)
+	check(p.Output, "output", true)
+}
+
+func validateLimits(ls []Limit, path string, bad func(string, string, ...any)) {
+	for i, l := range ls {
+		lp := fmt.Sprintf("%s[%d]", path, i)
+		if !oneOf(l.Unit, Units) {
+			bad(lp+".unit", "%q must be one of %s", l.Unit, list(Units))
+		}
+		switch {
+		case l.Unit == "concurrent_requests" && l.Per != "":
+			bad(lp+".per", "concurrent_requests has no window")
+		case l.Unit != "concurrent_requests" && !oneOf(l.Per, Windows):
+			bad(lp+".per", "%q must be one of %s", l.Per, list(Windows))
+		}
+		if !(l.Capacity > 0) || math.IsInf(l.Capacity, 0) {
+			bad(lp+".capacity", "must be a positive number")
+		}
+		if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
+			bad(lp+".burst", "must not be negative")
+		}
+		if l.Scope != "" && !oneOf(l.Scope, Scopes) {
+			bad(lp+".scope", "%q must be one of %s", l.Scope, list(Scopes))
+		}
+	}
+}
+
+func (c *Catalog) applyDefaults() {
+	for i := range c.Models {
+		m := &c.Models[i]
+		for j := range m.Endpoints {
+			e := &m.Endpoints[j]
+			if e.UpstreamModel == "" {
+				e.UpstreamModel = m.ID
+			}
+			if e.DataCollection == "" {
+				e.DataCollection = "allow"
+			}
+			for k := range e.Limits {
+				if e.Limits[k].Scope == "" {
+					e.Limits[k].Scope = "model_route"
+				}
+			}
+		}
+	}
+	for i := range c.Tenants {
+		for k := range c.Tenants[i].Limits {
+			if c.Tenants[i].Limits[k].Scope == "" {
+				c.Tenants[i].Limits[k].Scope = "tenant"
+			}
+		}
+	}
+}

@@ -1,0 +1,35 @@
+// Package flagenv lets every flag of a command fall back to an environment
+// variable, so the same binary is configured by flags on a laptop and by env
+// in a Kubernetes manifest.
+package flagenv
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+)
+
+// Name returns the environment variable for a flag: prefix + "_" + the flag
+// name upper-cased with '-' as '_', e.g. SWITCHBOARD_DECIDER_DATA_DIR.
+func Name(prefix, flagName string) string {
+	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Parse applies environment values to fs's flags, then parses args, so an
+// explicit flag wins over the environment, which wins over the default.
+func Parse(fs *flag.FlagSet, prefix string, args []string, getenv func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := Name(prefix, f.Name)
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}

@@ -1,0 +1,136 @@
+// Package grpcserver builds every Switchboard gRPC server the same way:
+// OpenTelemetry stats, go-grpc-middleware logging and panic recovery, keepalive
+// limits, grpc.health.v1 and server reflection.
+package grpcserver
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Options tune a server.
+type Options struct {
+	// MaxConnectionAge closes connections after this age so clients rebalance
+	// across replicas; long-lived streams are cut and reopened by their clients.
+	// (Optional) Defaults to 30m.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace lets in-flight RPCs finish after MaxConnectionAge.
+	// (Optional) Defaults to 30s.
+	MaxConnectionAgeGrace time.Duration
+}
+
+// Server is a gRPC server with its health service.
+type Server struct {
+	// GRPC is the server to register services on.
+	GRPC *grpc.Server
+	// Health is the grpc.health.v1 service; the overall status ("") starts NOT_SERVING.
+	Health *health.Server
+}
+
+// New returns a server whose overall health is NOT_SERVING until the caller
+// says otherwise, so a load balancer sends nothing before dependencies are ready.
+func New(logger *slog.Logger, opts Options) *Server {
+	if opts.MaxConnectionAge == 0 {
+		opts.MaxConnectionAge = 30 * time.Minute
+	}
+	if opts.MaxConnectionAgeGrace == 0 {
+		opts.MaxConnectionAgeGrace = 30 * time.Second
+	}
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		// A successful call is not news: the hot path must not log at info.
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			switch c {
+			case codes.OK, codes.Canceled, codes.NotFound, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition:
+				return logging.LevelDebug
+			case codes.Internal, codes.Unknown, codes.DataLoss:
+				return logging.LevelError
+			default:
+				return logging.LevelWarn
+			}
+		}),
+	}
+	recoverOpts := []recovery.Option{
+		recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+			logger.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+			return status.Error(codes.Internal, "internal error")
+		}),
+	}
+	lg := interceptorLogger(logger)
+	s := grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(lg, logOpts...),
+			recovery.UnaryServerInterceptor(recoverOpts...),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(lg, logOpts...),
+			recovery.StreamServerInterceptor(recoverOpts...),
+		),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      opts.MaxConnectionAge,
+			MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s, h)
+	reflection.Register(s)
+	return &Server{GRPC: s, Health: h}
+}
+
+// SetServing sets the overall status and that of every named service.
+func (s *Server) SetServing(serving bool, services ...string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.Health.SetServingStatus("", st)
+	for _, name := range services {
+		s.Health.SetServingStatus(name, st)
+	}
+}
+
+// Shutdown reports NOT_SERVING, waits drain so load balancers notice before
+// connections close, then stops gracefully; past timeout it stops hard so a
+// stuck stream cannot hold the process.
+func (s *Server) Shutdown(drain, timeout time.Duration) {
+	s.Health.Shutdown()
+	if drain > 0 {
+		time.Sleep(drain)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.GRPC.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		s.GRPC.Stop()
+		<-done
+	}
+}
+
+func interceptorLogger(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}

@@ -1,0 +1,213 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// etcd's embedded server and client keep package-level goroutines.
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
+		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+	)
+}
+
+var demoKey = "sk-test-key"
+
+func writeCatalog(t *testing.T, dir string, extraProvider bool) string {
+	t.Helper()
+	y := `
+models:
+  - id: vendor/model
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.2, output: 0.8}}
+      - {provider: beta, base_url: http://127.0.0.1:2/v1, price: {input: 0.3, output: 1.0}}
+`
+	if extraProvider {
+		y += "      - {provider: cheapo, base_url: http://127.0.0.1:3/v1, price: {input: 0.01, output: 0.01}}\n"
+	}
+	y += "tenants:\n  - {id: acme, api_keys_sha256: [" + catalog.HashKey(demoKey) + "]}\n"
+	p := filepath.Join(dir, "catalog.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(y), 0o600))
+	return p
+}
+
+func startDecider(t *testing.T, cfg Config) (*Decider, pb.DeciderServiceClient) {
+	t.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.EtcdListen = "127.0.0.1:0"
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.ID = "test"
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := Start(t.Context(), cfg, logger)
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return d, pb.NewDeciderServiceClient(conn)
+}
+
+func TestDeciderOverRealGRPC(t *testing.T) {
+	dir := t.TempDir()
+	d, client := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
+	defer d.Close()
+	ctx := t.Context()
+
+	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "switchboard.v1.DeciderService"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+
+	key := &pb.Identity{ApiKeySha256: catalog.HashKey(demoKey)}
+	resp, err := client.Decide(ctx, &pb.DecideRequest{Identity: key, Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 10}})
+	require.NoError(t, err)
+	require.Equal(t, "alpha", resp.Endpoint.Provider)
+	require.Equal(t, "acme", resp.Identity.TenantId)
+	require.NotEmpty(t, resp.RequestId)
+	require.Equal(t, []string{"beta"}, []string{resp.Fallbacks[0].Provider})
+
+	tests := []struct {
+		name string
+		req  *pb.DecideRequest
+		code codes.Code
+	}{
+		{"bad key", &pb.DecideRequest{Identity: &pb.Identity{ApiKeySha256: catalog.HashKey("x")}, Model: "vendor/model"}, codes.Unauthenticated},
+		{"no key", &pb.DecideRequest{Model: "vendor/model"}, codes.Unauthenticated},
+		{"unknown model", &pb.DecideRequest{Identity: key, Model: "nope"}, codes.NotFound},
+		{"unknown provider", &pb.DecideRequest{Identity: key, Model: "vendor/model", Provider: &pb.ProviderPreferences{Only: []string{"zeta"}}}, codes.InvalidArgument},
+		{"nothing fits", &pb.DecideRequest{Identity: key, Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: new(float64)}}}, codes.FailedPrecondition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := client.Decide(ctx, tt.req)
+			require.Equal(t, tt.code, status.Code(err), "%v", err)
+		})
+	}
+
+	models, err := client.ListModels(ctx, &pb.ListModelsRequest{Identity: key})
+	require.NoError(t, err)
+	require.Equal(t, "vendor/model", models.Models[0].Id)
+	_, err = client.ListModels(ctx, &pb.ListModelsRequest{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+
+	_, err = client.Reserve(ctx, &pb.ReserveRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err))
+}
+
+func TestReportStreamAndCatalogChange(t *testing.T) {
+	dir := t.TempDir()
+	d, client := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	stream, err := client.Report(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "e1", Region: "local"}}}))
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{
+		{RequestId: "r1", EndpointId: "alpha/vendor/model", Outcome: pb.Outcome_OUTCOME_OK},
+		{RequestId: "r2", EndpointId: "beta/vendor/model", Outcome: pb.Outcome_OUTCOME_RATE_LIMITED},
+	}}}}))
+	m, err := stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), m.GetAck().GetAccepted())
+	require.Equal(t, int64(2), d.ReportsReceived())
+	require.Len(t, d.Edges(), 1)
+
+	// An operator (or another replica) stores a new catalog in etcd: this
+	// replica applies it and tells the connected edges.
+	st, err := store.Connect(ctx, []string{d.EtcdEndpoint()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	defer st.Close()
+	data, err := os.ReadFile(writeCatalog(t, t.TempDir(), true))
+	require.NoError(t, err)
+	rev, err := st.PutCatalog(ctx, data)
+	require.NoError(t, err)
+	m, err = stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, rev, m.GetConfig().GetCatalogRevision())
+	resp, err := client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	require.NoError(t, err)
+	require.Equal(t, "cheapo", resp.Endpoint.Provider)
+
+	// An invalid catalog in etcd is refused; the current one stays.
+	_, err = st.PutCatalog(ctx, []byte("models: []"))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // give the watch a chance to (wrongly) apply it
+	resp, err = client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	require.NoError(t, err)
+	require.Equal(t, "cheapo", resp.Endpoint.Provider)
+
+	// A hello is required first.
+	bad, err := client.Report(ctx)
+	require.NoError(t, err)
+	require.NoError(t, bad.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{}}}))
+	_, err = bad.Recv()
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+
+	// Shutdown ends the open stream rather than waiting on it forever.
+	d.Close()
+	_, err = stream.Recv()
+	require.Error(t, err)
+}
+
+func TestRestartUsesStoredCatalog(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, true), DataDir: dir})
+	d.Close()
+	// Same data dir, no --catalog: the catalog comes back from etcd.
+	d, client := startDecider(t, Config{DataDir: dir})
+	defer d.Close()
+	resp, err := client.Decide(t.Context(), &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	require.NoError(t, err)
+	require.Equal(t, "cheapo", resp.Endpoint.Provider)
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("models:\n  - id: m\n    endpoints: []\n"), 0o600))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: bad, ShutdownTimeout: time.Second}, logger)
+	require.ErrorContains(t, err, "line 3: models[0].endpoints: at least one endpoint is required")
+
+	_, err = Start(t.Context(), Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: t.TempDir(), ShutdownTimeout: time.Second}, logger)
+	require.ErrorIs(t, err, store.ErrNoCatalog)
+}
+
+func TestParseFlags(t *testing.T) {
+	env := map[string]string{"SWITCHBOARD_DECIDER_ETCD": "a:2379, b:2379", "SWITCHBOARD_DECIDER_LISTEN": "0.0.0.0:9"}
+	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a:2379", "b:2379"}, cfg.Etcd)
+	require.Equal(t, "0.0.0.0:9", cfg.Listen)
+	require.Equal(t, "c.yaml", cfg.Catalog)
+
+	_, err = ParseFlags([]string{"--listen=nope", "--log-level=loud", "--shutdown-timeout=0s"}, func(string) string { return "" }, io.Discard)
+	require.Error(t, err)
+	for _, want := range []string{"--listen", "--log-level", "--shutdown-timeout"} {
+		require.True(t, strings.Contains(err.Error(), want), "all problems reported at once: %v", err)
+	}
+}

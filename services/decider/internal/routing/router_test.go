@@ -1,0 +1,263 @@
+package routing
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+var keyA = catalog.HashKey("sk-a")
+
+const testCatalog = `
+models:
+  - id: vendor/model
+    list_price: {input: 0.27, cached_input: 0.07, output: 1.10}
+    endpoints:
+      - provider: alpha
+        base_url: http://127.0.0.1:1/v1
+        api_key_env: ALPHA_KEY
+        price: {input: 0.20, cached_input: 0.07, output: 0.80}
+        context_length: 100000
+        quantization: fp8
+      - provider: beta
+        base_url: http://127.0.0.1:2/v1
+        price: {input: 0.30, cached_input: 0.0013, output: 1.00}
+        context_length: 200000
+        quantization: bf16
+        zdr: true
+        data_collection: deny
+        supported_parameters: [tools, response_format]
+      - provider: gamma
+        base_url: http://127.0.0.1:3/v1
+        price: {input: 0.25, output: 0.90}
+        quantization: fp8
+        supported_parameters: [tools]
+tenants:
+  - id: acme
+    api_keys_sha256: ["@KEYHASH@"]
+`
+
+func newTestRouter(t *testing.T) *Router {
+	t.Helper()
+	c, err := catalog.Parse([]byte(strings.Replace(testCatalog, "@KEYHASH@", keyA, 1)))
+	require.NoError(t, err)
+	return New(c)
+}
+
+func TestAuthenticate(t *testing.T) {
+	r := newTestRouter(t)
+	tests := []struct {
+		name    string
+		id      *pb.Identity
+		tenant  string
+		wantErr string
+	}{
+		{name: "key", id: &pb.Identity{ApiKeySha256: keyA}, tenant: "acme"},
+		{name: "key upper-case hex", id: &pb.Identity{ApiKeySha256: strings.ToUpper(keyA)}, tenant: "acme"},
+		{name: "unknown key", id: &pb.Identity{ApiKeySha256: catalog.HashKey("nope")}, wantErr: "invalid API key"},
+		{name: "trusted tenant", id: &pb.Identity{TenantId: "acme"}, tenant: "acme"},
+		{name: "unknown tenant", id: &pb.Identity{TenantId: "evil"}, wantErr: "unknown tenant"},
+		{name: "nothing", id: nil, wantErr: "no API key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := r.Authenticate(tt.id)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Equal(t, KindUnauthenticated, err.(*Error).Kind)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.tenant, id.TenantId)
+			require.Equal(t, pb.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, id.WorkloadClass)
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestDecide(t *testing.T) {
+	r := newTestRouter(t)
+	id := &pb.Identity{TenantId: "acme"}
+	tests := []struct {
+		name      string
+		req       *pb.DecideRequest
+		want      []string // chosen provider then fallbacks
+		reason    pb.RouteReason
+		wantKind  Kind
+		wantErr   string
+		wantCost  float64 // of the chosen endpoint, if non-zero
+		wantCache int64
+	}{
+		{
+			name:     "cheapest for a short uncached prompt",
+			req:      &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 100}},
+			want:     []string{"alpha", "gamma", "beta"},
+			reason:   pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			wantCost: (1000*0.20 + 100*0.80) / 1e6,
+		},
+		{
+			name: "cached input price decides a long cached prompt",
+			req: &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{
+				InputTokens: 90000, CachedInputTokens: 88000, MaxOutputTokens: 100}},
+			want:      []string{"beta", "alpha", "gamma"},
+			reason:    pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			wantCost:  (2000*0.30 + 88000*0.0013 + 100*1.00) / 1e6,
+			wantCache: 88000,
+		},
+		{
+			name:   "context length excludes alpha",
+			req:    &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 150000}},
+			want:   []string{"gamma", "beta"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:     "prompt too large for every endpoint",
+			req:      &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 150000}, Provider: &pb.ProviderPreferences{Only: []string{"alpha"}}},
+			wantKind: KindUnavailable,
+			wantErr:  "not in provider.only",
+		},
+		{
+			name:   "order",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Order: []string{"beta", "gamma"}}},
+			want:   []string{"beta", "gamma", "alpha"},
+			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+		},
+		{
+			name:   "order without fallbacks",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Order: []string{"beta", "gamma"}, AllowFallbacks: ptr(false)}},
+			want:   []string{"beta", "gamma"},
+			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+		},
+		{
+			name:   "no fallbacks",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{AllowFallbacks: ptr(false)}},
+			want:   []string{"alpha"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:   "only",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Only: []string{"gamma", "beta"}}},
+			want:   []string{"gamma", "beta"},
+			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+		},
+		{
+			name:   "ignore",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Ignore: []string{"alpha"}}},
+			want:   []string{"gamma", "beta"},
+			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+		},
+		{
+			name:   "max_price filters",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: ptr(0.26), Completion: ptr(0.85)}}},
+			want:   []string{"alpha"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:     "max_price excludes all",
+			req:      &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: ptr(0.1)}}},
+			wantKind: KindUnavailable,
+			wantErr:  "above max_price.prompt",
+		},
+		{
+			name:   "zdr",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Zdr: true}},
+			want:   []string{"beta"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:   "data collection deny",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{DataCollection: pb.DataCollection_DATA_COLLECTION_DENY}},
+			want:   []string{"beta"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:   "quantizations",
+			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Quantizations: []string{"bf16"}}},
+			want:   []string{"beta"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:   "require_parameters",
+			req:    &pb.DecideRequest{Model: "vendor/model", Parameters: []string{"tools"}, Provider: &pb.ProviderPreferences{RequireParameters: true}},
+			want:   []string{"gamma", "beta"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name:   "floor suffix",
+			req:    &pb.DecideRequest{Model: "vendor/model:floor"},
+			want:   []string{"alpha", "gamma", "beta"},
+			reason: pb.RouteReason_ROUTE_REASON_FLOOR,
+		},
+		{name: "unknown model", req: &pb.DecideRequest{Model: "nope"}, wantKind: KindNotFound, wantErr: `model "nope" does not exist`},
+		{name: "empty model", req: &pb.DecideRequest{}, wantKind: KindInvalid, wantErr: "model is required"},
+		{name: "bad suffix", req: &pb.DecideRequest{Model: "vendor/model:turbo"}, wantKind: KindInvalid, wantErr: `unknown model suffix ":turbo"`},
+		{name: "unknown provider", req: &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Order: []string{"zeta"}}}, wantKind: KindInvalid, wantErr: `provider.order: unknown provider "zeta"`},
+		{name: "negative max price", req: &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Completion: ptr(-1.0)}}}, wantKind: KindInvalid, wantErr: "max_price.completion"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := r.Decide(tt.req, id)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Equal(t, tt.wantKind, err.(*Error).Kind)
+				return
+			}
+			require.NoError(t, err)
+			got := []string{resp.Endpoint.Provider}
+			for _, f := range resp.Fallbacks {
+				got = append(got, f.Provider)
+			}
+			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.reason, resp.Decision.Reason)
+			require.Equal(t, "vendor/model", resp.Model)
+			require.Len(t, resp.Decision.Candidates, 1, "without explain only the winner is described")
+			if tt.wantCost != 0 {
+				require.InDelta(t, tt.wantCost, resp.Endpoint.EstimatedCostUsd, 1e-12)
+			}
+			require.Equal(t, tt.wantCache, resp.Decision.Candidates[0].EstimatedCachedTokens)
+			require.Contains(t, resp.Decision.Summary, "provider="+got[0])
+		})
+	}
+}
+
+func TestDecideExplainAndCredentials(t *testing.T) {
+	r := newTestRouter(t)
+	resp, err := r.Decide(&pb.DecideRequest{Model: "vendor/model", Explain: true, Tokens: &pb.TokenEstimate{InputTokens: 40000},
+		Provider: &pb.ProviderPreferences{Ignore: []string{"beta"}}}, &pb.Identity{TenantId: "acme"})
+	require.NoError(t, err)
+	require.Len(t, resp.Decision.Candidates, 3)
+	require.Equal(t, pb.SizeBucket_SIZE_BUCKET_32K_TO_128K, resp.Decision.Bucket)
+	notes := map[string]string{}
+	for _, c := range resp.Decision.Candidates {
+		notes[c.Provider] = c.Note
+	}
+	require.Equal(t, "in provider.ignore", notes["beta"])
+	require.Equal(t, "ALPHA_KEY", resp.Endpoint.ApiKeyEnv, "the edge gets the variable's name, never a secret")
+
+	// The endpoint template must not be mutated by a request.
+	resp.Endpoint.BaseUrl = "http://evil"
+	again, err := r.Decide(&pb.DecideRequest{Model: "vendor/model"}, &pb.Identity{TenantId: "acme"})
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:1/v1", again.Endpoint.BaseUrl)
+}
+
+func TestSetCatalogSwaps(t *testing.T) {
+	r := newTestRouter(t)
+	c, err := catalog.Parse([]byte(`
+models:
+  - id: other
+    endpoints: [{provider: delta, base_url: http://x/v1, price: {input: 1, output: 1}}]
+`))
+	require.NoError(t, err)
+	r.SetCatalog(c)
+	_, err = r.Decide(&pb.DecideRequest{Model: "vendor/model"}, nil)
+	require.Equal(t, KindNotFound, err.(*Error).Kind)
+	require.Len(t, r.ListModels(), 1)
+	require.True(t, proto.Equal(&pb.Model{Id: "other", Providers: []string{"delta"}}, r.ListModels()[0]))
+}

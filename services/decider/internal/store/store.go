@@ -1,0 +1,215 @@
+// Package store keeps the decider's durable state in etcd: the shared catalog,
+// and replica membership under a lease. It can also run etcd embedded in the
+// process, the default for a single-node deployment and for tests.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Key layout. Everything lives under one prefix so several Switchboard
+// installations can share an etcd cluster with different prefixes later.
+const (
+	// CatalogKey holds the catalog's YAML.
+	CatalogKey = "/switchboard/v1/catalog"
+	// MembersPrefix holds one lease-bound key per live decider replica.
+	MembersPrefix = "/switchboard/v1/deciders/"
+)
+
+// EmbeddedOptions configure an embedded etcd.
+type EmbeddedOptions struct {
+	// DataDir is where etcd keeps its data. (Required)
+	DataDir string
+	// ClientAddr is the host:port to serve etcd clients on. (Optional)
+	// Defaults to 127.0.0.1:0, a free port.
+	ClientAddr string
+	// PeerAddr is the host:port for the raft peer listener. (Optional)
+	// Defaults to 127.0.0.1:0.
+	PeerAddr string
+}
+
+// Embedded is an etcd server running in this process.
+type Embedded struct {
+	etcd *embed.Etcd
+}
+
+// StartEmbedded starts a single-member etcd and waits until it serves.
+func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("embedded etcd: data dir is required")
+	}
+	if opts.ClientAddr == "" {
+		opts.ClientAddr = "127.0.0.1:0"
+	}
+	if opts.PeerAddr == "" {
+		opts.PeerAddr = "127.0.0.1:0"
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "switchboard"
+	cfg.Dir = opts.DataDir
+	cfg.LogLevel = "error"
+	cfg.ListenClientUrls = []url.URL{{Scheme: "http", Host: opts.ClientAddr}}
+	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
+	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: opts.PeerAddr}}
+	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Embedded{etcd: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, errors.New("embedded etcd: not ready after 60s")
+	}
+}
+
+// Endpoint returns the address clients connect to.
+func (e *Embedded) Endpoint() string { return e.etcd.Clients[0].Addr().String() }
+
+// Close stops etcd.
+func (e *Embedded) Close() { e.etcd.Close() }
+
+// Store wraps an etcd client with the decider's keys.
+type Store struct {
+	cli    *clientv3.Client
+	logger *slog.Logger
+}
+
+// Connect dials etcd.
+func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Store, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Context:     ctx,
+		Logger:      nil,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect etcd %v: %w", endpoints, err)
+	}
+	// A status call proves the cluster answers before we report healthy.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Get(sctx, CatalogKey, clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("reach etcd %v: %w", endpoints, err)
+	}
+	return &Store{cli: cli, logger: logger}, nil
+}
+
+// Client returns the etcd client.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Close closes the client.
+func (s *Store) Close() error { return s.cli.Close() }
+
+// PutCatalog stores the catalog's YAML unless the stored copy is identical,
+// and returns the revision that holds it.
+func (s *Store) PutCatalog(ctx context.Context, data []byte) (int64, error) {
+	get, err := s.cli.Get(ctx, CatalogKey)
+	if err != nil {
+		return 0, fmt.Errorf("get catalog: %w", err)
+	}
+	if len(get.Kvs) == 1 && string(get.Kvs[0].Value) == string(data) {
+		return get.Kvs[0].ModRevision, nil
+	}
+	put, err := s.cli.Put(ctx, CatalogKey, string(data))
+	if err != nil {
+		return 0, fmt.Errorf("put catalog: %w", err)
+	}
+	return put.Header.Revision, nil
+}
+
+// ErrNoCatalog means etcd holds no catalog yet.
+var ErrNoCatalog = errors.New("no catalog stored in etcd: start a decider with --catalog once")
+
+// GetCatalog returns the stored catalog YAML and the revision of the read.
+func (s *Store) GetCatalog(ctx context.Context) ([]byte, int64, error) {
+	get, err := s.cli.Get(ctx, CatalogKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("get catalog: %w", err)
+	}
+	if len(get.Kvs) == 0 {
+		return nil, get.Header.Revision, ErrNoCatalog
+	}
+	return get.Kvs[0].Value, get.Header.Revision, nil
+}
+
+// WatchCatalog calls fn with every new catalog stored after revision rev,
+// until ctx ends. Watching from rev+1 means no change between the read and the
+// watch is missed; WithRequireLeader makes a partitioned member's watch fail
+// rather than go silent.
+func (s *Store) WatchCatalog(ctx context.Context, rev int64, fn func(data []byte, rev int64)) {
+	for ctx.Err() == nil {
+		wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), CatalogKey, clientv3.WithRev(rev+1))
+		for resp := range wch {
+			if err := resp.Err(); err != nil {
+				s.logger.Warn("catalog watch", "err", err)
+				break
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypePut {
+					fn(ev.Kv.Value, ev.Kv.ModRevision)
+				}
+				rev = ev.Kv.ModRevision
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Register records this replica under a lease kept alive until ctx ends, so
+// other replicas and operators see which deciders are alive. ttl is in seconds.
+func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error {
+	lease, err := s.cli.Grant(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("grant lease: %w", err)
+	}
+	if _, err := s.cli.Put(ctx, MembersPrefix+id, addr, clientv3.WithLease(lease.ID)); err != nil {
+		return fmt.Errorf("register member: %w", err)
+	}
+	ka, err := s.cli.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		return fmt.Errorf("keep lease alive: %w", err)
+	}
+	go func() {
+		for range ka { // drain until ctx ends or the lease is lost
+		}
+		if ctx.Err() == nil {
+			s.logger.Error("membership lease lost", "member", id)
+		}
+	}()
+	return nil
+}
+
+// Members lists live replicas: id → address.
+func (s *Store) Members(ctx context.Context) (map[string]string, error) {
+	get, err := s.cli.Get(ctx, MembersPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	out := make(map[string]string, len(get.Kvs))
+	for _, kv := range get.Kvs {
+		out[string(kv.Key[len(MembersPrefix):])] = string(kv.Value)
+	}
+	return out, nil
+}
