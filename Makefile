@@ -1,0 +1,71 @@
+# Switchboard — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+MODULES := pkg proto services/decider services/edge services/provsim tests
+PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
+BIN := $(CURDIR)/bin
+TOOLBIN := $(CURDIR)/.bin
+# buf and the protoc plugins are pinned in tools/go.mod and built from source
+# (go build of the pinned module, never a downloaded binary).
+TOOLS := GOWORK=off go -C tools
+BUF := PATH="$(TOOLBIN):$$PATH" $(TOOLBIN)/buf
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/decider, bin/edge and bin/provsim.
+	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/decider/app.Version=$(VERSION)" -o $(BIN)/decider ./services/decider/cmd/decider
+	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/edge/app.Version=$(VERSION)" -o $(BIN)/edge ./services/edge/cmd/edge
+	go build -o $(BIN)/provsim ./services/provsim/cmd/provsim
+
+.PHONY: run
+run: build ## Run the whole system on loopback: embedded etcd, decider, edge, three simulated providers.
+	./deploy/local/run.sh
+
+.PHONY: test
+test: ## Run every test of every module with the race detector.
+	go test -race -count=1 $(PKGS)
+
+.PHONY: bench
+bench: ## Run the benchmarks.
+	go test -run='^$$' -bench=. -benchmem $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
+	go test -run='^$$' -fuzz=FuzzParse$$ -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog
+	go test -run='^$$' -fuzz=FuzzParseChatRequest -fuzztime=$(or $(FUZZTIME),20s) $$(go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{end}}' ./services/edge/... | xargs -n1 sh -c 'go test -list FuzzParseChatRequest $$0 2>/dev/null | grep -q ^Fuzz && echo $$0' | head -1)
+
+$(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
+	$(TOOLS) build -o $(TOOLBIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+.PHONY: tools
+tools: $(TOOLBIN)/buf ## Build buf and the protoc plugins from tools/go.mod.
+
+.PHONY: proto
+proto: tools ## Regenerate the Go code of proto/ with buf.
+	$(BUF) format -w
+	$(BUF) generate
+
+.PHONY: lint
+lint: tools ## buf lint, buf format, buf breaking against main, go vet, gofmt, generated code current.
+	$(BUF) lint
+	$(BUF) format -d --exit-code
+	@if git rev-parse -q --verify main >/dev/null; then $(BUF) breaking --against '.git#branch=main'; fi
+	go vet $(PKGS)
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@tmp=$$(mktemp -d); cp -r proto $$tmp/; $(BUF) generate; \
+	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run make proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp
+	@echo lint ok
+
+.PHONY: tidy
+tidy: ## go mod tidy every module, then fail if anything changed.
+	@for m in $(MODULES) tools; do (cd $$m && GOWORK=off GOFLAGS=-mod=mod go mod tidy) || exit 1; done
+	git diff --exit-code -- '*go.mod' '*go.sum'
+
+.PHONY: clean
+clean: ## Remove build output and demo data.
+	rm -rf $(BIN) .data

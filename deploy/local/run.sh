@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the whole system on loopback: three simulated providers, a decider with
+# embedded etcd, and an edge. Ctrl-C stops everything. Used by `make run`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+DATA=${SWITCHBOARD_DATA:-.data}
+EDGE_ADDR=${EDGE_ADDR:-127.0.0.1:8080}
+DECIDER_ADDR=${DECIDER_ADDR:-127.0.0.1:9090}
+mkdir -p "$DATA"
+
+# A fresh demo key each run; only its SHA-256 goes into the catalog.
+KEY=${SWITCHBOARD_DEMO_KEY:-sk-sb-demo-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+SHA=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+sed "s/@DEMO_KEY_SHA256@/$SHA/" deploy/local/catalog.yaml > "$DATA/catalog.yaml"
+
+# The simulated providers accept any credential; real ones read these.
+export ALPHA_API_KEY=sim-alpha BETA_API_KEY=sim-beta GAMMA_API_KEY=sim-gamma
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+wait_http() { # url
+  for _ in $(seq 1 100); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "not ready: $1" >&2; return 1
+}
+
+bin/provsim --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($!)
+bin/decider --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s 2>"$DATA/decider.log" & pids+=($!)
+bin/edge --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" 2>"$DATA/edge.log" & pids+=($!)
+
+wait_http http://127.0.0.1:9101/healthz
+wait_http "http://$EDGE_ADDR/healthz"
+for _ in $(seq 1 100); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "http://$EDGE_ADDR/v1/models" || true)
+  [ "$code" = 200 ] && break; sleep 0.1
+done
+
+cat <<MSG
+
+Switchboard is running (logs in $DATA/*.log). Ctrl-C stops it.
+
+  API key:  $KEY
+  Base URL: http://$EDGE_ADDR/v1
+  Decider:  $DECIDER_ADDR (gRPC)
+
+Try:
+  curl -s http://$EDGE_ADDR/v1/chat/completions \\
+    -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \\
+    -d '{"model":"deepseek/deepseek-v4.1-flash","messages":[{"role":"user","content":"Hello there"}]}'
+
+  OPENAI_BASE_URL=http://$EDGE_ADDR/v1 OPENAI_API_KEY=$KEY <your OpenAI SDK program>
+MSG
+wait -n "${pids[@]}"
+echo "a component exited; see $DATA/*.log" >&2
+exit 1

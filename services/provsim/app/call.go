@@ -1,0 +1,450 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchboard-ai/switchboard/services/provsim/internal/chatapi"
+	"github.com/switchboard-ai/switchboard/services/provsim/internal/promptcache"
+	"github.com/switchboard-ai/switchboard/services/provsim/internal/ratelimit"
+)
+
+// directiveRE finds a fault directive anywhere in a prompt. End-to-end tests
+// through the gateway cannot reach the simulator's admin API per request, but
+// the prompt always gets through, so that is where a test says "fail this one".
+var directiveRE = regexp.MustCompile(`\[\[provsim:fault=([^\]]*)\]\]`)
+
+// call is one chat-completions request being served.
+type call struct {
+	p     *Provider
+	ms    *modelState
+	cfg   ModelConfig
+	cache *promptcache.Cache
+	req   chatapi.Request
+	w     http.ResponseWriter
+	r     *http.Request
+	ctx   context.Context
+
+	start   time.Time
+	id      string
+	created int64
+
+	prompt, cached int64
+	keys           []promptcache.Key
+	n              int64  // output tokens to produce
+	finishReason   string // "stop" or "length"
+	words          []string
+
+	outcome outcome
+	sent    int64 // completion tokens delivered
+}
+
+func newCall(p *Provider, ms *modelState, req chatapi.Request, w http.ResponseWriter, r *http.Request) *call {
+	cfg, cache := ms.snapshot()
+	now := p.now()
+	return &call{
+		p: p, ms: ms, cfg: cfg, cache: cache, req: req, w: w, r: r, ctx: r.Context(),
+		start:   now,
+		id:      fmt.Sprintf("chatcmpl-provsim-%s-%d", p.name, p.seq.Add(1)),
+		created: now.Unix(),
+	}
+}
+
+// finish records the call's outcome; it runs even when the connection was
+// aborted on purpose.
+func (c *call) finish() {
+	c.p.stats.record(c.cfg.ID, c.outcome, c.prompt, c.cached, c.sent)
+	c.p.logger.Debug("chat completion",
+		"model", c.cfg.ID, "stream", c.req.Stream, "outcome", c.outcome.String(),
+		"prompt_tokens", c.prompt, "cached_tokens", c.cached, "completion_tokens", c.sent,
+		"elapsed", time.Since(c.start))
+}
+
+func (c *call) serve() {
+	kind, forced, err := faultDirective(c.req)
+	if err != nil {
+		c.outcome = outcomeBadRequest
+		writeError(c.w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+		return
+	}
+	c.n, c.finishReason = outputLength(c.cfg, c.req.MaxTokens)
+	c.words = outputWords(c.req.LastUserText())
+	c.prompt = c.req.PromptTokens()
+	if c.cache != nil {
+		c.keys = promptcache.Keys(c.req.Messages, c.cache.Config().BlockTokens)
+		c.cached = c.cache.Lookup(c.keys, c.prompt, c.p.now())
+	}
+
+	if lim := c.cfg.Limits; lim.RequestsPerMinute > 0 || lim.TokensPerMinute > 0 {
+		// Quotas count prompt plus requested output at admission, as OpenAI
+		// does: the provider cannot know the real output in advance.
+		d := c.ms.window.Admit(ratelimit.Limits{
+			RequestsPerMinute: lim.RequestsPerMinute,
+			TokensPerMinute:   lim.TokensPerMinute,
+		}, c.prompt+c.n, c.p.now())
+		setLimitHeaders(c.w.Header(), lim, d)
+		if !d.Allowed {
+			c.outcome = outcomeRateLimited
+			writeRateLimited(c.w, d.RetryAfter, "Rate limit reached for requests or tokens per minute.")
+			return
+		}
+	}
+
+	var f *FaultConfig
+	if forced {
+		f = c.faultOfKind(kind)
+	} else {
+		f = c.drawFault()
+	}
+	if f != nil {
+		switch f.Kind {
+		case FaultRateLimit:
+			c.outcome = outcomeRateLimited
+			writeRateLimited(c.w, f.RetryAfter.D(), "Rate limit reached (simulated).")
+			return
+		case FaultUnavailable:
+			c.outcome = outcomeUnavailable
+			writeError(c.w, f.Status, "The server is overloaded or not ready yet (simulated).", "server_error", "service_unavailable")
+			return
+		case FaultHang:
+			c.outcome = outcomeHang
+			select {
+			case <-c.ctx.Done():
+			case <-c.p.closing:
+				// Nothing was sent, and an empty 200 would be a lie: cut it.
+				abortConnection()
+			}
+			return
+		}
+	}
+
+	delay := c.cfg.FirstTokenDelay(c.prompt, c.cached)
+	if c.cfg.TTFT.Jitter > 0 {
+		delay = c.cfg.TTFT.jittered(delay, c.p.uniform())
+	}
+	if !c.sleep(delay) {
+		c.outcome = outcomeCancelled
+		return
+	}
+	// The prompt is prefilled once the first token is due, so from here on a
+	// later request can reuse it — even if this one is then cancelled, as a
+	// cancelled hedge leg at a real provider still warms its cache.
+	if c.cache != nil {
+		c.cache.Record(c.keys, c.prompt, c.p.now())
+	}
+
+	switch {
+	case f != nil && f.Kind == FaultMalformed:
+		c.outcome = outcomeMalformed
+		c.writeMalformed()
+	case f != nil && f.Kind == FaultDrop:
+		c.outcome = c.drop(f.AfterTokens)
+	case c.req.Stream:
+		c.outcome = c.stream()
+	default:
+		c.outcome = c.complete()
+	}
+}
+
+// sleep waits for d or until the client goes away; it reports whether the
+// full time passed.
+func (c *call) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return c.ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// interval is the time between two output tokens.
+func (c *call) interval() time.Duration {
+	if c.cfg.TokensPerSecond <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / c.cfg.TokensPerSecond)
+}
+
+func (c *call) token(i int64) string { return c.words[i%int64(len(c.words))] + " " }
+
+func (c *call) usage() *chatapi.Usage {
+	return &chatapi.Usage{
+		PromptTokens:        c.prompt,
+		CompletionTokens:    c.n,
+		TotalTokens:         c.prompt + c.n,
+		PromptTokensDetails: chatapi.PromptDetails{CachedTokens: c.cached},
+	}
+}
+
+// complete writes a non-streamed reply after the whole generation time.
+func (c *call) complete() outcome {
+	if !c.sleep(time.Duration(c.n) * c.interval()) {
+		return outcomeCancelled
+	}
+	var content strings.Builder
+	for i := range c.n {
+		content.WriteString(c.token(i))
+	}
+	finish := c.finishReason
+	writeJSON(c.w, http.StatusOK, chatapi.Completion{
+		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.cfg.ID,
+		Choices: []chatapi.Choice{{
+			Message:      &chatapi.Message{Role: "assistant", Content: content.String()},
+			FinishReason: &finish,
+		}},
+		Usage: c.usage(),
+	})
+	c.sent = c.n
+	return outcomeOK
+}
+
+// streamWriter writes server-sent events and flushes each one, so the client
+// sees every token when it is "generated", not when a buffer fills.
+type streamWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (c *call) startStream() *streamWriter {
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	c.w.WriteHeader(http.StatusOK)
+	return &streamWriter{w: c.w, rc: http.NewResponseController(c.w)}
+}
+
+func (s *streamWriter) raw(data string) error {
+	if _, err := io.WriteString(s.w, "data: "+data+"\n\n"); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *streamWriter) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.raw(string(b))
+}
+
+func (c *call) chunk(delta *chatapi.Delta, finish *string) chatapi.Chunk {
+	return chatapi.Chunk{
+		ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.cfg.ID,
+		Choices: []chatapi.Choice{{Delta: delta, FinishReason: finish}},
+	}
+}
+
+// streamTokens sends the role chunk and then tokens [0, upto) at the model's
+// speed; it reports whether the client was still there.
+func (c *call) streamTokens(s *streamWriter, upto int64) bool {
+	empty := ""
+	if s.event(c.chunk(&chatapi.Delta{Role: "assistant", Content: &empty}, nil)) != nil {
+		return false
+	}
+	first := time.Now()
+	step := c.interval()
+	for i := range upto {
+		// Deadlines from the first token, not from the previous write, so
+		// slow writes do not make the stream slower than configured.
+		if i > 0 && step > 0 && !c.sleep(time.Until(first.Add(time.Duration(i)*step))) {
+			return false
+		}
+		if c.ctx.Err() != nil {
+			return false
+		}
+		tok := c.token(i)
+		if s.event(c.chunk(&chatapi.Delta{Content: &tok}, nil)) != nil {
+			return false
+		}
+		c.sent = i + 1
+	}
+	return true
+}
+
+func (c *call) stream() outcome {
+	s := c.startStream()
+	if !c.streamTokens(s, c.n) {
+		c.sent = 0 // a cancelled call delivers nothing billable
+		return outcomeCancelled
+	}
+	finish := c.finishReason
+	if s.event(c.chunk(&chatapi.Delta{}, &finish)) != nil {
+		c.sent = 0
+		return outcomeCancelled
+	}
+	if c.req.IncludeUsage {
+		u := chatapi.Chunk{
+			ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.cfg.ID,
+			Choices: []chatapi.Choice{}, Usage: c.usage(),
+		}
+		if s.event(u) != nil {
+			c.sent = 0
+			return outcomeCancelled
+		}
+	}
+	if s.raw("[DONE]") != nil {
+		c.sent = 0
+		return outcomeCancelled
+	}
+	return outcomeOK
+}
+
+// drop cuts the connection after a few tokens: mid-stream for a stream, and
+// before any byte (after the same generation time) otherwise.
+// A client that leaves first makes it a plain cancellation.
+func (c *call) drop(after int64) outcome {
+	after = min(after, c.n)
+	if c.req.Stream {
+		s := c.startStream()
+		if !c.streamTokens(s, after) {
+			c.sent = 0
+			return outcomeCancelled
+		}
+	} else if !c.sleep(time.Duration(after) * c.interval()) {
+		return outcomeCancelled
+	}
+	// Set before aborting: the deferred finish records it while unwinding.
+	c.outcome = outcomeDrop
+	abortConnection()
+	return outcomeDrop
+}
+
+// writeMalformed sends a truncated JSON document where the first event (or
+// the body) should be, then ends the reply cleanly: the bytes arrive, but no
+// parser accepts them.
+func (c *call) writeMalformed() {
+	if c.req.Stream {
+		s := c.startStream()
+		_ = s.raw(`{"id":`)
+		return
+	}
+	c.w.Header().Set("Content-Type", "application/json")
+	c.w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(c.w, `{"id":`)
+}
+
+// abortConnection makes net/http close the connection without finishing the
+// response, which the client sees as an unexpected EOF. ErrAbortHandler is the
+// documented way to do that, and net/http does not log it.
+func abortConnection() {
+	panic(http.ErrAbortHandler)
+}
+
+// faultOfKind returns the model's configured fault of that kind, for its
+// parameters, or one with default parameters.
+func (c *call) faultOfKind(kind FaultKind) *FaultConfig {
+	for i := range c.cfg.Faults {
+		if c.cfg.Faults[i].Kind == kind {
+			f := c.cfg.Faults[i]
+			return &f
+		}
+	}
+	f := ModelConfig{Faults: []FaultConfig{{Kind: kind}}}.withDefaults().Faults[0]
+	return &f
+}
+
+// drawFault picks at most one fault by rate with the seeded generator; the
+// generator is not touched when no fault has a rate, so configurations without
+// random faults keep the same jitter sequence.
+func (c *call) drawFault() *FaultConfig {
+	if !slices.ContainsFunc(c.cfg.Faults, func(f FaultConfig) bool { return f.Rate > 0 }) {
+		return nil
+	}
+	u := c.p.uniform()
+	cum := 0.0
+	for i := range c.cfg.Faults {
+		cum += c.cfg.Faults[i].Rate
+		if u < cum {
+			f := c.cfg.Faults[i]
+			return &f
+		}
+	}
+	return nil
+}
+
+// faultDirective finds a [[provsim:fault=KIND]] directive in any message.
+func faultDirective(req chatapi.Request) (FaultKind, bool, error) {
+	for _, m := range req.Messages {
+		if sm := directiveRE.FindStringSubmatch(m.Content); sm != nil {
+			kind := FaultKind(sm[1])
+			if !slices.Contains(faultKinds, kind) {
+				return "", false, fmt.Errorf("unknown provsim fault %q in directive (want one of %q)", sm[1], faultKinds)
+			}
+			return kind, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// outputLength returns how many tokens to produce and why generation stops:
+// the request's cap (capped by the model's) ends it with "length"; otherwise
+// the model's natural length ends it with "stop".
+func outputLength(cfg ModelConfig, maxTokens *int64) (int64, string) {
+	n, reason := cfg.DefaultOutputTokens, "stop"
+	if maxTokens != nil {
+		n, reason = *maxTokens, "length"
+	}
+	if cfg.MaxOutputTokens > 0 && n > cfg.MaxOutputTokens {
+		n, reason = cfg.MaxOutputTokens, "length"
+	}
+	return n, reason
+}
+
+// outputWords returns the words the reply cycles through: those of the last
+// user message without directives, or "ok". Echoing the prompt makes replies
+// deterministic and easy to check at the far end of a gateway.
+func outputWords(lastUser string) []string {
+	words := strings.Fields(directiveRE.ReplaceAllString(lastUser, " "))
+	if len(words) == 0 {
+		return []string{"ok"}
+	}
+	return words
+}
+
+// setLimitHeaders sets OpenAI's x-ratelimit-* headers for the quotas that are set.
+func setLimitHeaders(h http.Header, lim LimitsConfig, d ratelimit.Decision) {
+	if lim.RequestsPerMinute > 0 {
+		h.Set("X-Ratelimit-Limit-Requests", strconv.FormatInt(d.Requests.Limit, 10))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(d.Requests.Remaining, 10))
+		h.Set("X-Ratelimit-Reset-Requests", formatReset(d.Requests.Reset))
+	}
+	if lim.TokensPerMinute > 0 {
+		h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(d.Tokens.Limit, 10))
+		h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(d.Tokens.Remaining, 10))
+		h.Set("X-Ratelimit-Reset-Tokens", formatReset(d.Tokens.Reset))
+	}
+}
+
+// formatReset writes a reset delay as OpenAI does ("12s", "6m0s", "120ms"),
+// rounded up to the millisecond so it is never early.
+func formatReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond).String()
+}
+
+// writeRateLimited answers 429 with Retry-After in whole seconds (rounded up,
+// at least 1) and retry-after-ms for clients that want precision, as OpenAI
+// sends both.
+func writeRateLimited(w http.ResponseWriter, retry time.Duration, message string) {
+	secs := max(1, int64(math.Ceil(retry.Seconds())))
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	w.Header().Set("Retry-After-Ms", strconv.FormatInt(max(0, retry.Milliseconds()), 10))
+	writeError(w, http.StatusTooManyRequests, message, "rate_limit_error", "rate_limit_exceeded")
+}
