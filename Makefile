@@ -36,8 +36,9 @@ bench: ## Run the benchmarks.
 
 .PHONY: fuzz
 fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
-	go test -run='^$$' -fuzz=FuzzParse$$ -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog
-	go test -run='^$$' -fuzz=FuzzParseChatRequest -fuzztime=$(or $(FUZZTIME),20s) $$(go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{end}}' ./services/edge/... | xargs -n1 sh -c 'go test -list FuzzParseChatRequest $$0 2>/dev/null | grep -q ^Fuzz && echo $$0' | head -1)
+	go test -run='^$$' -fuzz='^FuzzParseChatRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/chatreq
+	go test -run='^$$' -fuzz='^FuzzParseRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/chatapi
+	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog
 
 $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
 	$(TOOLS) build -o $(TOOLBIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
@@ -54,7 +55,7 @@ proto: tools ## Regenerate the Go code of proto/ with buf.
 lint: tools ## buf lint, buf format, buf breaking against main, go vet, gofmt, generated code current.
 	$(BUF) lint
 	$(BUF) format -d --exit-code
-	@if git rev-parse -q --verify main >/dev/null; then $(BUF) breaking --against '.git#branch=main'; fi
+	@if git rev-parse -q --verify main >/dev/null; then echo "buf breaking --against main"; $(BUF) breaking --against ".git#branch=main"; fi
 	go vet $(PKGS)
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; $(BUF) generate; \

@@ -1,0 +1,264 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen              = "127.0.0.1:8080"
+	DefaultDecider             = "127.0.0.1:9090"
+	DefaultRegion              = "local"
+	DefaultMaxBodyBytes        = 32 << 20
+	DefaultFirstTokenTimeout   = 60 * time.Second
+	DefaultIdleTimeout         = 60 * time.Second
+	DefaultMaxAttempts         = 4
+	DefaultReportFlushInterval = 200 * time.Millisecond
+)
+
+// maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
+// may wait FirstTokenTimeout, so a large value would let one request hold a
+// client for many minutes.
+const maxAttemptsLimit = 16
+
+// envPrefix prefixes the environment variable of every flag:
+// --first-token-timeout falls back to SWITCHBOARD_EDGE_FIRST_TOKEN_TIMEOUT.
+const envPrefix = "SWITCHBOARD_EDGE_"
+
+// Config is the edge's whole configuration. Start fills zero fields with
+// their defaults, so a test can set only what it needs.
+type Config struct {
+	// Listen is the host:port the HTTP API listens on; port 0 picks a free
+	// port (Optional). Defaults to "127.0.0.1:8080". Flag --listen.
+	Listen string
+	// Decider is the decider's gRPC address (Optional). Defaults to
+	// "127.0.0.1:9090". Flag --decider.
+	Decider string
+	// Region is this edge's region, sent with every Decide and in the Report
+	// hello (Optional). Defaults to "local". Flag --region.
+	Region string
+	// EdgeID identifies this edge on the Report stream (Optional). Defaults
+	// to "<hostname>-<pid>", unique per process. Flag --edge-id.
+	EdgeID string
+	// MaxBodyBytes bounds a request body; larger ones get 413 (Optional).
+	// Defaults to 32 MiB. Flag --max-body-bytes.
+	MaxBodyBytes int64
+	// FirstTokenTimeout is how long one attempt may wait for its first token
+	// before it counts as a timeout and the next endpoint is tried
+	// (Optional). Defaults to 60s. Flag --first-token-timeout.
+	FirstTokenTimeout time.Duration
+	// IdleTimeout is the longest silence between stream chunks once an answer
+	// started (Optional). Defaults to 60s. Flag --stream-idle-timeout.
+	IdleTimeout time.Duration
+	// MaxAttempts caps the endpoints tried per request, the chosen one plus
+	// fallbacks (Optional). Defaults to 4 (R-RETRY-1). Flag --max-attempts.
+	MaxAttempts int
+	// ReportFlushInterval is the longest a call report waits before it is
+	// sent to the decider (Optional). Defaults to 200ms.
+	// Flag --report-flush-interval.
+	ReportFlushInterval time.Duration
+	// DrainDelay is how long Close keeps serving with /healthz answering 503
+	// before it stops accepting connections, so load balancers (a Kubernetes
+	// Service, whose endpoint removal is asynchronous) stop routing here
+	// before the listener goes away (Optional). Defaults to 0, stopping at
+	// once; set a few seconds in production. Flag --drain-delay.
+	DrainDelay time.Duration
+	// LogLevel is the minimum level logged by Run (Optional). Defaults to
+	// info. Flag --log-level.
+	LogLevel slog.Level
+	// Getenv reads provider credentials by the names the decider gives
+	// (api_key_env) (Optional). Defaults to os.Getenv; tests inject their own.
+	Getenv func(string) string
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Decider == "" {
+		c.Decider = DefaultDecider
+	}
+	if c.Region == "" {
+		c.Region = DefaultRegion
+	}
+	if c.EdgeID == "" {
+		c.EdgeID = defaultEdgeID()
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.FirstTokenTimeout == 0 {
+		c.FirstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.ReportFlushInterval == 0 {
+		c.ReportFlushInterval = DefaultReportFlushInterval
+	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	return c
+}
+
+func defaultEdgeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "edge"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// validate returns every problem at once, so an operator fixes them in one go.
+func (c Config) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
+	}
+	if strings.TrimSpace(c.Decider) == "" {
+		errs = append(errs, errors.New("--decider: required"))
+	}
+	if strings.TrimSpace(c.Region) == "" {
+		errs = append(errs, errors.New("--region: required"))
+	}
+	if strings.TrimSpace(c.EdgeID) == "" {
+		errs = append(errs, errors.New("--edge-id: required"))
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes %d: must be positive", c.MaxBodyBytes))
+	}
+	if c.FirstTokenTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--first-token-timeout %s: must be positive", c.FirstTokenTimeout))
+	}
+	if c.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--stream-idle-timeout %s: must be positive", c.IdleTimeout))
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit {
+		errs = append(errs, fmt.Errorf("--max-attempts %d: must be between 1 and %d", c.MaxAttempts, maxAttemptsLimit))
+	}
+	if c.ReportFlushInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--report-flush-interval %s: must be positive", c.ReportFlushInterval))
+	}
+	if c.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseFlags parses the command line into a Config. Every flag falls back to
+// the environment variable SWITCHBOARD_EDGE_<FLAG NAME> (e.g.
+// SWITCHBOARD_EDGE_LISTEN), then to its default; a flag on the command line
+// wins over the environment. All problems are returned together. getenv
+// also becomes Config.Getenv (os.Getenv when nil).
+func ParseFlags(args []string, getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	cfg := Config{}.withDefaults()
+	cfg.Getenv = getenv
+	fs, errs := newFlagSet(&cfg, getenv)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	errs = append(errs, cfg.validate())
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// newFlagSet binds the flags to cfg, seeded from the environment. Errors in
+// environment values are returned rather than ignored, so a typo in a
+// deployment manifest is caught at start-up.
+func newFlagSet(cfg *Config, getenv func(string) string) (*flag.FlagSet, []error) {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var errs []error
+	env := func(name string) (string, string, bool) {
+		key := envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		v := getenv(key)
+		return key, v, v != ""
+	}
+	str := func(p *string, name, usage string) {
+		if _, v, ok := env(name); ok {
+			*p = v
+		}
+		fs.StringVar(p, name, *p, usage)
+	}
+	dur := func(p *time.Duration, name, usage string) {
+		if key, v, ok := env(name); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+			} else {
+				*p = d
+			}
+		}
+		fs.DurationVar(p, name, *p, usage)
+	}
+	i64 := func(p *int64, name, usage string) {
+		if key, v, ok := env(name); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+			} else {
+				*p = n
+			}
+		}
+		fs.Int64Var(p, name, *p, usage)
+	}
+	intv := func(p *int, name, usage string) {
+		if key, v, ok := env(name); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+			} else {
+				*p = n
+			}
+		}
+		fs.IntVar(p, name, *p, usage)
+	}
+	str(&cfg.Listen, "listen", "host:port of the HTTP API")
+	str(&cfg.Decider, "decider", "gRPC address of the decider")
+	str(&cfg.Region, "region", "region of this edge")
+	str(&cfg.EdgeID, "edge-id", "unique id of this edge (default hostname-pid)")
+	i64(&cfg.MaxBodyBytes, "max-body-bytes", "largest accepted request body, in bytes")
+	dur(&cfg.FirstTokenTimeout, "first-token-timeout", "per attempt: no first token by then tries the next endpoint")
+	dur(&cfg.IdleTimeout, "stream-idle-timeout", "longest silence between stream chunks")
+	intv(&cfg.MaxAttempts, "max-attempts", "endpoints tried per request (chosen plus fallbacks)")
+	dur(&cfg.ReportFlushInterval, "report-flush-interval", "longest a call report waits before it is sent")
+	dur(&cfg.DrainDelay, "drain-delay", "at shutdown, how long /healthz answers 503 before the listener closes")
+	if key, v, ok := env("log-level"); ok {
+		if err := cfg.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+		}
+	}
+	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
+	return fs, errs
+}
+
+// usage writes the flag documentation.
+func usage(w io.Writer) {
+	cfg := Config{}.withDefaults()
+	fs, _ := newFlagSet(&cfg, func(string) string { return "" })
+	fs.SetOutput(w)
+	fmt.Fprintf(w, "Usage: edge [flags]\n\nEvery flag falls back to %s<FLAG> (dashes as underscores, upper case).\n\n", envPrefix)
+	fs.PrintDefaults()
+}

@@ -1,0 +1,146 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, c Config)
+		wantErr []string
+	}{
+		{
+			name: "defaults",
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, DefaultListen, c.Listen)
+				require.Equal(t, DefaultDecider, c.Decider)
+				require.Equal(t, DefaultRegion, c.Region)
+				require.NotEmpty(t, c.EdgeID)
+				require.EqualValues(t, 32<<20, c.MaxBodyBytes)
+				require.Equal(t, 60*time.Second, c.FirstTokenTimeout)
+				require.Equal(t, 60*time.Second, c.IdleTimeout)
+				require.Equal(t, 4, c.MaxAttempts)
+				require.Equal(t, 200*time.Millisecond, c.ReportFlushInterval)
+				require.Equal(t, slog.LevelInfo, c.LogLevel)
+				require.NotNil(t, c.Getenv)
+			},
+		},
+		{
+			name: "flags",
+			args: []string{"--listen", "0.0.0.0:9000", "--decider", "decider:9090", "--region", "eu", "--edge-id", "e1",
+				"--max-body-bytes", "1024", "--first-token-timeout", "5s", "--stream-idle-timeout", "7s",
+				"--max-attempts", "2", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug"},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, Config{
+					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
+					FirstTokenTimeout: 5 * time.Second, IdleTimeout: 7 * time.Second, MaxAttempts: 2,
+					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
+				}, withoutGetenv(c))
+			},
+		},
+		{
+			name: "environment fallback",
+			env: map[string]string{
+				"SWITCHBOARD_EDGE_LISTEN": "127.0.0.1:1234", "SWITCHBOARD_EDGE_REGION": "us",
+				"SWITCHBOARD_EDGE_FIRST_TOKEN_TIMEOUT": "3s", "SWITCHBOARD_EDGE_MAX_ATTEMPTS": "3",
+				"SWITCHBOARD_EDGE_EDGE_ID": "pod-7", "SWITCHBOARD_EDGE_LOG_LEVEL": "warn",
+			},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "127.0.0.1:1234", c.Listen)
+				require.Equal(t, "us", c.Region)
+				require.Equal(t, 3*time.Second, c.FirstTokenTimeout)
+				require.Equal(t, 3, c.MaxAttempts)
+				require.Equal(t, "pod-7", c.EdgeID)
+				require.Equal(t, slog.LevelWarn, c.LogLevel)
+				require.Equal(t, "us", c.Getenv("SWITCHBOARD_EDGE_REGION"), "getenv is kept for credentials")
+			},
+		},
+		{
+			name: "flag wins over environment",
+			args: []string{"--region", "flag"},
+			env:  map[string]string{"SWITCHBOARD_EDGE_REGION": "env"},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "flag", c.Region)
+			},
+		},
+		{
+			name: "every error at once",
+			args: []string{"--listen", "nope", "--max-attempts", "0", "--first-token-timeout", "-1s", "--max-body-bytes", "0"},
+			env:  map[string]string{"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT": "soon"},
+			wantErr: []string{"--listen", "--max-attempts", "--first-token-timeout", "--max-body-bytes",
+				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT"},
+		},
+		{
+			name:    "unknown flag",
+			args:    []string{"--bogus"},
+			wantErr: []string{"bogus"},
+		},
+		{
+			name:    "positional argument",
+			args:    []string{"extra"},
+			wantErr: []string{"unexpected arguments"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseFlags(tt.args, func(k string) string { return tt.env[k] })
+			if len(tt.wantErr) > 0 {
+				require.Error(t, err)
+				for _, w := range tt.wantErr {
+					require.ErrorContains(t, err, w)
+				}
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, c)
+		})
+	}
+}
+
+func withoutGetenv(c Config) Config {
+	c.Getenv = nil
+	return c
+}
+
+func TestParseFlagsHelp(t *testing.T) {
+	_, err := ParseFlags([]string{"-help"}, func(string) string { return "" })
+	require.ErrorIs(t, err, flag.ErrHelp)
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr bool
+		wantOut string
+	}{
+		{name: "clean shutdown", args: []string{"--listen", "127.0.0.1:0", "--decider", "127.0.0.1:1"}},
+		{name: "help", args: []string{"-help"}, wantOut: "first-token-timeout"},
+		{name: "bad flags", args: []string{"--max-attempts", "x"}, wantErr: true},
+		{name: "listen fails", args: []string{"--listen", "256.0.0.1:0"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			defer cancel()
+			var out bytes.Buffer
+			err := Run(ctx, tt.args, &out)
+			if tt.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Contains(t, out.String(), tt.wantOut)
+		})
+	}
+}

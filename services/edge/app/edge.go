@@ -1,0 +1,253 @@
+// Package app wires the edge together: configuration, the decider
+// connection, the upstream HTTP client, the Report stream, probes and the
+// OpenAI-compatible HTTP API. cmd/edge and the end-to-end tests start it.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/httpapi"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/probe"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/report"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// shutdownTimeout bounds how long Close waits for requests in flight (long
+// streams included) before cutting them.
+const shutdownTimeout = 15 * time.Second
+
+// Edge is a running edge.
+type Edge struct {
+	cfg       Config
+	log       *slog.Logger
+	ln        net.Listener
+	srv       *http.Server
+	api       *httpapi.Server
+	conn      *grpc.ClientConn
+	transport *http.Transport
+	reports   *report.Stream
+	probes    *probe.Runner
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts an edge and returns once it is listening. ctx bounds the
+// start-up only; the edge runs until Close. Start does not wait for the
+// decider: while it is unreachable, requests are answered 503 and the
+// Report stream keeps reconnecting in the background.
+func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("edge config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	conn, err := grpc.NewClient(cfg.Decider,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		// With a dns:/// target naming a headless Service, spread RPCs over
+		// every decider replica rather than pinning one connection.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		// grpc-go servers answer pings more frequent than every 5 minutes
+		// with too_many_pings unless configured otherwise; the Report
+		// stream's constant traffic keeps the connection checked anyway.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+		// The decider is on the local network: reconnect quickly after a
+		// restart (the default starts at 1s and grows to 2 minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
+	}
+	decider := switchboardv1.NewDeciderServiceClient(conn)
+
+	transport := &http.Transport{
+		Proxy:             http.ProxyFromEnvironment,
+		DialContext:       (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2: true,
+		// Many concurrent requests go to few providers: keep plenty of idle
+		// connections per host so bursts do not pay for new TLS handshakes.
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Transparent gzip would buffer server-sent events inside the
+		// decompressor; chunks must reach the client as they arrive.
+		DisableCompression: true,
+	}
+
+	commands := &commandHandler{}
+	reports := report.New(report.Options{
+		Client:        decider,
+		Hello:         &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
+		Handler:       commands,
+		FlushInterval: cfg.ReportFlushInterval,
+		Logger:        logger.With("component", "report"),
+	})
+	cooldowns := cooldown.New(nil)
+	dispatcher := dispatch.New(dispatch.Options{
+		Client:            &http.Client{Transport: transport},
+		Getenv:            cfg.Getenv,
+		Cooldowns:         cooldowns,
+		Reporter:          reports,
+		FirstTokenTimeout: cfg.FirstTokenTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxAttempts:       cfg.MaxAttempts,
+		UserAgent:         "switchboard-edge/" + version(),
+		Logger:            logger.With("component", "dispatch"),
+	})
+	probes := probe.New(probe.Options{Prober: dispatcher, Logger: logger.With("component", "probe")})
+	commands.probes, commands.cooldowns = probes, cooldowns
+
+	api := httpapi.New(httpapi.Options{
+		Decider:      decider,
+		Dispatcher:   dispatcher,
+		Region:       cfg.Region,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		DeciderState: func() string { return conn.GetState().String() },
+		Logger:       logger.With("component", "httpapi"),
+	})
+
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		probes.Close()
+		_ = conn.Close()
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	e := &Edge{
+		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, transport: transport,
+		reports: reports, probes: probes,
+		srv: &http.Server{
+			Handler:           otelhttp.NewHandler(api.Handler(), "edge"),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+	}
+	// Background work lives until Close, not until the start-up context
+	// ends, so Close can drain requests before the Report stream stops.
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.wg.Go(func() { reports.Run(bg) })
+	e.wg.Go(func() {
+		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "error", err)
+		}
+	})
+	conn.Connect()
+	logger.Info("edge listening", "addr", e.Addr(), "decider", cfg.Decider, "region", cfg.Region, "edge_id", cfg.EdgeID)
+	return e, nil
+}
+
+// Addr is the host:port the HTTP API listens on.
+func (e *Edge) Addr() string { return e.ln.Addr().String() }
+
+// URL is the OpenAI base URL clients use, "http://<addr>/v1".
+func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
+
+// Close shuts the edge down gracefully: /healthz turns 503 (for DrainDelay,
+// while new requests are still served), requests in flight finish (up to 15s, then they are cut), probes stop, the last call
+// reports are flushed and the decider connection closes. It is safe to call
+// more than once.
+func (e *Edge) Close() error {
+	e.closeOnce.Do(func() {
+		var errs []error
+		e.api.SetDraining()
+		if e.cfg.DrainDelay > 0 {
+			e.log.Info("draining", "delay", e.cfg.DrainDelay)
+			time.Sleep(e.cfg.DrainDelay)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := e.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("graceful shutdown: %w", err))
+			_ = e.srv.Close()
+		}
+		cancel()
+		e.probes.Close()
+		e.cancel()
+		e.wg.Wait()
+		e.transport.CloseIdleConnections()
+		if err := e.conn.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close decider connection: %w", err))
+		}
+		if d := e.reports.Dropped(); d > 0 {
+			e.log.Warn("call reports dropped during this run", "dropped", d)
+		}
+		e.closeErr = errors.Join(errs...)
+		e.log.Info("edge stopped")
+	})
+	return e.closeErr
+}
+
+// Run parses args, starts the edge, and serves until ctx ends, then shuts
+// down gracefully. A clean shutdown returns nil; so does -help.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := ParseFlags(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stderr)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("edge: %w (run with -help for usage)", err)
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	e, err := Start(ctx, cfg, logger)
+	if err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	<-ctx.Done()
+	logger.Info("shutting down", "cause", context.Cause(ctx))
+	return e.Close()
+}
+
+// commandHandler routes the decider's commands to the probe runner and the
+// cool-down table.
+type commandHandler struct {
+	probes    *probe.Runner
+	cooldowns *cooldown.Table
+}
+
+// Probe implements [report.Handler.Probe].
+func (h *commandHandler) Probe(cmd *switchboardv1.ProbeCommand) { h.probes.Start(cmd) }
+
+// Cooldown implements [report.Handler.Cooldown].
+func (h *commandHandler) Cooldown(cmd *switchboardv1.CooldownCommand) {
+	h.cooldowns.Set(cmd.GetEndpointId(), cmd.GetUntil().AsTime())
+}
+
+// version is the edge's build version for the Report hello and User-Agent.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

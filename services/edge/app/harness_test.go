@@ -1,0 +1,206 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	clientKey = "sk-client-key-do-not-log-0001"
+	model     = "org/model"
+)
+
+var providerNames = []string{"alpha", "beta", "gamma", "delta"}
+
+// providerKey is the credential the edge reads for a provider.
+func providerKey(name string) string { return "prov-secret-" + name + "-42" }
+
+func clientKeyHash() string {
+	sum := sha256.Sum256([]byte(clientKey))
+	return hex.EncodeToString(sum[:])
+}
+
+// syncBuffer collects log output written from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	t      *testing.T
+	fd     *fakedecider.Server
+	ups    []*fakeupstream.Server
+	eps    []*switchboardv1.Endpoint
+	edge   *Edge
+	logs   *syncBuffer
+	client *http.Client
+}
+
+// newHarness starts a fake decider, n fake providers and an edge. The
+// decider answers every Decide with the providers in order.
+func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, fd: fakedecider.Start(t), logs: &syncBuffer{}}
+	for i := range n {
+		up := fakeupstream.Start(t)
+		name := providerNames[i]
+		h.ups = append(h.ups, up)
+		h.eps = append(h.eps, &switchboardv1.Endpoint{
+			Id: name + "/" + model, Provider: name, BaseUrl: up.BaseURL(), UpstreamModel: "upstream-" + name,
+			ApiKeyEnv: strings.ToUpper(name) + "_API_KEY",
+			Price:     &switchboardv1.Price{Input: 0.2, CachedInput: 0.05, Output: 0.8},
+		})
+	}
+	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
+		return &switchboardv1.DecideResponse{
+			RequestId: req.GetRequestId(),
+			Model:     model,
+			Endpoint:  h.eps[0],
+			Fallbacks: h.eps[1:],
+			Decision: &switchboardv1.Decision{
+				Reason:  switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+				Bucket:  switchboardv1.SizeBucket_SIZE_BUCKET_UNDER_8K,
+				Summary: "cheapest-qualifying alpha <8k",
+				Candidates: []*switchboardv1.Candidate{
+					{EndpointId: h.eps[0].GetId(), Provider: "alpha", Qualified: true, Note: "cheapest"},
+				},
+			},
+			Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
+		}, nil
+	})
+	cfg := Config{
+		Listen:              "127.0.0.1:0",
+		Decider:             h.fd.Addr(),
+		Region:              "eu-test",
+		EdgeID:              "edge-test",
+		FirstTokenTimeout:   500 * time.Millisecond,
+		IdleTimeout:         500 * time.Millisecond,
+		ReportFlushInterval: 20 * time.Millisecond,
+		Getenv: func(k string) string {
+			for _, name := range providerNames {
+				if k == strings.ToUpper(name)+"_API_KEY" {
+					return providerKey(name)
+				}
+			}
+			return ""
+		},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	logger := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e, err := Start(t.Context(), cfg, logger)
+	require.NoError(t, err)
+	h.edge = e
+	tr := &http.Transport{}
+	h.client = &http.Client{Transport: tr}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		require.NoError(t, e.Close())
+	})
+	return h
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// errorJSON decodes an OpenAI error body.
+func (r reply) errorJSON(t *testing.T) map[string]any {
+	t.Helper()
+	var body map[string]map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.body), &body), "body: %s", r.body)
+	require.Contains(t, body, "error")
+	e := body["error"]
+	for _, k := range []string{"message", "type", "param", "code"} {
+		require.Contains(t, e, k)
+	}
+	return e
+}
+
+func (h *harness) do(ctx context.Context, method, path, body string, header map[string]string) reply {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+h.edge.Addr()+path, rd)
+	require.NoError(h.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := h.client.Do(req)
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func authed(extra ...string) map[string]string {
+	m := map[string]string{"Authorization": "Bearer " + clientKey}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i]] = extra[i+1]
+	}
+	return m
+}
+
+func (h *harness) chat(body string, header map[string]string) reply {
+	h.t.Helper()
+	return h.do(h.t.Context(), http.MethodPost, "/v1/chat/completions", body, header)
+}
+
+// waitReports waits until the decider received at least n call reports.
+func (h *harness) waitReports(n int) []*switchboardv1.CallReport {
+	h.t.Helper()
+	require.Eventually(h.t, func() bool { return len(h.fd.CallReports()) >= n }, 5*time.Second, 10*time.Millisecond)
+	return h.fd.CallReports()
+}
+
+// sseData splits an SSE body into its data payloads.
+func sseData(t *testing.T, body string) []string {
+	t.Helper()
+	var out []string
+	for ev := range strings.SplitSeq(strings.TrimSpace(body), "\n\n") {
+		require.True(t, strings.HasPrefix(ev, "data: "), "event %q", ev)
+		out = append(out, strings.TrimPrefix(ev, "data: "))
+	}
+	return out
+}

@@ -1,0 +1,444 @@
+// Package chatreq parses and validates an OpenAI chat-completions request body
+// on the edge. It keeps every top-level field as raw JSON, so fields the edge
+// does not understand reach the provider unchanged, and derives the typed view
+// the decider needs: model, stream flag, token estimate, routing options.
+package chatreq
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// Error is a validation failure fit to show the client: Param names the
+// offending field the way OpenAI's error JSON does ("messages[2].content",
+// "provider.sort"), empty when the body as a whole is wrong.
+type Error struct {
+	// Param is the JSON path of the offending field, empty for the whole body.
+	Param string
+	// Message says what is wrong, in terms of the client's request.
+	Message string
+}
+
+// Error implements [error].
+func (e *Error) Error() string {
+	if e.Param == "" {
+		return e.Message
+	}
+	return e.Param + ": " + e.Message
+}
+
+func fieldErr(param, format string, args ...any) *Error {
+	return &Error{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// OptionalParameters are the optional request parameters the decider is told
+// about, so require_parameters can keep only endpoints supporting them all.
+var OptionalParameters = []string{
+	"tools", "tool_choice", "response_format", "temperature", "top_p", "top_k",
+	"stop", "seed", "frequency_penalty", "presence_penalty", "logprobs",
+	"top_logprobs", "logit_bias", "max_tokens", "structured_outputs",
+	"parallel_tool_calls",
+}
+
+// Request is a validated chat-completions request.
+type Request struct {
+	// Fields holds every top-level field exactly as the client sent it; the
+	// upstream body is built from it, so fields the edge does not know pass
+	// through unchanged.
+	Fields map[string]json.RawMessage
+	// Model is the model the client asked for, suffix included.
+	Model string
+	// Stream is whether the client asked for server-sent events.
+	Stream bool
+	// IncludeUsage is the client's own stream_options.include_usage; the edge
+	// always asks the provider for usage but forwards the usage chunk only
+	// when the client asked for it.
+	IncludeUsage bool
+	// MaxOutputTokens is max_completion_tokens, else max_tokens, else 0.
+	MaxOutputTokens int64
+	// Provider holds the routing options, nil when the client sent none.
+	Provider *switchboardv1.ProviderPreferences
+	// Parameters names the optional parameters present (see OptionalParameters).
+	Parameters []string
+	// InputTokens is the prompt estimate by the pkg/tokens rule: messages plus
+	// the compacted tools and response_format JSON.
+	InputTokens int64
+	// PrefixFingerprint is a SHA-256 over every message but the last, in a
+	// canonical form, so requests of one conversation share it regardless of
+	// the client's whitespace or key order. Empty for a single message.
+	PrefixFingerprint []byte
+}
+
+// wireMessage decodes a message in one pass over its bytes: the fields whose
+// type the edge checks are decoded as any and checked by a type switch, which
+// costs far less than decoding each field again from raw JSON. Prompts of
+// 100k tokens are common, so every pass over them shows in the latency the
+// gateway adds.
+type wireMessage struct {
+	Role       any             `json:"role"`
+	Name       any             `json:"name"`
+	Content    any             `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	Function   json.RawMessage `json:"function_call"`
+	ToolCallID any             `json:"tool_call_id"`
+}
+
+// Parse decodes and validates a request body. It never panics; every failure
+// is an *Error.
+func Parse(body []byte) (*Request, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return nil, &Error{Message: "the request body must be a JSON object"}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, &Error{Message: "the request body is not valid JSON: " + jsonErrText(err)}
+	}
+	r := &Request{Fields: fields}
+
+	model, err := stringField(fields, "model", true)
+	if err != nil {
+		return nil, err
+	}
+	if model == "" {
+		return nil, fieldErr("model", "must be a non-empty string")
+	}
+	r.Model = model
+
+	msgs, err := parseMessages(fields["messages"])
+	if err != nil {
+		return nil, err
+	}
+
+	if r.Stream, err = boolField(fields, "stream"); err != nil {
+		return nil, err
+	}
+	if r.IncludeUsage, err = parseStreamOptions(fields["stream_options"]); err != nil {
+		return nil, err
+	}
+	maxTokens, err := nonNegIntField(fields, "max_tokens")
+	if err != nil {
+		return nil, err
+	}
+	maxCompletion, err := nonNegIntField(fields, "max_completion_tokens")
+	if err != nil {
+		return nil, err
+	}
+	// max_completion_tokens wins over the deprecated max_tokens, as on OpenAI.
+	r.MaxOutputTokens = maxTokens
+	if present(fields, "max_completion_tokens") {
+		r.MaxOutputTokens = maxCompletion
+	}
+	if raw, ok := fields["provider"]; ok {
+		if r.Provider, err = parseProvider(raw); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range OptionalParameters {
+		if present(fields, name) {
+			r.Parameters = append(r.Parameters, name)
+		}
+	}
+
+	r.InputTokens = tokens.Prompt(msgs.counted)
+	for _, name := range []string{"tools", "response_format"} {
+		if present(fields, name) {
+			r.InputTokens += tokens.Text(compact(fields[name]))
+		}
+	}
+	r.PrefixFingerprint = msgs.fingerprint
+	return r, nil
+}
+
+// UpstreamBody is the body to send to one endpoint: the client's body with
+// model replaced by the endpoint's upstream name and provider (ours, not the
+// provider's business) removed. A stream always asks for the usage chunk,
+// because usage is what the decider learns from; the edge strips it again if
+// the client did not ask for it.
+func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
+	out := make(map[string]json.RawMessage, len(r.Fields)+1)
+	for k, v := range r.Fields {
+		if k == "provider" {
+			continue
+		}
+		out[k] = v
+	}
+	m, err := json.Marshal(upstreamModel)
+	if err != nil {
+		return nil, fmt.Errorf("encode upstream model: %w", err)
+	}
+	out["model"] = m
+	if r.Stream {
+		opts := map[string]json.RawMessage{}
+		if raw, ok := out["stream_options"]; ok && !isNull(raw) {
+			// Validated as an object by Parse.
+			if err := json.Unmarshal(raw, &opts); err != nil {
+				return nil, fmt.Errorf("decode stream_options: %w", err)
+			}
+		}
+		opts["include_usage"] = json.RawMessage("true")
+		out["stream_options"] = encodeObject(opts)
+	}
+	return encodeObject(out), nil
+}
+
+// encodeObject writes a JSON object from already valid raw values. Unlike
+// json.Marshal it copies each value as is instead of re-validating and
+// compacting it, which matters for bodies of megabytes.
+func encodeObject(fields map[string]json.RawMessage) []byte {
+	keys := make([]string, 0, len(fields))
+	size := 2
+	for k, v := range fields {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 4
+	}
+	slices.Sort(keys)
+	buf := make([]byte, 0, size+16)
+	buf = append(buf, '{')
+	for i, k := range keys {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		q, _ := json.Marshal(k)
+		buf = append(buf, q...)
+		buf = append(buf, ':')
+		buf = append(buf, bytes.TrimSpace(fields[k])...)
+	}
+	return append(buf, '}')
+}
+
+type parsedMessages struct {
+	counted     []tokens.Message
+	fingerprint []byte
+}
+
+func parseMessages(raw json.RawMessage) (parsedMessages, error) {
+	var out parsedMessages
+	if len(raw) == 0 || isNull(raw) {
+		return out, fieldErr("messages", "is required")
+	}
+	var msgs []wireMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return out, structureError(raw)
+	}
+	if len(msgs) == 0 {
+		return out, fieldErr("messages", "must contain at least one message")
+	}
+	out.counted = make([]tokens.Message, 0, len(msgs))
+	h := sha256.New()
+	for i, m := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		role, ok := m.Role.(string)
+		if !ok || role == "" {
+			return out, fieldErr(param+".role", "must be a non-empty string")
+		}
+		name := ""
+		if m.Name != nil {
+			if name, ok = m.Name.(string); !ok {
+				return out, fieldErr(param+".name", "must be a string")
+			}
+		}
+		text, extra, err := contentText(m, role, param+".content")
+		if err != nil {
+			return out, err
+		}
+		out.counted = append(out.counted, tokens.Message{Role: role, Name: name, Content: text})
+		if i < len(msgs)-1 {
+			toolCallID, _ := m.ToolCallID.(string)
+			// Length-prefixed fields, so boundaries cannot be forged by content.
+			for _, f := range []string{role, name, text, extra, compact(m.ToolCalls), compact(m.Function), toolCallID} {
+				var n [8]byte
+				binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+				h.Write(n[:])
+				h.Write([]byte(f))
+			}
+		}
+	}
+	if len(msgs) > 1 {
+		out.fingerprint = h.Sum(nil)
+	}
+	return out, nil
+}
+
+// structureError explains why messages did not decode as an array of
+// objects. It runs only for bad requests, so it may be slow.
+func structureError(raw json.RawMessage) *Error {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return fieldErr("messages", "must be an array of message objects")
+	}
+	for i, it := range items {
+		if !isObject(it) {
+			return fieldErr(fmt.Sprintf("messages[%d]", i), "must be an object")
+		}
+	}
+	return fieldErr("messages", "must be an array of message objects")
+}
+
+// contentText flattens a message's content to the text that is counted: a
+// string as is, an array of parts as the concatenation of its text parts
+// (images and audio carry no text). extra is a canonical encoding of the
+// non-text parts, so that they still count in the prefix fingerprint. Null or
+// absent content is allowed only where OpenAI allows it: an assistant
+// message carrying tool calls.
+func contentText(m wireMessage, role, param string) (text, extra string, err error) {
+	switch c := m.Content.(type) {
+	case nil:
+		hasCalls := (len(m.ToolCalls) > 0 && !isNull(m.ToolCalls)) || (len(m.Function) > 0 && !isNull(m.Function))
+		if role == "assistant" && hasCalls {
+			return "", "", nil
+		}
+		return "", "", fieldErr(param, "is required")
+	case string:
+		return c, "", nil
+	case []any:
+		var b, x strings.Builder
+		for j, p := range c {
+			pp := fmt.Sprintf("%s[%d]", param, j)
+			part, ok := p.(map[string]any)
+			if !ok {
+				return "", "", fieldErr(pp, "must be a content part object")
+			}
+			typ, ok := part["type"].(string)
+			if !ok || typ == "" {
+				return "", "", fieldErr(pp+".type", "must be a non-empty string")
+			}
+			if typ != "text" {
+				// Maps marshal with sorted keys: a canonical form.
+				enc, _ := json.Marshal(part)
+				x.Write(enc)
+				continue
+			}
+			t, ok := part["text"].(string)
+			if !ok {
+				return "", "", fieldErr(pp+".text", "must be a string")
+			}
+			b.WriteString(t)
+		}
+		return b.String(), x.String(), nil
+	default:
+		return "", "", fieldErr(param, "must be a string or an array of content parts")
+	}
+}
+
+func parseStreamOptions(raw json.RawMessage) (bool, error) {
+	if len(raw) == 0 || isNull(raw) {
+		return false, nil
+	}
+	if !isObject(raw) {
+		return false, fieldErr("stream_options", "must be an object")
+	}
+	var opts map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &opts); err != nil {
+		return false, fieldErr("stream_options", "must be an object")
+	}
+	v, err := boolField(opts, "include_usage")
+	if err != nil {
+		return false, fieldErr("stream_options.include_usage", "must be a boolean")
+	}
+	return v, nil
+}
+
+// present reports whether a field was sent with a non-null value; OpenAI
+// treats an explicit null as "not set" for optional parameters.
+func present(fields map[string]json.RawMessage, name string) bool {
+	raw, ok := fields[name]
+	return ok && !isNull(raw)
+}
+
+func stringField(fields map[string]json.RawMessage, name string, required bool) (string, error) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		if required {
+			return "", fieldErr(name, "is required")
+		}
+		return "", nil
+	}
+	s, ok := asString(raw)
+	if !ok {
+		return "", fieldErr(name, "must be a string")
+	}
+	return s, nil
+}
+
+func boolField(fields map[string]json.RawMessage, name string) (bool, error) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return false, nil
+	}
+	switch string(bytes.TrimSpace(raw)) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fieldErr(name, "must be a boolean")
+}
+
+func nonNegIntField(fields map[string]json.RawMessage, name string) (int64, error) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fieldErr(name, "must be a non-negative integer")
+	}
+	return n, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return string(bytes.TrimSpace(raw)) == "null"
+}
+
+func isObject(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '{'
+}
+
+func asString(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// compact returns raw JSON without insignificant whitespace, so the token
+// estimate of tools and schemas does not depend on the client's formatting
+// (the provider simulator counts the same way).
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// jsonErrText shortens encoding/json errors to what helps a client, without
+// echoing large parts of its body.
+func jsonErrText(err error) string {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Sprintf("%s (at byte %d)", syn.Error(), syn.Offset)
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return fmt.Sprintf("unexpected %s (at byte %d)", typ.Value, typ.Offset)
+	}
+	return err.Error()
+}

@@ -1,0 +1,55 @@
+package chatreq
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+// FuzzParseChatRequest checks that no body makes the parser panic, that every
+// failure is an *Error, and that every accepted body yields a valid JSON
+// upstream body without the provider field.
+func FuzzParseChatRequest(f *testing.F) {
+	seeds := []string{
+		`{"model":"m","messages":[{"role":"user","content":"hello"}]}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"x"}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"only":["a"],"sort":"price","max_price":{"prompt":1},"preferred_max_latency":2.5}}`,
+		`{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"bogus":1}}`,
+		`{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"q"}]}`,
+		`{"model":1}`,
+		`{"model":"m","messages":[1]}`,
+		`[]`,
+		`{`,
+		`null`,
+		``,
+		"{\"model\":\"\xff\",\"messages\":[]}",
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := Parse(body)
+		if err != nil {
+			var perr *Error
+			if !errors.As(err, &perr) {
+				t.Fatalf("error is not *Error: %T %v", err, err)
+			}
+			return
+		}
+		if r.Model == "" || r.InputTokens <= 0 || r.MaxOutputTokens < 0 {
+			t.Fatalf("accepted request with bad view: %+v", r)
+		}
+		out, err := r.UpstreamBody("upstream")
+		if err != nil {
+			t.Fatalf("upstream body: %v", err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("upstream body is not JSON: %v", err)
+		}
+		if _, ok := m["provider"]; ok {
+			t.Fatal("provider forwarded upstream")
+		}
+	})
+}

@@ -1,0 +1,477 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const secret = "sk-test-secret-0123456789"
+
+type recorder struct {
+	mu      sync.Mutex
+	reports []*switchboardv1.CallReport
+}
+
+func (r *recorder) Report(c *switchboardv1.CallReport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reports = append(r.reports, c)
+}
+
+func (r *recorder) all() []*switchboardv1.CallReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*switchboardv1.CallReport(nil), r.reports...)
+}
+
+func endpoint(provider, baseURL string) *switchboardv1.Endpoint {
+	return &switchboardv1.Endpoint{
+		Id: provider + "/m", Provider: provider, BaseUrl: baseURL, UpstreamModel: "up-" + provider,
+		ApiKeyEnv: "KEY_" + strings.ToUpper(provider),
+		Price:     &switchboardv1.Price{Input: 1, CachedInput: 0.5, Output: 2},
+	}
+}
+
+func newDispatcher(rec *recorder, cd *cooldown.Table) *Dispatcher {
+	return New(Options{
+		Client:            &http.Client{},
+		Getenv:            func(string) string { return secret },
+		Reporter:          rec,
+		Cooldowns:         cd,
+		FirstTokenTimeout: 300 * time.Millisecond,
+		IdleTimeout:       300 * time.Millisecond,
+		MaxAttempts:       4,
+	})
+}
+
+func newCall(t *testing.T, body string) Call {
+	t.Helper()
+	req, err := chatreq.Parse([]byte(body))
+	require.NoError(t, err)
+	return Call{
+		RequestID: "gen-1", Model: "org/model", TenantID: "acme", PromptTokens: req.InputTokens,
+		Stream: req.Stream, IncludeUsage: req.IncludeUsage, Body: req.UpstreamBody,
+	}
+}
+
+const (
+	streamBody      = `{"model":"org/model","stream":true,"messages":[{"role":"user","content":"hi"}],"provider":{"sort":"price"}}`
+	streamUsageBody = `{"model":"org/model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+	plainBody       = `{"model":"org/model","messages":[{"role":"user","content":"hi"}],"provider":{"sort":"price"}}`
+)
+
+// events splits an SSE body into its data payloads.
+func events(t *testing.T, body string) []string {
+	t.Helper()
+	var out []string
+	for ev := range strings.SplitSeq(strings.TrimSpace(body), "\n\n") {
+		require.True(t, strings.HasPrefix(ev, "data: "), "event %q", ev)
+		out = append(out, strings.TrimPrefix(ev, "data: "))
+	}
+	return out
+}
+
+func TestServeSuccess(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		wantUsage bool
+	}{
+		{name: "stream", body: streamBody},
+		{name: "stream with usage", body: streamUsageBody, wantUsage: true},
+		{name: "non-stream", body: plainBody, wantUsage: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := fakeupstream.Start(t)
+			rec := &recorder{}
+			d := newDispatcher(rec, nil)
+			call := newCall(t, tt.body)
+			w := httptest.NewRecorder()
+			require.NoError(t, d.Serve(t.Context(), w, call, []*switchboardv1.Endpoint{endpoint("alpha", up.BaseURL())}))
+			require.Equal(t, http.StatusOK, w.Code)
+			require.Equal(t, "alpha", w.Header().Get("X-Switchboard-Provider"))
+
+			got := up.Requests()
+			require.Len(t, got, 1)
+			require.Equal(t, "Bearer "+secret, got[0].Authorization)
+			require.Equal(t, "up-alpha", got[0].Body["model"])
+			require.NotContains(t, got[0].Body, "provider")
+
+			var content strings.Builder
+			var usage map[string]any
+			if call.Stream {
+				require.Equal(t, "text/event-stream", w.Header().Get("Content-Type"))
+				require.Equal(t, "no-cache", w.Header().Get("Cache-Control"))
+				require.Equal(t, map[string]any{"include_usage": true}, got[0].Body["stream_options"])
+				evs := events(t, w.Body.String())
+				require.Equal(t, "[DONE]", evs[len(evs)-1])
+				for _, ev := range evs[:len(evs)-1] {
+					var c map[string]any
+					require.NoError(t, json.Unmarshal([]byte(ev), &c))
+					require.Equal(t, "org/model", c["model"])
+					require.Equal(t, "alpha", c["provider"])
+					choices := c["choices"].([]any)
+					if len(choices) == 0 {
+						usage = c["usage"].(map[string]any)
+						continue
+					}
+					require.NotContains(t, c, "usage")
+					delta := choices[0].(map[string]any)["delta"].(map[string]any)
+					if s, ok := delta["content"].(string); ok {
+						content.WriteString(s)
+					}
+				}
+			} else {
+				var c map[string]any
+				require.NoError(t, json.Unmarshal(w.Body.Bytes(), &c))
+				require.Equal(t, "org/model", c["model"])
+				require.Equal(t, "alpha", c["provider"])
+				require.Equal(t, "fp_x", c["system_fingerprint"])
+				content.WriteString(c["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string))
+				usage = c["usage"].(map[string]any)
+			}
+			require.Equal(t, fakeupstream.Content, content.String())
+			if tt.wantUsage {
+				require.NotNil(t, usage)
+				require.EqualValues(t, fakeupstream.CachedTokens, usage["prompt_tokens_details"].(map[string]any)["cached_tokens"])
+			} else {
+				require.Nil(t, usage)
+			}
+
+			reps := rec.all()
+			require.Len(t, reps, 1)
+			r := reps[0]
+			require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, r.GetOutcome())
+			require.Equal(t, "gen-1", r.GetRequestId())
+			require.Equal(t, "alpha/m", r.GetEndpointId())
+			require.Equal(t, "acme", r.GetTenantId())
+			require.NotNil(t, r.GetTtft())
+			require.Positive(t, r.GetDuration().AsDuration())
+			require.True(t, r.GetUsage().GetReported())
+			require.EqualValues(t, fakeupstream.PromptTokens, r.GetUsage().GetInputTokens())
+			require.EqualValues(t, fakeupstream.CachedTokens, r.GetUsage().GetCachedInputTokens())
+			require.EqualValues(t, fakeupstream.CompletionTokens, r.GetUsage().GetOutputTokens())
+			wantCost := (12*1.0 + 30*0.5 + 2*2.0) / 1e6
+			require.InDelta(t, wantCost, r.GetUsage().GetCostUsd(), 1e-12)
+		})
+	}
+}
+
+func TestServeFailover(t *testing.T) {
+	tests := []struct {
+		name        string
+		body        string
+		modes       []fakeupstream.Mode
+		wantErr     bool
+		wantStatus  int
+		wantRetry   time.Duration
+		wantOutcome []switchboardv1.Outcome
+		wantServed  int // index of the provider that answered
+	}{
+		{
+			name: "429 then ok", body: streamBody,
+			modes:       []fakeupstream.Mode{fakeupstream.RateLimited, fakeupstream.OK},
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_OK},
+			wantServed:  1,
+		},
+		{
+			name: "503 then ok", body: plainBody,
+			modes:       []fakeupstream.Mode{fakeupstream.Unavailable, fakeupstream.OK},
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, switchboardv1.Outcome_OUTCOME_OK},
+			wantServed:  1,
+		},
+		{
+			name: "malformed first chunk then ok", body: streamBody,
+			modes:       []fakeupstream.Mode{fakeupstream.MalformedFirstChunk, fakeupstream.OK},
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_MALFORMED, switchboardv1.Outcome_OUTCOME_OK},
+			wantServed:  1,
+		},
+		{
+			name: "no first token then ok", body: streamBody,
+			modes:       []fakeupstream.Mode{fakeupstream.HangAfterHeaders, fakeupstream.OK},
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_TIMEOUT, switchboardv1.Outcome_OUTCOME_OK},
+			wantServed:  1,
+		},
+		{
+			name: "hang then ok, non-stream", body: plainBody,
+			modes:       []fakeupstream.Mode{fakeupstream.Hang, fakeupstream.OK},
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_TIMEOUT, switchboardv1.Outcome_OUTCOME_OK},
+			wantServed:  1,
+		},
+		{
+			name: "all rate limited", body: streamBody,
+			modes:      []fakeupstream.Mode{fakeupstream.RateLimited, fakeupstream.RateLimited},
+			wantErr:    true,
+			wantStatus: http.StatusTooManyRequests, wantRetry: 7 * time.Second,
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
+		},
+		{
+			name: "all time out", body: streamBody,
+			modes:       []fakeupstream.Mode{fakeupstream.Hang, fakeupstream.HangAfterHeaders},
+			wantErr:     true,
+			wantStatus:  http.StatusGatewayTimeout,
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_TIMEOUT, switchboardv1.Outcome_OUTCOME_TIMEOUT},
+		},
+		{
+			name: "all fail", body: plainBody,
+			modes:       []fakeupstream.Mode{fakeupstream.RateLimited, fakeupstream.Unavailable},
+			wantErr:     true,
+			wantStatus:  http.StatusBadGateway,
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR},
+		},
+		{
+			name: "400 is not retried", body: plainBody,
+			modes:       []fakeupstream.Mode{fakeupstream.BadRequest, fakeupstream.OK},
+			wantErr:     true,
+			wantStatus:  http.StatusBadRequest,
+			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_CLIENT_ERROR},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var eps []*switchboardv1.Endpoint
+			var ups []*fakeupstream.Server
+			for i, m := range tt.modes {
+				up := fakeupstream.Start(t)
+				up.SetMode(m)
+				ups = append(ups, up)
+				eps = append(eps, endpoint(string(rune('a'+i)), up.BaseURL()))
+			}
+			rec := &recorder{}
+			d := newDispatcher(rec, nil)
+			w := httptest.NewRecorder()
+			err := d.Serve(t.Context(), w, newCall(t, tt.body), eps)
+			var outcomes []switchboardv1.Outcome
+			for _, r := range rec.all() {
+				outcomes = append(outcomes, r.GetOutcome())
+				require.NotContains(t, r.GetError(), secret)
+			}
+			require.Equal(t, tt.wantOutcome, outcomes)
+			if tt.wantErr {
+				var f *Failure
+				require.ErrorAs(t, err, &f)
+				require.Equal(t, tt.wantStatus, f.Status, f.Message)
+				require.Equal(t, tt.wantRetry, f.RetryAfter)
+				require.NotContains(t, f.Message, secret)
+				require.NotContains(t, f.Message, "127.0.0.1")
+				require.Zero(t, w.Body.Len(), "nothing written on failure")
+				if tt.wantStatus == http.StatusBadRequest {
+					require.Equal(t, fakeupstream.BadRequestText, f.Message)
+					require.Empty(t, ups[1].Requests())
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, w.Code)
+			require.Equal(t, eps[tt.wantServed].GetProvider(), w.Header().Get("X-Switchboard-Provider"))
+			require.Contains(t, w.Body.String(), "world")
+		})
+	}
+}
+
+func TestServeConnectError(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL + "/v1"
+	dead.Close()
+	up := fakeupstream.Start(t)
+	rec := &recorder{}
+	d := newDispatcher(rec, nil)
+	w := httptest.NewRecorder()
+	require.NoError(t, d.Serve(t.Context(), w, newCall(t, plainBody),
+		[]*switchboardv1.Endpoint{endpoint("dead", deadURL), endpoint("live", up.BaseURL())}))
+	reps := rec.all()
+	require.Len(t, reps, 2)
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, reps[0].GetOutcome())
+	require.Equal(t, "live", w.Header().Get("X-Switchboard-Provider"))
+}
+
+func TestServeMidStreamDrop(t *testing.T) {
+	first, second := fakeupstream.Start(t), fakeupstream.Start(t)
+	first.SetMode(fakeupstream.DropMidStream)
+	rec := &recorder{}
+	d := newDispatcher(rec, nil)
+	w := httptest.NewRecorder()
+	err := d.Serve(t.Context(), w, newCall(t, streamBody),
+		[]*switchboardv1.Endpoint{endpoint("a", first.BaseURL()), endpoint("b", second.BaseURL())})
+	require.NoError(t, err)
+	evs := events(t, w.Body.String())
+	require.NotContains(t, evs, "[DONE]")
+	last := evs[len(evs)-1]
+	var e map[string]map[string]any
+	require.NoError(t, json.Unmarshal([]byte(last), &e))
+	require.Equal(t, "stream_interrupted", e["error"]["code"])
+	require.Equal(t, "upstream_error", e["error"]["type"])
+	require.Contains(t, w.Body.String(), "Hello")
+	require.Empty(t, second.Requests(), "no retry after bytes reached the client")
+	reps := rec.all()
+	require.Len(t, reps, 1)
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_DROPPED, reps[0].GetOutcome())
+	require.NotNil(t, reps[0].GetTtft())
+}
+
+func TestPlan(t *testing.T) {
+	now := time.Now()
+	cd := cooldown.New(func() time.Time { return now })
+	cd.Set("b/m", now.Add(time.Minute))
+	cd.Set("a/m", now.Add(time.Minute))
+	mk := func(names ...string) []*switchboardv1.Endpoint {
+		var out []*switchboardv1.Endpoint
+		for _, n := range names {
+			out = append(out, endpoint(n, "http://x/v1"))
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		in   []*switchboardv1.Endpoint
+		want []string
+	}{
+		{name: "chosen kept even if cooling, benched fallback skipped", in: mk("a", "b", "c"), want: []string{"a/m", "c/m"}},
+		{name: "capped at max attempts", in: mk("c", "d", "e", "f", "g"), want: []string{"c/m", "d/m", "e/m", "f/m"}},
+		{name: "duplicates and nils dropped", in: append(mk("c", "c"), nil), want: []string{"c/m"}},
+		{name: "empty", in: nil, want: nil},
+	}
+	d := newDispatcher(&recorder{}, cd)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, ep := range d.plan(tt.in) {
+				got = append(got, ep.GetId())
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestProbe(t *testing.T) {
+	up := fakeupstream.Start(t)
+	rec := &recorder{}
+	d := newDispatcher(rec, nil)
+	cmd := &switchboardv1.ProbeCommand{
+		ProbeId: "p1", Model: "org/model", Endpoint: endpoint("alpha", up.BaseURL()),
+		PromptTokens: 20000, MaxOutputTokens: 3,
+	}
+	require.NoError(t, d.Probe(t.Context(), cmd))
+	got := up.Requests()
+	require.Len(t, got, 1)
+	require.Equal(t, "up-alpha", got[0].Body["model"])
+	require.EqualValues(t, 3, got[0].Body["max_tokens"])
+	require.Equal(t, false, got[0].Body["stream"])
+	text := got[0].Body["messages"].([]any)[0].(map[string]any)["content"].(string)
+	require.EqualValues(t, 20000, tokens.Prompt([]tokens.Message{{Role: "user", Content: text}}))
+
+	reps := rec.all()
+	require.Len(t, reps, 1)
+	require.Equal(t, "p1", reps[0].GetProbeId())
+	require.Empty(t, reps[0].GetTenantId())
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, reps[0].GetOutcome())
+	require.EqualValues(t, 20000, reps[0].GetPromptTokens())
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		in   string
+		want time.Duration
+	}{
+		{name: "empty", in: "", want: 0},
+		{name: "seconds", in: "7", want: 7 * time.Second},
+		{name: "fraction", in: "0.5", want: 500 * time.Millisecond},
+		{name: "date", in: now.Add(time.Minute).Format(http.TimeFormat), want: time.Minute},
+		{name: "past date", in: now.Add(-time.Minute).Format(http.TimeFormat), want: 0},
+		{name: "garbage", in: "soon", want: 0},
+		{name: "negative", in: "-3", want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, parseRetryAfter(tt.in, now))
+		})
+	}
+}
+
+func TestRewrite(t *testing.T) {
+	model, prov := jsonString("m"), jsonString("p")
+	tests := []struct {
+		name      string
+		in        string
+		keepUsage bool
+		wantOut   bool
+		wantToken bool
+		wantErr   bool
+		wantError bool
+	}{
+		{name: "role only", in: `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, wantOut: true},
+		{name: "content", in: `{"choices":[{"delta":{"content":"x"}}]}`, wantOut: true, wantToken: true},
+		{name: "reasoning", in: `{"choices":[{"delta":{"reasoning_content":"x"}}]}`, wantOut: true, wantToken: true},
+		{name: "tool call", in: `{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, wantOut: true, wantToken: true},
+		{name: "finish", in: `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, wantOut: true, wantToken: true},
+		{name: "usage dropped", in: `{"choices":[],"usage":{"prompt_tokens":1}}`},
+		{name: "usage kept", in: `{"choices":[],"usage":{"prompt_tokens":1}}`, keepUsage: true, wantOut: true},
+		{name: "not json", in: `{"choices":`, wantErr: true},
+		{name: "null", in: `null`, wantErr: true},
+		{name: "no choices", in: `{"id":"x"}`, wantErr: true},
+		{name: "choices wrong type", in: `{"choices":{}}`, wantErr: true},
+		{name: "error object", in: `{"error":{"message":"boom"}}`, wantError: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, info, err := rewrite([]byte(tt.in), model, prov, tt.keepUsage)
+			if tt.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.wantOut, out != nil)
+			require.Equal(t, tt.wantToken, info.token)
+			require.Equal(t, tt.wantError, info.errMsg != "")
+			if out != nil {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(out, &m))
+				require.Equal(t, "m", m["model"])
+				require.Equal(t, "p", m["provider"])
+			}
+		})
+	}
+}
+
+func BenchmarkRewrite(b *testing.B) {
+	model, prov := jsonString("org/model"), jsonString("alpha")
+	cases := []struct {
+		name  string
+		chunk string
+	}{
+		{name: "content chunk", chunk: `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}`},
+		{name: "usage chunk", chunk: `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[],"usage":{"prompt_tokens":42,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":30}}}`},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			data := []byte(c.chunk)
+			for b.Loop() {
+				if _, _, err := rewrite(data, model, prov, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

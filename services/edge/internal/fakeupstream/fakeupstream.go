@@ -1,0 +1,273 @@
+// Package fakeupstream is an OpenAI-compatible provider on loopback for the
+// edge's tests: it answers chat completions streamed or not, with usage and
+// cached tokens, and misbehaves on demand (429 with Retry-After, 503, hanging,
+// dropping a stream midway, a malformed first chunk, a 400).
+package fakeupstream
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Mode is how the provider answers the next requests.
+type Mode int
+
+// The behaviours a test can ask for.
+const (
+	// OK answers normally.
+	OK Mode = iota
+	// RateLimited answers 429 with Retry-After and x-ratelimit-* headers.
+	RateLimited
+	// Unavailable answers 503.
+	Unavailable
+	// Hang accepts the request and never answers until the caller gives up.
+	Hang
+	// HangAfterHeaders sends 200 headers (and for streams, a role chunk with
+	// no token) and then never sends a token.
+	HangAfterHeaders
+	// DropMidStream sends the first tokens, then breaks the connection.
+	DropMidStream
+	// MalformedFirstChunk sends garbage instead of the first chunk or body.
+	MalformedFirstChunk
+	// BadRequest answers 400 with an OpenAI error body.
+	BadRequest
+	// Unauthorized answers 401 and echoes the credential it received in the
+	// message, as some providers do, to prove the edge redacts it.
+	Unauthorized
+)
+
+// Reply texts and usage the fake sends, for assertions.
+const (
+	Content          = "Hello world"
+	PromptTokens     = 42
+	CachedTokens     = 30
+	CompletionTokens = 2
+	RetryAfter       = "7"
+	BadRequestText   = "temperature is out of range"
+)
+
+// Request is one request the provider received.
+type Request struct {
+	// Authorization is the Authorization header as received.
+	Authorization string
+	// Body is the decoded JSON body.
+	Body map[string]any
+}
+
+// Server is a fake provider.
+type Server struct {
+	*httptest.Server
+
+	mu       sync.Mutex
+	mode     Mode
+	delay    time.Duration
+	requests []Request
+	// cancelled is signalled when a handler sees its request context end
+	// before it finished, which is how a client disconnect looks upstream.
+	cancelled chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+}
+
+// Start serves a new fake provider until the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{cancelled: make(chan struct{}, 16), stop: make(chan struct{})}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close releases hanging handlers and stops the server.
+func (s *Server) Close() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.Server.Close()
+}
+
+// BaseURL is the provider's OpenAI base URL, ending in /v1.
+func (s *Server) BaseURL() string { return s.URL + "/v1" }
+
+// SetMode sets how the next requests are answered.
+func (s *Server) SetMode(m Mode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mode = m
+}
+
+// SetFirstTokenDelay delays the answer (or first token) of OK requests.
+func (s *Server) SetFirstTokenDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = d
+}
+
+// Requests returns the requests received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Cancelled is signalled each time a request's context ended early.
+func (s *Server) Cancelled() <-chan struct{} { return s.cancelled }
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
+		return
+	}
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Authorization: r.Header.Get("Authorization"), Body: body})
+	mode, delay := s.mode, s.delay
+	s.mu.Unlock()
+
+	stream, _ := body["stream"].(bool)
+	model, _ := body["model"].(string)
+	switch mode {
+	case RateLimited:
+		w.Header().Set("Retry-After", RetryAfter)
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		writeError(w, http.StatusTooManyRequests, "rate limit reached", "rate_limit_exceeded")
+		return
+	case Unavailable:
+		writeError(w, http.StatusServiceUnavailable, "overloaded", "server_error")
+		return
+	case BadRequest:
+		writeError(w, http.StatusBadRequest, BadRequestText, "invalid_request_error")
+		return
+	case Unauthorized:
+		writeError(w, http.StatusUnauthorized, "Incorrect API key provided: "+r.Header.Get("Authorization"), "invalid_request_error")
+		return
+	case Hang:
+		s.wait(r, 0)
+		return
+	}
+	if !stream {
+		s.nonStream(w, r, mode, model, delay)
+		return
+	}
+	opts, _ := body["stream_options"].(map[string]any)
+	includeUsage, _ := opts["include_usage"].(bool)
+	s.stream(w, r, mode, model, delay, includeUsage)
+}
+
+// wait blocks until the client gives up, the delay passes (if non-zero) or
+// the server stops. It reports whether the caller may continue.
+func (s *Server) wait(r *http.Request, d time.Duration) bool {
+	var timer <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-r.Context().Done():
+		select {
+		case s.cancelled <- struct{}{}:
+		default:
+		}
+		return false
+	case <-s.stop:
+		return false
+	case <-timer:
+		return true
+	}
+}
+
+func (s *Server) nonStream(w http.ResponseWriter, r *http.Request, mode Mode, model string, delay time.Duration) {
+	if delay > 0 && !s.wait(r, delay) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Ratelimit-Remaining-Tokens", "1000")
+	switch mode {
+	case MalformedFirstChunk:
+		_, _ = io.WriteString(w, `{"choices": [not json`)
+		return
+	case HangAfterHeaders, DropMidStream:
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		if mode == HangAfterHeaders {
+			s.wait(r, 0)
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+		"system_fingerprint": "fp_x",
+		"choices": []any{map[string]any{
+			"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": Content},
+		}},
+		"usage": usageJSON(),
+	})
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, mode Mode, model string, delay time.Duration, includeUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		_ = rc.Flush()
+	}
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{
+			"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}},
+		}
+	}
+	if mode == MalformedFirstChunk {
+		_, _ = io.WriteString(w, "data: {\"choices\": [oops\n\n")
+		_ = rc.Flush()
+		return
+	}
+	_, _ = io.WriteString(w, ": keep-alive\n\n")
+	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	if mode == HangAfterHeaders {
+		s.wait(r, 0)
+		return
+	}
+	if delay > 0 && !s.wait(r, delay) {
+		return
+	}
+	send(chunk(map[string]any{"content": "Hello"}, nil))
+	if mode == DropMidStream {
+		panic(http.ErrAbortHandler)
+	}
+	send(chunk(map[string]any{"content": " world"}, nil))
+	send(chunk(map[string]any{}, "stop"))
+	if includeUsage {
+		send(map[string]any{
+			"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+			"choices": []any{}, "usage": usageJSON(),
+		})
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}
+
+func usageJSON() map[string]any {
+	return map[string]any{
+		"prompt_tokens": PromptTokens, "completion_tokens": CompletionTokens,
+		"total_tokens":          PromptTokens + CompletionTokens,
+		"prompt_tokens_details": map[string]any{"cached_tokens": CachedTokens},
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg, typ string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}})
+}

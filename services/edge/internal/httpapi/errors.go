@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// apiError is an error in OpenAI's format, the only one OpenAI SDKs know how
+// to turn into their typed exceptions.
+type apiError struct {
+	status     int
+	typ        string
+	code       string
+	param      string
+	message    string
+	retryAfter time.Duration
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func writeError(w http.ResponseWriter, e apiError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.retryAfter > 0 {
+		// Whole seconds, rounded up: a client waiting the rounded-down value
+		// would come back too early.
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.retryAfter.Seconds())), 10))
+	}
+	w.WriteHeader(e.status)
+	_ = json.NewEncoder(w).Encode(errorBody{Error: errorDetail{
+		Message: e.message, Type: e.typ, Param: optional(e.param), Code: optional(e.code),
+	}})
+}
+
+func invalidRequest(param, msg string) apiError {
+	return apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_value", param: param, message: msg}
+}
+
+func unauthorized(msg string) apiError {
+	return apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key", message: msg}
+}
+
+// deciderError maps a Decide or ListModels failure to the client's answer.
+// The decider writes its status messages for users, so they are passed on;
+// errors the gRPC client made up itself (connection refused, deadline) carry
+// internal addresses and are replaced by a fixed message.
+func deciderError(err error) apiError {
+	st := status.Convert(err)
+	msg := st.Message()
+	switch st.Code() {
+	case codes.Unauthenticated:
+		return unauthorized(msg)
+	case codes.NotFound:
+		return apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", message: msg}
+	case codes.InvalidArgument:
+		return apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_value", message: msg}
+	case codes.PermissionDenied:
+		return apiError{status: http.StatusForbidden, typ: "permission_error", code: "permission_denied", message: msg}
+	case codes.ResourceExhausted:
+		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded", message: msg,
+			retryAfter: retryAfterOf(st)}
+	case codes.FailedPrecondition:
+		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider", message: msg}
+	case codes.Unavailable:
+		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable",
+			message: "the routing service is unavailable; retry shortly"}
+	case codes.DeadlineExceeded:
+		return apiError{status: http.StatusGatewayTimeout, typ: "timeout_error", code: "decider_timeout",
+			message: "the routing service did not answer in time; retry shortly"}
+	default:
+		return apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
+			message: "internal error while routing the request"}
+	}
+}
+
+// retryAfterOf reads a retry delay from the status details the decider may
+// attach: the standard RetryInfo or Switchboard's own Refusal.
+func retryAfterOf(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		switch v := d.(type) {
+		case *errdetails.RetryInfo:
+			if v.GetRetryDelay() != nil {
+				return v.GetRetryDelay().AsDuration()
+			}
+		case *switchboardv1.Refusal:
+			if v.GetRetryAfter() != nil {
+				return v.GetRetryAfter().AsDuration()
+			}
+		}
+	}
+	return 0
+}

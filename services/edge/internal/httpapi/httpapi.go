@@ -1,0 +1,346 @@
+// Package httpapi is the edge's OpenAI-compatible HTTP API: it authenticates
+// clients (by handing the decider a hash of their key), validates requests,
+// asks the decider where to send them and lets dispatch stream the answer.
+// Every error leaves in OpenAI's JSON format with the matching status.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// Response headers the edge adds.
+const (
+	HeaderRequestID  = "X-Switchboard-Request-Id"
+	HeaderProvider   = "X-Switchboard-Provider"
+	HeaderRoute      = "X-Switchboard-Route"
+	HeaderRouteDebug = "X-Switchboard-Route-Debug"
+	// HeaderDebug set to "1" by the client asks for the decider's full
+	// explanation in HeaderRouteDebug.
+	HeaderDebug = "X-Switchboard-Debug"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Decider answers Decide and ListModels (Required).
+	Decider switchboardv1.DeciderServiceClient
+	// Dispatcher runs the upstream attempts (Required).
+	Dispatcher *dispatch.Dispatcher
+	// Region is the edge's region, sent with every Decide (Optional).
+	Region string
+	// MaxBodyBytes bounds a request body (Optional). Defaults to 32 MiB.
+	MaxBodyBytes int64
+	// DeciderTimeout bounds each Decide and ListModels call (Optional).
+	// Defaults to 2s: Decide answers in microseconds, so a decider slower
+	// than that is in trouble and the client should hear so.
+	DeciderTimeout time.Duration
+	// DeciderState reports the decider connection's state for /healthz
+	// (Optional).
+	DeciderState func() string
+	// Logger logs requests (Optional). Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Server serves the HTTP API.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	handler  http.Handler
+	draining atomic.Bool
+}
+
+// New returns a Server.
+func New(o Options) *Server {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 32 << 20
+	}
+	if o.DeciderTimeout <= 0 {
+		o.DeciderTimeout = 2 * time.Second
+	}
+	if o.DeciderState == nil {
+		o.DeciderState = func() string { return "UNKNOWN" }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: o, log: o.Logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("/v1/models", s.models)
+	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/", notFound)
+	s.handler = mux
+	return s
+}
+
+// Handler returns the API's root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// SetDraining makes /healthz answer 503, so load balancers stop sending new
+// requests while the ones in flight finish.
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
+		message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
+}
+
+// allowMethods answers 405 unless r uses one of methods.
+func allowMethods(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeError(w, apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
+		message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
+	return false
+}
+
+// apiKeyHash reads a Bearer key and returns its lowercase hex SHA-256. The
+// key itself never goes further than this function: the decider
+// authenticates the hash, and nothing logs either.
+func apiKeyHash(r *http.Request) (string, *apiError) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		e := unauthorized("You didn't provide an API key. Send it in the Authorization header as 'Bearer YOUR_KEY'.")
+		return "", &e
+	}
+	scheme, key, ok := strings.Cut(h, " ")
+	key = strings.TrimSpace(key)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" || len(key) > 4096 || !printable(key) {
+		e := unauthorized("The Authorization header is malformed; expected 'Bearer YOUR_KEY'.")
+		return "", &e
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:]), nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	return "gen-" + strings.ToLower(rand.Text())
+}
+
+// headerValue makes a decider-supplied string safe as a header value.
+func headerValue(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	if !allowMethods(w, r, http.MethodPost) {
+		return
+	}
+	began := time.Now()
+	reqID := newRequestID()
+	w.Header().Set(HeaderRequestID, reqID)
+	log := s.log.With("request_id", reqID)
+
+	keyHash, aerr := apiKeyHash(r)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	req, err := chatreq.Parse(body)
+	if err != nil {
+		var perr *chatreq.Error
+		if errors.As(err, &perr) {
+			writeError(w, invalidRequest(perr.Param, perr.Error()))
+		} else {
+			writeError(w, invalidRequest("", err.Error()))
+		}
+		return
+	}
+	debug := r.Header.Get(HeaderDebug) == "1"
+
+	dctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
+	resp, err := s.opts.Decider.Decide(dctx, &switchboardv1.DecideRequest{
+		RequestId: reqID,
+		Identity:  &switchboardv1.Identity{ApiKeySha256: keyHash},
+		Model:     req.Model,
+		Tokens: &switchboardv1.TokenEstimate{
+			InputTokens:       req.InputTokens,
+			MaxOutputTokens:   req.MaxOutputTokens,
+			PrefixFingerprint: req.PrefixFingerprint,
+		},
+		Stream:     req.Stream,
+		Provider:   req.Provider,
+		Parameters: req.Parameters,
+		Region:     s.opts.Region,
+		Explain:    debug,
+	})
+	cancel()
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left; nobody to answer
+		}
+		e := deciderError(err)
+		log.Info("decide refused", "model", req.Model, "status", e.status, "error", err)
+		writeError(w, e)
+		return
+	}
+	if resp.GetEndpoint() == nil {
+		writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider",
+			message: "no provider is available for model " + req.Model})
+		return
+	}
+	if summary := resp.GetDecision().GetSummary(); summary != "" {
+		w.Header().Set(HeaderRoute, headerValue(summary))
+	}
+	if debug && resp.GetDecision() != nil {
+		if b, err := (protojson.MarshalOptions{Multiline: false}).Marshal(resp.GetDecision()); err == nil {
+			w.Header().Set(HeaderRouteDebug, headerValue(string(b)))
+		}
+	}
+	model := resp.GetModel()
+	if model == "" {
+		model = req.Model
+	}
+	call := dispatch.Call{
+		RequestID:    reqID,
+		Model:        model,
+		TenantID:     resp.GetIdentity().GetTenantId(),
+		PromptTokens: req.InputTokens,
+		Stream:       req.Stream,
+		IncludeUsage: req.IncludeUsage,
+		Body:         req.UpstreamBody,
+	}
+	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
+	err = s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)
+	var f *dispatch.Failure
+	switch {
+	case err == nil:
+		log.Info("chat completion", "model", model, "stream", req.Stream, "duration", time.Since(began))
+	case errors.Is(err, dispatch.ErrClientGone):
+		log.Info("client went away", "model", model, "duration", time.Since(began))
+	case errors.As(err, &f):
+		if f.Provider != "" {
+			w.Header().Set(HeaderProvider, f.Provider)
+		}
+		log.Warn("chat completion failed", "model", model, "status", f.Status, "error", f.Message)
+		writeError(w, apiError{status: f.Status, typ: f.Type, code: f.Code, param: f.Param, message: f.Message, retryAfter: f.RetryAfter})
+	default:
+		log.Error("chat completion failed", "model", model, "error", err)
+		writeError(w, apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
+			message: "internal error"})
+	}
+}
+
+// readBody reads the body up to MaxBodyBytes. A body over the limit is
+// refused by its Content-Length before reading a byte when it has one.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+		message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		e := invalidRequest("", "could not read the request body")
+		return nil, &e
+	}
+	return body, nil
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelInfo `json:"data"`
+}
+
+type modelInfo struct {
+	ID            string   `json:"id"`
+	Object        string   `json:"object"`
+	Created       int64    `json:"created"`
+	OwnedBy       string   `json:"owned_by"`
+	ContextLength int64    `json:"context_length"`
+	Providers     []string `json:"providers"`
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if !allowMethods(w, r, http.MethodGet) {
+		return
+	}
+	keyHash, aerr := apiKeyHash(r)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
+	defer cancel()
+	resp, err := s.opts.Decider.ListModels(ctx, &switchboardv1.ListModelsRequest{
+		Identity: &switchboardv1.Identity{ApiKeySha256: keyHash},
+	})
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		writeError(w, deciderError(err))
+		return
+	}
+	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(resp.GetModels()))}
+	for _, m := range resp.GetModels() {
+		providers := m.GetProviders()
+		if providers == nil {
+			providers = []string{}
+		}
+		out.Data = append(out.Data, modelInfo{
+			ID: m.GetId(), Object: "model", OwnedBy: "switchboard",
+			ContextLength: m.GetContextLength(), Providers: providers,
+		})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if !allowMethods(w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
+	status, code := "ok", http.StatusOK
+	if s.draining.Load() {
+		status, code = "shutting_down", http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": status, "decider": s.opts.DeciderState()})
+}

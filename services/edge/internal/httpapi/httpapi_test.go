@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func TestAPIKeyHash(t *testing.T) {
+	tests := []struct {
+		name   string
+		header string
+		want   string
+		ok     bool
+	}{
+		{name: "bearer", header: "Bearer abc", want: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", ok: true},
+		{name: "lowercase scheme", header: "bearer abc", want: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", ok: true},
+		{name: "missing", header: ""},
+		{name: "basic", header: "Basic abc"},
+		{name: "no key", header: "Bearer"},
+		{name: "blank key", header: "Bearer   "},
+		{name: "two words", header: "Bearer abc def"},
+		{name: "control char", header: "Bearer ab\x01c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			if tt.header != "" {
+				r.Header.Set("Authorization", tt.header)
+			}
+			got, aerr := apiKeyHash(r)
+			if !tt.ok {
+				require.NotNil(t, aerr)
+				require.Equal(t, http.StatusUnauthorized, aerr.status)
+				require.Equal(t, "invalid_api_key", aerr.code)
+				return
+			}
+			require.Nil(t, aerr)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestRetryAfterFromRefusal(t *testing.T) {
+	st, err := status.New(codes.ResourceExhausted, "over quota").WithDetails(&switchboardv1.Refusal{
+		Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, RetryAfter: durationpb.New(1200 * time.Millisecond),
+	})
+	require.NoError(t, err)
+	e := deciderError(st.Err())
+	require.Equal(t, http.StatusTooManyRequests, e.status)
+	require.Equal(t, 1200*time.Millisecond, e.retryAfter)
+	w := httptest.NewRecorder()
+	writeError(w, e)
+	require.Equal(t, "2", w.Header().Get("Retry-After"), "rounded up to whole seconds")
+	require.JSONEq(t, `{"error":{"message":"over quota","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`, w.Body.String())
+}
+
+func TestHeaderValue(t *testing.T) {
+	require.Equal(t, "a b c", headerValue("a\nb\rc"))
+}

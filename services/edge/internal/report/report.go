@@ -1,0 +1,290 @@
+// Package report keeps the edge's one long-lived Report stream to the
+// decider: it batches call reports (so reporting costs one stream message per
+// batch, not one RPC per call), reconnects with capped, jittered back-off when
+// the decider goes away, and hands the decider's commands to the edge.
+//
+// The request path never waits on it: reports go into a bounded queue with a
+// non-blocking send, and when the queue is full (decider down for a long
+// time) reports are dropped and counted. Losing timing samples is better than
+// adding latency or memory growth to live traffic.
+package report
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// Handler acts on the decider's commands. Its methods are called from the
+// stream's receive goroutine and must not block.
+type Handler interface {
+	// Probe starts a synthetic probe.
+	Probe(cmd *switchboardv1.ProbeCommand)
+	// Cooldown benches an endpoint.
+	Cooldown(cmd *switchboardv1.CooldownCommand)
+}
+
+// Options configure a Stream.
+type Options struct {
+	// Client is the decider client (Required).
+	Client switchboardv1.DeciderServiceClient
+	// Hello opens every stream (Required).
+	Hello *switchboardv1.EdgeHello
+	// Handler receives commands (Optional). Defaults to ignoring them.
+	Handler Handler
+	// FlushInterval is the longest a report waits before it is sent
+	// (Optional). Defaults to 200ms.
+	FlushInterval time.Duration
+	// BatchSize sends a batch early once this many reports wait (Optional).
+	// Defaults to 64.
+	BatchSize int
+	// QueueSize bounds the reports waiting while the decider is unreachable
+	// (Optional). Defaults to 8192.
+	QueueSize int
+	// MinBackoff is the first reconnect delay (Optional). Defaults to 100ms.
+	MinBackoff time.Duration
+	// MaxBackoff caps the reconnect delay (Optional). Defaults to 5s.
+	MaxBackoff time.Duration
+	// FinalFlushTimeout bounds the last flush at shutdown (Optional).
+	// Defaults to 2s.
+	FinalFlushTimeout time.Duration
+	// Logger logs stream events (Optional). Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Stream is the edge side of the Report stream. It is safe for concurrent use.
+type Stream struct {
+	opts    Options
+	log     *slog.Logger
+	queue   chan *switchboardv1.CallReport
+	dropped atomic.Int64
+	// sessions counts streams that got their hello through, for tests and logs.
+	sessions atomic.Int64
+}
+
+// New returns a Stream; Run connects it.
+func New(o Options) *Stream {
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 200 * time.Millisecond
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 64
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 8192
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
+	}
+	if o.FinalFlushTimeout <= 0 {
+		o.FinalFlushTimeout = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Stream{opts: o, log: o.Logger, queue: make(chan *switchboardv1.CallReport, o.QueueSize)}
+}
+
+// Report queues a call report without ever blocking; when the queue is full
+// the report is dropped and counted.
+func (s *Stream) Report(r *switchboardv1.CallReport) {
+	select {
+	case s.queue <- r:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// Dropped returns how many reports were dropped because the queue was full.
+func (s *Stream) Dropped() int64 { return s.dropped.Load() }
+
+// Run keeps a stream open until ctx ends, reconnecting as needed, then
+// flushes what is queued (bounded by FinalFlushTimeout) and returns.
+func (s *Stream) Run(ctx context.Context) {
+	backoff := s.opts.MinBackoff
+	var pending []*switchboardv1.CallReport
+	for {
+		began := time.Now()
+		err := s.session(ctx, &pending)
+		if ctx.Err() != nil {
+			return
+		}
+		// A stream that lived longer than the longest back-off was healthy:
+		// start over from the shortest delay, so a decider restart costs
+		// ~100ms of reporting, not 5s.
+		if time.Since(began) > s.opts.MaxBackoff {
+			backoff = s.opts.MinBackoff
+		}
+		s.log.Warn("report stream broken, reconnecting", "error", err, "retry_in", backoff)
+		// Jitter keeps every edge of a region from reconnecting in lockstep
+		// after a decider restart.
+		delay := backoff/2 + rand.N(backoff/2+1)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, s.opts.MaxBackoff)
+	}
+}
+
+// session runs one stream. pending holds reports taken off the queue but not
+// yet sent; they survive into the next session when this one breaks.
+func (s *Stream) session(ctx context.Context, pending *[]*switchboardv1.CallReport) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The stream outlives ctx by at most FinalFlushTimeout, so reports queued
+	// during shutdown still reach the decider; it never outlives it longer.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var graceMu sync.Mutex
+	var grace *time.Timer
+	stopAfter := context.AfterFunc(ctx, func() {
+		graceMu.Lock()
+		defer graceMu.Unlock()
+		grace = time.AfterFunc(s.opts.FinalFlushTimeout, cancel)
+	})
+	defer func() {
+		stopAfter()
+		graceMu.Lock()
+		defer graceMu.Unlock()
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+
+	stream, err := s.opts.Client.Report(sctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: s.opts.Hello}}); err != nil {
+		return recvStatus(stream, err)
+	}
+	s.sessions.Add(1)
+	s.log.Info("report stream open")
+
+	recvErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			s.handle(msg)
+		}
+	})
+
+	flush := func() error {
+		for len(*pending) > 0 {
+			n := min(len(*pending), s.opts.BatchSize)
+			batch := &switchboardv1.CallReportBatch{Reports: (*pending)[:n]}
+			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: batch}}); err != nil {
+				return err
+			}
+			*pending = (*pending)[n:]
+		}
+		*pending = nil
+		return nil
+	}
+	ticker := time.NewTicker(s.opts.FlushInterval)
+	defer ticker.Stop()
+	lastDropped := s.dropped.Load()
+	for {
+		select {
+		case <-ctx.Done():
+			for drained := false; !drained; {
+				select {
+				case r := <-s.queue:
+					*pending = append(*pending, r)
+				default:
+					drained = true
+				}
+			}
+			err := flush()
+			_ = stream.CloseSend()
+			return err
+		case err := <-recvErr:
+			return err
+		case r := <-s.queue:
+			*pending = append(*pending, r)
+			if len(*pending) >= s.opts.BatchSize {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		case <-ticker.C:
+			if err := flush(); err != nil {
+				return err
+			}
+			if d := s.dropped.Load(); d != lastDropped {
+				s.log.Warn("call reports dropped: queue full", "dropped_total", d)
+				lastDropped = d
+			}
+		}
+	}
+}
+
+// recvStatus turns the io.EOF a Send returns on a stream the server closed
+// into the server's actual status, which says why.
+func recvStatus(stream interface {
+	Recv() (*switchboardv1.ReportResponse, error)
+}, err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	for {
+		if _, rerr := stream.Recv(); rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				return status.Error(codes.Unavailable, "report stream closed by the decider")
+			}
+			return rerr
+		}
+	}
+}
+
+func (s *Stream) handle(msg *switchboardv1.ReportResponse) {
+	switch c := msg.GetCommand().(type) {
+	case *switchboardv1.ReportResponse_Ack:
+		// Nothing to do: a lost batch is not resent, so acks carry no state.
+	case *switchboardv1.ReportResponse_Probe:
+		s.log.Debug("probe command", "probe_id", c.Probe.GetProbeId(), "endpoint", c.Probe.GetEndpoint().GetId())
+		if s.opts.Handler != nil {
+			s.opts.Handler.Probe(c.Probe)
+		}
+	case *switchboardv1.ReportResponse_Cooldown:
+		s.log.Info("endpoint cooling down", "endpoint", c.Cooldown.GetEndpointId(),
+			"until", c.Cooldown.GetUntil().AsTime(), "reason", c.Cooldown.GetReason())
+		if s.opts.Handler != nil {
+			s.opts.Handler.Cooldown(c.Cooldown)
+		}
+	case *switchboardv1.ReportResponse_Config:
+		// The edge holds no catalog: every decision comes from the decider,
+		// so a catalog change needs no action here beyond a trace in the log.
+		s.log.Info("catalog changed", "catalog_revision", c.Config.GetCatalogRevision())
+	default:
+		s.log.Debug("unknown report command ignored")
+	}
+}
+
+// Sessions returns how many streams were opened (hello sent) so far.
+func (s *Stream) Sessions() int64 { return s.sessions.Load() }

@@ -1,0 +1,195 @@
+package report
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type handler struct {
+	mu        sync.Mutex
+	probes    []*switchboardv1.ProbeCommand
+	cooldowns []*switchboardv1.CooldownCommand
+}
+
+func (h *handler) Probe(c *switchboardv1.ProbeCommand) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.probes = append(h.probes, c)
+}
+
+func (h *handler) Cooldown(c *switchboardv1.CooldownCommand) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cooldowns = append(h.cooldowns, c)
+}
+
+func (h *handler) counts() (int, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.probes), len(h.cooldowns)
+}
+
+func dial(t *testing.T, addr string) switchboardv1.DeciderServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond,
+		}, MinConnectTimeout: time.Second}),
+	)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return switchboardv1.NewDeciderServiceClient(conn)
+}
+
+// run starts s in the background and returns a function that stops it and
+// waits for it.
+func run(t *testing.T, s *Stream) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+var hello = &switchboardv1.EdgeHello{EdgeId: "edge-1", Region: "eu", Version: "test"}
+
+func TestStreamHelloAndBatches(t *testing.T) {
+	tests := []struct {
+		name      string
+		interval  time.Duration
+		batchSize int
+		n         int
+	}{
+		{name: "flushed by interval", interval: 20 * time.Millisecond, batchSize: 64, n: 3},
+		{name: "flushed by batch size", interval: time.Hour, batchSize: 4, n: 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fd := fakedecider.Start(t)
+			s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: tt.interval, BatchSize: tt.batchSize})
+			run(t, s)
+			for i := range tt.n {
+				s.Report(&switchboardv1.CallReport{RequestId: string(rune('a' + i))})
+			}
+			require.Eventually(t, func() bool { return len(fd.CallReports()) == tt.n }, 5*time.Second, 10*time.Millisecond)
+			msgs := fd.Received()
+			require.Equal(t, "edge-1", msgs[0].GetHello().GetEdgeId())
+			require.Equal(t, "eu", msgs[0].GetHello().GetRegion())
+			for _, m := range msgs[1:] {
+				require.LessOrEqual(t, len(m.GetBatch().GetReports()), tt.batchSize)
+			}
+			require.Equal(t, "a", fd.CallReports()[0].GetRequestId())
+		})
+	}
+}
+
+func TestStreamFinalFlush(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: time.Hour})
+	stop := run(t, s)
+	require.Eventually(t, func() bool { return s.Sessions() == 1 }, 5*time.Second, 10*time.Millisecond)
+	s.Report(&switchboardv1.CallReport{RequestId: "last"})
+	stop()
+	require.Eventually(t, func() bool { return len(fd.CallReports()) == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestStreamReconnects(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 10 * time.Millisecond})
+	run(t, s)
+	s.Report(&switchboardv1.CallReport{RequestId: "before"})
+	require.Eventually(t, func() bool { return len(fd.CallReports()) == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	fd.Restart()
+	require.Eventually(t, func() bool { return fd.Streams() >= 2 }, 10*time.Second, 10*time.Millisecond)
+	s.Report(&switchboardv1.CallReport{RequestId: "after"})
+	require.Eventually(t, func() bool {
+		for _, r := range fd.CallReports() {
+			if r.GetRequestId() == "after" {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	hellos := 0
+	for _, m := range fd.Received() {
+		if m.GetHello() != nil {
+			hellos++
+		}
+	}
+	require.GreaterOrEqual(t, hellos, 2, "every new stream starts with a hello")
+}
+
+func TestStreamCommands(t *testing.T) {
+	fd := fakedecider.Start(t)
+	h := &handler{}
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, Handler: h})
+	run(t, s)
+	require.Eventually(t, func() bool { return s.Sessions() == 1 }, 5*time.Second, 10*time.Millisecond)
+	fd.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: 1}}})
+	fd.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: 3}}})
+	fd.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Probe{Probe: &switchboardv1.ProbeCommand{ProbeId: "p"}}})
+	fd.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Cooldown{Cooldown: &switchboardv1.CooldownCommand{
+		EndpointId: "a/m", Until: timestamppb.New(time.Now().Add(time.Minute)),
+	}}})
+	require.Eventually(t, func() bool { p, c := h.counts(); return p == 1 && c == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestReportNeverBlocks(t *testing.T) {
+	// No Run at all: nothing drains the queue, as when the decider is down.
+	s := New(Options{Client: nil, Hello: hello, QueueSize: 4})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			s.Report(&switchboardv1.CallReport{})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Report blocked")
+	}
+	require.EqualValues(t, 96, s.Dropped())
+}
+
+func TestRunWithoutDecider(t *testing.T) {
+	// A closed port: every connect fails; Run must keep retrying and stop
+	// promptly when asked.
+	fd := fakedecider.Start(t)
+	addr := fd.Addr()
+	fd.Stop()
+	s := New(Options{Client: dial(t, addr), Hello: hello, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	stop := run(t, s)
+	time.Sleep(100 * time.Millisecond)
+	began := time.Now()
+	stop()
+	require.Less(t, time.Since(began), 3*time.Second)
+	require.Zero(t, s.Sessions())
+}

@@ -1,0 +1,101 @@
+// Package sse reads the server-sent-event streams OpenAI-compatible providers
+// answer streamed chat requests with. Only the data field matters to the edge;
+// comments (keep-alives such as ": OPENROUTER PROCESSING") and the event, id and
+// retry fields are skipped.
+package sse
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// DefaultMaxEventBytes bounds one event. Chunks carrying a whole tool-call
+// argument or a long reasoning block can be large, but an unbounded line would
+// let one misbehaving provider exhaust the edge's memory.
+const DefaultMaxEventBytes = 8 << 20
+
+// ErrEventTooLarge is returned when an event exceeds the reader's limit.
+var ErrEventTooLarge = errors.New("sse: event too large")
+
+// Reader yields the data payloads of a server-sent-event stream.
+type Reader struct {
+	br   *bufio.Reader
+	max  int
+	line []byte
+}
+
+// NewReader returns a Reader over r that refuses events larger than maxBytes
+// (DefaultMaxEventBytes when maxBytes <= 0).
+func NewReader(r io.Reader, maxBytes int) *Reader {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxEventBytes
+	}
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), max: maxBytes}
+}
+
+// Next returns the data of the next event, its data lines joined by "\n". It
+// returns io.EOF when the stream ended cleanly between events and
+// io.ErrUnexpectedEOF when it ended inside one. The returned slice is only
+// valid until the next call.
+func (r *Reader) Next() ([]byte, error) {
+	var data []byte
+	seen := false
+	for {
+		line, err := r.readLine()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if seen || len(line) > 0 {
+					return nil, io.ErrUnexpectedEOF
+				}
+				return nil, io.EOF
+			}
+			return nil, err
+		}
+		if len(line) == 0 {
+			if seen {
+				return data, nil
+			}
+			continue // blank lines between events
+		}
+		if line[0] == ':' {
+			continue // comment
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if string(field) != "data" {
+			continue
+		}
+		if seen {
+			data = append(data, '\n')
+		}
+		if len(data)+len(value) > r.max {
+			return nil, fmt.Errorf("%w (over %d bytes)", ErrEventTooLarge, r.max)
+		}
+		data = append(data, value...)
+		seen = true
+	}
+}
+
+// readLine returns the next line without its terminator ("\n" or "\r\n"). At
+// the end of the stream it returns what was read with io.EOF.
+func (r *Reader) readLine() ([]byte, error) {
+	r.line = r.line[:0]
+	for {
+		frag, err := r.br.ReadSlice('\n')
+		if len(r.line)+len(frag) > r.max+2 {
+			return nil, fmt.Errorf("%w (over %d bytes)", ErrEventTooLarge, r.max)
+		}
+		r.line = append(r.line, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return r.line, err
+		}
+		line := r.line[:len(r.line)-1]
+		return bytes.TrimSuffix(line, []byte("\r")), nil
+	}
+}

@@ -1,0 +1,48 @@
+package sse
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestReader(t *testing.T) {
+	long := strings.Repeat("x", 300_000)
+	tests := []struct {
+		name    string
+		in      string
+		max     int
+		want    []string
+		wantErr error
+	}{
+		{name: "simple", in: "data: a\n\ndata: b\n\n", want: []string{"a", "b"}, wantErr: io.EOF},
+		{name: "crlf and no space", in: "data:a\r\n\r\ndata: [DONE]\r\n\r\n", want: []string{"a", "[DONE]"}, wantErr: io.EOF},
+		{name: "comments and other fields", in: ": keep-alive\n\nevent: x\nid: 3\nretry: 5\ndata: a\n\n", want: []string{"a"}, wantErr: io.EOF},
+		{name: "multi-line data", in: "data: a\ndata: b\n\n", want: []string{"a\nb"}, wantErr: io.EOF},
+		{name: "long line", in: "data: " + long + "\n\n", want: []string{long}, wantErr: io.EOF},
+		{name: "truncated event", in: "data: a\n\ndata: {\"x", want: []string{"a"}, wantErr: io.ErrUnexpectedEOF},
+		{name: "event without blank line", in: "data: a\n", wantErr: io.ErrUnexpectedEOF},
+		{name: "too large", in: "data: " + long + "\n\n", max: 1000, wantErr: ErrEventTooLarge},
+		{name: "empty", in: "", wantErr: io.EOF},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(tt.in), tt.max)
+			var got []string
+			var err error
+			for {
+				var b []byte
+				b, err = r.Next()
+				if err != nil {
+					break
+				}
+				got = append(got, string(b))
+			}
+			require.Equal(t, tt.want, got)
+			require.True(t, errors.Is(err, tt.wantErr), "err = %v", err)
+		})
+	}
+}
