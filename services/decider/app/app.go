@@ -268,7 +268,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("service", "decider")
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("service", "decider")
 	shutdown, err := telemetry.Setup(ctx, "switchboard-decider", Version)
 	if err != nil {
 		return err

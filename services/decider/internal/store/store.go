@@ -55,7 +55,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	cfg := embed.NewConfig()
 	cfg.Name = "switchboard"
 	cfg.Dir = opts.DataDir
-	cfg.LogLevel = "error"
+	// etcd logs a stack trace at error level for every listener closed on a
+	// clean shutdown; real failures still surface through e.Err().
+	cfg.LogLevel = "panic"
 	cfg.ListenClientUrls = []url.URL{{Scheme: "http", Host: opts.ClientAddr}}
 	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: opts.PeerAddr}}
