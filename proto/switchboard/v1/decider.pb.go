@@ -787,10 +787,18 @@ type TokenEstimate struct {
 	// max_output_tokens is the request's max_tokens; 0 means not set.
 	MaxOutputTokens int64 `protobuf:"varint,3,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
 	// prefix_fingerprint identifies the conversation prefix (every message but
-	// the last), so the decider can price a request where its cache is.
+	// the last). Superseded by prefixes, which also match a prefix of a prefix.
+	//
+	// Deprecated: Marked as deprecated in switchboard/v1/decider.proto.
 	PrefixFingerprint []byte `protobuf:"bytes,4,opt,name=prefix_fingerprint,json=prefixFingerprint,proto3" json:"prefix_fingerprint,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// prefixes are chain hashes of the prompt's leading messages (message 1,
+	// messages 1-2, ...), longest last, at most 32 of them, each with its token
+	// count. The decider matches them against the prompts recently served by
+	// each endpoint to estimate what that endpoint has cached (prompt-prefix
+	// affinity), so a request is priced where its cache is.
+	Prefixes      []*PromptPrefix `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TokenEstimate) Reset() {
@@ -844,11 +852,74 @@ func (x *TokenEstimate) GetMaxOutputTokens() int64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in switchboard/v1/decider.proto.
 func (x *TokenEstimate) GetPrefixFingerprint() []byte {
 	if x != nil {
 		return x.PrefixFingerprint
 	}
 	return nil
+}
+
+func (x *TokenEstimate) GetPrefixes() []*PromptPrefix {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+// PromptPrefix is one leading part of a prompt.
+type PromptPrefix struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hash is the chain hash of the leading messages (see the edge's chatreq package).
+	Hash uint64 `protobuf:"fixed64,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	// tokens is the token count of those messages.
+	Tokens        int64 `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptPrefix) Reset() {
+	*x = PromptPrefix{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptPrefix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptPrefix) ProtoMessage() {}
+
+func (x *PromptPrefix) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptPrefix.ProtoReflect.Descriptor instead.
+func (*PromptPrefix) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PromptPrefix) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *PromptPrefix) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
 }
 
 // MaxPrice caps what a request may cost, in USD per million tokens.
@@ -864,7 +935,7 @@ type MaxPrice struct {
 
 func (x *MaxPrice) Reset() {
 	*x = MaxPrice{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[2]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +947,7 @@ func (x *MaxPrice) String() string {
 func (*MaxPrice) ProtoMessage() {}
 
 func (x *MaxPrice) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[2]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +960,7 @@ func (x *MaxPrice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaxPrice.ProtoReflect.Descriptor instead.
 func (*MaxPrice) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MaxPrice) GetPrompt() float64 {
@@ -941,7 +1012,7 @@ type ProviderPreferences struct {
 
 func (x *ProviderPreferences) Reset() {
 	*x = ProviderPreferences{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[3]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1024,7 @@ func (x *ProviderPreferences) String() string {
 func (*ProviderPreferences) ProtoMessage() {}
 
 func (x *ProviderPreferences) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[3]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1037,7 @@ func (x *ProviderPreferences) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderPreferences.ProtoReflect.Descriptor instead.
 func (*ProviderPreferences) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProviderPreferences) GetOnly() []string {
@@ -1074,14 +1145,17 @@ type DecideRequest struct {
 	// region is the calling edge's region.
 	Region string `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`
 	// explain asks for every candidate's figures in the answer, not only the winner's.
-	Explain       bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
+	Explain bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
+	// dry_run asks what would be chosen for a hypothetical request: no
+	// exploration, nothing recorded. For operators and the explain command.
+	DryRun        bool `protobuf:"varint,10,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
 	*x = DecideRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[4]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1167,7 @@ func (x *DecideRequest) String() string {
 func (*DecideRequest) ProtoMessage() {}
 
 func (x *DecideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[4]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1180,7 @@ func (x *DecideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideRequest.ProtoReflect.Descriptor instead.
 func (*DecideRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DecideRequest) GetRequestId() string {
@@ -1172,6 +1246,13 @@ func (x *DecideRequest) GetExplain() bool {
 	return false
 }
 
+func (x *DecideRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // Price is a price list in USD per million tokens.
 type Price struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1187,7 +1268,7 @@ type Price struct {
 
 func (x *Price) Reset() {
 	*x = Price{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[5]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1280,7 @@ func (x *Price) String() string {
 func (*Price) ProtoMessage() {}
 
 func (x *Price) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[5]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1293,7 @@ func (x *Price) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Price.ProtoReflect.Descriptor instead.
 func (*Price) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Price) GetInput() float64 {
@@ -1262,7 +1343,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[6]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1355,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[6]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1368,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Endpoint) GetId() string {
@@ -1364,14 +1445,16 @@ type Candidate struct {
 	// qualified is whether the endpoint passed every filter and the speed test.
 	Qualified bool `protobuf:"varint,7,opt,name=qualified,proto3" json:"qualified,omitempty"`
 	// note says why it was excluded or how it ranked, e.g. "cooling down until 12:04:05".
-	Note          string `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
+	// throughput is the endpoint's typical output tokens per second, 0 if unknown.
+	Throughput    float64 `protobuf:"fixed64,9,opt,name=throughput,proto3" json:"throughput,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[7]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1466,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[7]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1479,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Candidate) GetEndpointId() string {
@@ -1455,6 +1538,13 @@ func (x *Candidate) GetNote() string {
 	return ""
 }
 
+func (x *Candidate) GetThroughput() float64 {
+	if x != nil {
+		return x.Throughput
+	}
+	return 0
+}
+
 // Decision explains a Decide answer.
 type Decision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1465,14 +1555,17 @@ type Decision struct {
 	// summary is a compact one-line explanation, for a response header.
 	Summary string `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
 	// candidates holds every endpoint considered (all of them when explain is set).
-	Candidates    []*Candidate `protobuf:"bytes,4,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates []*Candidate `protobuf:"bytes,4,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// fastest_ttft is the fastest typical TTFT measured for this bucket, the
+	// reference of the 2x rule; unset without data.
+	FastestTtft   *durationpb.Duration `protobuf:"bytes,5,opt,name=fastest_ttft,json=fastestTtft,proto3" json:"fastest_ttft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[8]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1577,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[8]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1590,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Decision) GetReason() RouteReason {
@@ -1528,6 +1621,13 @@ func (x *Decision) GetCandidates() []*Candidate {
 	return nil
 }
 
+func (x *Decision) GetFastestTtft() *durationpb.Duration {
+	if x != nil {
+		return x.FastestTtft
+	}
+	return nil
+}
+
 // HedgePlan tells the edge whether and how to hedge this request.
 type HedgePlan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1543,7 +1643,7 @@ type HedgePlan struct {
 
 func (x *HedgePlan) Reset() {
 	*x = HedgePlan{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[9]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1655,7 @@ func (x *HedgePlan) String() string {
 func (*HedgePlan) ProtoMessage() {}
 
 func (x *HedgePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[9]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1668,7 @@ func (x *HedgePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgePlan.ProtoReflect.Descriptor instead.
 func (*HedgePlan) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HedgePlan) GetMode() HedgeMode {
@@ -1618,7 +1718,7 @@ type DecideResponse struct {
 
 func (x *DecideResponse) Reset() {
 	*x = DecideResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[10]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1730,7 @@ func (x *DecideResponse) String() string {
 func (*DecideResponse) ProtoMessage() {}
 
 func (x *DecideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[10]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1743,7 @@ func (x *DecideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideResponse.ProtoReflect.Descriptor instead.
 func (*DecideResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecideResponse) GetRequestId() string {
@@ -1719,7 +1819,7 @@ type Demand struct {
 
 func (x *Demand) Reset() {
 	*x = Demand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[11]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1831,7 @@ func (x *Demand) String() string {
 func (*Demand) ProtoMessage() {}
 
 func (x *Demand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[11]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1844,7 @@ func (x *Demand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Demand.ProtoReflect.Descriptor instead.
 func (*Demand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Demand) GetInputTokens() int64 {
@@ -1798,7 +1898,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1910,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1923,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReserveRequest) GetRequestId() string {
@@ -1892,7 +1992,7 @@ type BucketCharge struct {
 
 func (x *BucketCharge) Reset() {
 	*x = BucketCharge{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2004,7 @@ func (x *BucketCharge) String() string {
 func (*BucketCharge) ProtoMessage() {}
 
 func (x *BucketCharge) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2017,7 @@ func (x *BucketCharge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketCharge.ProtoReflect.Descriptor instead.
 func (*BucketCharge) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BucketCharge) GetBucketId() string {
@@ -1971,7 +2071,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2083,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2096,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Reservation) GetReservationId() string {
@@ -2076,7 +2176,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2188,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2201,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Refusal) GetReason() RefusalReason {
@@ -2182,7 +2282,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2294,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2307,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReserveResponse) GetAdmitted() bool {
@@ -2250,7 +2350,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2362,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2375,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2326,7 +2426,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2438,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2451,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Header) GetName() string {
@@ -2385,7 +2485,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2497,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2510,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReconcileRequest) GetReservationId() string {
@@ -2452,7 +2552,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2564,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2577,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReconcileResponse) GetReleased() []*BucketCharge {
@@ -2502,7 +2602,7 @@ type EdgeHello struct {
 
 func (x *EdgeHello) Reset() {
 	*x = EdgeHello{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2614,7 @@ func (x *EdgeHello) String() string {
 func (*EdgeHello) ProtoMessage() {}
 
 func (x *EdgeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2627,7 @@ func (x *EdgeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeHello.ProtoReflect.Descriptor instead.
 func (*EdgeHello) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EdgeHello) GetEdgeId() string {
@@ -2583,14 +2683,17 @@ type CallReport struct {
 	// tenant_id is the tenant billed, empty for probes.
 	TenantId string `protobuf:"bytes,14,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// error is a short description of a failure, without credentials.
-	Error         string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	// prompt_hash is the chain hash of the whole prompt (see PromptPrefix), so
+	// the decider learns which endpoint now holds it in cache.
+	PromptHash    uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallReport) Reset() {
 	*x = CallReport{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2705,7 @@ func (x *CallReport) String() string {
 func (*CallReport) ProtoMessage() {}
 
 func (x *CallReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2718,7 @@ func (x *CallReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReport.ProtoReflect.Descriptor instead.
 func (*CallReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CallReport) GetRequestId() string {
@@ -2723,6 +2826,13 @@ func (x *CallReport) GetError() string {
 	return ""
 }
 
+func (x *CallReport) GetPromptHash() uint64 {
+	if x != nil {
+		return x.PromptHash
+	}
+	return 0
+}
+
 // CallReportBatch carries several call reports at once, so reporting costs
 // one stream message per batch rather than one RPC per call.
 type CallReportBatch struct {
@@ -2735,7 +2845,7 @@ type CallReportBatch struct {
 
 func (x *CallReportBatch) Reset() {
 	*x = CallReportBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2857,7 @@ func (x *CallReportBatch) String() string {
 func (*CallReportBatch) ProtoMessage() {}
 
 func (x *CallReportBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2870,7 @@ func (x *CallReportBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReportBatch.ProtoReflect.Descriptor instead.
 func (*CallReportBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CallReportBatch) GetReports() []*CallReport {
@@ -2786,7 +2896,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2908,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2921,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportRequest) GetKind() isReportRequest_Kind {
@@ -2876,7 +2986,7 @@ type ProbeCommand struct {
 
 func (x *ProbeCommand) Reset() {
 	*x = ProbeCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +2998,7 @@ func (x *ProbeCommand) String() string {
 func (*ProbeCommand) ProtoMessage() {}
 
 func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3011,7 @@ func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeCommand.ProtoReflect.Descriptor instead.
 func (*ProbeCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProbeCommand) GetProbeId() string {
@@ -2954,7 +3064,7 @@ type CooldownCommand struct {
 
 func (x *CooldownCommand) Reset() {
 	*x = CooldownCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3076,7 @@ func (x *CooldownCommand) String() string {
 func (*CooldownCommand) ProtoMessage() {}
 
 func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3089,7 @@ func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CooldownCommand.ProtoReflect.Descriptor instead.
 func (*CooldownCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CooldownCommand) GetEndpointId() string {
@@ -3014,7 +3124,7 @@ type ConfigCommand struct {
 
 func (x *ConfigCommand) Reset() {
 	*x = ConfigCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3136,7 @@ func (x *ConfigCommand) String() string {
 func (*ConfigCommand) ProtoMessage() {}
 
 func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3149,7 @@ func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigCommand.ProtoReflect.Descriptor instead.
 func (*ConfigCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConfigCommand) GetCatalogRevision() int64 {
@@ -3060,7 +3170,7 @@ type ReportAck struct {
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3182,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3195,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportAck) GetAccepted() int64 {
@@ -3113,7 +3223,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3235,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3248,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportResponse) GetCommand() isReportResponse_Command {
@@ -3227,7 +3337,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3349,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3362,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -3279,7 +3389,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3401,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3414,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Model) GetId() string {
@@ -3346,7 +3456,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3358,7 +3468,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3371,7 +3481,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -3394,12 +3504,16 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12 \n" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x18\n" +
 	"\apartner\x18\x06 \x01(\tR\apartner\x12D\n" +
-	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xbd\x01\n" +
+	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xfb\x01\n" +
 	"\rTokenEstimate\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12*\n" +
-	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x12-\n" +
-	"\x12prefix_fingerprint\x18\x04 \x01(\fR\x11prefixFingerprint\"f\n" +
+	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x121\n" +
+	"\x12prefix_fingerprint\x18\x04 \x01(\fB\x02\x18\x01R\x11prefixFingerprint\x128\n" +
+	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\":\n" +
+	"\fPromptPrefix\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"f\n" +
 	"\bMaxPrice\x12\x1b\n" +
 	"\x06prompt\x18\x01 \x01(\x01H\x00R\x06prompt\x88\x01\x01\x12#\n" +
 	"\n" +
@@ -3422,7 +3536,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x18preferred_min_throughput\x18\v \x01(\x01H\x01R\x16preferredMinThroughput\x88\x01\x01\x12M\n" +
 	"\x15preferred_max_latency\x18\f \x01(\v2\x19.google.protobuf.DurationR\x13preferredMaxLatencyB\x12\n" +
 	"\x10_allow_fallbacksB\x1b\n" +
-	"\x19_preferred_min_throughput\"\xdc\x02\n" +
+	"\x19_preferred_min_throughput\"\xf5\x02\n" +
 	"\rDecideRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -3435,7 +3549,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"parameters\x18\a \x03(\tR\n" +
 	"parameters\x12\x16\n" +
 	"\x06region\x18\b \x01(\tR\x06region\x12\x18\n" +
-	"\aexplain\x18\t \x01(\bR\aexplain\"X\n" +
+	"\aexplain\x18\t \x01(\bR\aexplain\x12\x17\n" +
+	"\adry_run\x18\n" +
+	" \x01(\bR\x06dryRun\"X\n" +
 	"\x05Price\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\x01R\x05input\x12!\n" +
 	"\fcached_input\x18\x02 \x01(\x01R\vcachedInput\x12\x16\n" +
@@ -3448,7 +3564,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x05 \x01(\tR\tapiKeyEnv\x12+\n" +
 	"\x05price\x18\x06 \x01(\v2\x15.switchboard.v1.PriceR\x05price\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\x03R\rcontextLength\x12,\n" +
-	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\xa5\x02\n" +
+	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\xc5\x02\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x1a\n" +
@@ -3458,14 +3574,18 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\bcost_usd\x18\x05 \x01(\x01R\acostUsd\x126\n" +
 	"\x17estimated_cached_tokens\x18\x06 \x01(\x03R\x15estimatedCachedTokens\x12\x1c\n" +
 	"\tqualified\x18\a \x01(\bR\tqualified\x12\x12\n" +
-	"\x04note\x18\b \x01(\tR\x04note\"\xc8\x01\n" +
+	"\x04note\x18\b \x01(\tR\x04note\x12\x1e\n" +
+	"\n" +
+	"throughput\x18\t \x01(\x01R\n" +
+	"throughput\"\x86\x02\n" +
 	"\bDecision\x123\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1b.switchboard.v1.RouteReasonR\x06reason\x122\n" +
 	"\x06bucket\x18\x02 \x01(\x0e2\x1a.switchboard.v1.SizeBucketR\x06bucket\x12\x18\n" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x129\n" +
 	"\n" +
 	"candidates\x18\x04 \x03(\v2\x19.switchboard.v1.CandidateR\n" +
-	"candidates\"\xa1\x01\n" +
+	"candidates\x12<\n" +
+	"\ffastest_ttft\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vfastestTtft\"\xa1\x01\n" +
 	"\tHedgePlan\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
@@ -3546,7 +3666,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"\xf9\x04\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\x9a\x05\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -3569,7 +3689,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x12rate_limit_headers\x18\f \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\x12\x19\n" +
 	"\bprobe_id\x18\r \x01(\tR\aprobeId\x12\x1b\n" +
 	"\ttenant_id\x18\x0e \x01(\tR\btenantId\x12\x14\n" +
-	"\x05error\x18\x0f \x01(\tR\x05error\"G\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error\x12\x1f\n" +
+	"\vprompt_hash\x18\x10 \x01(\x06R\n" +
+	"promptHash\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\x83\x01\n" +
 	"\rReportRequest\x121\n" +
@@ -3702,7 +3824,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),            // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                     // 1: switchboard.v1.Sort
@@ -3716,118 +3838,121 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(Outcome)(0),                  // 9: switchboard.v1.Outcome
 	(*Identity)(nil),              // 10: switchboard.v1.Identity
 	(*TokenEstimate)(nil),         // 11: switchboard.v1.TokenEstimate
-	(*MaxPrice)(nil),              // 12: switchboard.v1.MaxPrice
-	(*ProviderPreferences)(nil),   // 13: switchboard.v1.ProviderPreferences
-	(*DecideRequest)(nil),         // 14: switchboard.v1.DecideRequest
-	(*Price)(nil),                 // 15: switchboard.v1.Price
-	(*Endpoint)(nil),              // 16: switchboard.v1.Endpoint
-	(*Candidate)(nil),             // 17: switchboard.v1.Candidate
-	(*Decision)(nil),              // 18: switchboard.v1.Decision
-	(*HedgePlan)(nil),             // 19: switchboard.v1.HedgePlan
-	(*DecideResponse)(nil),        // 20: switchboard.v1.DecideResponse
-	(*Demand)(nil),                // 21: switchboard.v1.Demand
-	(*ReserveRequest)(nil),        // 22: switchboard.v1.ReserveRequest
-	(*BucketCharge)(nil),          // 23: switchboard.v1.BucketCharge
-	(*Reservation)(nil),           // 24: switchboard.v1.Reservation
-	(*Refusal)(nil),               // 25: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),       // 26: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                 // 27: switchboard.v1.Usage
-	(*Header)(nil),                // 28: switchboard.v1.Header
-	(*ReconcileRequest)(nil),      // 29: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),     // 30: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),             // 31: switchboard.v1.EdgeHello
-	(*CallReport)(nil),            // 32: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),       // 33: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),         // 34: switchboard.v1.ReportRequest
-	(*ProbeCommand)(nil),          // 35: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),       // 36: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),         // 37: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),             // 38: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),        // 39: switchboard.v1.ReportResponse
-	(*ListModelsRequest)(nil),     // 40: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                 // 41: switchboard.v1.Model
-	(*ListModelsResponse)(nil),    // 42: switchboard.v1.ListModelsResponse
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*PromptPrefix)(nil),          // 12: switchboard.v1.PromptPrefix
+	(*MaxPrice)(nil),              // 13: switchboard.v1.MaxPrice
+	(*ProviderPreferences)(nil),   // 14: switchboard.v1.ProviderPreferences
+	(*DecideRequest)(nil),         // 15: switchboard.v1.DecideRequest
+	(*Price)(nil),                 // 16: switchboard.v1.Price
+	(*Endpoint)(nil),              // 17: switchboard.v1.Endpoint
+	(*Candidate)(nil),             // 18: switchboard.v1.Candidate
+	(*Decision)(nil),              // 19: switchboard.v1.Decision
+	(*HedgePlan)(nil),             // 20: switchboard.v1.HedgePlan
+	(*DecideResponse)(nil),        // 21: switchboard.v1.DecideResponse
+	(*Demand)(nil),                // 22: switchboard.v1.Demand
+	(*ReserveRequest)(nil),        // 23: switchboard.v1.ReserveRequest
+	(*BucketCharge)(nil),          // 24: switchboard.v1.BucketCharge
+	(*Reservation)(nil),           // 25: switchboard.v1.Reservation
+	(*Refusal)(nil),               // 26: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),       // 27: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                 // 28: switchboard.v1.Usage
+	(*Header)(nil),                // 29: switchboard.v1.Header
+	(*ReconcileRequest)(nil),      // 30: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),     // 31: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),             // 32: switchboard.v1.EdgeHello
+	(*CallReport)(nil),            // 33: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),       // 34: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),         // 35: switchboard.v1.ReportRequest
+	(*ProbeCommand)(nil),          // 36: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),       // 37: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),         // 38: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),             // 39: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),        // 40: switchboard.v1.ReportResponse
+	(*ListModelsRequest)(nil),     // 41: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                 // 42: switchboard.v1.Model
+	(*ListModelsResponse)(nil),    // 43: switchboard.v1.ListModelsResponse
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,  // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
-	1,  // 1: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
-	12, // 2: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
-	2,  // 3: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	43, // 4: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
-	10, // 5: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
-	11, // 6: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	13, // 7: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	15, // 8: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	43, // 9: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
-	4,  // 10: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
-	3,  // 11: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
-	17, // 12: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	5,  // 13: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	43, // 14: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	16, // 15: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	16, // 16: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	16, // 17: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	18, // 18: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
-	19, // 19: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	10, // 20: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
-	12, // 21: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	10, // 22: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	21, // 23: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	43, // 24: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	7,  // 25: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,  // 26: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	21, // 27: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	23, // 28: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	44, // 29: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	44, // 30: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 31: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,  // 32: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,  // 33: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	44, // 34: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	43, // 35: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,  // 36: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	24, // 37: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	25, // 38: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	27, // 39: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,  // 40: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	28, // 41: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	23, // 42: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	44, // 43: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	43, // 44: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	43, // 45: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	27, // 46: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,  // 47: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	43, // 48: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	28, // 49: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	32, // 50: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	31, // 51: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	33, // 52: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	16, // 53: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	44, // 54: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	38, // 55: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	35, // 56: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	36, // 57: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	37, // 58: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	10, // 59: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	15, // 60: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	41, // 61: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	14, // 62: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	22, // 63: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	29, // 64: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	34, // 65: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	40, // 66: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	20, // 67: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	26, // 68: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	30, // 69: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	39, // 70: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	42, // 71: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	67, // [67:72] is the sub-list for method output_type
-	62, // [62:67] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	12, // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
+	1,  // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
+	13, // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
+	2,  // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
+	44, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	10, // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
+	11, // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	14, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	16, // 9: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
+	44, // 10: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	4,  // 11: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
+	3,  // 12: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
+	18, // 13: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
+	44, // 14: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	5,  // 15: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
+	44, // 16: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	17, // 17: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	17, // 18: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	17, // 19: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	19, // 20: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
+	20, // 21: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	10, // 22: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
+	13, // 23: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	10, // 24: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	22, // 25: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	44, // 26: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	7,  // 27: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	6,  // 28: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	22, // 29: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	24, // 30: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	45, // 31: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	45, // 32: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 33: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	7,  // 34: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	6,  // 35: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	45, // 36: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	44, // 37: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,  // 38: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	25, // 39: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	26, // 40: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	28, // 41: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	9,  // 42: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	29, // 43: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	24, // 44: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	45, // 45: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	44, // 46: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	44, // 47: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	28, // 48: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	9,  // 49: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	44, // 50: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	29, // 51: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	33, // 52: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	32, // 53: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	34, // 54: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	17, // 55: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	45, // 56: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	39, // 57: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	36, // 58: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	37, // 59: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	38, // 60: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	10, // 61: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	16, // 62: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	42, // 63: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	15, // 64: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	23, // 65: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	30, // 66: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	35, // 67: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	41, // 68: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	21, // 69: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	27, // 70: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	31, // 71: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	40, // 72: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	43, // 73: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	69, // [69:74] is the sub-list for method output_type
+	64, // [64:69] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -3835,13 +3960,13 @@ func file_switchboard_v1_decider_proto_init() {
 	if File_switchboard_v1_decider_proto != nil {
 		return
 	}
-	file_switchboard_v1_decider_proto_msgTypes[2].OneofWrappers = []any{}
 	file_switchboard_v1_decider_proto_msgTypes[3].OneofWrappers = []any{}
-	file_switchboard_v1_decider_proto_msgTypes[24].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[4].OneofWrappers = []any{}
+	file_switchboard_v1_decider_proto_msgTypes[25].OneofWrappers = []any{
 		(*ReportRequest_Hello)(nil),
 		(*ReportRequest_Batch)(nil),
 	}
-	file_switchboard_v1_decider_proto_msgTypes[29].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[30].OneofWrappers = []any{
 		(*ReportResponse_Ack)(nil),
 		(*ReportResponse_Probe)(nil),
 		(*ReportResponse_Cooldown)(nil),
@@ -3853,7 +3978,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -73,11 +73,24 @@ type Request struct {
 	// InputTokens is the prompt estimate by the pkg/tokens rule: messages plus
 	// the compacted tools and response_format JSON.
 	InputTokens int64
-	// PrefixFingerprint is a SHA-256 over every message but the last, in a
-	// canonical form, so requests of one conversation share it regardless of
-	// the client's whitespace or key order. Empty for a single message.
-	PrefixFingerprint []byte
+	// Prefixes are the chain hashes of the prompt's leading parts (tools and
+	// message 1, then messages 1-2, ...), every part but the whole prompt,
+	// the longest MaxPrefixes kept, each with its token count. See PromptHash.
+	Prefixes []*switchboardv1.PromptPrefix
+	// PromptHash is the chain hash of the whole prompt. The chain is
+	// h(k) = first 8 bytes of SHA-256(h(k-1) || message k in a canonical,
+	// length-prefixed form), seeded with the compacted tools JSON, so the
+	// hash of a conversation's turn n is a prefix hash of its turn n+1
+	// whatever the client's whitespace or key order: the decider learns which
+	// endpoint holds a prompt in cache from PromptHash and finds it again in
+	// the next request's Prefixes.
+	PromptHash uint64
 }
+
+// MaxPrefixes bounds the prefixes sent per request: the decider looks at
+// the longest ones, and a conversation of hundreds of turns must not make
+// every Decide heavier.
+const MaxPrefixes = 32
 
 // wireMessage decodes a message in one pass over its bytes: the fields whose
 // type the edge checks are decoded as any and checked by a type switch, which
@@ -115,7 +128,11 @@ func Parse(body []byte) (*Request, error) {
 	}
 	r.Model = model
 
-	msgs, err := parseMessages(fields["messages"])
+	var seed string
+	if present(fields, "tools") {
+		seed = compact(fields["tools"])
+	}
+	msgs, err := parseMessages(fields["messages"], seed)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +173,11 @@ func Parse(body []byte) (*Request, error) {
 			r.InputTokens += tokens.Text(compact(fields[name]))
 		}
 	}
-	r.PrefixFingerprint = msgs.fingerprint
+	r.PromptHash = msgs.hashes[len(msgs.hashes)-1]
+	n := len(msgs.hashes) - 1 // every part but the whole prompt
+	for i := max(0, n-MaxPrefixes); i < n; i++ {
+		r.Prefixes = append(r.Prefixes, &switchboardv1.PromptPrefix{Hash: msgs.hashes[i], Tokens: msgs.cumTokens[i]})
+	}
 	return r, nil
 }
 
@@ -218,11 +239,13 @@ func encodeObject(fields map[string]json.RawMessage) []byte {
 }
 
 type parsedMessages struct {
-	counted     []tokens.Message
-	fingerprint []byte
+	counted []tokens.Message
+	// hashes[k] is the chain hash of messages 0..k; cumTokens[k] their tokens.
+	hashes    []uint64
+	cumTokens []int64
 }
 
-func parseMessages(raw json.RawMessage) (parsedMessages, error) {
+func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	var out parsedMessages
 	if len(raw) == 0 || isNull(raw) {
 		return out, fieldErr("messages", "is required")
@@ -235,7 +258,14 @@ func parseMessages(raw json.RawMessage) (parsedMessages, error) {
 		return out, fieldErr("messages", "must contain at least one message")
 	}
 	out.counted = make([]tokens.Message, 0, len(msgs))
+	out.hashes = make([]uint64, 0, len(msgs))
+	out.cumTokens = make([]int64, 0, len(msgs))
 	h := sha256.New()
+	var sum [sha256.Size]byte
+	var prev [8]byte
+	h.Write([]byte(seed))
+	binary.BigEndian.PutUint64(prev[:], binary.BigEndian.Uint64(h.Sum(sum[:0])))
+	cum := int64(tokens.PromptOverhead) + tokens.Text(seed)
 	for i, m := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		role, ok := m.Role.(string)
@@ -252,20 +282,22 @@ func parseMessages(raw json.RawMessage) (parsedMessages, error) {
 		if err != nil {
 			return out, err
 		}
-		out.counted = append(out.counted, tokens.Message{Role: role, Name: name, Content: text})
-		if i < len(msgs)-1 {
-			toolCallID, _ := m.ToolCallID.(string)
-			// Length-prefixed fields, so boundaries cannot be forged by content.
-			for _, f := range []string{role, name, text, extra, compact(m.ToolCalls), compact(m.Function), toolCallID} {
-				var n [8]byte
-				binary.BigEndian.PutUint64(n[:], uint64(len(f)))
-				h.Write(n[:])
-				h.Write([]byte(f))
-			}
+		tm := tokens.Message{Role: role, Name: name, Content: text}
+		out.counted = append(out.counted, tm)
+		toolCallID, _ := m.ToolCallID.(string)
+		h.Reset()
+		h.Write(prev[:])
+		// Length-prefixed fields, so boundaries cannot be forged by content.
+		for _, f := range []string{role, name, text, extra, compact(m.ToolCalls), compact(m.Function), toolCallID} {
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+			h.Write(n[:])
+			h.Write([]byte(f))
 		}
-	}
-	if len(msgs) > 1 {
-		out.fingerprint = h.Sum(nil)
+		copy(prev[:], h.Sum(sum[:0])[:8])
+		cum += tokens.MessageTokens(tm)
+		out.hashes = append(out.hashes, binary.BigEndian.Uint64(prev[:]))
+		out.cumTokens = append(out.cumTokens, cum)
 	}
 	return out, nil
 }

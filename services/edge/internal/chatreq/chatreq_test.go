@@ -2,6 +2,7 @@ package chatreq
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,8 @@ func TestParseValid(t *testing.T) {
 				require.False(t, r.Stream)
 				require.Nil(t, r.Provider)
 				require.Empty(t, r.Parameters)
-				require.Empty(t, r.PrefixFingerprint)
+				require.Empty(t, r.Prefixes, "a single message has no leading part")
+				require.NotZero(t, r.PromptHash)
 				want := tokens.Prompt([]tokens.Message{{Role: "user", Content: "hello"}})
 				require.Equal(t, want, r.InputTokens)
 			},
@@ -44,7 +46,8 @@ func TestParseValid(t *testing.T) {
 				require.Equal(t, []string{"max_tokens"}, r.Parameters)
 				want := tokens.Prompt([]tokens.Message{{Role: "system", Content: "sys"}, {Role: "user", Name: "bob", Content: "abcd"}})
 				require.Equal(t, want, r.InputTokens)
-				require.Len(t, r.PrefixFingerprint, 32)
+				require.Len(t, r.Prefixes, 1)
+				require.Equal(t, int64(tokens.PromptOverhead)+tokens.MessageTokens(tokens.Message{Role: "system", Content: "sys"}), r.Prefixes[0].Tokens)
 			},
 		},
 		{
@@ -200,7 +203,7 @@ func TestUpstreamBody(t *testing.T) {
 	}
 }
 
-func TestPrefixFingerprint(t *testing.T) {
+func TestPrefixChain(t *testing.T) {
 	tests := []struct {
 		name string
 		a, b string
@@ -232,12 +235,45 @@ func TestPrefixFingerprint(t *testing.T) {
 			rb, err := Parse([]byte(tt.b))
 			require.NoError(t, err)
 			if tt.same {
-				require.Equal(t, ra.PrefixFingerprint, rb.PrefixFingerprint)
+				require.Equal(t, ra.Prefixes, rb.Prefixes)
 			} else {
-				require.NotEqual(t, ra.PrefixFingerprint, rb.PrefixFingerprint)
+				require.NotEqual(t, ra.Prefixes, rb.Prefixes)
 			}
 		})
 	}
+}
+
+// TestPromptHashIsNextTurnsPrefix is why the chain exists: the hash of the
+// whole prompt of turn n is one of the prefix hashes of turn n+1, so the
+// decider finds where turn n was served, and its cache.
+func TestPromptHashIsNextTurnsPrefix(t *testing.T) {
+	turn1, err := Parse([]byte(`{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"}]}`))
+	require.NoError(t, err)
+	turn2, err := Parse([]byte(`{"model":"m","tools":[ {"type": "function"} ],"messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},
+		{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]}`))
+	require.NoError(t, err)
+	require.Len(t, turn2.Prefixes, 3)
+	require.Equal(t, turn1.PromptHash, turn2.Prefixes[1].Hash)
+	require.Equal(t, turn1.InputTokens, turn2.Prefixes[1].Tokens, "a prefix's tokens are the earlier prompt's size")
+	require.NotEqual(t, turn1.PromptHash, turn2.PromptHash)
+
+	other, err := Parse([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"}]}`))
+	require.NoError(t, err)
+	require.NotEqual(t, turn1.PromptHash, other.PromptHash, "tools are part of the cached prefix")
+
+	var long strings.Builder
+	long.WriteString(`{"model":"m","messages":[`)
+	for i := range 50 {
+		if i > 0 {
+			long.WriteString(",")
+		}
+		fmt.Fprintf(&long, `{"role":"user","content":"m%d"}`, i)
+	}
+	long.WriteString("]}")
+	r, err := Parse([]byte(long.String()))
+	require.NoError(t, err)
+	require.Len(t, r.Prefixes, MaxPrefixes)
+	require.Less(t, r.Prefixes[0].Tokens, r.Prefixes[MaxPrefixes-1].Tokens, "longest last")
 }
 
 func BenchmarkParse(b *testing.B) {

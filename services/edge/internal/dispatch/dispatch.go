@@ -122,6 +122,9 @@ type Call struct {
 	Body func(upstreamModel string) ([]byte, error)
 	// ProbeID marks a synthetic probe; empty for client requests.
 	ProbeID string
+	// PromptHash is the chain hash of the whole prompt (chatreq), reported so
+	// the decider learns which endpoint holds the prompt in cache.
+	PromptHash uint64
 }
 
 // ErrClientGone is returned when the client went away before an answer could

@@ -41,7 +41,10 @@ func (d *Dispatcher) Probe(ctx context.Context, cmd *switchboardv1.ProbeCommand)
 	if ep == nil || ep.GetBaseUrl() == "" {
 		return fmt.Errorf("probe %s: no endpoint", cmd.GetProbeId())
 	}
-	text := ProbePrompt(cmd.GetPromptTokens())
+	// The probe's id leads the prompt so no provider can answer it from a
+	// prompt cache: a probe measures the uncached speed at this size.
+	nonce := "probe " + cmd.GetProbeId() + " "
+	text := nonce + ProbePrompt(cmd.GetPromptTokens()-tokens.Text(nonce))
 	maxOut := max(cmd.GetMaxOutputTokens(), 1)
 	call := Call{
 		RequestID:    "probe-" + cmd.GetProbeId(),

@@ -23,6 +23,7 @@ func (d *Dispatcher) report(call Call, ep *switchboardv1.Endpoint, res result) {
 		TenantId:         call.TenantID,
 		Error:            res.errText,
 		Usage:            reportUsage(call, ep, res),
+		PromptHash:       call.PromptHash,
 	}
 	if res.hasTTFT {
 		r.Ttft = durationpb.New(res.ttft)

@@ -195,9 +195,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Identity:  &switchboardv1.Identity{ApiKeySha256: keyHash},
 		Model:     req.Model,
 		Tokens: &switchboardv1.TokenEstimate{
-			InputTokens:       req.InputTokens,
-			MaxOutputTokens:   req.MaxOutputTokens,
-			PrefixFingerprint: req.PrefixFingerprint,
+			InputTokens:     req.InputTokens,
+			MaxOutputTokens: req.MaxOutputTokens,
+			Prefixes:        req.Prefixes,
 		},
 		Stream:     req.Stream,
 		Provider:   req.Provider,
@@ -240,6 +240,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Stream:       req.Stream,
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
+		PromptHash:   req.PromptHash,
 	}
 	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
 	err = s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)

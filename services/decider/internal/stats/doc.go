@@ -1,0 +1,100 @@
+// Package stats keeps the speed, cache and output statistics that the
+// decider's routing policies read on every Decide (R-ROUTE-2, R-ROUTE-4,
+// R-COST). The Report stream feeds it with observations from real calls and
+// synthetic probes (R-ROUTE-3); Decide reads one published summary per series.
+//
+// # Series
+//
+// An endpoint id is "provider/model" (provider is everything before the first
+// '/', the model id is the rest). Per endpoint the store keeps one TTFT series
+// per prompt-size bucket ([tokens.NumBuckets] of them, R-ROUTE-1), one
+// throughput series and one cache series; per model it keeps one output-tokens
+// series. Series are created lazily on their first observation.
+//
+// # Typical value: a decayed, outlier-aware weighted median
+//
+// The typical TTFT of a series is the weighted median of its samples inside
+// Window. A sample's weight is
+//
+//	0.5^(age/HalfLife) × (OutlierWeight if the sample is a slow outlier, else 1)
+//
+// The weighted median is the smallest sample value at which the cumulative
+// weight, in ascending value order, reaches half of the total weight; when the
+// cumulative weight lands exactly on one half, it is the mean of that value and
+// the next one (so equal weights give the textbook median).
+//
+// A median rather than a mean because one slow call must move the typical
+// value by at most one rank, not by its size. The decay makes a provider that
+// slowed down or sped up win the median within minutes: a sample one HalfLife
+// newer than another counts twice as much, so a few fresh samples outweigh many
+// stale ones. Because every sample's weight decays by the same factor as time
+// passes, the passing of time alone never reorders the weights: the typical
+// value changes only when a sample arrives or leaves the Window. That is why
+// [Store.Refresh] only recomputes the series whose oldest sample has just left
+// the Window, and why weights are computed relative to the newest sample
+// (0.5^((newest-at)/HalfLife)), which is the same median without underflow.
+//
+// # Slow outliers
+//
+// Once a series has at least MinSamplesForOutliers samples inside the Window,
+// a sample is a slow outlier when its value is strictly above Tukey's upper
+// fence, Q3 + 1.5×IQR, of the unweighted samples in the Window (quartiles by
+// linear interpolation between order statistics, the "type 7" estimator of R
+// and NumPy). A slow outlier's weight is multiplied by OutlierWeight (a
+// quarter by default). The source policy says one bad call must not
+// disqualify a good provider (R-ROUTE-2); Tukey's fence needs no assumption
+// about the shape of the TTFT distribution, which is heavy-tailed and
+// multi-modal in practice, and no multiplier tuned per model. Below
+// MinSamplesForOutliers the quartiles of a handful of samples say nothing, so
+// every sample counts fully. Fast outliers are never down-weighted: a provider
+// that became faster must be seen (R-ROUTE-6). The rule applies to TTFT only.
+//
+// # The other series
+//
+//   - Throughput: the decayed weighted median of output tokens per second of
+//     completed calls, without the outlier rule.
+//   - Cache-hit rate: Σ w·cached / Σ w·prompt over the calls in the Window, with
+//     the same decay weights, so a large prompt counts for its size.
+//   - Typical output: the decayed weighted median of a model's output tokens per
+//     call, rounded to a whole token, without the outlier rule.
+//
+// # Window and aging
+//
+// A sample older than Window (at ≤ now − Window) is dropped: when it is
+// observed, when its series is next recomputed, and by [Store.Refresh], which
+// the decider calls every second. A timestamp in the future (an edge whose
+// clock is ahead) is taken as now, so clock skew cannot give a sample more than
+// full weight. The zero time means now.
+//
+// # Memory bound
+//
+// Each series holds at most MaxSamples samples; when it is full, the sample
+// with the oldest timestamp is evicted (a sample older than all it holds is
+// not stored). Buffers grow on demand, so an idle series costs only its fixed
+// header. The worst case, every series full, is per endpoint
+// (NumBuckets+1)·MaxSamples·16 B + MaxSamples·24 B + about 0.5 KB of headers:
+// about 7.1 KB with the default 64 samples, so about 140 MB for 1000 models ×
+// 20 endpoints, plus about 1.1 KB per model for its output series. Realistic
+// traffic fills far less: a bucket that only probes reach holds three samples
+// per Window.
+//
+// # Concurrency and cost
+//
+// Observe* may be called from any number of goroutines: each series has its
+// own mutex, held for one O(MaxSamples) insertion and recomputation, so writers
+// of different series never contend. Readers never lock: endpoints are found in
+// a [sync.Map] (the case it is built for: keys written once, read many times)
+// and each summary is published through a sequence lock made of atomics, so a
+// read costs a map lookup and a few atomic loads and allocates nothing.
+//
+// # Snapshots
+//
+// [Store.Snapshot] encodes the state as one blob per model id, so that a blob
+// stays far below etcd's 1.5 MiB value limit: at most about 6.3 KB per
+// endpoint of the model plus 1.3 KB, that is about 130 KB for 20 endpoints with
+// full series. The format is binary: a version byte (currently 1), the bucket
+// count, a time base, the model id, the model's output series, then each
+// endpoint's series (times as varint offsets from the base, values as IEEE 754
+// bits, so a round trip is exact), and a CRC-32C of everything before it, so a
+// truncated or damaged blob is refused rather than half-loaded.
+package stats

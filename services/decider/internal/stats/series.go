@@ -1,0 +1,304 @@
+package stats
+
+import (
+	"math"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// params are the normalised settings every series needs, in the units the
+// arithmetic uses.
+type params struct {
+	window        int64 // ns
+	halfLife      float64
+	maxSamples    int
+	minOutliers   int
+	outlierWeight float64
+}
+
+// published is a summary (a value and the number of samples behind it)
+// behind a sequence lock. Writers are serialised by their series' mutex;
+// readers retry while a write is in flight. Two atomics instead of an
+// atomic.Pointer to an immutable summary so that a write does not allocate
+// either; the sequence number keeps the value and the count from two
+// different writes apart (a stale count of 0 next to a fresh value would make
+// an endpoint look infinitely fast for one Decide).
+type published struct {
+	seq atomic.Uint64 // odd while a write is in progress
+	val atomic.Uint64 // math.Float64bits of the value
+	n   atomic.Int64  // samples behind val; 0 means no summary
+}
+
+// store publishes v and n. The caller holds the series' mutex.
+func (p *published) store(v float64, n int) {
+	p.seq.Add(1)
+	p.val.Store(math.Float64bits(v))
+	p.n.Store(int64(n))
+	p.seq.Add(1)
+}
+
+// load returns the last published value and count.
+func (p *published) load() (float64, int) {
+	for i := 0; ; i++ {
+		s := p.seq.Load()
+		if s&1 == 0 {
+			v, n := p.val.Load(), p.n.Load()
+			if p.seq.Load() == s {
+				return math.Float64frombits(v), int(n)
+			}
+		}
+		// A writer was preempted inside its three stores; let it finish
+		// rather than burn the CPU it needs.
+		if i >= 4 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// sample is one observation: its time (Unix ns) and its value.
+type sample struct {
+	at int64
+	v  float64
+}
+
+// medianSeries keeps the samples of one series sorted by value, ties in
+// arrival order, so that a recomputation is one linear pass with no sorting
+// and no scratch buffer.
+type medianSeries struct {
+	mu      sync.Mutex
+	samples []sample // ascending v; no sample older than the window at the last recompute
+	pub     published
+	// expires is when the oldest sample leaves the window (Unix ns), the only
+	// moment the summary can change without a new sample; MaxInt64 when empty.
+	expires atomic.Int64
+}
+
+func (m *medianSeries) init() { m.expires.Store(math.MaxInt64) }
+
+// observe adds x and republishes the summary.
+func (m *medianSeries) observe(p *params, x sample, now int64, outliers bool) {
+	m.mu.Lock()
+	m.insert(p.maxSamples, x)
+	m.recompute(p, now, outliers)
+	m.mu.Unlock()
+}
+
+// refresh republishes the summary if a sample has left the window since.
+func (m *medianSeries) refresh(p *params, now int64, outliers bool) {
+	if m.expires.Load() > now {
+		return
+	}
+	m.mu.Lock()
+	m.recompute(p, now, outliers)
+	m.mu.Unlock()
+}
+
+// insert adds x at its place in value order, evicting the oldest sample when
+// the series is full. The caller holds m.mu.
+func (m *medianSeries) insert(maxSamples int, x sample) {
+	if len(m.samples) >= maxSamples {
+		oldest := 0
+		for i := range m.samples {
+			if m.samples[i].at < m.samples[oldest].at {
+				oldest = i
+			}
+		}
+		if x.at <= m.samples[oldest].at {
+			return // older than everything kept: the newer samples matter more
+		}
+		copy(m.samples[oldest:], m.samples[oldest+1:])
+		m.samples = m.samples[:len(m.samples)-1]
+	}
+	// Upper bound, so that equal values keep their arrival order and a
+	// snapshot re-encodes byte for byte after a restore.
+	i := sort.Search(len(m.samples), func(i int) bool { return m.samples[i].v > x.v })
+	m.samples = growSamples(m.samples, maxSamples)
+	m.samples = m.samples[:len(m.samples)+1]
+	copy(m.samples[i+1:], m.samples[i:])
+	m.samples[i] = x
+}
+
+// growSamples makes room for one more sample, doubling the buffer but never
+// beyond maxSamples, so that a series costs memory in proportion to its use.
+func growSamples(s []sample, maxSamples int) []sample {
+	if len(s) < cap(s) {
+		return s
+	}
+	n := min(max(2*cap(s), 4), maxSamples)
+	out := make([]sample, len(s), n)
+	copy(out, s)
+	return out
+}
+
+// recompute drops the samples that left the window and publishes the
+// summary of the rest. The caller holds m.mu.
+func (m *medianSeries) recompute(p *params, now int64, outliers bool) {
+	cutoff := now - p.window
+	kept := m.samples[:0]
+	oldest := int64(math.MaxInt64)
+	for _, s := range m.samples {
+		if s.at > cutoff {
+			kept = append(kept, s)
+			oldest = min(oldest, s.at)
+		}
+	}
+	clear(m.samples[len(kept):])
+	m.samples = kept
+	if len(kept) == 0 {
+		m.pub.store(0, 0)
+		m.expires.Store(math.MaxInt64)
+		return
+	}
+	v := weightedMedian(kept, p, outliers)
+	m.pub.store(v, len(kept))
+	m.expires.Store(oldest + p.window)
+}
+
+// weightedMedian returns the weighted median of s, which is sorted by value
+// and non-empty (see the package documentation for the weights).
+func weightedMedian(s []sample, p *params, outliers bool) float64 {
+	newest := s[0].at
+	for _, x := range s[1:] {
+		newest = max(newest, x.at)
+	}
+	fence := math.Inf(1)
+	if outliers && len(s) >= p.minOutliers {
+		q1, q3 := quantile(s, 0.25), quantile(s, 0.75)
+		fence = q3 + 1.5*(q3-q1)
+	}
+	weight := func(x sample) float64 {
+		// Relative to the newest sample rather than to now: the common factor
+		// 0.5^((now-newest)/HalfLife) cancels in a median and would underflow
+		// for a series idle for many half-lives.
+		w := math.Exp2(float64(x.at-newest) / p.halfLife)
+		if x.v > fence {
+			w *= p.outlierWeight
+		}
+		return w
+	}
+	var total float64
+	for _, x := range s {
+		total += weight(x)
+	}
+	half := total / 2
+	var cum float64
+	for i, x := range s {
+		cum += weight(x)
+		if cum < half {
+			continue
+		}
+		// Exactly half (within rounding): the median sits between this value
+		// and the next, as the textbook median of an even count does.
+		if cum-half <= 1e-12*total && i+1 < len(s) {
+			return (x.v + s[i+1].v) / 2
+		}
+		return x.v
+	}
+	return s[len(s)-1].v // unreachable unless weights are NaN
+}
+
+// quantile returns the q-quantile of the values of s (sorted) by linear
+// interpolation between order statistics (R's and NumPy's default, "type 7").
+func quantile(s []sample, q float64) float64 {
+	h := float64(len(s)-1) * q
+	lo := int(h)
+	if lo+1 >= len(s) {
+		return s[lo].v
+	}
+	return s[lo].v + (h-float64(lo))*(s[lo+1].v-s[lo].v)
+}
+
+// ratioSample is one call's contribution to a ratio: its time (Unix ns),
+// numerator (cached tokens) and denominator (prompt tokens).
+type ratioSample struct {
+	at       int64
+	num, den float64
+}
+
+// ratioSeries keeps the samples of a decayed ratio Σw·num / Σw·den in arrival
+// order (order does not matter to a sum).
+type ratioSeries struct {
+	mu      sync.Mutex
+	samples []ratioSample
+	pub     published // value is NaN when Σden is 0
+	expires atomic.Int64
+}
+
+func (r *ratioSeries) init() { r.expires.Store(math.MaxInt64) }
+
+// observe adds x and republishes the ratio.
+func (r *ratioSeries) observe(p *params, x ratioSample, now int64) {
+	r.mu.Lock()
+	r.insert(p.maxSamples, x)
+	r.recompute(p, now)
+	r.mu.Unlock()
+}
+
+// refresh republishes the ratio if a sample has left the window since.
+func (r *ratioSeries) refresh(p *params, now int64) {
+	if r.expires.Load() > now {
+		return
+	}
+	r.mu.Lock()
+	r.recompute(p, now)
+	r.mu.Unlock()
+}
+
+// insert appends x, evicting the oldest sample when the series is full. The
+// caller holds r.mu.
+func (r *ratioSeries) insert(maxSamples int, x ratioSample) {
+	if len(r.samples) >= maxSamples {
+		oldest := 0
+		for i := range r.samples {
+			if r.samples[i].at < r.samples[oldest].at {
+				oldest = i
+			}
+		}
+		if x.at <= r.samples[oldest].at {
+			return
+		}
+		copy(r.samples[oldest:], r.samples[oldest+1:])
+		r.samples = r.samples[:len(r.samples)-1]
+	}
+	if len(r.samples) == cap(r.samples) {
+		grown := make([]ratioSample, len(r.samples), min(max(2*cap(r.samples), 4), maxSamples))
+		copy(grown, r.samples)
+		r.samples = grown
+	}
+	r.samples = append(r.samples, x)
+}
+
+// recompute drops the samples that left the window and publishes the ratio
+// of the rest. The caller holds r.mu.
+func (r *ratioSeries) recompute(p *params, now int64) {
+	cutoff := now - p.window
+	kept := r.samples[:0]
+	oldest, newest := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, s := range r.samples {
+		if s.at > cutoff {
+			kept = append(kept, s)
+			oldest, newest = min(oldest, s.at), max(newest, s.at)
+		}
+	}
+	clear(r.samples[len(kept):])
+	r.samples = kept
+	if len(kept) == 0 {
+		r.pub.store(0, 0)
+		r.expires.Store(math.MaxInt64)
+		return
+	}
+	var num, den float64
+	for _, s := range kept {
+		w := math.Exp2(float64(s.at-newest) / p.halfLife)
+		num += w * s.num
+		den += w * s.den
+	}
+	rate := math.NaN()
+	if den > 0 {
+		rate = num / den
+	}
+	r.pub.store(rate, len(kept))
+	r.expires.Store(oldest + p.window)
+}
