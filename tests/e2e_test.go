@@ -109,7 +109,7 @@ tenants:
 
 	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath,
-		ID: "e2e", ShutdownTimeout: 5 * time.Second,
+		ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1,
 	}, quietLogger(nil))
 	require.NoError(t, err)
 	t.Cleanup(s.decider.Close)

@@ -276,6 +276,9 @@ const (
 	RouteReason_ROUTE_REASON_FLOOR RouteReason = 6
 	// ROUTE_REASON_NITRO: the :nitro suffix, fastest first.
 	RouteReason_ROUTE_REASON_NITRO RouteReason = 7
+	// ROUTE_REASON_PRICE_GUARD: the fast enough endpoints cost more than the
+	// model's usual price without being half the list price, so the cheapest won.
+	RouteReason_ROUTE_REASON_PRICE_GUARD RouteReason = 8
 )
 
 // Enum value maps for RouteReason.
@@ -289,6 +292,7 @@ var (
 		5: "ROUTE_REASON_USER_SORT",
 		6: "ROUTE_REASON_FLOOR",
 		7: "ROUTE_REASON_NITRO",
+		8: "ROUTE_REASON_PRICE_GUARD",
 	}
 	RouteReason_value = map[string]int32{
 		"ROUTE_REASON_UNSPECIFIED":         0,
@@ -299,6 +303,7 @@ var (
 		"ROUTE_REASON_USER_SORT":           5,
 		"ROUTE_REASON_FLOOR":               6,
 		"ROUTE_REASON_NITRO":               7,
+		"ROUTE_REASON_PRICE_GUARD":         8,
 	}
 )
 
@@ -3751,7 +3756,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x14SIZE_BUCKET_UNDER_8K\x10\x01\x12\x19\n" +
 	"\x15SIZE_BUCKET_8K_TO_32K\x10\x02\x12\x1b\n" +
 	"\x17SIZE_BUCKET_32K_TO_128K\x10\x03\x12\x19\n" +
-	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\xfb\x01\n" +
+	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\x99\x02\n" +
 	"\vRouteReason\x12\x1c\n" +
 	"\x18ROUTE_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dROUTE_REASON_CHEAPEST_NO_DATA\x10\x01\x12$\n" +
@@ -3760,7 +3765,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x17ROUTE_REASON_USER_ORDER\x10\x04\x12\x1a\n" +
 	"\x16ROUTE_REASON_USER_SORT\x10\x05\x12\x16\n" +
 	"\x12ROUTE_REASON_FLOOR\x10\x06\x12\x16\n" +
-	"\x12ROUTE_REASON_NITRO\x10\a*n\n" +
+	"\x12ROUTE_REASON_NITRO\x10\a\x12\x1c\n" +
+	"\x18ROUTE_REASON_PRICE_GUARD\x10\b*n\n" +
 	"\tHedgeMode\x12\x1a\n" +
 	"\x16HEDGE_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fHEDGE_MODE_NONE\x10\x01\x12\x16\n" +

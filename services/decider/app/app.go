@@ -12,8 +12,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -21,9 +23,14 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
 
@@ -54,6 +61,28 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error. (Optional) Defaults to info.
 	LogLevel string
+
+	// ProbeInterval is how often every endpoint is probed at each probe size.
+	// (Optional) 0 disables probes; the flag defaults to 5m.
+	ProbeInterval time.Duration
+	// ProbeSizes are the probe prompt sizes in tokens. (Optional) Defaults to 20k, 60k, 150k.
+	ProbeSizes []int64
+	// Exploration is the share of requests sent to endpoints with too little
+	// data. (Optional) The flag defaults to 0.05; negative disables.
+	Exploration float64
+	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
+	Seed uint64
+	// Cooldown is how long an endpoint that refused calls is benched. (Optional) Defaults to 15m.
+	Cooldown time.Duration
+	// CooldownErrors refusals within CooldownWindow bench an endpoint. (Optional) Defaults to 1.
+	CooldownErrors int
+	// CooldownWindow (Optional) Defaults to 1m.
+	CooldownWindow time.Duration
+	// StatsSnapshotInterval is how often routing statistics are written to
+	// etcd; a crash loses at most this much. (Optional) Defaults to 30s.
+	StatsSnapshotInterval time.Duration
+	// Now is the clock of routing decisions and statistics. (Optional) Defaults to time.Now.
+	Now func() time.Time
 }
 
 // ParseFlags parses args, with SWITCHBOARD_DECIDER_* environment fallbacks,
@@ -73,15 +102,40 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 2*time.Second, "time NOT_SERVING before stopping on SIGTERM")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful stop bound")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", 5*time.Minute, "how often each endpoint is probed at each size (0 disables)")
+	probeSizes := fs.String("probe-sizes", "20480,61440,153600", "comma-separated probe prompt sizes in tokens")
+	fs.Float64Var(&cfg.Exploration, "exploration", 0.05, "share of requests sent to endpoints with too little data (negative disables)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the exploration randomness (0: from the clock)")
+	fs.DurationVar(&cfg.Cooldown, "cooldown", 15*time.Minute, "how long an endpoint that refused calls is not used")
+	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 1, "refusals within --cooldown-window that start a cool-down")
+	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", time.Minute, "window of --cooldown-errors")
+	fs.DurationVar(&cfg.StatsSnapshotInterval, "stats-snapshot-interval", 30*time.Second, "how often routing statistics are saved to etcd")
 	if err := flagenv.Parse(fs, "SWITCHBOARD_DECIDER", args, getenv); err != nil {
 		return cfg, err
 	}
+	var sizeErr error
+	cfg.ProbeSizes, sizeErr = parseSizes(*probeSizes)
 	for _, e := range strings.Split(etcd, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			cfg.Etcd = append(cfg.Etcd, e)
 		}
 	}
-	return cfg, cfg.validate()
+	return cfg, errors.Join(sizeErr, cfg.validate())
+}
+
+func parseSizes(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--probe-sizes: %q is not a positive number of tokens", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func (c *Config) validate() error {
@@ -107,6 +161,12 @@ func (c *Config) validate() error {
 	if c.ID == "" {
 		c.ID = "decider"
 	}
+	if c.ProbeInterval < 0 || c.Cooldown < 0 || c.CooldownWindow < 0 || c.StatsSnapshotInterval < 0 || c.CooldownErrors < 0 {
+		errs = append(errs, errors.New("--probe-interval, --cooldown, --cooldown-window, --stats-snapshot-interval and --cooldown-errors must not be negative"))
+	}
+	if c.Exploration >= 1 {
+		errs = append(errs, fmt.Errorf("--exploration %g must be below 1", c.Exploration))
+	}
 	return errors.Join(errs...)
 }
 
@@ -120,6 +180,9 @@ type Decider struct {
 	embedded *store.Embedded
 	store    *store.Store
 	router   *routing.Router
+	stats    *stats.Store
+	observer atomic.Pointer[observe.Observer]
+	cool     *cooldown.Tracker
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -142,7 +205,17 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	d.hub = report.NewHub(logger.With("component", "report"), nil)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	d.cfg = cfg
+	// Reports that arrive before the catalog is loaded are dropped: there is
+	// nothing to attribute them to yet.
+	d.hub = report.NewHub(logger.With("component", "report"), func(e *pb.EdgeHello, rs []*pb.CallReport) {
+		if ob := d.observer.Load(); ob != nil {
+			ob.Ingest(e, rs)
+		}
+	})
 	svc := server.New(d.hub)
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{})
 	pb.RegisterDeciderServiceServer(d.srv.GRPC, svc)
@@ -175,15 +248,87 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, fmt.Errorf("stored catalog: %w", err)
 	}
-	d.router = routing.New(c)
+	d.stats = stats.New(stats.Config{Now: cfg.Now})
+	if err := d.restoreStats(ctx); err != nil {
+		logger.Warn("routing statistics not restored", "err", err)
+	}
+	aff := affinity.New(affinity.Options{})
+	d.cool = cooldown.New(cooldown.Options{Duration: cfg.Cooldown, Errors: cfg.CooldownErrors, Window: cfg.CooldownWindow})
+	d.router = routing.New(c, routing.Options{
+		Stats: d.stats, Affinity: aff, Cooldown: d.cool,
+		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
+	})
+	d.observer.Store(observe.New(observe.Options{
+		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
+		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
+	}))
 	svc.SetRouter(d.router)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
+	d.wg.Go(func() { d.maintain(bg) })
+	if cfg.ProbeInterval > 0 {
+		p := probe.New(probe.Options{
+			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes, Models: d.router.Models,
+			Send: d.hub.SendOne, Logger: logger.With("component", "probe"),
+		})
+		d.wg.Go(func() { p.Run(bg) })
+	}
 	if err := d.store.Register(bg, cfg.ID, d.lis.Addr().String(), 10); err != nil {
 		return nil, err
 	}
 	d.srv.SetServing(true, pb.DeciderService_ServiceDesc.ServiceName)
 	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
 	return d, nil
+}
+
+// restoreStats loads the routing statistics saved in etcd, so a restart
+// does not send traffic back to "no data" routing.
+func (d *Decider) restoreStats(ctx context.Context) error {
+	shards, err := d.store.GetStats(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.stats.Restore(shards); err != nil {
+		return err
+	}
+	d.logger.Info("routing statistics restored", "models", len(shards))
+	return nil
+}
+
+// maintain refreshes aging statistics every second, expires cool-downs, and
+// saves the statistics to etcd every StatsSnapshotInterval — off the request
+// path, and only the shards that changed.
+func (d *Decider) maintain(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	written := map[string]string{}
+	lastSave := time.Now()
+	save := func(ctx context.Context) {
+		n, err := d.store.PutStats(ctx, d.stats.Snapshot(), written)
+		if err != nil {
+			d.logger.Warn("saving routing statistics", "err", err)
+			return
+		}
+		if n > 0 {
+			d.logger.Debug("routing statistics saved", "shards", n)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			// A last save on the way out, so a clean restart loses nothing.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			save(sctx)
+			cancel()
+			return
+		case <-tick.C:
+		}
+		d.stats.Refresh()
+		d.cool.Expire(d.cfg.Now())
+		if iv := d.cfg.StatsSnapshotInterval; iv > 0 && time.Since(lastSave) >= iv {
+			lastSave = time.Now()
+			save(ctx)
+		}
+	}
 }
 
 // loadCatalog validates the --catalog file and stores it, or reads the stored one.
@@ -228,6 +373,14 @@ func (d *Decider) EtcdEndpoint() string {
 
 // ReportsReceived returns how many call reports edges have sent.
 func (d *Decider) ReportsReceived() int64 { return d.hub.Received() }
+
+// ProbeCost returns how many probes reported back and what they cost, USD.
+func (d *Decider) ProbeCost() (int64, float64) {
+	if ob := d.observer.Load(); ob != nil {
+		return ob.ProbeCost()
+	}
+	return 0, 0
+}
 
 // Edges returns the connected edges.
 func (d *Decider) Edges() []*pb.EdgeHello { return d.hub.Edges() }

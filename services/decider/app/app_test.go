@@ -58,6 +58,7 @@ func startDecider(t *testing.T, cfg Config) (*Decider, pb.DeciderServiceClient) 
 	cfg.EtcdListen = "127.0.0.1:0"
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.ID = "test"
+	cfg.Exploration = -1 // deterministic choices
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d, err := Start(t.Context(), cfg, logger)
 	require.NoError(t, err)
@@ -130,7 +131,12 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 		{RequestId: "r1", EndpointId: "alpha/vendor/model", Outcome: pb.Outcome_OUTCOME_OK},
 		{RequestId: "r2", EndpointId: "beta/vendor/model", Outcome: pb.Outcome_OUTCOME_RATE_LIMITED},
 	}}}}))
+	// The rate-limited call benches beta: every edge is told, then the
+	// batch is acknowledged.
 	m, err := stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, "beta/vendor/model", m.GetCooldown().GetEndpointId())
+	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, int64(2), m.GetAck().GetAccepted())
 	require.Equal(t, int64(2), d.ReportsReceived())

@@ -35,6 +35,8 @@ type Hub struct {
 
 	mu     sync.Mutex
 	edges  map[*conn]struct{}
+	ring   []*conn // the edges in connection order, for SendOne
+	next   int
 	closed bool
 }
 
@@ -126,6 +128,7 @@ func (h *Hub) add(c *conn) bool {
 		return false
 	}
 	h.edges[c] = struct{}{}
+	h.ring = append(h.ring, c)
 	return true
 }
 
@@ -133,6 +136,29 @@ func (h *Hub) remove(c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.edges, c)
+	for i, rc := range h.ring {
+		if rc == c {
+			h.ring = append(h.ring[:i], h.ring[i+1:]...)
+			break
+		}
+	}
+}
+
+// SendOne sends a command to the next edge in turn, so work such as probes
+// is spread across edges. It returns false when no edge took it.
+func (h *Hub) SendOne(m *pb.ReportResponse) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for range h.ring {
+		c := h.ring[h.next%len(h.ring)]
+		h.next++
+		select {
+		case c.out <- m:
+			return true
+		default: // that edge is backed up: try the next
+		}
+	}
+	return false
 }
 
 // Broadcast sends a command to every connected edge, dropping it for an edge

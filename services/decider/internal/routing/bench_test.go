@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
 // BenchmarkDecide measures one Decide on a catalog of 1000 models with 20
-// endpoints each, for a prompt in each size bucket.
+// endpoints each, with speed data in all 4 size buckets, for a prompt in each
+// bucket: the whole answer, response message included.
 func BenchmarkDecide(b *testing.B) {
 	var y strings.Builder
 	y.WriteString("models:\n")
@@ -26,10 +30,26 @@ func BenchmarkDecide(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := New(c)
+	st := stats.New(stats.Config{})
+	now := time.Now()
+	// Every endpoint of the benchmarked model has speed data in every bucket,
+	// so the full smart policy runs (qualification, price guard), not the
+	// no-data shortcut.
+	for e := range 20 {
+		id := fmt.Sprintf("p%02d/vendor/model-500", e)
+		for b := range tokens.NumBuckets {
+			for s := range 12 {
+				st.ObserveTTFT(id, tokens.Bucket(b), time.Duration(300+e*150+s)*time.Millisecond*time.Duration(b+1), now)
+			}
+		}
+		st.ObserveThroughput(id, float64(20+e), now)
+		st.ObserveCache(id, 1000, int64(e*40), now)
+	}
+	r := New(c, Options{Stats: st, Exploration: 0.05, Seed: 1})
 	id := &pb.Identity{TenantId: "acme"}
 	for _, in := range []int64{1000, 20000, 60000, 150000} {
-		req := &pb.DecideRequest{Model: "vendor/model-500", Tokens: &pb.TokenEstimate{InputTokens: in, CachedInputTokens: in / 2, MaxOutputTokens: 500}}
+		req := &pb.DecideRequest{Model: "vendor/model-500", Tokens: &pb.TokenEstimate{InputTokens: in, MaxOutputTokens: 500,
+			Prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: in / 4}, {Hash: 2, Tokens: in / 2}}}}
 		b.Run(fmt.Sprintf("prompt=%d", in), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -1,7 +1,11 @@
 // Package routing answers Decide: it resolves who is asking, filters a model's
 // endpoints by the caller's routing options, prices this exact request on each
-// endpoint and orders them. Everything it reads is an immutable index built
-// from the catalog, swapped atomically, so Decide never takes a lock.
+// endpoint, and orders them by the default smart policy (the cheapest endpoint
+// that is fast enough for this prompt size) or by the user's own choice.
+//
+// Everything it reads is either an immutable index built from the catalog and
+// swapped atomically, or a statistic published atomically by the stats
+// package, so Decide never waits on a writer.
 package routing
 
 import (
@@ -9,14 +13,20 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
-// DefaultOutputTokens is the output priced when a request sets no max_tokens.
+// DefaultOutputTokens is the output priced when a request sets no max_tokens
+// and the model's typical output is not known yet.
 const DefaultOutputTokens = 256
 
 // Kind classifies a routing error for the RPC boundary.
@@ -43,6 +53,37 @@ func errorf(k Kind, format string, args ...any) *Error {
 	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Options tune the policy. The defaults are the rules of the routing policy
+// (R-ROUTE-5..9); each is a setting because DESIGN.md expects them to be tuned.
+type Options struct {
+	// Stats holds the measured speeds. (Required)
+	Stats *stats.Store
+	// Affinity remembers where prompts were served. (Optional) Defaults to a new table.
+	Affinity *affinity.Table
+	// Cooldown benches endpoints that refused calls. (Optional) Defaults to 15 minutes after one refusal.
+	Cooldown *cooldown.Tracker
+	// SpeedFactor: an endpoint qualifies when its typical TTFT is within this
+	// factor of the fastest measured one. (Optional) Defaults to 2.
+	SpeedFactor float64
+	// FastEnough: an endpoint also qualifies when its typical TTFT is under
+	// this. (Optional) Defaults to 1s.
+	FastEnough time.Duration
+	// Exploration is the share of requests sent to an endpoint with too little
+	// data. (Optional) Defaults to 0.05; negative disables.
+	Exploration float64
+	// MinSamples is how many samples in a bucket are enough data. (Optional) Defaults to 10.
+	MinSamples int
+	// PriceGuard: an endpoint priced above the usual price wins for speed
+	// only when it costs at most this share of the list price. (Optional) Defaults to 0.5.
+	PriceGuard float64
+	// MaxFallbacks bounds the fallbacks returned. (Optional) Defaults to 5.
+	MaxFallbacks int
+	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
+	Seed uint64
+	// Now is the clock. (Optional) Defaults to time.Now.
+	Now func() time.Time
+}
+
 type keyInfo struct {
 	tenant, keyID string
 }
@@ -56,12 +97,14 @@ type endpoint struct {
 	denyCollection bool
 	zdr            bool
 	params         map[string]bool
-	proto          *pb.Endpoint // template without per-request fields
+	proto          *pb.Endpoint // template without per-request fields; never mutated
 }
 
 type model struct {
 	id        string
 	endpoints []*endpoint
+	ids       []string // endpoint ids, for the affinity lookup
+	list      *catalog.Rates
 }
 
 type index struct {
@@ -74,12 +117,49 @@ type index struct {
 
 // Router answers Decide and ListModels from the current catalog.
 type Router struct {
-	idx atomic.Pointer[index]
+	o    Options
+	idx  atomic.Pointer[index]
+	seq  atomic.Uint64
+	pool sync.Pool // *scratch
 }
 
 // New returns a router serving c.
-func New(c *catalog.Catalog) *Router {
-	r := &Router{}
+func New(c *catalog.Catalog, o Options) *Router {
+	if o.Stats == nil {
+		o.Stats = stats.New(stats.Config{})
+	}
+	if o.Affinity == nil {
+		o.Affinity = affinity.New(affinity.Options{})
+	}
+	if o.Cooldown == nil {
+		o.Cooldown = cooldown.New(cooldown.Options{})
+	}
+	if o.SpeedFactor <= 0 {
+		o.SpeedFactor = 2
+	}
+	if o.FastEnough <= 0 {
+		o.FastEnough = time.Second
+	}
+	if o.Exploration == 0 {
+		o.Exploration = 0.05
+	}
+	if o.MinSamples <= 0 {
+		o.MinSamples = 10
+	}
+	if o.PriceGuard <= 0 {
+		o.PriceGuard = 0.5
+	}
+	if o.MaxFallbacks <= 0 {
+		o.MaxFallbacks = 5
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Router{o: o}
+	r.pool.New = func() any { return &scratch{} }
 	r.SetCatalog(c)
 	return r
 }
@@ -97,6 +177,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		lm := &pb.Model{Id: m.ID}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
+			mm.list = &lr
 			lm.ListPrice = &pb.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output}
 		}
 		for _, e := range m.Endpoints {
@@ -124,6 +205,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				ContextLength: e.ContextLength,
 			}
 			mm.endpoints = append(mm.endpoints, ep)
+			mm.ids = append(mm.ids, ep.id)
 			idx.providers[e.Provider] = true
 			lm.Providers = append(lm.Providers, e.Provider)
 			lm.ContextLength = max(lm.ContextLength, e.ContextLength)
@@ -139,6 +221,24 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		}
 	}
 	r.idx.Store(idx)
+}
+
+// Endpoint returns the catalog's endpoint by id: its model and rates.
+func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bool) {
+	provider, modelID, found := strings.Cut(id, "/")
+	if !found {
+		return "", catalog.Rates{}, false
+	}
+	m := r.idx.Load().models[modelID]
+	if m == nil {
+		return "", catalog.Rates{}, false
+	}
+	for _, e := range m.endpoints {
+		if e.provider == provider {
+			return modelID, e.rates, true
+		}
+	}
+	return "", catalog.Rates{}, false
 }
 
 // Authenticate resolves an identity: an API key digest must be known; without
@@ -173,12 +273,66 @@ func (r *Router) Authenticate(id *pb.Identity) (*pb.Identity, error) {
 // ListModels lists the catalog's models.
 func (r *Router) ListModels() []*pb.Model { return r.idx.Load().list }
 
-// candidate is one endpoint priced for one request.
+// Models returns the catalog's models and their endpoints, for the prober.
+func (r *Router) Models() []ModelEndpoints {
+	idx := r.idx.Load()
+	out := make([]ModelEndpoints, 0, len(idx.models))
+	for _, m := range idx.models {
+		me := ModelEndpoints{Model: m.id}
+		for _, e := range m.endpoints {
+			me.Endpoints = append(me.Endpoints, e.proto)
+		}
+		out = append(out, me)
+	}
+	slices.SortFunc(out, func(a, b ModelEndpoints) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// ModelEndpoints is a model and its endpoints.
+type ModelEndpoints struct {
+	Model     string
+	Endpoints []*pb.Endpoint
+}
+
+// candidate is one endpoint priced and measured for one request.
 type candidate struct {
-	ep       *endpoint
-	cost     float64
-	cached   int64
-	excluded string
+	ep         *endpoint
+	cost       float64 // this request on this endpoint, USD
+	listCost   float64 // this request at the model's list price, 0 if none
+	cached     int64
+	ttft       time.Duration
+	samples    int
+	tps        float64
+	excluded   string
+	coolUntil  time.Time
+	cooling    bool
+	lastResort bool // cooling, but every usable endpoint is
+	qualified  bool
+	allowed    bool // qualified and within the price guard
+	note       note
+}
+
+// note says how a candidate fared; rendered to text only for explanations.
+type note int
+
+const (
+	noteNone note = iota
+	noteWinner
+	noteExplored
+	noteQualified
+	noteTooSlow
+	noteNoData
+	notePriceGuard
+	noteExcluded
+	noteDeprioritised
+)
+
+// scratch holds one Decide's working memory, reused through a pool so the
+// hot path does not allocate per candidate.
+type scratch struct {
+	cands  []candidate
+	order  []*candidate
+	cached []int64
 }
 
 // Decide picks the endpoint for req. The identity must already be resolved.
@@ -199,78 +353,63 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	if err := validatePrefs(prefs, idx); err != nil {
 		return nil, err
 	}
+	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
-	cached := min(max(tok.GetCachedInputTokens(), 0), in)
 	out := tok.GetMaxOutputTokens()
 	if out <= 0 {
 		out = DefaultOutputTokens
+		if typical, _, ok := r.o.Stats.TypicalOutput(name); ok && typical > 0 {
+			out = typical
+		}
 	}
 	bucket := tokens.BucketOf(in)
 
-	cands := make([]candidate, len(m.endpoints))
+	sc := r.pool.Get().(*scratch)
+	defer r.pool.Put(sc)
+	n := len(m.endpoints)
+	sc.cands = slices.Grow(sc.cands[:0], n)[:n]
+	sc.cached = slices.Grow(sc.cached[:0], n)[:n]
+	sc.order = sc.order[:0]
+	r.o.Affinity.Cached(m.ids, tok.GetPrefixes(), now, sc.cached)
+
 	fitsNone := true
 	for i, ep := range m.endpoints {
-		c := candidate{ep: ep, cached: cached}
-		c.cost = (float64(in-cached)*ep.rates.Input + float64(cached)*ep.rates.CachedInput + float64(out)*ep.rates.Output) / 1e6
+		c := &sc.cands[i]
+		*c = candidate{ep: ep}
+		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i])
+		c.cost = price(ep.rates, in, c.cached, out)
+		if m.list != nil {
+			c.listCost = price(*m.list, in, c.cached, out)
+		}
+		c.ttft, c.samples, _ = r.o.Stats.TTFT(ep.id, bucket)
+		c.tps, _, _ = r.o.Stats.Throughput(ep.id)
 		c.excluded = exclude(ep, prefs, req.GetParameters(), in, tok.GetMaxOutputTokens())
 		if !strings.HasPrefix(c.excluded, "context") {
 			fitsNone = false
 		}
-		cands[i] = c
-	}
-
-	reason := pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA
-	byCost := func(a, b candidate) int {
-		if c := cmpFloat(a.cost, b.cost); c != 0 {
-			return c
+		if c.excluded != "" {
+			c.note = noteExcluded
+			continue
 		}
-		return strings.Compare(a.ep.provider, b.ep.provider)
+		c.coolUntil, c.cooling = r.o.Cooldown.Until(ep.id, now)
+		if !c.cooling {
+			sc.order = append(sc.order, c)
+		}
 	}
-	slices.SortStableFunc(cands, byCost)
-	switch {
-	case suffix == "floor":
-		reason = pb.RouteReason_ROUTE_REASON_FLOOR
-	case suffix == "nitro":
-		// Throughput data arrives with the stats of the smart-routing policy;
-		// until then the fastest is unknown and price decides.
-		reason = pb.RouteReason_ROUTE_REASON_NITRO
-	case prefs.GetSort() != pb.Sort_SORT_UNSPECIFIED:
-		reason = pb.RouteReason_ROUTE_REASON_USER_SORT
-	case len(prefs.GetOrder()) > 0:
-		reason = pb.RouteReason_ROUTE_REASON_USER_ORDER
-		rank := map[string]int{}
-		for i, p := range prefs.GetOrder() {
-			if _, dup := rank[p]; !dup {
-				rank[p] = i
+	if len(sc.order) == 0 {
+		// Every usable endpoint is cooling down: a benched endpoint beats
+		// refusing the client, so they come back as a last resort.
+		for i := range sc.cands {
+			if c := &sc.cands[i]; c.excluded == "" {
+				c.lastResort = true
+				sc.order = append(sc.order, c)
 			}
 		}
-		slices.SortStableFunc(cands, func(a, b candidate) int {
-			ra, oka := rank[a.ep.provider]
-			rb, okb := rank[b.ep.provider]
-			switch {
-			case oka && okb:
-				return ra - rb
-			case oka:
-				return -1
-			case okb:
-				return 1
-			}
-			return 0
-		})
-	case len(prefs.GetOnly()) > 0 || len(prefs.GetIgnore()) > 0:
-		reason = pb.RouteReason_ROUTE_REASON_USER_ORDER
 	}
-
-	var usable []candidate
-	for _, c := range cands {
-		if c.excluded == "" {
-			usable = append(usable, c)
-		}
-	}
-	if len(usable) == 0 {
+	if len(sc.order) == 0 {
 		var why []string
-		for _, c := range cands {
+		for _, c := range sc.cands {
 			why = append(why, c.ep.provider+": "+c.excluded)
 		}
 		kind := KindUnavailable
@@ -279,9 +418,14 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		}
 		return nil, errorf(kind, "no endpoint of %s can take this request (%s)", name, strings.Join(why, "; "))
 	}
+
+	reason, fastest := r.rank(sc.order, suffix, prefs, req.GetDryRun())
+	deprioritise(sc.order, prefs)
+	usable := sc.order
 	if prefs != nil && prefs.AllowFallbacks != nil && !prefs.GetAllowFallbacks() {
 		usable = noFallbacks(usable, prefs.GetOrder())
 	}
+	usable = usable[:min(len(usable), r.o.MaxFallbacks+1)]
 
 	resp := &pb.DecideResponse{
 		RequestId: req.GetRequestId(),
@@ -289,50 +433,256 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		Identity:  id,
 		MaxPrice:  prefs.GetMaxPrice(),
 		Hedge:     &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE},
+		Endpoint:  priced(usable[0]),
 	}
-	resp.Endpoint = priced(usable[0])
-	for _, c := range usable[1:] {
-		resp.Fallbacks = append(resp.Fallbacks, priced(c))
-	}
-	d := &pb.Decision{Reason: reason, Bucket: bucketProto(bucket)}
-	for _, c := range cands {
-		if !req.GetExplain() && c.ep != usable[0].ep {
-			continue
+	if len(usable) > 1 {
+		resp.Fallbacks = make([]*pb.Endpoint, 0, len(usable)-1)
+		for _, c := range usable[1:] {
+			resp.Fallbacks = append(resp.Fallbacks, priced(c))
 		}
-		d.Candidates = append(d.Candidates, &pb.Candidate{
-			EndpointId:            c.ep.id,
-			Provider:              c.ep.provider,
-			CostUsd:               c.cost,
-			EstimatedCachedTokens: c.cached,
-			Qualified:             c.excluded == "",
-			Note:                  c.excluded,
-		})
 	}
-	d.Summary = fmt.Sprintf("bucket=%s reason=%s provider=%s cost_usd=%.6f usable=%d/%d",
-		bucket, reasonName(reason), usable[0].ep.provider, usable[0].cost, len(usable), len(cands))
-	resp.Decision = d
+	if usable[0].note == noteNone || usable[0].note == noteQualified {
+		usable[0].note = noteWinner
+	}
+	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain())
 	return resp, nil
+}
+
+// rank orders the usable candidates in place and says why the first won.
+func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferences, dryRun bool) (pb.RouteReason, time.Duration) {
+	byCost := func(a, b *candidate) int {
+		if c := cmpFloat(a.cost, b.cost); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ep.provider, b.ep.provider)
+	}
+	slices.SortStableFunc(cs, byCost)
+	fastest := time.Duration(0)
+	for _, c := range cs {
+		if c.samples > 0 && (fastest == 0 || c.ttft < fastest) {
+			fastest = c.ttft
+		}
+	}
+	// User choices replace the smart policy (R-ROUTE-10).
+	switch {
+	case suffix == "floor" || prefs.GetSort() == pb.Sort_SORT_PRICE:
+		if suffix == "floor" {
+			return pb.RouteReason_ROUTE_REASON_FLOOR, fastest
+		}
+		return pb.RouteReason_ROUTE_REASON_USER_SORT, fastest
+	case suffix == "nitro" || prefs.GetSort() == pb.Sort_SORT_THROUGHPUT:
+		slices.SortStableFunc(cs, func(a, b *candidate) int { return cmpFloat(b.tps, a.tps) }) // unknown (0) last
+		if suffix == "nitro" {
+			return pb.RouteReason_ROUTE_REASON_NITRO, fastest
+		}
+		return pb.RouteReason_ROUTE_REASON_USER_SORT, fastest
+	case prefs.GetSort() == pb.Sort_SORT_LATENCY:
+		slices.SortStableFunc(cs, func(a, b *candidate) int {
+			switch {
+			case a.samples > 0 && b.samples > 0:
+				return cmpDur(a.ttft, b.ttft)
+			case a.samples > 0:
+				return -1
+			case b.samples > 0:
+				return 1
+			}
+			return 0
+		})
+		return pb.RouteReason_ROUTE_REASON_USER_SORT, fastest
+	case len(prefs.GetOrder()) > 0:
+		order := prefs.GetOrder()
+		slices.SortStableFunc(cs, func(a, b *candidate) int {
+			ra, rb := slices.Index(order, a.ep.provider), slices.Index(order, b.ep.provider)
+			switch {
+			case ra >= 0 && rb >= 0:
+				return ra - rb
+			case ra >= 0:
+				return -1
+			case rb >= 0:
+				return 1
+			}
+			return 0
+		})
+		return pb.RouteReason_ROUTE_REASON_USER_ORDER, fastest
+	case len(prefs.GetOnly()) > 0 || len(prefs.GetIgnore()) > 0:
+		return pb.RouteReason_ROUTE_REASON_USER_ORDER, fastest
+	}
+
+	// The smart policy. No speed data at all: the cheapest (R-ROUTE-8).
+	if fastest == 0 {
+		for _, c := range cs {
+			c.note = noteNoData
+		}
+		if e := r.explore(cs, dryRun); e != nil {
+			return pb.RouteReason_ROUTE_REASON_EXPLORATION, fastest
+		}
+		return pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
+	}
+	// Fast enough: within SpeedFactor of the fastest, or under FastEnough (R-ROUTE-5).
+	limit := max(time.Duration(float64(fastest)*r.o.SpeedFactor), r.o.FastEnough)
+	usual := usualCost(cs)
+	anyAllowed := false
+	for _, c := range cs {
+		switch {
+		case c.samples == 0:
+			c.note = noteNoData
+		case c.ttft > limit && c.ttft >= r.o.FastEnough:
+			c.note = noteTooSlow
+		default:
+			c.qualified = true
+			// Above the usual price, an endpoint wins for speed only when it
+			// is still at least (1-PriceGuard) below the list price (R-ROUTE-9).
+			c.allowed = c.cost <= usual || c.listCost == 0 || c.cost <= r.o.PriceGuard*c.listCost
+			if c.allowed {
+				c.note = noteQualified
+				anyAllowed = true
+			} else {
+				c.note = notePriceGuard
+			}
+		}
+	}
+	if e := r.explore(cs, dryRun); e != nil {
+		return pb.RouteReason_ROUTE_REASON_EXPLORATION, fastest
+	}
+	if !anyAllowed {
+		// Every fast endpoint is too expensive: the cheapest serves (cs is
+		// already in price order).
+		for _, c := range cs {
+			if c.qualified {
+				return pb.RouteReason_ROUTE_REASON_PRICE_GUARD, fastest
+			}
+		}
+		return pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
+	}
+	// The cheapest allowed endpoint first, then the other allowed ones by
+	// price, then the rest by price: retries go to fast ones first.
+	slices.SortStableFunc(cs, func(a, b *candidate) int {
+		switch {
+		case a.allowed == b.allowed:
+			return 0
+		case a.allowed:
+			return -1
+		}
+		return 1
+	})
+	return pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, fastest
+}
+
+// explore sends a share of requests to an endpoint with too little data in
+// this bucket, so one that became faster is noticed (R-ROUTE-6). It moves the
+// chosen one to the front and returns it, or returns nil.
+func (r *Router) explore(cs []*candidate, dryRun bool) *candidate {
+	if dryRun || r.o.Exploration <= 0 || len(cs) < 2 {
+		return nil
+	}
+	x := splitmix64(r.o.Seed + r.seq.Add(1))
+	if float64(x>>11)/(1<<53) >= r.o.Exploration {
+		return nil
+	}
+	thin := 0
+	for _, c := range cs {
+		if c.samples < r.o.MinSamples && !c.cooling {
+			thin++
+		}
+	}
+	if thin == 0 {
+		return nil
+	}
+	pick := int((x >> 3) % uint64(thin))
+	for i, c := range cs {
+		if c.samples < r.o.MinSamples && !c.cooling {
+			if pick == 0 {
+				copy(cs[1:i+1], cs[:i])
+				cs[0] = c
+				c.note = noteExplored
+				return c
+			}
+			pick--
+		}
+	}
+	return nil
+}
+
+// cachedEstimate is how many of the prompt's tokens endpoint ep is expected
+// to read from its cache: the caller's own estimate if it gave one, else the
+// longest prefix of this conversation ep served recently (affinity), else
+// ep's observed cache-hit rate applied to the prompt.
+func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64) int64 {
+	switch {
+	case fromCaller > 0:
+		return min(fromCaller, in)
+	case fromAffinity > 0:
+		return min(fromAffinity, in)
+	}
+	if rate, _, ok := r.o.Stats.CacheHitRate(ep.id); ok {
+		return min(int64(rate*float64(in)), in)
+	}
+	return 0
+}
+
+// usualCost is the model's usual price for this request: the median of the
+// usable endpoints' costs for this exact token mix. "Usual" is what most
+// providers charge, so one cheap outlier does not make everyone "expensive".
+func usualCost(cs []*candidate) float64 {
+	// cs is sorted by cost.
+	n := len(cs)
+	if n%2 == 1 {
+		return cs[n/2].cost
+	}
+	return (cs[n/2-1].cost + cs[n/2].cost) / 2
+}
+
+// deprioritise moves endpoints that miss preferred_min_throughput or
+// preferred_max_latency behind those that meet them, keeping order otherwise.
+// An endpoint without data is given the benefit of the doubt.
+func deprioritise(cs []*candidate, p *pb.ProviderPreferences) {
+	if p == nil || (p.PreferredMinThroughput == nil && p.PreferredMaxLatency == nil) {
+		return
+	}
+	minTPS, maxLat := p.GetPreferredMinThroughput(), p.GetPreferredMaxLatency().AsDuration()
+	misses := func(c *candidate) bool {
+		return (p.PreferredMinThroughput != nil && c.tps > 0 && c.tps < minTPS) ||
+			(p.GetPreferredMaxLatency() != nil && c.samples > 0 && c.ttft > maxLat)
+	}
+	slices.SortStableFunc(cs, func(a, b *candidate) int {
+		ma, mb := misses(a), misses(b)
+		switch {
+		case ma == mb:
+			return 0
+		case mb:
+			return -1
+		}
+		return 1
+	})
+	for _, c := range cs {
+		if misses(c) {
+			c.note = noteDeprioritised
+		}
+	}
 }
 
 // noFallbacks keeps the first endpoint, or with provider.order the ordered
 // providers only: allow_fallbacks=false means no endpoint the user did not name.
-func noFallbacks(usable []candidate, order []string) []candidate {
+func noFallbacks(usable []*candidate, order []string) []*candidate {
 	if len(order) == 0 {
 		return usable[:1]
 	}
-	var out []candidate
+	n := 0
 	for _, c := range usable {
 		if slices.Contains(order, c.ep.provider) {
-			out = append(out, c)
+			n++
+		} else {
+			break
 		}
 	}
-	if len(out) == 0 {
-		return usable[:1]
-	}
-	return out
+	return usable[:max(n, 1)]
 }
 
-func priced(c candidate) *pb.Endpoint {
+func price(r catalog.Rates, in, cached, out int64) float64 {
+	return (float64(in-cached)*r.Input + float64(cached)*r.CachedInput + float64(out)*r.Output) / 1e6
+}
+
+func priced(c *candidate) *pb.Endpoint {
 	e := c.ep.proto
 	return &pb.Endpoint{
 		Id:               e.Id,
@@ -362,7 +712,7 @@ func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOu
 			return fmt.Sprintf("output price %g above max_price.completion %g", ep.rates.Output, mp.GetCompletion())
 		}
 	}
-	if p.GetDataCollection() == pb.DataCollection_DATA_COLLECTION_DENY && !(ep.denyCollection || ep.zdr) {
+	if p.GetDataCollection() == pb.DataCollection_DATA_COLLECTION_DENY && !ep.denyCollection && !ep.zdr {
 		return "collects data (data_collection=deny)"
 	}
 	if p.GetZdr() && !ep.zdr {
@@ -385,22 +735,36 @@ func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOu
 }
 
 func validatePrefs(p *pb.ProviderPreferences, idx *index) error {
-	for field, names := range map[string][]string{"only": p.GetOnly(), "ignore": p.GetIgnore(), "order": p.GetOrder()} {
-		for _, n := range names {
+	if p == nil {
+		return nil
+	}
+	lists := [...]struct {
+		field string
+		names []string
+	}{{"only", p.GetOnly()}, {"ignore", p.GetIgnore()}, {"order", p.GetOrder()}}
+	for _, l := range lists {
+		for _, n := range l.names {
 			if !idx.providers[n] {
-				return errorf(KindInvalid, "provider.%s: unknown provider %q", field, n)
+				return errorf(KindInvalid, "provider.%s: unknown provider %q", l.field, n)
 			}
 		}
 	}
 	if mp := p.GetMaxPrice(); mp != nil {
-		for field, v := range map[string]*float64{"prompt": mp.Prompt, "completion": mp.Completion} {
+		for _, v := range [...]*float64{mp.Prompt, mp.Completion} {
 			if v != nil && (*v < 0 || math.IsNaN(*v) || math.IsInf(*v, 0)) {
+				field := "prompt"
+				if v == mp.Completion {
+					field = "completion"
+				}
 				return errorf(KindInvalid, "provider.max_price.%s must be a non-negative number", field)
 			}
 		}
 	}
 	if _, ok := pb.Sort_name[int32(p.GetSort())]; !ok {
 		return errorf(KindInvalid, "provider.sort: unknown value %d", p.GetSort())
+	}
+	if v := p.PreferredMinThroughput; v != nil && (*v < 0 || math.IsNaN(*v)) {
+		return errorf(KindInvalid, "provider.preferred_min_throughput must be a non-negative number")
 	}
 	return nil
 }
@@ -415,10 +779,22 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-func bucketProto(b tokens.Bucket) pb.SizeBucket {
-	return pb.SizeBucket(int(b) + 1)
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
-func reasonName(r pb.RouteReason) string {
-	return strings.ToLower(strings.TrimPrefix(r.String(), "ROUTE_REASON_"))
+// splitmix64 turns a counter into a well-mixed pseudo-random number: with a
+// fixed seed, a sequence of Decide calls explores the same way every run,
+// without a lock around a shared generator.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

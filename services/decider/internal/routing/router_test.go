@@ -46,7 +46,7 @@ func newTestRouter(t *testing.T) *Router {
 	t.Helper()
 	c, err := catalog.Parse([]byte(strings.Replace(testCatalog, "@KEYHASH@", keyA, 1)))
 	require.NoError(t, err)
-	return New(c)
+	return New(c, Options{Exploration: -1})
 }
 
 func TestAuthenticate(t *testing.T) {

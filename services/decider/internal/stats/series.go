@@ -178,14 +178,28 @@ func weightedMedian(s []sample, p *params, outliers bool) float64 {
 		}
 		return w
 	}
+	// Exp2 dominates the cost of a recomputation: compute each weight once,
+	// into a stack buffer that holds a default-sized series, and twice only
+	// for series configured larger.
+	var buf [2 * DefaultMaxSamples]float64
+	ws := buf[:0]
+	keep := len(s) <= len(buf)
 	var total float64
 	for _, x := range s {
-		total += weight(x)
+		w := weight(x)
+		total += w
+		if keep {
+			ws = append(ws, w)
+		}
 	}
 	half := total / 2
 	var cum float64
 	for i, x := range s {
-		cum += weight(x)
+		if keep {
+			cum += ws[i]
+		} else {
+			cum += weight(x)
+		}
 		if cum < half {
 			continue
 		}

@@ -215,3 +215,37 @@ func (s *Store) Members(ctx context.Context) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// StatsPrefix holds the routing statistics, one key per model.
+const StatsPrefix = "/switchboard/v1/stats/"
+
+// PutStats writes the shards whose content changed since the last call and
+// returns how many it wrote. written remembers what was last stored, by key;
+// the caller keeps it between calls.
+func (s *Store) PutStats(ctx context.Context, shards map[string][]byte, written map[string]string) (int, error) {
+	n := 0
+	for model, blob := range shards {
+		if written[model] == string(blob) {
+			continue
+		}
+		if _, err := s.cli.Put(ctx, StatsPrefix+model, string(blob)); err != nil {
+			return n, fmt.Errorf("put stats %s: %w", model, err)
+		}
+		written[model] = string(blob)
+		n++
+	}
+	return n, nil
+}
+
+// GetStats returns every stored shard, by model.
+func (s *Store) GetStats(ctx context.Context) (map[string][]byte, error) {
+	get, err := s.cli.Get(ctx, StatsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("get stats: %w", err)
+	}
+	out := make(map[string][]byte, len(get.Kvs))
+	for _, kv := range get.Kvs {
+		out[string(kv.Key[len(StatsPrefix):])] = kv.Value
+	}
+	return out, nil
+}

@@ -1,0 +1,112 @@
+package affinity
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func TestCached(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	eps := []string{"a/m", "b/m", "c/m"}
+	tests := []struct {
+		name     string
+		record   func(tb *Table)
+		prefixes []*pb.PromptPrefix
+		now      time.Time
+		want     []int64
+	}{
+		{
+			name:     "nothing recorded",
+			record:   func(*Table) {},
+			prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: 100}},
+			now:      t0,
+			want:     []int64{0, 0, 0},
+		},
+		{
+			name: "previous turn served on b",
+			record: func(tb *Table) {
+				tb.Record("b/m", 2, 5000, t0)
+			},
+			prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}, {Hash: 3, Tokens: 5200}},
+			now:      t0.Add(time.Minute),
+			want:     []int64{0, 5000, 0},
+		},
+		{
+			name: "longest prefix wins per endpoint",
+			record: func(tb *Table) {
+				tb.Record("a/m", 1, 1000, t0)
+				tb.Record("a/m", 2, 5000, t0)
+				tb.Record("c/m", 1, 1000, t0)
+			},
+			prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}},
+			now:      t0,
+			want:     []int64{5000, 0, 1000},
+		},
+		{
+			name: "expired after the TTL",
+			record: func(tb *Table) {
+				tb.Record("b/m", 2, 5000, t0)
+			},
+			prefixes: []*pb.PromptPrefix{{Hash: 2, Tokens: 5000}},
+			now:      t0.Add(6 * time.Minute),
+			want:     []int64{0, 0, 0},
+		},
+		{
+			name: "several endpoints hold the same prompt",
+			record: func(tb *Table) {
+				tb.Record("a/m", 2, 5000, t0)
+				tb.Record("b/m", 2, 5000, t0.Add(time.Second))
+				tb.Record("a/m", 2, 5000, t0.Add(2*time.Second))
+			},
+			prefixes: []*pb.PromptPrefix{{Hash: 2, Tokens: 5000}},
+			now:      t0.Add(time.Minute),
+			want:     []int64{5000, 5000, 0},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := New(Options{})
+			tt.record(tb)
+			got := make([]int64, len(eps))
+			tb.Cached(eps, tt.prefixes, tt.now, got)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestBoundedMemory(t *testing.T) {
+	tb := New(Options{Capacity: 100})
+	t0 := time.Unix(1000, 0)
+	for h := uint64(1); h <= 1000; h++ {
+		tb.Record("a/m", h, 10, t0)
+	}
+	require.LessOrEqual(t, tb.Len(), 100)
+	got := make([]int64, 1)
+	tb.Cached([]string{"a/m"}, []*pb.PromptPrefix{{Hash: 1000, Tokens: 10}}, t0, got)
+	require.Equal(t, int64(10), got[0], "the newest prompt is remembered")
+	tb.Cached([]string{"a/m"}, []*pb.PromptPrefix{{Hash: 1, Tokens: 10}}, t0, got)
+	require.Zero(t, got[0], "the oldest is forgotten")
+}
+
+func BenchmarkCached(b *testing.B) {
+	tb := New(Options{})
+	t0 := time.Unix(1000, 0)
+	eps := make([]string, 20)
+	for i := range eps {
+		eps[i] = string(rune('a'+i)) + "/m"
+	}
+	prefixes := make([]*pb.PromptPrefix, 32)
+	for i := range prefixes {
+		prefixes[i] = &pb.PromptPrefix{Hash: uint64(i + 1), Tokens: int64(i * 1000)}
+	}
+	tb.Record(eps[3], 20, 20000, t0)
+	got := make([]int64, len(eps))
+	b.ReportAllocs()
+	for b.Loop() {
+		tb.Cached(eps, prefixes, t0, got)
+	}
+}

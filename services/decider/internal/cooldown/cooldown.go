@@ -1,0 +1,110 @@
+// Package cooldown benches an endpoint that refused calls (R-ROUTE-7): it is
+// not chosen again until its cool-down ends.
+//
+// The default is the rule of the routing policy: one refusal (429, 5xx,
+// connection error) benches the endpoint for 15 minutes. DESIGN.md notes that
+// with bursty errors this can bench most endpoints most of the time, so the
+// number of refusals within a window that trips the breaker is a setting too
+// (e.g. 3 within 1 minute with a 2-minute pause) and the decider counts how
+// often each rule benches an endpoint, to compare them.
+package cooldown
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options tune a Tracker.
+type Options struct {
+	// Duration is how long an endpoint stays benched. (Optional) Defaults to 15m.
+	Duration time.Duration
+	// Errors is how many refusals within Window bench it. (Optional) Defaults to 1.
+	Errors int
+	// Window is the span in which Errors refusals must fall. (Optional) Defaults to 1m.
+	Window time.Duration
+}
+
+// Tracker records refusals and cool-downs. It is safe for concurrent use.
+type Tracker struct {
+	opts    Options
+	benched atomic.Int64 // cool-downs started, for the metric and tests
+	active  atomic.Int32 // endpoints cooling now, so Decide skips the lock when none are
+
+	mu    sync.RWMutex
+	until map[string]time.Time
+	errs  map[string][]time.Time
+}
+
+// New returns a tracker.
+func New(o Options) *Tracker {
+	if o.Duration <= 0 {
+		o.Duration = 15 * time.Minute
+	}
+	if o.Errors <= 0 {
+		o.Errors = 1
+	}
+	if o.Window <= 0 {
+		o.Window = time.Minute
+	}
+	return &Tracker{opts: o, until: map[string]time.Time{}, errs: map[string][]time.Time{}}
+}
+
+// Refused records a refusal by endpointID at at. It returns the end of the
+// cool-down and true when this refusal started one.
+func (t *Tracker) Refused(endpointID string, at time.Time) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if u, ok := t.until[endpointID]; ok && at.Before(u) {
+		return u, false
+	}
+	recent := t.errs[endpointID][:0]
+	for _, e := range t.errs[endpointID] {
+		if at.Sub(e) < t.opts.Window {
+			recent = append(recent, e)
+		}
+	}
+	recent = append(recent, at)
+	if len(recent) < t.opts.Errors {
+		t.errs[endpointID] = recent
+		return time.Time{}, false
+	}
+	delete(t.errs, endpointID)
+	u := at.Add(t.opts.Duration)
+	if _, was := t.until[endpointID]; !was {
+		t.active.Add(1)
+	}
+	t.until[endpointID] = u
+	t.benched.Add(1)
+	return u, true
+}
+
+// Until returns when endpointID's cool-down ends and whether it is cooling at now.
+func (t *Tracker) Until(endpointID string, now time.Time) (time.Time, bool) {
+	if t.active.Load() == 0 {
+		return time.Time{}, false
+	}
+	t.mu.RLock()
+	u, ok := t.until[endpointID]
+	t.mu.RUnlock()
+	if !ok || !now.Before(u) {
+		return time.Time{}, false
+	}
+	return u, true
+}
+
+// Expire forgets cool-downs that ended before now; the decider calls it
+// periodically so the lock-free fast path of Until comes back.
+func (t *Tracker) Expire(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for ep, u := range t.until {
+		if !now.Before(u) {
+			delete(t.until, ep)
+			t.active.Add(-1)
+		}
+	}
+}
+
+// Benched returns how many cool-downs have started.
+func (t *Tracker) Benched() int64 { return t.benched.Load() }

@@ -1,0 +1,142 @@
+// Package observe turns the edges' call reports into what routing learns
+// from: TTFT per size bucket, throughput, cache-hit rate, typical output,
+// which endpoint holds which prompt in cache, and refusals that bench an
+// endpoint. It also accounts what synthetic probes cost.
+package observe
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+)
+
+// Catalog resolves an endpoint id to its model and price.
+type Catalog interface {
+	Endpoint(id string) (modelID string, rates catalog.Rates, ok bool)
+}
+
+// Options wire an Observer.
+type Options struct {
+	Catalog  Catalog           // (Required)
+	Stats    *stats.Store      // (Required)
+	Affinity *affinity.Table   // (Required)
+	Cooldown *cooldown.Tracker // (Required)
+	// Broadcast tells every edge about a new cool-down. (Optional)
+	Broadcast func(*pb.ReportResponse)
+	// Logger logs cool-downs. (Required)
+	Logger *slog.Logger
+	// Now is the clock. (Optional) Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Observer ingests call reports. It is safe for concurrent use.
+type Observer struct {
+	o Options
+
+	mu        sync.Mutex
+	probeCost map[string]float64 // by endpoint, USD
+	probes    int64
+	unknown   int64
+}
+
+// New returns an observer.
+func New(o Options) *Observer {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Observer{o: o, probeCost: map[string]float64{}}
+}
+
+// Ingest takes one batch from one edge. It implements report.Sink.
+func (ob *Observer) Ingest(_ *pb.EdgeHello, reports []*pb.CallReport) {
+	for _, r := range reports {
+		ob.one(r)
+	}
+}
+
+func (ob *Observer) one(r *pb.CallReport) {
+	modelID, rates, ok := ob.o.Catalog.Endpoint(r.GetEndpointId())
+	if !ok {
+		// Only the catalog's endpoints get series, so a confused or hostile
+		// edge cannot grow the decider's memory.
+		ob.mu.Lock()
+		ob.unknown++
+		ob.mu.Unlock()
+		return
+	}
+	at := ob.o.Now()
+	if st := r.GetStartTime(); st != nil && st.IsValid() {
+		at = st.AsTime()
+	}
+	ep := r.GetEndpointId()
+	u := r.GetUsage()
+	switch r.GetOutcome() {
+	case pb.Outcome_OUTCOME_OK:
+		if r.GetTtft() != nil {
+			ttft := r.GetTtft().AsDuration()
+			ob.o.Stats.ObserveTTFT(ep, tokens.BucketOf(r.GetPromptTokens()), ttft, at)
+			if d := r.GetDuration().AsDuration(); u.GetOutputTokens() > 1 && d > ttft {
+				// Tokens after the first over the time after the first: the
+				// generation speed, not polluted by the prompt's read time.
+				ob.o.Stats.ObserveThroughput(ep, float64(u.GetOutputTokens()-1)/(d-ttft).Seconds(), at)
+			}
+		}
+		if r.GetProbeId() == "" && u.GetReported() {
+			// Probes are built to miss the cache; they would skew the rate.
+			ob.o.Stats.ObserveCache(ep, u.GetInputTokens(), u.GetCachedInputTokens(), at)
+			ob.o.Stats.ObserveOutput(modelID, u.GetOutputTokens(), at)
+		}
+		if h := r.GetPromptHash(); h != 0 && r.GetProbeId() == "" {
+			n := u.GetInputTokens()
+			if n == 0 {
+				n = r.GetPromptTokens()
+			}
+			ob.o.Affinity.Record(ep, h, n, ob.o.Now())
+		}
+	case pb.Outcome_OUTCOME_RATE_LIMITED, pb.Outcome_OUTCOME_UPSTREAM_ERROR, pb.Outcome_OUTCOME_CONNECT_ERROR:
+		// A refusal benches the endpoint (R-ROUTE-7).
+		if until, started := ob.o.Cooldown.Refused(ep, ob.o.Now()); started {
+			ob.o.Logger.Warn("endpoint cooling down", "endpoint", ep, "until", until, "outcome", r.GetOutcome().String(), "http_status", r.GetHttpStatus())
+			if ob.o.Broadcast != nil {
+				ob.o.Broadcast(&pb.ReportResponse{Command: &pb.ReportResponse_Cooldown{Cooldown: &pb.CooldownCommand{
+					EndpointId: ep, Until: timestamppb.New(until), Reason: r.GetOutcome().String(),
+				}}})
+			}
+		}
+	}
+	if r.GetProbeId() != "" && u != nil {
+		cost := (float64(u.GetInputTokens()-u.GetCachedInputTokens())*rates.Input +
+			float64(u.GetCachedInputTokens())*rates.CachedInput + float64(u.GetOutputTokens())*rates.Output) / 1e6
+		ob.mu.Lock()
+		ob.probeCost[ep] += cost
+		ob.probes++
+		ob.mu.Unlock()
+	}
+}
+
+// ProbeCost returns the probes seen and what they cost in USD, in total.
+// Probes are never billed to a tenant; this is what the operator pays.
+func (ob *Observer) ProbeCost() (probes int64, usd float64) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	for _, c := range ob.probeCost {
+		usd += c
+	}
+	return ob.probes, usd
+}
+
+// Unknown returns how many reports named an endpoint not in the catalog.
+func (ob *Observer) Unknown() int64 {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return ob.unknown
+}

@@ -1,0 +1,121 @@
+// Package probe schedules synthetic speed probes (R-ROUTE-3): every interval,
+// each endpoint gets one probe per configured prompt size (about 20k, 60k and
+// 150k tokens by default), so a slowdown at one size is caught even while
+// short calls stay fast. The decider only plans them; edges run them, one
+// probe per edge in turn, spread evenly over the interval so they neither
+// burst nor land on one edge. Probes are never billed to a tenant; the
+// observe package accounts their cost.
+package probe
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"time"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+)
+
+// DefaultSizes are the probe prompt sizes, in tokens: inside the 8k-32k,
+// 32k-128k and >128k buckets.
+var DefaultSizes = []int64{20 * 1024, 60 * 1024, 150 * 1024}
+
+// Options configure a Prober.
+type Options struct {
+	// Interval is how often each endpoint is probed at each size. (Required, > 0)
+	Interval time.Duration
+	// Sizes are the prompt sizes in tokens. (Optional) Defaults to DefaultSizes.
+	Sizes []int64
+	// MaxOutputTokens is the output each probe asks for. (Optional) Defaults to 8.
+	MaxOutputTokens int64
+	// Models lists what to probe. (Required)
+	Models func() []routing.ModelEndpoints
+	// Send hands a probe to the next edge in turn; false when no edge is connected. (Required)
+	Send func(*pb.ReportResponse) bool
+	// Logger (Required)
+	Logger *slog.Logger
+}
+
+// Prober plans probes.
+type Prober struct {
+	o       Options
+	sent    int64
+	skipped int64
+}
+
+// New returns a prober.
+func New(o Options) *Prober {
+	if len(o.Sizes) == 0 {
+		o.Sizes = DefaultSizes
+	}
+	if o.MaxOutputTokens <= 0 {
+		o.MaxOutputTokens = 8
+	}
+	return &Prober{o: o}
+}
+
+// Plan returns one round of probes.
+func (p *Prober) Plan() []*pb.ProbeCommand {
+	var out []*pb.ProbeCommand
+	for _, m := range p.o.Models() {
+		for _, ep := range m.Endpoints {
+			for _, size := range p.o.Sizes {
+				if cl := ep.GetContextLength(); cl > 0 && size+p.o.MaxOutputTokens > cl {
+					continue // the endpoint cannot take a prompt this large
+				}
+				out = append(out, &pb.ProbeCommand{
+					ProbeId:         newID(),
+					Model:           m.Model,
+					Endpoint:        ep,
+					PromptTokens:    size,
+					MaxOutputTokens: p.o.MaxOutputTokens,
+				})
+			}
+		}
+	}
+	return out
+}
+
+// Run sends rounds of probes until ctx ends.
+func (p *Prober) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		plan := p.Plan()
+		if len(plan) == 0 {
+			if !sleep(ctx, p.o.Interval) {
+				return
+			}
+			continue
+		}
+		gap := p.o.Interval / time.Duration(len(plan))
+		for _, cmd := range plan {
+			if !sleep(ctx, gap) {
+				return
+			}
+			if p.o.Send(&pb.ReportResponse{Command: &pb.ReportResponse_Probe{Probe: cmd}}) {
+				p.sent++
+			} else {
+				p.skipped++
+			}
+		}
+		p.o.Logger.Debug("probe round done", "probes", len(plan), "sent_total", p.sent, "skipped_total", p.skipped)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

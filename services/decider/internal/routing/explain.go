@@ -1,0 +1,112 @@
+package routing
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// explain builds the Decision: the compact summary always, every candidate's
+// figures only when asked (they cost allocations the hot path should not pay).
+func (r *Router) explain(sc *scratch, win *candidate, reason pb.RouteReason, bucket tokens.Bucket, fastest time.Duration, all bool) *pb.Decision {
+	d := &pb.Decision{Reason: reason, Bucket: pb.SizeBucket(int(bucket) + 1)}
+	if fastest > 0 {
+		d.FastestTtft = durationpb.New(fastest)
+	}
+	qualified := 0
+	for i := range sc.cands {
+		if sc.cands[i].qualified {
+			qualified++
+		}
+	}
+	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands))
+	if !all {
+		d.Candidates = []*pb.Candidate{r.candidateProto(win, fastest)}
+		return d
+	}
+	d.Candidates = make([]*pb.Candidate, 0, len(sc.cands))
+	for i := range sc.cands {
+		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest))
+	}
+	return d
+}
+
+func (r *Router) candidateProto(c *candidate, fastest time.Duration) *pb.Candidate {
+	pc := &pb.Candidate{
+		EndpointId:            c.ep.id,
+		Provider:              c.ep.provider,
+		Samples:               int64(c.samples),
+		CostUsd:               c.cost,
+		EstimatedCachedTokens: c.cached,
+		Qualified:             c.qualified,
+		Throughput:            c.tps,
+		Note:                  r.noteText(c, fastest),
+	}
+	if c.samples > 0 {
+		pc.TypicalTtft = durationpb.New(c.ttft)
+	}
+	return pc
+}
+
+func (r *Router) noteText(c *candidate, fastest time.Duration) string {
+	if c.cooling && c.note != noteExcluded {
+		s := "cooling down until " + c.coolUntil.UTC().Format(time.RFC3339)
+		if c.lastResort {
+			s += "; used only because every usable endpoint is cooling down"
+		}
+		return s
+	}
+	switch c.note {
+	case noteWinner:
+		return "chosen"
+	case noteExplored:
+		return fmt.Sprintf("chosen to explore: %d samples in this bucket, fewer than %d", c.samples, r.o.MinSamples)
+	case noteQualified:
+		return "fast enough"
+	case noteTooSlow:
+		return fmt.Sprintf("too slow: %s is over %gx the fastest %s and over %s", c.ttft.Round(time.Millisecond), r.o.SpeedFactor, fastest.Round(time.Millisecond), r.o.FastEnough)
+	case noteNoData:
+		return "no speed data for this size yet"
+	case notePriceGuard:
+		return fmt.Sprintf("fast enough but above the usual price and not %g%% under the list price", (1-r.o.PriceGuard)*100)
+	case noteExcluded:
+		return c.excluded
+	case noteDeprioritised:
+		return "misses preferred_min_throughput or preferred_max_latency"
+	}
+	return ""
+}
+
+// summary is the one-line explanation sent in the x-switchboard-route header.
+func summary(win *candidate, reason pb.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int) string {
+	b := make([]byte, 0, 160)
+	b = append(b, "bucket="...)
+	b = append(b, bucket.String()...)
+	b = append(b, " reason="...)
+	b = append(b, strings.ToLower(strings.TrimPrefix(reason.String(), "ROUTE_REASON_"))...)
+	b = append(b, " provider="...)
+	b = append(b, win.ep.provider...)
+	b = append(b, " cost_usd="...)
+	b = strconv.AppendFloat(b, win.cost, 'f', 6, 64)
+	if win.samples > 0 {
+		b = append(b, " ttft_ms="...)
+		b = strconv.AppendInt(b, win.ttft.Milliseconds(), 10)
+		b = append(b, " samples="...)
+		b = strconv.AppendInt(b, int64(win.samples), 10)
+	}
+	if fastest > 0 {
+		b = append(b, " fastest_ms="...)
+		b = strconv.AppendInt(b, fastest.Milliseconds(), 10)
+	}
+	b = append(b, " qualified="...)
+	b = strconv.AppendInt(b, int64(qualified), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(total), 10)
+	return string(b)
+}

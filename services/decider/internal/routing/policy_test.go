@@ -1,0 +1,382 @@
+package routing
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+)
+
+// The policy catalog: cheap is the cheapest, fast costs more, reseller has
+// cheap uncached input but an expensive cached-input price.
+const policyCatalog = `
+models:
+  - id: m
+    list_price: {input: 1.00, cached_input: 0.25, output: 4.00}
+    endpoints:
+      - {provider: cheap,    base_url: http://127.0.0.1:1/v1, price: {input: 0.20, cached_input: 0.05,   output: 0.80}}
+      - {provider: fast,     base_url: http://127.0.0.1:2/v1, price: {input: 0.30, cached_input: 0.0013, output: 1.10}}
+      - {provider: reseller, base_url: http://127.0.0.1:3/v1, price: {input: 0.25, cached_input: 0.07,   output: 1.00}}
+tenants:
+  - {id: acme, api_keys_sha256: ["0000000000000000000000000000000000000000000000000000000000000000"]}
+`
+
+type policyEnv struct {
+	model string
+	now   time.Time
+	stats *stats.Store
+	aff   *affinity.Table
+	cool  *cooldown.Tracker
+	r     *Router
+}
+
+func newPolicy(t *testing.T, yaml string, o Options) *policyEnv {
+	t.Helper()
+	c, err := catalog.Parse([]byte(yaml))
+	require.NoError(t, err)
+	e := &policyEnv{model: "m", now: time.Unix(1_800_000_000, 0)}
+	clock := func() time.Time { return e.now }
+	e.stats = stats.New(stats.Config{Now: clock})
+	e.aff = affinity.New(affinity.Options{})
+	e.cool = cooldown.New(cooldown.Options{})
+	o.Stats, o.Affinity, o.Cooldown, o.Now = e.stats, e.aff, e.cool, clock
+	if o.Exploration == 0 {
+		o.Exploration = -1
+	}
+	if o.Seed == 0 {
+		o.Seed = 42
+	}
+	e.r = New(c, o)
+	return e
+}
+
+// speed records n TTFT samples of d for provider in the bucket of prompt size in.
+func (e *policyEnv) speed(provider string, in int64, d time.Duration, n int) {
+	for range n {
+		e.stats.ObserveTTFT(provider+"/"+e.model, tokens.BucketOf(in), d, e.now)
+	}
+}
+
+func (e *policyEnv) decide(t *testing.T, req *pb.DecideRequest) *pb.DecideResponse {
+	t.Helper()
+	if req.Model == "" {
+		req.Model = "m"
+	}
+	resp, err := e.r.Decide(req, &pb.Identity{TenantId: "acme"})
+	require.NoError(t, err)
+	return resp
+}
+
+func order(resp *pb.DecideResponse) []string {
+	out := []string{resp.Endpoint.Provider}
+	for _, f := range resp.Fallbacks {
+		out = append(out, f.Provider)
+	}
+	return out
+}
+
+const short, long, huge = int64(1000), int64(60 * 1024), int64(150 * 1024)
+
+func TestSmartPolicy(t *testing.T) {
+	tests := []struct {
+		name   string
+		warm   func(e *policyEnv)
+		req    *pb.DecideRequest
+		want   []string
+		reason pb.RouteReason
+	}{
+		{
+			name:   "R-ROUTE-8: no speed data, cheapest",
+			warm:   func(*policyEnv) {},
+			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			want:   []string{"cheap", "reseller", "fast"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+		},
+		{
+			name: "R-ROUTE-5: within 2x of the fastest qualifies, cheapest qualifying wins",
+			warm: func(e *policyEnv) {
+				e.speed("cheap", long, 2900*time.Millisecond, 12)
+				e.speed("fast", long, 1500*time.Millisecond, 12)
+				e.speed("reseller", long, 1600*time.Millisecond, 12)
+			},
+			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			want:   []string{"cheap", "reseller", "fast"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+		},
+		{
+			name: "R-ROUTE-5: the cheap one is too slow for long prompts",
+			warm: func(e *policyEnv) {
+				e.speed("cheap", long, 15*time.Second, 12)
+				e.speed("fast", long, 1500*time.Millisecond, 12)
+				e.speed("reseller", long, 5*time.Second, 12)
+			},
+			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			want:   []string{"fast", "cheap", "reseller"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+		},
+		{
+			name: "R-ROUTE-5: under 1 s qualifies even when 9x slower",
+			warm: func(e *policyEnv) {
+				e.speed("cheap", short, 900*time.Millisecond, 12)
+				e.speed("fast", short, 100*time.Millisecond, 12)
+			},
+			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}},
+			want:   []string{"cheap", "fast", "reseller"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+		},
+		{
+			name: "R-ROUTE-1: buckets are judged separately",
+			warm: func(e *policyEnv) {
+				e.speed("cheap", short, 300*time.Millisecond, 12)
+				e.speed("fast", short, 200*time.Millisecond, 12)
+				e.speed("cheap", huge, 34*time.Second, 12)
+				e.speed("fast", huge, 2*time.Second, 12)
+			},
+			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: huge}},
+			want:   []string{"fast", "cheap", "reseller"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+		},
+		{
+			name: "R-ROUTE-2: one very slow call does not disqualify a good provider",
+			warm: func(e *policyEnv) {
+				e.speed("cheap", long, 1200*time.Millisecond, 12)
+				e.speed("cheap", long, 60*time.Second, 1)
+				e.speed("fast", long, 1000*time.Millisecond, 12)
+			},
+			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			want:   []string{"cheap", "fast", "reseller"},
+			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+		},
+		{
+			name: "R-ROUTE-9: a fast endpoint above the usual price and not half the list price does not win for speed",
+			warm: func(e *policyEnv) {
+				e.speed("cheap", long, 15*time.Second, 12)
+				e.speed("reseller", long, 15*time.Second, 12)
+				e.speed("fast", long, 1*time.Second, 12)
+			},
+			// A list price barely above fast's price: fast is the most
+			// expensive (above the usual price) and not 50% under list.
+			req:    &pb.DecideRequest{Model: "m2", Tokens: &pb.TokenEstimate{InputTokens: long, MaxOutputTokens: 100}},
+			want:   []string{"cheap", "reseller", "fast"},
+			reason: pb.RouteReason_ROUTE_REASON_PRICE_GUARD,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := policyCatalog
+			if tt.req.Model == "m2" {
+				y = `
+models:
+  - id: m2
+    list_price: {input: 0.35, cached_input: 0.1, output: 1.2}
+    endpoints:
+      - {provider: cheap,    base_url: http://127.0.0.1:1/v1, price: {input: 0.20, cached_input: 0.05, output: 0.80}}
+      - {provider: fast,     base_url: http://127.0.0.1:2/v1, price: {input: 0.30, cached_input: 0.05, output: 1.10}}
+      - {provider: reseller, base_url: http://127.0.0.1:3/v1, price: {input: 0.25, cached_input: 0.05, output: 1.00}}
+`
+			}
+			e := newPolicy(t, y, Options{})
+			if tt.req.Model == "m2" {
+				e.model = "m2"
+			}
+			tt.warm(e)
+			resp, err := e.r.Decide(withModel(tt.req), nil)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, order(resp))
+			require.Equal(t, tt.reason, resp.Decision.Reason, resp.Decision.Summary)
+		})
+	}
+}
+
+func withModel(r *pb.DecideRequest) *pb.DecideRequest {
+	if r.Model == "" {
+		r.Model = "m"
+	}
+	return r
+}
+
+func TestPriceGuardAllowsHalfListPrice(t *testing.T) {
+	// With the list price at 1.00 input, fast (0.30) is above the usual
+	// price but well under half the list price: it may win for speed.
+	e := newPolicy(t, policyCatalog, Options{})
+	e.speed("cheap", long, 15*time.Second, 12)
+	e.speed("reseller", long, 15*time.Second, 12)
+	e.speed("fast", long, time.Second, 12)
+	resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}})
+	require.Equal(t, "fast", resp.Endpoint.Provider)
+	require.Equal(t, pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, resp.Decision.Reason)
+}
+
+func TestCachePricing(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	for _, p := range []string{"cheap", "fast", "reseller"} {
+		e.speed(p, long, time.Second, 12) // all fast enough
+	}
+	// The conversation's previous turn (hash 7, 60000 tokens) was served by
+	// fast and by the reseller: both hold it in cache.
+	e.aff.Record("fast/m", 7, 60000, e.now)
+	e.aff.Record("reseller/m", 7, 60000, e.now)
+	req := &pb.DecideRequest{Explain: true, Tokens: &pb.TokenEstimate{
+		InputTokens: long, MaxOutputTokens: 100,
+		Prefixes: []*pb.PromptPrefix{{Hash: 3, Tokens: 2000}, {Hash: 7, Tokens: 60000}},
+	}}
+	resp := e.decide(t, req)
+	require.Equal(t, "fast", resp.Endpoint.Provider, "a long cached prompt avoids the reseller's expensive cache reads")
+	byProvider := map[string]*pb.Candidate{}
+	for _, c := range resp.Decision.Candidates {
+		byProvider[c.Provider] = c
+	}
+	require.Equal(t, int64(60000), byProvider["fast"].EstimatedCachedTokens)
+	require.Equal(t, int64(60000), byProvider["reseller"].EstimatedCachedTokens)
+	require.Zero(t, byProvider["cheap"].EstimatedCachedTokens, "cheap never saw this conversation")
+	want := (float64(long-60000)*0.30 + 60000*0.0013 + 100*1.10) / 1e6
+	require.InDelta(t, want, byProvider["fast"].CostUsd, 1e-12, "R-ROUTE-4: uncached, cached and output priced separately")
+
+	// Without affinity, the observed cache-hit rate is used.
+	e.stats.ObserveCache("reseller/m", 1000, 900, e.now)
+	resp = e.decide(t, &pb.DecideRequest{Explain: true, Tokens: &pb.TokenEstimate{InputTokens: 10000, MaxOutputTokens: 1}})
+	for _, c := range resp.Decision.Candidates {
+		if c.Provider == "reseller" {
+			require.Equal(t, int64(9000), c.EstimatedCachedTokens)
+		}
+	}
+}
+
+func TestTypicalOutputIsPriced(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: 0}})
+	require.InDelta(t, DefaultOutputTokens*0.80/1e6, resp.Endpoint.EstimatedCostUsd, 1e-12)
+	for range 5 {
+		e.stats.ObserveOutput("m", 1000, e.now)
+	}
+	resp = e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: 0}})
+	require.InDelta(t, 1000*0.80/1e6, resp.Endpoint.EstimatedCostUsd, 1e-12)
+}
+
+func TestExploration(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{Exploration: 0.05, Seed: 7})
+	// cheap and fast are well known; the reseller has too little data.
+	e.speed("cheap", short, 300*time.Millisecond, 20)
+	e.speed("fast", short, 200*time.Millisecond, 20)
+	e.speed("reseller", short, 200*time.Millisecond, 3)
+	explored := 0
+	const n = 20000
+	for range n {
+		resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
+		if resp.Decision.Reason == pb.RouteReason_ROUTE_REASON_EXPLORATION {
+			require.Equal(t, "reseller", resp.Endpoint.Provider, "only endpoints with too little data are explored")
+			explored++
+		}
+	}
+	require.InDelta(t, 0.05, float64(explored)/n, 0.01)
+
+	// Same seed, same sequence: reproducible.
+	a := newPolicy(t, policyCatalog, Options{Exploration: 0.5, Seed: 99})
+	b := newPolicy(t, policyCatalog, Options{Exploration: 0.5, Seed: 99})
+	for range 50 {
+		ra := a.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
+		rb := b.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
+		require.Equal(t, order(ra), order(rb))
+	}
+
+	// A dry run never explores.
+	d := newPolicy(t, policyCatalog, Options{Exploration: 0.99})
+	for range 50 {
+		resp := d.decide(t, &pb.DecideRequest{DryRun: true, Tokens: &pb.TokenEstimate{InputTokens: short}})
+		require.NotEqual(t, pb.RouteReason_ROUTE_REASON_EXPLORATION, resp.Decision.Reason)
+	}
+
+	// Once everyone has enough data, nothing is explored.
+	e.speed("reseller", short, 200*time.Millisecond, 20)
+	for range 1000 {
+		resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
+		require.NotEqual(t, pb.RouteReason_ROUTE_REASON_EXPLORATION, resp.Decision.Reason)
+	}
+}
+
+func TestCooldown(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	e.cool.Refused("cheap/m", e.now)
+	resp := e.decide(t, &pb.DecideRequest{Explain: true})
+	require.Equal(t, []string{"reseller", "fast"}, order(resp), "R-ROUTE-7: a refusing endpoint is not used")
+
+	e.now = e.now.Add(15 * time.Minute)
+	resp = e.decide(t, &pb.DecideRequest{})
+	require.Equal(t, "cheap", resp.Endpoint.Provider, "tried again after 15 minutes")
+
+	// Everyone cooling: they come back as a last resort instead of a refusal.
+	for _, p := range []string{"cheap", "fast", "reseller"} {
+		e.cool.Refused(p+"/m", e.now)
+	}
+	resp = e.decide(t, &pb.DecideRequest{Explain: true})
+	require.Equal(t, []string{"cheap", "reseller", "fast"}, order(resp))
+	require.Contains(t, resp.Decision.Candidates[0].Note, "cooling down until")
+}
+
+func TestOverridesWithSpeedData(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	e.speed("cheap", long, 15*time.Second, 12)
+	e.speed("fast", long, 1*time.Second, 12)
+	e.speed("reseller", long, 3*time.Second, 12)
+	for p, tps := range map[string]float64{"cheap": 20, "fast": 90, "reseller": 60} {
+		e.stats.ObserveThroughput(p+"/m", tps, e.now)
+	}
+	tests := []struct {
+		name   string
+		req    *pb.DecideRequest
+		want   []string
+		reason pb.RouteReason
+	}{
+		{"sort latency", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_LATENCY}}, []string{"fast", "reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
+		{"sort throughput", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_THROUGHPUT}}, []string{"fast", "reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
+		{"sort price bypasses speed", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_PRICE}}, []string{"cheap", "reseller", "fast"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
+		{":nitro", &pb.DecideRequest{Model: "m:nitro"}, []string{"fast", "reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_NITRO},
+		{":floor", &pb.DecideRequest{Model: "m:floor"}, []string{"cheap", "reseller", "fast"}, pb.RouteReason_ROUTE_REASON_FLOOR},
+		{"order bypasses speed", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Order: []string{"cheap"}}}, []string{"cheap", "reseller", "fast"}, pb.RouteReason_ROUTE_REASON_USER_ORDER},
+		{"only bypasses speed", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Only: []string{"cheap", "reseller"}}}, []string{"cheap", "reseller"}, pb.RouteReason_ROUTE_REASON_USER_ORDER},
+		{"max_price works with smart routing", &pb.DecideRequest{Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: new(0.26)}}}, []string{"reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING},
+		{"preferred_max_latency deprioritises", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_PRICE, PreferredMaxLatency: durationpb.New(2 * time.Second)}}, []string{"fast", "cheap", "reseller"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
+		{"preferred_min_throughput deprioritises", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_PRICE, PreferredMinThroughput: new(50.0)}}, []string{"reseller", "fast", "cheap"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.req.Tokens == nil {
+				tt.req.Tokens = &pb.TokenEstimate{InputTokens: long}
+			}
+			resp := e.decide(t, tt.req)
+			require.Equal(t, tt.want, order(resp))
+			require.Equal(t, tt.reason, resp.Decision.Reason)
+		})
+	}
+}
+
+func TestExplanation(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	e.speed("cheap", long, 15*time.Second, 12)
+	e.speed("fast", long, 1500*time.Millisecond, 12)
+	resp := e.decide(t, &pb.DecideRequest{Explain: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
+	d := resp.Decision
+	require.Equal(t, pb.SizeBucket_SIZE_BUCKET_32K_TO_128K, d.Bucket)
+	require.Equal(t, 1500*time.Millisecond, d.FastestTtft.AsDuration())
+	require.Contains(t, d.Summary, "bucket=32k-128k reason=cheapest_qualifying provider=fast")
+	require.Contains(t, d.Summary, "ttft_ms=1500 samples=12")
+	notes := map[string]*pb.Candidate{}
+	for _, c := range d.Candidates {
+		notes[c.Provider] = c
+	}
+	require.Equal(t, "chosen", notes["fast"].Note)
+	require.True(t, notes["fast"].Qualified)
+	require.Contains(t, notes["cheap"].Note, "too slow: 15s is over 2x the fastest 1.5s")
+	require.Equal(t, 15*time.Second, notes["cheap"].TypicalTtft.AsDuration())
+	require.Equal(t, int64(12), notes["cheap"].Samples)
+	require.Equal(t, "no speed data for this size yet", notes["reseller"].Note)
+	require.Positive(t, notes["reseller"].CostUsd)
+}

@@ -1,0 +1,105 @@
+package stats
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+)
+
+// BenchmarkTTFT measures the read Decide makes per endpoint, in a store the
+// size of a large catalog (1000 models × 20 endpoints): by id (a map lookup)
+// and through a handle resolved once.
+func BenchmarkTTFT(b *testing.B) {
+	clk := newClock()
+	s := New(Config{Now: clk.Now})
+	for m := range 1000 {
+		for e := range 20 {
+			s.ObserveTTFT(fmt.Sprintf("p%02d/vendor/model-%d", e, m), tokens.Bucket32KTo128K, time.Second, time.Time{})
+		}
+	}
+	id := fmt.Sprintf("p%02d/vendor/model-%d", 7, 512)
+	b.Run("hit", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.TTFT(id, tokens.Bucket32KTo128K)
+		}
+	})
+	b.Run("handle", func(b *testing.B) {
+		e := s.Endpoint(id)
+		b.ReportAllocs()
+		for b.Loop() {
+			e.TTFT(tokens.Bucket32KTo128K)
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.TTFT("nobody/vendor/model-1", tokens.Bucket32KTo128K)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				s.TTFT(id, tokens.Bucket32KTo128K)
+			}
+		})
+	})
+}
+
+// BenchmarkObserveTTFT measures one observation on the Report path: a series
+// with few samples, a full one (insertion, eviction and recomputation over
+// MaxSamples), and many goroutines on different endpoints.
+func BenchmarkObserveTTFT(b *testing.B) {
+	at := time.Unix(1_800_000_000, 0)
+	for _, fill := range []int{1, DefaultMaxSamples} {
+		b.Run(fmt.Sprintf("samples=%d", fill), func(b *testing.B) {
+			clk := newClock()
+			s := New(Config{Now: clk.Now, MaxSamples: fill})
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				s.ObserveTTFT("alpha/m", tokens.BucketUnder8K, time.Duration(1+i%13)*100*time.Millisecond, at.Add(time.Duration(i)))
+			}
+		})
+	}
+	b.Run("parallel", func(b *testing.B) {
+		clk := newClock()
+		s := New(Config{Now: clk.Now})
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			id := fmt.Sprintf("p%d/m", n.Add(1)%8) // one endpoint per goroutine, as one edge stream each
+			i := 0
+			for pb.Next() {
+				i++
+				s.ObserveTTFT(id, tokens.BucketUnder8K, time.Duration(1+i%13)*100*time.Millisecond, time.Time{})
+			}
+		})
+	})
+}
+
+// BenchmarkRefresh measures the once-a-second Refresh over 20 000 endpoints
+// when nothing expired, its common case.
+func BenchmarkRefresh(b *testing.B) {
+	clk := newClock()
+	s := New(Config{Now: clk.Now})
+	for m := range 1000 {
+		for e := range 20 {
+			id := fmt.Sprintf("p%02d/vendor/model-%d", e, m)
+			for bk := range tokens.Bucket(tokens.NumBuckets) {
+				s.ObserveTTFT(id, bk, time.Second, time.Time{})
+			}
+			s.ObserveThroughput(id, 50, time.Time{})
+			s.ObserveCache(id, 1000, 500, time.Time{})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Refresh()
+	}
+}

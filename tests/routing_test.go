@@ -1,0 +1,278 @@
+package tests
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
+)
+
+// The smart-routing scenario: cheap is the cheapest but slow on long
+// prompts; fast is fast at every size and has the cheapest cache reads;
+// reseller has cheaper uncached input than fast but charges 50x more for
+// cache reads, and is slow above 128k.
+const smartSim = `
+seed: 11
+providers:
+  - name: cheap
+    listen: 127.0.0.1:0
+    models:
+      - id: sim-model
+        default_output_tokens: 4
+        ttft: {base: 20ms, by_bucket: {"32k-128k": {base: 2500ms}, ">128k": {base: 4s}}}
+        cache: {enabled: true, min_tokens: 256}
+  - name: fast
+    listen: 127.0.0.1:0
+    models:
+      - id: sim-model
+        default_output_tokens: 4
+        ttft: {base: 60ms}
+        cache: {enabled: true, min_tokens: 256}
+  - name: reseller
+    listen: 127.0.0.1:0
+    models:
+      - id: sim-model
+        default_output_tokens: 4
+        ttft: {base: 80ms, by_bucket: {">128k": {base: 3s}}}
+        cache: {enabled: true, min_tokens: 256}
+`
+
+type smartSystem struct {
+	sim      *provsim.Sim
+	decider  *deciderapp.Decider
+	edge     *edgeapp.Edge
+	dcfg     deciderapp.Config
+	client   pb.DeciderServiceClient
+	post     func(t *testing.T, body string) (int, http.Header, map[string]any)
+	catalogs string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func startSmart(t *testing.T) *smartSystem {
+	t.Helper()
+	ctx := t.Context()
+	s := &smartSystem{}
+	cfg, err := provsim.ParseConfig([]byte(smartSim))
+	require.NoError(t, err)
+	s.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.sim.Close() })
+
+	dir := t.TempDir()
+	cat := fmt.Sprintf(`
+models:
+  - id: %[1]s
+    list_price: {input: 1.00, cached_input: 0.25, output: 4.00}
+    endpoints:
+      - {provider: cheap,    base_url: %[2]s, upstream_model: sim-model, context_length: 200000, price: {input: 0.10, cached_input: 0.05,   output: 0.50}}
+      - {provider: fast,     base_url: %[3]s, upstream_model: sim-model, context_length: 200000, price: {input: 0.30, cached_input: 0.0013, output: 1.10}}
+      - {provider: reseller, base_url: %[4]s, upstream_model: sim-model, context_length: 200000, price: {input: 0.25, cached_input: 0.07,   output: 1.00}}
+tenants:
+  - {id: acme, api_keys_sha256: [%[5]s]}
+`, model, s.sim.Provider("cheap").URL(), s.sim.Provider("fast").URL(), s.sim.Provider("reseller").URL(), catalog.HashKey(testKey))
+	catPath := filepath.Join(dir, "catalog.yaml")
+	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+
+	s.dcfg = deciderapp.Config{
+		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e",
+		ShutdownTimeout: 5 * time.Second,
+		// Probes at one size per long bucket, often enough to warm up in a
+		// few seconds, rarely enough to leave the CPU to the test (-race
+		// makes a 500 KB prompt costly to move around).
+		ProbeInterval: time.Second, ProbeSizes: []int64{40 * 1024, 130 * 1024},
+		Exploration: -1, Seed: 1, Cooldown: 15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
+		StatsSnapshotInterval: time.Hour, // only the final save on shutdown: the restart test proves it
+	}
+	s.decider, err = deciderapp.Start(ctx, s.dcfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.decider.Close() })
+
+	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), "--report-flush-interval=20ms"},
+		func(string) string { return "" })
+	require.NoError(t, err)
+	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.edge.Close() })
+
+	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	s.client = pb.NewDeciderServiceClient(conn)
+	sys := &system{edge: s.edge}
+	s.post = func(t *testing.T, body string) (int, http.Header, map[string]any) { return sys.post(t, testKey, body) }
+	return s
+}
+
+// explain asks the decider what it would do, without side effects.
+func (s *smartSystem) explain(t *testing.T, in int64, prefixes ...*pb.PromptPrefix) map[string]*pb.Candidate {
+	t.Helper()
+	resp, err := s.client.Decide(t.Context(), &pb.DecideRequest{
+		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+		Tokens: &pb.TokenEstimate{InputTokens: in, Prefixes: prefixes},
+	})
+	require.NoError(t, err)
+	out := map[string]*pb.Candidate{}
+	for _, c := range resp.Decision.Candidates {
+		out[c.Provider] = c
+	}
+	return out
+}
+
+func (s *smartSystem) waitForSpeedData(t *testing.T, sizes ...int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, in := range sizes {
+			for _, c := range s.explain(t, in) {
+				if c.Samples == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "probes measure every endpoint at every probe size")
+}
+
+// chat sends one request of about n prompt tokens; uniq makes it miss caches.
+func chat(uniq string, n int, extra string) string {
+	return `{"model":"` + model + `",` + extra + `"max_tokens":4,"messages":[{"role":"user","content":"` + uniq + " " + longPrompt(n) + `"}]}`
+}
+
+func TestSmartRoutingScenario(t *testing.T) {
+	s := startSmart(t)
+
+	// Before any data: the cheapest (R-ROUTE-8).
+	code, hdr, body := s.post(t, chat("a", 100, ""))
+	require.Equal(t, 200, code, "%v", body)
+	require.Equal(t, "cheap", body["provider"])
+	require.Contains(t, hdr.Get("x-switchboard-route"), "reason=cheapest_no_data")
+
+	// Probes fill the long buckets; real calls the short one.
+	s.waitForSpeedData(t, 40*1024, 130*1024)
+
+	// Short prompts go to the cheap one: it is fast on them.
+	code, hdr, body = s.post(t, chat("b", 100, ""))
+	require.Equal(t, 200, code, "%v", body)
+	require.Equal(t, "cheap", body["provider"], hdr.Get("x-switchboard-route"))
+
+	// 32k-128k: cheap is too slow; the cheapest fast one for this exact
+	// uncached mix is the reseller (cheaper uncached input than fast).
+	code, hdr, body = s.post(t, chat("c", 60*1024, ""))
+	require.Equal(t, 200, code, "%v", body)
+	require.Equal(t, "reseller", body["provider"], hdr.Get("x-switchboard-route"))
+	require.Contains(t, hdr.Get("x-switchboard-route"), "bucket=32k-128k reason=cheapest_qualifying")
+	cands := s.explain(t, 60*1024)
+	require.False(t, cands["cheap"].Qualified)
+	require.Contains(t, cands["cheap"].Note, "too slow")
+
+	// >128k: the reseller is slow there too; the fast one serves.
+	code, hdr, body = s.post(t, chat("d", 130*1024, ""))
+	require.Equal(t, 200, code, "%v", body)
+	require.Equal(t, "fast", body["provider"], hdr.Get("x-switchboard-route"))
+	require.Contains(t, hdr.Get("x-switchboard-route"), "bucket=>128k")
+
+	// A long cached conversation avoids the reseller: turn 1 was served by
+	// both fast and the reseller (pinned), so both hold it in cache; priced
+	// where the cache is, fast's $0.0013 cache reads beat the reseller's
+	// $0.07 even though the reseller's uncached input is cheaper.
+	conv := `"messages":[{"role":"system","content":"` + longPrompt(60*1024) + `"},{"role":"user","content":"turn one"}`
+	for _, p := range []string{"fast", "reseller"} {
+		code, _, body = s.post(t, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["`+p+`"]},`+conv+`]}`)
+		require.Equal(t, 200, code, "%v", body)
+		require.Equal(t, p, body["provider"])
+	}
+	turn2 := `{"model":"` + model + `","max_tokens":4,` + conv + `,{"role":"assistant","content":"ok"},{"role":"user","content":"turn two"}]}`
+	code, hdr, body = s.post(t, turn2)
+	require.Equal(t, 200, code, "%v", body)
+	require.Equal(t, "fast", body["provider"], hdr.Get("x-switchboard-route"))
+	usage := body["usage"].(map[string]any)
+	cached := usage["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	require.Greater(t, cached, float64(50*1024), "the provider really served it from cache")
+
+	// max_price works with smart routing: only cheap is under the cap, slow or not.
+	code, _, body = s.post(t, chat("e", 60*1024, `"provider":{"max_price":{"prompt":0.2}},`))
+	require.Equal(t, 200, code, "%v", body)
+	require.Equal(t, "cheap", body["provider"])
+
+	// User overrides bypass smart routing.
+	for _, tt := range []struct{ name, extra, modelSuffix, want string }{
+		{"order", `"provider":{"order":["cheap"]},`, "", "cheap"},
+		{"sort latency", `"provider":{"sort":"latency"},`, "", "fast"},
+		{"ignore bypasses smart routing (price order)", `"provider":{"ignore":["reseller"]},`, "", "cheap"},
+		{"floor", ``, ":floor", "cheap"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := strings.Replace(chat("f"+tt.name, 60*1024, tt.extra), `"model":"`+model+`"`, `"model":"`+model+tt.modelSuffix+`"`, 1)
+			code, _, body := s.post(t, b)
+			require.Equal(t, 200, code, "%v", body)
+			require.Equal(t, tt.want, body["provider"])
+		})
+	}
+
+	// The full explanation is one header away.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(chat("g", 60*1024, "")))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("x-switchboard-debug", "1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	dbg := resp.Header.Get("x-switchboard-route-debug")
+	for _, want := range []string{"typicalTtft", "costUsd", "too slow", "cheap", "fast", "reseller"} {
+		require.Contains(t, dbg, want)
+	}
+
+	// Probes were paid by the operator, and accounted.
+	probes, usd := s.decider.ProbeCost()
+	require.Positive(t, probes)
+	require.Positive(t, usd)
+}
+
+func TestRoutingStatsSurviveDeciderRestart(t *testing.T) {
+	s := startSmart(t)
+	s.waitForSpeedData(t, 40*1024)
+	before := s.explain(t, 60*1024)
+
+	// Restart the decider on the same address and data, without probes: what
+	// it knows after the restart comes from the snapshot saved in etcd.
+	s.decider.Close()
+	cfg := s.dcfg
+	cfg.ProbeInterval = 0
+	cfg.Catalog = "" // the catalog comes back from etcd too
+	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	s.decider = d
+
+	after := s.explain(t, 60*1024)
+	for p, c := range before {
+		require.Positive(t, after[p].Samples, p)
+		require.Equal(t, c.TypicalTtft.AsDuration(), after[p].TypicalTtft.AsDuration(), p)
+	}
+	// The edge reconnects on its own and long prompts keep avoiding the slow one.
+	require.Eventually(t, func() bool {
+		code, _, body := s.post(t, chat("after-restart", 60*1024, ""))
+		return code == 200 && body["provider"] == "reseller"
+	}, 15*time.Second, 100*time.Millisecond)
+}
