@@ -217,3 +217,19 @@ func TestParseFlags(t *testing.T) {
 		require.True(t, strings.Contains(err.Error(), want), "all problems reported at once: %v", err)
 	}
 }
+
+func TestExplainCommand(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
+	defer d.Close()
+	var out strings.Builder
+	err := Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey,
+		"--input-tokens=40000", "--provider", `{"ignore":["beta"]}`}, &out)
+	require.NoError(t, err)
+	for _, want := range []string{"bucket SIZE_BUCKET_32K_TO_128K", "PROVIDER", "alpha", "in provider.ignore", "order: alpha"} {
+		require.Contains(t, out.String(), want)
+	}
+	require.Error(t, Explain(t.Context(), []string{"--decider=" + d.Addr()}, &out), "--model is required")
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=wrong"}, &out)
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+}

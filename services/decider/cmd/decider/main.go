@@ -14,7 +14,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := app.Run(ctx, os.Args[1:], os.Stderr); err != nil {
+	run := func() error { return app.Run(ctx, os.Args[1:], os.Stderr) }
+	if len(os.Args) > 1 && os.Args[1] == "explain" {
+		run = func() error { return app.Explain(ctx, os.Args[2:], os.Stdout) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "decider:", err)
 		os.Exit(1)
 	}

@@ -97,7 +97,8 @@ type endpoint struct {
 	denyCollection bool
 	zdr            bool
 	params         map[string]bool
-	proto          *pb.Endpoint // template without per-request fields; never mutated
+	proto          *pb.Endpoint    // template without per-request fields; never mutated
+	st             *stats.Endpoint // resolved once, so Decide skips the map lookup
 }
 
 type model struct {
@@ -105,6 +106,7 @@ type model struct {
 	endpoints []*endpoint
 	ids       []string // endpoint ids, for the affinity lookup
 	list      *catalog.Rates
+	st        *stats.Model
 }
 
 type index struct {
@@ -173,7 +175,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		providers: map[string]bool{},
 	}
 	for _, m := range c.Models {
-		mm := &model{id: m.ID}
+		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID)}
 		lm := &pb.Model{Id: m.ID}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
@@ -191,6 +193,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				denyCollection: e.DataCollection == "deny",
 				zdr:            e.ZDR,
 				params:         map[string]bool{},
+				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
 			}
 			for _, p := range e.SupportedParameters {
 				ep.params[p] = true
@@ -359,7 +362,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	out := tok.GetMaxOutputTokens()
 	if out <= 0 {
 		out = DefaultOutputTokens
-		if typical, _, ok := r.o.Stats.TypicalOutput(name); ok && typical > 0 {
+		if typical, _, ok := m.st.TypicalOutput(); ok && typical > 0 {
 			out = typical
 		}
 	}
@@ -382,8 +385,8 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		if m.list != nil {
 			c.listCost = price(*m.list, in, c.cached, out)
 		}
-		c.ttft, c.samples, _ = r.o.Stats.TTFT(ep.id, bucket)
-		c.tps, _, _ = r.o.Stats.Throughput(ep.id)
+		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
+		c.tps, _, _ = ep.st.Throughput()
 		c.excluded = exclude(ep, prefs, req.GetParameters(), in, tok.GetMaxOutputTokens())
 		if !strings.HasPrefix(c.excluded, "context") {
 			fitsNone = false
@@ -614,7 +617,7 @@ func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64
 	case fromAffinity > 0:
 		return min(fromAffinity, in)
 	}
-	if rate, _, ok := r.o.Stats.CacheHitRate(ep.id); ok {
+	if rate, _, ok := ep.st.CacheHitRate(); ok {
 		return min(int64(rate*float64(in)), in)
 	}
 	return 0

@@ -1,0 +1,95 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// Explain is the `decider explain` command: it asks a running decider what
+// it would do with a hypothetical request (a dry run: no exploration, nothing
+// recorded) and prints every candidate's figures.
+func Explain(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("decider explain", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	addr := fs.String("decider", "127.0.0.1:9090", "decider gRPC address")
+	model := fs.String("model", "", "model id, optionally with :floor or :nitro (required)")
+	in := fs.Int64("input-tokens", 1000, "prompt tokens")
+	cached := fs.Int64("cached-tokens", 0, "cached prompt tokens (0: let the decider estimate)")
+	maxOut := fs.Int64("max-tokens", 0, "max output tokens (0: the model's typical output)")
+	tenant := fs.String("tenant", "", "tenant id (trusted caller)")
+	key := fs.String("api-key", "", "an API key, authenticated like the edge does (instead of --tenant)")
+	stream := fs.Bool("stream", false, "a streaming request")
+	provider := fs.String("provider", "", `routing options as JSON, e.g. '{"sort":"SORT_LATENCY","max_price":{"prompt":0.3}}'`)
+	if err := flagenv.Parse(fs, "SWITCHBOARD_EXPLAIN", args, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *model == "" {
+		return errors.New("--model is required")
+	}
+	req := &pb.DecideRequest{
+		Model: *model, Stream: *stream, DryRun: true, Explain: true,
+		Identity: &pb.Identity{TenantId: *tenant},
+		Tokens:   &pb.TokenEstimate{InputTokens: *in, CachedInputTokens: *cached, MaxOutputTokens: *maxOut},
+	}
+	if *key != "" {
+		req.Identity = &pb.Identity{ApiKeySha256: catalog.HashKey(*key)}
+	}
+	if *provider != "" {
+		req.Provider = &pb.ProviderPreferences{}
+		if err := protojson.Unmarshal([]byte(*provider), req.Provider); err != nil {
+			return fmt.Errorf("--provider: %w", err)
+		}
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := pb.NewDeciderServiceClient(conn).Decide(ctx, req)
+	if err != nil {
+		return err
+	}
+	PrintDecision(stdout, resp)
+	return nil
+}
+
+// PrintDecision writes a decision as a table, one candidate a row.
+func PrintDecision(w io.Writer, resp *pb.DecideResponse) {
+	d := resp.GetDecision()
+	fmt.Fprintf(w, "model %s, bucket %s, reason %s\n%s\n\n", resp.GetModel(), d.GetBucket(), d.GetReason(), d.GetSummary())
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tQUALIFIED\tTYPICAL TTFT\tSAMPLES\tTOKENS/S\tCACHED\tCOST USD\tNOTE")
+	for _, c := range d.GetCandidates() {
+		ttft := "-"
+		if c.GetTypicalTtft() != nil {
+			ttft = c.GetTypicalTtft().AsDuration().Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%.1f\t%d\t%.6f\t%s\n", c.GetProvider(), c.GetQualified(), ttft, c.GetSamples(),
+			c.GetThroughput(), c.GetEstimatedCachedTokens(), c.GetCostUsd(), c.GetNote())
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\norder: %s", resp.GetEndpoint().GetProvider())
+	for _, f := range resp.GetFallbacks() {
+		fmt.Fprintf(w, " → %s", f.GetProvider())
+	}
+	fmt.Fprintln(w)
+}
