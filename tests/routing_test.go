@@ -47,7 +47,7 @@ providers:
     models:
       - id: sim-model
         default_output_tokens: 4
-        ttft: {base: 80ms, by_bucket: {">128k": {base: 3s}}}
+        ttft: {base: 80ms, by_bucket: {"32k-128k": {base: 400ms}, ">128k": {base: 3s}}}
         cache: {enabled: true, min_tokens: 256}
 `
 
