@@ -679,6 +679,67 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{9}
 }
 
+// CallStatus is how a client request ended.
+type CallStatus int32
+
+const (
+	// CALL_STATUS_UNSPECIFIED is unknown.
+	CallStatus_CALL_STATUS_UNSPECIFIED CallStatus = 0
+	// CALL_STATUS_OK: the answer was delivered in full.
+	CallStatus_CALL_STATUS_OK CallStatus = 1
+	// CALL_STATUS_FAILED: every attempt failed before any byte reached the client.
+	CallStatus_CALL_STATUS_FAILED CallStatus = 2
+	// CALL_STATUS_INTERRUPTED: the provider failed after bytes reached the client.
+	CallStatus_CALL_STATUS_INTERRUPTED CallStatus = 3
+	// CALL_STATUS_CLIENT_CANCELLED: the client went away before the end.
+	CallStatus_CALL_STATUS_CLIENT_CANCELLED CallStatus = 4
+)
+
+// Enum value maps for CallStatus.
+var (
+	CallStatus_name = map[int32]string{
+		0: "CALL_STATUS_UNSPECIFIED",
+		1: "CALL_STATUS_OK",
+		2: "CALL_STATUS_FAILED",
+		3: "CALL_STATUS_INTERRUPTED",
+		4: "CALL_STATUS_CLIENT_CANCELLED",
+	}
+	CallStatus_value = map[string]int32{
+		"CALL_STATUS_UNSPECIFIED":      0,
+		"CALL_STATUS_OK":               1,
+		"CALL_STATUS_FAILED":           2,
+		"CALL_STATUS_INTERRUPTED":      3,
+		"CALL_STATUS_CLIENT_CANCELLED": 4,
+	}
+)
+
+func (x CallStatus) Enum() *CallStatus {
+	p := new(CallStatus)
+	*p = x
+	return p
+}
+
+func (x CallStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CallStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchboard_v1_decider_proto_enumTypes[10].Descriptor()
+}
+
+func (CallStatus) Type() protoreflect.EnumType {
+	return &file_switchboard_v1_decider_proto_enumTypes[10]
+}
+
+func (x CallStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CallStatus.Descriptor instead.
+func (CallStatus) EnumDescriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{10}
+}
+
 // Identity says who a request is for. Edges set api_key_sha256 and let the
 // decider resolve the rest; trusted internal callers may set tenant_id directly.
 type Identity struct {
@@ -2691,7 +2752,9 @@ type CallReport struct {
 	Error string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
 	// prompt_hash is the chain hash of the whole prompt (see PromptPrefix), so
 	// the decider learns which endpoint now holds it in cache.
-	PromptHash    uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
+	PromptHash uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
+	// hedge marks the second endpoint of a hedged request.
+	Hedge         bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2838,6 +2901,13 @@ func (x *CallReport) GetPromptHash() uint64 {
 	return 0
 }
 
+func (x *CallReport) GetHedge() bool {
+	if x != nil {
+		return x.Hedge
+	}
+	return false
+}
+
 // CallReportBatch carries several call reports at once, so reporting costs
 // one stream message per batch rather than one RPC per call.
 type CallReportBatch struct {
@@ -2894,6 +2964,7 @@ type ReportRequest struct {
 	//
 	//	*ReportRequest_Hello
 	//	*ReportRequest_Batch
+	//	*ReportRequest_Activity
 	Kind          isReportRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2954,6 +3025,15 @@ func (x *ReportRequest) GetBatch() *CallReportBatch {
 	return nil
 }
 
+func (x *ReportRequest) GetActivity() *ActivityBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*ReportRequest_Activity); ok {
+			return x.Activity
+		}
+	}
+	return nil
+}
+
 type isReportRequest_Kind interface {
 	isReportRequest_Kind()
 }
@@ -2968,9 +3048,465 @@ type ReportRequest_Batch struct {
 	Batch *CallReportBatch `protobuf:"bytes,2,opt,name=batch,proto3,oneof"`
 }
 
+type ReportRequest_Activity struct {
+	// activity carries finished requests for the activity log.
+	Activity *ActivityBatch `protobuf:"bytes,3,opt,name=activity,proto3,oneof"`
+}
+
 func (*ReportRequest_Hello) isReportRequest_Kind() {}
 
 func (*ReportRequest_Batch) isReportRequest_Kind() {}
+
+func (*ReportRequest_Activity) isReportRequest_Kind() {}
+
+// Attempt is one call to one endpoint made for a client request.
+type Attempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the endpoint called.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// provider is its provider.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// outcome is how the call ended.
+	Outcome Outcome `protobuf:"varint,3,opt,name=outcome,proto3,enum=switchboard.v1.Outcome" json:"outcome,omitempty"`
+	// ttft is its time to first token, unset if none came.
+	Ttft *durationpb.Duration `protobuf:"bytes,4,opt,name=ttft,proto3" json:"ttft,omitempty"`
+	// http_status is the provider's status, 0 if none.
+	HttpStatus int32 `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// hedge marks the second endpoint of a hedge.
+	Hedge bool `protobuf:"varint,6,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	// cost_usd is what the provider charges for this call (the served attempt's
+	// is billed to the client, a hedge loser's to the hedge budget, a failed
+	// attempt's to nobody).
+	CostUsd float64 `protobuf:"fixed64,7,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// error is a short description of a failure.
+	Error string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// start_time is when the call was sent.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Attempt) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *Attempt) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Attempt) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_UNSPECIFIED
+}
+
+func (x *Attempt) GetTtft() *durationpb.Duration {
+	if x != nil {
+		return x.Ttft
+	}
+	return nil
+}
+
+func (x *Attempt) GetHttpStatus() int32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *Attempt) GetHedge() bool {
+	if x != nil {
+		return x.Hedge
+	}
+	return false
+}
+
+func (x *Attempt) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *Attempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Attempt) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+// HedgeInfo says whether and how a request was hedged.
+type HedgeInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// used is whether a second endpoint was started.
+	Used bool `protobuf:"varint,1,opt,name=used,proto3" json:"used,omitempty"`
+	// mode is how it was started.
+	Mode HedgeMode `protobuf:"varint,2,opt,name=mode,proto3,enum=switchboard.v1.HedgeMode" json:"mode,omitempty"`
+	// winner_endpoint_id produced the first token and served the answer.
+	WinnerEndpointId string `protobuf:"bytes,3,opt,name=winner_endpoint_id,json=winnerEndpointId,proto3" json:"winner_endpoint_id,omitempty"`
+	// loser_endpoint_id was cancelled.
+	LoserEndpointId string `protobuf:"bytes,4,opt,name=loser_endpoint_id,json=loserEndpointId,proto3" json:"loser_endpoint_id,omitempty"`
+	// loser_cost_usd is the cancelled call's cost, paid from the hedge budget.
+	LoserCostUsd  float64 `protobuf:"fixed64,5,opt,name=loser_cost_usd,json=loserCostUsd,proto3" json:"loser_cost_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HedgeInfo) Reset() {
+	*x = HedgeInfo{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HedgeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HedgeInfo) ProtoMessage() {}
+
+func (x *HedgeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HedgeInfo.ProtoReflect.Descriptor instead.
+func (*HedgeInfo) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *HedgeInfo) GetUsed() bool {
+	if x != nil {
+		return x.Used
+	}
+	return false
+}
+
+func (x *HedgeInfo) GetMode() HedgeMode {
+	if x != nil {
+		return x.Mode
+	}
+	return HedgeMode_HEDGE_MODE_UNSPECIFIED
+}
+
+func (x *HedgeInfo) GetWinnerEndpointId() string {
+	if x != nil {
+		return x.WinnerEndpointId
+	}
+	return ""
+}
+
+func (x *HedgeInfo) GetLoserEndpointId() string {
+	if x != nil {
+		return x.LoserEndpointId
+	}
+	return ""
+}
+
+func (x *HedgeInfo) GetLoserCostUsd() float64 {
+	if x != nil {
+		return x.LoserCostUsd
+	}
+	return 0
+}
+
+// ActivityRecord is one client request in the activity log.
+type ActivityRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the request's id, the completion id the client received.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// create_time is when the request arrived.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// tenant_id is the tenant billed.
+	TenantId string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// api_key_id is the key used.
+	ApiKeyId string `protobuf:"bytes,4,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
+	// model is the model asked for.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// endpoint_id is the endpoint that served the answer, empty if none did.
+	EndpointId string `protobuf:"bytes,6,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// provider is that endpoint's provider.
+	Provider string `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
+	// attempts are every call made, in order.
+	Attempts []*Attempt `protobuf:"bytes,8,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// hedge says whether the request was hedged.
+	Hedge *HedgeInfo `protobuf:"bytes,9,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	// usage is what was billed: the serving endpoint's reported usage (or an
+	// estimate of what was delivered, reported=false).
+	Usage *Usage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// cost_usd is what the client is billed.
+	CostUsd float64 `protobuf:"fixed64,11,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// status is how the request ended.
+	Status CallStatus `protobuf:"varint,12,opt,name=status,proto3,enum=switchboard.v1.CallStatus" json:"status,omitempty"`
+	// http_status is the status the client got.
+	HttpStatus int32 `protobuf:"varint,13,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// stream is whether the answer was streamed.
+	Stream bool `protobuf:"varint,14,opt,name=stream,proto3" json:"stream,omitempty"`
+	// cost_capped is set when the bill was capped at the request's max_price or
+	// max_tokens because the provider reported more than that.
+	CostCapped bool `protobuf:"varint,15,opt,name=cost_capped,json=costCapped,proto3" json:"cost_capped,omitempty"`
+	// error describes a failure.
+	Error string `protobuf:"bytes,16,opt,name=error,proto3" json:"error,omitempty"`
+	// duration is the request's whole duration at the edge.
+	Duration *durationpb.Duration `protobuf:"bytes,17,opt,name=duration,proto3" json:"duration,omitempty"`
+	// ttft is the time to the first token the client got.
+	Ttft          *durationpb.Duration `protobuf:"bytes,18,opt,name=ttft,proto3" json:"ttft,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityRecord) Reset() {
+	*x = ActivityRecord{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityRecord) ProtoMessage() {}
+
+func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityRecord.ProtoReflect.Descriptor instead.
+func (*ActivityRecord) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ActivityRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetApiKeyId() string {
+	if x != nil {
+		return x.ApiKeyId
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetHedge() *HedgeInfo {
+	if x != nil {
+		return x.Hedge
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *ActivityRecord) GetStatus() CallStatus {
+	if x != nil {
+		return x.Status
+	}
+	return CallStatus_CALL_STATUS_UNSPECIFIED
+}
+
+func (x *ActivityRecord) GetHttpStatus() int32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *ActivityRecord) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+func (x *ActivityRecord) GetCostCapped() bool {
+	if x != nil {
+		return x.CostCapped
+	}
+	return false
+}
+
+func (x *ActivityRecord) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetTtft() *durationpb.Duration {
+	if x != nil {
+		return x.Ttft
+	}
+	return nil
+}
+
+// ActivityBatch carries several activity records at once.
+type ActivityBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// records are the finished requests.
+	Records       []*ActivityRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityBatch) Reset() {
+	*x = ActivityBatch{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityBatch) ProtoMessage() {}
+
+func (x *ActivityBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityBatch.ProtoReflect.Descriptor instead.
+func (*ActivityBatch) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ActivityBatch) GetRecords() []*ActivityRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
 
 // ProbeCommand asks an edge to send a synthetic request to measure an endpoint.
 type ProbeCommand struct {
@@ -2991,7 +3527,7 @@ type ProbeCommand struct {
 
 func (x *ProbeCommand) Reset() {
 	*x = ProbeCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3539,7 @@ func (x *ProbeCommand) String() string {
 func (*ProbeCommand) ProtoMessage() {}
 
 func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3552,7 @@ func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeCommand.ProtoReflect.Descriptor instead.
 func (*ProbeCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProbeCommand) GetProbeId() string {
@@ -3069,7 +3605,7 @@ type CooldownCommand struct {
 
 func (x *CooldownCommand) Reset() {
 	*x = CooldownCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3617,7 @@ func (x *CooldownCommand) String() string {
 func (*CooldownCommand) ProtoMessage() {}
 
 func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3630,7 @@ func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CooldownCommand.ProtoReflect.Descriptor instead.
 func (*CooldownCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CooldownCommand) GetEndpointId() string {
@@ -3129,7 +3665,7 @@ type ConfigCommand struct {
 
 func (x *ConfigCommand) Reset() {
 	*x = ConfigCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3677,7 @@ func (x *ConfigCommand) String() string {
 func (*ConfigCommand) ProtoMessage() {}
 
 func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3690,7 @@ func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigCommand.ProtoReflect.Descriptor instead.
 func (*ConfigCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConfigCommand) GetCatalogRevision() int64 {
@@ -3175,7 +3711,7 @@ type ReportAck struct {
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3723,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3736,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportAck) GetAccepted() int64 {
@@ -3228,7 +3764,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3776,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3789,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportResponse) GetCommand() isReportResponse_Command {
@@ -3331,6 +3867,381 @@ func (*ReportResponse_Cooldown) isReportResponse_Command() {}
 
 func (*ReportResponse_Config) isReportResponse_Command() {}
 
+// AcquireHedgeRequest asks for hedge budget.
+type AcquireHedgeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id is the hedged request.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// endpoint_id is the second endpoint.
+	EndpointId string `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// estimated_cost_usd is what the second call may cost.
+	EstimatedCostUsd float64 `protobuf:"fixed64,3,opt,name=estimated_cost_usd,json=estimatedCostUsd,proto3" json:"estimated_cost_usd,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AcquireHedgeRequest) Reset() {
+	*x = AcquireHedgeRequest{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireHedgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireHedgeRequest) ProtoMessage() {}
+
+func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireHedgeRequest.ProtoReflect.Descriptor instead.
+func (*AcquireHedgeRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AcquireHedgeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AcquireHedgeRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *AcquireHedgeRequest) GetEstimatedCostUsd() float64 {
+	if x != nil {
+		return x.EstimatedCostUsd
+	}
+	return 0
+}
+
+// AcquireHedgeResponse grants or refuses a hedge.
+type AcquireHedgeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// granted is whether the hedge may start.
+	Granted bool `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	// remaining_usd is what is left of today's budget.
+	RemainingUsd float64 `protobuf:"fixed64,2,opt,name=remaining_usd,json=remainingUsd,proto3" json:"remaining_usd,omitempty"`
+	// reset_time is when the budget refills (next 00:00 UTC).
+	ResetTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=reset_time,json=resetTime,proto3" json:"reset_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireHedgeResponse) Reset() {
+	*x = AcquireHedgeResponse{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireHedgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireHedgeResponse) ProtoMessage() {}
+
+func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireHedgeResponse.ProtoReflect.Descriptor instead.
+func (*AcquireHedgeResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *AcquireHedgeResponse) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *AcquireHedgeResponse) GetRemainingUsd() float64 {
+	if x != nil {
+		return x.RemainingUsd
+	}
+	return 0
+}
+
+func (x *AcquireHedgeResponse) GetResetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetTime
+	}
+	return nil
+}
+
+// ListActivityRequest lists the caller's calls.
+type ListActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity is the caller, authenticated as for Decide.
+	Identity *Identity `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// start_time keeps calls at or after it.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// end_time keeps calls before it.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// model keeps calls of this model.
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// limit is the page size (default 50, at most 500).
+	Limit int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// cursor continues a previous listing.
+	Cursor        string `protobuf:"bytes,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActivityRequest) Reset() {
+	*x = ListActivityRequest{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActivityRequest) ProtoMessage() {}
+
+func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActivityRequest.ProtoReflect.Descriptor instead.
+func (*ListActivityRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListActivityRequest) GetIdentity() *Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *ListActivityRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListActivityRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ListActivityRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ListActivityRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListActivityRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// ListActivityResponse is one page of calls.
+type ListActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// records are newest first.
+	Records []*ActivityRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// next_cursor fetches the next page; empty at the end.
+	NextCursor    string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActivityResponse) Reset() {
+	*x = ListActivityResponse{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActivityResponse) ProtoMessage() {}
+
+func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActivityResponse.ProtoReflect.Descriptor instead.
+func (*ListActivityResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListActivityResponse) GetRecords() []*ActivityRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListActivityResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+// GetActivityRequest asks for one call.
+type GetActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity is the caller.
+	Identity *Identity `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// id is the call's id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActivityRequest) Reset() {
+	*x = GetActivityRequest{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActivityRequest) ProtoMessage() {}
+
+func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
+func (*GetActivityRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetActivityRequest) GetIdentity() *Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *GetActivityRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GetActivityResponse is one call.
+type GetActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// record is the call.
+	Record        *ActivityRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActivityResponse) Reset() {
+	*x = GetActivityResponse{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActivityResponse) ProtoMessage() {}
+
+func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
+func (*GetActivityResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetActivityResponse) GetRecord() *ActivityRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 // ListModelsRequest asks which models a caller may use.
 type ListModelsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3342,7 +4253,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +4265,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +4278,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -3394,7 +4305,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +4317,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +4330,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Model) GetId() string {
@@ -3461,7 +4372,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +4384,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +4397,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -3671,7 +4582,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"\x9a\x05\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\xb0\x05\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -3696,13 +4607,61 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\ttenant_id\x18\x0e \x01(\tR\btenantId\x12\x14\n" +
 	"\x05error\x18\x0f \x01(\tR\x05error\x12\x1f\n" +
 	"\vprompt_hash\x18\x10 \x01(\x06R\n" +
-	"promptHash\"G\n" +
+	"promptHash\x12\x14\n" +
+	"\x05hedge\x18\x11 \x01(\bR\x05hedge\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
-	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\x83\x01\n" +
+	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc0\x01\n" +
 	"\rReportRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.switchboard.v1.EdgeHelloH\x00R\x05hello\x127\n" +
-	"\x05batch\x18\x02 \x01(\v2\x1f.switchboard.v1.CallReportBatchH\x00R\x05batchB\x06\n" +
-	"\x04kind\"\xc6\x01\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1f.switchboard.v1.CallReportBatchH\x00R\x05batch\x12;\n" +
+	"\bactivity\x18\x03 \x01(\v2\x1d.switchboard.v1.ActivityBatchH\x00R\bactivityB\x06\n" +
+	"\x04kind\"\xcb\x02\n" +
+	"\aAttempt\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x121\n" +
+	"\aoutcome\x18\x03 \x01(\x0e2\x17.switchboard.v1.OutcomeR\aoutcome\x12-\n" +
+	"\x04ttft\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\x12\x1f\n" +
+	"\vhttp_status\x18\x05 \x01(\x05R\n" +
+	"httpStatus\x12\x14\n" +
+	"\x05hedge\x18\x06 \x01(\bR\x05hedge\x12\x19\n" +
+	"\bcost_usd\x18\a \x01(\x01R\acostUsd\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x129\n" +
+	"\n" +
+	"start_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"\xce\x01\n" +
+	"\tHedgeInfo\x12\x12\n" +
+	"\x04used\x18\x01 \x01(\bR\x04used\x12-\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12,\n" +
+	"\x12winner_endpoint_id\x18\x03 \x01(\tR\x10winnerEndpointId\x12*\n" +
+	"\x11loser_endpoint_id\x18\x04 \x01(\tR\x0floserEndpointId\x12$\n" +
+	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xa3\x05\n" +
+	"\x0eActivityRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
+	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1b\n" +
+	"\ttenant_id\x18\x03 \x01(\tR\btenantId\x12\x1c\n" +
+	"\n" +
+	"api_key_id\x18\x04 \x01(\tR\bapiKeyId\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1f\n" +
+	"\vendpoint_id\x18\x06 \x01(\tR\n" +
+	"endpointId\x12\x1a\n" +
+	"\bprovider\x18\a \x01(\tR\bprovider\x123\n" +
+	"\battempts\x18\b \x03(\v2\x17.switchboard.v1.AttemptR\battempts\x12/\n" +
+	"\x05hedge\x18\t \x01(\v2\x19.switchboard.v1.HedgeInfoR\x05hedge\x12+\n" +
+	"\x05usage\x18\n" +
+	" \x01(\v2\x15.switchboard.v1.UsageR\x05usage\x12\x19\n" +
+	"\bcost_usd\x18\v \x01(\x01R\acostUsd\x122\n" +
+	"\x06status\x18\f \x01(\x0e2\x1a.switchboard.v1.CallStatusR\x06status\x12\x1f\n" +
+	"\vhttp_status\x18\r \x01(\x05R\n" +
+	"httpStatus\x12\x16\n" +
+	"\x06stream\x18\x0e \x01(\bR\x06stream\x12\x1f\n" +
+	"\vcost_capped\x18\x0f \x01(\bR\n" +
+	"costCapped\x12\x14\n" +
+	"\x05error\x18\x10 \x01(\tR\x05error\x125\n" +
+	"\bduration\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12-\n" +
+	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\"I\n" +
+	"\rActivityBatch\x128\n" +
+	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\"\xc6\x01\n" +
 	"\fProbeCommand\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
@@ -3723,7 +4682,35 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05probe\x18\x02 \x01(\v2\x1c.switchboard.v1.ProbeCommandH\x00R\x05probe\x12=\n" +
 	"\bcooldown\x18\x03 \x01(\v2\x1f.switchboard.v1.CooldownCommandH\x00R\bcooldown\x127\n" +
 	"\x06config\x18\x04 \x01(\v2\x1d.switchboard.v1.ConfigCommandH\x00R\x06configB\t\n" +
-	"\acommand\"I\n" +
+	"\acommand\"\x83\x01\n" +
+	"\x13AcquireHedgeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12,\n" +
+	"\x12estimated_cost_usd\x18\x03 \x01(\x01R\x10estimatedCostUsd\"\x90\x01\n" +
+	"\x14AcquireHedgeResponse\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x12#\n" +
+	"\rremaining_usd\x18\x02 \x01(\x01R\fremainingUsd\x129\n" +
+	"\n" +
+	"reset_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tresetTime\"\x81\x02\n" +
+	"\x13ListActivityRequest\x124\n" +
+	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\tR\x06cursor\"q\n" +
+	"\x14ListActivityResponse\x128\n" +
+	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"Z\n" +
+	"\x12GetActivityRequest\x124\n" +
+	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"M\n" +
+	"\x13GetActivityResponse\x126\n" +
+	"\x06record\x18\x01 \x01(\v2\x1e.switchboard.v1.ActivityRecordR\x06record\"I\n" +
 	"\x11ListModelsRequest\x124\n" +
 	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\"\x92\x01\n" +
 	"\x05Model\x12\x0e\n" +
@@ -3808,14 +4795,24 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x11OUTCOME_MALFORMED\x10\x06\x12\x13\n" +
 	"\x0fOUTCOME_DROPPED\x10\a\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\b\x12\x18\n" +
-	"\x14OUTCOME_CLIENT_ERROR\x10\t2\x99\x03\n" +
+	"\x14OUTCOME_CLIENT_ERROR\x10\t*\x94\x01\n" +
+	"\n" +
+	"CallStatus\x12\x1b\n" +
+	"\x17CALL_STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eCALL_STATUS_OK\x10\x01\x12\x16\n" +
+	"\x12CALL_STATUS_FAILED\x10\x02\x12\x1b\n" +
+	"\x17CALL_STATUS_INTERRUPTED\x10\x03\x12 \n" +
+	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\xa7\x05\n" +
 	"\x0eDeciderService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +
 	"\tReconcile\x12 .switchboard.v1.ReconcileRequest\x1a!.switchboard.v1.ReconcileResponse\x12K\n" +
 	"\x06Report\x12\x1d.switchboard.v1.ReportRequest\x1a\x1e.switchboard.v1.ReportResponse(\x010\x01\x12S\n" +
 	"\n" +
-	"ListModels\x12!.switchboard.v1.ListModelsRequest\x1a\".switchboard.v1.ListModelsResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"ListModels\x12!.switchboard.v1.ListModelsRequest\x1a\".switchboard.v1.ListModelsResponse\x12Y\n" +
+	"\fAcquireHedge\x12#.switchboard.v1.AcquireHedgeRequest\x1a$.switchboard.v1.AcquireHedgeResponse\x12Y\n" +
+	"\fListActivity\x12#.switchboard.v1.ListActivityRequest\x1a$.switchboard.v1.ListActivityResponse\x12V\n" +
+	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_decider_proto_rawDescOnce sync.Once
@@ -3829,8 +4826,8 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_decider_proto_rawDescData
 }
 
-var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),            // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                     // 1: switchboard.v1.Sort
@@ -3842,123 +4839,160 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(LimitScope)(0),               // 7: switchboard.v1.LimitScope
 	(RefusalReason)(0),            // 8: switchboard.v1.RefusalReason
 	(Outcome)(0),                  // 9: switchboard.v1.Outcome
-	(*Identity)(nil),              // 10: switchboard.v1.Identity
-	(*TokenEstimate)(nil),         // 11: switchboard.v1.TokenEstimate
-	(*PromptPrefix)(nil),          // 12: switchboard.v1.PromptPrefix
-	(*MaxPrice)(nil),              // 13: switchboard.v1.MaxPrice
-	(*ProviderPreferences)(nil),   // 14: switchboard.v1.ProviderPreferences
-	(*DecideRequest)(nil),         // 15: switchboard.v1.DecideRequest
-	(*Price)(nil),                 // 16: switchboard.v1.Price
-	(*Endpoint)(nil),              // 17: switchboard.v1.Endpoint
-	(*Candidate)(nil),             // 18: switchboard.v1.Candidate
-	(*Decision)(nil),              // 19: switchboard.v1.Decision
-	(*HedgePlan)(nil),             // 20: switchboard.v1.HedgePlan
-	(*DecideResponse)(nil),        // 21: switchboard.v1.DecideResponse
-	(*Demand)(nil),                // 22: switchboard.v1.Demand
-	(*ReserveRequest)(nil),        // 23: switchboard.v1.ReserveRequest
-	(*BucketCharge)(nil),          // 24: switchboard.v1.BucketCharge
-	(*Reservation)(nil),           // 25: switchboard.v1.Reservation
-	(*Refusal)(nil),               // 26: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),       // 27: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                 // 28: switchboard.v1.Usage
-	(*Header)(nil),                // 29: switchboard.v1.Header
-	(*ReconcileRequest)(nil),      // 30: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),     // 31: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),             // 32: switchboard.v1.EdgeHello
-	(*CallReport)(nil),            // 33: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),       // 34: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),         // 35: switchboard.v1.ReportRequest
-	(*ProbeCommand)(nil),          // 36: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),       // 37: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),         // 38: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),             // 39: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),        // 40: switchboard.v1.ReportResponse
-	(*ListModelsRequest)(nil),     // 41: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                 // 42: switchboard.v1.Model
-	(*ListModelsResponse)(nil),    // 43: switchboard.v1.ListModelsResponse
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(CallStatus)(0),               // 10: switchboard.v1.CallStatus
+	(*Identity)(nil),              // 11: switchboard.v1.Identity
+	(*TokenEstimate)(nil),         // 12: switchboard.v1.TokenEstimate
+	(*PromptPrefix)(nil),          // 13: switchboard.v1.PromptPrefix
+	(*MaxPrice)(nil),              // 14: switchboard.v1.MaxPrice
+	(*ProviderPreferences)(nil),   // 15: switchboard.v1.ProviderPreferences
+	(*DecideRequest)(nil),         // 16: switchboard.v1.DecideRequest
+	(*Price)(nil),                 // 17: switchboard.v1.Price
+	(*Endpoint)(nil),              // 18: switchboard.v1.Endpoint
+	(*Candidate)(nil),             // 19: switchboard.v1.Candidate
+	(*Decision)(nil),              // 20: switchboard.v1.Decision
+	(*HedgePlan)(nil),             // 21: switchboard.v1.HedgePlan
+	(*DecideResponse)(nil),        // 22: switchboard.v1.DecideResponse
+	(*Demand)(nil),                // 23: switchboard.v1.Demand
+	(*ReserveRequest)(nil),        // 24: switchboard.v1.ReserveRequest
+	(*BucketCharge)(nil),          // 25: switchboard.v1.BucketCharge
+	(*Reservation)(nil),           // 26: switchboard.v1.Reservation
+	(*Refusal)(nil),               // 27: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),       // 28: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                 // 29: switchboard.v1.Usage
+	(*Header)(nil),                // 30: switchboard.v1.Header
+	(*ReconcileRequest)(nil),      // 31: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),     // 32: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),             // 33: switchboard.v1.EdgeHello
+	(*CallReport)(nil),            // 34: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),       // 35: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),         // 36: switchboard.v1.ReportRequest
+	(*Attempt)(nil),               // 37: switchboard.v1.Attempt
+	(*HedgeInfo)(nil),             // 38: switchboard.v1.HedgeInfo
+	(*ActivityRecord)(nil),        // 39: switchboard.v1.ActivityRecord
+	(*ActivityBatch)(nil),         // 40: switchboard.v1.ActivityBatch
+	(*ProbeCommand)(nil),          // 41: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),       // 42: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),         // 43: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),             // 44: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),        // 45: switchboard.v1.ReportResponse
+	(*AcquireHedgeRequest)(nil),   // 46: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),  // 47: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),   // 48: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),  // 49: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),    // 50: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),   // 51: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),     // 52: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                 // 53: switchboard.v1.Model
+	(*ListModelsResponse)(nil),    // 54: switchboard.v1.ListModelsResponse
+	(*durationpb.Duration)(nil),   // 55: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,  // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
-	12, // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
+	13, // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
 	1,  // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
-	13, // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
+	14, // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,  // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	44, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
-	10, // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
-	11, // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	14, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	16, // 9: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	44, // 10: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	55, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	11, // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
+	12, // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	15, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	17, // 9: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
+	55, // 10: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,  // 11: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,  // 12: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
-	18, // 13: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	44, // 14: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	19, // 13: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
+	55, // 14: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,  // 15: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	44, // 16: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	17, // 17: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	17, // 18: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	17, // 19: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	19, // 20: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
-	20, // 21: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	10, // 22: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
-	13, // 23: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	10, // 24: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	22, // 25: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	44, // 26: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	55, // 16: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	18, // 17: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	18, // 18: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	18, // 19: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	20, // 20: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
+	21, // 21: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	11, // 22: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
+	14, // 23: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	11, // 24: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	23, // 25: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	55, // 26: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	7,  // 27: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	6,  // 28: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	22, // 29: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	24, // 30: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	45, // 31: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	45, // 32: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	23, // 29: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	25, // 30: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	56, // 31: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	56, // 32: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	8,  // 33: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	7,  // 34: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	6,  // 35: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	45, // 36: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	44, // 37: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	56, // 36: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	55, // 37: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,  // 38: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	25, // 39: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	26, // 40: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	28, // 41: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	26, // 39: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	27, // 40: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	29, // 41: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
 	9,  // 42: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	29, // 43: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	24, // 44: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	45, // 45: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	44, // 46: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	44, // 47: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	28, // 48: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	30, // 43: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	25, // 44: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	56, // 45: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	55, // 46: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	55, // 47: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	29, // 48: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
 	9,  // 49: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	44, // 50: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	29, // 51: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	33, // 52: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	32, // 53: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	34, // 54: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	17, // 55: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	45, // 56: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	39, // 57: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	36, // 58: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	37, // 59: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	38, // 60: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	10, // 61: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	16, // 62: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	42, // 63: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	15, // 64: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	23, // 65: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	30, // 66: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	35, // 67: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	41, // 68: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	21, // 69: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	27, // 70: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	31, // 71: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	40, // 72: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	43, // 73: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	69, // [69:74] is the sub-list for method output_type
-	64, // [64:69] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	55, // 50: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	30, // 51: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	34, // 52: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	33, // 53: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	35, // 54: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	40, // 55: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	9,  // 56: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	55, // 57: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	56, // 58: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,  // 59: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	56, // 60: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	37, // 61: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	38, // 62: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	29, // 63: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10, // 64: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	55, // 65: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	55, // 66: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	39, // 67: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18, // 68: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	56, // 69: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	44, // 70: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	41, // 71: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	42, // 72: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	43, // 73: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	56, // 74: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11, // 75: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	56, // 76: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	56, // 77: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	39, // 78: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11, // 79: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	39, // 80: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11, // 81: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17, // 82: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	53, // 83: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	16, // 84: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24, // 85: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	31, // 86: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	36, // 87: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	52, // 88: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	46, // 89: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	48, // 90: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	50, // 91: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	22, // 92: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	28, // 93: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	32, // 94: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	45, // 95: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	54, // 96: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	47, // 97: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	49, // 98: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	51, // 99: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	92, // [92:100] is the sub-list for method output_type
+	84, // [84:92] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -3971,8 +5005,9 @@ func file_switchboard_v1_decider_proto_init() {
 	file_switchboard_v1_decider_proto_msgTypes[25].OneofWrappers = []any{
 		(*ReportRequest_Hello)(nil),
 		(*ReportRequest_Batch)(nil),
+		(*ReportRequest_Activity)(nil),
 	}
-	file_switchboard_v1_decider_proto_msgTypes[30].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[34].OneofWrappers = []any{
 		(*ReportResponse_Ack)(nil),
 		(*ReportResponse_Probe)(nil),
 		(*ReportResponse_Cooldown)(nil),
@@ -3983,8 +5018,8 @@ func file_switchboard_v1_decider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   34,
+			NumEnums:      11,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

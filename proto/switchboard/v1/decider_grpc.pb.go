@@ -19,11 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DeciderService_Decide_FullMethodName     = "/switchboard.v1.DeciderService/Decide"
-	DeciderService_Reserve_FullMethodName    = "/switchboard.v1.DeciderService/Reserve"
-	DeciderService_Reconcile_FullMethodName  = "/switchboard.v1.DeciderService/Reconcile"
-	DeciderService_Report_FullMethodName     = "/switchboard.v1.DeciderService/Report"
-	DeciderService_ListModels_FullMethodName = "/switchboard.v1.DeciderService/ListModels"
+	DeciderService_Decide_FullMethodName       = "/switchboard.v1.DeciderService/Decide"
+	DeciderService_Reserve_FullMethodName      = "/switchboard.v1.DeciderService/Reserve"
+	DeciderService_Reconcile_FullMethodName    = "/switchboard.v1.DeciderService/Reconcile"
+	DeciderService_Report_FullMethodName       = "/switchboard.v1.DeciderService/Report"
+	DeciderService_ListModels_FullMethodName   = "/switchboard.v1.DeciderService/ListModels"
+	DeciderService_AcquireHedge_FullMethodName = "/switchboard.v1.DeciderService/AcquireHedge"
+	DeciderService_ListActivity_FullMethodName = "/switchboard.v1.DeciderService/ListActivity"
+	DeciderService_GetActivity_FullMethodName  = "/switchboard.v1.DeciderService/GetActivity"
 )
 
 // DeciderServiceClient is the client API for DeciderService service.
@@ -54,6 +57,16 @@ type DeciderServiceClient interface {
 	Report(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReportRequest, ReportResponse], error)
 	// ListModels lists the models a caller may use, for the edge's /v1/models.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// AcquireHedge asks to spend from the daily hedge budget shared by all
+	// edges before a second endpoint is started for one request. The decision
+	// is atomic across edges; a refusal means: use one endpoint.
+	AcquireHedge(ctx context.Context, in *AcquireHedgeRequest, opts ...grpc.CallOption) (*AcquireHedgeResponse, error)
+	// ListActivity lists the caller's own calls, newest first. The tenant is
+	// the authenticated one: a caller never sees another tenant's calls.
+	ListActivity(ctx context.Context, in *ListActivityRequest, opts ...grpc.CallOption) (*ListActivityResponse, error)
+	// GetActivity returns one of the caller's own calls by its id (the
+	// completion id the client received). NOT_FOUND for another tenant's call.
+	GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error)
 }
 
 type deciderServiceClient struct {
@@ -117,6 +130,36 @@ func (c *deciderServiceClient) ListModels(ctx context.Context, in *ListModelsReq
 	return out, nil
 }
 
+func (c *deciderServiceClient) AcquireHedge(ctx context.Context, in *AcquireHedgeRequest, opts ...grpc.CallOption) (*AcquireHedgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireHedgeResponse)
+	err := c.cc.Invoke(ctx, DeciderService_AcquireHedge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *deciderServiceClient) ListActivity(ctx context.Context, in *ListActivityRequest, opts ...grpc.CallOption) (*ListActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListActivityResponse)
+	err := c.cc.Invoke(ctx, DeciderService_ListActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *deciderServiceClient) GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetActivityResponse)
+	err := c.cc.Invoke(ctx, DeciderService_GetActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeciderServiceServer is the server API for DeciderService service.
 // All implementations must embed UnimplementedDeciderServiceServer
 // for forward compatibility.
@@ -145,6 +188,16 @@ type DeciderServiceServer interface {
 	Report(grpc.BidiStreamingServer[ReportRequest, ReportResponse]) error
 	// ListModels lists the models a caller may use, for the edge's /v1/models.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// AcquireHedge asks to spend from the daily hedge budget shared by all
+	// edges before a second endpoint is started for one request. The decision
+	// is atomic across edges; a refusal means: use one endpoint.
+	AcquireHedge(context.Context, *AcquireHedgeRequest) (*AcquireHedgeResponse, error)
+	// ListActivity lists the caller's own calls, newest first. The tenant is
+	// the authenticated one: a caller never sees another tenant's calls.
+	ListActivity(context.Context, *ListActivityRequest) (*ListActivityResponse, error)
+	// GetActivity returns one of the caller's own calls by its id (the
+	// completion id the client received). NOT_FOUND for another tenant's call.
+	GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error)
 	mustEmbedUnimplementedDeciderServiceServer()
 }
 
@@ -169,6 +222,15 @@ func (UnimplementedDeciderServiceServer) Report(grpc.BidiStreamingServer[ReportR
 }
 func (UnimplementedDeciderServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedDeciderServiceServer) AcquireHedge(context.Context, *AcquireHedgeRequest) (*AcquireHedgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireHedge not implemented")
+}
+func (UnimplementedDeciderServiceServer) ListActivity(context.Context, *ListActivityRequest) (*ListActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListActivity not implemented")
+}
+func (UnimplementedDeciderServiceServer) GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetActivity not implemented")
 }
 func (UnimplementedDeciderServiceServer) mustEmbedUnimplementedDeciderServiceServer() {}
 func (UnimplementedDeciderServiceServer) testEmbeddedByValue()                        {}
@@ -270,6 +332,60 @@ func _DeciderService_ListModels_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DeciderService_AcquireHedge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireHedgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).AcquireHedge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_AcquireHedge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).AcquireHedge(ctx, req.(*AcquireHedgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DeciderService_ListActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).ListActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_ListActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).ListActivity(ctx, req.(*ListActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DeciderService_GetActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).GetActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_GetActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).GetActivity(ctx, req.(*GetActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DeciderService_ServiceDesc is the grpc.ServiceDesc for DeciderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -292,6 +408,18 @@ var DeciderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _DeciderService_ListModels_Handler,
+		},
+		{
+			MethodName: "AcquireHedge",
+			Handler:    _DeciderService_AcquireHedge_Handler,
+		},
+		{
+			MethodName: "ListActivity",
+			Handler:    _DeciderService_ListActivity_Handler,
+		},
+		{
+			MethodName: "GetActivity",
+			Handler:    _DeciderService_GetActivity_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,374 @@
+package broker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+)
+
+// Spec is one configured limit, the broker's view of a catalog limit with
+// the fields the catalog does not have yet (Key, ResetAt, Ramp). One Spec
+// becomes one bucket, or two when it has both a Window and a Ramp.
+type Spec struct {
+	// Scope is the level of the hierarchy. (Required)
+	Scope Scope
+	// Key names the scope instance. (Required) By scope: api_key → the key id
+	// (catalog.KeyID); app → "<tenant>/<app>" for every environment of the
+	// app, or "<tenant>/<app>/<environment>" for one; tenant → tenant id;
+	// partner → partner id; provider_workspace and provider_project → the
+	// Workspace or Project of the routes that share it; model_route → the
+	// endpoint id ("<provider>/<model>").
+	Key string
+	// Unit is what is counted. (Required)
+	Unit Unit
+	// Window is the period: second, minute or hour for a token bucket, day for
+	// a daily reset. (Required) except for concurrent_requests, which has none,
+	// and for a ramp-only spec.
+	Window Window
+	// Capacity is what fits in one window, or the number of requests in
+	// flight. (Required, > 0) unless the spec is ramp-only.
+	Capacity float64
+	// Burst is extra room above Capacity. (Optional) Defaults to 0.
+	Burst float64
+	// ResetAt is the UTC time of day at which a daily bucket resets, as an
+	// offset from midnight, e.g. 7*time.Hour for a provider that resets at
+	// 07:00 UTC. (Optional, day only) Defaults to 00:00 UTC.
+	ResetAt time.Duration
+	// Ramp adds a ramp limit on the same unit. (Optional)
+	Ramp *Ramp
+	// Source is where the limit comes from. (Optional) Defaults to configured.
+	Source Source
+}
+
+// Ramp caps how fast admissions may grow: what a period admits may not
+// exceed max(Floor, (1+MaxIncrease) × what the previous period admitted).
+type Ramp struct {
+	// MaxIncrease is the largest growth from one period to the next as a
+	// fraction: 0.5 is +50%. (Required, > 0)
+	MaxIncrease float64
+	// Floor is what a period may always admit, so traffic can start from
+	// idle. (Optional) Defaults to a tenth of the spec's Capacity; required
+	// for a ramp-only spec.
+	Floor float64
+	// Period is the ramp's period, aligned on the Unix epoch. (Optional)
+	// Defaults to one minute.
+	Period time.Duration
+}
+
+// Route says which shared provider buckets a dispatch to one endpoint
+// charges besides the endpoint's own (model_route) buckets.
+type Route struct {
+	// EndpointID is the endpoint's id, "<provider>/<model>". (Required)
+	EndpointID string
+	// Model is the canonical model id. (Optional)
+	Model string
+	// Provider is the provider's name. (Optional) Defaults to the part of
+	// EndpointID before the first '/'.
+	Provider string
+	// Workspace keys the provider_workspace buckets the endpoint charges.
+	// (Optional) Defaults to Provider.
+	Workspace string
+	// Project keys the provider_project buckets the endpoint charges.
+	// (Optional) Defaults to Provider.
+	Project string
+}
+
+func (r Route) withDefaults() Route {
+	if r.Provider == "" {
+		r.Provider, _, _ = strings.Cut(r.EndpointID, "/")
+	}
+	if r.Workspace == "" {
+		r.Workspace = r.Provider
+	}
+	if r.Project == "" {
+		r.Project = r.Provider
+	}
+	return r
+}
+
+// Config is the broker's whole configuration.
+type Config struct {
+	// Buckets are the configured limits.
+	Buckets []Spec
+	// Routes are the endpoints; an endpoint missing here charges its
+	// model_route buckets and the provider buckets keyed by its provider name.
+	Routes []Route
+}
+
+// def is a validated bucket definition: what a bucket is, without state.
+type def struct {
+	id       string
+	scope    Scope
+	key      string
+	unit     Unit
+	window   Window
+	rule     Rule
+	source   Source
+	capacity float64
+	burst    float64
+	offset   int64   // daily: reset time of day; ramp: unused
+	period   int64   // window or ramp period, ns
+	growth   float64 // ramp: 1 + MaxIncrease
+	floor    float64 // ramp
+}
+
+// max is the most the bucket ever holds.
+func (d *def) max() float64 { return d.capacity + d.burst }
+
+// bucketID is the stable id of a bucket, used in charges, snapshots and
+// reconfiguration: "<scope>:<key>:<unit>[:<window>|:ramp][:learned]".
+func bucketID(scope Scope, key string, unit Unit, window Window, rule Rule, source Source) string {
+	var b strings.Builder
+	b.WriteString(scope.String())
+	b.WriteByte(':')
+	b.WriteString(key)
+	b.WriteByte(':')
+	b.WriteString(unit.String())
+	switch {
+	case rule == RuleRamp:
+		b.WriteString(":ramp")
+	case window != WindowNone:
+		b.WriteByte(':')
+		b.WriteString(window.String())
+	}
+	if source == SourceLearned {
+		b.WriteString(":learned")
+	}
+	return b.String()
+}
+
+const day = int64(24 * time.Hour)
+
+// defs validates specs and turns them into bucket definitions, every mistake
+// reported at once.
+func defs(specs []Spec) ([]def, error) {
+	var errs []error
+	bad := func(i int, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: bucket spec %d: %s", ErrInvalid, i, fmt.Sprintf(format, args...)))
+	}
+	var out []def
+	seen := map[string]int{}
+	for i, s := range specs {
+		n := len(errs)
+		if s.Scope < ScopeAPIKey || s.Scope > ScopeModelRoute {
+			bad(i, "unknown scope %d", s.Scope)
+		}
+		if s.Key == "" {
+			bad(i, "%s scope needs a key", s.Scope)
+		}
+		if s.Scope == ScopeApp {
+			if parts := strings.Split(s.Key, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+				bad(i, "app key %q must be <tenant>/<app> or <tenant>/<app>/<environment>", s.Key)
+			}
+		}
+		if s.Unit < UnitRequests || s.Unit > UnitConcurrentRequests {
+			bad(i, "unknown unit %d", s.Unit)
+		}
+		rampOnly := s.Ramp != nil && s.Window == WindowNone
+		switch {
+		case s.Window > WindowDay:
+			bad(i, "unknown window %d", s.Window)
+		case s.Unit == UnitConcurrentRequests && s.Window != WindowNone:
+			bad(i, "concurrent_requests has no window")
+		case s.Unit == UnitConcurrentRequests && s.Ramp != nil:
+			bad(i, "concurrent_requests has no ramp")
+		case s.Unit != UnitConcurrentRequests && s.Window == WindowNone && s.Ramp == nil:
+			bad(i, "%s needs a window", s.Unit)
+		}
+		if !rampOnly && (!(s.Capacity > 0) || math.IsInf(s.Capacity, 0)) {
+			bad(i, "capacity must be a positive number")
+		}
+		if !finiteNonNeg(s.Burst) {
+			bad(i, "burst must be a non-negative number")
+		}
+		if s.ResetAt != 0 && s.Window != WindowDay {
+			bad(i, "reset time applies to daily limits only")
+		}
+		if s.ResetAt < 0 || s.ResetAt >= 24*time.Hour {
+			bad(i, "reset time must be within one day")
+		}
+		var floor float64
+		var period int64
+		if r := s.Ramp; r != nil {
+			if !(r.MaxIncrease > 0) || math.IsInf(r.MaxIncrease, 0) {
+				bad(i, "ramp max increase must be a positive fraction")
+			}
+			floor = r.Floor
+			if floor == 0 && !rampOnly {
+				floor = s.Capacity / 10
+			}
+			if !(floor > 0) || math.IsInf(floor, 0) {
+				bad(i, "ramp floor must be a positive number")
+			}
+			period = int64(r.Period)
+			if period == 0 {
+				period = int64(time.Minute)
+			}
+			if period < int64(time.Second) || period > day {
+				bad(i, "ramp period must be between 1s and 24h")
+			}
+		}
+		if len(errs) > n {
+			continue
+		}
+		add := func(d def) {
+			d.id = bucketID(d.scope, d.key, d.unit, d.window, d.rule, d.source)
+			if j, dup := seen[d.id]; dup {
+				bad(i, "bucket %s is also configured by spec %d", d.id, j)
+				return
+			}
+			seen[d.id] = i
+			out = append(out, d)
+		}
+		base := def{scope: s.Scope, key: s.Key, unit: s.Unit, window: s.Window, source: s.Source, capacity: s.Capacity, burst: s.Burst}
+		switch {
+		case s.Unit == UnitConcurrentRequests:
+			base.rule = RuleConcurrency
+			add(base)
+		case s.Window == WindowDay:
+			base.rule = RuleDailyReset
+			base.period = day
+			base.offset = int64(s.ResetAt)
+			add(base)
+		case s.Window != WindowNone:
+			base.rule = RuleTokenBucket
+			base.period = int64(s.Window.Duration())
+			add(base)
+		}
+		if s.Ramp != nil {
+			add(def{scope: s.Scope, key: s.Key, unit: s.Unit, rule: RuleRamp, source: s.Source,
+				period: period, growth: 1 + s.Ramp.MaxIncrease, floor: floor})
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// FromCatalog builds the broker configuration from a validated catalog:
+//
+//   - every endpoint becomes a Route whose Workspace and Project are its
+//     provider's name (the catalog has no field for them yet);
+//   - an endpoint limit is a model_route bucket keyed by the endpoint id, or,
+//     with scope provider_project or provider_workspace, a bucket keyed by the
+//     provider's name and so shared by every endpoint of that provider; the
+//     same shared limit repeated on several endpoints is one bucket, and two
+//     different values for it are an error;
+//   - a tenant limit is a tenant bucket keyed by the tenant id, or, with scope
+//     api_key, one bucket per API key of the tenant (each key gets the limit).
+//     Other scopes on a tenant (app, partner, provider ones) need a key the
+//     catalog cannot express yet and are an error.
+func FromCatalog(c *catalog.Catalog) (Config, error) {
+	var cfg Config
+	var errs []error
+	shared := map[string]Spec{} // by bucket id
+	for _, m := range c.Models {
+		for _, e := range m.Endpoints {
+			r := Route{EndpointID: e.ID(m.ID), Model: m.ID, Provider: e.Provider}.withDefaults()
+			cfg.Routes = append(cfg.Routes, r)
+			for i, l := range e.Limits {
+				path := fmt.Sprintf("models[%s].endpoints[%s].limits[%d]", m.ID, e.Provider, i)
+				s, err := specFromLimit(l, ScopeModelRoute)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", path, err))
+					continue
+				}
+				switch s.Scope {
+				case ScopeModelRoute:
+					s.Key = r.EndpointID
+					cfg.Buckets = append(cfg.Buckets, s)
+				case ScopeProviderProject, ScopeProviderWorkspace:
+					s.Key = r.Project
+					if s.Scope == ScopeProviderWorkspace {
+						s.Key = r.Workspace
+					}
+					id := bucketID(s.Scope, s.Key, s.Unit, s.Window, RuleTokenBucket, SourceConfigured)
+					if prev, ok := shared[id]; ok {
+						if prev != s {
+							errs = append(errs, fmt.Errorf("%s: %w: %s limit on %s differs from the one given on another endpoint", path, ErrInvalid, s.Scope, s.Key))
+						}
+						continue
+					}
+					shared[id] = s
+					cfg.Buckets = append(cfg.Buckets, s)
+				default:
+					errs = append(errs, fmt.Errorf("%s: %w: scope %s is not an endpoint scope", path, ErrInvalid, s.Scope))
+				}
+			}
+		}
+	}
+	for _, t := range c.Tenants {
+		for i, l := range t.Limits {
+			path := fmt.Sprintf("tenants[%s].limits[%d]", t.ID, i)
+			s, err := specFromLimit(l, ScopeTenant)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", path, err))
+				continue
+			}
+			switch s.Scope {
+			case ScopeTenant:
+				s.Key = t.ID
+				cfg.Buckets = append(cfg.Buckets, s)
+			case ScopeAPIKey:
+				for _, h := range t.APIKeysSHA256 {
+					s.Key = catalog.KeyID(h)
+					cfg.Buckets = append(cfg.Buckets, s)
+				}
+			default:
+				errs = append(errs, fmt.Errorf("%s: %w: scope %s needs a key the catalog cannot give yet", path, ErrInvalid, s.Scope))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	if _, err := defs(cfg.Buckets); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// specFromLimit maps one catalog limit; the key is left for the caller.
+func specFromLimit(l catalog.Limit, defaultScope Scope) (Spec, error) {
+	u, err := ParseUnit(l.Unit)
+	if err != nil {
+		return Spec{}, err
+	}
+	w, err := ParseWindow(l.Per)
+	if err != nil {
+		return Spec{}, err
+	}
+	sc := defaultScope
+	if l.Scope != "" {
+		if sc, err = ParseScope(l.Scope); err != nil {
+			return Spec{}, err
+		}
+	}
+	return Spec{Scope: sc, Unit: u, Window: w, Capacity: l.Capacity, Burst: l.Burst}, nil
+}
+
+// ParseResetAt parses a daily reset time "HH:MM" or "HH:MM:SS" (UTC) into
+// an offset from midnight, for the proposed catalog field reset_at.
+func ParseResetAt(s string) (time.Duration, error) {
+	for _, layout := range []string{"15:04", "15:04:05"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute + time.Duration(t.Second())*time.Second, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: reset time %q is not HH:MM (UTC)", ErrInvalid, s)
+}
+
+// sortRoutes orders routes by endpoint id, defaults applied, and keeps the
+// first of duplicates.
+func sortRoutes(rs []Route) []Route {
+	out := make([]Route, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.withDefaults())
+	}
+	slices.SortStableFunc(out, func(a, b Route) int { return cmp.Compare(a.EndpointID, b.EndpointID) })
+	return slices.CompactFunc(out, func(a, b Route) bool { return a.EndpointID == b.EndpointID })
+}
