@@ -23,8 +23,10 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
@@ -81,7 +83,20 @@ type Config struct {
 	// StatsSnapshotInterval is how often routing statistics are written to
 	// etcd; a crash loses at most this much. (Optional) Defaults to 30s.
 	StatsSnapshotInterval time.Duration
-	// Now is the clock of routing decisions and statistics. (Optional) Defaults to time.Now.
+	// HedgeBudgetUSD is the daily hedge budget shared by all edges. (Optional)
+	// The flag defaults to 5; 0 means no hedging.
+	HedgeBudgetUSD float64
+	// HedgeDelay is how long a 32k-128k streaming request waits for a first
+	// token before it is hedged. (Optional) Defaults to 1s.
+	HedgeDelay time.Duration
+	// HedgeFrom and HedgeImmediateFrom are the prompt sizes, in tokens, from
+	// which streaming requests are hedged after HedgeDelay, and at once.
+	// (Optional) Default to 32768 and 131072.
+	HedgeFrom, HedgeImmediateFrom int64
+	// ActivityRetention is how long the activity log keeps calls. (Optional) Defaults to 30 days.
+	ActivityRetention time.Duration
+	// Now is the clock of routing decisions, statistics and the hedge
+	// budget's UTC day. (Optional) Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -110,6 +125,11 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 1, "refusals within --cooldown-window that start a cool-down")
 	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", time.Minute, "window of --cooldown-errors")
 	fs.DurationVar(&cfg.StatsSnapshotInterval, "stats-snapshot-interval", 30*time.Second, "how often routing statistics are saved to etcd")
+	fs.Float64Var(&cfg.HedgeBudgetUSD, "hedge-budget-usd", 5, "daily budget (USD, UTC day) for hedged second calls, shared by all edges; 0 disables hedging")
+	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
+	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
+	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
+	fs.DurationVar(&cfg.ActivityRetention, "activity-retention", 30*24*time.Hour, "how long the activity log keeps calls")
 	if err := flagenv.Parse(fs, "SWITCHBOARD_DECIDER", args, getenv); err != nil {
 		return cfg, err
 	}
@@ -164,6 +184,9 @@ func (c *Config) validate() error {
 	if c.ProbeInterval < 0 || c.Cooldown < 0 || c.CooldownWindow < 0 || c.StatsSnapshotInterval < 0 || c.CooldownErrors < 0 {
 		errs = append(errs, errors.New("--probe-interval, --cooldown, --cooldown-window, --stats-snapshot-interval and --cooldown-errors must not be negative"))
 	}
+	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
+		errs = append(errs, errors.New("--hedge-*, and --activity-retention must not be negative"))
+	}
 	if c.Exploration >= 1 {
 		errs = append(errs, fmt.Errorf("--exploration %g must be below 1", c.Exploration))
 	}
@@ -181,6 +204,8 @@ type Decider struct {
 	store    *store.Store
 	router   *routing.Router
 	stats    *stats.Store
+	budget   *hedge.Budget
+	activity *activity.Store
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
 	cancel   context.CancelFunc
@@ -215,8 +240,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		if ob := d.observer.Load(); ob != nil {
 			ob.Ingest(e, rs)
 		}
-	})
-	svc := server.New(d.hub)
+	}, d.onActivity)
+	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
+	svc := server.New(d.hub, d.budget)
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{})
 	pb.RegisterDeciderServiceServer(d.srv.GRPC, svc)
 	d.wg.Go(func() {
@@ -248,15 +274,36 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, fmt.Errorf("stored catalog: %w", err)
 	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	d.activity, err = activity.Open(activity.Options{
+		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
+		Logger: logger.With("component", "activity"), Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc.SetActivity(d.activity)
+	if data, err := d.store.GetHedgeBudget(ctx); err == nil && data != nil {
+		if err := d.budget.Restore(data); err != nil {
+			logger.Warn("hedge budget not restored", "err", err)
+		}
+	}
 	d.stats = stats.New(stats.Config{Now: cfg.Now})
 	if err := d.restoreStats(ctx); err != nil {
 		logger.Warn("routing statistics not restored", "err", err)
 	}
 	aff := affinity.New(affinity.Options{})
 	d.cool = cooldown.New(cooldown.Options{Duration: cfg.Cooldown, Errors: cfg.CooldownErrors, Window: cfg.CooldownWindow})
+	hedgeFrom := cfg.HedgeFrom
+	if cfg.HedgeBudgetUSD == 0 {
+		hedgeFrom = -1 // no budget, no hedges: do not make edges ask
+	}
 	d.router = routing.New(c, routing.Options{
 		Stats: d.stats, Affinity: aff, Cooldown: d.cool,
 		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
+		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
 	})
 	d.observer.Store(observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
@@ -278,6 +325,19 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.srv.SetServing(true, pb.DeciderService_ServiceDesc.ServiceName)
 	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
 	return d, nil
+}
+
+// onActivity stores finished requests and settles the hedge budget with the
+// real cost of each cancelled hedge leg.
+func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) {
+	for _, r := range records {
+		if h := r.GetHedge(); h.GetUsed() {
+			d.budget.Settle(r.GetId(), h.GetLoserCostUsd())
+		}
+	}
+	if d.activity != nil {
+		d.activity.Add(records)
+	}
 }
 
 // restoreStats loads the routing statistics saved in etcd, so a restart
@@ -318,12 +378,20 @@ func (d *Decider) maintain(ctx context.Context) {
 			// A last save on the way out, so a clean restart loses nothing.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			save(sctx)
+			if data, changed := d.budget.Snapshot(); changed {
+				_ = d.store.PutHedgeBudget(sctx, data)
+			}
 			cancel()
 			return
 		case <-tick.C:
 		}
 		d.stats.Refresh()
 		d.cool.Expire(d.cfg.Now())
+		if data, changed := d.budget.Snapshot(); changed {
+			if err := d.store.PutHedgeBudget(ctx, data); err != nil {
+				d.logger.Warn("saving the hedge budget", "err", err)
+			}
+		}
 		if iv := d.cfg.StatsSnapshotInterval; iv > 0 && time.Since(lastSave) >= iv {
 			lastSave = time.Now()
 			save(ctx)
@@ -374,6 +442,12 @@ func (d *Decider) EtcdEndpoint() string {
 // ReportsReceived returns how many call reports edges have sent.
 func (d *Decider) ReportsReceived() int64 { return d.hub.Received() }
 
+// HedgeBudget returns today's hedge spend and budget, and how many hedges
+// were granted and refused.
+func (d *Decider) HedgeBudget() (spent, daily float64, granted, refused int64) {
+	return d.budget.Status()
+}
+
 // ProbeCost returns how many probes reported back and what they cost, USD.
 func (d *Decider) ProbeCost() (int64, float64) {
 	if ob := d.observer.Load(); ob != nil {
@@ -401,6 +475,9 @@ func (d *Decider) Close() {
 		}
 		d.cancel()
 		d.wg.Wait()
+		if d.activity != nil {
+			_ = d.activity.Close()
+		}
 		if d.store != nil {
 			_ = d.store.Close()
 		}

@@ -53,9 +53,20 @@ func New(o Options) *Tracker {
 // Refused records a refusal by endpointID at at. It returns the end of the
 // cool-down and true when this refusal started one.
 func (t *Tracker) Refused(endpointID string, at time.Time) (time.Time, bool) {
+	return t.RefusedFor(endpointID, at, 0)
+}
+
+// RefusedFor is Refused with the provider's Retry-After: a cool-down lasts
+// at least that long, and a Retry-After longer than a running cool-down
+// extends it.
+func (t *Tracker) RefusedFor(endpointID string, at time.Time, retryAfter time.Duration) (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if u, ok := t.until[endpointID]; ok && at.Before(u) {
+		if ra := at.Add(retryAfter); ra.After(u) {
+			t.until[endpointID] = ra
+			return ra, false
+		}
 		return u, false
 	}
 	recent := t.errs[endpointID][:0]
@@ -70,7 +81,7 @@ func (t *Tracker) Refused(endpointID string, at time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	delete(t.errs, endpointID)
-	u := at.Add(t.opts.Duration)
+	u := at.Add(max(t.opts.Duration, retryAfter))
 	if _, was := t.until[endpointID]; !was {
 		t.active.Add(1)
 	}

@@ -54,3 +54,15 @@ func TestRefusedDuringCooldownDoesNotExtend(t *testing.T) {
 	require.False(t, cooling)
 	require.Zero(t, tr.active.Load())
 }
+
+func TestRetryAfterLengthensCooldown(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := New(Options{Duration: time.Minute})
+	u, started := tr.RefusedFor("a/m", t0, 10*time.Minute)
+	require.True(t, started)
+	require.Equal(t, t0.Add(10*time.Minute), u, "Retry-After is a lower bound")
+	u, _ = tr.RefusedFor("a/m", t0.Add(time.Minute), 20*time.Minute)
+	require.Equal(t, t0.Add(21*time.Minute), u, "a longer Retry-After extends a running cool-down")
+	_, cooling := tr.Until("a/m", t0.Add(20*time.Minute))
+	require.True(t, cooling)
+}

@@ -104,7 +104,7 @@ func (ob *Observer) one(r *pb.CallReport) {
 		}
 	case pb.Outcome_OUTCOME_RATE_LIMITED, pb.Outcome_OUTCOME_UPSTREAM_ERROR, pb.Outcome_OUTCOME_CONNECT_ERROR:
 		// A refusal benches the endpoint (R-ROUTE-7).
-		if until, started := ob.o.Cooldown.Refused(ep, ob.o.Now()); started {
+		if until, started := ob.o.Cooldown.RefusedFor(ep, ob.o.Now(), r.GetRetryAfter().AsDuration()); started {
 			ob.o.Logger.Warn("endpoint cooling down", "endpoint", ep, "until", until, "outcome", r.GetOutcome().String(), "http_status", r.GetHttpStatus())
 			if ob.o.Broadcast != nil {
 				ob.o.Broadcast(&pb.ReportResponse{Command: &pb.ReportResponse_Cooldown{Cooldown: &pb.CooldownCommand{

@@ -18,9 +18,13 @@ import (
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// Sink takes the reports of one batch. It must not block: it runs on the
-// stream's receive loop.
+// Sink takes the reports of one batch. It must not block for long: it runs
+// on the stream's receive loop.
 type Sink func(edge *pb.EdgeHello, reports []*pb.CallReport)
+
+// ActivitySink takes the activity records of one batch; like Sink, it runs
+// on the receive loop (blocking there is back-pressure on that edge).
+type ActivitySink func(edge *pb.EdgeHello, records []*pb.ActivityRecord)
 
 // sendBuffer is how many commands may wait for a slow edge before new ones are
 // dropped; a stuck edge must never stall the decider.
@@ -30,6 +34,7 @@ const sendBuffer = 256
 type Hub struct {
 	logger   *slog.Logger
 	sink     Sink
+	activity ActivitySink
 	received atomic.Int64
 	dropped  atomic.Int64
 
@@ -47,9 +52,10 @@ type conn struct {
 	cancel context.CancelFunc
 }
 
-// NewHub returns a hub that hands reports to sink (nil: reports are only counted).
-func NewHub(logger *slog.Logger, sink Sink) *Hub {
-	return &Hub{logger: logger, sink: sink, edges: map[*conn]struct{}{}}
+// NewHub returns a hub that hands reports to sink and activity records to
+// activity (nil: they are only counted).
+func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
+	return &Hub{logger: logger, sink: sink, activity: activity, edges: map[*conn]struct{}{}}
 }
 
 // Serve runs one edge's stream until it ends. The first message must be a hello.
@@ -99,6 +105,14 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 		m, err := stream.Recv()
 		if err != nil {
 			return err
+		}
+		if a := m.GetActivity(); a != nil {
+			n := int64(len(a.GetRecords()))
+			if h.activity != nil && n > 0 {
+				h.activity(c.hello, a.GetRecords())
+			}
+			h.trySend(c, &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{Accepted: n}}})
+			continue
 		}
 		batch := m.GetBatch()
 		if batch == nil {

@@ -380,3 +380,52 @@ func TestExplanation(t *testing.T) {
 	require.Equal(t, "no speed data for this size yet", notes["reseller"].Note)
 	require.Positive(t, notes["reseller"].CostUsd)
 }
+
+func TestHedgePlan(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	for _, in := range []int64{long, huge} {
+		e.speed("cheap", in, 900*time.Millisecond, 12)
+		e.speed("fast", in, 500*time.Millisecond, 12)
+		e.speed("reseller", in, 600*time.Millisecond, 12)
+	}
+	tests := []struct {
+		name   string
+		req    *pb.DecideRequest
+		mode   pb.HedgeMode
+		target string
+	}{
+		{"32k-128k stream: hedge after the delay", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}}, pb.HedgeMode_HEDGE_MODE_DELAYED, "reseller"},
+		{">128k stream: both at once", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: huge}}, pb.HedgeMode_HEDGE_MODE_IMMEDIATE, "reseller"},
+		{"not streamed: no hedge", &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}}, pb.HedgeMode_HEDGE_MODE_NONE, ""},
+		{"short: no hedge", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: short}}, pb.HedgeMode_HEDGE_MODE_NONE, ""},
+		{"no fallbacks allowed: no hedge", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long},
+			Provider: &pb.ProviderPreferences{AllowFallbacks: new(false)}}, pb.HedgeMode_HEDGE_MODE_NONE, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := e.decide(t, tt.req)
+			require.Equal(t, "cheap", resp.Endpoint.Provider)
+			require.Equal(t, tt.mode, resp.Hedge.Mode)
+			if tt.target != "" {
+				require.Equal(t, tt.target, resp.Hedge.Endpoint.Provider)
+				require.NotEqual(t, resp.Endpoint.Provider, resp.Hedge.Endpoint.Provider)
+			}
+			if tt.mode == pb.HedgeMode_HEDGE_MODE_DELAYED {
+				require.Equal(t, time.Second, resp.Hedge.Delay.AsDuration())
+			}
+		})
+	}
+	// The hedge target must itself be fast enough: a slow reseller is not one.
+	slow := newPolicy(t, policyCatalog, Options{})
+	slow.speed("cheap", long, 900*time.Millisecond, 12)
+	slow.speed("fast", long, 500*time.Millisecond, 12)
+	slow.speed("reseller", long, 9*time.Second, 12)
+	resp := slow.decide(t, &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
+	require.Equal(t, "fast", resp.Hedge.Endpoint.Provider)
+
+	off := newPolicy(t, policyCatalog, Options{HedgeFrom: -1})
+	off.speed("cheap", long, 900*time.Millisecond, 12)
+	off.speed("fast", long, 500*time.Millisecond, 12)
+	resp = off.decide(t, &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
+	require.Equal(t, pb.HedgeMode_HEDGE_MODE_NONE, resp.Hedge.Mode)
+}

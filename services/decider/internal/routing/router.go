@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -80,6 +82,15 @@ type Options struct {
 	MaxFallbacks int
 	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
 	Seed uint64
+	// HedgeFrom is the prompt size, in tokens, from which streaming requests
+	// are hedged after HedgeDelay without a first token (R-HEDGE-1).
+	// (Optional) Defaults to 32k; negative disables hedging.
+	HedgeFrom int64
+	// HedgeImmediateFrom is the prompt size from which both endpoints start
+	// at once. (Optional) Defaults to 128k.
+	HedgeImmediateFrom int64
+	// HedgeDelay is how long to wait for a first token before hedging. (Optional) Defaults to 1s.
+	HedgeDelay time.Duration
 	// Now is the clock. (Optional) Defaults to time.Now.
 	Now func() time.Time
 }
@@ -159,6 +170,15 @@ func New(c *catalog.Catalog, o Options) *Router {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.HedgeFrom == 0 {
+		o.HedgeFrom = 32 * tokens.K
+	}
+	if o.HedgeImmediateFrom <= 0 {
+		o.HedgeImmediateFrom = 128 * tokens.K
+	}
+	if o.HedgeDelay <= 0 {
+		o.HedgeDelay = time.Second
 	}
 	r := &Router{o: o}
 	r.pool.New = func() any { return &scratch{} }
@@ -435,7 +455,6 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		Model:     name,
 		Identity:  id,
 		MaxPrice:  prefs.GetMaxPrice(),
-		Hedge:     &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE},
 		Endpoint:  priced(usable[0]),
 	}
 	if len(usable) > 1 {
@@ -444,6 +463,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 			resp.Fallbacks = append(resp.Fallbacks, priced(c))
 		}
 	}
+	resp.Hedge = r.hedgePlan(req, in, usable)
 	if usable[0].note == noteNone || usable[0].note == noteQualified {
 		usable[0].note = noteWinner
 	}
@@ -569,6 +589,33 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		return 1
 	})
 	return pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, fastest
+}
+
+// hedgePlan says whether a streaming long request gets a second endpoint
+// (R-HEDGE-1): from HedgeFrom tokens after HedgeDelay without a first token,
+// from HedgeImmediateFrom at once. The second endpoint must itself be fast
+// enough for this size, and among those it is the cheapest for this request
+// as priced — cached input included, so the hedge does not land on an
+// endpoint that turns cheap cache reads into expensive ones. Hedging follows
+// the smart policy only: a user's explicit order or sort is not second-guessed.
+func (r *Router) hedgePlan(req *pb.DecideRequest, in int64, usable []*candidate) *pb.HedgePlan {
+	none := &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE}
+	if !req.GetStream() || r.o.HedgeFrom < 0 || in < r.o.HedgeFrom || len(usable) < 2 || !usable[0].qualified && usable[0].note != noteExplored {
+		return none
+	}
+	var target *candidate
+	for _, c := range usable[1:] {
+		if c.qualified && c.allowed && !c.cooling && (target == nil || c.cost < target.cost) {
+			target = c
+		}
+	}
+	if target == nil {
+		return none
+	}
+	if in >= r.o.HedgeImmediateFrom {
+		return &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_IMMEDIATE, Endpoint: priced(target)}
+	}
+	return &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_DELAYED, Delay: durationpb.New(r.o.HedgeDelay), Endpoint: priced(target)}
 }
 
 // explore sends a share of requests to an endpoint with too little data in

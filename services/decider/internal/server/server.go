@@ -12,7 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
@@ -20,14 +24,19 @@ import (
 // Server implements pb.DeciderServiceServer.
 type Server struct {
 	pb.UnimplementedDeciderServiceServer
-	router atomic.Pointer[routing.Router]
-	hub    *report.Hub
+	router   atomic.Pointer[routing.Router]
+	hub      *report.Hub
+	budget   *hedge.Budget
+	activity atomic.Pointer[activity.Store]
 }
 
 var _ pb.DeciderServiceServer = (*Server)(nil)
 
 // New returns a server that answers UNAVAILABLE until SetRouter is called.
-func New(hub *report.Hub) *Server { return &Server{hub: hub} }
+func New(hub *report.Hub, budget *hedge.Budget) *Server { return &Server{hub: hub, budget: budget} }
+
+// SetActivity makes the activity log queryable.
+func (s *Server) SetActivity(a *activity.Store) { s.activity.Store(a) }
 
 // SetRouter makes the server ready.
 func (s *Server) SetRouter(r *routing.Router) { s.router.Store(r) }
@@ -70,6 +79,77 @@ func (s *Server) ListModels(_ context.Context, req *pb.ListModelsRequest) (*pb.L
 		return nil, toStatus(err)
 	}
 	return &pb.ListModelsResponse{Models: r.ListModels()}, nil
+}
+
+// AcquireHedge implements [pb.DeciderServiceServer.AcquireHedge].
+func (s *Server) AcquireHedge(_ context.Context, req *pb.AcquireHedgeRequest) (*pb.AcquireHedgeResponse, error) {
+	if req.GetRequestId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "request_id is required")
+	}
+	ok, left, reset := s.budget.Acquire(req.GetRequestId(), req.GetEstimatedCostUsd())
+	return &pb.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
+}
+
+// ListActivity implements [pb.DeciderServiceServer.ListActivity].
+func (s *Server) ListActivity(ctx context.Context, req *pb.ListActivityRequest) (*pb.ListActivityResponse, error) {
+	tenant, store, err := s.activityFor(req.GetIdentity())
+	if err != nil {
+		return nil, err
+	}
+	q := activity.Query{Tenant: tenant, Model: req.GetModel(), Limit: int(req.GetLimit()), Cursor: req.GetCursor()}
+	if req.GetLimit() < 0 || req.GetLimit() > 500 {
+		return nil, status.Error(codes.InvalidArgument, "limit must be between 1 and 500")
+	}
+	if t := req.GetStartTime(); t != nil {
+		q.Start = t.AsTime()
+	}
+	if t := req.GetEndTime(); t != nil {
+		q.End = t.AsTime()
+	}
+	recs, next, err := store.List(ctx, q)
+	if errors.Is(err, activity.ErrBadCursor) {
+		return nil, status.Error(codes.InvalidArgument, "invalid cursor")
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, "reading the activity log failed")
+	}
+	return &pb.ListActivityResponse{Records: recs, NextCursor: next}, nil
+}
+
+// GetActivity implements [pb.DeciderServiceServer.GetActivity].
+func (s *Server) GetActivity(ctx context.Context, req *pb.GetActivityRequest) (*pb.GetActivityResponse, error) {
+	tenant, store, err := s.activityFor(req.GetIdentity())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "id is required")
+	}
+	rec, err := store.Get(ctx, tenant, req.GetId())
+	if errors.Is(err, activity.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no generation %q", req.GetId())
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, "reading the activity log failed")
+	}
+	return &pb.GetActivityResponse{Record: rec}, nil
+}
+
+// activityFor authenticates the caller: only its own tenant's records are read.
+func (s *Server) activityFor(id *pb.Identity) (string, *activity.Store, error) {
+	r, err := s.ready()
+	if err != nil {
+		return "", nil, err
+	}
+	who, err := r.Authenticate(id)
+	if err != nil {
+		return "", nil, toStatus(err)
+	}
+	store := s.activity.Load()
+	if store == nil {
+		return "", nil, status.Error(codes.Unavailable, "the activity log is not open yet")
+	}
+	return who.GetTenantId(), store, nil
 }
 
 // Reserve implements [pb.DeciderServiceServer.Reserve]. The rate-limit broker

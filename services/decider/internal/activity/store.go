@@ -1,0 +1,298 @@
+// Package activity is the activity log: every client request with its
+// tenant, model, serving endpoint, attempts, hedge, tokens, cost and status
+// (R-BILL-1). Edges send the records in batches on the Report stream; one
+// writer goroutine merges the batches of every edge into one bbolt
+// transaction at a time, so the log costs a few fsyncs a second however many
+// requests there are, and nothing is written on the request path.
+//
+// A tenant reads its own calls only: every key starts with the tenant, every
+// query is bounded to that prefix, and a lookup by id checks the prefix, so
+// another tenant's id is indistinguishable from a missing one.
+package activity
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+var (
+	bucketRecords = []byte("records") // tenant \x00 inverted-time id → record
+	bucketIDs     = []byte("ids")     // id → records key
+	bucketByTime  = []byte("by_time") // time id → records key, for retention
+)
+
+// ErrNotFound means no record of that id for that tenant.
+var ErrNotFound = errors.New("no such activity record")
+
+// ErrBadCursor means a cursor that this tenant's listing did not produce.
+var ErrBadCursor = errors.New("invalid cursor")
+
+// Options configure a Store.
+type Options struct {
+	// Path is the database file. (Required)
+	Path string
+	// Retention is how long records are kept. (Optional) Defaults to 30 days.
+	Retention time.Duration
+	// Logger (Required)
+	Logger *slog.Logger
+	// Now is the clock for retention. (Optional) Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Store is the durable activity log.
+type Store struct {
+	o      Options
+	db     *bolt.DB
+	in     chan []*pb.ActivityRecord
+	wg     sync.WaitGroup
+	mu     sync.RWMutex // held for reading while sending, so Close never closes under a sender
+	closed bool
+}
+
+// Open opens (creating if needed) the log and starts its writer.
+func Open(o Options) (*Store, error) {
+	if o.Retention <= 0 {
+		o.Retention = 30 * 24 * time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	db, err := bolt.Open(o.Path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open activity log %s: %w", o.Path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketRecords, bucketIDs, bucketByTime} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("init activity log: %w", err)
+	}
+	s := &Store{o: o, db: db, in: make(chan []*pb.ActivityRecord, 1024)}
+	s.prune()
+	s.wg.Go(s.writer)
+	return s, nil
+}
+
+// Add queues records for the writer. It blocks when the writer is far
+// behind — back-pressure on the Report stream rather than a lost record.
+func (s *Store) Add(records []*pb.ActivityRecord) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || len(records) == 0 {
+		return
+	}
+	s.in <- records
+}
+
+// writer merges queued batches into one transaction at a time.
+func (s *Store) writer() {
+	prune := time.NewTicker(time.Hour)
+	defer prune.Stop()
+	for {
+		select {
+		case batch, ok := <-s.in:
+			if !ok {
+				return
+			}
+			all := batch
+		drain:
+			for {
+				select {
+				case more, ok := <-s.in:
+					if !ok {
+						break drain
+					}
+					all = append(all, more...)
+				default:
+					break drain
+				}
+			}
+			if err := s.write(all); err != nil {
+				s.o.Logger.Error("writing activity records", "records", len(all), "err", err)
+			}
+		case <-prune.C:
+			s.prune()
+		}
+	}
+}
+
+func (s *Store) write(records []*pb.ActivityRecord) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
+		for _, r := range records {
+			if r.GetId() == "" || r.GetTenantId() == "" {
+				continue // unattributable: an edge bug, not a tenant's call
+			}
+			val, err := proto.Marshal(r)
+			if err != nil {
+				return err
+			}
+			key := recordKey(r.GetTenantId(), r.GetCreateTime().AsTime(), r.GetId())
+			if old := ids.Get([]byte(r.GetId())); old != nil && !bytes.Equal(old, key) {
+				// A resent record with another time: keep one copy.
+				_ = recs.Delete(old)
+			}
+			if err := recs.Put(key, val); err != nil {
+				return err
+			}
+			if err := ids.Put([]byte(r.GetId()), key); err != nil {
+				return err
+			}
+			if err := byTime.Put(timeKey(r.GetCreateTime().AsTime(), r.GetId()), key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// prune deletes records older than the retention.
+func (s *Store) prune() {
+	cutoff := s.o.Now().Add(-s.o.Retention)
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
+		c := byTime.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if int64(binary.BigEndian.Uint64(k[:8])) >= cutoff.UnixNano() {
+				break
+			}
+			_ = recs.Delete(v)
+			_ = ids.Delete(k[8:])
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		s.o.Logger.Error("pruning activity log", "err", err)
+	} else if n > 0 {
+		s.o.Logger.Info("activity log pruned", "records", n, "older_than", cutoff)
+	}
+}
+
+// Query filters a listing.
+type Query struct {
+	Tenant     string
+	Start, End time.Time // zero: unbounded
+	Model      string
+	Limit      int
+	Cursor     string
+}
+
+// List returns the tenant's records, newest first, and the cursor of the next page.
+func (s *Store) List(_ context.Context, q Query) ([]*pb.ActivityRecord, string, error) {
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	q.Limit = min(q.Limit, 500)
+	prefix := append([]byte(q.Tenant), 0)
+	seek := prefix
+	if !q.End.IsZero() {
+		seek = recordKey(q.Tenant, q.End.Add(-time.Nanosecond), "")
+	}
+	if q.Cursor != "" {
+		c, err := hex.DecodeString(q.Cursor)
+		if err != nil || !bytes.HasPrefix(c, prefix) {
+			return nil, "", ErrBadCursor
+		}
+		seek = c
+	}
+	var out []*pb.ActivityRecord
+	next := ""
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRecords).Cursor()
+		for k, v := c.Seek(seek); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if !q.Start.IsZero() && keyTime(k, len(prefix)).Before(q.Start) {
+				break
+			}
+			if len(out) == q.Limit {
+				next = hex.EncodeToString(k)
+				break
+			}
+			r := &pb.ActivityRecord{}
+			if err := proto.Unmarshal(v, r); err != nil {
+				return err
+			}
+			if q.Model != "" && r.GetModel() != q.Model {
+				continue
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+// Get returns one of the tenant's records.
+func (s *Store) Get(_ context.Context, tenant, id string) (*pb.ActivityRecord, error) {
+	var r *pb.ActivityRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		key := tx.Bucket(bucketIDs).Get([]byte(id))
+		if key == nil || !bytes.HasPrefix(key, append([]byte(tenant), 0)) {
+			return ErrNotFound
+		}
+		v := tx.Bucket(bucketRecords).Get(key)
+		if v == nil {
+			return ErrNotFound
+		}
+		r = &pb.ActivityRecord{}
+		return proto.Unmarshal(v, r)
+	})
+	return r, err
+}
+
+// Close writes what is queued and closes the database.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.in)
+	s.wg.Wait()
+	return s.db.Close()
+}
+
+// recordKey orders a tenant's records newest first.
+func recordKey(tenant string, t time.Time, id string) []byte {
+	k := make([]byte, 0, len(tenant)+1+8+len(id))
+	k = append(k, tenant...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, math.MaxUint64-uint64(t.UnixNano()))
+	return append(k, id...)
+}
+
+func keyTime(k []byte, prefixLen int) time.Time {
+	if len(k) < prefixLen+8 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(math.MaxUint64-binary.BigEndian.Uint64(k[prefixLen:prefixLen+8])))
+}
+
+func timeKey(t time.Time, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(t.UnixNano()))
+	return append(k, id...)
+}

@@ -1,0 +1,903 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options tune a Broker.
+type Options struct {
+	// Now is the clock. (Optional) Defaults to time.Now. Tests inject a fake
+	// one so windows, daily resets and expiry need no sleeping.
+	Now func() time.Time
+	// DefaultTTL is how long a reservation lives when the request gives no
+	// TTL. (Optional) Defaults to 2m: longer than nearly every call, short
+	// enough that an edge that died releases its concurrency soon.
+	DefaultTTL time.Duration
+	// MaxTTL caps a requested TTL. (Optional) Defaults to 15m. It bounds how
+	// long learning mode must last after a failover (see SetConservative).
+	MaxTTL time.Duration
+	// ConservativeFraction is the share of each bucket's limit that may be
+	// in use while in learning mode. (Optional) Defaults to 0.5.
+	ConservativeFraction float64
+	// RefundOnExpiry gives an expired reservation's tokens, requests and
+	// spend back to their buckets. (Optional) Defaults to false: an abandoned
+	// reservation may well have been dispatched (the edge died after sending),
+	// so its estimate is kept as consumed; only concurrency is released.
+	RefundOnExpiry bool
+	// MaxPause caps how long a provider's Retry-After or reset can pause a
+	// route, so one bogus header cannot bench an endpoint for days.
+	// (Optional) Defaults to 10m.
+	MaxPause time.Duration
+	// MaxJitter caps the random delay added to a pause. (Optional) Defaults to 1s.
+	MaxJitter time.Duration
+	// JitterFraction is the largest jitter as a share of the pause. (Optional)
+	// Defaults to 0.1.
+	JitterFraction float64
+	// BackoffBase is the first pause after a 429 without Retry-After, doubled
+	// for each further 429 in a row. (Optional) Defaults to 1s.
+	BackoffBase time.Duration
+	// BackoffMax caps that back-off. (Optional) Defaults to 30s.
+	BackoffMax time.Duration
+	// ConcurrencyRetry is the retry_after of a concurrency refusal, whose
+	// bucket frees when some call ends, which nothing predicts. (Optional)
+	// Defaults to 1s.
+	ConcurrencyRetry time.Duration
+	// Correction tunes estimate correction.
+	Correction CorrectionOptions
+	// DisableCorrection makes Reserve reserve the estimate as given.
+	// (Optional) Defaults to false: Reserve applies [Broker.Correct].
+	DisableCorrection bool
+	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
+	// Defaults to math/rand/v2's Float64.
+	Rand func() float64
+}
+
+func (o *Options) defaults() {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.DefaultTTL <= 0 {
+		o.DefaultTTL = 2 * time.Minute
+	}
+	if o.MaxTTL <= 0 {
+		o.MaxTTL = 15 * time.Minute
+	}
+	if o.DefaultTTL > o.MaxTTL {
+		o.DefaultTTL = o.MaxTTL
+	}
+	if !(o.ConservativeFraction > 0 && o.ConservativeFraction <= 1) {
+		o.ConservativeFraction = 0.5
+	}
+	if o.MaxPause <= 0 {
+		o.MaxPause = 10 * time.Minute
+	}
+	if o.MaxJitter <= 0 {
+		o.MaxJitter = time.Second
+	}
+	if !(o.JitterFraction > 0 && o.JitterFraction <= 1) {
+		o.JitterFraction = 0.1
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = time.Second
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 30 * time.Second
+	}
+	if o.ConcurrencyRetry <= 0 {
+		o.ConcurrencyRetry = time.Second
+	}
+	if o.Rand == nil {
+		o.Rand = mrand.Float64
+	}
+	o.Correction.defaults()
+}
+
+// Broker is the in-memory rate-limit broker. It is safe for concurrent use.
+type Broker struct {
+	opts Options
+
+	// tab is the bucket set, replaced whole (copy on write) by Reconfigure,
+	// Restore and the rare learned bucket or new route, so the hot path reads
+	// it without a lock.
+	tab   atomic.Pointer[table]
+	cfgMu sync.Mutex // serialises table replacement and Snapshot/Restore
+	idx   atomic.Uint32
+
+	prefix [12]byte // random hex, so ids never collide with another owner's
+	seq    atomic.Uint64
+
+	consUntil atomic.Int64 // learning mode ends, Unix ns
+	corr      sync.Map     // corrKey → *correction
+
+	shards [nShards]shard
+}
+
+// New returns a broker with every bucket full.
+func New(cfg Config, o Options) (*Broker, error) {
+	o.defaults()
+	ds, err := defs(cfg.Buckets)
+	if err != nil {
+		return nil, fmt.Errorf("broker config: %w", err)
+	}
+	b := &Broker{opts: o}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
+	hex.Encode(b.prefix[:], rnd[:])
+	for i := range b.shards {
+		b.shards[i].init()
+	}
+	now := b.nowNS()
+	bs := make([]*bucket, 0, len(ds))
+	for _, d := range ds {
+		bs = append(bs, newBucket(d, b.idx.Add(1), now))
+	}
+	b.tab.Store(buildTable(bs, sortRoutes(cfg.Routes), nil))
+	return b, nil
+}
+
+func (b *Broker) nowNS() int64 { return b.opts.Now().UnixNano() }
+
+// MaxTTL is the longest any reservation of this broker lives: after a
+// failover, learning mode must last this long past the moment the old owner
+// stopped granting (see SetConservative).
+func (b *Broker) MaxTTL() time.Duration { return b.opts.MaxTTL }
+
+// SetConservative turns learning mode on until until (a zero time turns it
+// off). In learning mode a bucket admits only while, after the charge, at
+// least (1-ConservativeFraction) of its limit stays free: a new owner that
+// restored a snapshot does not know what the old owner granted after it, and
+// the held-back part absorbs that. The lead calls it after Restore with the
+// old owner's last possible grant time plus MaxTTL.
+func (b *Broker) SetConservative(until time.Time) {
+	if until.IsZero() {
+		b.consUntil.Store(0)
+		return
+	}
+	b.consUntil.Store(until.UnixNano())
+}
+
+// hold is the share of each limit held back now: 0, or 1-fraction in
+// learning mode.
+func (b *Broker) hold(now int64) float64 {
+	if now < b.consUntil.Load() {
+		return 1 - b.opts.ConservativeFraction
+	}
+	return 0
+}
+
+// ReserveRequest asks for capacity for one dispatch.
+type ReserveRequest struct {
+	// RequestID is the request's id, recorded on the reservation.
+	RequestID string
+	// IdempotencyKey makes a retried Reserve return the same reservation
+	// while it lives. Keys are scoped by tenant. (Optional)
+	IdempotencyKey string
+	// Identity is who the request is for.
+	Identity Identity
+	// Model is the canonical model id (keys estimate correction).
+	Model string
+	// EndpointID is the endpoint the dispatch will use.
+	EndpointID string
+	// Demand is the estimated consumption.
+	Demand Demand
+	// TTL is how long the reservation lives if never reconciled. (Optional)
+	// Defaults to Options.DefaultTTL, capped at Options.MaxTTL.
+	TTL time.Duration
+}
+
+// Reservation is capacity held for one dispatch. The broker never changes a
+// Reservation it returned; callers must not change it either.
+type Reservation struct {
+	// ID identifies the reservation: 31 characters, unique across owners.
+	ID string
+	// RequestID is the request it is for.
+	RequestID string
+	// IdempotencyKey is the key it was created with.
+	IdempotencyKey string
+	// Identity is who it is for.
+	Identity Identity
+	// Model is the canonical model id.
+	Model string
+	// EndpointID is the endpoint.
+	EndpointID string
+	// Estimate is the demand as the caller estimated it.
+	Estimate Demand
+	// Demand is what was reserved: Estimate with estimate correction applied.
+	Demand Demand
+	// Charges lists every bucket charged, in the order they were checked.
+	Charges []Charge
+	// Created is when it was granted.
+	Created time.Time
+	// Expires is when it is released if not reconciled.
+	Expires time.Time
+}
+
+// Charge is an amount taken from, or given back to, one bucket.
+type Charge struct {
+	// BucketID identifies the bucket.
+	BucketID string
+	// Scope is the bucket's scope.
+	Scope Scope
+	// Unit is the bucket's unit.
+	Unit Unit
+	// Amount is what was charged (in a Reservation) or given back (in a
+	// Settlement; negative for an overrun charged).
+	Amount float64
+}
+
+// Refusal says why a reservation was refused, in terms safe to show the
+// caller: the limit and remaining of its own buckets (api key, app, tenant)
+// only; a partner or provider bucket is described as shared capacity with no
+// figures, because its level is other tenants' consumption.
+type Refusal struct {
+	// Reason classifies the refusal.
+	Reason RefusalReason
+	// BucketID is the refusing bucket, for logs and metrics on the decider's
+	// side. It may name a provider project: not for the caller.
+	BucketID string
+	// Scope is the refusing bucket's scope.
+	Scope Scope
+	// Unit is the refusing bucket's unit.
+	Unit Unit
+	// Limit is the bucket's limit; 0 for a shared bucket.
+	Limit float64
+	// Remaining is what the bucket can still admit; 0 for a shared bucket.
+	Remaining float64
+	// Reset is when the bucket will have room for this demand; zero when
+	// unknown (concurrency) or never (NON_RETRYABLE_REQUEST).
+	Reset time.Time
+	// RetryAfter is how long to wait before retrying; 0 when retrying cannot help.
+	RetryAfter time.Duration
+	// Class is the request's workload class.
+	Class WorkloadClass
+	// Message is a human-readable explanation.
+	Message string
+
+	need float64 // the refused amount, for the message
+}
+
+// Reserve reserves the request's demand in every bucket that applies to it,
+// or in none: see the package documentation. A refusal is an answer, not an
+// error; the error is for a cancelled context or an invalid demand. Exactly
+// one of the reservation and the refusal is non-nil when err is nil.
+func (b *Broker) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, *Refusal, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if err := req.Demand.validate(); err != nil {
+		return nil, nil, fmt.Errorf("reserve %s: %w", req.RequestID, err)
+	}
+	now := b.nowNS()
+	res, ref := b.reserve(&req, now)
+	if ref != nil && b.expiryDue(now) {
+		// Lazy expiry: a refusal may be caused by abandoned reservations the
+		// ticker has not swept yet.
+		b.expire(now)
+		res, ref = b.reserve(&req, now)
+	}
+	return res, ref, nil
+}
+
+// maxStack is how many buckets resolve on the stack; more spill to the heap.
+const maxStack = 16
+
+func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal) {
+	t := b.tab.Load()
+	var arr [maxStack]*bucket
+	bs, rt := t.resolve(&req.Identity, req.EndpointID, arr[:0])
+	bs = sortBuckets(bs)
+	est := req.Demand.normalized()
+	dem := est
+	if !b.opts.DisableCorrection {
+		dem = b.Correct(req.Model, req.EndpointID, est)
+	}
+	seq := b.seq.Add(1)
+	var ik idemKey
+	si := int(seq % nShards)
+	if req.IdempotencyKey != "" {
+		ik = idemKey{tenant: req.Identity.TenantID, key: req.IdempotencyKey}
+		si = ik.shard()
+	}
+	ttl := req.TTL
+	if ttl <= 0 {
+		ttl = b.opts.DefaultTTL
+	}
+	ttl = min(ttl, b.opts.MaxTTL)
+	e := b.newEntry(req, est, dem, len(bs), now, ttl, si, seq)
+	e.idem = ik
+
+	// Lock order: shard, then buckets in canonical order. Holding the shard
+	// across the charge makes the charge and the record appear together, for
+	// idempotency and for Snapshot's consistent cut.
+	sh := &b.shards[si]
+	sh.mu.Lock()
+	if ik.key != "" {
+		if old := sh.idem[ik]; old != nil {
+			if old.expires > now {
+				sh.mu.Unlock()
+				return &old.res, nil
+			}
+			sh.remove(old)
+			b.releaseExpired(old, now)
+		}
+	}
+	for _, bk := range bs {
+		bk.mu.Lock()
+	}
+	hold := b.hold(now)
+	var ref *Refusal
+	paused := rt == nil
+	for _, bk := range bs {
+		if !paused && bk.scope >= ScopeModelRoute {
+			paused = true
+			if ref = b.pauseRefusal(rt, now, req.Identity.Class); ref != nil {
+				break
+			}
+		}
+		bk.advance(now)
+		if a := dem.amount(bk.unit); !bk.fits(a, hold) {
+			ref = b.refusal(bk, a, hold, now, req.Identity.Class)
+			break
+		}
+	}
+	if ref == nil && !paused {
+		ref = b.pauseRefusal(rt, now, req.Identity.Class)
+	}
+	if ref != nil {
+		for _, bk := range bs {
+			bk.mu.Unlock()
+		}
+		sh.mu.Unlock()
+		ref.finish()
+		return nil, ref
+	}
+	for i, bk := range bs {
+		a := dem.amount(bk.unit)
+		bk.take(a)
+		e.recs[i] = charge{b: bk, amount: a, epoch: bk.epoch}
+		e.res.Charges[i] = Charge{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Amount: a}
+		bk.mu.Unlock()
+	}
+	sh.insert(e)
+	sh.mu.Unlock()
+	return &e.res, nil
+}
+
+// inline is how many charges an entry holds without a second allocation:
+// one bucket per scope plus a few extra units.
+const inline = 10
+
+type charge struct {
+	b      *bucket
+	amount float64
+	epoch  int64
+}
+
+// entry is a live reservation with its bookkeeping.
+type entry struct {
+	res     Reservation
+	recs    []charge
+	expires int64
+	heapIdx int
+	idem    idemKey
+	chArr   [inline]Charge
+	recArr  [inline]charge
+}
+
+func (b *Broker) newEntry(req *ReserveRequest, est, dem Demand, n int, now int64, ttl time.Duration, si int, seq uint64) *entry {
+	e := &entry{expires: now + int64(ttl)}
+	e.res = Reservation{
+		ID: b.newID(si, seq), RequestID: req.RequestID, IdempotencyKey: req.IdempotencyKey,
+		Identity: req.Identity, Model: req.Model, EndpointID: req.EndpointID,
+		Estimate: est, Demand: dem,
+		Created: time.Unix(0, now).UTC(), Expires: time.Unix(0, e.expires).UTC(),
+	}
+	if n <= inline {
+		e.res.Charges = e.chArr[:n]
+		e.recs = e.recArr[:n]
+	} else {
+		e.res.Charges = make([]Charge, n)
+		e.recs = make([]charge, n)
+	}
+	return e
+}
+
+const idLen = 31
+
+// newID is "r", the broker's 12-hex prefix, the shard in 2 hex digits and
+// the sequence in 16: the shard lets Reconcile find the record without a
+// global index.
+func (b *Broker) newID(si int, seq uint64) string {
+	const digits = "0123456789abcdef"
+	var buf [idLen]byte
+	buf[0] = 'r'
+	copy(buf[1:13], b.prefix[:])
+	buf[13], buf[14] = digits[si>>4], digits[si&15]
+	for i := idLen - 1; i >= 15; i-- {
+		buf[i] = digits[seq&15]
+		seq >>= 4
+	}
+	return string(buf[:])
+}
+
+// shardOf parses the shard out of a reservation id.
+func shardOf(id string) (int, bool) {
+	if len(id) != idLen || id[0] != 'r' {
+		return 0, false
+	}
+	hi, ok1 := unhex(id[13])
+	lo, ok2 := unhex(id[14])
+	si := hi<<4 | lo
+	return si, ok1 && ok2 && si < nShards
+}
+
+func unhex(c byte) (int, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10, true
+	}
+	return 0, false
+}
+
+// refusal describes why bk refused amount; bk.mu is held. The message is
+// formatted later, outside the locks, by finish.
+func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls WorkloadClass) *Refusal {
+	lim := bk.limit()
+	keep := hold * lim
+	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls}
+	if bk.scope.own() {
+		r.Limit = lim
+		r.Remaining = math.Max(0, bk.available()-keep)
+	}
+	switch {
+	case bk.never(amount):
+		r.Reason = ReasonNonRetryableRequest
+		r.need = amount
+		return r
+	case bk.rule == RuleDailyReset:
+		r.Reason = ReasonNonRetryablePolicy
+	default:
+		r.Reason = ReasonRetryableCapacity
+	}
+	k := keep
+	if bk.rule != RuleRamp && amount+k > bk.p.max() {
+		// Only learning mode can keep this much back: the demand fits once
+		// it ends.
+		k = math.Max(0, bk.p.max()-amount)
+	}
+	w, known := bk.wait(amount, k, now)
+	if k < keep {
+		w = max(w, b.consUntil.Load()-now)
+	}
+	if !known {
+		r.RetryAfter = b.opts.ConcurrencyRetry
+		return r
+	}
+	r.RetryAfter = time.Duration(max(w, 0))
+	r.Reset = time.Unix(0, now+max(w, 0)).UTC()
+	return r
+}
+
+// finish writes the refusal's message.
+func (r *Refusal) finish() {
+	what := r.Scope.String() + " " + r.Unit.String()
+	switch {
+	case r.Scope.own() && r.Reason == ReasonNonRetryableRequest:
+		r.Message = fmt.Sprintf("the request needs %g %s, more than the %s limit of %g can ever admit", r.need, r.Unit, what, r.Limit)
+		return
+	case r.Reason == ReasonNonRetryableRequest:
+		r.Message = fmt.Sprintf("the request needs more %s than the %s capacity can ever admit", r.Unit, sharedName(r.Scope))
+		return
+	case r.Scope.own():
+		r.Message = fmt.Sprintf("%s limit reached (%g remaining of %g)", what, r.Remaining, r.Limit)
+	case r.Message != "":
+		// A pause: pauseRefusal wrote it.
+	default:
+		r.Message = fmt.Sprintf("%s capacity for %s is exhausted", sharedName(r.Scope), r.Unit)
+	}
+	if r.RetryAfter > 0 {
+		r.Message += fmt.Sprintf("; retry after %s", r.RetryAfter.Round(time.Millisecond))
+	}
+}
+
+func sharedName(s Scope) string {
+	if s == ScopePartner {
+		return "partner"
+	}
+	return "provider"
+}
+
+func (b *Broker) pauseRefusal(rt *route, now int64, cls WorkloadClass) *Refusal {
+	until := rt.pause.until.Load()
+	if now >= until {
+		return nil
+	}
+	return &Refusal{
+		Reason: RefusalReason(rt.pause.reason.Load()), BucketID: "pause:" + rt.EndpointID,
+		Scope: ScopeModelRoute, Unit: UnitRequests, Class: cls,
+		Reset: time.Unix(0, until).UTC(), RetryAfter: time.Duration(until - now),
+		Message: "provider capacity: the provider asked to pause this route",
+	}
+}
+
+// ReconcileRequest closes a reservation with what really happened.
+type ReconcileRequest struct {
+	// ReservationID is the reservation to close.
+	ReservationID string
+	// Usage is the actual consumption.
+	Usage Usage
+	// Outcome is how the call ended.
+	Outcome Outcome
+	// Headers are the provider's rate-limit and Retry-After headers.
+	Headers []Header
+}
+
+// Settlement is what Reconcile did.
+type Settlement struct {
+	// Reservation is the reservation closed.
+	Reservation *Reservation
+	// Released lists, per bucket charged, what was given back: reserved
+	// minus actual, negative for an overrun charged, 0 where a fixed period
+	// rolled over since the charge.
+	Released []Charge
+	// Headers are the provider headers as parsed.
+	Headers ProviderHeaders
+	// HeaderErr reports malformed headers, which were skipped.
+	HeaderErr error
+	// PausedUntil is the route's pause after this reconcile; zero if none.
+	PausedUntil time.Time
+}
+
+// Reconcile replaces a reservation's estimates with the actual usage: every
+// bucket gets back what was reserved and not used, or is charged the
+// overrun; concurrency is released. The provider's headers then correct the
+// route's buckets and may pause it. An unknown, already reconciled or
+// expired id returns an error matching ErrNotFound and changes no bucket, so
+// a second reconcile never releases twice.
+func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settlement, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := req.Usage.validate(); err != nil {
+		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, err)
+	}
+	si, ok := shardOf(req.ReservationID)
+	if !ok {
+		return nil, fmt.Errorf("reconcile %q: %w", req.ReservationID, ErrNotFound)
+	}
+	now := b.nowNS()
+	sh := &b.shards[si]
+	sh.mu.Lock()
+	e := sh.byID[req.ReservationID]
+	if e == nil {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrNotFound)
+	}
+	sh.remove(e)
+	if e.expires <= now {
+		b.releaseExpired(e, now)
+		sh.mu.Unlock()
+		b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, now)
+		return nil, fmt.Errorf("reconcile %s: %w at %s", req.ReservationID, ErrExpired, e.res.Expires.Format(time.RFC3339Nano))
+	}
+	st := &Settlement{Reservation: &e.res, Released: make([]Charge, len(e.recs))}
+	for i, c := range e.recs {
+		delta := c.amount - req.Usage.actual(c.b.unit, c.amount)
+		c.b.mu.Lock()
+		c.b.advance(now)
+		applied := c.b.settle(delta, c.epoch)
+		c.b.mu.Unlock()
+		st.Released[i] = Charge{BucketID: c.b.id, Scope: c.b.scope, Unit: c.b.unit, Amount: applied}
+	}
+	sh.mu.Unlock()
+	if req.Outcome == OutcomeOK && req.Usage.Reported {
+		b.observe(e.res.Model, e.res.EndpointID, e.res.Estimate, req.Usage)
+	}
+	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, now)
+	return st, nil
+}
+
+// releaseExpired releases an expired entry: its concurrency always, the rest
+// only with RefundOnExpiry. The entry's shard lock is held.
+func (b *Broker) releaseExpired(e *entry, now int64) {
+	for _, c := range e.recs {
+		if c.b.rule != RuleConcurrency && !b.opts.RefundOnExpiry {
+			continue
+		}
+		c.b.mu.Lock()
+		c.b.advance(now)
+		c.b.settle(c.amount, c.epoch)
+		c.b.mu.Unlock()
+	}
+}
+
+// Expire releases every reservation whose TTL has passed at now and returns
+// how many. The decider calls it from a ticker; Reserve and Reconcile also
+// expire lazily. It costs O(shards + expired), not O(open reservations):
+// each shard keeps its reservations in a min-heap by expiry.
+func (b *Broker) Expire(now time.Time) int { return b.expire(now.UnixNano()) }
+
+func (b *Broker) expire(now int64) int {
+	n := 0
+	for i := range b.shards {
+		sh := &b.shards[i]
+		if sh.next.Load() > now {
+			continue
+		}
+		sh.mu.Lock()
+		for len(sh.heap) > 0 && sh.heap[0].expires <= now {
+			e := sh.heap[0]
+			sh.remove(e)
+			b.releaseExpired(e, now)
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (b *Broker) expiryDue(now int64) bool {
+	for i := range b.shards {
+		if b.shards[i].next.Load() <= now {
+			return true
+		}
+	}
+	return false
+}
+
+// Open returns how many reservations are open (not reconciled, not swept).
+func (b *Broker) Open() int {
+	n := 0
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		n += len(sh.byID)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// BucketStatus is one bucket as its owner may see it.
+type BucketStatus struct {
+	// Scope is the bucket's scope: api_key, app or tenant.
+	Scope Scope
+	// Unit is what it counts.
+	Unit Unit
+	// Window is its window (none for concurrency and ramp).
+	Window Window
+	// Rule is how it refills.
+	Rule Rule
+	// Source is where its limit comes from.
+	Source Source
+	// Limit is its limit now: capacity + burst, or a ramp's current limit.
+	Limit float64
+	// Burst is the part of Limit above the steady capacity.
+	Burst float64
+	// Remaining is what it can admit now.
+	Remaining float64
+	// Reset is when it is next full (token bucket) or resets (daily, ramp);
+	// zero when full or unknown.
+	Reset time.Time
+}
+
+// Limits returns the caller's own buckets (its API key, its app, its
+// tenant) and nothing else: partner and provider buckets are shared, and
+// their levels are other tenants' consumption.
+func (b *Broker) Limits(id Identity) []BucketStatus {
+	t := b.tab.Load()
+	var arr [maxStack]*bucket
+	bs, _ := t.resolve(&Identity{TenantID: id.TenantID, APIKeyID: id.APIKeyID, App: id.App, Environment: id.Environment}, "", arr[:0])
+	bs = sortBuckets(bs)
+	now := b.nowNS()
+	out := make([]BucketStatus, 0, len(bs))
+	for _, bk := range bs {
+		if !bk.scope.own() {
+			continue
+		}
+		bk.mu.Lock()
+		bk.advance(now)
+		s := BucketStatus{Scope: bk.scope, Unit: bk.unit, Window: bk.window, Rule: bk.rule, Source: bk.source,
+			Limit: bk.limit(), Burst: bk.p.burst, Remaining: math.Max(0, bk.available())}
+		if f := bk.full(now); f != 0 {
+			s.Reset = time.Unix(0, f).UTC()
+		}
+		bk.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}
+
+// Reconfigure replaces the configured buckets and routes, for a catalog
+// change. A bucket whose id is unchanged keeps its level (clamped to its new
+// limit); a new bucket starts full; a removed one stops being charged, and
+// open reservations still release into it harmlessly. Learned buckets and
+// route pauses are kept.
+func (b *Broker) Reconfigure(cfg Config) error {
+	ds, err := defs(cfg.Buckets)
+	if err != nil {
+		return fmt.Errorf("broker config: %w", err)
+	}
+	b.cfgMu.Lock()
+	defer b.cfgMu.Unlock()
+	old := b.tab.Load()
+	now := b.nowNS()
+	bs := make([]*bucket, 0, len(ds))
+	for _, d := range ds {
+		if ob := old.byID[d.id]; ob != nil && ob.rule == d.rule && ob.source == d.source {
+			ob.mu.Lock()
+			ob.setParams(d, now)
+			ob.mu.Unlock()
+			bs = append(bs, ob)
+			continue
+		}
+		bs = append(bs, newBucket(d, b.idx.Add(1), now))
+	}
+	for _, ob := range old.buckets {
+		if ob.source == SourceLearned {
+			bs = append(bs, ob)
+		}
+	}
+	routes := slices.Clone(cfg.Routes)
+	for _, r := range old.routeDefs {
+		if r.dynamic {
+			routes = append(routes, r.Route)
+		}
+	}
+	b.tab.Store(buildTable(bs, sortRoutes(routes), old))
+	return nil
+}
+
+// ikey finds the buckets of one scope instance without building a string.
+type ikey struct {
+	scope   Scope
+	a, b, c string
+}
+
+func keyOf(scope Scope, key string) ikey {
+	if scope == ScopeApp {
+		parts := strings.SplitN(key, "/", 3)
+		k := ikey{scope: scope, a: parts[0]}
+		if len(parts) > 1 {
+			k.b = parts[1]
+		}
+		if len(parts) > 2 {
+			k.c = parts[2]
+		}
+		return k
+	}
+	return ikey{scope: scope, a: key}
+}
+
+// table is an immutable bucket set; see Broker.tab.
+type table struct {
+	buckets   []*bucket
+	byID      map[string]*bucket
+	index     map[ikey][]*bucket
+	routes    map[string]*route
+	routeDefs []routeDef
+}
+
+type routeDef struct {
+	Route
+	dynamic bool // created for an endpoint the configuration did not name
+}
+
+// route is an endpoint with its provider buckets, in lock order, and its
+// pause.
+type route struct {
+	Route
+	buckets []*bucket
+	pause   *pause
+}
+
+// pause is a route's "paused until", set from Retry-After and friends.
+type pause struct {
+	until  atomic.Int64 // Unix ns
+	reason atomic.Int32 // RefusalReason
+	streak atomic.Int32 // 429s in a row without Retry-After, for back-off
+}
+
+func buildTable(bs []*bucket, routes []Route, old *table) *table {
+	t := &table{buckets: bs, byID: make(map[string]*bucket, len(bs)), index: map[ikey][]*bucket{}, routes: map[string]*route{}}
+	for _, bk := range bs {
+		t.byID[bk.id] = bk
+		k := keyOf(bk.scope, bk.key)
+		t.index[k] = append(t.index[k], bk)
+	}
+	dynamic := map[string]bool{}
+	if old != nil {
+		for _, r := range old.routeDefs {
+			dynamic[r.EndpointID] = r.dynamic
+		}
+	}
+	for _, r := range routes {
+		rt := &route{Route: r}
+		rt.buckets = append(rt.buckets, t.index[ikey{scope: ScopeModelRoute, a: r.EndpointID}]...)
+		rt.buckets = append(rt.buckets, t.index[ikey{scope: ScopeProviderWorkspace, a: r.Workspace}]...)
+		rt.buckets = append(rt.buckets, t.index[ikey{scope: ScopeProviderProject, a: r.Project}]...)
+		rt.buckets = sortBuckets(rt.buckets)
+		if old != nil {
+			if o := old.routes[r.EndpointID]; o != nil {
+				rt.pause = o.pause
+			}
+		}
+		if rt.pause == nil {
+			rt.pause = &pause{}
+		}
+		t.routes[r.EndpointID] = rt
+		t.routeDefs = append(t.routeDefs, routeDef{Route: r, dynamic: dynamic[r.EndpointID]})
+	}
+	return t
+}
+
+// resolve appends the buckets that apply to (id, endpoint) to dst and
+// returns the endpoint's route, nil if the configuration does not name it.
+// Six map lookups at most and no allocation while dst has room.
+func (t *table) resolve(id *Identity, endpoint string, dst []*bucket) ([]*bucket, *route) {
+	if id.APIKeyID != "" {
+		dst = append(dst, t.index[ikey{scope: ScopeAPIKey, a: id.APIKeyID}]...)
+	}
+	if id.TenantID != "" {
+		if id.App != "" {
+			dst = append(dst, t.index[ikey{scope: ScopeApp, a: id.TenantID, b: id.App}]...)
+			if id.Environment != "" {
+				dst = append(dst, t.index[ikey{scope: ScopeApp, a: id.TenantID, b: id.App, c: id.Environment}]...)
+			}
+		}
+		dst = append(dst, t.index[ikey{scope: ScopeTenant, a: id.TenantID}]...)
+	}
+	if id.Partner != "" {
+		dst = append(dst, t.index[ikey{scope: ScopePartner, a: id.Partner}]...)
+	}
+	if endpoint == "" {
+		return dst, nil
+	}
+	if rt := t.routes[endpoint]; rt != nil {
+		return append(dst, rt.buckets...), rt
+	}
+	provider, _, _ := strings.Cut(endpoint, "/")
+	dst = append(dst, t.index[ikey{scope: ScopeModelRoute, a: endpoint}]...)
+	dst = append(dst, t.index[ikey{scope: ScopeProviderWorkspace, a: provider}]...)
+	dst = append(dst, t.index[ikey{scope: ScopeProviderProject, a: provider}]...)
+	return dst, nil
+}
+
+// ensureRoute returns the endpoint's route, adding a default one (so it can
+// hold a pause) when the configuration did not name it.
+func (b *Broker) ensureRoute(endpoint string) *route {
+	if rt := b.tab.Load().routes[endpoint]; rt != nil {
+		return rt
+	}
+	b.cfgMu.Lock()
+	defer b.cfgMu.Unlock()
+	old := b.tab.Load()
+	if rt := old.routes[endpoint]; rt != nil {
+		return rt
+	}
+	routes := make([]Route, 0, len(old.routeDefs)+1)
+	for _, r := range old.routeDefs {
+		routes = append(routes, r.Route)
+	}
+	nr := Route{EndpointID: endpoint}.withDefaults()
+	routes = append(routes, nr)
+	t := buildTable(old.buckets, sortRoutes(routes), old)
+	for i := range t.routeDefs {
+		if t.routeDefs[i].EndpointID == endpoint {
+			t.routeDefs[i].dynamic = true
+		}
+	}
+	b.tab.Store(t)
+	return t.routes[endpoint]
+}

@@ -1,0 +1,182 @@
+// Package broker is the in-memory core of the central rate-limit broker
+// (R-RL, seed 004): canonical quota buckets, atomic hierarchical
+// reservations, expiry, reconciliation with actual usage and provider
+// headers, bounded estimate correction, and snapshots for failover. It does
+// no I/O; the decider's Reserve and Reconcile RPCs call it, and the decider
+// persists its snapshots and runs the expiry ticker. Time comes from an
+// injectable clock ([Options].Now).
+//
+// # Buckets
+//
+// Every limit is a bucket with a scope, a key naming the scope instance, a
+// unit, a rule, a limit and a source (configured, or learned from provider
+// headers). Scopes, narrowest first: api_key, app, tenant, partner,
+// provider_workspace, provider_project, model_route. Units: requests,
+// input_tokens, output_tokens, total_tokens (input + output), usd,
+// concurrent_requests. A bucket's level is what it can still admit; it starts
+// full. Rules, with L = capacity + burst:
+//
+//   - Token bucket (per second, minute or hour; also a spend window in USD):
+//     the level refills continuously, level = min(L, level + capacity ×
+//     elapsed / window), so a window admits capacity at the steady rate and
+//     up to L at once after an idle spell (burst).
+//   - Daily reset (per day, any unit, so also a daily spend limit): the level
+//     returns to L at every reset time, by default 00:00 UTC, or a configured
+//     time of day (a provider's reset time). Day k (Unix days, no leap
+//     seconds) starts at k×86400 s + reset offset. No refill in between.
+//   - Concurrency (concurrent_requests): each open reservation holds one
+//     unit until it is reconciled or expires; nothing refills it.
+//   - Ramp: periods are aligned on the Unix epoch (default one minute). The
+//     current period may admit limit = max(floor, (1 + max_increase) × A),
+//     where A is what the previous period admitted (net of refunds and
+//     overruns settled within it), and 0 if the previous period saw no
+//     traffic or was longer ago: so after idle time traffic starts again from
+//     the floor. A spec with both a window and a ramp gives two buckets.
+//
+// # Reserve
+//
+// Reserve resolves the buckets that apply to a request: those keyed by its
+// API key id; its app ("tenant/app", and "tenant/app/env" when an
+// environment is given); its tenant; its partner; and its endpoint's route:
+// the model_route buckets keyed by the endpoint id and the provider_workspace
+// and provider_project buckets keyed by the route's Workspace and Project
+// (by default the provider's name, so a provider_project limit is shared by
+// every endpoint of that provider). It then locks them all in the canonical
+// order, checks them narrowest scope first (then a route's Retry-After pause,
+// just before its model_route buckets), and charges all of them or none.
+// Every unit of the demand goes to the buckets of that unit: requests
+// (default 1), input tokens, output tokens, their sum, USD, and one
+// concurrency slot.
+//
+// A bucket admits an amount a when level − a ≥ hold × L − ε, with hold = 0
+// outside learning mode and ε = 1e-9 × max(1, L) to absorb float rounding of
+// fractional USD. A zero amount is admitted only when level > hold × L, so a
+// used-up spend limit cannot be passed by estimating no spend. A ramp
+// bucket admits when A_current + a ≤ limit (same tolerance and hold).
+//
+// On the first bucket that does not admit, nothing is charged and the
+// Refusal names it: scope, unit, limit, remaining, reset time, retry-after
+// and a reason:
+//
+//   - NON_RETRYABLE_REQUEST when a > L: the demand can never fit (a ramp,
+//     whose limit grows with traffic, never says this);
+//   - NON_RETRYABLE_POLICY when a daily-reset bucket (a daily quota or daily
+//     spend limit) is used up: seed 004 classifies these as policy errors,
+//     since retrying before the reset cannot succeed; retry_after still says
+//     when the reset comes;
+//   - RETRYABLE_CAPACITY otherwise, with retry_after = (a + hold×L − level) /
+//     rate for a token bucket, the next period start for a ramp, and
+//     Options.ConcurrencyRetry (default 1s, reset time unknown) for a
+//     concurrency bucket; a route paused by Retry-After answers
+//     RETRYABLE_CAPACITY (after a 429) or RETRYABLE_OVERLOAD (after a 503)
+//     until the pause ends.
+//
+// Before giving up, Reserve sweeps expired reservations once if any is due
+// (lazy expiry) and tries again.
+//
+// # Atomicity and scale
+//
+// No global lock is on the hot path. Each bucket has its own mutex;
+// Reserve takes the mutexes of its buckets in one global order (scope, then
+// creation index: both fixed for a bucket's life), so two reservations that
+// share buckets cannot deadlock, and it decides and charges while holding all
+// of them, so the decision is made on a consistent view of every bucket
+// involved (no bucket is ever charged past its limit, and no reservation is
+// refused because another one's doomed partial charge was briefly visible,
+// as happens with charge-then-roll-back). Unrelated tenants touch disjoint
+// mutexes; a hot shared bucket (a provider project) serialises only the few
+// hundred nanoseconds of arithmetic under its lock. Open reservations live in
+// 64 shards, each with its own mutex, id and idempotency maps and expiry
+// heap; a reservation id carries its shard. The bucket set itself is an
+// immutable table behind an atomic pointer, replaced whole (copy on write)
+// on reconfiguration and on the rare learned bucket, so lookups take no lock.
+// Lock order, always: table mutex (configuration, snapshot) → one shard (or
+// all, ascending, in Snapshot and Restore) → buckets in canonical order.
+//
+// # Idempotency and expiry
+//
+// A Reserve whose idempotency key (scoped by tenant) matches a live
+// reservation returns that reservation and charges nothing. Reservations
+// live for the request's TTL (default 2 min, at most Options.MaxTTL, 15 min
+// by default). Expire(now), called by a ticker, releases those past their
+// TTL in O(shards + expired). An expired reservation releases its
+// concurrency slot; its tokens, requests and spend stay consumed unless
+// Options.RefundOnExpiry, because an abandoned reservation may well have been
+// dispatched (the edge died after sending) and keeping the charge can only
+// under-admit.
+//
+// # Reconcile
+//
+// Reconcile replaces the estimate with the actual usage. Per bucket charged
+// amount r, with actual u for its unit (requests: r, never refunded, the
+// provider counted the call; tokens and USD: the usage; concurrency: 0), it
+// settles Δ = r − u: Δ > 0 gives back, capped so the level never exceeds L;
+// Δ < 0 charges the overrun, which may leave the level negative (a token
+// bucket then refuses until it has refilled past zero, a daily bucket until
+// its reset, a ramp counts it as admitted). For a daily or ramp bucket whose
+// period has rolled over since the charge, the reset already dropped the
+// charge, so nothing is settled. The reservation is then gone: a second
+// Reconcile, or one after expiry, gets an error matching ErrNotFound (after
+// expiry also ErrExpired) and changes no bucket.
+//
+// # Provider headers
+//
+// Reconcile parses the provider's headers ([ParseHeaders]:
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens,input-tokens,output-tokens},
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset},
+// retry-after, retry-after-ms) and folds them in as corrections, never as the
+// model. Families map to units requests, total_tokens, input_tokens and
+// output_tokens. For each family, each per-minute token bucket of that unit
+// on the route (model_route, provider_workspace, provider_project) is lowered
+// to the provider's remaining when that is below our level, never raised (our
+// level also counts reservations the provider has not seen yet, and the
+// configured limit stays the model). A limit that no such bucket covers
+// becomes a learned per-minute model_route bucket with the provider's limit
+// and remaining (OpenAI and Anthropic report per-minute limits); a learned
+// bucket follows later reported limits.
+//
+// The route is paused (Reserve refuses it) until: Retry-After; else, when a
+// family reports remaining < 1 with a reset time, the latest such reset; else,
+// on a 429 without either, a capped exponential back-off BackoffBase ×
+// 2^(n−1) ≤ BackoffMax for the n-th 429 in a row (reset by a success). The
+// pause is capped at MaxPause (10 min) so a bogus header cannot bench an
+// endpoint for days, plus a jitter uniform in [0, min(MaxJitter,
+// JitterFraction × pause)] (1 s, 10%) so edges do not all wake at once. A
+// pause only ever extends.
+//
+// # Estimate correction
+//
+// Per (model, endpoint) the broker keeps factors for input tokens, output
+// tokens and USD, 1 until trained. Each reconcile with outcome OK and usage
+// reported by the provider trains them with r = actual / estimate (the
+// caller's raw estimate, not the corrected one, so the factor converges to
+// the mean ratio):
+//
+//	f' = clamp(clamp(f + α(clamp(r, 0.5, 2) − f), f(1−s), f(1+s)), 0.5, 2)
+//
+// with α = 0.1 and s = 0.05: one odd request moves a factor by at most 5%,
+// and no history can push it outside [0.5, 2]. Reserve reserves
+// Correct(model, endpoint, estimate) (tokens rounded up) and records both.
+//
+// # Snapshots and learning mode
+//
+// Snapshot encodes bucket levels, learned limits, route pauses, open
+// reservations and correction factors in a versioned, checksummed blob,
+// consistent between reservations and levels. Restore loads one into a
+// broker built from today's configuration. A new owner does not know what
+// the old owner granted after its last snapshot, so it calls
+// SetConservative(t) with t = the old owner's last possible grant + MaxTTL:
+// until t every bucket admits only while, after the charge, at least
+// (1 − ConservativeFraction) × L (half, by default) stays free. A bucket whose
+// limit is below 2 units (a concurrency of 1) admits nothing then: the honest
+// price of not knowing.
+//
+// # Safe metadata
+//
+// A Refusal and the Limits view carry figures only for the caller's own
+// buckets (API key, app, tenant). Partner and provider buckets are shared, so
+// their levels are other tenants' consumption: a refusal by one says
+// "provider capacity" (or "partner capacity") with limit and remaining 0.
+// Bucket ids (in charges, for the decider's logs) are built from catalog
+// names, never from credentials.
+package broker

@@ -1,0 +1,135 @@
+// Package hedge holds the daily hedge budget (R-HEDGE-2): a fixed amount of
+// USD per UTC day, shared by every edge, that pays for the second endpoint of
+// hedged requests. An edge asks before it hedges; the answer is atomic (one
+// mutex around a counter), so two edges can never both spend the last cent.
+// When the day's budget is spent, long requests use one endpoint until the
+// next UTC day.
+//
+// An acquisition charges the edge's estimate of the extra call at once; when
+// the request's activity record arrives with the real cost of the cancelled
+// call, Settle replaces the estimate (same day only). A record that never
+// arrives leaves the estimate charged, which errs on the side of spending less.
+package hedge
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Budget is the day's hedge budget. It is safe for concurrent use.
+type Budget struct {
+	daily float64
+	now   func() time.Time
+
+	mu      sync.Mutex
+	day     string // UTC date of spent, "2006-01-02"
+	spent   float64
+	pending map[string]float64 // request id → estimate charged today
+	dirty   bool
+	granted int64
+	refused int64
+}
+
+// New returns a budget of dailyUSD per UTC day; now is the clock.
+func New(dailyUSD float64, now func() time.Time) *Budget {
+	if now == nil {
+		now = time.Now
+	}
+	return &Budget{daily: dailyUSD, now: now, pending: map[string]float64{}}
+}
+
+// roll starts a new day when the UTC date changed. Callers hold mu.
+func (b *Budget) roll(now time.Time) {
+	if d := now.UTC().Format(time.DateOnly); d != b.day {
+		b.day, b.spent, b.dirty = d, 0, true
+		clear(b.pending)
+	}
+}
+
+// Acquire charges estimateUSD for requestID's hedge if today's budget has
+// room. It returns whether the hedge may start, what is left, and when the
+// budget refills.
+func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, remaining float64, reset time.Time) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.roll(now)
+	reset = nextMidnight(now)
+	estimateUSD = max(estimateUSD, 0)
+	if b.spent+estimateUSD > b.daily || b.spent >= b.daily {
+		b.refused++
+		return false, max(b.daily-b.spent, 0), reset
+	}
+	b.spent += estimateUSD
+	b.pending[requestID] += estimateUSD
+	b.granted++
+	b.dirty = true
+	return true, max(b.daily-b.spent, 0), reset
+}
+
+// Settle replaces requestID's estimate with the actual cost of its cancelled
+// call, if it was charged today.
+func (b *Budget) Settle(requestID string, actualUSD float64) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.roll(now)
+	est, ok := b.pending[requestID]
+	if !ok {
+		return
+	}
+	delete(b.pending, requestID)
+	b.spent = max(b.spent-est+max(actualUSD, 0), 0)
+	b.dirty = true
+}
+
+// State is what survives a restart.
+type State struct {
+	Day   string  `json:"day"`
+	Spent float64 `json:"spent_usd"`
+}
+
+// Snapshot returns the state and whether it changed since the last call, so
+// the caller saves only changes.
+func (b *Budget) Snapshot() ([]byte, bool) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.roll(now)
+	changed := b.dirty
+	b.dirty = false
+	data, _ := json.Marshal(State{Day: b.day, Spent: b.spent})
+	return data, changed
+}
+
+// Restore loads a saved state; a state of an earlier day is ignored.
+func (b *Budget) Restore(data []byte) error {
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("hedge budget state: %w", err)
+	}
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.roll(now)
+	if s.Day == b.day {
+		b.spent = max(s.Spent, 0)
+	}
+	return nil
+}
+
+// Status returns today's spend and the decision counts.
+func (b *Budget) Status() (spent, daily float64, granted, refused int64) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.roll(now)
+	return b.spent, b.daily, b.granted, b.refused
+}
+
+func nextMidnight(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+}
