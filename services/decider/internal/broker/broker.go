@@ -336,10 +336,10 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 	}
 	hold := b.hold(now)
 	var ref *Refusal
-	paused := rt == nil
+	pauseChecked := rt == nil // the pause sits just before the model_route buckets
 	for _, bk := range bs {
-		if !paused && bk.scope >= ScopeModelRoute {
-			paused = true
+		if !pauseChecked && bk.scope >= ScopeModelRoute {
+			pauseChecked = true
 			if ref = b.pauseRefusal(rt, now, req.Identity.Class); ref != nil {
 				break
 			}
@@ -350,7 +350,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 			break
 		}
 	}
-	if ref == nil && !paused {
+	if ref == nil && !pauseChecked {
 		ref = b.pauseRefusal(rt, now, req.Identity.Class)
 	}
 	if ref != nil {
@@ -459,7 +459,7 @@ func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls Worklo
 	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls}
 	if bk.scope.own() {
 		r.Limit = lim
-		r.Remaining = math.Max(0, bk.available()-keep)
+		r.Remaining = whole(bk.unit, bk.available()-keep)
 	}
 	switch {
 	case bk.never(amount):
@@ -510,6 +510,18 @@ func (r *Refusal) finish() {
 	if r.RetryAfter > 0 {
 		r.Message += fmt.Sprintf("; retry after %s", r.RetryAfter.Round(time.Millisecond))
 	}
+}
+
+// whole is what a level means to a caller: never negative, and whole
+// units for everything but dollars (half a request cannot be sent).
+func whole(u Unit, v float64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	if u == UnitUSD {
+		return v
+	}
+	return math.Floor(v + 1e-9)
 }
 
 func sharedName(s Scope) string {
@@ -709,7 +721,7 @@ func (b *Broker) Limits(id Identity) []BucketStatus {
 		bk.mu.Lock()
 		bk.advance(now)
 		s := BucketStatus{Scope: bk.scope, Unit: bk.unit, Window: bk.window, Rule: bk.rule, Source: bk.source,
-			Limit: bk.limit(), Burst: bk.p.burst, Remaining: math.Max(0, bk.available())}
+			Limit: bk.limit(), Burst: bk.p.burst, Remaining: whole(bk.unit, bk.available())}
 		if f := bk.full(now); f != 0 {
 			s.Reset = time.Unix(0, f).UTC()
 		}

@@ -204,7 +204,7 @@ func after(now time.Time, d time.Duration) (time.Time, error) {
 	if d < 0 || d > maxHeaderHorizon {
 		return time.Time{}, fmt.Errorf("duration %s is out of range", d)
 	}
-	return now.Add(d), nil
+	return now.Add(d).UTC(), nil
 }
 
 func epoch(now time.Time, sec float64) (time.Time, error) {
@@ -214,12 +214,12 @@ func epoch(now time.Time, sec float64) (time.Time, error) {
 
 func at(now, t time.Time) (time.Time, error) {
 	if t.Before(now) {
-		return now, nil
+		return now.UTC(), nil
 	}
 	if t.Sub(now) > maxHeaderHorizon {
 		return time.Time{}, fmt.Errorf("time %s is too far ahead", t.UTC().Format(time.RFC3339))
 	}
-	return t, nil
+	return t.UTC(), nil
 }
 
 // trunc keeps error messages short whatever a provider sends.

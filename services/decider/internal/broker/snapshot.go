@@ -67,12 +67,33 @@ func (b *Broker) Snapshot() []byte {
 	}
 	now := b.nowNS()
 
-	w := []byte(snapshotMagic)
+	// Bucket ids are written once; charges refer to them by index. The
+	// table's buckets come first (their states follow, in the same order),
+	// then buckets no longer configured that old reservations still charge.
+	names := make(map[*bucket]int, len(bst))
+	order := make([]*bucket, 0, len(bst))
+	for _, s := range bst {
+		names[s.bk] = len(order)
+		order = append(order, s.bk)
+	}
+	for _, e := range entries {
+		for _, c := range e.recs {
+			if _, ok := names[c.b]; !ok {
+				names[c.b] = len(order)
+				order = append(order, c.b)
+			}
+		}
+	}
+	w := make([]byte, 0, 64+len(order)*48+len(bst)*40+len(entries)*(160+len(e0(entries))*12))
+	w = append(w, snapshotMagic...)
 	w = append(w, SnapshotVersion)
 	w = binary.AppendVarint(w, now)
+	w = binary.AppendUvarint(w, uint64(len(order)))
+	for _, bk := range order {
+		w = appendString(w, bk.id)
+	}
 	w = binary.AppendUvarint(w, uint64(len(bst)))
 	for _, s := range bst {
-		w = appendString(w, s.bk.id)
 		w = append(w, byte(s.bk.source))
 		if s.bk.source == SourceLearned {
 			w = append(w, byte(s.bk.scope), byte(s.bk.unit), byte(s.bk.window))
@@ -107,7 +128,7 @@ func (b *Broker) Snapshot() []byte {
 		w = binary.AppendVarint(w, e.expires)
 		w = binary.AppendUvarint(w, uint64(len(e.recs)))
 		for _, c := range e.recs {
-			w = appendString(w, c.b.id)
+			w = binary.AppendUvarint(w, uint64(names[c.b]))
 			w = appendFloat(w, c.amount)
 			w = binary.AppendVarint(w, c.epoch)
 		}
@@ -128,6 +149,14 @@ func (b *Broker) Snapshot() []byte {
 	w = binary.AppendUvarint(w, uint64(n))
 	w = append(w, corr...)
 	return binary.LittleEndian.AppendUint32(w, crc32.Checksum(w, castagnoli))
+}
+
+// e0 is the charges of the first entry, for a size estimate.
+func e0(es []*entry) []charge {
+	if len(es) == 0 {
+		return nil
+	}
+	return es[0].recs
 }
 
 func appendString(w []byte, s string) []byte {
@@ -177,7 +206,8 @@ func (r *reader) varint() int64 {
 }
 
 // count reads a count of items of at least min bytes each, refusing one the
-// rest of the snapshot cannot hold before anything is allocated for it.
+// rest of the snapshot cannot hold before anything is allocated for it. With
+// min 0 it reads a plain index, bounded by the caller.
 func (r *reader) count(min int) int {
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
@@ -185,6 +215,13 @@ func (r *reader) count(min int) int {
 		return 0
 	}
 	r.b = r.b[n:]
+	if min == 0 {
+		if v > math.MaxInt32 {
+			r.fail("index out of range")
+			return 0
+		}
+		return int(v)
+	}
 	if v > uint64(len(r.b)/min) {
 		r.fail("count larger than the snapshot")
 		return 0
@@ -289,8 +326,16 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 	r := &reader{b: body[len(snapshotMagic)+1:]}
 	s := &snapshot{}
 	r.varint() // taken at, for humans and future use
-	for n := r.count(1 + 1 + 8 + 8 + 1 + 1); n > 0 && r.err == nil; n-- {
-		sb := snapBucket{id: r.str(), source: Source(r.byte1())}
+	var names []string
+	for n := r.count(1); n > 0 && r.err == nil; n-- {
+		names = append(names, r.str())
+	}
+	states := r.count(1 + 8 + 8 + 1 + 1)
+	if states > len(names) {
+		r.fail("more bucket states than buckets")
+	}
+	for i := 0; i < states && r.err == nil; i++ {
+		sb := snapBucket{id: names[i], source: Source(r.byte1())}
 		switch sb.source {
 		case SourceConfigured:
 		case SourceLearned:
@@ -343,10 +388,13 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 		se.expires = r.varint()
 		res.Created, res.Expires = time.Unix(0, created).UTC(), time.Unix(0, se.expires).UTC()
 		for m := r.count(1 + 8 + 1); m > 0 && r.err == nil; m-- {
-			c := snapCharge{bucket: r.str(), amount: r.float(), epoch: r.varint()}
-			if c.amount < 0 {
-				r.fail("negative charge")
+			i := r.count(0)
+			c := snapCharge{amount: r.float(), epoch: r.varint()}
+			if i >= len(names) || c.amount < 0 {
+				r.fail("bad charge")
+				break
 			}
+			c.bucket = names[i]
 			se.charges = append(se.charges, c)
 		}
 		s.entries = append(s.entries, se)

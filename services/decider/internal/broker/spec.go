@@ -119,7 +119,7 @@ type def struct {
 }
 
 // max is the most the bucket ever holds.
-func (d *def) max() float64 { return d.capacity + d.burst }
+func (d def) max() float64 { return d.capacity + d.burst }
 
 // bucketID is the stable id of a bucket, used in charges, snapshots and
 // reconfiguration: "<scope>:<key>:<unit>[:<window>|:ramp][:learned]".

@@ -1,0 +1,128 @@
+package broker
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+)
+
+// benchBroker has one bucket in each of the 7 scopes (plus a concurrency and
+// a daily spend bucket on each tenant) for tenants tenants, all too large to
+// refuse, on the real clock, with estimate correction on: the hot path as
+// the decider runs it.
+func benchBroker(b *testing.B, tenants int) *Broker {
+	b.Helper()
+	const huge = 1e15
+	specs := []Spec{
+		{Scope: ScopeProviderWorkspace, Key: "alpha", Unit: UnitOutputTokens, Window: WindowMinute, Capacity: huge},
+		{Scope: ScopeProviderProject, Key: "alpha", Unit: UnitInputTokens, Window: WindowMinute, Capacity: huge},
+		{Scope: ScopeModelRoute, Key: endpoint, Unit: UnitRequests, Window: WindowMinute, Capacity: huge},
+	}
+	for i := range tenants {
+		tn := benchIdentity(i)
+		specs = append(specs,
+			Spec{Scope: ScopeAPIKey, Key: tn.APIKeyID, Unit: UnitRequests, Window: WindowSecond, Capacity: huge},
+			Spec{Scope: ScopeApp, Key: tn.TenantID + "/chat/prod", Unit: UnitTotalTokens, Window: WindowMinute, Capacity: huge},
+			Spec{Scope: ScopeTenant, Key: tn.TenantID, Unit: UnitInputTokens, Window: WindowMinute, Capacity: huge},
+			Spec{Scope: ScopeTenant, Key: tn.TenantID, Unit: UnitConcurrentRequests, Capacity: huge},
+			Spec{Scope: ScopeTenant, Key: tn.TenantID, Unit: UnitUSD, Window: WindowDay, Capacity: huge},
+			Spec{Scope: ScopePartner, Key: tn.Partner, Unit: UnitConcurrentRequests, Capacity: huge},
+		)
+	}
+	br, err := New(Config{Buckets: specs, Routes: []Route{{EndpointID: endpoint, Model: model}}}, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return br
+}
+
+func benchIdentity(i int) Identity {
+	return Identity{TenantID: fmt.Sprint("tenant-", i), APIKeyID: fmt.Sprint("key-", i), App: "chat", Environment: "prod", Partner: fmt.Sprint("partner-", i), Class: ClassInteractive}
+}
+
+// BenchmarkReserveReconcile measures one Reserve plus its Reconcile through
+// 9 buckets in 7 scopes: serially, and in parallel with every goroutine on
+// the same buckets (hot) or on its own tenant sharing only the provider
+// buckets (spread).
+func BenchmarkReserveReconcile(b *testing.B) {
+	usage := Usage{InputTokens: 900, OutputTokens: 300, CostUSD: 0.0004, Reported: true}
+	demand := Demand{InputTokens: 1000, OutputTokens: 500, USD: 0.0005}
+	pair := func(b *testing.B, br *Broker, id Identity) {
+		rq := ReserveRequest{RequestID: "req", Identity: id, Model: model, EndpointID: endpoint, Demand: demand}
+		r, ref, err := br.Reserve(b.Context(), rq)
+		if err != nil || ref != nil {
+			b.Fatal(err, ref)
+		}
+		if _, err := br.Reconcile(b.Context(), ReconcileRequest{ReservationID: r.ID, Usage: usage, Outcome: OutcomeOK}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	}
+	b.Run("serial", func(b *testing.B) {
+		br := benchBroker(b, 1)
+		id := benchIdentity(0)
+		b.ReportAllocs()
+		for b.Loop() {
+			pair(b, br, id)
+		}
+		report(b)
+	})
+	b.Run("parallel-hot", func(b *testing.B) {
+		br := benchBroker(b, 1)
+		id := benchIdentity(0)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				pair(b, br, id)
+			}
+		})
+		report(b)
+	})
+	b.Run("parallel-spread", func(b *testing.B) {
+		const tenants = 64
+		br := benchBroker(b, tenants)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			id := benchIdentity(int(next.Add(1)) % tenants)
+			for pb.Next() {
+				pair(b, br, id)
+			}
+		})
+		report(b)
+	})
+}
+
+// BenchmarkRefusal measures a refused Reserve (a full hot bucket), the path
+// a saturated tenant hammers.
+func BenchmarkRefusal(b *testing.B) {
+	br, _ := newBroker(b, []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowDay, Capacity: 1}})
+	if r, _, _ := br.Reserve(b.Context(), req(one)); r == nil {
+		b.Fatal("first reservation refused")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ref, _ := br.Reserve(b.Context(), req(one)); ref == nil {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+// BenchmarkSnapshot measures a snapshot with 10k open reservations.
+func BenchmarkSnapshot(b *testing.B) {
+	br := benchBroker(b, 1)
+	id := benchIdentity(0)
+	for range 10000 {
+		if _, _, err := br.Reserve(b.Context(), ReserveRequest{Identity: id, EndpointID: endpoint, Demand: Demand{InputTokens: 10}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	var size int
+	for b.Loop() {
+		size = len(br.Snapshot())
+	}
+	b.ReportMetric(float64(size), "bytes")
+}

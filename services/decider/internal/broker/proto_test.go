@@ -1,0 +1,55 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func TestProtoRoundTrip(t *testing.T) {
+	b, _ := newBroker(t, hierarchy())
+	in := &switchboardv1.ReserveRequest{
+		RequestId: "req-1", IdempotencyKey: "idem-1", Model: model, EndpointId: endpoint,
+		Identity: &switchboardv1.Identity{TenantId: tenant, ApiKeyId: keyID, App: "chat", Environment: "prod", Partner: "resell",
+			WorkloadClass: switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH},
+		Demand: &switchboardv1.Demand{InputTokens: 100, OutputTokens: 50, Usd: 0.01, Requests: 1},
+		Ttl:    durationpb.New(30 * time.Second),
+	}
+	rq := ReserveRequestFromProto(in)
+	require.Equal(t, ReserveRequest{RequestID: "req-1", IdempotencyKey: "idem-1", Model: model, EndpointID: endpoint,
+		Identity: Identity{TenantID: tenant, APIKeyID: keyID, App: "chat", Environment: "prod", Partner: "resell", Class: ClassBatch},
+		Demand:   Demand{InputTokens: 100, OutputTokens: 50, USD: 0.01, Requests: 1}, TTL: 30 * time.Second}, rq)
+	require.Equal(t, ReserveRequest{}, ReserveRequestFromProto(&switchboardv1.ReserveRequest{}), "nil messages are zero values")
+
+	r, _, err := b.Reserve(t.Context(), rq)
+	require.NoError(t, err)
+	p := r.Proto()
+	require.Equal(t, r.ID, p.GetReservationId())
+	require.Equal(t, "idem-1", p.GetIdempotencyKey())
+	require.Equal(t, int64(100), p.GetDemand().GetInputTokens())
+	require.Len(t, p.GetCharges(), 7)
+	require.Equal(t, switchboardv1.LimitScope_LIMIT_SCOPE_API_KEY, p.GetCharges()[0].GetScope())
+	require.Equal(t, switchboardv1.LimitUnit_LIMIT_UNIT_CONCURRENT_REQUESTS, p.GetCharges()[3].GetUnit())
+	require.Equal(t, t0.Add(30*time.Second), p.GetExpireTime().AsTime())
+
+	rc := ReconcileRequestFromProto(&switchboardv1.ReconcileRequest{
+		ReservationId: r.ID, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED,
+		Usage:            &switchboardv1.Usage{InputTokens: 80, CachedInputTokens: 20, OutputTokens: 10, CostUsd: 0.002, Reported: true},
+		RateLimitHeaders: []*switchboardv1.Header{{Name: "retry-after", Value: "3"}},
+	})
+	require.Equal(t, ReconcileRequest{ReservationID: r.ID, Outcome: OutcomeRateLimited,
+		Usage:   Usage{InputTokens: 80, CachedInputTokens: 20, OutputTokens: 10, CostUSD: 0.002, Reported: true},
+		Headers: []Header{{Name: "retry-after", Value: "3"}}}, rc)
+	st, err := b.Reconcile(t.Context(), rc)
+	require.NoError(t, err)
+	sp := st.Proto()
+	require.Len(t, sp.GetReleased(), 7)
+	require.Equal(t, 20.0, sp.GetReleased()[2].GetAmount(), "100 input tokens reserved, 80 used")
+
+	ref := &Refusal{Reason: ReasonRetryableCapacity, RetryAfter: 1500 * time.Microsecond}
+	require.Equal(t, 2*time.Millisecond, ref.Proto().GetRetryAfter().AsDuration(), "rounded up, never sooner than asked")
+}
