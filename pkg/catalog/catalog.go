@@ -21,6 +21,16 @@ type Catalog struct {
 	Models []Model `yaml:"models"`
 	// Tenants are the API keys and their quotas.
 	Tenants []Tenant `yaml:"tenants"`
+	// Partners are partner or reseller accounts whose tenants share limits. (Optional)
+	Partners []Partner `yaml:"partners"`
+}
+
+// Partner is a partner or reseller account.
+type Partner struct {
+	// ID names the partner; tenants name it in their partner field. (Required)
+	ID string `yaml:"id"`
+	// Limits are the partner's quotas, shared by all its tenants. (Optional)
+	Limits []Limit `yaml:"limits"`
 }
 
 // Price is a price list in USD per million tokens.
@@ -89,6 +99,13 @@ type Endpoint struct {
 	SupportedParameters []string `yaml:"supported_parameters"`
 	// Limits is the provider's quota on this endpoint. (Optional)
 	Limits []Limit `yaml:"limits"`
+	// ProviderProject names the provider project (or organisation) whose
+	// provider_project limits this endpoint shares. (Optional) Defaults to
+	// the provider name: every endpoint of a provider shares one project.
+	ProviderProject string `yaml:"provider_project"`
+	// ProviderWorkspace names the workspace whose provider_workspace limits
+	// this endpoint shares. (Optional) Defaults to the provider name.
+	ProviderWorkspace string `yaml:"provider_workspace"`
 }
 
 // ID returns the endpoint's stable id, "<provider>/<model id>".
@@ -103,6 +120,9 @@ type Tenant struct {
 	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
 	// Limits are the tenant's quotas. (Optional)
 	Limits []Limit `yaml:"limits"`
+	// Partner names the partner account the tenant belongs to, whose limits
+	// it shares. (Optional)
+	Partner string `yaml:"partner"`
 }
 
 // Limit is one quota: {unit, per, capacity}.
@@ -118,8 +138,31 @@ type Limit struct {
 	// Burst is extra capacity above the steady rate. (Optional) Defaults to 0.
 	Burst float64 `yaml:"burst"`
 	// Scope is the level of the hierarchy the limit applies to. (Optional)
-	// Defaults to tenant on tenants and model_route on endpoints.
+	// Defaults to tenant on tenants, model_route on endpoints and partner on
+	// partners. On a tenant, api_key gives each of its keys its own bucket
+	// and app a bucket per application (see ScopeKey).
 	Scope string `yaml:"scope"`
+	// ScopeKey names the instance of an app scope: "<app>" for every
+	// environment of the app or "<app>/<environment>" for one. (Required for
+	// scope app)
+	ScopeKey string `yaml:"scope_key"`
+	// ResetAt is the UTC time of day, "HH:MM", at which a per: day limit
+	// resets, for providers whose day does not start at midnight UTC.
+	// (Optional) Defaults to "00:00".
+	ResetAt string `yaml:"reset_at"`
+	// Ramp caps how fast admissions may grow from one period to the next. (Optional)
+	Ramp *Ramp `yaml:"ramp"`
+}
+
+// Ramp is a ramp limit: a period may admit at most
+// max(floor, (1 + max_increase) × what the previous period admitted).
+type Ramp struct {
+	// MaxIncrease is the largest growth per period as a fraction, 0.5 = +50%. (Required, > 0)
+	MaxIncrease float64 `yaml:"max_increase"`
+	// Floor is what a period may always admit. (Optional) Defaults to a tenth of the capacity.
+	Floor float64 `yaml:"floor"`
+	// Period is the ramp's period, e.g. "1m". (Optional) Defaults to one minute.
+	Period string `yaml:"period"`
 }
 
 // Units are the valid limit units.

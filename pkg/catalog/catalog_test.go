@@ -169,3 +169,68 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestBrokerFields(t *testing.T) {
+	ok := `
+models:
+  - id: m
+    endpoints:
+      - provider: a
+        base_url: http://x/v1
+        price: {input: 1, output: 1}
+        provider_project: proj-1
+        limits:
+          - {unit: requests, per: day, capacity: 1000, reset_at: "07:00"}
+          - {unit: input_tokens, per: minute, capacity: 100000, scope: provider_project, ramp: {max_increase: 0.5, floor: 1000, period: 1m}}
+partners:
+  - id: resell
+    limits: [{unit: usd, per: day, capacity: 50}]
+tenants:
+  - id: t
+    partner: resell
+    api_keys_sha256: [` + strings.Repeat("b", 64) + `]
+    limits:
+      - {unit: requests, per: minute, capacity: 10, scope: app, scope_key: chat/prod}
+      - {unit: requests, per: minute, capacity: 5, scope: api_key}
+`
+	c, err := Parse([]byte(ok))
+	require.NoError(t, err)
+	require.Equal(t, "proj-1", c.Models[0].Endpoints[0].ProviderProject)
+	require.Equal(t, "a", c.Models[0].Endpoints[0].ProviderWorkspace, "defaults to the provider")
+	require.Equal(t, "partner", c.Partners[0].Limits[0].Scope)
+
+	bad := `
+models:
+  - id: m
+    endpoints:
+      - provider: a
+        base_url: http://x/v1
+        price: {input: 1, output: 1}
+        limits:
+          - {unit: requests, per: minute, capacity: 10, reset_at: "07:00"}
+          - {unit: requests, per: day, capacity: 10, reset_at: "25:99"}
+          - {unit: requests, per: minute, capacity: 10, ramp: {max_increase: 0, period: soon}}
+          - {unit: requests, per: minute, capacity: 10, scope: tenant}
+tenants:
+  - id: t
+    partner: nobody
+    api_keys_sha256: [` + strings.Repeat("c", 64) + `]
+    limits:
+      - {unit: requests, per: minute, capacity: 10, scope: app}
+      - {unit: requests, per: minute, capacity: 10, scope: provider_project}
+`
+	_, err = Parse([]byte(bad))
+	require.Error(t, err)
+	for _, want := range []string{
+		"limits[0].reset_at: only a per: day limit has a reset time",
+		`limits[1].reset_at: "25:99" must be a UTC time of day`,
+		"limits[2].ramp.max_increase: must be a positive fraction",
+		`limits[2].ramp.period: "soon" must be a positive duration`,
+		`endpoints[0].limits[3].scope: "tenant" is not an endpoint scope`,
+		`tenants[0].partner: "nobody" is not a partner`,
+		"tenants[0].limits[0].scope_key: is required with scope app",
+		`tenants[0].limits[1].scope: "provider_project" is not a tenant scope`,
+	} {
+		require.Contains(t, err.Error(), want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -213,6 +214,51 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			}
 		}
 		validateLimits(t.Limits, tp+".limits", bad)
+		for j, l := range t.Limits {
+			lp := fmt.Sprintf("%s.limits[%d]", tp, j)
+			switch l.Scope {
+			case "", "tenant", "api_key":
+			case "app":
+				if l.ScopeKey == "" {
+					bad(lp+".scope_key", "is required with scope app: \"<app>\" or \"<app>/<environment>\"")
+				}
+			default:
+				bad(lp+".scope", "%q is not a tenant scope: use tenant, api_key or app (partner limits go under partners)", l.Scope)
+			}
+		}
+	}
+	partners := map[string]bool{}
+	for i, p := range c.Partners {
+		pp := fmt.Sprintf("partners[%d]", i)
+		switch {
+		case p.ID == "":
+			bad(pp+".id", "is required")
+		case partners[p.ID]:
+			bad(pp+".id", "%q is already defined", p.ID)
+		}
+		partners[p.ID] = true
+		validateLimits(p.Limits, pp+".limits", bad)
+		for j, l := range p.Limits {
+			if l.Scope != "" && l.Scope != "partner" {
+				bad(fmt.Sprintf("%s.limits[%d].scope", pp, j), "%q: partner limits have scope partner", l.Scope)
+			}
+		}
+	}
+	for i, t := range c.Tenants {
+		if t.Partner != "" && !partners[t.Partner] {
+			bad(fmt.Sprintf("tenants[%d].partner", i), "%q is not a partner (add it under partners)", t.Partner)
+		}
+	}
+	for i, m := range c.Models {
+		for j, e := range m.Endpoints {
+			for k, l := range e.Limits {
+				switch l.Scope {
+				case "", "model_route", "provider_project", "provider_workspace":
+				default:
+					bad(fmt.Sprintf("models[%d].endpoints[%d].limits[%d].scope", i, j, k), "%q is not an endpoint scope: use model_route, provider_project or provider_workspace", l.Scope)
+				}
+			}
+		}
 	}
 	return errs
 }
@@ -253,6 +299,26 @@ func validateLimits(ls []Limit, path string, bad func(string, string, ...any)) {
 		if l.Scope != "" && !oneOf(l.Scope, Scopes) {
 			bad(lp+".scope", "%q must be one of %s", l.Scope, list(Scopes))
 		}
+		if l.ResetAt != "" {
+			if l.Per != "day" {
+				bad(lp+".reset_at", "only a per: day limit has a reset time")
+			} else if _, err := time.Parse("15:04", l.ResetAt); err != nil {
+				bad(lp+".reset_at", "%q must be a UTC time of day, HH:MM", l.ResetAt)
+			}
+		}
+		if r := l.Ramp; r != nil {
+			if !(r.MaxIncrease > 0) || math.IsInf(r.MaxIncrease, 0) {
+				bad(lp+".ramp.max_increase", "must be a positive fraction, e.g. 0.5 for +50%% per period")
+			}
+			if r.Floor < 0 || math.IsNaN(r.Floor) {
+				bad(lp+".ramp.floor", "must not be negative")
+			}
+			if r.Period != "" {
+				if d, err := time.ParseDuration(r.Period); err != nil || d <= 0 {
+					bad(lp+".ramp.period", "%q must be a positive duration such as 1m", r.Period)
+				}
+			}
+		}
 	}
 }
 
@@ -278,6 +344,22 @@ func (c *Catalog) applyDefaults() {
 		for k := range c.Tenants[i].Limits {
 			if c.Tenants[i].Limits[k].Scope == "" {
 				c.Tenants[i].Limits[k].Scope = "tenant"
+			}
+		}
+	}
+	for i := range c.Partners {
+		for k := range c.Partners[i].Limits {
+			c.Partners[i].Limits[k].Scope = "partner"
+		}
+	}
+	for i := range c.Models {
+		for j := range c.Models[i].Endpoints {
+			e := &c.Models[i].Endpoints[j]
+			if e.ProviderProject == "" {
+				e.ProviderProject = e.Provider
+			}
+			if e.ProviderWorkspace == "" {
+				e.ProviderWorkspace = e.Provider
 			}
 		}
 	}

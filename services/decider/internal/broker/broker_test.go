@@ -476,10 +476,18 @@ tenants:
 		require.ErrorIs(t, err, ErrInvalid)
 		require.ErrorContains(t, err, "differs")
 	})
-	t.Run("a tenant limit the catalog cannot key", func(t *testing.T) {
-		c3, err := catalog.Parse([]byte(strings.Replace(yaml, "capacity: 5, burst: 5, scope: api_key", "capacity: 5, scope: app", 1)))
+	t.Run("an app limit is keyed by tenant and scope_key", func(t *testing.T) {
+		c3, err := catalog.Parse([]byte(strings.Replace(yaml, "capacity: 5, burst: 5, scope: api_key", "capacity: 5, scope: app, scope_key: chat/prod", 1)))
 		require.NoError(t, err)
-		_, err = FromCatalog(c3)
-		require.ErrorContains(t, err, "scope app needs a key")
+		cfg, err := FromCatalog(c3)
+		require.NoError(t, err)
+		found := false
+		for _, s := range cfg.Buckets {
+			if s.Scope == ScopeApp {
+				require.True(t, strings.HasSuffix(s.Key, "/chat/prod"), s.Key)
+				found = true
+			}
+		}
+		require.True(t, found)
 	})
 }

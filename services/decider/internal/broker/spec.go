@@ -268,7 +268,8 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 	shared := map[string]Spec{} // by bucket id
 	for _, m := range c.Models {
 		for _, e := range m.Endpoints {
-			r := Route{EndpointID: e.ID(m.ID), Model: m.ID, Provider: e.Provider}.withDefaults()
+			r := Route{EndpointID: e.ID(m.ID), Model: m.ID, Provider: e.Provider,
+				Project: e.ProviderProject, Workspace: e.ProviderWorkspace}.withDefaults()
 			cfg.Routes = append(cfg.Routes, r)
 			for i, l := range e.Limits {
 				path := fmt.Sprintf("models[%s].endpoints[%s].limits[%d]", m.ID, e.Provider, i)
@@ -318,9 +319,27 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 					s.Key = catalog.KeyID(h)
 					cfg.Buckets = append(cfg.Buckets, s)
 				}
+			case ScopeApp:
+				if l.ScopeKey == "" {
+					errs = append(errs, fmt.Errorf("%s: %w: scope app needs scope_key", path, ErrInvalid))
+					continue
+				}
+				s.Key = t.ID + "/" + l.ScopeKey
+				cfg.Buckets = append(cfg.Buckets, s)
 			default:
 				errs = append(errs, fmt.Errorf("%s: %w: scope %s needs a key the catalog cannot give yet", path, ErrInvalid, s.Scope))
 			}
+		}
+	}
+	for _, p := range c.Partners {
+		for i, l := range p.Limits {
+			s, err := specFromLimit(l, ScopePartner)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("partners[%s].limits[%d]: %w", p.ID, i, err))
+				continue
+			}
+			s.Scope, s.Key = ScopePartner, p.ID
+			cfg.Buckets = append(cfg.Buckets, s)
 		}
 	}
 	if len(errs) > 0 {
@@ -348,7 +367,21 @@ func specFromLimit(l catalog.Limit, defaultScope Scope) (Spec, error) {
 			return Spec{}, err
 		}
 	}
-	return Spec{Scope: sc, Unit: u, Window: w, Capacity: l.Capacity, Burst: l.Burst}, nil
+	s := Spec{Scope: sc, Unit: u, Window: w, Capacity: l.Capacity, Burst: l.Burst}
+	if l.ResetAt != "" {
+		if s.ResetAt, err = ParseResetAt(l.ResetAt); err != nil {
+			return Spec{}, err
+		}
+	}
+	if r := l.Ramp; r != nil {
+		s.Ramp = &Ramp{MaxIncrease: r.MaxIncrease, Floor: r.Floor}
+		if r.Period != "" {
+			if s.Ramp.Period, err = time.ParseDuration(r.Period); err != nil {
+				return Spec{}, fmt.Errorf("%w: ramp period %q", ErrInvalid, r.Period)
+			}
+		}
+	}
+	return s, nil
 }
 
 // ParseResetAt parses a daily reset time "HH:MM" or "HH:MM:SS" (UTC) into
