@@ -1214,9 +1214,17 @@ type DecideRequest struct {
 	Explain bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
 	// dry_run asks what would be chosen for a hypothetical request: no
 	// exploration, nothing recorded. For operators and the explain command.
-	DryRun        bool `protobuf:"varint,10,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DryRun bool `protobuf:"varint,10,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// reserve asks Decide to also reserve capacity on the chosen endpoint in
+	// the same call: endpoints whose own limits cannot take the request are
+	// skipped, and a refusal by the caller's own limits comes back in refusal.
+	Reserve bool `protobuf:"varint,11,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// idempotency_key makes a retried Decide return the same reservation.
+	IdempotencyKey string `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// reservation_ttl is how long the reservation lives if never reconciled.
+	ReservationTtl *durationpb.Duration `protobuf:"bytes,13,opt,name=reservation_ttl,json=reservationTtl,proto3" json:"reservation_ttl,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -1317,6 +1325,27 @@ func (x *DecideRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *DecideRequest) GetReserve() bool {
+	if x != nil {
+		return x.Reserve
+	}
+	return false
+}
+
+func (x *DecideRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *DecideRequest) GetReservationTtl() *durationpb.Duration {
+	if x != nil {
+		return x.ReservationTtl
+	}
+	return nil
 }
 
 // Price is a price list in USD per million tokens.
@@ -1777,7 +1806,16 @@ type DecideResponse struct {
 	// identity is the resolved identity (tenant_id and api_key_id filled in).
 	Identity *Identity `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
 	// max_price is the bill cap in force for this request, if any.
-	MaxPrice      *MaxPrice `protobuf:"bytes,8,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`
+	MaxPrice *MaxPrice `protobuf:"bytes,8,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`
+	// reservation is the capacity held on endpoint, when reserve was asked.
+	Reservation *Reservation `protobuf:"bytes,9,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// refusal is set, and endpoint is not, when reserve was asked and no
+	// endpoint could be reserved: the caller's own limit refused, or every
+	// endpoint's provider limits were full.
+	Refusal *Refusal `protobuf:"bytes,10,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// demand is what was reserved, so the caller can reserve the same on a
+	// fallback or hedge endpoint.
+	Demand        *Demand `protobuf:"bytes,11,opt,name=demand,proto3" json:"demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1864,6 +1902,27 @@ func (x *DecideResponse) GetIdentity() *Identity {
 func (x *DecideResponse) GetMaxPrice() *MaxPrice {
 	if x != nil {
 		return x.MaxPrice
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetReservation() *Reservation {
+	if x != nil {
+		return x.Reservation
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetRefusal() *Refusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetDemand() *Demand {
+	if x != nil {
+		return x.Demand
 	}
 	return nil
 }
@@ -2235,7 +2294,9 @@ type Refusal struct {
 	// workload_class is the class the request was admitted under.
 	WorkloadClass WorkloadClass `protobuf:"varint,8,opt,name=workload_class,json=workloadClass,proto3,enum=switchboard.v1.WorkloadClass" json:"workload_class,omitempty"`
 	// message is a human-readable explanation.
-	Message       string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// bucket_id identifies the refusing bucket, for the caller's own scopes.
+	BucketId      string `protobuf:"bytes,10,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2329,6 +2390,13 @@ func (x *Refusal) GetWorkloadClass() WorkloadClass {
 func (x *Refusal) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *Refusal) GetBucketId() string {
+	if x != nil {
+		return x.BucketId
 	}
 	return ""
 }
@@ -2754,7 +2822,11 @@ type CallReport struct {
 	// the decider learns which endpoint now holds it in cache.
 	PromptHash uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
 	// hedge marks the second endpoint of a hedged request.
-	Hedge         bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	Hedge bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	// reservation_id is the reservation this call used: the decider reconciles
+	// it from this report (usage, outcome, rate-limit headers), so an edge
+	// needs no Reconcile RPC per call.
+	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2906,6 +2978,13 @@ func (x *CallReport) GetHedge() bool {
 		return x.Hedge
 	}
 	return false
+}
+
+func (x *CallReport) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
 }
 
 // CallReportBatch carries several call reports at once, so reporting costs
@@ -4452,7 +4531,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x18preferred_min_throughput\x18\v \x01(\x01H\x01R\x16preferredMinThroughput\x88\x01\x01\x12M\n" +
 	"\x15preferred_max_latency\x18\f \x01(\v2\x19.google.protobuf.DurationR\x13preferredMaxLatencyB\x12\n" +
 	"\x10_allow_fallbacksB\x1b\n" +
-	"\x19_preferred_min_throughput\"\xf5\x02\n" +
+	"\x19_preferred_min_throughput\"\xfc\x03\n" +
 	"\rDecideRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -4467,7 +4546,10 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x06region\x18\b \x01(\tR\x06region\x12\x18\n" +
 	"\aexplain\x18\t \x01(\bR\aexplain\x12\x17\n" +
 	"\adry_run\x18\n" +
-	" \x01(\bR\x06dryRun\"X\n" +
+	" \x01(\bR\x06dryRun\x12\x18\n" +
+	"\areserve\x18\v \x01(\bR\areserve\x12'\n" +
+	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12B\n" +
+	"\x0freservation_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0ereservationTtl\"X\n" +
 	"\x05Price\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\x01R\x05input\x12!\n" +
 	"\fcached_input\x18\x02 \x01(\x01R\vcachedInput\x12\x16\n" +
@@ -4505,7 +4587,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tHedgePlan\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\x87\x03\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xa9\x04\n" +
 	"\x0eDecideResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -4515,7 +4597,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\bdecision\x18\x05 \x01(\v2\x18.switchboard.v1.DecisionR\bdecision\x12/\n" +
 	"\x05hedge\x18\x06 \x01(\v2\x19.switchboard.v1.HedgePlanR\x05hedge\x124\n" +
 	"\bidentity\x18\a \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x125\n" +
-	"\tmax_price\x18\b \x01(\v2\x18.switchboard.v1.MaxPriceR\bmaxPrice\"~\n" +
+	"\tmax_price\x18\b \x01(\v2\x18.switchboard.v1.MaxPriceR\bmaxPrice\x12=\n" +
+	"\vreservation\x18\t \x01(\v2\x1b.switchboard.v1.ReservationR\vreservation\x121\n" +
+	"\arefusal\x18\n" +
+	" \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x12.\n" +
+	"\x06demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\x06demand\"~\n" +
 	"\x06Demand\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x10\n" +
@@ -4546,7 +4632,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vexpire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xac\x03\n" +
+	"expireTime\"\xc9\x03\n" +
 	"\aRefusal\x125\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\x06reason\x120\n" +
 	"\x05scope\x18\x02 \x01(\x0e2\x1a.switchboard.v1.LimitScopeR\x05scope\x12-\n" +
@@ -4558,7 +4644,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12D\n" +
 	"\x0eworkload_class\x18\b \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"\x9f\x01\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x12\x1b\n" +
+	"\tbucket_id\x18\n" +
+	" \x01(\tR\bbucketId\"\x9f\x01\n" +
 	"\x0fReserveResponse\x12\x1a\n" +
 	"\badmitted\x18\x01 \x01(\bR\badmitted\x12=\n" +
 	"\vreservation\x18\x02 \x01(\v2\x1b.switchboard.v1.ReservationR\vreservation\x121\n" +
@@ -4582,7 +4670,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"\xb0\x05\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\xd7\x05\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -4608,7 +4696,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05error\x18\x0f \x01(\tR\x05error\x12\x1f\n" +
 	"\vprompt_hash\x18\x10 \x01(\x06R\n" +
 	"promptHash\x12\x14\n" +
-	"\x05hedge\x18\x11 \x01(\bR\x05hedge\"G\n" +
+	"\x05hedge\x18\x11 \x01(\bR\x05hedge\x12%\n" +
+	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc0\x01\n" +
 	"\rReportRequest\x121\n" +
@@ -4897,102 +4986,106 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	11, // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12, // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	17, // 9: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	55, // 10: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
-	4,  // 11: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
-	3,  // 12: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
-	19, // 13: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	55, // 14: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
-	5,  // 15: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	55, // 16: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	18, // 17: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	18, // 18: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	18, // 19: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	20, // 20: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
-	21, // 21: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	11, // 22: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
-	14, // 23: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	11, // 24: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	23, // 25: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	55, // 26: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	7,  // 27: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,  // 28: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	23, // 29: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	25, // 30: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	56, // 31: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	56, // 32: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 33: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,  // 34: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,  // 35: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	56, // 36: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	55, // 37: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,  // 38: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	26, // 39: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	27, // 40: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	29, // 41: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,  // 42: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	30, // 43: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	25, // 44: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	56, // 45: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	55, // 46: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	55, // 47: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	29, // 48: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,  // 49: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	55, // 50: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	30, // 51: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	34, // 52: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	33, // 53: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	35, // 54: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	40, // 55: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	9,  // 56: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	55, // 57: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	56, // 58: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,  // 59: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	56, // 60: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	37, // 61: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	38, // 62: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	29, // 63: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10, // 64: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	55, // 65: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	55, // 66: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	39, // 67: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18, // 68: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	56, // 69: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	44, // 70: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	41, // 71: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	42, // 72: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	43, // 73: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	56, // 74: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11, // 75: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	56, // 76: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	56, // 77: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	39, // 78: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11, // 79: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	39, // 80: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11, // 81: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17, // 82: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	53, // 83: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	16, // 84: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24, // 85: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	31, // 86: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	36, // 87: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	52, // 88: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	46, // 89: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	48, // 90: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	50, // 91: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	22, // 92: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	28, // 93: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	32, // 94: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	45, // 95: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	54, // 96: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	47, // 97: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	49, // 98: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	51, // 99: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	92, // [92:100] is the sub-list for method output_type
-	84, // [84:92] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	55, // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	17, // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
+	55, // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	4,  // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
+	3,  // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
+	19, // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
+	55, // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	5,  // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
+	55, // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	18, // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	18, // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	18, // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	20, // 21: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
+	21, // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	11, // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
+	14, // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	26, // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
+	27, // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
+	23, // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
+	11, // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	23, // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	55, // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	7,  // 31: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	6,  // 32: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	23, // 33: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	25, // 34: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	56, // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	56, // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 37: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	7,  // 38: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	6,  // 39: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	56, // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	55, // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,  // 42: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	26, // 43: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	27, // 44: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	29, // 45: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	9,  // 46: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	30, // 47: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	25, // 48: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	56, // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	55, // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	55, // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	29, // 52: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	9,  // 53: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	55, // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	30, // 55: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	34, // 56: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	33, // 57: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	35, // 58: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	40, // 59: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	9,  // 60: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	55, // 61: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	56, // 62: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,  // 63: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	56, // 64: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	37, // 65: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	38, // 66: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	29, // 67: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10, // 68: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	55, // 69: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	55, // 70: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	39, // 71: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18, // 72: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	56, // 73: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	44, // 74: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	41, // 75: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	42, // 76: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	43, // 77: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	56, // 78: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11, // 79: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	56, // 80: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	56, // 81: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	39, // 82: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11, // 83: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	39, // 84: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11, // 85: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17, // 86: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	53, // 87: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	16, // 88: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24, // 89: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	31, // 90: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	36, // 91: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	52, // 92: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	46, // 93: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	48, // 94: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	50, // 95: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	22, // 96: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	28, // 97: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	32, // 98: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	45, // 99: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	54, // 100: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	47, // 101: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	49, // 102: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	51, // 103: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	96, // [96:104] is the sub-list for method output_type
+	88, // [88:96] is the sub-list for method input_type
+	88, // [88:88] is the sub-list for extension type_name
+	88, // [88:88] is the sub-list for extension extendee
+	0,  // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }

@@ -331,7 +331,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 // real cost of each cancelled hedge leg.
 func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) {
 	for _, r := range records {
-		if h := r.GetHedge(); h.GetUsed() {
+		// A hedge granted but never started (the primary answered while the
+		// budget was asked) settles at 0; Settle ignores unknown ids.
+		if h := r.GetHedge(); h != nil {
 			d.budget.Settle(r.GetId(), h.GetLoserCostUsd())
 		}
 	}

@@ -23,6 +23,7 @@ const (
 	DefaultIdleTimeout         = 60 * time.Second
 	DefaultMaxAttempts         = 4
 	DefaultReportFlushInterval = 200 * time.Millisecond
+	DefaultHedgeAcquireTimeout = 200 * time.Millisecond
 )
 
 // maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
@@ -66,6 +67,10 @@ type Config struct {
 	// sent to the decider (Optional). Defaults to 200ms.
 	// Flag --report-flush-interval.
 	ReportFlushInterval time.Duration
+	// HedgeAcquireTimeout bounds the AcquireHedge call made before a hedge
+	// starts; a slower decider counts as a refusal, since a hedge exists to
+	// save time (Optional). Defaults to 200ms. Flag --hedge-acquire-timeout.
+	HedgeAcquireTimeout time.Duration
 	// DrainDelay is how long Close keeps serving with /healthz answering 503
 	// before it stops accepting connections, so load balancers (a Kubernetes
 	// Service, whose endpoint removal is asynchronous) stop routing here
@@ -108,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReportFlushInterval == 0 {
 		c.ReportFlushInterval = DefaultReportFlushInterval
+	}
+	if c.HedgeAcquireTimeout == 0 {
+		c.HedgeAcquireTimeout = DefaultHedgeAcquireTimeout
 	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
@@ -152,6 +160,9 @@ func (c Config) validate() error {
 	}
 	if c.ReportFlushInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--report-flush-interval %s: must be positive", c.ReportFlushInterval))
+	}
+	if c.HedgeAcquireTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--hedge-acquire-timeout %s: must be positive", c.HedgeAcquireTimeout))
 	}
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay))
@@ -244,6 +255,7 @@ func newFlagSet(cfg *Config, getenv func(string) string) (*flag.FlagSet, []error
 	dur(&cfg.IdleTimeout, "stream-idle-timeout", "longest silence between stream chunks")
 	intv(&cfg.MaxAttempts, "max-attempts", "endpoints tried per request (chosen plus fallbacks)")
 	dur(&cfg.ReportFlushInterval, "report-flush-interval", "longest a call report waits before it is sent")
+	dur(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", "longest wait for the decider's hedge budget before going without a hedge")
 	dur(&cfg.DrainDelay, "drain-delay", "at shutdown, how long /healthz answers 503 before the listener closes")
 	if key, v, ok := env("log-level"); ok {
 		if err := cfg.LogLevel.UnmarshalText([]byte(v)); err != nil {

@@ -119,6 +119,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Getenv:            cfg.Getenv,
 		Cooldowns:         cooldowns,
 		Reporter:          reports,
+		Hedges:            decider,
+		HedgeTimeout:      cfg.HedgeAcquireTimeout,
 		FirstTokenTimeout: cfg.FirstTokenTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxAttempts:       cfg.MaxAttempts,
@@ -175,8 +177,9 @@ func (e *Edge) Addr() string { return e.ln.Addr().String() }
 func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
 
 // Close shuts the edge down gracefully: /healthz turns 503 (for DrainDelay,
-// while new requests are still served), requests in flight finish (up to 15s, then they are cut), probes stop, the last call
-// reports are flushed and the decider connection closes. It is safe to call
+// while new requests are still served), requests in flight finish (up to
+// 15s, then they are cut), probes stop, the last call reports and activity
+// records are flushed and the decider connection closes. It is safe to call
 // more than once.
 func (e *Edge) Close() error {
 	e.closeOnce.Do(func() {
@@ -201,6 +204,9 @@ func (e *Edge) Close() error {
 		}
 		if d := e.reports.Dropped(); d > 0 {
 			e.log.Warn("call reports dropped during this run", "dropped", d)
+		}
+		if d := e.reports.DroppedActivity(); d > 0 {
+			e.log.Error("activity records dropped during this run", "dropped", d)
 		}
 		e.closeErr = errors.Join(errs...)
 		e.log.Info("edge stopped")

@@ -86,21 +86,7 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		})
 	}
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
-		return &switchboardv1.DecideResponse{
-			RequestId: req.GetRequestId(),
-			Model:     model,
-			Endpoint:  h.eps[0],
-			Fallbacks: h.eps[1:],
-			Decision: &switchboardv1.Decision{
-				Reason:  switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
-				Bucket:  switchboardv1.SizeBucket_SIZE_BUCKET_UNDER_8K,
-				Summary: "cheapest-qualifying alpha <8k",
-				Candidates: []*switchboardv1.Candidate{
-					{EndpointId: h.eps[0].GetId(), Provider: "alpha", Qualified: true, Note: "cheapest"},
-				},
-			},
-			Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
-		}, nil
+		return h.decision(req), nil
 	})
 	cfg := Config{
 		Listen:              "127.0.0.1:0",
@@ -133,6 +119,43 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		require.NoError(t, e.Close())
 	})
 	return h
+}
+
+// decision is the default Decide answer: the providers in order, for tenant
+// acme, no hedge.
+func (h *harness) decision(req *switchboardv1.DecideRequest) *switchboardv1.DecideResponse {
+	return &switchboardv1.DecideResponse{
+		RequestId: req.GetRequestId(),
+		Model:     model,
+		Endpoint:  h.eps[0],
+		Fallbacks: h.eps[1:],
+		Decision: &switchboardv1.Decision{
+			Reason:  switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+			Bucket:  switchboardv1.SizeBucket_SIZE_BUCKET_UNDER_8K,
+			Summary: "cheapest-qualifying alpha <8k",
+			Candidates: []*switchboardv1.Candidate{
+				{EndpointId: h.eps[0].GetId(), Provider: "alpha", Qualified: true, Note: "cheapest"},
+			},
+		},
+		Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
+	}
+}
+
+// waitRecord waits for the activity record of one request on the Report
+// stream.
+func (h *harness) waitRecord(id string) *switchboardv1.ActivityRecord {
+	h.t.Helper()
+	var found *switchboardv1.ActivityRecord
+	require.Eventually(h.t, func() bool {
+		for _, r := range h.fd.ActivityRecords() {
+			if r.GetId() == id {
+				found = r
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "activity record %s", id)
+	return found
 }
 
 type reply struct {

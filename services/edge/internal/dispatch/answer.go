@@ -2,24 +2,14 @@ package dispatch
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"time"
-
-	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
-
-// usage is a provider's token accounting of one answer.
-type usage struct {
-	input, cached, output int64
-}
 
 // chunkInfo is what the edge learns from one answer or stream chunk.
 type chunkInfo struct {
@@ -31,6 +21,10 @@ type chunkInfo struct {
 	usage *usage
 	// errMsg is set when the chunk is an error object instead of an answer.
 	errMsg string
+	// textBytes is the size of the generated text the chunk carries (content,
+	// reasoning, tool call names and arguments), for estimating output tokens
+	// when the provider reports no usage.
+	textBytes int64
 }
 
 type choiceView struct {
@@ -40,7 +34,56 @@ type choiceView struct {
 		Reasoning        *string         `json:"reasoning"`
 		ToolCalls        json.RawMessage `json:"tool_calls"`
 	} `json:"delta"`
+	// Message is a non-streamed answer's; read leniently, as it used to pass
+	// through unread.
+	Message *struct {
+		Content          lenientText     `json:"content"`
+		ReasoningContent lenientText     `json:"reasoning_content"`
+		Reasoning        lenientText     `json:"reasoning"`
+		ToolCalls        json.RawMessage `json:"tool_calls"`
+	} `json:"message"`
 	FinishReason *string `json:"finish_reason"`
+}
+
+// lenientText is a JSON string; any other value reads as no text.
+type lenientText string
+
+// UnmarshalJSON implements [json.Unmarshaler].
+func (t *lenientText) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*t = lenientText(s)
+	}
+	return nil
+}
+
+// toolCallText is the generated text of a tool_calls array: every function
+// name and arguments string. Anything unreadable counts as none.
+func toolCallText(raw json.RawMessage) int64 {
+	if len(raw) == 0 || isNull(raw) {
+		return 0
+	}
+	var calls []struct {
+		Function struct {
+			Name      lenientText `json:"name"`
+			Arguments lenientText `json:"arguments"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &calls) != nil {
+		return 0
+	}
+	var n int64
+	for _, c := range calls {
+		n += int64(len(c.Function.Name) + len(c.Function.Arguments))
+	}
+	return n
+}
+
+func strLen(s *string) int64 {
+	if s == nil {
+		return 0
+	}
+	return int64(len(*s))
 }
 
 type usageView struct {
@@ -55,11 +98,28 @@ type usageView struct {
 
 var errMalformed = errors.New("malformed answer")
 
-// rewrite inspects one answer or chunk and re-encodes it with model set to
-// the canonical model and a top-level provider field. It returns a nil
-// output for a usage-only chunk the client did not ask for. Every other field
-// passes through unchanged.
-func rewrite(data []byte, model, provider json.RawMessage, keepUsage bool) ([]byte, chunkInfo, error) {
+// rewriter turns a provider's answer or chunks into the client's: id set to
+// the edge's request id, model to the canonical model, a top-level provider,
+// and usage carrying what the client is billed as usage.cost.
+type rewriter struct {
+	// id replaces the provider's completion id; nil keeps it.
+	id json.RawMessage
+	// model and provider are JSON strings.
+	model, provider json.RawMessage
+	// keepUsage forwards usage to the client; without it a usage-only chunk
+	// is dropped and usage removed from other chunks.
+	keepUsage bool
+	// cost prices a usage for the client, set as usage.cost; nil adds none.
+	cost func(usage) float64
+	// addUsage builds a usage object for an answer without one, from the
+	// generated text's size; nil adds none. Used for non-streamed answers.
+	addUsage func(textBytes int64) json.RawMessage
+}
+
+// rewrite inspects one answer or chunk and re-encodes it for the client. It
+// returns a nil output for a usage-only chunk the client did not ask for.
+// Every other field passes through unchanged.
+func (rw *rewriter) rewrite(data []byte) ([]byte, chunkInfo, error) {
 	var info chunkInfo
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
@@ -88,12 +148,19 @@ func rewrite(data []byte, model, provider json.RawMessage, keepUsage bool) ([]by
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			info.finish = true
 		}
+		if m := c.Message; m != nil {
+			info.textBytes += int64(len(m.Content)+len(m.ReasoningContent)+len(m.Reasoning)) + toolCallText(m.ToolCalls)
+		}
 		if c.Delta == nil {
 			continue
 		}
-		if nonEmpty(c.Delta.Content) || nonEmpty(c.Delta.ReasoningContent) || nonEmpty(c.Delta.Reasoning) ||
-			(len(c.Delta.ToolCalls) > 0 && !isNull(c.Delta.ToolCalls) && string(bytes.TrimSpace(c.Delta.ToolCalls)) != "[]") {
+		hasTools := len(c.Delta.ToolCalls) > 0 && !isNull(c.Delta.ToolCalls) && string(bytes.TrimSpace(c.Delta.ToolCalls)) != "[]"
+		if nonEmpty(c.Delta.Content) || nonEmpty(c.Delta.ReasoningContent) || nonEmpty(c.Delta.Reasoning) || hasTools {
 			info.token = true
+		}
+		info.textBytes += strLen(c.Delta.Content) + strLen(c.Delta.ReasoningContent) + strLen(c.Delta.Reasoning)
+		if hasTools {
+			info.textBytes += toolCallText(c.Delta.ToolCalls)
 		}
 	}
 	info.token = info.token || info.finish
@@ -109,15 +176,34 @@ func rewrite(data []byte, model, provider json.RawMessage, keepUsage bool) ([]by
 			}
 		}
 	}
-	if !keepUsage {
+	switch {
+	case !rw.keepUsage:
 		if hasUsage && len(choices) == 0 {
 			return nil, info, nil
 		}
 		delete(fields, "usage")
+	case info.usage != nil && rw.cost != nil:
+		fields["usage"] = withCost(rawUsage, rw.cost(*info.usage))
+	case !hasUsage && rw.addUsage != nil:
+		fields["usage"] = rw.addUsage(info.textBytes)
 	}
-	fields["model"] = model
-	fields["provider"] = provider
+	if rw.id != nil {
+		fields["id"] = rw.id
+	}
+	fields["model"] = rw.model
+	fields["provider"] = rw.provider
 	return encodeObject(fields), info, nil
+}
+
+// withCost returns the usage object with cost set (replacing a provider's
+// own cost field, which is in the provider's terms, not the client's bill).
+func withCost(rawUsage json.RawMessage, cost float64) json.RawMessage {
+	var u map[string]json.RawMessage
+	if json.Unmarshal(rawUsage, &u) != nil || u == nil {
+		return rawUsage
+	}
+	u["cost"] = appendCost(nil, cost)
+	return encodeObject(u)
 }
 
 // encodeObject writes a JSON object from already valid raw values, copying
@@ -164,155 +250,6 @@ func setAnswerHeaders(w http.ResponseWriter, ep *switchboardv1.Endpoint, stream 
 	}
 	h.Set("X-Switchboard-Provider", ep.GetProvider())
 	w.WriteHeader(http.StatusOK)
-}
-
-func (d *Dispatcher) nonStream(ctx, actx context.Context, w http.ResponseWriter, call Call, ep *switchboardv1.Endpoint, resp *http.Response, wd *watchdog, res *result) {
-	res.ttft, res.hasTTFT = time.Since(res.start), true
-	wd.started()
-	raw, err := io.ReadAll(io.LimitReader(watchedReader{r: resp.Body, wd: wd}, maxResponseBytes+1))
-	if err != nil {
-		d.failTransport(ctx, actx, res, err, true)
-		return
-	}
-	if len(raw) > maxResponseBytes {
-		res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "answer too large", fmt.Sprintf("answer over %d bytes", maxResponseBytes))
-		return
-	}
-	out, info, err := rewrite(raw, jsonString(call.Model), jsonString(ep.GetProvider()), true)
-	switch {
-	case err != nil:
-		res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed answer", err.Error())
-		return
-	case info.errMsg != "":
-		res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.errMsg, maxErrorText))
-		return
-	}
-	res.usage = info.usage
-	res.committed = true
-	setAnswerHeaders(w, ep, false)
-	if _, err := w.Write(out); err != nil {
-		// The provider did its part; the report is about the provider.
-		d.log.Debug("client write failed", "request_id", call.RequestID, "error", err)
-	}
-	res.outcome = switchboardv1.Outcome_OUTCOME_OK
-}
-
-func (d *Dispatcher) stream(ctx, actx context.Context, w http.ResponseWriter, call Call, ep *switchboardv1.Endpoint, resp *http.Response, wd *watchdog, res *result) {
-	rd := sse.NewReader(watchedReader{r: resp.Body, wd: wd}, 0)
-	model, provider := jsonString(call.Model), jsonString(ep.GetProvider())
-	rc := http.NewResponseController(w)
-	var held [][]byte
-	heldBytes := 0
-	sawFinish := false
-
-	send := func(events ...[]byte) bool {
-		for _, e := range events {
-			buf := make([]byte, 0, len(e)+8)
-			buf = append(buf, "data: "...)
-			buf = append(buf, e...)
-			buf = append(buf, "\n\n"...)
-			if _, err := w.Write(buf); err != nil {
-				return false
-			}
-		}
-		return rc.Flush() == nil
-	}
-	commit := func() bool {
-		wd.started()
-		res.committed = true
-		setAnswerHeaders(w, ep, true)
-		ok := send(held...)
-		held = nil
-		return ok
-	}
-	clientGone := func() {
-		res.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled", "client went away")
-	}
-	// interrupt ends a stream that already reached the client: the client
-	// gets an error event and no [DONE], so it cannot mistake a truncated
-	// answer for a complete one.
-	interrupt := func() {
-		if !res.committed || ctx.Err() != nil {
-			return
-		}
-		ev, _ := json.Marshal(map[string]any{"error": map[string]any{
-			"message": "the provider's stream was interrupted: " + res.summary,
-			"type":    "upstream_error",
-			"code":    "stream_interrupted",
-		}})
-		send(ev)
-	}
-
-	for {
-		data, err := rd.Next()
-		if err != nil {
-			if errors.Is(err, io.EOF) && sawFinish {
-				// Some providers close after the last chunk without [DONE].
-				break
-			}
-			switch {
-			case errors.Is(err, sse.ErrEventTooLarge):
-				res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed stream", err.Error())
-			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-				if ctx.Err() != nil {
-					clientGone()
-				} else {
-					res.fail(switchboardv1.Outcome_OUTCOME_DROPPED, "stream ended early", "stream ended before [DONE]")
-				}
-			default:
-				d.failTransport(ctx, actx, res, err, true)
-			}
-			interrupt()
-			return
-		}
-		if string(bytes.TrimSpace(data)) == "[DONE]" {
-			break
-		}
-		out, info, err := rewrite(data, model, provider, call.IncludeUsage)
-		if err != nil {
-			res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed stream chunk", err.Error())
-			interrupt()
-			return
-		}
-		if info.errMsg != "" {
-			res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.errMsg, maxErrorText))
-			interrupt()
-			return
-		}
-		if info.usage != nil {
-			res.usage = info.usage
-		}
-		sawFinish = sawFinish || info.finish
-		if info.token && !res.hasTTFT {
-			res.ttft, res.hasTTFT = time.Since(res.start), true
-		}
-		if out != nil {
-			if res.committed {
-				if !send(out) {
-					clientGone()
-					return
-				}
-			} else {
-				held = append(held, out)
-				heldBytes += len(out)
-			}
-		}
-		if !res.committed && (info.token || heldBytes > maxHeldBytes) {
-			if !commit() {
-				clientGone()
-				return
-			}
-		}
-	}
-	if !res.committed && !commit() {
-		clientGone()
-		return
-	}
-	if !send([]byte("[DONE]")) {
-		clientGone()
-		return
-	}
-	res.outcome = switchboardv1.Outcome_OUTCOME_OK
 }
 
 func jsonString(s string) json.RawMessage {

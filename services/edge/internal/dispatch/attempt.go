@@ -1,11 +1,9 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -35,155 +33,6 @@ var (
 	errFirstTokenTimeout = errors.New("no first token before the deadline")
 	errIdleTimeout       = errors.New("stream idle for too long")
 )
-
-// result is how one attempt ended.
-type result struct {
-	outcome    switchboardv1.Outcome
-	status     int
-	retryAfter time.Duration
-	headers    []*switchboardv1.Header
-	start      time.Time
-	ttft       time.Duration
-	hasTTFT    bool // false when no token arrived
-	duration   time.Duration
-	usage      *usage
-	// committed is set once any byte reached the client: no retry after that.
-	committed bool
-	// final is set when the provider rejected the request itself, which
-	// another provider would reject too; it is passed to the client as is.
-	final *Failure
-	// summary is the short outcome shown to the client among the attempts.
-	summary string
-	// errText is the detailed, redacted failure for reports and logs.
-	errText string
-}
-
-func (r *result) fail(outcome switchboardv1.Outcome, summary, detail string) {
-	r.outcome, r.summary, r.errText = outcome, summary, detail
-}
-
-// attempt sends the request to one endpoint and, if it answers well, writes
-// the answer to w.
-func (d *Dispatcher) attempt(ctx context.Context, w http.ResponseWriter, call Call, ep *switchboardv1.Endpoint) (res result) {
-	res.start = time.Now()
-	defer func() { res.duration = time.Since(res.start) }()
-	secret := ""
-	if env := ep.GetApiKeyEnv(); env != "" {
-		secret = d.opts.Getenv(env)
-	}
-	defer func() {
-		// Providers echo keys in error messages; none may leave the edge.
-		res.errText = redact(res.errText, secret)
-		if res.final != nil {
-			res.final.Message = redact(res.final.Message, secret)
-		}
-	}()
-
-	body, err := call.Body(ep.GetUpstreamModel())
-	if err != nil {
-		res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())
-		return res
-	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	wd := newWatchdog(d.opts.FirstTokenTimeout, d.opts.IdleTimeout, cancel)
-	defer wd.stop()
-
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, strings.TrimSuffix(ep.GetBaseUrl(), "/")+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		res.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "invalid endpoint address", "invalid endpoint address")
-		return res
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", d.opts.UserAgent)
-	if call.Stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if secret != "" {
-		req.Header.Set("Authorization", "Bearer "+secret)
-	}
-
-	resp, err := d.opts.Client.Do(req)
-	if err != nil {
-		d.failTransport(ctx, actx, &res, err, false)
-		return res
-	}
-	defer resp.Body.Close()
-	res.status = resp.StatusCode
-	res.headers = rateLimitHeaders(resp.Header)
-	res.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		d.failStatus(ctx, actx, &res, resp, wd)
-		return res
-	}
-	if call.Stream {
-		d.stream(ctx, actx, w, call, ep, resp, wd, &res)
-	} else {
-		d.nonStream(ctx, actx, w, call, ep, resp, wd, &res)
-	}
-	return res
-}
-
-// failTransport classifies an error reading from the provider: the client
-// leaving, one of our deadlines, or the provider's connection failing.
-func (d *Dispatcher) failTransport(ctx, actx context.Context, res *result, err error, started bool) {
-	cause := context.Cause(actx)
-	switch {
-	case ctx.Err() != nil:
-		res.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled", "client went away")
-	case errors.Is(cause, errFirstTokenTimeout):
-		res.fail(switchboardv1.Outcome_OUTCOME_TIMEOUT,
-			fmt.Sprintf("no first token within %s", d.opts.FirstTokenTimeout), cause.Error())
-	case errors.Is(cause, errIdleTimeout):
-		res.fail(switchboardv1.Outcome_OUTCOME_TIMEOUT,
-			fmt.Sprintf("stream idle for %s", d.opts.IdleTimeout), cause.Error())
-	case started:
-		res.fail(switchboardv1.Outcome_OUTCOME_DROPPED, "connection dropped", transportText(err))
-	default:
-		res.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "connection failed", transportText(err))
-	}
-}
-
-// failStatus handles a non-2xx answer. 429 and 5xx are the provider's own
-// trouble and worth another provider. So are 401, 403 and 404: they mean this
-// edge's credential or model mapping for that provider is wrong, which the
-// client can neither fix nor should be told as its own error. Any other 4xx
-// is about the request itself, and goes back to the client unchanged.
-func (d *Dispatcher) failStatus(ctx, actx context.Context, res *result, resp *http.Response, wd *watchdog) {
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
-	if err != nil && (ctx.Err() != nil || context.Cause(actx) != nil) {
-		d.failTransport(ctx, actx, res, err, true)
-		return
-	}
-	pe := parseProviderError(raw)
-	msg := pe.Message
-	if msg == "" {
-		msg = http.StatusText(resp.StatusCode)
-	}
-	detail := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, truncate(msg, maxErrorText))
-	code := resp.StatusCode
-	switch {
-	case code == http.StatusTooManyRequests:
-		res.fail(switchboardv1.Outcome_OUTCOME_RATE_LIMITED, "rate limited (HTTP 429)", detail)
-	case code >= 500:
-		res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, fmt.Sprintf("HTTP %d", code), detail)
-	case code >= 400:
-		res.fail(switchboardv1.Outcome_OUTCOME_CLIENT_ERROR, fmt.Sprintf("HTTP %d", code), detail)
-		if code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusRequestTimeout {
-			return
-		}
-		typ := pe.Type
-		if typ == "" {
-			typ = "invalid_request_error"
-		}
-		res.final = &Failure{Status: code, Type: typ, Code: pe.Code, Param: pe.Param, Message: truncate(msg, 4*maxErrorText)}
-	default:
-		res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, fmt.Sprintf("unexpected HTTP %d", code), detail)
-	}
-}
 
 // providerError is the part of an OpenAI error body the edge passes on.
 type providerError struct {

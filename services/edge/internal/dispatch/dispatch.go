@@ -11,27 +11,50 @@
 // delta.tool_calls, or a finish_reason. For a non-streamed request it is the
 // time to the response headers, the first moment the provider committed to an
 // answer.
+//
+// Hedging (R-HEDGE-1/2): when the decider's plan says so, a streamed
+// request's first attempt runs two legs, the second on the plan's endpoint,
+// started after a delay without a first token or at once, and only if the
+// shared hedge budget grants it. The first leg to produce a token is
+// committed to the client; the other is cancelled at that moment (its
+// upstream connection closes) and reported as cancelled. A cancelled leg is
+// paid from the hedge budget, estimated as its prompt at the endpoint's
+// uncached input price; the client never pays for it.
+//
+// Billing (R-BILL-1): the client pays the serving endpoint's price for the
+// usage its provider reported (or, without one, for an estimate of what was
+// delivered), capped by the request's max_price and max_tokens; a request
+// every attempt failed costs nothing. The bill is returned as usage.cost and,
+// with every attempt and the hedge, in the request's activity record.
 package dispatch
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// Reporter receives one CallReport per attempt. Report must not block: it is
-// called on the request path.
+// Reporter receives one CallReport per attempt and one ActivityRecord per
+// client request. Its methods must not block: they are called on the request
+// path.
 type Reporter interface {
 	Report(r *switchboardv1.CallReport)
+	Activity(r *switchboardv1.ActivityRecord)
+}
+
+// HedgeBudget grants hedges from the daily budget shared by every edge
+// (R-HEDGE-2). The decider's client implements it.
+type HedgeBudget interface {
+	AcquireHedge(ctx context.Context, in *switchboardv1.AcquireHedgeRequest, opts ...grpc.CallOption) (*switchboardv1.AcquireHedgeResponse, error)
 }
 
 // Options configure a Dispatcher.
@@ -43,8 +66,14 @@ type Options struct {
 	Getenv func(string) string
 	// Cooldowns holds endpoints the decider benched (Optional). Defaults to none.
 	Cooldowns *cooldown.Table
-	// Reporter receives call reports (Optional). Defaults to dropping them.
+	// Reporter receives call reports and activity records (Optional).
+	// Defaults to dropping them.
 	Reporter Reporter
+	// Hedges grants hedges (Optional). Defaults to none: no request is hedged.
+	Hedges HedgeBudget
+	// HedgeTimeout bounds one AcquireHedge call; a slower answer counts as a
+	// refusal, since a hedge exists to save time (Optional). Defaults to 200ms.
+	HedgeTimeout time.Duration
 	// FirstTokenTimeout is how long one attempt may take to produce its first
 	// token before it counts as a timeout and the next endpoint is tried
 	// (Optional). Defaults to 60s.
@@ -52,7 +81,8 @@ type Options struct {
 	// IdleTimeout is the longest silence allowed between stream chunks once
 	// the answer started (Optional). Defaults to 60s.
 	IdleTimeout time.Duration
-	// MaxAttempts caps the endpoints tried per request (Optional). Defaults to 4.
+	// MaxAttempts caps the endpoints tried per request, hedge included
+	// (Optional). Defaults to 4.
 	MaxAttempts int
 	// UserAgent is sent upstream (Optional). Defaults to "switchboard-edge".
 	UserAgent string
@@ -80,6 +110,9 @@ func New(o Options) *Dispatcher {
 	if o.Reporter == nil {
 		o.Reporter = discardReporter{}
 	}
+	if o.HedgeTimeout <= 0 {
+		o.HedgeTimeout = 200 * time.Millisecond
+	}
 	if o.FirstTokenTimeout <= 0 {
 		o.FirstTokenTimeout = 60 * time.Second
 	}
@@ -103,15 +136,25 @@ type discardReporter struct{}
 // Report implements [Reporter.Report].
 func (discardReporter) Report(*switchboardv1.CallReport) {}
 
+// Activity implements [Reporter.Activity].
+func (discardReporter) Activity(*switchboardv1.ActivityRecord) {}
+
 // Call is one client request to serve.
 type Call struct {
 	// RequestID is the edge's id of the request, reported with every attempt.
+	// It replaces the provider's completion id in the answer and is the
+	// activity record's id, so a client finds its call by the id it got.
 	RequestID string
+	// Received is when the request arrived; the activity record's
+	// create_time, duration and TTFT count from it. Defaults to Serve's start.
+	Received time.Time
 	// Model is the canonical model id; it replaces the provider's model name
 	// in the answer, so clients see the model they asked for.
 	Model string
 	// TenantID is the tenant billed, from the decider's resolved identity.
 	TenantID string
+	// APIKeyID is the id of the client's key, from the same identity.
+	APIKeyID string
 	// PromptTokens is the prompt estimate, reported for the size bucket.
 	PromptTokens int64
 	// Stream is whether the client asked for server-sent events.
@@ -125,6 +168,11 @@ type Call struct {
 	// PromptHash is the chain hash of the whole prompt (chatreq), reported so
 	// the decider learns which endpoint holds the prompt in cache.
 	PromptHash uint64
+	// Hedge is the decider's hedging plan; nil or mode NONE means no hedge.
+	// Only streamed requests are hedged.
+	Hedge *switchboardv1.HedgePlan
+	// Caps bound the client's bill.
+	Caps Caps
 }
 
 // ErrClientGone is returned when the client went away before an answer could
@@ -154,49 +202,19 @@ type Failure struct {
 func (f *Failure) Error() string { return f.Message }
 
 // Serve tries endpoints in order until one answers and writes that answer to
-// w. It returns nil once an answer (possibly ending in a stream error event)
-// was written, ErrClientGone if the client left first, and a *Failure when
-// every attempt failed before writing anything.
+// w, hedging the first attempt when the call's plan says so. It returns nil
+// once an answer (possibly ending in a stream error event) was written,
+// ErrClientGone if the client left first, and a *Failure when every attempt
+// failed before writing anything. Either way it reports every attempt and
+// then the request's activity record.
 func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call, endpoints []*switchboardv1.Endpoint) error {
-	plan := d.plan(endpoints)
-	if len(plan) == 0 {
-		return &Failure{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_available_provider",
-			Message: "no provider is available for this request"}
+	if call.Received.IsZero() {
+		call.Received = time.Now()
 	}
-	var (
-		tried []string
-		last  result
-	)
-	for _, ep := range plan {
-		res := d.attempt(ctx, w, call, ep)
-		d.report(call, ep, res)
-		d.logAttempt(call, ep, res)
-		if res.outcome == switchboardv1.Outcome_OUTCOME_OK || res.committed {
-			return nil
-		}
-		if ctx.Err() != nil || res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED {
-			return ErrClientGone
-		}
-		if res.final != nil {
-			res.final.Provider = ep.GetProvider()
-			return res.final
-		}
-		tried = append(tried, ep.GetProvider()+": "+res.summary)
-		last = res
-	}
-	f := &Failure{
-		Status:  http.StatusBadGateway,
-		Type:    "upstream_error",
-		Code:    "upstream_error",
-		Message: fmt.Sprintf("all %d attempts failed: %s", len(tried), strings.Join(tried, "; ")),
-	}
-	switch last.outcome {
-	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
-		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", last.retryAfter
-	case switchboardv1.Outcome_OUTCOME_TIMEOUT:
-		f.Status, f.Type, f.Code = http.StatusGatewayTimeout, "timeout_error", "upstream_timeout"
-	}
-	return f
+	s := &serving{d: d, call: call, w: w}
+	err := s.serve(ctx, endpoints)
+	d.opts.Reporter.Activity(s.record(err))
+	return err
 }
 
 // plan lists the endpoints to try: the chosen one (even if cooling down — the
@@ -221,7 +239,8 @@ func (d *Dispatcher) plan(endpoints []*switchboardv1.Endpoint) []*switchboardv1.
 	return out
 }
 
-func (d *Dispatcher) logAttempt(call Call, ep *switchboardv1.Endpoint, res result) {
+func (d *Dispatcher) logAttempt(call Call, l *leg) {
+	res := l.res
 	level := slog.LevelDebug
 	if res.outcome != switchboardv1.Outcome_OUTCOME_OK {
 		level = slog.LevelWarn
@@ -229,7 +248,8 @@ func (d *Dispatcher) logAttempt(call Call, ep *switchboardv1.Endpoint, res resul
 	d.log.Log(context.Background(), level, "upstream attempt",
 		"request_id", call.RequestID,
 		"probe_id", call.ProbeID,
-		"endpoint", ep.GetId(),
+		"endpoint", l.ep.GetId(),
+		"hedge", l.hedge,
 		"outcome", res.outcome.String(),
 		"http_status", res.status,
 		"ttft", res.ttft,

@@ -27,9 +27,12 @@ func TestMain(m *testing.M) {
 const secret = "sk-test-secret-0123456789"
 
 type recorder struct {
-	mu      sync.Mutex
-	reports []*switchboardv1.CallReport
+	mu       sync.Mutex
+	reports  []*switchboardv1.CallReport
+	activity []*switchboardv1.ActivityRecord
 }
+
+var _ Reporter = (*recorder)(nil)
 
 func (r *recorder) Report(c *switchboardv1.CallReport) {
 	r.mu.Lock()
@@ -37,10 +40,23 @@ func (r *recorder) Report(c *switchboardv1.CallReport) {
 	r.reports = append(r.reports, c)
 }
 
+func (r *recorder) Activity(a *switchboardv1.ActivityRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.activity = append(r.activity, a)
+}
+
 func (r *recorder) all() []*switchboardv1.CallReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]*switchboardv1.CallReport(nil), r.reports...)
+}
+
+// records returns the activity records so far.
+func (r *recorder) records() []*switchboardv1.ActivityRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*switchboardv1.ActivityRecord(nil), r.activity...)
 }
 
 func endpoint(provider, baseURL string) *switchboardv1.Endpoint {
@@ -436,7 +452,8 @@ func TestRewrite(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, info, err := rewrite([]byte(tt.in), model, prov, tt.keepUsage)
+			rw := rewriter{model: model, provider: prov, keepUsage: tt.keepUsage}
+			out, info, err := rw.rewrite([]byte(tt.in))
 			if tt.wantErr {
 				require.Error(t, err)
 				return
@@ -467,8 +484,13 @@ func BenchmarkRewrite(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			data := []byte(c.chunk)
+			rw := rewriter{id: jsonString("gen-abc"), model: model, provider: prov, keepUsage: true,
+				cost: func(u usage) float64 {
+					c, _ := charge(u, &switchboardv1.Price{Input: 1, CachedInput: 0.1, Output: 2}, Caps{})
+					return c
+				}}
 			for b.Loop() {
-				if _, _, err := rewrite(data, model, prov, true); err != nil {
+				if _, _, err := rw.rewrite(data); err != nil {
 					b.Fatal(err)
 				}
 			}

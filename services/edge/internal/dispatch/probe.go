@@ -60,9 +60,13 @@ func (d *Dispatcher) Probe(ctx context.Context, cmd *switchboardv1.ProbeCommand)
 			})
 		},
 	}
-	res := d.attempt(ctx, &discardWriter{}, call, ep)
-	d.report(call, ep, res)
-	d.logAttempt(call, ep, res)
+	l := d.newLeg(ctx, call, ep, false)
+	if d.open(ctx, call, l) {
+		d.deliver(ctx, &discardWriter{}, call, l)
+	}
+	l.close()
+	d.report(call, l)
+	d.logAttempt(call, l)
 	return nil
 }
 

@@ -8,11 +8,12 @@ import (
 )
 
 // report hands the decider what this attempt taught about the endpoint.
-func (d *Dispatcher) report(call Call, ep *switchboardv1.Endpoint, res result) {
+func (d *Dispatcher) report(call Call, l *leg) {
+	res := l.res
 	r := &switchboardv1.CallReport{
 		RequestId:        call.RequestID,
 		Model:            call.Model,
-		EndpointId:       ep.GetId(),
+		EndpointId:       l.ep.GetId(),
 		PromptTokens:     call.PromptTokens,
 		StartTime:        timestamppb.New(res.start),
 		Duration:         durationpb.New(res.duration),
@@ -22,35 +23,47 @@ func (d *Dispatcher) report(call Call, ep *switchboardv1.Endpoint, res result) {
 		ProbeId:          call.ProbeID,
 		TenantId:         call.TenantID,
 		Error:            res.errText,
-		Usage:            reportUsage(call, ep, res),
+		Usage:            attemptUsage(call, l),
 		PromptHash:       call.PromptHash,
+		Hedge:            l.hedge,
 	}
 	if res.hasTTFT {
 		r.Ttft = durationpb.New(res.ttft)
 	}
 	if res.retryAfter > 0 {
+		// The decider extends the endpoint's cool-down to at least this.
 		r.RetryAfter = durationpb.New(res.retryAfter)
 	}
 	d.opts.Reporter.Report(r)
 }
 
-// reportUsage is the provider's usage priced at the endpoint's list. Without
-// provider usage a completed call reports the prompt estimate, marked as not
-// reported, so the decider can tell the two apart.
-func reportUsage(call Call, ep *switchboardv1.Endpoint, res result) *switchboardv1.Usage {
-	u := &switchboardv1.Usage{}
+// attemptUsage is what the provider charges for one call, at its list price
+// (the client's caps are the client's bill, not the provider's):
+//   - a call that answered: the provider's usage, or without one an estimate
+//     of what was delivered (prompt estimate in, delivered text out), marked
+//     as not reported so the decider can tell the two apart;
+//   - a call cancelled before its first token (a lost hedge, a client that
+//     left): its prompt at the uncached input price, not reported;
+//   - a call that failed: nothing.
+func attemptUsage(call Call, l *leg) *switchboardv1.Usage {
+	res := l.res
+	var u usage
+	reported := false
 	switch {
-	case res.usage != nil:
-		u.InputTokens, u.CachedInputTokens, u.OutputTokens, u.Reported = res.usage.input, res.usage.cached, res.usage.output, true
-	case res.outcome == switchboardv1.Outcome_OUTCOME_OK:
-		u.InputTokens = call.PromptTokens
+	case res.committed && res.usage != nil:
+		u, reported = *res.usage, true
+	case res.committed:
+		u = call.estimate(res.delivered)
+	case res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED:
+		u = usage{input: call.PromptTokens}
 	default:
-		return u
+		return &switchboardv1.Usage{}
 	}
-	cached := min(max(u.CachedInputTokens, 0), u.InputTokens)
-	p := ep.GetPrice()
-	u.CostUsd = (float64(u.InputTokens-cached)*p.GetInput() +
-		float64(cached)*p.GetCachedInput() +
-		float64(u.OutputTokens)*p.GetOutput()) / 1e6
-	return u
+	return &switchboardv1.Usage{
+		InputTokens:       u.input,
+		CachedInputTokens: u.cached,
+		OutputTokens:      u.output,
+		CostUsd:           listCost(u, l.ep.GetPrice()),
+		Reported:          reported,
+	}
 }

@@ -1,12 +1,16 @@
 // Package fakedecider is a real gRPC DeciderService on loopback whose answers
-// a test sets, recording every Decide call and everything an edge sends on
-// the Report stream. It exists for the edge's tests only.
+// a test sets, recording every Decide and AcquireHedge call and everything an
+// edge sends on the Report stream. Its activity log serves ListActivity and
+// GetActivity from the records the edge reported, scoped to the caller's
+// tenant as the real decider does. It exists for the edge's tests only.
 package fakedecider
 
 import (
 	"context"
 	"errors"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +33,12 @@ type Decider struct {
 	mu         sync.Mutex
 	decide     func(*switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error)
 	listModels func(*switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error)
+	hedge      func(context.Context, *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error)
+	identify   func(*switchboardv1.Identity) (string, error)
 	decideReqs []*switchboardv1.DecideRequest
+	hedgeReqs  []*switchboardv1.AcquireHedgeRequest
+	listReqs   []*switchboardv1.ListActivityRequest
+	getReqs    []*switchboardv1.GetActivityRequest
 	received   []*switchboardv1.ReportRequest
 	streams    int
 	commands   chan *switchboardv1.ReportResponse
@@ -115,6 +124,51 @@ func (d *Decider) SetListModels(f func(*switchboardv1.ListModelsRequest) (*switc
 	d.listModels = f
 }
 
+// SetHedgeGrant makes AcquireHedge grant (or refuse) every hedge.
+func (d *Decider) SetHedgeGrant(granted bool) {
+	d.SetAcquireHedge(func(context.Context, *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
+		return &switchboardv1.AcquireHedgeResponse{Granted: granted}, nil
+	})
+}
+
+// SetAcquireHedge sets the AcquireHedge answer. Without one, every hedge is
+// refused.
+func (d *Decider) SetAcquireHedge(f func(context.Context, *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hedge = f
+}
+
+// SetIdentify sets how ListActivity and GetActivity authenticate their
+// caller: f returns the caller's tenant or an error. Without one, every key
+// is tenant "acme".
+func (d *Decider) SetIdentify(f func(*switchboardv1.Identity) (string, error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.identify = f
+}
+
+// HedgeRequests returns the AcquireHedge requests received so far.
+func (d *Decider) HedgeRequests() []*switchboardv1.AcquireHedgeRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*switchboardv1.AcquireHedgeRequest(nil), d.hedgeReqs...)
+}
+
+// ListActivityRequests returns the ListActivity requests received so far.
+func (d *Decider) ListActivityRequests() []*switchboardv1.ListActivityRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*switchboardv1.ListActivityRequest(nil), d.listReqs...)
+}
+
+// GetActivityRequests returns the GetActivity requests received so far.
+func (d *Decider) GetActivityRequests() []*switchboardv1.GetActivityRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*switchboardv1.GetActivityRequest(nil), d.getReqs...)
+}
+
 // DecideRequests returns the Decide requests received so far.
 func (d *Decider) DecideRequests() []*switchboardv1.DecideRequest {
 	d.mu.Lock()
@@ -145,6 +199,15 @@ func (d *Decider) CallReports() []*switchboardv1.CallReport {
 	return out
 }
 
+// ActivityRecords returns every activity record received so far, in order.
+func (d *Decider) ActivityRecords() []*switchboardv1.ActivityRecord {
+	var out []*switchboardv1.ActivityRecord
+	for _, m := range d.Received() {
+		out = append(out, m.GetActivity().GetRecords()...)
+	}
+	return out
+}
+
 // Send queues a command for the next open Report stream.
 func (d *Decider) Send(cmd *switchboardv1.ReportResponse) {
 	d.commands <- cmd
@@ -171,6 +234,91 @@ func (d *Decider) ListModels(_ context.Context, req *switchboardv1.ListModelsReq
 		return &switchboardv1.ListModelsResponse{}, nil
 	}
 	return f(req)
+}
+
+// AcquireHedge implements [switchboardv1.DeciderServiceServer.AcquireHedge].
+func (d *Decider) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
+	d.mu.Lock()
+	d.hedgeReqs = append(d.hedgeReqs, proto.Clone(req).(*switchboardv1.AcquireHedgeRequest))
+	f := d.hedge
+	d.mu.Unlock()
+	if f == nil {
+		return &switchboardv1.AcquireHedgeResponse{}, nil
+	}
+	return f(ctx, req)
+}
+
+func (d *Decider) tenantOf(id *switchboardv1.Identity) (string, error) {
+	d.mu.Lock()
+	f := d.identify
+	d.mu.Unlock()
+	if f == nil {
+		return "acme", nil
+	}
+	return f(id)
+}
+
+// ListActivity implements [switchboardv1.DeciderServiceServer.ListActivity]:
+// the caller's tenant's records, newest first, filtered, paged by an offset
+// cursor.
+func (d *Decider) ListActivity(_ context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
+	d.mu.Lock()
+	d.listReqs = append(d.listReqs, proto.Clone(req).(*switchboardv1.ListActivityRequest))
+	d.mu.Unlock()
+	tenant, err := d.tenantOf(req.GetIdentity())
+	if err != nil {
+		return nil, err
+	}
+	var recs []*switchboardv1.ActivityRecord
+	for _, r := range d.ActivityRecords() {
+		t := r.GetCreateTime().AsTime()
+		switch {
+		case r.GetTenantId() != tenant,
+			req.GetModel() != "" && r.GetModel() != req.GetModel(),
+			req.GetStartTime() != nil && t.Before(req.GetStartTime().AsTime()),
+			req.GetEndTime() != nil && !t.Before(req.GetEndTime().AsTime()):
+			continue
+		}
+		recs = append(recs, r)
+	}
+	slices.Reverse(recs)
+	offset := 0
+	if c := req.GetCursor(); c != "" {
+		if offset, err = strconv.Atoi(c); err != nil || offset < 0 {
+			return nil, status.Error(codes.InvalidArgument, "invalid cursor")
+		}
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 50
+	}
+	resp := &switchboardv1.ListActivityResponse{}
+	if offset < len(recs) {
+		end := min(offset+limit, len(recs))
+		resp.Records = recs[offset:end]
+		if end < len(recs) {
+			resp.NextCursor = strconv.Itoa(end)
+		}
+	}
+	return resp, nil
+}
+
+// GetActivity implements [switchboardv1.DeciderServiceServer.GetActivity]:
+// NOT_FOUND for an unknown id and for another tenant's.
+func (d *Decider) GetActivity(_ context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
+	d.mu.Lock()
+	d.getReqs = append(d.getReqs, proto.Clone(req).(*switchboardv1.GetActivityRequest))
+	d.mu.Unlock()
+	tenant, err := d.tenantOf(req.GetIdentity())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range d.ActivityRecords() {
+		if r.GetId() == req.GetId() && r.GetTenantId() == tenant {
+			return &switchboardv1.GetActivityResponse{Record: r}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "no activity %q", req.GetId())
 }
 
 // Report implements [switchboardv1.DeciderServiceServer.Report]: it records

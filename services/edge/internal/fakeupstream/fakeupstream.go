@@ -1,7 +1,9 @@
 // Package fakeupstream is an OpenAI-compatible provider on loopback for the
 // edge's tests: it answers chat completions streamed or not, with usage and
-// cached tokens, and misbehaves on demand (429 with Retry-After, 503, hanging,
-// dropping a stream midway, a malformed first chunk, a 400).
+// cached tokens (or a test's usage, or none), and misbehaves on demand (429
+// with Retry-After, 503, hanging, dropping a stream midway, a malformed first
+// chunk, a 400). Each server is one endpoint with its own first-token delay,
+// or a gate a test opens, so tests order events without measuring time.
 package fakeupstream
 
 import (
@@ -40,6 +42,9 @@ const (
 	// Unauthorized answers 401 and echoes the credential it received in the
 	// message, as some providers do, to prove the edge redacts it.
 	Unauthorized
+	// HangMidStream sends the first token of a stream, then never anything
+	// again.
+	HangMidStream
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -49,8 +54,21 @@ const (
 	CachedTokens     = 30
 	CompletionTokens = 2
 	RetryAfter       = "7"
-	BadRequestText   = "temperature is out of range"
+	// UnavailableRetryAfter is the Retry-After of a 503.
+	UnavailableRetryAfter = "3"
+	BadRequestText        = "temperature is out of range"
+	// DeliveredBeforeDrop is the text a DropMidStream or HangMidStream
+	// stream delivers before it breaks.
+	DeliveredBeforeDrop = "Hello"
 )
+
+// Usage is the token accounting the provider reports.
+type Usage struct {
+	Prompt, Cached, Completion int64
+}
+
+// DefaultUsage is what a new Server reports.
+var DefaultUsage = Usage{Prompt: PromptTokens, Cached: CachedTokens, Completion: CompletionTokens}
 
 // Request is one request the provider received.
 type Request struct {
@@ -67,7 +85,10 @@ type Server struct {
 	mu       sync.Mutex
 	mode     Mode
 	delay    time.Duration
+	gate     <-chan struct{}
+	usage    *Usage
 	requests []Request
+	arrived  chan struct{}
 	// cancelled is signalled when a handler sees its request context end
 	// before it finished, which is how a client disconnect looks upstream.
 	cancelled chan struct{}
@@ -78,7 +99,8 @@ type Server struct {
 // Start serves a new fake provider until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{cancelled: make(chan struct{}, 16), stop: make(chan struct{})}
+	u := DefaultUsage
+	s := &Server{cancelled: make(chan struct{}, 16), stop: make(chan struct{}), usage: &u, arrived: make(chan struct{}, 64)}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	t.Cleanup(s.Close)
 	return s
@@ -107,6 +129,26 @@ func (s *Server) SetFirstTokenDelay(d time.Duration) {
 	s.delay = d
 }
 
+// SetGate holds the first token of OK answers (the whole answer when not
+// streamed) until gate is closed or the request is cancelled; nil removes
+// the gate. A streamed answer sends its role chunk first.
+func (s *Server) SetGate(gate <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate = gate
+}
+
+// SetUsage sets the usage reported; nil reports none at all, even when the
+// client asked for it.
+func (s *Server) SetUsage(u *Usage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.usage = u
+}
+
+// Arrived is signalled each time a request arrives.
+func (s *Server) Arrived() <-chan struct{} { return s.arrived }
+
 // Requests returns the requests received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -127,11 +169,16 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(raw, &body)
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Authorization: r.Header.Get("Authorization"), Body: body})
-	mode, delay := s.mode, s.delay
+	a := answer{mode: s.mode, delay: s.delay, gate: s.gate, usage: s.usage}
 	s.mu.Unlock()
+	select {
+	case s.arrived <- struct{}{}:
+	default:
+	}
+	mode := a.mode
 
 	stream, _ := body["stream"].(bool)
-	model, _ := body["model"].(string)
+	a.model, _ = body["model"].(string)
 	switch mode {
 	case RateLimited:
 		w.Header().Set("Retry-After", RetryAfter)
@@ -139,6 +186,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "rate limit reached", "rate_limit_exceeded")
 		return
 	case Unavailable:
+		w.Header().Set("Retry-After", UnavailableRetryAfter)
 		writeError(w, http.StatusServiceUnavailable, "overloaded", "server_error")
 		return
 	case BadRequest:
@@ -152,12 +200,47 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !stream {
-		s.nonStream(w, r, mode, model, delay)
+		s.nonStream(w, r, a)
 		return
 	}
 	opts, _ := body["stream_options"].(map[string]any)
 	includeUsage, _ := opts["include_usage"].(bool)
-	s.stream(w, r, mode, model, delay, includeUsage)
+	s.stream(w, r, a, includeUsage)
+}
+
+// answer is how one request is answered, fixed when it arrives.
+type answer struct {
+	mode  Mode
+	model string
+	delay time.Duration
+	gate  <-chan struct{}
+	usage *Usage
+}
+
+// hold waits for the delay and the gate; false when the request ended first.
+func (s *Server) hold(r *http.Request, a answer) bool {
+	if a.delay > 0 && !s.wait(r, a.delay) {
+		return false
+	}
+	if a.gate == nil {
+		return true
+	}
+	select {
+	case <-a.gate:
+		return true
+	case <-r.Context().Done():
+		s.signalCancelled()
+		return false
+	case <-s.stop:
+		return false
+	}
+}
+
+func (s *Server) signalCancelled() {
+	select {
+	case s.cancelled <- struct{}{}:
+	default:
+	}
 }
 
 // wait blocks until the client gives up, the delay passes (if non-zero) or
@@ -171,10 +254,7 @@ func (s *Server) wait(r *http.Request, d time.Duration) bool {
 	}
 	select {
 	case <-r.Context().Done():
-		select {
-		case s.cancelled <- struct{}{}:
-		default:
-		}
+		s.signalCancelled()
 		return false
 	case <-s.stop:
 		return false
@@ -183,8 +263,9 @@ func (s *Server) wait(r *http.Request, d time.Duration) bool {
 	}
 }
 
-func (s *Server) nonStream(w http.ResponseWriter, r *http.Request, mode Mode, model string, delay time.Duration) {
-	if delay > 0 && !s.wait(r, delay) {
+func (s *Server) nonStream(w http.ResponseWriter, r *http.Request, a answer) {
+	mode, model := a.mode, a.model
+	if !s.hold(r, a) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -202,18 +283,22 @@ func (s *Server) nonStream(w http.ResponseWriter, r *http.Request, mode Mode, mo
 		}
 		panic(http.ErrAbortHandler)
 	}
-	_ = json.NewEncoder(w).Encode(map[string]any{
+	reply := map[string]any{
 		"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
 		"system_fingerprint": "fp_x",
 		"choices": []any{map[string]any{
 			"index": 0, "finish_reason": "stop",
 			"message": map[string]any{"role": "assistant", "content": Content},
 		}},
-		"usage": usageJSON(),
-	})
+	}
+	if a.usage != nil {
+		reply["usage"] = usageJSON(*a.usage)
+	}
+	_ = json.NewEncoder(w).Encode(reply)
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, mode Mode, model string, delay time.Duration, includeUsage bool) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includeUsage bool) {
+	mode, model := a.mode, a.model
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -239,30 +324,34 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, mode Mode, model
 		s.wait(r, 0)
 		return
 	}
-	if delay > 0 && !s.wait(r, delay) {
+	if !s.hold(r, a) {
 		return
 	}
-	send(chunk(map[string]any{"content": "Hello"}, nil))
-	if mode == DropMidStream {
+	send(chunk(map[string]any{"content": DeliveredBeforeDrop}, nil))
+	switch mode {
+	case DropMidStream:
 		panic(http.ErrAbortHandler)
+	case HangMidStream:
+		s.wait(r, 0)
+		return
 	}
 	send(chunk(map[string]any{"content": " world"}, nil))
 	send(chunk(map[string]any{}, "stop"))
-	if includeUsage {
+	if includeUsage && a.usage != nil {
 		send(map[string]any{
 			"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
-			"choices": []any{}, "usage": usageJSON(),
+			"choices": []any{}, "usage": usageJSON(*a.usage),
 		})
 	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	_ = rc.Flush()
 }
 
-func usageJSON() map[string]any {
+func usageJSON(u Usage) map[string]any {
 	return map[string]any{
-		"prompt_tokens": PromptTokens, "completion_tokens": CompletionTokens,
-		"total_tokens":          PromptTokens + CompletionTokens,
-		"prompt_tokens_details": map[string]any{"cached_tokens": CachedTokens},
+		"prompt_tokens": u.Prompt, "completion_tokens": u.Completion,
+		"total_tokens":          u.Prompt + u.Completion,
+		"prompt_tokens_details": map[string]any{"cached_tokens": u.Cached},
 	}
 }
 

@@ -40,7 +40,8 @@ const (
 
 // Options configure a Server.
 type Options struct {
-	// Decider answers Decide and ListModels (Required).
+	// Decider answers Decide, ListModels, ListActivity and GetActivity
+	// (Required).
 	Decider switchboardv1.DeciderServiceClient
 	// Dispatcher runs the upstream attempts (Required).
 	Dispatcher *dispatch.Dispatcher
@@ -48,7 +49,7 @@ type Options struct {
 	Region string
 	// MaxBodyBytes bounds a request body (Optional). Defaults to 32 MiB.
 	MaxBodyBytes int64
-	// DeciderTimeout bounds each Decide and ListModels call (Optional).
+	// DeciderTimeout bounds each call to the decider (Optional).
 	// Defaults to 2s: Decide answers in microseconds, so a decider slower
 	// than that is in trouble and the client should hear so.
 	DeciderTimeout time.Duration
@@ -85,6 +86,8 @@ func New(o Options) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("/v1/models", s.models)
+	mux.HandleFunc("/v1/activity", s.activity)
+	mux.HandleFunc("/v1/generation", s.generation)
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/", notFound)
 	s.handler = mux
@@ -234,13 +237,20 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	call := dispatch.Call{
 		RequestID:    reqID,
+		Received:     began,
 		Model:        model,
 		TenantID:     resp.GetIdentity().GetTenantId(),
+		APIKeyID:     resp.GetIdentity().GetApiKeyId(),
 		PromptTokens: req.InputTokens,
 		Stream:       req.Stream,
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
 		PromptHash:   req.PromptHash,
+		Hedge:        resp.GetHedge(),
+		Caps: dispatch.Caps{
+			MaxPrice:        capPrice(resp.GetMaxPrice(), req.Provider.GetMaxPrice()),
+			MaxOutputTokens: req.MaxOutputTokens,
+		},
 	}
 	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
 	err = s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)
@@ -261,6 +271,34 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
 			message: "internal error"})
 	}
+}
+
+// capPrice is the bill cap in force: the decider's (DecideResponse.max_price)
+// and the client's own provider.max_price, field by field the lower. The
+// decider's normally already includes the client's, but the client was
+// promised never to pay above its cap whatever the decider answers.
+func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
+	if decider == nil && client == nil {
+		return nil
+	}
+	lower := func(a, b *float64) *float64 {
+		switch {
+		case a == nil:
+			return b
+		case b == nil:
+			return a
+		case *b < *a:
+			return b
+		}
+		return a
+	}
+	var out switchboardv1.MaxPrice
+	for _, mp := range []*switchboardv1.MaxPrice{decider, client} {
+		if mp != nil {
+			out.Prompt, out.Completion = lower(out.Prompt, mp.Prompt), lower(out.Completion, mp.Completion)
+		}
+	}
+	return &out
 }
 
 // readBody reads the body up to MaxBodyBytes. A body over the limit is

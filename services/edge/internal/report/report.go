@@ -1,12 +1,15 @@
 // Package report keeps the edge's one long-lived Report stream to the
-// decider: it batches call reports (so reporting costs one stream message per
-// batch, not one RPC per call), reconnects with capped, jittered back-off when
-// the decider goes away, and hands the decider's commands to the edge.
+// decider: it batches call reports and activity records (so reporting costs
+// one stream message per batch, not one RPC per call), reconnects with
+// capped, jittered back-off when the decider goes away, and hands the
+// decider's commands to the edge.
 //
-// The request path never waits on it: reports go into a bounded queue with a
-// non-blocking send, and when the queue is full (decider down for a long
-// time) reports are dropped and counted. Losing timing samples is better than
-// adding latency or memory growth to live traffic.
+// The request path never waits on it: reports and records go into bounded
+// queues with a non-blocking send, and when a queue is full (decider down for
+// a long time) what does not fit is dropped and counted. Losing samples is
+// better than adding latency or memory growth to live traffic. Activity
+// records have their own queue, so a burst of call reports never pushes the
+// billing log out.
 package report
 
 import (
@@ -51,6 +54,9 @@ type Options struct {
 	// QueueSize bounds the reports waiting while the decider is unreachable
 	// (Optional). Defaults to 8192.
 	QueueSize int
+	// ActivityQueueSize bounds the activity records waiting while the
+	// decider is unreachable (Optional). Defaults to 8192.
+	ActivityQueueSize int
 	// MinBackoff is the first reconnect delay (Optional). Defaults to 100ms.
 	MinBackoff time.Duration
 	// MaxBackoff caps the reconnect delay (Optional). Defaults to 5s.
@@ -68,6 +74,9 @@ type Stream struct {
 	log     *slog.Logger
 	queue   chan *switchboardv1.CallReport
 	dropped atomic.Int64
+	// activity queues finished requests for the activity log.
+	activity        chan *switchboardv1.ActivityRecord
+	droppedActivity atomic.Int64
 	// sessions counts streams that got their hello through, for tests and logs.
 	sessions atomic.Int64
 }
@@ -83,6 +92,9 @@ func New(o Options) *Stream {
 	if o.QueueSize <= 0 {
 		o.QueueSize = 8192
 	}
+	if o.ActivityQueueSize <= 0 {
+		o.ActivityQueueSize = 8192
+	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = 100 * time.Millisecond
 	}
@@ -95,7 +107,11 @@ func New(o Options) *Stream {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Stream{opts: o, log: o.Logger, queue: make(chan *switchboardv1.CallReport, o.QueueSize)}
+	return &Stream{
+		opts: o, log: o.Logger,
+		queue:    make(chan *switchboardv1.CallReport, o.QueueSize),
+		activity: make(chan *switchboardv1.ActivityRecord, o.ActivityQueueSize),
+	}
 }
 
 // Report queues a call report without ever blocking; when the queue is full
@@ -108,17 +124,38 @@ func (s *Stream) Report(r *switchboardv1.CallReport) {
 	}
 }
 
+// Activity queues an activity record without ever blocking; when the queue
+// is full the record is dropped and counted.
+func (s *Stream) Activity(r *switchboardv1.ActivityRecord) {
+	select {
+	case s.activity <- r:
+	default:
+		s.droppedActivity.Add(1)
+	}
+}
+
 // Dropped returns how many reports were dropped because the queue was full.
 func (s *Stream) Dropped() int64 { return s.dropped.Load() }
+
+// DroppedActivity returns how many activity records were dropped because
+// their queue was full.
+func (s *Stream) DroppedActivity() int64 { return s.droppedActivity.Load() }
+
+// pending holds what was taken off the queues but not sent yet; it survives
+// into the next session when one breaks.
+type pending struct {
+	reports  []*switchboardv1.CallReport
+	activity []*switchboardv1.ActivityRecord
+}
 
 // Run keeps a stream open until ctx ends, reconnecting as needed, then
 // flushes what is queued (bounded by FinalFlushTimeout) and returns.
 func (s *Stream) Run(ctx context.Context) {
 	backoff := s.opts.MinBackoff
-	var pending []*switchboardv1.CallReport
+	var p pending
 	for {
 		began := time.Now()
-		err := s.session(ctx, &pending)
+		err := s.session(ctx, &p)
 		if ctx.Err() != nil {
 			return
 		}
@@ -143,9 +180,9 @@ func (s *Stream) Run(ctx context.Context) {
 	}
 }
 
-// session runs one stream. pending holds reports taken off the queue but not
-// yet sent; they survive into the next session when this one breaks.
-func (s *Stream) session(ctx context.Context, pending *[]*switchboardv1.CallReport) error {
+// session runs one stream. p holds what was taken off the queues but not yet
+// sent; it survives into the next session when this one breaks.
+func (s *Stream) session(ctx context.Context, p *pending) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -195,39 +232,67 @@ func (s *Stream) session(ctx context.Context, pending *[]*switchboardv1.CallRepo
 	})
 
 	flush := func() error {
-		for len(*pending) > 0 {
-			n := min(len(*pending), s.opts.BatchSize)
-			batch := &switchboardv1.CallReportBatch{Reports: (*pending)[:n]}
+		for len(p.reports) > 0 {
+			n := min(len(p.reports), s.opts.BatchSize)
+			batch := &switchboardv1.CallReportBatch{Reports: p.reports[:n]}
 			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: batch}}); err != nil {
 				return err
 			}
-			*pending = (*pending)[n:]
+			p.reports = p.reports[n:]
 		}
-		*pending = nil
+		p.reports = nil
+		for len(p.activity) > 0 {
+			n := min(len(p.activity), s.opts.BatchSize)
+			batch := &switchboardv1.ActivityBatch{Records: p.activity[:n]}
+			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: batch}}); err != nil {
+				return err
+			}
+			p.activity = p.activity[n:]
+		}
+		p.activity = nil
 		return nil
 	}
 	ticker := time.NewTicker(s.opts.FlushInterval)
 	defer ticker.Stop()
-	lastDropped := s.dropped.Load()
+	lastDropped, lastDroppedActivity := s.dropped.Load(), s.droppedActivity.Load()
 	for {
 		select {
 		case <-ctx.Done():
 			for drained := false; !drained; {
 				select {
 				case r := <-s.queue:
-					*pending = append(*pending, r)
+					p.reports = append(p.reports, r)
+				case r := <-s.activity:
+					p.activity = append(p.activity, r)
 				default:
 					drained = true
 				}
 			}
 			err := flush()
 			_ = stream.CloseSend()
+			if err == nil {
+				// Returning cancels the stream, which can discard what was
+				// just sent before the decider read it. The decider ends the
+				// stream once it has read everything after our half-close;
+				// wait for that, bounded by FinalFlushTimeout.
+				select {
+				case <-recvErr:
+				case <-sctx.Done():
+				}
+			}
 			return err
 		case err := <-recvErr:
 			return err
 		case r := <-s.queue:
-			*pending = append(*pending, r)
-			if len(*pending) >= s.opts.BatchSize {
+			p.reports = append(p.reports, r)
+			if len(p.reports) >= s.opts.BatchSize {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		case r := <-s.activity:
+			p.activity = append(p.activity, r)
+			if len(p.activity) >= s.opts.BatchSize {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -239,6 +304,10 @@ func (s *Stream) session(ctx context.Context, pending *[]*switchboardv1.CallRepo
 			if d := s.dropped.Load(); d != lastDropped {
 				s.log.Warn("call reports dropped: queue full", "dropped_total", d)
 				lastDropped = d
+			}
+			if d := s.droppedActivity.Load(); d != lastDroppedActivity {
+				s.log.Error("activity records dropped: queue full", "dropped_total", d)
+				lastDroppedActivity = d
 			}
 		}
 	}

@@ -115,8 +115,63 @@ func TestStreamFinalFlush(t *testing.T) {
 	stop := run(t, s)
 	require.Eventually(t, func() bool { return s.Sessions() == 1 }, 5*time.Second, 10*time.Millisecond)
 	s.Report(&switchboardv1.CallReport{RequestId: "last"})
+	s.Activity(&switchboardv1.ActivityRecord{Id: "gen-last"})
 	stop()
 	require.Eventually(t, func() bool { return len(fd.CallReports()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(fd.ActivityRecords()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "gen-last", fd.ActivityRecords()[0].GetId())
+}
+
+func TestStreamActivityBatches(t *testing.T) {
+	tests := []struct {
+		name      string
+		interval  time.Duration
+		batchSize int
+		n         int
+	}{
+		{name: "flushed by interval", interval: 20 * time.Millisecond, batchSize: 64, n: 3},
+		{name: "flushed by batch size", interval: time.Hour, batchSize: 4, n: 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fd := fakedecider.Start(t)
+			s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: tt.interval, BatchSize: tt.batchSize})
+			run(t, s)
+			for i := range tt.n {
+				s.Activity(&switchboardv1.ActivityRecord{Id: string(rune('a' + i))})
+			}
+			require.Eventually(t, func() bool { return len(fd.ActivityRecords()) == tt.n }, 5*time.Second, 10*time.Millisecond)
+			for _, m := range fd.Received()[1:] {
+				require.LessOrEqual(t, len(m.GetActivity().GetRecords()), tt.batchSize)
+				require.False(t, m.GetActivity() != nil && m.GetBatch() != nil)
+			}
+			var ids []string
+			for _, r := range fd.ActivityRecords() {
+				ids = append(ids, r.GetId())
+			}
+			require.Equal(t, "a", ids[0], "in order")
+			require.Zero(t, s.DroppedActivity())
+		})
+	}
+}
+
+func TestActivitySurvivesReconnect(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 10 * time.Millisecond})
+	run(t, s)
+	require.Eventually(t, func() bool { return s.Sessions() == 1 }, 5*time.Second, 10*time.Millisecond)
+	fd.Stop()
+	// Queued while the decider is away, sent once it is back.
+	s.Activity(&switchboardv1.ActivityRecord{Id: "while-down"})
+	fd.Restart()
+	require.Eventually(t, func() bool {
+		for _, r := range fd.ActivityRecords() {
+			if r.GetId() == "while-down" {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestStreamReconnects(t *testing.T) {
@@ -177,6 +232,24 @@ func TestReportNeverBlocks(t *testing.T) {
 		t.Fatal("Report blocked")
 	}
 	require.EqualValues(t, 96, s.Dropped())
+}
+
+func TestActivityNeverBlocks(t *testing.T) {
+	s := New(Options{Client: nil, Hello: hello, ActivityQueueSize: 4})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			s.Activity(&switchboardv1.ActivityRecord{})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Activity blocked")
+	}
+	require.EqualValues(t, 96, s.DroppedActivity())
+	require.Zero(t, s.Dropped(), "activity has its own queue")
 }
 
 func TestRunWithoutDecider(t *testing.T) {

@@ -1,0 +1,442 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// longWait is a deadline no test reaches: only the order of events decides.
+const longWait = time.Minute
+
+// contentOf joins the delta contents of an SSE body and checks every chunk
+// carries the request id.
+func contentOf(t *testing.T, body, id string) string {
+	t.Helper()
+	var content strings.Builder
+	for _, ev := range sseData(t, body) {
+		if ev == "[DONE]" {
+			continue
+		}
+		var c map[string]any
+		require.NoError(t, json.Unmarshal([]byte(ev), &c))
+		require.Equal(t, id, c["id"], "every chunk carries the request id")
+		for _, ch := range c["choices"].([]any) {
+			if s, ok := ch.(map[string]any)["delta"].(map[string]any)["content"].(string); ok {
+				content.WriteString(s)
+			}
+		}
+	}
+	return content.String()
+}
+
+func TestChatHedgeDelayed(t *testing.T) {
+	h := newHarness(t, 2, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
+	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
+		resp := h.decision(req)
+		resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, Delay: durationpb.New(time.Millisecond), Endpoint: h.eps[1]}
+		return resp, nil
+	})
+	h.fd.SetHedgeGrant(true)
+	h.ups[0].SetMode(fakeupstream.HangAfterHeaders)
+
+	r := h.chat(streamReq, authed())
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	id := r.header.Get("X-Switchboard-Request-Id")
+	require.Equal(t, "beta", r.header.Get("X-Switchboard-Provider"))
+	require.Equal(t, fakeupstream.Content, contentOf(t, r.body, id), "one answer")
+	require.Equal(t, 1, strings.Count(r.body, "[DONE]"))
+	select {
+	case <-h.ups[0].Cancelled():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow primary's request was not cancelled")
+	}
+
+	hr := h.fd.HedgeRequests()
+	require.Len(t, hr, 1)
+	require.Equal(t, id, hr[0].GetRequestId())
+	require.Equal(t, h.eps[1].GetId(), hr[0].GetEndpointId())
+	require.Positive(t, hr[0].GetEstimatedCostUsd())
+
+	reps := h.waitReports(2)
+	byEndpoint := map[string]*switchboardv1.CallReport{}
+	for _, rep := range reps {
+		byEndpoint[rep.GetEndpointId()] = rep
+	}
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_CANCELLED, byEndpoint[h.eps[0].GetId()].GetOutcome())
+	require.False(t, byEndpoint[h.eps[0].GetId()].GetHedge())
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, byEndpoint[h.eps[1].GetId()].GetOutcome())
+	require.True(t, byEndpoint[h.eps[1].GetId()].GetHedge())
+
+	rec := h.waitRecord(id)
+	require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_OK, rec.GetStatus())
+	require.Equal(t, "acme", rec.GetTenantId())
+	require.Equal(t, "key-1", rec.GetApiKeyId())
+	require.True(t, rec.GetHedge().GetUsed())
+	require.Equal(t, h.eps[1].GetId(), rec.GetHedge().GetWinnerEndpointId())
+	require.Equal(t, h.eps[0].GetId(), rec.GetHedge().GetLoserEndpointId())
+	wantLoser := float64(h.fd.DecideRequests()[0].GetTokens().GetInputTokens()) * h.eps[0].GetPrice().GetInput() / 1e6
+	require.InDelta(t, wantLoser, rec.GetHedge().GetLoserCostUsd(), 1e-12)
+
+	// The client finds the call by the id it got, in snake_case.
+	g := h.do(t.Context(), http.MethodGet, "/v1/generation?id="+id, "", authed())
+	require.Equal(t, http.StatusOK, g.status, g.body)
+	var got struct {
+		Data map[string]any `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(g.body), &got))
+	require.Equal(t, id, got.Data["id"])
+	require.Equal(t, h.eps[1].GetId(), got.Data["endpoint_id"])
+	require.Equal(t, "CALL_STATUS_OK", got.Data["status"])
+	require.Contains(t, got.Data, "cost_usd")
+	hedge := got.Data["hedge"].(map[string]any)
+	require.Equal(t, h.eps[0].GetId(), hedge["loser_endpoint_id"])
+	require.Equal(t, true, hedge["used"])
+	attempts := got.Data["attempts"].([]any)
+	require.Len(t, attempts, 2)
+	require.Equal(t, true, attempts[1].(map[string]any)["hedge"])
+	require.NotContains(t, attempts[0].(map[string]any), "hedge", "empty fields left out")
+}
+
+func TestChatHedgeImmediateOver128k(t *testing.T) {
+	h := newHarness(t, 2, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
+	// As the decider does: both at once over 128k tokens, no hedge below.
+	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
+		resp := h.decision(req)
+		if req.GetStream() && req.GetTokens().GetInputTokens() >= 128*1024 {
+			resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, Endpoint: h.eps[1]}
+		}
+		return resp, nil
+	})
+	h.fd.SetHedgeGrant(true)
+
+	// A short prompt is not hedged.
+	r := h.chat(streamReq, authed())
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Empty(t, h.fd.HedgeRequests())
+	require.Empty(t, h.ups[1].Requests())
+
+	primaryGate, hedgeGate := make(chan struct{}), make(chan struct{})
+	defer close(primaryGate)
+	h.ups[0].SetGate(primaryGate)
+	h.ups[1].SetGate(hedgeGate)
+	long := `{"model":"org/model","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 4*130*1024/5) + `"}]}`
+	done := make(chan reply, 1)
+	go func() { done <- h.chat(long, authed()) }()
+	// Both legs of the long request start before either has a token.
+	require.Eventually(t, func() bool {
+		return len(h.ups[0].Requests()) == 2 && len(h.ups[1].Requests()) == 1
+	}, 10*time.Second, 5*time.Millisecond, "both legs did not start")
+	close(hedgeGate)
+	r = <-done
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "beta", r.header.Get("X-Switchboard-Provider"))
+	id := r.header.Get("X-Switchboard-Request-Id")
+	require.Equal(t, fakeupstream.Content, contentOf(t, r.body, id))
+	require.Len(t, h.fd.HedgeRequests(), 1)
+	require.GreaterOrEqual(t, h.fd.DecideRequests()[1].GetTokens().GetInputTokens(), int64(128*1024))
+	rec := h.waitRecord(id)
+	require.Equal(t, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, rec.GetHedge().GetMode())
+	require.Equal(t, h.eps[0].GetId(), rec.GetHedge().GetLoserEndpointId())
+}
+
+func TestActivityRecordStatuses(t *testing.T) {
+	tests := []struct {
+		name       string
+		body       string
+		modes      []fakeupstream.Mode
+		wantStatus switchboardv1.CallStatus
+		wantHTTP   int32
+		wantServed string
+		wantCost   bool
+	}{
+		{name: "ok", body: plainReq, modes: []fakeupstream.Mode{fakeupstream.OK}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_OK, wantHTTP: 200, wantServed: "alpha", wantCost: true},
+		{name: "ok after a retry", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.RateLimited, fakeupstream.OK}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_OK, wantHTTP: 200, wantServed: "beta", wantCost: true},
+		{name: "failed", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.Unavailable, fakeupstream.Unavailable}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_FAILED, wantHTTP: 502},
+		{name: "interrupted", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.DropMidStream}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, wantHTTP: 200, wantServed: "alpha", wantCost: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, len(tt.modes), nil)
+			for i, m := range tt.modes {
+				h.ups[i].SetMode(m)
+			}
+			r := h.chat(tt.body, authed())
+			id := r.header.Get("X-Switchboard-Request-Id")
+			rec := h.waitRecord(id)
+			require.Equal(t, tt.wantStatus, rec.GetStatus())
+			require.Equal(t, tt.wantHTTP, rec.GetHttpStatus())
+			require.EqualValues(t, r.status, rec.GetHttpStatus())
+			require.Equal(t, model, rec.GetModel())
+			require.Equal(t, "acme", rec.GetTenantId())
+			require.Len(t, rec.GetAttempts(), len(tt.modes))
+			require.NotNil(t, rec.GetCreateTime())
+			require.NotNil(t, rec.GetDuration())
+			if tt.wantServed == "" {
+				require.Empty(t, rec.GetEndpointId())
+				require.Zero(t, rec.GetCostUsd())
+				require.NotEmpty(t, rec.GetError())
+				return
+			}
+			require.Equal(t, tt.wantServed, rec.GetProvider())
+			require.Equal(t, tt.wantCost, rec.GetCostUsd() > 0)
+		})
+	}
+}
+
+func TestClientDisconnectMidStream(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
+	h.ups[0].SetMode(fakeupstream.HangMidStream)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.edge.URL()+"/chat/completions", strings.NewReader(streamReq))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+clientKey)
+	resp, err := h.client.Do(req)
+	require.NoError(t, err)
+	id := resp.Header.Get("X-Switchboard-Request-Id")
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), fakeupstream.DeliveredBeforeDrop) {
+			break
+		}
+	}
+	cancel()
+	_ = resp.Body.Close()
+	select {
+	case <-h.ups[0].Cancelled():
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream request was not cancelled after the client left")
+	}
+	rec := h.waitRecord(id)
+	require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED, rec.GetStatus())
+	require.EqualValues(t, http.StatusOK, rec.GetHttpStatus())
+	require.Equal(t, h.eps[0].GetId(), rec.GetEndpointId())
+	// Billed for what it got: the prompt estimate and the delivered text.
+	require.False(t, rec.GetUsage().GetReported())
+	require.EqualValues(t, 2, rec.GetUsage().GetOutputTokens())
+	require.Positive(t, rec.GetCostUsd())
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_CANCELLED, h.waitReports(1)[0].GetOutcome())
+}
+
+func TestChatBilling(t *testing.T) {
+	// The harness's endpoints cost 0.20 / 0.05 cached / 0.80 per million.
+	known := &fakeupstream.Usage{Prompt: 1_000_000, Cached: 400_000, Completion: 10_000}
+	tests := []struct {
+		name       string
+		body       string
+		deciderCap *switchboardv1.MaxPrice
+		wantCost   float64
+		wantCapped bool
+	}{
+		{name: "exact", body: `{"model":"org/model","messages":[{"role":"user","content":"hi"}]}`, wantCost: 0.148},
+		{name: "client max_price", body: `{"model":"org/model","messages":[{"role":"user","content":"hi"}],"provider":{"max_price":{"prompt":0.1,"completion":0.5}}}`,
+			wantCost: 0.06 + 0.02 + 0.005, wantCapped: true},
+		{name: "decider max_price", body: `{"model":"org/model","messages":[{"role":"user","content":"hi"}]}`,
+			deciderCap: &switchboardv1.MaxPrice{Completion: ptr(0.4)}, wantCost: 0.12 + 0.02 + 0.004, wantCapped: true},
+		{name: "max_tokens", body: `{"model":"org/model","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`,
+			wantCost: 0.12 + 0.02 + 0.0008, wantCapped: true},
+		{name: "stream usage chunk", body: `{"model":"org/model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
+			wantCost: 0.148},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, 1, nil)
+			h.ups[0].SetUsage(known)
+			h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
+				resp := h.decision(req)
+				resp.MaxPrice = tt.deciderCap
+				return resp, nil
+			})
+			r := h.chat(tt.body, authed())
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			var usage map[string]any
+			if strings.Contains(tt.body, `"stream":true`) {
+				for _, ev := range sseData(t, r.body) {
+					var c map[string]any
+					if json.Unmarshal([]byte(ev), &c) == nil && c["usage"] != nil {
+						usage = c["usage"].(map[string]any)
+					}
+				}
+			} else {
+				var c map[string]any
+				require.NoError(t, json.Unmarshal([]byte(r.body), &c))
+				require.Equal(t, r.header.Get("X-Switchboard-Request-Id"), c["id"])
+				usage = c["usage"].(map[string]any)
+			}
+			require.InDelta(t, tt.wantCost, usage["cost"], 1e-12)
+			rec := h.waitRecord(r.header.Get("X-Switchboard-Request-Id"))
+			require.InDelta(t, tt.wantCost, rec.GetCostUsd(), 1e-12)
+			require.Equal(t, tt.wantCapped, rec.GetCostCapped())
+			require.True(t, rec.GetUsage().GetReported())
+		})
+	}
+}
+
+func ptr(f float64) *float64 { return &f }
+
+func TestActivityList(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	var ids []string
+	for range 3 {
+		r := h.chat(plainReq, authed())
+		require.Equal(t, http.StatusOK, r.status)
+		ids = append(ids, r.header.Get("X-Switchboard-Request-Id"))
+	}
+	for _, id := range ids {
+		h.waitRecord(id)
+	}
+
+	list := func(query string) (reply, map[string]any) {
+		t.Helper()
+		r := h.do(t.Context(), http.MethodGet, "/v1/activity"+query, "", authed())
+		var body map[string]any
+		if r.status == http.StatusOK {
+			require.NoError(t, json.Unmarshal([]byte(r.body), &body), r.body)
+		}
+		return r, body
+	}
+
+	r, body := list("")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "list", body["object"])
+	require.Equal(t, "", body["next_cursor"])
+	data := body["data"].([]any)
+	require.Len(t, data, 3)
+	first := data[0].(map[string]any)
+	require.Equal(t, ids[2], first["id"], "newest first")
+	for _, k := range []string{"create_time", "tenant_id", "endpoint_id", "cost_usd", "http_status", "attempts", "usage"} {
+		require.Contains(t, first, k)
+	}
+	lr := h.fd.ListActivityRequests()
+	require.EqualValues(t, 50, lr[len(lr)-1].GetLimit(), "default page")
+	require.Equal(t, clientKeyHash(), lr[len(lr)-1].GetIdentity().GetApiKeySha256())
+
+	// Paging.
+	r, body = list("?limit=2")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Len(t, body["data"], 2)
+	cursor := body["next_cursor"].(string)
+	require.NotEmpty(t, cursor)
+	r, body = list("?limit=2&cursor=" + url.QueryEscape(cursor))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Len(t, body["data"], 1)
+	require.Equal(t, ids[0], body["data"].([]any)[0].(map[string]any)["id"])
+
+	// Parameters reach the decider.
+	start := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	r, _ = list("?start=" + url.QueryEscape(start.Format(time.RFC3339)) + "&end=" + "4102444800" + "&model=org/model&limit=500")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	lr = h.fd.ListActivityRequests()
+	got := lr[len(lr)-1]
+	require.Equal(t, start, got.GetStartTime().AsTime())
+	require.Equal(t, time.Unix(4102444800, 0).UTC(), got.GetEndTime().AsTime())
+	require.Equal(t, "org/model", got.GetModel())
+	require.EqualValues(t, 500, got.GetLimit())
+	r, body = list("?model=org/other")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Empty(t, body["data"])
+
+	bad := []struct {
+		query, param string
+	}{
+		{"?start=yesterday", "start"},
+		{"?end=2026-13-01T00:00:00Z", "end"},
+		{"?start=1700000000&end=1600000000", "end"},
+		{"?limit=0", "limit"},
+		{"?limit=501", "limit"},
+		{"?limit=ten", "limit"},
+		{"?cursor=" + strings.Repeat("x", 2000), "cursor"},
+	}
+	before := len(h.fd.ListActivityRequests())
+	for _, b := range bad {
+		r, _ := list(b.query)
+		require.Equal(t, http.StatusBadRequest, r.status, b.query)
+		e := r.errorJSON(t)
+		require.Equal(t, b.param, e["param"], b.query)
+		require.Equal(t, "invalid_value", e["code"])
+	}
+	require.Len(t, h.fd.ListActivityRequests(), before, "bad parameters never reach the decider")
+
+	r = h.do(t.Context(), http.MethodGet, "/v1/activity", "", nil)
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	r = h.do(t.Context(), http.MethodPost, "/v1/activity", "", authed())
+	require.Equal(t, http.StatusMethodNotAllowed, r.status)
+	h.fd.SetIdentify(func(*switchboardv1.Identity) (string, error) {
+		return "", status.Error(codes.Unauthenticated, "unknown API key")
+	})
+	r = h.do(t.Context(), http.MethodGet, "/v1/activity", "", authed())
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	require.Equal(t, "invalid_api_key", r.errorJSON(t)["code"])
+}
+
+func TestGeneration(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	r := h.chat(plainReq, authed())
+	require.Equal(t, http.StatusOK, r.status)
+	id := r.header.Get("X-Switchboard-Request-Id")
+	h.waitRecord(id)
+	const otherKey = "sk-other-tenant"
+	h.fd.SetIdentify(func(id *switchboardv1.Identity) (string, error) {
+		if id.GetApiKeySha256() == clientKeyHash() {
+			return "acme", nil
+		}
+		return "other", nil
+	})
+
+	g := h.do(t.Context(), http.MethodGet, "/v1/generation?id="+id, "", authed())
+	require.Equal(t, http.StatusOK, g.status, g.body)
+	var body map[string]map[string]any
+	require.NoError(t, json.Unmarshal([]byte(g.body), &body))
+	require.Equal(t, id, body["data"]["id"])
+	require.Equal(t, "alpha", body["data"]["provider"])
+	require.Equal(t, "key-1", body["data"]["api_key_id"])
+
+	tests := []struct {
+		name       string
+		query      string
+		key        string
+		wantStatus int
+		wantCode   string
+		wantParam  any
+	}{
+		{name: "missing id", query: "", key: clientKey, wantStatus: 400, wantCode: "invalid_value", wantParam: "id"},
+		{name: "empty id", query: "?id=", key: clientKey, wantStatus: 400, wantCode: "invalid_value", wantParam: "id"},
+		{name: "unknown id", query: "?id=gen-nope", key: clientKey, wantStatus: 404, wantCode: "not_found", wantParam: "id"},
+		{name: "another tenant's id", query: "?id=" + id, key: otherKey, wantStatus: 404, wantCode: "not_found", wantParam: "id"},
+		{name: "no key", query: "?id=" + id, wantStatus: 401, wantCode: "invalid_api_key", wantParam: nil},
+	}
+	var notFound []string
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := map[string]string{}
+			if tt.key != "" {
+				hdr["Authorization"] = "Bearer " + tt.key
+			}
+			g := h.do(t.Context(), http.MethodGet, "/v1/generation"+tt.query, "", hdr)
+			require.Equal(t, tt.wantStatus, g.status, g.body)
+			e := g.errorJSON(t)
+			require.Equal(t, tt.wantCode, e["code"])
+			require.Equal(t, tt.wantParam, e["param"])
+			if g.status == http.StatusNotFound {
+				notFound = append(notFound, strings.ReplaceAll(e["message"].(string), id, "gen-nope"))
+			}
+		})
+	}
+	require.Len(t, notFound, 2)
+	require.Equal(t, notFound[0], notFound[1], "another tenant's id reads as a missing one")
+}

@@ -1,0 +1,91 @@
+package dispatch
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// StatusClientClosedRequest is the activity record's http_status for a
+// client that went away before it got any answer (nginx's convention): it
+// got no status at all, and 0 would read as unknown.
+const StatusClientClosedRequest = 499
+
+// record is the request's entry in the activity log (R-BILL-1): every
+// attempt, the hedge, and what the client is billed. err is Serve's result.
+func (s *serving) record(err error) *switchboardv1.ActivityRecord {
+	now := time.Now()
+	c := s.call
+	r := &switchboardv1.ActivityRecord{
+		Id:         c.RequestID,
+		CreateTime: timestamppb.New(c.Received),
+		TenantId:   c.TenantID,
+		ApiKeyId:   c.APIKeyID,
+		Model:      c.Model,
+		Hedge:      s.hedge,
+		Stream:     c.Stream,
+		Duration:   durationpb.New(now.Sub(c.Received)),
+		Usage:      &switchboardv1.Usage{},
+	}
+	for _, l := range s.legs {
+		a := &switchboardv1.Attempt{
+			EndpointId: l.ep.GetId(),
+			Provider:   l.ep.GetProvider(),
+			Outcome:    l.res.outcome,
+			HttpStatus: int32(l.res.status),
+			Hedge:      l.hedge,
+			CostUsd:    attemptUsage(c, l).GetCostUsd(),
+			StartTime:  timestamppb.New(l.res.start),
+		}
+		if l.res.hasTTFT {
+			a.Ttft = durationpb.New(l.res.ttft)
+		}
+		if l.res.outcome != switchboardv1.Outcome_OUTCOME_OK {
+			// The summary, not the provider's text: the log is shown to the
+			// tenant, and provider errors may name internal addresses.
+			a.Error = l.res.summary
+		}
+		r.Attempts = append(r.Attempts, a)
+	}
+
+	var f *Failure
+	switch {
+	case errors.As(err, &f):
+		r.Status, r.HttpStatus, r.Error = switchboardv1.CallStatus_CALL_STATUS_FAILED, int32(f.Status), f.Message
+		return r
+	case err != nil || s.winner == nil:
+		// The client left before anything was written: it pays nothing.
+		r.Status, r.HttpStatus, r.Error = switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED, StatusClientClosedRequest, "client went away"
+		return r
+	}
+
+	w := s.winner
+	r.EndpointId, r.Provider, r.HttpStatus = w.ep.GetId(), w.ep.GetProvider(), http.StatusOK
+	r.Ttft = durationpb.New(w.res.committedAt.Sub(c.Received))
+	switch {
+	case w.res.writeFailed || w.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED:
+		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED, "client went away"
+	case w.res.outcome == switchboardv1.Outcome_OUTCOME_OK:
+		r.Status = switchboardv1.CallStatus_CALL_STATUS_OK
+	default:
+		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, "the provider's stream was interrupted: "+w.res.summary
+	}
+	// The client pays the serving endpoint's price for the provider's usage,
+	// or, without it, for what was delivered; never above its caps.
+	u, reported := c.estimate(w.res.delivered), false
+	if w.res.usage != nil {
+		u, reported = *w.res.usage, true
+	}
+	cost, capped := charge(u, w.ep.GetPrice(), c.Caps)
+	r.Usage = &switchboardv1.Usage{
+		InputTokens: u.input, CachedInputTokens: u.cached, OutputTokens: u.output,
+		CostUsd: cost, Reported: reported,
+	}
+	r.CostUsd, r.CostCapped = cost, capped
+	return r
+}

@@ -1,0 +1,343 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// defaultHedgeDelay is R-HEDGE-1's trigger, used when a delayed plan names
+// no delay.
+const defaultHedgeDelay = time.Second
+
+// serving is one client request in progress: every leg started for it, in
+// start order, and what became of the hedge.
+type serving struct {
+	d    *Dispatcher
+	call Call
+	w    http.ResponseWriter
+
+	legs   []*leg
+	winner *leg
+	// lastFailed is the last leg to fail, whose error ends a request that
+	// every attempt failed.
+	lastFailed *leg
+	hedge      *switchboardv1.HedgeInfo
+}
+
+// serve runs the attempts: the first one hedged when the plan says so, then
+// the fallbacks not tried yet, until one is ready, the client leaves, the
+// provider rejects the request itself, or MaxAttempts legs were started.
+func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint) error {
+	d := s.d
+	plan := d.plan(endpoints)
+	if len(plan) == 0 {
+		return &Failure{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_available_provider",
+			Message: "no provider is available for this request"}
+	}
+	tried := make(map[string]bool, len(plan)+1)
+	for i, ep := range plan {
+		if tried[ep.GetId()] {
+			continue
+		}
+		if len(s.legs) >= d.opts.MaxAttempts {
+			break
+		}
+		var hedgeEp *switchboardv1.Endpoint
+		if i == 0 {
+			hedgeEp = s.hedgeTarget(ep)
+		}
+		winner, losers, err := s.try(ctx, ep, hedgeEp)
+		for _, l := range s.legs {
+			tried[l.ep.GetId()] = true
+		}
+		if err != nil {
+			return err
+		}
+		if winner != nil {
+			s.winner = winner
+			d.deliver(ctx, s.w, s.call, winner)
+			winner.close()
+			s.settle(winner)
+			s.reap(losers)
+			if s.hedge != nil && s.hedge.GetUsed() {
+				s.hedge.WinnerEndpointId = winner.ep.GetId()
+			}
+			return nil
+		}
+	}
+	return s.failure()
+}
+
+// hedgeTarget returns the endpoint to hedge the first attempt on ep with, or
+// nil when this request is not to be hedged: not streamed, no plan, no
+// budget to ask, no room for a second attempt, or no usable second endpoint.
+func (s *serving) hedgeTarget(ep *switchboardv1.Endpoint) *switchboardv1.Endpoint {
+	hp := s.call.Hedge
+	mode := hp.GetMode()
+	if mode != switchboardv1.HedgeMode_HEDGE_MODE_DELAYED && mode != switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
+		return nil
+	}
+	h := hp.GetEndpoint()
+	if !s.call.Stream || s.d.opts.Hedges == nil || s.d.opts.MaxAttempts < 2 ||
+		h == nil || h.GetBaseUrl() == "" || h.GetId() == ep.GetId() || s.d.opts.Cooldowns.Active(h.GetId()) {
+		return nil
+	}
+	s.hedge = &switchboardv1.HedgeInfo{Mode: mode}
+	return h
+}
+
+// try runs one attempt on ep, with a hedge leg on hedgeEp when it is not nil
+// and the budget grants it. It returns the first leg to become ready, with
+// the other legs still running (cancelled, to be reaped); or, when every leg
+// failed, no leg and the error that ends the request (nil to go on with the
+// fallbacks). Every failed leg is reported before try returns.
+func (s *serving) try(ctx context.Context, ep, hedgeEp *switchboardv1.Endpoint) (winner *leg, losers []*leg, err error) {
+	done := make(chan *leg, 2)
+	var running []*leg
+	launch := func(ep *switchboardv1.Endpoint, hedge bool) {
+		l := s.d.newLeg(ctx, s.call, ep, hedge)
+		l.opened = make(chan struct{})
+		s.legs = append(s.legs, l)
+		running = append(running, l)
+		go func() {
+			l.ready = s.d.open(ctx, s.call, l)
+			l.openReturned = time.Now()
+			close(l.opened)
+			done <- l // never blocks: one slot per leg
+		}()
+	}
+	var delay <-chan time.Time
+	if hedgeEp != nil {
+		if s.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
+			granted := s.acquire(ctx, ep, hedgeEp)
+			launch(ep, false)
+			if granted {
+				launch(hedgeEp, true)
+				s.hedge.Used = true
+			}
+		} else {
+			launch(ep, false)
+			d := defaultHedgeDelay
+			if hd := s.call.Hedge.GetDelay(); hd != nil && hd.AsDuration() > 0 {
+				d = hd.AsDuration()
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			delay = t.C
+		}
+	} else {
+		launch(ep, false)
+	}
+
+	// grant is set while a delayed hedge's AcquireHedge is in flight. It
+	// runs beside the race, so a primary whose first token arrives meanwhile
+	// is not held back; when the race ends first, the call is cancelled and
+	// joined.
+	var grant chan bool
+	stopAcquire := func() {}
+	defer func() {
+		if grant != nil {
+			stopAcquire()
+			<-grant
+		}
+	}()
+	var final *Failure
+	for len(running) > 0 {
+		select {
+		case l := <-done:
+			running = without(running, l)
+			if l.ready {
+				for _, o := range running {
+					o.lost, o.lostAt = true, time.Now()
+					o.cancel(errHedgeLost)
+				}
+				return l, running, nil
+			}
+			l.close()
+			s.settle(l)
+			if ctx.Err() != nil || l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED {
+				s.reap(running)
+				return nil, nil, ErrClientGone
+			}
+			if l.res.final != nil && final == nil {
+				final = l.res.final
+				final.Provider = l.ep.GetProvider()
+			}
+			// A primary that failed before the hedge started is retried on
+			// the fallbacks as usual; the hedge has nothing left to race.
+			delay = nil
+		case <-delay:
+			delay = nil
+			actx, cancel := context.WithCancel(ctx)
+			stopAcquire, grant = cancel, make(chan bool, 1)
+			go func() { grant <- s.acquire(actx, ep, hedgeEp) }()
+		case granted := <-grant:
+			grant = nil
+			stopAcquire()
+			// If the primary is ready too, its event waits in done: take it
+			// rather than start a hedge only to cancel it.
+			if granted && len(done) == 0 {
+				launch(hedgeEp, true)
+				s.hedge.Used = true
+			}
+		}
+	}
+	if final != nil {
+		return nil, nil, final
+	}
+	return nil, nil, nil
+}
+
+func without(legs []*leg, l *leg) []*leg {
+	out := legs[:0:0]
+	for _, o := range legs {
+		if o != l {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// acquire asks the hedge budget for a second call on ep, backing up primary.
+// Any error, or no answer within HedgeTimeout, is a refusal: one endpoint
+// then serves.
+//
+// The estimate sent is the most the hedge can take from the budget: either
+// leg may lose, and a loser costs its prompt at its uncached input price.
+func (s *serving) acquire(ctx context.Context, primary, ep *switchboardv1.Endpoint) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.d.opts.HedgeTimeout)
+	defer cancel()
+	resp, err := s.d.opts.Hedges.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{
+		RequestId:  s.call.RequestID,
+		EndpointId: ep.GetId(),
+		EstimatedCostUsd: max(loserCost(s.call.PromptTokens, ep.GetPrice()),
+			loserCost(s.call.PromptTokens, primary.GetPrice())),
+	})
+	if err != nil {
+		s.d.log.Debug("hedge not granted", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "error", err)
+		return false
+	}
+	if !resp.GetGranted() {
+		s.d.log.Debug("hedge refused", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "remaining_usd", resp.GetRemainingUsd())
+	}
+	return resp.GetGranted()
+}
+
+// reap waits for legs that were cancelled (a lost hedge, or the client
+// leaving), closes and reports them. Each running leg's goroutine sends
+// exactly once on its done channel, so none outlives the request.
+func (s *serving) reap(legs []*leg) {
+	for _, l := range legs {
+		<-l.opened
+		if l.ready {
+			// Both legs produced a first token; this one lost the race.
+			l.lostRace()
+		}
+		l.close()
+		s.settle(l)
+	}
+}
+
+// settle reports a closed leg and logs it, and notes what the hedge budget
+// pays: a leg cancelled because the other won, or the hedge leg when the
+// client left during the race (an extra call made on the budget either way).
+func (s *serving) settle(l *leg) {
+	cancelled := l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed
+	if !l.res.committed && !cancelled {
+		s.lastFailed = l
+	}
+	if cancelled && s.hedge != nil && (l.lost || l.hedge) {
+		s.hedge.LoserEndpointId = l.ep.GetId()
+		s.hedge.LoserCostUsd = loserCost(s.call.PromptTokens, l.ep.GetPrice())
+	}
+	s.d.report(s.call, l)
+	s.d.logAttempt(s.call, l)
+}
+
+// failure is the error for a request whose every attempt failed before
+// anything reached the client: the last meaningful failure, with the list of
+// attempts.
+func (s *serving) failure() *Failure {
+	var tried []string
+	for _, l := range s.legs {
+		tried = append(tried, l.ep.GetProvider()+": "+l.res.summary)
+	}
+	last := s.lastFailed
+	f := &Failure{
+		Status:  http.StatusBadGateway,
+		Type:    "upstream_error",
+		Code:    "upstream_error",
+		Message: fmt.Sprintf("all %d attempts failed: %s", len(tried), strings.Join(tried, "; ")),
+	}
+	if last == nil {
+		return f
+	}
+	switch last.res.outcome {
+	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
+		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", last.res.retryAfter
+	case switchboardv1.Outcome_OUTCOME_TIMEOUT:
+		f.Status, f.Type, f.Code = http.StatusGatewayTimeout, "timeout_error", "upstream_timeout"
+	}
+	return f
+}
+
+// rewriter returns the rewriter of answers from ep for this call.
+func (c Call) rewriter(ep *switchboardv1.Endpoint) rewriter {
+	price := ep.GetPrice()
+	rw := rewriter{
+		model:     jsonString(c.Model),
+		provider:  jsonString(ep.GetProvider()),
+		keepUsage: !c.Stream || c.IncludeUsage,
+		cost: func(u usage) float64 {
+			cost, _ := charge(u, price, c.Caps)
+			return cost
+		},
+	}
+	if c.RequestID != "" {
+		rw.id = jsonString(c.RequestID)
+	}
+	if !c.Stream {
+		rw.addUsage = func(textBytes int64) json.RawMessage {
+			u := c.estimate(textBytes)
+			cost, _ := charge(u, price, c.Caps)
+			return usageJSON(u, cost)
+		}
+	}
+	return rw
+}
+
+// estimate is the usage of an answer whose provider reported none: the
+// edge's prompt estimate, all of it uncached (nothing says otherwise), and
+// the generated text delivered, counted by the pkg/tokens rule.
+func (c Call) estimate(deliveredBytes int64) usage {
+	return usage{input: c.PromptTokens, output: textTokens(deliveredBytes)}
+}
+
+// estimatedUsageChunk is the final usage chunk for a stream whose provider
+// sent none, with what the client is billed for it.
+func (c Call) estimatedUsageChunk(l *leg) []byte {
+	u := c.estimate(l.res.delivered)
+	cost, _ := charge(u, l.ep.GetPrice(), c.Caps)
+	return encodeObject(map[string]json.RawMessage{
+		"id":       l.rw.idOr(c.RequestID),
+		"object":   jsonString("chat.completion.chunk"),
+		"created":  json.RawMessage(fmt.Sprint(time.Now().Unix())),
+		"model":    l.rw.model,
+		"provider": l.rw.provider,
+		"choices":  json.RawMessage("[]"),
+		"usage":    usageJSON(u, cost),
+	})
+}
+
+func (rw *rewriter) idOr(id string) json.RawMessage {
+	if rw.id != nil {
+		return rw.id
+	}
+	return jsonString(id)
+}
