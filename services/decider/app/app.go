@@ -24,7 +24,9 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
@@ -56,6 +58,9 @@ type Config struct {
 	EtcdListen string
 	// ID names this replica in the membership list. (Optional) Defaults to the host name.
 	ID string
+	// Advertise is the gRPC address other replicas use to reach this one
+	// (forwarding to the broker's owner). (Optional) Defaults to the listen address.
+	Advertise string
 	// DrainDelay is how long health reports NOT_SERVING before the server
 	// stops, so load balancers move away first. (Optional) Defaults to 2s.
 	DrainDelay time.Duration
@@ -114,6 +119,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&cfg.DataDir, "data-dir", "switchboard-data", "data directory of the embedded etcd")
 	fs.StringVar(&cfg.EtcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd")
 	fs.StringVar(&cfg.ID, "id", host, "replica id in the membership list")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "gRPC address other replicas reach this one at (default: the listen address)")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 2*time.Second, "time NOT_SERVING before stopping on SIGTERM")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful stop bound")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -206,6 +212,8 @@ type Decider struct {
 	stats    *stats.Store
 	budget   *hedge.Budget
 	activity *activity.Store
+	broker   *broker.Broker
+	adm      *admission.Admission
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
 	cancel   context.CancelFunc
@@ -305,9 +313,28 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
 		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
 	})
+	bcfg, err := broker.FromCatalog(c)
+	if err != nil {
+		return nil, fmt.Errorf("catalog limits: %w", err)
+	}
+	d.broker, err = broker.New(bcfg, broker.Options{Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("rate-limit broker: %w", err)
+	}
+	advertise := cfg.Advertise
+	if advertise == "" {
+		advertise = d.lis.Addr().String()
+	}
+	d.adm, err = admission.Start(ctx, admission.Options{
+		Broker: d.broker, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc.SetAdmission(d.adm)
 	d.observer.Store(observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
-		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
+		Broadcast: d.hub.Broadcast, Reconcile: d.adm.Reconcile, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
@@ -389,6 +416,7 @@ func (d *Decider) maintain(ctx context.Context) {
 		}
 		d.stats.Refresh()
 		d.cool.Expire(d.cfg.Now())
+		d.broker.Expire(d.cfg.Now())
 		if data, changed := d.budget.Snapshot(); changed {
 			if err := d.store.PutHedgeBudget(ctx, data); err != nil {
 				d.logger.Warn("saving the hedge budget", "err", err)
@@ -424,6 +452,11 @@ func (d *Decider) onCatalog(data []byte, rev int64) {
 	if err != nil {
 		d.logger.Error("stored catalog is invalid; keeping the current one", "revision", rev, "err", err)
 		return
+	}
+	if bcfg, err := broker.FromCatalog(c); err != nil {
+		d.logger.Error("catalog limits invalid; keeping the current ones", "revision", rev, "err", err)
+	} else if err := d.broker.Reconfigure(bcfg); err != nil {
+		d.logger.Error("reconfiguring the broker", "revision", rev, "err", err)
 	}
 	d.router.SetCatalog(c)
 	d.hub.Broadcast(&pb.ReportResponse{Command: &pb.ReportResponse_Config{Config: &pb.ConfigCommand{CatalogRevision: rev}}})
@@ -472,8 +505,16 @@ func (d *Decider) Close() {
 			}
 			d.hub.Close()
 			d.srv.Shutdown(0, max(d.cfg.ShutdownTimeout, time.Second))
+			if d.adm != nil {
+				// After the server stopped admitting: the final snapshot is
+				// complete, so the next owner needs no learning mode.
+				d.adm.Close()
+			}
 		} else if d.lis != nil {
 			_ = d.lis.Close()
+		}
+		if d.adm != nil {
+			d.adm.Close() // no-op when already closed above
 		}
 		d.cancel()
 		d.wg.Wait()

@@ -113,8 +113,10 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 	_, err = client.ListModels(ctx, &pb.ListModelsRequest{})
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 
-	_, err = client.Reserve(ctx, &pb.ReserveRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
+	_, err = client.Reserve(ctx, &pb.ReserveRequest{Identity: key})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "endpoint_id is required")
+	_, err = client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: "nope"})
+	require.Equal(t, codes.NotFound, status.Code(err))
 }
 
 func TestReportStreamAndCatalogChange(t *testing.T) {

@@ -5,6 +5,7 @@
 package observe
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -32,6 +33,8 @@ type Options struct {
 	Cooldown *cooldown.Tracker // (Required)
 	// Broadcast tells every edge about a new cool-down. (Optional)
 	Broadcast func(*pb.ReportResponse)
+	// Reconcile closes the reservation a call report names. (Optional)
+	Reconcile func(context.Context, *pb.ReconcileRequest) (*pb.ReconcileResponse, error)
 	// Logger logs cool-downs. (Required)
 	Logger *slog.Logger
 	// Now is the clock. (Optional) Defaults to time.Now.
@@ -64,6 +67,18 @@ func (ob *Observer) Ingest(_ *pb.EdgeHello, reports []*pb.CallReport) {
 }
 
 func (ob *Observer) one(r *pb.CallReport) {
+	if id := r.GetReservationId(); id != "" && ob.o.Reconcile != nil {
+		// Reconciliation rides on the report the edge sends anyway: usage,
+		// outcome and the provider's rate-limit headers in one message.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := ob.o.Reconcile(ctx, &pb.ReconcileRequest{
+			ReservationId: id, Usage: r.GetUsage(), Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders(),
+		})
+		cancel()
+		if err != nil {
+			ob.o.Logger.Debug("reconcile from a call report", "reservation", id, "err", err)
+		}
+	}
 	modelID, rates, ok := ob.o.Catalog.Endpoint(r.GetEndpointId())
 	if !ok {
 		// Only the catalog's endpoints get series, so a confused or hostile

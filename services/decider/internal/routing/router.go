@@ -124,6 +124,7 @@ type index struct {
 	models    map[string]*model
 	keys      map[string]keyInfo
 	tenants   map[string]bool
+	partner   map[string]string // tenant → partner
 	providers map[string]bool
 	list      []*pb.Model
 }
@@ -192,6 +193,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		models:    map[string]*model{},
 		keys:      map[string]keyInfo{},
 		tenants:   map[string]bool{},
+		partner:   map[string]string{},
 		providers: map[string]bool{},
 	}
 	for _, m := range c.Models {
@@ -239,6 +241,9 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 	slices.SortFunc(idx.list, func(a, b *pb.Model) int { return strings.Compare(a.Id, b.Id) })
 	for _, t := range c.Tenants {
 		idx.tenants[t.ID] = true
+		if t.Partner != "" {
+			idx.partner[t.ID] = t.Partner
+		}
 		for _, k := range t.APIKeysSHA256 {
 			idx.keys[k] = keyInfo{tenant: t.ID, keyID: catalog.KeyID(k)}
 		}
@@ -290,6 +295,9 @@ func (r *Router) Authenticate(id *pb.Identity) (*pb.Identity, error) {
 	default:
 		return nil, errorf(KindUnauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
+	// The partner comes from the catalog, never from the caller, so no one
+	// can charge (or escape) another partner's limits.
+	out.Partner = idx.partner[out.TenantId]
 	return out, nil
 }
 

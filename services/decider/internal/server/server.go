@@ -16,6 +16,7 @@ import (
 
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
@@ -28,6 +29,18 @@ type Server struct {
 	hub      *report.Hub
 	budget   *hedge.Budget
 	activity atomic.Pointer[activity.Store]
+	adm      atomic.Pointer[admission.Admission]
+}
+
+// SetAdmission enables Reserve, Reconcile and Decide's reserve option.
+func (s *Server) SetAdmission(a *admission.Admission) { s.adm.Store(a) }
+
+func (s *Server) admission() (*admission.Admission, error) {
+	a := s.adm.Load()
+	if a == nil {
+		return nil, status.Error(codes.Unavailable, "the rate-limit broker is starting")
+	}
+	return a, nil
 }
 
 var _ pb.DeciderServiceServer = (*Server)(nil)
@@ -50,7 +63,7 @@ func (s *Server) ready() (*routing.Router, error) {
 }
 
 // Decide implements [pb.DeciderServiceServer.Decide].
-func (s *Server) Decide(_ context.Context, req *pb.DecideRequest) (*pb.DecideResponse, error) {
+func (s *Server) Decide(ctx context.Context, req *pb.DecideRequest) (*pb.DecideResponse, error) {
 	r, err := s.ready()
 	if err != nil {
 		return nil, err
@@ -66,7 +79,81 @@ func (s *Server) Decide(_ context.Context, req *pb.DecideRequest) (*pb.DecideRes
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if req.GetReserve() && !req.GetDryRun() {
+		if err := s.reserve(ctx, req, resp); err != nil {
+			return nil, err
+		}
+	}
 	return resp, nil
+}
+
+// reserve walks the decided order and reserves on the first endpoint whose
+// limits can take the request (R-RL with routing): an endpoint whose own
+// provider limits are full is skipped — the request goes to the next one,
+// not back to the client. Only the caller's own limits (API key, app,
+// tenant, partner), or every endpoint being full, refuse the client.
+func (s *Server) reserve(ctx context.Context, req *pb.DecideRequest, resp *pb.DecideResponse) error {
+	a, err := s.admission()
+	if err != nil {
+		return err
+	}
+	out := req.GetTokens().GetMaxOutputTokens()
+	if out <= 0 {
+		out = routing.DefaultOutputTokens
+	}
+	eps := append([]*pb.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
+	var refusal *pb.Refusal
+	for i, ep := range eps {
+		d := &pb.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
+		key := ""
+		if k := req.GetIdempotencyKey(); k != "" {
+			key = k + "|" + ep.GetId()
+		}
+		rr, err := a.Reserve(ctx, &pb.ReserveRequest{
+			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: resp.GetIdentity(),
+			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(),
+		})
+		if err != nil {
+			return err
+		}
+		if rr.GetAdmitted() {
+			resp.Endpoint, resp.Fallbacks = ep, eps[i+1:]
+			resp.Reservation, resp.Demand = rr.GetReservation(), d
+			if h := resp.GetHedge(); h.GetEndpoint().GetId() == ep.GetId() {
+				resp.Hedge = &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE}
+			}
+			return nil
+		}
+		ref := rr.GetRefusal()
+		if callerScope(ref.GetScope()) {
+			resp.Endpoint, resp.Fallbacks, resp.Refusal = nil, nil, ref
+			return nil
+		}
+		if refusal == nil || earlier(ref, refusal) {
+			refusal = ref
+		}
+	}
+	resp.Endpoint, resp.Fallbacks, resp.Refusal = nil, nil, refusal
+	resp.Hedge = &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE}
+	return nil
+}
+
+// callerScope reports whether a bucket belongs to the caller (its own
+// limits) rather than to a provider.
+func callerScope(sc pb.LimitScope) bool {
+	switch sc {
+	case pb.LimitScope_LIMIT_SCOPE_API_KEY, pb.LimitScope_LIMIT_SCOPE_APP, pb.LimitScope_LIMIT_SCOPE_TENANT, pb.LimitScope_LIMIT_SCOPE_PARTNER:
+		return true
+	}
+	return false
+}
+
+// earlier prefers the refusal whose capacity comes back first.
+func earlier(a, b *pb.Refusal) bool {
+	if a.GetRetryAfter() == nil {
+		return false
+	}
+	return b.GetRetryAfter() == nil || a.GetRetryAfter().AsDuration() < b.GetRetryAfter().AsDuration()
 }
 
 // ListModels implements [pb.DeciderServiceServer.ListModels].
@@ -152,15 +239,39 @@ func (s *Server) activityFor(id *pb.Identity) (string, *activity.Store, error) {
 	return who.GetTenantId(), store, nil
 }
 
-// Reserve implements [pb.DeciderServiceServer.Reserve]. The rate-limit broker
-// is not part of this version: the RPC says so rather than admitting blindly.
-func (s *Server) Reserve(context.Context, *pb.ReserveRequest) (*pb.ReserveResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "Reserve: the rate-limit broker is not enabled in this version")
+// Reserve implements [pb.DeciderServiceServer.Reserve]. A caller that sends
+// api_key_sha256 is authenticated and its identity resolved; a trusted
+// caller's tenant_id must name a tenant.
+func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+	r, err := s.ready()
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.admission()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetEndpointId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
+	}
+	id, err := r.Authenticate(req.GetIdentity())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	req.Identity = id
+	return a.Reserve(ctx, req)
 }
 
 // Reconcile implements [pb.DeciderServiceServer.Reconcile].
-func (s *Server) Reconcile(context.Context, *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "Reconcile: the rate-limit broker is not enabled in this version")
+func (s *Server) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
+	a, err := s.admission()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetReservationId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
+	}
+	return a.Reconcile(ctx, req)
 }
 
 // Report implements [pb.DeciderServiceServer.Report].

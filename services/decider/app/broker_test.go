@@ -1,0 +1,143 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+const limitedCatalog = `
+models:
+  - id: vendor/model
+    endpoints:
+      - provider: alpha
+        base_url: http://127.0.0.1:1/v1
+        price: {input: 0.2, output: 0.8}
+        limits: [{unit: requests, per: minute, capacity: 2}]
+      - provider: beta
+        base_url: http://127.0.0.1:2/v1
+        price: {input: 0.3, output: 1.0}
+tenants:
+  - id: acme
+    api_keys_sha256: [@KEY@]
+    limits:
+      - {unit: requests, per: day, capacity: 5}
+`
+
+func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
+	t.Helper()
+	p := filepath.Join(dir, "catalog.yaml")
+	y := strings.ReplaceAll(limitedCatalog, "@KEY@", catalog.HashKey(demoKey))
+	if len(tenantPerDay) > 0 {
+		y = strings.Replace(y, "per: day, capacity: 5}", "per: day, capacity: "+tenantPerDay[0]+"}", 1)
+	}
+	require.NoError(t, os.WriteFile(p, []byte(y), 0o600))
+	return p
+}
+
+func decideReserve(t *testing.T, c pb.DeciderServiceClient, n int) *pb.DecideResponse {
+	t.Helper()
+	resp, err := c.Decide(t.Context(), &pb.DecideRequest{
+		Identity: &pb.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model",
+		Tokens: &pb.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}, Reserve: true,
+		IdempotencyKey: "req-" + string(rune('a'+n)),
+	})
+	require.NoError(t, err)
+	return resp
+}
+
+func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir})
+	defer d.Close()
+
+	// alpha (cheapest) takes 2 requests a minute; the third goes to beta,
+	// not back to the client.
+	var got []string
+	for i := range 4 {
+		resp := decideReserve(t, c, i)
+		require.Nil(t, resp.Refusal)
+		require.NotNil(t, resp.Reservation)
+		got = append(got, resp.Endpoint.Provider)
+	}
+	require.Equal(t, []string{"alpha", "alpha", "beta", "beta"}, got)
+
+	// An idempotent retry returns the same reservation without charging.
+	again := decideReserve(t, c, 3)
+	require.Equal(t, "beta", again.Endpoint.Provider)
+
+	// The tenant's own limit (5 a day) refuses the client, with metadata.
+	resp := decideReserve(t, c, 4)
+	require.NotNil(t, resp.Reservation)
+	resp = decideReserve(t, c, 5)
+	require.Nil(t, resp.Endpoint)
+	require.NotNil(t, resp.Refusal)
+	require.Equal(t, pb.LimitScope_LIMIT_SCOPE_TENANT, resp.Refusal.Scope)
+	require.Equal(t, float64(5), resp.Refusal.Limit)
+	require.Equal(t, float64(0), resp.Refusal.Remaining)
+	require.NotNil(t, resp.Refusal.ResetTime)
+
+	// Reconcile through the Report stream's call reports.
+	stream, err := c.Report(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "e"}}}))
+	first := decideReserve(t, c, 0) // idempotent: the first reservation
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{{
+		EndpointId: first.Endpoint.Id, Outcome: pb.Outcome_OUTCOME_OK, ReservationId: first.Reservation.ReservationId,
+		Usage: &pb.Usage{InputTokens: 90, OutputTokens: 5, Reported: true},
+	}}}}}))
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := c.Reconcile(t.Context(), &pb.ReconcileRequest{ReservationId: first.Reservation.ReservationId})
+		return err != nil // already reconciled by the report
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestFailoverDoesNotOverAdmit runs two replicas on one etcd: the owner
+// grants, crashes (no clean stop), the other takes over from the snapshot in
+// learning mode and never admits beyond the capacity.
+func TestFailoverDoesNotOverAdmit(t *testing.T) {
+	dir := t.TempDir()
+	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
+	defer a.Close()
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir()})
+	defer b.Close()
+	require.True(t, a.adm.Owner())
+	require.False(t, b.adm.Owner())
+
+	// Through the non-owner: forwarded to the owner.
+	r1 := decideReserve(t, cb, 0)
+	require.Equal(t, "alpha", r1.Endpoint.Provider)
+	r2 := decideReserve(t, ca, 1)
+	require.Equal(t, "alpha", r2.Endpoint.Provider)
+	time.Sleep(1500 * time.Millisecond) // let the owner snapshot (about once a second)
+
+	// The owner dies without a clean stop: its election session ends but no
+	// final snapshot or clean marker is written.
+	a.adm.Abandon()
+
+	require.Eventually(t, b.adm.Owner, 20*time.Second, 50*time.Millisecond, "the other replica takes over")
+	// alpha's 2 per minute were both granted before the crash: still full.
+	r3 := decideReserve(t, cb, 2)
+	require.Nil(t, r3.Refusal)
+	require.Equal(t, "beta", r3.Endpoint.Provider, "restored state: alpha is full")
+
+	// Learning mode: the new owner keeps half of each bucket free until the
+	// old owner's reservations must have expired, so the tenant's 100 a day
+	// now admits only up to 50 in total.
+	admitted := 3
+	for i := 3; i < 120; i++ {
+		if r := decideReserve(t, cb, i); r.Refusal == nil {
+			admitted++
+		}
+	}
+	require.Equal(t, 50, admitted)
+}
