@@ -251,7 +251,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}, d.onActivity)
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
 	svc := server.New(d.hub, d.budget)
-	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{})
+	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{HotMethods: []string{
+		pb.DeciderService_Decide_FullMethodName, pb.DeciderService_Reserve_FullMethodName,
+		pb.DeciderService_Reconcile_FullMethodName, pb.DeciderService_AcquireHedge_FullMethodName,
+	}})
 	pb.RegisterDeciderServiceServer(d.srv.GRPC, svc)
 	d.wg.Go(func() {
 		if err := d.srv.GRPC.Serve(d.lis); err != nil {
