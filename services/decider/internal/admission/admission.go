@@ -159,7 +159,9 @@ func (a *Admission) snapshots(ctx context.Context) {
 			return
 		case <-a.session.Done():
 			a.owner.Store(false)
-			a.o.Logger.Error("broker ownership lost: session expired")
+			if ctx.Err() == nil {
+				a.o.Logger.Error("broker ownership lost: session expired")
+			}
 			return
 		case <-t.C:
 		}
@@ -195,11 +197,13 @@ func (a *Admission) fenced(ctx context.Context, rev int64, ops ...clientv3.Op) (
 	return resp.Succeeded, nil
 }
 
-// watchLeader marks the admission ready once any owner is known, so a
-// replica that is not the owner can start forwarding.
+// watchLeader marks the admission ready once another replica is known to
+// own the broker, so this one can start forwarding. When the leader key is
+// this replica's own, it is still taking over: campaign marks it ready once
+// the state is restored.
 func (a *Admission) watchLeader(ctx context.Context) {
 	for ctx.Err() == nil {
-		if _, err := a.elect.Leader(ctx); err == nil {
+		if resp, err := a.elect.Leader(ctx); err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) != a.o.Addr {
 			a.markReady()
 			return
 		}
@@ -213,14 +217,19 @@ func (a *Admission) watchLeader(ctx context.Context) {
 // Owner reports whether this replica owns the broker.
 func (a *Admission) Owner() bool { return a.owner.Load() }
 
+// errRetryLocally means the takeover finished while a call waited for it.
+var errRetryLocally = errors.New("owner now")
+
 // Reserve reserves locally when this replica owns the broker, else forwards.
 func (a *Admission) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
-		if err != nil {
+		if err == nil {
+			return c.Reserve(ctx, req)
+		}
+		if !errors.Is(err, errRetryLocally) {
 			return nil, err
 		}
-		return c.Reserve(ctx, req)
 	}
 	res, ref, err := a.o.Broker.Reserve(ctx, broker.ReserveRequestFromProto(req))
 	if err != nil {
@@ -236,10 +245,12 @@ func (a *Admission) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Re
 func (a *Admission) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
-		if err != nil {
+		if err == nil {
+			return c.Reconcile(ctx, req)
+		}
+		if !errors.Is(err, errRetryLocally) {
 			return nil, err
 		}
-		return c.Reconcile(ctx, req)
 	}
 	st, err := a.o.Broker.Reconcile(ctx, broker.ReconcileRequestFromProto(req))
 	if err != nil {
@@ -255,6 +266,16 @@ func (a *Admission) ownerClient(ctx context.Context) (pb.DeciderServiceClient, e
 	}
 	addr := string(resp.Kvs[0].Value)
 	if addr == a.o.Addr {
+		// This replica won the election and is restoring the state: wait for
+		// it, within the caller's deadline, rather than fail the request.
+		select {
+		case <-a.ready:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if a.owner.Load() {
+			return nil, errRetryLocally
+		}
 		return nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
 	}
 	a.mu.Lock()
