@@ -466,6 +466,17 @@ func (d *Decider) onCatalog(data []byte, rev int64) {
 	d.logger.Info("catalog updated", "revision", rev, "models", len(c.Models))
 }
 
+// Kill stops the decider the way a crash would, as far as the broker is
+// concerned: no final snapshot and no clean-stop marker, so the next owner
+// restores the last periodic snapshot and admits conservatively. For failover
+// tests and drills; everything else shuts down as in Close.
+func (d *Decider) Kill() {
+	if d.adm != nil {
+		d.adm.Abandon()
+	}
+	d.Close()
+}
+
 // Addr returns the gRPC address.
 func (d *Decider) Addr() string { return d.lis.Addr().String() }
 

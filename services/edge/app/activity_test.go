@@ -45,13 +45,24 @@ func contentOf(t *testing.T, body, id string) string {
 }
 
 func TestChatHedgeDelayed(t *testing.T) {
-	h := newHarness(t, 2, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
+	h := newHarness(t, 2, func(c *Config) {
+		c.FirstTokenTimeout, c.IdleTimeout, c.HedgeAcquireTimeout = longWait, longWait, longWait
+	})
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 		resp := h.decision(req)
 		resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, Delay: durationpb.New(time.Millisecond), Endpoint: h.eps[1]}
 		return resp, nil
 	})
-	h.fd.SetHedgeGrant(true)
+	// The hedge is granted only once the primary reached its provider, which
+	// then sees it cancelled; with a 1ms delay the hedge could otherwise win
+	// before the primary's connection was even made.
+	h.fd.SetAcquireHedge(func(ctx context.Context, _ *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
+		select {
+		case <-h.ups[0].Arrived():
+		case <-ctx.Done():
+		}
+		return &switchboardv1.AcquireHedgeResponse{Granted: true}, nil
+	})
 	h.ups[0].SetMode(fakeupstream.HangAfterHeaders)
 
 	r := h.chat(streamReq, authed())

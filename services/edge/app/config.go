@@ -24,6 +24,8 @@ const (
 	DefaultMaxAttempts         = 4
 	DefaultReportFlushInterval = 200 * time.Millisecond
 	DefaultHedgeAcquireTimeout = 200 * time.Millisecond
+	DefaultReservationTTL      = 2 * time.Minute
+	DefaultReserveTimeout      = 300 * time.Millisecond
 )
 
 // maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
@@ -71,6 +73,17 @@ type Config struct {
 	// starts; a slower decider counts as a refusal, since a hedge exists to
 	// save time (Optional). Defaults to 200ms. Flag --hedge-acquire-timeout.
 	HedgeAcquireTimeout time.Duration
+	// ReservationTTL is how long a rate-limit reservation lives if it is
+	// never reconciled, sent with every Decide and Reserve. It must outlast
+	// the longest stream: a reservation that expires mid-stream gives its
+	// concurrency slot back early (Optional). Defaults to 2m.
+	// Flag --reservation-ttl.
+	ReservationTTL time.Duration
+	// ReserveTimeout bounds the Reserve call made before a fallback or a
+	// hedge leg is sent; a slower broker counts as an error and that
+	// endpoint is skipped (Optional). Defaults to 300ms.
+	// Flag --reserve-timeout.
+	ReserveTimeout time.Duration
 	// DrainDelay is how long Close keeps serving with /healthz answering 503
 	// before it stops accepting connections, so load balancers (a Kubernetes
 	// Service, whose endpoint removal is asynchronous) stop routing here
@@ -116,6 +129,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HedgeAcquireTimeout == 0 {
 		c.HedgeAcquireTimeout = DefaultHedgeAcquireTimeout
+	}
+	if c.ReservationTTL == 0 {
+		c.ReservationTTL = DefaultReservationTTL
+	}
+	if c.ReserveTimeout == 0 {
+		c.ReserveTimeout = DefaultReserveTimeout
 	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
@@ -163,6 +182,12 @@ func (c Config) validate() error {
 	}
 	if c.HedgeAcquireTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--hedge-acquire-timeout %s: must be positive", c.HedgeAcquireTimeout))
+	}
+	if c.ReservationTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--reservation-ttl %s: must be positive", c.ReservationTTL))
+	}
+	if c.ReserveTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--reserve-timeout %s: must be positive", c.ReserveTimeout))
 	}
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay))
@@ -256,6 +281,8 @@ func newFlagSet(cfg *Config, getenv func(string) string) (*flag.FlagSet, []error
 	intv(&cfg.MaxAttempts, "max-attempts", "endpoints tried per request (chosen plus fallbacks)")
 	dur(&cfg.ReportFlushInterval, "report-flush-interval", "longest a call report waits before it is sent")
 	dur(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", "longest wait for the decider's hedge budget before going without a hedge")
+	dur(&cfg.ReservationTTL, "reservation-ttl", "how long a rate-limit reservation lives if never reconciled (outlast the longest stream)")
+	dur(&cfg.ReserveTimeout, "reserve-timeout", "longest wait for a reservation before a fallback or hedge leg; slower skips that endpoint")
 	dur(&cfg.DrainDelay, "drain-delay", "at shutdown, how long /healthz answers 503 before the listener closes")
 	if key, v, ok := env("log-level"); ok {
 		if err := cfg.LogLevel.UnmarshalText([]byte(v)); err != nil {

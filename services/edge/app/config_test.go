@@ -32,6 +32,8 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 4, c.MaxAttempts)
 				require.Equal(t, 200*time.Millisecond, c.ReportFlushInterval)
 				require.Equal(t, 200*time.Millisecond, c.HedgeAcquireTimeout)
+				require.Equal(t, 2*time.Minute, c.ReservationTTL)
+				require.Equal(t, 300*time.Millisecond, c.ReserveTimeout)
 				require.Equal(t, slog.LevelInfo, c.LogLevel)
 				require.NotNil(t, c.Getenv)
 			},
@@ -41,13 +43,13 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--listen", "0.0.0.0:9000", "--decider", "decider:9090", "--region", "eu", "--edge-id", "e1",
 				"--max-body-bytes", "1024", "--first-token-timeout", "5s", "--stream-idle-timeout", "7s",
 				"--max-attempts", "2", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
-				"--hedge-acquire-timeout", "50ms"},
+				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
 					FirstTokenTimeout: 5 * time.Second, IdleTimeout: 7 * time.Second, MaxAttempts: 2,
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
-					HedgeAcquireTimeout: 50 * time.Millisecond,
+					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReserveTimeout: 150 * time.Millisecond,
 				}, withoutGetenv(c))
 			},
 		},
@@ -57,6 +59,7 @@ func TestParseFlags(t *testing.T) {
 				"SWITCHBOARD_EDGE_LISTEN": "127.0.0.1:1234", "SWITCHBOARD_EDGE_REGION": "us",
 				"SWITCHBOARD_EDGE_FIRST_TOKEN_TIMEOUT": "3s", "SWITCHBOARD_EDGE_MAX_ATTEMPTS": "3",
 				"SWITCHBOARD_EDGE_EDGE_ID": "pod-7", "SWITCHBOARD_EDGE_LOG_LEVEL": "warn",
+				"SWITCHBOARD_EDGE_RESERVATION_TTL": "5m",
 			},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, "127.0.0.1:1234", c.Listen)
@@ -65,6 +68,7 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 3, c.MaxAttempts)
 				require.Equal(t, "pod-7", c.EdgeID)
 				require.Equal(t, slog.LevelWarn, c.LogLevel)
+				require.Equal(t, 5*time.Minute, c.ReservationTTL)
 				require.Equal(t, "us", c.Getenv("SWITCHBOARD_EDGE_REGION"), "getenv is kept for credentials")
 			},
 		},
@@ -78,10 +82,11 @@ func TestParseFlags(t *testing.T) {
 		},
 		{
 			name: "every error at once",
-			args: []string{"--listen", "nope", "--max-attempts", "0", "--first-token-timeout", "-1s", "--max-body-bytes", "0"},
-			env:  map[string]string{"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT": "soon"},
+			args: []string{"--listen", "nope", "--max-attempts", "0", "--first-token-timeout", "-1s", "--max-body-bytes", "0",
+				"--reservation-ttl", "-1m", "--reserve-timeout", "-1s"},
+			env: map[string]string{"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT": "soon"},
 			wantErr: []string{"--listen", "--max-attempts", "--first-token-timeout", "--max-body-bytes",
-				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT"},
+				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT", "--reservation-ttl", "--reserve-timeout"},
 		},
 		{
 			name:    "unknown flag",

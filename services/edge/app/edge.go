@@ -121,6 +121,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Reporter:          reports,
 		Hedges:            decider,
 		HedgeTimeout:      cfg.HedgeAcquireTimeout,
+		Broker:            decider,
+		ReserveTimeout:    cfg.ReserveTimeout,
 		FirstTokenTimeout: cfg.FirstTokenTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxAttempts:       cfg.MaxAttempts,
@@ -131,12 +133,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	commands.probes, commands.cooldowns = probes, cooldowns
 
 	api := httpapi.New(httpapi.Options{
-		Decider:      decider,
-		Dispatcher:   dispatcher,
-		Region:       cfg.Region,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		DeciderState: func() string { return conn.GetState().String() },
-		Logger:       logger.With("component", "httpapi"),
+		Decider:        decider,
+		Dispatcher:     dispatcher,
+		Region:         cfg.Region,
+		MaxBodyBytes:   cfg.MaxBodyBytes,
+		ReservationTTL: cfg.ReservationTTL,
+		DeciderState:   func() string { return conn.GetState().String() },
+		Logger:         logger.With("component", "httpapi"),
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)

@@ -83,6 +83,9 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 			Id: name + "/" + model, Provider: name, BaseUrl: up.BaseURL(), UpstreamModel: "upstream-" + name,
 			ApiKeyEnv: strings.ToUpper(name) + "_API_KEY",
 			Price:     &switchboardv1.Price{Input: 0.2, CachedInput: 0.05, Output: 0.8},
+			// Each endpoint its own estimate, so a Reserve's usd tells which
+			// endpoint it was priced on.
+			EstimatedCostUsd: float64(i+1) / 1000,
 		})
 	}
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
@@ -122,9 +125,15 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 }
 
 // decision is the default Decide answer: the providers in order, for tenant
-// acme, no hedge.
+// acme, no hedge, reserved on the first provider as the decider does (its
+// reservation id is decideReservation(request id)).
 func (h *harness) decision(req *switchboardv1.DecideRequest) *switchboardv1.DecideResponse {
 	return &switchboardv1.DecideResponse{
+		Reservation: &switchboardv1.Reservation{ReservationId: h.decideReservation(req.GetRequestId())},
+		Demand: &switchboardv1.Demand{
+			InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: 4096,
+			Usd: h.eps[0].GetEstimatedCostUsd(), Requests: 1,
+		},
 		RequestId: req.GetRequestId(),
 		Model:     model,
 		Endpoint:  h.eps[0],
@@ -139,6 +148,12 @@ func (h *harness) decision(req *switchboardv1.DecideRequest) *switchboardv1.Deci
 		},
 		Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
 	}
+}
+
+// decideReservation is the id of the reservation the default decision
+// holds on the first provider for a request.
+func (h *harness) decideReservation(requestID string) string {
+	return fakedecider.ReservationID(requestID + "|" + h.eps[0].GetId())
 }
 
 // waitRecord waits for the activity record of one request on the Report

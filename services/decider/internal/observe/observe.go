@@ -70,9 +70,17 @@ func (ob *Observer) one(r *pb.CallReport) {
 	if id := r.GetReservationId(); id != "" && ob.o.Reconcile != nil {
 		// Reconciliation rides on the report the edge sends anyway: usage,
 		// outcome and the provider's rate-limit headers in one message.
+		u := r.GetUsage()
+		if r.GetOutcome() == pb.Outcome_OUTCOME_CANCELLED && u.GetCostUsd() > 0 {
+			// A cancelled call (a lost hedge, a client that left before the
+			// first token) is not the tenant's spend: the hedge budget or
+			// the operator pays it. Its tokens still count against quotas.
+			u = &pb.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
+				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported()}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := ob.o.Reconcile(ctx, &pb.ReconcileRequest{
-			ReservationId: id, Usage: r.GetUsage(), Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders(),
+			ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders(),
 		})
 		cancel()
 		if err != nil {

@@ -32,7 +32,20 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		Duration:   durationpb.New(now.Sub(c.Received)),
 		Usage:      &switchboardv1.Usage{},
 	}
-	for _, l := range s.legs {
+	for _, at := range s.attempts {
+		if sk := at.skip; sk != nil {
+			// Not a provider call: no status, no cost.
+			r.Attempts = append(r.Attempts, &switchboardv1.Attempt{
+				EndpointId: sk.ep.GetId(),
+				Provider:   sk.ep.GetProvider(),
+				Outcome:    sk.outcome,
+				Hedge:      sk.hedge,
+				Error:      sk.summary,
+				StartTime:  timestamppb.New(sk.at),
+			})
+			continue
+		}
+		l := at.leg
 		a := &switchboardv1.Attempt{
 			EndpointId: l.ep.GetId(),
 			Provider:   l.ep.GetProvider(),

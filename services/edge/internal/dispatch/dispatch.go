@@ -21,6 +21,13 @@
 // paid from the hedge budget, estimated as its prompt at the endpoint's
 // uncached input price; the client never pays for it.
 //
+// Admission (R-RL): nothing is sent upstream without a reservation from the
+// central rate-limit broker. The first endpoint runs under the one Decide
+// made; every other one (a fallback, a hedge leg) is reserved first and
+// skipped when the broker refuses. Each attempt's CallReport names its
+// reservation, from which the decider reconciles it; a reservation granted
+// but never used is released when the request ends.
+//
 // Billing (R-BILL-1): the client pays the serving endpoint's price for the
 // usage its provider reported (or, without one, for an estimate of what was
 // delivered), capped by the request's max_price and max_tokens; a request
@@ -74,6 +81,14 @@ type Options struct {
 	// HedgeTimeout bounds one AcquireHedge call; a slower answer counts as a
 	// refusal, since a hedge exists to save time (Optional). Defaults to 200ms.
 	HedgeTimeout time.Duration
+	// Broker reserves capacity for fallbacks and hedge legs of calls that
+	// carry an Admission, and releases unused reservations (Optional).
+	// Without it, such an endpoint cannot be reserved and is skipped.
+	Broker Broker
+	// ReserveTimeout bounds one Reserve (or release) call; a slower broker
+	// counts as an error and the endpoint is skipped (Optional). Defaults
+	// to 300ms.
+	ReserveTimeout time.Duration
 	// FirstTokenTimeout is how long one attempt may take to produce its first
 	// token before it counts as a timeout and the next endpoint is tried
 	// (Optional). Defaults to 60s.
@@ -112,6 +127,9 @@ func New(o Options) *Dispatcher {
 	}
 	if o.HedgeTimeout <= 0 {
 		o.HedgeTimeout = 200 * time.Millisecond
+	}
+	if o.ReserveTimeout <= 0 {
+		o.ReserveTimeout = 300 * time.Millisecond
 	}
 	if o.FirstTokenTimeout <= 0 {
 		o.FirstTokenTimeout = 60 * time.Second
@@ -173,6 +191,14 @@ type Call struct {
 	Hedge *switchboardv1.HedgePlan
 	// Caps bound the client's bill.
 	Caps Caps
+	// Admission is the reservation Decide made with the rate-limit broker
+	// (R-RL). When set, every endpoint called has its own reservation, named
+	// in its CallReport: Decide's for the endpoint it reserved, a new one
+	// (Reserve) for any other, and an endpoint that cannot be reserved is
+	// skipped. Nil when the decider reserved nothing — probes, which are the
+	// operator's and not a tenant's, or a decider without a broker — and no
+	// call is reserved.
+	Admission *Admission
 }
 
 // ErrClientGone is returned when the client went away before an answer could
@@ -205,14 +231,17 @@ func (f *Failure) Error() string { return f.Message }
 // w, hedging the first attempt when the call's plan says so. It returns nil
 // once an answer (possibly ending in a stream error event) was written,
 // ErrClientGone if the client left first, and a *Failure when every attempt
-// failed before writing anything. Either way it reports every attempt and
-// then the request's activity record.
+// failed before writing anything. Either way it reports every attempt, each
+// with its reservation, releases the reservations no attempt used, and then
+// sends the request's activity record.
 func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call, endpoints []*switchboardv1.Endpoint) error {
 	if call.Received.IsZero() {
 		call.Received = time.Now()
 	}
-	s := &serving{d: d, call: call, w: w}
+	s := newServing(d, call, w)
 	err := s.serve(ctx, endpoints)
+	s.drainHedge()
+	s.release(ctx)
 	d.opts.Reporter.Activity(s.record(err))
 	return err
 }

@@ -400,6 +400,7 @@ func TestProbe(t *testing.T) {
 	require.Len(t, reps, 1)
 	require.Equal(t, "p1", reps[0].GetProbeId())
 	require.Empty(t, reps[0].GetTenantId())
+	require.Empty(t, reps[0].GetReservationId(), "probes are the operator's: no tenant reservation")
 	require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, reps[0].GetOutcome())
 	require.EqualValues(t, 20000, reps[0].GetPromptTokens())
 }

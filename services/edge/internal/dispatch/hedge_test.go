@@ -154,6 +154,10 @@ func TestHedgeDelayed(t *testing.T) {
 	ups, eps := upstreams(t, 2)
 	ups[0].SetMode(fakeupstream.HangAfterHeaders) // slow: accepted, no first token
 	rec, b := &recorder{}, newBudget(true)
+	// The hedge starts only once the primary reached its provider, which
+	// then sees it cancelled; with a 1ms delay the hedge could otherwise win
+	// before the primary's connection was even made.
+	b.onAcquire = func() { <-ups[0].Arrived() }
 	d := newHedgeDispatcher(rec, b, 4)
 	call := newCall(t, streamBody)
 	call.Hedge = hedgePlan(switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, eps[1])

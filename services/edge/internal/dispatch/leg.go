@@ -61,6 +61,10 @@ func (r *result) fail(outcome switchboardv1.Outcome, summary, detail string) {
 type leg struct {
 	ep    *switchboardv1.Endpoint
 	hedge bool
+	// reservation is the broker reservation the call is sent under, named
+	// in its CallReport so the decider reconciles it; empty for probes and
+	// calls the broker is not in play for.
+	reservation string
 	// lost is set when the leg was cancelled because the other leg of a
 	// hedge produced the first token.
 	lost bool

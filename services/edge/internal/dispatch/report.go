@@ -26,6 +26,9 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		Usage:            attemptUsage(call, l),
 		PromptHash:       call.PromptHash,
 		Hedge:            l.hedge,
+		// The decider reconciles the reservation from this report, exactly
+		// once: every leg is reported once, whatever ended it.
+		ReservationId: l.reservation,
 	}
 	if res.hasTTFT {
 		r.Ttft = durationpb.New(res.ttft)

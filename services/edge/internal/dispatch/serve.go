@@ -22,12 +22,39 @@ type serving struct {
 	call Call
 	w    http.ResponseWriter
 
-	legs   []*leg
-	winner *leg
+	legs []*leg
+	// attempts are the legs and the skipped endpoints, in order, for the
+	// activity record.
+	attempts []attempt
+	winner   *leg
 	// lastFailed is the last leg to fail, whose error ends a request that
 	// every attempt failed.
 	lastFailed *leg
 	hedge      *switchboardv1.HedgeInfo
+
+	// held maps an endpoint to a reservation granted on it that no leg
+	// uses yet (at first, Decide's); spare holds granted reservations that
+	// can no longer be used. Both are released when the request ends.
+	held  map[string]string
+	spare []string
+	// used are the reservations legs were sent under; their CallReports
+	// reconcile them, so they are never released.
+	used map[string]bool
+	// refused are endpoints the broker refused (or could not be asked
+	// about) for this request; they are not asked again.
+	refused map[string]bool
+	// pending is a delayed hedge's budget-and-reserve step still running
+	// when its race ended, for pendingEp; drained before release.
+	pending   chan hedgeGrant
+	pendingEp *switchboardv1.Endpoint
+}
+
+func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
+	s := &serving{d: d, call: call, w: w, held: map[string]string{}, used: map[string]bool{}, refused: map[string]bool{}}
+	if a := call.Admission; a != nil && a.ReservationID != "" && a.EndpointID != "" {
+		s.held[a.EndpointID] = a.ReservationID
+	}
+	return s
 }
 
 // serve runs the attempts: the first one hedged when the plan says so, then
@@ -42,17 +69,29 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 	}
 	tried := make(map[string]bool, len(plan)+1)
 	for i, ep := range plan {
-		if tried[ep.GetId()] {
+		if tried[ep.GetId()] || s.refused[ep.GetId()] {
 			continue
 		}
 		if len(s.legs) >= d.opts.MaxAttempts {
 			break
 		}
+		// Nothing is sent before the broker reserved it (R-RL): an endpoint
+		// it refuses is skipped, as routing skips a full one.
+		id, sk := s.reservation(ctx, ep, false)
+		if sk != nil {
+			s.attempts = append(s.attempts, attempt{skip: sk})
+			continue
+		}
+		if i > 0 && ctx.Err() != nil {
+			// The client left while the fallback was reserved.
+			s.hold(ep.GetId(), id)
+			return ErrClientGone
+		}
 		var hedgeEp *switchboardv1.Endpoint
 		if i == 0 {
 			hedgeEp = s.hedgeTarget(ep)
 		}
-		winner, losers, err := s.try(ctx, ep, hedgeEp)
+		winner, losers, err := s.try(ctx, ep, id, hedgeEp)
 		for _, l := range s.legs {
 			tried[l.ep.GetId()] = true
 		}
@@ -85,25 +124,31 @@ func (s *serving) hedgeTarget(ep *switchboardv1.Endpoint) *switchboardv1.Endpoin
 	}
 	h := hp.GetEndpoint()
 	if !s.call.Stream || s.d.opts.Hedges == nil || s.d.opts.MaxAttempts < 2 ||
-		h == nil || h.GetBaseUrl() == "" || h.GetId() == ep.GetId() || s.d.opts.Cooldowns.Active(h.GetId()) {
+		h == nil || h.GetBaseUrl() == "" || h.GetId() == ep.GetId() || s.d.opts.Cooldowns.Active(h.GetId()) || s.refused[h.GetId()] {
 		return nil
 	}
 	s.hedge = &switchboardv1.HedgeInfo{Mode: mode}
 	return h
 }
 
-// try runs one attempt on ep, with a hedge leg on hedgeEp when it is not nil
-// and the budget grants it. It returns the first leg to become ready, with
-// the other legs still running (cancelled, to be reaped); or, when every leg
-// failed, no leg and the error that ends the request (nil to go on with the
-// fallbacks). Every failed leg is reported before try returns.
-func (s *serving) try(ctx context.Context, ep, hedgeEp *switchboardv1.Endpoint) (winner *leg, losers []*leg, err error) {
+// try runs one attempt on ep under reservation id, with a hedge leg on
+// hedgeEp when it is not nil and both the budget and the broker grant it. It
+// returns the first leg to become ready, with the other legs still running
+// (cancelled, to be reaped); or, when every leg failed, no leg and the error
+// that ends the request (nil to go on with the fallbacks). Every failed leg
+// is reported before try returns.
+func (s *serving) try(ctx context.Context, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (winner *leg, losers []*leg, err error) {
 	done := make(chan *leg, 2)
 	var running []*leg
-	launch := func(ep *switchboardv1.Endpoint, hedge bool) {
+	launch := func(ep *switchboardv1.Endpoint, hedge bool, reservation string) {
 		l := s.d.newLeg(ctx, s.call, ep, hedge)
+		l.reservation = reservation
+		if reservation != "" {
+			s.used[reservation] = true
+		}
 		l.opened = make(chan struct{})
 		s.legs = append(s.legs, l)
+		s.attempts = append(s.attempts, attempt{leg: l})
 		running = append(running, l)
 		go func() {
 			l.ready = s.d.open(ctx, s.call, l)
@@ -115,14 +160,23 @@ func (s *serving) try(ctx context.Context, ep, hedgeEp *switchboardv1.Endpoint) 
 	var delay <-chan time.Time
 	if hedgeEp != nil {
 		if s.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
+			// Budget, then reservation, then both legs at once.
 			granted := s.acquire(ctx, ep, hedgeEp)
-			launch(ep, false)
+			var hid string
+			var sk *skip
 			if granted {
-				launch(hedgeEp, true)
+				hid, sk = s.reservation(ctx, hedgeEp, true)
+			}
+			launch(ep, false, id)
+			switch {
+			case sk != nil:
+				s.attempts = append(s.attempts, attempt{skip: sk})
+			case granted:
+				launch(hedgeEp, true, hid)
 				s.hedge.Used = true
 			}
 		} else {
-			launch(ep, false)
+			launch(ep, false, id)
 			d := defaultHedgeDelay
 			if hd := s.call.Hedge.GetDelay(); hd != nil && hd.AsDuration() > 0 {
 				d = hd.AsDuration()
@@ -132,19 +186,20 @@ func (s *serving) try(ctx context.Context, ep, hedgeEp *switchboardv1.Endpoint) 
 			delay = t.C
 		}
 	} else {
-		launch(ep, false)
+		launch(ep, false, id)
 	}
 
-	// grant is set while a delayed hedge's AcquireHedge is in flight. It
-	// runs beside the race, so a primary whose first token arrives meanwhile
-	// is not held back; when the race ends first, the call is cancelled and
-	// joined.
-	var grant chan bool
+	// grant is set while a delayed hedge's AcquireHedge (and then Reserve)
+	// is in flight. It runs beside the race, so a primary whose first token
+	// arrives meanwhile is not held back; when the race ends first, the
+	// budget call is cancelled and the step is handed to Serve, which joins
+	// it after the answer and releases what it reserved.
+	var grant chan hedgeGrant
 	stopAcquire := func() {}
 	defer func() {
 		if grant != nil {
 			stopAcquire()
-			<-grant
+			s.pending, s.pendingEp = grant, hedgeEp
 		}
 	}()
 	var final *Failure
@@ -175,16 +230,28 @@ func (s *serving) try(ctx context.Context, ep, hedgeEp *switchboardv1.Endpoint) 
 		case <-delay:
 			delay = nil
 			actx, cancel := context.WithCancel(ctx)
-			stopAcquire, grant = cancel, make(chan bool, 1)
-			go func() { grant <- s.acquire(actx, ep, hedgeEp) }()
-		case granted := <-grant:
+			stopAcquire, grant = cancel, make(chan hedgeGrant, 1)
+			held, _ := s.takeHeld(hedgeEp.GetId())
+			go func() { grant <- s.grantHedge(actx, ep, hedgeEp, held) }()
+		case g := <-grant:
 			grant = nil
 			stopAcquire()
-			// If the primary is ready too, its event waits in done: take it
-			// rather than start a hedge only to cancel it.
-			if granted && len(done) == 0 {
-				launch(hedgeEp, true)
+			if !g.granted {
+				s.hold(hedgeEp.GetId(), g.held)
+				break
+			}
+			hid, sk, ok := s.hedgeReservation(hedgeEp, g)
+			switch {
+			case sk != nil:
+				s.attempts = append(s.attempts, attempt{skip: sk})
+			case ok && len(done) == 0:
+				launch(hedgeEp, true, hid)
 				s.hedge.Used = true
+			default:
+				// The primary is ready too, its event waiting in done: take
+				// it rather than start a hedge only to cancel it. What was
+				// reserved for the hedge is given back.
+				s.hold(hedgeEp.GetId(), hid)
 			}
 		}
 	}
@@ -251,6 +318,10 @@ func (s *serving) settle(l *leg) {
 	cancelled := l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed
 	if !l.res.committed && !cancelled {
 		s.lastFailed = l
+		// A failed attempt gives its capacity back at once, before any
+		// fallback is reserved: waiting for the batched report would let a
+		// tenant at its concurrency cap be refused its own failover.
+		s.releaseFailed(l)
 	}
 	if cancelled && s.hedge != nil && (l.lost || l.hedge) {
 		s.hedge.LoserEndpointId = l.ep.GetId()
@@ -265,8 +336,17 @@ func (s *serving) settle(l *leg) {
 // attempts.
 func (s *serving) failure() *Failure {
 	var tried []string
-	for _, l := range s.legs {
-		tried = append(tried, l.ep.GetProvider()+": "+l.res.summary)
+	var capacity *skip
+	for _, a := range s.attempts {
+		switch {
+		case a.leg != nil:
+			tried = append(tried, a.leg.ep.GetProvider()+": "+a.leg.res.summary)
+		default:
+			tried = append(tried, a.skip.ep.GetProvider()+": "+a.skip.summary)
+			if a.skip.capacity && (capacity == nil || a.skip.retryAfter < capacity.retryAfter) {
+				capacity = a.skip
+			}
+		}
 	}
 	last := s.lastFailed
 	f := &Failure{
@@ -276,6 +356,11 @@ func (s *serving) failure() *Failure {
 		Message: fmt.Sprintf("all %d attempts failed: %s", len(tried), strings.Join(tried, "; ")),
 	}
 	if last == nil {
+		if capacity != nil {
+			// No provider was called: every endpoint was full. Come back
+			// when the first of them has room.
+			f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", capacity.retryAfter
+		}
 		return f
 	}
 	switch last.res.outcome {

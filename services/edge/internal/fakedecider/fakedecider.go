@@ -1,6 +1,7 @@
 // Package fakedecider is a real gRPC DeciderService on loopback whose answers
-// a test sets, recording every Decide and AcquireHedge call and everything an
-// edge sends on the Report stream. Its activity log serves ListActivity and
+// a test sets, recording every Decide, AcquireHedge, Reserve and Reconcile
+// call and everything an edge sends on the Report stream. Reserve admits
+// every request unless told to refuse an endpoint. Its activity log serves ListActivity and
 // GetActivity from the records the edge reported, scoped to the caller's
 // tenant as the real decider does. It exists for the edge's tests only.
 package fakedecider
@@ -35,6 +36,10 @@ type Decider struct {
 	listModels func(*switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error)
 	hedge      func(context.Context, *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error)
 	identify   func(*switchboardv1.Identity) (string, error)
+	reserve    func(context.Context, *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error)
+	refusals   map[string]*switchboardv1.Refusal
+	reserveReq []*switchboardv1.ReserveRequest
+	reconciles []*switchboardv1.ReconcileRequest
 	decideReqs []*switchboardv1.DecideRequest
 	hedgeReqs  []*switchboardv1.AcquireHedgeRequest
 	listReqs   []*switchboardv1.ListActivityRequest
@@ -148,6 +153,47 @@ func (d *Decider) SetIdentify(f func(*switchboardv1.Identity) (string, error)) {
 	d.identify = f
 }
 
+// SetReserve sets the Reserve answer, replacing the default (admit, unless
+// RefuseReserve names the endpoint).
+func (d *Decider) SetReserve(f func(context.Context, *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reserve = f
+}
+
+// RefuseReserve makes the default Reserve refuse every reservation on an
+// endpoint with ref; a nil ref admits it again.
+func (d *Decider) RefuseReserve(endpointID string, ref *switchboardv1.Refusal) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.refusals == nil {
+		d.refusals = map[string]*switchboardv1.Refusal{}
+	}
+	if ref == nil {
+		delete(d.refusals, endpointID)
+		return
+	}
+	d.refusals[endpointID] = ref
+}
+
+// ReservationID is the id the default Reserve grants for an idempotency
+// key, so a test knows what a call report should carry.
+func ReservationID(idempotencyKey string) string { return "rsv-" + idempotencyKey }
+
+// ReserveRequests returns the Reserve requests received so far.
+func (d *Decider) ReserveRequests() []*switchboardv1.ReserveRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*switchboardv1.ReserveRequest(nil), d.reserveReq...)
+}
+
+// ReconcileRequests returns the Reconcile requests received so far.
+func (d *Decider) ReconcileRequests() []*switchboardv1.ReconcileRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*switchboardv1.ReconcileRequest(nil), d.reconciles...)
+}
+
 // HedgeRequests returns the AcquireHedge requests received so far.
 func (d *Decider) HedgeRequests() []*switchboardv1.AcquireHedgeRequest {
 	d.mu.Lock()
@@ -246,6 +292,36 @@ func (d *Decider) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHe
 		return &switchboardv1.AcquireHedgeResponse{}, nil
 	}
 	return f(ctx, req)
+}
+
+// Reserve implements [switchboardv1.DeciderServiceServer.Reserve]: by
+// default it admits with id ReservationID(idempotency_key), or answers the
+// refusal RefuseReserve set for the endpoint.
+func (d *Decider) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+	d.mu.Lock()
+	d.reserveReq = append(d.reserveReq, proto.Clone(req).(*switchboardv1.ReserveRequest))
+	f := d.reserve
+	ref := d.refusals[req.GetEndpointId()]
+	d.mu.Unlock()
+	if f != nil {
+		return f(ctx, req)
+	}
+	if ref != nil {
+		return &switchboardv1.ReserveResponse{Refusal: proto.Clone(ref).(*switchboardv1.Refusal)}, nil
+	}
+	return &switchboardv1.ReserveResponse{Admitted: true, Reservation: &switchboardv1.Reservation{
+		ReservationId: ReservationID(req.GetIdempotencyKey()), RequestId: req.GetRequestId(),
+		IdempotencyKey: req.GetIdempotencyKey(), Demand: req.GetDemand(),
+	}}, nil
+}
+
+// Reconcile implements [switchboardv1.DeciderServiceServer.Reconcile]: it
+// records the request.
+func (d *Decider) Reconcile(_ context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
+	d.mu.Lock()
+	d.reconciles = append(d.reconciles, proto.Clone(req).(*switchboardv1.ReconcileRequest))
+	d.mu.Unlock()
+	return &switchboardv1.ReconcileResponse{}, nil
 }
 
 func (d *Decider) tenantOf(id *switchboardv1.Identity) (string, error) {

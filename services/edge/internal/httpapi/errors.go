@@ -23,6 +23,8 @@ type apiError struct {
 	param      string
 	message    string
 	retryAfter time.Duration
+	// header holds extra response headers (a refusal's rate-limit figures).
+	header http.Header
 }
 
 type errorBody struct {
@@ -45,6 +47,9 @@ func optional(s string) *string {
 
 func writeError(w http.ResponseWriter, e apiError) {
 	h := w.Header()
+	for k, vs := range e.header {
+		h[k] = vs
+	}
 	h.Set("Content-Type", "application/json")
 	if e.retryAfter > 0 {
 		// Whole seconds, rounded up: a client waiting the rounded-down value

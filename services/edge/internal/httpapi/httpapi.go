@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
@@ -38,6 +39,12 @@ const (
 	HeaderDebug = "X-Switchboard-Debug"
 )
 
+// DefaultReservationTTL is how long a reservation lives if never
+// reconciled: longer than any answer normally streams, so a long stream
+// keeps its reservation to the end, and short enough that an edge that
+// died mid-request gives the capacity back soon.
+const DefaultReservationTTL = 2 * time.Minute
+
 // Options configure a Server.
 type Options struct {
 	// Decider answers Decide, ListModels, ListActivity and GetActivity
@@ -53,6 +60,9 @@ type Options struct {
 	// Defaults to 2s: Decide answers in microseconds, so a decider slower
 	// than that is in trouble and the client should hear so.
 	DeciderTimeout time.Duration
+	// ReservationTTL is sent with every Decide: how long the reservation
+	// lives if never reconciled (Optional). Defaults to 2 minutes.
+	ReservationTTL time.Duration
 	// DeciderState reports the decider connection's state for /healthz
 	// (Optional).
 	DeciderState func() string
@@ -75,6 +85,9 @@ func New(o Options) *Server {
 	}
 	if o.DeciderTimeout <= 0 {
 		o.DeciderTimeout = 2 * time.Second
+	}
+	if o.ReservationTTL <= 0 {
+		o.ReservationTTL = DefaultReservationTTL
 	}
 	if o.DeciderState == nil {
 		o.DeciderState = func() string { return "UNKNOWN" }
@@ -175,6 +188,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, *aerr)
 		return
 	}
+	identity, aerr := identityOf(r, keyHash)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		writeError(w, *aerr)
@@ -195,7 +213,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	dctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
 	resp, err := s.opts.Decider.Decide(dctx, &switchboardv1.DecideRequest{
 		RequestId: reqID,
-		Identity:  &switchboardv1.Identity{ApiKeySha256: keyHash},
+		Identity:  identity,
 		Model:     req.Model,
 		Tokens: &switchboardv1.TokenEstimate{
 			InputTokens:     req.InputTokens,
@@ -207,6 +225,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Parameters: req.Parameters,
 		Region:     s.opts.Region,
 		Explain:    debug,
+		// Every dispatch goes through the broker (R-RL): Decide reserves on
+		// the endpoint it picks, skipping full ones, and refuses when the
+		// caller's own limits or every endpoint are full. The request id
+		// makes a retried Decide return the same reservation.
+		Reserve:        true,
+		IdempotencyKey: reqID,
+		ReservationTtl: durationpb.New(s.opts.ReservationTTL),
 	})
 	cancel()
 	if err != nil {
@@ -215,6 +240,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		e := deciderError(err)
 		log.Info("decide refused", "model", req.Model, "status", e.status, "error", err)
+		writeError(w, e)
+		return
+	}
+	if ref := resp.GetRefusal(); ref != nil {
+		e := refusalError(ref, time.Now())
+		log.Info("admission refused", "model", req.Model, "reason", ref.GetReason().String(),
+			"scope", ref.GetScope().String(), "unit", ref.GetUnit().String(), "retry_after", e.retryAfter)
 		writeError(w, e)
 		return
 	}
@@ -251,6 +283,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			MaxPrice:        capPrice(resp.GetMaxPrice(), req.Provider.GetMaxPrice()),
 			MaxOutputTokens: req.MaxOutputTokens,
 		},
+		Admission: s.admission(resp, identity, req),
 	}
 	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
 	err = s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)
@@ -270,6 +303,36 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		log.Error("chat completion failed", "model", model, "error", err)
 		writeError(w, apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
 			message: "internal error"})
+	}
+}
+
+// admission is what dispatch needs to reserve the request's further
+// endpoints (fallbacks, a hedge leg) the way Decide reserved the first: nil
+// when Decide reserved nothing, as a decider without a broker answers.
+func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboardv1.Identity, req *chatreq.Request) *dispatch.Admission {
+	id := resp.GetReservation().GetReservationId()
+	if id == "" {
+		return nil
+	}
+	who := resp.GetIdentity()
+	if who.GetTenantId() == "" {
+		// Without a resolved identity, reserve as the client: the broker
+		// authenticates the key hash again.
+		who = asked
+	}
+	demand := resp.GetDemand()
+	if demand == nil {
+		demand = resp.GetReservation().GetDemand()
+	}
+	if demand == nil {
+		demand = &switchboardv1.Demand{InputTokens: req.InputTokens, OutputTokens: req.MaxOutputTokens, Requests: 1}
+	}
+	return &dispatch.Admission{
+		ReservationID: id,
+		EndpointID:    resp.GetEndpoint().GetId(),
+		Identity:      who,
+		Demand:        demand,
+		TTL:           s.opts.ReservationTTL,
 	}
 }
 

@@ -1,0 +1,199 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
+)
+
+// limitedSystem is a whole Switchboard whose catalog has tenant and
+// provider limits; the decider listens on a fixed address so it can be
+// restarted under a running edge.
+type limitedSystem struct {
+	sim     *provsim.Sim
+	decider *deciderapp.Decider
+	dcfg    deciderapp.Config
+	edge    *edgeapp.Edge
+	sys     *system
+}
+
+func startLimited(t *testing.T, tenantLimits, alphaLimits string) *limitedSystem {
+	t.Helper()
+	ctx := t.Context()
+	l := &limitedSystem{}
+	cfg, err := provsim.ParseConfig([]byte(simConfig))
+	require.NoError(t, err)
+	l.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.sim.Close() })
+
+	dir := t.TempDir()
+	cat := fmt.Sprintf(`
+models:
+  - id: %[1]s
+    endpoints:
+      - provider: alpha
+        base_url: %[2]s
+        upstream_model: %[5]s
+        api_key_env: ALPHA_KEY
+        price: {input: 0.10, cached_input: 0.05, output: 0.50}
+        limits: [%[8]s]
+      - {provider: beta,  base_url: %[3]s, upstream_model: %[5]s, price: {input: 0.20, cached_input: 0.02, output: 0.60}}
+      - {provider: gamma, base_url: %[4]s, upstream_model: %[5]s, price: {input: 0.25, cached_input: 0.10, output: 0.70}}
+tenants:
+  - id: acme
+    api_keys_sha256: [%[6]s]
+    limits: [%[9]s]
+  - {id: globex, api_keys_sha256: [%[7]s]}
+`, model, l.sim.Provider("alpha").URL(), l.sim.Provider("beta").URL(), l.sim.Provider("gamma").URL(), simModel,
+		catalog.HashKey(testKey), catalog.HashKey(otherKey), alphaLimits, tenantLimits)
+	catPath := filepath.Join(dir, "catalog.yaml")
+	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	l.dcfg = deciderapp.Config{
+		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e",
+		ShutdownTimeout: 5 * time.Second, Exploration: -1,
+	}
+	l.decider, err = deciderapp.Start(ctx, l.dcfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.decider.Close() })
+
+	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"},
+		func(string) string { return "" })
+	require.NoError(t, err)
+	ecfg.Getenv = func(k string) string {
+		if k == "ALPHA_KEY" {
+			return alphaCred
+		}
+		return ""
+	}
+	l.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.edge.Close() })
+	l.sys = &system{edge: l.edge}
+	return l
+}
+
+// ask sends a short non-streamed chat request with about n prompt tokens.
+func (l *limitedSystem) ask(t *testing.T, key string, n int) (int, http.Header, map[string]any) {
+	t.Helper()
+	return l.sys.post(t, key, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"`+longPrompt(n)+`"}]}`)
+}
+
+func TestTenantTokenBudgetRefusedWith429(t *testing.T) {
+	l := startLimited(t, `{unit: input_tokens, per: minute, capacity: 10000}`, ``)
+	// About 3000 input tokens each: three fit in 10000 a minute, the fourth does not.
+	for i := range 3 {
+		code, _, body := l.ask(t, testKey, 3000)
+		require.Equal(t, http.StatusOK, code, "request %d: %v", i, body)
+	}
+	code, hdr, body := l.ask(t, testKey, 3000)
+	require.Equal(t, http.StatusTooManyRequests, code, "%v", body)
+	e := body["error"].(map[string]any)
+	require.NotEmpty(t, e["message"])
+	retry, err := strconv.Atoi(hdr.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After in seconds")
+	require.Positive(t, retry)
+	require.LessOrEqual(t, retry, 60, "a per-minute bucket refills within the minute")
+	require.Equal(t, "tenant", hdr.Get("x-switchboard-ratelimit-scope"))
+	require.Equal(t, "10000", anyHeader(hdr, "x-ratelimit-limit-tokens", "x-ratelimit-limit-input-tokens"), "the caller's own limit: %v", hdr)
+	remaining, err := strconv.ParseFloat(anyHeader(hdr, "x-ratelimit-remaining-tokens", "x-ratelimit-remaining-input-tokens"), 64)
+	require.NoError(t, err)
+	require.Less(t, remaining, 3000.0)
+	require.NotEmpty(t, anyHeader(hdr, "x-ratelimit-reset-tokens", "x-ratelimit-reset-input-tokens"))
+
+	// Another tenant is not affected, and the refusal told acme nothing of it.
+	code, _, body = l.ask(t, otherKey, 3000)
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	require.NotContains(t, fmt.Sprint(body, hdr), "globex")
+
+	// The refused request reached no provider.
+	var total int64
+	for _, p := range []string{"alpha", "beta", "gamma"} {
+		total += l.sim.Provider(p).Stats().Requests
+	}
+	require.Equal(t, int64(4), total)
+}
+
+func TestProviderLimitSendsTrafficToTheNextEndpoint(t *testing.T) {
+	// alpha's provider project takes 2 requests a minute; the tenant is unlimited.
+	l := startLimited(t, ``, `{unit: requests, per: minute, capacity: 2, scope: provider_project}`)
+	var got []string
+	for range 4 {
+		code, _, body := l.ask(t, testKey, 50)
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		got = append(got, body["provider"].(string))
+	}
+	require.Equal(t, []string{"alpha", "alpha", "beta", "beta"}, got, "a full provider is skipped, the client is not refused")
+	require.Equal(t, int64(2), l.sim.Provider("alpha").Stats().Requests, "alpha never saw more than its quota")
+}
+
+// TestDeciderRestartDoesNotOverAdmit restarts the decider mid-run, once
+// cleanly and once as a crash: admissions across the restarts never exceed
+// the tenant's requests per minute.
+func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			l := startLimited(t, `{unit: requests, per: minute, capacity: 6}`, ``)
+			ok := 0
+			for range 4 {
+				if code, _, _ := l.ask(t, testKey, 20); code == http.StatusOK {
+					ok++
+				}
+			}
+			require.Equal(t, 4, ok)
+			time.Sleep(1500 * time.Millisecond) // the owner snapshots about once a second
+
+			if crash {
+				l.decider.Kill()
+			} else {
+				l.decider.Close()
+			}
+			cfg := l.dcfg
+			cfg.Catalog = ""
+			d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
+			require.NoError(t, err)
+			t.Cleanup(d.Close)
+			l.decider = d
+
+			// The edge reconnects; 20 more attempts within the same minute.
+			require.Eventually(t, func() bool {
+				code, _, _ := l.ask(t, testKey, 20)
+				if code == http.StatusOK {
+					ok++
+				}
+				return code != http.StatusServiceUnavailable
+			}, 15*time.Second, 50*time.Millisecond)
+			for range 20 {
+				if code, _, _ := l.ask(t, testKey, 20); code == http.StatusOK {
+					ok++
+				}
+			}
+			require.LessOrEqual(t, ok, 6, "never more than the tenant's 6 a minute across the restart")
+			if !crash {
+				require.Equal(t, 6, ok, "a clean restart loses no capacity either")
+			}
+		})
+	}
+}
+
+// anyHeader returns the first of names that is set: OpenAI names its token
+// limits x-ratelimit-*-tokens; a gateway may be more specific.
+func anyHeader(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
