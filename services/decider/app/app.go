@@ -410,7 +410,7 @@ func (d *Decider) maintain(ctx context.Context) {
 			// A last save on the way out, so a clean restart loses nothing.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			save(sctx)
-			if data, changed := d.budget.Snapshot(); changed {
+			if data, changed := d.budget.Snapshot(); changed && d.adm != nil && d.adm.Owner() {
 				_ = d.store.PutHedgeBudget(sctx, data)
 			}
 			cancel()
@@ -420,7 +420,8 @@ func (d *Decider) maintain(ctx context.Context) {
 		d.stats.Refresh()
 		d.cool.Expire(d.cfg.Now())
 		d.broker.Expire(d.cfg.Now())
-		if data, changed := d.budget.Snapshot(); changed {
+		// Only the broker's owner spends the hedge budget, so only it saves it.
+		if data, changed := d.budget.Snapshot(); changed && d.adm != nil && d.adm.Owner() {
 			if err := d.store.PutHedgeBudget(ctx, data); err != nil {
 				d.logger.Warn("saving the hedge budget", "err", err)
 			}
@@ -520,6 +521,11 @@ func (d *Decider) Close() {
 			d.hub.Close()
 			d.srv.Shutdown(0, max(d.cfg.ShutdownTimeout, time.Second))
 			if d.adm != nil {
+				if data, _ := d.budget.Snapshot(); d.adm.Owner() {
+					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_ = d.store.PutHedgeBudget(sctx, data)
+					cancel()
+				}
 				// After the server stopped admitting: the final snapshot is
 				// complete, so the next owner needs no learning mode.
 				d.adm.Close()

@@ -259,6 +259,20 @@ func (a *Admission) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*p
 	return st.Proto(), nil
 }
 
+// Forward returns a client of the broker's owner when this replica is not it
+// (nil when it is), so other central decisions that must be atomic across
+// edges — the hedge budget — are taken in one place too.
+func (a *Admission) Forward(ctx context.Context) (pb.DeciderServiceClient, error) {
+	if a.owner.Load() {
+		return nil, nil
+	}
+	c, err := a.ownerClient(ctx)
+	if errors.Is(err, errRetryLocally) {
+		return nil, nil
+	}
+	return c, err
+}
+
 func (a *Admission) ownerClient(ctx context.Context) (pb.DeciderServiceClient, error) {
 	resp, err := a.elect.Leader(ctx)
 	if err != nil || len(resp.Kvs) == 0 {

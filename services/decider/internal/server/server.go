@@ -169,9 +169,20 @@ func (s *Server) ListModels(_ context.Context, req *pb.ListModelsRequest) (*pb.L
 }
 
 // AcquireHedge implements [pb.DeciderServiceServer.AcquireHedge].
-func (s *Server) AcquireHedge(_ context.Context, req *pb.AcquireHedgeRequest) (*pb.AcquireHedgeResponse, error) {
+// The budget is held by the replica that owns the rate-limit broker, so the
+// decision is atomic across every edge and replica; others forward.
+func (s *Server) AcquireHedge(ctx context.Context, req *pb.AcquireHedgeRequest) (*pb.AcquireHedgeResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is required")
+	}
+	if a := s.adm.Load(); a != nil {
+		c, err := a.Forward(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			return c.AcquireHedge(ctx, req)
+		}
 	}
 	ok, left, reset := s.budget.Acquire(req.GetRequestId(), req.GetEstimatedCostUsd())
 	return &pb.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
