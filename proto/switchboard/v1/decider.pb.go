@@ -2827,6 +2827,9 @@ type CallReport struct {
 	// it from this report (usage, outcome, rate-limit headers), so an edge
 	// needs no Reconcile RPC per call.
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// stream is whether the call was streamed: only a stream's timing after
+	// the first token measures the endpoint's output speed.
+	Stream        bool `protobuf:"varint,19,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2985,6 +2988,13 @@ func (x *CallReport) GetReservationId() string {
 		return x.ReservationId
 	}
 	return ""
+}
+
+func (x *CallReport) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
 }
 
 // CallReportBatch carries several call reports at once, so reporting costs
@@ -4670,7 +4680,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"\xd7\x05\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\xef\x05\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -4697,7 +4707,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vprompt_hash\x18\x10 \x01(\x06R\n" +
 	"promptHash\x12\x14\n" +
 	"\x05hedge\x18\x11 \x01(\bR\x05hedge\x12%\n" +
-	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\"G\n" +
+	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\x12\x16\n" +
+	"\x06stream\x18\x13 \x01(\bR\x06stream\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc0\x01\n" +
 	"\rReportRequest\x121\n" +

@@ -107,9 +107,10 @@ func (ob *Observer) one(r *pb.CallReport) {
 		if r.GetTtft() != nil {
 			ttft := r.GetTtft().AsDuration()
 			ob.o.Stats.ObserveTTFT(ep, tokens.BucketOf(r.GetPromptTokens()), ttft, at)
-			if d := r.GetDuration().AsDuration(); u.GetOutputTokens() > 1 && d > ttft {
+			if d := r.GetDuration().AsDuration(); r.GetStream() && u.GetOutputTokens() > 1 && d > ttft {
 				// Tokens after the first over the time after the first: the
 				// generation speed, not polluted by the prompt's read time.
+				// Only streams: a non-streamed answer arrives all at once.
 				ob.o.Stats.ObserveThroughput(ep, float64(u.GetOutputTokens()-1)/(d-ttft).Seconds(), at)
 			}
 		}

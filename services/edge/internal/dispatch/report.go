@@ -29,6 +29,7 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		// The decider reconciles the reservation from this report, exactly
 		// once: every leg is reported once, whatever ended it.
 		ReservationId: l.reservation,
+		Stream:        call.Stream,
 	}
 	if res.hasTTFT {
 		r.Ttft = durationpb.New(res.ttft)

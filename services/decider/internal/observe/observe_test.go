@@ -1,0 +1,90 @@
+package observe
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+)
+
+type fakeCatalog struct{}
+
+func (fakeCatalog) Endpoint(id string) (string, catalog.Rates, bool) {
+	if id != "a/m" {
+		return "", catalog.Rates{}, false
+	}
+	return "m", catalog.Rates{Input: 1, CachedInput: 0.5, Output: 2}, true
+}
+
+var _ Catalog = fakeCatalog{}
+
+func TestIngest(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	st := stats.New(stats.Config{Now: clock})
+	cool := cooldown.New(cooldown.Options{})
+	var sent []*pb.ReportResponse
+	var reconciled []*pb.ReconcileRequest
+	ob := New(Options{
+		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
+		Broadcast: func(m *pb.ReportResponse) { sent = append(sent, m) },
+		Reconcile: func(_ context.Context, r *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
+			reconciled = append(reconciled, r)
+			return &pb.ReconcileResponse{}, nil
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	ok := func(stream bool) *pb.CallReport {
+		return &pb.CallReport{EndpointId: "a/m", Outcome: pb.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: stream,
+			Ttft: durationpb.New(time.Second), Duration: durationpb.New(3 * time.Second),
+			Usage: &pb.Usage{InputTokens: 40000, OutputTokens: 101, Reported: true}}
+	}
+	ob.Ingest(nil, []*pb.CallReport{ok(false)})
+	ttft, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
+	require.Equal(t, time.Second, ttft)
+	require.Equal(t, 1, n)
+	_, n, _ = st.Throughput("a/m")
+	require.Zero(t, n, "a non-streamed answer says nothing of output speed")
+	ob.Ingest(nil, []*pb.CallReport{ok(true)})
+	tps, _, _ := st.Throughput("a/m")
+	require.InDelta(t, 50, tps, 1e-9, "100 tokens after the first in 2 s")
+
+	// A refusal benches the endpoint, for at least Retry-After, and tells every edge.
+	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "a/m", Outcome: pb.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(time.Hour)}})
+	until, cooling := cool.Until("a/m", now.Add(30*time.Minute))
+	require.True(t, cooling)
+	require.Equal(t, now.Add(time.Hour), until)
+	require.Len(t, sent, 1)
+	require.Equal(t, "a/m", sent[0].GetCooldown().GetEndpointId())
+
+	// Unknown endpoints grow nothing.
+	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "evil/x", Outcome: pb.Outcome_OUTCOME_OK, Ttft: durationpb.New(time.Second)}})
+	require.Equal(t, int64(1), ob.Unknown())
+
+	// Probes are priced at the catalog's rates and accounted.
+	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "a/m", ProbeId: "p1", Outcome: pb.Outcome_OUTCOME_OK,
+		Usage: &pb.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}}})
+	probes, usd := ob.ProbeCost()
+	require.Equal(t, int64(1), probes)
+	require.InDelta(t, 3.0, usd, 1e-9)
+
+	// A report naming a reservation reconciles it; a cancelled call's cost
+	// is not the tenant's spend.
+	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "a/m", ReservationId: "r1", Outcome: pb.Outcome_OUTCOME_CANCELLED,
+		Usage: &pb.Usage{InputTokens: 100, CostUsd: 0.5}}})
+	require.Len(t, reconciled, 1)
+	require.Equal(t, "r1", reconciled[0].GetReservationId())
+	require.Zero(t, reconciled[0].GetUsage().GetCostUsd())
+	require.Equal(t, int64(100), reconciled[0].GetUsage().GetInputTokens())
+}
