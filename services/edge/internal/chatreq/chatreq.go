@@ -5,13 +5,14 @@
 package chatreq
 
 import (
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -208,34 +209,9 @@ func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
 			}
 		}
 		opts["include_usage"] = json.RawMessage("true")
-		out["stream_options"] = encodeObject(opts)
+		out["stream_options"] = jsonobj.Encode(opts)
 	}
-	return encodeObject(out), nil
-}
-
-// encodeObject writes a JSON object from already valid raw values. Unlike
-// json.Marshal it copies each value as is instead of re-validating and
-// compacting it, which matters for bodies of megabytes.
-func encodeObject(fields map[string]json.RawMessage) []byte {
-	keys := make([]string, 0, len(fields))
-	size := 2
-	for k, v := range fields {
-		keys = append(keys, k)
-		size += len(k) + len(v) + 4
-	}
-	slices.Sort(keys)
-	buf := make([]byte, 0, size+16)
-	buf = append(buf, '{')
-	for i, k := range keys {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		q, _ := json.Marshal(k)
-		buf = append(buf, q...)
-		buf = append(buf, ':')
-		buf = append(buf, bytes.TrimSpace(fields[k])...)
-	}
-	return append(buf, '}')
+	return jsonobj.Encode(out), nil
 }
 
 type parsedMessages struct {

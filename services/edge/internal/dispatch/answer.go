@@ -1,12 +1,13 @@
 package dispatch
 
 import (
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -192,7 +193,7 @@ func (rw *rewriter) rewrite(data []byte) ([]byte, chunkInfo, error) {
 	}
 	fields["model"] = rw.model
 	fields["provider"] = rw.provider
-	return encodeObject(fields), info, nil
+	return jsonobj.Encode(fields), info, nil
 }
 
 // withCost returns the usage object with cost set (replacing a provider's
@@ -203,32 +204,7 @@ func withCost(rawUsage json.RawMessage, cost float64) json.RawMessage {
 		return rawUsage
 	}
 	u["cost"] = appendCost(nil, cost)
-	return encodeObject(u)
-}
-
-// encodeObject writes a JSON object from already valid raw values, copying
-// each as is: json.Marshal would validate and compact every value again, on
-// every chunk of every stream.
-func encodeObject(fields map[string]json.RawMessage) []byte {
-	keys := make([]string, 0, len(fields))
-	size := 2
-	for k, v := range fields {
-		keys = append(keys, k)
-		size += len(k) + len(v) + 4
-	}
-	slices.Sort(keys)
-	buf := make([]byte, 0, size+16)
-	buf = append(buf, '{')
-	for i, k := range keys {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		q, _ := json.Marshal(k)
-		buf = append(buf, q...)
-		buf = append(buf, ':')
-		buf = append(buf, bytes.TrimSpace(fields[k])...)
-	}
-	return append(buf, '}')
+	return jsonobj.Encode(u)
 }
 
 func nonEmpty(s *string) bool { return s != nil && *s != "" }

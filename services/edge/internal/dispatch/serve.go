@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -409,7 +411,7 @@ func (c Call) estimate(deliveredBytes int64) usage {
 func (c Call) estimatedUsageChunk(l *leg) []byte {
 	u := c.estimate(l.res.delivered)
 	cost, _ := charge(u, l.ep.GetPrice(), c.Caps)
-	return encodeObject(map[string]json.RawMessage{
+	return jsonobj.Encode(map[string]json.RawMessage{
 		"id":       l.rw.idOr(c.RequestID),
 		"object":   jsonString("chat.completion.chunk"),
 		"created":  json.RawMessage(fmt.Sprint(time.Now().Unix())),
