@@ -81,7 +81,7 @@ providers:
 
 // startSystem starts the simulator, a decider with embedded etcd, and an edge.
 // alpha is the cheapest provider, then beta, then gamma.
-func startSystem(t *testing.T, edgeArgs ...string) *system {
+func startSystem(t testing.TB, edgeArgs ...string) *system {
 	t.Helper()
 	ctx := t.Context()
 	s := &system{logW: &lockedWriter{w: &bytes.Buffer{}}}
@@ -134,7 +134,7 @@ func (s *system) client() openai.Client {
 }
 
 // post sends a raw chat request and returns status, headers and body.
-func (s *system) post(t *testing.T, key string, body string) (int, http.Header, map[string]any) {
+func (s *system) post(t testing.TB, key string, body string) (int, http.Header, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -100,7 +101,10 @@ func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Sto
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Context:     ctx,
-		Logger:      nil,
+		// The client's own zap logs (retries on a closing connection at
+		// shutdown, for instance) are noise next to the decider's; errors
+		// that matter come back from the calls themselves.
+		Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect etcd %v: %w", endpoints, err)
