@@ -3555,7 +3555,12 @@ func (x *ActivityRecord) GetTtft() *durationpb.Duration {
 type ActivityBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// records are the finished requests.
-	Records       []*ActivityRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	Records []*ActivityRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// sequence numbers the batch within the edge's stream (from 1); the
+	// decider acknowledges it once the records are durable, and an edge
+	// resends unacknowledged batches on its next stream: records are
+	// delivered at least once and stored once (by id).
+	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3595,6 +3600,13 @@ func (x *ActivityBatch) GetRecords() []*ActivityRecord {
 		return x.Records
 	}
 	return nil
+}
+
+func (x *ActivityBatch) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
 }
 
 // ProbeCommand asks an edge to send a synthetic request to measure an endpoint.
@@ -3793,9 +3805,12 @@ func (x *ConfigCommand) GetCatalogRevision() int64 {
 type ReportAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// accepted is how many reports were taken.
-	Accepted      int64 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Accepted int64 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// activity_sequence is the sequence of the activity batch acknowledged,
+	// once its records are durable; 0 for a batch of call reports.
+	ActivitySequence uint64 `protobuf:"varint,2,opt,name=activity_sequence,json=activitySequence,proto3" json:"activity_sequence,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReportAck) Reset() {
@@ -3831,6 +3846,13 @@ func (*ReportAck) Descriptor() ([]byte, []int) {
 func (x *ReportAck) GetAccepted() int64 {
 	if x != nil {
 		return x.Accepted
+	}
+	return 0
+}
+
+func (x *ReportAck) GetActivitySequence() uint64 {
+	if x != nil {
+		return x.ActivitySequence
 	}
 	return 0
 }
@@ -4759,9 +4781,10 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"costCapped\x12\x14\n" +
 	"\x05error\x18\x10 \x01(\tR\x05error\x125\n" +
 	"\bduration\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12-\n" +
-	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\"I\n" +
+	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\"e\n" +
 	"\rActivityBatch\x128\n" +
-	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\"\xc6\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xc6\x01\n" +
 	"\fProbeCommand\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
@@ -4774,9 +4797,10 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\":\n" +
 	"\rConfigCommand\x12)\n" +
-	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"'\n" +
+	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"T\n" +
 	"\tReportAck\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\x03R\baccepted\"\xf8\x01\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12+\n" +
+	"\x11activity_sequence\x18\x02 \x01(\x04R\x10activitySequence\"\xf8\x01\n" +
 	"\x0eReportResponse\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchboard.v1.ReportAckH\x00R\x03ack\x124\n" +
 	"\x05probe\x18\x02 \x01(\v2\x1c.switchboard.v1.ProbeCommandH\x00R\x05probe\x12=\n" +

@@ -211,7 +211,7 @@ type Decider struct {
 	router   *routing.Router
 	stats    *stats.Store
 	budget   *hedge.Budget
-	activity *activity.Store
+	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
 	broker   *broker.Broker
 	adm      *admission.Admission
 	observer atomic.Pointer[observe.Observer]
@@ -288,14 +288,15 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	d.activity, err = activity.Open(activity.Options{
+	act, err := activity.Open(activity.Options{
 		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
 		Logger: logger.With("component", "activity"), Now: cfg.Now,
 	})
 	if err != nil {
 		return nil, err
 	}
-	svc.SetActivity(d.activity)
+	d.actLog.Store(act)
+	svc.SetActivity(act)
 	if data, err := d.store.GetHedgeBudget(ctx); err == nil && data != nil {
 		if err := d.budget.Restore(data); err != nil {
 			logger.Warn("hedge budget not restored", "err", err)
@@ -359,7 +360,14 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 
 // onActivity stores finished requests and settles the hedge budget with the
 // real cost of each cancelled hedge leg.
-func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) {
+func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) error {
+	act := d.actLog.Load()
+	if act == nil {
+		return errors.New("the activity log is not open yet")
+	}
+	if err := act.Add(records); err != nil {
+		return err
+	}
 	for _, r := range records {
 		// A hedge granted but never started (the primary answered while the
 		// budget was asked) settles at 0; Settle ignores unknown ids.
@@ -367,9 +375,7 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) {
 			d.budget.Settle(r.GetId(), h.GetLoserCostUsd())
 		}
 	}
-	if d.activity != nil {
-		d.activity.Add(records)
-	}
+	return nil
 }
 
 // restoreStats loads the routing statistics saved in etcd, so a restart
@@ -538,8 +544,8 @@ func (d *Decider) Close() {
 		}
 		d.cancel()
 		d.wg.Wait()
-		if d.activity != nil {
-			_ = d.activity.Close()
+		if act := d.actLog.Load(); act != nil {
+			_ = act.Close()
 		}
 		if d.store != nil {
 			_ = d.store.Close()

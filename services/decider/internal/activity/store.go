@@ -56,7 +56,7 @@ type Options struct {
 type Store struct {
 	o      Options
 	db     *bolt.DB
-	in     chan []*pb.ActivityRecord
+	in     chan batch
 	wg     sync.WaitGroup
 	mu     sync.RWMutex // held for reading while sending, so Close never closes under a sender
 	closed bool
@@ -85,21 +85,37 @@ func Open(o Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("init activity log: %w", err)
 	}
-	s := &Store{o: o, db: db, in: make(chan []*pb.ActivityRecord, 1024)}
+	s := &Store{o: o, db: db, in: make(chan batch, 1024)}
 	s.prune()
 	s.wg.Go(s.writer)
 	return s, nil
 }
 
-// Add queues records for the writer. It blocks when the writer is far
-// behind — back-pressure on the Report stream rather than a lost record.
-func (s *Store) Add(records []*pb.ActivityRecord) {
+// batch is one Add: its records and where to say they are durable.
+type batch struct {
+	records []*pb.ActivityRecord
+	done    chan error
+}
+
+// Add writes records and returns once they are durable (committed), so an
+// edge is only told a batch arrived when a crash can no longer lose it. The
+// writer merges concurrent batches into one transaction, so many edges cost
+// one fsync. It blocks when the writer is behind: back-pressure on the
+// Report stream rather than a lost record.
+func (s *Store) Add(records []*pb.ActivityRecord) error {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed || len(records) == 0 {
-		return
+	if s.closed {
+		s.mu.RUnlock()
+		return errors.New("activity log closed")
 	}
-	s.in <- records
+	if len(records) == 0 {
+		s.mu.RUnlock()
+		return nil
+	}
+	b := batch{records: records, done: make(chan error, 1)}
+	s.in <- b
+	s.mu.RUnlock()
+	return <-b.done
 }
 
 // writer merges queued batches into one transaction at a time.
@@ -108,11 +124,12 @@ func (s *Store) writer() {
 	defer prune.Stop()
 	for {
 		select {
-		case batch, ok := <-s.in:
+		case first, ok := <-s.in:
 			if !ok {
 				return
 			}
-			all := batch
+			batches := []batch{first}
+			all := first.records
 		drain:
 			for {
 				select {
@@ -120,13 +137,18 @@ func (s *Store) writer() {
 					if !ok {
 						break drain
 					}
-					all = append(all, more...)
+					batches = append(batches, more)
+					all = append(all, more.records...)
 				default:
 					break drain
 				}
 			}
-			if err := s.write(all); err != nil {
+			err := s.write(all)
+			if err != nil {
 				s.o.Logger.Error("writing activity records", "records", len(all), "err", err)
+			}
+			for _, b := range batches {
+				b.done <- err
 			}
 		case <-prune.C:
 			s.prune()

@@ -38,9 +38,11 @@ func TestListAndGet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
 	for i := range 10 {
-		s.Add([]*pb.ActivityRecord{rec("acme", fmt.Sprintf("a%d", i), []string{"m1", "m2"}[i%2], t0.Add(time.Duration(i)*time.Minute))})
+		require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", fmt.Sprintf("a%d", i), []string{"m1", "m2"}[i%2], t0.Add(time.Duration(i)*time.Minute))}))
 	}
-	s.Add([]*pb.ActivityRecord{rec("other", "o1", "m1", t0), {Id: "no-tenant"}})
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("other", "o1", "m1", t0), {Id: "no-tenant"}}))
+	// A resent record (an edge that did not see the ack) is stored once.
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "a3", "m2", t0.Add(3*time.Minute))}))
 	s = flush(t, s, path, now)
 	defer s.Close()
 	ctx := t.Context()
@@ -98,7 +100,7 @@ func TestRetention(t *testing.T) {
 	now := func() time.Time { return clock }
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
-	s.Add([]*pb.ActivityRecord{rec("acme", "old", "m", t0.Add(-25*time.Hour)), rec("acme", "new", "m", t0)})
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "old", "m", t0.Add(-25*time.Hour)), rec("acme", "new", "m", t0)}))
 	s = flush(t, s, path, now) // pruning runs when the writer starts
 	defer s.Close()
 	got, _, err := s.List(t.Context(), Query{Tenant: "acme"})

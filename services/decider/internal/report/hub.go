@@ -22,9 +22,10 @@ import (
 // on the stream's receive loop.
 type Sink func(edge *pb.EdgeHello, reports []*pb.CallReport)
 
-// ActivitySink takes the activity records of one batch; like Sink, it runs
-// on the receive loop (blocking there is back-pressure on that edge).
-type ActivitySink func(edge *pb.EdgeHello, records []*pb.ActivityRecord)
+// ActivitySink takes the activity records of one batch and returns once they
+// are durable, or an error; like Sink, it runs on the receive loop (blocking
+// there is back-pressure on that edge). Only a durable batch is acknowledged.
+type ActivitySink func(edge *pb.EdgeHello, records []*pb.ActivityRecord) error
 
 // sendBuffer is how many commands may wait for a slow edge before new ones are
 // dropped; a stuck edge must never stall the decider.
@@ -46,6 +47,7 @@ type Hub struct {
 }
 
 type conn struct {
+	ctx    context.Context
 	hello  *pb.EdgeHello
 	since  time.Time
 	out    chan *pb.ReportResponse
@@ -70,7 +72,7 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	c := &conn{hello: hello, since: time.Now(), out: make(chan *pb.ReportResponse, sendBuffer), cancel: cancel}
+	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *pb.ReportResponse, sendBuffer), cancel: cancel}
 	if !h.add(c) {
 		return status.Error(codes.Unavailable, "decider is shutting down")
 	}
@@ -109,9 +111,21 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 		if a := m.GetActivity(); a != nil {
 			n := int64(len(a.GetRecords()))
 			if h.activity != nil && n > 0 {
-				h.activity(c.hello, a.GetRecords())
+				if err := h.activity(c.hello, a.GetRecords()); err != nil {
+					// Not acknowledged: the edge sends the batch again on
+					// its next stream.
+					h.logger.Error("activity batch not stored", "edge", c.hello.GetEdgeId(), "err", err)
+					continue
+				}
 			}
-			h.trySend(c, &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{Accepted: n}}})
+			// This ack must not be dropped like a call-report ack: the edge
+			// keeps the batch until it sees it.
+			ack := &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{Accepted: n, ActivitySequence: a.GetSequence()}}}
+			select {
+			case c.out <- ack:
+			case <-c.ctx.Done():
+				return c.ctx.Err()
+			}
 			continue
 		}
 		batch := m.GetBatch()

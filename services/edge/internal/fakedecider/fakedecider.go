@@ -44,9 +44,11 @@ type Decider struct {
 	hedgeReqs  []*switchboardv1.AcquireHedgeRequest
 	listReqs   []*switchboardv1.ListActivityRequest
 	getReqs    []*switchboardv1.GetActivityRequest
-	received   []*switchboardv1.ReportRequest
-	streams    int
-	commands   chan *switchboardv1.ReportResponse
+	// withholdAcks stops activity acks (see WithholdActivityAcks).
+	withholdAcks bool
+	received     []*switchboardv1.ReportRequest
+	streams      int
+	commands     chan *switchboardv1.ReportResponse
 }
 
 // Server runs a Decider on 127.0.0.1.
@@ -407,15 +409,18 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	acks := make(chan *switchboardv1.ReportResponse, 1024)
 	wg.Go(func() {
 		for {
+			var cmd *switchboardv1.ReportResponse
 			select {
 			case <-ctx.Done():
 				return
-			case cmd := <-d.commands:
-				if err := stream.Send(cmd); err != nil {
-					return
-				}
+			case cmd = <-d.commands:
+			case cmd = <-acks:
+			}
+			if err := stream.Send(cmd); err != nil {
+				return
 			}
 		}
 	})
@@ -429,6 +434,24 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 		}
 		d.mu.Lock()
 		d.received = append(d.received, msg)
+		withhold := d.withholdAcks
 		d.mu.Unlock()
+		if a := msg.GetActivity(); a != nil && !withhold {
+			// Like the real decider: acknowledge an activity batch by its
+			// sequence once it is "stored".
+			select {
+			case acks <- &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
+				Accepted: int64(len(a.GetRecords())), ActivitySequence: a.GetSequence()}}}:
+			default:
+			}
+		}
 	}
+}
+
+// WithholdActivityAcks makes the fake stop (or resume) acknowledging
+// activity batches, as a decider that crashed before storing them would.
+func (d *Decider) WithholdActivityAcks(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.withholdAcks = on
 }

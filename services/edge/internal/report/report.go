@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,70 @@ type Stream struct {
 	droppedActivity atomic.Int64
 	// sessions counts streams that got their hello through, for tests and logs.
 	sessions atomic.Int64
+
+	// Activity batches sent but not yet acknowledged as durable by the
+	// decider, by sequence; a new stream sends them again first, so a record
+	// is delivered at least once (the decider stores it once, by id).
+	ackMu   sync.Mutex
+	seq     uint64
+	unacked map[uint64][]*switchboardv1.ActivityRecord
+}
+
+// maxUnacked bounds the activity batches kept for resending; past it the
+// oldest are given up (and counted as dropped) rather than growing forever
+// while the decider is unreachable.
+const maxUnacked = 1024
+
+// sent numbers an activity batch and keeps it until it is acknowledged.
+func (s *Stream) sent(records []*switchboardv1.ActivityRecord) uint64 {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.seq++
+	s.unacked[s.seq] = records
+	if len(s.unacked) > maxUnacked {
+		oldest := s.seq
+		for k := range s.unacked {
+			oldest = min(oldest, k)
+		}
+		s.droppedActivity.Add(int64(len(s.unacked[oldest])))
+		delete(s.unacked, oldest)
+	}
+	return s.seq
+}
+
+// acked forgets an acknowledged batch.
+func (s *Stream) acked(seq uint64) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	delete(s.unacked, seq)
+}
+
+// requeue puts every unacknowledged batch back in front of what is pending,
+// in the order they were first sent, for the next stream.
+func (s *Stream) requeue(p *pending) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	if len(s.unacked) == 0 {
+		return
+	}
+	seqs := make([]uint64, 0, len(s.unacked))
+	for k := range s.unacked {
+		seqs = append(seqs, k)
+	}
+	slices.Sort(seqs)
+	var again []*switchboardv1.ActivityRecord
+	for _, k := range seqs {
+		again = append(again, s.unacked[k]...)
+	}
+	clear(s.unacked)
+	p.activity = append(again, p.activity...)
+}
+
+// Unacked returns how many activity batches wait for the decider's ack.
+func (s *Stream) Unacked() int {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	return len(s.unacked)
 }
 
 // New returns a Stream; Run connects it.
@@ -111,6 +176,7 @@ func New(o Options) *Stream {
 		opts: o, log: o.Logger,
 		queue:    make(chan *switchboardv1.CallReport, o.QueueSize),
 		activity: make(chan *switchboardv1.ActivityRecord, o.ActivityQueueSize),
+		unacked:  map[uint64][]*switchboardv1.ActivityRecord{},
 	}
 }
 
@@ -215,6 +281,8 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	}
 	s.sessions.Add(1)
 	s.log.Info("report stream open")
+	// What the last stream sent but the decider never confirmed goes first.
+	s.requeue(p)
 
 	recvErr := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -243,9 +311,10 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 		p.reports = nil
 		for len(p.activity) > 0 {
 			n := min(len(p.activity), s.opts.BatchSize)
-			batch := &switchboardv1.ActivityBatch{Records: p.activity[:n]}
+			records := slices.Clone(p.activity[:n])
+			batch := &switchboardv1.ActivityBatch{Records: records, Sequence: s.sent(records)}
 			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: batch}}); err != nil {
-				return err
+				return err // the batch stays unacknowledged: sent again next stream
 			}
 			p.activity = p.activity[n:]
 		}
@@ -334,7 +403,11 @@ func recvStatus(stream interface {
 func (s *Stream) handle(msg *switchboardv1.ReportResponse) {
 	switch c := msg.GetCommand().(type) {
 	case *switchboardv1.ReportResponse_Ack:
-		// Nothing to do: a lost batch is not resent, so acks carry no state.
+		// Call reports are best effort; an activity batch is kept until the
+		// decider says it is durable.
+		if seq := c.Ack.GetActivitySequence(); seq != 0 {
+			s.acked(seq)
+		}
 	case *switchboardv1.ReportResponse_Probe:
 		s.log.Debug("probe command", "probe_id", c.Probe.GetProbeId(), "endpoint", c.Probe.GetEndpoint().GetId())
 		if s.opts.Handler != nil {

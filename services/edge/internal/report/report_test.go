@@ -266,3 +266,33 @@ func TestRunWithoutDecider(t *testing.T) {
 	require.Less(t, time.Since(began), 3*time.Second)
 	require.Zero(t, s.Sessions())
 }
+
+// TestUnacknowledgedActivityIsResent: a batch the decider never confirmed
+// durable is sent again on the next stream; a confirmed one is not.
+func TestUnacknowledgedActivityIsResent(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 10 * time.Millisecond})
+	run(t, s)
+	count := func(id string) int {
+		n := 0
+		for _, r := range fd.ActivityRecords() {
+			if r.GetId() == id {
+				n++
+			}
+		}
+		return n
+	}
+	s.Activity(&switchboardv1.ActivityRecord{Id: "acked"})
+	require.Eventually(t, func() bool { return count("acked") == 1 && s.Unacked() == 0 }, 5*time.Second, 10*time.Millisecond)
+
+	fd.WithholdActivityAcks(true)
+	s.Activity(&switchboardv1.ActivityRecord{Id: "lost-ack"})
+	require.Eventually(t, func() bool { return count("lost-ack") == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, s.Unacked())
+
+	fd.WithholdActivityAcks(false)
+	fd.Restart()
+	require.Eventually(t, func() bool { return count("lost-ack") == 2 && s.Unacked() == 0 }, 10*time.Second, 10*time.Millisecond,
+		"resent on the new stream, then acknowledged")
+	require.Equal(t, 1, count("acked"), "an acknowledged batch is not resent")
+}
