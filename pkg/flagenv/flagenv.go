@@ -17,7 +17,9 @@ func Name(prefix, flagName string) string {
 }
 
 // Parse applies environment values to fs's flags, then parses args, so an
-// explicit flag wins over the environment, which wins over the default.
+// explicit flag wins over the environment, which wins over the default. Bad
+// environment values and bad arguments are reported together, so a user
+// sees every mistake at once; flag.ErrHelp comes back alone.
 func Parse(fs *flag.FlagSet, prefix string, args []string, getenv func(string) string) error {
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -28,8 +30,13 @@ func Parse(fs *flag.FlagSet, prefix string, args []string, getenv func(string) s
 			}
 		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		return err
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		errs = append(errs, err)
+	} else if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
-	return fs.Parse(args)
+	return errors.Join(errs...)
 }

@@ -136,8 +136,9 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
 	fs.DurationVar(&cfg.ActivityRetention, "activity-retention", 30*24*time.Hour, "how long the activity log keeps calls")
-	if err := flagenv.Parse(fs, "SWITCHBOARD_DECIDER", args, getenv); err != nil {
-		return cfg, err
+	parseErr := flagenv.Parse(fs, "SWITCHBOARD_DECIDER", args, getenv)
+	if errors.Is(parseErr, flag.ErrHelp) {
+		return cfg, parseErr
 	}
 	var sizeErr error
 	cfg.ProbeSizes, sizeErr = parseSizes(*probeSizes)
@@ -146,7 +147,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 			cfg.Etcd = append(cfg.Etcd, e)
 		}
 	}
-	return cfg, errors.Join(sizeErr, cfg.validate())
+	return cfg, errors.Join(parseErr, sizeErr, cfg.validate())
 }
 
 func parseSizes(s string) ([]int64, error) {

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+
 	"errors"
 	"flag"
 	"fmt"
@@ -8,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -206,97 +207,42 @@ func ParseFlags(args []string, getenv func(string) string) (Config, error) {
 	}
 	cfg := Config{}.withDefaults()
 	cfg.Getenv = getenv
-	fs, errs := newFlagSet(&cfg, getenv)
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet(&cfg)
+	err := flagenv.Parse(fs, strings.TrimSuffix(envPrefix, "_"), args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
 		return Config{}, err
 	}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
-	}
-	errs = append(errs, cfg.validate())
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(err, cfg.validate()); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
 }
 
-// newFlagSet binds the flags to cfg, seeded from the environment. Errors in
-// environment values are returned rather than ignored, so a typo in a
-// deployment manifest is caught at start-up.
-func newFlagSet(cfg *Config, getenv func(string) string) (*flag.FlagSet, []error) {
+// newFlagSet binds the flags to cfg; flagenv seeds them from the environment.
+func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var errs []error
-	env := func(name string) (string, string, bool) {
-		key := envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-		v := getenv(key)
-		return key, v, v != ""
-	}
-	str := func(p *string, name, usage string) {
-		if _, v, ok := env(name); ok {
-			*p = v
-		}
-		fs.StringVar(p, name, *p, usage)
-	}
-	dur := func(p *time.Duration, name, usage string) {
-		if key, v, ok := env(name); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
-			} else {
-				*p = d
-			}
-		}
-		fs.DurationVar(p, name, *p, usage)
-	}
-	i64 := func(p *int64, name, usage string) {
-		if key, v, ok := env(name); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
-			} else {
-				*p = n
-			}
-		}
-		fs.Int64Var(p, name, *p, usage)
-	}
-	intv := func(p *int, name, usage string) {
-		if key, v, ok := env(name); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
-			} else {
-				*p = n
-			}
-		}
-		fs.IntVar(p, name, *p, usage)
-	}
-	str(&cfg.Listen, "listen", "host:port of the HTTP API")
-	str(&cfg.Decider, "decider", "gRPC address of the decider")
-	str(&cfg.Region, "region", "region of this edge")
-	str(&cfg.EdgeID, "edge-id", "unique id of this edge (default hostname-pid)")
-	i64(&cfg.MaxBodyBytes, "max-body-bytes", "largest accepted request body, in bytes")
-	dur(&cfg.FirstTokenTimeout, "first-token-timeout", "per attempt: no first token by then tries the next endpoint")
-	dur(&cfg.IdleTimeout, "stream-idle-timeout", "longest silence between stream chunks")
-	intv(&cfg.MaxAttempts, "max-attempts", "endpoints tried per request (chosen plus fallbacks)")
-	dur(&cfg.ReportFlushInterval, "report-flush-interval", "longest a call report waits before it is sent")
-	dur(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", "longest wait for the decider's hedge budget before going without a hedge")
-	dur(&cfg.ReservationTTL, "reservation-ttl", "how long a rate-limit reservation lives if never reconciled (outlast the longest stream)")
-	dur(&cfg.ReserveTimeout, "reserve-timeout", "longest wait for a reservation before a fallback or hedge leg; slower skips that endpoint")
-	dur(&cfg.DrainDelay, "drain-delay", "at shutdown, how long /healthz answers 503 before the listener closes")
-	if key, v, ok := env("log-level"); ok {
-		if err := cfg.LogLevel.UnmarshalText([]byte(v)); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
-		}
-	}
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port of the HTTP API")
+	fs.StringVar(&cfg.Decider, "decider", cfg.Decider, "gRPC address of the decider")
+	fs.StringVar(&cfg.Region, "region", cfg.Region, "region of this edge")
+	fs.StringVar(&cfg.EdgeID, "edge-id", cfg.EdgeID, "unique id of this edge (default hostname-pid)")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest accepted request body, in bytes")
+	fs.DurationVar(&cfg.FirstTokenTimeout, "first-token-timeout", cfg.FirstTokenTimeout, "per attempt: no first token by then tries the next endpoint")
+	fs.DurationVar(&cfg.IdleTimeout, "stream-idle-timeout", cfg.IdleTimeout, "longest silence between stream chunks")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", cfg.MaxAttempts, "endpoints tried per request (chosen plus fallbacks)")
+	fs.DurationVar(&cfg.ReportFlushInterval, "report-flush-interval", cfg.ReportFlushInterval, "longest a call report waits before it is sent")
+	fs.DurationVar(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", cfg.HedgeAcquireTimeout, "longest wait for the decider's hedge budget before going without a hedge")
+	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a rate-limit reservation lives if never reconciled (outlast the longest stream)")
+	fs.DurationVar(&cfg.ReserveTimeout, "reserve-timeout", cfg.ReserveTimeout, "longest wait for a reservation before a fallback or hedge leg; slower skips that endpoint")
+	fs.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "at shutdown, how long /healthz answers 503 before the listener closes")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
-	return fs, errs
+	return fs
 }
 
 // usage writes the flag documentation.
 func usage(w io.Writer) {
 	cfg := Config{}.withDefaults()
-	fs, _ := newFlagSet(&cfg, func(string) string { return "" })
+	fs := newFlagSet(&cfg)
 	fs.SetOutput(w)
 	fmt.Fprintf(w, "Usage: edge [flags]\n\nEvery flag falls back to %s<FLAG> (dashes as underscores, upper case).\n\n", envPrefix)
 	fs.PrintDefaults()
