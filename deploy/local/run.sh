@@ -31,7 +31,8 @@ wait_http() { # url
 }
 
 bin/provsim --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($!)
-bin/decider --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s 2>"$DATA/decider.log" & pids+=($!)
+# Probes every 30s (default 5m) so the demo learns per-size speeds quickly.
+bin/decider --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s --probe-interval 30s 2>"$DATA/decider.log" & pids+=($!)
 bin/edge --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" 2>"$DATA/edge.log" & pids+=($!)
 
 wait_http http://127.0.0.1:9101/healthz
