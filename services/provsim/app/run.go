@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+
+	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 )
 
 // Environment fallbacks of Run's flags.
@@ -30,20 +32,15 @@ const (
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("provsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", os.Getenv(EnvConfig), "path of the YAML config (required; env "+EnvConfig+")")
-	seedText := fs.String("seed", os.Getenv(EnvSeed), "seed for jitter and fault draws, overriding the config's (env "+EnvSeed+")")
-	levelText := fs.String("log-level", envOr(EnvLogLevel, "info"), "log level: debug, info, warn, error (env "+EnvLogLevel+")")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	configPath := fs.String("config", "", "path of the YAML config (required; env "+EnvConfig+")")
+	seedText := fs.String("seed", "", "seed for jitter and fault draws, overriding the config's (env "+EnvSeed+")")
+	levelText := fs.String("log-level", "info", "log level: debug, info, warn, error (env "+EnvLogLevel+")")
+	parseErr := flagenv.Parse(fs, "SWITCHBOARD_PROVSIM", args, os.Getenv)
+	if errors.Is(parseErr, flag.ErrHelp) {
+		return nil
 	}
 
-	var errs []error
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
-	}
+	errs := []error{parseErr}
 	if *configPath == "" {
 		errs = append(errs, errors.New("--config: required (or set "+EnvConfig+")"))
 	}
@@ -59,8 +56,8 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*levelText)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -78,11 +75,4 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	<-ctx.Done()
 	logger.Info("shutting down", "component", "provsim")
 	return sim.Close()
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
