@@ -278,13 +278,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		return nil, err
 	}
 
-	data, rev, err := d.loadCatalog(ctx)
+	c, rev, err := d.loadCatalog(ctx)
 	if err != nil {
 		return nil, err
-	}
-	c, err := catalog.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("stored catalog: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -440,20 +436,30 @@ func (d *Decider) maintain(ctx context.Context) {
 	}
 }
 
-// loadCatalog validates the --catalog file and stores it, or reads the stored one.
-func (d *Decider) loadCatalog(ctx context.Context) ([]byte, int64, error) {
+// loadCatalog parses and validates the --catalog file and stores it, or
+// reads and parses the stored one; either way the catalog is parsed once.
+func (d *Decider) loadCatalog(ctx context.Context) (*catalog.Catalog, int64, error) {
 	if d.cfg.Catalog == "" {
-		return d.store.GetCatalog(ctx)
+		data, rev, err := d.store.GetCatalog(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		c, err := catalog.Parse(data)
+		if err != nil {
+			return nil, 0, fmt.Errorf("stored catalog: %w", err)
+		}
+		return c, rev, nil
 	}
 	data, err := os.ReadFile(d.cfg.Catalog)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read catalog: %w", err)
 	}
-	if _, err := catalog.Parse(data); err != nil {
+	c, err := catalog.Parse(data)
+	if err != nil {
 		return nil, 0, fmt.Errorf("catalog %s: %w", d.cfg.Catalog, err)
 	}
 	rev, err := d.store.PutCatalog(ctx, data)
-	return data, rev, err
+	return c, rev, err
 }
 
 // onCatalog applies a catalog another replica or an operator stored; an
