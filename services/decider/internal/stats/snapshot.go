@@ -116,35 +116,29 @@ func appendString(b []byte, s string) []byte {
 func (m *medianSeries) appendTo(b []byte, cutoff int64) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n, base := 0, int64(math.MinInt64)
-	for _, x := range m.samples {
-		if x.at > cutoff {
-			n++
-			base = max(base, x.at)
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	if n == 0 {
-		return b
-	}
-	b = binary.AppendVarint(b, base)
-	for _, x := range m.samples {
-		if x.at > cutoff {
-			b = binary.AppendVarint(b, x.at-base)
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.v))
-		}
-	}
-	return b
+	return appendSamples(b, m.samples, cutoff, func(x sample) int64 { return x.at }, func(b []byte, x sample) []byte {
+		return binary.LittleEndian.AppendUint64(b, math.Float64bits(x.v))
+	})
 }
 
 func (r *ratioSeries) appendTo(b []byte, cutoff int64) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return appendSamples(b, r.samples, cutoff, func(x ratioSample) int64 { return x.at }, func(b []byte, x ratioSample) []byte {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.num))
+		return binary.LittleEndian.AppendUint64(b, math.Float64bits(x.den))
+	})
+}
+
+// appendSamples writes the count of samples newer than cutoff, the newest
+// one's time as the base, then each such sample as its time offset and
+// values; both series kinds share the layout, only their values differ.
+func appendSamples[S any](b []byte, samples []S, cutoff int64, at func(S) int64, values func([]byte, S) []byte) []byte {
 	n, base := 0, int64(math.MinInt64)
-	for _, x := range r.samples {
-		if x.at > cutoff {
+	for _, x := range samples {
+		if t := at(x); t > cutoff {
 			n++
-			base = max(base, x.at)
+			base = max(base, t)
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(n))
@@ -152,11 +146,10 @@ func (r *ratioSeries) appendTo(b []byte, cutoff int64) []byte {
 		return b
 	}
 	b = binary.AppendVarint(b, base)
-	for _, x := range r.samples {
-		if x.at > cutoff {
-			b = binary.AppendVarint(b, x.at-base)
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.num))
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.den))
+	for _, x := range samples {
+		if t := at(x); t > cutoff {
+			b = binary.AppendVarint(b, t-base)
+			b = values(b, x)
 		}
 	}
 	return b
