@@ -76,7 +76,7 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 	case notePriceGuard:
 		return fmt.Sprintf("fast enough but above the usual price and not %g%% under the list price", (1-r.o.PriceGuard)*100)
 	case noteExcluded:
-		return c.excluded
+		return c.excluded.String()
 	case noteDeprioritised:
 		return "misses preferred_min_throughput or preferred_max_latency"
 	}

@@ -334,7 +334,7 @@ type candidate struct {
 	ttft       time.Duration
 	samples    int
 	tps        float64
-	excluded   string
+	excluded   exclusion
 	coolUntil  time.Time
 	cooling    bool
 	lastResort bool // cooling, but every usable endpoint is
@@ -416,10 +416,10 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
 		c.tps, _, _ = ep.st.Throughput()
 		c.excluded = exclude(ep, prefs, req.GetParameters(), in, tok.GetMaxOutputTokens())
-		if !strings.HasPrefix(c.excluded, "context") {
+		if c.excluded.why != exclContext {
 			fitsNone = false
 		}
-		if c.excluded != "" {
+		if c.excluded.why != exclNone {
 			c.note = noteExcluded
 			continue
 		}
@@ -432,7 +432,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		// Every usable endpoint is cooling down: a benched endpoint beats
 		// refusing the client, so they come back as a last resort.
 		for i := range sc.cands {
-			if c := &sc.cands[i]; c.excluded == "" {
+			if c := &sc.cands[i]; c.excluded.why == exclNone {
 				c.lastResort = true
 				sc.order = append(sc.order, c)
 			}
@@ -441,7 +441,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	if len(sc.order) == 0 {
 		var why []string
 		for _, c := range sc.cands {
-			why = append(why, c.ep.provider+": "+c.excluded)
+			why = append(why, c.ep.provider+": "+c.excluded.String())
 		}
 		kind := KindUnavailable
 		if fitsNone {
@@ -754,42 +754,92 @@ func priced(c *candidate) *pb.Endpoint {
 	}
 }
 
-// exclude says why an endpoint cannot take the request, or "" if it can.
-func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOut int64) string {
-	if len(p.GetOnly()) > 0 && !slices.Contains(p.GetOnly(), ep.provider) {
+// exclusion says why an endpoint cannot take a request. It is a code and
+// its figures, rendered to text only when someone reads it (an explanation
+// or an error), so filtering costs no formatting on the hot path.
+type exclusion struct {
+	why  exclReason
+	a, b float64 // the figures of the reason
+	n    [3]int64
+	s    string
+}
+
+type exclReason uint8
+
+const (
+	exclNone exclReason = iota
+	exclNotOnly
+	exclIgnored
+	exclPromptPrice
+	exclCompletionPrice
+	exclCollects
+	exclNotZDR
+	exclQuantization
+	exclParameter
+	exclContext
+)
+
+// String renders the exclusion as shown in explanations and errors.
+func (x exclusion) String() string {
+	switch x.why {
+	case exclNotOnly:
 		return "not in provider.only"
+	case exclIgnored:
+		return "in provider.ignore"
+	case exclPromptPrice:
+		return fmt.Sprintf("input price %g above max_price.prompt %g", x.a, x.b)
+	case exclCompletionPrice:
+		return fmt.Sprintf("output price %g above max_price.completion %g", x.a, x.b)
+	case exclCollects:
+		return "collects data (data_collection=deny)"
+	case exclNotZDR:
+		return "not zero-data-retention"
+	case exclQuantization:
+		return fmt.Sprintf("quantization %q not in provider.quantizations", x.s)
+	case exclParameter:
+		return fmt.Sprintf("does not support parameter %q", x.s)
+	case exclContext:
+		return fmt.Sprintf("context length %d too small for %d prompt + %d output tokens", x.n[0], x.n[1], x.n[2])
+	}
+	return ""
+}
+
+// exclude says why an endpoint cannot take the request; why is exclNone if it can.
+func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOut int64) exclusion {
+	if len(p.GetOnly()) > 0 && !slices.Contains(p.GetOnly(), ep.provider) {
+		return exclusion{why: exclNotOnly}
 	}
 	if slices.Contains(p.GetIgnore(), ep.provider) {
-		return "in provider.ignore"
+		return exclusion{why: exclIgnored}
 	}
 	if mp := p.GetMaxPrice(); mp != nil {
 		if mp.Prompt != nil && ep.rates.Input > mp.GetPrompt() {
-			return fmt.Sprintf("input price %g above max_price.prompt %g", ep.rates.Input, mp.GetPrompt())
+			return exclusion{why: exclPromptPrice, a: ep.rates.Input, b: mp.GetPrompt()}
 		}
 		if mp.Completion != nil && ep.rates.Output > mp.GetCompletion() {
-			return fmt.Sprintf("output price %g above max_price.completion %g", ep.rates.Output, mp.GetCompletion())
+			return exclusion{why: exclCompletionPrice, a: ep.rates.Output, b: mp.GetCompletion()}
 		}
 	}
 	if p.GetDataCollection() == pb.DataCollection_DATA_COLLECTION_DENY && !ep.denyCollection && !ep.zdr {
-		return "collects data (data_collection=deny)"
+		return exclusion{why: exclCollects}
 	}
 	if p.GetZdr() && !ep.zdr {
-		return "not zero-data-retention"
+		return exclusion{why: exclNotZDR}
 	}
 	if q := p.GetQuantizations(); len(q) > 0 && !slices.Contains(q, ep.quantization) {
-		return fmt.Sprintf("quantization %q not in provider.quantizations", ep.quantization)
+		return exclusion{why: exclQuantization, s: ep.quantization}
 	}
 	if p.GetRequireParameters() {
 		for _, name := range params {
 			if !ep.params[name] {
-				return fmt.Sprintf("does not support parameter %q", name)
+				return exclusion{why: exclParameter, s: name}
 			}
 		}
 	}
 	if ep.contextLength > 0 && in+max(maxOut, 0) > ep.contextLength {
-		return fmt.Sprintf("context length %d too small for %d prompt + %d output tokens", ep.contextLength, in, max(maxOut, 0))
+		return exclusion{why: exclContext, n: [3]int64{ep.contextLength, in, max(maxOut, 0)}}
 	}
-	return ""
+	return exclusion{}
 }
 
 func validatePrefs(p *pb.ProviderPreferences, idx *index) error {
