@@ -1,12 +1,16 @@
-// Package admission puts the rate-limit broker behind the decider's RPCs with
-// the durability DESIGN.md asks for: one replica owns the buckets (an etcd
-// election), the others forward Reserve and Reconcile to it; the owner keeps
-// everything in memory and snapshots it to etcd about once a second, each
-// write fenced by its election revision so a stale owner cannot overwrite a
-// newer one's state. A new owner restores the last snapshot and, unless the
+// Package admission puts the decider's singleton state — the rate-limit
+// broker and the daily hedge budget — under one owner: one replica owns them
+// (an etcd election), the others forward Reserve, Reconcile and hedge calls
+// to it. The owner keeps everything in memory and snapshots it to etcd about
+// once a second, each write fenced by its election revision so a stale owner
+// cannot overwrite a newer one's state. Every replica campaigns for the life
+// of the process: when its election session ends (a pause longer than the
+// session's TTL, an etcd outage) it stops admitting, opens a new session and
+// campaigns again. A new owner restores the last snapshot and, unless the
 // previous owner stopped cleanly, admits conservatively ("learning mode")
-// until every reservation the old owner could have granted has expired, so
-// a failover never over-admits. Nothing here writes to etcd per request.
+// until every reservation the old owner could have granted has expired, so a
+// failover never over-admits. Nothing here writes to etcd per request, and
+// forwarding reads the owner's address from a watch, not from etcd.
 package admission
 
 import (
@@ -14,10 +18,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
@@ -27,47 +33,83 @@ import (
 
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
 
-// etcd keys of the broker's state.
+// etcd keys of the singleton state.
 const (
 	ElectionPrefix = "/switchboard/v1/broker/owner"
 	SnapshotKey    = "/switchboard/v1/broker/snapshot"
 	CleanKey       = "/switchboard/v1/broker/clean" // the snapshot's revision after a clean stop
+	// TermKey holds the election revision of the owner that took over last,
+	// so a replica that regains ownership knows whether anyone else owned
+	// the state meanwhile.
+	TermKey = "/switchboard/v1/broker/term"
+	// BudgetKey holds the hedge budget's state.
+	BudgetKey = store.HedgeBudgetKey
 )
 
 // Options configure an Admission.
 type Options struct {
-	Broker   *broker.Broker   // (Required)
-	Client   *clientv3.Client // (Required)
-	Addr     string           // this replica's gRPC address, advertised to the others (Required)
-	Logger   *slog.Logger     // (Required)
-	Now      func() time.Time // (Optional) Defaults to time.Now.
-	Every    time.Duration    // snapshot interval (Optional) Defaults to 1s.
-	LeaseTTL int              // election session TTL in seconds (Optional) Defaults to 5.
+	Broker *broker.Broker   // (Required)
+	Budget *hedge.Budget    // the hedge budget, owned with the broker (Optional)
+	Client *clientv3.Client // (Required) Must outlive Close.
+	Addr   string           // this replica's gRPC address, advertised to the others (Required)
+	Logger *slog.Logger     // (Required)
+	Now    func() time.Time // (Optional) Defaults to time.Now.
+	Every  time.Duration    // snapshot interval (Optional) Defaults to 1s.
+	// LeaseTTL is the election session's TTL in seconds: after a crash the
+	// other replicas wait this long for the owner's key to expire.
+	// (Optional) Defaults to 3.
+	LeaseTTL int
+	// OwnerWait bounds how long a call waits for an owner to be elected
+	// before it fails as Unavailable. (Optional) Defaults to 2s.
+	OwnerWait time.Duration
+}
+
+// term is one won election: the session, and the revision that fences writes.
+type term struct {
+	session *concurrency.Session
+	elect   *concurrency.Election
+	key     string // the election key; the Election forgets it on Resign
+	rev     int64
 }
 
 // Admission answers Reserve and Reconcile.
 type Admission struct {
 	o Options
 
-	owner   atomic.Bool
-	ownRev  atomic.Int64
-	session *concurrency.Session
-	elect   *concurrency.Election
+	owner atomic.Bool
+
+	// wmu serialises snapshot writes with Close, so no periodic write lands
+	// after the final one.
+	wmu       sync.Mutex
+	cur       *term // the term being served, nil between terms
+	stopping  bool
+	abandoned bool
+	lastBlob  string
+	lastBudg  string
+
+	// lastRev is the election revision of this replica's last term; only
+	// the campaign goroutine uses it.
+	lastRev int64
+
+	smu     sync.Mutex
+	leader  string        // the owner's address, from the watch; "" when none
+	changed chan struct{} // closed and replaced when leader or owner changes
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	ready  chan struct{}
-	once   sync.Once
 	closed sync.Once
 }
 
-// Start joins the election and returns once this replica owns the broker or
-// knows who does.
+// Start joins the election and returns once this replica owns the state or
+// knows who does. It campaigns again, for as long as the Admission is open,
+// whenever its session ends.
 func Start(ctx context.Context, o Options) (*Admission, error) {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -76,62 +118,194 @@ func Start(ctx context.Context, o Options) (*Admission, error) {
 		o.Every = time.Second
 	}
 	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = 5
+		o.LeaseTTL = 3
 	}
-	s, err := concurrency.NewSession(o.Client, concurrency.WithTTL(o.LeaseTTL))
-	if err != nil {
-		return nil, fmt.Errorf("broker election session: %w", err)
+	if o.OwnerWait <= 0 {
+		o.OwnerWait = 2 * time.Second
 	}
-	a := &Admission{o: o, session: s, elect: concurrency.NewElection(s, ElectionPrefix), conns: map[string]*grpc.ClientConn{}, ready: make(chan struct{})}
+	a := &Admission{o: o, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	a.wg.Go(func() { a.campaign(bg) })
 	a.wg.Go(func() { a.watchLeader(bg) })
-	select {
-	case <-a.ready:
-		return a, nil
-	case <-ctx.Done():
-		a.Close()
-		return nil, ctx.Err()
-	case <-time.After(30 * time.Second):
-		a.Close()
-		return nil, errors.New("broker: no owner elected within 30s")
-	}
-}
-
-func (a *Admission) markReady() { a.once.Do(func() { close(a.ready) }) }
-
-// campaign blocks until this replica owns the broker, then takes over.
-func (a *Admission) campaign(ctx context.Context) {
-	if err := a.elect.Campaign(ctx, a.o.Addr); err != nil {
-		if ctx.Err() == nil {
-			a.o.Logger.Error("broker election", "err", err)
+	wait := time.NewTimer(30 * time.Second)
+	defer wait.Stop()
+	for {
+		leader, ch := a.state()
+		if a.owner.Load() || (leader != "" && leader != o.Addr) {
+			return a, nil
 		}
-		return
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			a.Close()
+			return nil, ctx.Err()
+		case <-wait.C:
+			a.Close()
+			return nil, errors.New("broker: no owner elected within 30s")
+		}
 	}
-	rev := a.elect.Rev()
-	if err := a.takeOver(ctx, rev); err != nil {
-		a.o.Logger.Error("broker takeover", "err", err)
-		return
-	}
-	a.ownRev.Store(rev)
-	a.owner.Store(true)
-	a.markReady()
-	a.o.Logger.Info("broker owner", "election_revision", rev)
-	a.snapshots(ctx)
 }
 
-// takeOver restores the last snapshot; after a crash it admits
-// conservatively until every reservation the old owner could have granted
-// has expired.
-func (a *Admission) takeOver(ctx context.Context, rev int64) error {
-	resp, err := a.o.Client.Txn(ctx).Then(clientv3.OpGet(SnapshotKey), clientv3.OpGet(CleanKey)).Commit()
+// state returns the known owner's address and a channel closed at the next change.
+func (a *Admission) state() (string, <-chan struct{}) {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	return a.leader, a.changed
+}
+
+// notify wakes everyone waiting for a change of owner or leader.
+func (a *Admission) notify() {
+	a.smu.Lock()
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.smu.Unlock()
+}
+
+func (a *Admission) setLeader(addr string) {
+	a.smu.Lock()
+	if a.leader == addr {
+		a.smu.Unlock()
+		return
+	}
+	a.leader = addr
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.smu.Unlock()
+}
+
+// campaign serves one term after another until ctx ends.
+func (a *Admission) campaign(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := a.serveTerm(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			continue
+		}
+		a.o.Logger.Warn("broker election; campaigning again", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// serveTerm opens a session, waits to win the election, takes over and
+// snapshots until the session ends, a newer owner exists, or ctx ends.
+func (a *Admission) serveTerm(ctx context.Context) error {
+	s, err := concurrency.NewSession(a.o.Client, concurrency.WithTTL(a.o.LeaseTTL))
+	if err != nil {
+		return fmt.Errorf("election session: %w", err)
+	}
+	defer a.endSession(s)
+	// The campaign and the term end with the session.
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.Ctx(), cancel)
+	defer stop()
+
+	e := concurrency.NewElection(s, ElectionPrefix)
+	if err := e.Campaign(tctx, a.o.Addr); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("campaign: %w", err)
+	}
+	t := &term{session: s, elect: e, key: e.Key(), rev: e.Rev()}
+	a.wmu.Lock()
+	if a.stopping {
+		a.wmu.Unlock()
+		return nil
+	}
+	a.cur = t
+	a.wmu.Unlock()
+	defer func() {
+		a.wmu.Lock()
+		a.cur = nil
+		a.wmu.Unlock()
+	}()
+	if err := a.takeOver(tctx, t); err != nil {
+		a.resign(t)
+		return fmt.Errorf("takeover: %w", err)
+	}
+	a.wmu.Lock()
+	if a.stopping {
+		a.wmu.Unlock()
+		return nil
+	}
+	a.owner.Store(true)
+	a.wmu.Unlock()
+	a.notify()
+	a.o.Logger.Info("broker owner", "election_revision", t.rev)
+
+	a.snapshots(tctx, t)
+
+	a.owner.Store(false)
+	a.notify()
+	if ctx.Err() == nil {
+		a.resign(t)
+	}
+	return nil
+}
+
+// endSession revokes the session's lease, or after Abandon leaves it to
+// expire, as a crashed process would.
+func (a *Admission) endSession(s *concurrency.Session) {
+	a.wmu.Lock()
+	abandoned := a.abandoned
+	a.wmu.Unlock()
+	if abandoned {
+		s.Orphan()
+		return
+	}
+	_ = s.Close()
+}
+
+func (a *Admission) resign(t *term) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.session.Ctx()), 2*time.Second)
+	defer cancel()
+	_ = t.elect.Resign(ctx)
+}
+
+// takeOver brings the singleton state up to date for the term t. When no
+// other replica owned it since this one's previous term, the state in memory
+// is complete and is kept. Otherwise the last snapshot is restored; after an
+// unclean stop the broker admits conservatively until every reservation the
+// old owner could have granted has expired.
+func (a *Admission) takeOver(ctx context.Context, t *term) error {
+	resp, err := a.o.Client.Txn(ctx).Then(
+		clientv3.OpGet(SnapshotKey), clientv3.OpGet(CleanKey), clientv3.OpGet(TermKey), clientv3.OpGet(BudgetKey),
+	).Commit()
 	if err != nil {
 		return fmt.Errorf("read broker snapshot: %w", err)
 	}
 	snap, clean := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	last, budget := resp.Responses[2].GetResponseRange().Kvs, resp.Responses[3].GetResponseRange().Kvs
+	if a.lastRev != 0 && len(last) == 1 && string(last[0].Value) == strconv.FormatInt(a.lastRev, 10) {
+		a.o.Logger.Info("broker ownership regained; nobody owned it meanwhile, the state in memory is kept")
+	} else {
+		a.restore(snap, clean, budget)
+	}
+	// The clean marker is consumed: a later crash of this owner is unclean.
+	ok, err := a.fenced(ctx, t, clientv3.OpDelete(CleanKey), clientv3.OpPut(TermKey, strconv.FormatInt(t.rev, 10)))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("lost the election key while taking over")
+	}
+	a.lastRev = t.rev
+	return nil
+}
+
+func (a *Admission) restore(snap, clean, budget []*mvccpb.KeyValue) {
 	now := a.o.Now()
-	cleanStop := len(snap) == 1 && len(clean) == 1 && string(clean[0].Value) == fmt.Sprint(snap[0].ModRevision)
+	cleanStop := len(snap) == 1 && len(clean) == 1 && string(clean[0].Value) == strconv.FormatInt(snap[0].ModRevision, 10)
 	if len(snap) == 1 {
 		if err := a.o.Broker.Restore(snap[0].Value, now); err != nil {
 			a.o.Logger.Error("broker snapshot unreadable; starting empty in learning mode", "err", err)
@@ -142,54 +316,95 @@ func (a *Admission) takeOver(ctx context.Context, rev int64) error {
 		until := now.Add(a.o.Broker.MaxTTL())
 		a.o.Broker.SetConservative(until)
 		a.o.Logger.Warn("broker in learning mode after an unclean takeover", "until", until)
+	} else {
+		a.o.Broker.SetConservative(time.Time{})
 	}
-	// The clean marker is consumed: a later crash of this owner is unclean.
-	_, err = a.fenced(ctx, rev, clientv3.OpDelete(CleanKey))
-	return err
+	if a.o.Budget != nil && len(budget) == 1 {
+		if err := a.o.Budget.Restore(budget[0].Value); err != nil {
+			a.o.Logger.Warn("hedge budget not restored", "err", err)
+		}
+	}
 }
 
-// snapshots saves the broker's state about once a second while this replica owns it.
-func (a *Admission) snapshots(ctx context.Context) {
-	t := time.NewTicker(a.o.Every)
-	defer t.Stop()
-	var last []byte
+// snapshots saves the state about once a second while this replica owns it.
+func (a *Admission) snapshots(ctx context.Context, t *term) {
+	tick := time.NewTicker(a.o.Every)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-a.session.Done():
-			a.owner.Store(false)
-			if ctx.Err() == nil {
-				a.o.Logger.Error("broker ownership lost: session expired")
+			if t.session.Ctx().Err() != nil && !a.closing() {
+				a.o.Logger.Error("broker ownership lost: election session ended; stopped admitting, campaigning again")
 			}
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
-		blob := a.o.Broker.Snapshot()
-		if string(blob) == string(last) {
-			continue // nothing changed: no write
-		}
-		ok, err := a.fenced(ctx, a.ownRev.Load(), clientv3.OpPut(SnapshotKey, string(blob)))
-		if err == nil && ok {
-			last = blob
-		}
+		ok, err := a.save(ctx, t)
 		if err != nil {
 			a.o.Logger.Warn("broker snapshot", "err", err)
 			continue
 		}
 		if !ok {
-			a.owner.Store(false)
-			a.o.Logger.Error("broker ownership lost: a newer owner exists; stopped admitting")
+			a.o.Logger.Error("broker ownership lost: a newer owner exists; stopped admitting, campaigning again")
 			return
 		}
 	}
 }
 
-// fenced runs ops only if this replica still holds the election key created
-// at rev.
-func (a *Admission) fenced(ctx context.Context, rev int64, ops ...clientv3.Op) (bool, error) {
+func (a *Admission) closing() bool {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return a.stopping
+}
+
+// save writes what changed of the state in one fenced transaction and
+// reports whether this replica still owns it.
+func (a *Admission) save(ctx context.Context, t *term) (bool, error) {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.stopping {
+		return true, nil // Close writes the final snapshot
+	}
+	_, ok, err := a.write(ctx, t)
+	return ok, err
+}
+
+// write saves the broker's snapshot and the hedge budget when they changed,
+// fenced by t, and returns the revision of the write (0 when nothing
+// changed). Callers hold wmu.
+func (a *Admission) write(ctx context.Context, t *term) (int64, bool, error) {
+	blob := string(a.o.Broker.Snapshot())
+	var ops []clientv3.Op
+	if blob != a.lastBlob {
+		ops = append(ops, clientv3.OpPut(SnapshotKey, blob))
+	}
+	var budg string
+	if a.o.Budget != nil {
+		data, _ := a.o.Budget.Snapshot()
+		if budg = string(data); budg != a.lastBudg {
+			ops = append(ops, clientv3.OpPut(BudgetKey, budg))
+		}
+	}
+	if len(ops) == 0 {
+		return 0, true, nil
+	}
 	resp, err := a.o.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(a.elect.Key()), "=", rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.rev)).
+		Then(ops...).Commit()
+	if err != nil {
+		return 0, false, err
+	}
+	if !resp.Succeeded {
+		return 0, false, nil
+	}
+	a.lastBlob, a.lastBudg = blob, budg
+	return resp.Header.Revision, true, nil
+}
+
+// fenced runs ops only if this replica still holds the election key of t.
+func (a *Admission) fenced(ctx context.Context, t *term, ops ...clientv3.Op) (bool, error) {
+	resp, err := a.o.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.rev)).
 		Then(ops...).Commit()
 	if err != nil {
 		return false, err
@@ -197,27 +412,74 @@ func (a *Admission) fenced(ctx context.Context, rev int64, ops ...clientv3.Op) (
 	return resp.Succeeded, nil
 }
 
-// watchLeader marks the admission ready once another replica is known to
-// own the broker, so this one can start forwarding. When the leader key is
-// this replica's own, it is still taking over: campaign marks it ready once
-// the state is restored.
+// watchLeader keeps the owner's address from a watch of the election, so
+// forwarding never reads etcd per request. Like Election.Observe it follows
+// the oldest key under the prefix; unlike it, it also reports "no owner"
+// while the prefix is empty.
 func (a *Admission) watchLeader(ctx context.Context) {
+	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		if resp, err := a.elect.Leader(ctx); err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) != a.o.Addr {
-			a.markReady()
+		err := a.followLeader(ctx)
+		if ctx.Err() != nil {
 			return
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
+		if err != nil {
+			a.o.Logger.Warn("watching the broker owner", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// followLeader reads the current owner and watches until it changes.
+func (a *Admission) followLeader(ctx context.Context) error {
+	resp, err := a.o.Client.Get(ctx, ElectionPrefix, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	if len(resp.Kvs) == 0 {
+		a.setLeader("")
+		// Wait for the first key under the prefix, then read again.
+		for wr := range a.o.Client.Watch(wctx, ElectionPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					return nil
+				}
+			}
+		}
+		return ctx.Err()
+	}
+	kv := resp.Kvs[0]
+	a.setLeader(string(kv.Value))
+	for wr := range a.o.Client.Watch(wctx, string(kv.Key), clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				a.setLeader("")
+				return nil
+			}
+			a.setLeader(string(ev.Kv.Value))
 		}
 	}
+	return ctx.Err()
 }
 
 // Owner reports whether this replica owns the broker.
 func (a *Admission) Owner() bool { return a.owner.Load() }
 
-// errRetryLocally means the takeover finished while a call waited for it.
+// errRetryLocally means this replica became the owner while a call waited.
 var errRetryLocally = errors.New("owner now")
 
 // Reserve reserves locally when this replica owns the broker, else forwards.
@@ -259,8 +521,8 @@ func (a *Admission) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*p
 	return st.Proto(), nil
 }
 
-// Forward returns a client of the broker's owner when this replica is not it
-// (nil when it is), so other central decisions that must be atomic across
+// Forward returns a client of the owner when this replica is not it (nil
+// when it is), so other central decisions that must be atomic across
 // edges — the hedge budget — are taken in one place too.
 func (a *Admission) Forward(ctx context.Context) (pb.DeciderServiceClient, error) {
 	if a.owner.Load() {
@@ -273,29 +535,44 @@ func (a *Admission) Forward(ctx context.Context) (pb.DeciderServiceClient, error
 	return c, err
 }
 
+// ownerClient returns a client of the owner from the cached address. While
+// nobody owns the state, or this replica is taking over, it waits for a
+// change within the caller's deadline and OwnerWait.
 func (a *Admission) ownerClient(ctx context.Context) (pb.DeciderServiceClient, error) {
-	resp, err := a.elect.Leader(ctx)
-	if err != nil || len(resp.Kvs) == 0 {
-		return nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
-	}
-	addr := string(resp.Kvs[0].Value)
-	if addr == a.o.Addr {
-		// This replica won the election and is restoring the state: wait for
-		// it, within the caller's deadline, rather than fail the request.
-		select {
-		case <-a.ready:
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
+	var wait <-chan time.Time
+	for {
+		leader, ch := a.state()
 		if a.owner.Load() {
 			return nil, errRetryLocally
 		}
-		return nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
+		if leader != "" && leader != a.o.Addr {
+			return a.client(leader)
+		}
+		if wait == nil {
+			t := time.NewTimer(a.o.OwnerWait)
+			defer t.Stop()
+			wait = t.C
+		}
+		select {
+		case <-ch:
+			continue
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-wait:
+		}
+		if leader == a.o.Addr {
+			return nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
+		}
+		return nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
 	}
+}
+
+func (a *Admission) client(addr string) (pb.DeciderServiceClient, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	conn, ok := a.conns[addr]
 	if !ok {
+		var err error
 		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "reach the broker owner: %v", err)
@@ -317,39 +594,55 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, "rate-limit broker error")
 }
 
-// Abandon stops like a crash would: no final snapshot, no clean marker, the
-// election session simply ends. For failover tests and drills.
+// Abandon stops like a crash would: no final snapshot, no clean marker, no
+// resignation; the election session's lease is left to expire. For failover
+// tests and drills.
 func (a *Admission) Abandon() {
 	a.closed.Do(func() {
+		a.wmu.Lock()
+		a.stopping, a.abandoned = true, true
 		a.owner.Store(false)
-		a.cancel()
-		a.wg.Wait()
-		_ = a.session.Close()
+		a.wmu.Unlock()
+		a.shutdown()
 	})
 }
 
 // Close saves a final snapshot with the clean-stop marker when this replica
-// owns the broker (call it after the gRPC server stopped admitting), then
-// resigns so another replica takes over at once.
+// owns the state (call it after the gRPC server stopped admitting), then
+// resigns so another replica takes over at once, at full capacity. The etcd
+// client must still be open.
 func (a *Admission) Close() { a.closed.Do(a.close) }
 
 func (a *Admission) close() {
-	if a.owner.Load() {
+	a.wmu.Lock()
+	a.stopping = true
+	owner := a.owner.Load()
+	a.owner.Store(false)
+	if t := a.cur; owner && t != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rev := a.ownRev.Load()
-		// Two fenced writes: the snapshot, then the marker naming its revision.
-		if ok, err := a.fenced(ctx, rev, clientv3.OpPut(SnapshotKey, string(a.o.Broker.Snapshot()))); err == nil && ok {
-			if get, err := a.o.Client.Get(ctx, SnapshotKey); err == nil && len(get.Kvs) == 1 {
-				_, _ = a.fenced(ctx, rev, clientv3.OpPut(CleanKey, fmt.Sprint(get.Kvs[0].ModRevision)))
+		// Two fenced writes: the state, then the marker naming the
+		// revision of the snapshot (always written, so it is that of the
+		// first write).
+		a.lastBlob = ""
+		rev, ok, err := a.write(ctx, t)
+		if err == nil && ok {
+			if _, err = a.fenced(ctx, t, clientv3.OpPut(CleanKey, strconv.FormatInt(rev, 10))); err != nil {
+				a.o.Logger.Warn("broker clean-stop marker", "err", err)
 			}
+		} else if err != nil {
+			a.o.Logger.Warn("broker final snapshot", "err", err)
 		}
-		a.owner.Store(false)
-		_ = a.elect.Resign(ctx)
+		_ = t.elect.Resign(ctx)
 		cancel()
 	}
+	a.wmu.Unlock()
+	a.shutdown()
+}
+
+func (a *Admission) shutdown() {
+	a.notify()
 	a.cancel()
 	a.wg.Wait()
-	_ = a.session.Close()
 	a.mu.Lock()
 	for _, c := range a.conns {
 		_ = c.Close()

@@ -1,0 +1,314 @@
+package admission
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
+)
+
+// cluster is an embedded etcd that several replicas share.
+type cluster struct {
+	endpoint string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	e, err := store.StartEmbedded(t.Context(), store.EmbeddedOptions{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	return &cluster{endpoint: e.Endpoint()}
+}
+
+// client dials the cluster; ranges counts the etcd Range calls it makes.
+func (c *cluster) client(t *testing.T, ranges *atomic.Int64) *clientv3.Client {
+	t.Helper()
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if ranges != nil && method == "/etcdserverpb.KV/Range" {
+			ranges.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{c.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// owner returns the election key that owns the broker: the address it names
+// and its create revision (0 when nobody owns it).
+func (c *cluster) owner(t *testing.T) (string, int64, clientv3.LeaseID) {
+	t.Helper()
+	cli := c.client(t, nil)
+	resp, err := cli.Get(t.Context(), ElectionPrefix, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)
+	require.NoError(t, err)
+	if len(resp.Kvs) == 0 {
+		return "", 0, 0
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].CreateRevision, clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
+// revokeOwner revokes the lease of the election key that owns the broker, as
+// an etcd that saw no keep-alive for the session's TTL (a paused process)
+// does, and returns the address it named and the key's revision.
+func (c *cluster) revokeOwner(t *testing.T) (string, int64) {
+	t.Helper()
+	addr, rev, lease := c.owner(t)
+	require.NotZero(t, rev, "an owner is elected")
+	_, err := c.client(t, nil).Revoke(t.Context(), lease)
+	require.NoError(t, err)
+	return addr, rev
+}
+
+// snapshotSaved waits until the owner saved a snapshot taken after the call:
+// the second write from now on (the first may have been taken before).
+func (c *cluster) snapshotSaved(t *testing.T) {
+	t.Helper()
+	cli := c.client(t, nil)
+	rev := func() int64 {
+		get, err := cli.Get(t.Context(), SnapshotKey)
+		require.NoError(t, err)
+		if len(get.Kvs) == 0 {
+			return 0
+		}
+		return get.Kvs[0].ModRevision
+	}
+	for range 2 {
+		r0 := rev()
+		require.Eventually(t, func() bool { return rev() > r0 }, 10*time.Second, 10*time.Millisecond, "a snapshot is saved")
+	}
+}
+
+// newOwner waits until a key newer than rev owns the broker and returns its address.
+func (c *cluster) newOwner(t *testing.T, rev int64) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		a, r, _ := c.owner(t)
+		addr = a
+		return r > rev
+	}, 20*time.Second, 20*time.Millisecond, "a new owner is elected")
+	return addr
+}
+
+// replica is one decider's admission with a gRPC server in front, so the
+// others can forward to it.
+type replica struct {
+	adm    *Admission
+	broker *broker.Broker
+	addr   string
+}
+
+type fwdServer struct {
+	pb.UnimplementedDeciderServiceServer
+	adm atomic.Pointer[Admission]
+}
+
+func (s *fwdServer) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+	return s.adm.Load().Reserve(ctx, req)
+}
+
+// tenantPerDay is the tenant's daily request limit in these tests.
+const tenantPerDay = 4
+
+func newBroker(t *testing.T) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(broker.Config{
+		Buckets: []broker.Spec{{Scope: broker.ScopeTenant, Key: "acme", Unit: broker.UnitRequests, Window: broker.WindowDay, Capacity: tenantPerDay}},
+		Routes:  []broker.Route{{EndpointID: "alpha/m1", Model: "m1"}},
+	}, broker.Options{DisableCorrection: true})
+	require.NoError(t, err)
+	return b
+}
+
+// startReplica starts a replica on its own etcd client; cli may be nil.
+func startReplica(t *testing.T, c *cluster, cli *clientv3.Client) *replica {
+	t.Helper()
+	if cli == nil {
+		cli = c.client(t, nil)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	fs := &fwdServer{}
+	pb.RegisterDeciderServiceServer(srv, fs)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	r := &replica{broker: newBroker(t), addr: lis.Addr().String()}
+	r.adm, err = Start(t.Context(), Options{
+		Broker: r.broker, Client: cli, Addr: r.addr, Every: 50 * time.Millisecond, LeaseTTL: 2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	fs.adm.Store(r.adm)
+	t.Cleanup(r.adm.Close)
+	return r
+}
+
+var reqN atomic.Int64
+
+func reserveReq() *pb.ReserveRequest {
+	return &pb.ReserveRequest{
+		RequestId: "r" + time.Now().Format("150405.000000000") + string(rune('a'+reqN.Add(1)%26)),
+		Identity:  &pb.Identity{TenantId: "acme", ApiKeyId: "key-1"}, Model: "m1", EndpointId: "alpha/m1",
+		Demand: &pb.Demand{Requests: 1},
+	}
+}
+
+// admitted reserves one request through r and reports whether it was admitted
+// (false also when no owner answered).
+func (r *replica) admitted(t *testing.T) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	resp, err := r.adm.Reserve(ctx, reserveReq())
+	return err == nil && resp.GetAdmitted()
+}
+
+// refused reserves one request through r and reports whether the tenant's
+// limit refused it (an answer, not an error).
+func (r *replica) refused(t *testing.T) bool {
+	t.Helper()
+	resp, err := r.adm.Reserve(t.Context(), reserveReq())
+	require.NoError(t, err)
+	return !resp.GetAdmitted() && resp.GetRefusal() != nil
+}
+
+func TestOwnershipRegainedAfterSessionLoss(t *testing.T) {
+	c := newCluster(t)
+	r := startReplica(t, c, nil)
+	require.True(t, r.adm.Owner())
+	require.True(t, r.admitted(t))
+
+	// The session's lease ends, as after a pause longer than its TTL: the
+	// replica stops admitting, and with no other replica it must campaign
+	// again and take the broker back without a restart.
+	addr, rev := c.revokeOwner(t)
+	require.Equal(t, r.addr, addr)
+	require.Equal(t, r.addr, c.newOwner(t, rev), "the only replica campaigns again")
+	require.Eventually(t, func() bool { return r.admitted(t) }, 20*time.Second, 20*time.Millisecond,
+		"the only replica admits again after its session was lost")
+	require.True(t, r.adm.Owner())
+
+	// Nobody else owned the broker meanwhile, so what this replica granted
+	// still counts and it runs at full capacity: 2 of 4 taken, 2 left.
+	require.True(t, r.admitted(t))
+	require.True(t, r.admitted(t))
+	require.True(t, r.refused(t))
+}
+
+func TestSurvivorTakesOverAfterSessionLoss(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	b := startReplica(t, c, nil)
+	require.True(t, a.adm.Owner())
+	require.False(t, b.adm.Owner())
+	require.True(t, b.admitted(t), "forwarded to the owner")
+	c.snapshotSaved(t)
+
+	addr, rev := c.revokeOwner(t)
+	require.Equal(t, a.addr, addr)
+	require.Equal(t, b.addr, c.newOwner(t, rev))
+	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond, "the survivor takes over")
+	// The old owner campaigns again, now behind the new one, and forwards.
+	require.Eventually(t, func() bool {
+		fc, err := a.adm.Forward(t.Context())
+		return err == nil && fc != nil && !a.adm.Owner()
+	}, 20*time.Second, 20*time.Millisecond)
+	require.True(t, a.admitted(t), "forwarded to the new owner")
+	c.snapshotSaved(t)
+
+	// And when the new owner's session is lost in turn, the first one takes
+	// the broker back.
+	addr, rev = c.revokeOwner(t)
+	require.Equal(t, b.addr, addr)
+	require.Equal(t, a.addr, c.newOwner(t, rev))
+	require.Eventually(t, a.adm.Owner, 20*time.Second, 20*time.Millisecond)
+	// Forwarded to the owner again, which restored the lost owner's
+	// snapshot in learning mode: half of the 4 are held back and 2 are
+	// used, so the tenant is refused (an answer, not an error).
+	require.True(t, b.refused(t))
+}
+
+func TestCleanHandoverWithoutLearningMode(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	b := startReplica(t, c, nil)
+	require.True(t, a.adm.Owner())
+	require.True(t, a.admitted(t))
+
+	a.adm.Close() // a clean stop: final snapshot, clean marker, resign
+	require.Eventually(t, b.adm.Owner, 10*time.Second, 10*time.Millisecond)
+	// Full capacity at once: 1 of 4 used before the handover, 3 left. In
+	// learning mode half of 4 would be held back and only 1 more admitted.
+	for range tenantPerDay - 1 {
+		require.True(t, b.admitted(t))
+	}
+	require.True(t, b.refused(t))
+}
+
+func TestLeaderCacheServesForwarding(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	var ranges atomic.Int64
+	b := startReplica(t, c, c.client(t, &ranges))
+	require.True(t, a.adm.Owner())
+	require.True(t, b.admitted(t))
+
+	// Forwarding reads the owner from a watch, not from etcd per request.
+	// (The replica's own campaign may still read the election once or twice.)
+	before := ranges.Load()
+	for range tenantPerDay - 1 {
+		require.True(t, b.admitted(t))
+	}
+	for range 20 {
+		require.True(t, b.refused(t))
+	}
+	require.LessOrEqual(t, ranges.Load()-before, int64(2), "etcd reads while forwarding 23 calls")
+}
+
+func TestFencedWritesRefuseStaleOwner(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	b := startReplica(t, c, nil)
+	require.True(t, a.adm.Owner())
+	a.adm.wmu.Lock()
+	stale := a.adm.cur
+	a.adm.wmu.Unlock()
+	require.NotNil(t, stale)
+
+	_, rev := c.revokeOwner(t)
+	require.Equal(t, b.addr, c.newOwner(t, rev))
+	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond)
+
+	// The old term's writes are refused, whatever the old owner believes.
+	ok, err := a.adm.fenced(t.Context(), stale, clientv3.OpPut(SnapshotKey, "stale"))
+	require.NoError(t, err)
+	require.False(t, ok)
+	a.adm.wmu.Lock()
+	a.adm.lastBlob = ""
+	_, ok, err = a.adm.write(t.Context(), stale)
+	a.adm.wmu.Unlock()
+	require.NoError(t, err)
+	require.False(t, ok)
+	get, err := c.client(t, nil).Get(t.Context(), SnapshotKey)
+	require.NoError(t, err)
+	for _, kv := range get.Kvs {
+		require.NotEqual(t, "stale", string(kv.Value))
+	}
+}
