@@ -68,6 +68,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error. (Optional) Defaults to info.
 	LogLevel string
+	// BrokerSessionTTL is the TTL of the election session that makes one
+	// replica the owner of the rate-limit broker and the hedge budget: after
+	// a crash, the next owner takes over once it expires (a clean stop
+	// resigns at once). Shorter means faster failover, but a pause longer
+	// than it costs the owner its ownership. Whole seconds. (Optional)
+	// Defaults to 3s.
+	BrokerSessionTTL time.Duration
 
 	// ProbeInterval is how often every endpoint is probed at each probe size.
 	// (Optional) 0 disables probes; the flag defaults to 5m.
@@ -123,6 +130,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 2*time.Second, "time NOT_SERVING before stopping on SIGTERM")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful stop bound")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&cfg.BrokerSessionTTL, "broker-session-ttl", 3*time.Second, "TTL of the broker owner's election session: how long a crashed owner blocks failover (whole seconds, at least 2s)")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", 5*time.Minute, "how often each endpoint is probed at each size (0 disables)")
 	probeSizes := fs.String("probe-sizes", "20480,61440,153600", "comma-separated probe prompt sizes in tokens")
 	fs.Float64Var(&cfg.Exploration, "exploration", 0.05, "share of requests sent to endpoints with too little data (negative disables)")
@@ -177,6 +185,9 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(c.EtcdListen); err != nil {
 			errs = append(errs, fmt.Errorf("--etcd-listen %q: %w", c.EtcdListen, err))
 		}
+	}
+	if c.BrokerSessionTTL != 0 && c.BrokerSessionTTL < 2*time.Second {
+		errs = append(errs, fmt.Errorf("--broker-session-ttl %v must be at least 2s", c.BrokerSessionTTL))
 	}
 	if c.DrainDelay < 0 || c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--drain-delay must be >= 0 and --shutdown-timeout > 0"))
@@ -328,6 +339,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.adm, err = admission.Start(ctx, admission.Options{
 		Broker: d.broker, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
+		LeaseTTL: int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
 	})
 	if err != nil {
 		return nil, err

@@ -44,13 +44,17 @@ func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
 
 func decideReserve(t *testing.T, c pb.DeciderServiceClient, n int) *pb.DecideResponse {
 	t.Helper()
-	resp, err := c.Decide(t.Context(), &pb.DecideRequest{
+	resp, err := c.Decide(t.Context(), decideRequest(n))
+	require.NoError(t, err)
+	return resp
+}
+
+func decideRequest(n int) *pb.DecideRequest {
+	return &pb.DecideRequest{
 		Identity: &pb.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model",
 		Tokens: &pb.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}, Reserve: true,
 		IdempotencyKey: "req-" + string(rune('a'+n)),
-	})
-	require.NoError(t, err)
-	return resp
+	}
 }
 
 func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {

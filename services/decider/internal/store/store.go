@@ -95,12 +95,14 @@ type Store struct {
 	logger *slog.Logger
 }
 
-// Connect dials etcd.
+// Connect dials etcd. ctx bounds the dial only: the client lives until
+// Close, so a stop signal that cancels ctx still lets the caller write its
+// final state and resign before closing.
 func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Store, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
-		Context:     ctx,
+		Context:     context.WithoutCancel(ctx),
 		// The client's own zap logs (retries on a closing connection at
 		// shutdown, for instance) are noise next to the decider's; errors
 		// that matter come back from the calls themselves.

@@ -1,0 +1,180 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+)
+
+// snapshotStored reports whether the broker's owner saved a snapshot.
+func snapshotStored(t *testing.T, d *Decider) bool {
+	get, err := d.store.Client().Get(t.Context(), admission.SnapshotKey)
+	require.NoError(t, err)
+	return len(get.Kvs) == 1
+}
+
+// lockedBuffer is a log sink safe to read while the decider writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// field returns the value of key in the first JSON log line whose msg is msg.
+func (l *lockedBuffer) field(msg, key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
+			s, _ := m[key].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runDecider runs the decider as main does, until the returned stop is
+// called (as SIGTERM cancels main's context); stop waits for Run to return.
+func runDecider(t *testing.T, args ...string) (pb.DeciderServiceClient, *lockedBuffer, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, args, logs) }()
+	var addr string
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			require.NoError(t, err, logs.String())
+			t.Fatal("the decider stopped")
+		default:
+		}
+		addr = logs.field("decider serving", "addr")
+		return addr != ""
+	}, 60*time.Second, 10*time.Millisecond)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return pb.NewDeciderServiceClient(conn), logs, stop
+}
+
+// TestCleanStopHandsOverAtFullCapacity stops a decider the way SIGTERM does
+// and starts the next one on the same data: the final snapshot and the clean
+// marker must be written, so the next owner starts at once, at full
+// capacity, without learning mode.
+func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--listen", "127.0.0.1:0", "--etcd-listen", "127.0.0.1:0", "--data-dir", dir, "--drain-delay", "0",
+		"--exploration", "-1", "--id", "test", "--probe-interval", "0"}
+	c, _, stop := runDecider(t, append(args, "--catalog", writeLimited(t, dir, "4"))...)
+	require.NotNil(t, decideReserve(t, c, 0).Reservation)
+	stop()
+
+	start := time.Now()
+	c, logs, _ := runDecider(t, args...)
+	first := decideReserve(t, c, 1)
+	t.Logf("clean stop: %v from restart to the first admitted Reserve", time.Since(start))
+	require.NotNil(t, first.Reservation)
+	// 1 of the tenant's 4 a day was used before the stop: 3 left, all
+	// admitted. In learning mode only 1 more would be.
+	require.NotNil(t, decideReserve(t, c, 2).Reservation)
+	require.NotNil(t, decideReserve(t, c, 3).Reservation)
+	require.NotNil(t, decideReserve(t, c, 4).Refusal)
+	require.NotContains(t, logs.String(), "learning mode")
+	require.False(t, strings.Contains(logs.String(), "ownership lost"))
+}
+
+// firstAdmission retries a reserving Decide until one is admitted and
+// returns how long that took from start.
+func firstAdmission(t *testing.T, c pb.DeciderServiceClient, start time.Time, n int) time.Duration {
+	t.Helper()
+	var took time.Duration
+	require.Eventually(t, func() bool {
+		resp, err := c.Decide(t.Context(), decideRequest(n))
+		took = time.Since(start)
+		return err == nil && resp.GetReservation() != nil
+	}, 30*time.Second, 5*time.Millisecond)
+	return took
+}
+
+// TestRestartToFirstAdmission measures, and logs, the time from starting a
+// decider on the data of one that stopped to its first admitted Reserve:
+// after a clean stop (immediate: the old owner resigned) and after a crash
+// (bounded by the old election session's TTL). Figures, not assertions:
+// go test -run TestRestartToFirstAdmission -v ./services/decider/app/
+func TestRestartToFirstAdmission(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		dir := t.TempDir()
+		d, c := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
+		require.NotNil(t, decideReserve(t, c, 0).Reservation)
+		require.Eventually(t, func() bool { return snapshotStored(t, d) }, 10*time.Second, 10*time.Millisecond)
+		if crash {
+			d.Kill()
+		} else {
+			d.Close()
+		}
+		start := time.Now()
+		d, c = startDecider(t, Config{DataDir: dir, BrokerSessionTTL: 3 * time.Second})
+		started := time.Since(start)
+		took := firstAdmission(t, c, start, 1)
+		d.Close()
+		t.Logf("crash=%v: decider started in %v, first admitted Reserve %v after the restart", crash, started, took)
+	}
+}
+
+// TestFailoverToFirstAdmission measures, and logs, how long the surviving
+// replica of two on one etcd takes to admit after the owner stopped cleanly
+// or crashed (no restart involved). Figures, not assertions:
+// go test -run TestFailoverToFirstAdmission -v ./services/decider/app/
+func TestFailoverToFirstAdmission(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		dir := t.TempDir()
+		a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
+		b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), BrokerSessionTTL: 3 * time.Second})
+		require.True(t, a.adm.Owner())
+		require.NotNil(t, decideReserve(t, ca, 0).Reservation)
+		start := time.Now()
+		if crash {
+			a.adm.Abandon() // the owner's process is gone; etcd (embedded in it here) lives on
+		} else {
+			a.adm.Close()
+		}
+		took := firstAdmission(t, cb, start, 1)
+		t.Logf("crash=%v: the survivor admitted %v after the owner stopped", crash, took)
+		b.Close()
+		a.Close()
+	}
+}
