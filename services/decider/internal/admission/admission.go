@@ -313,7 +313,7 @@ func (a *Admission) restore(snap, clean, budget []*mvccpb.KeyValue) {
 		}
 	}
 	if !cleanStop && len(snap) == 1 {
-		until := now.Add(a.o.Broker.MaxTTL())
+		until := a.o.Broker.LearningUntil(now)
 		a.o.Broker.SetConservative(until)
 		a.o.Logger.Warn("broker in learning mode after an unclean takeover", "until", until)
 	} else {

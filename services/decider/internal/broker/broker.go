@@ -117,7 +117,14 @@ type Broker struct {
 	seq    atomic.Uint64
 
 	consUntil atomic.Int64 // learning mode ends, Unix ns
-	corr      sync.Map     // corrKey → *correction
+
+	// granted is the longest TTL reserved since New or the last Restore, ns.
+	granted atomic.Int64
+	// prevGranted and prevLearn are what the restored snapshot said of its
+	// owner: the longest TTL it granted (-1 when its format did not say) and
+	// when its own learning mode ended (Unix ns).
+	prevGranted, prevLearn atomic.Int64
+	corr                   sync.Map // corrKey → *correction
 
 	shards [nShards]shard
 }
@@ -130,6 +137,7 @@ func New(cfg Config, o Options) (*Broker, error) {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
 	b := &Broker{opts: o}
+	b.prevGranted.Store(-1)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
 	hex.Encode(b.prefix[:], rnd[:])
@@ -147,17 +155,42 @@ func New(cfg Config, o Options) (*Broker, error) {
 
 func (b *Broker) nowNS() int64 { return b.opts.Now().UnixNano() }
 
-// MaxTTL is the longest any reservation of this broker lives: after a
-// failover, learning mode must last this long past the moment the old owner
-// stopped granting (see SetConservative).
+// MaxTTL is the longest any reservation of this broker may live.
 func (b *Broker) MaxTTL() time.Duration { return b.opts.MaxTTL }
+
+// noteTTL records ttl as granted if it is the longest yet.
+func (b *Broker) noteTTL(ttl time.Duration) {
+	for {
+		cur := b.granted.Load()
+		if int64(ttl) <= cur || b.granted.CompareAndSwap(cur, int64(ttl)) {
+			return
+		}
+	}
+}
+
+// LearningUntil is when learning mode may end for a new owner that restored
+// a snapshot at now after an unclean stop: once every reservation the old
+// owner could have granted after its last snapshot has expired. Those were
+// granted before now and live at most the longest TTL the old owner granted
+// (recorded in the snapshot; at least DefaultTTL, and MaxTTL for a snapshot
+// that does not record it); and learning mode never ends before the old
+// owner's own did, for what its predecessor may have granted.
+func (b *Broker) LearningUntil(now time.Time) time.Time {
+	ttl := time.Duration(b.prevGranted.Load())
+	if ttl < 0 {
+		ttl = b.opts.MaxTTL
+	}
+	until := now.Add(min(max(ttl, b.opts.DefaultTTL), b.opts.MaxTTL)).UnixNano()
+	return time.Unix(0, max(until, b.prevLearn.Load())).UTC()
+}
 
 // SetConservative turns learning mode on until until (a zero time turns it
 // off). In learning mode a bucket admits only while, after the charge, at
-// least (1-ConservativeFraction) of its limit stays free: a new owner that
-// restored a snapshot does not know what the old owner granted after it, and
-// the held-back part absorbs that. The lead calls it after Restore with the
-// old owner's last possible grant time plus MaxTTL.
+// least (1-ConservativeFraction) of its limit stays free — though never so
+// much that a bucket counted in units cannot admit one unit: a new owner
+// that restored a snapshot does not know what the old owner granted after
+// it, and the held-back part absorbs that. The owner calls it after Restore
+// with LearningUntil.
 func (b *Broker) SetConservative(until time.Time) {
 	if until.IsZero() {
 		b.consUntil.Store(0)
@@ -313,6 +346,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 		ttl = b.opts.DefaultTTL
 	}
 	ttl = min(ttl, b.opts.MaxTTL)
+	b.noteTTL(ttl)
 	e := b.newEntry(req, est, dem, len(bs), now, ttl, si, seq)
 	e.idem = ik
 
@@ -455,7 +489,7 @@ func unhex(c byte) (int, bool) {
 // formatted later, outside the locks, by finish.
 func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls WorkloadClass) *Refusal {
 	lim := bk.limit()
-	keep := hold * lim
+	keep := bk.keep(hold)
 	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls}
 	if bk.scope.own() {
 		r.Limit = lim

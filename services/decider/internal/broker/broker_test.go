@@ -316,8 +316,10 @@ func TestConservative(t *testing.T) {
 			during: 2, retry: time.Second, after: 4, release: true},
 		{name: "daily: half of the day's quota", spec: Spec{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowDay, Capacity: 10},
 			during: 5, retry: 12 * time.Hour, after: 5},
-		{name: "a concurrency of 1 admits nothing", spec: Spec{Scope: ScopeTenant, Key: tenant, Unit: UnitConcurrentRequests, Capacity: 1},
-			during: 0, retry: time.Second, after: 1},
+		{name: "a concurrency of 1 still admits one", spec: Spec{Scope: ScopeTenant, Key: tenant, Unit: UnitConcurrentRequests, Capacity: 1},
+			during: 1, retry: time.Second, after: 1, release: true},
+		{name: "1 per minute still admits one", spec: Spec{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowMinute, Capacity: 1},
+			during: 1, retry: time.Minute, after: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -338,6 +340,13 @@ func TestConservative(t *testing.T) {
 			require.Equal(t, tt.after, n)
 		})
 	}
+
+	t.Run("USD has no unit floor: half of the limit", func(t *testing.T) {
+		b, _ := newBroker(t, []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitUSD, Window: WindowDay, Capacity: 1}})
+		b.SetConservative(t0.Add(time.Minute))
+		n, _, _ := reserveN(t, b, 5, Demand{Requests: 1, USD: 0.3})
+		require.Equal(t, 1, n)
+	})
 
 	t.Run("a demand that only fits outside learning mode waits for its end", func(t *testing.T) {
 		b, _ := newBroker(t, []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowMinute, Capacity: 10}})

@@ -130,11 +130,24 @@ func (b *bucket) available() float64 {
 func (b *bucket) fits(amount, hold float64) bool {
 	have := b.available()
 	lim := b.limit()
-	keep := hold * lim
+	keep := b.keep(hold)
 	if amount == 0 {
 		return have > keep
 	}
 	return have-amount >= keep-1e-9*math.Max(1, lim)
+}
+
+// keep is what learning mode holds back: hold × limit, but for a bucket
+// counted in units (requests, tokens, requests in flight) never so much that
+// less than one unit can be taken, so a bucket of capacity 1 still admits
+// one. USD has no such unit and keeps the plain share.
+func (b *bucket) keep(hold float64) float64 {
+	lim := b.limit()
+	k := hold * lim
+	if hold > 0 && b.unit != UnitUSD {
+		k = math.Min(k, math.Max(lim-1, 0))
+	}
+	return k
 }
 
 // never reports whether amount can never fit: larger than capacity + burst.

@@ -164,12 +164,15 @@
 // reservations and correction factors in a versioned, checksummed blob,
 // consistent between reservations and levels. Restore loads one into a
 // broker built from today's configuration. A new owner does not know what
-// the old owner granted after its last snapshot, so it calls
-// SetConservative(t) with t = the old owner's last possible grant + MaxTTL:
-// until t every bucket admits only while, after the charge, at least
-// (1 − ConservativeFraction) × L (half, by default) stays free. A bucket whose
-// limit is below 2 units (a concurrency of 1) admits nothing then: the honest
-// price of not knowing.
+// the old owner granted after its last snapshot, so after an unclean stop it
+// calls SetConservative(LearningUntil(now)): until the longest TTL the old
+// owner granted (recorded in its snapshot, at least DefaultTTL) has passed,
+// and not before the old owner's own learning mode ended. Until then every
+// bucket admits only while, after the charge, at least
+// (1 − ConservativeFraction) × L (half, by default) stays free — but a bucket
+// counted in units always lets at least one unit through (a concurrency of 1
+// still admits one request), trading a little possible over-admission for
+// not refusing everything.
 //
 // # Safe metadata
 //

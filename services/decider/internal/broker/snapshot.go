@@ -10,8 +10,9 @@ import (
 )
 
 // SnapshotVersion is the format version written after the magic of every
-// snapshot; Restore refuses any other with ErrSnapshotVersion.
-const SnapshotVersion = 1
+// snapshot; Restore also reads version 1 (which did not record the longest
+// TTL granted) and refuses any other with ErrSnapshotVersion.
+const SnapshotVersion = 2
 
 const snapshotMagic = "SBRK"
 
@@ -88,6 +89,10 @@ func (b *Broker) Snapshot() []byte {
 	w = append(w, snapshotMagic...)
 	w = append(w, SnapshotVersion)
 	w = binary.AppendVarint(w, now)
+	// Since version 2: for learning mode after a failover, the longest TTL
+	// granted since New or Restore, and when this owner's learning mode ends.
+	w = binary.AppendVarint(w, b.granted.Load())
+	w = binary.AppendVarint(w, b.consUntil.Load())
 	w = binary.AppendUvarint(w, uint64(len(order)))
 	for _, bk := range order {
 		w = appendString(w, bk.id)
@@ -306,6 +311,8 @@ type snapCorr struct {
 }
 
 type snapshot struct {
+	granted int64 // longest TTL granted, ns; -1 when not recorded
+	learn   int64 // the owner's learning mode ends, Unix ns
 	buckets []snapBucket
 	routes  []snapRoute
 	entries []snapEntry
@@ -316,7 +323,8 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 	if len(blob) < len(snapshotMagic)+1+4 || string(blob[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: no broker snapshot magic", ErrSnapshotVersion)
 	}
-	if v := blob[len(snapshotMagic)]; v != SnapshotVersion {
+	v := blob[len(snapshotMagic)]
+	if v != 1 && v != SnapshotVersion {
 		return nil, fmt.Errorf("%w: %d", ErrSnapshotVersion, v)
 	}
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
@@ -324,8 +332,14 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrSnapshotCorrupt)
 	}
 	r := &reader{b: body[len(snapshotMagic)+1:]}
-	s := &snapshot{}
+	s := &snapshot{granted: -1}
 	r.varint() // taken at, for humans and future use
+	if v >= 2 {
+		s.granted, s.learn = r.varint(), r.varint()
+		if s.granted < 0 {
+			r.fail("bad granted TTL")
+		}
+	}
 	var names []string
 	for n := r.count(1); n > 0 && r.err == nil; n-- {
 		names = append(names, r.str())
@@ -422,9 +436,11 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 // then refill from the snapshot's times on their next use, as the provider's
 // did meanwhile. Reservations are added with their original ids, so edges
 // reconcile them here; charges on buckets that no longer exist are dropped;
-// those already expired at now are expired at once. Correction factors and
-// route pauses are restored. A snapshot that fails to decode changes
-// nothing. Call SetConservative afterwards (see learning mode).
+// those already expired at now are expired at once; open reservations the
+// broker held before are dropped. Correction factors and route pauses are
+// restored. A snapshot that fails to decode changes nothing. After an
+// unclean stop of the snapshot's owner, call SetConservative(LearningUntil)
+// afterwards (see learning mode).
 func (b *Broker) Restore(blob []byte, now time.Time) error {
 	s, err := decodeSnapshot(blob)
 	if err != nil {
@@ -474,6 +490,17 @@ func (b *Broker) restore(s *snapshot, now int64) {
 			b.shards[i].mu.Unlock()
 		}
 	}()
+	// The snapshot replaces the open reservations: a replica that owned the
+	// broker before may still hold ones another owner has settled since.
+	for i := range b.shards {
+		sh := &b.shards[i]
+		for _, e := range sh.byID {
+			sh.remove(e)
+		}
+	}
+	b.granted.Store(0)
+	b.prevGranted.Store(s.granted)
+	b.prevLearn.Store(s.learn)
 	for _, sb := range s.buckets {
 		bk := t.byID[sb.id]
 		if bk == nil {

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"encoding/binary"
+	"hash/crc32"
 	"testing"
 	"time"
 
@@ -157,4 +159,67 @@ func TestRestoreErrors(t *testing.T) {
 			require.Equal(t, 0, nb.Open(), "nothing restored")
 		})
 	}
+}
+
+func TestLearningModeLastsTheLongestTTLGranted(t *testing.T) {
+	specs := []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowDay, Capacity: 10}}
+	old, _ := newBroker(t, specs)
+	_, _, _ = reserveN(t, old, 2, one) // the default TTL, 2 minutes
+	blob := old.Snapshot()
+
+	// A new owner after an unclean stop: learning mode lasts the 2 minutes
+	// the old owner's reservations live, not MaxTTL (15 minutes).
+	b, c := newBroker(t, specs)
+	require.NoError(t, b.Restore(blob, c.Now()))
+	require.Equal(t, c.Now().Add(2*time.Minute), b.LearningUntil(c.Now()))
+
+	// A longer TTL granted is remembered, and so is the old owner's own
+	// learning mode when it ends later.
+	rq := req(one)
+	rq.TTL = 10 * time.Minute
+	_, _, err := b.Reserve(t.Context(), rq)
+	require.NoError(t, err)
+	b.SetConservative(c.Now().Add(time.Hour))
+	next, _ := newBroker(t, specs)
+	require.NoError(t, next.Restore(b.Snapshot(), c.Now()))
+	require.Equal(t, c.Now().Add(time.Hour), next.LearningUntil(c.Now()))
+	b.SetConservative(time.Time{})
+	next, _ = newBroker(t, specs)
+	require.NoError(t, next.Restore(b.Snapshot(), c.Now()))
+	require.Equal(t, c.Now().Add(10*time.Minute), next.LearningUntil(c.Now()))
+
+	// Nothing granted: still at least the default TTL.
+	idle, _ := newBroker(t, specs)
+	next, _ = newBroker(t, specs)
+	require.NoError(t, next.Restore(idle.Snapshot(), c.Now()))
+	require.Equal(t, c.Now().Add(2*time.Minute), next.LearningUntil(c.Now()))
+
+	// A version-1 snapshot does not say: MaxTTL.
+	v1 := append([]byte{}, blob...)
+	v1 = v1[:len(v1)-4]
+	v1[len(snapshotMagic)] = 1
+	body := v1[len(snapshotMagic)+1:]
+	_, n := binary.Varint(body) // taken at
+	_, g := binary.Varint(body[n:])
+	_, l := binary.Varint(body[n+g:])
+	v1 = append(v1[:len(snapshotMagic)+1+n], body[n+g+l:]...)
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, castagnoli))
+	next, _ = newBroker(t, specs)
+	require.NoError(t, next.Restore(v1, c.Now()))
+	require.Equal(t, c.Now().Add(15*time.Minute), next.LearningUntil(c.Now()))
+	require.Equal(t, 2, next.Open(), "the version-1 snapshot's reservations are restored")
+}
+
+func TestRestoreReplacesOpenReservations(t *testing.T) {
+	specs := []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitConcurrentRequests, Capacity: 3}}
+	other, _ := newBroker(t, specs)
+	_, _, _ = reserveN(t, other, 1, one)
+	// A replica that owned the broker before still holds reservations the
+	// owner since has settled: the restored snapshot replaces them.
+	b, c := newBroker(t, specs)
+	_, _, _ = reserveN(t, b, 2, one)
+	require.NoError(t, b.Restore(other.Snapshot(), c.Now()))
+	require.Equal(t, 1, b.Open())
+	n, _, _ := reserveN(t, b, 5, one)
+	require.Equal(t, 2, n)
 }
