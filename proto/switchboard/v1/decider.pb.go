@@ -4518,6 +4518,144 @@ func (x *ListModelsResponse) GetModels() []*Model {
 	return nil
 }
 
+// HedgeSettlement is the actual cost of one request's cancelled hedge leg.
+type HedgeSettlement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id is the request whose hedge AcquireHedge granted.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// loser_cost_usd is what the cancelled call cost (0 if it never started).
+	LoserCostUsd  float64 `protobuf:"fixed64,2,opt,name=loser_cost_usd,json=loserCostUsd,proto3" json:"loser_cost_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HedgeSettlement) Reset() {
+	*x = HedgeSettlement{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HedgeSettlement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HedgeSettlement) ProtoMessage() {}
+
+func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HedgeSettlement.ProtoReflect.Descriptor instead.
+func (*HedgeSettlement) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *HedgeSettlement) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *HedgeSettlement) GetLoserCostUsd() float64 {
+	if x != nil {
+		return x.LoserCostUsd
+	}
+	return 0
+}
+
+// SettleHedgeRequest carries settlements of the hedge budget.
+type SettleHedgeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// settlements are the requests to settle.
+	Settlements   []*HedgeSettlement `protobuf:"bytes,1,rep,name=settlements,proto3" json:"settlements,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleHedgeRequest) Reset() {
+	*x = SettleHedgeRequest{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleHedgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleHedgeRequest) ProtoMessage() {}
+
+func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleHedgeRequest.ProtoReflect.Descriptor instead.
+func (*SettleHedgeRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SettleHedgeRequest) GetSettlements() []*HedgeSettlement {
+	if x != nil {
+		return x.Settlements
+	}
+	return nil
+}
+
+// SettleHedgeResponse acknowledges a SettleHedgeRequest.
+type SettleHedgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleHedgeResponse) Reset() {
+	*x = SettleHedgeResponse{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleHedgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleHedgeResponse) ProtoMessage() {}
+
+func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleHedgeResponse.ProtoReflect.Descriptor instead.
+func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
+}
+
 var File_switchboard_v1_decider_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_decider_proto_rawDesc = "" +
@@ -4844,7 +4982,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0econtext_length\x18\x03 \x01(\x03R\rcontextLength\x12\x1c\n" +
 	"\tproviders\x18\x04 \x03(\tR\tproviders\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.switchboard.v1.ModelR\x06models*\xa4\x01\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.switchboard.v1.ModelR\x06models\"V\n" +
+	"\x0fHedgeSettlement\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12$\n" +
+	"\x0eloser_cost_usd\x18\x02 \x01(\x01R\floserCostUsd\"W\n" +
+	"\x12SettleHedgeRequest\x12A\n" +
+	"\vsettlements\x18\x01 \x03(\v2\x1f.switchboard.v1.HedgeSettlementR\vsettlements\"\x15\n" +
+	"\x13SettleHedgeResponse*\xa4\x01\n" +
 	"\rWorkloadClass\x12\x1e\n" +
 	"\x1aWORKLOAD_CLASS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aWORKLOAD_CLASS_INTERACTIVE\x10\x01\x12\x1d\n" +
@@ -4926,7 +5071,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eCALL_STATUS_OK\x10\x01\x12\x16\n" +
 	"\x12CALL_STATUS_FAILED\x10\x02\x12\x1b\n" +
 	"\x17CALL_STATUS_INTERRUPTED\x10\x03\x12 \n" +
-	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\xa7\x05\n" +
+	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\xff\x05\n" +
 	"\x0eDeciderService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +
@@ -4936,7 +5081,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"ListModels\x12!.switchboard.v1.ListModelsRequest\x1a\".switchboard.v1.ListModelsResponse\x12Y\n" +
 	"\fAcquireHedge\x12#.switchboard.v1.AcquireHedgeRequest\x1a$.switchboard.v1.AcquireHedgeResponse\x12Y\n" +
 	"\fListActivity\x12#.switchboard.v1.ListActivityRequest\x1a$.switchboard.v1.ListActivityResponse\x12V\n" +
-	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponse\x12V\n" +
+	"\vSettleHedge\x12\".switchboard.v1.SettleHedgeRequest\x1a#.switchboard.v1.SettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_decider_proto_rawDescOnce sync.Once
@@ -4951,7 +5097,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),            // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                     // 1: switchboard.v1.Sort
@@ -5008,8 +5154,11 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*ListModelsRequest)(nil),     // 52: switchboard.v1.ListModelsRequest
 	(*Model)(nil),                 // 53: switchboard.v1.Model
 	(*ListModelsResponse)(nil),    // 54: switchboard.v1.ListModelsResponse
-	(*durationpb.Duration)(nil),   // 55: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(*HedgeSettlement)(nil),       // 55: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),    // 56: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),   // 57: switchboard.v1.SettleHedgeResponse
+	(*durationpb.Duration)(nil),   // 58: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,  // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5017,19 +5166,19 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	1,  // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	14, // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,  // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	55, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	58, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	11, // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12, // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	55, // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	58, // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
 	17, // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	55, // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	58, // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,  // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,  // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	19, // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	55, // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	58, // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,  // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	55, // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	58, // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
 	18, // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
 	18, // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
 	18, // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
@@ -5042,18 +5191,18 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	23, // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
 	11, // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
 	23, // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	55, // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	58, // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	7,  // 31: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	6,  // 32: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
 	23, // 33: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
 	25, // 34: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	56, // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	56, // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	59, // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	59, // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	8,  // 37: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	7,  // 38: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	6,  // 39: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	56, // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	55, // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	59, // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	58, // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,  // 42: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
 	26, // 43: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
 	27, // 44: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
@@ -5061,66 +5210,69 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	9,  // 46: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
 	30, // 47: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
 	25, // 48: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	56, // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	55, // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	55, // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	59, // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	58, // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	58, // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
 	29, // 52: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
 	9,  // 53: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	55, // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	58, // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
 	30, // 55: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
 	34, // 56: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
 	33, // 57: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
 	35, // 58: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
 	40, // 59: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
 	9,  // 60: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	55, // 61: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	56, // 62: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	58, // 61: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	59, // 62: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
 	5,  // 63: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	56, // 64: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	59, // 64: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
 	37, // 65: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
 	38, // 66: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
 	29, // 67: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
 	10, // 68: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	55, // 69: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	55, // 70: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	58, // 69: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	58, // 70: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
 	39, // 71: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
 	18, // 72: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	56, // 73: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	59, // 73: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
 	44, // 74: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
 	41, // 75: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
 	42, // 76: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
 	43, // 77: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	56, // 78: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	59, // 78: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
 	11, // 79: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	56, // 80: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	56, // 81: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	59, // 80: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	59, // 81: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
 	39, // 82: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
 	11, // 83: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
 	39, // 84: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
 	11, // 85: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
 	17, // 86: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
 	53, // 87: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	16, // 88: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24, // 89: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	31, // 90: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	36, // 91: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	52, // 92: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	46, // 93: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	48, // 94: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	50, // 95: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	22, // 96: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	28, // 97: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	32, // 98: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	45, // 99: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	54, // 100: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	47, // 101: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	49, // 102: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	51, // 103: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	96, // [96:104] is the sub-list for method output_type
-	88, // [88:96] is the sub-list for method input_type
-	88, // [88:88] is the sub-list for extension type_name
-	88, // [88:88] is the sub-list for extension extendee
-	0,  // [0:88] is the sub-list for field type_name
+	55, // 88: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	16, // 89: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24, // 90: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	31, // 91: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	36, // 92: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	52, // 93: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	46, // 94: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	48, // 95: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	50, // 96: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	56, // 97: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	22, // 98: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	28, // 99: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	32, // 100: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	45, // 101: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	54, // 102: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	47, // 103: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	49, // 104: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	51, // 105: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	57, // 106: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	98, // [98:107] is the sub-list for method output_type
+	89, // [89:98] is the sub-list for method input_type
+	89, // [89:89] is the sub-list for extension type_name
+	89, // [89:89] is the sub-list for extension extendee
+	0,  // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -5147,7 +5299,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	DeciderService_AcquireHedge_FullMethodName = "/switchboard.v1.DeciderService/AcquireHedge"
 	DeciderService_ListActivity_FullMethodName = "/switchboard.v1.DeciderService/ListActivity"
 	DeciderService_GetActivity_FullMethodName  = "/switchboard.v1.DeciderService/GetActivity"
+	DeciderService_SettleHedge_FullMethodName  = "/switchboard.v1.DeciderService/SettleHedge"
 )
 
 // DeciderServiceClient is the client API for DeciderService service.
@@ -67,6 +68,11 @@ type DeciderServiceClient interface {
 	// GetActivity returns one of the caller's own calls by its id (the
 	// completion id the client received). NOT_FOUND for another tenant's call.
 	GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error)
+	// SettleHedge replaces the estimates AcquireHedge charged to the hedge
+	// budget with the actual cost of the cancelled legs. The budget is held by
+	// the replica that owns the rate-limit broker; the others forward to it.
+	// Settling a request twice, or one that was never charged, changes nothing.
+	SettleHedge(ctx context.Context, in *SettleHedgeRequest, opts ...grpc.CallOption) (*SettleHedgeResponse, error)
 }
 
 type deciderServiceClient struct {
@@ -160,6 +166,16 @@ func (c *deciderServiceClient) GetActivity(ctx context.Context, in *GetActivityR
 	return out, nil
 }
 
+func (c *deciderServiceClient) SettleHedge(ctx context.Context, in *SettleHedgeRequest, opts ...grpc.CallOption) (*SettleHedgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleHedgeResponse)
+	err := c.cc.Invoke(ctx, DeciderService_SettleHedge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeciderServiceServer is the server API for DeciderService service.
 // All implementations must embed UnimplementedDeciderServiceServer
 // for forward compatibility.
@@ -198,6 +214,11 @@ type DeciderServiceServer interface {
 	// GetActivity returns one of the caller's own calls by its id (the
 	// completion id the client received). NOT_FOUND for another tenant's call.
 	GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error)
+	// SettleHedge replaces the estimates AcquireHedge charged to the hedge
+	// budget with the actual cost of the cancelled legs. The budget is held by
+	// the replica that owns the rate-limit broker; the others forward to it.
+	// Settling a request twice, or one that was never charged, changes nothing.
+	SettleHedge(context.Context, *SettleHedgeRequest) (*SettleHedgeResponse, error)
 	mustEmbedUnimplementedDeciderServiceServer()
 }
 
@@ -231,6 +252,9 @@ func (UnimplementedDeciderServiceServer) ListActivity(context.Context, *ListActi
 }
 func (UnimplementedDeciderServiceServer) GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetActivity not implemented")
+}
+func (UnimplementedDeciderServiceServer) SettleHedge(context.Context, *SettleHedgeRequest) (*SettleHedgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SettleHedge not implemented")
 }
 func (UnimplementedDeciderServiceServer) mustEmbedUnimplementedDeciderServiceServer() {}
 func (UnimplementedDeciderServiceServer) testEmbeddedByValue()                        {}
@@ -386,6 +410,24 @@ func _DeciderService_GetActivity_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DeciderService_SettleHedge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleHedgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).SettleHedge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_SettleHedge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).SettleHedge(ctx, req.(*SettleHedgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DeciderService_ServiceDesc is the grpc.ServiceDesc for DeciderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -420,6 +462,10 @@ var DeciderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetActivity",
 			Handler:    _DeciderService_GetActivity_Handler,
+		},
+		{
+			MethodName: "SettleHedge",
+			Handler:    _DeciderService_SettleHedge_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

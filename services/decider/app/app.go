@@ -228,6 +228,7 @@ type Decider struct {
 	adm      *admission.Admission
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
+	settleQ  chan *pb.HedgeSettlement // from activity batches to the budget's owner
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -236,7 +237,7 @@ type Decider struct {
 // Start starts a decider and returns once it serves: etcd reachable and the
 // catalog loaded. On error everything started is stopped again.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, err error) {
-	d := &Decider{cfg: cfg, logger: logger}
+	d := &Decider{cfg: cfg, logger: logger, settleQ: make(chan *pb.HedgeSettlement, 4096)}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	defer func() {
@@ -305,11 +306,6 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.actLog.Store(act)
 	svc.SetActivity(act)
-	if data, err := d.store.GetHedgeBudget(ctx); err == nil && data != nil {
-		if err := d.budget.Restore(data); err != nil {
-			logger.Warn("hedge budget not restored", "err", err)
-		}
-	}
 	d.stats = stats.New(stats.Config{Now: cfg.Now})
 	if err := d.restoreStats(ctx); err != nil {
 		logger.Warn("routing statistics not restored", "err", err)
@@ -338,7 +334,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		advertise = d.lis.Addr().String()
 	}
 	d.adm, err = admission.Start(ctx, admission.Options{
-		Broker: d.broker, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
+		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
 		LeaseTTL: int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
 	})
 	if err != nil {
@@ -352,6 +348,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	svc.SetRouter(d.router)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
 	d.wg.Go(func() { d.maintain(bg) })
+	d.wg.Go(func() { d.settleHedges(bg, svc) })
 	if cfg.ProbeInterval > 0 {
 		p := probe.New(probe.Options{
 			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes, Models: d.router.Models,
@@ -367,8 +364,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	return d, nil
 }
 
-// onActivity stores finished requests and settles the hedge budget with the
-// real cost of each cancelled hedge leg.
+// onActivity stores finished requests and queues the settlement of the
+// hedge budget with the real cost of each cancelled hedge leg, for the
+// replica that holds the budget; it never waits for that replica.
 func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) error {
 	act := d.actLog.Load()
 	if act == nil {
@@ -379,12 +377,58 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) erro
 	}
 	for _, r := range records {
 		// A hedge granted but never started (the primary answered while the
-		// budget was asked) settles at 0; Settle ignores unknown ids.
+		// budget was asked) settles at 0; settling ignores unknown ids.
 		if h := r.GetHedge(); h != nil {
-			d.budget.Settle(r.GetId(), h.GetLoserCostUsd())
+			select {
+			case d.settleQ <- &pb.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}:
+			default:
+				d.logger.Warn("hedge settlements queue full; the estimate stays charged", "request_id", r.GetId())
+			}
 		}
 	}
 	return nil
+}
+
+// settleHedges sends queued hedge settlements, in batches, to the budget's
+// owner (itself when this replica owns it), retrying a few times. A
+// settlement that cannot be delivered leaves the estimate charged, which
+// errs on the side of spending less; settling twice changes nothing.
+func (d *Decider) settleHedges(ctx context.Context, svc *server.Server) {
+	for {
+		var batch []*pb.HedgeSettlement
+		select {
+		case <-ctx.Done():
+			return
+		case st := <-d.settleQ:
+			batch = append(batch, st)
+		}
+	more:
+		for len(batch) < 500 {
+			select {
+			case st := <-d.settleQ:
+				batch = append(batch, st)
+			default:
+				break more
+			}
+		}
+		for attempt := 1; ; attempt++ {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := svc.SettleHedge(cctx, &pb.SettleHedgeRequest{Settlements: batch})
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if attempt == 5 {
+				d.logger.Warn("hedge settlements not delivered; their estimates stay charged", "settlements", len(batch), "err", err)
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // restoreStats loads the routing statistics saved in etcd, so a restart
@@ -425,9 +469,6 @@ func (d *Decider) maintain(ctx context.Context) {
 			// A last save on the way out, so a clean restart loses nothing.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			save(sctx)
-			if data, changed := d.budget.Snapshot(); changed && d.adm != nil && d.adm.Owner() {
-				_ = d.store.PutHedgeBudget(sctx, data)
-			}
 			cancel()
 			return
 		case <-tick.C:
@@ -435,12 +476,6 @@ func (d *Decider) maintain(ctx context.Context) {
 		d.stats.Refresh()
 		d.cool.Expire(d.cfg.Now())
 		d.broker.Expire(d.cfg.Now())
-		// Only the broker's owner spends the hedge budget, so only it saves it.
-		if data, changed := d.budget.Snapshot(); changed && d.adm != nil && d.adm.Owner() {
-			if err := d.store.PutHedgeBudget(ctx, data); err != nil {
-				d.logger.Warn("saving the hedge budget", "err", err)
-			}
-		}
 		if iv := d.cfg.StatsSnapshotInterval; iv > 0 && time.Since(lastSave) >= iv {
 			lastSave = time.Now()
 			save(ctx)
@@ -546,13 +581,9 @@ func (d *Decider) Close() {
 			d.hub.Close()
 			d.srv.Shutdown(0, max(d.cfg.ShutdownTimeout, time.Second))
 			if d.adm != nil {
-				if data, _ := d.budget.Snapshot(); d.adm.Owner() {
-					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_ = d.store.PutHedgeBudget(sctx, data)
-					cancel()
-				}
-				// After the server stopped admitting: the final snapshot is
-				// complete, so the next owner needs no learning mode.
+				// After the server stopped admitting: the final snapshot of
+				// the broker and the hedge budget is complete, so the next
+				// owner needs no learning mode.
 				d.adm.Close()
 			}
 		} else if d.lis != nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
@@ -177,4 +179,69 @@ func TestFailoverToFirstAdmission(t *testing.T) {
 		b.Close()
 		a.Close()
 	}
+}
+
+// sendActivity sends one activity batch on a Report stream of c and waits
+// for its acknowledgement.
+func sendActivity(t *testing.T, c pb.DeciderServiceClient, seq uint64, records ...*pb.ActivityRecord) {
+	t.Helper()
+	stream, err := c.Report(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = stream.CloseSend() }()
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "edge-1"}}}))
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Activity{Activity: &pb.ActivityBatch{Records: records, Sequence: seq}}}))
+	for {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		if m.GetAck().GetActivitySequence() == seq {
+			return
+		}
+	}
+}
+
+func hedgeRecord(id string, loserUSD float64) *pb.ActivityRecord {
+	return &pb.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
+		Hedge: &pb.HedgeInfo{Used: true, LoserCostUsd: loserUSD}}
+}
+
+// TestHedgeBudgetLivesWithTheOwner: the hedge budget is charged on the owner
+// of the broker, settled there whichever replica received the activity, and
+// restored, pending charges included, by the replica that takes over.
+func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5})
+	defer a.Close()
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), HedgeBudgetUSD: 5})
+	defer b.Close()
+	require.True(t, a.adm.Owner())
+
+	acquire := func(id string, usd float64) {
+		resp, err := cb.AcquireHedge(t.Context(), &pb.AcquireHedgeRequest{RequestId: id, EstimatedCostUsd: usd})
+		require.NoError(t, err)
+		require.True(t, resp.Granted)
+	}
+	spent := func(d *Decider) float64 { s, _, _, _ := d.HedgeBudget(); return s }
+
+	// Charged on the owner; the activity reaches the other replica, and the
+	// settlement must still replace the owner's estimate.
+	acquire("h1", 1)
+	require.InDelta(t, 1, spent(a), 1e-9)
+	sendActivity(t, cb, 1, hedgeRecord("h1", 0.1))
+	require.Eventually(t, func() bool { return math.Abs(spent(a)-0.1) < 1e-9 }, 10*time.Second, 10*time.Millisecond,
+		"settled on the owner: spent %v", spent(a))
+
+	// Another charge, saved with the broker's snapshot; then the owner crashes.
+	acquire("h2", 2)
+	require.Eventually(t, func() bool {
+		get, err := b.store.Client().Get(t.Context(), admission.BudgetKey)
+		require.NoError(t, err)
+		return len(get.Kvs) == 1 && strings.Contains(string(get.Kvs[0].Value), `"h2"`)
+	}, 10*time.Second, 10*time.Millisecond)
+	a.adm.Abandon()
+	require.Eventually(t, b.adm.Owner, 20*time.Second, 10*time.Millisecond)
+	require.InDelta(t, 2.1, spent(b), 1e-9, "restored at takeover")
+	// The pending charge came along: its settlement applies on the new owner.
+	sendActivity(t, cb, 2, hedgeRecord("h2", 0.5))
+	require.Eventually(t, func() bool { return math.Abs(spent(b)-0.6) < 1e-9 }, 10*time.Second, 10*time.Millisecond,
+		"settled on the new owner: spent %v", spent(b))
 }

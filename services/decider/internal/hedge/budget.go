@@ -1,7 +1,8 @@
-// Package hedge holds the daily hedge budget (R-HEDGE-2): a fixed amount of
-// USD per UTC day, shared by every edge, that pays for the second endpoint of
-// hedged requests. An edge asks before it hedges; the answer is atomic (one
-// mutex around a counter), so two edges can never both spend the last cent.
+// Package hedge holds the daily hedge budget: a fixed amount of USD per UTC
+// day, shared by every edge, that pays for the second endpoint of hedged
+// requests. An edge asks before it hedges; the answer is atomic (one mutex
+// around a counter, on the one replica that owns the decider's singleton
+// state), so two edges can never both spend the last cent.
 // When the day's budget is spent, long requests use one endpoint until the
 // next UTC day.
 //
@@ -85,10 +86,13 @@ func (b *Budget) Settle(requestID string, actualUSD float64) {
 	b.dirty = true
 }
 
-// State is what survives a restart.
+// State is what survives a restart or a change of owner.
 type State struct {
 	Day   string  `json:"day"`
 	Spent float64 `json:"spent_usd"`
+	// Pending are today's estimates not settled yet, by request id, so the
+	// next owner settles them with the actual cost.
+	Pending map[string]float64 `json:"pending_usd,omitempty"`
 }
 
 // Snapshot returns the state and whether it changed since the last call, so
@@ -100,11 +104,12 @@ func (b *Budget) Snapshot() ([]byte, bool) {
 	b.roll(now)
 	changed := b.dirty
 	b.dirty = false
-	data, _ := json.Marshal(State{Day: b.day, Spent: b.spent})
+	data, _ := json.Marshal(State{Day: b.day, Spent: b.spent, Pending: b.pending})
 	return data, changed
 }
 
-// Restore loads a saved state; a state of an earlier day is ignored.
+// Restore replaces today's spend and pending estimates with a saved state;
+// a state of an earlier day is ignored.
 func (b *Budget) Restore(data []byte) error {
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -116,6 +121,12 @@ func (b *Budget) Restore(data []byte) error {
 	b.roll(now)
 	if s.Day == b.day {
 		b.spent = max(s.Spent, 0)
+		clear(b.pending)
+		for id, est := range s.Pending {
+			if est > 0 {
+				b.pending[id] = est
+			}
+		}
 	}
 	return nil
 }

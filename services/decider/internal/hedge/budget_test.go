@@ -86,3 +86,31 @@ func TestBudgetIsAtomic(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, 1000, granted, "exactly the budget, never more")
 }
+
+func TestRestoreCarriesPendingEstimates(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	old := New(5, clock)
+	ok, _, _ := old.Acquire("r1", 2)
+	require.True(t, ok)
+	data, _ := old.Snapshot()
+
+	// The next owner settles what the old one charged.
+	b := New(5, clock)
+	require.NoError(t, b.Restore(data))
+	b.Settle("r1", 0.5)
+	spent, _, _, _ := b.Status()
+	require.InDelta(t, 0.5, spent, 1e-12)
+	b.Settle("r1", 0.5) // twice: nothing more
+	spent, _, _, _ = b.Status()
+	require.InDelta(t, 0.5, spent, 1e-12)
+
+	// Restoring replaces: an estimate settled elsewhere since is gone.
+	require.NoError(t, b.Restore(data))
+	spent, _, _, _ = b.Status()
+	require.InDelta(t, 2, spent, 1e-12)
+	require.NoError(t, b.Restore([]byte(`{"day":"2026-11-30","spent_usd":1}`)))
+	b.Settle("r1", 0)
+	spent, _, _, _ = b.Status()
+	require.InDelta(t, 1, spent, 1e-12, "no pending estimate left to settle")
+}

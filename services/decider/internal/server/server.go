@@ -188,6 +188,24 @@ func (s *Server) AcquireHedge(ctx context.Context, req *pb.AcquireHedgeRequest) 
 	return &pb.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
 }
 
+// SettleHedge implements [pb.DeciderServiceServer.SettleHedge]: settled
+// where the budget is held, like AcquireHedge.
+func (s *Server) SettleHedge(ctx context.Context, req *pb.SettleHedgeRequest) (*pb.SettleHedgeResponse, error) {
+	if a := s.adm.Load(); a != nil {
+		c, err := a.Forward(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			return c.SettleHedge(ctx, req)
+		}
+	}
+	for _, st := range req.GetSettlements() {
+		s.budget.Settle(st.GetRequestId(), st.GetLoserCostUsd())
+	}
+	return &pb.SettleHedgeResponse{}, nil
+}
+
 // ListActivity implements [pb.DeciderServiceServer.ListActivity].
 func (s *Server) ListActivity(ctx context.Context, req *pb.ListActivityRequest) (*pb.ListActivityResponse, error) {
 	tenant, store, err := s.activityFor(req.GetIdentity())

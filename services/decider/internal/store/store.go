@@ -256,25 +256,6 @@ func (s *Store) GetStats(ctx context.Context) (map[string][]byte, error) {
 	return out, nil
 }
 
-// HedgeBudgetKey holds the day's hedge spend.
+// HedgeBudgetKey holds the day's hedge spend; the owner of the rate-limit
+// broker writes it with the broker's snapshot, fenced.
 const HedgeBudgetKey = "/switchboard/v1/hedge-budget"
-
-// PutHedgeBudget stores the hedge budget's state.
-func (s *Store) PutHedgeBudget(ctx context.Context, data []byte) error {
-	if _, err := s.cli.Put(ctx, HedgeBudgetKey, string(data)); err != nil {
-		return fmt.Errorf("put hedge budget: %w", err)
-	}
-	return nil
-}
-
-// GetHedgeBudget returns the stored hedge budget state, nil if none.
-func (s *Store) GetHedgeBudget(ctx context.Context) ([]byte, error) {
-	get, err := s.cli.Get(ctx, HedgeBudgetKey)
-	if err != nil {
-		return nil, fmt.Errorf("get hedge budget: %w", err)
-	}
-	if len(get.Kvs) == 0 {
-		return nil, nil
-	}
-	return get.Kvs[0].Value, nil
-}
