@@ -226,6 +226,7 @@ type Decider struct {
 	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
 	broker   *broker.Broker
 	adm      *admission.Admission
+	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
 	settleQ  chan *pb.HedgeSettlement // from activity batches to the budget's owner
@@ -341,6 +342,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		return nil, err
 	}
 	svc.SetAdmission(d.adm)
+	d.admP.Store(d.adm)
 	d.observer.Store(observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
 		Broadcast: d.hub.Broadcast, Reconcile: d.adm.Reconcile, Logger: logger.With("component", "observe"), Now: cfg.Now,
@@ -364,9 +366,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	return d, nil
 }
 
-// onActivity stores finished requests and queues the settlement of the
-// hedge budget with the real cost of each cancelled hedge leg, for the
-// replica that holds the budget; it never waits for that replica.
+// onActivity stores finished requests and settles the hedge budget with the
+// real cost of each cancelled hedge leg: at once when this replica holds the
+// budget, else queued for the replica that does, never waiting for it.
 func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) error {
 	act := d.actLog.Load()
 	if act == nil {
@@ -378,12 +380,18 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) erro
 	for _, r := range records {
 		// A hedge granted but never started (the primary answered while the
 		// budget was asked) settles at 0; settling ignores unknown ids.
-		if h := r.GetHedge(); h != nil {
-			select {
-			case d.settleQ <- &pb.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}:
-			default:
-				d.logger.Warn("hedge settlements queue full; the estimate stays charged", "request_id", r.GetId())
-			}
+		h := r.GetHedge()
+		if h == nil {
+			continue
+		}
+		if adm := d.admP.Load(); adm != nil && adm.Owner() {
+			d.budget.Settle(r.GetId(), h.GetLoserCostUsd()) // in memory, at once
+			continue
+		}
+		select {
+		case d.settleQ <- &pb.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}:
+		default:
+			d.logger.Warn("hedge settlements queue full; the estimate stays charged", "request_id", r.GetId())
 		}
 	}
 	return nil
