@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -244,4 +245,28 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	sendActivity(t, cb, 2, hedgeRecord("h2", 0.5))
 	require.Eventually(t, func() bool { return math.Abs(spent(b)-0.6) < 1e-9 }, 10*time.Second, 10*time.Millisecond,
 		"settled on the new owner: spent %v", spent(b))
+}
+
+// TestDeciderAdmitsAgainAfterLosingItsSession: the only decider's election
+// session ends (as after a pause longer than its TTL); it must take the
+// broker back by itself and admit again, without a restart.
+func TestDeciderAdmitsAgainAfterLosingItsSession(t *testing.T) {
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
+	defer d.Close()
+	require.NotNil(t, decideReserve(t, c, 0).Reservation)
+
+	cli := d.store.Client()
+	owner, err := cli.Get(t.Context(), admission.ElectionPrefix, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)
+	require.NoError(t, err)
+	require.Len(t, owner.Kvs, 1)
+	_, err = cli.Revoke(t.Context(), clientv3.LeaseID(owner.Kvs[0].Lease))
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		get, err := cli.Get(t.Context(), admission.ElectionPrefix, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)
+		require.NoError(t, err)
+		return len(get.Kvs) == 1 && get.Kvs[0].CreateRevision > owner.Kvs[0].CreateRevision
+	}, 20*time.Second, 10*time.Millisecond, "campaigns again")
+	firstAdmission(t, c, time.Now(), 1)
 }

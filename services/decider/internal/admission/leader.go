@@ -1,0 +1,168 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// state returns the known owner's address and a channel closed at the next change.
+func (a *Admission) state() (string, <-chan struct{}) {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	return a.leader, a.changed
+}
+
+// notify wakes everyone waiting for a change of owner or leader.
+func (a *Admission) notify() {
+	a.smu.Lock()
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.smu.Unlock()
+}
+
+// setLeader records the owner's address from the watch and wakes waiters on a change.
+func (a *Admission) setLeader(addr string) {
+	a.smu.Lock()
+	if a.leader == addr {
+		a.smu.Unlock()
+		return
+	}
+	a.leader = addr
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.smu.Unlock()
+}
+
+// watchLeader keeps the owner's address from a watch of the election, so
+// forwarding never reads etcd per request. Like Election.Observe it follows
+// the oldest key under the prefix; unlike it, it also reports "no owner"
+// while the prefix is empty.
+func (a *Admission) watchLeader(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := a.followLeader(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			a.o.Logger.Warn("watching the broker owner", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// followLeader reads the current owner and watches until it changes.
+func (a *Admission) followLeader(ctx context.Context) error {
+	resp, err := a.o.Client.Get(ctx, ElectionPrefix, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	if len(resp.Kvs) == 0 {
+		a.setLeader("")
+		// Wait for the first key under the prefix, then read again.
+		for wr := range a.o.Client.Watch(wctx, ElectionPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					return nil
+				}
+			}
+		}
+		return ctx.Err()
+	}
+	kv := resp.Kvs[0]
+	a.setLeader(string(kv.Value))
+	for wr := range a.o.Client.Watch(wctx, string(kv.Key), clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				a.setLeader("")
+				return nil
+			}
+			a.setLeader(string(ev.Kv.Value))
+		}
+	}
+	return ctx.Err()
+}
+
+// Forward returns a client of the owner when this replica is not it (nil
+// when it is), so other central decisions that must be atomic across
+// edges — the hedge budget — are taken in one place too.
+func (a *Admission) Forward(ctx context.Context) (pb.DeciderServiceClient, error) {
+	if a.owner.Load() {
+		return nil, nil
+	}
+	c, err := a.ownerClient(ctx)
+	if errors.Is(err, errRetryLocally) {
+		return nil, nil
+	}
+	return c, err
+}
+
+// ownerClient returns a client of the owner from the cached address. While
+// nobody owns the state, or this replica is taking over, it waits for a
+// change within the caller's deadline and OwnerWait.
+func (a *Admission) ownerClient(ctx context.Context) (pb.DeciderServiceClient, error) {
+	var wait <-chan time.Time
+	for {
+		leader, ch := a.state()
+		if a.owner.Load() {
+			return nil, errRetryLocally
+		}
+		if leader != "" && leader != a.o.Addr {
+			return a.client(leader)
+		}
+		if wait == nil {
+			t := time.NewTimer(a.o.OwnerWait)
+			defer t.Stop()
+			wait = t.C
+		}
+		select {
+		case <-ch:
+			continue
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-wait:
+		}
+		if leader == a.o.Addr {
+			return nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
+		}
+		return nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
+	}
+}
+
+func (a *Admission) client(addr string) (pb.DeciderServiceClient, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	conn, ok := a.conns[addr]
+	if !ok {
+		var err error
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "reach the broker owner: %v", err)
+		}
+		a.conns[addr] = conn
+	}
+	return pb.NewDeciderServiceClient(conn), nil
+}
