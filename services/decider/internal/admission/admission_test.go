@@ -151,7 +151,7 @@ func startReplica(t *testing.T, c *cluster, cli *clientv3.Client) *replica {
 	t.Cleanup(srv.Stop)
 	r := &replica{broker: newBroker(t), addr: lis.Addr().String()}
 	r.adm, err = Start(t.Context(), Options{
-		Broker: r.broker, Client: cli, Addr: r.addr, Every: 50 * time.Millisecond, LeaseTTL: 2,
+		Broker: r.broker, Client: cli, Addr: r.addr, Every: 50 * time.Millisecond, LeaseTTL: 5, // no test here waits for a lease to expire
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)

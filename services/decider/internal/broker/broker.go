@@ -346,7 +346,6 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 		ttl = b.opts.DefaultTTL
 	}
 	ttl = min(ttl, b.opts.MaxTTL)
-	b.noteTTL(ttl)
 	e := b.newEntry(req, est, dem, len(bs), now, ttl, si, seq)
 	e.idem = ik
 
@@ -402,6 +401,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 		e.res.Charges[i] = Charge{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Amount: a}
 		bk.mu.Unlock()
 	}
+	b.noteTTL(ttl) // before the insert, so a snapshot holding e knows its TTL
 	sh.insert(e)
 	sh.mu.Unlock()
 	return &e.res, nil
