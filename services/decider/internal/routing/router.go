@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
@@ -29,7 +30,7 @@ import (
 
 // DefaultOutputTokens is the output priced when a request sets no max_tokens
 // and the model's typical output is not known yet.
-const DefaultOutputTokens = 256
+const DefaultOutputTokens = pricing.DefaultOutputTokens
 
 // Kind classifies a routing error for the RPC boundary.
 type Kind int
@@ -387,11 +388,10 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
-	out := tok.GetMaxOutputTokens()
-	if out <= 0 {
-		out = DefaultOutputTokens
-		if typical, _, ok := m.st.TypicalOutput(); ok && typical > 0 {
-			out = typical
+	est := pricing.Request{InputTokens: in, MaxOutputTokens: tok.GetMaxOutputTokens()}
+	if est.MaxOutputTokens <= 0 {
+		if typical, _, ok := m.st.TypicalOutput(); ok {
+			est.TypicalOutputTokens = typical
 		}
 	}
 	bucket := tokens.BucketOf(in)
@@ -409,9 +409,10 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		c := &sc.cands[i]
 		*c = candidate{ep: ep}
 		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i])
-		c.cost = price(ep.rates, in, c.cached, out)
+		est.CachedTokens = c.cached
+		c.cost = pricing.Estimate(ep.rates, est)
 		if m.list != nil {
-			c.listCost = price(*m.list, in, c.cached, out)
+			c.listCost = pricing.Estimate(*m.list, est)
 		}
 		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
 		c.tps, _, _ = ep.st.Throughput()
@@ -734,10 +735,6 @@ func noFallbacks(usable []*candidate, order []string) []*candidate {
 		}
 	}
 	return usable[:max(n, 1)]
-}
-
-func price(r catalog.Rates, in, cached, out int64) float64 {
-	return (float64(in-cached)*r.Input + float64(cached)*r.CachedInput + float64(out)*r.Output) / 1e6
 }
 
 func priced(c *candidate) *pb.Endpoint {
