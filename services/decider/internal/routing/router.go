@@ -408,7 +408,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	for i, ep := range m.endpoints {
 		c := &sc.cands[i]
 		*c = candidate{ep: ep}
-		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i])
+		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i], len(tok.GetPrefixes()) > 0)
 		est.CachedTokens = c.cached
 		c.cost = pricing.Estimate(ep.rates, est)
 		if m.list != nil {
@@ -663,15 +663,22 @@ func (r *Router) explore(cs []*candidate, dryRun bool) *candidate {
 }
 
 // cachedEstimate is how many of the prompt's tokens endpoint ep is expected
-// to read from its cache: the caller's own estimate if it gave one, else the
-// longest prefix of this conversation ep served recently (affinity), else
-// ep's observed cache-hit rate applied to the prompt.
-func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64) int64 {
+// to read from its cache, from evidence about this prompt: the caller's own
+// estimate if it gave one; else, when the request carries prompt-prefix
+// hashes, the longest prefix of it ep served recently (affinity) — and none
+// when ep never served it, since a provider caches only what it was sent;
+// else, for callers that send no prefixes, ep's observed cache-hit rate
+// applied to the prompt. The rate is the average over other conversations:
+// applied to a prompt with known prefixes it would price a fresh prompt as
+// cached on whichever endpoint last served a cached one.
+func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64, hasPrefixes bool) int64 {
 	switch {
 	case fromCaller > 0:
 		return min(fromCaller, in)
 	case fromAffinity > 0:
 		return min(fromAffinity, in)
+	case hasPrefixes:
+		return 0
 	}
 	if rate, _, ok := ep.st.CacheHitRate(); ok {
 		return min(int64(rate*float64(in)), in)
