@@ -306,7 +306,20 @@ func TestCooldown(t *testing.T) {
 	e := newPolicy(t, policyCatalog, Options{})
 	e.cool.Refused("cheap/m", e.now)
 	resp := e.decide(t, &pb.DecideRequest{Explain: true})
-	require.Equal(t, []string{"reseller", "fast"}, order(resp), "R-ROUTE-7: a refusing endpoint is not used")
+	require.Equal(t, []string{"reseller", "fast", "cheap"}, order(resp),
+		"a refusing endpoint is not chosen; it stays behind the others as a last fallback")
+	for _, c := range resp.Decision.Candidates {
+		if c.Provider == "cheap" {
+			require.Contains(t, c.Note, "cooling down until")
+		}
+	}
+
+	// Two of three cooling: the fallbacks still hold more than one endpoint,
+	// so one failure of the healthy one is not the end of the request.
+	e.cool.Refused("reseller/m", e.now)
+	resp = e.decide(t, &pb.DecideRequest{})
+	require.Equal(t, []string{"fast", "cheap", "reseller"}, order(resp))
+	e.cool.Expire(e.now.Add(15 * time.Minute))
 
 	e.now = e.now.Add(15 * time.Minute)
 	resp = e.decide(t, &pb.DecideRequest{})

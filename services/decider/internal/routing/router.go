@@ -364,6 +364,7 @@ const (
 type scratch struct {
 	cands  []candidate
 	order  []*candidate
+	cooled []*candidate
 	cached []int64
 }
 
@@ -401,7 +402,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	n := len(m.endpoints)
 	sc.cands = slices.Grow(sc.cands[:0], n)[:n]
 	sc.cached = slices.Grow(sc.cached[:0], n)[:n]
-	sc.order = sc.order[:0]
+	sc.order, sc.cooled = sc.order[:0], sc.cooled[:0]
 	r.o.Affinity.Cached(m.ids, tok.GetPrefixes(), now, sc.cached)
 
 	fitsNone := true
@@ -425,19 +426,19 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 			continue
 		}
 		c.coolUntil, c.cooling = r.o.Cooldown.Until(ep.id, now)
-		if !c.cooling {
+		if c.cooling {
+			sc.cooled = append(sc.cooled, c)
+		} else {
 			sc.order = append(sc.order, c)
 		}
 	}
 	if len(sc.order) == 0 {
 		// Every usable endpoint is cooling down: a benched endpoint beats
-		// refusing the client, so they come back as a last resort.
-		for i := range sc.cands {
-			if c := &sc.cands[i]; c.excluded.why == exclNone {
-				c.lastResort = true
-				sc.order = append(sc.order, c)
-			}
+		// refusing the client, so they are ranked as a last resort.
+		for _, c := range sc.cooled {
+			c.lastResort = true
 		}
+		sc.order, sc.cooled = append(sc.order, sc.cooled...), sc.cooled[:0]
 	}
 	if len(sc.order) == 0 {
 		var why []string
@@ -454,6 +455,14 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	reason, fastest := r.rank(sc.order, suffix, prefs, req.GetDryRun())
 	deprioritise(sc.order, prefs)
 	usable := sc.order
+	if len(sc.cooled) > 0 {
+		// Cooling endpoints are not chosen, but they stay behind the others,
+		// cheapest first, so a request whose healthy endpoints fail still
+		// has somewhere to go: a pause deprioritises an endpoint, it does
+		// not take away a request's fallbacks.
+		slices.SortStableFunc(sc.cooled, byCost)
+		usable = append(usable, sc.cooled...)
+	}
 	if prefs != nil && prefs.AllowFallbacks != nil && !prefs.GetAllowFallbacks() {
 		usable = noFallbacks(usable, prefs.GetOrder())
 	}
@@ -482,12 +491,6 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 
 // rank orders the usable candidates in place and says why the first won.
 func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferences, dryRun bool) (pb.RouteReason, time.Duration) {
-	byCost := func(a, b *candidate) int {
-		if c := cmpFloat(a.cost, b.cost); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ep.provider, b.ep.provider)
-	}
 	slices.SortStableFunc(cs, byCost)
 	fastest := time.Duration(0)
 	for _, c := range cs {
@@ -598,6 +601,15 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		return 1
 	})
 	return pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, fastest
+}
+
+// byCost orders candidates by this request's cost, then by provider name so
+// equal costs order the same way every time.
+func byCost(a, b *candidate) int {
+	if c := cmpFloat(a.cost, b.cost); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ep.provider, b.ep.provider)
 }
 
 // hedgePlan says whether a streaming long request gets a second endpoint
