@@ -860,11 +860,15 @@ func TestRetriesGoToADifferentEndpointEachTime(t *testing.T) {
 	require.Equal(t, rec.GetUsage().GetInputTokens(), g.PromptTokens)
 	require.Equal(t, rec.GetUsage().GetOutputTokens(), g.CompletionTokens)
 
-	// The refusals benched alpha and beta (R-ROUTE-7): once the decider
-	// knows, the next request goes to gamma in one attempt.
+	// The refusals benched alpha and beta: once the decider knows, the next
+	// request goes to gamma in one attempt. The benched endpoints stay behind
+	// it as fallbacks, so a failure of gamma would still have somewhere to go.
 	require.Eventually(t, func() bool {
 		r, err := s.plan(t, 10)
-		return err == nil && r.GetEndpoint().GetProvider() == "gamma" && len(r.GetFallbacks()) == 0
+		if err != nil || r.GetEndpoint().GetProvider() != "gamma" || len(r.GetFallbacks()) != 2 {
+			return false
+		}
+		return r.GetFallbacks()[0].GetProvider() == "alpha" && r.GetFallbacks()[1].GetProvider() == "beta"
 	}, waitFor, tick, "alpha and beta cool down")
 	a = s.chat(t, testKey, chatReq{content: "after the cool-down", stream: true, includeUsage: true, maxTokens: 3})
 	require.Equal(t, http.StatusOK, a.status)

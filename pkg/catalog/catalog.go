@@ -1,7 +1,6 @@
 // Package catalog parses and validates the catalog users write: the models,
 // the endpoints that serve them with their prices and quotas, and the tenants
-// with their API keys and quotas (DESIGN.md "Catalog"). Prices are USD per
-// million tokens.
+// with their API keys and quotas. Prices are USD per million tokens.
 package catalog
 
 import (
@@ -13,6 +12,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 )
 
 // Catalog is a parsed, validated catalog.
@@ -44,10 +45,9 @@ type Price struct {
 	Output *float64 `yaml:"output"`
 }
 
-// Rates is a Price with every field resolved.
-type Rates struct {
-	Input, CachedInput, Output float64
-}
+// Rates is a Price with every field resolved: the price the one pricing
+// formula (pricing.Cost) is applied to.
+type Rates = pricing.Price
 
 // Rates returns the price with defaults applied. Call it on validated prices only.
 func (p Price) Rates() Rates {

@@ -1,12 +1,19 @@
-// Package cooldown benches an endpoint that refused calls (R-ROUTE-7): it is
-// not chosen again until its cool-down ends.
+// Package cooldown benches an endpoint that refused calls: it is not chosen
+// again until its cool-down ends (routing still lists it behind the usable
+// endpoints, so a request never runs out of fallbacks because of it).
 //
-// The default is the rule of the routing policy: one refusal (429, 5xx,
-// connection error) benches the endpoint for 15 minutes. DESIGN.md notes that
-// with bursty errors this can bench most endpoints most of the time, so the
-// number of refusals within a window that trips the breaker is a setting too
-// (e.g. 3 within 1 minute with a 2-minute pause) and the decider counts how
-// often each rule benches an endpoint, to compare them.
+// The default rule: one refusal (429, 5xx, connection error) benches the
+// endpoint for 15 minutes. With bursty errors this can bench most endpoints
+// most of the time, so the number of refusals within a window that trips the
+// breaker is a setting too (e.g. 3 within 1 minute with a 2-minute pause),
+// and the tracker counts how often each rule benches an endpoint, to compare
+// them.
+//
+// A refusal that carries the provider's Retry-After is told how long to stay
+// away: the endpoint is paused for exactly that long, not benched for the
+// full cool-down. Only when it refuses again within the window (or, with a
+// breaker of more errors, as often as the breaker needs) is it benched like
+// any endpoint that keeps refusing.
 package cooldown
 
 import (
@@ -29,6 +36,7 @@ type Options struct {
 type Tracker struct {
 	opts    Options
 	benched atomic.Int64 // cool-downs started, for the metric and tests
+	paused  atomic.Int64 // pauses for a provider's Retry-After started
 	active  atomic.Int32 // endpoints cooling now, so Decide skips the lock when none are
 
 	mu    sync.RWMutex
@@ -56,9 +64,13 @@ func (t *Tracker) Refused(endpointID string, at time.Time) (time.Time, bool) {
 	return t.RefusedFor(endpointID, at, 0)
 }
 
-// RefusedFor is Refused with the provider's Retry-After: a cool-down lasts
-// at least that long, and a Retry-After longer than a running cool-down
-// extends it.
+// RefusedFor is Refused with the provider's Retry-After (0 for none). A
+// Retry-After pauses the endpoint for that long, unless this refusal repeats
+// one within the window (or trips a breaker of more errors), in which case
+// it benches it for the cool-down, or for the Retry-After if longer. A
+// refusal during a running pause or cool-down only extends it to the
+// Retry-After. It returns the end of the pause or cool-down and true when
+// this refusal started one.
 func (t *Tracker) RefusedFor(endpointID string, at time.Time, retryAfter time.Duration) (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -76,18 +88,35 @@ func (t *Tracker) RefusedFor(endpointID string, at time.Time, retryAfter time.Du
 		}
 	}
 	recent = append(recent, at)
-	if len(recent) < t.opts.Errors {
+	need := t.opts.Errors
+	if retryAfter > 0 {
+		// The provider said when to come back: the first such refusal earns
+		// a pause of that length, a repeated one the cool-down.
+		need = max(need, 2)
+	}
+	if len(recent) < need {
 		t.errs[endpointID] = recent
-		return time.Time{}, false
+		if retryAfter <= 0 {
+			return time.Time{}, false
+		}
+		u := at.Add(retryAfter)
+		t.set(endpointID, u)
+		t.paused.Add(1)
+		return u, true
 	}
 	delete(t.errs, endpointID)
 	u := at.Add(max(t.opts.Duration, retryAfter))
+	t.set(endpointID, u)
+	t.benched.Add(1)
+	return u, true
+}
+
+// set benches endpointID until u; t.mu is held.
+func (t *Tracker) set(endpointID string, u time.Time) {
 	if _, was := t.until[endpointID]; !was {
 		t.active.Add(1)
 	}
 	t.until[endpointID] = u
-	t.benched.Add(1)
-	return u, true
 }
 
 // Until returns when endpointID's cool-down ends and whether it is cooling at now.
@@ -119,3 +148,6 @@ func (t *Tracker) Expire(now time.Time) {
 
 // Benched returns how many cool-downs have started.
 func (t *Tracker) Benched() int64 { return t.benched.Load() }
+
+// Paused returns how many pauses for a provider's Retry-After have started.
+func (t *Tracker) Paused() int64 { return t.paused.Load() }

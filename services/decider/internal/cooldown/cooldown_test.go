@@ -66,3 +66,53 @@ func TestRetryAfterLengthensCooldown(t *testing.T) {
 	_, cooling := tr.Until("a/m", t0.Add(20*time.Minute))
 	require.True(t, cooling)
 }
+
+// TestRetryAfterPausesForThatLong: a provider that says when to come back
+// is paused for exactly that long, not benched for the full cool-down; if
+// it refuses again within the window, it is benched as any endpoint that
+// keeps refusing.
+func TestRetryAfterPausesForThatLong(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name        string
+		opts        Options
+		refusals    []time.Duration // offsets from t0, each with a 2s Retry-After
+		wantUntil   time.Duration   // offset from t0 of the last refusal's end
+		wantBenched int64
+		wantPaused  int64
+	}{
+		{name: "one 429 with Retry-After pauses for it", refusals: []time.Duration{0},
+			wantUntil: 2 * time.Second, wantPaused: 1},
+		{name: "a repeated refusal after the pause benches for 15m", refusals: []time.Duration{0, 3 * time.Second},
+			wantUntil: 3*time.Second + 15*time.Minute, wantBenched: 1, wantPaused: 1},
+		{name: "refusals further apart than the window are not repeated", refusals: []time.Duration{0, 2 * time.Minute},
+			wantUntil: 2*time.Minute + 2*time.Second, wantPaused: 2},
+		{name: "with a breaker of 3, the third refusal benches", opts: Options{Errors: 3, Window: time.Minute, Duration: 2 * time.Minute},
+			refusals: []time.Duration{0, 10 * time.Second, 20 * time.Second}, wantUntil: 20*time.Second + 2*time.Minute, wantBenched: 1, wantPaused: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := New(tt.opts)
+			var u time.Time
+			for _, r := range tt.refusals {
+				var started bool
+				u, started = tr.RefusedFor("a/m", t0.Add(r), 2*time.Second)
+				require.True(t, started, "each refusal after the last pause ended starts a pause or a cool-down")
+			}
+			require.Equal(t, t0.Add(tt.wantUntil), u)
+			last := t0.Add(tt.refusals[len(tt.refusals)-1])
+			_, cooling := tr.Until("a/m", last.Add(time.Second))
+			require.True(t, cooling)
+			_, cooling = tr.Until("a/m", t0.Add(tt.wantUntil))
+			require.False(t, cooling, "usable again when the pause ends")
+			require.Equal(t, tt.wantBenched, tr.Benched())
+			require.Equal(t, tt.wantPaused, tr.Paused())
+		})
+	}
+
+	// A refusal without Retry-After keeps the default rule: 15 minutes.
+	tr := New(Options{})
+	u, started := tr.RefusedFor("a/m", t0, 0)
+	require.True(t, started)
+	require.Equal(t, t0.Add(15*time.Minute), u)
+}

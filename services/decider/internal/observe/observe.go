@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
@@ -138,8 +139,7 @@ func (ob *Observer) one(r *pb.CallReport) {
 		}
 	}
 	if r.GetProbeId() != "" && u != nil {
-		cost := (float64(u.GetInputTokens()-u.GetCachedInputTokens())*rates.Input +
-			float64(u.GetCachedInputTokens())*rates.CachedInput + float64(u.GetOutputTokens())*rates.Output) / 1e6
+		cost := pricing.Cost(rates, pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens()})
 		ob.mu.Lock()
 		ob.probeCost[ep] += cost
 		ob.probes++

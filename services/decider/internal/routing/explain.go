@@ -59,6 +59,8 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 		s := "cooling down until " + c.coolUntil.UTC().Format(time.RFC3339)
 		if c.lastResort {
 			s += "; used only because every usable endpoint is cooling down"
+		} else {
+			s += "; kept behind the others as a fallback"
 		}
 		return s
 	}

@@ -306,7 +306,20 @@ func TestCooldown(t *testing.T) {
 	e := newPolicy(t, policyCatalog, Options{})
 	e.cool.Refused("cheap/m", e.now)
 	resp := e.decide(t, &pb.DecideRequest{Explain: true})
-	require.Equal(t, []string{"reseller", "fast"}, order(resp), "R-ROUTE-7: a refusing endpoint is not used")
+	require.Equal(t, []string{"reseller", "fast", "cheap"}, order(resp),
+		"a refusing endpoint is not chosen; it stays behind the others as a last fallback")
+	for _, c := range resp.Decision.Candidates {
+		if c.Provider == "cheap" {
+			require.Contains(t, c.Note, "cooling down until")
+		}
+	}
+
+	// Two of three cooling: the fallbacks still hold more than one endpoint,
+	// so one failure of the healthy one is not the end of the request.
+	e.cool.Refused("reseller/m", e.now)
+	resp = e.decide(t, &pb.DecideRequest{})
+	require.Equal(t, []string{"fast", "cheap", "reseller"}, order(resp))
+	e.cool.Expire(e.now.Add(15 * time.Minute))
 
 	e.now = e.now.Add(15 * time.Minute)
 	resp = e.decide(t, &pb.DecideRequest{})
@@ -428,4 +441,82 @@ func TestHedgePlan(t *testing.T) {
 	off.speed("fast", long, 500*time.Millisecond, 12)
 	resp = off.decide(t, &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
 	require.Equal(t, pb.HedgeMode_HEDGE_MODE_NONE, resp.Hedge.Mode)
+}
+
+// cacheCatalog is the case of a fresh long prompt: warm charges more for
+// uncached input but has cheap cache reads; plain is cheaper uncached.
+const cacheCatalog = `
+models:
+  - id: m
+    endpoints:
+      - {provider: warm,  base_url: http://127.0.0.1:1/v1, price: {input: 0.20, cached_input: 0.02, output: 0.80}}
+      - {provider: plain, base_url: http://127.0.0.1:2/v1, price: {input: 0.12, cached_input: 0.06, output: 0.80}}
+tenants:
+  - {id: acme, api_keys_sha256: ["0000000000000000000000000000000000000000000000000000000000000000"]}
+`
+
+// TestCachedTokensComeFromThisPromptsEvidence: with prompt-prefix hashes,
+// where the prefix was served is the evidence of where it is cached; an
+// endpoint's cache-hit rate on other conversations says nothing about a
+// prompt it never saw. The rate is only a fallback for callers that send no
+// prefixes. Every ordering by price (smart, sort=price, :floor) uses the
+// same per-request cost.
+func TestCachedTokensComeFromThisPromptsEvidence(t *testing.T) {
+	e := newPolicy(t, cacheCatalog, Options{})
+	// One cached conversation on warm: a high observed hit rate there.
+	e.stats.ObserveCache("warm/m", 60000, 58000, e.now)
+	e.aff.Record("warm/m", 42, 60000, e.now)
+
+	fresh := []*pb.PromptPrefix{{Hash: 1001, Tokens: 4096}, {Hash: 1002, Tokens: 60000}}
+	seen := []*pb.PromptPrefix{{Hash: 1003, Tokens: 4096}, {Hash: 42, Tokens: 60000}}
+	cands := func(resp *pb.DecideResponse) map[string]*pb.Candidate {
+		out := map[string]*pb.Candidate{}
+		for _, c := range resp.Decision.Candidates {
+			out[c.Provider] = c
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name, model string
+		sort        pb.Sort
+	}{
+		{name: "smart policy", model: "m"},
+		{name: "sort=price", model: "m", sort: pb.Sort_SORT_PRICE},
+		{name: ":floor", model: "m:floor"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ask := func(prefixes []*pb.PromptPrefix) *pb.DecideResponse {
+				req := &pb.DecideRequest{Model: tt.model, Explain: true, Tokens: &pb.TokenEstimate{InputTokens: 60500, MaxOutputTokens: 16, Prefixes: prefixes}}
+				if tt.sort != pb.Sort_SORT_UNSPECIFIED {
+					req.Provider = &pb.ProviderPreferences{Sort: tt.sort}
+				}
+				return e.decide(t, req)
+			}
+
+			// A fresh prompt: its prefix was served nowhere, so it is cached
+			// nowhere and the cheaper uncached input wins.
+			resp := ask(fresh)
+			c := cands(resp)
+			require.Zero(t, c["warm"].EstimatedCachedTokens, "an unknown prefix is cached nowhere, whatever warm's hit rate")
+			require.Zero(t, c["plain"].EstimatedCachedTokens)
+			require.Equal(t, "plain", resp.Endpoint.Provider)
+			require.InDelta(t, (60500*0.12+16*0.80)/1e6, c["plain"].CostUsd, 1e-12)
+			require.InDelta(t, (60500*0.20+16*0.80)/1e6, c["warm"].CostUsd, 1e-12)
+
+			// The conversation warm served: its prefix is in warm's cache.
+			resp = ask(seen)
+			c = cands(resp)
+			require.Equal(t, int64(60000), c["warm"].EstimatedCachedTokens)
+			require.Zero(t, c["plain"].EstimatedCachedTokens)
+			require.Equal(t, "warm", resp.Endpoint.Provider)
+			require.InDelta(t, (500*0.20+60000*0.02+16*0.80)/1e6, c["warm"].CostUsd, 1e-12)
+
+			// No prefixes at all (a gRPC caller that sends none): the
+			// observed hit rate is the only evidence left.
+			resp = ask(nil)
+			c = cands(resp)
+			require.Equal(t, int64(60500*58000/60000), c["warm"].EstimatedCachedTokens)
+			require.Equal(t, "warm", resp.Endpoint.Provider)
+		})
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
@@ -29,7 +30,7 @@ import (
 
 // DefaultOutputTokens is the output priced when a request sets no max_tokens
 // and the model's typical output is not known yet.
-const DefaultOutputTokens = 256
+const DefaultOutputTokens = pricing.DefaultOutputTokens
 
 // Kind classifies a routing error for the RPC boundary.
 type Kind int
@@ -363,6 +364,7 @@ const (
 type scratch struct {
 	cands  []candidate
 	order  []*candidate
+	cooled []*candidate
 	cached []int64
 }
 
@@ -387,11 +389,10 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
-	out := tok.GetMaxOutputTokens()
-	if out <= 0 {
-		out = DefaultOutputTokens
-		if typical, _, ok := m.st.TypicalOutput(); ok && typical > 0 {
-			out = typical
+	est := pricing.Request{InputTokens: in, MaxOutputTokens: tok.GetMaxOutputTokens()}
+	if est.MaxOutputTokens <= 0 {
+		if typical, _, ok := m.st.TypicalOutput(); ok {
+			est.TypicalOutputTokens = typical
 		}
 	}
 	bucket := tokens.BucketOf(in)
@@ -401,17 +402,18 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	n := len(m.endpoints)
 	sc.cands = slices.Grow(sc.cands[:0], n)[:n]
 	sc.cached = slices.Grow(sc.cached[:0], n)[:n]
-	sc.order = sc.order[:0]
+	sc.order, sc.cooled = sc.order[:0], sc.cooled[:0]
 	r.o.Affinity.Cached(m.ids, tok.GetPrefixes(), now, sc.cached)
 
 	fitsNone := true
 	for i, ep := range m.endpoints {
 		c := &sc.cands[i]
 		*c = candidate{ep: ep}
-		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i])
-		c.cost = price(ep.rates, in, c.cached, out)
+		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i], len(tok.GetPrefixes()) > 0)
+		est.CachedTokens = c.cached
+		c.cost = pricing.Estimate(ep.rates, est)
 		if m.list != nil {
-			c.listCost = price(*m.list, in, c.cached, out)
+			c.listCost = pricing.Estimate(*m.list, est)
 		}
 		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
 		c.tps, _, _ = ep.st.Throughput()
@@ -424,19 +426,19 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 			continue
 		}
 		c.coolUntil, c.cooling = r.o.Cooldown.Until(ep.id, now)
-		if !c.cooling {
+		if c.cooling {
+			sc.cooled = append(sc.cooled, c)
+		} else {
 			sc.order = append(sc.order, c)
 		}
 	}
 	if len(sc.order) == 0 {
 		// Every usable endpoint is cooling down: a benched endpoint beats
-		// refusing the client, so they come back as a last resort.
-		for i := range sc.cands {
-			if c := &sc.cands[i]; c.excluded.why == exclNone {
-				c.lastResort = true
-				sc.order = append(sc.order, c)
-			}
+		// refusing the client, so they are ranked as a last resort.
+		for _, c := range sc.cooled {
+			c.lastResort = true
 		}
+		sc.order, sc.cooled = append(sc.order, sc.cooled...), sc.cooled[:0]
 	}
 	if len(sc.order) == 0 {
 		var why []string
@@ -453,6 +455,14 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	reason, fastest := r.rank(sc.order, suffix, prefs, req.GetDryRun())
 	deprioritise(sc.order, prefs)
 	usable := sc.order
+	if len(sc.cooled) > 0 {
+		// Cooling endpoints are not chosen, but they stay behind the others,
+		// cheapest first, so a request whose healthy endpoints fail still
+		// has somewhere to go: a pause deprioritises an endpoint, it does
+		// not take away a request's fallbacks.
+		slices.SortStableFunc(sc.cooled, byCost)
+		usable = append(usable, sc.cooled...)
+	}
 	if prefs != nil && prefs.AllowFallbacks != nil && !prefs.GetAllowFallbacks() {
 		usable = noFallbacks(usable, prefs.GetOrder())
 	}
@@ -481,12 +491,6 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 
 // rank orders the usable candidates in place and says why the first won.
 func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferences, dryRun bool) (pb.RouteReason, time.Duration) {
-	byCost := func(a, b *candidate) int {
-		if c := cmpFloat(a.cost, b.cost); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ep.provider, b.ep.provider)
-	}
 	slices.SortStableFunc(cs, byCost)
 	fastest := time.Duration(0)
 	for _, c := range cs {
@@ -599,6 +603,15 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 	return pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, fastest
 }
 
+// byCost orders candidates by this request's cost, then by provider name so
+// equal costs order the same way every time.
+func byCost(a, b *candidate) int {
+	if c := cmpFloat(a.cost, b.cost); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ep.provider, b.ep.provider)
+}
+
 // hedgePlan says whether a streaming long request gets a second endpoint
 // (R-HEDGE-1): from HedgeFrom tokens after HedgeDelay without a first token,
 // from HedgeImmediateFrom at once. The second endpoint must itself be fast
@@ -662,15 +675,22 @@ func (r *Router) explore(cs []*candidate, dryRun bool) *candidate {
 }
 
 // cachedEstimate is how many of the prompt's tokens endpoint ep is expected
-// to read from its cache: the caller's own estimate if it gave one, else the
-// longest prefix of this conversation ep served recently (affinity), else
-// ep's observed cache-hit rate applied to the prompt.
-func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64) int64 {
+// to read from its cache, from evidence about this prompt: the caller's own
+// estimate if it gave one; else, when the request carries prompt-prefix
+// hashes, the longest prefix of it ep served recently (affinity) — and none
+// when ep never served it, since a provider caches only what it was sent;
+// else, for callers that send no prefixes, ep's observed cache-hit rate
+// applied to the prompt. The rate is the average over other conversations:
+// applied to a prompt with known prefixes it would price a fresh prompt as
+// cached on whichever endpoint last served a cached one.
+func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64, hasPrefixes bool) int64 {
 	switch {
 	case fromCaller > 0:
 		return min(fromCaller, in)
 	case fromAffinity > 0:
 		return min(fromAffinity, in)
+	case hasPrefixes:
+		return 0
 	}
 	if rate, _, ok := ep.st.CacheHitRate(); ok {
 		return min(int64(rate*float64(in)), in)
@@ -734,10 +754,6 @@ func noFallbacks(usable []*candidate, order []string) []*candidate {
 		}
 	}
 	return usable[:max(n, 1)]
-}
-
-func price(r catalog.Rates, in, cached, out int64) float64 {
-	return (float64(in-cached)*r.Input + float64(cached)*r.CachedInput + float64(out)*r.Output) / 1e6
 }
 
 func priced(c *candidate) *pb.Endpoint {

@@ -75,8 +75,9 @@ type Request struct {
 	// the compacted tools and response_format JSON.
 	InputTokens int64
 	// Prefixes are the chain hashes of the prompt's leading parts (tools and
-	// message 1, then messages 1-2, ...), every part but the whole prompt,
-	// the longest MaxPrefixes kept, each with its token count. See PromptHash.
+	// message 1, then messages 1-2, ..., up to the whole prompt, whose hash
+	// is PromptHash), the longest MaxPrefixes kept, each with its token
+	// count. Never empty for a parsed request. See PromptHash.
 	Prefixes []*switchboardv1.PromptPrefix
 	// PromptHash is the chain hash of the whole prompt. The chain is
 	// h(k) = first 8 bytes of SHA-256(h(k-1) || message k in a canonical,
@@ -175,7 +176,11 @@ func Parse(body []byte) (*Request, error) {
 		}
 	}
 	r.PromptHash = msgs.hashes[len(msgs.hashes)-1]
-	n := len(msgs.hashes) - 1 // every part but the whole prompt
+	// Every leading part, the whole prompt included: a prompt sent again
+	// as it is (a client's retry, a regenerated answer) is cached where it
+	// was served, and a fresh prompt still tells the decider which prompt
+	// it is — one whose prefixes nobody served is cached nowhere.
+	n := len(msgs.hashes)
 	for i := max(0, n-MaxPrefixes); i < n; i++ {
 		r.Prefixes = append(r.Prefixes, &switchboardv1.PromptPrefix{Hash: msgs.hashes[i], Tokens: msgs.cumTokens[i]})
 	}

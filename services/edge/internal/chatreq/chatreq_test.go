@@ -29,8 +29,9 @@ func TestParseValid(t *testing.T) {
 				require.False(t, r.Stream)
 				require.Nil(t, r.Provider)
 				require.Empty(t, r.Parameters)
-				require.Empty(t, r.Prefixes, "a single message has no leading part")
 				require.NotZero(t, r.PromptHash)
+				require.Len(t, r.Prefixes, 1, "a single message's only leading part is the whole prompt")
+				require.Equal(t, r.PromptHash, r.Prefixes[0].Hash)
 				want := tokens.Prompt([]tokens.Message{{Role: "user", Content: "hello"}})
 				require.Equal(t, want, r.InputTokens)
 			},
@@ -46,8 +47,9 @@ func TestParseValid(t *testing.T) {
 				require.Equal(t, []string{"max_tokens"}, r.Parameters)
 				want := tokens.Prompt([]tokens.Message{{Role: "system", Content: "sys"}, {Role: "user", Name: "bob", Content: "abcd"}})
 				require.Equal(t, want, r.InputTokens)
-				require.Len(t, r.Prefixes, 1)
+				require.Len(t, r.Prefixes, 2)
 				require.Equal(t, int64(tokens.PromptOverhead)+tokens.MessageTokens(tokens.Message{Role: "system", Content: "sys"}), r.Prefixes[0].Tokens)
+				require.Equal(t, r.PromptHash, r.Prefixes[1].Hash, "the whole prompt last")
 			},
 		},
 		{
@@ -234,10 +236,13 @@ func TestPrefixChain(t *testing.T) {
 			require.NoError(t, err)
 			rb, err := Parse([]byte(tt.b))
 			require.NoError(t, err)
+			// The leading parts before the last message (the last prefix is
+			// the whole prompt).
+			pa, pb := ra.Prefixes[:len(ra.Prefixes)-1], rb.Prefixes[:len(rb.Prefixes)-1]
 			if tt.same {
-				require.Equal(t, ra.Prefixes, rb.Prefixes)
+				require.Equal(t, pa, pb)
 			} else {
-				require.NotEqual(t, ra.Prefixes, rb.Prefixes)
+				require.NotEqual(t, pa, pb)
 			}
 		})
 	}
@@ -252,7 +257,7 @@ func TestPromptHashIsNextTurnsPrefix(t *testing.T) {
 	turn2, err := Parse([]byte(`{"model":"m","tools":[ {"type": "function"} ],"messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},
 		{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]}`))
 	require.NoError(t, err)
-	require.Len(t, turn2.Prefixes, 3)
+	require.Len(t, turn2.Prefixes, 4)
 	require.Equal(t, turn1.PromptHash, turn2.Prefixes[1].Hash)
 	require.Equal(t, turn1.InputTokens, turn2.Prefixes[1].Tokens, "a prefix's tokens are the earlier prompt's size")
 	require.NotEqual(t, turn1.PromptHash, turn2.PromptHash)

@@ -2,9 +2,9 @@ package dispatch
 
 import (
 	"encoding/json"
-	"math"
 	"strconv"
 
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -27,8 +27,9 @@ type usage struct {
 	input, cached, output int64
 }
 
-// charge prices u at price, the way the serving endpoint charges it:
-// uncached input, cached input and output separately, per million tokens.
+// charge prices u at price with the one price formula (pricing.Cost), the
+// way the serving endpoint charges it: uncached input, cached input and
+// output separately, per million tokens.
 // With caps, the per-token prices and the output tokens are first lowered to
 // the caps; capped says whether that changed anything.
 func charge(u usage, price *switchboardv1.Price, caps Caps) (cost float64, capped bool) {
@@ -52,15 +53,9 @@ func charge(u usage, price *switchboardv1.Price, caps Caps) (cost float64, cappe
 			out, capped = mp.GetCompletion(), true
 		}
 	}
-	cost = (float64(input-cached)*in + float64(cached)*cin + float64(output)*out) / 1e6
-	return roundUSD(cost), capped
-}
-
-// roundUSD rounds to 1e-10 USD, far below the price of one token at any
-// real price list, which keeps floating-point noise
-// (0.0000042000000000000004) out of the answers and the activity log.
-func roundUSD(usd float64) float64 {
-	return math.Round(usd*1e10) / 1e10
+	cost = pricing.Cost(pricing.Price{Input: in, CachedInput: cin, Output: out},
+		pricing.Usage{Input: input, CachedInput: cached, Output: output})
+	return cost, capped
 }
 
 // listCost is what the endpoint charges for u, without the client's caps:

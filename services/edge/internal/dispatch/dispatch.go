@@ -248,24 +248,26 @@ func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call
 
 // plan lists the endpoints to try: the chosen one (even if cooling down — the
 // decider chose it knowing more than this edge), then the fallbacks not
-// benched and not already listed, up to MaxAttempts.
+// benched, then the benched ones, each once, up to MaxAttempts. A benched
+// fallback is tried last rather than dropped, so cool-downs never leave a
+// request with fewer endpoints to try than the decider gave it.
 func (d *Dispatcher) plan(endpoints []*switchboardv1.Endpoint) []*switchboardv1.Endpoint {
 	out := make([]*switchboardv1.Endpoint, 0, min(len(endpoints), d.opts.MaxAttempts))
+	var benched []*switchboardv1.Endpoint
 	seen := make(map[string]bool, len(endpoints))
 	for i, ep := range endpoints {
 		if ep == nil || ep.GetBaseUrl() == "" || seen[ep.GetId()] {
 			continue
 		}
+		seen[ep.GetId()] = true
 		if i > 0 && d.opts.Cooldowns.Active(ep.GetId()) {
+			benched = append(benched, ep)
 			continue
 		}
-		seen[ep.GetId()] = true
 		out = append(out, ep)
-		if len(out) == d.opts.MaxAttempts {
-			break
-		}
 	}
-	return out
+	out = append(out, benched...)
+	return out[:min(len(out), d.opts.MaxAttempts)]
 }
 
 func (d *Dispatcher) logAttempt(call Call, l *leg) {

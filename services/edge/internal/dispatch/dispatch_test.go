@@ -362,7 +362,9 @@ func TestPlan(t *testing.T) {
 		in   []*switchboardv1.Endpoint
 		want []string
 	}{
-		{name: "chosen kept even if cooling, benched fallback skipped", in: mk("a", "b", "c"), want: []string{"a/m", "c/m"}},
+		{name: "chosen kept even if cooling, benched fallback tried last", in: mk("a", "b", "c"), want: []string{"a/m", "c/m", "b/m"}},
+		{name: "every fallback benched: still fallbacks", in: mk("c", "a", "b"), want: []string{"c/m", "a/m", "b/m"}},
+		{name: "the cap cuts benched fallbacks first", in: mk("a", "b", "c", "d", "e"), want: []string{"a/m", "c/m", "d/m", "e/m"}},
 		{name: "capped at max attempts", in: mk("c", "d", "e", "f", "g"), want: []string{"c/m", "d/m", "e/m", "f/m"}},
 		{name: "duplicates and nils dropped", in: append(mk("c", "c"), nil), want: []string{"c/m"}},
 		{name: "empty", in: nil, want: nil},
