@@ -315,6 +315,22 @@ func TestChatUpstreamFailures(t *testing.T) {
 	}
 }
 
+// A provider that closes right after "data: [DONE]" without the blank line
+// ending the event completed its answer: the client gets it whole, with its
+// [DONE], and the call is reported OK, not as a dropped stream.
+func TestChatDoneWithoutBlankLine(t *testing.T) {
+	h := newHarness(t, 2, nil)
+	h.ups[0].SetMode(fakeupstream.DoneWithoutBlankLine)
+	r := h.chat(streamReq, authed())
+	require.Equal(t, http.StatusOK, r.status)
+	evs := sseData(t, r.body)
+	require.Equal(t, "[DONE]", evs[len(evs)-1], r.body)
+	require.NotContains(t, r.body, "stream_interrupted")
+	reps := h.waitReports(1)
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, reps[0].GetOutcome(), reps[0].GetError())
+	require.Empty(t, h.ups[1].Requests())
+}
+
 func TestChatMidStreamDrop(t *testing.T) {
 	h := newHarness(t, 2, nil)
 	h.ups[0].SetMode(fakeupstream.DropMidStream)

@@ -45,6 +45,10 @@ const (
 	// HangMidStream sends the first token of a stream, then never anything
 	// again.
 	HangMidStream
+	// DoneWithoutBlankLine ends a complete stream with "data: [DONE]\n" and
+	// closes it without the blank line that would end the event, as some
+	// providers do.
+	DoneWithoutBlankLine
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -342,6 +346,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includ
 			"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
 			"choices": []any{}, "usage": usageJSON(*a.usage),
 		})
+	}
+	if mode == DoneWithoutBlankLine {
+		_, _ = io.WriteString(w, "data: [DONE]\n")
+		_ = rc.Flush()
+		return
 	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	_ = rc.Flush()
