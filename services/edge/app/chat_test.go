@@ -220,7 +220,7 @@ func TestChatDeciderErrors(t *testing.T) {
 		{name: "invalid argument", err: status.Error(codes.InvalidArgument, "provider.only names no provider of this model"), wantStatus: 400, wantCode: "invalid_value", wantMsg: "provider.only names no provider of this model"},
 		{name: "permission denied", err: status.Error(codes.PermissionDenied, "model not allowed for tenant"), wantStatus: 403, wantCode: "permission_denied", wantMsg: "model not allowed for tenant"},
 		{name: "resource exhausted", err: retryStatus(t), wantStatus: 429, wantCode: "rate_limit_exceeded", wantRetry: "3", wantMsg: "tenant limit reached"},
-		{name: "failed precondition", err: status.Error(codes.FailedPrecondition, "no endpoint can take this request"), wantStatus: 503, wantCode: "no_available_provider", wantMsg: "no endpoint can take this request"},
+		{name: "failed precondition", err: status.Error(codes.FailedPrecondition, "no endpoint can take this request"), wantStatus: 404, wantCode: "no_endpoints_found", wantMsg: "no endpoint can take this request"},
 		{name: "unavailable", err: status.Error(codes.Unavailable, "dial tcp 10.0.0.1:9090: refused"), wantStatus: 503, wantCode: "decider_unavailable"},
 		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "slow"), wantStatus: 504, wantCode: "decider_timeout"},
 		{name: "internal", err: status.Error(codes.Internal, "stack trace here"), wantStatus: 500, wantCode: "internal_error"},

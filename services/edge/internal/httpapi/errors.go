@@ -90,7 +90,11 @@ func deciderError(err error) apiError {
 		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded", message: msg,
 			retryAfter: retryAfterOf(st)}
 	case codes.FailedPrecondition:
-		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider", message: msg}
+		// No endpoint meets the request's own constraints (max_price, only,
+		// quantizations, max_tokens...): the same request would fail again,
+		// so the status must be one SDKs do not retry (they retry 408, 409,
+		// 429 and 5xx). 404, as the best-known public router answers.
+		return apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "no_endpoints_found", message: msg}
 	case codes.Unavailable:
 		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable",
 			message: "the routing service is unavailable; retry shortly"}

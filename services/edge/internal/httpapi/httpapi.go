@@ -201,7 +201,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	req, err := chatreq.Parse(body)
 	if err != nil {
 		var perr *chatreq.Error
-		if errors.As(err, &perr) {
+		if errors.As(err, &perr) && perr.Code != "" {
+			// A specific code comes with a message written whole.
+			e := invalidRequest(perr.Param, perr.Message)
+			e.code = perr.Code
+			writeError(w, e)
+		} else if errors.As(err, &perr) {
 			writeError(w, invalidRequest(perr.Param, perr.Error()))
 		} else {
 			writeError(w, invalidRequest("", err.Error()))
