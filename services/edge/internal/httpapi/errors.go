@@ -87,7 +87,7 @@ func deciderError(err error) apiError {
 	case codes.PermissionDenied:
 		return apiError{status: http.StatusForbidden, typ: "permission_error", code: "permission_denied", message: msg}
 	case codes.ResourceExhausted:
-		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded", message: msg,
+		return apiError{status: http.StatusTooManyRequests, typ: rateLimitType(unitOf(st)), code: RateLimitCode, message: msg,
 			retryAfter: retryAfterOf(st)}
 	case codes.FailedPrecondition:
 		// No endpoint meets the request's own constraints (max_price, only,
@@ -105,6 +105,16 @@ func deciderError(err error) apiError {
 		return apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
 			message: "internal error while routing the request"}
 	}
+}
+
+// unitOf is the limit unit of a Refusal attached to the status, if any.
+func unitOf(st *status.Status) switchboardv1.LimitUnit {
+	for _, d := range st.Details() {
+		if v, ok := d.(*switchboardv1.Refusal); ok {
+			return v.GetUnit()
+		}
+	}
+	return switchboardv1.LimitUnit_LIMIT_UNIT_UNSPECIFIED
 }
 
 // retryAfterOf reads a retry delay from the status details the decider may

@@ -30,10 +30,14 @@ import (
 
 // Response headers the edge adds.
 const (
-	HeaderRequestID  = "X-Switchboard-Request-Id"
-	HeaderProvider   = "X-Switchboard-Provider"
-	HeaderRoute      = "X-Switchboard-Route"
-	HeaderRouteDebug = "X-Switchboard-Route-Debug"
+	// HeaderOpenAIRequestID is on every answer, as OpenAI sends it, so a
+	// client can quote the request whatever the outcome; on a chat
+	// completion it is also the completion id.
+	HeaderOpenAIRequestID = "X-Request-Id"
+	HeaderRequestID       = "X-Switchboard-Request-Id"
+	HeaderProvider        = "X-Switchboard-Provider"
+	HeaderRoute           = "X-Switchboard-Route"
+	HeaderRouteDebug      = "X-Switchboard-Route-Debug"
 	// HeaderDebug set to "1" by the client asks for the decider's full
 	// explanation in HeaderRouteDebug.
 	HeaderDebug = "X-Switchboard-Debug"
@@ -99,12 +103,35 @@ func New(o Options) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("/v1/models", s.models)
+	mux.HandleFunc("/v1/models/{id...}", s.model)
 	mux.HandleFunc("/v1/activity", s.activity)
 	mux.HandleFunc("/v1/generation", s.generation)
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/", notFound)
-	s.handler = mux
+	s.handler = withRequestID(mux)
 	return s
+}
+
+type requestIDKey struct{}
+
+// withRequestID gives every request an id, sent back as x-request-id
+// before anything else can answer, and kept in the context for the
+// handler that needs it (the completion id).
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := newRequestID()
+		w.Header().Set(HeaderOpenAIRequestID, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}
+
+// requestID is the id withRequestID gave the request (a new one when the
+// handler runs without it, as in unit tests).
+func requestID(ctx context.Context) string {
+	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+		return id
+	}
+	return newRequestID()
 }
 
 // Handler returns the API's root handler.
@@ -179,7 +206,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	reqID := newRequestID()
+	reqID := requestID(r.Context())
 	w.Header().Set(HeaderRequestID, reqID)
 	log := s.log.With("request_id", reqID)
 
@@ -426,17 +453,56 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	}
 	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(resp.GetModels()))}
 	for _, m := range resp.GetModels() {
-		providers := m.GetProviders()
-		if providers == nil {
-			providers = []string{}
-		}
-		out.Data = append(out.Data, modelInfo{
-			ID: m.GetId(), Object: "model", OwnedBy: "switchboard",
-			ContextLength: m.GetContextLength(), Providers: providers,
-		})
+		out.Data = append(out.Data, modelInfoOf(m))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// model serves GET /v1/models/{id}: OpenAI's model object for a model the
+// caller may use, else 404 model_not_found.
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	if !allowMethods(w, r, http.MethodGet) {
+		return
+	}
+	id := r.PathValue("id")
+	keyHash, aerr := apiKeyHash(r)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
+	defer cancel()
+	resp, err := s.opts.Decider.ListModels(ctx, &switchboardv1.ListModelsRequest{
+		Identity: &switchboardv1.Identity{ApiKeySha256: keyHash},
+	})
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		writeError(w, deciderError(err))
+		return
+	}
+	for _, m := range resp.GetModels() {
+		if m.GetId() == id {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(modelInfoOf(m))
+			return
+		}
+	}
+	writeError(w, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
+		message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", headerValue(id))})
+}
+
+func modelInfoOf(m *switchboardv1.Model) modelInfo {
+	providers := m.GetProviders()
+	if providers == nil {
+		providers = []string{}
+	}
+	return modelInfo{
+		ID: m.GetId(), Object: "model", OwnedBy: "switchboard",
+		ContextLength: m.GetContextLength(), Providers: providers,
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
