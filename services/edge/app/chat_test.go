@@ -492,20 +492,23 @@ func TestHealthz(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, "ok", body["status"])
 
+	// Liveness does not fail while draining: a restart would cut the
+	// streams the drain lets finish. Readiness does.
 	h.edge.api.SetDraining()
 	r := h.do(t.Context(), http.MethodGet, "/healthz", "", nil)
-	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	require.Equal(t, http.StatusOK, r.status)
 	require.NoError(t, json.Unmarshal([]byte(r.body), &body))
 	require.Equal(t, "shutting_down", body["status"])
+	require.Equal(t, http.StatusServiceUnavailable, h.do(t.Context(), http.MethodGet, "/readyz", "", nil).status)
 }
 
 func TestCloseDrains(t *testing.T) {
 	h := newHarness(t, 1, func(c *Config) { c.DrainDelay = 300 * time.Millisecond })
 	closed := make(chan error, 1)
 	go func() { closed <- h.edge.Close() }()
-	// During the drain delay the edge still serves, but reports unhealthy.
+	// During the drain delay the edge still serves, but reports not ready.
 	require.Eventually(t, func() bool {
-		return h.do(t.Context(), http.MethodGet, "/healthz", "", nil).status == http.StatusServiceUnavailable
+		return h.do(t.Context(), http.MethodGet, "/readyz", "", nil).status == http.StatusServiceUnavailable
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, http.StatusOK, h.chat(plainReq, authed()).status)
 	require.NoError(t, <-closed)

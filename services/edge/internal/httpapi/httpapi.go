@@ -70,6 +70,11 @@ type Options struct {
 	// DeciderState reports the decider connection's state for /healthz
 	// (Optional).
 	DeciderState func() string
+	// Ready says whether the edge can serve now, for /readyz: nil when it
+	// can, else why not (Optional). Defaults to always ready.
+	Ready func(context.Context) error
+	// ReadyTimeout bounds one Ready check (Optional). Defaults to 1s.
+	ReadyTimeout time.Duration
 	// Logger logs requests (Optional). Defaults to discarding.
 	Logger *slog.Logger
 }
@@ -96,6 +101,12 @@ func New(o Options) *Server {
 	if o.DeciderState == nil {
 		o.DeciderState = func() string { return "UNKNOWN" }
 	}
+	if o.Ready == nil {
+		o.Ready = func(context.Context) error { return nil }
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -107,6 +118,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("/v1/activity", s.activity)
 	mux.HandleFunc("/v1/generation", s.generation)
 	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/readyz", s.readyz)
 	mux.HandleFunc("/", notFound)
 	s.handler = withRequestID(mux)
 	return s
@@ -137,8 +149,9 @@ func requestID(ctx context.Context) string {
 // Handler returns the API's root handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// SetDraining makes /healthz answer 503, so load balancers stop sending new
-// requests while the ones in flight finish.
+// SetDraining makes /readyz answer 503, so load balancers stop sending new
+// requests while the ones in flight finish. /healthz stays 200: failing
+// liveness would restart the process and cut the streams being drained.
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
 func notFound(w http.ResponseWriter, r *http.Request) {
@@ -509,11 +522,35 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	if !allowMethods(w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
-	status, code := "ok", http.StatusOK
+	status := "ok"
 	if s.draining.Load() {
-		status, code = "shutting_down", http.StatusServiceUnavailable
+		status = "shutting_down"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": status, "decider": s.opts.DeciderState()})
+}
+
+// readyz is readiness: 200 only when the edge can serve requests now (the
+// decider reachable and serving), 503 otherwise and from the moment
+// shutdown starts. Liveness (/healthz) does not depend on the decider, so a
+// decider outage takes edges out of rotation without restarting them.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !allowMethods(w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
+	body := map[string]string{"status": "ready"}
+	code := http.StatusOK
+	if s.draining.Load() {
+		body["status"], code = "shutting_down", http.StatusServiceUnavailable
+	} else {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
+		err := s.opts.Ready(ctx)
+		cancel()
+		if err != nil {
+			body["status"], body["reason"], code = "not_ready", err.Error(), http.StatusServiceUnavailable
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"status": status, "decider": s.opts.DeciderState()})
+	_ = json.NewEncoder(w).Encode(body)
 }
