@@ -123,6 +123,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		ReserveTimeout:    cfg.ReserveTimeout,
 		FirstTokenTimeout: cfg.FirstTokenTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
 		MaxAttempts:       cfg.MaxAttempts,
 		UserAgent:         "switchboard-edge/" + version(),
 		Logger:            logger.With("component", "dispatch"),

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,9 @@ const (
 	// closes it without the blank line that would end the event, as some
 	// providers do.
 	DoneWithoutBlankLine
+	// Endless streams large content chunks as fast as they are taken until
+	// the caller goes away.
+	Endless
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -332,6 +336,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includ
 		return
 	}
 	send(chunk(map[string]any{"content": DeliveredBeforeDrop}, nil))
+	if mode == Endless {
+		text := strings.Repeat("endless ", 1024)
+		for r.Context().Err() == nil {
+			send(chunk(map[string]any{"content": text}, nil))
+		}
+		return
+	}
 	switch mode {
 	case DropMidStream:
 		panic(http.ErrAbortHandler)
