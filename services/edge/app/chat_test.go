@@ -215,7 +215,6 @@ func TestChatDeciderErrors(t *testing.T) {
 		wantRetry  string
 		wantMsg    string
 	}{
-		{name: "unauthenticated", err: status.Error(codes.Unauthenticated, "unknown API key"), wantStatus: 401, wantCode: "invalid_api_key", wantMsg: "unknown API key"},
 		{name: "not found", err: status.Error(codes.NotFound, "model org/x does not exist"), wantStatus: 404, wantCode: "model_not_found", wantMsg: "model org/x does not exist"},
 		{name: "invalid argument", err: status.Error(codes.InvalidArgument, "provider.only names no provider of this model"), wantStatus: 400, wantCode: "invalid_value", wantMsg: "provider.only names no provider of this model"},
 		{name: "permission denied", err: status.Error(codes.PermissionDenied, "model not allowed for tenant"), wantStatus: 403, wantCode: "permission_denied", wantMsg: "model not allowed for tenant"},
@@ -224,6 +223,8 @@ func TestChatDeciderErrors(t *testing.T) {
 		{name: "unavailable", err: status.Error(codes.Unavailable, "dial tcp 10.0.0.1:9090: refused"), wantStatus: 503, wantCode: "decider_unavailable"},
 		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "slow"), wantStatus: 504, wantCode: "decider_timeout"},
 		{name: "internal", err: status.Error(codes.Internal, "stack trace here"), wantStatus: 500, wantCode: "internal_error"},
+		// Last: the edge then remembers the key as refused for a while.
+		{name: "unauthenticated", err: status.Error(codes.Unauthenticated, "unknown API key"), wantStatus: 401, wantCode: "invalid_api_key", wantMsg: "unknown API key"},
 	}
 	h := newHarness(t, 1, nil)
 	for _, tt := range tests {

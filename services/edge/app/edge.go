@@ -139,7 +139,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		ReservationTTL: cfg.ReservationTTL,
 		DeciderState:   func() string { return conn.GetState().String() },
 		Ready:          deciderReady(healthpb.NewHealthClient(conn)),
-		Logger:         logger.With("component", "httpapi"),
+		// Bodies are read under their own deadline; the server's
+		// ReadTimeout would also cut the long answers that follow.
+		BodyReadTimeout:     cfg.BodyReadTimeout,
+		MaxUnverifiedBodies: cfg.MaxUnverifiedBodies,
+		Logger:              logger.With("component", "httpapi"),
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)

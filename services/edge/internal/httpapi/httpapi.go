@@ -15,10 +15,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -75,6 +78,13 @@ type Options struct {
 	Ready func(context.Context) error
 	// ReadyTimeout bounds one Ready check (Optional). Defaults to 1s.
 	ReadyTimeout time.Duration
+	// BodyReadTimeout bounds reading one request body; a slower client
+	// gets 408 (Optional). Defaults to 30s.
+	BodyReadTimeout time.Duration
+	// MaxUnverifiedBodies caps the bodies read at once for API keys the
+	// decider has not accepted recently; beyond it such requests get 503
+	// unread (Optional). Defaults to 64.
+	MaxUnverifiedBodies int
 	// Logger logs requests (Optional). Defaults to discarding.
 	Logger *slog.Logger
 }
@@ -85,6 +95,9 @@ type Server struct {
 	log      *slog.Logger
 	handler  http.Handler
 	draining atomic.Bool
+	keys     *keyCache
+	// unverified holds a token per body being read for a key not verified.
+	unverified chan struct{}
 }
 
 // New returns a Server.
@@ -107,10 +120,16 @@ func New(o Options) *Server {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = time.Second
 	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 30 * time.Second
+	}
+	if o.MaxUnverifiedBodies <= 0 {
+		o.MaxUnverifiedBodies = 64
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: o, log: o.Logger}
+	s := &Server{opts: o, log: o.Logger, keys: newKeyCache(), unverified: make(chan struct{}, o.MaxUnverifiedBodies)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("/v1/models", s.models)
@@ -120,7 +139,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/readyz", s.readyz)
 	mux.HandleFunc("/", notFound)
-	s.handler = withRequestID(mux)
+	s.handler = withRequestID(s.guardBody(mux))
 	return s
 }
 
@@ -223,17 +242,42 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderRequestID, reqID)
 	log := s.log.With("request_id", reqID)
 
+	// Everything that can refuse the request without its body does so
+	// before reading it, and then does not read it at all.
 	keyHash, aerr := apiKeyHash(r)
 	if aerr != nil {
+		abandonBody(w)
 		writeError(w, *aerr)
+		return
+	}
+	if s.keys.rejected(keyHash) {
+		abandonBody(w)
+		writeError(w, unauthorized("invalid API key"))
 		return
 	}
 	identity, aerr := identityOf(r, keyHash)
 	if aerr != nil {
+		abandonBody(w)
 		writeError(w, *aerr)
 		return
 	}
+	held := false
+	if !s.keys.verified(keyHash) {
+		select {
+		case s.unverified <- struct{}{}:
+			held = true
+		default:
+			abandonBody(w)
+			writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "busy",
+				retryAfter: unverifiedRetryIn,
+				message:    "too many requests with API keys not yet verified are being read; retry shortly"})
+			return
+		}
+	}
 	body, aerr := s.readBody(w, r)
+	if held {
+		<-s.unverified
+	}
 	if aerr != nil {
 		writeError(w, *aerr)
 		return
@@ -279,6 +323,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		ReservationTtl: durationpb.New(s.opts.ReservationTTL),
 	})
 	cancel()
+	switch {
+	case err == nil:
+		s.keys.accept(keyHash)
+	case status.Code(err) == codes.Unauthenticated:
+		s.keys.refuse(keyHash)
+	}
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client left; nobody to answer
@@ -409,23 +459,33 @@ func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
 	return &out
 }
 
-// readBody reads the body up to MaxBodyBytes. A body over the limit is
-// refused by its Content-Length before reading a byte when it has one.
+// readBody reads the body up to MaxBodyBytes, within the body read timeout
+// guardBody set. A body over the limit is refused by its Content-Length
+// before reading a byte when it has one. Once read, the deadline is
+// cleared, so it cannot cut the answer: the server watches the connection
+// for the client leaving under the same deadline.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
 		message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
 	if r.ContentLength > s.opts.MaxBodyBytes {
+		abandonBody(w)
 		return nil, tooLarge
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
+		abandonBody(w)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
+				message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyReadTimeout)}
+		}
 		e := invalidRequest("", "could not read the request body")
 		return nil, &e
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, nil
 }
 
