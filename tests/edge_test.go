@@ -205,3 +205,22 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func ptr[T any](v T) *T { return &v }
+
+// With the real decider, the edge is ready once the decider serves, and
+// every answer carries x-request-id.
+func TestEdgeReadyWithTheRealDecider(t *testing.T) {
+	s := startLimitSystem(t)
+	base := strings.TrimSuffix(s.edge.URL(), "/v1")
+	get := func(path string) *http.Response {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp
+	}
+	require.Eventually(t, func() bool { return get("/readyz").StatusCode == http.StatusOK }, 10*time.Second, 10*time.Millisecond)
+	resp := get("/healthz")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("X-Request-Id"))
+}
