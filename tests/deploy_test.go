@@ -54,10 +54,6 @@ const (
 	// deployPlaceholder starts every value of the committed credentials
 	// Secret, so a real key is never committed by accident.
 	deployPlaceholder = "REPLACE_ME"
-	// deployEdgeShutdown is how long an edge lets requests in flight finish
-	// on SIGTERM after its drain delay (shutdownTimeout in
-	// services/edge/app/edge.go, unexported); its grace period must cover both.
-	deployEdgeShutdown = 15 * time.Second
 )
 
 // deployKinds are the kinds the manifests may use, with the apiVersion each
@@ -843,6 +839,23 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "terminationGracePeriodSeconds",
 		},
 		{
+			name:    "edge ready whenever alive",
+			mutate:  func(b *deployBundle) { edge(b).ReadinessProbe.HTTPGet.Path = "/healthz" },
+			wantErr: "readinessProbe must be an HTTP GET of /readyz",
+		},
+		{
+			name: "edge grace shorter than its stream drain",
+			mutate: func(b *deployBundle) {
+				c := edge(b)
+				for i := range c.Env {
+					if c.Env[i].Name == "SWITCHBOARD_EDGE_SHUTDOWN_GRACE" {
+						c.Env[i].Value = "10m"
+					}
+				}
+			},
+			wantErr: "terminationGracePeriodSeconds",
+		},
+		{
 			name: "edge without a drain delay",
 			mutate: func(b *deployBundle) {
 				c := edge(b)
@@ -1195,7 +1208,8 @@ func checkDeployFlags(b *deployBundle) error {
 
 // checkDeployPorts requires every declared containerPort, probe and Service
 // target to be a port the program actually listens on, and probes of the
-// right kind: gRPC health for the decider, GET /healthz for the edge, /livez,
+// right kind: gRPC health for the decider, GET /readyz (readiness) and
+// /healthz (liveness) for the edge, /livez,
 // /readyz or /health on etcd's client port.
 func checkDeployPorts(b *deployBundle) error {
 	ps, _ := b.programs() // errors are checkDeployFlags'
@@ -1237,8 +1251,14 @@ func checkDeployPorts(b *deployBundle) error {
 					errs = append(errs, fmt.Errorf("%s: %s asks for health of %q, which the decider does not report", p, kind, *pr.GRPC.Service))
 				}
 			case "edge":
-				if pr.HTTPGet == nil || pr.HTTPGet.Path != "/healthz" || (pr.HTTPGet.Scheme != "" && pr.HTTPGet.Scheme != corev1.URISchemeHTTP) {
-					errs = append(errs, fmt.Errorf("%s: %s must be an HTTP GET of /healthz", p, kind))
+				// Readiness says whether the edge can serve now; liveness
+				// only that the process works (failing it restarts the pod).
+				path := "/healthz"
+				if kind == "readinessProbe" {
+					path = "/readyz"
+				}
+				if pr.HTTPGet == nil || pr.HTTPGet.Path != path || (pr.HTTPGet.Scheme != "" && pr.HTTPGet.Scheme != corev1.URISchemeHTTP) {
+					errs = append(errs, fmt.Errorf("%s: %s must be an HTTP GET of %s", p, kind, path))
 					continue
 				}
 				if port, ok := deployContainerPort(p.container, pr.HTTPGet.Port); (!ok && pr.HTTPGet.Port.IntVal != p.listenPort) || (ok && port != p.listenPort) {
@@ -1475,7 +1495,7 @@ func checkDeployGrace(b *deployBundle) error {
 		case deciderapp.Config:
 			drain, need = cfg.DrainDelay, cfg.DrainDelay+cfg.ShutdownTimeout
 		case edgeapp.Config:
-			drain, need = cfg.DrainDelay, cfg.DrainDelay+deployEdgeShutdown
+			drain, need = cfg.DrainDelay, cfg.DrainDelay+cfg.ShutdownGrace
 		}
 		if drain <= 0 {
 			// A Service drops a terminating pod asynchronously: without a

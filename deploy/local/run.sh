@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 wait_http() { # url
-  for _ in $(seq 1 100); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  for _ in $(seq 1 300); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "not ready: $1" >&2; return 1
 }
 
@@ -36,11 +36,8 @@ bin/decider --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "
 bin/edge --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" 2>"$DATA/edge.log" & pids+=($!)
 
 wait_http http://127.0.0.1:9101/healthz
-wait_http "http://$EDGE_ADDR/healthz"
-for _ in $(seq 1 100); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "http://$EDGE_ADDR/v1/models" || true)
-  [ "$code" = 200 ] && break; sleep 0.1
-done
+# Ready: the edge reaches the decider and the decider serves its catalog.
+wait_http "http://$EDGE_ADDR/readyz"
 
 cat <<MSG
 

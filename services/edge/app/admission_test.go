@@ -113,8 +113,15 @@ func TestChatAdmissionRefused(t *testing.T) {
 			require.NotEmpty(t, r.header.Get("X-Switchboard-Request-Id"))
 			require.Equal(t, tt.wantHeader, limitHeaders(r))
 			e := r.errorJSON(t)
-			require.Equal(t, "rate_limit_exceeded", e["type"])
-			require.Equal(t, tt.wantCode, e["code"])
+			wantType := "requests"
+			switch tt.ref.GetUnit() {
+			case switchboardv1.LimitUnit_LIMIT_UNIT_INPUT_TOKENS, switchboardv1.LimitUnit_LIMIT_UNIT_OUTPUT_TOKENS,
+				switchboardv1.LimitUnit_LIMIT_UNIT_TOTAL_TOKENS:
+				wantType = "tokens"
+			}
+			require.Equal(t, wantType, e["type"])
+			require.Equal(t, "rate_limit_exceeded", e["code"])
+			require.Equal(t, tt.wantCode, r.header.Get("X-Switchboard-Ratelimit-Reason"))
 			require.Equal(t, tt.wantMsg, e["message"])
 			require.Empty(t, h.ups[0].Requests(), "nothing is sent without a reservation")
 			require.Empty(t, h.fd.ReserveRequests())

@@ -215,15 +215,16 @@ func TestChatDeciderErrors(t *testing.T) {
 		wantRetry  string
 		wantMsg    string
 	}{
-		{name: "unauthenticated", err: status.Error(codes.Unauthenticated, "unknown API key"), wantStatus: 401, wantCode: "invalid_api_key", wantMsg: "unknown API key"},
 		{name: "not found", err: status.Error(codes.NotFound, "model org/x does not exist"), wantStatus: 404, wantCode: "model_not_found", wantMsg: "model org/x does not exist"},
 		{name: "invalid argument", err: status.Error(codes.InvalidArgument, "provider.only names no provider of this model"), wantStatus: 400, wantCode: "invalid_value", wantMsg: "provider.only names no provider of this model"},
 		{name: "permission denied", err: status.Error(codes.PermissionDenied, "model not allowed for tenant"), wantStatus: 403, wantCode: "permission_denied", wantMsg: "model not allowed for tenant"},
 		{name: "resource exhausted", err: retryStatus(t), wantStatus: 429, wantCode: "rate_limit_exceeded", wantRetry: "3", wantMsg: "tenant limit reached"},
-		{name: "failed precondition", err: status.Error(codes.FailedPrecondition, "no endpoint can take this request"), wantStatus: 503, wantCode: "no_available_provider", wantMsg: "no endpoint can take this request"},
+		{name: "failed precondition", err: status.Error(codes.FailedPrecondition, "no endpoint can take this request"), wantStatus: 404, wantCode: "no_endpoints_found", wantMsg: "no endpoint can take this request"},
 		{name: "unavailable", err: status.Error(codes.Unavailable, "dial tcp 10.0.0.1:9090: refused"), wantStatus: 503, wantCode: "decider_unavailable"},
 		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "slow"), wantStatus: 504, wantCode: "decider_timeout"},
 		{name: "internal", err: status.Error(codes.Internal, "stack trace here"), wantStatus: 500, wantCode: "internal_error"},
+		// Last: the edge then remembers the key as refused for a while.
+		{name: "unauthenticated", err: status.Error(codes.Unauthenticated, "unknown API key"), wantStatus: 401, wantCode: "invalid_api_key", wantMsg: "unknown API key"},
 	}
 	h := newHarness(t, 1, nil)
 	for _, tt := range tests {
@@ -313,6 +314,22 @@ func TestChatUpstreamFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A provider that closes right after "data: [DONE]" without the blank line
+// ending the event completed its answer: the client gets it whole, with its
+// [DONE], and the call is reported OK, not as a dropped stream.
+func TestChatDoneWithoutBlankLine(t *testing.T) {
+	h := newHarness(t, 2, nil)
+	h.ups[0].SetMode(fakeupstream.DoneWithoutBlankLine)
+	r := h.chat(streamReq, authed())
+	require.Equal(t, http.StatusOK, r.status)
+	evs := sseData(t, r.body)
+	require.Equal(t, "[DONE]", evs[len(evs)-1], r.body)
+	require.NotContains(t, r.body, "stream_interrupted")
+	reps := h.waitReports(1)
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, reps[0].GetOutcome(), reps[0].GetError())
+	require.Empty(t, h.ups[1].Requests())
 }
 
 func TestChatMidStreamDrop(t *testing.T) {
@@ -476,20 +493,23 @@ func TestHealthz(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, "ok", body["status"])
 
+	// Liveness does not fail while draining: a restart would cut the
+	// streams the drain lets finish. Readiness does.
 	h.edge.api.SetDraining()
 	r := h.do(t.Context(), http.MethodGet, "/healthz", "", nil)
-	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	require.Equal(t, http.StatusOK, r.status)
 	require.NoError(t, json.Unmarshal([]byte(r.body), &body))
 	require.Equal(t, "shutting_down", body["status"])
+	require.Equal(t, http.StatusServiceUnavailable, h.do(t.Context(), http.MethodGet, "/readyz", "", nil).status)
 }
 
 func TestCloseDrains(t *testing.T) {
 	h := newHarness(t, 1, func(c *Config) { c.DrainDelay = 300 * time.Millisecond })
 	closed := make(chan error, 1)
 	go func() { closed <- h.edge.Close() }()
-	// During the drain delay the edge still serves, but reports unhealthy.
+	// During the drain delay the edge still serves, but reports not ready.
 	require.Eventually(t, func() bool {
-		return h.do(t.Context(), http.MethodGet, "/healthz", "", nil).status == http.StatusServiceUnavailable
+		return h.do(t.Context(), http.MethodGet, "/readyz", "", nil).status == http.StatusServiceUnavailable
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, http.StatusOK, h.chat(plainReq, authed()).status)
 	require.NoError(t, <-closed)

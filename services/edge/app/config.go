@@ -27,6 +27,23 @@ const (
 	DefaultHedgeAcquireTimeout = 200 * time.Millisecond
 	DefaultReservationTTL      = 2 * time.Minute
 	DefaultReserveTimeout      = 300 * time.Millisecond
+	// DefaultShutdownGrace lets streams in flight finish at shutdown. LLM
+	// answers are long: 8k output tokens at 30-50 tokens/s take 3-5
+	// minutes, after up to a minute to the first token; 5 minutes drains
+	// nearly all of them, and a rollout waits no longer than that per pod.
+	DefaultShutdownGrace = 5 * time.Minute
+	// DefaultBodyReadTimeout bounds reading a request body: a 32 MiB prompt
+	// arrives in seconds on any working link, while a client trickling its
+	// body holds a connection and memory for nothing.
+	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultMaxUnverifiedBodies caps bodies read at once for API keys the
+	// edge has not yet seen accepted, so unauthenticated clients cannot tie
+	// up the edge's connections and memory with slow or large bodies.
+	DefaultMaxUnverifiedBodies = 64
+	// DefaultWriteTimeout bounds one write to a client: a client that stops
+	// reading is cut after it, and its call is recorded as the client's
+	// doing, not the provider's.
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
@@ -85,12 +102,30 @@ type Config struct {
 	// endpoint is skipped (Optional). Defaults to 300ms.
 	// Flag --reserve-timeout.
 	ReserveTimeout time.Duration
-	// DrainDelay is how long Close keeps serving with /healthz answering 503
+	// DrainDelay is how long Close keeps serving with /readyz answering 503
 	// before it stops accepting connections, so load balancers (a Kubernetes
 	// Service, whose endpoint removal is asynchronous) stop routing here
 	// before the listener goes away (Optional). Defaults to 0, stopping at
 	// once; set a few seconds in production. Flag --drain-delay.
 	DrainDelay time.Duration
+	// ShutdownGrace is how long Close lets requests in flight (long streams
+	// included) finish after the drain delay before it cuts them
+	// (Optional). Defaults to 5m. Flag --shutdown-grace.
+	ShutdownGrace time.Duration
+	// BodyReadTimeout bounds reading one request body; a slower client gets
+	// 408 and its connection is closed (Optional). Defaults to 30s.
+	// Flag --body-read-timeout.
+	BodyReadTimeout time.Duration
+	// MaxUnverifiedBodies caps the request bodies read at once for API keys
+	// not yet seen accepted by the decider; beyond it such requests get 503
+	// without their body being read (Optional). Defaults to 64.
+	// Flag --max-unverified-bodies.
+	MaxUnverifiedBodies int
+	// WriteTimeout bounds each write of an answer to the client; a client
+	// that does not take the bytes within it is cut off and the call is
+	// recorded as cancelled by the client (Optional). Defaults to 30s.
+	// Flag --write-timeout.
+	WriteTimeout time.Duration
 	// LogLevel is the minimum level logged by Run (Optional). Defaults to
 	// info. Flag --log-level.
 	LogLevel slog.Level
@@ -136,6 +171,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReserveTimeout == 0 {
 		c.ReserveTimeout = DefaultReserveTimeout
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if c.MaxUnverifiedBodies == 0 {
+		c.MaxUnverifiedBodies = DefaultMaxUnverifiedBodies
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
@@ -193,6 +240,18 @@ func (c Config) validate() error {
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay))
 	}
+	if c.ShutdownGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace %s: must be positive", c.ShutdownGrace))
+	}
+	if c.BodyReadTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--body-read-timeout %s: must be positive", c.BodyReadTimeout))
+	}
+	if c.MaxUnverifiedBodies < 1 {
+		errs = append(errs, fmt.Errorf("--max-unverified-bodies %d: must be at least 1", c.MaxUnverifiedBodies))
+	}
+	if c.WriteTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--write-timeout %s: must be positive", c.WriteTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -234,7 +293,11 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", cfg.HedgeAcquireTimeout, "longest wait for the decider's hedge budget before going without a hedge")
 	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a rate-limit reservation lives if never reconciled (outlast the longest stream)")
 	fs.DurationVar(&cfg.ReserveTimeout, "reserve-timeout", cfg.ReserveTimeout, "longest wait for a reservation before a fallback or hedge leg; slower skips that endpoint")
-	fs.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "at shutdown, how long /healthz answers 503 before the listener closes")
+	fs.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "at shutdown, how long /readyz answers 503 before the listener closes")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "at shutdown, how long requests in flight (streams) may take to finish after the drain delay")
+	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "longest time to read one request body (408 beyond)")
+	fs.IntVar(&cfg.MaxUnverifiedBodies, "max-unverified-bodies", cfg.MaxUnverifiedBodies, "request bodies read at once for API keys not yet seen accepted (503 beyond)")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "longest time one write to a client may take before the client is cut off")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
 	return fs
 }

@@ -35,6 +35,10 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 2*time.Minute, c.ReservationTTL)
 				require.Equal(t, 300*time.Millisecond, c.ReserveTimeout)
 				require.Equal(t, slog.LevelInfo, c.LogLevel)
+				require.Equal(t, 5*time.Minute, c.ShutdownGrace)
+				require.Equal(t, 30*time.Second, c.BodyReadTimeout)
+				require.Equal(t, 64, c.MaxUnverifiedBodies)
+				require.Equal(t, 30*time.Second, c.WriteTimeout)
 				require.NotNil(t, c.Getenv)
 			},
 		},
@@ -43,13 +47,15 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--listen", "0.0.0.0:9000", "--decider", "decider:9090", "--region", "eu", "--edge-id", "e1",
 				"--max-body-bytes", "1024", "--first-token-timeout", "5s", "--stream-idle-timeout", "7s",
 				"--max-attempts", "2", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
-				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms"},
+				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms",
+				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
 					FirstTokenTimeout: 5 * time.Second, IdleTimeout: 7 * time.Second, MaxAttempts: 2,
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
 					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReserveTimeout: 150 * time.Millisecond,
+					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,
 				}, withoutGetenv(c))
 			},
 		},
@@ -59,7 +65,7 @@ func TestParseFlags(t *testing.T) {
 				"SWITCHBOARD_EDGE_LISTEN": "127.0.0.1:1234", "SWITCHBOARD_EDGE_REGION": "us",
 				"SWITCHBOARD_EDGE_FIRST_TOKEN_TIMEOUT": "3s", "SWITCHBOARD_EDGE_MAX_ATTEMPTS": "3",
 				"SWITCHBOARD_EDGE_EDGE_ID": "pod-7", "SWITCHBOARD_EDGE_LOG_LEVEL": "warn",
-				"SWITCHBOARD_EDGE_RESERVATION_TTL": "5m",
+				"SWITCHBOARD_EDGE_RESERVATION_TTL": "5m", "SWITCHBOARD_EDGE_SHUTDOWN_GRACE": "10m",
 			},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, "127.0.0.1:1234", c.Listen)
@@ -69,6 +75,7 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, "pod-7", c.EdgeID)
 				require.Equal(t, slog.LevelWarn, c.LogLevel)
 				require.Equal(t, 5*time.Minute, c.ReservationTTL)
+				require.Equal(t, 10*time.Minute, c.ShutdownGrace)
 				require.Equal(t, "us", c.Getenv("SWITCHBOARD_EDGE_REGION"), "getenv is kept for credentials")
 			},
 		},
@@ -83,10 +90,12 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "every error at once",
 			args: []string{"--listen", "nope", "--max-attempts", "0", "--first-token-timeout", "-1s", "--max-body-bytes", "0",
-				"--reservation-ttl", "-1m", "--reserve-timeout", "-1s"},
+				"--reservation-ttl", "-1m", "--reserve-timeout", "-1s", "--shutdown-grace", "-1s", "--body-read-timeout", "-1s",
+				"--max-unverified-bodies", "-1", "--write-timeout", "-1s"},
 			env: map[string]string{"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT": "soon"},
 			wantErr: []string{"--listen", "--max-attempts", "--first-token-timeout", "--max-body-bytes",
-				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT", "--reservation-ttl", "--reserve-timeout"},
+				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT", "--reservation-ttl", "--reserve-timeout", "--shutdown-grace",
+				"--body-read-timeout", "--max-unverified-bodies", "--write-timeout"},
 		},
 		{
 			name:    "unknown flag",

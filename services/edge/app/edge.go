@@ -22,7 +22,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
@@ -32,10 +34,6 @@ import (
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
-
-// shutdownTimeout bounds how long Close waits for requests in flight (long
-// streams included) before cutting them.
-const shutdownTimeout = 15 * time.Second
 
 // Edge is a running edge.
 type Edge struct {
@@ -125,6 +123,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		ReserveTimeout:    cfg.ReserveTimeout,
 		FirstTokenTimeout: cfg.FirstTokenTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
 		MaxAttempts:       cfg.MaxAttempts,
 		UserAgent:         "switchboard-edge/" + version(),
 		Logger:            logger.With("component", "dispatch"),
@@ -139,7 +138,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		ReservationTTL: cfg.ReservationTTL,
 		DeciderState:   func() string { return conn.GetState().String() },
-		Logger:         logger.With("component", "httpapi"),
+		Ready:          deciderReady(healthpb.NewHealthClient(conn)),
+		// Bodies are read under their own deadline; the server's
+		// ReadTimeout would also cut the long answers that follow.
+		BodyReadTimeout:     cfg.BodyReadTimeout,
+		MaxUnverifiedBodies: cfg.MaxUnverifiedBodies,
+		Logger:              logger.With("component", "httpapi"),
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
@@ -179,9 +183,9 @@ func (e *Edge) Addr() string { return e.ln.Addr().String() }
 // URL is the OpenAI base URL clients use, "http://<addr>/v1".
 func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
 
-// Close shuts the edge down gracefully: /healthz turns 503 (for DrainDelay,
+// Close shuts the edge down gracefully: /readyz turns 503 (for DrainDelay,
 // while new requests are still served), requests in flight finish (up to
-// 15s, then they are cut), probes stop, the last call reports and activity
+// ShutdownGrace, then they are cut), probes stop, the last call reports and activity
 // records are flushed and the decider connection closes. It is safe to call
 // more than once.
 func (e *Edge) Close() error {
@@ -192,7 +196,7 @@ func (e *Edge) Close() error {
 			e.log.Info("draining", "delay", e.cfg.DrainDelay)
 			time.Sleep(e.cfg.DrainDelay)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownGrace)
 		if err := e.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("graceful shutdown: %w", err))
 			_ = e.srv.Close()
@@ -236,6 +240,23 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	<-ctx.Done()
 	logger.Info("shutting down", "cause", context.Cause(ctx))
 	return e.Close()
+}
+
+// deciderReady is the edge's readiness: it can serve only when the decider
+// answers its health check as SERVING, which it does once its catalog is
+// loaded. The check is one small RPC per probe, never on a request's path.
+func deciderReady(hc healthpb.HealthClient) func(context.Context) error {
+	service := switchboardv1.DeciderService_ServiceDesc.ServiceName
+	return func(ctx context.Context) error {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			return fmt.Errorf("decider unreachable: %s", status.Code(err))
+		}
+		if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("decider %s", st)
+		}
+		return nil
+	}
 }
 
 // commandHandler routes the decider's commands to the probe runner and the

@@ -391,6 +391,12 @@ func faultDirective(req chatapi.Request) (FaultKind, bool, error) {
 	return "", false, nil
 }
 
+// MaxGeneratedTokens bounds every reply, whatever the request and the
+// model's configuration ask: a max_tokens near 2^63 must not make the
+// simulator generate (or hold in memory) an endless answer. It is above any
+// real model's output limit.
+const MaxGeneratedTokens = 1 << 17
+
 // outputLength returns how many tokens to produce and why generation stops:
 // the request's cap (capped by the model's) ends it with "length"; otherwise
 // the model's natural length ends it with "stop".
@@ -401,6 +407,9 @@ func outputLength(cfg ModelConfig, maxTokens *int64) (int64, string) {
 	}
 	if cfg.MaxOutputTokens > 0 && n > cfg.MaxOutputTokens {
 		n, reason = cfg.MaxOutputTokens, "length"
+	}
+	if n > MaxGeneratedTokens {
+		n, reason = MaxGeneratedTokens, "length"
 	}
 	return n, reason
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -240,6 +241,9 @@ func TestOutputLength(t *testing.T) {
 		{name: "max above default", cfg: ModelConfig{DefaultOutputTokens: 16}, max: p(50), wantN: 50, wantReason: "length"},
 		{name: "capped by model", cfg: ModelConfig{DefaultOutputTokens: 16, MaxOutputTokens: 8}, max: p(50), wantN: 8, wantReason: "length"},
 		{name: "default capped by model", cfg: ModelConfig{DefaultOutputTokens: 16, MaxOutputTokens: 8}, wantN: 8, wantReason: "length"},
+		{name: "near 2^63 without a model cap", cfg: ModelConfig{DefaultOutputTokens: 16}, max: p(math.MaxInt64), wantN: MaxGeneratedTokens, wantReason: "length"},
+		{name: "near 2^63 above the model cap", cfg: ModelConfig{DefaultOutputTokens: 16, MaxOutputTokens: 1 << 40}, max: p(math.MaxInt64), wantN: MaxGeneratedTokens, wantReason: "length"},
+		{name: "default above the bound", cfg: ModelConfig{DefaultOutputTokens: 1 << 40}, wantN: MaxGeneratedTokens, wantReason: "length"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

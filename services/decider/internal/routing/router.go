@@ -32,6 +32,11 @@ import (
 // and the model's typical output is not known yet.
 const DefaultOutputTokens = pricing.DefaultOutputTokens
 
+// MaxTokens bounds a request's input and max output token counts, as
+// OpenAI bounds max_tokens (a 32-bit integer). Far above any model's
+// context, it keeps every sum and price of token counts finite and exact.
+const MaxTokens = math.MaxInt32
+
 // Kind classifies a routing error for the RPC boundary.
 type Kind int
 
@@ -40,7 +45,7 @@ const (
 	KindUnauthenticated Kind = iota + 1 // unknown or missing API key
 	KindNotFound                        // unknown model
 	KindInvalid                         // malformed routing options or a prompt that fits no endpoint
-	KindUnavailable                     // no endpoint can take the request
+	KindUnavailable                     // no endpoint meets the request's constraints
 )
 
 // Error is a routing error with a message written for the end user.
@@ -105,6 +110,7 @@ type endpoint struct {
 	provider       string
 	rates          catalog.Rates
 	contextLength  int64
+	maxOutput      int64 // largest output the endpoint produces; 0 when unknown
 	quantization   string
 	denyCollection bool
 	zdr            bool
@@ -212,6 +218,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				provider:       e.Provider,
 				rates:          rates,
 				contextLength:  e.ContextLength,
+				maxOutput:      e.MaxOutputTokens,
 				quantization:   e.Quantization,
 				denyCollection: e.DataCollection == "deny",
 				zdr:            e.ZDR,
@@ -388,6 +395,10 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	}
 	now := r.o.Now()
 	tok := req.GetTokens()
+	if tok.GetInputTokens() > MaxTokens || tok.GetMaxOutputTokens() > MaxTokens {
+		return nil, errorf(KindInvalid, "tokens: input_tokens %d and max_output_tokens %d must each be at most %d",
+			tok.GetInputTokens(), tok.GetMaxOutputTokens(), MaxTokens)
+	}
 	in := max(tok.GetInputTokens(), 0)
 	est := pricing.Request{InputTokens: in, MaxOutputTokens: tok.GetMaxOutputTokens()}
 	if est.MaxOutputTokens <= 0 {
@@ -418,7 +429,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
 		c.tps, _, _ = ep.st.Throughput()
 		c.excluded = exclude(ep, prefs, req.GetParameters(), in, tok.GetMaxOutputTokens())
-		if c.excluded.why != exclContext {
+		if c.excluded.why != exclContext && c.excluded.why != exclMaxOutput {
 			fitsNone = false
 		}
 		if c.excluded.why != exclNone {
@@ -793,6 +804,7 @@ const (
 	exclQuantization
 	exclParameter
 	exclContext
+	exclMaxOutput
 )
 
 // String renders the exclusion as shown in explanations and errors.
@@ -816,6 +828,8 @@ func (x exclusion) String() string {
 		return fmt.Sprintf("does not support parameter %q", x.s)
 	case exclContext:
 		return fmt.Sprintf("context length %d too small for %d prompt + %d output tokens", x.n[0], x.n[1], x.n[2])
+	case exclMaxOutput:
+		return fmt.Sprintf("max output %d tokens too small for %d (max_tokens)", x.n[0], x.n[1])
 	}
 	return ""
 }
@@ -852,8 +866,14 @@ func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOu
 			}
 		}
 	}
-	if ep.contextLength > 0 && in+max(maxOut, 0) > ep.contextLength {
-		return exclusion{why: exclContext, n: [3]int64{ep.contextLength, in, max(maxOut, 0)}}
+	maxOut = max(maxOut, 0)
+	if ep.maxOutput > 0 && maxOut > ep.maxOutput {
+		return exclusion{why: exclMaxOutput, n: [3]int64{ep.maxOutput, maxOut}}
+	}
+	// in + maxOut could wrap for a hostile max_tokens; both are
+	// non-negative, so the subtraction cannot.
+	if ep.contextLength > 0 && (in > ep.contextLength || maxOut > ep.contextLength-in) {
+		return exclusion{why: exclContext, n: [3]int64{ep.contextLength, in, maxOut}}
 	}
 	return exclusion{}
 }

@@ -28,6 +28,9 @@ type Error struct {
 	Param string
 	// Message says what is wrong, in terms of the client's request.
 	Message string
+	// Code is OpenAI's error code for the failure when it has a specific
+	// one ("integer_above_max_value"); empty for the generic one.
+	Code string
 }
 
 // Error implements [error].
@@ -145,11 +148,11 @@ func Parse(body []byte) (*Request, error) {
 	if r.IncludeUsage, err = parseStreamOptions(fields["stream_options"]); err != nil {
 		return nil, err
 	}
-	maxTokens, err := nonNegIntField(fields, "max_tokens")
+	maxTokens, err := tokenCountField(fields, "max_tokens")
 	if err != nil {
 		return nil, err
 	}
-	maxCompletion, err := nonNegIntField(fields, "max_completion_tokens")
+	maxCompletion, err := tokenCountField(fields, "max_completion_tokens")
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +160,9 @@ func Parse(body []byte) (*Request, error) {
 	r.MaxOutputTokens = maxTokens
 	if present(fields, "max_completion_tokens") {
 		r.MaxOutputTokens = maxCompletion
+	}
+	if err := checkN(fields); err != nil {
+		return nil, err
 	}
 	if raw, ok := fields["provider"]; ok {
 		if r.Provider, err = parseProvider(raw); err != nil {
@@ -398,16 +404,59 @@ func boolField(fields map[string]json.RawMessage, name string) (bool, error) {
 	return false, fieldErr(name, "must be a boolean")
 }
 
-func nonNegIntField(fields map[string]json.RawMessage, name string) (int64, error) {
+// checkN accepts only one choice per request. Several choices would need
+// their usage and cost summed and their stream chunks told apart, which the
+// edge does not do; answering one choice to a request for several would be
+// silently wrong, so it is refused.
+func checkN(fields map[string]json.RawMessage) error {
+	raw, ok := fields["n"]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange):
+		return fieldErr("n", "must be an integer")
+	case err == nil && n < 1:
+		return fieldErr("n", "must be at least 1")
+	case err != nil || n > 1:
+		return &Error{Param: "n", Code: "unsupported_value",
+			Message: "n: only one choice per request is supported (n must be 1); send several requests instead"}
+	}
+	return nil
+}
+
+// MaxTokens is the largest max_tokens (or max_completion_tokens) accepted:
+// OpenAI's own bound, a 32-bit integer. Far above any model's output, it
+// keeps every sum and price of token counts, here and in the decider,
+// finite and exact.
+const MaxTokens = 1<<31 - 1
+
+// tokenCountField reads a token count: a non-negative integer of at most
+// MaxTokens.
+func tokenCountField(fields map[string]json.RawMessage, name string) (int64, error) {
 	raw, ok := fields[name]
 	if !ok || isNull(raw) {
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
-	if err != nil || n < 0 {
+	text := string(bytes.TrimSpace(raw))
+	n, err := strconv.ParseInt(text, 10, 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(text, "-"), err == nil && n > MaxTokens:
+		return 0, &Error{Param: name, Code: "integer_above_max_value", Message: fmt.Sprintf(
+			"Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.", name, MaxTokens, truncateText(text, 40))}
+	case err != nil || n < 0:
 		return 0, fieldErr(name, "must be a non-negative integer")
 	}
 	return n, nil
+}
+
+// truncateText shortens s to at most n bytes for an error message.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func isNull(raw json.RawMessage) bool {

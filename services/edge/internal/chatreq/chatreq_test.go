@@ -86,6 +86,13 @@ func TestParseValid(t *testing.T) {
 			},
 		},
 		{
+			name: "largest max_tokens and n of 1",
+			body: `{"model":"m","n":1,"max_tokens":2147483647,"messages":[{"role":"user","content":"q"}]}`,
+			check: func(t *testing.T, r *Request) {
+				require.EqualValues(t, MaxTokens, r.MaxOutputTokens)
+			},
+		},
+		{
 			name: "null optional fields are absent",
 			body: `{"model":"m","messages":[{"role":"user","content":"q"}],"stream":null,"max_tokens":null,"stream_options":null,"provider":null}`,
 			check: func(t *testing.T, r *Request) {
@@ -131,6 +138,13 @@ func TestParseInvalid(t *testing.T) {
 		{name: "stream string", body: `{"model":"m","stream":"yes","messages":[{"role":"user","content":"q"}]}`, param: "stream"},
 		{name: "max_tokens negative", body: `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"q"}]}`, param: "max_tokens"},
 		{name: "max_tokens fraction", body: `{"model":"m","max_tokens":1.5,"messages":[{"role":"user","content":"q"}]}`, param: "max_tokens"},
+		{name: "max_tokens near 2^63", body: `{"model":"m","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"q"}]}`, param: "max_tokens"},
+		{name: "max_tokens beyond int64", body: `{"model":"m","max_tokens":99999999999999999999,"messages":[{"role":"user","content":"q"}]}`, param: "max_tokens"},
+		{name: "max_tokens above 2^31-1", body: `{"model":"m","max_tokens":2147483648,"messages":[{"role":"user","content":"q"}]}`, param: "max_tokens"},
+		{name: "max_completion_tokens near 2^63", body: `{"model":"m","max_completion_tokens":9223372036854775000,"messages":[{"role":"user","content":"q"}]}`, param: "max_completion_tokens"},
+		{name: "n above 1", body: `{"model":"m","n":2,"messages":[{"role":"user","content":"q"}]}`, param: "n"},
+		{name: "n zero", body: `{"model":"m","n":0,"messages":[{"role":"user","content":"q"}]}`, param: "n"},
+		{name: "n string", body: `{"model":"m","n":"1","messages":[{"role":"user","content":"q"}]}`, param: "n"},
 		{name: "max_completion_tokens string", body: `{"model":"m","max_completion_tokens":"9","messages":[{"role":"user","content":"q"}]}`, param: "max_completion_tokens"},
 		{name: "stream_options array", body: `{"model":"m","stream_options":[],"messages":[{"role":"user","content":"q"}]}`, param: "stream_options"},
 		{name: "include_usage string", body: `{"model":"m","stream_options":{"include_usage":"y"},"messages":[{"role":"user","content":"q"}]}`, param: "stream_options.include_usage"},

@@ -179,6 +179,13 @@ func (w *watchdog) touch() {
 
 func (w *watchdog) stop() { w.timer.Stop() }
 
+// pause stops the clock while the edge writes to the client: time blocked
+// on a slow client is not the provider's silence. resume re-arms it.
+func (w *watchdog) pause() { w.timer.Stop() }
+
+// resume re-arms the idle timeout after a pause.
+func (w *watchdog) resume() { w.touch() }
+
 // watchedReader touches the watchdog on every read that returned data.
 type watchedReader struct {
 	r  io.Reader

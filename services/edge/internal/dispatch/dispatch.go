@@ -96,6 +96,10 @@ type Options struct {
 	// IdleTimeout is the longest silence allowed between stream chunks once
 	// the answer started (Optional). Defaults to 60s.
 	IdleTimeout time.Duration
+	// WriteTimeout bounds each write of the answer to the client; a client
+	// that does not take the bytes within it is cut off, and the call is
+	// recorded as cancelled by the client (Optional). Defaults to 30s.
+	WriteTimeout time.Duration
 	// MaxAttempts caps the endpoints tried per request, hedge included
 	// (Optional). Defaults to 4.
 	MaxAttempts int
@@ -136,6 +140,9 @@ func New(o Options) *Dispatcher {
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 60 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 4

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -381,7 +382,14 @@ func (d *Dispatcher) deliver(ctx context.Context, w http.ResponseWriter, call Ca
 	l.wd.started()
 	setAnswerHeaders(w, l.ep, call.Stream)
 	l.res.committedAt = time.Now()
+	rc := http.NewResponseController(w)
+	// Every write has a deadline, so a client that stops reading cannot
+	// hold the call (and the provider's connection) forever. The deadline
+	// is the connection's: clear it for the next request on it.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	deadline := func() { _ = rc.SetWriteDeadline(time.Now().Add(d.opts.WriteTimeout)) }
 	if !call.Stream {
+		deadline()
 		if _, err := w.Write(l.held[0]); err != nil {
 			// The provider did its part; the report is about the provider.
 			l.res.writeFailed = true
@@ -394,21 +402,31 @@ func (d *Dispatcher) deliver(ctx context.Context, w http.ResponseWriter, call Ca
 		return
 	}
 
-	rc := http.NewResponseController(w)
+	var writeErr error
 	send := func(events ...[]byte) bool {
+		// The provider's idle clock stops while the client is written to.
+		l.wd.pause()
+		defer l.wd.resume()
+		deadline()
 		for _, e := range events {
 			buf := make([]byte, 0, len(e)+8)
 			buf = append(buf, "data: "...)
 			buf = append(buf, e...)
 			buf = append(buf, "\n\n"...)
-			if _, err := w.Write(buf); err != nil {
+			if _, writeErr = w.Write(buf); writeErr != nil {
 				return false
 			}
 		}
-		return rc.Flush() == nil
+		writeErr = rc.Flush()
+		return writeErr == nil
 	}
 	clientGone := func() {
 		l.res.writeFailed = true
+		if errors.Is(writeErr, os.ErrDeadlineExceeded) {
+			l.res.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled: client stopped reading",
+				fmt.Sprintf("client stopped reading (no write progress in %s)", d.opts.WriteTimeout))
+			return
+		}
 		l.res.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled: client went away", "client went away")
 	}
 	ok := send(l.held...)

@@ -361,18 +361,27 @@ func (s *serving) failure() *Failure {
 		if capacity != nil {
 			// No provider was called: every endpoint was full. Come back
 			// when the first of them has room.
-			f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", capacity.retryAfter
+			f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, capacity.retryAfter
 		}
 		return f
 	}
 	switch last.res.outcome {
 	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
-		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", last.res.retryAfter
+		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, last.res.retryAfter
 	case switchboardv1.Outcome_OUTCOME_TIMEOUT:
 		f.Status, f.Type, f.Code = http.StatusGatewayTimeout, "timeout_error", "upstream_timeout"
 	}
 	return f
 }
+
+// A 429 made of providers' refusals speaks OpenAI's vocabulary, as the
+// edge's other 429s do: code rate_limit_exceeded, and a type naming the
+// kind of limit — "requests", since which of a provider's limits refused is
+// not known.
+const (
+	rateLimitType = "requests"
+	rateLimitCode = "rate_limit_exceeded"
+)
 
 // rewriter returns the rewriter of answers from ep for this call.
 func (c Call) rewriter(ep *switchboardv1.Endpoint) rewriter {

@@ -18,6 +18,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -59,6 +61,9 @@ type Server struct {
 
 	mu  sync.Mutex
 	srv *grpc.Server
+	// health is grpc.health.v1, reporting the DeciderService SERVING
+	// unless SetServing(false); it outlives Restart.
+	health *health.Server
 }
 
 // Start serves a new Decider on a free loopback port until the test ends.
@@ -67,7 +72,8 @@ func Start(t testing.TB) *Server {
 	d := &Decider{
 		commands: make(chan *switchboardv1.ReportResponse, 16),
 	}
-	s := &Server{Decider: d, t: t, addr: "127.0.0.1:0"}
+	s := &Server{Decider: d, t: t, addr: "127.0.0.1:0", health: health.NewServer()}
+	s.SetServing(true)
 	s.serve()
 	t.Cleanup(s.Stop)
 	return s
@@ -90,6 +96,7 @@ func (s *Server) serve() {
 	s.addr = lis.Addr().String()
 	srv := grpc.NewServer()
 	switchboardv1.RegisterDeciderServiceServer(srv, s.Decider)
+	healthpb.RegisterHealthServer(srv, s.health)
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
@@ -108,6 +115,17 @@ func (s *Server) Stop() {
 	if srv != nil {
 		srv.Stop()
 	}
+}
+
+// SetServing sets the health the fake reports, as the real decider reports
+// NOT_SERVING until its catalog is loaded.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(switchboardv1.DeciderService_ServiceDesc.ServiceName, st)
 }
 
 // Restart stops the server and serves again on the same address, as a

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,13 @@ const (
 	// HangMidStream sends the first token of a stream, then never anything
 	// again.
 	HangMidStream
+	// DoneWithoutBlankLine ends a complete stream with "data: [DONE]\n" and
+	// closes it without the blank line that would end the event, as some
+	// providers do.
+	DoneWithoutBlankLine
+	// Endless streams large content chunks as fast as they are taken until
+	// the caller goes away.
+	Endless
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -328,6 +336,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includ
 		return
 	}
 	send(chunk(map[string]any{"content": DeliveredBeforeDrop}, nil))
+	if mode == Endless {
+		text := strings.Repeat("endless ", 1024)
+		for r.Context().Err() == nil {
+			send(chunk(map[string]any{"content": text}, nil))
+		}
+		return
+	}
 	switch mode {
 	case DropMidStream:
 		panic(http.ErrAbortHandler)
@@ -342,6 +357,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includ
 			"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
 			"choices": []any{}, "usage": usageJSON(*a.usage),
 		})
+	}
+	if mode == DoneWithoutBlankLine {
+		_, _ = io.WriteString(w, "data: [DONE]\n")
+		_ = rc.Flush()
+		return
 	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	_ = rc.Flush()

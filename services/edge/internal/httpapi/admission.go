@@ -109,8 +109,8 @@ func refusalError(ref *switchboardv1.Refusal, now time.Time) apiError {
 	scope := scopeName(ref.GetScope())
 	e := apiError{
 		status:  http.StatusTooManyRequests,
-		typ:     "rate_limit_exceeded",
-		code:    reason,
+		typ:     rateLimitType(ref.GetUnit()),
+		code:    RateLimitCode,
 		message: refusalMessage(ref, scope),
 		header:  http.Header{},
 	}
@@ -207,6 +207,22 @@ func scopeName(s switchboardv1.LimitScope) string {
 // "output-tokens" — the families the decider itself reads from providers —
 // and Switchboard's "usd" and "concurrent". Distinct token names keep a
 // tenant's input and output limits apart.
+// RateLimitCode is error.code of every 429, as OpenAI sends it; the
+// refusal's class is in the x-switchboard-ratelimit-reason header.
+const RateLimitCode = "rate_limit_exceeded"
+
+// rateLimitType is error.type of a 429 in OpenAI's vocabulary, which names
+// the kind of limit hit: "tokens" for a token limit, "requests" for any
+// other (requests, concurrency, spend, or unknown).
+func rateLimitType(u switchboardv1.LimitUnit) string {
+	switch u {
+	case switchboardv1.LimitUnit_LIMIT_UNIT_INPUT_TOKENS, switchboardv1.LimitUnit_LIMIT_UNIT_OUTPUT_TOKENS,
+		switchboardv1.LimitUnit_LIMIT_UNIT_TOTAL_TOKENS:
+		return "tokens"
+	}
+	return "requests"
+}
+
 func unitName(u switchboardv1.LimitUnit) string {
 	switch u {
 	case switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS:

@@ -146,8 +146,12 @@ func TestRefusalError(t *testing.T) {
 			require.Equal(t, tt.wantHeader, got)
 			var body errorBody
 			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
-			require.Equal(t, "rate_limit_exceeded", body.Error.Type)
-			require.Equal(t, tt.wantCode, *body.Error.Code)
+			// OpenAI's vocabulary: the kind of limit as the type, one code;
+			// the refusal's class in its own header.
+			require.Equal(t, rateLimitType(tt.ref.GetUnit()), body.Error.Type)
+			require.Contains(t, []string{"tokens", "requests"}, body.Error.Type)
+			require.Equal(t, "rate_limit_exceeded", *body.Error.Code)
+			require.Equal(t, tt.wantCode, w.Header().Get(HeaderRateLimitReason))
 			require.Nil(t, body.Error.Param)
 			require.Equal(t, tt.wantMsg, body.Error.Message)
 		})

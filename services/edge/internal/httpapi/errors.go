@@ -87,10 +87,14 @@ func deciderError(err error) apiError {
 	case codes.PermissionDenied:
 		return apiError{status: http.StatusForbidden, typ: "permission_error", code: "permission_denied", message: msg}
 	case codes.ResourceExhausted:
-		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded", message: msg,
+		return apiError{status: http.StatusTooManyRequests, typ: rateLimitType(unitOf(st)), code: RateLimitCode, message: msg,
 			retryAfter: retryAfterOf(st)}
 	case codes.FailedPrecondition:
-		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider", message: msg}
+		// No endpoint meets the request's own constraints (max_price, only,
+		// quantizations, max_tokens...): the same request would fail again,
+		// so the status must be one SDKs do not retry (they retry 408, 409,
+		// 429 and 5xx). 404, as the best-known public router answers.
+		return apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "no_endpoints_found", message: msg}
 	case codes.Unavailable:
 		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable",
 			message: "the routing service is unavailable; retry shortly"}
@@ -101,6 +105,16 @@ func deciderError(err error) apiError {
 		return apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
 			message: "internal error while routing the request"}
 	}
+}
+
+// unitOf is the limit unit of a Refusal attached to the status, if any.
+func unitOf(st *status.Status) switchboardv1.LimitUnit {
+	for _, d := range st.Details() {
+		if v, ok := d.(*switchboardv1.Refusal); ok {
+			return v.GetUnit()
+		}
+	}
+	return switchboardv1.LimitUnit_LIMIT_UNIT_UNSPECIFIED
 }
 
 // retryAfterOf reads a retry delay from the status details the decider may

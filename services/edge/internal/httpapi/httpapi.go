@@ -9,16 +9,18 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -30,10 +32,14 @@ import (
 
 // Response headers the edge adds.
 const (
-	HeaderRequestID  = "X-Switchboard-Request-Id"
-	HeaderProvider   = "X-Switchboard-Provider"
-	HeaderRoute      = "X-Switchboard-Route"
-	HeaderRouteDebug = "X-Switchboard-Route-Debug"
+	// HeaderOpenAIRequestID is on every answer, as OpenAI sends it, so a
+	// client can quote the request whatever the outcome; on a chat
+	// completion it is also the completion id.
+	HeaderOpenAIRequestID = "X-Request-Id"
+	HeaderRequestID       = "X-Switchboard-Request-Id"
+	HeaderProvider        = "X-Switchboard-Provider"
+	HeaderRoute           = "X-Switchboard-Route"
+	HeaderRouteDebug      = "X-Switchboard-Route-Debug"
 	// HeaderDebug set to "1" by the client asks for the decider's full
 	// explanation in HeaderRouteDebug.
 	HeaderDebug = "X-Switchboard-Debug"
@@ -66,6 +72,18 @@ type Options struct {
 	// DeciderState reports the decider connection's state for /healthz
 	// (Optional).
 	DeciderState func() string
+	// Ready says whether the edge can serve now, for /readyz: nil when it
+	// can, else why not (Optional). Defaults to always ready.
+	Ready func(context.Context) error
+	// ReadyTimeout bounds one Ready check (Optional). Defaults to 1s.
+	ReadyTimeout time.Duration
+	// BodyReadTimeout bounds reading one request body; a slower client
+	// gets 408 (Optional). Defaults to 30s.
+	BodyReadTimeout time.Duration
+	// MaxUnverifiedBodies caps the bodies read at once for API keys the
+	// decider has not accepted recently; beyond it such requests get 503
+	// unread (Optional). Defaults to 64.
+	MaxUnverifiedBodies int
 	// Logger logs requests (Optional). Defaults to discarding.
 	Logger *slog.Logger
 }
@@ -76,6 +94,9 @@ type Server struct {
 	log      *slog.Logger
 	handler  http.Handler
 	draining atomic.Bool
+	keys     *keyCache
+	// unverified holds a token per body being read for a key not verified.
+	unverified chan struct{}
 }
 
 // New returns a Server.
@@ -92,26 +113,63 @@ func New(o Options) *Server {
 	if o.DeciderState == nil {
 		o.DeciderState = func() string { return "UNKNOWN" }
 	}
+	if o.Ready == nil {
+		o.Ready = func(context.Context) error { return nil }
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = time.Second
+	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 30 * time.Second
+	}
+	if o.MaxUnverifiedBodies <= 0 {
+		o.MaxUnverifiedBodies = 64
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: o, log: o.Logger}
+	s := &Server{opts: o, log: o.Logger, keys: newKeyCache(), unverified: make(chan struct{}, o.MaxUnverifiedBodies)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("/v1/models", s.models)
+	mux.HandleFunc("/v1/models/{id...}", s.model)
 	mux.HandleFunc("/v1/activity", s.activity)
 	mux.HandleFunc("/v1/generation", s.generation)
 	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/readyz", s.readyz)
 	mux.HandleFunc("/", notFound)
-	s.handler = mux
+	s.handler = withRequestID(s.guardBody(mux))
 	return s
+}
+
+type requestIDKey struct{}
+
+// withRequestID gives every request an id, sent back as x-request-id
+// before anything else can answer, and kept in the context for the
+// handler that needs it (the completion id).
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := newRequestID()
+		w.Header().Set(HeaderOpenAIRequestID, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}
+
+// requestID is the id withRequestID gave the request (a new one when the
+// handler runs without it, as in unit tests).
+func requestID(ctx context.Context) string {
+	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
+		return id
+	}
+	return newRequestID()
 }
 
 // Handler returns the API's root handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// SetDraining makes /healthz answer 503, so load balancers stop sending new
-// requests while the ones in flight finish.
+// SetDraining makes /readyz answer 503, so load balancers stop sending new
+// requests while the ones in flight finish. /healthz stays 200: failing
+// liveness would restart the process and cut the streams being drained.
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
 func notFound(w http.ResponseWriter, r *http.Request) {
@@ -179,21 +237,46 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	reqID := newRequestID()
+	reqID := requestID(r.Context())
 	w.Header().Set(HeaderRequestID, reqID)
 	log := s.log.With("request_id", reqID)
 
+	// Everything that can refuse the request without its body does so
+	// before reading it, and then does not read it at all.
 	keyHash, aerr := apiKeyHash(r)
 	if aerr != nil {
+		abandonBody(w)
 		writeError(w, *aerr)
+		return
+	}
+	if s.keys.rejected(keyHash) {
+		abandonBody(w)
+		writeError(w, unauthorized("invalid API key"))
 		return
 	}
 	identity, aerr := identityOf(r, keyHash)
 	if aerr != nil {
+		abandonBody(w)
 		writeError(w, *aerr)
 		return
 	}
+	held := false
+	if !s.keys.verified(keyHash) {
+		select {
+		case s.unverified <- struct{}{}:
+			held = true
+		default:
+			abandonBody(w)
+			writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "busy",
+				retryAfter: unverifiedRetryIn,
+				message:    "too many requests with API keys not yet verified are being read; retry shortly"})
+			return
+		}
+	}
 	body, aerr := s.readBody(w, r)
+	if held {
+		<-s.unverified
+	}
 	if aerr != nil {
 		writeError(w, *aerr)
 		return
@@ -201,7 +284,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	req, err := chatreq.Parse(body)
 	if err != nil {
 		var perr *chatreq.Error
-		if errors.As(err, &perr) {
+		if errors.As(err, &perr) && perr.Code != "" {
+			// A specific code comes with a message written whole.
+			e := invalidRequest(perr.Param, perr.Message)
+			e.code = perr.Code
+			writeError(w, e)
+		} else if errors.As(err, &perr) {
 			writeError(w, invalidRequest(perr.Param, perr.Error()))
 		} else {
 			writeError(w, invalidRequest("", err.Error()))
@@ -234,6 +322,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		ReservationTtl: durationpb.New(s.opts.ReservationTTL),
 	})
 	cancel()
+	switch {
+	case err == nil:
+		s.keys.accept(keyHash)
+	case status.Code(err) == codes.Unauthenticated:
+		s.keys.refuse(keyHash)
+	}
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client left; nobody to answer
@@ -364,85 +458,32 @@ func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
 	return &out
 }
 
-// readBody reads the body up to MaxBodyBytes. A body over the limit is
-// refused by its Content-Length before reading a byte when it has one.
+// readBody reads the body up to MaxBodyBytes, within the body read timeout
+// guardBody set. A body over the limit is refused by its Content-Length
+// before reading a byte when it has one. Once read, the deadline is
+// cleared, so it cannot cut the answer: the server watches the connection
+// for the client leaving under the same deadline.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
 		message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
 	if r.ContentLength > s.opts.MaxBodyBytes {
+		abandonBody(w)
 		return nil, tooLarge
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
+		abandonBody(w)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
+				message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyReadTimeout)}
+		}
 		e := invalidRequest("", "could not read the request body")
 		return nil, &e
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, nil
-}
-
-type modelList struct {
-	Object string      `json:"object"`
-	Data   []modelInfo `json:"data"`
-}
-
-type modelInfo struct {
-	ID            string   `json:"id"`
-	Object        string   `json:"object"`
-	Created       int64    `json:"created"`
-	OwnedBy       string   `json:"owned_by"`
-	ContextLength int64    `json:"context_length"`
-	Providers     []string `json:"providers"`
-}
-
-func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	if !allowMethods(w, r, http.MethodGet) {
-		return
-	}
-	keyHash, aerr := apiKeyHash(r)
-	if aerr != nil {
-		writeError(w, *aerr)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
-	defer cancel()
-	resp, err := s.opts.Decider.ListModels(ctx, &switchboardv1.ListModelsRequest{
-		Identity: &switchboardv1.Identity{ApiKeySha256: keyHash},
-	})
-	if err != nil {
-		if r.Context().Err() != nil {
-			return
-		}
-		writeError(w, deciderError(err))
-		return
-	}
-	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(resp.GetModels()))}
-	for _, m := range resp.GetModels() {
-		providers := m.GetProviders()
-		if providers == nil {
-			providers = []string{}
-		}
-		out.Data = append(out.Data, modelInfo{
-			ID: m.GetId(), Object: "model", OwnedBy: "switchboard",
-			ContextLength: m.GetContextLength(), Providers: providers,
-		})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
-}
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	if !allowMethods(w, r, http.MethodGet, http.MethodHead) {
-		return
-	}
-	status, code := "ok", http.StatusOK
-	if s.draining.Load() {
-		status, code = "shutting_down", http.StatusServiceUnavailable
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"status": status, "decider": s.opts.DeciderState()})
 }

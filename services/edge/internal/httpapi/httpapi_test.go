@@ -60,7 +60,7 @@ func TestRetryAfterFromRefusal(t *testing.T) {
 	w := httptest.NewRecorder()
 	writeError(w, e)
 	require.Equal(t, "2", w.Header().Get("Retry-After"), "rounded up to whole seconds")
-	require.JSONEq(t, `{"error":{"message":"over quota","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`, w.Body.String())
+	require.JSONEq(t, `{"error":{"message":"over quota","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, w.Body.String())
 }
 
 func TestHeaderValue(t *testing.T) {

@@ -47,6 +47,9 @@ func (r *Reader) Next() ([]byte, error) {
 		line, err := r.readLine()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
+				if done := endsWithDone(data, seen, line); done != nil {
+					return done, nil
+				}
 				if seen || len(line) > 0 {
 					return nil, io.ErrUnexpectedEOF
 				}
@@ -77,6 +80,29 @@ func (r *Reader) Next() ([]byte, error) {
 		data = append(data, value...)
 		seen = true
 	}
+}
+
+// done is the terminator OpenAI-compatible streams end with.
+var done = []byte("[DONE]")
+
+// endsWithDone returns the terminator event when the stream ended on it
+// without the blank line that would close its event: the event pending
+// (data, seen) is exactly [DONE], or nothing is pending and the unterminated
+// last line is "data: [DONE]". Several providers close the connection right
+// after the terminator; their answer is complete, not dropped. Anything else
+// cut off at the end stays an incomplete event.
+func endsWithDone(data []byte, seen bool, last []byte) []byte {
+	if seen {
+		if len(last) == 0 && bytes.Equal(data, done) {
+			return bytes.Clone(done)
+		}
+		return nil
+	}
+	field, value, _ := bytes.Cut(bytes.TrimSuffix(last, []byte("\r")), []byte(":"))
+	if string(field) == "data" && bytes.Equal(bytes.TrimPrefix(value, []byte(" ")), done) {
+		return bytes.Clone(done)
+	}
+	return nil
 }
 
 // readLine returns the next line without its terminator ("\n" or "\r\n"). At

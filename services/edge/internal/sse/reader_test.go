@@ -25,6 +25,13 @@ func TestReader(t *testing.T) {
 		{name: "long line", in: "data: " + long + "\n\n", want: []string{long}, wantErr: io.EOF},
 		{name: "truncated event", in: "data: a\n\ndata: {\"x", want: []string{"a"}, wantErr: io.ErrUnexpectedEOF},
 		{name: "event without blank line", in: "data: a\n", wantErr: io.ErrUnexpectedEOF},
+		// Some providers close right after the terminator without the blank
+		// line that would end its event: still a clean end.
+		{name: "done then end of stream", in: "data: a\n\ndata: [DONE]\n", want: []string{"a", "[DONE]"}, wantErr: io.EOF},
+		{name: "done without newline", in: "data: a\n\ndata: [DONE]", want: []string{"a", "[DONE]"}, wantErr: io.EOF},
+		{name: "done with crlf then end", in: "data: [DONE]\r\n", want: []string{"[DONE]"}, wantErr: io.EOF},
+		{name: "truncated done", in: "data: a\n\ndata: [DO", want: []string{"a"}, wantErr: io.ErrUnexpectedEOF},
+		{name: "done after other data lines", in: "data: a\ndata: [DONE]\n", wantErr: io.ErrUnexpectedEOF},
 		{name: "too large", in: "data: " + long + "\n\n", max: 1000, wantErr: ErrEventTooLarge},
 		{name: "empty", in: "", wantErr: io.EOF},
 	}

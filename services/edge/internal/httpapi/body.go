@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Request bodies are the one thing a client controls the pace of: a body
+// that trickles in holds a connection, a goroutine and a growing buffer. So
+// every body is read under a deadline, a body the edge will not use is
+// never read at all (its connection is closed instead of drained), and
+// bodies of API keys not yet seen accepted are read only a few at a time.
+
+// trackedBody records whether the handler read the body to its end.
+type trackedBody struct {
+	body io.ReadCloser
+	eof  atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+func (b *trackedBody) Close() error { return b.body.Close() }
+
+// guardBody puts every request body under the body read timeout, and after
+// the handler makes sure an unread body is not drained: the server would
+// otherwise read up to 256 KiB of it at the client's pace before reusing
+// the connection. A handler that reads its body clears the deadline (see
+// readBody), so it cannot cut a long answer.
+func (s *Server) guardBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
+		tb := &trackedBody{body: r.Body}
+		r.Body = tb
+		next.ServeHTTP(w, r)
+		if !tb.eof.Load() {
+			_ = rc.SetReadDeadline(time.Now())
+		}
+	})
+}
+
+// abandonBody makes the answer about to be written the last on its
+// connection and stops any read of the request body, so a client that
+// never sends its body cannot hold the connection.
+func abandonBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// keyCache remembers which API key hashes the decider accepted or refused
+// recently. A key accepted is "verified": its bodies are read without the
+// cap on unverified reads; a key refused is answered 401 without reading
+// its body. Entries expire, so a key added to or removed from the catalog
+// is noticed; the maps are bounded, cleared when full (a clear only sends
+// keys back through the capped path once).
+type keyCache struct {
+	mu       sync.Mutex
+	accepted map[string]time.Time
+	refused  map[string]time.Time
+	now      func() time.Time
+}
+
+const (
+	keyCacheMax       = 100_000
+	keyAcceptedTTL    = 10 * time.Minute
+	keyRefusedTTL     = 10 * time.Second
+	unverifiedRetryIn = time.Second
+)
+
+func newKeyCache() *keyCache {
+	return &keyCache{accepted: map[string]time.Time{}, refused: map[string]time.Time{}, now: time.Now}
+}
+
+func (c *keyCache) put(m map[string]time.Time, hash string, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(m) >= keyCacheMax {
+		clear(m)
+	}
+	m[hash] = c.now().Add(ttl)
+}
+
+func (c *keyCache) has(m map[string]time.Time, hash string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := m[hash]
+	if ok && c.now().After(until) {
+		delete(m, hash)
+		return false
+	}
+	return ok
+}
+
+func (c *keyCache) accept(hash string) {
+	c.put(c.accepted, hash, keyAcceptedTTL)
+	c.mu.Lock()
+	delete(c.refused, hash)
+	c.mu.Unlock()
+}
+
+func (c *keyCache) refuse(hash string) {
+	c.put(c.refused, hash, keyRefusedTTL)
+	c.mu.Lock()
+	delete(c.accepted, hash)
+	c.mu.Unlock()
+}
+
+func (c *keyCache) verified(hash string) bool { return c.has(c.accepted, hash) }
+func (c *keyCache) rejected(hash string) bool { return c.has(c.refused, hash) }
