@@ -707,16 +707,28 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 }
 
 // fakeClock is the decider's injected clock: real time plus an offset the
-// test moves forward.
+// test moves forward, or, once frozen, a fixed time plus that offset.
 type fakeClock struct {
 	mu     sync.Mutex
 	offset time.Duration
+	frozen bool
+	at     time.Time
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.frozen {
+		return c.at.Add(c.offset)
+	}
 	return time.Now().Add(c.offset)
+}
+
+// Freeze stops the clock where it is; only Advance moves it on.
+func (c *fakeClock) Freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at, c.offset, c.frozen = time.Now().Add(c.offset), 0, true
 }
 
 func (c *fakeClock) Advance(d time.Duration) {

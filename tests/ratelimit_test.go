@@ -30,6 +30,13 @@ type limitedSystem struct {
 
 func startLimited(t *testing.T, tenantLimits, alphaLimits string) *limitedSystem {
 	t.Helper()
+	return startLimitedWith(t, tenantLimits, alphaLimits, nil)
+}
+
+// startLimitedWith is startLimited with tune adjusting the decider's
+// configuration (its clock...).
+func startLimitedWith(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config)) *limitedSystem {
+	t.Helper()
 	ctx := t.Context()
 	l := &limitedSystem{}
 	cfg, err := provsim.ParseConfig([]byte(simConfig))
@@ -63,6 +70,9 @@ tenants:
 	l.dcfg = deciderapp.Config{
 		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1,
+	}
+	if tune != nil {
+		tune(&l.dcfg)
 	}
 	l.decider, err = deciderapp.Start(ctx, l.dcfg, quietLogger(nil))
 	require.NoError(t, err)
@@ -140,11 +150,15 @@ func TestProviderLimitSendsTrafficToTheNextEndpoint(t *testing.T) {
 
 // TestDeciderRestartDoesNotOverAdmit restarts the decider mid-run, once
 // cleanly and once as a crash: admissions across the restarts never exceed
-// the tenant's requests per minute.
+// the tenant's requests per minute. The decider's clock stands still but
+// for the microseconds the test moves it, so the bucket refills nothing
+// however slowly the machine runs and the counts are exact.
 func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
-			l := startLimited(t, `{unit: requests, per: minute, capacity: 6}`, ``)
+			clock := &fakeClock{}
+			clock.Freeze()
+			l := startLimitedWith(t, `{unit: requests, per: minute, capacity: 6}`, ``, func(c *deciderapp.Config) { c.Now = clock.Now })
 			ok := 0
 			for range 4 {
 				if code, _, _ := l.ask(t, testKey, 20); code == http.StatusOK {
@@ -152,7 +166,21 @@ func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
 				}
 			}
 			require.Equal(t, 4, ok)
-			time.Sleep(1500 * time.Millisecond) // the owner snapshots about once a second
+			if crash {
+				// The owner saves its state about once a second, and only
+				// when it changed: wait for two saves after the grants (the
+				// first may have been taken just before the last grant),
+				// moving the clock by a microsecond per poll so the state
+				// changes. All the polls together move it far less than the
+				// 10 s that would refill one request.
+				v0, err := l.decider.BrokerSnapshotVersion(t.Context())
+				require.NoError(t, err)
+				require.Eventually(t, func() bool {
+					clock.Advance(time.Microsecond)
+					v, err := l.decider.BrokerSnapshotVersion(t.Context())
+					return err == nil && v >= v0+2
+				}, waitFor, tick, "the broker owner saves the grants")
+			}
 
 			if crash {
 				l.decider.Kill()

@@ -118,7 +118,7 @@ func TestFailoverDoesNotOverAdmit(t *testing.T) {
 	require.Equal(t, "alpha", r1.Endpoint.Provider)
 	r2 := decideReserve(t, ca, 1)
 	require.Equal(t, "alpha", r2.Endpoint.Provider)
-	time.Sleep(1500 * time.Millisecond) // let the owner snapshot (about once a second)
+	waitBrokerSaved(t, a)
 
 	// The owner dies without a clean stop: its election session ends but no
 	// final snapshot or clean marker is written.
@@ -140,4 +140,16 @@ func TestFailoverDoesNotOverAdmit(t *testing.T) {
 		}
 	}
 	require.Equal(t, 50, admitted)
+}
+
+// waitBrokerSaved waits until the broker state d holds now is saved in
+// etcd: two saves after now, since the first may have been taken just before.
+func waitBrokerSaved(t *testing.T, d *Decider) {
+	t.Helper()
+	v0, err := d.BrokerSnapshotVersion(t.Context())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		v, err := d.BrokerSnapshotVersion(t.Context())
+		return err == nil && v >= v0+2
+	}, 20*time.Second, 20*time.Millisecond, "the broker owner saves its state")
 }
