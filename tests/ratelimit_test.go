@@ -78,7 +78,7 @@ tenants:
 	require.NoError(t, err)
 	t.Cleanup(func() { l.decider.Close() })
 
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"},
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"}, rpcGuards...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {

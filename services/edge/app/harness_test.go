@@ -99,6 +99,11 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		FirstTokenTimeout:   500 * time.Millisecond,
 		IdleTimeout:         500 * time.Millisecond,
 		ReportFlushInterval: 20 * time.Millisecond,
+		// The fake decider answers at once: its calls' deadlines are only
+		// hang guards, so a loaded machine cannot turn a grant into a
+		// refusal by timeout.
+		HedgeAcquireTimeout: longWait,
+		ReserveTimeout:      longWait,
 		Getenv: func(k string) string {
 			for _, name := range providerNames {
 				if k == strings.ToUpper(name)+"_API_KEY" {
