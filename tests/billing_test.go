@@ -676,7 +676,9 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+testKey)
 		errc := make(chan error, 1)
 		// A provider counts a request on arrival in its top-level counter.
-		arrived := func() int64 { return s.sim.Provider("alpha").Stats().Requests + s.sim.Provider("beta").Stats().Requests }
+		arrived := func() int64 {
+			return s.sim.Provider("alpha").Stats().Requests + s.sim.Provider("beta").Stats().Requests
+		}
 		arrived0 := arrived()
 		go func() {
 			resp, err := http.DefaultClient.Do(req)
