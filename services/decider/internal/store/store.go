@@ -185,6 +185,8 @@ func (s *Store) WatchCatalog(ctx context.Context, rev int64, fn func(data []byte
 
 // Register records this replica under a lease kept alive until ctx ends, so
 // other replicas and operators see which deciders are alive. ttl is in seconds.
+// When ctx ends the lease is revoked, so a replica that stops cleanly leaves
+// the list at once; one that dies leaves it when the lease expires.
 func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error {
 	lease, err := s.cli.Grant(ctx, ttl)
 	if err != nil {
@@ -202,6 +204,14 @@ func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error 
 		}
 		if ctx.Err() == nil {
 			s.logger.Error("membership lease lost", "member", id)
+			return
+		}
+		// Best effort: a client closed meanwhile fails at once, and the
+		// lease then runs out by itself.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.cli.Revoke(rctx, lease.ID); err != nil {
+			s.logger.Debug("revoking the membership lease", "member", id, "err", err)
 		}
 	}()
 	return nil
