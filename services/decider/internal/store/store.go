@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,6 +94,7 @@ func (e *Embedded) Close() { e.etcd.Close() }
 type Store struct {
 	cli    *clientv3.Client
 	logger *slog.Logger
+	wg     sync.WaitGroup // Register's lease keepers
 }
 
 // Connect dials etcd.
@@ -122,8 +124,13 @@ func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Sto
 // Client returns the etcd client.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-// Close closes the client.
-func (s *Store) Close() error { return s.cli.Close() }
+// Close closes the client, which ends every lease keeper (a revocation in
+// flight is cut short: the lease then expires by itself).
+func (s *Store) Close() error {
+	err := s.cli.Close()
+	s.wg.Wait()
+	return err
+}
 
 // PutCatalog stores the catalog's YAML unless the stored copy is identical,
 // and returns the revision that holds it.
@@ -199,7 +206,7 @@ func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error 
 	if err != nil {
 		return fmt.Errorf("keep lease alive: %w", err)
 	}
-	go func() {
+	s.wg.Go(func() {
 		for range ka { // drain until ctx ends or the lease is lost
 		}
 		if ctx.Err() == nil {
@@ -213,7 +220,7 @@ func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error 
 		if _, err := s.cli.Revoke(rctx, lease.ID); err != nil {
 			s.logger.Debug("revoking the membership lease", "member", id, "err", err)
 		}
-	}()
+	})
 	return nil
 }
 
