@@ -73,8 +73,10 @@ func newDispatcher(rec *recorder, cd *cooldown.Table) *Dispatcher {
 		Getenv:            func(string) string { return secret },
 		Reporter:          rec,
 		Cooldowns:         cd,
-		FirstTokenTimeout: 300 * time.Millisecond,
-		IdleTimeout:       300 * time.Millisecond,
+		// Long enough that a healthy fake provider always answers first on
+		// a loaded machine; a hanging one times out.
+		FirstTokenTimeout: time.Second,
+		IdleTimeout:       time.Second,
 		MaxAttempts:       4,
 	})
 }
