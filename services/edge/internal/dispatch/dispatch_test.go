@@ -69,10 +69,10 @@ func endpoint(provider, baseURL string) *switchboardv1.Endpoint {
 
 func newDispatcher(rec *recorder, cd *cooldown.Table) *Dispatcher {
 	return New(Options{
-		Client:            &http.Client{},
-		Getenv:            func(string) string { return secret },
-		Reporter:          rec,
-		Cooldowns:         cd,
+		Client:    &http.Client{},
+		Getenv:    func(string) string { return secret },
+		Reporter:  rec,
+		Cooldowns: cd,
 		// Long enough that a healthy fake provider always answers first on
 		// a loaded machine; a hanging one times out.
 		FirstTokenTimeout: time.Second,
