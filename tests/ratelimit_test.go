@@ -28,14 +28,9 @@ type limitedSystem struct {
 	sys     *system
 }
 
-func startLimited(t *testing.T, tenantLimits, alphaLimits string) *limitedSystem {
-	t.Helper()
-	return startLimitedWith(t, tenantLimits, alphaLimits, nil)
-}
-
-// startLimitedWith is startLimited with tune adjusting the decider's
+// startLimited starts a limited system; tune adjusts the decider's
 // configuration (its clock...).
-func startLimitedWith(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config)) *limitedSystem {
+func startLimited(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config)) *limitedSystem {
 	t.Helper()
 	ctx := t.Context()
 	l := &limitedSystem{}
@@ -100,8 +95,15 @@ func (l *limitedSystem) ask(t *testing.T, key string, n int) (int, http.Header, 
 	return l.sys.post(t, key, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"`+longPrompt(n)+`"}]}`)
 }
 
+// frozen is a decider configuration on a clock that stands still, so that
+// per-minute buckets refill nothing while a slow machine runs the test.
+func frozen(clock *fakeClock) func(*deciderapp.Config) {
+	clock.Freeze()
+	return func(c *deciderapp.Config) { c.Now = clock.Now }
+}
+
 func TestTenantTokenBudgetRefusedWith429(t *testing.T) {
-	l := startLimited(t, `{unit: input_tokens, per: minute, capacity: 10000}`, ``)
+	l := startLimited(t, `{unit: input_tokens, per: minute, capacity: 10000}`, ``, frozen(&fakeClock{}))
 	// About 3000 input tokens each: three fit in 10000 a minute, the fourth does not.
 	for i := range 3 {
 		code, _, body := l.ask(t, testKey, 3000)
@@ -137,7 +139,7 @@ func TestTenantTokenBudgetRefusedWith429(t *testing.T) {
 
 func TestProviderLimitSendsTrafficToTheNextEndpoint(t *testing.T) {
 	// alpha's provider project takes 2 requests a minute; the tenant is unlimited.
-	l := startLimited(t, ``, `{unit: requests, per: minute, capacity: 2, scope: provider_project}`)
+	l := startLimited(t, ``, `{unit: requests, per: minute, capacity: 2, scope: provider_project}`, frozen(&fakeClock{}))
 	var got []string
 	for range 4 {
 		code, _, body := l.ask(t, testKey, 50)
@@ -157,8 +159,7 @@ func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
 			clock := &fakeClock{}
-			clock.Freeze()
-			l := startLimitedWith(t, `{unit: requests, per: minute, capacity: 6}`, ``, func(c *deciderapp.Config) { c.Now = clock.Now })
+			l := startLimited(t, `{unit: requests, per: minute, capacity: 6}`, ``, frozen(clock))
 			ok := 0
 			for range 4 {
 				if code, _, _ := l.ask(t, testKey, 20); code == http.StatusOK {
