@@ -56,7 +56,9 @@ func decideReserve(t *testing.T, c pb.DeciderServiceClient, n int) *pb.DecideRes
 
 func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	dir := t.TempDir()
-	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir})
+	// A stopped clock: alpha's 2 a minute never refill during the test.
+	clk := &stoppedClock{at: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now})
 	defer d.Close()
 
 	// alpha (cheapest) takes 2 requests a minute; the third goes to beta,
