@@ -39,6 +39,9 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzParseChatRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/chatreq
 	go test -run='^$$' -fuzz='^FuzzParseRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/chatapi
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog
+	go test -run='^$$' -fuzz='^FuzzRewrite$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/dispatch
+	go test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/sse
+	go test -run='^$$' -fuzz='^FuzzParseHeaders$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/broker
 
 $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
 	$(TOOLS) build -o $(TOOLBIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc

@@ -135,10 +135,10 @@ models:
 	require.NoError(t, err)
 	t.Cleanup(s.decider.Close)
 
-	// A generous budget-call timeout: a refusal by timeout under -race
-	// would look like an exhausted budget.
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(),
-		"--report-flush-interval=20ms", "--hedge-acquire-timeout=5s"}, func(string) string { return "" })
+	// Generous decider-call deadlines: a refusal by timeout under -race
+	// would look like an exhausted budget or a full endpoint.
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(),
+		"--report-flush-interval=20ms"}, rpcGuards...), func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
 		if k == "ALPHA_KEY" {
@@ -661,19 +661,35 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 	})
 
 	t.Run("the client leaves during the race and pays nothing", func(t *testing.T) {
-		require.NoError(t, s.sim.Provider("beta").SetModel(slow))
+		// Neither leg answers before the client leaves, which it does once
+		// both legs reached their providers, however long that took.
+		stuck := fastModel()
+		stuck.TTFT.Base = provsim.Duration(10 * time.Minute)
+		require.NoError(t, s.sim.Provider("alpha").SetModel(stuck))
+		require.NoError(t, s.sim.Provider("beta").SetModel(stuck))
 		c0 := s.waitCalls(t, calls)
-		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		body := chatReq{content: "leaving " + longPrompt(immediateTokens), stream: true, includeUsage: true, maxTokens: 4}.body()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+testKey)
-		resp, err := http.DefaultClient.Do(req)
-		require.Error(t, err, "no answer before the client gives up")
-		if resp != nil {
-			resp.Body.Close()
+		errc := make(chan error, 1)
+		// A provider counts a request on arrival in its top-level counter.
+		arrived := func() int64 {
+			return s.sim.Provider("alpha").Stats().Requests + s.sim.Provider("beta").Stats().Requests
 		}
+		arrived0 := arrived()
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		require.Eventually(t, func() bool { return arrived() == arrived0+2 }, waitFor, tick, "both legs reach their providers")
+		cancel()
+		require.Error(t, <-errc, "no answer before the client gives up")
 
 		// The id is not known to the client; the newest call in its log is this one.
 		var rec *pb.ActivityRecord
@@ -707,16 +723,28 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 }
 
 // fakeClock is the decider's injected clock: real time plus an offset the
-// test moves forward.
+// test moves forward, or, once frozen, a fixed time plus that offset.
 type fakeClock struct {
 	mu     sync.Mutex
 	offset time.Duration
+	frozen bool
+	at     time.Time
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.frozen {
+		return c.at.Add(c.offset)
+	}
 	return time.Now().Add(c.offset)
+}
+
+// Freeze stops the clock where it is; only Advance moves it on.
+func (c *fakeClock) Freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at, c.offset, c.frozen = time.Now().Add(c.offset), 0, true
 }
 
 func (c *fakeClock) Advance(d time.Duration) {

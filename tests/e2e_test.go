@@ -81,6 +81,12 @@ providers:
 
 // startSystem starts the simulator, a decider with embedded etcd, and an edge.
 // alpha is the cheapest provider, then beta, then gamma.
+// rpcGuards are the edge's deadlines on its decider calls in these tests:
+// the defaults (a few hundred ms) would turn a slow answer on a loaded
+// machine into a skipped fallback or a refused hedge, so here they only
+// guard against a hang.
+var rpcGuards = []string{"--reserve-timeout=20s", "--hedge-acquire-timeout=20s"}
+
 func startSystem(t testing.TB, edgeArgs ...string) *system {
 	t.Helper()
 	ctx := t.Context()
@@ -114,7 +120,7 @@ tenants:
 	require.NoError(t, err)
 	t.Cleanup(s.decider.Close)
 
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr()}, edgeArgs...),
+	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr()}, rpcGuards...), edgeArgs...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
@@ -365,14 +371,23 @@ func TestMidStreamFailureAndClientDisconnect(t *testing.T) {
 	require.Positive(t, got, "some chunks arrived before the failure")
 	require.Zero(t, s.sim.Provider("beta").Stats().Models[simModel].Requests, "no retry once bytes reached the client")
 
-	// A client that gives up cancels the upstream call.
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	// A client that gives up cancels the upstream call. It gives up once
+	// the call reached the provider, however long that took.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Model:    model,
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("[[provsim:fault=hang]]")},
-	})
-	require.Error(t, err)
+	before := s.sim.Provider("alpha").Stats().Requests
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:    model,
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("[[provsim:fault=hang]]")},
+		})
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return s.sim.Provider("alpha").Stats().Requests > before },
+		20*time.Second, 10*time.Millisecond, "the hanging call reaches the provider")
+	cancel()
+	require.Error(t, <-errc)
 	require.Eventually(t, func() bool {
 		return s.sim.Provider("alpha").Stats().Models[simModel].Outcomes.Hang+s.sim.Provider("alpha").Stats().Models[simModel].Outcomes.Cancelled >= 1
 	}, 5*time.Second, 20*time.Millisecond, "the upstream saw the cancellation")

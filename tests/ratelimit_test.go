@@ -28,7 +28,9 @@ type limitedSystem struct {
 	sys     *system
 }
 
-func startLimited(t *testing.T, tenantLimits, alphaLimits string) *limitedSystem {
+// startLimited starts a limited system; tune adjusts the decider's
+// configuration (its clock...).
+func startLimited(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config)) *limitedSystem {
 	t.Helper()
 	ctx := t.Context()
 	l := &limitedSystem{}
@@ -64,11 +66,14 @@ tenants:
 		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1,
 	}
+	if tune != nil {
+		tune(&l.dcfg)
+	}
 	l.decider, err = deciderapp.Start(ctx, l.dcfg, quietLogger(nil))
 	require.NoError(t, err)
 	t.Cleanup(func() { l.decider.Close() })
 
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"},
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"}, rpcGuards...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
@@ -90,8 +95,15 @@ func (l *limitedSystem) ask(t *testing.T, key string, n int) (int, http.Header, 
 	return l.sys.post(t, key, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"`+longPrompt(n)+`"}]}`)
 }
 
+// frozen is a decider configuration on a clock that stands still, so that
+// per-minute buckets refill nothing while a slow machine runs the test.
+func frozen(clock *fakeClock) func(*deciderapp.Config) {
+	clock.Freeze()
+	return func(c *deciderapp.Config) { c.Now = clock.Now }
+}
+
 func TestTenantTokenBudgetRefusedWith429(t *testing.T) {
-	l := startLimited(t, `{unit: input_tokens, per: minute, capacity: 10000}`, ``)
+	l := startLimited(t, `{unit: input_tokens, per: minute, capacity: 10000}`, ``, frozen(&fakeClock{}))
 	// About 3000 input tokens each: three fit in 10000 a minute, the fourth does not.
 	for i := range 3 {
 		code, _, body := l.ask(t, testKey, 3000)
@@ -127,7 +139,7 @@ func TestTenantTokenBudgetRefusedWith429(t *testing.T) {
 
 func TestProviderLimitSendsTrafficToTheNextEndpoint(t *testing.T) {
 	// alpha's provider project takes 2 requests a minute; the tenant is unlimited.
-	l := startLimited(t, ``, `{unit: requests, per: minute, capacity: 2, scope: provider_project}`)
+	l := startLimited(t, ``, `{unit: requests, per: minute, capacity: 2, scope: provider_project}`, frozen(&fakeClock{}))
 	var got []string
 	for range 4 {
 		code, _, body := l.ask(t, testKey, 50)
@@ -140,11 +152,14 @@ func TestProviderLimitSendsTrafficToTheNextEndpoint(t *testing.T) {
 
 // TestDeciderRestartDoesNotOverAdmit restarts the decider mid-run, once
 // cleanly and once as a crash: admissions across the restarts never exceed
-// the tenant's requests per minute.
+// the tenant's requests per minute. The decider's clock stands still but
+// for the microseconds the test moves it, so the bucket refills nothing
+// however slowly the machine runs and the counts are exact.
 func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
-			l := startLimited(t, `{unit: requests, per: minute, capacity: 6}`, ``)
+			clock := &fakeClock{}
+			l := startLimited(t, `{unit: requests, per: minute, capacity: 6}`, ``, frozen(clock))
 			ok := 0
 			for range 4 {
 				if code, _, _ := l.ask(t, testKey, 20); code == http.StatusOK {
@@ -152,7 +167,21 @@ func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
 				}
 			}
 			require.Equal(t, 4, ok)
-			time.Sleep(1500 * time.Millisecond) // the owner snapshots about once a second
+			if crash {
+				// The owner saves its state about once a second, and only
+				// when it changed: wait for two saves after the grants (the
+				// first may have been taken just before the last grant),
+				// moving the clock by a microsecond per poll so the state
+				// changes. All the polls together move it far less than the
+				// 10 s that would refill one request.
+				v0, err := l.decider.BrokerSnapshotVersion(t.Context())
+				require.NoError(t, err)
+				require.Eventually(t, func() bool {
+					clock.Advance(time.Microsecond)
+					v, err := l.decider.BrokerSnapshotVersion(t.Context())
+					return err == nil && v >= v0+2
+				}, waitFor, tick, "the broker owner saves the grants")
+			}
 
 			if crash {
 				l.decider.Kill()

@@ -109,7 +109,7 @@ tenants:
 	require.NoError(t, err)
 	t.Cleanup(func() { s.decider.Close() })
 
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), "--report-flush-interval=20ms"},
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), "--report-flush-interval=20ms"}, rpcGuards...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))

@@ -160,10 +160,17 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 
-	// An invalid catalog in etcd is refused; the current one stays.
-	_, err = st.PutCatalog(ctx, []byte("models: []"))
+	// An invalid catalog in etcd is refused; the current one stays. The
+	// watch applies revisions in order, so once the valid catalog stored
+	// after it is announced, the invalid one was seen and not announced.
+	badRev, err := st.PutCatalog(ctx, []byte("models: []"))
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // give the watch a chance to (wrongly) apply it
+	again, err := st.PutCatalog(ctx, data)
+	require.NoError(t, err)
+	require.Greater(t, again, badRev)
+	m, err = stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, again, m.GetConfig().GetCatalogRevision(), "the invalid catalog was never announced")
 	resp, err = client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)

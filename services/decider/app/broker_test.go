@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +60,9 @@ func decideRequest(n int) *pb.DecideRequest {
 
 func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	dir := t.TempDir()
-	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir})
+	// A stopped clock: alpha's 2 a minute never refill during the test.
+	clk := &stoppedClock{at: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now})
 	defer d.Close()
 
 	// alpha (cheapest) takes 2 requests a minute; the third goes to beta,
@@ -109,10 +112,14 @@ func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 // grants, crashes (no clean stop), the other takes over from the snapshot in
 // learning mode and never admits beyond the capacity.
 func TestFailoverDoesNotOverAdmit(t *testing.T) {
+	// Both replicas on a clock that stands still but for the microseconds
+	// the test moves it: alpha's 2 a minute never refill, however slowly
+	// the machine runs.
+	clk := &stoppedClock{at: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	dir := t.TempDir()
-	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
+	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, Now: clk.Now})
 	defer a.Close()
-	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir()})
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), Now: clk.Now})
 	defer b.Close()
 	require.True(t, a.adm.Owner())
 	require.False(t, b.adm.Owner())
@@ -122,7 +129,7 @@ func TestFailoverDoesNotOverAdmit(t *testing.T) {
 	require.Equal(t, "alpha", r1.Endpoint.Provider)
 	r2 := decideReserve(t, ca, 1)
 	require.Equal(t, "alpha", r2.Endpoint.Provider)
-	time.Sleep(1500 * time.Millisecond) // let the owner snapshot (about once a second)
+	waitBrokerSaved(t, a, func() { clk.Advance(time.Microsecond) })
 
 	// The owner dies without a clean stop: its election session ends but no
 	// final snapshot or clean marker is written.
@@ -144,4 +151,37 @@ func TestFailoverDoesNotOverAdmit(t *testing.T) {
 		}
 	}
 	require.Equal(t, 50, admitted)
+}
+
+// waitBrokerSaved waits until the broker state d holds now is saved in
+// etcd: two saves after now, since the first may have been taken just before.
+// The owner saves only a state that changed; the state records its time, so
+// tick, called before each poll, moves a stopped clock on to make it change.
+func waitBrokerSaved(t *testing.T, d *Decider, tick func()) {
+	t.Helper()
+	v0, err := d.BrokerSnapshotVersion(t.Context())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		tick()
+		v, err := d.BrokerSnapshotVersion(t.Context())
+		return err == nil && v >= v0+2
+	}, 20*time.Second, 20*time.Millisecond, "the broker owner saves its state")
+}
+
+// stoppedClock is a clock that only moves when told to.
+type stoppedClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *stoppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+func (c *stoppedClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = c.at.Add(d)
 }

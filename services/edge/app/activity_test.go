@@ -46,7 +46,7 @@ func contentOf(t *testing.T, body, id string) string {
 
 func TestChatHedgeDelayed(t *testing.T) {
 	h := newHarness(t, 2, func(c *Config) {
-		c.FirstTokenTimeout, c.IdleTimeout, c.HedgeAcquireTimeout = longWait, longWait, longWait
+		c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait
 	})
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 		resp := h.decision(req)

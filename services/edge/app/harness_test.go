@@ -92,13 +92,20 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		return h.decision(req), nil
 	})
 	cfg := Config{
-		Listen:              "127.0.0.1:0",
-		Decider:             h.fd.Addr(),
-		Region:              "eu-test",
-		EdgeID:              "edge-test",
-		FirstTokenTimeout:   500 * time.Millisecond,
-		IdleTimeout:         500 * time.Millisecond,
+		Listen:  "127.0.0.1:0",
+		Decider: h.fd.Addr(),
+		Region:  "eu-test",
+		EdgeID:  "edge-test",
+		// Long enough that a healthy fake provider always answers first on
+		// a loaded machine; a hanging one times out.
+		FirstTokenTimeout:   time.Second,
+		IdleTimeout:         time.Second,
 		ReportFlushInterval: 20 * time.Millisecond,
+		// The fake decider answers at once: its calls' deadlines are only
+		// hang guards, so a loaded machine cannot turn a grant into a
+		// refusal by timeout.
+		HedgeAcquireTimeout: longWait,
+		ReserveTimeout:      longWait,
 		Getenv: func(k string) string {
 			for _, name := range providerNames {
 				if k == strings.ToUpper(name)+"_API_KEY" {

@@ -280,6 +280,7 @@ func (c *call) stream() outcome {
 	s := c.startStream()
 	if !c.streamTokens(s, c.n) {
 		c.sent = 0 // a cancelled call delivers nothing billable
+		c.cutIfClosing()
 		return outcomeCancelled
 	}
 	finish := c.finishReason
@@ -336,6 +337,18 @@ func (c *call) writeMalformed() {
 	c.w.Header().Set("Content-Type", "application/json")
 	c.w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(c.w, `{"id":`)
+}
+
+// cutIfClosing aborts the connection of a stream stopped because the
+// provider shuts down: returning would end the chunked body cleanly, and the
+// client could not tell a cut stream from a finished one.
+func (c *call) cutIfClosing() {
+	select {
+	case <-c.p.closing:
+		c.outcome = outcomeCancelled
+		abortConnection()
+	default:
+	}
 }
 
 // abortConnection makes net/http close the connection without finishing the

@@ -95,6 +95,7 @@ func TestCloseEndsEverything(t *testing.T) {
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
+	streaming := make(chan error, 1) // the long stream's first byte, or why not
 	for i, text := range []string{"[[provsim:fault=hang]]", "a long stream"} {
 		body := userMsg("m", text)
 		body["stream"] = true
@@ -110,6 +111,14 @@ func TestCloseEndsEverything(t *testing.T) {
 				return
 			}
 			defer resp.Body.Close()
+			if i == 1 {
+				_, err := io.ReadFull(resp.Body, make([]byte, 1))
+				streaming <- err
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
 			_, errs[i] = io.ReadAll(resp.Body)
 		})
 	}
@@ -117,11 +126,22 @@ func TestCloseEndsEverything(t *testing.T) {
 		st := p.Stats()
 		return st.Requests == 2
 	}, 5*time.Second, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // let the stream start
+	select {
+	case err := <-streaming:
+		require.NoError(t, err, "the long stream started")
+	case <-time.After(30 * time.Second): // a hang guard
+		t.Fatal("the long stream never started")
+	}
 
-	start := time.Now()
-	require.NoError(t, sim.Close())
-	require.Less(t, time.Since(start), 3*time.Second)
+	// The stream would run for 200 s; Close cuts it after the grace period.
+	closed := make(chan error, 1)
+	go func() { closed <- sim.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second): // a hang guard, far below the stream's 200 s
+		t.Fatal("Close waited for the stream")
+	}
 	wg.Wait()
 	for i, err := range errs {
 		require.Error(t, err, "request %d was cut", i)

@@ -1,13 +1,15 @@
 // Package activity is the activity log: every client request with its
-// tenant, model, serving endpoint, attempts, hedge, tokens, cost and status
-// (R-BILL-1). Edges send the records in batches on the Report stream; one
+// tenant, model, serving endpoint, attempts, hedge, tokens, cost and status.
+// Edges send the records in batches on the Report stream; one
 // writer goroutine merges the batches of every edge into one bbolt
 // transaction at a time, so the log costs a few fsyncs a second however many
 // requests there are, and nothing is written on the request path.
 //
 // A tenant reads its own calls only: every key starts with the tenant, every
 // query is bounded to that prefix, and a lookup by id checks the prefix, so
-// another tenant's id is indistinguishable from a missing one.
+// another tenant's id is indistinguishable from a missing one. Ids are chosen
+// by edges, so two tenants may use the same one: every index is keyed by
+// tenant and id together.
 package activity
 
 import (
@@ -19,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,9 +33,16 @@ import (
 
 var (
 	bucketRecords = []byte("records") // tenant \x00 inverted-time id → record
-	bucketIDs     = []byte("ids")     // id → records key
-	bucketByTime  = []byte("by_time") // time id → records key, for retention
+	bucketIDs     = []byte("ids")     // tenant \x00 id → records key
+	bucketByTime  = []byte("by_time") // time tenant \x00 id → records key, for retention
+	bucketMeta    = []byte("meta")    // schema → version
 )
+
+// schema is the layout of the indexes. Version 1 keyed them by id alone;
+// opening such a file rebuilds them from the records.
+const schema = 2
+
+var keySchema = []byte("schema")
 
 // ErrNotFound means no record of that id for that tenant.
 var ErrNotFound = errors.New("no such activity record")
@@ -74,14 +84,7 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open activity log %s: %w", o.Path, err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRecords, bucketIDs, bucketByTime} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := db.Update(initBuckets); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("init activity log: %w", err)
 	}
@@ -89,6 +92,64 @@ func Open(o Options) (*Store, error) {
 	s.prune()
 	s.wg.Go(s.writer)
 	return s, nil
+}
+
+// initBuckets creates the buckets and brings older indexes to the current
+// schema.
+func initBuckets(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketRecords, bucketIDs, bucketByTime, bucketMeta} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if v := meta.Get(keySchema); len(v) == 8 && binary.BigEndian.Uint64(v) == schema {
+		return nil
+	}
+	if err := rebuildIndexes(tx); err != nil {
+		return fmt.Errorf("rebuild indexes: %w", err)
+	}
+	return meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schema))
+}
+
+// rebuildIndexes derives both indexes from the records alone. A tenant's id
+// found twice (left by the old global index) keeps its newest record.
+func rebuildIndexes(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketIDs, bucketByTime} {
+		if err := tx.DeleteBucket(b); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(b); err != nil {
+			return err
+		}
+	}
+	recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
+	var stale [][]byte
+	c := recs.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		tenant, t, id, ok := parseRecordKey(k)
+		if !ok {
+			stale = append(stale, bytes.Clone(k))
+			continue
+		}
+		ik := idKey(tenant, id)
+		if ids.Get(ik) != nil { // newest first within a tenant: this copy is older
+			stale = append(stale, bytes.Clone(k))
+			continue
+		}
+		if err := ids.Put(ik, bytes.Clone(k)); err != nil {
+			return err
+		}
+		if err := byTime.Put(timeKey(t, tenant, id), bytes.Clone(k)); err != nil {
+			return err
+		}
+	}
+	for _, k := range stale {
+		if err := recs.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // batch is one Add: its records and where to say they are durable.
@@ -160,25 +221,40 @@ func (s *Store) write(records []*pb.ActivityRecord) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
 		for _, r := range records {
-			if r.GetId() == "" || r.GetTenantId() == "" {
-				continue // unattributable: an edge bug, not a tenant's call
+			tenant, id := r.GetTenantId(), r.GetId()
+			if id == "" || tenant == "" || strings.IndexByte(tenant, 0) >= 0 {
+				// Unattributable (an edge bug, not a tenant's call), or a
+				// tenant that would read as the prefix of another.
+				continue
 			}
 			val, err := proto.Marshal(r)
 			if err != nil {
 				return err
 			}
-			key := recordKey(r.GetTenantId(), r.GetCreateTime().AsTime(), r.GetId())
-			if old := ids.Get([]byte(r.GetId())); old != nil && !bytes.Equal(old, key) {
-				// A resent record with another time: keep one copy.
-				_ = recs.Delete(old)
+			at := r.GetCreateTime().AsTime()
+			key := recordKey(tenant, at, id)
+			ik := idKey(tenant, id)
+			if old := ids.Get(ik); old != nil && !bytes.Equal(old, key) {
+				// A resent record with another time: keep one copy, and
+				// drop the old time's retention entry with it, so sweeping
+				// the old time cannot remove the live copy's index.
+				_, oldAt, _, ok := parseRecordKey(old)
+				if err := recs.Delete(old); err != nil {
+					return err
+				}
+				if ok {
+					if err := byTime.Delete(timeKey(oldAt, tenant, id)); err != nil {
+						return err
+					}
+				}
 			}
 			if err := recs.Put(key, val); err != nil {
 				return err
 			}
-			if err := ids.Put([]byte(r.GetId()), key); err != nil {
+			if err := ids.Put(ik, key); err != nil {
 				return err
 			}
-			if err := byTime.Put(timeKey(r.GetCreateTime().AsTime(), r.GetId()), key); err != nil {
+			if err := byTime.Put(timeKey(at, tenant, id), key); err != nil {
 				return err
 			}
 		}
@@ -197,8 +273,16 @@ func (s *Store) prune() {
 			if int64(binary.BigEndian.Uint64(k[:8])) >= cutoff.UnixNano() {
 				break
 			}
-			_ = recs.Delete(v)
-			_ = ids.Delete(k[8:])
+			if err := recs.Delete(v); err != nil {
+				return err
+			}
+			// Only the mapping to this very record: the id may since have
+			// been resent with a newer time.
+			if ik := k[8:]; bytes.Equal(ids.Get(ik), v) {
+				if err := ids.Delete(ik); err != nil {
+					return err
+				}
+			}
 			if err := c.Delete(); err != nil {
 				return err
 			}
@@ -270,7 +354,7 @@ func (s *Store) List(_ context.Context, q Query) ([]*pb.ActivityRecord, string, 
 func (s *Store) Get(_ context.Context, tenant, id string) (*pb.ActivityRecord, error) {
 	var r *pb.ActivityRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
-		key := tx.Bucket(bucketIDs).Get([]byte(id))
+		key := tx.Bucket(bucketIDs).Get(idKey(tenant, id))
 		if key == nil || !bytes.HasPrefix(key, append([]byte(tenant), 0)) {
 			return ErrNotFound
 		}
@@ -314,7 +398,27 @@ func keyTime(k []byte, prefixLen int) time.Time {
 	return time.Unix(0, int64(math.MaxUint64-binary.BigEndian.Uint64(k[prefixLen:prefixLen+8])))
 }
 
-func timeKey(t time.Time, id string) []byte {
-	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(t.UnixNano()))
+// parseRecordKey splits a records key into tenant, time and id.
+func parseRecordKey(k []byte) (tenant string, t time.Time, id string, ok bool) {
+	i := bytes.IndexByte(k, 0)
+	if i <= 0 || len(k) < i+1+8 {
+		return "", time.Time{}, "", false
+	}
+	return string(k[:i]), keyTime(k, i+1), string(k[i+1+8:]), true
+}
+
+// idKey is a record's key in the id index: the same id may be used by two
+// tenants.
+func idKey(tenant, id string) []byte {
+	k := make([]byte, 0, len(tenant)+1+len(id))
+	k = append(k, tenant...)
+	k = append(k, 0)
 	return append(k, id...)
+}
+
+// timeKey is a record's key in the retention index: oldest first, then its
+// id key, so sweeping finds the id index entry without reading the record.
+func timeKey(t time.Time, tenant, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(tenant)+1+len(id)), uint64(t.UnixNano()))
+	return append(k, idKey(tenant, id)...)
 }

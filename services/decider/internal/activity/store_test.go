@@ -1,6 +1,7 @@
 package activity
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -109,4 +112,139 @@ func TestRetention(t *testing.T) {
 	require.Equal(t, "new", got[0].Id)
 	_, err = s.Get(t.Context(), "acme", "old")
 	require.ErrorIs(t, err, ErrNotFound)
+}
+
+// TestSameIDOtherTenant: ids are chosen by edges, so two tenants can send the
+// same one; neither record may replace, hide or delete the other.
+func TestSameIDOtherTenant(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return t0.Add(time.Hour) }
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := open(t, path, now)
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "same", "m-acme", t0)}))
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("globex", "same", "m-globex", t0.Add(time.Minute))}))
+	// And both at the very same instant, in one batch.
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "twin", "m-acme", t0), rec("globex", "twin", "m-globex", t0)}))
+	s = flush(t, s, path, now)
+	defer s.Close()
+	ctx := t.Context()
+
+	for _, id := range []string{"same", "twin"} {
+		for _, tenant := range []string{"acme", "globex"} {
+			got, err := s.Get(ctx, tenant, id)
+			require.NoError(t, err, "%s/%s", tenant, id)
+			require.Equal(t, "m-"+tenant, got.GetModel())
+		}
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		got, _, err := s.List(ctx, Query{Tenant: tenant})
+		require.NoError(t, err)
+		require.Len(t, got, 2, tenant)
+	}
+}
+
+// TestSameIDOtherTenantRetention: pruning one tenant's old record leaves the
+// other tenant's newer record of the same id reachable.
+func TestSameIDOtherTenantRetention(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return t0 }
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := open(t, path, now)
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("globex", "same", "m", t0.Add(-time.Hour))}))
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "same", "m", t0.Add(-25*time.Hour))}))
+	s = flush(t, s, path, now) // pruning runs when the writer starts
+	defer s.Close()
+
+	_, err := s.Get(t.Context(), "acme", "same")
+	require.ErrorIs(t, err, ErrNotFound, "past retention")
+	got, err := s.Get(t.Context(), "globex", "same")
+	require.NoError(t, err, "within retention")
+	require.Equal(t, "globex", got.GetTenantId())
+}
+
+// TestResendWithOtherTime: an edge may resend a record whose time it
+// corrected; the store keeps one copy, and the retention sweep of the old
+// time must not remove the live copy's index.
+func TestResendWithOtherTime(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := t0
+	now := func() time.Time { return clock }
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := open(t, path, now)
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "r1", "m", t0.Add(-2*time.Hour))}))
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "r1", "m", t0.Add(-time.Hour))}))
+	s = flush(t, s, path, now)
+	got, _, err := s.List(t.Context(), Query{Tenant: "acme"})
+	require.NoError(t, err)
+	require.Len(t, got, 1, "stored once")
+	require.Equal(t, t0.Add(-time.Hour), got[0].GetCreateTime().AsTime())
+
+	// The first time falls out of retention, the second does not.
+	clock = t0.Add(24*time.Hour - 90*time.Minute)
+	s = flush(t, s, path, now)
+	defer s.Close()
+	got, _, err = s.List(t.Context(), Query{Tenant: "acme"})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	r, err := s.Get(t.Context(), "acme", "r1")
+	require.NoError(t, err, "the live record stays reachable by id")
+	require.Equal(t, t0.Add(-time.Hour), r.GetCreateTime().AsTime())
+
+	// A resend to an earlier time is stored once too, and pruned with it.
+	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "r1", "m", t0.Add(-3*time.Hour))}))
+	s = flush(t, s, path, now)
+	got, _, err = s.List(t.Context(), Query{Tenant: "acme"})
+	require.NoError(t, err)
+	require.Empty(t, got, "the earlier time is past retention")
+	_, err = s.Get(t.Context(), "acme", "r1")
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+// TestOpenRebuildsOldIndexes: a log written with ids indexed alone (one
+// entry per id whatever the tenant, and stale retention entries) is read
+// correctly once reopened.
+func TestOpenRebuildsOldIndexes(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	path := filepath.Join(t.TempDir(), "a.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	put := func(tx *bolt.Tx, r *pb.ActivityRecord) {
+		v, err := proto.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, tx.Bucket(bucketRecords).Put(recordKey(r.GetTenantId(), r.GetCreateTime().AsTime(), r.GetId()), v))
+	}
+	oldTimeKey := func(at time.Time, id string) []byte {
+		return append(binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())), id...)
+	}
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketRecords, bucketIDs, bucketByTime} {
+			_, err := tx.CreateBucket(b)
+			require.NoError(t, err)
+		}
+		put(tx, rec("acme", "same", "m-acme", t0))
+		put(tx, rec("globex", "same", "m-globex", t0.Add(time.Minute)))
+		put(tx, rec("globex", "dup", "m", t0.Add(-time.Minute)))
+		put(tx, rec("globex", "dup", "m", t0.Add(-2*time.Minute)))
+		// The old index: one entry per id, pointing at whichever was last.
+		ids, byTime := tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
+		require.NoError(t, ids.Put([]byte("same"), recordKey("globex", t0.Add(time.Minute), "same")))
+		require.NoError(t, byTime.Put(oldTimeKey(t0.Add(-48*time.Hour), "same"), []byte("stale")))
+		return nil
+	}))
+	require.NoError(t, db.Close())
+
+	s := open(t, path, func() time.Time { return t0.Add(time.Hour) })
+	defer s.Close()
+	ctx := t.Context()
+	for _, tenant := range []string{"acme", "globex"} {
+		got, err := s.Get(ctx, tenant, "same")
+		require.NoError(t, err, tenant)
+		require.Equal(t, "m-"+tenant, got.GetModel())
+	}
+	got, _, err := s.List(ctx, Query{Tenant: "globex"})
+	require.NoError(t, err)
+	require.Len(t, got, 2, "a duplicated id keeps one record")
+	dup, err := s.Get(ctx, "globex", "dup")
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(-time.Minute), dup.GetCreateTime().AsTime(), "the newest copy")
 }

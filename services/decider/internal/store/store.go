@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,6 +94,7 @@ func (e *Embedded) Close() { e.etcd.Close() }
 type Store struct {
 	cli    *clientv3.Client
 	logger *slog.Logger
+	wg     sync.WaitGroup // Register's lease keepers
 }
 
 // Connect dials etcd. ctx bounds the dial only: the client lives until
@@ -124,8 +126,13 @@ func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Sto
 // Client returns the etcd client.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-// Close closes the client.
-func (s *Store) Close() error { return s.cli.Close() }
+// Close closes the client, which ends every lease keeper (a revocation in
+// flight is cut short: the lease then expires by itself).
+func (s *Store) Close() error {
+	err := s.cli.Close()
+	s.wg.Wait()
+	return err
+}
 
 // PutCatalog stores the catalog's YAML unless the stored copy is identical,
 // and returns the revision that holds it.
@@ -187,6 +194,8 @@ func (s *Store) WatchCatalog(ctx context.Context, rev int64, fn func(data []byte
 
 // Register records this replica under a lease kept alive until ctx ends, so
 // other replicas and operators see which deciders are alive. ttl is in seconds.
+// When ctx ends the lease is revoked, so a replica that stops cleanly leaves
+// the list at once; one that dies leaves it when the lease expires.
 func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error {
 	lease, err := s.cli.Grant(ctx, ttl)
 	if err != nil {
@@ -199,13 +208,21 @@ func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error 
 	if err != nil {
 		return fmt.Errorf("keep lease alive: %w", err)
 	}
-	go func() {
+	s.wg.Go(func() {
 		for range ka { // drain until ctx ends or the lease is lost
 		}
 		if ctx.Err() == nil {
 			s.logger.Error("membership lease lost", "member", id)
+			return
 		}
-	}()
+		// Best effort: a client closed meanwhile fails at once, and the
+		// lease then runs out by itself.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.cli.Revoke(rctx, lease.ID); err != nil {
+			s.logger.Debug("revoking the membership lease", "member", id, "err", err)
+		}
+	})
 	return nil
 }
 

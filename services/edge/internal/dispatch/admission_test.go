@@ -88,7 +88,7 @@ func newAdmittedDispatcher(rec *recorder, b *broker, hb HedgeBudget) *Dispatcher
 	return New(Options{
 		Client: &http.Client{}, Getenv: func(string) string { return secret }, Reporter: rec,
 		Broker: b, ReserveTimeout: time.Minute, Hedges: hb, HedgeTimeout: time.Minute,
-		FirstTokenTimeout: 300 * time.Millisecond, IdleTimeout: time.Minute, MaxAttempts: 4,
+		FirstTokenTimeout: time.Second, IdleTimeout: time.Minute, MaxAttempts: 4,
 	})
 }
 

@@ -69,12 +69,14 @@ func endpoint(provider, baseURL string) *switchboardv1.Endpoint {
 
 func newDispatcher(rec *recorder, cd *cooldown.Table) *Dispatcher {
 	return New(Options{
-		Client:            &http.Client{},
-		Getenv:            func(string) string { return secret },
-		Reporter:          rec,
-		Cooldowns:         cd,
-		FirstTokenTimeout: 300 * time.Millisecond,
-		IdleTimeout:       300 * time.Millisecond,
+		Client:    &http.Client{},
+		Getenv:    func(string) string { return secret },
+		Reporter:  rec,
+		Cooldowns: cd,
+		// Long enough that a healthy fake provider always answers first on
+		// a loaded machine; a hanging one times out.
+		FirstTokenTimeout: time.Second,
+		IdleTimeout:       time.Second,
 		MaxAttempts:       4,
 	})
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,13 +259,32 @@ func TestRunWithoutDecider(t *testing.T) {
 	fd := fakedecider.Start(t)
 	addr := fd.Addr()
 	fd.Stop()
-	s := New(Options{Client: dial(t, addr), Hello: hello, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	client := &countingClient{DeciderServiceClient: dial(t, addr)}
+	s := New(Options{Client: client, Hello: hello, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	stop := run(t, s)
-	time.Sleep(100 * time.Millisecond)
-	began := time.Now()
-	stop()
-	require.Less(t, time.Since(began), 3*time.Second)
+	require.Eventually(t, func() bool { return client.opened.Load() >= 3 }, 20*time.Second, 5*time.Millisecond, "Run keeps retrying")
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop()
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second): // a hang guard, not a timing
+		t.Fatal("Run did not stop while reconnecting")
+	}
 	require.Zero(t, s.Sessions())
+}
+
+// countingClient counts the Report streams Run tries to open.
+type countingClient struct {
+	switchboardv1.DeciderServiceClient
+	opened atomic.Int64
+}
+
+func (c *countingClient) Report(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[switchboardv1.ReportRequest, switchboardv1.ReportResponse], error) {
+	c.opened.Add(1)
+	return c.DeciderServiceClient.Report(ctx, opts...)
 }
 
 // TestUnacknowledgedActivityIsResent: a batch the decider never confirmed

@@ -1,0 +1,338 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/etcdtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	acmeKey   = "sk-acme"
+	globexKey = "sk-globex"
+	model     = "vendor/model"
+)
+
+var testCatalog = `
+models:
+  - id: ` + model + `
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.2, output: 0.8}}
+      - {provider: beta, base_url: http://127.0.0.1:2/v1, price: {input: 0.3, output: 1.0}}
+tenants:
+  - {id: acme, api_keys_sha256: [` + catalog.HashKey(acmeKey) + `]}
+  - {id: globex, api_keys_sha256: [` + catalog.HashKey(globexKey) + `]}
+`
+
+func logger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// fixture is a Server on an in-process gRPC connection, with the parts
+// Set* installs kept so a test can install them when it wants.
+type fixture struct {
+	srv    *server.Server
+	client pb.DeciderServiceClient
+	router *routing.Router
+	act    *activity.Store
+	adm    *admission.Admission
+}
+
+// start serves a Server over bufconn. ready installs the router, the
+// activity log and admission (on embedded etcd); otherwise the server is as
+// at start-up, before the catalog is loaded.
+func start(t *testing.T, ready bool) *fixture {
+	t.Helper()
+	hub := report.NewHub(logger(), func(*pb.EdgeHello, []*pb.CallReport) {}, func(*pb.EdgeHello, []*pb.ActivityRecord) error { return nil })
+	f := &fixture{srv: server.New(hub, hedge.New(1, nil))}
+
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	pb.RegisterDeciderServiceServer(gs, f.srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-served
+	})
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	f.client = pb.NewDeciderServiceClient(conn)
+
+	c, err := catalog.Parse([]byte(testCatalog))
+	require.NoError(t, err)
+	f.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
+	f.act, err = activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.act.Close() })
+	if ready {
+		f.install(t)
+	}
+	return f
+}
+
+// install makes the server ready: router, activity log and admission.
+func (f *fixture) install(t *testing.T) {
+	t.Helper()
+	c, err := catalog.Parse([]byte(testCatalog))
+	require.NoError(t, err)
+	bcfg, err := broker.FromCatalog(c)
+	require.NoError(t, err)
+	b, err := broker.New(bcfg, broker.Options{})
+	require.NoError(t, err)
+	st := etcdtest.Connect(t, etcdtest.Start(t))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	f.adm, err = admission.Start(ctx, admission.Options{Broker: b, Client: st.Client(), Addr: "bufnet", Logger: logger()})
+	require.NoError(t, err)
+	t.Cleanup(f.adm.Close)
+	f.srv.SetAdmission(f.adm)
+	f.srv.SetActivity(f.act)
+	f.srv.SetRouter(f.router)
+}
+
+func key(k string) *pb.Identity { return &pb.Identity{ApiKeySha256: catalog.HashKey(k)} }
+
+func requireCode(t *testing.T, want codes.Code, err error, msg string) {
+	t.Helper()
+	require.Error(t, err, msg)
+	require.Equal(t, want, status.Code(err), "%s: %v", msg, err)
+}
+
+func TestNotReadyAnswersUnavailable(t *testing.T) {
+	f := start(t, false)
+	ctx := t.Context()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Decide", func() error {
+			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model})
+			return err
+		}},
+		{"ListModels", func() error {
+			_, err := f.client.ListModels(ctx, &pb.ListModelsRequest{Identity: key(acmeKey)})
+			return err
+		}},
+		{"Reserve", func() error {
+			_, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: key(acmeKey), EndpointId: "alpha/" + model})
+			return err
+		}},
+		{"Reconcile", func() error { _, err := f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: "r"}); return err }},
+		{"ListActivity", func() error {
+			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey)})
+			return err
+		}},
+		{"GetActivity", func() error {
+			_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey), Id: "x"})
+			return err
+		}},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) { requireCode(t, codes.Unavailable, c.call(), "before start-up finished") })
+	}
+
+	// The router alone: the activity log is still opening.
+	f.srv.SetRouter(f.router)
+	_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey)})
+	requireCode(t, codes.Unavailable, err, "activity log not open")
+	_, err = f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true})
+	requireCode(t, codes.Unavailable, err, "a reserving Decide before the broker is up")
+	d, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model})
+	require.NoError(t, err, "a plain Decide needs only the catalog")
+	require.Equal(t, "alpha", d.GetEndpoint().GetProvider())
+}
+
+func TestArgumentValidation(t *testing.T) {
+	f := start(t, true)
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		call func() error
+		want codes.Code
+	}{
+		{"Decide without identity", func() error {
+			_, err := f.client.Decide(ctx, &pb.DecideRequest{Model: model})
+			return err
+		}, codes.Unauthenticated},
+		{"Decide with an unknown key", func() error {
+			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key("sk-nobody"), Model: model})
+			return err
+		}, codes.Unauthenticated},
+		{"Decide for an unknown tenant", func() error {
+			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "nobody"}, Model: model})
+			return err
+		}, codes.Unauthenticated},
+		{"Decide for an unknown model", func() error {
+			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: "vendor/none"})
+			return err
+		}, codes.NotFound},
+		{"ListModels without identity", func() error {
+			_, err := f.client.ListModels(ctx, &pb.ListModelsRequest{})
+			return err
+		}, codes.Unauthenticated},
+		{"Reserve without endpoint", func() error {
+			_, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: key(acmeKey)})
+			return err
+		}, codes.InvalidArgument},
+		{"Reserve with an unknown key", func() error {
+			_, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: key("sk-nobody"), EndpointId: "alpha/" + model})
+			return err
+		}, codes.Unauthenticated},
+		{"Reconcile without reservation", func() error {
+			_, err := f.client.Reconcile(ctx, &pb.ReconcileRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"Reconcile of an unknown reservation", func() error {
+			_, err := f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: "rsv-none"})
+			return err
+		}, codes.NotFound},
+		{"AcquireHedge without request id", func() error {
+			_, err := f.client.AcquireHedge(ctx, &pb.AcquireHedgeRequest{EndpointId: "beta/" + model})
+			return err
+		}, codes.InvalidArgument},
+		{"ListActivity without identity", func() error {
+			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{})
+			return err
+		}, codes.Unauthenticated},
+		{"ListActivity with a negative limit", func() error {
+			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: -1})
+			return err
+		}, codes.InvalidArgument},
+		{"ListActivity over the page limit", func() error {
+			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: 501})
+			return err
+		}, codes.InvalidArgument},
+		{"ListActivity with a made-up cursor", func() error {
+			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Cursor: "zz"})
+			return err
+		}, codes.InvalidArgument},
+		{"GetActivity without id", func() error {
+			_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey)})
+			return err
+		}, codes.InvalidArgument},
+		{"GetActivity of an unknown id", func() error {
+			_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey), Id: "gen-none"})
+			return err
+		}, codes.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { requireCode(t, tt.want, tt.call(), tt.name) })
+	}
+}
+
+func TestDecideReserveReconcile(t *testing.T) {
+	f := start(t, true)
+	ctx := t.Context()
+
+	d, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true,
+		Tokens: &pb.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}})
+	require.NoError(t, err)
+	require.NotEmpty(t, d.GetRequestId(), "the decider names the request when the caller did not")
+	require.Equal(t, "acme", d.GetIdentity().GetTenantId(), "the identity comes from the key")
+	require.Equal(t, "alpha", d.GetEndpoint().GetProvider())
+	rsv := d.GetReservation().GetReservationId()
+	require.NotEmpty(t, rsv)
+
+	// A service reserves a fallback itself, naming the tenant.
+	r, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: &pb.Identity{TenantId: "globex"}, RequestId: "req-1",
+		Model: model, EndpointId: "beta/" + model, Demand: &pb.Demand{InputTokens: 100, OutputTokens: 10, Requests: 1}})
+	require.NoError(t, err)
+	require.True(t, r.GetAdmitted())
+
+	for _, id := range []string{rsv, r.GetReservation().GetReservationId()} {
+		_, err = f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: id, Usage: &pb.Usage{InputTokens: 90, OutputTokens: 5, Reported: true}})
+		require.NoError(t, err)
+		_, err = f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: id})
+		requireCode(t, codes.NotFound, err, "a reservation is reconciled once")
+	}
+
+	h, err := f.client.AcquireHedge(ctx, &pb.AcquireHedgeRequest{RequestId: "req-2", EndpointId: "beta/" + model, EstimatedCostUsd: 0.5})
+	require.NoError(t, err)
+	require.True(t, h.GetGranted())
+	h, err = f.client.AcquireHedge(ctx, &pb.AcquireHedgeRequest{RequestId: "req-3", EndpointId: "beta/" + model, EstimatedCostUsd: 0.6})
+	require.NoError(t, err)
+	require.False(t, h.GetGranted(), "the day's 1 USD does not cover both")
+}
+
+// TestActivityIsTenantScoped: a tenant reads its own records only, found by
+// key, even when another tenant's record has the same id.
+func TestActivityIsTenantScoped(t *testing.T) {
+	f := start(t, true)
+	ctx := t.Context()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	rec := func(tenant, id string, min int) *pb.ActivityRecord {
+		return &pb.ActivityRecord{Id: id, TenantId: tenant, Model: model, Provider: tenant + "-provider",
+			CreateTime: timestamppb.New(at.Add(time.Duration(min) * time.Minute))}
+	}
+	require.NoError(t, f.act.Add([]*pb.ActivityRecord{
+		rec("acme", "gen-1", 0), rec("acme", "gen-2", 1), rec("globex", "gen-2", 2), rec("globex", "gen-3", 3),
+	}))
+
+	list := func(k string) []string {
+		resp, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(k)})
+		require.NoError(t, err)
+		var ids []string
+		for _, r := range resp.GetRecords() {
+			require.Equal(t, map[string]string{acmeKey: "acme", globexKey: "globex"}[k], r.GetTenantId())
+			ids = append(ids, r.GetId())
+		}
+		return ids
+	}
+	require.Equal(t, []string{"gen-2", "gen-1"}, list(acmeKey))
+	require.Equal(t, []string{"gen-3", "gen-2"}, list(globexKey))
+
+	for k, tenant := range map[string]string{acmeKey: "acme", globexKey: "globex"} {
+		got, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(k), Id: "gen-2"})
+		require.NoError(t, err)
+		require.Equal(t, tenant, got.GetRecord().GetTenantId(), "the same id, each tenant its own record")
+		require.Equal(t, tenant+"-provider", got.GetRecord().GetProvider())
+	}
+	_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey), Id: "gen-3"})
+	requireCode(t, codes.NotFound, err, "another tenant's record looks missing")
+	_, err = f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(globexKey), Id: "gen-1"})
+	requireCode(t, codes.NotFound, err, "another tenant's record looks missing")
+
+	// A cursor from one tenant's listing is refused to another.
+	page, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, page.GetNextCursor())
+	_, err = f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(globexKey), Cursor: page.GetNextCursor()})
+	requireCode(t, codes.InvalidArgument, err, "a cursor of another tenant's listing")
+	next, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: 1, Cursor: page.GetNextCursor()})
+	require.NoError(t, err)
+	require.Len(t, next.GetRecords(), 1)
+	require.Equal(t, "gen-1", next.GetRecords()[0].GetId())
+}
