@@ -135,17 +135,6 @@ func modRevisions(t *testing.T, s *store.Store) map[string]int64 {
 	return out
 }
 
-func TestHedgeBudgetPutGet(t *testing.T) {
-	s := etcdtest.Connect(t, etcdtest.Start(t))
-	got, err := s.GetHedgeBudget(t.Context())
-	require.NoError(t, err)
-	require.Nil(t, got)
-	require.NoError(t, s.PutHedgeBudget(t.Context(), []byte("state")))
-	got, err = s.GetHedgeBudget(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, "state", string(got))
-}
-
 // TestMembershipEndsWithItsReplica: a replica is listed while it lives; a
 // clean stop removes it at once, and one that dies without a word drops out
 // when its lease expires.
