@@ -503,7 +503,7 @@ func (b *Broker) restore(s *snapshot, now int64) {
 		if sh.byID[se.res.ID] != nil {
 			continue
 		}
-		e := &entry{res: se.res, expires: se.expires}
+		e := &entry{res: se.res, expires: se.expires, ttl: b.ttlOf(se.res.Created.UnixNano(), se.expires)}
 		for _, c := range se.charges {
 			bk := t.byID[c.bucket]
 			if bk == nil {
