@@ -19,14 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DeciderService_Decide_FullMethodName       = "/switchboard.v1.DeciderService/Decide"
-	DeciderService_Reserve_FullMethodName      = "/switchboard.v1.DeciderService/Reserve"
-	DeciderService_Reconcile_FullMethodName    = "/switchboard.v1.DeciderService/Reconcile"
-	DeciderService_Report_FullMethodName       = "/switchboard.v1.DeciderService/Report"
-	DeciderService_ListModels_FullMethodName   = "/switchboard.v1.DeciderService/ListModels"
-	DeciderService_AcquireHedge_FullMethodName = "/switchboard.v1.DeciderService/AcquireHedge"
-	DeciderService_ListActivity_FullMethodName = "/switchboard.v1.DeciderService/ListActivity"
-	DeciderService_GetActivity_FullMethodName  = "/switchboard.v1.DeciderService/GetActivity"
+	DeciderService_Decide_FullMethodName           = "/switchboard.v1.DeciderService/Decide"
+	DeciderService_Reserve_FullMethodName          = "/switchboard.v1.DeciderService/Reserve"
+	DeciderService_Reconcile_FullMethodName        = "/switchboard.v1.DeciderService/Reconcile"
+	DeciderService_Report_FullMethodName           = "/switchboard.v1.DeciderService/Report"
+	DeciderService_ListModels_FullMethodName       = "/switchboard.v1.DeciderService/ListModels"
+	DeciderService_AcquireHedge_FullMethodName     = "/switchboard.v1.DeciderService/AcquireHedge"
+	DeciderService_ListActivity_FullMethodName     = "/switchboard.v1.DeciderService/ListActivity"
+	DeciderService_GetActivity_FullMethodName      = "/switchboard.v1.DeciderService/GetActivity"
+	DeciderService_KeepReservations_FullMethodName = "/switchboard.v1.DeciderService/KeepReservations"
 )
 
 // DeciderServiceClient is the client API for DeciderService service.
@@ -67,6 +68,12 @@ type DeciderServiceClient interface {
 	// GetActivity returns one of the caller's own calls by its id (the
 	// completion id the client received). NOT_FOUND for another tenant's call.
 	GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error)
+	// KeepReservations extends the named reservations that are still open by
+	// their time to live, counted from now: an edge declares the reservations
+	// of its calls in flight on its Report stream, and the replica that
+	// received them forwards them to the broker's owner with this call.
+	// Unknown ids are ignored.
+	KeepReservations(ctx context.Context, in *KeepReservationsRequest, opts ...grpc.CallOption) (*KeepReservationsResponse, error)
 }
 
 type deciderServiceClient struct {
@@ -160,6 +167,16 @@ func (c *deciderServiceClient) GetActivity(ctx context.Context, in *GetActivityR
 	return out, nil
 }
 
+func (c *deciderServiceClient) KeepReservations(ctx context.Context, in *KeepReservationsRequest, opts ...grpc.CallOption) (*KeepReservationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeepReservationsResponse)
+	err := c.cc.Invoke(ctx, DeciderService_KeepReservations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeciderServiceServer is the server API for DeciderService service.
 // All implementations must embed UnimplementedDeciderServiceServer
 // for forward compatibility.
@@ -198,6 +215,12 @@ type DeciderServiceServer interface {
 	// GetActivity returns one of the caller's own calls by its id (the
 	// completion id the client received). NOT_FOUND for another tenant's call.
 	GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error)
+	// KeepReservations extends the named reservations that are still open by
+	// their time to live, counted from now: an edge declares the reservations
+	// of its calls in flight on its Report stream, and the replica that
+	// received them forwards them to the broker's owner with this call.
+	// Unknown ids are ignored.
+	KeepReservations(context.Context, *KeepReservationsRequest) (*KeepReservationsResponse, error)
 	mustEmbedUnimplementedDeciderServiceServer()
 }
 
@@ -231,6 +254,9 @@ func (UnimplementedDeciderServiceServer) ListActivity(context.Context, *ListActi
 }
 func (UnimplementedDeciderServiceServer) GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetActivity not implemented")
+}
+func (UnimplementedDeciderServiceServer) KeepReservations(context.Context, *KeepReservationsRequest) (*KeepReservationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepReservations not implemented")
 }
 func (UnimplementedDeciderServiceServer) mustEmbedUnimplementedDeciderServiceServer() {}
 func (UnimplementedDeciderServiceServer) testEmbeddedByValue()                        {}
@@ -386,6 +412,24 @@ func _DeciderService_GetActivity_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DeciderService_KeepReservations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeepReservationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).KeepReservations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_KeepReservations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).KeepReservations(ctx, req.(*KeepReservationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DeciderService_ServiceDesc is the grpc.ServiceDesc for DeciderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -420,6 +464,10 @@ var DeciderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetActivity",
 			Handler:    _DeciderService_GetActivity_Handler,
+		},
+		{
+			MethodName: "KeepReservations",
+			Handler:    _DeciderService_KeepReservations_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

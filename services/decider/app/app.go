@@ -252,6 +252,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}, d.onActivity)
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
 	svc := server.New(d.hub, d.budget)
+	d.hub.SetReservations(svc.Reservations())
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{HotMethods: []string{
 		pb.DeciderService_Decide_FullMethodName, pb.DeciderService_Reserve_FullMethodName,
 		pb.DeciderService_Reconcile_FullMethodName, pb.DeciderService_AcquireHedge_FullMethodName,
@@ -335,7 +336,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	svc.SetAdmission(d.adm)
 	d.observer.Store(observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
-		Broadcast: d.hub.Broadcast, Reconcile: d.adm.Reconcile, Logger: logger.With("component", "observe"), Now: cfg.Now,
+		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
