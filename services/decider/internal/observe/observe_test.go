@@ -37,7 +37,7 @@ func TestIngest(t *testing.T) {
 	ob := New(Options{
 		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
 		Broadcast: func(m *pb.ReportResponse) { sent = append(sent, m) },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
 	ok := func(stream bool) *pb.CallReport {
 		return &pb.CallReport{EndpointId: "a/m", Outcome: pb.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: stream,
