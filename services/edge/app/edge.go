@@ -111,7 +111,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Hello:         &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
 		Handler:       commands,
 		FlushInterval: cfg.ReportFlushInterval,
-		Logger:        logger.With("component", "report"),
+		// Declared well within their TTL, so a missed beat or two costs
+		// nothing.
+		HeartbeatInterval: cfg.ReservationTTL / 3,
+		Logger:            logger.With("component", "report"),
 	})
 	cooldowns := cooldown.New(nil)
 	dispatcher := dispatch.New(dispatch.Options{
@@ -119,6 +122,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Getenv:            cfg.Getenv,
 		Cooldowns:         cooldowns,
 		Reporter:          reports,
+		Ledger:            reports,
 		Hedges:            decider,
 		HedgeTimeout:      cfg.HedgeAcquireTimeout,
 		Broker:            decider,

@@ -143,7 +143,9 @@ func (s *serving) reservation(ctx context.Context, ep *switchboardv1.Endpoint, h
 // request.
 func (s *serving) admitted(ep *switchboardv1.Endpoint, hedge bool, resp *switchboardv1.ReserveResponse, err error, at time.Time) (string, *skip) {
 	if err == nil && resp.GetAdmitted() {
-		return resp.GetReservation().GetReservationId(), nil
+		id := resp.GetReservation().GetReservationId()
+		s.d.hold(id)
+		return id, nil
 	}
 	s.refused[ep.GetId()] = true
 	sk := &skip{ep: ep, hedge: hedge, at: at}
@@ -269,6 +271,7 @@ func (s *serving) drainHedge() {
 		s.hold(ep.GetId(), g.held)
 	case !g.granted || (g.resp == nil && g.err == nil):
 	case g.err == nil && g.resp.GetAdmitted():
+		s.d.hold(g.resp.GetReservation().GetReservationId())
 		s.hold(ep.GetId(), g.resp.GetReservation().GetReservationId())
 	default:
 		if _, sk := s.admitted(ep, true, g.resp, g.err, g.at); sk != nil {
@@ -293,10 +296,34 @@ func (s *serving) release(ctx context.Context) {
 			continue
 		}
 		if err := s.d.releaseReservation(ctx, id); err != nil {
+			if s.d.opts.Ledger != nil {
+				// Delivered on the Report stream instead, until applied.
+				s.d.log.Debug("releasing an unused reservation failed; queued", "request_id", s.call.RequestID, "reservation", id, "error", err)
+				s.d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
+					ReservationId: id, Usage: &switchboardv1.Usage{}, Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED,
+				})
+				continue
+			}
 			// It expires at its TTL: its concurrency slot is back then,
 			// its tokens stay counted, which can only under-admit.
 			s.d.log.Warn("releasing an unused reservation failed", "request_id", s.call.RequestID, "reservation", id, "error", err)
+			continue
 		}
+		s.d.forget(id)
+	}
+}
+
+// hold declares a granted reservation to the ledger, if any.
+func (d *Dispatcher) hold(id string) {
+	if d.opts.Ledger != nil && id != "" {
+		d.opts.Ledger.Hold(id)
+	}
+}
+
+// forget tells the ledger a reservation was closed by a Reconcile RPC.
+func (d *Dispatcher) forget(id string) {
+	if d.opts.Ledger != nil && id != "" {
+		d.opts.Ledger.Forget(id)
 	}
 }
 
@@ -339,5 +366,6 @@ func (s *serving) releaseFailed(l *leg) {
 		return
 	}
 	s.used[l.reservation] = true
+	s.d.forget(l.reservation)
 	l.reservation = ""
 }

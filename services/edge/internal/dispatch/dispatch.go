@@ -58,6 +58,20 @@ type Reporter interface {
 	Activity(r *switchboardv1.ActivityRecord)
 }
 
+// Ledger carries the edge's reservations to the broker reliably: the
+// reservations of calls in flight, declared so the broker keeps them open
+// however long the calls run, and their reconciliations, delivered at least
+// once (and applied once). The Report stream implements it. Its methods must
+// not block: they are called on the request path.
+type Ledger interface {
+	// Hold declares a reservation in use until it is reconciled or forgotten.
+	Hold(id string)
+	// Forget stops declaring a reservation closed by a Reconcile RPC.
+	Forget(id string)
+	// Reconcile queues a reservation's reconciliation and stops declaring it.
+	Reconcile(r *switchboardv1.ReconcileRequest)
+}
+
 // HedgeBudget grants hedges from the daily budget shared by every edge
 // (R-HEDGE-2). The decider's client implements it.
 type HedgeBudget interface {
@@ -76,6 +90,10 @@ type Options struct {
 	// Reporter receives call reports and activity records (Optional).
 	// Defaults to dropping them.
 	Reporter Reporter
+	// Ledger declares held reservations and delivers their reconciliations
+	// (Optional). Without it, the decider reconciles each reservation from
+	// the call report that names it, best effort.
+	Ledger Ledger
 	// Hedges grants hedges (Optional). Defaults to none: no request is hedged.
 	Hedges HedgeBudget
 	// HedgeTimeout bounds one AcquireHedge call; a slower answer counts as a

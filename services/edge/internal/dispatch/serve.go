@@ -55,6 +55,7 @@ func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
 	s := &serving{d: d, call: call, w: w, held: map[string]string{}, used: map[string]bool{}, refused: map[string]bool{}}
 	if a := call.Admission; a != nil && a.ReservationID != "" && a.EndpointID != "" {
 		s.held[a.EndpointID] = a.ReservationID
+		d.hold(a.ReservationID)
 	}
 	return s
 }
