@@ -115,6 +115,9 @@ type Stream struct {
 	droppedReconciles atomic.Int64
 	rseq              uint64
 	runacked          map[uint64]*sentReconciles
+	// outstanding counts reconciliations queued or sent and not yet
+	// acknowledged (nor given up).
+	outstanding atomic.Int64
 
 	// held are the reservations of the calls in flight, declared in
 	// heartbeats until their reconciliation is queued or they are forgotten.
@@ -189,7 +192,9 @@ func (s *Stream) sentReconcile(rs []*switchboardv1.ReconcileRequest) uint64 {
 		for k := range s.runacked {
 			oldest = min(oldest, k)
 		}
-		s.droppedReconciles.Add(int64(len(s.runacked[oldest].reconciles)))
+		n := int64(len(s.runacked[oldest].reconciles))
+		s.droppedReconciles.Add(n)
+		s.outstanding.Add(-n)
 		delete(s.runacked, oldest)
 	}
 	return s.rseq
@@ -199,25 +204,10 @@ func (s *Stream) sentReconcile(rs []*switchboardv1.ReconcileRequest) uint64 {
 func (s *Stream) ackedReconcile(seq uint64) {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
-	delete(s.runacked, seq)
-}
-
-// requeueReconciles puts every unacknowledged reconcile batch back in front
-// of what is pending, in the order they were first sent, for a new stream.
-func (s *Stream) requeueReconciles(p *pending) {
-	s.ackMu.Lock()
-	defer s.ackMu.Unlock()
-	seqs := make([]uint64, 0, len(s.runacked))
-	for k := range s.runacked {
-		seqs = append(seqs, k)
+	if b := s.runacked[seq]; b != nil {
+		s.outstanding.Add(-int64(len(b.reconciles)))
+		delete(s.runacked, seq)
 	}
-	slices.Sort(seqs)
-	var again []*switchboardv1.ReconcileRequest
-	for _, k := range seqs {
-		again = append(again, s.runacked[k].reconciles...)
-	}
-	clear(s.runacked)
-	p.reconciles = append(again, p.reconciles...)
 }
 
 // stale returns the reconcile batches sent before cutoff and not
@@ -248,15 +238,7 @@ func cmpUint(a, b uint64) int {
 
 // UnackedReconciles returns how many reconciliations wait for the decider's
 // acknowledgement, queued ones included.
-func (s *Stream) UnackedReconciles() int {
-	s.ackMu.Lock()
-	defer s.ackMu.Unlock()
-	n := len(s.reconciles)
-	for _, b := range s.runacked {
-		n += len(b.reconciles)
-	}
-	return n
-}
+func (s *Stream) UnackedReconciles() int { return int(s.outstanding.Load()) }
 
 // Hold declares a reservation in use by a call in flight: it is listed in
 // every heartbeat until its reconciliation is queued (Reconcile) or it is
@@ -298,6 +280,7 @@ func (s *Stream) Reconcile(r *switchboardv1.ReconcileRequest) {
 	s.Forget(r.GetReservationId())
 	select {
 	case s.reconciles <- r:
+		s.outstanding.Add(1)
 	default:
 		s.droppedReconciles.Add(1)
 	}
@@ -476,7 +459,6 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	s.log.Info("report stream open")
 	// What the last stream sent but the decider never confirmed goes first.
 	s.requeue(p)
-	s.requeueReconciles(p)
 
 	recvErr := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -535,6 +517,11 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			}
 		}
 		return nil
+	}
+	// Reconcile batches the last stream sent and the decider never
+	// acknowledged go first, as they were (same sequence).
+	if err := s.resendAll(stream); err != nil {
+		return err
 	}
 	ticker := time.NewTicker(s.opts.FlushInterval)
 	defer ticker.Stop()
@@ -613,6 +600,17 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			}
 		}
 	}
+}
+
+// resendAll sends every unacknowledged reconcile batch again, oldest first.
+func (s *Stream) resendAll(stream switchboardv1.DeciderService_ReportClient) error {
+	now := time.Now()
+	for _, b := range s.stale(now.Add(time.Hour), now) {
+		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recvStatus turns the io.EOF a Send returns on a stream the server closed
