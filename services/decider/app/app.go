@@ -520,6 +520,24 @@ func (d *Decider) ProbeCost() (int64, float64) {
 	return 0, 0
 }
 
+// LimitStatus is one of a tenant's own quota buckets as this replica's
+// broker holds it (the owner's is the one that admits).
+type LimitStatus struct {
+	// Unit and Window name the bucket, as in the catalog ("usd", "day").
+	Unit, Window string
+	// Limit is its limit; Remaining what it can admit now.
+	Limit, Remaining float64
+}
+
+// TenantLimits returns a tenant's own quota buckets, for operators and tests.
+func (d *Decider) TenantLimits(tenantID string) []LimitStatus {
+	var out []LimitStatus
+	for _, b := range d.broker.Limits(broker.Identity{TenantID: tenantID}) {
+		out = append(out, LimitStatus{Unit: b.Unit.String(), Window: b.Window.String(), Limit: b.Limit, Remaining: b.Remaining})
+	}
+	return out
+}
+
 // Edges returns the connected edges.
 func (d *Decider) Edges() []*pb.EdgeHello { return d.hub.Edges() }
 

@@ -183,6 +183,14 @@ func (e *Edge) Addr() string { return e.ln.Addr().String() }
 // URL is the OpenAI base URL clients use, "http://<addr>/v1".
 func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
 
+// UnackedReconciles returns how many reservation reconciliations wait for
+// the decider's acknowledgement.
+func (e *Edge) UnackedReconciles() int { return e.reports.UnackedReconciles() }
+
+// HeldReservations returns the reservations of the calls in flight, as the
+// edge declares them to the decider.
+func (e *Edge) HeldReservations() []string { return e.reports.Held() }
+
 // Close shuts the edge down gracefully: /healthz turns 503 (for DrainDelay,
 // while new requests are still served), requests in flight finish (up to
 // 15s, then they are cut), probes stop, the last call reports and activity
