@@ -111,9 +111,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Hello:         &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
 		Handler:       commands,
 		FlushInterval: cfg.ReportFlushInterval,
-		// Declared well within their TTL, so a missed beat or two costs
-		// nothing.
-		HeartbeatInterval: cfg.ReservationTTL / 3,
+		HeartbeatInterval: cfg.ReservationHeartbeat,
 		Logger:            logger.With("component", "report"),
 	})
 	cooldowns := cooldown.New(nil)
