@@ -35,7 +35,7 @@ providers:
       - id: sim-model
         ttft: {base: 5ms}
         tokens_per_second: 20
-        default_output_tokens: 40
+        default_output_tokens: 100
 `
 
 // resvSystem is a Switchboard with one slow, dear provider and a tenant
@@ -102,12 +102,17 @@ type liveStream struct {
 	id   string
 }
 
-// openStream sends a streamed request for up to maxTokens and returns once
+// openStream sends a streamed request for up to maxTokens (0: the
+// provider's default, 100) and returns once
 // the answer started (its first content chunk read), or with the refusal's
 // status when it was refused.
 func (r *resvSystem) openStream(t *testing.T, maxTokens int) (*liveStream, int) {
 	t.Helper()
-	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"tell me a long story"}]}`, model, maxTokens)
+	limit := ""
+	if maxTokens > 0 {
+		limit = fmt.Sprintf(`"max_tokens":%d,`, maxTokens)
+	}
+	body := fmt.Sprintf(`{"model":%q,"stream":true,%s"messages":[{"role":"user","content":"tell me a long story"}]}`, model, limit)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, r.edge.URL()+"/chat/completions", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -298,4 +303,73 @@ func etcdGet(endpoint, key string) (string, error) {
 	}
 	v, err := base64.StdEncoding.DecodeString(out.Kvs[0].Value)
 	return string(v), err
+}
+
+// TestLongStreamOutlivesItsReservationTTL: a stream that runs longer than
+// its reservation's TTL keeps its concurrency slot while its edge declares
+// it, and is charged what it used; without declarations (an edge that
+// beats more slowly than the TTL) the reservation expires mid-stream, and
+// its late reconciliation is still charged the real usage.
+func TestLongStreamOutlivesItsReservationTTL(t *testing.T) {
+	for _, declared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("declared=%v", declared), func(t *testing.T) {
+			// The decider's clock is the test's: noon today, so the daily
+			// USD bucket does not reset under the test.
+			now := time.Now().UTC()
+			clock := &fakeClock{offset: time.Date(now.Year(), now.Month(), now.Day(), 12, 0, 0, 0, time.UTC).Sub(now)}
+			args := []string{"--reservation-ttl=2m", "--reservation-heartbeat=20ms"}
+			if !declared {
+				args = []string{"--reservation-ttl=10m", "--reservation-heartbeat=9m"}
+			}
+			r := startResv(t, `{unit: concurrent_requests, capacity: 1}, {unit: usd, per: day, capacity: 10}`,
+				func(c *deciderapp.Config) { c.Now = clock.Now }, args...)
+			bs := &billSystem{edge: r.edge}
+
+			s, code := r.openStream(t, 0)
+			require.Equal(t, http.StatusOK, code)
+			if declared {
+				// Ten minutes of the decider's time pass in 30s steps, each
+				// followed by two declarations applied after it (the
+				// second one surely evaluated at the new time).
+				for range 20 {
+					clock.Advance(30 * time.Second)
+					k := r.decider.ReservationHeartbeats()
+					require.Eventually(t, func() bool { return r.decider.ReservationHeartbeats() >= k+2 }, waitFor, time.Millisecond)
+				}
+				_, code := r.openStream(t, 1)
+				require.Equal(t, http.StatusTooManyRequests, code, "ten minutes in, the stream still holds its slot")
+			} else {
+				clock.Advance(11 * time.Minute) // the reservation's TTL passed
+				require.Eventually(t, func() bool {
+					o, code := r.openStream(t, 1)
+					if o != nil {
+						o.finish(t)
+					}
+					return code == http.StatusOK
+				}, waitFor, tick, "without declarations the slot was released at expiry")
+			}
+			s.finish(t)
+			rec := bs.record(t, testKey, s.id)
+			require.Equal(t, int64(100), rec.GetUsage().GetOutputTokens())
+			billed := rec.GetCostUsd()
+			require.Eventually(t, func() bool { return r.edgeSettled() }, waitFor, tick)
+			var others float64
+			if !declared {
+				// The one-token request admitted after expiry is billed too.
+				code, recs, _, err := bs.activity(testKey, "limit=10")
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, code)
+				for _, o := range recs {
+					if o.GetId() != s.id {
+						others += o.GetCostUsd()
+					}
+				}
+			}
+			require.Eventually(t, func() bool { return math.Abs(r.usdSpent(t)-billed-others) < 1e-9 }, waitFor, tick,
+				"the quota is charged what the stream used: %g vs %g", r.usdSpent(t), billed+others)
+			after, code := r.openStream(t, 1)
+			require.Equal(t, http.StatusOK, code, "the slot is free once the stream ended")
+			after.finish(t)
+		})
+	}
 }

@@ -503,6 +503,10 @@ func (d *Decider) EtcdEndpoint() string {
 	return d.embedded.Endpoint()
 }
 
+// ReservationHeartbeats returns how many of the edges' reservation
+// heartbeats were applied on the broker's owner.
+func (d *Decider) ReservationHeartbeats() int64 { return d.hub.Heartbeats() }
+
 // ReportsReceived returns how many call reports edges have sent.
 func (d *Decider) ReportsReceived() int64 { return d.hub.Received() }
 

@@ -86,6 +86,7 @@ type Hub struct {
 	// was full; retried counts failed attempts that were retried.
 	refused atomic.Int64
 	retried atomic.Int64
+	kept    atomic.Int64 // heartbeats applied
 	// retryMin and retryMax bound the retry back-off; attempt bounds one try.
 	retryMin, retryMax, attempt time.Duration
 
@@ -281,6 +282,7 @@ func (h *Hub) do(c *conn, j job) bool {
 		if !h.retry(c, "keep reservations", func(ctx context.Context, r Reservations) error { return r.Keep(ctx, j.keep) }) {
 			return false
 		}
+		h.kept.Add(1)
 	}
 	for _, rq := range j.reconciles {
 		if !h.retry(c, "reconcile", func(ctx context.Context, r Reservations) error { return r.Reconcile(ctx, rq) }) {
@@ -409,6 +411,9 @@ func (h *Hub) Refused() int64 { return h.refused.Load() }
 
 // Retried returns how many reservation attempts failed and were retried.
 func (h *Hub) Retried() int64 { return h.retried.Load() }
+
+// Heartbeats returns how many reservation heartbeats were applied.
+func (h *Hub) Heartbeats() int64 { return h.kept.Load() }
 
 // Close ends every stream, so a graceful stop is not held up by edges that
 // would otherwise stay connected forever; they reconnect to another replica.
