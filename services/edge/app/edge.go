@@ -107,10 +107,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
-		Client:        decider,
-		Hello:         &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
-		Handler:       commands,
-		FlushInterval: cfg.ReportFlushInterval,
+		Client:            decider,
+		Hello:             &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
+		Handler:           commands,
+		FlushInterval:     cfg.ReportFlushInterval,
 		HeartbeatInterval: cfg.ReservationHeartbeat,
 		Logger:            logger.With("component", "report"),
 	})
