@@ -4587,7 +4587,10 @@ type ReconcileBatch struct {
 	// decider acknowledges it once every reconciliation is applied, and the
 	// edge sends unacknowledged batches again (on its next stream, or on the
 	// same one after a while): delivered at least once, applied once (the
-	// broker applies a reservation's reconciliation once, by id).
+	// broker applies a reservation's reconciliation once, by id). 0 marks a
+	// replay, on a new stream, of reconciliations acknowledged lately (a
+	// broker owner that crashed may have applied them after its last
+	// snapshot): applied like the others, never acknowledged.
 	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

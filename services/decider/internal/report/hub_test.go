@@ -337,3 +337,15 @@ func TestHubCloseEndsStreams(t *testing.T) {
 	_, err := again.Recv()
 	require.Equal(t, codes.Unavailable, status.Code(err), "a closed hub takes no new stream")
 }
+
+// A replay (sequence 0) is applied like any batch and never acknowledged.
+func TestHubAppliesReplaysWithoutAck(t *testing.T) {
+	rsv := &fakeReservations{}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(0, "replayed")))
+	require.NoError(t, stream.Send(reconcileBatch(5, "new")))
+	require.Equal(t, uint64(5), recvAck(t, stream).GetReconcileSequence(), "the first ack is the numbered batch's")
+	require.Equal(t, []string{"replayed", "new"}, rsv.reconciledIDs())
+}

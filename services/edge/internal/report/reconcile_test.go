@@ -55,7 +55,10 @@ func TestReconcileResentUntilAcknowledged(t *testing.T) {
 	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
 	s.Reconcile(reconcileOf("r2"))
 	require.Eventually(t, func() bool { return len(sequencesOf(fd, "r2")) == 1 }, 10*time.Second, time.Millisecond)
-	require.Len(t, sequencesOf(fd, "r1"), n, "an acknowledged reconciliation is not sent again")
+	seqs = sequencesOf(fd, "r1")
+	require.Len(t, seqs, n+1, "an acknowledged reconciliation is replayed once on the next stream...")
+	require.Zero(t, seqs[n], "...without a sequence: nobody waits for its ack")
+	require.Zero(t, s.UnackedReconciles())
 	require.Zero(t, s.DroppedReconciles())
 }
 
@@ -116,4 +119,20 @@ func TestHeartbeatDeclaresHeldReservations(t *testing.T) {
 	s.Hold("c")
 	require.Eventually(t, func() bool { return slices.Equal(last(), []string{"c"}) }, 10*time.Second, time.Millisecond,
 		"a forgotten reservation is no longer declared")
+}
+
+// Acknowledged reconciliations older than ReplayWindow are not replayed.
+func TestReconcileReplayWindow(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ReplayWindow: time.Nanosecond})
+	run(t, s)
+	s.Reconcile(reconcileOf("old"))
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	s.Reconcile(reconcileOf("pruner")) // its ack prunes what is older than the window
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	fd.Restart()
+	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
+	s.Reconcile(reconcileOf("new"))
+	require.Eventually(t, func() bool { return len(sequencesOf(fd, "new")) == 1 }, 10*time.Second, time.Millisecond)
+	require.Len(t, sequencesOf(fd, "old"), 1, "not replayed")
 }

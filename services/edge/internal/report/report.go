@@ -83,6 +83,14 @@ type Options struct {
 	// acknowledgement before it is sent again on the same stream
 	// (Optional). Defaults to 10s.
 	ResendAfter time.Duration
+	// ReplayWindow is how long an acknowledged reconciliation is kept to
+	// be sent again on the next stream (Optional). Defaults to 30s. The
+	// broker's owner snapshots its state about once a second: one that
+	// crashed may have applied a reconciliation its last snapshot does not
+	// hold, and its successor, which restored that snapshot, must apply it
+	// again. The broker applies each reservation's reconciliation once, so
+	// a replay is harmless anywhere else.
+	ReplayWindow time.Duration
 	// FinalFlushTimeout bounds the last flush at shutdown (Optional).
 	// Defaults to 2s.
 	FinalFlushTimeout time.Duration
@@ -118,12 +126,24 @@ type Stream struct {
 	// outstanding counts reconciliations queued or sent and not yet
 	// acknowledged (nor given up).
 	outstanding atomic.Int64
+	// recent are acknowledged reconciliations kept for ReplayWindow, oldest
+	// first, to be replayed on the next stream.
+	recent []ackedReconciles
 
 	// held are the reservations of the calls in flight, declared in
 	// heartbeats until their reconciliation is queued or they are forgotten.
 	heldMu sync.Mutex
 	held   map[string]struct{}
 }
+
+// ackedReconciles is an acknowledged reconcile batch, kept for a replay.
+type ackedReconciles struct {
+	reconciles []*switchboardv1.ReconcileRequest
+	at         time.Time
+}
+
+// maxRecent bounds the acknowledged reconciliations kept for a replay.
+const maxRecent = 8192
 
 // sentReconciles is a reconcile batch waiting for its acknowledgement.
 type sentReconciles struct {
@@ -207,7 +227,31 @@ func (s *Stream) ackedReconcile(seq uint64) {
 	if b := s.runacked[seq]; b != nil {
 		s.outstanding.Add(-int64(len(b.reconciles)))
 		delete(s.runacked, seq)
+		now := time.Now()
+		s.recent = append(s.recent, ackedReconciles{reconciles: b.reconciles, at: now})
+		n, drop := 0, 0
+		for _, r := range s.recent {
+			n += len(r.reconciles)
+		}
+		for drop < len(s.recent) && (now.Sub(s.recent[drop].at) > s.opts.ReplayWindow || n > maxRecent) {
+			n -= len(s.recent[drop].reconciles)
+			drop++
+		}
+		if drop > 0 {
+			s.recent = slices.Delete(s.recent, 0, drop)
+		}
 	}
+}
+
+// replay returns the acknowledged reconciliations kept for a replay.
+func (s *Stream) replay() []*switchboardv1.ReconcileRequest {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	var out []*switchboardv1.ReconcileRequest
+	for _, r := range s.recent {
+		out = append(out, r.reconciles...)
+	}
+	return out
 }
 
 // stale returns the reconcile batches sent before cutoff and not
@@ -324,6 +368,9 @@ func New(o Options) *Stream {
 	}
 	if o.ResendAfter <= 0 {
 		o.ResendAfter = 10 * time.Second
+	}
+	if o.ReplayWindow <= 0 {
+		o.ReplayWindow = 30 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -602,8 +649,19 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	}
 }
 
-// resendAll sends every unacknowledged reconcile batch again, oldest first.
+// resendAll sends the reconciliations acknowledged lately again, without a
+// sequence (nobody waits for their ack), then every unacknowledged
+// reconcile batch, oldest first.
 func (s *Stream) resendAll(stream switchboardv1.DeciderService_ReportClient) error {
+	again := s.replay()
+	for len(again) > 0 {
+		n := min(len(again), s.opts.BatchSize)
+		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{
+			Reconcile: &switchboardv1.ReconcileBatch{Reconciles: again[:n]}}}); err != nil {
+			return err
+		}
+		again = again[n:]
+	}
 	now := time.Now()
 	for _, b := range s.stale(now.Add(time.Hour), now) {
 		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}); err != nil {
