@@ -13,12 +13,12 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// Broker is the central rate-limit broker (R-RL) as dispatch needs it: a
+// Broker is the central rate-limit broker as dispatch needs it: a
 // reservation for every endpoint a request is sent to besides the one Decide
 // reserved, and the release of a reservation that was granted but never
-// used. Used reservations are not released here: each attempt's CallReport
-// names its reservation and the decider reconciles it from the report. The
-// decider's client implements it.
+// used (or of a failed attempt's, at once). Used reservations are not
+// released here: each is reconciled when its leg is reported (see Ledger).
+// The decider's client implements it.
 type Broker interface {
 	Reserve(ctx context.Context, in *switchboardv1.ReserveRequest, opts ...grpc.CallOption) (*switchboardv1.ReserveResponse, error)
 	Reconcile(ctx context.Context, in *switchboardv1.ReconcileRequest, opts ...grpc.CallOption) (*switchboardv1.ReconcileResponse, error)
@@ -282,9 +282,10 @@ func (s *serving) drainHedge() {
 
 // release gives back every reservation granted for this request that no
 // leg used: Decide's when its endpoint was never called, a hedge's that did
-// not start. Each is reconciled as cancelled with zero usage. A used
-// reservation is never released here — its CallReport reconciles it, with
-// the call's real usage — so no reservation is reconciled twice.
+// not start. Each is reconciled as cancelled with zero usage (through the
+// Ledger when the RPC fails). A used reservation is never released here —
+// it is reconciled when its leg is reported, with the call's real usage — so
+// no reservation is reconciled twice.
 func (s *serving) release(ctx context.Context) {
 	ids := s.spare
 	for _, id := range s.held {

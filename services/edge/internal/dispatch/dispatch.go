@@ -21,12 +21,15 @@
 // paid from the hedge budget, estimated as its prompt at the endpoint's
 // uncached input price; the client never pays for it.
 //
-// Admission (R-RL): nothing is sent upstream without a reservation from the
+// Admission: nothing is sent upstream without a reservation from the
 // central rate-limit broker. The first endpoint runs under the one Decide
 // made; every other one (a fallback, a hedge leg) is reserved first and
-// skipped when the broker refuses. Each attempt's CallReport names its
-// reservation, from which the decider reconciles it; a reservation granted
-// but never used is released when the request ends.
+// skipped when the broker refuses. Each attempt's reservation is reconciled
+// when its leg ends — through the Ledger, acknowledged and resent until
+// applied, with what the tenant is billed for it; without a Ledger, from the
+// CallReport that names it — and declared to the Ledger while in use, so it
+// stays open however long the call runs; a reservation granted but never
+// used is released when the request ends.
 //
 // Billing (R-BILL-1): the client pays the serving endpoint's price for the
 // usage its provider reported (or, without one, for an estimate of what was

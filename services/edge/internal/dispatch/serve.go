@@ -39,8 +39,8 @@ type serving struct {
 	// can no longer be used. Both are released when the request ends.
 	held  map[string]string
 	spare []string
-	// used are the reservations legs were sent under; their CallReports
-	// reconcile them, so they are never released.
+	// used are the reservations legs were sent under; they are reconciled
+	// when their legs are reported, so they are never released.
 	used map[string]bool
 	// refused are endpoints the broker refused (or could not be asked
 	// about) for this request; they are not asked again.
