@@ -26,8 +26,9 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		Usage:            attemptUsage(call, l),
 		PromptHash:       call.PromptHash,
 		Hedge:            l.hedge,
-		// The decider reconciles the reservation from this report, exactly
-		// once: every leg is reported once, whatever ended it.
+		// The reservation, for the record; with a Ledger it is reconciled
+		// below, else the decider reconciles it from this report. Every leg
+		// is reported once, whatever ended it.
 		ReservationId: l.reservation,
 		Stream:        call.Stream,
 	}
