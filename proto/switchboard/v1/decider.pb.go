@@ -2836,9 +2836,10 @@ type CallReport struct {
 	PromptHash uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
 	// hedge marks the second endpoint of a hedged request.
 	Hedge bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
-	// reservation_id is the reservation this call used: the decider reconciles
-	// it from this report (usage, outcome, rate-limit headers), so an edge
-	// needs no Reconcile RPC per call.
+	// reservation_id is the reservation this call used. Unless the edge's
+	// hello set reconciles_acknowledged (it then sends the reconciliation in a
+	// ReconcileBatch), the decider reconciles it from this report (usage,
+	// outcome, rate-limit headers), so an edge needs no Reconcile RPC per call.
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	// stream is whether the call was streamed: only a stream's timing after
 	// the first token measures the endpoint's output speed.

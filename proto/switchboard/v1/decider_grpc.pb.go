@@ -53,8 +53,9 @@ type DeciderServiceClient interface {
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
 	// Report is the long-lived stream between an edge and the decider: the edge
 	// sends a hello and then batches of call reports (timings, usage, errors,
-	// rate-limit headers); the decider sends commands (probes, cool-downs,
-	// configuration changes).
+	// rate-limit headers), activity records, reconciliations and heartbeats of
+	// the reservations it holds; the decider sends acknowledgements and
+	// commands (probes, cool-downs, configuration changes).
 	Report(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReportRequest, ReportResponse], error)
 	// ListModels lists the models a caller may use, for the edge's /v1/models.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
@@ -200,8 +201,9 @@ type DeciderServiceServer interface {
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
 	// Report is the long-lived stream between an edge and the decider: the edge
 	// sends a hello and then batches of call reports (timings, usage, errors,
-	// rate-limit headers); the decider sends commands (probes, cool-downs,
-	// configuration changes).
+	// rate-limit headers), activity records, reconciliations and heartbeats of
+	// the reservations it holds; the decider sends acknowledgements and
+	// commands (probes, cool-downs, configuration changes).
 	Report(grpc.BidiStreamingServer[ReportRequest, ReportResponse]) error
 	// ListModels lists the models a caller may use, for the edge's /v1/models.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
