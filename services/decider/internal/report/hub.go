@@ -61,6 +61,12 @@ const (
 	attemptTimeout = 2 * time.Second
 	retryMin       = 50 * time.Millisecond
 	retryMax       = time.Second
+	// reconcileGiveUp bounds the retries of one reconciliation: past it
+	// its batch is left unacknowledged for the edge to send again, so one
+	// that keeps failing never holds up the rest of the stream's work.
+	reconcileGiveUp = 15 * time.Second
+	// keepGiveUp bounds the retries of one heartbeat: the next one follows.
+	keepGiveUp = 5 * time.Second
 )
 
 // job is one unit of a stream's reservation work.
@@ -87,8 +93,9 @@ type Hub struct {
 	refused atomic.Int64
 	retried atomic.Int64
 	kept    atomic.Int64 // heartbeats applied
-	// retryMin and retryMax bound the retry back-off; attempt bounds one try.
-	retryMin, retryMax, attempt time.Duration
+	// retryMin and retryMax bound the retry back-off; attempt bounds one
+	// try; giveUp bounds the retries of one reconciliation.
+	retryMin, retryMax, attempt, giveUp time.Duration
 
 	mu     sync.Mutex
 	edges  map[*conn]struct{}
@@ -113,14 +120,18 @@ type reservationsBox struct{ r Reservations }
 func (h *Hub) SetReservations(r Reservations) { h.rsv.Store(&reservationsBox{r: r}) }
 
 // SetRetry changes the back-off between failed reservation attempts
-// (defaults 50ms doubling to 1s), for tests.
-func (h *Hub) SetRetry(minDelay, maxDelay time.Duration) { h.retryMin, h.retryMax = minDelay, maxDelay }
+// (defaults 50ms doubling to 1s) and how long one reconciliation is retried
+// before its batch is left to the edge (default 15s), for tests. Call it
+// before serving.
+func (h *Hub) SetRetry(minDelay, maxDelay, giveUp time.Duration) {
+	h.retryMin, h.retryMax, h.giveUp = minDelay, maxDelay, giveUp
+}
 
 // NewHub returns a hub that hands reports to sink and activity records to
 // activity (nil: they are only counted).
 func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
 	return &Hub{logger: logger, sink: sink, activity: activity, edges: map[*conn]struct{}{},
-		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout}
+		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout, giveUp: reconcileGiveUp}
 }
 
 // Serve runs one edge's stream until it ends. The first message must be a hello.
@@ -275,18 +286,27 @@ func (h *Hub) work(c *conn) {
 	}
 }
 
-// do applies one job, retrying each failed step until it is done or the
-// stream ends (false).
+// do applies one job, retrying each failed step for a bounded time; false
+// when the stream ended.
 func (h *Hub) do(c *conn, j job) bool {
 	if len(j.keep) > 0 {
-		if !h.retry(c, "keep reservations", func(ctx context.Context, r Reservations) error { return r.Keep(ctx, j.keep) }) {
+		done, alive := h.retry(c, "keep reservations", min(keepGiveUp, h.giveUp), func(ctx context.Context, r Reservations) error { return r.Keep(ctx, j.keep) })
+		if !alive {
 			return false
 		}
-		h.kept.Add(1)
+		if done {
+			h.kept.Add(1)
+		}
 	}
 	for _, rq := range j.reconciles {
-		if !h.retry(c, "reconcile", func(ctx context.Context, r Reservations) error { return r.Reconcile(ctx, rq) }) {
+		done, alive := h.retry(c, "reconcile", h.giveUp, func(ctx context.Context, r Reservations) error { return r.Reconcile(ctx, rq) })
+		if !alive {
 			return false
+		}
+		if !done {
+			h.logger.Warn("reconciliation still failing; its batch is left for the edge to send again",
+				"edge", c.hello.GetEdgeId(), "reservation", rq.GetReservationId(), "sequence", j.ack)
+			return true
 		}
 	}
 	if j.ack == 0 {
@@ -302,9 +322,11 @@ func (h *Hub) do(c *conn, j job) bool {
 	}
 }
 
-// retry runs f until it succeeds; false when the stream ended first.
-func (h *Hub) retry(c *conn, what string, f func(context.Context, Reservations) error) bool {
+// retry runs f until it succeeds (done), for at most giveUp; alive is false
+// when the stream ended first.
+func (h *Hub) retry(c *conn, what string, giveUp time.Duration, f func(context.Context, Reservations) error) (done, alive bool) {
 	delay := h.retryMin
+	deadline := time.Now().Add(giveUp)
 	for {
 		var err error
 		if box := h.rsv.Load(); box != nil {
@@ -312,13 +334,16 @@ func (h *Hub) retry(c *conn, what string, f func(context.Context, Reservations) 
 			err = f(ctx, box.r)
 			cancel()
 			if err == nil {
-				return true
+				return true, true
 			}
 		} else {
 			err = errors.New("the rate-limit broker is not ready yet")
 		}
 		if c.ctx.Err() != nil {
-			return false
+			return false, false
+		}
+		if time.Now().After(deadline) {
+			return false, true
 		}
 		h.retried.Add(1)
 		h.logger.Debug(what+" failed; retrying", "edge", c.hello.GetEdgeId(), "err", err, "retry_in", delay)
@@ -326,7 +351,7 @@ func (h *Hub) retry(c *conn, what string, f func(context.Context, Reservations) 
 		select {
 		case <-c.ctx.Done():
 			t.Stop()
-			return false
+			return false, false
 		case <-t.C:
 		}
 		delay = min(2*delay, h.retryMax)

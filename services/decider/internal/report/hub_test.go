@@ -54,6 +54,7 @@ type fakeReservations struct {
 	reconciled []*pb.ReconcileRequest
 	kept       [][]string
 	fail       int
+	poison     string // always fails
 	attempts   int
 	gate       chan struct{}
 }
@@ -80,6 +81,9 @@ func (f *fakeReservations) Reconcile(ctx context.Context, req *pb.ReconcileReque
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts++
+	if req.GetReservationId() == f.poison {
+		return status.Error(codes.Internal, "rate-limit broker error")
+	}
 	if f.fail > 0 {
 		f.fail--
 		return status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
@@ -110,7 +114,7 @@ func (f *fakeReservations) reconciledIDs() []string {
 
 func newTestHub(sink Sink, activity ActivitySink) *Hub {
 	h := NewHub(slog.New(slog.DiscardHandler), sink, activity)
-	h.SetRetry(time.Millisecond, 5*time.Millisecond)
+	h.SetRetry(time.Millisecond, 5*time.Millisecond, time.Minute)
 	return h
 }
 
@@ -348,4 +352,18 @@ func TestHubAppliesReplaysWithoutAck(t *testing.T) {
 	require.NoError(t, stream.Send(reconcileBatch(5, "new")))
 	require.Equal(t, uint64(5), recvAck(t, stream).GetReconcileSequence(), "the first ack is the numbered batch's")
 	require.Equal(t, []string{"replayed", "new"}, rsv.reconciledIDs())
+}
+
+// A reconciliation that keeps failing is given up after a while, its batch
+// left unacknowledged for the edge to send again; the work behind it goes on.
+func TestHubGivesUpAPoisonedBatch(t *testing.T) {
+	rsv := &fakeReservations{poison: "poison"}
+	h := newTestHub(nil, nil)
+	h.SetRetry(time.Millisecond, 5*time.Millisecond, 50*time.Millisecond)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "poison", "after-poison")))
+	require.NoError(t, stream.Send(reconcileBatch(2, "fine")))
+	require.Equal(t, uint64(2), recvAck(t, stream).GetReconcileSequence(), "the poisoned batch is not acknowledged")
+	require.Equal(t, []string{"fine"}, rsv.reconciledIDs())
 }

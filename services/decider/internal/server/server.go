@@ -328,6 +328,9 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 		return err
 	}
 	_, err = a.Keep(ctx, ids)
+	if status.Code(err) == codes.Unimplemented {
+		return nil // an owner of an older version: nothing to keep them with
+	}
 	return err
 }
 
