@@ -155,7 +155,11 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // the worker stops with the stream
-	wg.Go(func() { h.work(c) })
+	worked := make(chan struct{})
+	wg.Go(func() {
+		defer close(worked)
+		h.work(c)
+	})
 	h.logger.Info("edge connected", "edge", hello.GetEdgeId(), "region", hello.GetRegion())
 
 	// Receiving runs in its own goroutine so that Close can end the stream
@@ -167,7 +171,14 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 		select {
 		case err := <-recvErr:
 			h.logger.Info("edge disconnected", "edge", hello.GetEdgeId(), "err", err)
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+			if errors.Is(err, io.EOF) {
+				// The edge is stopping and sent its last batches: apply
+				// them before the stream ends (bounded), acknowledging
+				// what it still waits for.
+				close(c.jobs) // receive, the only sender, has returned
+				return h.drain(stream, c, worked)
+			}
+			if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return err
@@ -177,6 +188,41 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 			if err := stream.Send(m); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// drainTimeout bounds how long a stream the edge closed waits for its
+// last reservation work.
+const drainTimeout = 5 * time.Second
+
+// drain waits, after the edge's half-close, until the worker has applied
+// what was queued, sending its acks, within drainTimeout.
+func (h *Hub) drain(stream pb.DeciderService_ReportServer, c *conn, worked <-chan struct{}) error {
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-worked:
+			for {
+				select {
+				case m := <-c.out:
+					if err := stream.Send(m); err != nil {
+						return nil
+					}
+				default:
+					return nil
+				}
+			}
+		case m := <-c.out:
+			if err := stream.Send(m); err != nil {
+				return nil // the edge is gone
+			}
+		case <-t.C:
+			h.logger.Warn("reservation work left undone at the end of a stream", "edge", c.hello.GetEdgeId(), "queued", len(c.jobs))
+			return nil
+		case <-c.ctx.Done():
+			return nil
 		}
 	}
 }
@@ -278,8 +324,8 @@ func (h *Hub) work(c *conn) {
 		select {
 		case <-c.ctx.Done():
 			return
-		case j := <-c.jobs:
-			if !h.do(c, j) {
+		case j, ok := <-c.jobs:
+			if !ok || !h.do(c, j) {
 				return
 			}
 		}

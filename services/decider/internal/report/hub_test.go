@@ -367,3 +367,20 @@ func TestHubGivesUpAPoisonedBatch(t *testing.T) {
 	require.Equal(t, uint64(2), recvAck(t, stream).GetReconcileSequence(), "the poisoned batch is not acknowledged")
 	require.Equal(t, []string{"fine"}, rsv.reconciledIDs())
 }
+
+// An edge that stops sends its last batches and half-closes: they are
+// applied, and acknowledged, before the stream ends.
+func TestHubAppliesTheLastBatchesOfAClosingEdge(t *testing.T) {
+	gate := make(chan struct{})
+	rsv := &fakeReservations{gate: gate}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "last")))
+	require.NoError(t, stream.CloseSend())
+	close(gate) // the broker answers only now
+	require.Equal(t, uint64(1), recvAck(t, stream).GetReconcileSequence())
+	_, err := stream.Recv()
+	require.ErrorIs(t, err, io.EOF, "then the stream ends")
+	require.Equal(t, []string{"last"}, rsv.reconciledIDs())
+}
