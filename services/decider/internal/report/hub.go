@@ -66,7 +66,10 @@ const (
 	// that keeps failing never holds up the rest of the stream's work.
 	reconcileGiveUp = 15 * time.Second
 	// keepGiveUp bounds the retries of one heartbeat: the next one follows.
-	keepGiveUp = 5 * time.Second
+	// It is long enough to outlast a new owner's takeover, so what an edge
+	// declares on reconnecting reaches it before the restored reservations
+	// expire.
+	keepGiveUp = 30 * time.Second
 )
 
 // job is one unit of a stream's reservation work.
