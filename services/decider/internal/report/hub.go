@@ -65,11 +65,6 @@ const (
 	// its batch is left unacknowledged for the edge to send again, so one
 	// that keeps failing never holds up the rest of the stream's work.
 	reconcileGiveUp = 15 * time.Second
-	// keepGiveUp bounds the retries of one heartbeat: the next one follows.
-	// It is long enough to outlast a new owner's takeover, so what an edge
-	// declares on reconnecting reaches it before the restored reservations
-	// expire.
-	keepGiveUp = 30 * time.Second
 )
 
 // job is one unit of a stream's reservation work.
@@ -335,11 +330,13 @@ func (h *Hub) work(c *conn) {
 	}
 }
 
-// do applies one job, retrying each failed step for a bounded time; false
-// when the stream ended.
+// do applies one job, retrying each failed step for a bounded time (a
+// heartbeat twice as long as a reconciliation: long enough to outlast a new
+// owner's takeover, so what an edge declares on reconnecting reaches it
+// before the restored reservations expire); false when the stream ended.
 func (h *Hub) do(c *conn, j job) bool {
 	if len(j.keep) > 0 {
-		done, alive := h.retry(c, "keep reservations", min(keepGiveUp, h.giveUp), func(ctx context.Context, r Reservations) error { return r.Keep(ctx, j.keep) })
+		done, alive := h.retry(c, "keep reservations", 2*h.giveUp, func(ctx context.Context, r Reservations) error { return r.Keep(ctx, j.keep) })
 		if !alive {
 			return false
 		}
