@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -104,4 +105,33 @@ func TestRestoredReservationsReconcileOnce(t *testing.T) {
 	require.ErrorIs(t, err, ErrAlreadyReconciled)
 	require.InDelta(t, 0.8, level(t, nb, usdBucket), 1e-9)
 	require.Equal(t, 1.0, level(t, nb, ccBucket))
+}
+
+// Extend moves an open reservation's expiry while snapshots are taken: the
+// race detector must find nothing, and a snapshot holds a consistent expiry.
+func TestExtendWhileSnapshotting(t *testing.T) {
+	b, c := newBroker(t, lifecycleSpecs[:1])
+	var ids []string
+	for range 8 {
+		r, _, err := b.Reserve(t.Context(), req(Demand{USD: 0.01}))
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for range 200 {
+			c.Advance(time.Millisecond)
+			if n, err := b.Extend(t.Context(), ids); err != nil || n != len(ids) {
+				done <- fmt.Errorf("extend: %d of %d, %v", n, len(ids), err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range 50 {
+		nb, _ := newBroker(t, lifecycleSpecs[:1], func(o *Options) { o.Now = c.Now })
+		require.NoError(t, nb.Restore(b.Snapshot(), c.Now()))
+		require.Equal(t, len(ids), nb.Open())
+	}
+	require.NoError(t, <-done)
 }

@@ -56,10 +56,14 @@ func (b *Broker) Snapshot() []byte {
 		bst[i] = state{bk: bk, p: bk.p, level: bk.level, prev: bk.prev, last: bk.last, epoch: bk.epoch}
 		bk.mu.Unlock()
 	}
+	// An entry is immutable once granted but for its expiry, which Extend
+	// moves under the shard lock: it is copied here with the pointer.
 	var entries []*entry
+	var expires []int64
 	for i := range b.shards {
 		for _, e := range b.shards[i].byID {
 			entries = append(entries, e)
+			expires = append(expires, e.expires)
 		}
 	}
 	for i := range b.shards {
@@ -115,7 +119,7 @@ func (b *Broker) Snapshot() []byte {
 		w = binary.AppendVarint(w, int64(rt.pause.streak.Load()))
 	}
 	w = binary.AppendUvarint(w, uint64(len(entries)))
-	for _, e := range entries {
+	for ei, e := range entries {
 		r := &e.res
 		for _, s := range [...]string{r.ID, r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
 			r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID} {
@@ -125,7 +129,7 @@ func (b *Broker) Snapshot() []byte {
 		w = appendDemand(w, r.Estimate)
 		w = appendDemand(w, r.Demand)
 		w = binary.AppendVarint(w, r.Created.UnixNano())
-		w = binary.AppendVarint(w, e.expires)
+		w = binary.AppendVarint(w, expires[ei])
 		w = binary.AppendUvarint(w, uint64(len(e.recs)))
 		for _, c := range e.recs {
 			w = binary.AppendUvarint(w, uint64(names[c.b]))
