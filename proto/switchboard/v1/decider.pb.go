@@ -2729,9 +2729,15 @@ type EdgeHello struct {
 	// region is the edge's region.
 	Region string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
 	// version is the edge's build version.
-	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// reconciles_acknowledged says the edge sends every reconciliation in
+	// ReconcileBatch messages, acknowledged and resent until applied; the
+	// decider then reconciles nothing from this edge's call reports (their
+	// reservation_id only names the reservation). Unset (older edges): each
+	// call report's reservation_id is reconciled from the report.
+	ReconcilesAcknowledged bool `protobuf:"varint,4,opt,name=reconciles_acknowledged,json=reconcilesAcknowledged,proto3" json:"reconciles_acknowledged,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *EdgeHello) Reset() {
@@ -2785,6 +2791,13 @@ func (x *EdgeHello) GetVersion() string {
 	return ""
 }
 
+func (x *EdgeHello) GetReconcilesAcknowledged() bool {
+	if x != nil {
+		return x.ReconcilesAcknowledged
+	}
+	return false
+}
+
 // CallReport is what an edge observed of one call to one endpoint.
 type CallReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2823,9 +2836,10 @@ type CallReport struct {
 	PromptHash uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
 	// hedge marks the second endpoint of a hedged request.
 	Hedge bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
-	// reservation_id is the reservation this call used: the decider reconciles
-	// it from this report (usage, outcome, rate-limit headers), so an edge
-	// needs no Reconcile RPC per call.
+	// reservation_id is the reservation this call used. Unless the edge's
+	// hello set reconciles_acknowledged (it then sends the reconciliation in a
+	// ReconcileBatch), the decider reconciles it from this report (usage,
+	// outcome, rate-limit headers), so an edge needs no Reconcile RPC per call.
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	// stream is whether the call was streamed: only a stream's timing after
 	// the first token measures the endpoint's output speed.
@@ -3054,6 +3068,8 @@ type ReportRequest struct {
 	//	*ReportRequest_Hello
 	//	*ReportRequest_Batch
 	//	*ReportRequest_Activity
+	//	*ReportRequest_Reconcile
+	//	*ReportRequest_Heartbeat
 	Kind          isReportRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3123,6 +3139,24 @@ func (x *ReportRequest) GetActivity() *ActivityBatch {
 	return nil
 }
 
+func (x *ReportRequest) GetReconcile() *ReconcileBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*ReportRequest_Reconcile); ok {
+			return x.Reconcile
+		}
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetHeartbeat() *ReservationHeartbeat {
+	if x != nil {
+		if x, ok := x.Kind.(*ReportRequest_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isReportRequest_Kind interface {
 	isReportRequest_Kind()
 }
@@ -3142,11 +3176,26 @@ type ReportRequest_Activity struct {
 	Activity *ActivityBatch `protobuf:"bytes,3,opt,name=activity,proto3,oneof"`
 }
 
+type ReportRequest_Reconcile struct {
+	// reconcile carries reconciliations, acknowledged once applied.
+	Reconcile *ReconcileBatch `protobuf:"bytes,4,opt,name=reconcile,proto3,oneof"`
+}
+
+type ReportRequest_Heartbeat struct {
+	// heartbeat declares the reservations of the edge's calls in flight,
+	// so the broker's owner keeps them open while they run.
+	Heartbeat *ReservationHeartbeat `protobuf:"bytes,5,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*ReportRequest_Hello) isReportRequest_Kind() {}
 
 func (*ReportRequest_Batch) isReportRequest_Kind() {}
 
 func (*ReportRequest_Activity) isReportRequest_Kind() {}
+
+func (*ReportRequest_Reconcile) isReportRequest_Kind() {}
+
+func (*ReportRequest_Heartbeat) isReportRequest_Kind() {}
 
 // Attempt is one call to one endpoint made for a client request.
 type Attempt struct {
@@ -3809,8 +3858,12 @@ type ReportAck struct {
 	// activity_sequence is the sequence of the activity batch acknowledged,
 	// once its records are durable; 0 for a batch of call reports.
 	ActivitySequence uint64 `protobuf:"varint,2,opt,name=activity_sequence,json=activitySequence,proto3" json:"activity_sequence,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// reconcile_sequence is the sequence of the reconcile batch acknowledged,
+	// once the broker's owner applied every reconciliation in it (or knows it
+	// was applied before, or never knew the reservation); 0 otherwise.
+	ReconcileSequence uint64 `protobuf:"varint,3,opt,name=reconcile_sequence,json=reconcileSequence,proto3" json:"reconcile_sequence,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReportAck) Reset() {
@@ -3853,6 +3906,13 @@ func (x *ReportAck) GetAccepted() int64 {
 func (x *ReportAck) GetActivitySequence() uint64 {
 	if x != nil {
 		return x.ActivitySequence
+	}
+	return 0
+}
+
+func (x *ReportAck) GetReconcileSequence() uint64 {
+	if x != nil {
+		return x.ReconcileSequence
 	}
 	return 0
 }
@@ -4656,6 +4716,209 @@ func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
 	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
 }
 
+// ReconcileBatch carries reconciliations from an edge on its Report stream.
+type ReconcileBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reconciles close one reservation each. The usage's cost_usd is what the
+	// tenant is billed for the call (0 for an attempt the tenant does not pay).
+	Reconciles []*ReconcileRequest `protobuf:"bytes,1,rep,name=reconciles,proto3" json:"reconciles,omitempty"`
+	// sequence numbers the batch within the edge's process (from 1); the
+	// decider acknowledges it once every reconciliation is applied, and the
+	// edge sends unacknowledged batches again (on its next stream, or on the
+	// same one after a while): delivered at least once, applied once (the
+	// broker applies a reservation's reconciliation once, by id). 0 marks a
+	// replay, on a new stream, of reconciliations acknowledged lately (a
+	// broker owner that crashed may have applied them after its last
+	// snapshot): applied like the others, never acknowledged.
+	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileBatch) Reset() {
+	*x = ReconcileBatch{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileBatch) ProtoMessage() {}
+
+func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileBatch.ProtoReflect.Descriptor instead.
+func (*ReconcileBatch) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReconcileBatch) GetReconciles() []*ReconcileRequest {
+	if x != nil {
+		return x.Reconciles
+	}
+	return nil
+}
+
+func (x *ReconcileBatch) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+// ReservationHeartbeat lists the reservations an edge holds for its calls in
+// flight. It is sent when a Report stream opens and then regularly, more
+// often than the reservations' time to live.
+type ReservationHeartbeat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reservation_ids are the reservations held.
+	ReservationIds []string `protobuf:"bytes,1,rep,name=reservation_ids,json=reservationIds,proto3" json:"reservation_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReservationHeartbeat) Reset() {
+	*x = ReservationHeartbeat{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReservationHeartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReservationHeartbeat) ProtoMessage() {}
+
+func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReservationHeartbeat.ProtoReflect.Descriptor instead.
+func (*ReservationHeartbeat) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReservationHeartbeat) GetReservationIds() []string {
+	if x != nil {
+		return x.ReservationIds
+	}
+	return nil
+}
+
+// KeepReservationsRequest names reservations still in use.
+type KeepReservationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reservation_ids are the reservations to keep open.
+	ReservationIds []string `protobuf:"bytes,1,rep,name=reservation_ids,json=reservationIds,proto3" json:"reservation_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KeepReservationsRequest) Reset() {
+	*x = KeepReservationsRequest{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepReservationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepReservationsRequest) ProtoMessage() {}
+
+func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepReservationsRequest.ProtoReflect.Descriptor instead.
+func (*KeepReservationsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *KeepReservationsRequest) GetReservationIds() []string {
+	if x != nil {
+		return x.ReservationIds
+	}
+	return nil
+}
+
+// KeepReservationsResponse says what KeepReservations did.
+type KeepReservationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kept is how many of the reservations were open and were extended.
+	Kept          int64 `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepReservationsResponse) Reset() {
+	*x = KeepReservationsResponse{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepReservationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepReservationsResponse) ProtoMessage() {}
+
+func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepReservationsResponse.ProtoReflect.Descriptor instead.
+func (*KeepReservationsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *KeepReservationsResponse) GetKept() int64 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
 var File_switchboard_v1_decider_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_decider_proto_rawDesc = "" +
@@ -4836,11 +5099,12 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x17.switchboard.v1.OutcomeR\aoutcome\x12D\n" +
 	"\x12rate_limit_headers\x18\x04 \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\"M\n" +
 	"\x11ReconcileResponse\x128\n" +
-	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\"V\n" +
+	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\"\x8f\x01\n" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"\xef\x05\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
+	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xef\x05\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -4870,11 +5134,13 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\x12\x16\n" +
 	"\x06stream\x18\x13 \x01(\bR\x06stream\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
-	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc0\x01\n" +
+	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc6\x02\n" +
 	"\rReportRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.switchboard.v1.EdgeHelloH\x00R\x05hello\x127\n" +
 	"\x05batch\x18\x02 \x01(\v2\x1f.switchboard.v1.CallReportBatchH\x00R\x05batch\x12;\n" +
-	"\bactivity\x18\x03 \x01(\v2\x1d.switchboard.v1.ActivityBatchH\x00R\bactivityB\x06\n" +
+	"\bactivity\x18\x03 \x01(\v2\x1d.switchboard.v1.ActivityBatchH\x00R\bactivity\x12>\n" +
+	"\treconcile\x18\x04 \x01(\v2\x1e.switchboard.v1.ReconcileBatchH\x00R\treconcile\x12D\n" +
+	"\theartbeat\x18\x05 \x01(\v2$.switchboard.v1.ReservationHeartbeatH\x00R\theartbeatB\x06\n" +
 	"\x04kind\"\xcb\x02\n" +
 	"\aAttempt\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
@@ -4935,10 +5201,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\":\n" +
 	"\rConfigCommand\x12)\n" +
-	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"T\n" +
+	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"\x83\x01\n" +
 	"\tReportAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12+\n" +
-	"\x11activity_sequence\x18\x02 \x01(\x04R\x10activitySequence\"\xf8\x01\n" +
+	"\x11activity_sequence\x18\x02 \x01(\x04R\x10activitySequence\x12-\n" +
+	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\"\xf8\x01\n" +
 	"\x0eReportResponse\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchboard.v1.ReportAckH\x00R\x03ack\x124\n" +
 	"\x05probe\x18\x02 \x01(\v2\x1c.switchboard.v1.ProbeCommandH\x00R\x05probe\x12=\n" +
@@ -4989,7 +5256,18 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eloser_cost_usd\x18\x02 \x01(\x01R\floserCostUsd\"W\n" +
 	"\x12SettleHedgeRequest\x12A\n" +
 	"\vsettlements\x18\x01 \x03(\v2\x1f.switchboard.v1.HedgeSettlementR\vsettlements\"\x15\n" +
-	"\x13SettleHedgeResponse*\xa4\x01\n" +
+	"\x13SettleHedgeResponse\"n\n" +
+	"\x0eReconcileBatch\x12@\n" +
+	"\n" +
+	"reconciles\x18\x01 \x03(\v2 .switchboard.v1.ReconcileRequestR\n" +
+	"reconciles\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"?\n" +
+	"\x14ReservationHeartbeat\x12'\n" +
+	"\x0freservation_ids\x18\x01 \x03(\tR\x0ereservationIds\"B\n" +
+	"\x17KeepReservationsRequest\x12'\n" +
+	"\x0freservation_ids\x18\x01 \x03(\tR\x0ereservationIds\".\n" +
+	"\x18KeepReservationsResponse\x12\x12\n" +
+	"\x04kept\x18\x01 \x01(\x03R\x04kept*\xa4\x01\n" +
 	"\rWorkloadClass\x12\x1e\n" +
 	"\x1aWORKLOAD_CLASS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aWORKLOAD_CLASS_INTERACTIVE\x10\x01\x12\x1d\n" +
@@ -5071,7 +5349,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eCALL_STATUS_OK\x10\x01\x12\x16\n" +
 	"\x12CALL_STATUS_FAILED\x10\x02\x12\x1b\n" +
 	"\x17CALL_STATUS_INTERRUPTED\x10\x03\x12 \n" +
-	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\xff\x05\n" +
+	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\xe6\x06\n" +
 	"\x0eDeciderService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +
@@ -5082,7 +5360,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\fAcquireHedge\x12#.switchboard.v1.AcquireHedgeRequest\x1a$.switchboard.v1.AcquireHedgeResponse\x12Y\n" +
 	"\fListActivity\x12#.switchboard.v1.ListActivityRequest\x1a$.switchboard.v1.ListActivityResponse\x12V\n" +
 	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponse\x12V\n" +
-	"\vSettleHedge\x12\".switchboard.v1.SettleHedgeRequest\x1a#.switchboard.v1.SettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\vSettleHedge\x12\".switchboard.v1.SettleHedgeRequest\x1a#.switchboard.v1.SettleHedgeResponse\x12e\n" +
+	"\x10KeepReservations\x12'.switchboard.v1.KeepReservationsRequest\x1a(.switchboard.v1.KeepReservationsResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_decider_proto_rawDescOnce sync.Once
@@ -5097,182 +5376,191 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_switchboard_v1_decider_proto_goTypes = []any{
-	(WorkloadClass)(0),            // 0: switchboard.v1.WorkloadClass
-	(Sort)(0),                     // 1: switchboard.v1.Sort
-	(DataCollection)(0),           // 2: switchboard.v1.DataCollection
-	(SizeBucket)(0),               // 3: switchboard.v1.SizeBucket
-	(RouteReason)(0),              // 4: switchboard.v1.RouteReason
-	(HedgeMode)(0),                // 5: switchboard.v1.HedgeMode
-	(LimitUnit)(0),                // 6: switchboard.v1.LimitUnit
-	(LimitScope)(0),               // 7: switchboard.v1.LimitScope
-	(RefusalReason)(0),            // 8: switchboard.v1.RefusalReason
-	(Outcome)(0),                  // 9: switchboard.v1.Outcome
-	(CallStatus)(0),               // 10: switchboard.v1.CallStatus
-	(*Identity)(nil),              // 11: switchboard.v1.Identity
-	(*TokenEstimate)(nil),         // 12: switchboard.v1.TokenEstimate
-	(*PromptPrefix)(nil),          // 13: switchboard.v1.PromptPrefix
-	(*MaxPrice)(nil),              // 14: switchboard.v1.MaxPrice
-	(*ProviderPreferences)(nil),   // 15: switchboard.v1.ProviderPreferences
-	(*DecideRequest)(nil),         // 16: switchboard.v1.DecideRequest
-	(*Price)(nil),                 // 17: switchboard.v1.Price
-	(*Endpoint)(nil),              // 18: switchboard.v1.Endpoint
-	(*Candidate)(nil),             // 19: switchboard.v1.Candidate
-	(*Decision)(nil),              // 20: switchboard.v1.Decision
-	(*HedgePlan)(nil),             // 21: switchboard.v1.HedgePlan
-	(*DecideResponse)(nil),        // 22: switchboard.v1.DecideResponse
-	(*Demand)(nil),                // 23: switchboard.v1.Demand
-	(*ReserveRequest)(nil),        // 24: switchboard.v1.ReserveRequest
-	(*BucketCharge)(nil),          // 25: switchboard.v1.BucketCharge
-	(*Reservation)(nil),           // 26: switchboard.v1.Reservation
-	(*Refusal)(nil),               // 27: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),       // 28: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                 // 29: switchboard.v1.Usage
-	(*Header)(nil),                // 30: switchboard.v1.Header
-	(*ReconcileRequest)(nil),      // 31: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),     // 32: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),             // 33: switchboard.v1.EdgeHello
-	(*CallReport)(nil),            // 34: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),       // 35: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),         // 36: switchboard.v1.ReportRequest
-	(*Attempt)(nil),               // 37: switchboard.v1.Attempt
-	(*HedgeInfo)(nil),             // 38: switchboard.v1.HedgeInfo
-	(*ActivityRecord)(nil),        // 39: switchboard.v1.ActivityRecord
-	(*ActivityBatch)(nil),         // 40: switchboard.v1.ActivityBatch
-	(*ProbeCommand)(nil),          // 41: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),       // 42: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),         // 43: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),             // 44: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),        // 45: switchboard.v1.ReportResponse
-	(*AcquireHedgeRequest)(nil),   // 46: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),  // 47: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),   // 48: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),  // 49: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),    // 50: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),   // 51: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),     // 52: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                 // 53: switchboard.v1.Model
-	(*ListModelsResponse)(nil),    // 54: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),       // 55: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),    // 56: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),   // 57: switchboard.v1.SettleHedgeResponse
-	(*durationpb.Duration)(nil),   // 58: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
+	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
+	(Sort)(0),                        // 1: switchboard.v1.Sort
+	(DataCollection)(0),              // 2: switchboard.v1.DataCollection
+	(SizeBucket)(0),                  // 3: switchboard.v1.SizeBucket
+	(RouteReason)(0),                 // 4: switchboard.v1.RouteReason
+	(HedgeMode)(0),                   // 5: switchboard.v1.HedgeMode
+	(LimitUnit)(0),                   // 6: switchboard.v1.LimitUnit
+	(LimitScope)(0),                  // 7: switchboard.v1.LimitScope
+	(RefusalReason)(0),               // 8: switchboard.v1.RefusalReason
+	(Outcome)(0),                     // 9: switchboard.v1.Outcome
+	(CallStatus)(0),                  // 10: switchboard.v1.CallStatus
+	(*Identity)(nil),                 // 11: switchboard.v1.Identity
+	(*TokenEstimate)(nil),            // 12: switchboard.v1.TokenEstimate
+	(*PromptPrefix)(nil),             // 13: switchboard.v1.PromptPrefix
+	(*MaxPrice)(nil),                 // 14: switchboard.v1.MaxPrice
+	(*ProviderPreferences)(nil),      // 15: switchboard.v1.ProviderPreferences
+	(*DecideRequest)(nil),            // 16: switchboard.v1.DecideRequest
+	(*Price)(nil),                    // 17: switchboard.v1.Price
+	(*Endpoint)(nil),                 // 18: switchboard.v1.Endpoint
+	(*Candidate)(nil),                // 19: switchboard.v1.Candidate
+	(*Decision)(nil),                 // 20: switchboard.v1.Decision
+	(*HedgePlan)(nil),                // 21: switchboard.v1.HedgePlan
+	(*DecideResponse)(nil),           // 22: switchboard.v1.DecideResponse
+	(*Demand)(nil),                   // 23: switchboard.v1.Demand
+	(*ReserveRequest)(nil),           // 24: switchboard.v1.ReserveRequest
+	(*BucketCharge)(nil),             // 25: switchboard.v1.BucketCharge
+	(*Reservation)(nil),              // 26: switchboard.v1.Reservation
+	(*Refusal)(nil),                  // 27: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),          // 28: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                    // 29: switchboard.v1.Usage
+	(*Header)(nil),                   // 30: switchboard.v1.Header
+	(*ReconcileRequest)(nil),         // 31: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),        // 32: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),                // 33: switchboard.v1.EdgeHello
+	(*CallReport)(nil),               // 34: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),          // 35: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),            // 36: switchboard.v1.ReportRequest
+	(*Attempt)(nil),                  // 37: switchboard.v1.Attempt
+	(*HedgeInfo)(nil),                // 38: switchboard.v1.HedgeInfo
+	(*ActivityRecord)(nil),           // 39: switchboard.v1.ActivityRecord
+	(*ActivityBatch)(nil),            // 40: switchboard.v1.ActivityBatch
+	(*ProbeCommand)(nil),             // 41: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),          // 42: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),            // 43: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),                // 44: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),           // 45: switchboard.v1.ReportResponse
+	(*AcquireHedgeRequest)(nil),      // 46: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 47: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 48: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 49: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 50: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 51: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 52: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 53: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 54: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 55: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 56: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 57: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 58: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 59: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 60: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 61: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 62: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
-	0,  // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
-	13, // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
-	1,  // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
-	14, // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
-	2,  // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	58, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
-	11, // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
-	12, // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	15, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	58, // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
-	17, // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	58, // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
-	4,  // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
-	3,  // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
-	19, // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	58, // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
-	5,  // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	58, // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	18, // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	18, // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	18, // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	20, // 21: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
-	21, // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	11, // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
-	14, // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	26, // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
-	27, // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
-	23, // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
-	11, // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	23, // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	58, // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	7,  // 31: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,  // 32: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	23, // 33: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	25, // 34: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	59, // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	59, // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 37: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,  // 38: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,  // 39: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	59, // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	58, // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,  // 42: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	26, // 43: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	27, // 44: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	29, // 45: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,  // 46: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	30, // 47: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	25, // 48: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	59, // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	58, // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	58, // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	29, // 52: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,  // 53: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	58, // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	30, // 55: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	34, // 56: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	33, // 57: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	35, // 58: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	40, // 59: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	9,  // 60: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	58, // 61: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	59, // 62: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,  // 63: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	59, // 64: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	37, // 65: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	38, // 66: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	29, // 67: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10, // 68: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	58, // 69: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	58, // 70: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	39, // 71: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18, // 72: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	59, // 73: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	44, // 74: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	41, // 75: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	42, // 76: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	43, // 77: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	59, // 78: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11, // 79: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	59, // 80: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	59, // 81: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	39, // 82: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11, // 83: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	39, // 84: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11, // 85: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17, // 86: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	53, // 87: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	55, // 88: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	16, // 89: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24, // 90: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	31, // 91: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	36, // 92: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	52, // 93: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	46, // 94: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	48, // 95: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	50, // 96: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	56, // 97: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	22, // 98: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	28, // 99: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	32, // 100: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	45, // 101: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	54, // 102: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	47, // 103: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	49, // 104: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	51, // 105: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	57, // 106: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	98, // [98:107] is the sub-list for method output_type
-	89, // [89:98] is the sub-list for method input_type
-	89, // [89:89] is the sub-list for extension type_name
-	89, // [89:89] is the sub-list for extension extendee
-	0,  // [0:89] is the sub-list for field type_name
+	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
+	13,  // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
+	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
+	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
+	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
+	62,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
+	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	62,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
+	62,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
+	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
+	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
+	62,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
+	62,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	20,  // 21: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
+	21,  // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	11,  // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
+	14,  // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	26,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
+	27,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
+	23,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
+	11,  // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	23,  // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	62,  // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	7,   // 31: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 32: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	23,  // 33: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	25,  // 34: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	63,  // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	63,  // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	8,   // 37: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	7,   // 38: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 39: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	63,  // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	62,  // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,   // 42: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	26,  // 43: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	27,  // 44: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	29,  // 45: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	9,   // 46: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	30,  // 47: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	25,  // 48: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	63,  // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	62,  // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	62,  // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	29,  // 52: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	9,   // 53: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	62,  // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	30,  // 55: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	34,  // 56: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	33,  // 57: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	35,  // 58: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	40,  // 59: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	58,  // 60: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	59,  // 61: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	9,   // 62: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	62,  // 63: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	63,  // 64: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,   // 65: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	63,  // 66: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	37,  // 67: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	38,  // 68: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	29,  // 69: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10,  // 70: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	62,  // 71: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	62,  // 72: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	39,  // 73: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18,  // 74: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	63,  // 75: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	44,  // 76: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	41,  // 77: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	42,  // 78: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	43,  // 79: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	63,  // 80: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 81: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	63,  // 82: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	63,  // 83: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	39,  // 84: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 85: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	39,  // 86: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 87: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 88: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	53,  // 89: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	55,  // 90: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	31,  // 91: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 92: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24,  // 93: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	31,  // 94: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	36,  // 95: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	52,  // 96: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	46,  // 97: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	48,  // 98: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	50,  // 99: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	56,  // 100: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	60,  // 101: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	22,  // 102: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	28,  // 103: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	32,  // 104: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	45,  // 105: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	54,  // 106: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	47,  // 107: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	49,  // 108: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	51,  // 109: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	57,  // 110: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	61,  // 111: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	102, // [102:112] is the sub-list for method output_type
+	92,  // [92:102] is the sub-list for method input_type
+	92,  // [92:92] is the sub-list for extension type_name
+	92,  // [92:92] is the sub-list for extension extendee
+	0,   // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -5286,6 +5574,8 @@ func file_switchboard_v1_decider_proto_init() {
 		(*ReportRequest_Hello)(nil),
 		(*ReportRequest_Batch)(nil),
 		(*ReportRequest_Activity)(nil),
+		(*ReportRequest_Reconcile)(nil),
+		(*ReportRequest_Heartbeat)(nil),
 	}
 	file_switchboard_v1_decider_proto_msgTypes[34].OneofWrappers = []any{
 		(*ReportResponse_Ack)(nil),
@@ -5299,7 +5589,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   47,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,15 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DeciderService_Decide_FullMethodName       = "/switchboard.v1.DeciderService/Decide"
-	DeciderService_Reserve_FullMethodName      = "/switchboard.v1.DeciderService/Reserve"
-	DeciderService_Reconcile_FullMethodName    = "/switchboard.v1.DeciderService/Reconcile"
-	DeciderService_Report_FullMethodName       = "/switchboard.v1.DeciderService/Report"
-	DeciderService_ListModels_FullMethodName   = "/switchboard.v1.DeciderService/ListModels"
-	DeciderService_AcquireHedge_FullMethodName = "/switchboard.v1.DeciderService/AcquireHedge"
-	DeciderService_ListActivity_FullMethodName = "/switchboard.v1.DeciderService/ListActivity"
-	DeciderService_GetActivity_FullMethodName  = "/switchboard.v1.DeciderService/GetActivity"
-	DeciderService_SettleHedge_FullMethodName  = "/switchboard.v1.DeciderService/SettleHedge"
+	DeciderService_Decide_FullMethodName           = "/switchboard.v1.DeciderService/Decide"
+	DeciderService_Reserve_FullMethodName          = "/switchboard.v1.DeciderService/Reserve"
+	DeciderService_Reconcile_FullMethodName        = "/switchboard.v1.DeciderService/Reconcile"
+	DeciderService_Report_FullMethodName           = "/switchboard.v1.DeciderService/Report"
+	DeciderService_ListModels_FullMethodName       = "/switchboard.v1.DeciderService/ListModels"
+	DeciderService_AcquireHedge_FullMethodName     = "/switchboard.v1.DeciderService/AcquireHedge"
+	DeciderService_ListActivity_FullMethodName     = "/switchboard.v1.DeciderService/ListActivity"
+	DeciderService_GetActivity_FullMethodName      = "/switchboard.v1.DeciderService/GetActivity"
+	DeciderService_SettleHedge_FullMethodName      = "/switchboard.v1.DeciderService/SettleHedge"
+	DeciderService_KeepReservations_FullMethodName = "/switchboard.v1.DeciderService/KeepReservations"
 )
 
 // DeciderServiceClient is the client API for DeciderService service.
@@ -53,8 +54,9 @@ type DeciderServiceClient interface {
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
 	// Report is the long-lived stream between an edge and the decider: the edge
 	// sends a hello and then batches of call reports (timings, usage, errors,
-	// rate-limit headers); the decider sends commands (probes, cool-downs,
-	// configuration changes).
+	// rate-limit headers), activity records, reconciliations and heartbeats of
+	// the reservations it holds; the decider sends acknowledgements and
+	// commands (probes, cool-downs, configuration changes).
 	Report(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReportRequest, ReportResponse], error)
 	// ListModels lists the models a caller may use, for the edge's /v1/models.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
@@ -73,6 +75,12 @@ type DeciderServiceClient interface {
 	// the replica that owns the rate-limit broker; the others forward to it.
 	// Settling a request twice, or one that was never charged, changes nothing.
 	SettleHedge(ctx context.Context, in *SettleHedgeRequest, opts ...grpc.CallOption) (*SettleHedgeResponse, error)
+	// KeepReservations extends the named reservations that are still open by
+	// their time to live, counted from now: an edge declares the reservations
+	// of its calls in flight on its Report stream, and the replica that
+	// received them forwards them to the broker's owner with this call.
+	// Unknown ids are ignored.
+	KeepReservations(ctx context.Context, in *KeepReservationsRequest, opts ...grpc.CallOption) (*KeepReservationsResponse, error)
 }
 
 type deciderServiceClient struct {
@@ -176,6 +184,16 @@ func (c *deciderServiceClient) SettleHedge(ctx context.Context, in *SettleHedgeR
 	return out, nil
 }
 
+func (c *deciderServiceClient) KeepReservations(ctx context.Context, in *KeepReservationsRequest, opts ...grpc.CallOption) (*KeepReservationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeepReservationsResponse)
+	err := c.cc.Invoke(ctx, DeciderService_KeepReservations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeciderServiceServer is the server API for DeciderService service.
 // All implementations must embed UnimplementedDeciderServiceServer
 // for forward compatibility.
@@ -199,8 +217,9 @@ type DeciderServiceServer interface {
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
 	// Report is the long-lived stream between an edge and the decider: the edge
 	// sends a hello and then batches of call reports (timings, usage, errors,
-	// rate-limit headers); the decider sends commands (probes, cool-downs,
-	// configuration changes).
+	// rate-limit headers), activity records, reconciliations and heartbeats of
+	// the reservations it holds; the decider sends acknowledgements and
+	// commands (probes, cool-downs, configuration changes).
 	Report(grpc.BidiStreamingServer[ReportRequest, ReportResponse]) error
 	// ListModels lists the models a caller may use, for the edge's /v1/models.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
@@ -219,6 +238,12 @@ type DeciderServiceServer interface {
 	// the replica that owns the rate-limit broker; the others forward to it.
 	// Settling a request twice, or one that was never charged, changes nothing.
 	SettleHedge(context.Context, *SettleHedgeRequest) (*SettleHedgeResponse, error)
+	// KeepReservations extends the named reservations that are still open by
+	// their time to live, counted from now: an edge declares the reservations
+	// of its calls in flight on its Report stream, and the replica that
+	// received them forwards them to the broker's owner with this call.
+	// Unknown ids are ignored.
+	KeepReservations(context.Context, *KeepReservationsRequest) (*KeepReservationsResponse, error)
 	mustEmbedUnimplementedDeciderServiceServer()
 }
 
@@ -255,6 +280,9 @@ func (UnimplementedDeciderServiceServer) GetActivity(context.Context, *GetActivi
 }
 func (UnimplementedDeciderServiceServer) SettleHedge(context.Context, *SettleHedgeRequest) (*SettleHedgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SettleHedge not implemented")
+}
+func (UnimplementedDeciderServiceServer) KeepReservations(context.Context, *KeepReservationsRequest) (*KeepReservationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepReservations not implemented")
 }
 func (UnimplementedDeciderServiceServer) mustEmbedUnimplementedDeciderServiceServer() {}
 func (UnimplementedDeciderServiceServer) testEmbeddedByValue()                        {}
@@ -428,6 +456,24 @@ func _DeciderService_SettleHedge_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DeciderService_KeepReservations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeepReservationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).KeepReservations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_KeepReservations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).KeepReservations(ctx, req.(*KeepReservationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DeciderService_ServiceDesc is the grpc.ServiceDesc for DeciderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -466,6 +512,10 @@ var DeciderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SettleHedge",
 			Handler:    _DeciderService_SettleHedge_Handler,
+		},
+		{
+			MethodName: "KeepReservations",
+			Handler:    _DeciderService_KeepReservations_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

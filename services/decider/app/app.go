@@ -265,6 +265,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}, d.onActivity)
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
 	svc := server.New(d.hub, d.budget)
+	d.hub.SetReservations(svc.Reservations())
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{HotMethods: []string{
 		pb.DeciderService_Decide_FullMethodName, pb.DeciderService_Reserve_FullMethodName,
 		pb.DeciderService_Reconcile_FullMethodName, pb.DeciderService_AcquireHedge_FullMethodName,
@@ -345,7 +346,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.admP.Store(d.adm)
 	d.observer.Store(observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
-		Broadcast: d.hub.Broadcast, Reconcile: d.adm.Reconcile, Logger: logger.With("component", "observe"), Now: cfg.Now,
+		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
@@ -557,6 +558,10 @@ func (d *Decider) EtcdEndpoint() string {
 	return d.embedded.Endpoint()
 }
 
+// ReservationHeartbeats returns how many of the edges' reservation
+// heartbeats were applied on the broker's owner.
+func (d *Decider) ReservationHeartbeats() int64 { return d.hub.Heartbeats() }
+
 // ReportsReceived returns how many call reports edges have sent.
 func (d *Decider) ReportsReceived() int64 { return d.hub.Received() }
 
@@ -572,6 +577,24 @@ func (d *Decider) ProbeCost() (int64, float64) {
 		return ob.ProbeCost()
 	}
 	return 0, 0
+}
+
+// LimitStatus is one of a tenant's own quota buckets as this replica's
+// broker holds it (the owner's is the one that admits).
+type LimitStatus struct {
+	// Unit and Window name the bucket, as in the catalog ("usd", "day").
+	Unit, Window string
+	// Limit is its limit; Remaining what it can admit now.
+	Limit, Remaining float64
+}
+
+// TenantLimits returns a tenant's own quota buckets, for operators and tests.
+func (d *Decider) TenantLimits(tenantID string) []LimitStatus {
+	var out []LimitStatus
+	for _, b := range d.broker.Limits(broker.Identity{TenantID: tenantID}) {
+		out = append(out, LimitStatus{Unit: b.Unit.String(), Window: b.Window.String(), Limit: b.Limit, Remaining: b.Remaining})
+	}
+	return out
 }
 
 // Edges returns the connected edges.

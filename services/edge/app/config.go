@@ -92,11 +92,17 @@ type Config struct {
 	// save time (Optional). Defaults to 200ms. Flag --hedge-acquire-timeout.
 	HedgeAcquireTimeout time.Duration
 	// ReservationTTL is how long a rate-limit reservation lives if it is
-	// never reconciled, sent with every Decide and Reserve. It must outlast
-	// the longest stream: a reservation that expires mid-stream gives its
-	// concurrency slot back early (Optional). Defaults to 2m.
+	// never reconciled, sent with every Decide and Reserve: how soon the
+	// capacity of an edge that died comes back. A call that runs longer
+	// keeps its reservation, which the edge declares to the decider every
+	// ReservationHeartbeat (Optional). Defaults to 2m.
 	// Flag --reservation-ttl.
 	ReservationTTL time.Duration
+	// ReservationHeartbeat is how often the edge declares the reservations
+	// of its calls in flight, so the broker keeps them open while they run;
+	// it must be well below ReservationTTL (Optional). Defaults to a third
+	// of ReservationTTL. Flag --reservation-heartbeat.
+	ReservationHeartbeat time.Duration
 	// ReserveTimeout bounds the Reserve call made before a fallback or a
 	// hedge leg is sent; a slower broker counts as an error and that
 	// endpoint is skipped (Optional). Defaults to 300ms.
@@ -169,6 +175,9 @@ func (c Config) withDefaults() Config {
 	if c.ReservationTTL == 0 {
 		c.ReservationTTL = DefaultReservationTTL
 	}
+	if c.ReservationHeartbeat == 0 {
+		c.ReservationHeartbeat = c.ReservationTTL / 3
+	}
 	if c.ReserveTimeout == 0 {
 		c.ReserveTimeout = DefaultReserveTimeout
 	}
@@ -231,6 +240,9 @@ func (c Config) validate() error {
 	if c.HedgeAcquireTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--hedge-acquire-timeout %s: must be positive", c.HedgeAcquireTimeout))
 	}
+	if c.ReservationTTL > 0 && (c.ReservationHeartbeat <= 0 || c.ReservationHeartbeat >= c.ReservationTTL) {
+		errs = append(errs, fmt.Errorf("--reservation-heartbeat %s: must be positive and below --reservation-ttl", c.ReservationHeartbeat))
+	}
 	if c.ReservationTTL <= 0 {
 		errs = append(errs, fmt.Errorf("--reservation-ttl %s: must be positive", c.ReservationTTL))
 	}
@@ -271,6 +283,9 @@ func ParseFlags(args []string, getenv func(string) string) (Config, error) {
 	if errors.Is(err, flag.ErrHelp) {
 		return Config{}, err
 	}
+	if cfg.ReservationHeartbeat == 0 && cfg.ReservationTTL > 0 {
+		cfg.ReservationHeartbeat = cfg.ReservationTTL / 3 // from the TTL given
+	}
 	if err := errors.Join(err, cfg.validate()); err != nil {
 		return Config{}, err
 	}
@@ -291,7 +306,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", cfg.MaxAttempts, "endpoints tried per request (chosen plus fallbacks)")
 	fs.DurationVar(&cfg.ReportFlushInterval, "report-flush-interval", cfg.ReportFlushInterval, "longest a call report waits before it is sent")
 	fs.DurationVar(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", cfg.HedgeAcquireTimeout, "longest wait for the decider's hedge budget before going without a hedge")
-	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a rate-limit reservation lives if never reconciled (outlast the longest stream)")
+	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a rate-limit reservation lives if never reconciled (calls in flight keep theirs)")
+	fs.DurationVar(&cfg.ReservationHeartbeat, "reservation-heartbeat", 0, "how often the reservations of calls in flight are declared to the decider (default a third of --reservation-ttl)")
 	fs.DurationVar(&cfg.ReserveTimeout, "reserve-timeout", cfg.ReserveTimeout, "longest wait for a reservation before a fallback or hedge leg; slower skips that endpoint")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "at shutdown, how long /readyz answers 503 before the listener closes")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "at shutdown, how long requests in flight (streams) may take to finish after the drain delay")

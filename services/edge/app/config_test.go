@@ -33,6 +33,7 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 200*time.Millisecond, c.ReportFlushInterval)
 				require.Equal(t, 200*time.Millisecond, c.HedgeAcquireTimeout)
 				require.Equal(t, 2*time.Minute, c.ReservationTTL)
+				require.Equal(t, 40*time.Second, c.ReservationHeartbeat, "a third of the TTL")
 				require.Equal(t, 300*time.Millisecond, c.ReserveTimeout)
 				require.Equal(t, slog.LevelInfo, c.LogLevel)
 				require.Equal(t, 5*time.Minute, c.ShutdownGrace)
@@ -54,7 +55,7 @@ func TestParseFlags(t *testing.T) {
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
 					FirstTokenTimeout: 5 * time.Second, IdleTimeout: 7 * time.Second, MaxAttempts: 2,
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
-					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReserveTimeout: 150 * time.Millisecond,
+					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReservationHeartbeat: 10 * time.Minute / 3, ReserveTimeout: 150 * time.Millisecond,
 					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,
 				}, withoutGetenv(c))
 			},
@@ -96,6 +97,11 @@ func TestParseFlags(t *testing.T) {
 			wantErr: []string{"--listen", "--max-attempts", "--first-token-timeout", "--max-body-bytes",
 				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT", "--reservation-ttl", "--reserve-timeout", "--shutdown-grace",
 				"--body-read-timeout", "--max-unverified-bodies", "--write-timeout"},
+		},
+		{
+			name:    "a heartbeat that does not beat the TTL",
+			args:    []string{"--reservation-ttl", "30s", "--reservation-heartbeat", "30s"},
+			wantErr: []string{"--reservation-heartbeat"},
 		},
 		{
 			name:    "unknown flag",

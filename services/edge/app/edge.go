@@ -105,11 +105,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
-		Client:        decider,
-		Hello:         &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
-		Handler:       commands,
-		FlushInterval: cfg.ReportFlushInterval,
-		Logger:        logger.With("component", "report"),
+		Client:            decider,
+		Hello:             &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
+		Handler:           commands,
+		FlushInterval:     cfg.ReportFlushInterval,
+		HeartbeatInterval: cfg.ReservationHeartbeat,
+		Logger:            logger.With("component", "report"),
 	})
 	cooldowns := cooldown.New(nil)
 	dispatcher := dispatch.New(dispatch.Options{
@@ -117,6 +118,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Getenv:            cfg.Getenv,
 		Cooldowns:         cooldowns,
 		Reporter:          reports,
+		Ledger:            reports,
 		Hedges:            decider,
 		HedgeTimeout:      cfg.HedgeAcquireTimeout,
 		Broker:            decider,
@@ -182,6 +184,14 @@ func (e *Edge) Addr() string { return e.ln.Addr().String() }
 
 // URL is the OpenAI base URL clients use, "http://<addr>/v1".
 func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
+
+// UnackedReconciles returns how many reservation reconciliations wait for
+// the decider's acknowledgement.
+func (e *Edge) UnackedReconciles() int { return e.reports.UnackedReconciles() }
+
+// HeldReservations returns the reservations of the calls in flight, as the
+// edge declares them to the decider.
+func (e *Edge) HeldReservations() []string { return e.reports.Held() }
 
 // Close shuts the edge down gracefully: /readyz turns 503 (for DrainDelay,
 // while new requests are still served), requests in flight finish (up to

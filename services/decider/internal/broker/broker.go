@@ -52,6 +52,12 @@ type Options struct {
 	// bucket frees when some call ends, which nothing predicts. (Optional)
 	// Defaults to 1s.
 	ConcurrencyRetry time.Duration
+	// Tombstone is how long a closed reservation is remembered: a
+	// reconciled one, so a reconciliation delivered twice is recognised,
+	// and an expired one with its charges, so its late reconciliation
+	// (a stream that outlived it) still charges the real usage. (Optional)
+	// Defaults to MaxTTL.
+	Tombstone time.Duration
 	// Correction tunes estimate correction.
 	Correction CorrectionOptions
 	// DisableCorrection makes Reserve reserve the estimate as given.
@@ -74,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.DefaultTTL > o.MaxTTL {
 		o.DefaultTTL = o.MaxTTL
+	}
+	if o.Tombstone <= 0 {
+		o.Tombstone = o.MaxTTL
 	}
 	if !(o.ConservativeFraction > 0 && o.ConservativeFraction <= 1) {
 		o.ConservativeFraction = 0.5
@@ -361,7 +370,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 				return &old.res, nil
 			}
 			sh.remove(old)
-			b.releaseExpired(old, now)
+			b.releaseExpired(sh, old, now)
 		}
 	}
 	for _, bk := range bs {
@@ -422,6 +431,7 @@ type entry struct {
 	res     Reservation
 	recs    []charge
 	expires int64
+	ttl     int64 // what Extend extends it by, ns
 	heapIdx int
 	idem    idemKey
 	chArr   [inline]Charge
@@ -429,7 +439,7 @@ type entry struct {
 }
 
 func (b *Broker) newEntry(req *ReserveRequest, est, dem Demand, n int, now int64, ttl time.Duration, si int, seq uint64) *entry {
-	e := &entry{expires: now + int64(ttl)}
+	e := &entry{expires: now + int64(ttl), ttl: int64(ttl)}
 	e.res = Reservation{
 		ID: b.newID(si, seq), RequestID: req.RequestID, IdempotencyKey: req.IdempotencyKey,
 		Identity: req.Identity, Model: req.Model, EndpointID: req.EndpointID,
@@ -604,14 +614,23 @@ type Settlement struct {
 	HeaderErr error
 	// PausedUntil is the route's pause after this reconcile; zero if none.
 	PausedUntil time.Time
+	// Late is set when the reservation had expired: its concurrency was
+	// released then, and the other buckets were settled to the actual
+	// usage now.
+	Late bool
 }
 
 // Reconcile replaces a reservation's estimates with the actual usage: every
 // bucket gets back what was reserved and not used, or is charged the
 // overrun; concurrency is released. The provider's headers then correct the
-// route's buckets and may pause it. An unknown, already reconciled or
-// expired id returns an error matching ErrNotFound and changes no bucket, so
-// a second reconcile never releases twice.
+// route's buckets and may pause it.
+//
+// A reservation is reconciled once. One that expired recently is still
+// reconciled (Settlement.Late): expiry released its concurrency, and its
+// other buckets are settled to the actual usage now, so a call that outlived
+// its reservation is charged what it used. A second reconcile of the same id
+// returns an error matching ErrAlreadyReconciled (and ErrNotFound) and an
+// unknown id one matching ErrNotFound; neither changes any bucket.
 func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settlement, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -627,17 +646,23 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 	sh := &b.shards[si]
 	sh.mu.Lock()
 	e := sh.byID[req.ReservationID]
+	if e != nil && e.expires <= now {
+		// Expired but not swept yet: expire it as the sweep would have.
+		sh.remove(e)
+		b.releaseExpired(sh, e, now)
+		e = nil
+	}
 	if e == nil {
+		st, err := b.reconcileClosed(sh, &req, now)
 		sh.mu.Unlock()
-		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrNotFound)
+		if err != nil {
+			return nil, err
+		}
+		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, req.Headers, req.Outcome, now)
+		return st, nil
 	}
 	sh.remove(e)
-	if e.expires <= now {
-		b.releaseExpired(e, now)
-		sh.mu.Unlock()
-		b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, now)
-		return nil, fmt.Errorf("reconcile %s: %w at %s", req.ReservationID, ErrExpired, e.res.Expires.Format(time.RFC3339Nano))
-	}
+	b.remember(sh, e, now, false)
 	st := &Settlement{Reservation: &e.res, Released: make([]Charge, len(e.recs))}
 	for i, c := range e.recs {
 		delta := c.amount - req.Usage.actual(c.b.unit, c.amount)
@@ -656,8 +681,10 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 }
 
 // releaseExpired releases an expired entry: its concurrency always, the rest
-// only with RefundOnExpiry. The entry's shard lock is held.
-func (b *Broker) releaseExpired(e *entry, now int64) {
+// only with RefundOnExpiry; its charges are kept as a tombstone for a late
+// reconciliation. The entry's shard lock is held.
+func (b *Broker) releaseExpired(sh *shard, e *entry, now int64) {
+	b.remember(sh, e, now, true)
 	for _, c := range e.recs {
 		if c.b.rule != RuleConcurrency && !b.opts.RefundOnExpiry {
 			continue
@@ -679,16 +706,17 @@ func (b *Broker) expire(now int64) int {
 	n := 0
 	for i := range b.shards {
 		sh := &b.shards[i]
-		if sh.next.Load() > now {
+		if sh.next.Load() > now && now-sh.firstClosed.Load() < int64(b.opts.Tombstone) {
 			continue
 		}
 		sh.mu.Lock()
 		for len(sh.heap) > 0 && sh.heap[0].expires <= now {
 			e := sh.heap[0]
 			sh.remove(e)
-			b.releaseExpired(e, now)
+			b.releaseExpired(sh, e, now)
 			n++
 		}
+		b.pruneClosed(sh, now)
 		sh.mu.Unlock()
 	}
 	return n

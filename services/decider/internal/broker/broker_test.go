@@ -246,7 +246,7 @@ func TestReconcile(t *testing.T) {
 		require.Equal(t, 1, n)
 	})
 
-	t.Run("second reconcile, expired, unknown and malformed ids are NotFound and change nothing", func(t *testing.T) {
+	t.Run("second reconcile, unknown and malformed ids are NotFound and change nothing; an expired one is settled late, once", func(t *testing.T) {
 		b, c := newBroker(t, specs)
 		res, _, err := b.Reserve(t.Context(), req(Demand{InputTokens: 500}))
 		require.NoError(t, err)
@@ -258,16 +258,23 @@ func TestReconcile(t *testing.T) {
 		require.Equal(t, 900.0, level(t, b, in), "no double release")
 		require.Equal(t, 5.0, level(t, b, cc))
 
-		exp, _, err := b.Reserve(t.Context(), req(Demand{InputTokens: 100}))
+		require.ErrorIs(t, err, ErrAlreadyReconciled)
+
+		exp, _, err := b.Reserve(t.Context(), req(Demand{InputTokens: 100, OutputTokens: 100}))
 		require.NoError(t, err)
 		c.Advance(2 * time.Minute)
-		_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: exp.ID})
-		require.ErrorIs(t, err, ErrExpired)
-		require.ErrorIs(t, err, ErrNotFound)
+		require.Equal(t, 1, b.Expire(c.Now()))
+		before := level(t, b, out)
+		st, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: exp.ID, Usage: Usage{OutputTokens: 250}})
+		require.NoError(t, err, "an expired reservation is still reconciled")
+		require.True(t, st.Late)
 		require.Equal(t, 5.0, level(t, b, cc), "expiry released the slot once")
-		_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: exp.ID})
+		require.InDelta(t, before-150, level(t, b, out), 1e-9, "the overrun past the reservation is charged")
+		_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: exp.ID, Usage: Usage{OutputTokens: 250}})
+		require.ErrorIs(t, err, ErrAlreadyReconciled)
 		require.ErrorIs(t, err, ErrNotFound)
 		require.Equal(t, 5.0, level(t, b, cc))
+		require.InDelta(t, before-150, level(t, b, out), 1e-9, "charged once")
 
 		for _, id := range []string{"", "nope", "r" + strings.Repeat("0", 30), "rzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "r000000000000ff0000000000000001"} {
 			_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: id})

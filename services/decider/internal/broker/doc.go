@@ -115,9 +115,14 @@
 // bucket then refuses until it has refilled past zero, a daily bucket until
 // its reset, a ramp counts it as admitted). For a daily or ramp bucket whose
 // period has rolled over since the charge, the reset already dropped the
-// charge, so nothing is settled. The reservation is then gone: a second
-// Reconcile, or one after expiry, gets an error matching ErrNotFound (after
-// expiry also ErrExpired) and changes no bucket.
+// charge, so nothing is settled. The reservation is then closed: a second
+// Reconcile gets an error matching ErrAlreadyReconciled and ErrNotFound and
+// changes no bucket, so a reconciliation delivered twice is applied once.
+//
+// An expired reservation is remembered (a tombstone) for Options.Tombstone:
+// its late Reconcile — a stream that outlived its TTL — settles every bucket
+// but concurrency (released by expiry) to the actual usage, once. An edge
+// keeps the reservations of its calls in flight open with [Broker.Extend].
 //
 // # Provider headers
 //

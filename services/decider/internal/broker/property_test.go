@@ -219,12 +219,22 @@ func (m *propModel) reconcile(rt *rapid.T) {
 	outcome := rapid.SampledFrom([]Outcome{OutcomeOK, OutcomeOK, OutcomeCancelled, OutcomeUpstreamError}).Draw(rt, "outcome")
 	now := m.c.Now()
 	st, err := m.b.Reconcile(rt.Context(), ReconcileRequest{ReservationID: r.r.ID, Usage: u, Outcome: outcome})
+	require.NoError(rt, err)
 	if !r.expires.After(now) {
-		require.ErrorIs(rt, err, ErrExpired, "past its TTL")
+		// Past its TTL: expiry released the concurrency; the late
+		// reconcile settles the rest to the actual usage.
+		require.True(rt, st.Late, "past its TTL")
+		r.closed = true
+		for _, ch := range st.Released {
+			if ch.Unit == UnitConcurrentRequests {
+				require.Equal(rt, 0.0, ch.Amount)
+				continue
+			}
+			m.flows[ch.BucketID] = append(m.flows[ch.BucketID], flow{at: now, amount: -ch.Amount})
+		}
 		m.sync(rt)
 		return
 	}
-	require.NoError(rt, err)
 	r.closed, r.released = true, true
 	for _, ch := range st.Released {
 		if ch.Unit == UnitConcurrentRequests {
@@ -239,7 +249,7 @@ func (m *propModel) reconcile(rt *rapid.T) {
 func (m *propModel) reconcileGone(rt *rapid.T) {
 	ids := []string{"r" + fmt.Sprintf("%030d", rapid.IntRange(0, 1000).Draw(rt, "junk")), "bogus"}
 	for _, r := range m.res {
-		if r.released {
+		if r.closed {
 			ids = append(ids, r.r.ID)
 		}
 	}

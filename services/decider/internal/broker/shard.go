@@ -22,12 +22,22 @@ type shard struct {
 	// next is the earliest expiry in the heap (MaxInt64 when empty), read
 	// without the lock so Expire skips shards with nothing due.
 	next atomic.Int64
-	_    [64]byte
+	// closed remembers reservations closed recently, by id, and closedQ
+	// the same in closing order, for pruning (see Broker.remember).
+	closed  map[string]*closed
+	closedQ []*closed
+	// firstClosed is when closedQ's oldest item closed (MaxInt64 when
+	// empty), read without the lock so Expire skips shards with nothing
+	// to forget.
+	firstClosed atomic.Int64
+	_           [64]byte
 }
 
 func (s *shard) init() {
 	s.byID = map[string]*entry{}
 	s.idem = map[idemKey]*entry{}
+	s.closed = map[string]*closed{}
+	s.firstClosed.Store(math.MaxInt64)
 	s.next.Store(math.MaxInt64)
 }
 

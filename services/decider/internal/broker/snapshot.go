@@ -57,10 +57,14 @@ func (b *Broker) Snapshot() []byte {
 		bst[i] = state{bk: bk, p: bk.p, level: bk.level, prev: bk.prev, last: bk.last, epoch: bk.epoch}
 		bk.mu.Unlock()
 	}
+	// An entry is immutable once granted but for its expiry, which Extend
+	// moves under the shard lock: it is copied here with the pointer.
 	var entries []*entry
+	var expires []int64
 	for i := range b.shards {
 		for _, e := range b.shards[i].byID {
 			entries = append(entries, e)
+			expires = append(expires, e.expires)
 		}
 	}
 	for i := range b.shards {
@@ -120,7 +124,7 @@ func (b *Broker) Snapshot() []byte {
 		w = binary.AppendVarint(w, int64(rt.pause.streak.Load()))
 	}
 	w = binary.AppendUvarint(w, uint64(len(entries)))
-	for _, e := range entries {
+	for ei, e := range entries {
 		r := &e.res
 		for _, s := range [...]string{r.ID, r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
 			r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID} {
@@ -130,7 +134,7 @@ func (b *Broker) Snapshot() []byte {
 		w = appendDemand(w, r.Estimate)
 		w = appendDemand(w, r.Demand)
 		w = binary.AppendVarint(w, r.Created.UnixNano())
-		w = binary.AppendVarint(w, e.expires)
+		w = binary.AppendVarint(w, expires[ei])
 		w = binary.AppendUvarint(w, uint64(len(e.recs)))
 		for _, c := range e.recs {
 			w = binary.AppendUvarint(w, uint64(names[c.b]))
@@ -530,7 +534,7 @@ func (b *Broker) restore(s *snapshot, now int64) {
 		if sh.byID[se.res.ID] != nil {
 			continue
 		}
-		e := &entry{res: se.res, expires: se.expires}
+		e := &entry{res: se.res, expires: se.expires, ttl: b.ttlOf(se.res.Created.UnixNano(), se.expires)}
 		for _, c := range se.charges {
 			bk := t.byID[c.bucket]
 			if bk == nil {

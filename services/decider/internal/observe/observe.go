@@ -1,11 +1,11 @@
 // Package observe turns the edges' call reports into what routing learns
 // from: TTFT per size bucket, throughput, cache-hit rate, typical output,
 // which endpoint holds which prompt in cache, and refusals that bench an
-// endpoint. It also accounts what synthetic probes cost.
+// endpoint. It also accounts what synthetic probes cost. It never waits on
+// the broker: reservations are reconciled by the report hub's workers.
 package observe
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,8 +34,6 @@ type Options struct {
 	Cooldown *cooldown.Tracker // (Required)
 	// Broadcast tells every edge about a new cool-down. (Optional)
 	Broadcast func(*pb.ReportResponse)
-	// Reconcile closes the reservation a call report names. (Optional)
-	Reconcile func(context.Context, *pb.ReconcileRequest) (*pb.ReconcileResponse, error)
 	// Logger logs cool-downs. (Required)
 	Logger *slog.Logger
 	// Now is the clock. (Optional) Defaults to time.Now.
@@ -68,26 +66,6 @@ func (ob *Observer) Ingest(_ *pb.EdgeHello, reports []*pb.CallReport) {
 }
 
 func (ob *Observer) one(r *pb.CallReport) {
-	if id := r.GetReservationId(); id != "" && ob.o.Reconcile != nil {
-		// Reconciliation rides on the report the edge sends anyway: usage,
-		// outcome and the provider's rate-limit headers in one message.
-		u := r.GetUsage()
-		if r.GetOutcome() == pb.Outcome_OUTCOME_CANCELLED && u.GetCostUsd() > 0 {
-			// A cancelled call (a lost hedge, a client that left before the
-			// first token) is not the tenant's spend: the hedge budget or
-			// the operator pays it. Its tokens still count against quotas.
-			u = &pb.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
-				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported()}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := ob.o.Reconcile(ctx, &pb.ReconcileRequest{
-			ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders(),
-		})
-		cancel()
-		if err != nil {
-			ob.o.Logger.Debug("reconcile from a call report", "reservation", id, "err", err)
-		}
-	}
 	modelID, rates, ok := ob.o.Catalog.Endpoint(r.GetEndpointId())
 	if !ok {
 		// Only the catalog's endpoints get series, so a confused or hostile
@@ -128,7 +106,7 @@ func (ob *Observer) one(r *pb.CallReport) {
 			ob.o.Affinity.Record(ep, h, n, ob.o.Now())
 		}
 	case pb.Outcome_OUTCOME_RATE_LIMITED, pb.Outcome_OUTCOME_UPSTREAM_ERROR, pb.Outcome_OUTCOME_CONNECT_ERROR:
-		// A refusal benches the endpoint (R-ROUTE-7).
+		// A refusal benches the endpoint.
 		if until, started := ob.o.Cooldown.RefusedFor(ep, ob.o.Now(), r.GetRetryAfter().AsDuration()); started {
 			ob.o.Logger.Warn("endpoint cooling down", "endpoint", ep, "until", until, "outcome", r.GetOutcome().String(), "http_status", r.GetHttpStatus())
 			if ob.o.Broadcast != nil {

@@ -1,7 +1,6 @@
 package observe
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -35,15 +34,10 @@ func TestIngest(t *testing.T) {
 	st := stats.New(stats.Config{Now: clock})
 	cool := cooldown.New(cooldown.Options{})
 	var sent []*pb.ReportResponse
-	var reconciled []*pb.ReconcileRequest
 	ob := New(Options{
 		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
 		Broadcast: func(m *pb.ReportResponse) { sent = append(sent, m) },
-		Reconcile: func(_ context.Context, r *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
-			reconciled = append(reconciled, r)
-			return &pb.ReconcileResponse{}, nil
-		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
 	ok := func(stream bool) *pb.CallReport {
 		return &pb.CallReport{EndpointId: "a/m", Outcome: pb.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: stream,
@@ -79,12 +73,4 @@ func TestIngest(t *testing.T) {
 	require.Equal(t, int64(1), probes)
 	require.InDelta(t, 3.0, usd, 1e-9)
 
-	// A report naming a reservation reconciles it; a cancelled call's cost
-	// is not the tenant's spend.
-	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "a/m", ReservationId: "r1", Outcome: pb.Outcome_OUTCOME_CANCELLED,
-		Usage: &pb.Usage{InputTokens: 100, CostUsd: 0.5}}})
-	require.Len(t, reconciled, 1)
-	require.Equal(t, "r1", reconciled[0].GetReservationId())
-	require.Zero(t, reconciled[0].GetUsage().GetCostUsd())
-	require.Equal(t, int64(100), reconciled[0].GetUsage().GetInputTokens())
 }

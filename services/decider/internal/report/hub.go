@@ -1,6 +1,13 @@
 // Package report serves the Report stream: it keeps one connection per edge,
-// takes their batched call reports, and pushes commands (probes, cool-downs,
+// takes their batched call reports, activity records, reconciliations and
+// reservation heartbeats, and pushes commands (probes, cool-downs,
 // configuration changes) back to them.
+//
+// The receive loop never waits on the broker: reconciliations and heartbeats
+// go to a worker of the stream (a bounded queue), which applies them on the
+// broker's owner, retrying while there is none, and acknowledges a reconcile
+// batch only once every reconciliation in it was applied (or can never be).
+// What does not fit in the queue is not acknowledged: the edge sends it again.
 package report
 
 import (
@@ -27,9 +34,47 @@ type Sink func(edge *pb.EdgeHello, reports []*pb.CallReport)
 // there is back-pressure on that edge). Only a durable batch is acknowledged.
 type ActivitySink func(edge *pb.EdgeHello, records []*pb.ActivityRecord) error
 
+// Reservations applies what edges say about their reservations, on the
+// broker's owner. Its methods may block (forwarding, an owner still taking
+// over); the hub calls them from a stream's worker, never from its receive
+// loop.
+type Reservations interface {
+	// Reconcile applies one reconciliation. nil means it was applied, or
+	// never can be (unknown reservation, already reconciled, invalid):
+	// either way it is done. An error means: try again later.
+	Reconcile(ctx context.Context, req *pb.ReconcileRequest) error
+	// Keep extends the open reservations among ids by their TTL.
+	Keep(ctx context.Context, ids []string) error
+}
+
 // sendBuffer is how many commands may wait for a slow edge before new ones are
 // dropped; a stuck edge must never stall the decider.
 const sendBuffer = 256
+
+// Defaults of the reservation work of one stream.
+const (
+	// workQueue is how many batches (reconcile batches, heartbeats, the
+	// reconciliations of an older edge's call reports) wait for a stream's
+	// worker; more are not taken (and not acknowledged).
+	workQueue = 64
+	// attemptTimeout bounds one reconciliation or heartbeat on the owner.
+	attemptTimeout = 2 * time.Second
+	retryMin       = 50 * time.Millisecond
+	retryMax       = time.Second
+	// reconcileGiveUp bounds the retries of one reconciliation: past it
+	// its batch is left unacknowledged for the edge to send again, so one
+	// that keeps failing never holds up the rest of the stream's work.
+	reconcileGiveUp = 15 * time.Second
+)
+
+// job is one unit of a stream's reservation work.
+type job struct {
+	reconciles []*pb.ReconcileRequest
+	// ack is the reconcile batch's sequence, acknowledged once every
+	// reconciliation is applied; 0 for reconciliations nobody waits for.
+	ack  uint64
+	keep []string
+}
 
 // Hub tracks the connected edges.
 type Hub struct {
@@ -38,6 +83,17 @@ type Hub struct {
 	activity ActivitySink
 	received atomic.Int64
 	dropped  atomic.Int64
+	// rsv applies reconciliations and heartbeats; nil until set (they then
+	// wait in the worker's retries).
+	rsv atomic.Pointer[reservationsBox]
+	// refused counts reservation work not queued because a stream's queue
+	// was full; retried counts failed attempts that were retried.
+	refused atomic.Int64
+	retried atomic.Int64
+	kept    atomic.Int64 // heartbeats applied
+	// retryMin and retryMax bound the retry back-off; attempt bounds one
+	// try; giveUp bounds the retries of one reconciliation.
+	retryMin, retryMax, attempt, giveUp time.Duration
 
 	mu     sync.Mutex
 	edges  map[*conn]struct{}
@@ -51,13 +107,29 @@ type conn struct {
 	hello  *pb.EdgeHello
 	since  time.Time
 	out    chan *pb.ReportResponse
+	jobs   chan job
 	cancel context.CancelFunc
+}
+
+type reservationsBox struct{ r Reservations }
+
+// SetReservations sets what applies the edges' reconciliations and
+// heartbeats. Work that arrives before it is set is retried until it is.
+func (h *Hub) SetReservations(r Reservations) { h.rsv.Store(&reservationsBox{r: r}) }
+
+// SetRetry changes the back-off between failed reservation attempts
+// (defaults 50ms doubling to 1s) and how long one reconciliation is retried
+// before its batch is left to the edge (default 15s), for tests. Call it
+// before serving.
+func (h *Hub) SetRetry(minDelay, maxDelay, giveUp time.Duration) {
+	h.retryMin, h.retryMax, h.giveUp = minDelay, maxDelay, giveUp
 }
 
 // NewHub returns a hub that hands reports to sink and activity records to
 // activity (nil: they are only counted).
 func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
-	return &Hub{logger: logger, sink: sink, activity: activity, edges: map[*conn]struct{}{}}
+	return &Hub{logger: logger, sink: sink, activity: activity, edges: map[*conn]struct{}{},
+		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout, giveUp: reconcileGiveUp}
 }
 
 // Serve runs one edge's stream until it ends. The first message must be a hello.
@@ -72,11 +144,20 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *pb.ReportResponse, sendBuffer), cancel: cancel}
+	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *pb.ReportResponse, sendBuffer),
+		jobs: make(chan job, workQueue), cancel: cancel}
 	if !h.add(c) {
 		return status.Error(codes.Unavailable, "decider is shutting down")
 	}
 	defer h.remove(c)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // the worker stops with the stream
+	worked := make(chan struct{})
+	wg.Go(func() {
+		defer close(worked)
+		h.work(c)
+	})
 	h.logger.Info("edge connected", "edge", hello.GetEdgeId(), "region", hello.GetRegion())
 
 	// Receiving runs in its own goroutine so that Close can end the stream
@@ -88,7 +169,14 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 		select {
 		case err := <-recvErr:
 			h.logger.Info("edge disconnected", "edge", hello.GetEdgeId(), "err", err)
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+			if errors.Is(err, io.EOF) {
+				// The edge is stopping and sent its last batches: apply
+				// them before the stream ends (bounded), acknowledging
+				// what it still waits for.
+				close(c.jobs) // receive, the only sender, has returned
+				return h.drain(stream, c, worked)
+			}
+			if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return err
@@ -98,6 +186,41 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 			if err := stream.Send(m); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// drainTimeout bounds how long a stream the edge closed waits for its
+// last reservation work.
+const drainTimeout = 5 * time.Second
+
+// drain waits, after the edge's half-close, until the worker has applied
+// what was queued, sending its acks, within drainTimeout.
+func (h *Hub) drain(stream pb.DeciderService_ReportServer, c *conn, worked <-chan struct{}) error {
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-worked:
+			for {
+				select {
+				case m := <-c.out:
+					if err := stream.Send(m); err != nil {
+						return nil
+					}
+				default:
+					return nil
+				}
+			}
+		case m := <-c.out:
+			if err := stream.Send(m); err != nil {
+				return nil // the edge is gone
+			}
+		case <-t.C:
+			h.logger.Warn("reservation work left undone at the end of a stream", "edge", c.hello.GetEdgeId(), "queued", len(c.jobs))
+			return nil
+		case <-c.ctx.Done():
+			return nil
 		}
 	}
 }
@@ -128,6 +251,18 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 			}
 			continue
 		}
+		if rb := m.GetReconcile(); rb != nil {
+			// Acknowledged by the worker once applied. A batch that does not
+			// fit is not acknowledged: the edge sends it again.
+			h.queue(c, job{reconciles: rb.GetReconciles(), ack: rb.GetSequence()})
+			continue
+		}
+		if hb := m.GetHeartbeat(); hb != nil {
+			if len(hb.GetReservationIds()) > 0 {
+				h.queue(c, job{keep: hb.GetReservationIds()})
+			}
+			continue
+		}
 		batch := m.GetBatch()
 		if batch == nil {
 			continue
@@ -137,7 +272,135 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 		if h.sink != nil && n > 0 {
 			h.sink(c.hello, batch.GetReports())
 		}
+		if !c.hello.GetReconcilesAcknowledged() {
+			// An older edge: its reservations are reconciled from its call
+			// reports, best effort, still off this loop.
+			if rs := fromReports(batch.GetReports()); len(rs) > 0 {
+				h.queue(c, job{reconciles: rs})
+			}
+		}
 		h.trySend(c, &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{Accepted: n}}})
+	}
+}
+
+// fromReports is the reconciliation each call report naming a reservation
+// stands for. The cost is the tenant's spend only for a call that produced
+// something: one cancelled before its first token (a lost hedge, a client
+// that left before the answer started) is not billed, so it spends nothing;
+// its tokens still count against quotas.
+func fromReports(reports []*pb.CallReport) []*pb.ReconcileRequest {
+	var out []*pb.ReconcileRequest
+	for _, r := range reports {
+		id := r.GetReservationId()
+		if id == "" {
+			continue
+		}
+		u := r.GetUsage()
+		if r.GetOutcome() == pb.Outcome_OUTCOME_CANCELLED && r.GetTtft() == nil && u.GetCostUsd() > 0 {
+			u = &pb.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
+				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported()}
+		}
+		out = append(out, &pb.ReconcileRequest{ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders()})
+	}
+	return out
+}
+
+// queue hands reservation work to the stream's worker without waiting.
+func (h *Hub) queue(c *conn, j job) {
+	select {
+	case c.jobs <- j:
+	default:
+		h.refused.Add(1)
+		h.logger.Warn("reservation work queue full; not acknowledged, the edge sends it again",
+			"edge", c.hello.GetEdgeId(), "reconciles", len(j.reconciles), "sequence", j.ack)
+	}
+}
+
+// work applies the stream's reservation work in order until the stream ends.
+func (h *Hub) work(c *conn) {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case j, ok := <-c.jobs:
+			if !ok || !h.do(c, j) {
+				return
+			}
+		}
+	}
+}
+
+// do applies one job, retrying each failed step for a bounded time (a
+// heartbeat twice as long as a reconciliation: long enough to outlast a new
+// owner's takeover, so what an edge declares on reconnecting reaches it
+// before the restored reservations expire); false when the stream ended.
+func (h *Hub) do(c *conn, j job) bool {
+	if len(j.keep) > 0 {
+		done, alive := h.retry(c, "keep reservations", 2*h.giveUp, func(ctx context.Context, r Reservations) error { return r.Keep(ctx, j.keep) })
+		if !alive {
+			return false
+		}
+		if done {
+			h.kept.Add(1)
+		}
+	}
+	for _, rq := range j.reconciles {
+		done, alive := h.retry(c, "reconcile", h.giveUp, func(ctx context.Context, r Reservations) error { return r.Reconcile(ctx, rq) })
+		if !alive {
+			return false
+		}
+		if !done {
+			h.logger.Warn("reconciliation still failing; its batch is left for the edge to send again",
+				"edge", c.hello.GetEdgeId(), "reservation", rq.GetReservationId(), "sequence", j.ack)
+			return true
+		}
+	}
+	if j.ack == 0 {
+		return true
+	}
+	ack := &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{
+		Accepted: int64(len(j.reconciles)), ReconcileSequence: j.ack}}}
+	select {
+	case c.out <- ack:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// retry runs f until it succeeds (done), for at most giveUp; alive is false
+// when the stream ended first.
+func (h *Hub) retry(c *conn, what string, giveUp time.Duration, f func(context.Context, Reservations) error) (done, alive bool) {
+	delay := h.retryMin
+	deadline := time.Now().Add(giveUp)
+	for {
+		var err error
+		if box := h.rsv.Load(); box != nil {
+			ctx, cancel := context.WithTimeout(c.ctx, h.attempt)
+			err = f(ctx, box.r)
+			cancel()
+			if err == nil {
+				return true, true
+			}
+		} else {
+			err = errors.New("the rate-limit broker is not ready yet")
+		}
+		if c.ctx.Err() != nil {
+			return false, false
+		}
+		if time.Now().After(deadline) {
+			return false, true
+		}
+		h.retried.Add(1)
+		h.logger.Debug(what+" failed; retrying", "edge", c.hello.GetEdgeId(), "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return false, false
+		case <-t.C:
+		}
+		delay = min(2*delay, h.retryMax)
 	}
 }
 
@@ -212,6 +475,16 @@ func (h *Hub) Edges() []*pb.EdgeHello {
 
 // Received returns how many call reports have arrived.
 func (h *Hub) Received() int64 { return h.received.Load() }
+
+// Refused returns how many batches of reservation work were not taken
+// because a stream's queue was full.
+func (h *Hub) Refused() int64 { return h.refused.Load() }
+
+// Retried returns how many reservation attempts failed and were retried.
+func (h *Hub) Retried() int64 { return h.retried.Load() }
+
+// Heartbeats returns how many reservation heartbeats were applied.
+func (h *Hub) Heartbeats() int64 { return h.kept.Load() }
 
 // Close ends every stream, so a graceful stop is not held up by edges that
 // would otherwise stay connected forever; they reconnect to another replica.

@@ -303,6 +303,55 @@ func (s *Server) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.R
 	return a.Reconcile(ctx, req)
 }
 
+// maxKeep bounds the ids of one KeepReservations call.
+const maxKeep = 100_000
+
+// KeepReservations implements [pb.DeciderServiceServer.KeepReservations].
+func (s *Server) KeepReservations(ctx context.Context, req *pb.KeepReservationsRequest) (*pb.KeepReservationsResponse, error) {
+	a, err := s.admission()
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetReservationIds()) > maxKeep {
+		return nil, status.Errorf(codes.InvalidArgument, "at most %d reservation ids per call", maxKeep)
+	}
+	n, err := a.Keep(ctx, req.GetReservationIds())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.KeepReservationsResponse{Kept: n}, nil
+}
+
+// Reservations is what the report hub applies the edges' reconciliations
+// and heartbeats with: the broker's owner, through this replica's
+// admission once it is set (until then, every attempt fails and is retried).
+func (s *Server) Reservations() report.Reservations { return reservations{s} }
+
+type reservations struct{ s *Server }
+
+func (r reservations) Reconcile(ctx context.Context, req *pb.ReconcileRequest) error {
+	a, err := r.s.admission()
+	if err != nil {
+		return err
+	}
+	if req.GetReservationId() == "" {
+		return nil // nothing to apply, ever
+	}
+	return a.ReconcileOnce(ctx, req)
+}
+
+func (r reservations) Keep(ctx context.Context, ids []string) error {
+	a, err := r.s.admission()
+	if err != nil {
+		return err
+	}
+	_, err = a.Keep(ctx, ids)
+	if status.Code(err) == codes.Unimplemented {
+		return nil // an owner of an older version: nothing to keep them with
+	}
+	return err
+}
+
 // Report implements [pb.DeciderServiceServer.Report].
 func (s *Server) Report(stream pb.DeciderService_ReportServer) error {
 	return s.hub.Serve(stream)

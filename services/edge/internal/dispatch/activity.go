@@ -90,10 +90,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	}
 	// The client pays the serving endpoint's price for the provider's usage,
 	// or, without it, for what was delivered; never above its caps.
-	u, reported := c.estimate(w.res.delivered), false
-	if w.res.usage != nil {
-		u, reported = *w.res.usage, true
-	}
+	u, reported := billedUsage(c, w)
 	cost, capped := charge(u, w.ep.GetPrice(), c.Caps)
 	r.Usage = &switchboardv1.Usage{
 		InputTokens: u.input, CachedInputTokens: u.cached, OutputTokens: u.output,

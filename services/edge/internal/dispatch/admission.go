@@ -13,12 +13,12 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// Broker is the central rate-limit broker (R-RL) as dispatch needs it: a
+// Broker is the central rate-limit broker as dispatch needs it: a
 // reservation for every endpoint a request is sent to besides the one Decide
 // reserved, and the release of a reservation that was granted but never
-// used. Used reservations are not released here: each attempt's CallReport
-// names its reservation and the decider reconciles it from the report. The
-// decider's client implements it.
+// used (or of a failed attempt's, at once). Used reservations are not
+// released here: each is reconciled when its leg is reported (see Ledger).
+// The decider's client implements it.
 type Broker interface {
 	Reserve(ctx context.Context, in *switchboardv1.ReserveRequest, opts ...grpc.CallOption) (*switchboardv1.ReserveResponse, error)
 	Reconcile(ctx context.Context, in *switchboardv1.ReconcileRequest, opts ...grpc.CallOption) (*switchboardv1.ReconcileResponse, error)
@@ -143,7 +143,9 @@ func (s *serving) reservation(ctx context.Context, ep *switchboardv1.Endpoint, h
 // request.
 func (s *serving) admitted(ep *switchboardv1.Endpoint, hedge bool, resp *switchboardv1.ReserveResponse, err error, at time.Time) (string, *skip) {
 	if err == nil && resp.GetAdmitted() {
-		return resp.GetReservation().GetReservationId(), nil
+		id := resp.GetReservation().GetReservationId()
+		s.d.hold(id)
+		return id, nil
 	}
 	s.refused[ep.GetId()] = true
 	sk := &skip{ep: ep, hedge: hedge, at: at}
@@ -269,6 +271,7 @@ func (s *serving) drainHedge() {
 		s.hold(ep.GetId(), g.held)
 	case !g.granted || (g.resp == nil && g.err == nil):
 	case g.err == nil && g.resp.GetAdmitted():
+		s.d.hold(g.resp.GetReservation().GetReservationId())
 		s.hold(ep.GetId(), g.resp.GetReservation().GetReservationId())
 	default:
 		if _, sk := s.admitted(ep, true, g.resp, g.err, g.at); sk != nil {
@@ -279,9 +282,10 @@ func (s *serving) drainHedge() {
 
 // release gives back every reservation granted for this request that no
 // leg used: Decide's when its endpoint was never called, a hedge's that did
-// not start. Each is reconciled as cancelled with zero usage. A used
-// reservation is never released here — its CallReport reconciles it, with
-// the call's real usage — so no reservation is reconciled twice.
+// not start. Each is reconciled as cancelled with zero usage (through the
+// Ledger when the RPC fails). A used reservation is never released here —
+// it is reconciled when its leg is reported, with the call's real usage — so
+// no reservation is reconciled twice.
 func (s *serving) release(ctx context.Context) {
 	ids := s.spare
 	for _, id := range s.held {
@@ -293,10 +297,34 @@ func (s *serving) release(ctx context.Context) {
 			continue
 		}
 		if err := s.d.releaseReservation(ctx, id); err != nil {
+			if s.d.opts.Ledger != nil {
+				// Delivered on the Report stream instead, until applied.
+				s.d.log.Debug("releasing an unused reservation failed; queued", "request_id", s.call.RequestID, "reservation", id, "error", err)
+				s.d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
+					ReservationId: id, Usage: &switchboardv1.Usage{}, Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED,
+				})
+				continue
+			}
 			// It expires at its TTL: its concurrency slot is back then,
 			// its tokens stay counted, which can only under-admit.
 			s.d.log.Warn("releasing an unused reservation failed", "request_id", s.call.RequestID, "reservation", id, "error", err)
+			continue
 		}
+		s.d.forget(id)
+	}
+}
+
+// hold declares a granted reservation to the ledger, if any.
+func (d *Dispatcher) hold(id string) {
+	if d.opts.Ledger != nil && id != "" {
+		d.opts.Ledger.Hold(id)
+	}
+}
+
+// forget tells the ledger a reservation was closed by a Reconcile RPC.
+func (d *Dispatcher) forget(id string) {
+	if d.opts.Ledger != nil && id != "" {
+		d.opts.Ledger.Forget(id)
 	}
 }
 
@@ -339,5 +367,6 @@ func (s *serving) releaseFailed(l *leg) {
 		return
 	}
 	s.used[l.reservation] = true
+	s.d.forget(l.reservation)
 	l.reservation = ""
 }

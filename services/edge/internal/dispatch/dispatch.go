@@ -21,12 +21,15 @@
 // paid from the hedge budget, estimated as its prompt at the endpoint's
 // uncached input price; the client never pays for it.
 //
-// Admission (R-RL): nothing is sent upstream without a reservation from the
+// Admission: nothing is sent upstream without a reservation from the
 // central rate-limit broker. The first endpoint runs under the one Decide
 // made; every other one (a fallback, a hedge leg) is reserved first and
-// skipped when the broker refuses. Each attempt's CallReport names its
-// reservation, from which the decider reconciles it; a reservation granted
-// but never used is released when the request ends.
+// skipped when the broker refuses. Each attempt's reservation is reconciled
+// when its leg ends — through the Ledger, acknowledged and resent until
+// applied, with what the tenant is billed for it; without a Ledger, from the
+// CallReport that names it — and declared to the Ledger while in use, so it
+// stays open however long the call runs; a reservation granted but never
+// used is released when the request ends.
 //
 // Billing (R-BILL-1): the client pays the serving endpoint's price for the
 // usage its provider reported (or, without one, for an estimate of what was
@@ -58,6 +61,20 @@ type Reporter interface {
 	Activity(r *switchboardv1.ActivityRecord)
 }
 
+// Ledger carries the edge's reservations to the broker reliably: the
+// reservations of calls in flight, declared so the broker keeps them open
+// however long the calls run, and their reconciliations, delivered at least
+// once (and applied once). The Report stream implements it. Its methods must
+// not block: they are called on the request path.
+type Ledger interface {
+	// Hold declares a reservation in use until it is reconciled or forgotten.
+	Hold(id string)
+	// Forget stops declaring a reservation closed by a Reconcile RPC.
+	Forget(id string)
+	// Reconcile queues a reservation's reconciliation and stops declaring it.
+	Reconcile(r *switchboardv1.ReconcileRequest)
+}
+
 // HedgeBudget grants hedges from the daily budget shared by every edge
 // (R-HEDGE-2). The decider's client implements it.
 type HedgeBudget interface {
@@ -76,6 +93,10 @@ type Options struct {
 	// Reporter receives call reports and activity records (Optional).
 	// Defaults to dropping them.
 	Reporter Reporter
+	// Ledger declares held reservations and delivers their reconciliations
+	// (Optional). Without it, the decider reconciles each reservation from
+	// the call report that names it, best effort.
+	Ledger Ledger
 	// Hedges grants hedges (Optional). Defaults to none: no request is hedged.
 	Hedges HedgeBudget
 	// HedgeTimeout bounds one AcquireHedge call; a slower answer counts as a

@@ -454,3 +454,45 @@ func TestHedgeBudgetDoesNotHoldPrimary(t *testing.T) {
 	require.Empty(t, ups[1].Requests())
 	require.False(t, rec.records()[0].GetHedge().GetUsed())
 }
+
+// A hedge loser is reported (and its reservation reconciled) as soon as it
+// is cancelled, not when the winner's stream ends, which may be long after.
+func TestHedgeLoserReportedWhileTheWinnerStreams(t *testing.T) {
+	ups, eps := upstreams(t, 2)
+	ups[0].SetMode(fakeupstream.HangAfterHeaders) // never a first token: loses
+	ups[1].SetMode(fakeupstream.HangMidStream)    // a first token, then a long stream
+	rec, b := &recorder{}, newBudget(true)
+	b.onAcquire = func() { <-ups[0].Arrived() }
+	d := newHedgeDispatcher(rec, b, 4)
+	call := newCall(t, streamBody)
+	call.Hedge = hedgePlan(switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, eps[1])
+	call.Admission = &Admission{ReservationID: "rsv-decide", EndpointID: "a/m", Identity: &switchboardv1.Identity{TenantId: "t"}, Demand: &switchboardv1.Demand{Requests: 1}}
+	bk := newBroker()
+	d.opts.Broker = bk
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errc := serveAsync(ctx, d, httptest.NewRecorder(), call, eps)
+
+	require.Eventually(t, func() bool {
+		for _, r := range rec.all() {
+			if r.GetEndpointId() == "a/m" {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "the loser is reported while the winner still streams")
+	select {
+	case err := <-errc:
+		t.Fatalf("Serve returned early: %v", err)
+	default:
+	}
+	loser := reportOf(t, rec, "a/m")
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_CANCELLED, loser.GetOutcome())
+	require.Equal(t, "rsv-decide", loser.GetReservationId())
+
+	cancel() // the client leaves the long stream
+	require.ErrorIs(t, <-errc, nil)
+	r := rec.records()[0]
+	require.Equal(t, "a/m", r.GetHedge().GetLoserEndpointId())
+	require.Equal(t, "b/m", r.GetHedge().GetWinnerEndpointId())
+}

@@ -94,6 +94,8 @@ type leg struct {
 	ended     bool
 	sawFinish bool
 	closed    bool
+	// reported is set once the leg's CallReport was sent: exactly once.
+	reported bool
 
 	res result
 }

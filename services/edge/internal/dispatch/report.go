@@ -26,8 +26,9 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		Usage:            attemptUsage(call, l),
 		PromptHash:       call.PromptHash,
 		Hedge:            l.hedge,
-		// The decider reconciles the reservation from this report, exactly
-		// once: every leg is reported once, whatever ended it.
+		// The reservation, for the record; with a Ledger it is reconciled
+		// below, else the decider reconciles it from this report. Every leg
+		// is reported once, whatever ended it.
 		ReservationId: l.reservation,
 		Stream:        call.Stream,
 	}
@@ -39,6 +40,43 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		r.RetryAfter = durationpb.New(res.retryAfter)
 	}
 	d.opts.Reporter.Report(r)
+	if l.reservation != "" && d.opts.Ledger != nil {
+		d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
+			ReservationId:    l.reservation,
+			Usage:            tenantUsage(call, l),
+			Outcome:          res.outcome,
+			RateLimitHeaders: res.headers,
+		})
+	}
+}
+
+// tenantUsage is what one call consumed as the tenant's quotas count it:
+// its tokens, whoever pays for them, and as cost what the tenant is billed
+// for it — the served attempt's bill (what the activity log records, the
+// same when the client left mid-answer: it pays for what it got), nothing
+// for any other attempt (a failed one, a lost hedge, one the client left
+// before it started).
+func tenantUsage(call Call, l *leg) *switchboardv1.Usage {
+	if !l.res.committed {
+		u := attemptUsage(call, l)
+		u.CostUsd = 0
+		return u
+	}
+	u, reported := billedUsage(call, l)
+	cost, _ := charge(u, l.ep.GetPrice(), call.Caps)
+	return &switchboardv1.Usage{
+		InputTokens: u.input, CachedInputTokens: u.cached, OutputTokens: u.output,
+		CostUsd: cost, Reported: reported,
+	}
+}
+
+// billedUsage is the usage the client of a served attempt is billed for:
+// its provider's, or without one an estimate of what was delivered.
+func billedUsage(call Call, l *leg) (usage, bool) {
+	if l.res.usage != nil {
+		return *l.res.usage, true
+	}
+	return call.estimate(l.res.delivered), false
 }
 
 // attemptUsage is what the provider charges for one call, at its list price

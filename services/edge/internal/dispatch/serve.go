@@ -39,8 +39,8 @@ type serving struct {
 	// can no longer be used. Both are released when the request ends.
 	held  map[string]string
 	spare []string
-	// used are the reservations legs were sent under; their CallReports
-	// reconcile them, so they are never released.
+	// used are the reservations legs were sent under; they are reconciled
+	// when their legs are reported, so they are never released.
 	used map[string]bool
 	// refused are endpoints the broker refused (or could not be asked
 	// about) for this request; they are not asked again.
@@ -55,6 +55,7 @@ func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
 	s := &serving{d: d, call: call, w: w, held: map[string]string{}, used: map[string]bool{}, refused: map[string]bool{}}
 	if a := call.Admission; a != nil && a.ReservationID != "" && a.EndpointID != "" {
 		s.held[a.EndpointID] = a.ReservationID
+		d.hold(a.ReservationID)
 	}
 	return s
 }
@@ -102,9 +103,14 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		}
 		if winner != nil {
 			s.winner = winner
+			// The losers are reaped beside the delivery: their reservation
+			// goes back and their report out as soon as each has stopped,
+			// not when the winner's stream ends, however long that takes.
+			reaped := s.reapAsync(losers)
 			d.deliver(ctx, s.w, s.call, winner)
 			winner.close()
 			s.settle(winner)
+			<-reaped
 			s.reap(losers)
 			if s.hedge != nil && s.hedge.GetUsed() {
 				s.hedge.WinnerEndpointId = winner.ep.GetId()
@@ -298,13 +304,43 @@ func (s *serving) acquire(ctx context.Context, primary, ep *switchboardv1.Endpoi
 	return resp.GetGranted()
 }
 
+// reapAsync waits, on its own goroutine, for the legs that lost a race to
+// stop, and closes and reports each one that ended cancelled as soon as it
+// has. It touches only those legs and what reporting reads, so it runs
+// beside the winner's delivery; the returned channel is closed when it is
+// done, after which reap finishes the rest on the request's goroutine.
+func (s *serving) reapAsync(legs []*leg) <-chan struct{} {
+	done := make(chan struct{})
+	if len(legs) == 0 {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		for _, l := range legs {
+			<-l.opened
+			if l.ready {
+				// Both legs produced a first token; this one lost the race.
+				l.lostRace()
+			}
+			l.close()
+			if l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed {
+				s.d.report(s.call, l)
+				s.d.logAttempt(s.call, l)
+				l.reported = true
+			}
+		}
+	}()
+	return done
+}
+
 // reap waits for legs that were cancelled (a lost hedge, or the client
 // leaving), closes and reports them. Each running leg's goroutine sends
 // exactly once on its done channel, so none outlives the request.
 func (s *serving) reap(legs []*leg) {
 	for _, l := range legs {
 		<-l.opened
-		if l.ready {
+		if l.ready && !l.reported {
 			// Both legs produced a first token; this one lost the race.
 			l.lostRace()
 		}
@@ -329,6 +365,10 @@ func (s *serving) settle(l *leg) {
 		s.hedge.LoserEndpointId = l.ep.GetId()
 		s.hedge.LoserCostUsd = loserCost(s.call.PromptTokens, l.ep.GetPrice())
 	}
+	if l.reported {
+		return // reported by reapAsync already
+	}
+	l.reported = true
 	s.d.report(s.call, l)
 	s.d.logAttempt(s.call, l)
 }

@@ -48,9 +48,11 @@ type Decider struct {
 	getReqs    []*switchboardv1.GetActivityRequest
 	// withholdAcks stops activity acks (see WithholdActivityAcks).
 	withholdAcks bool
-	received     []*switchboardv1.ReportRequest
-	streams      int
-	commands     chan *switchboardv1.ReportResponse
+	// withholdReconcileAcks stops reconcile acks (see WithholdReconcileAcks).
+	withholdReconcileAcks bool
+	received              []*switchboardv1.ReportRequest
+	streams               int
+	commands              chan *switchboardv1.ReportResponse
 }
 
 // Server runs a Decider on 127.0.0.1.
@@ -454,6 +456,18 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 		d.received = append(d.received, msg)
 		withhold := d.withholdAcks
 		d.mu.Unlock()
+		if rb := msg.GetReconcile(); rb != nil {
+			d.mu.Lock()
+			withholdR := d.withholdReconcileAcks
+			d.mu.Unlock()
+			if !withholdR {
+				select {
+				case acks <- &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
+					Accepted: int64(len(rb.GetReconciles())), ReconcileSequence: rb.GetSequence()}}}:
+				default:
+				}
+			}
+		}
 		if a := msg.GetActivity(); a != nil && !withhold {
 			// Like the real decider: acknowledge an activity batch by its
 			// sequence once it is "stored".
@@ -464,6 +478,41 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 			}
 		}
 	}
+}
+
+// WithholdReconcileAcks makes the fake stop (or resume) acknowledging
+// reconcile batches, as a decider whose broker has no owner yet would.
+func (d *Decider) WithholdReconcileAcks(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.withholdReconcileAcks = on
+}
+
+// ReconcileBatches returns the reconcile batches received on Report streams,
+// resends included.
+func (d *Decider) ReconcileBatches() []*switchboardv1.ReconcileBatch {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*switchboardv1.ReconcileBatch
+	for _, m := range d.received {
+		if b := m.GetReconcile(); b != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Heartbeats returns the reservation heartbeats received on Report streams.
+func (d *Decider) Heartbeats() []*switchboardv1.ReservationHeartbeat {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*switchboardv1.ReservationHeartbeat
+	for _, m := range d.received {
+		if h := m.GetHeartbeat(); h != nil {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // WithholdActivityAcks makes the fake stop (or resume) acknowledging

@@ -10,6 +10,18 @@
 // better than adding latency or memory growth to live traffic. Activity
 // records have their own queue, so a burst of call reports never pushes the
 // billing log out.
+//
+// Two things are never dropped silently, because money and quotas hang on
+// them: activity records and reconciliations. Both travel in numbered batches
+// that the decider acknowledges once they are durable (activity) or applied
+// by the broker's owner (reconciliations); unacknowledged batches are sent
+// again on the next stream (and reconciliations also on the same stream after
+// ResendAfter), so each is delivered at least once and applied once.
+//
+// The stream also declares the reservations of the calls in flight (Hold):
+// right after each hello and then every HeartbeatInterval, so the broker's
+// owner — a new one after a failover included — keeps them open while their
+// calls run, however long.
 package report
 
 import (
@@ -25,6 +37,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -62,6 +75,22 @@ type Options struct {
 	MinBackoff time.Duration
 	// MaxBackoff caps the reconnect delay (Optional). Defaults to 5s.
 	MaxBackoff time.Duration
+	// HeartbeatInterval is how often the reservations of the calls in
+	// flight are declared to the decider (Optional). Defaults to 40s, a
+	// third of the broker's default reservation TTL.
+	HeartbeatInterval time.Duration
+	// ResendAfter is how long a reconcile batch may wait for its
+	// acknowledgement before it is sent again on the same stream
+	// (Optional). Defaults to 10s.
+	ResendAfter time.Duration
+	// ReplayWindow is how long an acknowledged reconciliation is kept to
+	// be sent again on the next stream (Optional). Defaults to 30s. The
+	// broker's owner snapshots its state about once a second: one that
+	// crashed may have applied a reconciliation its last snapshot does not
+	// hold, and its successor, which restored that snapshot, must apply it
+	// again. The broker applies each reservation's reconciliation once, so
+	// a replay is harmless anywhere else.
+	ReplayWindow time.Duration
 	// FinalFlushTimeout bounds the last flush at shutdown (Optional).
 	// Defaults to 2s.
 	FinalFlushTimeout time.Duration
@@ -87,6 +116,39 @@ type Stream struct {
 	ackMu   sync.Mutex
 	seq     uint64
 	unacked map[uint64][]*switchboardv1.ActivityRecord
+
+	// reconciles queues reconciliations; like activity batches they are kept
+	// until acknowledged (rseq, runacked) and sent again if not.
+	reconciles        chan *switchboardv1.ReconcileRequest
+	droppedReconciles atomic.Int64
+	rseq              uint64
+	runacked          map[uint64]*sentReconciles
+	// outstanding counts reconciliations queued or sent and not yet
+	// acknowledged (nor given up).
+	outstanding atomic.Int64
+	// recent are acknowledged reconciliations kept for ReplayWindow, oldest
+	// first, to be replayed on the next stream.
+	recent []ackedReconciles
+
+	// held are the reservations of the calls in flight, declared in
+	// heartbeats until their reconciliation is queued or they are forgotten.
+	heldMu sync.Mutex
+	held   map[string]struct{}
+}
+
+// ackedReconciles is an acknowledged reconcile batch, kept for a replay.
+type ackedReconciles struct {
+	reconciles []*switchboardv1.ReconcileRequest
+	at         time.Time
+}
+
+// maxRecent bounds the acknowledged reconciliations kept for a replay.
+const maxRecent = 8192
+
+// sentReconciles is a reconcile batch waiting for its acknowledgement.
+type sentReconciles struct {
+	reconciles []*switchboardv1.ReconcileRequest
+	at         time.Time // last sent
 }
 
 // maxUnacked bounds the activity batches kept for resending; past it the
@@ -139,6 +201,138 @@ func (s *Stream) requeue(p *pending) {
 	p.activity = append(again, p.activity...)
 }
 
+// sentReconcile numbers a reconcile batch and keeps it until acknowledged.
+func (s *Stream) sentReconcile(rs []*switchboardv1.ReconcileRequest) uint64 {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.rseq++
+	s.runacked[s.rseq] = &sentReconciles{reconciles: rs, at: time.Now()}
+	if len(s.runacked) > maxUnacked {
+		oldest := s.rseq
+		for k := range s.runacked {
+			oldest = min(oldest, k)
+		}
+		n := int64(len(s.runacked[oldest].reconciles))
+		s.droppedReconciles.Add(n)
+		s.outstanding.Add(-n)
+		delete(s.runacked, oldest)
+	}
+	return s.rseq
+}
+
+// ackedReconcile forgets an acknowledged reconcile batch.
+func (s *Stream) ackedReconcile(seq uint64) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	if b := s.runacked[seq]; b != nil {
+		s.outstanding.Add(-int64(len(b.reconciles)))
+		delete(s.runacked, seq)
+		now := time.Now()
+		s.recent = append(s.recent, ackedReconciles{reconciles: b.reconciles, at: now})
+		n, drop := 0, 0
+		for _, r := range s.recent {
+			n += len(r.reconciles)
+		}
+		for drop < len(s.recent) && (now.Sub(s.recent[drop].at) > s.opts.ReplayWindow || n > maxRecent) {
+			n -= len(s.recent[drop].reconciles)
+			drop++
+		}
+		if drop > 0 {
+			s.recent = slices.Delete(s.recent, 0, drop)
+		}
+	}
+}
+
+// replay returns the acknowledged reconciliations kept for a replay.
+func (s *Stream) replay() []*switchboardv1.ReconcileRequest {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	var out []*switchboardv1.ReconcileRequest
+	for _, r := range s.recent {
+		out = append(out, r.reconciles...)
+	}
+	return out
+}
+
+// stale returns the reconcile batches sent before cutoff and not
+// acknowledged, marking them sent now.
+func (s *Stream) stale(cutoff, now time.Time) []*switchboardv1.ReconcileBatch {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	var out []*switchboardv1.ReconcileBatch
+	for seq, b := range s.runacked {
+		if b.at.Before(cutoff) {
+			b.at = now
+			out = append(out, &switchboardv1.ReconcileBatch{Reconciles: b.reconciles, Sequence: seq})
+		}
+	}
+	slices.SortFunc(out, func(a, b *switchboardv1.ReconcileBatch) int { return cmpUint(a.GetSequence(), b.GetSequence()) })
+	return out
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// UnackedReconciles returns how many reconciliations wait for the decider's
+// acknowledgement, queued ones included.
+func (s *Stream) UnackedReconciles() int { return int(s.outstanding.Load()) }
+
+// Hold declares a reservation in use by a call in flight: it is listed in
+// every heartbeat until its reconciliation is queued (Reconcile) or it is
+// forgotten (Forget). It never blocks.
+func (s *Stream) Hold(id string) {
+	if id == "" {
+		return
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	s.held[id] = struct{}{}
+}
+
+// Forget stops declaring a reservation that was closed another way (a
+// Reconcile RPC that succeeded).
+func (s *Stream) Forget(id string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	delete(s.held, id)
+}
+
+// Held returns the reservations declared in heartbeats now.
+func (s *Stream) Held() []string {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	out := make([]string, 0, len(s.held))
+	for id := range s.held {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Reconcile queues a reservation's reconciliation without ever blocking; it
+// is sent in an acknowledged batch and sent again until the decider says it
+// was applied. When the queue is full (decider unreachable for very long)
+// it is dropped and counted: the reservation then expires at its TTL.
+func (s *Stream) Reconcile(r *switchboardv1.ReconcileRequest) {
+	s.Forget(r.GetReservationId())
+	select {
+	case s.reconciles <- r:
+		s.outstanding.Add(1)
+	default:
+		s.droppedReconciles.Add(1)
+	}
+}
+
+// DroppedReconciles returns how many reconciliations were given up.
+func (s *Stream) DroppedReconciles() int64 { return s.droppedReconciles.Load() }
+
 // Unacked returns how many activity batches wait for the decider's ack.
 func (s *Stream) Unacked() int {
 	s.ackMu.Lock()
@@ -169,6 +363,15 @@ func New(o Options) *Stream {
 	if o.FinalFlushTimeout <= 0 {
 		o.FinalFlushTimeout = 2 * time.Second
 	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = 40 * time.Second
+	}
+	if o.ResendAfter <= 0 {
+		o.ResendAfter = 10 * time.Second
+	}
+	if o.ReplayWindow <= 0 {
+		o.ReplayWindow = 30 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,6 +380,10 @@ func New(o Options) *Stream {
 		queue:    make(chan *switchboardv1.CallReport, o.QueueSize),
 		activity: make(chan *switchboardv1.ActivityRecord, o.ActivityQueueSize),
 		unacked:  map[uint64][]*switchboardv1.ActivityRecord{},
+
+		reconciles: make(chan *switchboardv1.ReconcileRequest, o.ActivityQueueSize),
+		runacked:   map[uint64]*sentReconciles{},
+		held:       map[string]struct{}{},
 	}
 }
 
@@ -210,8 +417,9 @@ func (s *Stream) DroppedActivity() int64 { return s.droppedActivity.Load() }
 // pending holds what was taken off the queues but not sent yet; it survives
 // into the next session when one breaks.
 type pending struct {
-	reports  []*switchboardv1.CallReport
-	activity []*switchboardv1.ActivityRecord
+	reports    []*switchboardv1.CallReport
+	activity   []*switchboardv1.ActivityRecord
+	reconciles []*switchboardv1.ReconcileRequest
 }
 
 // Run keeps a stream open until ctx ends, reconnecting as needed, then
@@ -276,7 +484,22 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: s.opts.Hello}}); err != nil {
+	hello := proto.Clone(s.opts.Hello).(*switchboardv1.EdgeHello)
+	hello.ReconcilesAcknowledged = true
+	if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: hello}}); err != nil {
+		return recvStatus(stream, err)
+	}
+	// The reservations of the calls in flight first: a new owner of the
+	// broker keeps them open rather than let them expire mid-call.
+	heartbeat := func() error {
+		ids := s.Held()
+		if len(ids) == 0 {
+			return nil
+		}
+		return stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Heartbeat{
+			Heartbeat: &switchboardv1.ReservationHeartbeat{ReservationIds: ids}}})
+	}
+	if err := heartbeat(); err != nil {
 		return recvStatus(stream, err)
 	}
 	s.sessions.Add(1)
@@ -319,10 +542,38 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			p.activity = p.activity[n:]
 		}
 		p.activity = nil
+		for len(p.reconciles) > 0 {
+			n := min(len(p.reconciles), s.opts.BatchSize)
+			rs := slices.Clone(p.reconciles[:n])
+			batch := &switchboardv1.ReconcileBatch{Reconciles: rs, Sequence: s.sentReconcile(rs)}
+			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: batch}}); err != nil {
+				return err // unacknowledged: sent again next stream
+			}
+			p.reconciles = p.reconciles[n:]
+		}
+		p.reconciles = nil
 		return nil
+	}
+	// resend sends again the reconcile batches the decider has not
+	// acknowledged for ResendAfter (it may have had no room for them).
+	resend := func() error {
+		now := time.Now()
+		for _, b := range s.stale(now.Add(-s.opts.ResendAfter), now) {
+			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Reconcile batches the last stream sent and the decider never
+	// acknowledged go first, as they were (same sequence).
+	if err := s.resendAll(stream); err != nil {
+		return err
 	}
 	ticker := time.NewTicker(s.opts.FlushInterval)
 	defer ticker.Stop()
+	beat := time.NewTicker(s.opts.HeartbeatInterval)
+	defer beat.Stop()
 	lastDropped, lastDroppedActivity := s.dropped.Load(), s.droppedActivity.Load()
 	for {
 		select {
@@ -333,6 +584,8 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 					p.reports = append(p.reports, r)
 				case r := <-s.activity:
 					p.activity = append(p.activity, r)
+				case r := <-s.reconciles:
+					p.reconciles = append(p.reconciles, r)
 				default:
 					drained = true
 				}
@@ -366,8 +619,22 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 					return err
 				}
 			}
+		case r := <-s.reconciles:
+			p.reconciles = append(p.reconciles, r)
+			if len(p.reconciles) >= s.opts.BatchSize {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		case <-beat.C:
+			if err := heartbeat(); err != nil {
+				return err
+			}
 		case <-ticker.C:
 			if err := flush(); err != nil {
+				return err
+			}
+			if err := resend(); err != nil {
 				return err
 			}
 			if d := s.dropped.Load(); d != lastDropped {
@@ -380,6 +647,28 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			}
 		}
 	}
+}
+
+// resendAll sends the reconciliations acknowledged lately again, without a
+// sequence (nobody waits for their ack), then every unacknowledged
+// reconcile batch, oldest first.
+func (s *Stream) resendAll(stream switchboardv1.DeciderService_ReportClient) error {
+	again := s.replay()
+	for len(again) > 0 {
+		n := min(len(again), s.opts.BatchSize)
+		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{
+			Reconcile: &switchboardv1.ReconcileBatch{Reconciles: again[:n]}}}); err != nil {
+			return err
+		}
+		again = again[n:]
+	}
+	now := time.Now()
+	for _, b := range s.stale(now.Add(time.Hour), now) {
+		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recvStatus turns the io.EOF a Send returns on a stream the server closed
@@ -407,6 +696,9 @@ func (s *Stream) handle(msg *switchboardv1.ReportResponse) {
 		// decider says it is durable.
 		if seq := c.Ack.GetActivitySequence(); seq != 0 {
 			s.acked(seq)
+		}
+		if seq := c.Ack.GetReconcileSequence(); seq != 0 {
+			s.ackedReconcile(seq)
 		}
 	case *switchboardv1.ReportResponse_Probe:
 		s.log.Debug("probe command", "probe_id", c.Probe.GetProbeId(), "endpoint", c.Probe.GetEndpoint().GetId())

@@ -1,0 +1,386 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+type hubService struct {
+	pb.UnimplementedDeciderServiceServer
+	h *Hub
+}
+
+func (s hubService) Report(stream pb.DeciderService_ReportServer) error { return s.h.Serve(stream) }
+
+// serveHub serves h on a real gRPC server on loopback and returns a client.
+func serveHub(t *testing.T, h *Hub) pb.DeciderServiceClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	pb.RegisterDeciderServiceServer(srv, hubService{h: h})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		h.Close()
+		srv.Stop()
+		<-done
+	})
+	return pb.NewDeciderServiceClient(conn)
+}
+
+// fakeReservations records what the hub applies; gate, when set, holds
+// every call until it is closed; fail makes the first n calls fail.
+type fakeReservations struct {
+	mu         sync.Mutex
+	reconciled []*pb.ReconcileRequest
+	kept       [][]string
+	fail       int
+	poison     string // always fails
+	attempts   int
+	gate       chan struct{}
+}
+
+func (f *fakeReservations) wait(ctx context.Context) error {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeReservations) Reconcile(ctx context.Context, req *pb.ReconcileRequest) error {
+	if err := f.wait(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts++
+	if req.GetReservationId() == f.poison {
+		return status.Error(codes.Internal, "rate-limit broker error")
+	}
+	if f.fail > 0 {
+		f.fail--
+		return status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
+	}
+	f.reconciled = append(f.reconciled, req)
+	return nil
+}
+
+func (f *fakeReservations) Keep(ctx context.Context, ids []string) error {
+	if err := f.wait(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kept = append(f.kept, ids)
+	return nil
+}
+
+func (f *fakeReservations) reconciledIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for _, r := range f.reconciled {
+		ids = append(ids, r.GetReservationId())
+	}
+	return ids
+}
+
+func newTestHub(sink Sink, activity ActivitySink) *Hub {
+	h := NewHub(slog.New(slog.DiscardHandler), sink, activity)
+	h.SetRetry(time.Millisecond, 5*time.Millisecond, time.Minute)
+	return h
+}
+
+func open(t *testing.T, c pb.DeciderServiceClient, hello *pb.EdgeHello) pb.DeciderService_ReportClient {
+	t.Helper()
+	stream, err := c.Report(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: hello}}))
+	return stream
+}
+
+var acked = &pb.EdgeHello{EdgeId: "edge-1", ReconcilesAcknowledged: true}
+
+func reconcileBatch(seq uint64, ids ...string) *pb.ReportRequest {
+	b := &pb.ReconcileBatch{Sequence: seq}
+	for _, id := range ids {
+		b.Reconciles = append(b.Reconciles, &pb.ReconcileRequest{ReservationId: id, Outcome: pb.Outcome_OUTCOME_OK})
+	}
+	return &pb.ReportRequest{Kind: &pb.ReportRequest_Reconcile{Reconcile: b}}
+}
+
+// recvAck returns the next ack on the stream, skipping other commands.
+func recvAck(t *testing.T, stream pb.DeciderService_ReportClient) *pb.ReportAck {
+	t.Helper()
+	for {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		if a := m.GetAck(); a != nil {
+			return a
+		}
+	}
+}
+
+func TestHubRequiresAHello(t *testing.T) {
+	c := serveHub(t, newTestHub(nil, nil))
+	for name, first := range map[string]*pb.ReportRequest{
+		"a batch":            {Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{}}},
+		"a hello without id": {Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{Region: "eu"}}},
+		"a reconcile batch":  reconcileBatch(1, "r1"),
+		"an empty message":   {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stream, err := c.Report(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, stream.Send(first))
+			_, err = stream.Recv()
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+		})
+	}
+}
+
+func TestHubAcknowledgesActivityOnlyWhenStored(t *testing.T) {
+	var mu sync.Mutex
+	fails := 1
+	var stored []string
+	h := newTestHub(nil, func(_ *pb.EdgeHello, rs []*pb.ActivityRecord) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails > 0 {
+			fails--
+			return errors.New("disk full")
+		}
+		for _, r := range rs {
+			stored = append(stored, r.GetId())
+		}
+		return nil
+	})
+	stream := open(t, serveHub(t, h), acked)
+	send := func(seq uint64, id string) {
+		require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Activity{Activity: &pb.ActivityBatch{
+			Sequence: seq, Records: []*pb.ActivityRecord{{Id: id}}}}}))
+	}
+	send(1, "a") // not stored: not acknowledged
+	send(2, "b")
+	a := recvAck(t, stream)
+	require.Equal(t, uint64(2), a.GetActivitySequence(), "only the stored batch is acknowledged")
+	mu.Lock()
+	require.Equal(t, []string{"b"}, stored)
+	mu.Unlock()
+}
+
+func TestHubAcknowledgesReconcilesOnceApplied(t *testing.T) {
+	rsv := &fakeReservations{fail: 3} // no owner yet for the first three attempts
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(7, "r1", "r2")))
+	a := recvAck(t, stream)
+	require.Equal(t, uint64(7), a.GetReconcileSequence())
+	require.Equal(t, int64(2), a.GetAccepted())
+	require.Equal(t, []string{"r1", "r2"}, rsv.reconciledIDs(), "acknowledged only after both were applied")
+	require.Equal(t, int64(3), h.Retried(), "failures are retried, not dropped")
+}
+
+func TestHubRetriesUntilReservationsAreSet(t *testing.T) {
+	h := newTestHub(nil, nil)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
+	require.Eventually(t, func() bool { return h.Retried() > 0 }, 10*time.Second, time.Millisecond)
+	rsv := &fakeReservations{}
+	h.SetReservations(rsv) // the broker became ready
+	require.Equal(t, uint64(1), recvAck(t, stream).GetReconcileSequence())
+	require.Equal(t, []string{"r1"}, rsv.reconciledIDs())
+}
+
+// A broker that takes its time never stalls the stream: call reports and
+// activity records are taken and acknowledged meanwhile.
+func TestHubSlowReservationsDoNotBlockReceiving(t *testing.T) {
+	gate := make(chan struct{})
+	rsv := &fakeReservations{gate: gate}
+	var mu sync.Mutex
+	var reports int
+	h := newTestHub(func(_ *pb.EdgeHello, rs []*pb.CallReport) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports += len(rs)
+	}, func(*pb.EdgeHello, []*pb.ActivityRecord) error { return nil })
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Heartbeat{Heartbeat: &pb.ReservationHeartbeat{ReservationIds: []string{"r0"}}}}))
+	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
+	for i := range 100 {
+		require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{
+			Reports: []*pb.CallReport{{EndpointId: "a/m", ReservationId: "ignored"}}}}}))
+		require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Activity{Activity: &pb.ActivityBatch{
+			Sequence: uint64(i + 1), Records: []*pb.ActivityRecord{{Id: "x"}}}}}))
+	}
+	var activityAcks int
+	for activityAcks < 100 {
+		a := recvAck(t, stream)
+		require.Zero(t, a.GetReconcileSequence(), "the reconcile is not applied yet")
+		if a.GetActivitySequence() != 0 {
+			activityAcks++
+		}
+	}
+	mu.Lock()
+	require.Equal(t, 100, reports, "every call report was taken while the broker was stuck")
+	mu.Unlock()
+	require.Empty(t, rsv.reconciledIDs())
+
+	close(gate)
+	for {
+		if a := recvAck(t, stream); a.GetReconcileSequence() == 1 {
+			break
+		}
+	}
+	require.Equal(t, []string{"r1"}, rsv.reconciledIDs(), "an edge that acknowledges reconciles is never reconciled from its call reports")
+	rsv.mu.Lock()
+	require.Equal(t, [][]string{{"r0"}}, rsv.kept)
+	rsv.mu.Unlock()
+}
+
+// More reservation work than a stream's queue holds is refused, not
+// acknowledged, rather than blocking the stream; the edge resends it.
+func TestHubRefusesWorkBeyondItsQueue(t *testing.T) {
+	gate := make(chan struct{})
+	rsv := &fakeReservations{gate: gate}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	n := workQueue + 10
+	for i := range n {
+		require.NoError(t, stream.Send(reconcileBatch(uint64(i+1), "r")))
+	}
+	require.Eventually(t, func() bool { return h.Refused() > 0 }, 10*time.Second, time.Millisecond)
+	close(gate)
+	seen := map[uint64]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < n-int(h.Refused()) {
+		select {
+		case <-deadline:
+			t.Fatalf("only %d acks", len(seen))
+		default:
+		}
+		seen[recvAck(t, stream).GetReconcileSequence()] = true
+	}
+	require.Less(t, len(seen), n, "what was refused is not acknowledged")
+}
+
+// An older edge's reservations are reconciled from its call reports; the
+// cost of a call cancelled before its first token is not the tenant's, a
+// committed call's is.
+func TestHubReconcilesAnOlderEdgesCallReports(t *testing.T) {
+	rsv := &fakeReservations{}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), &pb.EdgeHello{EdgeId: "old-edge"})
+	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{
+		{ReservationId: "lost", Outcome: pb.Outcome_OUTCOME_CANCELLED, Usage: &pb.Usage{InputTokens: 10, CostUsd: 0.5}},
+		{ReservationId: "left", Outcome: pb.Outcome_OUTCOME_CANCELLED, Ttft: durationpb.New(time.Second), Usage: &pb.Usage{InputTokens: 10, OutputTokens: 5, CostUsd: 0.7}},
+		{EndpointId: "no reservation"},
+	}}}}))
+	require.Eventually(t, func() bool { return len(rsv.reconciledIDs()) == 2 }, 10*time.Second, time.Millisecond)
+	rsv.mu.Lock()
+	defer rsv.mu.Unlock()
+	require.Equal(t, "lost", rsv.reconciled[0].GetReservationId())
+	require.Zero(t, rsv.reconciled[0].GetUsage().GetCostUsd())
+	require.Equal(t, int64(10), rsv.reconciled[0].GetUsage().GetInputTokens())
+	require.Equal(t, "left", rsv.reconciled[1].GetReservationId())
+	require.Equal(t, 0.7, rsv.reconciled[1].GetUsage().GetCostUsd(), "what reached the client is paid for")
+}
+
+func TestHubCloseEndsStreams(t *testing.T) {
+	gate := make(chan struct{}) // a worker stuck on the broker must not hold Close up either
+	defer close(gate)
+	rsv := &fakeReservations{gate: gate}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	c := serveHub(t, h)
+	stream := open(t, c, acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
+	require.Eventually(t, func() bool { return len(h.Edges()) == 1 }, 10*time.Second, time.Millisecond)
+	h.Close()
+	for {
+		_, err := stream.Recv()
+		if err != nil {
+			require.NotErrorIs(t, err, io.EOF)
+			require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+			break
+		}
+	}
+	require.Eventually(t, func() bool { return len(h.Edges()) == 0 }, 10*time.Second, time.Millisecond)
+	again := open(t, c, acked)
+	_, err := again.Recv()
+	require.Equal(t, codes.Unavailable, status.Code(err), "a closed hub takes no new stream")
+}
+
+// A replay (sequence 0) is applied like any batch and never acknowledged.
+func TestHubAppliesReplaysWithoutAck(t *testing.T) {
+	rsv := &fakeReservations{}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(0, "replayed")))
+	require.NoError(t, stream.Send(reconcileBatch(5, "new")))
+	require.Equal(t, uint64(5), recvAck(t, stream).GetReconcileSequence(), "the first ack is the numbered batch's")
+	require.Equal(t, []string{"replayed", "new"}, rsv.reconciledIDs())
+}
+
+// A reconciliation that keeps failing is given up after a while, its batch
+// left unacknowledged for the edge to send again; the work behind it goes on.
+func TestHubGivesUpAPoisonedBatch(t *testing.T) {
+	rsv := &fakeReservations{poison: "poison"}
+	h := newTestHub(nil, nil)
+	h.SetRetry(time.Millisecond, 5*time.Millisecond, 50*time.Millisecond)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "poison", "after-poison")))
+	require.NoError(t, stream.Send(reconcileBatch(2, "fine")))
+	require.Equal(t, uint64(2), recvAck(t, stream).GetReconcileSequence(), "the poisoned batch is not acknowledged")
+	require.Equal(t, []string{"fine"}, rsv.reconciledIDs())
+}
+
+// An edge that stops sends its last batches and half-closes: they are
+// applied, and acknowledged, before the stream ends.
+func TestHubAppliesTheLastBatchesOfAClosingEdge(t *testing.T) {
+	gate := make(chan struct{})
+	rsv := &fakeReservations{gate: gate}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "last")))
+	require.NoError(t, stream.CloseSend())
+	close(gate) // the broker answers only now
+	require.Equal(t, uint64(1), recvAck(t, stream).GetReconcileSequence())
+	_, err := stream.Recv()
+	require.ErrorIs(t, err, io.EOF, "then the stream ends")
+	require.Equal(t, []string{"last"}, rsv.reconciledIDs())
+}

@@ -1,0 +1,138 @@
+package report
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+func reconcileOf(id string) *switchboardv1.ReconcileRequest {
+	return &switchboardv1.ReconcileRequest{ReservationId: id, Outcome: switchboardv1.Outcome_OUTCOME_OK,
+		Usage: &switchboardv1.Usage{InputTokens: 10, CostUsd: 0.01}}
+}
+
+// sequencesOf returns, per reservation id, the sequences of the batches
+// that carried it, in order received.
+func sequencesOf(fd *fakedecider.Server, id string) []uint64 {
+	var out []uint64
+	for _, b := range fd.ReconcileBatches() {
+		for _, r := range b.GetReconciles() {
+			if r.GetReservationId() == id {
+				out = append(out, b.GetSequence())
+			}
+		}
+	}
+	return out
+}
+
+// A reconciliation is kept until the decider acknowledges it: sent again
+// on the same stream after ResendAfter, and forgotten once acknowledged.
+func TestReconcileResentUntilAcknowledged(t *testing.T) {
+	fd := fakedecider.Start(t)
+	fd.WithholdReconcileAcks(true) // the broker has no owner yet
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ResendAfter: 20 * time.Millisecond})
+	run(t, s)
+	s.Hold("r1")
+	s.Reconcile(reconcileOf("r1"))
+	require.Empty(t, s.Held(), "a reconciled reservation is no longer declared")
+	require.Eventually(t, func() bool { return len(sequencesOf(fd, "r1")) >= 3 }, 10*time.Second, time.Millisecond,
+		"sent again while unacknowledged")
+	seqs := sequencesOf(fd, "r1")
+	require.Equal(t, seqs[0], seqs[len(seqs)-1], "the same batch, by its sequence")
+	require.Equal(t, 1, s.UnackedReconciles())
+	require.True(t, fd.Received()[0].GetHello().GetReconcilesAcknowledged(), "the hello says reconciliations come acknowledged")
+
+	fd.WithholdReconcileAcks(false)
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	n := len(sequencesOf(fd, "r1"))
+	fd.Restart()
+	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
+	s.Reconcile(reconcileOf("r2"))
+	require.Eventually(t, func() bool { return len(sequencesOf(fd, "r2")) == 1 }, 10*time.Second, time.Millisecond)
+	seqs = sequencesOf(fd, "r1")
+	require.Len(t, seqs, n+1, "an acknowledged reconciliation is replayed once on the next stream...")
+	require.Zero(t, seqs[n], "...without a sequence: nobody waits for its ack")
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	require.Zero(t, s.DroppedReconciles())
+}
+
+// What the decider never acknowledged is sent first on the next stream.
+func TestReconcileResentOnReconnect(t *testing.T) {
+	fd := fakedecider.Start(t)
+	fd.WithholdReconcileAcks(true)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ResendAfter: time.Hour})
+	run(t, s)
+	s.Reconcile(reconcileOf("r1"))
+	require.Eventually(t, func() bool { return len(sequencesOf(fd, "r1")) == 1 }, 10*time.Second, time.Millisecond)
+	fd.Stop()
+	s.Reconcile(reconcileOf("while-down"))
+	fd.WithholdReconcileAcks(false)
+	fd.Restart()
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	require.Len(t, sequencesOf(fd, "r1"), 2, "sent again on the new stream")
+	require.Len(t, sequencesOf(fd, "while-down"), 1)
+}
+
+// The reservations of the calls in flight are declared right after each
+// hello and then every HeartbeatInterval, until reconciled or forgotten.
+func TestHeartbeatDeclaresHeldReservations(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond})
+	s.Hold("a")
+	s.Hold("b")
+	s.Hold("")
+	run(t, s)
+	last := func() []string {
+		hs := fd.Heartbeats()
+		if len(hs) == 0 {
+			return nil
+		}
+		return hs[len(hs)-1].GetReservationIds()
+	}
+	require.Eventually(t, func() bool { return len(fd.Heartbeats()) >= 3 }, 10*time.Second, time.Millisecond)
+	msgs := fd.Received()
+	require.NotNil(t, msgs[0].GetHello())
+	require.Equal(t, []string{"a", "b"}, msgs[1].GetHeartbeat().GetReservationIds(), "declared right after the hello")
+
+	s.Reconcile(reconcileOf("a"))
+	require.Eventually(t, func() bool { return slices.Equal(last(), []string{"b"}) }, 10*time.Second, time.Millisecond)
+
+	fd.Restart()
+	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		msgs := fd.Received()
+		for i, m := range msgs {
+			if m.GetHello() != nil && i > 0 {
+				return i+1 < len(msgs) && slices.Equal(msgs[i+1].GetHeartbeat().GetReservationIds(), []string{"b"})
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "a new stream declares what is held at once")
+
+	s.Forget("b")
+	s.Hold("c")
+	require.Eventually(t, func() bool { return slices.Equal(last(), []string{"c"}) }, 10*time.Second, time.Millisecond,
+		"a forgotten reservation is no longer declared")
+}
+
+// Acknowledged reconciliations older than ReplayWindow are not replayed.
+func TestReconcileReplayWindow(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ReplayWindow: time.Nanosecond})
+	run(t, s)
+	s.Reconcile(reconcileOf("old"))
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	s.Reconcile(reconcileOf("pruner")) // its ack prunes what is older than the window
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	fd.Restart()
+	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
+	s.Reconcile(reconcileOf("new"))
+	require.Eventually(t, func() bool { return len(sequencesOf(fd, "new")) == 1 }, 10*time.Second, time.Millisecond)
+	require.Len(t, sequencesOf(fd, "old"), 1, "not replayed")
+}
