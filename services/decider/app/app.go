@@ -375,9 +375,9 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) erro
 	if act == nil {
 		return errors.New("the activity log is not open yet")
 	}
-	if err := act.Add(records); err != nil {
-		return err
-	}
+	// Settle before the records become readable, so whoever reads a hedged
+	// call's record sees the budget settled too; a batch that fails to store
+	// is sent again and settling twice changes nothing.
 	for _, r := range records {
 		// A hedge granted but never started (the primary answered while the
 		// budget was asked) settles at 0; settling ignores unknown ids.
@@ -395,7 +395,7 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) erro
 			d.logger.Warn("hedge settlements queue full; the estimate stays charged", "request_id", r.GetId())
 		}
 	}
-	return nil
+	return act.Add(records)
 }
 
 // settleHedges sends queued hedge settlements, in batches, to the budget's
