@@ -26,6 +26,10 @@ build: ## Build bin/decider, bin/edge and bin/provsim.
 run: build ## Run the whole system on loopback: embedded etcd, decider, edge, three simulated providers.
 	./deploy/local/run.sh
 
+.PHONY: drill
+drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider, hostile input to the edge.
+	./deploy/local/drill.sh
+
 .PHONY: test
 test: ## Run every test of every module with the race detector.
 	go test -race -count=1 $(PKGS)
