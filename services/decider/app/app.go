@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
@@ -233,6 +235,8 @@ type Decider struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	once     sync.Once
+	// serveErr carries the gRPC server's failure, if it stops on its own.
+	serveErr chan error
 }
 
 // Start starts a decider and returns once it serves: etcd reachable and the
@@ -271,9 +275,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		pb.DeciderService_Reconcile_FullMethodName, pb.DeciderService_AcquireHedge_FullMethodName,
 	}})
 	pb.RegisterDeciderServiceServer(d.srv.GRPC, svc)
+	d.serveErr = make(chan error, 1)
 	d.wg.Go(func() {
-		if err := d.srv.GRPC.Serve(d.lis); err != nil {
+		if err := d.srv.GRPC.Serve(d.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			logger.Error("grpc serve", "err", err)
+			d.serveErr <- err
 		}
 	})
 
@@ -675,8 +681,20 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	logger.Info("shutting down", "drain", cfg.DrainDelay)
-	d.Close()
-	return nil
+	return d.wait(ctx)
+}
+
+// wait serves until ctx ends, then shuts down cleanly; or until the gRPC
+// server fails on its own (its listener broke), then hands over, stops and
+// returns why, so the process exits non-zero and is restarted.
+func (d *Decider) wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		d.logger.Info("shutting down", "drain", d.cfg.DrainDelay)
+		d.Close()
+		return nil
+	case err := <-d.serveErr:
+		d.Close()
+		return fmt.Errorf("decider: grpc server: %w", err)
+	}
 }

@@ -48,6 +48,8 @@ type Edge struct {
 	probes    *probe.Runner
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	// serveErr carries the HTTP server's failure, if it stops on its own.
+	serveErr chan error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -169,9 +171,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.wg.Go(func() { reports.Run(bg) })
+	e.serveErr = make(chan error, 1)
 	e.wg.Go(func() {
 		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server stopped", "error", err)
+			e.serveErr <- err
 		}
 	})
 	conn.Connect()
@@ -247,9 +251,20 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("edge: %w", err)
 	}
-	<-ctx.Done()
-	logger.Info("shutting down", "cause", context.Cause(ctx))
-	return e.Close()
+	return e.wait(ctx)
+}
+
+// wait serves until ctx ends, then shuts down gracefully; or until the HTTP
+// server fails on its own (its listener broke), then stops everything else
+// and returns why, so the process exits non-zero and is restarted.
+func (e *Edge) wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		e.log.Info("shutting down", "cause", context.Cause(ctx))
+		return e.Close()
+	case err := <-e.serveErr:
+		return errors.Join(fmt.Errorf("edge: http server: %w", err), e.Close())
+	}
 }
 
 // deciderReady is the edge's readiness: it can serve only when the decider
@@ -284,8 +299,15 @@ func (h *commandHandler) Cooldown(cmd *switchboardv1.CooldownCommand) {
 	h.cooldowns.Set(cmd.GetEndpointId(), cmd.GetUntil().AsTime())
 }
 
-// version is the edge's build version for the Report hello and User-Agent.
+// Version is the build version, set with -ldflags "-X …/services/edge/app.Version=…".
+var Version = "dev"
+
+// version is the edge's build version for the Report hello and User-Agent:
+// Version when the build set it, else the module version of the binary.
 func version() string {
+	if Version != "dev" && Version != "" {
+		return Version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
