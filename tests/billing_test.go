@@ -1,7 +1,8 @@
 package tests
 
-// End-to-end tests of hedging, retries and billing (R-HEDGE-1, R-HEDGE-2,
-// R-RETRY-1, R-BILL-1): the real decider (embedded etcd), the real edge and
+// End-to-end tests of hedging (a second endpoint for long
+// streams, paid from a daily budget), retries on another endpoint before any
+// byte reached the client, and billing: the real decider (embedded etcd), the real edge and
 // the provider simulator on loopback, driven through the edge's HTTP API. What
 // the client is billed is checked against the catalog's prices and the
 // simulated providers' own counters, and every call against the activity log
@@ -62,7 +63,7 @@ var billPrices = map[string]simPrice{
 
 var providers = []string{"alpha", "beta", "gamma"}
 
-// bill is what an endpoint charges for a usage (R-BILL-1, the edge's README):
+// bill is what an endpoint charges for a usage (the edge's README):
 // uncached input, cached input and output, each at its own price.
 func bill(p simPrice, in, cached, out int64) float64 {
 	return (float64(in-cached)*p.in + float64(cached)*p.cached + float64(out)*p.out) / 1e6
@@ -110,7 +111,8 @@ func startBilling(t *testing.T, tune func(*deciderapp.Config)) *billSystem {
 			p, s.sim.Provider(p).URL(), simModel, cred, pr.in, pr.cached, pr.out)
 	}
 	// A list price well above every endpoint's, so the price guard
-	// (R-ROUTE-9) never takes a fast endpoint out of the hedge's choice.
+	// (above the usual price, a fast endpoint must cost at most half the
+	// list price to win for speed) never takes a fast endpoint out of the hedge's choice.
 	cat := fmt.Sprintf(`
 models:
   - id: %s

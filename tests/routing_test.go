@@ -162,7 +162,7 @@ func chat(uniq string, n int, extra string) string {
 func TestSmartRoutingScenario(t *testing.T) {
 	s := startSmart(t)
 
-	// Before any data: the cheapest (R-ROUTE-8).
+	// Before any data: the cheapest.
 	code, hdr, body := s.post(t, chat("a", 100, ""))
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "cheap", body["provider"])

@@ -54,7 +54,8 @@ func Prompt(msgs []Message) int64 {
 	return n
 }
 
-// Bucket is a prompt-size bucket (R-ROUTE-1).
+// Bucket is a prompt-size bucket: routing keeps its speed statistics,
+// and compares endpoints, per bucket.
 type Bucket int
 
 // The size buckets, by prompt tokens (k = 1024).

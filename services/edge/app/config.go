@@ -81,7 +81,7 @@ type Config struct {
 	// started (Optional). Defaults to 60s. Flag --stream-idle-timeout.
 	IdleTimeout time.Duration
 	// MaxAttempts caps the endpoints tried per request, the chosen one plus
-	// fallbacks (Optional). Defaults to 4 (R-RETRY-1). Flag --max-attempts.
+	// fallbacks (Optional). Defaults to 4. Flag --max-attempts.
 	MaxAttempts int
 	// ReportFlushInterval is the longest a call report waits before it is
 	// sent to the decider (Optional). Defaults to 200ms.

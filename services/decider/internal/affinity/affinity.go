@@ -1,6 +1,6 @@
 // Package affinity remembers which endpoint recently served which prompt, so
-// the decider can price a request where its cache is (R-ROUTE-4, and the
-// "cache affinity decides cost" trade-off of DESIGN.md): an endpoint that
+// the decider can price a request where its cache is — cache affinity
+// decides cost: an endpoint that
 // served this conversation's earlier turn holds its prefix in cache and reads
 // it at the cached-input price; the others would charge full input.
 //

@@ -1,5 +1,5 @@
-// Package broker is the in-memory core of the central rate-limit broker
-// (R-RL, seed 004): canonical quota buckets, atomic hierarchical
+// Package broker is the in-memory core of the central rate-limit broker:
+// canonical quota buckets, atomic hierarchical
 // reservations, expiry, reconciliation with actual usage and provider
 // headers, bounded estimate correction, and snapshots for failover. It does
 // no I/O; the decider's Reserve and Reconcile RPCs call it, and the decider
@@ -61,9 +61,8 @@
 //   - NON_RETRYABLE_REQUEST when a > L: the demand can never fit (a ramp,
 //     whose limit grows with traffic, never says this);
 //   - NON_RETRYABLE_POLICY when a daily-reset bucket (a daily quota or daily
-//     spend limit) is used up: seed 004 classifies these as policy errors,
-//     since retrying before the reset cannot succeed; retry_after still says
-//     when the reset comes;
+//     spend limit) is used up: a policy error, since retrying before the
+//     reset cannot succeed; retry_after still says when the reset comes;
 //   - RETRYABLE_CAPACITY otherwise, with retry_after = (a + hold×L − level) /
 //     rate for a token bucket, the next period start for a ramp, and
 //     Options.ConcurrencyRetry (default 1s, reset time unknown) for a

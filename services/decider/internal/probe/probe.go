@@ -1,4 +1,4 @@
-// Package probe schedules synthetic speed probes (R-ROUTE-3): every interval,
+// Package probe schedules synthetic speed probes: every interval,
 // each endpoint gets one probe per configured prompt size (about 20k, 60k and
 // 150k tokens by default), so a slowdown at one size is caught even while
 // short calls stay fast. The decider only plans them; edges run them, one

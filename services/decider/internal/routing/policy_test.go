@@ -94,14 +94,14 @@ func TestSmartPolicy(t *testing.T) {
 		reason pb.RouteReason
 	}{
 		{
-			name:   "R-ROUTE-8: no speed data, cheapest",
+			name:   "no speed data, cheapest",
 			warm:   func(*policyEnv) {},
 			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
 			want:   []string{"cheap", "reseller", "fast"},
 			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
-			name: "R-ROUTE-5: within 2x of the fastest qualifies, cheapest qualifying wins",
+			name: "within 2x of the fastest qualifies, cheapest qualifying wins",
 			warm: func(e *policyEnv) {
 				e.speed("cheap", long, 2900*time.Millisecond, 12)
 				e.speed("fast", long, 1500*time.Millisecond, 12)
@@ -112,7 +112,7 @@ func TestSmartPolicy(t *testing.T) {
 			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
-			name: "R-ROUTE-5: the cheap one is too slow for long prompts",
+			name: "the cheap one is too slow for long prompts",
 			warm: func(e *policyEnv) {
 				e.speed("cheap", long, 15*time.Second, 12)
 				e.speed("fast", long, 1500*time.Millisecond, 12)
@@ -123,7 +123,7 @@ func TestSmartPolicy(t *testing.T) {
 			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
-			name: "R-ROUTE-5: under 1 s qualifies even when 9x slower",
+			name: "under 1 s qualifies even when 9x slower",
 			warm: func(e *policyEnv) {
 				e.speed("cheap", short, 900*time.Millisecond, 12)
 				e.speed("fast", short, 100*time.Millisecond, 12)
@@ -133,7 +133,7 @@ func TestSmartPolicy(t *testing.T) {
 			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
-			name: "R-ROUTE-1: buckets are judged separately",
+			name: "buckets are judged separately",
 			warm: func(e *policyEnv) {
 				e.speed("cheap", short, 300*time.Millisecond, 12)
 				e.speed("fast", short, 200*time.Millisecond, 12)
@@ -145,7 +145,7 @@ func TestSmartPolicy(t *testing.T) {
 			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
-			name: "R-ROUTE-2: one very slow call does not disqualify a good provider",
+			name: "one very slow call does not disqualify a good provider",
 			warm: func(e *policyEnv) {
 				e.speed("cheap", long, 1200*time.Millisecond, 12)
 				e.speed("cheap", long, 60*time.Second, 1)
@@ -156,7 +156,7 @@ func TestSmartPolicy(t *testing.T) {
 			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
-			name: "R-ROUTE-9: a fast endpoint above the usual price and not half the list price does not win for speed",
+			name: "a fast endpoint above the usual price and not half the list price does not win for speed",
 			warm: func(e *policyEnv) {
 				e.speed("cheap", long, 15*time.Second, 12)
 				e.speed("reseller", long, 15*time.Second, 12)
@@ -238,7 +238,7 @@ func TestCachePricing(t *testing.T) {
 	require.Equal(t, int64(60000), byProvider["reseller"].EstimatedCachedTokens)
 	require.Zero(t, byProvider["cheap"].EstimatedCachedTokens, "cheap never saw this conversation")
 	want := (float64(long-60000)*0.30 + 60000*0.0013 + 100*1.10) / 1e6
-	require.InDelta(t, want, byProvider["fast"].CostUsd, 1e-12, "R-ROUTE-4: uncached, cached and output priced separately")
+	require.InDelta(t, want, byProvider["fast"].CostUsd, 1e-12, "uncached, cached and output priced separately")
 
 	// Without affinity, the observed cache-hit rate is used.
 	e.stats.ObserveCache("reseller/m", 1000, 900, e.now)

@@ -61,8 +61,8 @@ func errorf(k Kind, format string, args ...any) *Error {
 	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Options tune the policy. The defaults are the rules of the routing policy
-// (R-ROUTE-5..9); each is a setting because DESIGN.md expects them to be tuned.
+// Options tune the policy. The defaults are the rules of the smart policy
+// (see the package doc); each is a setting so that it can be tuned.
 type Options struct {
 	// Stats holds the measured speeds. (Required)
 	Stats *stats.Store
@@ -89,7 +89,7 @@ type Options struct {
 	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
 	Seed uint64
 	// HedgeFrom is the prompt size, in tokens, from which streaming requests
-	// are hedged after HedgeDelay without a first token (R-HEDGE-1).
+	// are hedged after HedgeDelay without a first token.
 	// (Optional) Defaults to 32k; negative disables hedging.
 	HedgeFrom int64
 	// HedgeImmediateFrom is the prompt size from which both endpoints start
@@ -509,7 +509,8 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 			fastest = c.ttft
 		}
 	}
-	// User choices replace the smart policy (R-ROUTE-10).
+	// User choices (provider.sort, the :floor and :nitro suffixes) replace
+	// the smart policy.
 	switch {
 	case suffix == "floor" || prefs.GetSort() == pb.Sort_SORT_PRICE:
 		if suffix == "floor" {
@@ -554,7 +555,7 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		return pb.RouteReason_ROUTE_REASON_USER_ORDER, fastest
 	}
 
-	// The smart policy. No speed data at all: the cheapest (R-ROUTE-8).
+	// The smart policy. No speed data at all: the cheapest.
 	if fastest == 0 {
 		for _, c := range cs {
 			c.note = noteNoData
@@ -564,7 +565,8 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		}
 		return pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
 	}
-	// Fast enough: within SpeedFactor of the fastest, or under FastEnough (R-ROUTE-5).
+	// Fast enough: within SpeedFactor of the fastest, or under FastEnough;
+	// the cheapest qualifying endpoint wins.
 	limit := max(time.Duration(float64(fastest)*r.o.SpeedFactor), r.o.FastEnough)
 	usual := usualCost(cs)
 	anyAllowed := false
@@ -577,7 +579,7 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		default:
 			c.qualified = true
 			// Above the usual price, an endpoint wins for speed only when it
-			// is still at least (1-PriceGuard) below the list price (R-ROUTE-9).
+			// is still at least (1-PriceGuard) below the list price.
 			c.allowed = c.cost <= usual || c.listCost == 0 || c.cost <= r.o.PriceGuard*c.listCost
 			if c.allowed {
 				c.note = noteQualified
@@ -623,9 +625,9 @@ func byCost(a, b *candidate) int {
 	return strings.Compare(a.ep.provider, b.ep.provider)
 }
 
-// hedgePlan says whether a streaming long request gets a second endpoint
-// (R-HEDGE-1): from HedgeFrom tokens after HedgeDelay without a first token,
-// from HedgeImmediateFrom at once. The second endpoint must itself be fast
+// hedgePlan says whether a streaming long request gets a second endpoint:
+// from HedgeFrom tokens after HedgeDelay without a first token, from
+// HedgeImmediateFrom at once. The second endpoint must itself be fast
 // enough for this size, and among those it is the cheapest for this request
 // as priced — cached input included, so the hedge does not land on an
 // endpoint that turns cheap cache reads into expensive ones. Hedging follows
@@ -651,7 +653,7 @@ func (r *Router) hedgePlan(req *pb.DecideRequest, in int64, usable []*candidate)
 }
 
 // explore sends a share of requests to an endpoint with too little data in
-// this bucket, so one that became faster is noticed (R-ROUTE-6). It moves the
+// this bucket, so one that became faster is noticed. It moves the
 // chosen one to the front and returns it, or returns nil.
 func (r *Router) explore(cs []*candidate, dryRun bool) *candidate {
 	if dryRun || r.o.Exploration <= 0 || len(cs) < 2 {

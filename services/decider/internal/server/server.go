@@ -88,7 +88,7 @@ func (s *Server) Decide(ctx context.Context, req *pb.DecideRequest) (*pb.DecideR
 }
 
 // reserve walks the decided order and reserves on the first endpoint whose
-// limits can take the request (R-RL with routing): an endpoint whose own
+// limits can take the request: an endpoint whose own
 // provider limits are full is skipped — the request goes to the next one,
 // not back to the client. Only the caller's own limits (API key, app,
 // tenant, partner), or every endpoint being full, refuse the client.

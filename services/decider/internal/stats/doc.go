@@ -1,13 +1,13 @@
 // Package stats keeps the speed, cache and output statistics that the
-// decider's routing policies read on every Decide (R-ROUTE-2, R-ROUTE-4,
-// R-COST). The Report stream feeds it with observations from real calls and
-// synthetic probes (R-ROUTE-3); Decide reads one published summary per series.
+// decider's routing policies read on every Decide: typical TTFT per prompt size,
+// throughput, cache-hit rate and typical output. The Report stream feeds it
+// with observations from real calls and synthetic probes; Decide reads one published summary per series.
 //
 // # Series
 //
 // An endpoint id is "provider/model" (provider is everything before the first
 // '/', the model id is the rest). Per endpoint the store keeps one TTFT series
-// per prompt-size bucket ([tokens.NumBuckets] of them, R-ROUTE-1), one
+// per prompt-size bucket ([tokens.NumBuckets] of them), one
 // throughput series and one cache series; per model it keeps one output-tokens
 // series. Series are created lazily on their first observation.
 //
@@ -41,13 +41,13 @@
 // fence, Q3 + 1.5×IQR, of the unweighted samples in the Window (quartiles by
 // linear interpolation between order statistics, the "type 7" estimator of R
 // and NumPy). A slow outlier's weight is multiplied by OutlierWeight (a
-// quarter by default). The source policy says one bad call must not
-// disqualify a good provider (R-ROUTE-2); Tukey's fence needs no assumption
+// quarter by default). One bad call must not disqualify a good
+// provider; Tukey's fence needs no assumption
 // about the shape of the TTFT distribution, which is heavy-tailed and
 // multi-modal in practice, and no multiplier tuned per model. Below
 // MinSamplesForOutliers the quartiles of a handful of samples say nothing, so
 // every sample counts fully. Fast outliers are never down-weighted: a provider
-// that became faster must be seen (R-ROUTE-6). The rule applies to TTFT only.
+// that became faster must be seen. The rule applies to TTFT only.
 //
 // # The other series
 //

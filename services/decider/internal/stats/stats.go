@@ -23,12 +23,12 @@ const (
 // in it and run under the series' mutex on the Report path.
 const maxMaxSamples = 4096
 
-// Config tunes a [Store]. The zero value gives the defaults of the source
-// policy (R-ROUTE-2).
+// Config tunes a [Store]. The zero value gives the defaults of the smart
+// routing policy.
 type Config struct {
 	// Window (Optional) is how long a sample counts; older samples are
 	// dropped. Defaults to 15m. Synthetic probes run every 5 minutes
-	// (R-ROUTE-3), so the default keeps about three probes per bucket.
+	// by default, so the default keeps about three probes per bucket.
 	Window time.Duration
 	// HalfLife (Optional) is the age at which a sample weighs half as much as
 	// a fresh one. Defaults to 5m.

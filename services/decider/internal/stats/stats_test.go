@@ -87,7 +87,7 @@ func TestQuantile(t *testing.T) {
 	require.Equal(t, 1.0, quantile(s[:1], 0.75))
 }
 
-// TestOutlierRule shows the rule of R-ROUTE-2 at its threshold: with 9
+// TestOutlierRule shows the slow-outlier rule at its threshold: with 9
 // samples one slow call counts fully and can shift the typical value; from 10
 // it counts a quarter, and the typical value is what it would be without it.
 func TestOutlierRule(t *testing.T) {

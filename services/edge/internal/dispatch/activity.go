@@ -16,7 +16,7 @@ import (
 // got no status at all, and 0 would read as unknown.
 const StatusClientClosedRequest = 499
 
-// record is the request's entry in the activity log (R-BILL-1): every
+// record is the request's entry in the activity log: every
 // attempt, the hedge, and what the client is billed. err is Serve's result.
 func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	now := time.Now()

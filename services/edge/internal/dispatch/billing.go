@@ -10,8 +10,8 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// Caps bound what a client can be billed for one request (R-ROUTE-10: a
-// request is never billed above provider.max_price).
+// Caps bound what a client can be billed for one request: a request is
+// never billed above its provider.max_price nor for more than max_tokens.
 type Caps struct {
 	// MaxPrice caps the per-token prices, USD per million tokens: prompt caps
 	// the price of every input token, cached ones included, completion the

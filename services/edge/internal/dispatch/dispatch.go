@@ -3,7 +3,7 @@
 // may be abandoned for the next endpoint only while nothing has reached the
 // client: chunks are held back until the first one that carries a token, so a
 // provider that accepts the request but never starts answering is still
-// retried elsewhere (R-RETRY-1). Every attempt is reported to the decider.
+// retried elsewhere. Every attempt is reported to the decider.
 //
 // Time to first token (TTFT) is measured from sending the upstream request to
 // receiving the first stream chunk that carries a token: a non-empty
@@ -12,7 +12,7 @@
 // time to the response headers, the first moment the provider committed to an
 // answer.
 //
-// Hedging (R-HEDGE-1/2): when the decider's plan says so, a streamed
+// Hedging: when the decider's plan says so, a streamed
 // request's first attempt runs two legs, the second on the plan's endpoint,
 // started after a delay without a first token or at once, and only if the
 // shared hedge budget grants it. The first leg to produce a token is
@@ -31,7 +31,7 @@
 // stays open however long the call runs; a reservation granted but never
 // used is released when the request ends.
 //
-// Billing (R-BILL-1): the client pays the serving endpoint's price for the
+// Billing: the client pays the serving endpoint's price for the
 // usage its provider reported (or, without one, for an estimate of what was
 // delivered), capped by the request's max_price and max_tokens; a request
 // every attempt failed costs nothing. The bill is returned as usage.cost and,
@@ -75,8 +75,8 @@ type Ledger interface {
 	Reconcile(r *switchboardv1.ReconcileRequest)
 }
 
-// HedgeBudget grants hedges from the daily budget shared by every edge
-// (R-HEDGE-2). The decider's client implements it.
+// HedgeBudget grants hedges from the daily budget shared by every edge;
+// when it is spent, a request is served by one endpoint. The decider's client implements it.
 type HedgeBudget interface {
 	AcquireHedge(ctx context.Context, in *switchboardv1.AcquireHedgeRequest, opts ...grpc.CallOption) (*switchboardv1.AcquireHedgeResponse, error)
 }
@@ -219,8 +219,8 @@ type Call struct {
 	Hedge *switchboardv1.HedgePlan
 	// Caps bound the client's bill.
 	Caps Caps
-	// Admission is the reservation Decide made with the rate-limit broker
-	// (R-RL). When set, every endpoint called has its own reservation, named
+	// Admission is the reservation Decide made with the rate-limit broker.
+	// When set, every endpoint called has its own reservation, named
 	// in its CallReport: Decide's for the endpoint it reserved, a new one
 	// (Reserve) for any other, and an endpoint that cannot be reserved is
 	// skipped. Nil when the decider reserved nothing — probes, which are the

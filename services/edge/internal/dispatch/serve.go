@@ -13,7 +13,8 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// defaultHedgeDelay is R-HEDGE-1's trigger, used when a delayed plan names
+// defaultHedgeDelay is how long a delayed hedge waits for a first token,
+// used when a delayed plan names
 // no delay.
 const defaultHedgeDelay = time.Second
 
@@ -78,7 +79,7 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		if len(s.legs) >= d.opts.MaxAttempts {
 			break
 		}
-		// Nothing is sent before the broker reserved it (R-RL): an endpoint
+		// Nothing is sent before the broker reserved it: an endpoint
 		// it refuses is skipped, as routing skips a full one.
 		id, sk := s.reservation(ctx, ep, false)
 		if sk != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 // Identity headers a client may send; the decider uses them to pick the
-// buckets that apply (R-RL: app and environment, workload class).
+// rate-limit buckets that apply (app and environment, workload class).
 const (
 	HeaderApp         = "X-Switchboard-App"
 	HeaderEnvironment = "X-Switchboard-Environment"
@@ -98,7 +98,7 @@ func single(r *http.Request, name string) (string, *apiError) {
 }
 
 // refusalError is the 429 for a request the rate-limit broker refused
-// (DecideResponse.refusal). Its metadata is safe to show (R-RL): the message
+// (DecideResponse.refusal). Its metadata is safe to show: the message
 // is written for the caller; limit, remaining and reset are sent only for
 // the caller's own bucket (API key, app, tenant, partner) and only when the
 // broker gave figures — a provider bucket's level is other tenants' traffic

@@ -313,7 +313,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Parameters: req.Parameters,
 		Region:     s.opts.Region,
 		Explain:    debug,
-		// Every dispatch goes through the broker (R-RL): Decide reserves on
+		// Every dispatch goes through the rate-limit broker: Decide reserves on
 		// the endpoint it picks, skipping full ones, and refuses when the
 		// caller's own limits or every endpoint are full. The request id
 		// makes a retried Decide return the same reservation.

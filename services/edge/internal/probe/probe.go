@@ -1,5 +1,5 @@
 // Package probe runs the synthetic speed probes the decider schedules
-// (R-ROUTE-3) in the background, a few at a time, and stops them all when the
+// (every endpoint, at several prompt sizes) in the background, a few at a time, and stops them all when the
 // edge shuts down. A probe at 150k tokens can take minutes on a slow endpoint;
 // running it on the Report stream's receive goroutine would stall commands.
 package probe
