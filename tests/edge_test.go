@@ -21,11 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
-
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // limitSystem is a decider, an edge and two simulated providers of one

@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
 )
 
 // errHedgeLost cancels the leg of a hedged request that did not produce the
