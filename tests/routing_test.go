@@ -52,13 +52,12 @@ providers:
 `
 
 type smartSystem struct {
-	sim      *provsim.Sim
-	decider  *deciderapp.Decider
-	edge     *edgeapp.Edge
-	dcfg     deciderapp.Config
-	client   switchboardv1.DeciderServiceClient
-	post     func(t *testing.T, body string) (int, http.Header, map[string]any)
-	catalogs string
+	sim     *provsim.Sim
+	decider *deciderapp.Decider
+	edge    *edgeapp.Edge
+	dcfg    deciderapp.Config
+	client  switchboardv1.DeciderServiceClient
+	post    func(t *testing.T, body string) (int, http.Header, map[string]any)
 }
 
 func freeAddr(t *testing.T) string {

@@ -61,7 +61,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := switchboardv1.NewDeciderServiceClient(conn).Decide(ctx, req)

@@ -141,7 +141,7 @@ func (rw *rewriter) rewrite(data []byte) ([]byte, chunkInfo, error) {
 	var choices []choiceView
 	if hasChoices {
 		if err := json.Unmarshal(rawChoices, &choices); err != nil {
-			return nil, info, fmt.Errorf("%w: choices: %v", errMalformed, err)
+			return nil, info, fmt.Errorf("%w: choices: %w", errMalformed, err)
 		}
 	}
 	for _, c := range choices {

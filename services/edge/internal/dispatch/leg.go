@@ -188,7 +188,7 @@ func (d *Dispatcher) open(ctx context.Context, call Call, l *leg) bool {
 		req.Header.Set("Authorization", "Bearer "+l.secret)
 	}
 
-	resp, err := d.opts.Client.Do(req)
+	resp, err := d.opts.Client.Do(req) //nolint:bodyclose // the leg owns resp and closes its body when it ends
 	if err != nil {
 		d.failTransport(ctx, l, err, false)
 		return false
