@@ -6,10 +6,11 @@ MODULES := pkg proto services/decider services/edge services/provsim tests
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 BIN := $(CURDIR)/bin
 TOOLBIN := $(CURDIR)/.bin
-# buf and the protoc plugins are pinned in tools/go.mod and built from source
-# (go build of the pinned module, never a downloaded binary).
+# buf, the protoc plugins and golangci-lint are pinned in tools/go.mod and built
+# from source (go build of the pinned module, never a downloaded binary).
 TOOLS := GOWORK=off go -C tools
 BUF := PATH="$(TOOLBIN):$$PATH" $(TOOLBIN)/buf
+GOLANGCI_LINT := $(TOOLBIN)/golangci-lint
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: help
@@ -50,8 +51,11 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
 	$(TOOLS) build -o $(TOOLBIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
 
+$(GOLANGCI_LINT): tools/go.mod tools/go.sum
+	$(TOOLS) build -o $(TOOLBIN)/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
 .PHONY: tools
-tools: $(TOOLBIN)/buf ## Build buf and the protoc plugins from tools/go.mod.
+tools: $(TOOLBIN)/buf $(GOLANGCI_LINT) ## Build buf, the protoc plugins and golangci-lint from tools/go.mod.
 
 .PHONY: proto
 proto: tools ## Regenerate the Go code of proto/ with buf.
@@ -59,11 +63,12 @@ proto: tools ## Regenerate the Go code of proto/ with buf.
 	$(BUF) generate
 
 .PHONY: lint
-lint: tools ## buf lint, buf format, buf breaking against main, go vet, gofmt, generated code current.
+lint: tools ## buf lint, buf format, buf breaking against main, go vet, golangci-lint, gofmt, generated code current.
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	@if git rev-parse -q --verify main >/dev/null; then echo "buf breaking --against main"; $(BUF) breaking --against ".git#branch=main"; fi
 	go vet $(PKGS)
+	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; $(BUF) generate; \
 	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run make proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp

@@ -31,7 +31,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
@@ -69,7 +69,7 @@ func bill(p simPrice, in, cached, out int64) float64 {
 	return (float64(in-cached)*p.in + float64(cached)*p.cached + float64(out)*p.out) / 1e6
 }
 
-func billUsage(provider string, u *pb.Usage) float64 {
+func billUsage(provider string, u *switchboardv1.Usage) float64 {
 	return bill(billPrices[provider], u.GetInputTokens(), u.GetCachedInputTokens(), u.GetOutputTokens())
 }
 
@@ -84,7 +84,7 @@ type billSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     pb.DeciderServiceClient
+	rpc     switchboardv1.DeciderServiceClient
 }
 
 // startBilling starts a system; tune adjusts the decider's configuration
@@ -155,7 +155,7 @@ models:
 	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	s.rpc = pb.NewDeciderServiceClient(conn)
+	s.rpc = switchboardv1.NewDeciderServiceClient(conn)
 	return s
 }
 
@@ -359,7 +359,7 @@ func (s *billSystem) get(key, pathAndQuery string) (int, []byte, error) {
 var recordJSON = protojson.UnmarshalOptions{DiscardUnknown: true}
 
 // generation is GET /v1/generation?id=: the status and, on 200, the record.
-func (s *billSystem) generation(key, id string) (int, *pb.ActivityRecord, error) {
+func (s *billSystem) generation(key, id string) (int, *switchboardv1.ActivityRecord, error) {
 	code, raw, err := s.get(key, "/generation?id="+url.QueryEscape(id))
 	if err != nil || code != http.StatusOK {
 		return code, nil, err
@@ -370,14 +370,14 @@ func (s *billSystem) generation(key, id string) (int, *pb.ActivityRecord, error)
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return code, nil, err
 	}
-	rec := &pb.ActivityRecord{}
+	rec := &switchboardv1.ActivityRecord{}
 	return code, rec, recordJSON.Unmarshal(out.Data, rec)
 }
 
 // record waits until the activity log has the call and returns it.
-func (s *billSystem) record(t *testing.T, key, id string) *pb.ActivityRecord {
+func (s *billSystem) record(t *testing.T, key, id string) *switchboardv1.ActivityRecord {
 	t.Helper()
-	var rec *pb.ActivityRecord
+	var rec *switchboardv1.ActivityRecord
 	require.Eventually(t, func() bool {
 		code, r, err := s.generation(key, id)
 		rec = r
@@ -388,7 +388,7 @@ func (s *billSystem) record(t *testing.T, key, id string) *pb.ActivityRecord {
 }
 
 // activity is one page of GET /v1/activity.
-func (s *billSystem) activity(key, query string) (int, []*pb.ActivityRecord, string, error) {
+func (s *billSystem) activity(key, query string) (int, []*switchboardv1.ActivityRecord, string, error) {
 	code, raw, err := s.get(key, "/activity?"+query)
 	if err != nil || code != http.StatusOK {
 		return code, nil, "", err
@@ -404,9 +404,9 @@ func (s *billSystem) activity(key, query string) (int, []*pb.ActivityRecord, str
 	if out.Object != "list" {
 		return code, nil, "", fmt.Errorf("object %q", out.Object)
 	}
-	recs := make([]*pb.ActivityRecord, 0, len(out.Data))
+	recs := make([]*switchboardv1.ActivityRecord, 0, len(out.Data))
 	for _, d := range out.Data {
-		r := &pb.ActivityRecord{}
+		r := &switchboardv1.ActivityRecord{}
 		if err := recordJSON.Unmarshal(d, r); err != nil {
 			return code, nil, "", err
 		}
@@ -416,9 +416,9 @@ func (s *billSystem) activity(key, query string) (int, []*pb.ActivityRecord, str
 }
 
 // waitActivity waits until the tenant's listing holds n calls and returns them.
-func (s *billSystem) waitActivity(t *testing.T, key string, n int) []*pb.ActivityRecord {
+func (s *billSystem) waitActivity(t *testing.T, key string, n int) []*switchboardv1.ActivityRecord {
 	t.Helper()
-	var recs []*pb.ActivityRecord
+	var recs []*switchboardv1.ActivityRecord
 	require.Eventually(t, func() bool {
 		code, r, _, err := s.activity(key, "limit=500")
 		recs = r
@@ -456,10 +456,10 @@ func (s *billSystem) waitCalls(t *testing.T, want int64) map[string]provsim.Mode
 
 // plan asks the decider, without side effects, what it would do with a
 // streamed request of in prompt tokens.
-func (s *billSystem) plan(t *testing.T, in int64) (*pb.DecideResponse, error) {
-	return s.rpc.Decide(t.Context(), &pb.DecideRequest{
-		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true, Stream: true,
-		Tokens: &pb.TokenEstimate{InputTokens: in},
+func (s *billSystem) plan(t *testing.T, in int64) (*switchboardv1.DecideResponse, error) {
+	return s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Stream: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: in},
 	})
 }
 
@@ -478,7 +478,7 @@ func (s *billSystem) warm(t *testing.T, n int, ps ...string) {
 
 // waitForHedgePlan waits until the decider would send a streamed request of
 // in tokens to primary with a hedge of the given mode on hedge.
-func (s *billSystem) waitForHedgePlan(t *testing.T, in int64, mode pb.HedgeMode, primary, hedge string) {
+func (s *billSystem) waitForHedgePlan(t *testing.T, in int64, mode switchboardv1.HedgeMode, primary, hedge string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		r, err := s.plan(t, in)
@@ -497,7 +497,7 @@ func fastModel() provsim.ModelConfig {
 }
 
 // attemptOf returns the record's attempt on provider p.
-func attemptOf(t *testing.T, rec *pb.ActivityRecord, p string) *pb.Attempt {
+func attemptOf(t *testing.T, rec *switchboardv1.ActivityRecord, p string) *switchboardv1.Attempt {
 	t.Helper()
 	for _, a := range rec.GetAttempts() {
 		if a.GetProvider() == p {
@@ -511,7 +511,7 @@ func attemptOf(t *testing.T, rec *pb.ActivityRecord, p string) *pb.Attempt {
 // requireBilledAsServed checks the client's bill: the serving endpoint's
 // price times the usage its provider reported, nothing added, the same in
 // the answer, the record and the served attempt.
-func requireBilledAsServed(t *testing.T, a answer, rec *pb.ActivityRecord, provider string) {
+func requireBilledAsServed(t *testing.T, a answer, rec *switchboardv1.ActivityRecord, provider string) {
 	t.Helper()
 	require.Equal(t, provider, rec.GetProvider())
 	require.Equal(t, attemptOf(t, rec, provider).GetEndpointId(), rec.GetEndpointId())
@@ -539,8 +539,8 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 	// Both alpha (the cheapest) and beta are measured fast at both sizes.
 	s.warm(t, delayedTokens, "alpha", "beta")
 	s.warm(t, immediateTokens, "alpha", "beta")
-	s.waitForHedgePlan(t, delayedTokens, pb.HedgeMode_HEDGE_MODE_DELAYED, "alpha", "beta")
-	s.waitForHedgePlan(t, immediateTokens, pb.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
+	s.waitForHedgePlan(t, delayedTokens, switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, "alpha", "beta")
+	s.waitForHedgePlan(t, immediateTokens, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
 
 	// Now alpha is slow on every call; the decider still believes it fast.
 	slow := fastModel()
@@ -562,7 +562,7 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 		id := a.id(t)
 
 		rec := s.record(t, testKey, id)
-		require.Equal(t, pb.CallStatus_CALL_STATUS_OK, rec.GetStatus())
+		require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_OK, rec.GetStatus())
 		require.EqualValues(t, http.StatusOK, rec.GetHttpStatus())
 		require.True(t, rec.GetStream())
 		require.Equal(t, "acme", rec.GetTenantId())
@@ -570,18 +570,18 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 		primary, hedge := rec.GetAttempts()[0], rec.GetAttempts()[1]
 		require.Equal(t, "alpha", primary.GetProvider())
 		require.False(t, primary.GetHedge())
-		require.Equal(t, pb.Outcome_OUTCOME_CANCELLED, primary.GetOutcome(), "the slow leg is cancelled")
+		require.Equal(t, switchboardv1.Outcome_OUTCOME_CANCELLED, primary.GetOutcome(), "the slow leg is cancelled")
 		require.Nil(t, primary.GetTtft(), "no token came from the slow leg")
 		require.Equal(t, "beta", hedge.GetProvider())
 		require.True(t, hedge.GetHedge())
-		require.Equal(t, pb.Outcome_OUTCOME_OK, hedge.GetOutcome())
+		require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, hedge.GetOutcome())
 		// A lower bound, not a timing: the hedge may not start before the delay.
 		require.GreaterOrEqual(t, hedge.GetStartTime().AsTime().Sub(primary.GetStartTime().AsTime()), 300*time.Millisecond,
 			"the hedge started after the hedge delay")
 
 		h := rec.GetHedge()
 		require.True(t, h.GetUsed())
-		require.Equal(t, pb.HedgeMode_HEDGE_MODE_DELAYED, h.GetMode())
+		require.Equal(t, switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, h.GetMode())
 		require.Equal(t, hedge.GetEndpointId(), h.GetWinnerEndpointId())
 		require.Equal(t, primary.GetEndpointId(), h.GetLoserEndpointId())
 		require.Positive(t, h.GetLoserCostUsd())
@@ -637,13 +637,13 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 
 		h := rec.GetHedge()
 		require.True(t, h.GetUsed())
-		require.Equal(t, pb.HedgeMode_HEDGE_MODE_IMMEDIATE, h.GetMode())
+		require.Equal(t, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, h.GetMode())
 		require.Len(t, rec.GetAttempts(), 2, "%v", rec.GetAttempts())
 		alpha, beta := attemptOf(t, rec, "alpha"), attemptOf(t, rec, "beta")
 		require.NotEqual(t, alpha.GetHedge(), beta.GetHedge(), "one leg is the hedge")
 		require.Equal(t, beta.GetEndpointId(), h.GetWinnerEndpointId())
 		require.Equal(t, alpha.GetEndpointId(), h.GetLoserEndpointId(), "one is the loser")
-		require.Equal(t, pb.Outcome_OUTCOME_CANCELLED, alpha.GetOutcome())
+		require.Equal(t, switchboardv1.Outcome_OUTCOME_CANCELLED, alpha.GetOutcome())
 		require.Positive(t, h.GetLoserCostUsd())
 		requireBilledAsServed(t, a, rec, "beta")
 
@@ -694,10 +694,10 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 		require.Error(t, <-errc, "no answer before the client gives up")
 
 		// The id is not known to the client; the newest call in its log is this one.
-		var rec *pb.ActivityRecord
+		var rec *switchboardv1.ActivityRecord
 		require.Eventually(t, func() bool {
 			code, recs, _, err := s.activity(testKey, "limit=1")
-			if err != nil || code != http.StatusOK || len(recs) == 0 || recs[0].GetStatus() != pb.CallStatus_CALL_STATUS_CLIENT_CANCELLED {
+			if err != nil || code != http.StatusOK || len(recs) == 0 || recs[0].GetStatus() != switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED {
 				return false
 			}
 			rec = recs[0]
@@ -712,7 +712,7 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 		require.Equal(t, hedgeLeg.GetEndpointId(), h.GetLoserEndpointId(), "the hedge leg is the extra call the budget paid")
 		require.Positive(t, h.GetLoserCostUsd())
 		for _, at := range rec.GetAttempts() {
-			require.Equal(t, pb.Outcome_OUTCOME_CANCELLED, at.GetOutcome())
+			require.Equal(t, switchboardv1.Outcome_OUTCOME_CANCELLED, at.GetOutcome())
 		}
 		calls += 2
 		c1 := s.waitCalls(t, calls)
@@ -780,10 +780,10 @@ func TestBudgetForHedgesRunsOutAndRefillsAtUTCMidnight(t *testing.T) {
 		c.Now = clock.Now
 	})
 	s.warm(t, n, "alpha", "beta")
-	s.waitForHedgePlan(t, in, pb.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
+	s.waitForHedgePlan(t, in, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
 
 	calls := int64(2) // the warm-up calls
-	hedged := func(content string) *pb.ActivityRecord {
+	hedged := func(content string) *switchboardv1.ActivityRecord {
 		t.Helper()
 		a := s.chat(t, testKey, chatReq{content: content, stream: true, includeUsage: true, maxTokens: 3})
 		require.Equal(t, http.StatusOK, a.status, "%v", a.body)
@@ -824,7 +824,7 @@ func TestBudgetForHedgesRunsOutAndRefillsAtUTCMidnight(t *testing.T) {
 	require.Equal(t, start.Add(24*time.Hour).Format(time.DateOnly), clock.Now().UTC().Format(time.DateOnly), "a new UTC day")
 	spent, _, _, _ = s.decider.HedgeBudget()
 	require.Zero(t, spent, "a new day starts with nothing spent")
-	s.waitForHedgePlan(t, in, pb.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
+	s.waitForHedgePlan(t, in, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
 
 	rec = hedged(contents[2])
 	require.True(t, rec.GetHedge().GetUsed(), "%v", rec.GetHedge())
@@ -851,17 +851,17 @@ func TestRetriesGoToADifferentEndpointEachTime(t *testing.T) {
 	require.Equal(t, "gamma", a.provider(t), "the healthy third endpoint served")
 	rec := s.record(t, testKey, a.id(t))
 
-	require.Equal(t, pb.CallStatus_CALL_STATUS_OK, rec.GetStatus())
+	require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_OK, rec.GetStatus())
 	require.Len(t, rec.GetAttempts(), 3, "%v", rec.GetAttempts())
 	seen := map[string]bool{}
 	for i, want := range []struct {
 		provider string
-		outcome  pb.Outcome
+		outcome  switchboardv1.Outcome
 		status   int32
 	}{
-		{"alpha", pb.Outcome_OUTCOME_UPSTREAM_ERROR, 503},
-		{"beta", pb.Outcome_OUTCOME_UPSTREAM_ERROR, 503},
-		{"gamma", pb.Outcome_OUTCOME_OK, 200},
+		{"alpha", switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, 503},
+		{"beta", switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, 503},
+		{"gamma", switchboardv1.Outcome_OUTCOME_OK, 200},
 	} {
 		at := rec.GetAttempts()[i]
 		require.Equal(t, want.provider, at.GetProvider(), "attempt %d", i)
@@ -872,7 +872,7 @@ func TestRetriesGoToADifferentEndpointEachTime(t *testing.T) {
 		if i > 0 {
 			require.False(t, at.GetStartTime().AsTime().Before(rec.GetAttempts()[i-1].GetStartTime().AsTime()), "attempts in order")
 		}
-		if want.outcome != pb.Outcome_OUTCOME_OK {
+		if want.outcome != switchboardv1.Outcome_OUTCOME_OK {
 			require.NotEmpty(t, at.GetError())
 			require.Zero(t, at.GetCostUsd(), "a failed attempt costs nothing")
 		}
@@ -923,7 +923,7 @@ func TestAllFailCostsNothing(t *testing.T) {
 	}
 	rec := s.record(t, testKey, a.requestID(t))
 
-	require.Equal(t, pb.CallStatus_CALL_STATUS_FAILED, rec.GetStatus())
+	require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_FAILED, rec.GetStatus())
 	require.EqualValues(t, http.StatusBadGateway, rec.GetHttpStatus())
 	require.Zero(t, rec.GetCostUsd(), "a call that fails on every attempt costs 0")
 	require.Zero(t, rec.GetUsage().GetCostUsd())
@@ -934,7 +934,7 @@ func TestAllFailCostsNothing(t *testing.T) {
 	var got []string
 	for _, at := range rec.GetAttempts() {
 		got = append(got, at.GetProvider())
-		require.Equal(t, pb.Outcome_OUTCOME_UPSTREAM_ERROR, at.GetOutcome())
+		require.Equal(t, switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, at.GetOutcome())
 		require.EqualValues(t, 503, at.GetHttpStatus())
 		require.Zero(t, at.GetCostUsd())
 		require.NotEmpty(t, at.GetError())
@@ -959,11 +959,11 @@ func TestMidStreamFailureBillsWhatWasDelivered(t *testing.T) {
 	require.Equal(t, "alpha", a.provider(t))
 	rec := s.record(t, testKey, a.id(t))
 
-	require.Equal(t, pb.CallStatus_CALL_STATUS_INTERRUPTED, rec.GetStatus())
+	require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, rec.GetStatus())
 	require.EqualValues(t, http.StatusOK, rec.GetHttpStatus())
 	require.Equal(t, "alpha", rec.GetProvider())
 	require.Len(t, rec.GetAttempts(), 1, "no retry once bytes reached the client")
-	require.Equal(t, pb.Outcome_OUTCOME_DROPPED, rec.GetAttempts()[0].GetOutcome())
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_DROPPED, rec.GetAttempts()[0].GetOutcome())
 	u := rec.GetUsage()
 	t.Logf("interrupted call billed for %v (reported=%v)", u, u.GetReported())
 	require.Positive(t, u.GetOutputTokens())
@@ -1017,14 +1017,14 @@ func TestBillingMatchesProvidersCounts(t *testing.T) {
 	}
 
 	recs := s.waitActivity(t, testKey, len(calls))
-	byID := map[string]*pb.ActivityRecord{}
+	byID := map[string]*switchboardv1.ActivityRecord{}
 	for _, r := range recs {
 		byID[r.GetId()] = r
 	}
 	for i, c := range calls {
 		rec := byID[c.id]
 		require.NotNil(t, rec, "call %d (%s) is in the activity log", i, c.id)
-		require.Equal(t, pb.CallStatus_CALL_STATUS_OK, rec.GetStatus())
+		require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_OK, rec.GetStatus())
 		require.Len(t, rec.GetAttempts(), 1)
 		requireBilledAsServed(t, c.answer, rec, c.answer.provider(t))
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
@@ -46,7 +46,7 @@ type pairSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     pb.DeciderServiceClient
+	rpc     switchboardv1.DeciderServiceClient
 	sys     *system
 }
 
@@ -98,7 +98,7 @@ tenants:
 	conn, err := grpc.NewClient(p.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	p.rpc = pb.NewDeciderServiceClient(conn)
+	p.rpc = switchboardv1.NewDeciderServiceClient(conn)
 	p.sys = &system{edge: p.edge}
 	return p
 }
@@ -140,9 +140,9 @@ func TestFreshPromptIsNotPricedAsCachedElsewhere(t *testing.T) {
 	// The decider learnt warm's hit rate: a caller that sends no prefixes
 	// gets it as the estimate.
 	require.Eventually(t, func() bool {
-		resp, err := p.rpc.Decide(t.Context(), &pb.DecideRequest{
-			Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
-			Tokens: &pb.TokenEstimate{InputTokens: size, MaxOutputTokens: 4},
+		resp, err := p.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: size, MaxOutputTokens: 4},
 		})
 		require.NoError(t, err)
 		ok := len(resp.GetDecision().GetCandidates()) == 2

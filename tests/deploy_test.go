@@ -38,7 +38,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 )
@@ -1247,7 +1247,7 @@ func checkDeployPorts(b *deployBundle) error {
 					errs = append(errs, fmt.Errorf("%s: %s must be a grpc probe (grpc.health.v1)", p, kind))
 				case pr.GRPC.Port != p.listenPort:
 					errs = append(errs, fmt.Errorf("%s: %s checks port %d, the decider listens on %d", p, kind, pr.GRPC.Port, p.listenPort))
-				case pr.GRPC.Service != nil && *pr.GRPC.Service != "" && *pr.GRPC.Service != pb.DeciderService_ServiceDesc.ServiceName:
+				case pr.GRPC.Service != nil && *pr.GRPC.Service != "" && *pr.GRPC.Service != switchboardv1.DeciderService_ServiceDesc.ServiceName:
 					errs = append(errs, fmt.Errorf("%s: %s asks for health of %q, which the decider does not report", p, kind, *pr.GRPC.Service))
 				}
 			case "edge":

@@ -21,11 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
-
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // limitSystem is a decider, an edge and two simulated providers of one
@@ -34,7 +33,7 @@ type limitSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     pb.DeciderServiceClient
+	rpc     switchboardv1.DeciderServiceClient
 }
 
 const (
@@ -91,7 +90,7 @@ tenants:
 	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	s.rpc = pb.NewDeciderServiceClient(conn)
+	s.rpc = switchboardv1.NewDeciderServiceClient(conn)
 	return s
 }
 
@@ -154,15 +153,15 @@ func TestHugeMaxTokensIsRefused(t *testing.T) {
 
 	// The decider is safe on its own against any caller: a max output near
 	// 2^63 cannot wrap its context check or be priced.
-	_, err := s.rpc.Decide(t.Context(), &pb.DecideRequest{
-		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true,
-		Tokens:   &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt64},
-		Provider: &pb.ProviderPreferences{Only: []string{"alpha"}},
+	_, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+		Tokens:   &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt64},
+		Provider: &switchboardv1.ProviderPreferences{Only: []string{"alpha"}},
 	})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-	resp, err := s.rpc.Decide(t.Context(), &pb.DecideRequest{
-		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true,
-		Tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt32},
+	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt32},
 	})
 	require.NoError(t, err)
 	require.Equal(t, "beta", resp.GetEndpoint().GetProvider(), "alpha cannot produce that much")
@@ -192,10 +191,10 @@ func TestUnsatisfiableRequestIsNotRetried(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load(), "a non-retryable status is not retried by the SDK")
 
 	// The decider's side: a distinct status for constraints nobody meets.
-	_, err = s.rpc.Decide(t.Context(), &pb.DecideRequest{
-		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true,
-		Tokens:   &pb.TokenEstimate{InputTokens: 10},
-		Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: ptr(0.01)}},
+	_, err = s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+		Tokens:   &switchboardv1.TokenEstimate{InputTokens: 10},
+		Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.01)}},
 	})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 }

@@ -10,23 +10,23 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // candidates asks the decider what it would do for a short prompt, without
 // side effects, by provider.
-func candidates(t *testing.T, addr string) map[string]*pb.Candidate {
+func candidates(t *testing.T, addr string) map[string]*switchboardv1.Candidate {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
-	resp, err := pb.NewDeciderServiceClient(conn).Decide(t.Context(), &pb.DecideRequest{
-		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
-		Tokens: &pb.TokenEstimate{InputTokens: 100},
+	resp, err := switchboardv1.NewDeciderServiceClient(conn).Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100},
 	})
 	require.NoError(t, err)
-	out := map[string]*pb.Candidate{}
+	out := map[string]*switchboardv1.Candidate{}
 	for _, c := range resp.GetDecision().GetCandidates() {
 		out[c.GetProvider()] = c
 	}

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
@@ -52,13 +52,12 @@ providers:
 `
 
 type smartSystem struct {
-	sim      *provsim.Sim
-	decider  *deciderapp.Decider
-	edge     *edgeapp.Edge
-	dcfg     deciderapp.Config
-	client   pb.DeciderServiceClient
-	post     func(t *testing.T, body string) (int, http.Header, map[string]any)
-	catalogs string
+	sim     *provsim.Sim
+	decider *deciderapp.Decider
+	edge    *edgeapp.Edge
+	dcfg    deciderapp.Config
+	client  switchboardv1.DeciderServiceClient
+	post    func(t *testing.T, body string) (int, http.Header, map[string]any)
 }
 
 func freeAddr(t *testing.T) string {
@@ -119,21 +118,21 @@ tenants:
 	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	s.client = pb.NewDeciderServiceClient(conn)
+	s.client = switchboardv1.NewDeciderServiceClient(conn)
 	sys := &system{edge: s.edge}
 	s.post = func(t *testing.T, body string) (int, http.Header, map[string]any) { return sys.post(t, testKey, body) }
 	return s
 }
 
 // explain asks the decider what it would do, without side effects.
-func (s *smartSystem) explain(t *testing.T, in int64, prefixes ...*pb.PromptPrefix) map[string]*pb.Candidate {
+func (s *smartSystem) explain(t *testing.T, in int64, prefixes ...*switchboardv1.PromptPrefix) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	resp, err := s.client.Decide(t.Context(), &pb.DecideRequest{
-		Identity: &pb.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
-		Tokens: &pb.TokenEstimate{InputTokens: in, Prefixes: prefixes},
+	resp, err := s.client.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: in, Prefixes: prefixes},
 	})
 	require.NoError(t, err)
-	out := map[string]*pb.Candidate{}
+	out := map[string]*switchboardv1.Candidate{}
 	for _, c := range resp.Decision.Candidates {
 		out[c.Provider] = c
 	}

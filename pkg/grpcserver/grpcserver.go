@@ -99,10 +99,9 @@ func New(logger *slog.Logger, opts Options) *Server {
 			MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace,
 		}),
 		// A fixed pool of stream workers instead of a goroutine per RPC, and
-		// shared write buffers: measurably more Reserve/Reconcile pairs per
+		// shared write buffers (on by default): measurably more Reserve/Reconcile pairs per
 		// second on small machines (make bench).
 		grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
-		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,

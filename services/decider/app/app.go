@@ -24,7 +24,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
@@ -231,7 +231,7 @@ type Decider struct {
 	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
-	settleQ  chan *pb.HedgeSettlement // from activity batches to the budget's owner
+	settleQ  chan *switchboardv1.HedgeSettlement // from activity batches to the budget's owner
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -242,7 +242,7 @@ type Decider struct {
 // Start starts a decider and returns once it serves: etcd reachable and the
 // catalog loaded. On error everything started is stopped again.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, err error) {
-	d := &Decider{cfg: cfg, logger: logger, settleQ: make(chan *pb.HedgeSettlement, 4096)}
+	d := &Decider{cfg: cfg, logger: logger, settleQ: make(chan *switchboardv1.HedgeSettlement, 4096)}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	defer func() {
@@ -262,7 +262,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.cfg = cfg
 	// Reports that arrive before the catalog is loaded are dropped: there is
 	// nothing to attribute them to yet.
-	d.hub = report.NewHub(logger.With("component", "report"), func(e *pb.EdgeHello, rs []*pb.CallReport) {
+	d.hub = report.NewHub(logger.With("component", "report"), func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {
 		if ob := d.observer.Load(); ob != nil {
 			ob.Ingest(e, rs)
 		}
@@ -271,10 +271,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	svc := server.New(d.hub, d.budget)
 	d.hub.SetReservations(svc.Reservations())
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{HotMethods: []string{
-		pb.DeciderService_Decide_FullMethodName, pb.DeciderService_Reserve_FullMethodName,
-		pb.DeciderService_Reconcile_FullMethodName, pb.DeciderService_AcquireHedge_FullMethodName,
+		switchboardv1.DeciderService_Decide_FullMethodName, switchboardv1.DeciderService_Reserve_FullMethodName,
+		switchboardv1.DeciderService_Reconcile_FullMethodName, switchboardv1.DeciderService_AcquireHedge_FullMethodName,
 	}})
-	pb.RegisterDeciderServiceServer(d.srv.GRPC, svc)
+	switchboardv1.RegisterDeciderServiceServer(d.srv.GRPC, svc)
 	d.serveErr = make(chan error, 1)
 	d.wg.Go(func() {
 		if err := d.srv.GRPC.Serve(d.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -368,7 +368,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err := d.store.Register(bg, cfg.ID, d.lis.Addr().String(), 10); err != nil {
 		return nil, err
 	}
-	d.srv.SetServing(true, pb.DeciderService_ServiceDesc.ServiceName)
+	d.srv.SetServing(true, switchboardv1.DeciderService_ServiceDesc.ServiceName)
 	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
 	return d, nil
 }
@@ -376,7 +376,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 // onActivity stores finished requests and settles the hedge budget with the
 // real cost of each cancelled hedge leg: at once when this replica holds the
 // budget, else queued for the replica that does, never waiting for it.
-func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) error {
+func (d *Decider) onActivity(_ *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error {
 	act := d.actLog.Load()
 	if act == nil {
 		return errors.New("the activity log is not open yet")
@@ -396,7 +396,7 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) erro
 			continue
 		}
 		select {
-		case d.settleQ <- &pb.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}:
+		case d.settleQ <- &switchboardv1.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}:
 		default:
 			d.logger.Warn("hedge settlements queue full; the estimate stays charged", "request_id", r.GetId())
 		}
@@ -410,7 +410,7 @@ func (d *Decider) onActivity(_ *pb.EdgeHello, records []*pb.ActivityRecord) erro
 // errs on the side of spending less; settling twice changes nothing.
 func (d *Decider) settleHedges(ctx context.Context, svc *server.Server) {
 	for {
-		var batch []*pb.HedgeSettlement
+		var batch []*switchboardv1.HedgeSettlement
 		select {
 		case <-ctx.Done():
 			return
@@ -428,7 +428,7 @@ func (d *Decider) settleHedges(ctx context.Context, svc *server.Server) {
 		}
 		for attempt := 1; ; attempt++ {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := svc.SettleHedge(cctx, &pb.SettleHedgeRequest{Settlements: batch})
+			_, err := svc.SettleHedge(cctx, &switchboardv1.SettleHedgeRequest{Settlements: batch})
 			cancel()
 			if err == nil || ctx.Err() != nil {
 				break
@@ -538,7 +538,7 @@ func (d *Decider) onCatalog(data []byte, rev int64) {
 		d.logger.Error("reconfiguring the broker", "revision", rev, "err", err)
 	}
 	d.router.SetCatalog(c)
-	d.hub.Broadcast(&pb.ReportResponse{Command: &pb.ReportResponse_Config{Config: &pb.ConfigCommand{CatalogRevision: rev}}})
+	d.hub.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: rev}}})
 	d.logger.Info("catalog updated", "revision", rev, "models", len(c.Models))
 }
 
@@ -604,7 +604,7 @@ func (d *Decider) TenantLimits(tenantID string) []LimitStatus {
 }
 
 // Edges returns the connected edges.
-func (d *Decider) Edges() []*pb.EdgeHello { return d.hub.Edges() }
+func (d *Decider) Edges() []*switchboardv1.EdgeHello { return d.hub.Edges() }
 
 // BrokerSnapshotVersion returns how many times the rate-limit broker's state
 // has been saved to etcd (the version of its snapshot key; 0 before the

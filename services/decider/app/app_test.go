@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
 
@@ -52,7 +52,7 @@ models:
 	return p
 }
 
-func startDecider(t *testing.T, cfg Config) (*Decider, pb.DeciderServiceClient) {
+func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderServiceClient) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"
@@ -65,7 +65,7 @@ func startDecider(t *testing.T, cfg Config) (*Decider, pb.DeciderServiceClient) 
 	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return d, pb.NewDeciderServiceClient(conn)
+	return d, switchboardv1.NewDeciderServiceClient(conn)
 }
 
 func TestDeciderOverRealGRPC(t *testing.T) {
@@ -81,8 +81,8 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
 
-	key := &pb.Identity{ApiKeySha256: catalog.HashKey(demoKey)}
-	resp, err := client.Decide(ctx, &pb.DecideRequest{Identity: key, Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 10}})
+	key := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}
+	resp, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key, Model: "vendor/model", Tokens: &switchboardv1.TokenEstimate{InputTokens: 10}})
 	require.NoError(t, err)
 	require.Equal(t, "alpha", resp.Endpoint.Provider)
 	require.Equal(t, "acme", resp.Identity.TenantId)
@@ -91,14 +91,14 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 
 	tests := []struct {
 		name string
-		req  *pb.DecideRequest
+		req  *switchboardv1.DecideRequest
 		code codes.Code
 	}{
-		{"bad key", &pb.DecideRequest{Identity: &pb.Identity{ApiKeySha256: catalog.HashKey("x")}, Model: "vendor/model"}, codes.Unauthenticated},
-		{"no key", &pb.DecideRequest{Model: "vendor/model"}, codes.Unauthenticated},
-		{"unknown model", &pb.DecideRequest{Identity: key, Model: "nope"}, codes.NotFound},
-		{"unknown provider", &pb.DecideRequest{Identity: key, Model: "vendor/model", Provider: &pb.ProviderPreferences{Only: []string{"zeta"}}}, codes.InvalidArgument},
-		{"nothing fits", &pb.DecideRequest{Identity: key, Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: new(float64)}}}, codes.FailedPrecondition},
+		{"bad key", &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("x")}, Model: "vendor/model"}, codes.Unauthenticated},
+		{"no key", &switchboardv1.DecideRequest{Model: "vendor/model"}, codes.Unauthenticated},
+		{"unknown model", &switchboardv1.DecideRequest{Identity: key, Model: "nope"}, codes.NotFound},
+		{"unknown provider", &switchboardv1.DecideRequest{Identity: key, Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Only: []string{"zeta"}}}, codes.InvalidArgument},
+		{"nothing fits", &switchboardv1.DecideRequest{Identity: key, Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: new(float64)}}}, codes.FailedPrecondition},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,15 +107,15 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 		})
 	}
 
-	models, err := client.ListModels(ctx, &pb.ListModelsRequest{Identity: key})
+	models, err := client.ListModels(ctx, &switchboardv1.ListModelsRequest{Identity: key})
 	require.NoError(t, err)
 	require.Equal(t, "vendor/model", models.Models[0].Id)
-	_, err = client.ListModels(ctx, &pb.ListModelsRequest{})
+	_, err = client.ListModels(ctx, &switchboardv1.ListModelsRequest{})
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 
-	_, err = client.Reserve(ctx, &pb.ReserveRequest{Identity: key})
+	_, err = client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "endpoint_id is required")
-	_, err = client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: "nope"})
+	_, err = client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: "nope"})
 	require.Equal(t, codes.NotFound, status.Code(err))
 }
 
@@ -128,10 +128,10 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 
 	stream, err := client.Report(ctx)
 	require.NoError(t, err)
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "e1", Region: "local"}}}))
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{
-		{RequestId: "r1", EndpointId: "alpha/vendor/model", Outcome: pb.Outcome_OUTCOME_OK},
-		{RequestId: "r2", EndpointId: "beta/vendor/model", Outcome: pb.Outcome_OUTCOME_RATE_LIMITED},
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "e1", Region: "local"}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{
+		{RequestId: "r1", EndpointId: "alpha/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_OK},
+		{RequestId: "r2", EndpointId: "beta/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
 	}}}}))
 	// The rate-limited call benches beta: every edge is told, then the
 	// batch is acknowledged.
@@ -156,7 +156,7 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, rev, m.GetConfig().GetCatalogRevision())
-	resp, err := client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	resp, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 
@@ -171,14 +171,14 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, again, m.GetConfig().GetCatalogRevision(), "the invalid catalog was never announced")
-	resp, err = client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	resp, err = client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 
 	// A hello is required first.
 	bad, err := client.Report(ctx)
 	require.NoError(t, err)
-	require.NoError(t, bad.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{}}}))
+	require.NoError(t, bad.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{}}}))
 	_, err = bad.Recv()
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 
@@ -195,7 +195,7 @@ func TestRestartUsesStoredCatalog(t *testing.T) {
 	// Same data dir, no --catalog: the catalog comes back from etcd.
 	d, client := startDecider(t, Config{DataDir: dir})
 	defer d.Close()
-	resp, err := client.Decide(t.Context(), &pb.DecideRequest{Identity: &pb.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	resp, err := client.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 }

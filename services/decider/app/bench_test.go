@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // benchCatalog gives every reservation seven scopes: api key, app, tenant,
@@ -63,17 +63,17 @@ func BenchmarkReserveReconcileGRPC(b *testing.B) {
 	defer d.Close()
 	// One connection, multiplexed by every caller (more connections measured
 	// no faster on 2 cores: they only add loopy writers competing for them).
-	var clients []pb.DeciderServiceClient
+	var clients []switchboardv1.DeciderServiceClient
 	for range 1 {
 		conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer conn.Close()
-		clients = append(clients, pb.NewDeciderServiceClient(conn))
+		clients = append(clients, switchboardv1.NewDeciderServiceClient(conn))
 	}
 	var next atomic.Int64
-	id := &pb.Identity{ApiKeySha256: catalog.HashKey(demoKey), App: "chat", Environment: "prod"}
+	id := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey), App: "chat", Environment: "prod"}
 	var refused atomic.Int64
 	b.SetParallelism(32)
 	b.ResetTimer()
@@ -81,9 +81,9 @@ func BenchmarkReserveReconcileGRPC(b *testing.B) {
 	b.RunParallel(func(pb_ *testing.PB) {
 		c := clients[next.Add(1)%int64(len(clients))]
 		for pb_.Next() {
-			rr, err := c.Reserve(b.Context(), &pb.ReserveRequest{
+			rr, err := c.Reserve(b.Context(), &switchboardv1.ReserveRequest{
 				Identity: id, Model: "vendor/model", EndpointId: "alpha/vendor/model",
-				Demand: &pb.Demand{InputTokens: 1000, OutputTokens: 200, Usd: 0.001, Requests: 1},
+				Demand: &switchboardv1.Demand{InputTokens: 1000, OutputTokens: 200, Usd: 0.001, Requests: 1},
 			})
 			if err != nil {
 				b.Error(err)
@@ -97,9 +97,9 @@ func BenchmarkReserveReconcileGRPC(b *testing.B) {
 				b.Errorf("charged %d buckets, want 7 scopes", len(rr.Reservation.Charges))
 				return
 			}
-			if _, err := c.Reconcile(b.Context(), &pb.ReconcileRequest{
-				ReservationId: rr.Reservation.ReservationId, Outcome: pb.Outcome_OUTCOME_OK,
-				Usage: &pb.Usage{InputTokens: 900, OutputTokens: 150, Reported: true},
+			if _, err := c.Reconcile(b.Context(), &switchboardv1.ReconcileRequest{
+				ReservationId: rr.Reservation.ReservationId, Outcome: switchboardv1.Outcome_OUTCOME_OK,
+				Usage: &switchboardv1.Usage{InputTokens: 900, OutputTokens: 150, Reported: true},
 			}); err != nil {
 				b.Error(err)
 				return

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 const limitedCatalog = `
@@ -43,17 +43,17 @@ func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
 	return p
 }
 
-func decideReserve(t *testing.T, c pb.DeciderServiceClient, n int) *pb.DecideResponse {
+func decideReserve(t *testing.T, c switchboardv1.DeciderServiceClient, n int) *switchboardv1.DecideResponse {
 	t.Helper()
 	resp, err := c.Decide(t.Context(), decideRequest(n))
 	require.NoError(t, err)
 	return resp
 }
 
-func decideRequest(n int) *pb.DecideRequest {
-	return &pb.DecideRequest{
-		Identity: &pb.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model",
-		Tokens: &pb.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}, Reserve: true,
+func decideRequest(n int) *switchboardv1.DecideRequest {
+	return &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model",
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}, Reserve: true,
 		IdempotencyKey: "req-" + string(rune('a'+n)),
 	}
 }
@@ -86,7 +86,7 @@ func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	resp = decideReserve(t, c, 5)
 	require.Nil(t, resp.Endpoint)
 	require.NotNil(t, resp.Refusal)
-	require.Equal(t, pb.LimitScope_LIMIT_SCOPE_TENANT, resp.Refusal.Scope)
+	require.Equal(t, switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, resp.Refusal.Scope)
 	require.Equal(t, float64(5), resp.Refusal.Limit)
 	require.Equal(t, float64(0), resp.Refusal.Remaining)
 	require.NotNil(t, resp.Refusal.ResetTime)
@@ -94,16 +94,16 @@ func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	// Reconcile through the Report stream's call reports.
 	stream, err := c.Report(t.Context())
 	require.NoError(t, err)
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "e"}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "e"}}}))
 	first := decideReserve(t, c, 0) // idempotent: the first reservation
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{{
-		EndpointId: first.Endpoint.Id, Outcome: pb.Outcome_OUTCOME_OK, ReservationId: first.Reservation.ReservationId,
-		Usage: &pb.Usage{InputTokens: 90, OutputTokens: 5, Reported: true},
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{{
+		EndpointId: first.Endpoint.Id, Outcome: switchboardv1.Outcome_OUTCOME_OK, ReservationId: first.Reservation.ReservationId,
+		Usage: &switchboardv1.Usage{InputTokens: 90, OutputTokens: 5, Reported: true},
 	}}}}}))
 	_, err = stream.Recv()
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, err := c.Reconcile(t.Context(), &pb.ReconcileRequest{ReservationId: first.Reservation.ReservationId})
+		_, err := c.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: first.Reservation.ReservationId})
 		return err != nil // already reconciled by the report
 	}, 5*time.Second, 20*time.Millisecond)
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // Explain is the `decider explain` command: it asks a running decider what
@@ -43,16 +43,16 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if *model == "" {
 		return errors.New("--model is required")
 	}
-	req := &pb.DecideRequest{
+	req := &switchboardv1.DecideRequest{
 		Model: *model, Stream: *stream, DryRun: true, Explain: true,
-		Identity: &pb.Identity{TenantId: *tenant},
-		Tokens:   &pb.TokenEstimate{InputTokens: *in, CachedInputTokens: *cached, MaxOutputTokens: *maxOut},
+		Identity: &switchboardv1.Identity{TenantId: *tenant},
+		Tokens:   &switchboardv1.TokenEstimate{InputTokens: *in, CachedInputTokens: *cached, MaxOutputTokens: *maxOut},
 	}
 	if *key != "" {
-		req.Identity = &pb.Identity{ApiKeySha256: catalog.HashKey(*key)}
+		req.Identity = &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(*key)}
 	}
 	if *provider != "" {
-		req.Provider = &pb.ProviderPreferences{}
+		req.Provider = &switchboardv1.ProviderPreferences{}
 		if err := protojson.Unmarshal([]byte(*provider), req.Provider); err != nil {
 			return fmt.Errorf("--provider: %w", err)
 		}
@@ -61,10 +61,10 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := pb.NewDeciderServiceClient(conn).Decide(ctx, req)
+	resp, err := switchboardv1.NewDeciderServiceClient(conn).Decide(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // PrintDecision writes a decision as a table, one candidate a row.
-func PrintDecision(w io.Writer, resp *pb.DecideResponse) {
+func PrintDecision(w io.Writer, resp *switchboardv1.DecideResponse) {
 	d := resp.GetDecision()
 	fmt.Fprintf(w, "model %s, bucket %s, reason %s\n%s\n\n", resp.GetModel(), d.GetBucket(), d.GetReason(), d.GetSummary())
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 )
 
@@ -63,7 +63,7 @@ func (l *lockedBuffer) String() string {
 
 // runDecider runs the decider as main does, until the returned stop is
 // called (as SIGTERM cancels main's context); stop waits for Run to return.
-func runDecider(t *testing.T, args ...string) (pb.DeciderServiceClient, *lockedBuffer, func()) {
+func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderServiceClient, *lockedBuffer, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
@@ -91,7 +91,7 @@ func runDecider(t *testing.T, args ...string) (pb.DeciderServiceClient, *lockedB
 		})
 	}
 	t.Cleanup(stop)
-	return pb.NewDeciderServiceClient(conn), logs, stop
+	return switchboardv1.NewDeciderServiceClient(conn), logs, stop
 }
 
 // TestCleanStopHandsOverAtFullCapacity stops a decider the way SIGTERM does
@@ -122,7 +122,7 @@ func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
 
 // firstAdmission retries a reserving Decide until one is admitted and
 // returns how long that took from start.
-func firstAdmission(t *testing.T, c pb.DeciderServiceClient, start time.Time, n int) time.Duration {
+func firstAdmission(t *testing.T, c switchboardv1.DeciderServiceClient, start time.Time, n int) time.Duration {
 	t.Helper()
 	var took time.Duration
 	require.Eventually(t, func() bool {
@@ -184,13 +184,13 @@ func TestFailoverToFirstAdmission(t *testing.T) {
 
 // sendActivity sends one activity batch on a Report stream of c and waits
 // for its acknowledgement.
-func sendActivity(t *testing.T, c pb.DeciderServiceClient, seq uint64, records ...*pb.ActivityRecord) {
+func sendActivity(t *testing.T, c switchboardv1.DeciderServiceClient, seq uint64, records ...*switchboardv1.ActivityRecord) {
 	t.Helper()
 	stream, err := c.Report(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = stream.CloseSend() }()
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "edge-1"}}}))
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Activity{Activity: &pb.ActivityBatch{Records: records, Sequence: seq}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "edge-1"}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: &switchboardv1.ActivityBatch{Records: records, Sequence: seq}}}))
 	for {
 		m, err := stream.Recv()
 		require.NoError(t, err)
@@ -200,9 +200,9 @@ func sendActivity(t *testing.T, c pb.DeciderServiceClient, seq uint64, records .
 	}
 }
 
-func hedgeRecord(id string, loserUSD float64) *pb.ActivityRecord {
-	return &pb.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
-		Hedge: &pb.HedgeInfo{Used: true, LoserCostUsd: loserUSD}}
+func hedgeRecord(id string, loserUSD float64) *switchboardv1.ActivityRecord {
+	return &switchboardv1.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
+		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}}
 }
 
 // TestHedgeBudgetLivesWithTheOwner: the hedge budget is charged on the owner
@@ -217,7 +217,7 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	require.True(t, a.adm.Owner())
 
 	acquire := func(id string, usd float64) {
-		resp, err := cb.AcquireHedge(t.Context(), &pb.AcquireHedgeRequest{RequestId: id, EstimatedCostUsd: usd})
+		resp, err := cb.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: id, EstimatedCostUsd: usd})
 		require.NoError(t, err)
 		require.True(t, resp.Granted)
 	}

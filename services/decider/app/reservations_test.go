@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // An edge connected to a replica that does not own the broker: its
@@ -25,21 +25,21 @@ func TestReservationsThroughANonOwnerReplica(t *testing.T) {
 	r2 := decideReserve(t, cb, 1)
 	id1, id2 := r1.Reservation.ReservationId, r2.Reservation.ReservationId
 
-	kept, err := cb.KeepReservations(t.Context(), &pb.KeepReservationsRequest{ReservationIds: []string{id1, "nope"}})
+	kept, err := cb.KeepReservations(t.Context(), &switchboardv1.KeepReservationsRequest{ReservationIds: []string{id1, "nope"}})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), kept.GetKept(), "forwarded to the owner, which knows one of the two")
 
 	stream, err := cb.Report(t.Context())
 	require.NoError(t, err)
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{EdgeId: "e", ReconcilesAcknowledged: true}}}))
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Heartbeat{Heartbeat: &pb.ReservationHeartbeat{ReservationIds: []string{id1, id2}}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "e", ReconcilesAcknowledged: true}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Heartbeat{Heartbeat: &switchboardv1.ReservationHeartbeat{ReservationIds: []string{id1, id2}}}}))
 	// A call report naming a reservation does not reconcile it for such an edge.
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{{
-		EndpointId: r2.Endpoint.Id, Outcome: pb.Outcome_OUTCOME_OK, ReservationId: id2,
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{{
+		EndpointId: r2.Endpoint.Id, Outcome: switchboardv1.Outcome_OUTCOME_OK, ReservationId: id2,
 	}}}}}))
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Reconcile{Reconcile: &pb.ReconcileBatch{Sequence: 1, Reconciles: []*pb.ReconcileRequest{
-		{ReservationId: id1, Outcome: pb.Outcome_OUTCOME_OK, Usage: &pb.Usage{InputTokens: 90, OutputTokens: 5, Reported: true}},
-		{ReservationId: "r000000000000000000000000000000", Outcome: pb.Outcome_OUTCOME_OK}, // unknown: done, too
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: &switchboardv1.ReconcileBatch{Sequence: 1, Reconciles: []*switchboardv1.ReconcileRequest{
+		{ReservationId: id1, Outcome: switchboardv1.Outcome_OUTCOME_OK, Usage: &switchboardv1.Usage{InputTokens: 90, OutputTokens: 5, Reported: true}},
+		{ReservationId: "r000000000000000000000000000000", Outcome: switchboardv1.Outcome_OUTCOME_OK}, // unknown: done, too
 	}}}}))
 	for {
 		m, err := stream.Recv()
@@ -49,8 +49,8 @@ func TestReservationsThroughANonOwnerReplica(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool { return b.ReservationHeartbeats() == 1 }, 5*time.Second, 10*time.Millisecond)
-	_, err = ca.Reconcile(t.Context(), &pb.ReconcileRequest{ReservationId: id1})
+	_, err = ca.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: id1})
 	require.Error(t, err, "applied on the owner already")
-	_, err = ca.Reconcile(t.Context(), &pb.ReconcileRequest{ReservationId: id2})
+	_, err = ca.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: id2})
 	require.NoError(t, err, "the call report did not reconcile it")
 }

@@ -15,9 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
 // longWait is a deadline no test reaches: only the order of events decides.

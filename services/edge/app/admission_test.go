@@ -11,10 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // refuse makes every Decide answer a refusal, as the decider does when the

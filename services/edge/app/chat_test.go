@@ -16,9 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
 const (

@@ -1,8 +1,6 @@
 package app
 
 import (
-	"github.com/switchboard-ai/switchboard/pkg/flagenv"
-
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 )
 
 // Defaults of Config.

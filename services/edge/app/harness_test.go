@@ -17,10 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func TestMain(m *testing.M) {

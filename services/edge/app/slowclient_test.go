@@ -8,9 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
 // A client that stops reading a stream blocks the edge's writes. The edge

@@ -308,7 +308,7 @@ func (c *call) stream() outcome {
 // drop cuts the connection after a few tokens: mid-stream for a stream, and
 // before any byte (after the same generation time) otherwise.
 // A client that leaves first makes it a plain cancellation.
-func (c *call) drop(after int64) outcome {
+func (c *call) drop(after int64) outcome { //nolint:unparam // a drop unwinds by aborting the connection, so it returns only when cancelled
 	after = min(after, c.n)
 	if c.req.Stream {
 		s := c.startStream()

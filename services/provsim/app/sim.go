@@ -149,7 +149,7 @@ func newProvider(pc ProviderConfig, seed int64, logger *slog.Logger, opts option
 	// Each provider gets its own stream of draws, derived from the seed and
 	// its name, so one provider's traffic does not change another's faults.
 	h := fnv.New64a()
-	h.Write([]byte(pc.Name))
+	_, _ = h.Write([]byte(pc.Name)) // a hash never fails to write
 	p := &Provider{
 		name:    pc.Name,
 		apiKey:  pc.APIKey,

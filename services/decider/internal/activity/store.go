@@ -28,7 +28,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 var (
@@ -154,7 +154,7 @@ func rebuildIndexes(tx *bolt.Tx) error {
 
 // batch is one Add: its records and where to say they are durable.
 type batch struct {
-	records []*pb.ActivityRecord
+	records []*switchboardv1.ActivityRecord
 	done    chan error
 }
 
@@ -163,7 +163,7 @@ type batch struct {
 // writer merges concurrent batches into one transaction, so many edges cost
 // one fsync. It blocks when the writer is behind: back-pressure on the
 // Report stream rather than a lost record.
-func (s *Store) Add(records []*pb.ActivityRecord) error {
+func (s *Store) Add(records []*switchboardv1.ActivityRecord) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -217,7 +217,7 @@ func (s *Store) writer() {
 	}
 }
 
-func (s *Store) write(records []*pb.ActivityRecord) error {
+func (s *Store) write(records []*switchboardv1.ActivityRecord) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
 		for _, r := range records {
@@ -307,7 +307,7 @@ type Query struct {
 }
 
 // List returns the tenant's records, newest first, and the cursor of the next page.
-func (s *Store) List(_ context.Context, q Query) ([]*pb.ActivityRecord, string, error) {
+func (s *Store) List(_ context.Context, q Query) ([]*switchboardv1.ActivityRecord, string, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
@@ -324,7 +324,7 @@ func (s *Store) List(_ context.Context, q Query) ([]*pb.ActivityRecord, string, 
 		}
 		seek = c
 	}
-	var out []*pb.ActivityRecord
+	var out []*switchboardv1.ActivityRecord
 	next := ""
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketRecords).Cursor()
@@ -336,7 +336,7 @@ func (s *Store) List(_ context.Context, q Query) ([]*pb.ActivityRecord, string, 
 				next = hex.EncodeToString(k)
 				break
 			}
-			r := &pb.ActivityRecord{}
+			r := &switchboardv1.ActivityRecord{}
 			if err := proto.Unmarshal(v, r); err != nil {
 				return err
 			}
@@ -351,8 +351,8 @@ func (s *Store) List(_ context.Context, q Query) ([]*pb.ActivityRecord, string, 
 }
 
 // Get returns one of the tenant's records.
-func (s *Store) Get(_ context.Context, tenant, id string) (*pb.ActivityRecord, error) {
-	var r *pb.ActivityRecord
+func (s *Store) Get(_ context.Context, tenant, id string) (*switchboardv1.ActivityRecord, error) {
+	var r *switchboardv1.ActivityRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		key := tx.Bucket(bucketIDs).Get(idKey(tenant, id))
 		if key == nil || !bytes.HasPrefix(key, append([]byte(tenant), 0)) {
@@ -362,7 +362,7 @@ func (s *Store) Get(_ context.Context, tenant, id string) (*pb.ActivityRecord, e
 		if v == nil {
 			return ErrNotFound
 		}
-		r = &pb.ActivityRecord{}
+		r = &switchboardv1.ActivityRecord{}
 		return proto.Unmarshal(v, r)
 	})
 	return r, err

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func open(t *testing.T, path string, now func() time.Time) *Store {
@@ -24,8 +24,8 @@ func open(t *testing.T, path string, now func() time.Time) *Store {
 	return s
 }
 
-func rec(tenant, id, model string, at time.Time) *pb.ActivityRecord {
-	return &pb.ActivityRecord{Id: id, TenantId: tenant, Model: model, CreateTime: timestamppb.New(at), CostUsd: 0.001}
+func rec(tenant, id, model string, at time.Time) *switchboardv1.ActivityRecord {
+	return &switchboardv1.ActivityRecord{Id: id, TenantId: tenant, Model: model, CreateTime: timestamppb.New(at), CostUsd: 0.001}
 }
 
 // flush closes and reopens, so the writer has written everything.
@@ -41,11 +41,11 @@ func TestListAndGet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
 	for i := range 10 {
-		require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", fmt.Sprintf("a%d", i), []string{"m1", "m2"}[i%2], t0.Add(time.Duration(i)*time.Minute))}))
+		require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", fmt.Sprintf("a%d", i), []string{"m1", "m2"}[i%2], t0.Add(time.Duration(i)*time.Minute))}))
 	}
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("other", "o1", "m1", t0), {Id: "no-tenant"}}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("other", "o1", "m1", t0), {Id: "no-tenant"}}))
 	// A resent record (an edge that did not see the ack) is stored once.
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "a3", "m2", t0.Add(3*time.Minute))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "a3", "m2", t0.Add(3*time.Minute))}))
 	s = flush(t, s, path, now)
 	defer s.Close()
 	ctx := t.Context()
@@ -103,7 +103,7 @@ func TestRetention(t *testing.T) {
 	now := func() time.Time { return clock }
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "old", "m", t0.Add(-25*time.Hour)), rec("acme", "new", "m", t0)}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "old", "m", t0.Add(-25*time.Hour)), rec("acme", "new", "m", t0)}))
 	s = flush(t, s, path, now) // pruning runs when the writer starts
 	defer s.Close()
 	got, _, err := s.List(t.Context(), Query{Tenant: "acme"})
@@ -121,10 +121,10 @@ func TestSameIDOtherTenant(t *testing.T) {
 	now := func() time.Time { return t0.Add(time.Hour) }
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "same", "m-acme", t0)}))
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("globex", "same", "m-globex", t0.Add(time.Minute))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "same", "m-acme", t0)}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("globex", "same", "m-globex", t0.Add(time.Minute))}))
 	// And both at the very same instant, in one batch.
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "twin", "m-acme", t0), rec("globex", "twin", "m-globex", t0)}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "twin", "m-acme", t0), rec("globex", "twin", "m-globex", t0)}))
 	s = flush(t, s, path, now)
 	defer s.Close()
 	ctx := t.Context()
@@ -150,8 +150,8 @@ func TestSameIDOtherTenantRetention(t *testing.T) {
 	now := func() time.Time { return t0 }
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("globex", "same", "m", t0.Add(-time.Hour))}))
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "same", "m", t0.Add(-25*time.Hour))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("globex", "same", "m", t0.Add(-time.Hour))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "same", "m", t0.Add(-25*time.Hour))}))
 	s = flush(t, s, path, now) // pruning runs when the writer starts
 	defer s.Close()
 
@@ -171,8 +171,8 @@ func TestResendWithOtherTime(t *testing.T) {
 	now := func() time.Time { return clock }
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "r1", "m", t0.Add(-2*time.Hour))}))
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "r1", "m", t0.Add(-time.Hour))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r1", "m", t0.Add(-2*time.Hour))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r1", "m", t0.Add(-time.Hour))}))
 	s = flush(t, s, path, now)
 	got, _, err := s.List(t.Context(), Query{Tenant: "acme"})
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestResendWithOtherTime(t *testing.T) {
 	require.Equal(t, t0.Add(-time.Hour), r.GetCreateTime().AsTime())
 
 	// A resend to an earlier time is stored once too, and pruned with it.
-	require.NoError(t, s.Add([]*pb.ActivityRecord{rec("acme", "r1", "m", t0.Add(-3*time.Hour))}))
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r1", "m", t0.Add(-3*time.Hour))}))
 	s = flush(t, s, path, now)
 	got, _, err = s.List(t.Context(), Query{Tenant: "acme"})
 	require.NoError(t, err)
@@ -208,7 +208,7 @@ func TestOpenRebuildsOldIndexes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
-	put := func(tx *bolt.Tx, r *pb.ActivityRecord) {
+	put := func(tx *bolt.Tx, r *switchboardv1.ActivityRecord) {
 		v, err := proto.Marshal(r)
 		require.NoError(t, err)
 		require.NoError(t, tx.Bucket(bucketRecords).Put(recordKey(r.GetTenantId(), r.GetCreateTime().AsTime(), r.GetId()), v))

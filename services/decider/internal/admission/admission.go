@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
@@ -391,7 +391,7 @@ func (a *Admission) Owner() bool { return a.owner.Load() }
 var errRetryLocally = errors.New("owner now")
 
 // Reserve reserves locally when this replica owns the broker, else forwards.
-func (a *Admission) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
 		if err == nil {
@@ -406,13 +406,13 @@ func (a *Admission) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Re
 		return nil, toStatus(err)
 	}
 	if ref != nil {
-		return &pb.ReserveResponse{Admitted: false, Refusal: ref.Proto()}, nil
+		return &switchboardv1.ReserveResponse{Admitted: false, Refusal: ref.Proto()}, nil
 	}
-	return &pb.ReserveResponse{Admitted: true, Reservation: res.Proto()}, nil
+	return &switchboardv1.ReserveResponse{Admitted: true, Reservation: res.Proto()}, nil
 }
 
 // Reconcile reconciles locally when this replica owns the broker, else forwards.
-func (a *Admission) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
+func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
 		if err == nil {

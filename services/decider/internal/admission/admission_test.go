@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
@@ -115,11 +115,11 @@ type replica struct {
 }
 
 type fwdServer struct {
-	pb.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedDeciderServiceServer
 	adm atomic.Pointer[Admission]
 }
 
-func (s *fwdServer) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+func (s *fwdServer) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	return s.adm.Load().Reserve(ctx, req)
 }
 
@@ -146,7 +146,7 @@ func startReplica(t *testing.T, c *cluster, cli *clientv3.Client) *replica {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	fs := &fwdServer{}
-	pb.RegisterDeciderServiceServer(srv, fs)
+	switchboardv1.RegisterDeciderServiceServer(srv, fs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	r := &replica{broker: newBroker(t), addr: lis.Addr().String()}
@@ -162,11 +162,11 @@ func startReplica(t *testing.T, c *cluster, cli *clientv3.Client) *replica {
 
 var reqN atomic.Int64
 
-func reserveReq() *pb.ReserveRequest {
-	return &pb.ReserveRequest{
+func reserveReq() *switchboardv1.ReserveRequest {
+	return &switchboardv1.ReserveRequest{
 		RequestId: "r" + time.Now().Format("150405.000000000") + string(rune('a'+reqN.Add(1)%26)),
-		Identity:  &pb.Identity{TenantId: "acme", ApiKeyId: "key-1"}, Model: "m1", EndpointId: "alpha/m1",
-		Demand: &pb.Demand{Requests: 1},
+		Identity:  &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"}, Model: "m1", EndpointId: "alpha/m1",
+		Demand: &switchboardv1.Demand{Requests: 1},
 	}
 }
 

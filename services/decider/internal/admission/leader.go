@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // state returns the known owner's address and a channel closed at the next change.
@@ -109,7 +109,7 @@ func (a *Admission) followLeader(ctx context.Context) error {
 // Forward returns a client of the owner when this replica is not it (nil
 // when it is), so other central decisions that must be atomic across
 // edges — the hedge budget — are taken in one place too.
-func (a *Admission) Forward(ctx context.Context) (pb.DeciderServiceClient, error) {
+func (a *Admission) Forward(ctx context.Context) (switchboardv1.DeciderServiceClient, error) {
 	if a.owner.Load() {
 		return nil, nil
 	}
@@ -123,7 +123,7 @@ func (a *Admission) Forward(ctx context.Context) (pb.DeciderServiceClient, error
 // ownerClient returns a client of the owner from the cached address. While
 // nobody owns the state, or this replica is taking over, it waits for a
 // change within the caller's deadline and OwnerWait.
-func (a *Admission) ownerClient(ctx context.Context) (pb.DeciderServiceClient, error) {
+func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServiceClient, error) {
 	var wait <-chan time.Time
 	for {
 		leader, ch := a.state()
@@ -152,7 +152,7 @@ func (a *Admission) ownerClient(ctx context.Context) (pb.DeciderServiceClient, e
 	}
 }
 
-func (a *Admission) client(addr string) (pb.DeciderServiceClient, error) {
+func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	conn, ok := a.conns[addr]
@@ -164,5 +164,5 @@ func (a *Admission) client(addr string) (pb.DeciderServiceClient, error) {
 		}
 		a.conns[addr] = conn
 	}
-	return pb.NewDeciderServiceClient(conn), nil
+	return switchboardv1.NewDeciderServiceClient(conn), nil
 }

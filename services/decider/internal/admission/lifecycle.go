@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // ReconcileOnce applies a reconciliation an edge sent on its Report stream,
@@ -15,7 +15,7 @@ import (
 // it already, or the request is invalid): the edge may then forget it. Any
 // other error (no owner elected yet, an owner still taking over or
 // unreachable) means it must be tried again.
-func (a *Admission) ReconcileOnce(ctx context.Context, req *pb.ReconcileRequest) error {
+func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.ReconcileRequest) error {
 	_, err := a.Reconcile(ctx, req)
 	switch status.Code(err) {
 	case codes.OK, codes.NotFound, codes.InvalidArgument:
@@ -32,7 +32,7 @@ func (a *Admission) Keep(ctx context.Context, ids []string) (int64, error) {
 		return 0, err
 	}
 	if c != nil {
-		resp, err := c.KeepReservations(ctx, &pb.KeepReservationsRequest{ReservationIds: ids})
+		resp, err := c.KeepReservations(ctx, &switchboardv1.KeepReservationsRequest{ReservationIds: ids})
 		return resp.GetKept(), err
 	}
 	n, err := a.o.Broker.Extend(ctx, ids)

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // Options tune a Table.
@@ -94,7 +94,7 @@ func (t *Table) Record(endpointID string, hash uint64, tokens int64, at time.Tim
 // cache for a request with these prefixes (longest last): the size of the
 // longest prefix that endpoint served within the TTL, else 0. It allocates
 // nothing, so Decide can call it on every request.
-func (t *Table) Cached(endpoints []string, prefixes []*pb.PromptPrefix, now time.Time, cached []int64) {
+func (t *Table) Cached(endpoints []string, prefixes []*switchboardv1.PromptPrefix, now time.Time, cached []int64) {
 	for i := range cached {
 		cached[i] = 0
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func TestCached(t *testing.T) {
@@ -15,14 +15,14 @@ func TestCached(t *testing.T) {
 	tests := []struct {
 		name     string
 		record   func(tb *Table)
-		prefixes []*pb.PromptPrefix
+		prefixes []*switchboardv1.PromptPrefix
 		now      time.Time
 		want     []int64
 	}{
 		{
 			name:     "nothing recorded",
 			record:   func(*Table) {},
-			prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: 100}},
+			prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 100}},
 			now:      t0,
 			want:     []int64{0, 0, 0},
 		},
@@ -31,7 +31,7 @@ func TestCached(t *testing.T) {
 			record: func(tb *Table) {
 				tb.Record("b/m", 2, 5000, t0)
 			},
-			prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}, {Hash: 3, Tokens: 5200}},
+			prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}, {Hash: 3, Tokens: 5200}},
 			now:      t0.Add(time.Minute),
 			want:     []int64{0, 5000, 0},
 		},
@@ -42,7 +42,7 @@ func TestCached(t *testing.T) {
 				tb.Record("a/m", 2, 5000, t0)
 				tb.Record("c/m", 1, 1000, t0)
 			},
-			prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}},
+			prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}},
 			now:      t0,
 			want:     []int64{5000, 0, 1000},
 		},
@@ -51,7 +51,7 @@ func TestCached(t *testing.T) {
 			record: func(tb *Table) {
 				tb.Record("b/m", 2, 5000, t0)
 			},
-			prefixes: []*pb.PromptPrefix{{Hash: 2, Tokens: 5000}},
+			prefixes: []*switchboardv1.PromptPrefix{{Hash: 2, Tokens: 5000}},
 			now:      t0.Add(6 * time.Minute),
 			want:     []int64{0, 0, 0},
 		},
@@ -62,7 +62,7 @@ func TestCached(t *testing.T) {
 				tb.Record("b/m", 2, 5000, t0.Add(time.Second))
 				tb.Record("a/m", 2, 5000, t0.Add(2*time.Second))
 			},
-			prefixes: []*pb.PromptPrefix{{Hash: 2, Tokens: 5000}},
+			prefixes: []*switchboardv1.PromptPrefix{{Hash: 2, Tokens: 5000}},
 			now:      t0.Add(time.Minute),
 			want:     []int64{5000, 5000, 0},
 		},
@@ -86,9 +86,9 @@ func TestBoundedMemory(t *testing.T) {
 	}
 	require.LessOrEqual(t, tb.Len(), 100)
 	got := make([]int64, 1)
-	tb.Cached([]string{"a/m"}, []*pb.PromptPrefix{{Hash: 1000, Tokens: 10}}, t0, got)
+	tb.Cached([]string{"a/m"}, []*switchboardv1.PromptPrefix{{Hash: 1000, Tokens: 10}}, t0, got)
 	require.Equal(t, int64(10), got[0], "the newest prompt is remembered")
-	tb.Cached([]string{"a/m"}, []*pb.PromptPrefix{{Hash: 1, Tokens: 10}}, t0, got)
+	tb.Cached([]string{"a/m"}, []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 10}}, t0, got)
 	require.Zero(t, got[0], "the oldest is forgotten")
 }
 
@@ -99,9 +99,9 @@ func BenchmarkCached(b *testing.B) {
 	for i := range eps {
 		eps[i] = string(rune('a'+i)) + "/m"
 	}
-	prefixes := make([]*pb.PromptPrefix, 32)
+	prefixes := make([]*switchboardv1.PromptPrefix, 32)
 	for i := range prefixes {
-		prefixes[i] = &pb.PromptPrefix{Hash: uint64(i + 1), Tokens: int64(i * 1000)}
+		prefixes[i] = &switchboardv1.PromptPrefix{Hash: uint64(i + 1), Tokens: int64(i * 1000)}
 	}
 	tb.Record(eps[3], 20, 20000, t0)
 	got := make([]int64, len(eps))

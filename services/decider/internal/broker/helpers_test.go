@@ -73,16 +73,6 @@ func level(t testing.TB, b *Broker, id string) float64 {
 	return bk.level
 }
 
-func available(t testing.TB, b *Broker, id string) float64 {
-	t.Helper()
-	bk := b.tab.Load().byID[id]
-	require.NotNil(t, bk, "no bucket %s", id)
-	bk.mu.Lock()
-	defer bk.mu.Unlock()
-	bk.advance(b.nowNS())
-	return bk.available()
-}
-
 // reserveN tries n reservations of d and returns how many were admitted and
 // the last refusal.
 func reserveN(t *testing.T, b *Broker, n int, d Demand) (int, *Refusal, []*Reservation) {

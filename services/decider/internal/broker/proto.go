@@ -3,9 +3,10 @@ package broker
 import (
 	"time"
 
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // The broker's enums share the proto enums' numbers, so the mapping helpers

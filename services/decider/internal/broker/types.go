@@ -55,10 +55,6 @@ func (s Scope) String() string {
 // would reveal other tenants' consumption.
 func (s Scope) own() bool { return s >= ScopeAPIKey && s <= ScopeTenant }
 
-// route reports whether the scope is provider-facing (keyed by the route, not
-// the caller).
-func (s Scope) route() bool { return s >= ScopeProviderWorkspace && s <= ScopeModelRoute }
-
 // ParseScope parses a catalog scope name.
 func ParseScope(s string) (Scope, error) {
 	for i, n := range scopeNames[1:] {

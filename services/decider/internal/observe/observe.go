@@ -15,7 +15,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -33,7 +33,7 @@ type Options struct {
 	Affinity *affinity.Table   // (Required)
 	Cooldown *cooldown.Tracker // (Required)
 	// Broadcast tells every edge about a new cool-down. (Optional)
-	Broadcast func(*pb.ReportResponse)
+	Broadcast func(*switchboardv1.ReportResponse)
 	// Logger logs cool-downs. (Required)
 	Logger *slog.Logger
 	// Now is the clock. (Optional) Defaults to time.Now.
@@ -59,13 +59,13 @@ func New(o Options) *Observer {
 }
 
 // Ingest takes one batch from one edge. It implements report.Sink.
-func (ob *Observer) Ingest(_ *pb.EdgeHello, reports []*pb.CallReport) {
+func (ob *Observer) Ingest(_ *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
 	for _, r := range reports {
 		ob.one(r)
 	}
 }
 
-func (ob *Observer) one(r *pb.CallReport) {
+func (ob *Observer) one(r *switchboardv1.CallReport) {
 	modelID, rates, ok := ob.o.Catalog.Endpoint(r.GetEndpointId())
 	if !ok {
 		// Only the catalog's endpoints get series, so a confused or hostile
@@ -82,7 +82,7 @@ func (ob *Observer) one(r *pb.CallReport) {
 	ep := r.GetEndpointId()
 	u := r.GetUsage()
 	switch r.GetOutcome() {
-	case pb.Outcome_OUTCOME_OK:
+	case switchboardv1.Outcome_OUTCOME_OK:
 		if r.GetTtft() != nil {
 			ttft := r.GetTtft().AsDuration()
 			ob.o.Stats.ObserveTTFT(ep, tokens.BucketOf(r.GetPromptTokens()), ttft, at)
@@ -105,12 +105,12 @@ func (ob *Observer) one(r *pb.CallReport) {
 			}
 			ob.o.Affinity.Record(ep, h, n, ob.o.Now())
 		}
-	case pb.Outcome_OUTCOME_RATE_LIMITED, pb.Outcome_OUTCOME_UPSTREAM_ERROR, pb.Outcome_OUTCOME_CONNECT_ERROR:
+	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, switchboardv1.Outcome_OUTCOME_CONNECT_ERROR:
 		// A refusal benches the endpoint.
 		if until, started := ob.o.Cooldown.RefusedFor(ep, ob.o.Now(), r.GetRetryAfter().AsDuration()); started {
 			ob.o.Logger.Warn("endpoint cooling down", "endpoint", ep, "until", until, "outcome", r.GetOutcome().String(), "http_status", r.GetHttpStatus())
 			if ob.o.Broadcast != nil {
-				ob.o.Broadcast(&pb.ReportResponse{Command: &pb.ReportResponse_Cooldown{Cooldown: &pb.CooldownCommand{
+				ob.o.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Cooldown{Cooldown: &switchboardv1.CooldownCommand{
 					EndpointId: ep, Until: timestamppb.New(until), Reason: r.GetOutcome().String(),
 				}}})
 			}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -33,29 +33,29 @@ func TestIngest(t *testing.T) {
 	clock := func() time.Time { return now }
 	st := stats.New(stats.Config{Now: clock})
 	cool := cooldown.New(cooldown.Options{})
-	var sent []*pb.ReportResponse
+	var sent []*switchboardv1.ReportResponse
 	ob := New(Options{
 		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
-		Broadcast: func(m *pb.ReportResponse) { sent = append(sent, m) },
+		Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
-	ok := func(stream bool) *pb.CallReport {
-		return &pb.CallReport{EndpointId: "a/m", Outcome: pb.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: stream,
+	ok := func(stream bool) *switchboardv1.CallReport {
+		return &switchboardv1.CallReport{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: stream,
 			Ttft: durationpb.New(time.Second), Duration: durationpb.New(3 * time.Second),
-			Usage: &pb.Usage{InputTokens: 40000, OutputTokens: 101, Reported: true}}
+			Usage: &switchboardv1.Usage{InputTokens: 40000, OutputTokens: 101, Reported: true}}
 	}
-	ob.Ingest(nil, []*pb.CallReport{ok(false)})
+	ob.Ingest(nil, []*switchboardv1.CallReport{ok(false)})
 	ttft, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
 	require.Equal(t, time.Second, ttft)
 	require.Equal(t, 1, n)
 	_, n, _ = st.Throughput("a/m")
 	require.Zero(t, n, "a non-streamed answer says nothing of output speed")
-	ob.Ingest(nil, []*pb.CallReport{ok(true)})
+	ob.Ingest(nil, []*switchboardv1.CallReport{ok(true)})
 	tps, _, _ := st.Throughput("a/m")
 	require.InDelta(t, 50, tps, 1e-9, "100 tokens after the first in 2 s")
 
 	// A refusal benches the endpoint, for at least Retry-After, and tells every edge.
-	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "a/m", Outcome: pb.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(time.Hour)}})
+	ob.Ingest(nil, []*switchboardv1.CallReport{{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(time.Hour)}})
 	until, cooling := cool.Until("a/m", now.Add(30*time.Minute))
 	require.True(t, cooling)
 	require.Equal(t, now.Add(time.Hour), until)
@@ -63,12 +63,12 @@ func TestIngest(t *testing.T) {
 	require.Equal(t, "a/m", sent[0].GetCooldown().GetEndpointId())
 
 	// Unknown endpoints grow nothing.
-	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "evil/x", Outcome: pb.Outcome_OUTCOME_OK, Ttft: durationpb.New(time.Second)}})
+	ob.Ingest(nil, []*switchboardv1.CallReport{{EndpointId: "evil/x", Outcome: switchboardv1.Outcome_OUTCOME_OK, Ttft: durationpb.New(time.Second)}})
 	require.Equal(t, int64(1), ob.Unknown())
 
 	// Probes are priced at the catalog's rates and accounted.
-	ob.Ingest(nil, []*pb.CallReport{{EndpointId: "a/m", ProbeId: "p1", Outcome: pb.Outcome_OUTCOME_OK,
-		Usage: &pb.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}}})
+	ob.Ingest(nil, []*switchboardv1.CallReport{{EndpointId: "a/m", ProbeId: "p1", Outcome: switchboardv1.Outcome_OUTCOME_OK,
+		Usage: &switchboardv1.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}}})
 	probes, usd := ob.ProbeCost()
 	require.Equal(t, int64(1), probes)
 	require.InDelta(t, 3.0, usd, 1e-9)

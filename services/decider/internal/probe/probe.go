@@ -14,7 +14,7 @@ import (
 	"log/slog"
 	"time"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
 
@@ -33,7 +33,7 @@ type Options struct {
 	// Models lists what to probe. (Required)
 	Models func() []routing.ModelEndpoints
 	// Send hands a probe to the next edge in turn; false when no edge is connected. (Required)
-	Send func(*pb.ReportResponse) bool
+	Send func(*switchboardv1.ReportResponse) bool
 	// Logger (Required)
 	Logger *slog.Logger
 }
@@ -57,15 +57,15 @@ func New(o Options) *Prober {
 }
 
 // Plan returns one round of probes.
-func (p *Prober) Plan() []*pb.ProbeCommand {
-	var out []*pb.ProbeCommand
+func (p *Prober) Plan() []*switchboardv1.ProbeCommand {
+	var out []*switchboardv1.ProbeCommand
 	for _, m := range p.o.Models() {
 		for _, ep := range m.Endpoints {
 			for _, size := range p.o.Sizes {
 				if cl := ep.GetContextLength(); cl > 0 && size+p.o.MaxOutputTokens > cl {
 					continue // the endpoint cannot take a prompt this large
 				}
-				out = append(out, &pb.ProbeCommand{
+				out = append(out, &switchboardv1.ProbeCommand{
 					ProbeId:         newID(),
 					Model:           m.Model,
 					Endpoint:        ep,
@@ -93,7 +93,7 @@ func (p *Prober) Run(ctx context.Context) {
 			if !sleep(ctx, gap) {
 				return
 			}
-			if p.o.Send(&pb.ReportResponse{Command: &pb.ReportResponse_Probe{Probe: cmd}}) {
+			if p.o.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Probe{Probe: cmd}}) {
 				p.sent++
 			} else {
 				p.skipped++

@@ -22,17 +22,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // Sink takes the reports of one batch. It must not block for long: it runs
 // on the stream's receive loop.
-type Sink func(edge *pb.EdgeHello, reports []*pb.CallReport)
+type Sink func(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport)
 
 // ActivitySink takes the activity records of one batch and returns once they
 // are durable, or an error; like Sink, it runs on the receive loop (blocking
 // there is back-pressure on that edge). Only a durable batch is acknowledged.
-type ActivitySink func(edge *pb.EdgeHello, records []*pb.ActivityRecord) error
+type ActivitySink func(edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error
 
 // Reservations applies what edges say about their reservations, on the
 // broker's owner. Its methods may block (forwarding, an owner still taking
@@ -42,7 +42,7 @@ type Reservations interface {
 	// Reconcile applies one reconciliation. nil means it was applied, or
 	// never can be (unknown reservation, already reconciled, invalid):
 	// either way it is done. An error means: try again later.
-	Reconcile(ctx context.Context, req *pb.ReconcileRequest) error
+	Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) error
 	// Keep extends the open reservations among ids by their TTL.
 	Keep(ctx context.Context, ids []string) error
 }
@@ -69,7 +69,7 @@ const (
 
 // job is one unit of a stream's reservation work.
 type job struct {
-	reconciles []*pb.ReconcileRequest
+	reconciles []*switchboardv1.ReconcileRequest
 	// ack is the reconcile batch's sequence, acknowledged once every
 	// reconciliation is applied; 0 for reconciliations nobody waits for.
 	ack  uint64
@@ -104,9 +104,9 @@ type Hub struct {
 
 type conn struct {
 	ctx    context.Context
-	hello  *pb.EdgeHello
+	hello  *switchboardv1.EdgeHello
 	since  time.Time
-	out    chan *pb.ReportResponse
+	out    chan *switchboardv1.ReportResponse
 	jobs   chan job
 	cancel context.CancelFunc
 }
@@ -133,7 +133,7 @@ func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
 }
 
 // Serve runs one edge's stream until it ends. The first message must be a hello.
-func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
+func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -144,7 +144,7 @@ func (h *Hub) Serve(stream pb.DeciderService_ReportServer) error {
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *pb.ReportResponse, sendBuffer),
+	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *switchboardv1.ReportResponse, sendBuffer),
 		jobs: make(chan job, workQueue), cancel: cancel}
 	if !h.add(c) {
 		return status.Error(codes.Unavailable, "decider is shutting down")
@@ -196,7 +196,7 @@ const drainTimeout = 5 * time.Second
 
 // drain waits, after the edge's half-close, until the worker has applied
 // what was queued, sending its acks, within drainTimeout.
-func (h *Hub) drain(stream pb.DeciderService_ReportServer, c *conn, worked <-chan struct{}) error {
+func (h *Hub) drain(stream switchboardv1.DeciderService_ReportServer, c *conn, worked <-chan struct{}) error {
 	t := time.NewTimer(drainTimeout)
 	defer t.Stop()
 	for {
@@ -225,7 +225,7 @@ func (h *Hub) drain(stream pb.DeciderService_ReportServer, c *conn, worked <-cha
 	}
 }
 
-func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
+func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn) error {
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -243,7 +243,7 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 			}
 			// This ack must not be dropped like a call-report ack: the edge
 			// keeps the batch until it sees it.
-			ack := &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{Accepted: n, ActivitySequence: a.GetSequence()}}}
+			ack := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n, ActivitySequence: a.GetSequence()}}}
 			select {
 			case c.out <- ack:
 			case <-c.ctx.Done():
@@ -279,7 +279,7 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 				h.queue(c, job{reconciles: rs})
 			}
 		}
-		h.trySend(c, &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{Accepted: n}}})
+		h.trySend(c, &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n}}})
 	}
 }
 
@@ -288,19 +288,19 @@ func (h *Hub) receive(stream pb.DeciderService_ReportServer, c *conn) error {
 // something: one cancelled before its first token (a lost hedge, a client
 // that left before the answer started) is not billed, so it spends nothing;
 // its tokens still count against quotas.
-func fromReports(reports []*pb.CallReport) []*pb.ReconcileRequest {
-	var out []*pb.ReconcileRequest
+func fromReports(reports []*switchboardv1.CallReport) []*switchboardv1.ReconcileRequest {
+	var out []*switchboardv1.ReconcileRequest
 	for _, r := range reports {
 		id := r.GetReservationId()
 		if id == "" {
 			continue
 		}
 		u := r.GetUsage()
-		if r.GetOutcome() == pb.Outcome_OUTCOME_CANCELLED && r.GetTtft() == nil && u.GetCostUsd() > 0 {
-			u = &pb.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
+		if r.GetOutcome() == switchboardv1.Outcome_OUTCOME_CANCELLED && r.GetTtft() == nil && u.GetCostUsd() > 0 {
+			u = &switchboardv1.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
 				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported()}
 		}
-		out = append(out, &pb.ReconcileRequest{ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders()})
+		out = append(out, &switchboardv1.ReconcileRequest{ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders()})
 	}
 	return out
 }
@@ -358,7 +358,7 @@ func (h *Hub) do(c *conn, j job) bool {
 	if j.ack == 0 {
 		return true
 	}
-	ack := &pb.ReportResponse{Command: &pb.ReportResponse_Ack{Ack: &pb.ReportAck{
+	ack := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
 		Accepted: int64(len(j.reconciles)), ReconcileSequence: j.ack}}}
 	select {
 	case c.out <- ack:
@@ -404,7 +404,7 @@ func (h *Hub) retry(c *conn, what string, giveUp time.Duration, f func(context.C
 	}
 }
 
-func (h *Hub) trySend(c *conn, m *pb.ReportResponse) {
+func (h *Hub) trySend(c *conn, m *switchboardv1.ReportResponse) {
 	select {
 	case c.out <- m:
 	default:
@@ -437,7 +437,7 @@ func (h *Hub) remove(c *conn) {
 
 // SendOne sends a command to the next edge in turn, so work such as probes
 // is spread across edges. It returns false when no edge took it.
-func (h *Hub) SendOne(m *pb.ReportResponse) bool {
+func (h *Hub) SendOne(m *switchboardv1.ReportResponse) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for range h.ring {
@@ -454,7 +454,7 @@ func (h *Hub) SendOne(m *pb.ReportResponse) bool {
 
 // Broadcast sends a command to every connected edge, dropping it for an edge
 // whose buffer is full.
-func (h *Hub) Broadcast(m *pb.ReportResponse) {
+func (h *Hub) Broadcast(m *switchboardv1.ReportResponse) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.edges {
@@ -463,10 +463,10 @@ func (h *Hub) Broadcast(m *pb.ReportResponse) {
 }
 
 // Edges returns the hellos of the connected edges.
-func (h *Hub) Edges() []*pb.EdgeHello {
+func (h *Hub) Edges() []*switchboardv1.EdgeHello {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*pb.EdgeHello, 0, len(h.edges))
+	out := make([]*switchboardv1.EdgeHello, 0, len(h.edges))
 	for c := range h.edges {
 		out = append(out, c.hello)
 	}

@@ -17,23 +17,25 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 type hubService struct {
-	pb.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedDeciderServiceServer
 	h *Hub
 }
 
-func (s hubService) Report(stream pb.DeciderService_ReportServer) error { return s.h.Serve(stream) }
+func (s hubService) Report(stream switchboardv1.DeciderService_ReportServer) error {
+	return s.h.Serve(stream)
+}
 
 // serveHub serves h on a real gRPC server on loopback and returns a client.
-func serveHub(t *testing.T, h *Hub) pb.DeciderServiceClient {
+func serveHub(t *testing.T, h *Hub) switchboardv1.DeciderServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
-	pb.RegisterDeciderServiceServer(srv, hubService{h: h})
+	switchboardv1.RegisterDeciderServiceServer(srv, hubService{h: h})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -44,14 +46,14 @@ func serveHub(t *testing.T, h *Hub) pb.DeciderServiceClient {
 		srv.Stop()
 		<-done
 	})
-	return pb.NewDeciderServiceClient(conn)
+	return switchboardv1.NewDeciderServiceClient(conn)
 }
 
 // fakeReservations records what the hub applies; gate, when set, holds
 // every call until it is closed; fail makes the first n calls fail.
 type fakeReservations struct {
 	mu         sync.Mutex
-	reconciled []*pb.ReconcileRequest
+	reconciled []*switchboardv1.ReconcileRequest
 	kept       [][]string
 	fail       int
 	poison     string // always fails
@@ -74,7 +76,7 @@ func (f *fakeReservations) wait(ctx context.Context) error {
 	}
 }
 
-func (f *fakeReservations) Reconcile(ctx context.Context, req *pb.ReconcileRequest) error {
+func (f *fakeReservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) error {
 	if err := f.wait(ctx); err != nil {
 		return err
 	}
@@ -118,26 +120,26 @@ func newTestHub(sink Sink, activity ActivitySink) *Hub {
 	return h
 }
 
-func open(t *testing.T, c pb.DeciderServiceClient, hello *pb.EdgeHello) pb.DeciderService_ReportClient {
+func open(t *testing.T, c switchboardv1.DeciderServiceClient, hello *switchboardv1.EdgeHello) switchboardv1.DeciderService_ReportClient {
 	t.Helper()
 	stream, err := c.Report(t.Context())
 	require.NoError(t, err)
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Hello{Hello: hello}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: hello}}))
 	return stream
 }
 
-var acked = &pb.EdgeHello{EdgeId: "edge-1", ReconcilesAcknowledged: true}
+var acked = &switchboardv1.EdgeHello{EdgeId: "edge-1", ReconcilesAcknowledged: true}
 
-func reconcileBatch(seq uint64, ids ...string) *pb.ReportRequest {
-	b := &pb.ReconcileBatch{Sequence: seq}
+func reconcileBatch(seq uint64, ids ...string) *switchboardv1.ReportRequest {
+	b := &switchboardv1.ReconcileBatch{Sequence: seq}
 	for _, id := range ids {
-		b.Reconciles = append(b.Reconciles, &pb.ReconcileRequest{ReservationId: id, Outcome: pb.Outcome_OUTCOME_OK})
+		b.Reconciles = append(b.Reconciles, &switchboardv1.ReconcileRequest{ReservationId: id, Outcome: switchboardv1.Outcome_OUTCOME_OK})
 	}
-	return &pb.ReportRequest{Kind: &pb.ReportRequest_Reconcile{Reconcile: b}}
+	return &switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}
 }
 
 // recvAck returns the next ack on the stream, skipping other commands.
-func recvAck(t *testing.T, stream pb.DeciderService_ReportClient) *pb.ReportAck {
+func recvAck(t *testing.T, stream switchboardv1.DeciderService_ReportClient) *switchboardv1.ReportAck {
 	t.Helper()
 	for {
 		m, err := stream.Recv()
@@ -150,9 +152,9 @@ func recvAck(t *testing.T, stream pb.DeciderService_ReportClient) *pb.ReportAck 
 
 func TestHubRequiresAHello(t *testing.T) {
 	c := serveHub(t, newTestHub(nil, nil))
-	for name, first := range map[string]*pb.ReportRequest{
-		"a batch":            {Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{}}},
-		"a hello without id": {Kind: &pb.ReportRequest_Hello{Hello: &pb.EdgeHello{Region: "eu"}}},
+	for name, first := range map[string]*switchboardv1.ReportRequest{
+		"a batch":            {Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{}}},
+		"a hello without id": {Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{Region: "eu"}}},
 		"a reconcile batch":  reconcileBatch(1, "r1"),
 		"an empty message":   {},
 	} {
@@ -170,7 +172,7 @@ func TestHubAcknowledgesActivityOnlyWhenStored(t *testing.T) {
 	var mu sync.Mutex
 	fails := 1
 	var stored []string
-	h := newTestHub(nil, func(_ *pb.EdgeHello, rs []*pb.ActivityRecord) error {
+	h := newTestHub(nil, func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if fails > 0 {
@@ -184,8 +186,8 @@ func TestHubAcknowledgesActivityOnlyWhenStored(t *testing.T) {
 	})
 	stream := open(t, serveHub(t, h), acked)
 	send := func(seq uint64, id string) {
-		require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Activity{Activity: &pb.ActivityBatch{
-			Sequence: seq, Records: []*pb.ActivityRecord{{Id: id}}}}}))
+		require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: &switchboardv1.ActivityBatch{
+			Sequence: seq, Records: []*switchboardv1.ActivityRecord{{Id: id}}}}}))
 	}
 	send(1, "a") // not stored: not acknowledged
 	send(2, "b")
@@ -227,20 +229,20 @@ func TestHubSlowReservationsDoNotBlockReceiving(t *testing.T) {
 	rsv := &fakeReservations{gate: gate}
 	var mu sync.Mutex
 	var reports int
-	h := newTestHub(func(_ *pb.EdgeHello, rs []*pb.CallReport) {
+	h := newTestHub(func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {
 		mu.Lock()
 		defer mu.Unlock()
 		reports += len(rs)
-	}, func(*pb.EdgeHello, []*pb.ActivityRecord) error { return nil })
+	}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
 	h.SetReservations(rsv)
 	stream := open(t, serveHub(t, h), acked)
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Heartbeat{Heartbeat: &pb.ReservationHeartbeat{ReservationIds: []string{"r0"}}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Heartbeat{Heartbeat: &switchboardv1.ReservationHeartbeat{ReservationIds: []string{"r0"}}}}))
 	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
 	for i := range 100 {
-		require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{
-			Reports: []*pb.CallReport{{EndpointId: "a/m", ReservationId: "ignored"}}}}}))
-		require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Activity{Activity: &pb.ActivityBatch{
-			Sequence: uint64(i + 1), Records: []*pb.ActivityRecord{{Id: "x"}}}}}))
+		require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{
+			Reports: []*switchboardv1.CallReport{{EndpointId: "a/m", ReservationId: "ignored"}}}}}))
+		require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: &switchboardv1.ActivityBatch{
+			Sequence: uint64(i + 1), Records: []*switchboardv1.ActivityRecord{{Id: "x"}}}}}))
 	}
 	var activityAcks int
 	for activityAcks < 100 {
@@ -301,10 +303,10 @@ func TestHubReconcilesAnOlderEdgesCallReports(t *testing.T) {
 	rsv := &fakeReservations{}
 	h := newTestHub(nil, nil)
 	h.SetReservations(rsv)
-	stream := open(t, serveHub(t, h), &pb.EdgeHello{EdgeId: "old-edge"})
-	require.NoError(t, stream.Send(&pb.ReportRequest{Kind: &pb.ReportRequest_Batch{Batch: &pb.CallReportBatch{Reports: []*pb.CallReport{
-		{ReservationId: "lost", Outcome: pb.Outcome_OUTCOME_CANCELLED, Usage: &pb.Usage{InputTokens: 10, CostUsd: 0.5}},
-		{ReservationId: "left", Outcome: pb.Outcome_OUTCOME_CANCELLED, Ttft: durationpb.New(time.Second), Usage: &pb.Usage{InputTokens: 10, OutputTokens: 5, CostUsd: 0.7}},
+	stream := open(t, serveHub(t, h), &switchboardv1.EdgeHello{EdgeId: "old-edge"})
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{
+		{ReservationId: "lost", Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED, Usage: &switchboardv1.Usage{InputTokens: 10, CostUsd: 0.5}},
+		{ReservationId: "left", Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED, Ttft: durationpb.New(time.Second), Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5, CostUsd: 0.7}},
 		{EndpointId: "no reservation"},
 	}}}}))
 	require.Eventually(t, func() bool { return len(rsv.reconciledIDs()) == 2 }, 10*time.Second, time.Millisecond)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -46,10 +46,10 @@ func BenchmarkDecide(b *testing.B) {
 		st.ObserveCache(id, 1000, int64(e*40), now)
 	}
 	r := New(c, Options{Stats: st, Exploration: 0.05, Seed: 1})
-	id := &pb.Identity{TenantId: "acme"}
+	id := &switchboardv1.Identity{TenantId: "acme"}
 	for _, in := range []int64{1000, 20000, 60000, 150000} {
-		req := &pb.DecideRequest{Model: "vendor/model-500", Tokens: &pb.TokenEstimate{InputTokens: in, MaxOutputTokens: 500,
-			Prefixes: []*pb.PromptPrefix{{Hash: 1, Tokens: in / 4}, {Hash: 2, Tokens: in / 2}}}}
+		req := &switchboardv1.DecideRequest{Model: "vendor/model-500", Tokens: &switchboardv1.TokenEstimate{InputTokens: in, MaxOutputTokens: 500,
+			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: in / 4}, {Hash: 2, Tokens: in / 2}}}}
 		b.Run(fmt.Sprintf("prompt=%d", in), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -9,13 +9,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // explain builds the Decision: the compact summary always, every candidate's
 // figures only when asked (they cost allocations the hot path should not pay).
-func (r *Router) explain(sc *scratch, win *candidate, reason pb.RouteReason, bucket tokens.Bucket, fastest time.Duration, all bool) *pb.Decision {
-	d := &pb.Decision{Reason: reason, Bucket: pb.SizeBucket(int(bucket) + 1)}
+func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, all bool) *switchboardv1.Decision {
+	d := &switchboardv1.Decision{Reason: reason, Bucket: switchboardv1.SizeBucket(int(bucket) + 1)}
 	if fastest > 0 {
 		d.FastestTtft = durationpb.New(fastest)
 	}
@@ -27,18 +27,18 @@ func (r *Router) explain(sc *scratch, win *candidate, reason pb.RouteReason, buc
 	}
 	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands))
 	if !all {
-		d.Candidates = []*pb.Candidate{r.candidateProto(win, fastest)}
+		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest)}
 		return d
 	}
-	d.Candidates = make([]*pb.Candidate, 0, len(sc.cands))
+	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
 	for i := range sc.cands {
 		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest))
 	}
 	return d
 }
 
-func (r *Router) candidateProto(c *candidate, fastest time.Duration) *pb.Candidate {
-	pc := &pb.Candidate{
+func (r *Router) candidateProto(c *candidate, fastest time.Duration) *switchboardv1.Candidate {
+	pc := &switchboardv1.Candidate{
 		EndpointId:            c.ep.id,
 		Provider:              c.ep.provider,
 		Samples:               int64(c.samples),
@@ -86,7 +86,7 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 }
 
 // summary is the one-line explanation sent in the x-switchboard-route header.
-func summary(win *candidate, reason pb.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int) string {
+func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int) string {
 	b := make([]byte, 0, 160)
 	b = append(b, "bucket="...)
 	b = append(b, bucket.String()...)

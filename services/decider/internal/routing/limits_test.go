@@ -8,8 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 const limitsCatalog = `
@@ -29,32 +28,32 @@ func TestDecideBoundsMaxOutput(t *testing.T) {
 	c, err := catalog.Parse([]byte(strings.Replace(limitsCatalog, "@KEYHASH@", keyA, 1)))
 	require.NoError(t, err)
 	r := New(c, Options{Exploration: -1})
-	id := &pb.Identity{TenantId: "acme"}
+	id := &switchboardv1.Identity{TenantId: "acme"}
 	tests := []struct {
 		name     string
-		tokens   *pb.TokenEstimate
+		tokens   *switchboardv1.TokenEstimate
 		only     []string
 		want     []string
 		wantKind Kind
 		wantErr  string
 	}{
-		{name: "fits everywhere", tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 8192}, want: []string{"alpha", "beta", "gamma"}},
-		{name: "above alpha's max output", tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 8193}, want: []string{"beta", "gamma"}},
-		{name: "above beta's context", tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 131072}, want: []string{"gamma"}},
-		{name: "prompt alone above the context", tokens: &pb.TokenEstimate{InputTokens: 140000}, want: []string{"gamma"}},
-		{name: "largest accepted max output", tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: MaxTokens}, want: []string{"gamma"}},
-		{name: "only a too-small endpoint", tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 9000}, only: []string{"alpha"},
+		{name: "fits everywhere", tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 8192}, want: []string{"alpha", "beta", "gamma"}},
+		{name: "above alpha's max output", tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 8193}, want: []string{"beta", "gamma"}},
+		{name: "above beta's context", tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 131072}, want: []string{"gamma"}},
+		{name: "prompt alone above the context", tokens: &switchboardv1.TokenEstimate{InputTokens: 140000}, want: []string{"gamma"}},
+		{name: "largest accepted max output", tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: MaxTokens}, want: []string{"gamma"}},
+		{name: "only a too-small endpoint", tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 9000}, only: []string{"alpha"},
 			wantKind: KindUnavailable, wantErr: "alpha: max output 8192 tokens too small for 9000"},
-		{name: "near 2^63", tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt64},
+		{name: "near 2^63", tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt64},
 			wantKind: KindInvalid, wantErr: "max_output_tokens"},
-		{name: "input near 2^63", tokens: &pb.TokenEstimate{InputTokens: math.MaxInt64 - 10, MaxOutputTokens: 100},
+		{name: "input near 2^63", tokens: &switchboardv1.TokenEstimate{InputTokens: math.MaxInt64 - 10, MaxOutputTokens: 100},
 			wantKind: KindInvalid, wantErr: "input_tokens"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := &pb.DecideRequest{Model: "vendor/model", Tokens: tt.tokens}
+			req := &switchboardv1.DecideRequest{Model: "vendor/model", Tokens: tt.tokens}
 			if tt.only != nil {
-				req.Provider = &pb.ProviderPreferences{Only: tt.only}
+				req.Provider = &switchboardv1.ProviderPreferences{Only: tt.only}
 			}
 			resp, err := r.Decide(req, id)
 			if tt.wantErr != "" {

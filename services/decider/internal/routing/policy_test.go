@@ -9,7 +9,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -65,17 +65,17 @@ func (e *policyEnv) speed(provider string, in int64, d time.Duration, n int) {
 	}
 }
 
-func (e *policyEnv) decide(t *testing.T, req *pb.DecideRequest) *pb.DecideResponse {
+func (e *policyEnv) decide(t *testing.T, req *switchboardv1.DecideRequest) *switchboardv1.DecideResponse {
 	t.Helper()
 	if req.Model == "" {
 		req.Model = "m"
 	}
-	resp, err := e.r.Decide(req, &pb.Identity{TenantId: "acme"})
+	resp, err := e.r.Decide(req, &switchboardv1.Identity{TenantId: "acme"})
 	require.NoError(t, err)
 	return resp
 }
 
-func order(resp *pb.DecideResponse) []string {
+func order(resp *switchboardv1.DecideResponse) []string {
 	out := []string{resp.Endpoint.Provider}
 	for _, f := range resp.Fallbacks {
 		out = append(out, f.Provider)
@@ -89,16 +89,16 @@ func TestSmartPolicy(t *testing.T) {
 	tests := []struct {
 		name   string
 		warm   func(e *policyEnv)
-		req    *pb.DecideRequest
+		req    *switchboardv1.DecideRequest
 		want   []string
-		reason pb.RouteReason
+		reason switchboardv1.RouteReason
 	}{
 		{
 			name:   "no speed data, cheapest",
 			warm:   func(*policyEnv) {},
-			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			req:    &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}},
 			want:   []string{"cheap", "reseller", "fast"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name: "within 2x of the fastest qualifies, cheapest qualifying wins",
@@ -107,9 +107,9 @@ func TestSmartPolicy(t *testing.T) {
 				e.speed("fast", long, 1500*time.Millisecond, 12)
 				e.speed("reseller", long, 1600*time.Millisecond, 12)
 			},
-			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			req:    &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}},
 			want:   []string{"cheap", "reseller", "fast"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
 			name: "the cheap one is too slow for long prompts",
@@ -118,9 +118,9 @@ func TestSmartPolicy(t *testing.T) {
 				e.speed("fast", long, 1500*time.Millisecond, 12)
 				e.speed("reseller", long, 5*time.Second, 12)
 			},
-			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			req:    &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}},
 			want:   []string{"fast", "cheap", "reseller"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
 			name: "under 1 s qualifies even when 9x slower",
@@ -128,9 +128,9 @@ func TestSmartPolicy(t *testing.T) {
 				e.speed("cheap", short, 900*time.Millisecond, 12)
 				e.speed("fast", short, 100*time.Millisecond, 12)
 			},
-			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}},
+			req:    &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: short}},
 			want:   []string{"cheap", "fast", "reseller"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
 			name: "buckets are judged separately",
@@ -140,9 +140,9 @@ func TestSmartPolicy(t *testing.T) {
 				e.speed("cheap", huge, 34*time.Second, 12)
 				e.speed("fast", huge, 2*time.Second, 12)
 			},
-			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: huge}},
+			req:    &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: huge}},
 			want:   []string{"fast", "cheap", "reseller"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
 			name: "one very slow call does not disqualify a good provider",
@@ -151,9 +151,9 @@ func TestSmartPolicy(t *testing.T) {
 				e.speed("cheap", long, 60*time.Second, 1)
 				e.speed("fast", long, 1000*time.Millisecond, 12)
 			},
-			req:    &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}},
+			req:    &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}},
 			want:   []string{"cheap", "fast", "reseller"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING,
 		},
 		{
 			name: "a fast endpoint above the usual price and not half the list price does not win for speed",
@@ -164,9 +164,9 @@ func TestSmartPolicy(t *testing.T) {
 			},
 			// A list price barely above fast's price: fast is the most
 			// expensive (above the usual price) and not 50% under list.
-			req:    &pb.DecideRequest{Model: "m2", Tokens: &pb.TokenEstimate{InputTokens: long, MaxOutputTokens: 100}},
+			req:    &switchboardv1.DecideRequest{Model: "m2", Tokens: &switchboardv1.TokenEstimate{InputTokens: long, MaxOutputTokens: 100}},
 			want:   []string{"cheap", "reseller", "fast"},
-			reason: pb.RouteReason_ROUTE_REASON_PRICE_GUARD,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_PRICE_GUARD,
 		},
 	}
 	for _, tt := range tests {
@@ -196,7 +196,7 @@ models:
 	}
 }
 
-func withModel(r *pb.DecideRequest) *pb.DecideRequest {
+func withModel(r *switchboardv1.DecideRequest) *switchboardv1.DecideRequest {
 	if r.Model == "" {
 		r.Model = "m"
 	}
@@ -210,9 +210,9 @@ func TestPriceGuardAllowsHalfListPrice(t *testing.T) {
 	e.speed("cheap", long, 15*time.Second, 12)
 	e.speed("reseller", long, 15*time.Second, 12)
 	e.speed("fast", long, time.Second, 12)
-	resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}})
+	resp := e.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
 	require.Equal(t, "fast", resp.Endpoint.Provider)
-	require.Equal(t, pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, resp.Decision.Reason)
+	require.Equal(t, switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, resp.Decision.Reason)
 }
 
 func TestCachePricing(t *testing.T) {
@@ -224,13 +224,13 @@ func TestCachePricing(t *testing.T) {
 	// fast and by the reseller: both hold it in cache.
 	e.aff.Record("fast/m", 7, 60000, e.now)
 	e.aff.Record("reseller/m", 7, 60000, e.now)
-	req := &pb.DecideRequest{Explain: true, Tokens: &pb.TokenEstimate{
+	req := &switchboardv1.DecideRequest{Explain: true, Tokens: &switchboardv1.TokenEstimate{
 		InputTokens: long, MaxOutputTokens: 100,
-		Prefixes: []*pb.PromptPrefix{{Hash: 3, Tokens: 2000}, {Hash: 7, Tokens: 60000}},
+		Prefixes: []*switchboardv1.PromptPrefix{{Hash: 3, Tokens: 2000}, {Hash: 7, Tokens: 60000}},
 	}}
 	resp := e.decide(t, req)
 	require.Equal(t, "fast", resp.Endpoint.Provider, "a long cached prompt avoids the reseller's expensive cache reads")
-	byProvider := map[string]*pb.Candidate{}
+	byProvider := map[string]*switchboardv1.Candidate{}
 	for _, c := range resp.Decision.Candidates {
 		byProvider[c.Provider] = c
 	}
@@ -242,7 +242,7 @@ func TestCachePricing(t *testing.T) {
 
 	// Without affinity, the observed cache-hit rate is used.
 	e.stats.ObserveCache("reseller/m", 1000, 900, e.now)
-	resp = e.decide(t, &pb.DecideRequest{Explain: true, Tokens: &pb.TokenEstimate{InputTokens: 10000, MaxOutputTokens: 1}})
+	resp = e.decide(t, &switchboardv1.DecideRequest{Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 10000, MaxOutputTokens: 1}})
 	for _, c := range resp.Decision.Candidates {
 		if c.Provider == "reseller" {
 			require.Equal(t, int64(9000), c.EstimatedCachedTokens)
@@ -252,12 +252,12 @@ func TestCachePricing(t *testing.T) {
 
 func TestTypicalOutputIsPriced(t *testing.T) {
 	e := newPolicy(t, policyCatalog, Options{})
-	resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: 0}})
+	resp := e.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: 0}})
 	require.InDelta(t, DefaultOutputTokens*0.80/1e6, resp.Endpoint.EstimatedCostUsd, 1e-12)
 	for range 5 {
 		e.stats.ObserveOutput("m", 1000, e.now)
 	}
-	resp = e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: 0}})
+	resp = e.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: 0}})
 	require.InDelta(t, 1000*0.80/1e6, resp.Endpoint.EstimatedCostUsd, 1e-12)
 }
 
@@ -270,8 +270,8 @@ func TestExploration(t *testing.T) {
 	explored := 0
 	const n = 20000
 	for range n {
-		resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
-		if resp.Decision.Reason == pb.RouteReason_ROUTE_REASON_EXPLORATION {
+		resp := e.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: short}})
+		if resp.Decision.Reason == switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION {
 			require.Equal(t, "reseller", resp.Endpoint.Provider, "only endpoints with too little data are explored")
 			explored++
 		}
@@ -282,30 +282,30 @@ func TestExploration(t *testing.T) {
 	a := newPolicy(t, policyCatalog, Options{Exploration: 0.5, Seed: 99})
 	b := newPolicy(t, policyCatalog, Options{Exploration: 0.5, Seed: 99})
 	for range 50 {
-		ra := a.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
-		rb := b.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
+		ra := a.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: short}})
+		rb := b.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: short}})
 		require.Equal(t, order(ra), order(rb))
 	}
 
 	// A dry run never explores.
 	d := newPolicy(t, policyCatalog, Options{Exploration: 0.99})
 	for range 50 {
-		resp := d.decide(t, &pb.DecideRequest{DryRun: true, Tokens: &pb.TokenEstimate{InputTokens: short}})
-		require.NotEqual(t, pb.RouteReason_ROUTE_REASON_EXPLORATION, resp.Decision.Reason)
+		resp := d.decide(t, &switchboardv1.DecideRequest{DryRun: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: short}})
+		require.NotEqual(t, switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION, resp.Decision.Reason)
 	}
 
 	// Once everyone has enough data, nothing is explored.
 	e.speed("reseller", short, 200*time.Millisecond, 20)
 	for range 1000 {
-		resp := e.decide(t, &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: short}})
-		require.NotEqual(t, pb.RouteReason_ROUTE_REASON_EXPLORATION, resp.Decision.Reason)
+		resp := e.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: short}})
+		require.NotEqual(t, switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION, resp.Decision.Reason)
 	}
 }
 
 func TestCooldown(t *testing.T) {
 	e := newPolicy(t, policyCatalog, Options{})
 	e.cool.Refused("cheap/m", e.now)
-	resp := e.decide(t, &pb.DecideRequest{Explain: true})
+	resp := e.decide(t, &switchboardv1.DecideRequest{Explain: true})
 	require.Equal(t, []string{"reseller", "fast", "cheap"}, order(resp),
 		"a refusing endpoint is not chosen; it stays behind the others as a last fallback")
 	for _, c := range resp.Decision.Candidates {
@@ -317,19 +317,19 @@ func TestCooldown(t *testing.T) {
 	// Two of three cooling: the fallbacks still hold more than one endpoint,
 	// so one failure of the healthy one is not the end of the request.
 	e.cool.Refused("reseller/m", e.now)
-	resp = e.decide(t, &pb.DecideRequest{})
+	resp = e.decide(t, &switchboardv1.DecideRequest{})
 	require.Equal(t, []string{"fast", "cheap", "reseller"}, order(resp))
 	e.cool.Expire(e.now.Add(15 * time.Minute))
 
 	e.now = e.now.Add(15 * time.Minute)
-	resp = e.decide(t, &pb.DecideRequest{})
+	resp = e.decide(t, &switchboardv1.DecideRequest{})
 	require.Equal(t, "cheap", resp.Endpoint.Provider, "tried again after 15 minutes")
 
 	// Everyone cooling: they come back as a last resort instead of a refusal.
 	for _, p := range []string{"cheap", "fast", "reseller"} {
 		e.cool.Refused(p+"/m", e.now)
 	}
-	resp = e.decide(t, &pb.DecideRequest{Explain: true})
+	resp = e.decide(t, &switchboardv1.DecideRequest{Explain: true})
 	require.Equal(t, []string{"cheap", "reseller", "fast"}, order(resp))
 	require.Contains(t, resp.Decision.Candidates[0].Note, "cooling down until")
 }
@@ -344,25 +344,25 @@ func TestOverridesWithSpeedData(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		req    *pb.DecideRequest
+		req    *switchboardv1.DecideRequest
 		want   []string
-		reason pb.RouteReason
+		reason switchboardv1.RouteReason
 	}{
-		{"sort latency", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_LATENCY}}, []string{"fast", "reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
-		{"sort throughput", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_THROUGHPUT}}, []string{"fast", "reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
-		{"sort price bypasses speed", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_PRICE}}, []string{"cheap", "reseller", "fast"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
-		{":nitro", &pb.DecideRequest{Model: "m:nitro"}, []string{"fast", "reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_NITRO},
-		{":floor", &pb.DecideRequest{Model: "m:floor"}, []string{"cheap", "reseller", "fast"}, pb.RouteReason_ROUTE_REASON_FLOOR},
-		{"order bypasses speed", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Order: []string{"cheap"}}}, []string{"cheap", "reseller", "fast"}, pb.RouteReason_ROUTE_REASON_USER_ORDER},
-		{"only bypasses speed", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Only: []string{"cheap", "reseller"}}}, []string{"cheap", "reseller"}, pb.RouteReason_ROUTE_REASON_USER_ORDER},
-		{"max_price works with smart routing", &pb.DecideRequest{Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: new(0.26)}}}, []string{"reseller", "cheap"}, pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING},
-		{"preferred_max_latency deprioritises", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_PRICE, PreferredMaxLatency: durationpb.New(2 * time.Second)}}, []string{"fast", "cheap", "reseller"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
-		{"preferred_min_throughput deprioritises", &pb.DecideRequest{Provider: &pb.ProviderPreferences{Sort: pb.Sort_SORT_PRICE, PreferredMinThroughput: new(50.0)}}, []string{"reseller", "fast", "cheap"}, pb.RouteReason_ROUTE_REASON_USER_SORT},
+		{"sort latency", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_LATENCY}}, []string{"fast", "reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
+		{"sort throughput", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_THROUGHPUT}}, []string{"fast", "reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
+		{"sort price bypasses speed", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_PRICE}}, []string{"cheap", "reseller", "fast"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
+		{":nitro", &switchboardv1.DecideRequest{Model: "m:nitro"}, []string{"fast", "reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_NITRO},
+		{":floor", &switchboardv1.DecideRequest{Model: "m:floor"}, []string{"cheap", "reseller", "fast"}, switchboardv1.RouteReason_ROUTE_REASON_FLOOR},
+		{"order bypasses speed", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Order: []string{"cheap"}}}, []string{"cheap", "reseller", "fast"}, switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER},
+		{"only bypasses speed", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Only: []string{"cheap", "reseller"}}}, []string{"cheap", "reseller"}, switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER},
+		{"max_price works with smart routing", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: new(0.26)}}}, []string{"reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING},
+		{"preferred_max_latency deprioritises", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_PRICE, PreferredMaxLatency: durationpb.New(2 * time.Second)}}, []string{"fast", "cheap", "reseller"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
+		{"preferred_min_throughput deprioritises", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_PRICE, PreferredMinThroughput: new(50.0)}}, []string{"reseller", "fast", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.req.Tokens == nil {
-				tt.req.Tokens = &pb.TokenEstimate{InputTokens: long}
+				tt.req.Tokens = &switchboardv1.TokenEstimate{InputTokens: long}
 			}
 			resp := e.decide(t, tt.req)
 			require.Equal(t, tt.want, order(resp))
@@ -375,13 +375,13 @@ func TestExplanation(t *testing.T) {
 	e := newPolicy(t, policyCatalog, Options{})
 	e.speed("cheap", long, 15*time.Second, 12)
 	e.speed("fast", long, 1500*time.Millisecond, 12)
-	resp := e.decide(t, &pb.DecideRequest{Explain: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
+	resp := e.decide(t, &switchboardv1.DecideRequest{Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
 	d := resp.Decision
-	require.Equal(t, pb.SizeBucket_SIZE_BUCKET_32K_TO_128K, d.Bucket)
+	require.Equal(t, switchboardv1.SizeBucket_SIZE_BUCKET_32K_TO_128K, d.Bucket)
 	require.Equal(t, 1500*time.Millisecond, d.FastestTtft.AsDuration())
 	require.Contains(t, d.Summary, "bucket=32k-128k reason=cheapest_qualifying provider=fast")
 	require.Contains(t, d.Summary, "ttft_ms=1500 samples=12")
-	notes := map[string]*pb.Candidate{}
+	notes := map[string]*switchboardv1.Candidate{}
 	for _, c := range d.Candidates {
 		notes[c.Provider] = c
 	}
@@ -403,16 +403,16 @@ func TestHedgePlan(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		req    *pb.DecideRequest
-		mode   pb.HedgeMode
+		req    *switchboardv1.DecideRequest
+		mode   switchboardv1.HedgeMode
 		target string
 	}{
-		{"32k-128k stream: hedge after the delay", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}}, pb.HedgeMode_HEDGE_MODE_DELAYED, "reseller"},
-		{">128k stream: both at once", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: huge}}, pb.HedgeMode_HEDGE_MODE_IMMEDIATE, "reseller"},
-		{"not streamed: no hedge", &pb.DecideRequest{Tokens: &pb.TokenEstimate{InputTokens: long}}, pb.HedgeMode_HEDGE_MODE_NONE, ""},
-		{"short: no hedge", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: short}}, pb.HedgeMode_HEDGE_MODE_NONE, ""},
-		{"no fallbacks allowed: no hedge", &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long},
-			Provider: &pb.ProviderPreferences{AllowFallbacks: new(false)}}, pb.HedgeMode_HEDGE_MODE_NONE, ""},
+		{"32k-128k stream: hedge after the delay", &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long}}, switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, "reseller"},
+		{">128k stream: both at once", &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: huge}}, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, "reseller"},
+		{"not streamed: no hedge", &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}}, switchboardv1.HedgeMode_HEDGE_MODE_NONE, ""},
+		{"short: no hedge", &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: short}}, switchboardv1.HedgeMode_HEDGE_MODE_NONE, ""},
+		{"no fallbacks allowed: no hedge", &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long},
+			Provider: &switchboardv1.ProviderPreferences{AllowFallbacks: new(false)}}, switchboardv1.HedgeMode_HEDGE_MODE_NONE, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,7 +423,7 @@ func TestHedgePlan(t *testing.T) {
 				require.Equal(t, tt.target, resp.Hedge.Endpoint.Provider)
 				require.NotEqual(t, resp.Endpoint.Provider, resp.Hedge.Endpoint.Provider)
 			}
-			if tt.mode == pb.HedgeMode_HEDGE_MODE_DELAYED {
+			if tt.mode == switchboardv1.HedgeMode_HEDGE_MODE_DELAYED {
 				require.Equal(t, time.Second, resp.Hedge.Delay.AsDuration())
 			}
 		})
@@ -433,14 +433,14 @@ func TestHedgePlan(t *testing.T) {
 	slow.speed("cheap", long, 900*time.Millisecond, 12)
 	slow.speed("fast", long, 500*time.Millisecond, 12)
 	slow.speed("reseller", long, 9*time.Second, 12)
-	resp := slow.decide(t, &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
+	resp := slow.decide(t, &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
 	require.Equal(t, "fast", resp.Hedge.Endpoint.Provider)
 
 	off := newPolicy(t, policyCatalog, Options{HedgeFrom: -1})
 	off.speed("cheap", long, 900*time.Millisecond, 12)
 	off.speed("fast", long, 500*time.Millisecond, 12)
-	resp = off.decide(t, &pb.DecideRequest{Stream: true, Tokens: &pb.TokenEstimate{InputTokens: long}})
-	require.Equal(t, pb.HedgeMode_HEDGE_MODE_NONE, resp.Hedge.Mode)
+	resp = off.decide(t, &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
+	require.Equal(t, switchboardv1.HedgeMode_HEDGE_MODE_NONE, resp.Hedge.Mode)
 }
 
 // cacheCatalog is the case of a fresh long prompt: warm charges more for
@@ -467,10 +467,10 @@ func TestCachedTokensComeFromThisPromptsEvidence(t *testing.T) {
 	e.stats.ObserveCache("warm/m", 60000, 58000, e.now)
 	e.aff.Record("warm/m", 42, 60000, e.now)
 
-	fresh := []*pb.PromptPrefix{{Hash: 1001, Tokens: 4096}, {Hash: 1002, Tokens: 60000}}
-	seen := []*pb.PromptPrefix{{Hash: 1003, Tokens: 4096}, {Hash: 42, Tokens: 60000}}
-	cands := func(resp *pb.DecideResponse) map[string]*pb.Candidate {
-		out := map[string]*pb.Candidate{}
+	fresh := []*switchboardv1.PromptPrefix{{Hash: 1001, Tokens: 4096}, {Hash: 1002, Tokens: 60000}}
+	seen := []*switchboardv1.PromptPrefix{{Hash: 1003, Tokens: 4096}, {Hash: 42, Tokens: 60000}}
+	cands := func(resp *switchboardv1.DecideResponse) map[string]*switchboardv1.Candidate {
+		out := map[string]*switchboardv1.Candidate{}
 		for _, c := range resp.Decision.Candidates {
 			out[c.Provider] = c
 		}
@@ -478,17 +478,17 @@ func TestCachedTokensComeFromThisPromptsEvidence(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name, model string
-		sort        pb.Sort
+		sort        switchboardv1.Sort
 	}{
 		{name: "smart policy", model: "m"},
-		{name: "sort=price", model: "m", sort: pb.Sort_SORT_PRICE},
+		{name: "sort=price", model: "m", sort: switchboardv1.Sort_SORT_PRICE},
 		{name: ":floor", model: "m:floor"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ask := func(prefixes []*pb.PromptPrefix) *pb.DecideResponse {
-				req := &pb.DecideRequest{Model: tt.model, Explain: true, Tokens: &pb.TokenEstimate{InputTokens: 60500, MaxOutputTokens: 16, Prefixes: prefixes}}
-				if tt.sort != pb.Sort_SORT_UNSPECIFIED {
-					req.Provider = &pb.ProviderPreferences{Sort: tt.sort}
+			ask := func(prefixes []*switchboardv1.PromptPrefix) *switchboardv1.DecideResponse {
+				req := &switchboardv1.DecideRequest{Model: tt.model, Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 60500, MaxOutputTokens: 16, Prefixes: prefixes}}
+				if tt.sort != switchboardv1.Sort_SORT_UNSPECIFIED {
+					req.Provider = &switchboardv1.ProviderPreferences{Sort: tt.sort}
 				}
 				return e.decide(t, req)
 			}

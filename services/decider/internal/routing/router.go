@@ -22,7 +22,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -115,8 +115,8 @@ type endpoint struct {
 	denyCollection bool
 	zdr            bool
 	params         map[string]bool
-	proto          *pb.Endpoint    // template without per-request fields; never mutated
-	st             *stats.Endpoint // resolved once, so Decide skips the map lookup
+	proto          *switchboardv1.Endpoint // template without per-request fields; never mutated
+	st             *stats.Endpoint         // resolved once, so Decide skips the map lookup
 }
 
 type model struct {
@@ -133,7 +133,7 @@ type index struct {
 	tenants   map[string]bool
 	partner   map[string]string // tenant → partner
 	providers map[string]bool
-	list      []*pb.Model
+	list      []*switchboardv1.Model
 }
 
 // Router answers Decide and ListModels from the current catalog.
@@ -205,11 +205,11 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 	}
 	for _, m := range c.Models {
 		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID)}
-		lm := &pb.Model{Id: m.ID}
+		lm := &switchboardv1.Model{Id: m.ID}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
 			mm.list = &lr
-			lm.ListPrice = &pb.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output}
+			lm.ListPrice = &switchboardv1.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output}
 		}
 		for _, e := range m.Endpoints {
 			rates := e.Price.Rates()
@@ -228,13 +228,13 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 			for _, p := range e.SupportedParameters {
 				ep.params[p] = true
 			}
-			ep.proto = &pb.Endpoint{
+			ep.proto = &switchboardv1.Endpoint{
 				Id:            ep.id,
 				Provider:      e.Provider,
 				BaseUrl:       e.BaseURL,
 				UpstreamModel: e.UpstreamModel,
 				ApiKeyEnv:     e.APIKeyEnv,
-				Price:         &pb.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output},
+				Price:         &switchboardv1.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output},
 				ContextLength: e.ContextLength,
 			}
 			mm.endpoints = append(mm.endpoints, ep)
@@ -246,7 +246,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		idx.models[m.ID] = mm
 		idx.list = append(idx.list, lm)
 	}
-	slices.SortFunc(idx.list, func(a, b *pb.Model) int { return strings.Compare(a.Id, b.Id) })
+	slices.SortFunc(idx.list, func(a, b *switchboardv1.Model) int { return strings.Compare(a.Id, b.Id) })
 	for _, t := range c.Tenants {
 		idx.tenants[t.ID] = true
 		if t.Partner != "" {
@@ -279,14 +279,14 @@ func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bo
 
 // Authenticate resolves an identity: an API key digest must be known; without
 // one, a trusted caller's tenant_id must name a tenant.
-func (r *Router) Authenticate(id *pb.Identity) (*pb.Identity, error) {
+func (r *Router) Authenticate(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	idx := r.idx.Load()
-	out := &pb.Identity{}
+	out := &switchboardv1.Identity{}
 	if id != nil {
 		out.App, out.Environment, out.Partner, out.WorkloadClass = id.App, id.Environment, id.Partner, id.WorkloadClass
 	}
-	if out.WorkloadClass == pb.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
-		out.WorkloadClass = pb.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	if out.WorkloadClass == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		out.WorkloadClass = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
 	}
 	switch {
 	case id != nil && id.ApiKeySha256 != "":
@@ -310,7 +310,7 @@ func (r *Router) Authenticate(id *pb.Identity) (*pb.Identity, error) {
 }
 
 // ListModels lists the catalog's models.
-func (r *Router) ListModels() []*pb.Model { return r.idx.Load().list }
+func (r *Router) ListModels() []*switchboardv1.Model { return r.idx.Load().list }
 
 // Models returns the catalog's models and their endpoints, for the prober.
 func (r *Router) Models() []ModelEndpoints {
@@ -330,7 +330,7 @@ func (r *Router) Models() []ModelEndpoints {
 // ModelEndpoints is a model and its endpoints.
 type ModelEndpoints struct {
 	Model     string
-	Endpoints []*pb.Endpoint
+	Endpoints []*switchboardv1.Endpoint
 }
 
 // candidate is one endpoint priced and measured for one request.
@@ -376,7 +376,7 @@ type scratch struct {
 }
 
 // Decide picks the endpoint for req. The identity must already be resolved.
-func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideResponse, error) {
+func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Identity) (*switchboardv1.DecideResponse, error) {
 	idx := r.idx.Load()
 	name, suffix, _ := strings.Cut(req.GetModel(), ":")
 	if name == "" {
@@ -479,7 +479,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 	}
 	usable = usable[:min(len(usable), r.o.MaxFallbacks+1)]
 
-	resp := &pb.DecideResponse{
+	resp := &switchboardv1.DecideResponse{
 		RequestId: req.GetRequestId(),
 		Model:     name,
 		Identity:  id,
@@ -487,7 +487,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 		Endpoint:  priced(usable[0]),
 	}
 	if len(usable) > 1 {
-		resp.Fallbacks = make([]*pb.Endpoint, 0, len(usable)-1)
+		resp.Fallbacks = make([]*switchboardv1.Endpoint, 0, len(usable)-1)
 		for _, c := range usable[1:] {
 			resp.Fallbacks = append(resp.Fallbacks, priced(c))
 		}
@@ -501,7 +501,7 @@ func (r *Router) Decide(req *pb.DecideRequest, id *pb.Identity) (*pb.DecideRespo
 }
 
 // rank orders the usable candidates in place and says why the first won.
-func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferences, dryRun bool) (pb.RouteReason, time.Duration) {
+func (r *Router) rank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences, dryRun bool) (switchboardv1.RouteReason, time.Duration) {
 	slices.SortStableFunc(cs, byCost)
 	fastest := time.Duration(0)
 	for _, c := range cs {
@@ -512,18 +512,18 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 	// User choices (provider.sort, the :floor and :nitro suffixes) replace
 	// the smart policy.
 	switch {
-	case suffix == "floor" || prefs.GetSort() == pb.Sort_SORT_PRICE:
+	case suffix == "floor" || prefs.GetSort() == switchboardv1.Sort_SORT_PRICE:
 		if suffix == "floor" {
-			return pb.RouteReason_ROUTE_REASON_FLOOR, fastest
+			return switchboardv1.RouteReason_ROUTE_REASON_FLOOR, fastest
 		}
-		return pb.RouteReason_ROUTE_REASON_USER_SORT, fastest
-	case suffix == "nitro" || prefs.GetSort() == pb.Sort_SORT_THROUGHPUT:
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, fastest
+	case suffix == "nitro" || prefs.GetSort() == switchboardv1.Sort_SORT_THROUGHPUT:
 		slices.SortStableFunc(cs, func(a, b *candidate) int { return cmpFloat(b.tps, a.tps) }) // unknown (0) last
 		if suffix == "nitro" {
-			return pb.RouteReason_ROUTE_REASON_NITRO, fastest
+			return switchboardv1.RouteReason_ROUTE_REASON_NITRO, fastest
 		}
-		return pb.RouteReason_ROUTE_REASON_USER_SORT, fastest
-	case prefs.GetSort() == pb.Sort_SORT_LATENCY:
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, fastest
+	case prefs.GetSort() == switchboardv1.Sort_SORT_LATENCY:
 		slices.SortStableFunc(cs, func(a, b *candidate) int {
 			switch {
 			case a.samples > 0 && b.samples > 0:
@@ -535,7 +535,7 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 			}
 			return 0
 		})
-		return pb.RouteReason_ROUTE_REASON_USER_SORT, fastest
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, fastest
 	case len(prefs.GetOrder()) > 0:
 		order := prefs.GetOrder()
 		slices.SortStableFunc(cs, func(a, b *candidate) int {
@@ -550,9 +550,9 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 			}
 			return 0
 		})
-		return pb.RouteReason_ROUTE_REASON_USER_ORDER, fastest
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER, fastest
 	case len(prefs.GetOnly()) > 0 || len(prefs.GetIgnore()) > 0:
-		return pb.RouteReason_ROUTE_REASON_USER_ORDER, fastest
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER, fastest
 	}
 
 	// The smart policy. No speed data at all: the cheapest.
@@ -561,9 +561,9 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 			c.note = noteNoData
 		}
 		if e := r.explore(cs, dryRun); e != nil {
-			return pb.RouteReason_ROUTE_REASON_EXPLORATION, fastest
+			return switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION, fastest
 		}
-		return pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
+		return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
 	}
 	// Fast enough: within SpeedFactor of the fastest, or under FastEnough;
 	// the cheapest qualifying endpoint wins.
@@ -590,17 +590,17 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		}
 	}
 	if e := r.explore(cs, dryRun); e != nil {
-		return pb.RouteReason_ROUTE_REASON_EXPLORATION, fastest
+		return switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION, fastest
 	}
 	if !anyAllowed {
 		// Every fast endpoint is too expensive: the cheapest serves (cs is
 		// already in price order).
 		for _, c := range cs {
 			if c.qualified {
-				return pb.RouteReason_ROUTE_REASON_PRICE_GUARD, fastest
+				return switchboardv1.RouteReason_ROUTE_REASON_PRICE_GUARD, fastest
 			}
 		}
-		return pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
+		return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA, fastest
 	}
 	// The cheapest allowed endpoint first, then the other allowed ones by
 	// price, then the rest by price: retries go to fast ones first.
@@ -613,7 +613,7 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *pb.ProviderPreferen
 		}
 		return 1
 	})
-	return pb.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, fastest
+	return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, fastest
 }
 
 // byCost orders candidates by this request's cost, then by provider name so
@@ -632,8 +632,8 @@ func byCost(a, b *candidate) int {
 // as priced — cached input included, so the hedge does not land on an
 // endpoint that turns cheap cache reads into expensive ones. Hedging follows
 // the smart policy only: a user's explicit order or sort is not second-guessed.
-func (r *Router) hedgePlan(req *pb.DecideRequest, in int64, usable []*candidate) *pb.HedgePlan {
-	none := &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE}
+func (r *Router) hedgePlan(req *switchboardv1.DecideRequest, in int64, usable []*candidate) *switchboardv1.HedgePlan {
+	none := &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
 	if !req.GetStream() || r.o.HedgeFrom < 0 || in < r.o.HedgeFrom || len(usable) < 2 || !usable[0].qualified && usable[0].note != noteExplored {
 		return none
 	}
@@ -647,9 +647,9 @@ func (r *Router) hedgePlan(req *pb.DecideRequest, in int64, usable []*candidate)
 		return none
 	}
 	if in >= r.o.HedgeImmediateFrom {
-		return &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_IMMEDIATE, Endpoint: priced(target)}
+		return &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, Endpoint: priced(target)}
 	}
-	return &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_DELAYED, Delay: durationpb.New(r.o.HedgeDelay), Endpoint: priced(target)}
+	return &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, Delay: durationpb.New(r.o.HedgeDelay), Endpoint: priced(target)}
 }
 
 // explore sends a share of requests to an endpoint with too little data in
@@ -726,7 +726,7 @@ func usualCost(cs []*candidate) float64 {
 // deprioritise moves endpoints that miss preferred_min_throughput or
 // preferred_max_latency behind those that meet them, keeping order otherwise.
 // An endpoint without data is given the benefit of the doubt.
-func deprioritise(cs []*candidate, p *pb.ProviderPreferences) {
+func deprioritise(cs []*candidate, p *switchboardv1.ProviderPreferences) {
 	if p == nil || (p.PreferredMinThroughput == nil && p.PreferredMaxLatency == nil) {
 		return
 	}
@@ -769,9 +769,9 @@ func noFallbacks(usable []*candidate, order []string) []*candidate {
 	return usable[:max(n, 1)]
 }
 
-func priced(c *candidate) *pb.Endpoint {
+func priced(c *candidate) *switchboardv1.Endpoint {
 	e := c.ep.proto
-	return &pb.Endpoint{
+	return &switchboardv1.Endpoint{
 		Id:               e.Id,
 		Provider:         e.Provider,
 		BaseUrl:          e.BaseUrl,
@@ -837,7 +837,7 @@ func (x exclusion) String() string {
 }
 
 // exclude says why an endpoint cannot take the request; why is exclNone if it can.
-func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOut int64) exclusion {
+func exclude(ep *endpoint, p *switchboardv1.ProviderPreferences, params []string, in, maxOut int64) exclusion {
 	if len(p.GetOnly()) > 0 && !slices.Contains(p.GetOnly(), ep.provider) {
 		return exclusion{why: exclNotOnly}
 	}
@@ -852,7 +852,7 @@ func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOu
 			return exclusion{why: exclCompletionPrice, a: ep.rates.Output, b: mp.GetCompletion()}
 		}
 	}
-	if p.GetDataCollection() == pb.DataCollection_DATA_COLLECTION_DENY && !ep.denyCollection && !ep.zdr {
+	if p.GetDataCollection() == switchboardv1.DataCollection_DATA_COLLECTION_DENY && !ep.denyCollection && !ep.zdr {
 		return exclusion{why: exclCollects}
 	}
 	if p.GetZdr() && !ep.zdr {
@@ -880,7 +880,7 @@ func exclude(ep *endpoint, p *pb.ProviderPreferences, params []string, in, maxOu
 	return exclusion{}
 }
 
-func validatePrefs(p *pb.ProviderPreferences, idx *index) error {
+func validatePrefs(p *switchboardv1.ProviderPreferences, idx *index) error {
 	if p == nil {
 		return nil
 	}
@@ -906,7 +906,7 @@ func validatePrefs(p *pb.ProviderPreferences, idx *index) error {
 			}
 		}
 	}
-	if _, ok := pb.Sort_name[int32(p.GetSort())]; !ok {
+	if _, ok := switchboardv1.Sort_name[int32(p.GetSort())]; !ok {
 		return errorf(KindInvalid, "provider.sort: unknown value %d", p.GetSort())
 	}
 	if v := p.PreferredMinThroughput; v != nil && (*v < 0 || math.IsNaN(*v)) {

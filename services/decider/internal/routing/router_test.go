@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 var keyA = catalog.HashKey("sk-a")
@@ -53,15 +53,15 @@ func TestAuthenticate(t *testing.T) {
 	r := newTestRouter(t)
 	tests := []struct {
 		name    string
-		id      *pb.Identity
+		id      *switchboardv1.Identity
 		tenant  string
 		wantErr string
 	}{
-		{name: "key", id: &pb.Identity{ApiKeySha256: keyA}, tenant: "acme"},
-		{name: "key upper-case hex", id: &pb.Identity{ApiKeySha256: strings.ToUpper(keyA)}, tenant: "acme"},
-		{name: "unknown key", id: &pb.Identity{ApiKeySha256: catalog.HashKey("nope")}, wantErr: "invalid API key"},
-		{name: "trusted tenant", id: &pb.Identity{TenantId: "acme"}, tenant: "acme"},
-		{name: "unknown tenant", id: &pb.Identity{TenantId: "evil"}, wantErr: "unknown tenant"},
+		{name: "key", id: &switchboardv1.Identity{ApiKeySha256: keyA}, tenant: "acme"},
+		{name: "key upper-case hex", id: &switchboardv1.Identity{ApiKeySha256: strings.ToUpper(keyA)}, tenant: "acme"},
+		{name: "unknown key", id: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("nope")}, wantErr: "invalid API key"},
+		{name: "trusted tenant", id: &switchboardv1.Identity{TenantId: "acme"}, tenant: "acme"},
+		{name: "unknown tenant", id: &switchboardv1.Identity{TenantId: "evil"}, wantErr: "unknown tenant"},
 		{name: "nothing", id: nil, wantErr: "no API key"},
 	}
 	for _, tt := range tests {
@@ -74,7 +74,7 @@ func TestAuthenticate(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.tenant, id.TenantId)
-			require.Equal(t, pb.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, id.WorkloadClass)
+			require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, id.WorkloadClass)
 		})
 	}
 }
@@ -83,12 +83,12 @@ func ptr[T any](v T) *T { return &v }
 
 func TestDecide(t *testing.T) {
 	r := newTestRouter(t)
-	id := &pb.Identity{TenantId: "acme"}
+	id := &switchboardv1.Identity{TenantId: "acme"}
 	tests := []struct {
 		name      string
-		req       *pb.DecideRequest
+		req       *switchboardv1.DecideRequest
 		want      []string // chosen provider then fallbacks
-		reason    pb.RouteReason
+		reason    switchboardv1.RouteReason
 		wantKind  Kind
 		wantErr   string
 		wantCost  float64 // of the chosen endpoint, if non-zero
@@ -96,109 +96,109 @@ func TestDecide(t *testing.T) {
 	}{
 		{
 			name:     "cheapest for a short uncached prompt",
-			req:      &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 100}},
+			req:      &switchboardv1.DecideRequest{Model: "vendor/model", Tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 100}},
 			want:     []string{"alpha", "gamma", "beta"},
-			reason:   pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason:   switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 			wantCost: (1000*0.20 + 100*0.80) / 1e6,
 		},
 		{
 			name: "cached input price decides a long cached prompt",
-			req: &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{
+			req: &switchboardv1.DecideRequest{Model: "vendor/model", Tokens: &switchboardv1.TokenEstimate{
 				InputTokens: 90000, CachedInputTokens: 88000, MaxOutputTokens: 100}},
 			want:      []string{"beta", "alpha", "gamma"},
-			reason:    pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason:    switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 			wantCost:  (2000*0.30 + 88000*0.0013 + 100*1.00) / 1e6,
 			wantCache: 88000,
 		},
 		{
 			name:   "context length excludes alpha",
-			req:    &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 150000}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Tokens: &switchboardv1.TokenEstimate{InputTokens: 150000}},
 			want:   []string{"gamma", "beta"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:     "prompt too large for every endpoint",
-			req:      &pb.DecideRequest{Model: "vendor/model", Tokens: &pb.TokenEstimate{InputTokens: 150000}, Provider: &pb.ProviderPreferences{Only: []string{"alpha"}}},
+			req:      &switchboardv1.DecideRequest{Model: "vendor/model", Tokens: &switchboardv1.TokenEstimate{InputTokens: 150000}, Provider: &switchboardv1.ProviderPreferences{Only: []string{"alpha"}}},
 			wantKind: KindUnavailable,
 			wantErr:  "not in provider.only",
 		},
 		{
 			name:   "order",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Order: []string{"beta", "gamma"}}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Order: []string{"beta", "gamma"}}},
 			want:   []string{"beta", "gamma", "alpha"},
-			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER,
 		},
 		{
 			name:   "order without fallbacks",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Order: []string{"beta", "gamma"}, AllowFallbacks: ptr(false)}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Order: []string{"beta", "gamma"}, AllowFallbacks: ptr(false)}},
 			want:   []string{"beta", "gamma"},
-			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER,
 		},
 		{
 			name:   "no fallbacks",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{AllowFallbacks: ptr(false)}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{AllowFallbacks: ptr(false)}},
 			want:   []string{"alpha"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "only",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Only: []string{"gamma", "beta"}}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Only: []string{"gamma", "beta"}}},
 			want:   []string{"gamma", "beta"},
-			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER,
 		},
 		{
 			name:   "ignore",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Ignore: []string{"alpha"}}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Ignore: []string{"alpha"}}},
 			want:   []string{"gamma", "beta"},
-			reason: pb.RouteReason_ROUTE_REASON_USER_ORDER,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER,
 		},
 		{
 			name:   "max_price filters",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: ptr(0.26), Completion: ptr(0.85)}}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.26), Completion: ptr(0.85)}}},
 			want:   []string{"alpha"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:     "max_price excludes all",
-			req:      &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Prompt: ptr(0.1)}}},
+			req:      &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.1)}}},
 			wantKind: KindUnavailable,
 			wantErr:  "above max_price.prompt",
 		},
 		{
 			name:   "zdr",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Zdr: true}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Zdr: true}},
 			want:   []string{"beta"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "data collection deny",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{DataCollection: pb.DataCollection_DATA_COLLECTION_DENY}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{DataCollection: switchboardv1.DataCollection_DATA_COLLECTION_DENY}},
 			want:   []string{"beta"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "quantizations",
-			req:    &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Quantizations: []string{"bf16"}}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Quantizations: []string{"bf16"}}},
 			want:   []string{"beta"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "require_parameters",
-			req:    &pb.DecideRequest{Model: "vendor/model", Parameters: []string{"tools"}, Provider: &pb.ProviderPreferences{RequireParameters: true}},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Parameters: []string{"tools"}, Provider: &switchboardv1.ProviderPreferences{RequireParameters: true}},
 			want:   []string{"gamma", "beta"},
-			reason: pb.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "floor suffix",
-			req:    &pb.DecideRequest{Model: "vendor/model:floor"},
+			req:    &switchboardv1.DecideRequest{Model: "vendor/model:floor"},
 			want:   []string{"alpha", "gamma", "beta"},
-			reason: pb.RouteReason_ROUTE_REASON_FLOOR,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_FLOOR,
 		},
-		{name: "unknown model", req: &pb.DecideRequest{Model: "nope"}, wantKind: KindNotFound, wantErr: `model "nope" does not exist`},
-		{name: "empty model", req: &pb.DecideRequest{}, wantKind: KindInvalid, wantErr: "model is required"},
-		{name: "bad suffix", req: &pb.DecideRequest{Model: "vendor/model:turbo"}, wantKind: KindInvalid, wantErr: `unknown model suffix ":turbo"`},
-		{name: "unknown provider", req: &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{Order: []string{"zeta"}}}, wantKind: KindInvalid, wantErr: `provider.order: unknown provider "zeta"`},
-		{name: "negative max price", req: &pb.DecideRequest{Model: "vendor/model", Provider: &pb.ProviderPreferences{MaxPrice: &pb.MaxPrice{Completion: ptr(-1.0)}}}, wantKind: KindInvalid, wantErr: "max_price.completion"},
+		{name: "unknown model", req: &switchboardv1.DecideRequest{Model: "nope"}, wantKind: KindNotFound, wantErr: `model "nope" does not exist`},
+		{name: "empty model", req: &switchboardv1.DecideRequest{}, wantKind: KindInvalid, wantErr: "model is required"},
+		{name: "bad suffix", req: &switchboardv1.DecideRequest{Model: "vendor/model:turbo"}, wantKind: KindInvalid, wantErr: `unknown model suffix ":turbo"`},
+		{name: "unknown provider", req: &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Order: []string{"zeta"}}}, wantKind: KindInvalid, wantErr: `provider.order: unknown provider "zeta"`},
+		{name: "negative max price", req: &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Completion: ptr(-1.0)}}}, wantKind: KindInvalid, wantErr: "max_price.completion"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,11 +228,11 @@ func TestDecide(t *testing.T) {
 
 func TestDecideExplainAndCredentials(t *testing.T) {
 	r := newTestRouter(t)
-	resp, err := r.Decide(&pb.DecideRequest{Model: "vendor/model", Explain: true, Tokens: &pb.TokenEstimate{InputTokens: 40000},
-		Provider: &pb.ProviderPreferences{Ignore: []string{"beta"}}}, &pb.Identity{TenantId: "acme"})
+	resp, err := r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model", Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 40000},
+		Provider: &switchboardv1.ProviderPreferences{Ignore: []string{"beta"}}}, &switchboardv1.Identity{TenantId: "acme"})
 	require.NoError(t, err)
 	require.Len(t, resp.Decision.Candidates, 3)
-	require.Equal(t, pb.SizeBucket_SIZE_BUCKET_32K_TO_128K, resp.Decision.Bucket)
+	require.Equal(t, switchboardv1.SizeBucket_SIZE_BUCKET_32K_TO_128K, resp.Decision.Bucket)
 	notes := map[string]string{}
 	for _, c := range resp.Decision.Candidates {
 		notes[c.Provider] = c.Note
@@ -242,7 +242,7 @@ func TestDecideExplainAndCredentials(t *testing.T) {
 
 	// The endpoint template must not be mutated by a request.
 	resp.Endpoint.BaseUrl = "http://evil"
-	again, err := r.Decide(&pb.DecideRequest{Model: "vendor/model"}, &pb.Identity{TenantId: "acme"})
+	again, err := r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model"}, &switchboardv1.Identity{TenantId: "acme"})
 	require.NoError(t, err)
 	require.Equal(t, "http://127.0.0.1:1/v1", again.Endpoint.BaseUrl)
 }
@@ -256,8 +256,8 @@ models:
 `))
 	require.NoError(t, err)
 	r.SetCatalog(c)
-	_, err = r.Decide(&pb.DecideRequest{Model: "vendor/model"}, nil)
+	_, err = r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model"}, nil)
 	require.Equal(t, KindNotFound, err.(*Error).Kind)
 	require.Len(t, r.ListModels(), 1)
-	require.True(t, proto.Equal(&pb.Model{Id: "other", Providers: []string{"delta"}}, r.ListModels()[0]))
+	require.True(t, proto.Equal(&switchboardv1.Model{Id: "other", Providers: []string{"delta"}}, r.ListModels()[0]))
 }

@@ -11,10 +11,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
@@ -22,9 +21,9 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
 
-// Server implements pb.DeciderServiceServer.
+// Server implements switchboardv1.DeciderServiceServer.
 type Server struct {
-	pb.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedDeciderServiceServer
 	router   atomic.Pointer[routing.Router]
 	hub      *report.Hub
 	budget   *hedge.Budget
@@ -43,7 +42,7 @@ func (s *Server) admission() (*admission.Admission, error) {
 	return a, nil
 }
 
-var _ pb.DeciderServiceServer = (*Server)(nil)
+var _ switchboardv1.DeciderServiceServer = (*Server)(nil)
 
 // New returns a server that answers UNAVAILABLE until SetRouter is called.
 func New(hub *report.Hub, budget *hedge.Budget) *Server { return &Server{hub: hub, budget: budget} }
@@ -62,8 +61,8 @@ func (s *Server) ready() (*routing.Router, error) {
 	return r, nil
 }
 
-// Decide implements [pb.DeciderServiceServer.Decide].
-func (s *Server) Decide(ctx context.Context, req *pb.DecideRequest) (*pb.DecideResponse, error) {
+// Decide implements [switchboardv1.DeciderServiceServer.Decide].
+func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 	r, err := s.ready()
 	if err != nil {
 		return nil, err
@@ -92,7 +91,7 @@ func (s *Server) Decide(ctx context.Context, req *pb.DecideRequest) (*pb.DecideR
 // provider limits are full is skipped — the request goes to the next one,
 // not back to the client. Only the caller's own limits (API key, app,
 // tenant, partner), or every endpoint being full, refuse the client.
-func (s *Server) reserve(ctx context.Context, req *pb.DecideRequest, resp *pb.DecideResponse) error {
+func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) error {
 	a, err := s.admission()
 	if err != nil {
 		return err
@@ -101,15 +100,15 @@ func (s *Server) reserve(ctx context.Context, req *pb.DecideRequest, resp *pb.De
 	if out <= 0 {
 		out = routing.DefaultOutputTokens
 	}
-	eps := append([]*pb.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
-	var refusal *pb.Refusal
+	eps := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
+	var refusal *switchboardv1.Refusal
 	for i, ep := range eps {
-		d := &pb.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
+		d := &switchboardv1.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
 		key := ""
 		if k := req.GetIdempotencyKey(); k != "" {
 			key = k + "|" + ep.GetId()
 		}
-		rr, err := a.Reserve(ctx, &pb.ReserveRequest{
+		rr, err := a.Reserve(ctx, &switchboardv1.ReserveRequest{
 			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: resp.GetIdentity(),
 			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(),
 		})
@@ -120,7 +119,7 @@ func (s *Server) reserve(ctx context.Context, req *pb.DecideRequest, resp *pb.De
 			resp.Endpoint, resp.Fallbacks = ep, eps[i+1:]
 			resp.Reservation, resp.Demand = rr.GetReservation(), d
 			if h := resp.GetHedge(); h.GetEndpoint().GetId() == ep.GetId() {
-				resp.Hedge = &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE}
+				resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
 			}
 			return nil
 		}
@@ -134,30 +133,30 @@ func (s *Server) reserve(ctx context.Context, req *pb.DecideRequest, resp *pb.De
 		}
 	}
 	resp.Endpoint, resp.Fallbacks, resp.Refusal = nil, nil, refusal
-	resp.Hedge = &pb.HedgePlan{Mode: pb.HedgeMode_HEDGE_MODE_NONE}
+	resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
 	return nil
 }
 
 // callerScope reports whether a bucket belongs to the caller (its own
 // limits) rather than to a provider.
-func callerScope(sc pb.LimitScope) bool {
+func callerScope(sc switchboardv1.LimitScope) bool {
 	switch sc {
-	case pb.LimitScope_LIMIT_SCOPE_API_KEY, pb.LimitScope_LIMIT_SCOPE_APP, pb.LimitScope_LIMIT_SCOPE_TENANT, pb.LimitScope_LIMIT_SCOPE_PARTNER:
+	case switchboardv1.LimitScope_LIMIT_SCOPE_API_KEY, switchboardv1.LimitScope_LIMIT_SCOPE_APP, switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, switchboardv1.LimitScope_LIMIT_SCOPE_PARTNER:
 		return true
 	}
 	return false
 }
 
 // earlier prefers the refusal whose capacity comes back first.
-func earlier(a, b *pb.Refusal) bool {
+func earlier(a, b *switchboardv1.Refusal) bool {
 	if a.GetRetryAfter() == nil {
 		return false
 	}
 	return b.GetRetryAfter() == nil || a.GetRetryAfter().AsDuration() < b.GetRetryAfter().AsDuration()
 }
 
-// ListModels implements [pb.DeciderServiceServer.ListModels].
-func (s *Server) ListModels(_ context.Context, req *pb.ListModelsRequest) (*pb.ListModelsResponse, error) {
+// ListModels implements [switchboardv1.DeciderServiceServer.ListModels].
+func (s *Server) ListModels(_ context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
 	r, err := s.ready()
 	if err != nil {
 		return nil, err
@@ -165,13 +164,13 @@ func (s *Server) ListModels(_ context.Context, req *pb.ListModelsRequest) (*pb.L
 	if _, err := r.Authenticate(req.GetIdentity()); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.ListModelsResponse{Models: r.ListModels()}, nil
+	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
 }
 
-// AcquireHedge implements [pb.DeciderServiceServer.AcquireHedge].
+// AcquireHedge implements [switchboardv1.DeciderServiceServer.AcquireHedge].
 // The budget is held by the replica that owns the rate-limit broker, so the
 // decision is atomic across every edge and replica; others forward.
-func (s *Server) AcquireHedge(ctx context.Context, req *pb.AcquireHedgeRequest) (*pb.AcquireHedgeResponse, error) {
+func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is required")
 	}
@@ -185,12 +184,12 @@ func (s *Server) AcquireHedge(ctx context.Context, req *pb.AcquireHedgeRequest) 
 		}
 	}
 	ok, left, reset := s.budget.Acquire(req.GetRequestId(), req.GetEstimatedCostUsd())
-	return &pb.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
+	return &switchboardv1.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
 }
 
-// SettleHedge implements [pb.DeciderServiceServer.SettleHedge]: settled
+// SettleHedge implements [switchboardv1.DeciderServiceServer.SettleHedge]: settled
 // where the budget is held, like AcquireHedge.
-func (s *Server) SettleHedge(ctx context.Context, req *pb.SettleHedgeRequest) (*pb.SettleHedgeResponse, error) {
+func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedgeRequest) (*switchboardv1.SettleHedgeResponse, error) {
 	if a := s.adm.Load(); a != nil {
 		c, err := a.Forward(ctx)
 		if err != nil {
@@ -203,11 +202,11 @@ func (s *Server) SettleHedge(ctx context.Context, req *pb.SettleHedgeRequest) (*
 	for _, st := range req.GetSettlements() {
 		s.budget.Settle(st.GetRequestId(), st.GetLoserCostUsd())
 	}
-	return &pb.SettleHedgeResponse{}, nil
+	return &switchboardv1.SettleHedgeResponse{}, nil
 }
 
-// ListActivity implements [pb.DeciderServiceServer.ListActivity].
-func (s *Server) ListActivity(ctx context.Context, req *pb.ListActivityRequest) (*pb.ListActivityResponse, error) {
+// ListActivity implements [switchboardv1.DeciderServiceServer.ListActivity].
+func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
 	tenant, store, err := s.activityFor(req.GetIdentity())
 	if err != nil {
 		return nil, err
@@ -229,11 +228,11 @@ func (s *Server) ListActivity(ctx context.Context, req *pb.ListActivityRequest) 
 	if err != nil {
 		return nil, status.Error(codes.Internal, "reading the activity log failed")
 	}
-	return &pb.ListActivityResponse{Records: recs, NextCursor: next}, nil
+	return &switchboardv1.ListActivityResponse{Records: recs, NextCursor: next}, nil
 }
 
-// GetActivity implements [pb.DeciderServiceServer.GetActivity].
-func (s *Server) GetActivity(ctx context.Context, req *pb.GetActivityRequest) (*pb.GetActivityResponse, error) {
+// GetActivity implements [switchboardv1.DeciderServiceServer.GetActivity].
+func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
 	tenant, store, err := s.activityFor(req.GetIdentity())
 	if err != nil {
 		return nil, err
@@ -248,11 +247,11 @@ func (s *Server) GetActivity(ctx context.Context, req *pb.GetActivityRequest) (*
 	if err != nil {
 		return nil, status.Error(codes.Internal, "reading the activity log failed")
 	}
-	return &pb.GetActivityResponse{Record: rec}, nil
+	return &switchboardv1.GetActivityResponse{Record: rec}, nil
 }
 
 // activityFor authenticates the caller: only its own tenant's records are read.
-func (s *Server) activityFor(id *pb.Identity) (string, *activity.Store, error) {
+func (s *Server) activityFor(id *switchboardv1.Identity) (string, *activity.Store, error) {
 	r, err := s.ready()
 	if err != nil {
 		return "", nil, err
@@ -268,10 +267,10 @@ func (s *Server) activityFor(id *pb.Identity) (string, *activity.Store, error) {
 	return who.GetTenantId(), store, nil
 }
 
-// Reserve implements [pb.DeciderServiceServer.Reserve]. A caller that sends
+// Reserve implements [switchboardv1.DeciderServiceServer.Reserve]. A caller that sends
 // api_key_sha256 is authenticated and its identity resolved; a trusted
 // caller's tenant_id must name a tenant.
-func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	r, err := s.ready()
 	if err != nil {
 		return nil, err
@@ -291,8 +290,8 @@ func (s *Server) Reserve(ctx context.Context, req *pb.ReserveRequest) (*pb.Reser
 	return a.Reserve(ctx, req)
 }
 
-// Reconcile implements [pb.DeciderServiceServer.Reconcile].
-func (s *Server) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.ReconcileResponse, error) {
+// Reconcile implements [switchboardv1.DeciderServiceServer.Reconcile].
+func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
 	a, err := s.admission()
 	if err != nil {
 		return nil, err
@@ -306,8 +305,8 @@ func (s *Server) Reconcile(ctx context.Context, req *pb.ReconcileRequest) (*pb.R
 // maxKeep bounds the ids of one KeepReservations call.
 const maxKeep = 100_000
 
-// KeepReservations implements [pb.DeciderServiceServer.KeepReservations].
-func (s *Server) KeepReservations(ctx context.Context, req *pb.KeepReservationsRequest) (*pb.KeepReservationsResponse, error) {
+// KeepReservations implements [switchboardv1.DeciderServiceServer.KeepReservations].
+func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
 	a, err := s.admission()
 	if err != nil {
 		return nil, err
@@ -319,7 +318,7 @@ func (s *Server) KeepReservations(ctx context.Context, req *pb.KeepReservationsR
 	if err != nil {
 		return nil, err
 	}
-	return &pb.KeepReservationsResponse{Kept: n}, nil
+	return &switchboardv1.KeepReservationsResponse{Kept: n}, nil
 }
 
 // Reservations is what the report hub applies the edges' reconciliations
@@ -329,7 +328,7 @@ func (s *Server) Reservations() report.Reservations { return reservations{s} }
 
 type reservations struct{ s *Server }
 
-func (r reservations) Reconcile(ctx context.Context, req *pb.ReconcileRequest) error {
+func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) error {
 	a, err := r.s.admission()
 	if err != nil {
 		return err
@@ -352,8 +351,8 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 	return err
 }
 
-// Report implements [pb.DeciderServiceServer.Report].
-func (s *Server) Report(stream pb.DeciderService_ReportServer) error {
+// Report implements [switchboardv1.DeciderServiceServer.Report].
+func (s *Server) Report(stream switchboardv1.DeciderService_ReportServer) error {
 	return s.hub.Serve(stream)
 }
 

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	pb "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
@@ -58,7 +58,7 @@ func logger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil
 // Set* installs kept so a test can install them when it wants.
 type fixture struct {
 	srv    *server.Server
-	client pb.DeciderServiceClient
+	client switchboardv1.DeciderServiceClient
 	router *routing.Router
 	act    *activity.Store
 	adm    *admission.Admission
@@ -69,12 +69,12 @@ type fixture struct {
 // at start-up, before the catalog is loaded.
 func start(t *testing.T, ready bool) *fixture {
 	t.Helper()
-	hub := report.NewHub(logger(), func(*pb.EdgeHello, []*pb.CallReport) {}, func(*pb.EdgeHello, []*pb.ActivityRecord) error { return nil })
+	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
 	f := &fixture{srv: server.New(hub, hedge.New(1, nil))}
 
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	pb.RegisterDeciderServiceServer(gs, f.srv)
+	switchboardv1.RegisterDeciderServiceServer(gs, f.srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -89,7 +89,7 @@ func start(t *testing.T, ready bool) *fixture {
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	f.client = pb.NewDeciderServiceClient(conn)
+	f.client = switchboardv1.NewDeciderServiceClient(conn)
 
 	c, err := catalog.Parse([]byte(testCatalog))
 	require.NoError(t, err)
@@ -123,7 +123,9 @@ func (f *fixture) install(t *testing.T) {
 	f.srv.SetRouter(f.router)
 }
 
-func key(k string) *pb.Identity { return &pb.Identity{ApiKeySha256: catalog.HashKey(k)} }
+func key(k string) *switchboardv1.Identity {
+	return &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(k)}
+}
 
 func requireCode(t *testing.T, want codes.Code, err error, msg string) {
 	t.Helper()
@@ -139,24 +141,27 @@ func TestNotReadyAnswersUnavailable(t *testing.T) {
 		call func() error
 	}{
 		{"Decide", func() error {
-			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model})
+			_, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model})
 			return err
 		}},
 		{"ListModels", func() error {
-			_, err := f.client.ListModels(ctx, &pb.ListModelsRequest{Identity: key(acmeKey)})
+			_, err := f.client.ListModels(ctx, &switchboardv1.ListModelsRequest{Identity: key(acmeKey)})
 			return err
 		}},
 		{"Reserve", func() error {
-			_, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: key(acmeKey), EndpointId: "alpha/" + model})
+			_, err := f.client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(acmeKey), EndpointId: "alpha/" + model})
 			return err
 		}},
-		{"Reconcile", func() error { _, err := f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: "r"}); return err }},
+		{"Reconcile", func() error {
+			_, err := f.client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: "r"})
+			return err
+		}},
 		{"ListActivity", func() error {
-			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey)})
+			_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey)})
 			return err
 		}},
 		{"GetActivity", func() error {
-			_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey), Id: "x"})
+			_, err := f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "x"})
 			return err
 		}},
 	}
@@ -166,11 +171,11 @@ func TestNotReadyAnswersUnavailable(t *testing.T) {
 
 	// The router alone: the activity log is still opening.
 	f.srv.SetRouter(f.router)
-	_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey)})
+	_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey)})
 	requireCode(t, codes.Unavailable, err, "activity log not open")
-	_, err = f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true})
+	_, err = f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true})
 	requireCode(t, codes.Unavailable, err, "a reserving Decide before the broker is up")
-	d, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model})
+	d, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model})
 	require.NoError(t, err, "a plain Decide needs only the catalog")
 	require.Equal(t, "alpha", d.GetEndpoint().GetProvider())
 }
@@ -184,67 +189,67 @@ func TestArgumentValidation(t *testing.T) {
 		want codes.Code
 	}{
 		{"Decide without identity", func() error {
-			_, err := f.client.Decide(ctx, &pb.DecideRequest{Model: model})
+			_, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Model: model})
 			return err
 		}, codes.Unauthenticated},
 		{"Decide with an unknown key", func() error {
-			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key("sk-nobody"), Model: model})
+			_, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key("sk-nobody"), Model: model})
 			return err
 		}, codes.Unauthenticated},
 		{"Decide for an unknown tenant", func() error {
-			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: &pb.Identity{TenantId: "nobody"}, Model: model})
+			_, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "nobody"}, Model: model})
 			return err
 		}, codes.Unauthenticated},
 		{"Decide for an unknown model", func() error {
-			_, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: "vendor/none"})
+			_, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: "vendor/none"})
 			return err
 		}, codes.NotFound},
 		{"ListModels without identity", func() error {
-			_, err := f.client.ListModels(ctx, &pb.ListModelsRequest{})
+			_, err := f.client.ListModels(ctx, &switchboardv1.ListModelsRequest{})
 			return err
 		}, codes.Unauthenticated},
 		{"Reserve without endpoint", func() error {
-			_, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: key(acmeKey)})
+			_, err := f.client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(acmeKey)})
 			return err
 		}, codes.InvalidArgument},
 		{"Reserve with an unknown key", func() error {
-			_, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: key("sk-nobody"), EndpointId: "alpha/" + model})
+			_, err := f.client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key("sk-nobody"), EndpointId: "alpha/" + model})
 			return err
 		}, codes.Unauthenticated},
 		{"Reconcile without reservation", func() error {
-			_, err := f.client.Reconcile(ctx, &pb.ReconcileRequest{})
+			_, err := f.client.Reconcile(ctx, &switchboardv1.ReconcileRequest{})
 			return err
 		}, codes.InvalidArgument},
 		{"Reconcile of an unknown reservation", func() error {
-			_, err := f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: "rsv-none"})
+			_, err := f.client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: "rsv-none"})
 			return err
 		}, codes.NotFound},
 		{"AcquireHedge without request id", func() error {
-			_, err := f.client.AcquireHedge(ctx, &pb.AcquireHedgeRequest{EndpointId: "beta/" + model})
+			_, err := f.client.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{EndpointId: "beta/" + model})
 			return err
 		}, codes.InvalidArgument},
 		{"ListActivity without identity", func() error {
-			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{})
+			_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{})
 			return err
 		}, codes.Unauthenticated},
 		{"ListActivity with a negative limit", func() error {
-			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: -1})
+			_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey), Limit: -1})
 			return err
 		}, codes.InvalidArgument},
 		{"ListActivity over the page limit", func() error {
-			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: 501})
+			_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey), Limit: 501})
 			return err
 		}, codes.InvalidArgument},
 		{"ListActivity with a made-up cursor", func() error {
-			_, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Cursor: "zz"})
+			_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey), Cursor: "zz"})
 			return err
 		}, codes.InvalidArgument},
 		{"GetActivity without id", func() error {
-			_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey)})
+			_, err := f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(acmeKey)})
 			return err
 		}, codes.InvalidArgument},
 		{"GetActivity of an unknown id", func() error {
-			_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey), Id: "gen-none"})
+			_, err := f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "gen-none"})
 			return err
 		}, codes.NotFound},
 	}
@@ -257,8 +262,8 @@ func TestDecideReserveReconcile(t *testing.T) {
 	f := start(t, true)
 	ctx := t.Context()
 
-	d, err := f.client.Decide(ctx, &pb.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true,
-		Tokens: &pb.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}})
+	d, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}})
 	require.NoError(t, err)
 	require.NotEmpty(t, d.GetRequestId(), "the decider names the request when the caller did not")
 	require.Equal(t, "acme", d.GetIdentity().GetTenantId(), "the identity comes from the key")
@@ -267,22 +272,22 @@ func TestDecideReserveReconcile(t *testing.T) {
 	require.NotEmpty(t, rsv)
 
 	// A service reserves a fallback itself, naming the tenant.
-	r, err := f.client.Reserve(ctx, &pb.ReserveRequest{Identity: &pb.Identity{TenantId: "globex"}, RequestId: "req-1",
-		Model: model, EndpointId: "beta/" + model, Demand: &pb.Demand{InputTokens: 100, OutputTokens: 10, Requests: 1}})
+	r, err := f.client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: &switchboardv1.Identity{TenantId: "globex"}, RequestId: "req-1",
+		Model: model, EndpointId: "beta/" + model, Demand: &switchboardv1.Demand{InputTokens: 100, OutputTokens: 10, Requests: 1}})
 	require.NoError(t, err)
 	require.True(t, r.GetAdmitted())
 
 	for _, id := range []string{rsv, r.GetReservation().GetReservationId()} {
-		_, err = f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: id, Usage: &pb.Usage{InputTokens: 90, OutputTokens: 5, Reported: true}})
+		_, err = f.client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: id, Usage: &switchboardv1.Usage{InputTokens: 90, OutputTokens: 5, Reported: true}})
 		require.NoError(t, err)
-		_, err = f.client.Reconcile(ctx, &pb.ReconcileRequest{ReservationId: id})
+		_, err = f.client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: id})
 		requireCode(t, codes.NotFound, err, "a reservation is reconciled once")
 	}
 
-	h, err := f.client.AcquireHedge(ctx, &pb.AcquireHedgeRequest{RequestId: "req-2", EndpointId: "beta/" + model, EstimatedCostUsd: 0.5})
+	h, err := f.client.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{RequestId: "req-2", EndpointId: "beta/" + model, EstimatedCostUsd: 0.5})
 	require.NoError(t, err)
 	require.True(t, h.GetGranted())
-	h, err = f.client.AcquireHedge(ctx, &pb.AcquireHedgeRequest{RequestId: "req-3", EndpointId: "beta/" + model, EstimatedCostUsd: 0.6})
+	h, err = f.client.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{RequestId: "req-3", EndpointId: "beta/" + model, EstimatedCostUsd: 0.6})
 	require.NoError(t, err)
 	require.False(t, h.GetGranted(), "the day's 1 USD does not cover both")
 }
@@ -293,16 +298,16 @@ func TestActivityIsTenantScoped(t *testing.T) {
 	f := start(t, true)
 	ctx := t.Context()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	rec := func(tenant, id string, min int) *pb.ActivityRecord {
-		return &pb.ActivityRecord{Id: id, TenantId: tenant, Model: model, Provider: tenant + "-provider",
+	rec := func(tenant, id string, min int) *switchboardv1.ActivityRecord {
+		return &switchboardv1.ActivityRecord{Id: id, TenantId: tenant, Model: model, Provider: tenant + "-provider",
 			CreateTime: timestamppb.New(at.Add(time.Duration(min) * time.Minute))}
 	}
-	require.NoError(t, f.act.Add([]*pb.ActivityRecord{
+	require.NoError(t, f.act.Add([]*switchboardv1.ActivityRecord{
 		rec("acme", "gen-1", 0), rec("acme", "gen-2", 1), rec("globex", "gen-2", 2), rec("globex", "gen-3", 3),
 	}))
 
 	list := func(k string) []string {
-		resp, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(k)})
+		resp, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(k)})
 		require.NoError(t, err)
 		var ids []string
 		for _, r := range resp.GetRecords() {
@@ -315,23 +320,23 @@ func TestActivityIsTenantScoped(t *testing.T) {
 	require.Equal(t, []string{"gen-3", "gen-2"}, list(globexKey))
 
 	for k, tenant := range map[string]string{acmeKey: "acme", globexKey: "globex"} {
-		got, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(k), Id: "gen-2"})
+		got, err := f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(k), Id: "gen-2"})
 		require.NoError(t, err)
 		require.Equal(t, tenant, got.GetRecord().GetTenantId(), "the same id, each tenant its own record")
 		require.Equal(t, tenant+"-provider", got.GetRecord().GetProvider())
 	}
-	_, err := f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(acmeKey), Id: "gen-3"})
+	_, err := f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "gen-3"})
 	requireCode(t, codes.NotFound, err, "another tenant's record looks missing")
-	_, err = f.client.GetActivity(ctx, &pb.GetActivityRequest{Identity: key(globexKey), Id: "gen-1"})
+	_, err = f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(globexKey), Id: "gen-1"})
 	requireCode(t, codes.NotFound, err, "another tenant's record looks missing")
 
 	// A cursor from one tenant's listing is refused to another.
-	page, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: 1})
+	page, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey), Limit: 1})
 	require.NoError(t, err)
 	require.NotEmpty(t, page.GetNextCursor())
-	_, err = f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(globexKey), Cursor: page.GetNextCursor()})
+	_, err = f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(globexKey), Cursor: page.GetNextCursor()})
 	requireCode(t, codes.InvalidArgument, err, "a cursor of another tenant's listing")
-	next, err := f.client.ListActivity(ctx, &pb.ListActivityRequest{Identity: key(acmeKey), Limit: 1, Cursor: page.GetNextCursor()})
+	next, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey), Limit: 1, Cursor: page.GetNextCursor()})
 	require.NoError(t, err)
 	require.Len(t, next.GetRecords(), 1)
 	require.Equal(t, "gen-1", next.GetRecords()[0].GetId())

@@ -5,8 +5,6 @@
 package chatreq
 
 import (
-	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
-
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
 // Error is a validation failure fit to show the client: Param names the

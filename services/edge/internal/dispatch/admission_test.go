@@ -14,9 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
 // broker is a Broker that admits every reservation (id "rsv-<key>") unless

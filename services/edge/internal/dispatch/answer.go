@@ -1,8 +1,6 @@
 package dispatch
 
 import (
-	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -10,6 +8,7 @@ import (
 	"net/http"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
 // chunkInfo is what the edge learns from one answer or stream chunk.
@@ -142,7 +141,7 @@ func (rw *rewriter) rewrite(data []byte) ([]byte, chunkInfo, error) {
 	var choices []choiceView
 	if hasChoices {
 		if err := json.Unmarshal(rawChoices, &choices); err != nil {
-			return nil, info, fmt.Errorf("%w: choices: %v", errMalformed, err)
+			return nil, info, fmt.Errorf("%w: choices: %w", errMalformed, err)
 		}
 	}
 	for _, c := range choices {

@@ -11,9 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
 func ptr(f float64) *float64 { return &f }

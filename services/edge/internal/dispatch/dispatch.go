@@ -48,9 +48,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 )
 
 // Reporter receives one CallReport per attempt and one ActivityRecord per

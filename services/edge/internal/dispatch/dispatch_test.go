@@ -13,11 +13,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
-
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func TestMain(m *testing.M) {

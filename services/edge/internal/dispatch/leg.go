@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
 )
 
 // errHedgeLost cancels the leg of a hedged request that did not produce the
@@ -189,7 +188,7 @@ func (d *Dispatcher) open(ctx context.Context, call Call, l *leg) bool {
 		req.Header.Set("Authorization", "Bearer "+l.secret)
 	}
 
-	resp, err := d.opts.Client.Do(req)
+	resp, err := d.opts.Client.Do(req) //nolint:bodyclose // the leg owns resp and closes its body when it ends
 	if err != nil {
 		d.failTransport(ctx, l, err, false)
 		return false

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 

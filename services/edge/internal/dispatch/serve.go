@@ -1,8 +1,6 @@
 package dispatch
 
 import (
-	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
 // defaultHedgeDelay is how long a delayed hedge waits for a first token,

@@ -284,7 +284,7 @@ func (s *Server) nonStream(w http.ResponseWriter, r *http.Request, a answer) {
 		return
 	case HangAfterHeaders, DropMidStream:
 		w.WriteHeader(http.StatusOK)
-		http.NewResponseController(w).Flush()
+		_ = http.NewResponseController(w).Flush()
 		if mode == HangAfterHeaders {
 			s.wait(r, 0)
 			return

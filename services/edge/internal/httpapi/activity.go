@@ -172,7 +172,7 @@ func parseActivityQuery(q url.Values) (*switchboardv1.ListActivityRequest, *apiE
 		}
 	}
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 || n > MaxActivityLimit {
 			e := invalidRequest("limit", fmt.Sprintf("limit must be an integer from 1 to %d", MaxActivityLimit))
 			return nil, &e

@@ -202,11 +202,6 @@ func scopeName(s switchboardv1.LimitScope) string {
 	return "provider"
 }
 
-// unitName is the <unit> of the x-ratelimit-*-<unit> headers: OpenAI's
-// "requests" and "tokens" (total tokens), Anthropic's "input-tokens" and
-// "output-tokens" — the families the decider itself reads from providers —
-// and Switchboard's "usd" and "concurrent". Distinct token names keep a
-// tenant's input and output limits apart.
 // RateLimitCode is error.code of every 429, as OpenAI sends it; the
 // refusal's class is in the x-switchboard-ratelimit-reason header.
 const RateLimitCode = "rate_limit_exceeded"
@@ -223,6 +218,11 @@ func rateLimitType(u switchboardv1.LimitUnit) string {
 	return "requests"
 }
 
+// unitName is the <unit> of the x-ratelimit-*-<unit> headers: OpenAI's
+// "requests" and "tokens" (total tokens), Anthropic's "input-tokens" and
+// "output-tokens" — the families the decider itself reads from providers —
+// and Switchboard's "usd" and "concurrent". Distinct token names keep a
+// tenant's input and output limits apart.
 func unitName(u switchboardv1.LimitUnit) string {
 	switch u {
 	case switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS:

@@ -7,9 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
 )
 
 func reconcileOf(id string) *switchboardv1.ReconcileRequest {

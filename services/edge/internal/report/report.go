@@ -598,7 +598,7 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 				// stream once it has read everything after our half-close;
 				// wait for that, bounded by FinalFlushTimeout.
 				select {
-				case <-recvErr:
+				case <-recvErr: //nolint:errcheck // only the end of the stream matters here
 				case <-sctx.Done():
 				}
 			}

@@ -14,9 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
 )
 
 func TestMain(m *testing.M) {

@@ -69,7 +69,7 @@ var ErrInvalidRequest = errors.New("invalid request")
 func ParseRequest(body []byte) (Request, error) {
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
-		return Request{}, fmt.Errorf("%w: body is not valid JSON for a chat completion: %v", ErrInvalidRequest, err)
+		return Request{}, fmt.Errorf("%w: body is not valid JSON for a chat completion: %w", ErrInvalidRequest, err)
 	}
 	var errs []error
 	if w.Model == "" {
@@ -88,7 +88,7 @@ func ParseRequest(body []byte) (Request, error) {
 		}
 		text, err := contentText(m.Content)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: messages[%d].content: %v", ErrInvalidRequest, i, err))
+			errs = append(errs, fmt.Errorf("%w: messages[%d].content: %w", ErrInvalidRequest, i, err))
 		}
 		req.Messages = append(req.Messages, tokens.Message{Role: m.Role, Name: m.Name, Content: text})
 	}
@@ -111,7 +111,7 @@ func ParseRequest(body []byte) (Request, error) {
 		var buf bytes.Buffer
 		// The body already decoded, so the raw tools value is valid JSON.
 		if err := json.Compact(&buf, w.Tools); err != nil {
-			errs = append(errs, fmt.Errorf("%w: tools: %v", ErrInvalidRequest, err))
+			errs = append(errs, fmt.Errorf("%w: tools: %w", ErrInvalidRequest, err))
 		}
 		req.Tools = buf.Bytes()
 	}
@@ -139,7 +139,7 @@ func contentText(raw json.RawMessage) (string, error) {
 	case '[':
 		var parts []wirePart
 		if err := json.Unmarshal(raw, &parts); err != nil {
-			return "", fmt.Errorf("must be a string or an array of content parts: %v", err)
+			return "", fmt.Errorf("must be a string or an array of content parts: %w", err)
 		}
 		var b strings.Builder
 		for _, p := range parts {
