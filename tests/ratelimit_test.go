@@ -30,7 +30,7 @@ type limitedSystem struct {
 
 // startLimited starts a limited system; tune adjusts the decider's
 // configuration (its clock...).
-func startLimited(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config)) *limitedSystem {
+func startLimited(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config), edgeArgs ...string) *limitedSystem {
 	t.Helper()
 	ctx := t.Context()
 	l := &limitedSystem{}
@@ -73,7 +73,7 @@ tenants:
 	require.NoError(t, err)
 	t.Cleanup(func() { l.decider.Close() })
 
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"}, rpcGuards...),
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"}, append(rpcGuards, edgeArgs...)...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
@@ -225,4 +225,29 @@ func anyHeader(h http.Header, names ...string) string {
 		}
 	}
 	return ""
+}
+
+// TestConcurrencySlotFreedAtOnce: a client of a tenant allowed one request in
+// flight sends its requests one after the other. Each call's reservation is
+// reconciled the moment the call ends, not at the Report stream's next flush
+// (an hour here), so every next request finds the slot free. The poll is a
+// hang guard: before, the slot stayed taken until the hourly flush.
+func TestConcurrencySlotFreedAtOnce(t *testing.T) {
+	l := startLimited(t, `{unit: concurrent_requests, capacity: 1}`, ``, frozen(&fakeClock{}), "--report-flush-interval=1h")
+	firstTry := 0
+	const n = 10
+	for i := range n {
+		var code int
+		var body map[string]any
+		tries := 0
+		require.Eventually(t, func() bool {
+			tries++
+			code, _, body = l.ask(t, testKey, 10)
+			return code == http.StatusOK
+		}, 20*time.Second, 5*time.Millisecond, "request %d: %d %v", i, code, body)
+		if tries == 1 {
+			firstTry++
+		}
+	}
+	t.Logf("%d of %d back-to-back requests admitted at the first try", firstTry, n)
 }

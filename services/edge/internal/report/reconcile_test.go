@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -134,4 +135,32 @@ func TestReconcileReplayWindow(t *testing.T) {
 	s.Reconcile(reconcileOf("new"))
 	require.Eventually(t, func() bool { return len(sequencesOf(fd, "new")) == 1 }, 10*time.Second, time.Millisecond)
 	require.Len(t, sequencesOf(fd, "old"), 1, "not replayed")
+}
+
+// A reconciliation frees a tenant's slot at the broker, so it is sent the
+// moment it is queued, not at the next flush tick: a client at its
+// concurrency limit that sends its next request at once finds the slot free.
+func TestReconcileSentAtOnce(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: time.Hour, ResendAfter: time.Hour})
+	run(t, s)
+	require.Eventually(t, func() bool { return s.Sessions() >= 1 }, 10*time.Second, time.Millisecond)
+	for _, id := range []string{"r1", "r2", "r3"} {
+		s.Reconcile(reconcileOf(id))
+		// The guard is a hang guard: with an hourly tick, only an eager send
+		// gets the reconciliation there.
+		require.Eventually(t, func() bool { return len(sequencesOf(fd, id)) == 1 }, 10*time.Second, time.Millisecond,
+			"%s sent without waiting for the hourly flush", id)
+	}
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+
+	// While the decider withholds its acks, only a few batches go eagerly;
+	// the rest wait for the tick and go together.
+	fd.WithholdReconcileAcks(true)
+	for i := range eagerReconcileBatches {
+		id := fmt.Sprintf("held-%d", i)
+		s.Reconcile(reconcileOf(id))
+		require.Eventually(t, func() bool { return len(sequencesOf(fd, id)) == 1 }, 10*time.Second, time.Millisecond)
+	}
+	require.Equal(t, eagerReconcileBatches, s.reconcileBatchesInFlight())
 }

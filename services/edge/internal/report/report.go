@@ -220,6 +220,18 @@ func (s *Stream) sentReconcile(rs []*switchboardv1.ReconcileRequest) uint64 {
 	return s.rseq
 }
 
+// eagerReconcileBatches is how many reconcile batches may wait for their
+// ack while new reconciliations are still sent the moment they arrive.
+const eagerReconcileBatches = 4
+
+// reconcileBatchesInFlight returns how many reconcile batches wait for
+// their ack.
+func (s *Stream) reconcileBatchesInFlight() int {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	return len(s.runacked)
+}
+
 // ackedReconcile forgets an acknowledged reconcile batch.
 func (s *Stream) ackedReconcile(seq uint64) {
 	s.ackMu.Lock()
@@ -522,6 +534,7 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 		}
 	})
 
+	var flushReconciles func() error
 	flush := func() error {
 		for len(p.reports) > 0 {
 			n := min(len(p.reports), s.opts.BatchSize)
@@ -542,6 +555,9 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			p.activity = p.activity[n:]
 		}
 		p.activity = nil
+		return flushReconciles()
+	}
+	flushReconciles = func() error {
 		for len(p.reconciles) > 0 {
 			n := min(len(p.reconciles), s.opts.BatchSize)
 			rs := slices.Clone(p.reconciles[:n])
@@ -621,8 +637,23 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			}
 		case r := <-s.reconciles:
 			p.reconciles = append(p.reconciles, r)
-			if len(p.reconciles) >= s.opts.BatchSize {
-				if err := flush(); err != nil {
+			// A reconciliation gives capacity back (a tenant's slot of
+			// requests in flight), so it goes at once, with whatever queued
+			// meanwhile, rather than at the next tick: a client at its
+			// concurrency limit that sends its next request right away must
+			// find the slot free. Only while few batches wait for their ack:
+			// beyond that (a busy or ownerless decider) they wait for the
+			// tick and travel in bigger batches.
+			for more := true; more && len(p.reconciles) < s.opts.BatchSize; {
+				select {
+				case r := <-s.reconciles:
+					p.reconciles = append(p.reconciles, r)
+				default:
+					more = false
+				}
+			}
+			if len(p.reconciles) >= s.opts.BatchSize || s.reconcileBatchesInFlight() < eagerReconcileBatches {
+				if err := flushReconciles(); err != nil {
 					return err
 				}
 			}
