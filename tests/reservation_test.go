@@ -276,6 +276,19 @@ func TestTenantNotLockedOutAfterADeciderCrash(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the tenant is admitted again")
 	t.Logf("admitted %s after the restart", time.Since(start).Round(time.Millisecond))
 	require.Eventually(t, r.edgeSettled, waitFor, tick, "every reconciliation acknowledged")
+	// Learning mode holds back half of 4 until the longest TTL granted has
+	// passed: with nothing in flight, two streams are admitted, a third not.
+	var held []*liveStream
+	for i := range 2 {
+		s, code := r.openStream(t, 30)
+		require.Equal(t, http.StatusOK, code, "stream %d during learning mode", i)
+		held = append(held, s)
+	}
+	_, code = r.openStream(t, 30)
+	require.Equal(t, http.StatusTooManyRequests, code, "a third is held back by learning mode")
+	for _, s := range held {
+		s.finish(t)
+	}
 }
 
 // etcdGet reads a key through etcd's JSON gateway ("" when absent). It

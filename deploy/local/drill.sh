@@ -124,8 +124,7 @@ wait "${codes[@]}"
 ok=$(cat "$DATA"/code.* | grep -c 200 || true)
 # After a crash the new owner does not know what the old one granted since
 # its last snapshot, so it admits conservatively until the longest TTL
-# granted has passed: half of 4 in flight, while the last request's slot
-# waits for its reconciliation (batched every 200 ms).
+# granted has passed: half of 4 in flight.
 echo "  4 at once during learning mode: $ok admitted (at most half of 4 until the longest TTL granted has passed)"
 [ "$ok" -ge 1 ] || fail "nothing admitted during learning mode"
 
