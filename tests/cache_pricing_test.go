@@ -3,8 +3,6 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,13 +53,8 @@ type pairSystem struct {
 // tune adjusts the decider's configuration.
 func startPair(t *testing.T, warmPrice, plainPrice string, tune func(*deciderapp.Config)) *pairSystem {
 	t.Helper()
-	ctx := t.Context()
 	p := &pairSystem{}
-	cfg, err := provsim.ParseConfig([]byte(pairSim))
-	require.NoError(t, err)
-	p.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.sim.Close() })
+	p.sim = startSim(t, pairSim)
 
 	dir := t.TempDir()
 	cat := fmt.Sprintf(`
@@ -75,8 +68,7 @@ tenants:
   - {id: globex, api_keys_sha256: [%[7]s]}
 `, model, p.sim.Provider("warm").URL(), warmPrice, p.sim.Provider("plain").URL(), plainPrice,
 		catalog.HashKey(testKey), catalog.HashKey(otherKey))
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	catPath := writeCatalog(t, dir, cat)
 	dcfg := deciderapp.Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e-pair",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
@@ -84,16 +76,8 @@ tenants:
 	if tune != nil {
 		tune(&dcfg)
 	}
-	p.decider, err = deciderapp.Start(ctx, dcfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(p.decider.Close)
-
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + p.decider.Addr(), "--report-flush-interval=20ms"},
-		func(string) string { return "" })
-	require.NoError(t, err)
-	p.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.edge.Close() })
+	p.decider = startDecider(t, dcfg)
+	p.edge = startEdge(t, p.decider.Addr(), "--report-flush-interval=20ms")
 
 	conn, err := grpc.NewClient(p.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

@@ -5,8 +5,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,9 +41,8 @@ const (
 
 func startLimitSystem(t *testing.T) *limitSystem {
 	t.Helper()
-	ctx := t.Context()
 	s := &limitSystem{}
-	cfg, err := provsim.ParseConfig([]byte(`
+	s.sim = startSim(t, `
 seed: 7
 providers:
   - name: alpha
@@ -56,11 +53,7 @@ providers:
     listen: 127.0.0.1:0
     models:
       - {id: sim-model, ttft: {base: 1ms}, default_output_tokens: 8}
-`))
-	require.NoError(t, err)
-	s.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.sim.Close() })
+`)
 
 	dir := t.TempDir()
 	cat := fmt.Sprintf(`
@@ -72,20 +65,11 @@ models:
 tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
 `, model, s.sim.Provider("alpha").URL(), s.sim.Provider("beta").URL(), simModel, catalog.HashKey(testKey), limitContext, limitMaxOutput)
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
-	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath,
+	s.decider = startDecider(t, deciderapp.Config{
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat),
 		ID: "e2e-limits", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-	}, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(s.decider.Close)
-
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr()}, func(string) string { return "" })
-	require.NoError(t, err)
-	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.edge.Close() })
+	})
+	s.edge = startEdge(t, s.decider.Addr())
 
 	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

@@ -8,8 +8,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -50,13 +48,8 @@ type resvSystem struct {
 
 func startResv(t *testing.T, tenantLimits string, tune func(*deciderapp.Config), edgeArgs ...string) *resvSystem {
 	t.Helper()
-	ctx := t.Context()
 	r := &resvSystem{}
-	cfg, err := provsim.ParseConfig([]byte(slowSimConfig))
-	require.NoError(t, err)
-	r.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.sim.Close() })
+	r.sim = startSim(t, slowSimConfig)
 
 	dir := t.TempDir()
 	// Dear prices, so a few tokens are a visible share of a small USD limit.
@@ -70,8 +63,7 @@ tenants:
     api_keys_sha256: [%[4]s]
     limits: [%[5]s]
 `, model, r.sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey), tenantLimits)
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	catPath := writeCatalog(t, dir, cat)
 	// A fixed etcd address too: etcd's JSON gateway, which the test reads the
 	// broker's snapshot through, dials the configured address.
 	r.dcfg = deciderapp.Config{
@@ -81,16 +73,8 @@ tenants:
 	if tune != nil {
 		tune(&r.dcfg)
 	}
-	r.decider, err = deciderapp.Start(ctx, r.dcfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { r.decider.Close() })
-
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + r.decider.Addr(), "--report-flush-interval=20ms"}, edgeArgs...),
-		func(string) string { return "" })
-	require.NoError(t, err)
-	r.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.edge.Close() })
+	r.decider = startDecider(t, r.dcfg)
+	r.edge = startEdge(t, r.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, edgeArgs...)...)
 	return r
 }
 

@@ -225,44 +225,36 @@ func (c Config) validate() error {
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes %d: must be positive", c.MaxBodyBytes))
 	}
-	if c.FirstTokenTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--first-token-timeout %s: must be positive", c.FirstTokenTimeout))
-	}
-	if c.IdleTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--stream-idle-timeout %s: must be positive", c.IdleTimeout))
-	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit {
 		errs = append(errs, fmt.Errorf("--max-attempts %d: must be between 1 and %d", c.MaxAttempts, maxAttemptsLimit))
-	}
-	if c.ReportFlushInterval <= 0 {
-		errs = append(errs, fmt.Errorf("--report-flush-interval %s: must be positive", c.ReportFlushInterval))
-	}
-	if c.HedgeAcquireTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--hedge-acquire-timeout %s: must be positive", c.HedgeAcquireTimeout))
 	}
 	if c.ReservationTTL > 0 && (c.ReservationHeartbeat <= 0 || c.ReservationHeartbeat >= c.ReservationTTL) {
 		errs = append(errs, fmt.Errorf("--reservation-heartbeat %s: must be positive and below --reservation-ttl", c.ReservationHeartbeat))
 	}
-	if c.ReservationTTL <= 0 {
-		errs = append(errs, fmt.Errorf("--reservation-ttl %s: must be positive", c.ReservationTTL))
-	}
-	if c.ReserveTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--reserve-timeout %s: must be positive", c.ReserveTimeout))
-	}
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay))
-	}
-	if c.ShutdownGrace <= 0 {
-		errs = append(errs, fmt.Errorf("--shutdown-grace %s: must be positive", c.ShutdownGrace))
-	}
-	if c.BodyReadTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--body-read-timeout %s: must be positive", c.BodyReadTimeout))
 	}
 	if c.MaxUnverifiedBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-unverified-bodies %d: must be at least 1", c.MaxUnverifiedBodies))
 	}
-	if c.WriteTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--write-timeout %s: must be positive", c.WriteTimeout))
+	// Every duration that must be positive.
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--first-token-timeout", c.FirstTokenTimeout},
+		{"--stream-idle-timeout", c.IdleTimeout},
+		{"--report-flush-interval", c.ReportFlushInterval},
+		{"--hedge-acquire-timeout", c.HedgeAcquireTimeout},
+		{"--reservation-ttl", c.ReservationTTL},
+		{"--reserve-timeout", c.ReserveTimeout},
+		{"--shutdown-grace", c.ShutdownGrace},
+		{"--body-read-timeout", c.BodyReadTimeout},
+		{"--write-timeout", c.WriteTimeout},
+	} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.flag, d.value))
+		}
 	}
 	return errors.Join(errs...)
 }

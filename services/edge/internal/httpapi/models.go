@@ -24,28 +24,12 @@ type modelInfo struct {
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	if !allowMethods(w, r, http.MethodGet) {
+	ms, ok := s.listModels(w, r)
+	if !ok {
 		return
 	}
-	keyHash, aerr := apiKeyHash(r)
-	if aerr != nil {
-		writeError(w, *aerr)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
-	defer cancel()
-	resp, err := s.opts.Decider.ListModels(ctx, &switchboardv1.ListModelsRequest{
-		Identity: &switchboardv1.Identity{ApiKeySha256: keyHash},
-	})
-	if err != nil {
-		if r.Context().Err() != nil {
-			return
-		}
-		writeError(w, deciderError(err))
-		return
-	}
-	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(resp.GetModels()))}
-	for _, m := range resp.GetModels() {
+	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(ms))}
+	for _, m := range ms {
 		out.Data = append(out.Data, modelInfoOf(m))
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -55,28 +39,12 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 // model serves GET /v1/models/{id}: OpenAI's model object for a model the
 // caller may use, else 404 model_not_found.
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
-	if !allowMethods(w, r, http.MethodGet) {
+	ms, ok := s.listModels(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")
-	keyHash, aerr := apiKeyHash(r)
-	if aerr != nil {
-		writeError(w, *aerr)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
-	defer cancel()
-	resp, err := s.opts.Decider.ListModels(ctx, &switchboardv1.ListModelsRequest{
-		Identity: &switchboardv1.Identity{ApiKeySha256: keyHash},
-	})
-	if err != nil {
-		if r.Context().Err() != nil {
-			return
-		}
-		writeError(w, deciderError(err))
-		return
-	}
-	for _, m := range resp.GetModels() {
+	for _, m := range ms {
 		if m.GetId() == id {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(modelInfoOf(m))
@@ -85,6 +53,31 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
 		message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", headerValue(id))})
+}
+
+// listModels checks the method and the API key and asks the decider for
+// the models the caller may use; when it returns false it has answered.
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) ([]*switchboardv1.Model, bool) {
+	if !allowMethods(w, r, http.MethodGet) {
+		return nil, false
+	}
+	keyHash, aerr := apiKeyHash(r)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
+	defer cancel()
+	resp, err := s.opts.Decider.ListModels(ctx, &switchboardv1.ListModelsRequest{
+		Identity: &switchboardv1.Identity{ApiKeySha256: keyHash},
+	})
+	if err != nil {
+		if r.Context().Err() == nil {
+			writeError(w, deciderError(err))
+		}
+		return nil, false
+	}
+	return resp.GetModels(), true
 }
 
 func modelInfoOf(m *switchboardv1.Model) modelInfo {
