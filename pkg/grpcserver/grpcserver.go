@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -38,6 +39,16 @@ type Options struct {
 	// costs more than the broker's own work) and a light one logs their
 	// failures only. (Optional)
 	HotMethods []string
+	// Creds secures the listener (TLS or mTLS). (Optional) Nil serves
+	// plaintext, which callers must have chosen explicitly.
+	Creds credentials.TransportCredentials
+	// Reflection registers gRPC server reflection. (Optional) Off by default:
+	// it lists every service and message to whoever can connect.
+	Reflection bool
+	// Unary and Stream are interceptors run after logging and panic
+	// recovery, in order, e.g. authentication. (Optional)
+	Unary  []grpc.UnaryServerInterceptor
+	Stream []grpc.StreamServerInterceptor
 }
 
 // Server is a gRPC server with its health service.
@@ -83,17 +94,19 @@ func New(logger *slog.Logger, opts Options) *Server {
 		hot[m] = true
 	}
 	notHot := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !hot[c.FullMethod()] })
-	s := grpc.NewServer(
+	unary := append([]grpc.UnaryServerInterceptor{
+		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(lg, logOpts...), notHot),
+		hotErrors(logger, hot),
+		recovery.UnaryServerInterceptor(recoverOpts...),
+	}, opts.Unary...)
+	stream := append([]grpc.StreamServerInterceptor{
+		logging.StreamServerInterceptor(lg, logOpts...),
+		recovery.StreamServerInterceptor(recoverOpts...),
+	}, opts.Stream...)
+	sopts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(
-			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(lg, logOpts...), notHot),
-			hotErrors(logger, hot),
-			recovery.UnaryServerInterceptor(recoverOpts...),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(lg, logOpts...),
-			recovery.StreamServerInterceptor(recoverOpts...),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      opts.MaxConnectionAge,
 			MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace,
@@ -106,11 +119,17 @@ func New(logger *slog.Logger, opts Options) *Server {
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	)
+	}
+	if opts.Creds != nil {
+		sopts = append(sopts, grpc.Creds(opts.Creds))
+	}
+	s := grpc.NewServer(sopts...)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s, h)
-	reflection.Register(s)
+	if opts.Reflection {
+		reflection.Register(s)
+	}
 	return &Server{GRPC: s, Health: h}
 }
 
