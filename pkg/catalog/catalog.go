@@ -24,6 +24,45 @@ type Catalog struct {
 	Tenants []Tenant `yaml:"tenants"`
 	// Partners are partner or reseller accounts whose tenants share limits. (Optional)
 	Partners []Partner `yaml:"partners"`
+	// Callers are the programs allowed to call the decider, each with its
+	// role. (Optional) Without callers nobody but the health check reaches it.
+	Callers []Caller `yaml:"callers"`
+}
+
+// Caller roles.
+const (
+	// RoleEdge is an edge: it decides for clients it authenticated by API
+	// key, reports calls and spends the hedge budget.
+	RoleEdge = "edge"
+	// RoleService is a program that decides and reserves for its tenants.
+	RoleService = "service"
+	// RoleReplica is another decider replica forwarding to the broker's owner.
+	RoleReplica = "replica"
+	// RoleOperator reads: explains, lists models and reads activity.
+	RoleOperator = "operator"
+)
+
+// Roles are the valid caller roles.
+var Roles = []string{RoleEdge, RoleService, RoleReplica, RoleOperator}
+
+// AllTenants in a caller's tenants lets it act for every tenant.
+const AllTenants = "*"
+
+// Caller is a program allowed to call the decider.
+type Caller struct {
+	// ID names the caller; a verified client certificate whose Subject
+	// CommonName is ID authenticates as it. (Required)
+	ID string `yaml:"id"`
+	// Role is edge, service, replica or operator. (Required)
+	Role string `yaml:"role"`
+	// Tenants are the tenants a service may act for; ["*"] is every
+	// tenant. (Required for role service, only for it)
+	Tenants []string `yaml:"tenants"`
+	// TokensSHA256 are the lowercase hex SHA-256 digests of the caller's
+	// bearer tokens; the tokens themselves are never stored. Several allow
+	// rotation without a gap. (Optional) A caller with none authenticates
+	// by certificate only.
+	TokensSHA256 []string `yaml:"tokens_sha256"`
 }
 
 // Partner is a partner or reseller account.

@@ -234,3 +234,44 @@ tenants:
 		require.Contains(t, err.Error(), want)
 	}
 }
+
+func TestCallers(t *testing.T) {
+	h1, h2 := HashKey("token-1"), HashKey("token-2")
+	good := valid + `
+callers:
+  - {id: edges, role: edge, tokens_sha256: ["` + h1 + `"]}
+  - {id: billing, role: service, tenants: [acme], tokens_sha256: ["` + h2 + `"]}
+  - {id: all, role: service, tenants: ["*"]}
+  - {id: replicas, role: replica}
+  - {id: ops, role: operator}
+`
+	c, err := Parse([]byte(good))
+	require.NoError(t, err)
+	require.Len(t, c.Callers, 5)
+	require.Equal(t, Caller{ID: "billing", Role: RoleService, Tenants: []string{"acme"}, TokensSHA256: []string{h2}}, c.Callers[1])
+
+	tests := []struct {
+		name    string
+		callers string
+		want    []string
+	}{
+		{"missing id", `[{role: edge}]`, []string{"callers[0].id: is required"}},
+		{"duplicate id", `[{id: a, role: edge}, {id: a, role: operator}]`, []string{`callers[1].id: "a" is already defined at callers[0]`}},
+		{"bad role", `[{id: a, role: admin}]`, []string{`callers[0].role: "admin" must be one of edge, service, replica, operator`}},
+		{"service without tenants", `[{id: a, role: service}]`, []string{"callers[0].tenants: a service caller must name the tenants"}},
+		{"tenants on an edge", `[{id: a, role: edge, tenants: [acme]}]`, []string{"callers[0].tenants: only a service caller has tenants"}},
+		{"unknown tenant", `[{id: a, role: service, tenants: [acme, globex]}]`, []string{`callers[0].tenants[1]: "globex" is not a tenant`}},
+		{"not a digest", `[{id: a, role: edge, tokens_sha256: ["ABC"]}]`, []string{"callers[0].tokens_sha256[0]: must be 64 lowercase hex digits"}},
+		{"shared token", `[{id: a, role: edge, tokens_sha256: ["` + h1 + `"]}, {id: b, role: operator, tokens_sha256: ["` + h1 + `"]}]`,
+			[]string{"callers[1].tokens_sha256[0]: token is already used by callers[0]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(valid + "callers: " + tt.callers + "\n"))
+			require.Error(t, err)
+			for _, w := range tt.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}

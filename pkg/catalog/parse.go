@@ -249,6 +249,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			bad(fmt.Sprintf("tenants[%d].partner", i), "%q is not a partner (add it under partners)", t.Partner)
 		}
 	}
+	validateCallers(c.Callers, tenants, bad)
 	for i, m := range c.Models {
 		for j, e := range m.Endpoints {
 			for k, l := range e.Limits {
@@ -261,6 +262,47 @@ func (c *Catalog) validate(lines map[string]int) []error {
 		}
 	}
 	return errs
+}
+
+func validateCallers(cs []Caller, tenants map[string]bool, bad func(string, string, ...any)) {
+	ids := map[string]string{}
+	tokens := map[string]string{}
+	for i, c := range cs {
+		cp := fmt.Sprintf("callers[%d]", i)
+		switch {
+		case c.ID == "":
+			bad(cp+".id", "is required")
+		case ids[c.ID] != "":
+			bad(cp+".id", "%q is already defined at %s", c.ID, ids[c.ID])
+		default:
+			ids[c.ID] = cp
+		}
+		if !oneOf(c.Role, Roles) {
+			bad(cp+".role", "%q must be one of %s", c.Role, list(Roles))
+		}
+		switch {
+		case c.Role == RoleService && len(c.Tenants) == 0:
+			bad(cp+".tenants", "a service caller must name the tenants it acts for (or [\"*\"] for every tenant)")
+		case c.Role != RoleService && len(c.Tenants) > 0:
+			bad(cp+".tenants", "only a service caller has tenants; a %s caller is not limited to tenants", c.Role)
+		}
+		for j, t := range c.Tenants {
+			if t != AllTenants && !tenants[t] {
+				bad(fmt.Sprintf("%s.tenants[%d]", cp, j), "%q is not a tenant (add it under tenants, or use \"*\" for every tenant)", t)
+			}
+		}
+		for j, k := range c.TokensSHA256 {
+			kp := fmt.Sprintf("%s.tokens_sha256[%d]", cp, j)
+			switch {
+			case !sha256Hex.MatchString(k):
+				bad(kp, "must be 64 lowercase hex digits (sha256 of the token, e.g. `printf %%s \"$TOKEN\" | sha256sum`)")
+			case tokens[k] != "":
+				bad(kp, "token is already used by %s: every caller needs its own token", tokens[k])
+			default:
+				tokens[k] = cp
+			}
+		}
+	}
 }
 
 func validatePrice(p Price, path string, bad func(string, string, ...any)) {
