@@ -20,6 +20,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
@@ -28,6 +29,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
@@ -109,6 +111,11 @@ type Config struct {
 	HedgeFrom, HedgeImmediateFrom int64
 	// ActivityRetention is how long the activity log keeps calls. (Optional) Defaults to 30 days.
 	ActivityRetention time.Duration
+	// TokenFile holds this replica's bearer token, sent when it forwards to
+	// the broker's owner (a caller of role replica in the catalog); re-read
+	// when it changes. (Optional) Without it, or a client certificate, the
+	// owner refuses what other replicas forward.
+	TokenFile string
 	// Now is the clock of routing decisions, statistics and the hedge
 	// budget's UTC day. (Optional) Defaults to time.Now.
 	Now func() time.Time
@@ -145,6 +152,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding this replica's bearer token (role replica), sent to the broker's owner; re-read when it changes")
 	fs.DurationVar(&cfg.ActivityRetention, "activity-retention", 30*24*time.Hour, "how long the activity log keeps calls")
 	parseErr := flagenv.Parse(fs, "SWITCHBOARD_DECIDER", args, getenv)
 	if errors.Is(parseErr, flag.ErrHelp) {
@@ -223,6 +231,7 @@ type Decider struct {
 	embedded *store.Embedded
 	store    *store.Store
 	router   *routing.Router
+	authn    *auth.Authenticator
 	stats    *stats.Store
 	budget   *hedge.Budget
 	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
@@ -270,10 +279,23 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
 	svc := server.New(d.hub, d.budget)
 	d.hub.SetReservations(svc.Reservations())
-	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{HotMethods: []string{
-		switchboardv1.DeciderService_Decide_FullMethodName, switchboardv1.DeciderService_Reserve_FullMethodName,
-		switchboardv1.DeciderService_Reconcile_FullMethodName, switchboardv1.DeciderService_AcquireHedge_FullMethodName,
-	}})
+	d.authn = auth.New()
+	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(auth.ForwardInterceptor())}
+	if cfg.TokenFile != "" {
+		tok, err := bearer.NewFile(cfg.TokenFile, bearer.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		dial = append(dial, grpc.WithPerRPCCredentials(tok))
+	}
+	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{
+		HotMethods: []string{
+			switchboardv1.DeciderService_Decide_FullMethodName, switchboardv1.DeciderService_Reserve_FullMethodName,
+			switchboardv1.DeciderService_Reconcile_FullMethodName, switchboardv1.DeciderService_AcquireHedge_FullMethodName,
+		},
+		Unary:  []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
+		Stream: []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
+	})
 	switchboardv1.RegisterDeciderServiceServer(d.srv.GRPC, svc)
 	d.serveErr = make(chan error, 1)
 	d.wg.Go(func() {
@@ -302,6 +324,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, err
 	}
+	d.authn.SetCatalog(c)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -343,7 +366,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.adm, err = admission.Start(ctx, admission.Options{
 		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
-		LeaseTTL: int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
+		LeaseTTL:    int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
+		DialOptions: dial,
 	})
 	if err != nil {
 		return nil, err
@@ -538,6 +562,7 @@ func (d *Decider) onCatalog(data []byte, rev int64) {
 		d.logger.Error("reconfiguring the broker", "revision", rev, "err", err)
 	}
 	d.router.SetCatalog(c)
+	d.authn.SetCatalog(c)
 	d.hub.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: rev}}})
 	d.logger.Info("catalog updated", "revision", rev, "models", len(c.Models))
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -33,6 +34,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	tenant := fs.String("tenant", "", "tenant id (trusted caller)")
 	key := fs.String("api-key", "", "an API key, authenticated like the edge does (instead of --tenant)")
 	stream := fs.Bool("stream", false, "a streaming request")
+	tokenFile := fs.String("token-file", "", "file holding an operator's bearer token")
 	provider := fs.String("provider", "", `routing options as JSON, e.g. '{"sort":"SORT_LATENCY","max_price":{"prompt":0.3}}'`)
 	if err := flagenv.Parse(fs, "SWITCHBOARD_EXPLAIN", args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -57,7 +59,15 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("--provider: %w", err)
 		}
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if *tokenFile != "" {
+		tok, err := bearer.NewFile(*tokenFile, bearer.Options{})
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(tok))
+	}
+	conn, err := grpc.NewClient(*addr, opts...)
 	if err != nil {
 		return err
 	}

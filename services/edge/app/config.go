@@ -64,6 +64,10 @@ type Config struct {
 	// Decider is the decider's gRPC address (Optional). Defaults to
 	// "127.0.0.1:9090". Flag --decider.
 	Decider string
+	// DeciderTokenFile holds the edge's bearer token for the decider (a
+	// caller of role edge in the catalog), re-read when it changes
+	// (Optional). Flag --decider-token-file.
+	DeciderTokenFile string
 	// Region is this edge's region, sent with every Decide and in the Report
 	// hello (Optional). Defaults to "local". Flag --region.
 	Region string
@@ -290,6 +294,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port of the HTTP API")
 	fs.StringVar(&cfg.Decider, "decider", cfg.Decider, "gRPC address of the decider")
+	fs.StringVar(&cfg.DeciderTokenFile, "decider-token-file", cfg.DeciderTokenFile, "file holding the edge's bearer token for the decider; re-read when it changes")
 	fs.StringVar(&cfg.Region, "region", cfg.Region, "region of this edge")
 	fs.StringVar(&cfg.EdgeID, "edge-id", cfg.EdgeID, "unique id of this edge (default hostname-pid)")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest accepted request body, in bytes")

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
@@ -66,7 +67,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	conn, err := grpc.NewClient(cfg.Decider,
+	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		// With a dns:/// target naming a headless Service, spread RPCs over
@@ -82,7 +83,15 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-	)
+	}
+	if cfg.DeciderTokenFile != "" {
+		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("--decider-token-file: %w", err)
+		}
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tok))
+	}
+	conn, err := grpc.NewClient(cfg.Decider, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
 	}

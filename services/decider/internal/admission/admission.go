@@ -65,6 +65,10 @@ type Options struct {
 	// OwnerWait bounds how long a call waits for an owner to be elected
 	// before it fails as Unavailable. (Optional) Defaults to 2s.
 	OwnerWait time.Duration
+	// DialOptions are added to the options of the connections to the
+	// owner: this replica's credentials, and what names the caller a call
+	// is forwarded for. (Optional) Without them the owner refuses.
+	DialOptions []grpc.DialOption
 }
 
 // term is one won election: the session, and the revision that fences writes.

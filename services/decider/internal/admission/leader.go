@@ -158,7 +158,8 @@ func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, err
 	conn, ok := a.conns[addr]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, a.o.DialOptions...)
+		conn, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "reach the broker owner: %v", err)
 		}

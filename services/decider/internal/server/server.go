@@ -16,6 +16,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
@@ -67,9 +68,9 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, err
 	}
-	id, err := r.Authenticate(req.GetIdentity())
+	id, err := auth.Identity(ctx, switchboardv1.DeciderService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun(), resolver(r))
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	if req.GetRequestId() == "" {
 		req.RequestId = newID()
@@ -156,13 +157,13 @@ func earlier(a, b *switchboardv1.Refusal) bool {
 }
 
 // ListModels implements [switchboardv1.DeciderServiceServer.ListModels].
-func (s *Server) ListModels(_ context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
+func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
 	r, err := s.ready()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := r.Authenticate(req.GetIdentity()); err != nil {
-		return nil, toStatus(err)
+	if _, err := auth.Identity(ctx, switchboardv1.DeciderService_ListModels_FullMethodName, req.GetIdentity(), false, resolver(r)); err != nil {
+		return nil, err
 	}
 	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
 }
@@ -207,7 +208,7 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 
 // ListActivity implements [switchboardv1.DeciderServiceServer.ListActivity].
 func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
-	tenant, store, err := s.activityFor(req.GetIdentity())
+	tenant, store, err := s.activityFor(ctx, switchboardv1.DeciderService_ListActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +234,7 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 
 // GetActivity implements [switchboardv1.DeciderServiceServer.GetActivity].
 func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
-	tenant, store, err := s.activityFor(req.GetIdentity())
+	tenant, store, err := s.activityFor(ctx, switchboardv1.DeciderService_GetActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -250,15 +251,16 @@ func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivity
 	return &switchboardv1.GetActivityResponse{Record: rec}, nil
 }
 
-// activityFor authenticates the caller: only its own tenant's records are read.
-func (s *Server) activityFor(id *switchboardv1.Identity) (string, *activity.Store, error) {
+// activityFor resolves whose records are read: only the identity's tenant's,
+// and only a tenant the caller may act for.
+func (s *Server) activityFor(ctx context.Context, method string, id *switchboardv1.Identity) (string, *activity.Store, error) {
 	r, err := s.ready()
 	if err != nil {
 		return "", nil, err
 	}
-	who, err := r.Authenticate(id)
+	who, err := auth.Identity(ctx, method, id, false, resolver(r))
 	if err != nil {
-		return "", nil, toStatus(err)
+		return "", nil, err
 	}
 	store := s.activity.Load()
 	if store == nil {
@@ -282,9 +284,9 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if req.GetEndpointId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
 	}
-	id, err := r.Authenticate(req.GetIdentity())
+	id, err := auth.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false, resolver(r))
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	req.Identity = id
 	return a.Reserve(ctx, req)
@@ -299,8 +301,30 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 	if req.GetReservationId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
 	}
-	return a.Reconcile(ctx, req)
+	allow := auth.Reservations(ctx)
+	if allow == nil {
+		return a.Reconcile(ctx, req)
+	}
+	sc, ok := any(a).(scopedReservations)
+	if !ok {
+		return nil, errUnscoped
+	}
+	return sc.Reconcile(ctx, req, allow)
 }
+
+// scopedReservations applies reconciliations and heartbeats only to
+// reservations of the tenants allow accepts (nil: any tenant), checked where
+// the reservation lives: on the broker's owner, to which a replica forwards
+// the caller's id (see auth.ForwardInterceptor).
+type scopedReservations interface {
+	Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow func(tenant string) bool) (*switchboardv1.ReconcileResponse, error)
+	Keep(ctx context.Context, ids []string, allow func(tenant string) bool) (int64, error)
+}
+
+// errUnscoped refuses a caller limited to some tenants a reservation
+// operation while the admission cannot check whose reservation it is:
+// refused rather than applied unchecked.
+var errUnscoped = status.Error(codes.PermissionDenied, "reservations of a caller limited to tenants cannot be checked by this decider")
 
 // maxKeep bounds the ids of one KeepReservations call.
 const maxKeep = 100_000
@@ -314,7 +338,14 @@ func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepRe
 	if len(req.GetReservationIds()) > maxKeep {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d reservation ids per call", maxKeep)
 	}
-	n, err := a.Keep(ctx, req.GetReservationIds())
+	var n int64
+	if allow := auth.Reservations(ctx); allow == nil {
+		n, err = a.Keep(ctx, req.GetReservationIds())
+	} else if sc, ok := any(a).(scopedReservations); ok {
+		n, err = sc.Keep(ctx, req.GetReservationIds(), allow)
+	} else {
+		err = errUnscoped
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -351,9 +382,21 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 	return err
 }
 
-// Report implements [switchboardv1.DeciderServiceServer.Report].
+// Report implements [switchboardv1.DeciderServiceServer.Report]. Only
+// edges reach it (the auth interceptor refuses every other role).
 func (s *Server) Report(stream switchboardv1.DeciderService_ReportServer) error {
 	return s.hub.Serve(stream)
+}
+
+// resolver resolves identities with r, failing with a gRPC status.
+func resolver(r *routing.Router) auth.Resolver {
+	return func(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
+		out, err := r.Authenticate(id)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return out, nil
+	}
 }
 
 func toStatus(err error) error {

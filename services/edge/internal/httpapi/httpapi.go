@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -412,6 +413,12 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		// Without a resolved identity, reserve as the client: the broker
 		// authenticates the key hash again.
 		who = asked
+	} else if asked.GetApiKeySha256() != "" {
+		// The resolved identity (its app, environment, workload class),
+		// and the key hash: the decider lets an edge act only for a client
+		// it authenticated by key.
+		who = proto.Clone(who).(*switchboardv1.Identity)
+		who.ApiKeySha256 = asked.GetApiKeySha256()
 	}
 	demand := resp.GetDemand()
 	if demand == nil {

@@ -1,0 +1,119 @@
+package auth
+
+import (
+	"context"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// access is what a role may do with an RPC.
+type access int
+
+const (
+	deny       access = iota // refused
+	byKey                    // for an identity carrying api_key_sha256
+	ownTenants               // for the caller's tenants only
+	anyTenant                // for every tenant
+	dryRun                   // Decide as a dry run, for every tenant
+	forwarded                // as the caller a replica forwards for
+)
+
+// policy is the role × RPC table the package documentation shows.
+var policy = map[string]map[string]access{
+	switchboardv1.DeciderService_Decide_FullMethodName: {
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: dryRun,
+	},
+	switchboardv1.DeciderService_Reserve_FullMethodName: {
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
+	},
+	switchboardv1.DeciderService_ListModels_FullMethodName: {
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
+	},
+	switchboardv1.DeciderService_ListActivity_FullMethodName: {
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
+	},
+	switchboardv1.DeciderService_GetActivity_FullMethodName: {
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
+	},
+	switchboardv1.DeciderService_Reconcile_FullMethodName: {
+		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
+	},
+	switchboardv1.DeciderService_KeepReservations_FullMethodName: {
+		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
+	},
+	switchboardv1.DeciderService_Report_FullMethodName: {
+		catalog.RoleEdge: anyTenant,
+	},
+	switchboardv1.DeciderService_AcquireHedge_FullMethodName: {
+		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
+	},
+	switchboardv1.DeciderService_SettleHedge_FullMethodName: {
+		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
+	},
+}
+
+// Allowed reports whether the policy lets role call method at all, for
+// some tenant.
+func Allowed(role, method string) bool { return policy[method][role] != deny }
+
+// Resolver turns a request's identity into the tenant it acts for, or
+// fails with a gRPC status (an unknown key is Unauthenticated).
+type Resolver func(*switchboardv1.Identity) (*switchboardv1.Identity, error)
+
+// Identity checks that the caller of ctx may send method with id, and
+// returns id resolved. dry says the call is a dry run (Decide's dry_run).
+// Work the decider does on its own (no caller in ctx) is not checked.
+func Identity(ctx context.Context, method string, id *switchboardv1.Identity, dry bool, resolve Resolver) (*switchboardv1.Identity, error) {
+	p := FromContext(ctx)
+	if p == nil {
+		return resolve(id)
+	}
+	acc := policy[method][p.Role]
+	if p.Via != "" && acc != deny {
+		// The forwarding replica checked the identity's form; the
+		// identity it forwards is already resolved.
+		acc = anyTenant
+		if p.Role == catalog.RoleService {
+			acc = ownTenants
+		}
+	}
+	switch acc {
+	case deny:
+		return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) may not call %s", p.ID, p.Role, method)
+	case byKey:
+		if id.GetApiKeySha256() == "" {
+			return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) acts only for a client it authenticated by API key: send identity.api_key_sha256", p.ID, p.Role)
+		}
+	case dryRun:
+		if !dry {
+			return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) may only explain (dry_run)", p.ID, p.Role)
+		}
+	case ownTenants:
+		if t := id.GetTenantId(); t != "" && id.GetApiKeySha256() == "" && !p.ActsFor(t) {
+			return nil, status.Errorf(codes.PermissionDenied, "caller %q may not act for tenant %q", p.ID, t)
+		}
+	}
+	out, err := resolve(id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.ActsFor(out.GetTenantId()) {
+		return nil, status.Errorf(codes.PermissionDenied, "caller %q may not act for tenant %q", p.ID, out.GetTenantId())
+	}
+	return out, nil
+}
+
+// Reservations returns what limits the caller of ctx to reservations of
+// its own tenants: nil when it may touch any reservation.
+func Reservations(ctx context.Context) func(tenant string) bool {
+	p := FromContext(ctx)
+	if p == nil || p.Role != catalog.RoleService || slices.Contains(p.Tenants, catalog.AllTenants) {
+		return nil
+	}
+	return p.ActsFor
+}
