@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
@@ -46,7 +47,7 @@ models:
 	if extraProvider {
 		y += "      - {provider: cheapo, base_url: http://127.0.0.1:3/v1, price: {input: 0.01, output: 0.01}}\n"
 	}
-	y += "tenants:\n  - {id: acme, api_keys_sha256: [" + catalog.HashKey(demoKey) + "]}\n"
+	y += "tenants:\n  - {id: acme, api_keys_sha256: [" + catalog.HashKey(demoKey) + "]}\n" + testCallers()
 	p := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(y), 0o600))
 	return p
@@ -59,10 +60,13 @@ func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderServ
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.ID = "test"
 	cfg.Exploration = -1 // deterministic choices
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = writeToken(t, testReplicaToken)
+	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d, err := Start(t.Context(), cfg, logger)
 	require.NoError(t, err)
-	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return d, switchboardv1.NewDeciderServiceClient(conn)
@@ -156,7 +160,7 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, rev, m.GetConfig().GetCatalogRevision())
-	resp, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	resp, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 
@@ -171,7 +175,7 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, again, m.GetConfig().GetCatalogRevision(), "the invalid catalog was never announced")
-	resp, err = client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	resp, err = client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 
@@ -195,7 +199,7 @@ func TestRestartUsesStoredCatalog(t *testing.T) {
 	// Same data dir, no --catalog: the catalog comes back from etcd.
 	d, client := startDecider(t, Config{DataDir: dir})
 	defer d.Close()
-	resp, err := client.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model"})
+	resp, err := client.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)
 }
@@ -232,7 +236,7 @@ func TestExplainCommand(t *testing.T) {
 	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
 	defer d.Close()
 	var out strings.Builder
-	err := Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey,
+	err := Explain(t.Context(), []string{"--decider=" + d.Addr(), "--token-file=" + writeToken(t, testOperatorToken), "--model=vendor/model", "--api-key=" + demoKey,
 		"--input-tokens=40000", "--provider", `{"ignore":["beta"]}`}, &out)
 	require.NoError(t, err)
 	for _, want := range []string{"bucket SIZE_BUCKET_32K_TO_128K", "PROVIDER", "alpha", "in provider.ignore", "order: alpha"} {

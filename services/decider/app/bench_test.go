@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -50,7 +51,7 @@ tenants:
 func BenchmarkReserveReconcileGRPC(b *testing.B) {
 	dir := b.TempDir()
 	p := filepath.Join(dir, "catalog.yaml")
-	if err := os.WriteFile(p, []byte(strings.ReplaceAll(benchCatalog, "@KEY@", catalog.HashKey(demoKey))), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(strings.ReplaceAll(benchCatalog, "@KEY@", catalog.HashKey(demoKey))+testCallers()), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	d, err := Start(b.Context(), Config{
@@ -65,7 +66,7 @@ func BenchmarkReserveReconcileGRPC(b *testing.B) {
 	// no faster on 2 cores: they only add loopy writers competing for them).
 	var clients []switchboardv1.DeciderServiceClient
 	for range 1 {
-		conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 		if err != nil {
 			b.Fatal(err)
 		}

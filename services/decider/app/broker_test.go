@@ -39,7 +39,7 @@ func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
 	if len(tenantPerDay) > 0 {
 		y = strings.Replace(y, "per: day, capacity: 5}", "per: day, capacity: "+tenantPerDay[0]+"}", 1)
 	}
-	require.NoError(t, os.WriteFile(p, []byte(y), 0o600))
+	require.NoError(t, os.WriteFile(p, []byte(y+testCallers()), 0o600))
 	return p
 }
 

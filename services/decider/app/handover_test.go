@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 )
@@ -68,6 +69,7 @@ func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderServiceClien
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
+	args = append([]string{"--token-file", writeToken(t, testReplicaToken)}, args...)
 	go func() { done <- Run(ctx, args, logs) }()
 	var addr string
 	require.Eventually(t, func() bool {
@@ -80,7 +82,7 @@ func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderServiceClien
 		addr = logs.field("decider serving", "addr")
 		return addr != ""
 	}, 60*time.Second, 10*time.Millisecond)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	var once sync.Once

@@ -1,0 +1,35 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+)
+
+// The callers every test catalog lists: the test client calls as the edge,
+// replicas forward to the broker's owner as the replica.
+const (
+	testEdgeToken     = "test-edge-token"
+	testReplicaToken  = "test-replica-token"
+	testOperatorToken = "test-operator-token"
+)
+
+// testCallers is the callers section every test catalog ends with.
+func testCallers() string {
+	return "callers:\n" +
+		"  - {id: test-edges, role: edge, tokens_sha256: [" + catalog.HashKey(testEdgeToken) + "]}\n" +
+		"  - {id: test-replicas, role: replica, tokens_sha256: [" + catalog.HashKey(testReplicaToken) + "]}\n" +
+		"  - {id: test-operators, role: operator, tokens_sha256: [" + catalog.HashKey(testOperatorToken) + "]}\n"
+}
+
+// writeToken writes a token file into a new temporary directory.
+func writeToken(t testing.TB, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(p, []byte(token+"\n"), 0o600))
+	return p
+}
