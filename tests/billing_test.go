@@ -124,10 +124,10 @@ models:
 `, model, eps.String(), catalog.HashKey(testKey), catalog.HashKey(otherKey))
 	dir := t.TempDir()
 	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
 
 	dcfg := deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e-billing",
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e-billing",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
 	}
 	if tune != nil {
@@ -139,7 +139,7 @@ models:
 
 	// Generous decider-call deadlines: a refusal by timeout under -race
 	// would look like an exhausted budget or a full endpoint.
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(),
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t),
 		"--report-flush-interval=20ms"}, rpcGuards...), func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
@@ -152,7 +152,7 @@ models:
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.edge.Close() })
 
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	s.rpc = switchboardv1.NewDeciderServiceClient(conn)

@@ -70,7 +70,7 @@ tenants:
 		catalog.HashKey(testKey), catalog.HashKey(otherKey))
 	catPath := writeCatalog(t, dir, cat)
 	dcfg := deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e-pair",
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e-pair",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
 	}
 	if tune != nil {
@@ -79,7 +79,7 @@ tenants:
 	p.decider = startDecider(t, dcfg)
 	p.edge = startEdge(t, p.decider.Addr(), "--report-flush-interval=20ms")
 
-	conn, err := grpc.NewClient(p.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	p.rpc = switchboardv1.NewDeciderServiceClient(conn)

@@ -111,16 +111,16 @@ tenants:
   - {id: acme, api_keys_sha256: [%[6]s]}
 `, model, s.sim.Provider("alpha").URL(), s.sim.Provider("beta").URL(), s.sim.Provider("gamma").URL(), simModel, catalog.HashKey(testKey))
 	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
 
 	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath,
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken),
 		ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1,
 	}, quietLogger(nil))
 	require.NoError(t, err)
 	t.Cleanup(s.decider.Close)
 
-	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr()}, rpcGuards...), edgeArgs...),
+	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t)}, rpcGuards...), edgeArgs...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {

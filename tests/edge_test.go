@@ -66,12 +66,12 @@ tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
 `, model, s.sim.Provider("alpha").URL(), s.sim.Provider("beta").URL(), simModel, catalog.HashKey(testKey), limitContext, limitMaxOutput)
 	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat),
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat), TokenFile: tokenFile(t, testReplicaToken),
 		ID: "e2e-limits", ShutdownTimeout: 5 * time.Second, Exploration: -1,
 	})
 	s.edge = startEdge(t, s.decider.Addr())
 
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	s.rpc = switchboardv1.NewDeciderServiceClient(conn)

@@ -18,7 +18,7 @@ import (
 // side effects, by provider.
 func candidates(t *testing.T, addr string) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	defer conn.Close()
 	resp, err := switchboardv1.NewDeciderServiceClient(conn).Decide(t.Context(), &switchboardv1.DecideRequest{

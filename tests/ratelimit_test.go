@@ -61,9 +61,9 @@ tenants:
 `, model, l.sim.Provider("alpha").URL(), l.sim.Provider("beta").URL(), l.sim.Provider("gamma").URL(), simModel,
 		catalog.HashKey(testKey), catalog.HashKey(otherKey), alphaLimits, tenantLimits)
 	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
 	l.dcfg = deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e",
+		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1,
 	}
 	if tune != nil {
@@ -73,7 +73,7 @@ tenants:
 	require.NoError(t, err)
 	t.Cleanup(func() { l.decider.Close() })
 
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), "--report-flush-interval=20ms"}, append(rpcGuards, edgeArgs...)...),
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), edgeTokenFlag(t), "--report-flush-interval=20ms"}, append(rpcGuards, edgeArgs...)...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {

@@ -67,7 +67,7 @@ tenants:
 	// A fixed etcd address too: etcd's JSON gateway, which the test reads the
 	// broker's snapshot through, dials the configured address.
 	r.dcfg = deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: freeAddr(t), DataDir: dir, Catalog: catPath, ID: "e2e",
+		Listen: freeAddr(t), EtcdListen: freeAddr(t), DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1,
 	}
 	if tune != nil {

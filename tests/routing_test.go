@@ -92,10 +92,10 @@ tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
 `, model, s.sim.Provider("cheap").URL(), s.sim.Provider("fast").URL(), s.sim.Provider("reseller").URL(), catalog.HashKey(testKey))
 	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(cat), 0o600))
+	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
 
 	s.dcfg = deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, ID: "e2e",
+		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
 		ShutdownTimeout: 5 * time.Second,
 		// Probes at one size per long bucket, often enough to warm up in a
 		// few seconds, rarely enough to leave the CPU to the test (-race
@@ -108,14 +108,14 @@ tenants:
 	require.NoError(t, err)
 	t.Cleanup(func() { s.decider.Close() })
 
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), "--report-flush-interval=20ms"}, rpcGuards...),
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t), "--report-flush-interval=20ms"}, rpcGuards...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.edge.Close() })
 
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	s.client = switchboardv1.NewDeciderServiceClient(conn)

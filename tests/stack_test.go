@@ -3,9 +3,14 @@ package tests
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
@@ -24,17 +29,56 @@ func startSim(t *testing.T, config string) *provsim.Sim {
 	return sim
 }
 
+// The test callers: every test catalog lists them (withCallers), the
+// decider forwards to the broker's owner as the replica, edges call as the
+// edge, and tests that ask the decider directly call as the operator.
+const (
+	testEdgeToken     = "test-edge-token"
+	testReplicaToken  = "test-replica-token"
+	testOperatorToken = "test-operator-token"
+)
+
+// asOperator makes a test's own gRPC client call as the test operator.
+var asOperator = grpc.WithPerRPCCredentials(bearer.Token(testOperatorToken))
+
+// withCallers appends the test callers to a catalog that lists none.
+func withCallers(yaml string) string {
+	if strings.Contains(yaml, "\ncallers:") {
+		return yaml
+	}
+	return strings.TrimRight(yaml, "\n") + "\ncallers:\n" +
+		"  - {id: test-edges, role: edge, tokens_sha256: [" + catalog.HashKey(testEdgeToken) + "]}\n" +
+		"  - {id: test-replicas, role: replica, tokens_sha256: [" + catalog.HashKey(testReplicaToken) + "]}\n" +
+		"  - {id: test-operators, role: operator, tokens_sha256: [" + catalog.HashKey(testOperatorToken) + "]}\n"
+}
+
+// tokenFile writes token into a file of its own and returns its path.
+func tokenFile(t testing.TB, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(p, []byte(token+"\n"), 0o600))
+	return p
+}
+
+// edgeTokenFlag is the edge's flag naming the test edge's token file.
+func edgeTokenFlag(t testing.TB) string {
+	return "--decider-token-file=" + tokenFile(t, testEdgeToken)
+}
+
 // writeCatalog writes a catalog into dir and returns its path.
 func writeCatalog(t *testing.T, dir, yaml string) string {
 	t.Helper()
 	p := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(yaml), 0o600))
+	require.NoError(t, os.WriteFile(p, []byte(withCallers(yaml)), 0o600))
 	return p
 }
 
 // startDecider starts a decider, closed when the test ends.
 func startDecider(t *testing.T, cfg deciderapp.Config) *deciderapp.Decider {
 	t.Helper()
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = tokenFile(t, testReplicaToken)
+	}
 	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
@@ -45,7 +89,7 @@ func startDecider(t *testing.T, cfg deciderapp.Config) *deciderapp.Decider {
 // deciderAddr, with args as on its command line; closed when the test ends.
 func startEdge(t *testing.T, deciderAddr string, args ...string) *edgeapp.Edge {
 	t.Helper()
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + deciderAddr}, args...),
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + deciderAddr, edgeTokenFlag(t)}, args...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	e, err := edgeapp.Start(t.Context(), ecfg, quietLogger(nil))
