@@ -1,0 +1,198 @@
+package auth
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// whoami answers ListModels with the caller's id and role as the only
+// model, and Report with the caller's role in an error.
+type whoami struct {
+	switchboardv1.UnimplementedDeciderServiceServer
+}
+
+func (whoami) ListModels(ctx context.Context, _ *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
+	p := FromContext(ctx)
+	return &switchboardv1.ListModelsResponse{Models: []*switchboardv1.Model{{Id: p.ID + "/" + p.Role}}}, nil
+}
+
+func testCatalog(t *testing.T, tokens map[string]string) *catalog.Catalog {
+	t.Helper()
+	y := "models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
+		"tenants:\n  - {id: acme, api_keys_sha256: [" + catalog.HashKey("k") + "]}\ncallers:\n" +
+		"  - {id: edges, role: edge, tokens_sha256: [" + catalog.HashKey(tokens["edges"]) + "]}\n" +
+		"  - {id: billing, role: service, tenants: [acme], tokens_sha256: [" + catalog.HashKey(tokens["billing"]) + "]}\n" +
+		"  - {id: ops, role: operator}\n"
+	c, err := catalog.Parse([]byte(y))
+	require.NoError(t, err)
+	return c
+}
+
+// serve starts a gRPC server with the authenticator on 127.0.0.1:0.
+func serve(t *testing.T, a *Authenticator, creds credentials.TransportCredentials) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor())}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	s := grpc.NewServer(opts...)
+	switchboardv1.RegisterDeciderServiceServer(s, whoami{})
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
+}
+
+func whoAmI(t *testing.T, addr string, opts ...grpc.DialOption) (string, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, opts...)
+	require.NoError(t, err)
+	defer conn.Close()
+	resp, err := switchboardv1.NewDeciderServiceClient(conn).ListModels(t.Context(), &switchboardv1.ListModelsRequest{})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetModels()[0].GetId(), nil
+}
+
+func TestBearerTokens(t *testing.T) {
+	a := New()
+	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
+	addr := serve(t, a, nil)
+	_, err := whoAmI(t, addr, plain)
+	require.Equal(t, codes.Unavailable, status.Code(err), "no catalog yet: %v", err)
+
+	a.SetCatalog(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"}))
+	who, err := whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token")))
+	require.NoError(t, err)
+	require.Equal(t, "edges/edge", who)
+	who, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("billing-token")))
+	require.NoError(t, err)
+	require.Equal(t, "billing/service", who)
+
+	_, err = whoAmI(t, addr, plain)
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	_, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token-")))
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	require.NotContains(t, err.Error(), "edge-token-", "the token is never echoed")
+
+	// The health service needs no credentials.
+	conn, err := grpc.NewClient(addr, plain)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+
+	// A new catalog rotates tokens at once.
+	a.SetCatalog(testCatalog(t, map[string]string{"edges": "edge-token-2", "billing": "billing-token"}))
+	_, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token")))
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	who, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token-2")))
+	require.NoError(t, err)
+	require.Equal(t, "edges/edge", who)
+}
+
+// pki is an in-test CA and what it signs.
+type pki struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+}
+
+func newCA(t *testing.T) *pki {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &pki{cert: cert, key: key, pool: pool}
+}
+
+func (ca *pki) issue(t *testing.T, cn string, usage x509.ExtKeyUsage) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func TestClientCertificates(t *testing.T) {
+	ca := newCA(t)
+	a := New()
+	a.SetCatalog(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"}))
+	server := credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{ca.issue(t, "decider", x509.ExtKeyUsageServerAuth)},
+		ClientCAs:    ca.pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13,
+	})
+	addr := serve(t, a, server)
+	client := func(certs ...tls.Certificate) grpc.DialOption {
+		return grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.pool, Certificates: certs, MinVersion: tls.VersionTLS13}))
+	}
+
+	who, err := whoAmI(t, addr, client(ca.issue(t, "ops", x509.ExtKeyUsageClientAuth)))
+	require.NoError(t, err)
+	require.Equal(t, "ops/operator", who, "a verified certificate's CommonName names the caller")
+
+	_, err = whoAmI(t, addr, client(ca.issue(t, "intruder", x509.ExtKeyUsageClientAuth)))
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+
+	_, err = whoAmI(t, addr, client())
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "TLS without a client certificate or token: %v", err)
+
+	// A token over TLS names its own caller.
+	who, err = whoAmI(t, addr, client(), grpc.WithPerRPCCredentials(bearer.Token("billing-token")))
+	require.NoError(t, err)
+	require.Equal(t, "billing/service", who)
+}
+
+func TestPolicyTableCoversEveryRPC(t *testing.T) {
+	for _, m := range switchboardv1.DeciderService_ServiceDesc.Methods {
+		require.Contains(t, policy, "/"+switchboardv1.DeciderService_ServiceDesc.ServiceName+"/"+m.MethodName)
+	}
+	for _, s := range switchboardv1.DeciderService_ServiceDesc.Streams {
+		require.Contains(t, policy, "/"+switchboardv1.DeciderService_ServiceDesc.ServiceName+"/"+s.StreamName)
+	}
+	require.True(t, Allowed(catalog.RoleEdge, switchboardv1.DeciderService_Report_FullMethodName))
+	require.False(t, Allowed(catalog.RoleService, switchboardv1.DeciderService_Report_FullMethodName))
+	require.False(t, Allowed(catalog.RoleOperator, "/switchboard.v1.DeciderService/SomethingNew"), "an RPC not in the table is refused")
+}
