@@ -15,7 +15,15 @@ KEY=sk-sb-drill-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
 SHA=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
 # The demo catalog with the tenant allowed 4 requests in flight, as the
 # lock-out drill needs.
+# Decider tokens for the edge and an operator, as make run writes them.
+token() { # file: writes a new random token into it and prints its SHA-256
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1")
+  sha256sum <"$1" | cut -d' ' -f1
+}
+EDGE_SHA=$(token "$DATA/edge-token")
+OPERATOR_SHA=$(token "$DATA/operator-token")
 sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e 's/unit: concurrent_requests, capacity: 32/unit: concurrent_requests, capacity: 4/' \
+  -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
   deploy/local/catalog.yaml >"$DATA/catalog.yaml"
 export ALPHA_API_KEY=sim-alpha BETA_API_KEY=sim-beta GAMMA_API_KEY=sim-gamma
 
@@ -66,7 +74,7 @@ bin/provsim --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($
 wait_http http://127.0.0.1:9101/healthz
 
 echo "== readiness: an edge whose decider is not up is alive but not ready"
-bin/edge --listen "$EDGE" --decider "$DECIDER" --body-read-timeout 2s 2>"$DATA/edge.log" & pids+=($!)
+bin/edge --listen "$EDGE" --decider "$DECIDER" --decider-token-file "$DATA/edge-token" --body-read-timeout 2s 2>"$DATA/edge.log" & pids+=($!)
 wait_http "http://$EDGE/healthz"
 ready=$(curl -s -o /dev/null -w '%{http_code}' "http://$EDGE/readyz")
 echo "  /healthz 200, /readyz $ready"

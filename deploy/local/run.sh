@@ -12,7 +12,16 @@ mkdir -p "$DATA"
 # A fresh demo key each run; only its SHA-256 goes into the catalog.
 KEY=${SWITCHBOARD_DEMO_KEY:-sk-sb-demo-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 SHA=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-sed "s/@DEMO_KEY_SHA256@/$SHA/" deploy/local/catalog.yaml > "$DATA/catalog.yaml"
+# Fresh decider tokens each run, for the edge and for an operator (decider
+# explain --token-file); only their SHA-256 goes into the catalog.
+token() { # file: writes a new random token into it and prints its SHA-256
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1")
+  sha256sum <"$1" | cut -d' ' -f1
+}
+EDGE_SHA=$(token "$DATA/edge-token")
+OPERATOR_SHA=$(token "$DATA/operator-token")
+sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
+  deploy/local/catalog.yaml > "$DATA/catalog.yaml"
 
 # The simulated providers accept any credential; real ones read these.
 export ALPHA_API_KEY=sim-alpha BETA_API_KEY=sim-beta GAMMA_API_KEY=sim-gamma
@@ -33,7 +42,7 @@ wait_http() { # url
 bin/provsim --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($!)
 # Probes every 30s (default 5m) so the demo learns per-size speeds quickly.
 bin/decider --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s --probe-interval 30s 2>"$DATA/decider.log" & pids+=($!)
-bin/edge --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" 2>"$DATA/edge.log" & pids+=($!)
+bin/edge --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" --decider-token-file "$DATA/edge-token" 2>"$DATA/edge.log" & pids+=($!)
 
 wait_http http://127.0.0.1:9101/healthz
 # Ready: the edge reaches the decider and the decider serves its catalog.
@@ -45,7 +54,7 @@ Switchboard is running (logs in $DATA/*.log). Ctrl-C stops it.
 
   API key:  $KEY
   Base URL: http://$EDGE_ADDR/v1
-  Decider:  $DECIDER_ADDR (gRPC)
+  Decider:  $DECIDER_ADDR (gRPC; operator token in $DATA/operator-token)
 
 Try:
   curl -s http://$EDGE_ADDR/v1/chat/completions \\
@@ -53,6 +62,8 @@ Try:
     -d '{"model":"deepseek/deepseek-v4.1-flash","messages":[{"role":"user","content":"Hello there"}]}'
 
   OPENAI_BASE_URL=http://$EDGE_ADDR/v1 OPENAI_API_KEY=$KEY <your OpenAI SDK program>
+
+  bin/decider explain --decider $DECIDER_ADDR --token-file $DATA/operator-token --tenant demo --model deepseek/deepseek-v4.1-flash
 MSG
 wait -n "${pids[@]}"
 echo "a component exited; see $DATA/*.log" >&2
