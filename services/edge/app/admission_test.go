@@ -155,10 +155,13 @@ func TestChatAdmissionFallback(t *testing.T) {
 
 	res := h.fd.ReserveRequests()
 	require.Len(t, res, 1)
+	require.NotEmpty(t, h.fd.DecideRequests()[0].GetIdentity().GetApiKeySha256())
 	want := &switchboardv1.ReserveRequest{
 		RequestId: id, IdempotencyKey: id + "|" + h.eps[1].GetId(),
-		// The identity Decide resolved, as the decider answered it.
-		Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
+		// The identity Decide resolved, as the decider answered it, with
+		// the client's key hash: the decider lets an edge act only for a
+		// client it authenticated by key.
+		Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1", ApiKeySha256: h.fd.DecideRequests()[0].GetIdentity().GetApiKeySha256()},
 		Model:    model, EndpointId: h.eps[1].GetId(),
 		Demand: &switchboardv1.Demand{
 			InputTokens: h.fd.DecideRequests()[0].GetTokens().GetInputTokens(), OutputTokens: 4096,
