@@ -131,9 +131,8 @@ func requestsLeft(t *testing.T, d *deciderapp.Decider, tenant string) float64 {
 
 // report opens a Report stream, says hello and sends reports, and returns
 // the first answer's error (nil when the decider accepted the stream).
-func report(t *testing.T, c switchboardv1.DeciderServiceClient, reports ...*switchboardv1.CallReport) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+func report(ctx context.Context, c switchboardv1.DeciderServiceClient, reports ...*switchboardv1.CallReport) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := c.Report(ctx)
 	if err != nil {
@@ -173,7 +172,7 @@ func TestAttacksWithoutCredentialsAreRefused(t *testing.T) {
 				_, err = c.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{RequestId: "hedge", EstimatedCostUsd: 2.5})
 				require.Equal(t, codes.Unauthenticated, status.Code(err), "AcquireHedge: %v", err)
 			}
-			err = report(t, c, &switchboardv1.CallReport{RequestId: "r1", EndpointId: secEndpoint, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED})
+			err = report(ctx, c, &switchboardv1.CallReport{RequestId: "r1", EndpointId: secEndpoint, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED})
 			require.Equal(t, codes.Unauthenticated, status.Code(err), "a forged 429 on the Report stream: %v", err)
 		})
 	}
@@ -193,7 +192,7 @@ func TestAttacksWithoutCredentialsAreRefused(t *testing.T) {
 	h, err := edge.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{RequestId: "hedge", EstimatedCostUsd: 2.5})
 	require.NoError(t, err)
 	require.True(t, h.GetGranted())
-	require.NoError(t, report(t, edge, &switchboardv1.CallReport{RequestId: "r1", EndpointId: secEndpoint, Outcome: switchboardv1.Outcome_OUTCOME_OK}))
+	require.NoError(t, report(ctx, edge, &switchboardv1.CallReport{RequestId: "r1", EndpointId: secEndpoint, Outcome: switchboardv1.Outcome_OUTCOME_OK}))
 	require.Equal(t, int64(1), d.ReportsReceived())
 }
 
@@ -243,7 +242,7 @@ func TestAttacksOutsideTheRoleAreRefused(t *testing.T) {
 			_, err = c.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{RequestId: "hedge", EstimatedCostUsd: 2.5})
 			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 		}
-		err = report(t, c, &switchboardv1.CallReport{RequestId: "r1", EndpointId: secEndpoint, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED})
+		err = report(ctx, c, &switchboardv1.CallReport{RequestId: "r1", EndpointId: secEndpoint, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED})
 		require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	}
 	_, _, granted, _ := d.HedgeBudget()
@@ -404,7 +403,7 @@ func TestRoleRPCTenantMatrix(t *testing.T) {
 			return err
 		},
 		"Report": func(t *testing.T, c switchboardv1.DeciderServiceClient, _ variant) error {
-			return report(t, c)
+			return report(t.Context(), c)
 		},
 		"AcquireHedge": func(t *testing.T, c switchboardv1.DeciderServiceClient, v variant) error {
 			_, err := c.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: "matrix-" + v.name, EstimatedCostUsd: 0.01})
