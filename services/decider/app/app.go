@@ -277,9 +277,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		}
 	}, d.onActivity)
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
-	svc := server.New(d.hub, d.budget)
-	d.hub.SetReservations(svc.Reservations())
 	d.authn = auth.New()
+	svc := server.New(d.hub, d.budget, d.authn)
+	d.hub.SetReservations(svc.Reservations())
 	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(auth.ForwardInterceptor())}
 	if cfg.TokenFile != "" {
 		tok, err := bearer.NewFile(cfg.TokenFile, bearer.Options{})

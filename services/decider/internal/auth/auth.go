@@ -1,4 +1,6 @@
-// Package auth owns who calls the decider and what each caller may do.
+// Package auth owns who calls the decider, what each caller may do, and
+// for whom: it also resolves the identity a request carries (an API key
+// digest or a tenant id) into the tenant, key id and partner it acts for.
 //
 // # Authentication
 //
@@ -113,6 +115,15 @@ type token struct {
 type index struct {
 	tokens []token
 	byID   map[string]*Principal
+	// The clients' side: API key digest → tenant and key id, the tenants,
+	// and each tenant's partner.
+	keys    map[string]keyInfo
+	tenants map[string]bool
+	partner map[string]string
+}
+
+type keyInfo struct {
+	tenant, keyID string
 }
 
 // Authenticator authenticates calls against the catalog's callers.
@@ -123,9 +134,19 @@ type Authenticator struct {
 // New returns an authenticator that answers Unavailable until SetCatalog.
 func New() *Authenticator { return &Authenticator{} }
 
-// SetCatalog makes c's callers the ones accepted, from the next call on.
+// SetCatalog makes c's callers, tenants and API keys the ones accepted,
+// from the next call on.
 func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
-	idx := &index{byID: map[string]*Principal{}}
+	idx := &index{byID: map[string]*Principal{}, keys: map[string]keyInfo{}, tenants: map[string]bool{}, partner: map[string]string{}}
+	for _, t := range c.Tenants {
+		idx.tenants[t.ID] = true
+		if t.Partner != "" {
+			idx.partner[t.ID] = t.Partner
+		}
+		for _, k := range t.APIKeysSHA256 {
+			idx.keys[k] = keyInfo{tenant: t.ID, keyID: catalog.KeyID(k)}
+		}
+	}
 	for _, cl := range c.Callers {
 		p := &Principal{ID: cl.ID, Role: cl.Role, Tenants: slices.Clone(cl.Tenants)}
 		idx.byID[cl.ID] = p

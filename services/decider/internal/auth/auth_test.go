@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,4 +196,46 @@ func TestPolicyTableCoversEveryRPC(t *testing.T) {
 	require.True(t, Allowed(catalog.RoleEdge, switchboardv1.DeciderService_Report_FullMethodName))
 	require.False(t, Allowed(catalog.RoleService, switchboardv1.DeciderService_Report_FullMethodName))
 	require.False(t, Allowed(catalog.RoleOperator, "/switchboard.v1.DeciderService/SomethingNew"), "an RPC not in the table is refused")
+}
+
+func TestResolve(t *testing.T) {
+	a := New()
+	_, err := a.Resolve(&switchboardv1.Identity{TenantId: "acme"})
+	require.Equal(t, codes.Unavailable, status.Code(err), "no catalog yet")
+	c, err := catalog.Parse([]byte("models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
+		"partners: [{id: resellers}]\ntenants:\n  - {id: acme, partner: resellers, api_keys_sha256: [" + catalog.HashKey("k") + "]}\n"))
+	require.NoError(t, err)
+	a.SetCatalog(c)
+	keyA := catalog.HashKey("k")
+	tests := []struct {
+		name    string
+		id      *switchboardv1.Identity
+		tenant  string
+		wantErr string
+	}{
+		{name: "key", id: &switchboardv1.Identity{ApiKeySha256: keyA}, tenant: "acme"},
+		{name: "key upper-case hex", id: &switchboardv1.Identity{ApiKeySha256: strings.ToUpper(keyA)}, tenant: "acme"},
+		{name: "unknown key", id: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("nope")}, wantErr: "invalid API key"},
+		{name: "tenant id", id: &switchboardv1.Identity{TenantId: "acme"}, tenant: "acme"},
+		{name: "unknown tenant", id: &switchboardv1.Identity{TenantId: "evil"}, wantErr: "unknown tenant"},
+		{name: "nothing", id: nil, wantErr: "no API key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := a.Resolve(tt.id)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Equal(t, codes.Unauthenticated, status.Code(err))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.tenant, id.GetTenantId())
+			require.Equal(t, "resellers", id.GetPartner(), "the partner comes from the catalog")
+			require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, id.GetWorkloadClass())
+		})
+	}
+	id, err := a.Resolve(&switchboardv1.Identity{ApiKeySha256: keyA, Partner: "someone-else", TenantId: "globex"})
+	require.NoError(t, err)
+	require.Equal(t, "acme", id.GetTenantId(), "a key names its own tenant, whatever tenant_id says")
+	require.Equal(t, "resellers", id.GetPartner())
 }

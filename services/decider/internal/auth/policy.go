@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,17 +62,50 @@ var policy = map[string]map[string]access{
 // some tenant.
 func Allowed(role, method string) bool { return policy[method][role] != deny }
 
-// Resolver turns a request's identity into the tenant it acts for, or
-// fails with a gRPC status (an unknown key is Unauthenticated).
-type Resolver func(*switchboardv1.Identity) (*switchboardv1.Identity, error)
+// Resolve turns the identity a request carries into the one it acts for:
+// an API key digest must be known (its tenant and key id come from the
+// catalog); without one, a tenant id must name a tenant. The partner always
+// comes from the catalog, never from the caller, so no one can charge (or
+// escape) another partner's limits. It fails with Unauthenticated.
+func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
+	idx := a.idx.Load()
+	if idx == nil {
+		return nil, status.Error(codes.Unavailable, "decider is starting: catalog not loaded yet")
+	}
+	out := &switchboardv1.Identity{}
+	if id != nil {
+		out.App, out.Environment, out.Partner, out.WorkloadClass = id.App, id.Environment, id.Partner, id.WorkloadClass
+	}
+	if out.WorkloadClass == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		out.WorkloadClass = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	}
+	switch {
+	case id.GetApiKeySha256() != "":
+		k, ok := idx.keys[strings.ToLower(id.GetApiKeySha256())]
+		if !ok {
+			return nil, status.Error(codes.Unauthenticated, "invalid API key")
+		}
+		out.TenantId, out.ApiKeyId = k.tenant, k.keyID
+	case id.GetTenantId() != "":
+		if !idx.tenants[id.GetTenantId()] {
+			return nil, status.Errorf(codes.Unauthenticated, "unknown tenant %q", id.GetTenantId())
+		}
+		out.TenantId, out.ApiKeyId = id.GetTenantId(), id.GetApiKeyId()
+	default:
+		return nil, status.Error(codes.Unauthenticated, "no API key: send Authorization: Bearer <key>")
+	}
+	out.Partner = idx.partner[out.TenantId]
+	return out, nil
+}
 
 // Identity checks that the caller of ctx may send method with id, and
-// returns id resolved. dry says the call is a dry run (Decide's dry_run).
-// Work the decider does on its own (no caller in ctx) is not checked.
-func Identity(ctx context.Context, method string, id *switchboardv1.Identity, dry bool, resolve Resolver) (*switchboardv1.Identity, error) {
+// returns id resolved (Resolve). dry says the call is a dry run (Decide's
+// dry_run). Work the decider does on its own (no caller in ctx) is only
+// resolved.
+func (a *Authenticator) Identity(ctx context.Context, method string, id *switchboardv1.Identity, dry bool) (*switchboardv1.Identity, error) {
 	p := FromContext(ctx)
 	if p == nil {
-		return resolve(id)
+		return a.Resolve(id)
 	}
 	acc := policy[method][p.Role]
 	if p.Via != "" && acc != deny {
@@ -98,7 +132,7 @@ func Identity(ctx context.Context, method string, id *switchboardv1.Identity, dr
 			return nil, status.Errorf(codes.PermissionDenied, "caller %q may not act for tenant %q", p.ID, t)
 		}
 	}
-	out, err := resolve(id)
+	out, err := a.Resolve(id)
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,5 @@
-// Package routing answers Decide: it resolves who is asking, filters a model's
-// endpoints by the caller's routing options, prices this exact request on each
+// Package routing answers Decide for an identity the auth package resolved:
+// it filters a model's endpoints by the caller's routing options, prices this exact request on each
 // endpoint, and orders them by the default smart policy (the cheapest endpoint
 // that is fast enough for this prompt size) or by the user's own choice.
 //
@@ -42,10 +42,9 @@ type Kind int
 
 // The kinds of routing error.
 const (
-	KindUnauthenticated Kind = iota + 1 // unknown or missing API key
-	KindNotFound                        // unknown model
-	KindInvalid                         // malformed routing options or a prompt that fits no endpoint
-	KindUnavailable                     // no endpoint meets the request's constraints
+	KindNotFound    Kind = iota + 1 // unknown model
+	KindInvalid                     // malformed routing options or a prompt that fits no endpoint
+	KindUnavailable                 // no endpoint meets the request's constraints
 )
 
 // Error is a routing error with a message written for the end user.
@@ -101,10 +100,6 @@ type Options struct {
 	Now func() time.Time
 }
 
-type keyInfo struct {
-	tenant, keyID string
-}
-
 type endpoint struct {
 	id             string
 	provider       string
@@ -129,9 +124,6 @@ type model struct {
 
 type index struct {
 	models    map[string]*model
-	keys      map[string]keyInfo
-	tenants   map[string]bool
-	partner   map[string]string // tenant → partner
 	providers map[string]bool
 	list      []*switchboardv1.Model
 }
@@ -198,9 +190,6 @@ func New(c *catalog.Catalog, o Options) *Router {
 func (r *Router) SetCatalog(c *catalog.Catalog) {
 	idx := &index{
 		models:    map[string]*model{},
-		keys:      map[string]keyInfo{},
-		tenants:   map[string]bool{},
-		partner:   map[string]string{},
 		providers: map[string]bool{},
 	}
 	for _, m := range c.Models {
@@ -247,15 +236,6 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		idx.list = append(idx.list, lm)
 	}
 	slices.SortFunc(idx.list, func(a, b *switchboardv1.Model) int { return strings.Compare(a.Id, b.Id) })
-	for _, t := range c.Tenants {
-		idx.tenants[t.ID] = true
-		if t.Partner != "" {
-			idx.partner[t.ID] = t.Partner
-		}
-		for _, k := range t.APIKeysSHA256 {
-			idx.keys[k] = keyInfo{tenant: t.ID, keyID: catalog.KeyID(k)}
-		}
-	}
 	r.idx.Store(idx)
 }
 
@@ -275,38 +255,6 @@ func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bo
 		}
 	}
 	return "", catalog.Rates{}, false
-}
-
-// Authenticate resolves an identity: an API key digest must be known; without
-// one, a trusted caller's tenant_id must name a tenant.
-func (r *Router) Authenticate(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
-	idx := r.idx.Load()
-	out := &switchboardv1.Identity{}
-	if id != nil {
-		out.App, out.Environment, out.Partner, out.WorkloadClass = id.App, id.Environment, id.Partner, id.WorkloadClass
-	}
-	if out.WorkloadClass == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
-		out.WorkloadClass = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
-	}
-	switch {
-	case id != nil && id.ApiKeySha256 != "":
-		k, ok := idx.keys[strings.ToLower(id.ApiKeySha256)]
-		if !ok {
-			return nil, errorf(KindUnauthenticated, "invalid API key")
-		}
-		out.TenantId, out.ApiKeyId = k.tenant, k.keyID
-	case id != nil && id.TenantId != "":
-		if !idx.tenants[id.TenantId] {
-			return nil, errorf(KindUnauthenticated, "unknown tenant %q", id.TenantId)
-		}
-		out.TenantId, out.ApiKeyId = id.TenantId, id.ApiKeyId
-	default:
-		return nil, errorf(KindUnauthenticated, "no API key: send Authorization: Bearer <key>")
-	}
-	// The partner comes from the catalog, never from the caller, so no one
-	// can charge (or escape) another partner's limits.
-	out.Partner = idx.partner[out.TenantId]
-	return out, nil
 }
 
 // ListModels lists the catalog's models.

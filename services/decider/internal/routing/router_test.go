@@ -49,36 +49,6 @@ func newTestRouter(t *testing.T) *Router {
 	return New(c, Options{Exploration: -1})
 }
 
-func TestAuthenticate(t *testing.T) {
-	r := newTestRouter(t)
-	tests := []struct {
-		name    string
-		id      *switchboardv1.Identity
-		tenant  string
-		wantErr string
-	}{
-		{name: "key", id: &switchboardv1.Identity{ApiKeySha256: keyA}, tenant: "acme"},
-		{name: "key upper-case hex", id: &switchboardv1.Identity{ApiKeySha256: strings.ToUpper(keyA)}, tenant: "acme"},
-		{name: "unknown key", id: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("nope")}, wantErr: "invalid API key"},
-		{name: "trusted tenant", id: &switchboardv1.Identity{TenantId: "acme"}, tenant: "acme"},
-		{name: "unknown tenant", id: &switchboardv1.Identity{TenantId: "evil"}, wantErr: "unknown tenant"},
-		{name: "nothing", id: nil, wantErr: "no API key"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			id, err := r.Authenticate(tt.id)
-			if tt.wantErr != "" {
-				require.ErrorContains(t, err, tt.wantErr)
-				require.Equal(t, KindUnauthenticated, err.(*Error).Kind)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.tenant, id.TenantId)
-			require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, id.WorkloadClass)
-		})
-	}
-}
-
 func ptr[T any](v T) *T { return &v }
 
 func TestDecide(t *testing.T) {

@@ -30,6 +30,7 @@ type Server struct {
 	budget   *hedge.Budget
 	activity atomic.Pointer[activity.Store]
 	adm      atomic.Pointer[admission.Admission]
+	authn    *auth.Authenticator
 }
 
 // SetAdmission enables Reserve, Reconcile and Decide's reserve option.
@@ -46,7 +47,10 @@ func (s *Server) admission() (*admission.Admission, error) {
 var _ switchboardv1.DeciderServiceServer = (*Server)(nil)
 
 // New returns a server that answers UNAVAILABLE until SetRouter is called.
-func New(hub *report.Hub, budget *hedge.Budget) *Server { return &Server{hub: hub, budget: budget} }
+// authn resolves and checks the identities requests carry.
+func New(hub *report.Hub, budget *hedge.Budget, authn *auth.Authenticator) *Server {
+	return &Server{hub: hub, budget: budget, authn: authn}
+}
 
 // SetActivity makes the activity log queryable.
 func (s *Server) SetActivity(a *activity.Store) { s.activity.Store(a) }
@@ -68,7 +72,7 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, err
 	}
-	id, err := auth.Identity(ctx, switchboardv1.DeciderService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun(), resolver(r))
+	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun())
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +166,7 @@ func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRe
 	if err != nil {
 		return nil, err
 	}
-	if _, err := auth.Identity(ctx, switchboardv1.DeciderService_ListModels_FullMethodName, req.GetIdentity(), false, resolver(r)); err != nil {
+	if _, err := s.authn.Identity(ctx, switchboardv1.DeciderService_ListModels_FullMethodName, req.GetIdentity(), false); err != nil {
 		return nil, err
 	}
 	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
@@ -254,11 +258,10 @@ func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivity
 // activityFor resolves whose records are read: only the identity's tenant's,
 // and only a tenant the caller may act for.
 func (s *Server) activityFor(ctx context.Context, method string, id *switchboardv1.Identity) (string, *activity.Store, error) {
-	r, err := s.ready()
-	if err != nil {
+	if _, err := s.ready(); err != nil {
 		return "", nil, err
 	}
-	who, err := auth.Identity(ctx, method, id, false, resolver(r))
+	who, err := s.authn.Identity(ctx, method, id, false)
 	if err != nil {
 		return "", nil, err
 	}
@@ -273,8 +276,7 @@ func (s *Server) activityFor(ctx context.Context, method string, id *switchboard
 // api_key_sha256 is authenticated and its identity resolved; a trusted
 // caller's tenant_id must name a tenant.
 func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	r, err := s.ready()
-	if err != nil {
+	if _, err := s.ready(); err != nil {
 		return nil, err
 	}
 	a, err := s.admission()
@@ -284,7 +286,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if req.GetEndpointId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
 	}
-	id, err := auth.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false, resolver(r))
+	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -388,25 +390,12 @@ func (s *Server) Report(stream switchboardv1.DeciderService_ReportServer) error 
 	return s.hub.Serve(stream)
 }
 
-// resolver resolves identities with r, failing with a gRPC status.
-func resolver(r *routing.Router) auth.Resolver {
-	return func(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
-		out, err := r.Authenticate(id)
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		return out, nil
-	}
-}
-
 func toStatus(err error) error {
 	var re *routing.Error
 	if !errors.As(err, &re) {
 		return status.Error(codes.Internal, "internal error")
 	}
 	switch re.Kind {
-	case routing.KindUnauthenticated:
-		return status.Error(codes.Unauthenticated, re.Msg)
 	case routing.KindNotFound:
 		return status.Error(codes.NotFound, re.Msg)
 	case routing.KindInvalid:

@@ -22,6 +22,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
@@ -70,7 +71,11 @@ type fixture struct {
 func start(t *testing.T, ready bool) *fixture {
 	t.Helper()
 	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
-	f := &fixture{srv: server.New(hub, hedge.New(1, nil))}
+	c, err := catalog.Parse([]byte(testCatalog))
+	require.NoError(t, err)
+	authn := auth.New()
+	authn.SetCatalog(c)
+	f := &fixture{srv: server.New(hub, hedge.New(1, nil), authn)}
 
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
@@ -91,8 +96,6 @@ func start(t *testing.T, ready bool) *fixture {
 	t.Cleanup(func() { _ = conn.Close() })
 	f.client = switchboardv1.NewDeciderServiceClient(conn)
 
-	c, err := catalog.Parse([]byte(testCatalog))
-	require.NoError(t, err)
 	f.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
 	f.act, err = activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
 	require.NoError(t, err)
