@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -515,12 +516,30 @@ func TestEdgeTokenFileRotation(t *testing.T) {
 	const newToken = "sec-edge-token-2"
 	_, err = cli.Put(t.Context(), secCatalogKey, secCatalog(newToken))
 	require.NoError(t, err)
-	// The catalog no longer knows the edge's token: it is refused...
+	// The catalog no longer knows the edge's token: the decider refuses the
+	// edge, which is the edge's fault, not the client's: 503, not 401, and
+	// the client's key is not remembered as invalid.
 	require.Eventually(t, func() bool { return models() != 200 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, http.StatusServiceUnavailable, models())
+	chat := func() int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.URL()+"/chat/completions",
+			strings.NewReader(`{"model":"`+secModel+`","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secAcmeKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusServiceUnavailable, chat())
+	require.Equal(t, http.StatusServiceUnavailable, chat(), "still the decider's refusal, not a key remembered as invalid")
 	// ...until the new token is written to its file.
 	require.NoError(t, os.WriteFile(p+".new", []byte(newToken), 0o600))
 	require.NoError(t, os.Rename(p+".new", p))
 	require.Eventually(t, func() bool { return models() == 200 }, 10*time.Second, 50*time.Millisecond)
+	require.NotEqual(t, http.StatusUnauthorized, chat(), "the client's key was never refused")
 }
 
 // getModels asks an edge for the model list with an API key and returns the HTTP status.

@@ -1,12 +1,16 @@
 package bearer
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestFileRotates(t *testing.T) {
@@ -53,4 +57,14 @@ func TestToken(t *testing.T) {
 	md, err := Token("abc").GetRequestMetadata(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"authorization": "Bearer abc"}, md)
+}
+
+func TestCallerRefused(t *testing.T) {
+	err := CallerError(codes.Unauthenticated, "unknown bearer token")
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+	require.True(t, CallerRefused(err))
+	require.True(t, CallerRefused(fmt.Errorf("wrapped: %w", err)))
+	require.False(t, CallerRefused(status.Error(codes.Unauthenticated, "invalid API key")), "a client's refusal")
+	require.False(t, CallerRefused(errors.New("x")))
+	require.False(t, CallerRefused(nil))
 }

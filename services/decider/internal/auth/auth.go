@@ -14,7 +14,9 @@
 //     CA: its Subject CommonName names the caller.
 //
 // A call with neither, with a token no caller has, or with a certificate
-// naming no caller fails with Unauthenticated. The catalog is watched: a
+// naming no caller fails with Unauthenticated, marked (bearer.CallerError)
+// as the caller's own refusal, so an edge does not take it for its client's
+// unknown API key. The catalog is watched: a
 // caller or token added or removed applies to the next call, without a
 // restart.
 //
@@ -53,6 +55,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -65,6 +68,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 )
 
@@ -178,13 +182,13 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 	}
 	method, _ := grpc.Method(ctx)
 	if policy[method][p.Role] == deny {
-		return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) may not call %s", p.ID, p.Role, method)
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("caller %q (role %s) may not call %s", p.ID, p.Role, method))
 	}
 	if p.Role == catalog.RoleReplica {
 		if vals := metadata.ValueFromIncomingContext(ctx, OnBehalfOf); len(vals) > 0 {
 			orig, ok := idx.byID[vals[0]]
 			if !ok {
-				return nil, status.Errorf(codes.PermissionDenied, "replica %q forwarded for unknown caller %q", p.ID, vals[0])
+				return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for unknown caller %q", p.ID, vals[0]))
 			}
 			fwd := *orig
 			fwd.Via = p.ID
@@ -198,7 +202,7 @@ func (idx *index) authenticate(ctx context.Context) (*Principal, error) {
 	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 0 {
 		tok, err := grpcauth.AuthFromMD(ctx, "bearer")
 		if err != nil {
-			return nil, err
+			return nil, bearer.CallerError(codes.Unauthenticated, "malformed authorization: send authorization: Bearer <token>")
 		}
 		sum := sha256.Sum256([]byte(tok))
 		var found *Principal
@@ -208,7 +212,7 @@ func (idx *index) authenticate(ctx context.Context) (*Principal, error) {
 			}
 		}
 		if found == nil {
-			return nil, status.Error(codes.Unauthenticated, "unknown bearer token")
+			return nil, bearer.CallerError(codes.Unauthenticated, "unknown bearer token")
 		}
 		return found, nil
 	}
@@ -218,10 +222,10 @@ func (idx *index) authenticate(ctx context.Context) (*Principal, error) {
 			if p, ok := idx.byID[cn]; ok {
 				return p, nil
 			}
-			return nil, status.Errorf(codes.Unauthenticated, "client certificate %q names no caller", cn)
+			return nil, bearer.CallerError(codes.Unauthenticated, fmt.Sprintf("client certificate %q names no caller", cn))
 		}
 	}
-	return nil, status.Error(codes.Unauthenticated, "no credentials: send authorization: Bearer <token> or a client certificate")
+	return nil, bearer.CallerError(codes.Unauthenticated, "no credentials: send authorization: Bearer <token> or a client certificate")
 }
 
 // exempt are the services every caller reaches without credentials.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -75,6 +76,13 @@ func unauthorized(msg string) apiError {
 // errors the gRPC client made up itself (connection refused, deadline) carry
 // internal addresses and are replaced by a fixed message.
 func deciderError(err error) apiError {
+	if bearer.CallerRefused(err) {
+		// The decider refused this edge's own credentials or role: a
+		// deployment fault the client can neither cause nor fix, and whose
+		// message names internal callers.
+		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable",
+			message: "the routing service is unavailable; retry shortly"}
+	}
 	st := status.Convert(err)
 	msg := st.Message()
 	switch st.Code() {

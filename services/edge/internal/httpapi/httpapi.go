@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
@@ -325,7 +326,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		s.keys.accept(keyHash)
-	case status.Code(err) == codes.Unauthenticated:
+	case status.Code(err) == codes.Unauthenticated && !bearer.CallerRefused(err):
 		s.keys.refuse(keyHash)
 	}
 	if err != nil {
@@ -333,7 +334,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			return // the client left; nobody to answer
 		}
 		e := deciderError(err)
-		log.Info("decide refused", "model", req.Model, "status", e.status, "error", err)
+		if bearer.CallerRefused(err) {
+			log.Error("the decider refused this edge's credentials: check --decider-token-file and the catalog's callers", "error", err)
+		} else {
+			log.Info("decide refused", "model", req.Model, "status", e.status, "error", err)
+		}
 		writeError(w, e)
 		return
 	}
