@@ -97,8 +97,10 @@ func TestBearerTokens(t *testing.T) {
 
 	_, err = whoAmI(t, addr, plain)
 	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	require.True(t, bearer.CallerRefused(err), "marked as the caller's refusal, not a client's")
 	_, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token-")))
 	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	require.True(t, bearer.CallerRefused(err))
 	require.NotContains(t, err.Error(), "edge-token-", "the token is never echoed")
 
 	// The health service needs no credentials.
