@@ -219,6 +219,7 @@ type Decider struct {
 	logger   *slog.Logger
 	lis      net.Listener
 	srv      *grpcserver.Server
+	svc      *server.Server
 	hub      *report.Hub
 	embedded *store.Embedded
 	store    *store.Store
@@ -269,6 +270,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}, d.onActivity)
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
 	svc := server.New(d.hub, d.budget)
+	d.svc = svc
 	d.hub.SetReservations(svc.Reservations())
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{HotMethods: []string{
 		switchboardv1.DeciderService_Decide_FullMethodName, switchboardv1.DeciderService_Reserve_FullMethodName,

@@ -29,6 +29,7 @@ type Server struct {
 	budget   *hedge.Budget
 	activity atomic.Pointer[activity.Store]
 	adm      atomic.Pointer[admission.Admission]
+	tenants  atomic.Pointer[TenantCheck]
 }
 
 // SetAdmission enables Reserve, Reconcile and Decide's reserve option.
@@ -299,7 +300,7 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 	if req.GetReservationId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
 	}
-	return a.Reconcile(ctx, req)
+	return a.Reconcile(ctx, req, s.allow(ctx))
 }
 
 // maxKeep bounds the ids of one KeepReservations call.
@@ -314,7 +315,7 @@ func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepRe
 	if len(req.GetReservationIds()) > maxKeep {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d reservation ids per call", maxKeep)
 	}
-	n, err := a.Keep(ctx, req.GetReservationIds())
+	n, err := a.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +337,7 @@ func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.Reconcil
 	if req.GetReservationId() == "" {
 		return nil // nothing to apply, ever
 	}
-	return a.ReconcileOnce(ctx, req)
+	return a.ReconcileOnce(ctx, req, r.s.allow(ctx))
 }
 
 func (r reservations) Keep(ctx context.Context, ids []string) error {
@@ -344,7 +345,7 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.Keep(ctx, ids)
+	_, err = a.Keep(ctx, ids, r.s.allow(ctx))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // an owner of an older version: nothing to keep them with
 	}

@@ -1,0 +1,158 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+)
+
+const (
+	victimKey   = "sk-victim-key"
+	attackerKey = "sk-attacker-key"
+)
+
+// writeTwoTenants writes a catalog with a victim tenant (acme) and an
+// attacker tenant (mallory).
+func writeTwoTenants(t *testing.T, dir string) string {
+	t.Helper()
+	y := `
+models:
+  - id: vendor/model
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.2, output: 0.8}}
+tenants:
+  - {id: acme, api_keys_sha256: [` + catalog.HashKey(victimKey) + `]}
+  - {id: mallory, api_keys_sha256: [` + catalog.HashKey(attackerKey) + `]}
+`
+	p := filepath.Join(dir, "catalog.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(y), 0o600))
+	return p
+}
+
+// decideAs decides and reserves one request for the tenant of key.
+func decideAs(t *testing.T, c switchboardv1.DeciderServiceClient, key, requestID string) *switchboardv1.DecideResponse {
+	t.Helper()
+	resp, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{
+		RequestId: requestID, Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(key)}, Model: "vendor/model",
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}, Reserve: true,
+	})
+	require.NoError(t, err)
+	require.NotNil(t, resp.GetReservation(), "reserved")
+	return resp
+}
+
+// neighbours are the ids an attacker tries around its own: the next and
+// previous sequence numbers, each in the shard the sequence would pick,
+// when the id reads as a prefix, a shard and a counter.
+func neighbours(id string) []string {
+	if len(id) < 19 {
+		return nil
+	}
+	head := id[:len(id)-18]
+	seq, err := strconv.ParseUint(id[len(id)-16:], 16, 64)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for k := -8; k <= 8; k++ {
+		s := seq + uint64(k)
+		out = append(out, fmt.Sprintf("%s%02x%016x", head, s%64, s))
+	}
+	return out
+}
+
+// TestReservationIDsCannotBeEnumerated: an attacker that holds a
+// reservation of its own cannot derive the id of another tenant's made
+// right after it, nor release that reservation with it.
+func TestReservationIDsCannotBeEnumerated(t *testing.T) {
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeTwoTenants(t, dir), DataDir: dir})
+	defer d.Close()
+
+	mine := decideAs(t, c, attackerKey, "attacker-1").GetReservation().GetReservationId()
+	victim := decideAs(t, c, victimKey, "victim-1").GetReservation().GetReservationId()
+
+	guesses := neighbours(mine)
+	require.NotEmpty(t, guesses)
+	for _, g := range guesses {
+		if g == mine {
+			continue
+		}
+		require.NotEqual(t, victim, g, "the victim's id follows from the attacker's")
+		_, err := c.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: g, Outcome: switchboardv1.Outcome_OUTCOME_OK})
+		require.Equal(t, codes.NotFound, status.Code(err), "guess %s", g)
+	}
+	// The victim's reservation is still open: its own reconciliation is
+	// the first.
+	_, err := c.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: victim, Outcome: switchboardv1.Outcome_OUTCOME_OK})
+	require.NoError(t, err)
+}
+
+// tenantFromMetadata stands for the caller's authenticated principal in
+// these tests: the tenant named by the call's "x-test-tenant" metadata, or
+// every tenant when it names none.
+func tenantFromMetadata(ctx context.Context) broker.Allow {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("x-test-tenant")
+	if len(v) == 0 {
+		return nil
+	}
+	return func(tenant string) bool { return tenant == v[0] }
+}
+
+func as(ctx context.Context, tenant string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "x-test-tenant", tenant)
+}
+
+// TestReservationsOfAnotherTenantAreRefused: a caller allowed one tenant
+// that learned the id of another tenant's reservation can neither release
+// it (Reconcile, a Report stream's reconciliation) nor keep it
+// (KeepReservations); the reservation stays open and its own tenant
+// closes it.
+func TestReservationsOfAnotherTenantAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeTwoTenants(t, dir), DataDir: dir})
+	defer d.Close()
+	d.svc.SetTenantCheck(tenantFromMetadata)
+
+	victim := decideAs(t, c, victimKey, "victim-1").GetReservation().GetReservationId()
+	mallory := as(t.Context(), "mallory")
+
+	_, err := c.Reconcile(mallory, &switchboardv1.ReconcileRequest{ReservationId: victim, Outcome: switchboardv1.Outcome_OUTCOME_OK})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	_, err = c.KeepReservations(mallory, &switchboardv1.KeepReservationsRequest{ReservationIds: []string{victim}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+
+	stream, err := c.Report(mallory)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "mallory", ReconcilesAcknowledged: true}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: &switchboardv1.ReconcileBatch{Sequence: 1, Reconciles: []*switchboardv1.ReconcileRequest{
+		{ReservationId: victim, Outcome: switchboardv1.Outcome_OUTCOME_OK},
+	}}}}))
+	for {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		if m.GetAck().GetReconcileSequence() == 1 {
+			break // acknowledged: refused for good, not retried
+		}
+	}
+	require.NoError(t, stream.CloseSend())
+
+	// Still open: its own tenant reconciles it, once.
+	_, err = c.Reconcile(as(t.Context(), "acme"), &switchboardv1.ReconcileRequest{ReservationId: victim, Outcome: switchboardv1.Outcome_OUTCOME_OK})
+	require.NoError(t, err)
+	_, err = c.Reconcile(as(t.Context(), "acme"), &switchboardv1.ReconcileRequest{ReservationId: victim, Outcome: switchboardv1.Outcome_OUTCOME_OK})
+	require.Equal(t, codes.NotFound, status.Code(err), "reconciled already")
+}
