@@ -3,10 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -155,4 +157,33 @@ func TestReservationsOfAnotherTenantAreRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Reconcile(as(t.Context(), "acme"), &switchboardv1.ReconcileRequest{ReservationId: victim, Outcome: switchboardv1.Outcome_OUTCOME_OK})
 	require.Equal(t, codes.NotFound, status.Code(err), "reconciled already")
+}
+
+// TestForgedHedgeRecordsDoNotSettle: a record without a valid grant
+// settles no hedge (it could give a spent budget back) and is not stored;
+// a grant issued by one replica is valid on another, which shares its key.
+func TestForgedHedgeRecordsDoNotSettle(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5})
+	defer a.Close()
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), HedgeBudgetUSD: 5})
+	defer b.Close()
+	require.True(t, a.adm.Owner())
+	spent := func() float64 { s, _, _, _ := a.HedgeBudget(); return s }
+	for _, id := range []string{"h1", "h2"} {
+		resp, err := cb.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: id, EstimatedCostUsd: 1})
+		require.NoError(t, err)
+		require.True(t, resp.Granted)
+	}
+
+	forged := hedgeRecord(a, "h1", 0)
+	forged.Grant = nil
+	relabelled := hedgeRecord(a, "h1", 0)
+	relabelled.TenantId = "globex"
+	sendActivity(t, cb, 1, forged, relabelled, hedgeRecord(a, "h2", 0.25))
+	// Settlements reach the owner in order: once h2's is in, h1's would be.
+	require.Eventually(t, func() bool { return math.Abs(spent()-1.25) < 1e-9 }, 10*time.Second, 10*time.Millisecond,
+		"h2 settled, h1 not: spent %v", spent())
+	require.Equal(t, int64(2), b.ActivityRejected())
+	require.Zero(t, a.ActivityRejected())
 }

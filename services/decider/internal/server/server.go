@@ -29,7 +29,7 @@ type Server struct {
 	budget   *hedge.Budget
 	activity atomic.Pointer[activity.Store]
 	adm      atomic.Pointer[admission.Admission]
-	tenants  atomic.Pointer[TenantCheck]
+	trust
 }
 
 // SetAdmission enables Reserve, Reconcile and Decide's reserve option.
@@ -79,6 +79,7 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.grant(resp)
 	if req.GetReserve() && !req.GetDryRun() {
 		if err := s.reserve(ctx, req, resp); err != nil {
 			return nil, err
