@@ -330,7 +330,6 @@ const (
 	anyone               // allowed for every tenant
 	keyOnly              // allowed with a key hash, PermissionDenied with a bare tenant id
 	ownOnly              // allowed for acme, PermissionDenied for globex
-	unscoped             // refused for every tenant: this decider cannot yet check a reservation's tenant
 )
 
 // want returns the code a refused call gets, or OK when the call must pass
@@ -339,7 +338,7 @@ func (r rule) want(v variant) codes.Code {
 	switch r {
 	case unauth:
 		return codes.Unauthenticated
-	case denied, unscoped:
+	case denied:
 		return codes.PermissionDenied
 	case keyOnly:
 		if !v.key {
@@ -431,10 +430,7 @@ func TestRoleRPCTenantMatrix(t *testing.T) {
 		}},
 		{"service", secServiceToken, map[string]rule{
 			"Decide": ownOnly, "Decide dry run": ownOnly, "Reserve": ownOnly, "ListModels": ownOnly, "ListActivity": ownOnly, "GetActivity": ownOnly,
-			// Until the broker checks whose a reservation is, a service
-			// limited to tenants is refused reservation operations rather
-			// than allowed them unchecked: ownOnly once it does.
-			"Reconcile": unscoped, "KeepReservations": unscoped,
+			"Reconcile": ownOnly, "KeepReservations": ownOnly,
 			"Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
 		{"operator", secOperatorToken, map[string]rule{

@@ -1815,7 +1815,13 @@ type DecideResponse struct {
 	Refusal *Refusal `protobuf:"bytes,10,opt,name=refusal,proto3" json:"refusal,omitempty"`
 	// demand is what was reserved, so the caller can reserve the same on a
 	// fallback or hedge endpoint.
-	Demand        *Demand `protobuf:"bytes,11,opt,name=demand,proto3" json:"demand,omitempty"`
+	Demand *Demand `protobuf:"bytes,11,opt,name=demand,proto3" json:"demand,omitempty"`
+	// grant binds this decision to its request id, tenant and api key id: a
+	// tag the decider computes with a key only the deciders hold. The edge
+	// copies it into the request's ActivityRecord, and the decider stores a
+	// record only when its grant matches the record's id, tenant_id and
+	// api_key_id. Opaque to the caller.
+	Grant         []byte `protobuf:"bytes,12,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1923,6 +1929,13 @@ func (x *DecideResponse) GetRefusal() *Refusal {
 func (x *DecideResponse) GetDemand() *Demand {
 	if x != nil {
 		return x.Demand
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
 	}
 	return nil
 }
@@ -3439,7 +3452,11 @@ type ActivityRecord struct {
 	// duration is the request's whole duration at the edge.
 	Duration *durationpb.Duration `protobuf:"bytes,17,opt,name=duration,proto3" json:"duration,omitempty"`
 	// ttft is the time to the first token the client got.
-	Ttft          *durationpb.Duration `protobuf:"bytes,18,opt,name=ttft,proto3" json:"ttft,omitempty"`
+	Ttft *durationpb.Duration `protobuf:"bytes,18,opt,name=ttft,proto3" json:"ttft,omitempty"`
+	// grant is the DecideResponse.grant of the request's decision, copied as
+	// is. A record whose grant does not match its id, tenant_id and api_key_id
+	// (or that has none) is not stored.
+	Grant         []byte `protobuf:"bytes,19,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3596,6 +3613,13 @@ func (x *ActivityRecord) GetDuration() *durationpb.Duration {
 func (x *ActivityRecord) GetTtft() *durationpb.Duration {
 	if x != nil {
 		return x.Ttft
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
 	}
 	return nil
 }
@@ -5020,7 +5044,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tHedgePlan\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xa9\x04\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xbf\x04\n" +
 	"\x0eDecideResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -5034,7 +5058,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vreservation\x18\t \x01(\v2\x1b.switchboard.v1.ReservationR\vreservation\x121\n" +
 	"\arefusal\x18\n" +
 	" \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x12.\n" +
-	"\x06demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\x06demand\"~\n" +
+	"\x06demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\x06demand\x12\x14\n" +
+	"\x05grant\x18\f \x01(\fR\x05grant\"~\n" +
 	"\x06Demand\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x10\n" +
@@ -5160,7 +5185,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12,\n" +
 	"\x12winner_endpoint_id\x18\x03 \x01(\tR\x10winnerEndpointId\x12*\n" +
 	"\x11loser_endpoint_id\x18\x04 \x01(\tR\x0floserEndpointId\x12$\n" +
-	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xa3\x05\n" +
+	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xb9\x05\n" +
 	"\x0eActivityRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -5185,7 +5210,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"costCapped\x12\x14\n" +
 	"\x05error\x18\x10 \x01(\tR\x05error\x125\n" +
 	"\bduration\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12-\n" +
-	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\"e\n" +
+	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\x12\x14\n" +
+	"\x05grant\x18\x13 \x01(\fR\x05grant\"e\n" +
 	"\rActivityBatch\x128\n" +
 	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xc6\x01\n" +

@@ -32,6 +32,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
@@ -227,6 +228,7 @@ type Decider struct {
 	logger   *slog.Logger
 	lis      net.Listener
 	srv      *grpcserver.Server
+	svc      *server.Server
 	hub      *report.Hub
 	embedded *store.Embedded
 	store    *store.Store
@@ -235,6 +237,8 @@ type Decider struct {
 	stats    *stats.Store
 	budget   *hedge.Budget
 	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
+	grants   atomic.Pointer[grant.Signer]   // set before actLog
+	forged   atomic.Int64                   // activity records dropped for want of a valid grant
 	broker   *broker.Broker
 	adm      *admission.Admission
 	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
@@ -279,6 +283,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
 	d.authn = auth.New()
 	svc := server.New(d.hub, d.budget, d.authn)
+	d.svc = svc
 	d.hub.SetReservations(svc.Reservations())
 	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(auth.ForwardInterceptor())}
 	if cfg.TokenFile != "" {
@@ -328,6 +333,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	g, err := grant.Load(ctx, d.store.Client())
+	if err != nil {
+		return nil, err
+	}
+	d.grants.Store(g)
+	svc.SetGrants(g)
 	act, err := activity.Open(activity.Options{
 		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
 		Logger: logger.With("component", "activity"), Now: cfg.Now,
@@ -399,11 +410,19 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 
 // onActivity stores finished requests and settles the hedge budget with the
 // real cost of each cancelled hedge leg: at once when this replica holds the
-// budget, else queued for the replica that does, never waiting for it.
-func (d *Decider) onActivity(_ *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error {
+// budget, else queued for the replica that does, never waiting for it. Only
+// records whose grant matches a decision the deciders made for their
+// request, tenant and key are taken; the others (forged, or from an edge
+// that does not copy grants) are dropped, counted and logged.
+func (d *Decider) onActivity(edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error {
 	act := d.actLog.Load()
 	if act == nil {
 		return errors.New("the activity log is not open yet")
+	}
+	records, dropped := d.grants.Load().Filter(records)
+	if dropped > 0 {
+		d.forged.Add(int64(dropped))
+		d.logger.Warn("activity records without a valid grant dropped", "edge", edge.GetEdgeId(), "records", dropped)
 	}
 	// Settle before the records become readable, so whoever reads a hedged
 	// call's record sees the budget settled too; a batch that fails to store
@@ -588,6 +607,10 @@ func (d *Decider) EtcdEndpoint() string {
 	}
 	return d.embedded.Endpoint()
 }
+
+// ActivityRejected returns how many activity records were dropped because
+// their grant did not match their request, tenant and key (or was missing).
+func (d *Decider) ActivityRejected() int64 { return d.forged.Load() }
 
 // ReservationHeartbeats returns how many of the edges' reservation
 // heartbeats were applied on the broker's owner.

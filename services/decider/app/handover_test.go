@@ -202,9 +202,10 @@ func sendActivity(t *testing.T, c switchboardv1.DeciderServiceClient, seq uint64
 	}
 }
 
-func hedgeRecord(id string, loserUSD float64) *switchboardv1.ActivityRecord {
+// hedgeRecord is an edge's record of a hedged request decided by d.
+func hedgeRecord(d *Decider, id string, loserUSD float64) *switchboardv1.ActivityRecord {
 	return &switchboardv1.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
-		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}}
+		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}, Grant: d.grants.Load().Issue(id, "acme", "")}
 }
 
 // TestHedgeBudgetLivesWithTheOwner: the hedge budget is charged on the owner
@@ -229,7 +230,7 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	// settlement must still replace the owner's estimate.
 	acquire("h1", 1)
 	require.InDelta(t, 1, spent(a), 1e-9)
-	sendActivity(t, cb, 1, hedgeRecord("h1", 0.1))
+	sendActivity(t, cb, 1, hedgeRecord(b, "h1", 0.1))
 	require.Eventually(t, func() bool { return math.Abs(spent(a)-0.1) < 1e-9 }, 10*time.Second, 10*time.Millisecond,
 		"settled on the owner: spent %v", spent(a))
 
@@ -244,7 +245,7 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	require.Eventually(t, b.adm.Owner, 20*time.Second, 10*time.Millisecond)
 	require.InDelta(t, 2.1, spent(b), 1e-9, "restored at takeover")
 	// The pending charge came along: its settlement applies on the new owner.
-	sendActivity(t, cb, 2, hedgeRecord("h2", 0.5))
+	sendActivity(t, cb, 2, hedgeRecord(b, "h2", 0.5))
 	require.Eventually(t, func() bool { return math.Abs(spent(b)-0.6) < 1e-9 }, 10*time.Second, 10*time.Millisecond,
 		"settled on the new owner: spent %v", spent(b))
 }

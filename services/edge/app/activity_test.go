@@ -161,6 +161,7 @@ func TestChatHedgeImmediateOver128k(t *testing.T) {
 	require.GreaterOrEqual(t, h.fd.DecideRequests()[1].GetTokens().GetInputTokens(), int64(128*1024))
 	rec := h.waitRecord(id)
 	require.Equal(t, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, rec.GetHedge().GetMode())
+	require.Equal(t, decisionGrant(id), rec.GetGrant(), "both legs' record carries the decision's grant")
 	require.Equal(t, h.eps[0].GetId(), rec.GetHedge().GetLoserEndpointId())
 }
 
@@ -193,6 +194,7 @@ func TestActivityRecordStatuses(t *testing.T) {
 			require.EqualValues(t, r.status, rec.GetHttpStatus())
 			require.Equal(t, model, rec.GetModel())
 			require.Equal(t, "acme", rec.GetTenantId())
+			require.Equal(t, decisionGrant(id), rec.GetGrant(), "the decision's grant, whatever the attempts")
 			require.Len(t, rec.GetAttempts(), len(tt.modes))
 			require.NotNil(t, rec.GetCreateTime())
 			require.NotNil(t, rec.GetDuration())

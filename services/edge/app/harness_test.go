@@ -153,8 +153,13 @@ func (h *harness) decision(req *switchboardv1.DecideRequest) *switchboardv1.Deci
 			},
 		},
 		Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
+		Grant:    decisionGrant(req.GetRequestId()),
 	}
 }
+
+// decisionGrant is the grant of the default decision for a request: any
+// bytes that differ per request.
+func decisionGrant(requestID string) []byte { return []byte("grant:" + requestID) }
 
 // decideReservation is the id of the reservation the default decision
 // holds on the first provider for a request.

@@ -415,8 +415,13 @@ func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveReque
 	return &switchboardv1.ReserveResponse{Admitted: true, Reservation: res.Proto()}, nil
 }
 
-// Reconcile reconciles locally when this replica owns the broker, else forwards.
-func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
+// Reconcile reconciles locally when this replica owns the broker, else
+// forwards. allow is the caller's authorisation, checked against the
+// reservation's tenant where the reservation lives: here on the owner (nil
+// allows every tenant); a forwarded call is checked by the owner against the
+// caller it names. A reservation of another tenant is PERMISSION_DENIED and
+// left as it was.
+func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) (*switchboardv1.ReconcileResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
 		if err == nil {
@@ -426,7 +431,9 @@ func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 			return nil, err
 		}
 	}
-	st, err := a.o.Broker.Reconcile(ctx, broker.ReconcileRequestFromProto(req))
+	rr := broker.ReconcileRequestFromProto(req)
+	rr.Allow = allow
+	st, err := a.o.Broker.Reconcile(ctx, rr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -439,6 +446,8 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, broker.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, broker.ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}

@@ -13,6 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
@@ -121,6 +124,29 @@ type fwdServer struct {
 
 func (s *fwdServer) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	return s.adm.Load().Reserve(ctx, req)
+}
+
+func (s *fwdServer) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
+	return s.adm.Load().Reconcile(ctx, req, callerTenant(ctx))
+}
+
+func (s *fwdServer) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
+	n, err := s.adm.Load().Keep(ctx, req.GetReservationIds(), callerTenant(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &switchboardv1.KeepReservationsResponse{Kept: n}, nil
+}
+
+// callerTenant stands for the caller's principal, which travels in the
+// call's metadata: "x-test-tenant" names the one tenant it may act for.
+func callerTenant(ctx context.Context) broker.Allow {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("x-test-tenant")
+	if len(v) == 0 {
+		return nil
+	}
+	return func(tenant string) bool { return tenant == v[0] }
 }
 
 // tenantPerDay is the tenant's daily request limit in these tests.
@@ -311,4 +337,43 @@ func TestFencedWritesRefuseStaleOwner(t *testing.T) {
 	for _, kv := range get.Kvs {
 		require.NotEqual(t, "stale", string(kv.Value))
 	}
+}
+
+// TestTenantCheckedWhereTheReservationLives: a replica that does not own the
+// broker forwards reservation operations; the owner checks the caller named
+// in the call against the reservation's tenant, whatever the forwarding
+// replica was given.
+func TestTenantCheckedWhereTheReservationLives(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	b := startReplica(t, c, nil)
+	require.True(t, a.adm.Owner())
+	require.False(t, b.adm.Owner())
+
+	res, err := b.adm.Reserve(t.Context(), reserveReq())
+	require.NoError(t, err)
+	require.True(t, res.GetAdmitted())
+	id := res.GetReservation().GetReservationId()
+	everyone := broker.Allow(nil)
+	globex := metadata.AppendToOutgoingContext(t.Context(), "x-test-tenant", "globex")
+	acme := metadata.AppendToOutgoingContext(t.Context(), "x-test-tenant", "acme")
+
+	_, err = b.adm.Reconcile(globex, &switchboardv1.ReconcileRequest{ReservationId: id}, everyone)
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	_, err = b.adm.Keep(globex, []string{id}, everyone)
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	require.NoError(t, b.adm.ReconcileOnce(globex, &switchboardv1.ReconcileRequest{ReservationId: id}, everyone),
+		"refused for good: not to be retried")
+	require.Equal(t, 1, a.broker.Open(), "untouched")
+
+	// On the owner itself, the check given is the one applied.
+	_, err = a.adm.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: id}, func(string) bool { return false })
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+
+	n, err := b.adm.Keep(acme, []string{id}, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	_, err = b.adm.Reconcile(acme, &switchboardv1.ReconcileRequest{ReservationId: id}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0, a.broker.Open())
 }

@@ -7,26 +7,30 @@ import (
 	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 )
 
 // ReconcileOnce applies a reconciliation an edge sent on its Report stream,
-// on the broker's owner. It returns nil once the reconciliation is applied
-// or can never apply (the owner does not know the reservation, reconciled
-// it already, or the request is invalid): the edge may then forget it. Any
-// other error (no owner elected yet, an owner still taking over or
+// on the broker's owner, checked with allow as [Admission.Reconcile] does.
+// It returns nil once the reconciliation is applied or can never apply (the
+// owner does not know the reservation, reconciled it already, the request is
+// invalid, or the reservation is another tenant's): the edge may then forget
+// it. Any other error (no owner elected yet, an owner still taking over or
 // unreachable) means it must be tried again.
-func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.ReconcileRequest) error {
-	_, err := a.Reconcile(ctx, req)
+func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) error {
+	_, err := a.Reconcile(ctx, req, allow)
 	switch status.Code(err) {
-	case codes.OK, codes.NotFound, codes.InvalidArgument:
+	case codes.OK, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
 		return nil
 	}
 	return err
 }
 
 // Keep extends the open reservations among ids by their TTL, on the
-// broker's owner, and returns how many it extended.
-func (a *Admission) Keep(ctx context.Context, ids []string) (int64, error) {
+// broker's owner, and returns how many it extended. allow is checked on the
+// owner as [Admission.Reconcile] does: when any of the reservations is
+// another tenant's, none is extended and the error is PERMISSION_DENIED.
+func (a *Admission) Keep(ctx context.Context, ids []string, allow broker.Allow) (int64, error) {
 	c, err := a.Forward(ctx)
 	if err != nil {
 		return 0, err
@@ -35,7 +39,7 @@ func (a *Admission) Keep(ctx context.Context, ids []string) (int64, error) {
 		resp, err := c.KeepReservations(ctx, &switchboardv1.KeepReservationsRequest{ReservationIds: ids})
 		return resp.GetKept(), err
 	}
-	n, err := a.o.Broker.Extend(ctx, ids)
+	n, err := a.o.Broker.Extend(ctx, ids, allow)
 	if err != nil {
 		return 0, toStatus(err)
 	}

@@ -126,3 +126,14 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "bytes")
 }
+
+// BenchmarkNewID measures making one reservation id (128 bits from
+// crypto/rand), the part of Reserve that ids added.
+func BenchmarkNewID(b *testing.B) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = newID(7)
+		}
+	})
+}

@@ -122,8 +122,7 @@ type Broker struct {
 	cfgMu sync.Mutex // serialises table replacement and Snapshot/Restore
 	idx   atomic.Uint32
 
-	prefix [12]byte // random hex, so ids never collide with another owner's
-	seq    atomic.Uint64
+	seq atomic.Uint64 // spreads reservations over the shards
 
 	consUntil atomic.Int64 // learning mode ends, Unix ns
 
@@ -147,9 +146,6 @@ func New(cfg Config, o Options) (*Broker, error) {
 	}
 	b := &Broker{opts: o}
 	b.prevGranted.Store(-1)
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
-	hex.Encode(b.prefix[:], rnd[:])
 	for i := range b.shards {
 		b.shards[i].init()
 	}
@@ -240,7 +236,8 @@ type ReserveRequest struct {
 // Reservation is capacity held for one dispatch. The broker never changes a
 // Reservation it returned; callers must not change it either.
 type Reservation struct {
-	// ID identifies the reservation: 31 characters, unique across owners.
+	// ID identifies the reservation: unique across owners and unguessable
+	// (128 random bits), so only whoever was given it can name it.
 	ID string
 	// RequestID is the request it is for.
 	RequestID string
@@ -355,7 +352,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 		ttl = b.opts.DefaultTTL
 	}
 	ttl = min(ttl, b.opts.MaxTTL)
-	e := b.newEntry(req, est, dem, len(bs), now, ttl, si, seq)
+	e := b.newEntry(req, est, dem, len(bs), now, ttl, si)
 	e.idem = ik
 
 	// Lock order: shard, then buckets in canonical order. Holding the shard
@@ -438,10 +435,10 @@ type entry struct {
 	recArr  [inline]charge
 }
 
-func (b *Broker) newEntry(req *ReserveRequest, est, dem Demand, n int, now int64, ttl time.Duration, si int, seq uint64) *entry {
+func (b *Broker) newEntry(req *ReserveRequest, est, dem Demand, n int, now int64, ttl time.Duration, si int) *entry {
 	e := &entry{expires: now + int64(ttl), ttl: int64(ttl)}
 	e.res = Reservation{
-		ID: b.newID(si, seq), RequestID: req.RequestID, IdempotencyKey: req.IdempotencyKey,
+		ID: newID(si), RequestID: req.RequestID, IdempotencyKey: req.IdempotencyKey,
 		Identity: req.Identity, Model: req.Model, EndpointID: req.EndpointID,
 		Estimate: est, Demand: dem,
 		Created: time.Unix(0, now).UTC(), Expires: time.Unix(0, e.expires).UTC(),
@@ -456,31 +453,45 @@ func (b *Broker) newEntry(req *ReserveRequest, est, dem Demand, n int, now int64
 	return e
 }
 
-const idLen = 31
+// Reservation ids. An id names its shard, so Reconcile finds the record
+// without a global index, and is otherwise 128 bits from crypto/rand: holding
+// one's own reservation ids tells nothing about anyone else's, so an id
+// cannot be guessed, only learned from the broker.
+//
+// The current format is "s", the shard in 2 hex digits and 32 random hex
+// digits. The previous one was "r", a 12-hex per-broker prefix, the shard in
+// 2 hex digits and a 16-hex sequence number (31 characters); such ids may
+// still come from a snapshot its owner wrote, and are still found.
+const (
+	idLen    = 1 + 2 + 32
+	oldIDLen = 1 + 12 + 2 + 16
+)
 
-// newID is "r", the broker's 12-hex prefix, the shard in 2 hex digits and
-// the sequence in 16: the shard lets Reconcile find the record without a
-// global index.
-func (b *Broker) newID(si int, seq uint64) string {
+// newID returns a new reservation id in shard si.
+func newID(si int) string {
 	const digits = "0123456789abcdef"
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
 	var buf [idLen]byte
-	buf[0] = 'r'
-	copy(buf[1:13], b.prefix[:])
-	buf[13], buf[14] = digits[si>>4], digits[si&15]
-	for i := idLen - 1; i >= 15; i-- {
-		buf[i] = digits[seq&15]
-		seq >>= 4
-	}
+	buf[0] = 's'
+	buf[1], buf[2] = digits[si>>4], digits[si&15]
+	hex.Encode(buf[3:], rnd[:])
 	return string(buf[:])
 }
 
-// shardOf parses the shard out of a reservation id.
+// shardOf parses the shard out of a reservation id, of either format.
 func shardOf(id string) (int, bool) {
-	if len(id) != idLen || id[0] != 'r' {
+	var at int
+	switch {
+	case len(id) == idLen && id[0] == 's':
+		at = 1
+	case len(id) == oldIDLen && id[0] == 'r':
+		at = 13
+	default:
 		return 0, false
 	}
-	hi, ok1 := unhex(id[13])
-	lo, ok2 := unhex(id[14])
+	hi, ok1 := unhex(id[at])
+	lo, ok2 := unhex(id[at+1])
 	si := hi<<4 | lo
 	return si, ok1 && ok2 && si < nShards
 }
@@ -598,6 +609,10 @@ type ReconcileRequest struct {
 	Outcome Outcome
 	// Headers are the provider's rate-limit and Retry-After headers.
 	Headers []Header
+	// Allow is the caller's authorisation, checked against the
+	// reservation's tenant before anything changes. (Optional) Nil allows
+	// every tenant.
+	Allow Allow
 }
 
 // Settlement is what Reconcile did.
@@ -630,7 +645,9 @@ type Settlement struct {
 // other buckets are settled to the actual usage now, so a call that outlived
 // its reservation is charged what it used. A second reconcile of the same id
 // returns an error matching ErrAlreadyReconciled (and ErrNotFound) and an
-// unknown id one matching ErrNotFound; neither changes any bucket.
+// unknown id one matching ErrNotFound; neither changes any bucket. A
+// reservation (open or recently closed) of a tenant req.Allow refuses gets
+// an error matching ErrForbidden and is left as it was.
 func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settlement, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -646,6 +663,10 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 	sh := &b.shards[si]
 	sh.mu.Lock()
 	e := sh.byID[req.ReservationID]
+	if e != nil && !req.Allow.allows(e.res.Identity.TenantID) {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrForbidden)
+	}
 	if e != nil && e.expires <= now {
 		// Expired but not swept yet: expire it as the sweep would have.
 		sh.remove(e)

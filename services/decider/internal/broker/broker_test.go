@@ -45,7 +45,7 @@ func TestReserveChargesEveryScope(t *testing.T) {
 		"provider_project:alpha:input_tokens:minute=100",
 		"model_route:alpha/m1:requests:minute=1",
 	}, got, "narrowest scope first")
-	require.Equal(t, 31, len(r.ID))
+	require.Regexp(t, `^s[0-3][0-9a-f][0-9a-f]{32}$`, r.ID, "the shard, then 128 random bits")
 	require.Equal(t, t0, r.Created)
 	require.Equal(t, t0.Add(2*time.Minute), r.Expires)
 
@@ -276,7 +276,8 @@ func TestReconcile(t *testing.T) {
 		require.Equal(t, 5.0, level(t, b, cc))
 		require.InDelta(t, before-150, level(t, b, out), 1e-9, "charged once")
 
-		for _, id := range []string{"", "nope", "r" + strings.Repeat("0", 30), "rzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "r000000000000ff0000000000000001"} {
+		for _, id := range []string{"", "nope", "r" + strings.Repeat("0", 30), "rzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "r000000000000ff0000000000000001",
+			"s00" + strings.Repeat("0", 32), "sff" + strings.Repeat("0", 32), "s0z" + strings.Repeat("0", 32), r2id(exp.ID)} {
 			_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: id})
 			require.ErrorIs(t, err, ErrNotFound, id)
 		}

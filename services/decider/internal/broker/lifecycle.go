@@ -16,9 +16,10 @@ var ErrAlreadyReconciled = fmt.Errorf("reservation already reconciled: %w", ErrN
 // when it was closed and, for one that expired, its entry, so a late
 // reconciliation still charges the real usage.
 type closed struct {
-	id   string
-	at   int64
-	tomb *entry // nil once reconciled
+	id     string
+	tenant string
+	at     int64
+	tomb   *entry // nil once reconciled
 }
 
 // maxClosedPerShard bounds the closed reservations each shard remembers:
@@ -28,7 +29,7 @@ const maxClosedPerShard = 512
 // remember records that e closed at now: reconciled (tomb false) or
 // expired with its charges kept (tomb true). The shard lock is held.
 func (b *Broker) remember(s *shard, e *entry, now int64, tomb bool) {
-	c := &closed{id: e.res.ID, at: now}
+	c := &closed{id: e.res.ID, tenant: e.res.Identity.TenantID, at: now}
 	if tomb {
 		c.tomb = e
 	}
@@ -78,6 +79,8 @@ func (b *Broker) reconcileClosed(s *shard, req *ReconcileRequest, now int64) (*S
 	switch {
 	case c == nil:
 		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrNotFound)
+	case !req.Allow.allows(c.tenant):
+		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrForbidden)
 	case c.tomb == nil:
 		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrAlreadyReconciled)
 	}
@@ -106,10 +109,30 @@ func (b *Broker) reconcileClosed(s *shard, req *ReconcileRequest, now int64) (*S
 // declares the reservations of its calls in flight regularly, so a stream
 // that outlives a reservation's TTL keeps its concurrency slot and is
 // reconciled, not expired. Unknown, reconciled and expired ids are skipped.
-// It returns how many reservations were extended.
-func (b *Broker) Extend(ctx context.Context, ids []string) (int, error) {
+// It returns how many reservations were extended. When allow refuses the
+// tenant of any open reservation among ids, it extends none and returns an
+// error matching ErrForbidden; a nil allow allows every tenant.
+func (b *Broker) Extend(ctx context.Context, ids []string, allow Allow) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if allow != nil {
+		// All or nothing: check every id first. A reservation's tenant never
+		// changes, so the check still holds when the second pass extends.
+		for _, id := range ids {
+			si, ok := shardOf(id)
+			if !ok {
+				continue
+			}
+			sh := &b.shards[si]
+			sh.mu.Lock()
+			e := sh.byID[id]
+			ok = e == nil || allow(e.res.Identity.TenantID)
+			sh.mu.Unlock()
+			if !ok {
+				return 0, fmt.Errorf("extend %s: %w", id, ErrForbidden)
+			}
+		}
 	}
 	now := b.nowNS()
 	n := 0

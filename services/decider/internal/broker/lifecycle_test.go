@@ -27,7 +27,7 @@ func TestExtendKeepsALongCallsReservation(t *testing.T) {
 	for range 10 { // 10 minutes of a 2-minute TTL, declared every 40s
 		for range 3 {
 			c.Advance(40 * time.Second)
-			n, err := b.Extend(t.Context(), []string{r.ID, "nope", "r000000000000ff0000000000000001"})
+			n, err := b.Extend(t.Context(), []string{r.ID, "nope", "r000000000000ff0000000000000001"}, nil)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			require.Zero(t, b.Expire(c.Now()))
@@ -54,7 +54,7 @@ func TestExpiredReservationIsChargedLate(t *testing.T) {
 	require.Equal(t, 1, b.Expire(c.Now()))
 	require.Equal(t, 1.0, level(t, b, ccBucket), "expiry released the slot")
 	require.InDelta(t, 0.9, level(t, b, usdBucket), 1e-9, "expiry keeps the estimate as spent")
-	n, err := b.Extend(t.Context(), []string{r.ID})
+	n, err := b.Extend(t.Context(), []string{r.ID}, nil)
 	require.NoError(t, err)
 	require.Zero(t, n, "an expired reservation is not revived")
 
@@ -94,7 +94,7 @@ func TestRestoredReservationsReconcileOnce(t *testing.T) {
 	nb, _ := newBroker(t, lifecycleSpecs, func(o *Options) { o.Now = c.Now })
 	require.NoError(t, nb.Restore(snap, c.Now()))
 	c.Advance(100 * time.Second)
-	n, err := nb.Extend(t.Context(), []string{r.ID})
+	n, err := nb.Extend(t.Context(), []string{r.ID}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	c.Advance(100 * time.Second) // past the original expiry, within the extension
@@ -121,7 +121,7 @@ func TestExtendWhileSnapshotting(t *testing.T) {
 	go func() {
 		for range 200 {
 			c.Advance(time.Millisecond)
-			if n, err := b.Extend(t.Context(), ids); err != nil || n != len(ids) {
+			if n, err := b.Extend(t.Context(), ids, nil); err != nil || n != len(ids) {
 				done <- fmt.Errorf("extend: %d of %d, %v", n, len(ids), err)
 				return
 			}

@@ -20,7 +20,20 @@ var (
 	// (negative or non-finite amounts, unknown units...). It is the gRPC
 	// INVALID_ARGUMENT of Reserve and Reconcile.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrForbidden is returned by [Broker.Reconcile] and [Broker.Extend] for
+	// a reservation of a tenant the caller's Allow refuses; the reservation
+	// is left as it was. It is the gRPC PERMISSION_DENIED of those calls.
+	ErrForbidden = errors.New("reservation of another tenant")
 )
+
+// Allow says whether the caller may act on a reservation of tenant: the
+// tenants of the caller's credentials. A nil Allow allows every tenant (a
+// caller trusted for all of them, or a test). It is called with the
+// reservation's shard locked, so it must be quick and must not call the
+// broker.
+type Allow func(tenant string) bool
+
+func (a Allow) allows(tenant string) bool { return a == nil || a(tenant) }
 
 // Scope is the level of the quota hierarchy a bucket belongs to, narrowest
 // first. The values equal those of switchboardv1.LimitScope so conversion is

@@ -31,6 +31,7 @@ type Server struct {
 	activity atomic.Pointer[activity.Store]
 	adm      atomic.Pointer[admission.Admission]
 	authn    *auth.Authenticator
+	trust
 }
 
 // SetAdmission enables Reserve, Reconcile and Decide's reserve option.
@@ -83,6 +84,7 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.grant(resp)
 	if req.GetReserve() && !req.GetDryRun() {
 		if err := s.reserve(ctx, req, resp); err != nil {
 			return nil, err
@@ -303,30 +305,8 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 	if req.GetReservationId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
 	}
-	allow := auth.Reservations(ctx)
-	if allow == nil {
-		return a.Reconcile(ctx, req)
-	}
-	sc, ok := any(a).(scopedReservations)
-	if !ok {
-		return nil, errUnscoped
-	}
-	return sc.Reconcile(ctx, req, allow)
+	return a.Reconcile(ctx, req, s.allow(ctx))
 }
-
-// scopedReservations applies reconciliations and heartbeats only to
-// reservations of the tenants allow accepts (nil: any tenant), checked where
-// the reservation lives: on the broker's owner, to which a replica forwards
-// the caller's id (see auth.ForwardInterceptor).
-type scopedReservations interface {
-	Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow func(tenant string) bool) (*switchboardv1.ReconcileResponse, error)
-	Keep(ctx context.Context, ids []string, allow func(tenant string) bool) (int64, error)
-}
-
-// errUnscoped refuses a caller limited to some tenants a reservation
-// operation while the admission cannot check whose reservation it is:
-// refused rather than applied unchecked.
-var errUnscoped = status.Error(codes.PermissionDenied, "reservations of a caller limited to tenants cannot be checked by this decider")
 
 // maxKeep bounds the ids of one KeepReservations call.
 const maxKeep = 100_000
@@ -340,14 +320,7 @@ func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepRe
 	if len(req.GetReservationIds()) > maxKeep {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d reservation ids per call", maxKeep)
 	}
-	var n int64
-	if allow := auth.Reservations(ctx); allow == nil {
-		n, err = a.Keep(ctx, req.GetReservationIds())
-	} else if sc, ok := any(a).(scopedReservations); ok {
-		n, err = sc.Keep(ctx, req.GetReservationIds(), allow)
-	} else {
-		err = errUnscoped
-	}
+	n, err := a.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +342,7 @@ func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.Reconcil
 	if req.GetReservationId() == "" {
 		return nil // nothing to apply, ever
 	}
-	return a.ReconcileOnce(ctx, req)
+	return a.ReconcileOnce(ctx, req, r.s.allow(ctx))
 }
 
 func (r reservations) Keep(ctx context.Context, ids []string) error {
@@ -377,7 +350,7 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.Keep(ctx, ids)
+	_, err = a.Keep(ctx, ids, r.s.allow(ctx))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // an owner of an older version: nothing to keep them with
 	}

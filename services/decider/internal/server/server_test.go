@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,6 +64,7 @@ type fixture struct {
 	router *routing.Router
 	act    *activity.Store
 	adm    *admission.Admission
+	caller atomic.Pointer[auth.Principal]
 }
 
 // start serves a Server over bufconn. ready installs the router, the
@@ -78,7 +80,14 @@ func start(t *testing.T, ready bool) *fixture {
 	f := &fixture{srv: server.New(hub, hedge.New(1, nil), authn)}
 
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	// Calls are made as f.caller, as the authentication interceptor would
+	// have found it (none: as a caller of every tenant).
+	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if p := f.caller.Load(); p != nil {
+			ctx = auth.NewContext(ctx, p)
+		}
+		return h(ctx, req)
+	}))
 	switchboardv1.RegisterDeciderServiceServer(gs, f.srv)
 	served := make(chan struct{})
 	go func() {

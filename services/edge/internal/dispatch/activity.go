@@ -26,6 +26,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		CreateTime: timestamppb.New(c.Received),
 		TenantId:   c.TenantID,
 		ApiKeyId:   c.APIKeyID,
+		Grant:      c.Grant,
 		Model:      c.Model,
 		Hedge:      s.hedge,
 		Stream:     c.Stream,

@@ -200,6 +200,9 @@ type Call struct {
 	TenantID string
 	// APIKeyID is the id of the client's key, from the same identity.
 	APIKeyID string
+	// Grant is the decision's grant (DecideResponse.grant), copied into the
+	// activity record: the decider stores the record only with it.
+	Grant []byte
 	// PromptTokens is the prompt estimate, reported for the size bucket.
 	PromptTokens int64
 	// Stream is whether the client asked for server-sent events.

@@ -372,6 +372,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Model:        model,
 		TenantID:     resp.GetIdentity().GetTenantId(),
 		APIKeyID:     resp.GetIdentity().GetApiKeyId(),
+		Grant:        resp.GetGrant(),
 		PromptTokens: req.InputTokens,
 		Stream:       req.Stream,
 		IncludeUsage: req.IncludeUsage,

@@ -1,0 +1,133 @@
+// Package grant ties the activity records edges send to the decisions the
+// deciders made. When a decider answers Decide for a tenant it issues a
+// grant: an HMAC-SHA-256 tag, truncated to 128 bits, over the request id,
+// the tenant and the api key id, under a key every replica shares. The edge
+// copies the grant into the request's activity record, and a decider stores
+// a record only when the grant matches the record's id, tenant and key: a
+// record for a call the deciders never decided for that tenant — forged, or
+// from an edge that does not copy grants — is dropped.
+//
+// The key is made once, by the first replica that starts, and kept in etcd
+// (created only if absent, in one transaction); every replica reads it at
+// start, never on the request path. It is never logged.
+package grant
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// KeyPath is the etcd key holding the shared key.
+const KeyPath = "/switchboard/v1/grant/key"
+
+// keySize is the key's length in bytes; Size is a grant's.
+const (
+	keySize = 32
+	Size    = 16
+)
+
+// domain separates grants from any other use of an HMAC under the key.
+const domain = "switchboard activity grant v1"
+
+// Signer issues and verifies grants. It is safe for concurrent use.
+type Signer struct {
+	macs sync.Pool // hash.Hash: HMAC-SHA-256 under the key
+}
+
+// New returns a signer with key, which must be 32 bytes.
+func New(key []byte) (*Signer, error) {
+	if len(key) != keySize {
+		return nil, fmt.Errorf("grant key: %d bytes, want %d", len(key), keySize)
+	}
+	k := append([]byte(nil), key...)
+	s := &Signer{}
+	s.macs.New = func() any { return hmac.New(sha256.New, k) }
+	return s, nil
+}
+
+// Load returns the signer of the key stored in etcd, creating the key
+// first if no replica has yet: a new random key is written only if the
+// etcd key is absent, in the same transaction that otherwise reads the
+// stored one, so every replica ends up with the same key.
+func Load(ctx context.Context, cli *clientv3.Client) (*Signer, error) {
+	key := make([]byte, keySize)
+	_, _ = rand.Read(key) // crypto/rand.Read never fails
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(KeyPath), "=", 0)).
+		Then(clientv3.OpPut(KeyPath, string(key))).
+		Else(clientv3.OpGet(KeyPath)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("grant key: %w", err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) != 1 {
+			return nil, errors.New("grant key: stored key vanished")
+		}
+		key = kvs[0].Value
+	}
+	return New(key)
+}
+
+// LogValue keeps the key out of logs.
+func (s *Signer) LogValue() slog.Value { return slog.StringValue("[grant key]") }
+
+// String keeps the key out of formatted output.
+func (s *Signer) String() string { return "[grant key]" }
+
+// Issue returns the grant of the decision for requestID, tenant and apiKeyID.
+func (s *Signer) Issue(requestID, tenant, apiKeyID string) []byte {
+	return s.tag(make([]byte, 0, sha256.Size), requestID, tenant, apiKeyID)[:Size]
+}
+
+// Verify reports whether grant is the one issued for requestID, tenant and
+// apiKeyID. It takes the same time whatever the grant.
+func (s *Signer) Verify(grant []byte, requestID, tenant, apiKeyID string) bool {
+	var buf [sha256.Size]byte
+	want := s.tag(buf[:0], requestID, tenant, apiKeyID)[:Size]
+	return len(grant) == Size && hmac.Equal(grant, want)
+}
+
+func (s *Signer) tag(dst []byte, fields ...string) []byte {
+	m := s.macs.Get().(hash.Hash)
+	m.Reset()
+	var n [binary.MaxVarintLen64]byte
+	_, _ = m.Write([]byte(domain))
+	for _, f := range fields {
+		// Each field with its length, so no two field lists write the same bytes.
+		_, _ = m.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		_, _ = m.Write([]byte(f))
+	}
+	dst = m.Sum(dst)
+	s.macs.Put(m)
+	return dst
+}
+
+// Filter returns the records whose grant verifies, each with its grant
+// cleared (a stored record is shown to its tenant, who has no use for it),
+// and how many it dropped. records itself is left as it was.
+func (s *Signer) Filter(records []*switchboardv1.ActivityRecord) (kept []*switchboardv1.ActivityRecord, dropped int) {
+	kept = make([]*switchboardv1.ActivityRecord, 0, len(records))
+	for _, r := range records {
+		if r.GetTenantId() == "" || !s.Verify(r.GetGrant(), r.GetId(), r.GetTenantId(), r.GetApiKeyId()) {
+			dropped++
+			continue
+		}
+		r.Grant = nil
+		kept = append(kept, r)
+	}
+	return kept, dropped
+}
