@@ -17,7 +17,7 @@ SHA=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
 # lock-out drill needs.
 sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e 's/unit: concurrent_requests, capacity: 32/unit: concurrent_requests, capacity: 4/' \
   deploy/local/catalog.yaml >"$DATA/catalog.yaml"
-export ALPHA_API_KEY=sim-alpha BETA_API_KEY=sim-beta GAMMA_API_KEY=sim-gamma
+export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma
 
 pids=()
 cleanup() {
