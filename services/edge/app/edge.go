@@ -28,6 +28,7 @@ import (
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/httpapi"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/probe"
@@ -104,6 +105,20 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		DisableCompression: true,
 	}
 
+	pins, err := credentials.ParsePins(cfg.ProviderKeyHosts)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("--provider-key-hosts: %w", err)
+	}
+	creds, err := credentials.New(credentials.Options{
+		Prefix: cfg.ProviderKeyPrefix, Getenv: cfg.Getenv, Dir: cfg.ProviderKeyDir, Hosts: pins,
+		Reload: cfg.ProviderKeyReload, Logger: logger.With("component", "credentials"),
+	})
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
 		Client:            decider,
@@ -116,7 +131,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	cooldowns := cooldown.New(nil)
 	dispatcher := dispatch.New(dispatch.Options{
 		Client:            &http.Client{Transport: transport},
-		Getenv:            cfg.Getenv,
+		Credentials:       creds,
 		Cooldowns:         cooldowns,
 		Reporter:          reports,
 		Ledger:            reports,
@@ -170,6 +185,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.wg.Go(func() { reports.Run(bg) })
+	e.wg.Go(func() { creds.Run(bg) })
 	e.serveErr = make(chan error, 1)
 	e.wg.Go(func() {
 		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
