@@ -163,6 +163,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		MaxUnverifiedBodies: cfg.MaxUnverifiedBodies,
 		Logger:              logger.With("component", "httpapi"),
 	})
+	commands.keys = api
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
@@ -211,6 +212,10 @@ func (e *Edge) UnackedReconciles() int { return e.reports.UnackedReconciles() }
 // HeldReservations returns the reservations of the calls in flight, as the
 // edge declares them to the decider.
 func (e *Edge) HeldReservations() []string { return e.reports.Held() }
+
+// KeySetVersion is the version of the decider's key set the edge refuses
+// unknown API keys by, 0 before it has one.
+func (e *Edge) KeySetVersion() uint64 { return e.api.KeySetVersion() }
 
 // Close shuts the edge down gracefully: /readyz turns 503 (for DrainDelay,
 // while new requests are still served), requests in flight finish (up to
@@ -299,12 +304,16 @@ func deciderReady(hc healthpb.HealthClient) func(context.Context) error {
 	}
 }
 
-// commandHandler routes the decider's commands to the probe runner and the
-// cool-down table.
+// commandHandler routes the decider's commands to the probe runner, the
+// cool-down table and the HTTP API (the key set).
 type commandHandler struct {
 	probes    *probe.Runner
 	cooldowns *cooldown.Table
+	keys      *httpapi.Server
 }
+
+// KeySet implements [report.Handler.KeySet].
+func (h *commandHandler) KeySet(ks *switchboardv1.KeySet) { h.keys.SetKeySet(ks) }
 
 // Probe implements [report.Handler.Probe].
 func (h *commandHandler) Probe(cmd *switchboardv1.ProbeCommand) { h.probes.Start(cmd) }
