@@ -105,7 +105,7 @@ func startBilling(t *testing.T, tune func(*deciderapp.Config)) *billSystem {
 		pr := billPrices[p]
 		cred := ""
 		if p == "alpha" {
-			cred = ", api_key_env: ALPHA_KEY"
+			cred = ", api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA"
 		}
 		fmt.Fprintf(&eps, "      - {provider: %s, base_url: %s, upstream_model: %s, context_length: 200000%s, price: {input: %g, cached_input: %g, output: %g}}\n",
 			p, s.sim.Provider(p).URL(), simModel, cred, pr.in, pr.cached, pr.out)
@@ -143,7 +143,7 @@ models:
 		"--report-flush-interval=20ms"}, rpcGuards...), func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
-		if k == "ALPHA_KEY" {
+		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
 			return alphaCred
 		}
 		return ""

@@ -104,7 +104,7 @@ models:
   - id: %[1]s
     list_price: {input: 0.30, cached_input: 0.10, output: 1.20}
     endpoints:
-      - {provider: alpha, base_url: %[2]s, upstream_model: %[5]s, api_key_env: ALPHA_KEY, price: {input: 0.10, cached_input: 0.05, output: 0.50}}
+      - {provider: alpha, base_url: %[2]s, upstream_model: %[5]s, api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA, price: {input: 0.10, cached_input: 0.05, output: 0.50}}
       - {provider: beta,  base_url: %[3]s, upstream_model: %[5]s, price: {input: 0.20, cached_input: 0.02, output: 0.60}}
       - {provider: gamma, base_url: %[4]s, upstream_model: %[5]s, price: {input: 0.25, cached_input: 0.10, output: 0.70}}
 tenants:
@@ -124,7 +124,7 @@ tenants:
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
-		if k == "ALPHA_KEY" {
+		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
 			return alphaCred
 		}
 		return ""

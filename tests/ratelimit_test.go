@@ -48,7 +48,7 @@ models:
       - provider: alpha
         base_url: %[2]s
         upstream_model: %[5]s
-        api_key_env: ALPHA_KEY
+        api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA
         price: {input: 0.10, cached_input: 0.05, output: 0.50}
         limits: [%[8]s]
       - {provider: beta,  base_url: %[3]s, upstream_model: %[5]s, price: {input: 0.20, cached_input: 0.02, output: 0.60}}
@@ -77,7 +77,7 @@ tenants:
 		func(string) string { return "" })
 	require.NoError(t, err)
 	ecfg.Getenv = func(k string) string {
-		if k == "ALPHA_KEY" {
+		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
 			return alphaCred
 		}
 		return ""

@@ -25,7 +25,7 @@ OPERATOR_SHA=$(token "$DATA/operator-token")
 sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e 's/unit: concurrent_requests, capacity: 32/unit: concurrent_requests, capacity: 4/' \
   -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
   deploy/local/catalog.yaml >"$DATA/catalog.yaml"
-export ALPHA_API_KEY=sim-alpha BETA_API_KEY=sim-beta GAMMA_API_KEY=sim-gamma
+export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma
 
 pids=()
 cleanup() {

@@ -24,7 +24,7 @@ sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@
   deploy/local/catalog.yaml > "$DATA/catalog.yaml"
 
 # The simulated providers accept any credential; real ones read these.
-export ALPHA_API_KEY=sim-alpha BETA_API_KEY=sim-beta GAMMA_API_KEY=sim-gamma
+export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma
 
 pids=()
 cleanup() {

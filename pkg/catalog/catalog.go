@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
@@ -117,8 +118,11 @@ type Endpoint struct {
 	BaseURL string `yaml:"base_url"`
 	// UpstreamModel is the model name sent upstream. (Optional) Defaults to the model's ID.
 	UpstreamModel string `yaml:"upstream_model"`
-	// APIKeyEnv names the environment variable, on the edge, that holds the
-	// credential. (Optional) Empty means the upstream needs no credential.
+	// APIKeyEnv names the credential on the edge: an environment variable or
+	// a file of the edge's provider key directory. It must start with
+	// ProviderKeyPrefix, so a catalog can never make an edge send anything
+	// else it holds (its cloud credentials, its own tokens) to a base_url.
+	// (Optional) Empty means the upstream needs no credential.
 	APIKeyEnv string `yaml:"api_key_env"`
 	// Price is what this endpoint charges. (Required)
 	Price Price `yaml:"price"`
@@ -213,6 +217,16 @@ var Windows = []string{"second", "minute", "hour", "day"}
 // Scopes are the valid limit scopes, narrowest first.
 var Scopes = []string{"api_key", "app", "tenant", "partner", "provider_workspace", "provider_project", "model_route"}
 
+// ProviderKeyPrefix starts the name of every provider credential
+// (api_key_env): edges read only variables and files named so.
+const ProviderKeyPrefix = "SWITCHBOARD_PROVIDER_KEY_"
+
+var providerKeyName = regexp.MustCompile(`^` + ProviderKeyPrefix + `[A-Z0-9_]+$`)
+
+// ValidProviderKeyName reports whether name may name a provider credential:
+// ProviderKeyPrefix followed by one or more of A-Z, 0-9 and _.
+func ValidProviderKeyName(name string) bool { return providerKeyName.MatchString(name) }
+
 var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -221,6 +235,16 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func HashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
+}
+
+// KeyPrefix returns the first 64 bits of an API key's SHA-256, given as
+// the lowercase hex digest HashKey returns: what edges are told of the valid
+// keys, enough to refuse an unknown key, far too little to forge one.
+func KeyPrefix(keySHA256 string) (uint64, error) {
+	if len(keySHA256) < 16 {
+		return 0, fmt.Errorf("key digest too short")
+	}
+	return strconv.ParseUint(keySHA256[:16], 16, 64)
 }
 
 // KeyID returns a stable, non-secret id for an API key hash: "key-" and its first 12 hex digits.

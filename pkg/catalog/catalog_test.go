@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,7 +17,7 @@ models:
       - provider: alpha
         base_url: http://127.0.0.1:9101/v1
         upstream_model: deepseek-v4.1-flash
-        api_key_env: ALPHA_API_KEY
+        api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA
         price: {input: 0.20, cached_input: 0.07, output: 0.80}
         context_length: 163840
         limits:
@@ -125,6 +126,23 @@ tenants:
   - {id: u, api_keys_sha256: [` + strings.Repeat("a", 64) + `]}
 `,
 			want: []string{`"a" already serves this model`, "key is already used by tenants[0]"},
+		},
+		{
+			// The edge holds more than provider keys in its environment:
+			// a catalog must not be able to name any of it.
+			name: "credential outside the provider key namespace",
+			yaml: `models:
+  - id: m
+    endpoints:
+      - {provider: a, base_url: https://evil.example/v1, api_key_env: AWS_SECRET_ACCESS_KEY, price: {input: 1, output: 1}}
+      - {provider: b, base_url: https://b.example/v1, api_key_env: SWITCHBOARD_PROVIDER_KEY_, price: {input: 1, output: 1}}
+      - {provider: c, base_url: https://c.example/v1, api_key_env: SWITCHBOARD_PROVIDER_KEY_c-1, price: {input: 1, output: 1}}
+`,
+			want: []string{
+				`line 4: models[0].endpoints[0].api_key_env: "AWS_SECRET_ACCESS_KEY" (endpoint a/m) must be SWITCHBOARD_PROVIDER_KEY_ followed by A-Z, 0-9 or _`,
+				`line 5: models[0].endpoints[1].api_key_env: "SWITCHBOARD_PROVIDER_KEY_" (endpoint b/m) must be`,
+				`line 6: models[0].endpoints[2].api_key_env: "SWITCHBOARD_PROVIDER_KEY_c-1" (endpoint c/m) must be`,
+			},
 		},
 		{
 			name: "suffix in model id",
@@ -274,4 +292,13 @@ callers:
 			}
 		})
 	}
+}
+
+func TestKeyPrefix(t *testing.T) {
+	h := HashKey("sk-test")
+	p, err := KeyPrefix(h)
+	require.NoError(t, err)
+	require.Equal(t, h[:16], fmt.Sprintf("%016x", p))
+	_, err = KeyPrefix("abc")
+	require.Error(t, err)
 }

@@ -175,6 +175,10 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			} else if err := validURL(e.BaseURL); err != nil {
 				bad(ep+".base_url", "%v", err)
 			}
+			if e.APIKeyEnv != "" && !ValidProviderKeyName(e.APIKeyEnv) {
+				bad(ep+".api_key_env", "%q (endpoint %s) must be %s followed by A-Z, 0-9 or _: edges read no other credential",
+					e.APIKeyEnv, e.ID(m.ID), ProviderKeyPrefix)
+			}
 			validatePrice(e.Price, ep+".price", bad)
 			if e.ContextLength < 0 {
 				bad(ep+".context_length", "must not be negative")

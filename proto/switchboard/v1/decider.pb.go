@@ -1423,8 +1423,10 @@ type Endpoint struct {
 	BaseUrl string `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
 	// upstream_model is the model name to send upstream.
 	UpstreamModel string `protobuf:"bytes,4,opt,name=upstream_model,json=upstreamModel,proto3" json:"upstream_model,omitempty"`
-	// api_key_env names the environment variable that holds the credential on
-	// the edge. The credential itself never crosses this API.
+	// api_key_env names the provider credential on the edge (an environment
+	// variable or a file of its provider key directory), always starting with
+	// SWITCHBOARD_PROVIDER_KEY_; an edge reads no other name. The credential
+	// itself never crosses this API.
 	ApiKeyEnv string `protobuf:"bytes,5,opt,name=api_key_env,json=apiKeyEnv,proto3" json:"api_key_env,omitempty"`
 	// price is the endpoint's price list.
 	Price *Price `protobuf:"bytes,6,opt,name=price,proto3" json:"price,omitempty"`
@@ -3952,6 +3954,7 @@ type ReportResponse struct {
 	//	*ReportResponse_Probe
 	//	*ReportResponse_Cooldown
 	//	*ReportResponse_Config
+	//	*ReportResponse_KeySet
 	Command       isReportResponse_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4030,6 +4033,15 @@ func (x *ReportResponse) GetConfig() *ConfigCommand {
 	return nil
 }
 
+func (x *ReportResponse) GetKeySet() *KeySet {
+	if x != nil {
+		if x, ok := x.Command.(*ReportResponse_KeySet); ok {
+			return x.KeySet
+		}
+	}
+	return nil
+}
+
 type isReportResponse_Command interface {
 	isReportResponse_Command()
 }
@@ -4054,6 +4066,12 @@ type ReportResponse_Config struct {
 	Config *ConfigCommand `protobuf:"bytes,4,opt,name=config,proto3,oneof"`
 }
 
+type ReportResponse_KeySet struct {
+	// key_set is the set of valid API keys, sent when the stream opens and
+	// again whenever the catalog changes; each replaces the one before.
+	KeySet *KeySet `protobuf:"bytes,5,opt,name=key_set,json=keySet,proto3,oneof"`
+}
+
 func (*ReportResponse_Ack) isReportResponse_Command() {}
 
 func (*ReportResponse_Probe) isReportResponse_Command() {}
@@ -4061,6 +4079,66 @@ func (*ReportResponse_Probe) isReportResponse_Command() {}
 func (*ReportResponse_Cooldown) isReportResponse_Command() {}
 
 func (*ReportResponse_Config) isReportResponse_Command() {}
+
+func (*ReportResponse_KeySet) isReportResponse_Command() {}
+
+// KeySet is the set of API keys the catalog accepts, each as the first 64
+// bits of its SHA-256: enough for an edge to refuse an unknown key before
+// reading its request, far too little to forge a key.
+type KeySet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key_prefixes are the first 8 bytes of each valid key's SHA-256, read
+	// as a big-endian integer.
+	KeyPrefixes []uint64 `protobuf:"fixed64,1,rep,packed,name=key_prefixes,json=keyPrefixes,proto3" json:"key_prefixes,omitempty"`
+	// version is the catalog revision the set was taken from.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeySet) Reset() {
+	*x = KeySet{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeySet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeySet) ProtoMessage() {}
+
+func (x *KeySet) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeySet.ProtoReflect.Descriptor instead.
+func (*KeySet) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *KeySet) GetKeyPrefixes() []uint64 {
+	if x != nil {
+		return x.KeyPrefixes
+	}
+	return nil
+}
+
+func (x *KeySet) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
 
 // AcquireHedgeRequest asks for hedge budget.
 type AcquireHedgeRequest struct {
@@ -4077,7 +4155,7 @@ type AcquireHedgeRequest struct {
 
 func (x *AcquireHedgeRequest) Reset() {
 	*x = AcquireHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4167,7 @@ func (x *AcquireHedgeRequest) String() string {
 func (*AcquireHedgeRequest) ProtoMessage() {}
 
 func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4180,7 @@ func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeRequest.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AcquireHedgeRequest) GetRequestId() string {
@@ -4141,7 +4219,7 @@ type AcquireHedgeResponse struct {
 
 func (x *AcquireHedgeResponse) Reset() {
 	*x = AcquireHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4231,7 @@ func (x *AcquireHedgeResponse) String() string {
 func (*AcquireHedgeResponse) ProtoMessage() {}
 
 func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4244,7 @@ func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeResponse.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AcquireHedgeResponse) GetGranted() bool {
@@ -4211,7 +4289,7 @@ type ListActivityRequest struct {
 
 func (x *ListActivityRequest) Reset() {
 	*x = ListActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4301,7 @@ func (x *ListActivityRequest) String() string {
 func (*ListActivityRequest) ProtoMessage() {}
 
 func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4314,7 @@ func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListActivityRequest) GetIdentity() *Identity {
@@ -4294,7 +4372,7 @@ type ListActivityResponse struct {
 
 func (x *ListActivityResponse) Reset() {
 	*x = ListActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4384,7 @@ func (x *ListActivityResponse) String() string {
 func (*ListActivityResponse) ProtoMessage() {}
 
 func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4397,7 @@ func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListActivityResponse) GetRecords() []*ActivityRecord {
@@ -4349,7 +4427,7 @@ type GetActivityRequest struct {
 
 func (x *GetActivityRequest) Reset() {
 	*x = GetActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4439,7 @@ func (x *GetActivityRequest) String() string {
 func (*GetActivityRequest) ProtoMessage() {}
 
 func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4452,7 @@ func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
 func (*GetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetActivityRequest) GetIdentity() *Identity {
@@ -4402,7 +4480,7 @@ type GetActivityResponse struct {
 
 func (x *GetActivityResponse) Reset() {
 	*x = GetActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4492,7 @@ func (x *GetActivityResponse) String() string {
 func (*GetActivityResponse) ProtoMessage() {}
 
 func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4505,7 @@ func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
 func (*GetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetActivityResponse) GetRecord() *ActivityRecord {
@@ -4448,7 +4526,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4538,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4551,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -4500,7 +4578,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4590,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4603,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Model) GetId() string {
@@ -4567,7 +4645,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4657,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4670,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -4615,7 +4693,7 @@ type HedgeSettlement struct {
 
 func (x *HedgeSettlement) Reset() {
 	*x = HedgeSettlement{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +4705,7 @@ func (x *HedgeSettlement) String() string {
 func (*HedgeSettlement) ProtoMessage() {}
 
 func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +4718,7 @@ func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeSettlement.ProtoReflect.Descriptor instead.
 func (*HedgeSettlement) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HedgeSettlement) GetRequestId() string {
@@ -4668,7 +4746,7 @@ type SettleHedgeRequest struct {
 
 func (x *SettleHedgeRequest) Reset() {
 	*x = SettleHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4680,7 +4758,7 @@ func (x *SettleHedgeRequest) String() string {
 func (*SettleHedgeRequest) ProtoMessage() {}
 
 func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4693,7 +4771,7 @@ func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeRequest.ProtoReflect.Descriptor instead.
 func (*SettleHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SettleHedgeRequest) GetSettlements() []*HedgeSettlement {
@@ -4712,7 +4790,7 @@ type SettleHedgeResponse struct {
 
 func (x *SettleHedgeResponse) Reset() {
 	*x = SettleHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +4802,7 @@ func (x *SettleHedgeResponse) String() string {
 func (*SettleHedgeResponse) ProtoMessage() {}
 
 func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +4815,7 @@ func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeResponse.ProtoReflect.Descriptor instead.
 func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
 }
 
 // ReconcileBatch carries reconciliations from an edge on its Report stream.
@@ -4761,7 +4839,7 @@ type ReconcileBatch struct {
 
 func (x *ReconcileBatch) Reset() {
 	*x = ReconcileBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +4851,7 @@ func (x *ReconcileBatch) String() string {
 func (*ReconcileBatch) ProtoMessage() {}
 
 func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +4864,7 @@ func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBatch.ProtoReflect.Descriptor instead.
 func (*ReconcileBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReconcileBatch) GetReconciles() []*ReconcileRequest {
@@ -4816,7 +4894,7 @@ type ReservationHeartbeat struct {
 
 func (x *ReservationHeartbeat) Reset() {
 	*x = ReservationHeartbeat{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +4906,7 @@ func (x *ReservationHeartbeat) String() string {
 func (*ReservationHeartbeat) ProtoMessage() {}
 
 func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +4919,7 @@ func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationHeartbeat.ProtoReflect.Descriptor instead.
 func (*ReservationHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReservationHeartbeat) GetReservationIds() []string {
@@ -4862,7 +4940,7 @@ type KeepReservationsRequest struct {
 
 func (x *KeepReservationsRequest) Reset() {
 	*x = KeepReservationsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +4952,7 @@ func (x *KeepReservationsRequest) String() string {
 func (*KeepReservationsRequest) ProtoMessage() {}
 
 func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +4965,7 @@ func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsRequest.ProtoReflect.Descriptor instead.
 func (*KeepReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *KeepReservationsRequest) GetReservationIds() []string {
@@ -4908,7 +4986,7 @@ type KeepReservationsResponse struct {
 
 func (x *KeepReservationsResponse) Reset() {
 	*x = KeepReservationsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4920,7 +4998,7 @@ func (x *KeepReservationsResponse) String() string {
 func (*KeepReservationsResponse) ProtoMessage() {}
 
 func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4933,7 +5011,7 @@ func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsResponse.ProtoReflect.Descriptor instead.
 func (*KeepReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeepReservationsResponse) GetKept() int64 {
@@ -5231,13 +5309,17 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tReportAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12+\n" +
 	"\x11activity_sequence\x18\x02 \x01(\x04R\x10activitySequence\x12-\n" +
-	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\"\xf8\x01\n" +
+	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\"\xab\x02\n" +
 	"\x0eReportResponse\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchboard.v1.ReportAckH\x00R\x03ack\x124\n" +
 	"\x05probe\x18\x02 \x01(\v2\x1c.switchboard.v1.ProbeCommandH\x00R\x05probe\x12=\n" +
 	"\bcooldown\x18\x03 \x01(\v2\x1f.switchboard.v1.CooldownCommandH\x00R\bcooldown\x127\n" +
-	"\x06config\x18\x04 \x01(\v2\x1d.switchboard.v1.ConfigCommandH\x00R\x06configB\t\n" +
-	"\acommand\"\x83\x01\n" +
+	"\x06config\x18\x04 \x01(\v2\x1d.switchboard.v1.ConfigCommandH\x00R\x06config\x121\n" +
+	"\akey_set\x18\x05 \x01(\v2\x16.switchboard.v1.KeySetH\x00R\x06keySetB\t\n" +
+	"\acommand\"E\n" +
+	"\x06KeySet\x12!\n" +
+	"\fkey_prefixes\x18\x01 \x03(\x06R\vkeyPrefixes\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x83\x01\n" +
 	"\x13AcquireHedgeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -5402,7 +5484,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
@@ -5450,24 +5532,25 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*ConfigCommand)(nil),            // 43: switchboard.v1.ConfigCommand
 	(*ReportAck)(nil),                // 44: switchboard.v1.ReportAck
 	(*ReportResponse)(nil),           // 45: switchboard.v1.ReportResponse
-	(*AcquireHedgeRequest)(nil),      // 46: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 47: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 48: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 49: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 50: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 51: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 52: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 53: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 54: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 55: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 56: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 57: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 58: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 59: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 60: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 61: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
+	(*KeySet)(nil),                   // 46: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 47: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 48: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 49: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 50: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 51: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 52: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 53: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 54: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 55: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 56: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 57: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 58: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 59: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 60: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 61: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 62: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 63: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5475,19 +5558,19 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	62,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	63,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	62,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	63,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
 	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	62,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	63,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	62,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	63,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	62,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	63,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
 	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
@@ -5500,18 +5583,18 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	23,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
 	11,  // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
 	23,  // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	62,  // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	63,  // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	7,   // 31: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 32: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
 	23,  // 33: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
 	25,  // 34: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	63,  // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	63,  // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	64,  // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	64,  // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	8,   // 37: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	7,   // 38: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 39: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	63,  // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	62,  // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	64,  // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	63,  // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,   // 42: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
 	26,  // 43: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
 	27,  // 44: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
@@ -5519,74 +5602,75 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	9,   // 46: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
 	30,  // 47: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
 	25,  // 48: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	63,  // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	62,  // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	62,  // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	64,  // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	63,  // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	63,  // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
 	29,  // 52: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
 	9,   // 53: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	62,  // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	63,  // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
 	30,  // 55: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
 	34,  // 56: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
 	33,  // 57: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
 	35,  // 58: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
 	40,  // 59: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	58,  // 60: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	59,  // 61: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	59,  // 60: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	60,  // 61: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
 	9,   // 62: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	62,  // 63: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	63,  // 64: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	63,  // 63: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	64,  // 64: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
 	5,   // 65: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	63,  // 66: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	64,  // 66: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
 	37,  // 67: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
 	38,  // 68: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
 	29,  // 69: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
 	10,  // 70: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	62,  // 71: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	62,  // 72: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	63,  // 71: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	63,  // 72: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
 	39,  // 73: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
 	18,  // 74: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	63,  // 75: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	64,  // 75: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
 	44,  // 76: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
 	41,  // 77: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
 	42,  // 78: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
 	43,  // 79: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	63,  // 80: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 81: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	63,  // 82: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	63,  // 83: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	39,  // 84: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 85: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	39,  // 86: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 87: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 88: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	53,  // 89: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	55,  // 90: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	31,  // 91: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 92: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24,  // 93: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	31,  // 94: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	36,  // 95: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	52,  // 96: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	46,  // 97: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	48,  // 98: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	50,  // 99: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	56,  // 100: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	60,  // 101: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	22,  // 102: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	28,  // 103: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	32,  // 104: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	45,  // 105: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	54,  // 106: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	47,  // 107: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	49,  // 108: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	51,  // 109: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	57,  // 110: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	61,  // 111: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	102, // [102:112] is the sub-list for method output_type
-	92,  // [92:102] is the sub-list for method input_type
-	92,  // [92:92] is the sub-list for extension type_name
-	92,  // [92:92] is the sub-list for extension extendee
-	0,   // [0:92] is the sub-list for field type_name
+	46,  // 80: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	64,  // 81: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 82: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	64,  // 83: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	64,  // 84: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	39,  // 85: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 86: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	39,  // 87: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 88: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 89: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	54,  // 90: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	56,  // 91: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	31,  // 92: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 93: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24,  // 94: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	31,  // 95: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	36,  // 96: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	53,  // 97: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	47,  // 98: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	49,  // 99: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	51,  // 100: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	57,  // 101: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	61,  // 102: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	22,  // 103: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	28,  // 104: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	32,  // 105: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	45,  // 106: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	55,  // 107: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	48,  // 108: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	50,  // 109: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	52,  // 110: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	58,  // 111: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	62,  // 112: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	103, // [103:113] is the sub-list for method output_type
+	93,  // [93:103] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -5608,6 +5692,7 @@ func file_switchboard_v1_decider_proto_init() {
 		(*ReportResponse_Probe)(nil),
 		(*ReportResponse_Cooldown)(nil),
 		(*ReportResponse_Config)(nil),
+		(*ReportResponse_KeySet)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5615,7 +5700,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

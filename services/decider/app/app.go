@@ -390,6 +390,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)
+	d.hub.SetKeySet(keySet(c, rev))
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
 	d.wg.Go(func() { d.maintain(bg) })
 	d.wg.Go(func() { d.settleHedges(bg, svc) })
@@ -582,8 +583,24 @@ func (d *Decider) onCatalog(data []byte, rev int64) {
 	}
 	d.router.SetCatalog(c)
 	d.authn.SetCatalog(c)
+	d.hub.SetKeySet(keySet(c, rev))
 	d.hub.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: rev}}})
 	d.logger.Info("catalog updated", "revision", rev, "models", len(c.Models))
+}
+
+// keySet is what edges are told of the catalog's API keys: the first 64
+// bits of each key's SHA-256, so they refuse an unknown key before reading
+// its request without learning enough to present a valid one.
+func keySet(c *catalog.Catalog, rev int64) *switchboardv1.KeySet {
+	ks := &switchboardv1.KeySet{Version: uint64(max(rev, 0))}
+	for _, t := range c.Tenants {
+		for _, k := range t.APIKeysSHA256 {
+			if p, err := catalog.KeyPrefix(k); err == nil { // validated: always
+				ks.KeyPrefixes = append(ks.KeyPrefixes, p)
+			}
+		}
+	}
+	return ks
 }
 
 // Kill stops the decider the way a crash would, as far as the broker is

@@ -133,13 +133,17 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	stream, err := client.Report(ctx)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "e1", Region: "local"}}}))
+	// The first thing an edge is told is the set of valid keys.
+	m, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotEmpty(t, m.GetKeySet().GetKeyPrefixes())
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{
 		{RequestId: "r1", EndpointId: "alpha/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_OK},
 		{RequestId: "r2", EndpointId: "beta/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
 	}}}}))
 	// The rate-limited call benches beta: every edge is told, then the
 	// batch is acknowledged.
-	m, err := stream.Recv()
+	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, "beta/vendor/model", m.GetCooldown().GetEndpointId())
 	m, err = stream.Recv()
@@ -157,6 +161,10 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	require.NoError(t, err)
 	rev, err := st.PutCatalog(ctx, data)
 	require.NoError(t, err)
+	// Edges get the new catalog's keys, then the change itself.
+	m, err = stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, uint64(rev), m.GetKeySet().GetVersion())
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, rev, m.GetConfig().GetCatalogRevision())
@@ -172,6 +180,9 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	again, err := st.PutCatalog(ctx, data)
 	require.NoError(t, err)
 	require.Greater(t, again, badRev)
+	m, err = stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, uint64(again), m.GetKeySet().GetVersion(), "the invalid catalog's keys were never sent")
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, again, m.GetConfig().GetCatalogRevision(), "the invalid catalog was never announced")

@@ -151,6 +151,9 @@ func TestChatHedgeImmediateOver128k(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(h.ups[0].Requests()) == 2 && len(h.ups[1].Requests()) == 1
 	}, 10*time.Second, 5*time.Millisecond, "both legs did not start")
+	// Each leg carries its own provider's credential, never the other's.
+	require.Equal(t, "Bearer "+providerKey("alpha"), h.ups[0].Requests()[1].Authorization)
+	require.Equal(t, "Bearer "+providerKey("beta"), h.ups[1].Requests()[0].Authorization)
 	close(hedgeGate)
 	r = <-done
 	require.Equal(t, http.StatusOK, r.status, r.body)

@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 )
 
 // Defaults of Config.
@@ -50,6 +53,8 @@ const (
 // may wait FirstTokenTimeout, so a large value would let one request hold a
 // client for many minutes.
 const maxAttemptsLimit = 16
+
+var providerKeyPrefix = regexp.MustCompile(`^[A-Z][A-Z0-9_]*_$`)
 
 // envPrefix prefixes the environment variable of every flag:
 // --first-token-timeout falls back to SWITCHBOARD_EDGE_FIRST_TOKEN_TIMEOUT.
@@ -140,8 +145,27 @@ type Config struct {
 	// info. Flag --log-level.
 	LogLevel slog.Level
 	// Getenv reads provider credentials by the names the decider gives
-	// (api_key_env) (Optional). Defaults to os.Getenv; tests inject their own.
+	// (api_key_env), only names with ProviderKeyPrefix (Optional). Defaults
+	// to os.Getenv; tests inject their own.
 	Getenv func(string) string
+	// ProviderKeyPrefix is what every provider credential's name starts
+	// with; a name without it is never read, whoever asks (Optional).
+	// Defaults to SWITCHBOARD_PROVIDER_KEY_. Flag --provider-key-prefix.
+	ProviderKeyPrefix string
+	// ProviderKeyDir is a directory of provider credentials, one file per
+	// credential named as the credential (a mounted Kubernetes Secret); a
+	// file wins over an environment variable of the same name, and files
+	// are re-read every ProviderKeyReload (Optional). Defaults to none.
+	// Flag --provider-key-dir.
+	ProviderKeyDir string
+	// ProviderKeyHosts pins credentials to the hosts they may be sent to,
+	// "NAME=host[,host...][;NAME=host...]"; a pinned credential is never
+	// sent to any other host. A file <NAME>.hosts in ProviderKeyDir pins
+	// too (Optional). Defaults to none. Flag --provider-key-hosts.
+	ProviderKeyHosts string
+	// ProviderKeyReload is how often ProviderKeyDir is re-read (Optional).
+	// Defaults to 10s. Flag --provider-key-reload.
+	ProviderKeyReload time.Duration
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -200,6 +224,12 @@ func (c Config) withDefaults() Config {
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
+	if c.ProviderKeyPrefix == "" {
+		c.ProviderKeyPrefix = catalog.ProviderKeyPrefix
+	}
+	if c.ProviderKeyReload == 0 {
+		c.ProviderKeyReload = credentials.DefaultReload
+	}
 	return c
 }
 
@@ -241,6 +271,12 @@ func (c Config) validate() error {
 	if c.MaxUnverifiedBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-unverified-bodies %d: must be at least 1", c.MaxUnverifiedBodies))
 	}
+	if !providerKeyPrefix.MatchString(c.ProviderKeyPrefix) {
+		errs = append(errs, fmt.Errorf("--provider-key-prefix %q: must be upper-case letters, digits or _, ending in _", c.ProviderKeyPrefix))
+	}
+	if _, err := credentials.ParsePins(c.ProviderKeyHosts); err != nil {
+		errs = append(errs, fmt.Errorf("--provider-key-hosts: %w", err))
+	}
 	// Every duration that must be positive.
 	for _, d := range []struct {
 		flag  string
@@ -255,6 +291,7 @@ func (c Config) validate() error {
 		{"--shutdown-grace", c.ShutdownGrace},
 		{"--body-read-timeout", c.BodyReadTimeout},
 		{"--write-timeout", c.WriteTimeout},
+		{"--provider-key-reload", c.ProviderKeyReload},
 	} {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.flag, d.value))
@@ -311,6 +348,13 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "longest time to read one request body (408 beyond)")
 	fs.IntVar(&cfg.MaxUnverifiedBodies, "max-unverified-bodies", cfg.MaxUnverifiedBodies, "request bodies read at once for API keys not yet seen accepted (503 beyond)")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "longest time one write to a client may take before the client is cut off")
+	fs.StringVar(&cfg.ProviderKeyPrefix, "provider-key-prefix", cfg.ProviderKeyPrefix,
+		"provider credentials are the environment variables and --provider-key-dir files named with this prefix; no other name is ever read")
+	fs.StringVar(&cfg.ProviderKeyDir, "provider-key-dir", cfg.ProviderKeyDir,
+		"directory of provider credentials, one file per credential named as it (a mounted Secret); a file wins over the environment variable of the same name, and changed files are picked up without a restart")
+	fs.StringVar(&cfg.ProviderKeyHosts, "provider-key-hosts", cfg.ProviderKeyHosts,
+		"pins credentials to the hosts they may be sent to, NAME=host[,host...][;NAME=...] (host alone: any port); <NAME>.hosts files in --provider-key-dir pin too")
+	fs.DurationVar(&cfg.ProviderKeyReload, "provider-key-reload", cfg.ProviderKeyReload, "how often --provider-key-dir is checked for changed files")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
 	return fs
 }

@@ -57,6 +57,7 @@ func TestParseFlags(t *testing.T) {
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
 					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReservationHeartbeat: 10 * time.Minute / 3, ReserveTimeout: 150 * time.Millisecond,
 					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,
+					ProviderKeyPrefix: "SWITCHBOARD_PROVIDER_KEY_", ProviderKeyReload: 10 * time.Second,
 				}, withoutGetenv(c))
 			},
 		},
@@ -102,6 +103,22 @@ func TestParseFlags(t *testing.T) {
 			name:    "a heartbeat that does not beat the TTL",
 			args:    []string{"--reservation-ttl", "30s", "--reservation-heartbeat", "30s"},
 			wantErr: []string{"--reservation-heartbeat"},
+		},
+		{
+			name: "provider credentials",
+			args: []string{"--provider-key-dir", "/run/secrets/providers", "--provider-key-reload", "5s",
+				"--provider-key-hosts", "SWITCHBOARD_PROVIDER_KEY_ALPHA=api.alpha.example,alpha.example:8443"},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "SWITCHBOARD_PROVIDER_KEY_", c.ProviderKeyPrefix)
+				require.Equal(t, "/run/secrets/providers", c.ProviderKeyDir)
+				require.Equal(t, 5*time.Second, c.ProviderKeyReload)
+				require.Equal(t, "SWITCHBOARD_PROVIDER_KEY_ALPHA=api.alpha.example,alpha.example:8443", c.ProviderKeyHosts)
+			},
+		},
+		{
+			name:    "bad provider credential settings",
+			args:    []string{"--provider-key-prefix", "aws", "--provider-key-hosts", "NOEQUALS;X=https://x/", "--provider-key-reload", "0s"},
+			wantErr: []string{"--provider-key-prefix", "--provider-key-hosts", "NOEQUALS", "a host, not a URL", "--provider-key-reload"},
 		},
 		{
 			name:    "unknown flag",

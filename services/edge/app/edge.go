@@ -29,6 +29,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/httpapi"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/probe"
@@ -113,6 +114,20 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		DisableCompression: true,
 	}
 
+	pins, err := credentials.ParsePins(cfg.ProviderKeyHosts)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("--provider-key-hosts: %w", err)
+	}
+	creds, err := credentials.New(credentials.Options{
+		Prefix: cfg.ProviderKeyPrefix, Getenv: cfg.Getenv, Dir: cfg.ProviderKeyDir, Hosts: pins,
+		Reload: cfg.ProviderKeyReload, Logger: logger.With("component", "credentials"),
+	})
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
 		Client:            decider,
@@ -125,7 +140,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	cooldowns := cooldown.New(nil)
 	dispatcher := dispatch.New(dispatch.Options{
 		Client:            &http.Client{Transport: transport},
-		Getenv:            cfg.Getenv,
+		Credentials:       creds,
 		Cooldowns:         cooldowns,
 		Reporter:          reports,
 		Ledger:            reports,
@@ -157,6 +172,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		MaxUnverifiedBodies: cfg.MaxUnverifiedBodies,
 		Logger:              logger.With("component", "httpapi"),
 	})
+	commands.keys = api
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
@@ -179,6 +195,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.wg.Go(func() { reports.Run(bg) })
+	e.wg.Go(func() { creds.Run(bg) })
 	e.serveErr = make(chan error, 1)
 	e.wg.Go(func() {
 		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -204,6 +221,10 @@ func (e *Edge) UnackedReconciles() int { return e.reports.UnackedReconciles() }
 // HeldReservations returns the reservations of the calls in flight, as the
 // edge declares them to the decider.
 func (e *Edge) HeldReservations() []string { return e.reports.Held() }
+
+// KeySetVersion is the version of the decider's key set the edge refuses
+// unknown API keys by, 0 before it has one.
+func (e *Edge) KeySetVersion() uint64 { return e.api.KeySetVersion() }
 
 // Close shuts the edge down gracefully: /readyz turns 503 (for DrainDelay,
 // while new requests are still served), requests in flight finish (up to
@@ -292,12 +313,16 @@ func deciderReady(hc healthpb.HealthClient) func(context.Context) error {
 	}
 }
 
-// commandHandler routes the decider's commands to the probe runner and the
-// cool-down table.
+// commandHandler routes the decider's commands to the probe runner, the
+// cool-down table and the HTTP API (the key set).
 type commandHandler struct {
 	probes    *probe.Runner
 	cooldowns *cooldown.Table
+	keys      *httpapi.Server
 }
+
+// KeySet implements [report.Handler.KeySet].
+func (h *commandHandler) KeySet(ks *switchboardv1.KeySet) { h.keys.SetKeySet(ks) }
 
 // Probe implements [report.Handler.Probe].
 func (h *commandHandler) Probe(cmd *switchboardv1.ProbeCommand) { h.probes.Start(cmd) }

@@ -80,7 +80,7 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		h.ups = append(h.ups, up)
 		h.eps = append(h.eps, &switchboardv1.Endpoint{
 			Id: name + "/" + model, Provider: name, BaseUrl: up.BaseURL(), UpstreamModel: "upstream-" + name,
-			ApiKeyEnv: strings.ToUpper(name) + "_API_KEY",
+			ApiKeyEnv: "SWITCHBOARD_PROVIDER_KEY_" + strings.ToUpper(name),
 			Price:     &switchboardv1.Price{Input: 0.2, CachedInput: 0.05, Output: 0.8},
 			// Each endpoint its own estimate, so a Reserve's usd tells which
 			// endpoint it was priced on.
@@ -107,7 +107,7 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		ReserveTimeout:      longWait,
 		Getenv: func(k string) string {
 			for _, name := range providerNames {
-				if k == strings.ToUpper(name)+"_API_KEY" {
+				if k == "SWITCHBOARD_PROVIDER_KEY_"+strings.ToUpper(name) {
 					return providerKey(name)
 				}
 			}

@@ -95,6 +95,9 @@ type Hub struct {
 	// try; giveUp bounds the retries of one reconciliation.
 	retryMin, retryMax, attempt, giveUp time.Duration
 
+	// keys is the latest set of valid API keys, sent to every edge.
+	keys atomic.Pointer[switchboardv1.KeySet]
+
 	mu     sync.Mutex
 	edges  map[*conn]struct{}
 	ring   []*conn // the edges in connection order, for SendOne
@@ -103,10 +106,14 @@ type Hub struct {
 }
 
 type conn struct {
-	ctx    context.Context
-	hello  *switchboardv1.EdgeHello
-	since  time.Time
-	out    chan *switchboardv1.ReportResponse
+	ctx   context.Context
+	hello *switchboardv1.EdgeHello
+	since time.Time
+	out   chan *switchboardv1.ReportResponse
+	// keys is signalled when the edge must be sent the hub's latest key
+	// set: a new set replaces one not yet sent, never queues behind it,
+	// and is never dropped for a full buffer.
+	keys   chan struct{}
 	jobs   chan job
 	cancel context.CancelFunc
 }
@@ -145,7 +152,7 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *switchboardv1.ReportResponse, sendBuffer),
-		jobs: make(chan job, workQueue), cancel: cancel}
+		keys: make(chan struct{}, 1), jobs: make(chan job, workQueue), cancel: cancel}
 	if !h.add(c) {
 		return status.Error(codes.Unavailable, "decider is shutting down")
 	}
@@ -166,6 +173,17 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- h.receive(stream, c) }()
 	for {
+		// A new key set goes before anything else waiting: it is the
+		// first thing a new stream is sent, and it precedes the catalog
+		// change announced with it.
+		select {
+		case <-c.keys:
+			if err := h.sendKeys(stream); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
 		select {
 		case err := <-recvErr:
 			h.logger.Info("edge disconnected", "edge", hello.GetEdgeId(), "err", err)
@@ -186,8 +204,21 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 			if err := stream.Send(m); err != nil {
 				return err
 			}
+		case <-c.keys:
+			if err := h.sendKeys(stream); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// sendKeys sends the latest key set.
+func (h *Hub) sendKeys(stream switchboardv1.DeciderService_ReportServer) error {
+	ks := h.keys.Load()
+	if ks == nil {
+		return nil
+	}
+	return stream.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_KeySet{KeySet: ks}})
 }
 
 // drainTimeout bounds how long a stream the edge closed waits for its
@@ -418,6 +449,9 @@ func (h *Hub) add(c *conn) bool {
 	if h.closed {
 		return false
 	}
+	if h.keys.Load() != nil {
+		c.keys <- struct{}{} // the first thing a new stream is sent
+	}
 	h.edges[c] = struct{}{}
 	h.ring = append(h.ring, c)
 	return true
@@ -450,6 +484,22 @@ func (h *Hub) SendOne(m *switchboardv1.ReportResponse) bool {
 		}
 	}
 	return false
+}
+
+// SetKeySet makes ks the set of valid API keys, sent to every connected
+// edge and to each edge that connects later. Edges refuse keys outside it
+// before reading their requests, so it is never dropped for a slow edge: a
+// set not yet sent is replaced by the newer one.
+func (h *Hub) SetKeySet(ks *switchboardv1.KeySet) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.keys.Store(ks)
+	for c := range h.edges {
+		select {
+		case c.keys <- struct{}{}:
+		default: // already signalled: the latest set goes
+		}
+	}
 }
 
 // Broadcast sends a command to every connected edge, dropping it for an edge

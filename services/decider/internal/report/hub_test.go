@@ -386,3 +386,40 @@ func TestHubAppliesTheLastBatchesOfAClosingEdge(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF, "then the stream ends")
 	require.Equal(t, []string{"last"}, rsv.reconciledIDs())
 }
+
+// recvKeySet returns the next key set on the stream, skipping other commands.
+func recvKeySet(t *testing.T, stream switchboardv1.DeciderService_ReportClient) *switchboardv1.KeySet {
+	t.Helper()
+	for {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		if ks := m.GetKeySet(); ks != nil {
+			return ks
+		}
+	}
+}
+
+func TestHubSendsKeySets(t *testing.T) {
+	h := newTestHub(nil, nil)
+	c := serveHub(t, h)
+	// A stream opened before there is a set gets it when it comes, then
+	// every newer set; one opened later gets the latest first.
+	early := open(t, c, &switchboardv1.EdgeHello{EdgeId: "early"})
+	require.Eventually(t, func() bool { return len(h.Edges()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	h.SetKeySet(&switchboardv1.KeySet{KeyPrefixes: []uint64{1, 2}, Version: 7})
+	require.Equal(t, uint64(7), recvKeySet(t, early).GetVersion())
+	// Sets are never dropped for a slow edge: many in a row leave the
+	// latest as the last one sent.
+	for v := uint64(8); v <= 8+2*sendBuffer; v++ {
+		h.SetKeySet(&switchboardv1.KeySet{KeyPrefixes: []uint64{v}, Version: v})
+	}
+	last := uint64(8 + 2*sendBuffer)
+	for got := recvKeySet(t, early); got.GetVersion() != last; got = recvKeySet(t, early) {
+		require.Less(t, got.GetVersion(), last)
+	}
+
+	late := open(t, c, &switchboardv1.EdgeHello{EdgeId: "late"})
+	m, err := late.Recv()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{last}, m.GetKeySet().GetKeyPrefixes(), "the latest set is the first thing a new stream gets")
+}

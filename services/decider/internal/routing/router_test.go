@@ -20,7 +20,7 @@ models:
     endpoints:
       - provider: alpha
         base_url: http://127.0.0.1:1/v1
-        api_key_env: ALPHA_KEY
+        api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA
         price: {input: 0.20, cached_input: 0.07, output: 0.80}
         context_length: 100000
         quantization: fp8
@@ -208,7 +208,7 @@ func TestDecideExplainAndCredentials(t *testing.T) {
 		notes[c.Provider] = c.Note
 	}
 	require.Equal(t, "in provider.ignore", notes["beta"])
-	require.Equal(t, "ALPHA_KEY", resp.Endpoint.ApiKeyEnv, "the edge gets the variable's name, never a secret")
+	require.Equal(t, "SWITCHBOARD_PROVIDER_KEY_ALPHA", resp.Endpoint.ApiKeyEnv, "the edge gets the variable's name, never a secret")
 
 	// The endpoint template must not be mutated by a request.
 	resp.Endpoint.BaseUrl = "http://evil"

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -50,6 +51,7 @@ import (
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 )
 
 // Reporter receives one CallReport per attempt and one ActivityRecord per
@@ -80,12 +82,24 @@ type HedgeBudget interface {
 	AcquireHedge(ctx context.Context, in *switchboardv1.AcquireHedgeRequest, opts ...grpc.CallOption) (*switchboardv1.AcquireHedgeResponse, error)
 }
 
+// Credentials gives the credential named by an endpoint for a call to
+// target, "" for none, or an error when that name or that host is refused;
+// an error never carries a credential. credentials.Store implements it.
+type Credentials interface {
+	Lookup(name string, target *url.URL) (string, error)
+}
+
 // Options configure a Dispatcher.
 type Options struct {
 	// Client sends upstream requests (Required). One client shared by every
 	// request keeps connections to providers warm.
 	Client *http.Client
-	// Getenv reads endpoint credentials by name (Optional). Defaults to os.Getenv.
+	// Credentials gives the credential for an endpoint's call, or refuses
+	// it (Optional). Defaults to environment variables of the provider key
+	// namespace, read with Getenv.
+	Credentials Credentials
+	// Getenv reads endpoint credentials by name when Credentials is nil
+	// (Optional). Defaults to os.Getenv.
 	Getenv func(string) string
 	// Cooldowns holds endpoints the decider benched (Optional). Defaults to none.
 	Cooldowns *cooldown.Table
@@ -143,6 +157,17 @@ func New(o Options) *Dispatcher {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
+	if o.Credentials == nil {
+		// Without a directory New cannot fail.
+		c, _ := credentials.New(credentials.Options{Getenv: o.Getenv})
+		o.Credentials = c
+	}
+	// A redirect is answered as it is, never followed: following it would
+	// carry the endpoint's credential to wherever the provider (or whoever
+	// answers in its name) points, and an API call has no business moving.
+	client := *o.Client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.Client = &client
 	if o.Cooldowns == nil {
 		o.Cooldowns = cooldown.New(nil)
 	}

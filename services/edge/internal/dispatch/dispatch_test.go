@@ -61,7 +61,7 @@ func (r *recorder) records() []*switchboardv1.ActivityRecord {
 func endpoint(provider, baseURL string) *switchboardv1.Endpoint {
 	return &switchboardv1.Endpoint{
 		Id: provider + "/m", Provider: provider, BaseUrl: baseURL, UpstreamModel: "up-" + provider,
-		ApiKeyEnv: "KEY_" + strings.ToUpper(provider),
+		ApiKeyEnv: "SWITCHBOARD_PROVIDER_KEY_" + strings.ToUpper(provider),
 		Price:     &switchboardv1.Price{Input: 1, CachedInput: 0.5, Output: 2},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -79,12 +80,15 @@ type leg struct {
 	openReturned, lostAt time.Time
 
 	secret string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	wd     *watchdog
-	resp   *http.Response
-	rd     *sse.Reader
-	rw     rewriter
+	// credErr is why the endpoint's credential was refused for this
+	// call: the leg fails before any request is made.
+	credErr error
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	wd      *watchdog
+	resp    *http.Response
+	rd      *sse.Reader
+	rw      rewriter
 
 	held      [][]byte
 	heldBytes int
@@ -106,7 +110,11 @@ func (d *Dispatcher) newLeg(ctx context.Context, call Call, ep *switchboardv1.En
 	l := &leg{ep: ep, hedge: hedge}
 	l.res.start = time.Now()
 	if env := ep.GetApiKeyEnv(); env != "" {
-		l.secret = d.opts.Getenv(env)
+		target, err := url.Parse(ep.GetBaseUrl())
+		if err == nil {
+			l.secret, err = d.opts.Credentials.Lookup(env, target)
+		}
+		l.credErr = err
 	}
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	l.wd = newWatchdog(d.opts.FirstTokenTimeout, d.opts.IdleTimeout, l.cancel)
@@ -167,6 +175,13 @@ func (l *leg) lostRace() {
 // reports whether the leg is ready to be committed; when it is not, l.res
 // says why the call failed.
 func (d *Dispatcher) open(ctx context.Context, call Call, l *leg) bool {
+	if l.credErr != nil {
+		// The endpoint is misconfigured for this edge (or the decider's
+		// answer was tampered with): nothing is sent.
+		l.res.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "endpoint credential refused by this edge",
+			"endpoint credential refused: "+l.credErr.Error())
+		return false
+	}
 	body, err := call.Body(l.ep.GetUpstreamModel())
 	if err != nil {
 		l.res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())

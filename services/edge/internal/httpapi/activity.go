@@ -44,7 +44,7 @@ func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
 	if !allowMethods(w, r, http.MethodGet) {
 		return
 	}
-	keyHash, aerr := apiKeyHash(r)
+	keyHash, aerr := s.clientKey(r)
 	if aerr != nil {
 		writeError(w, *aerr)
 		return
@@ -85,7 +85,7 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request) {
 	if !allowMethods(w, r, http.MethodGet) {
 		return
 	}
-	keyHash, aerr := apiKeyHash(r)
+	keyHash, aerr := s.clientKey(r)
 	if aerr != nil {
 		writeError(w, *aerr)
 		return

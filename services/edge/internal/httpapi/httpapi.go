@@ -96,6 +96,9 @@ type Server struct {
 	handler  http.Handler
 	draining atomic.Bool
 	keys     *keyCache
+	// known is the decider's latest set of valid keys; nil until the
+	// first arrives.
+	known atomic.Pointer[keySet]
 	// unverified holds a token per body being read for a key not verified.
 	unverified chan struct{}
 }
@@ -244,7 +247,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 
 	// Everything that can refuse the request without its body does so
 	// before reading it, and then does not read it at all.
-	keyHash, aerr := apiKeyHash(r)
+	keyHash, aerr := s.clientKey(r)
 	if aerr != nil {
 		abandonBody(w)
 		writeError(w, *aerr)

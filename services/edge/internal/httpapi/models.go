@@ -61,7 +61,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) ([]*switchbo
 	if !allowMethods(w, r, http.MethodGet) {
 		return nil, false
 	}
-	keyHash, aerr := apiKeyHash(r)
+	keyHash, aerr := s.clientKey(r)
 	if aerr != nil {
 		writeError(w, *aerr)
 		return nil, false

@@ -49,6 +49,8 @@ type Handler interface {
 	Probe(cmd *switchboardv1.ProbeCommand)
 	// Cooldown benches an endpoint.
 	Cooldown(cmd *switchboardv1.CooldownCommand)
+	// KeySet replaces the set of valid API keys.
+	KeySet(ks *switchboardv1.KeySet)
 }
 
 // Options configure a Stream.
@@ -741,6 +743,11 @@ func (s *Stream) handle(msg *switchboardv1.ReportResponse) {
 			"until", c.Cooldown.GetUntil().AsTime(), "reason", c.Cooldown.GetReason())
 		if s.opts.Handler != nil {
 			s.opts.Handler.Cooldown(c.Cooldown)
+		}
+	case *switchboardv1.ReportResponse_KeySet:
+		s.log.Debug("key set", "version", c.KeySet.GetVersion(), "keys", len(c.KeySet.GetKeyPrefixes()))
+		if s.opts.Handler != nil {
+			s.opts.Handler.KeySet(c.KeySet)
 		}
 	case *switchboardv1.ReportResponse_Config:
 		// The edge holds no catalog: every decision comes from the decider,

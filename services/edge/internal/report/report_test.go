@@ -40,6 +40,8 @@ func (h *handler) Cooldown(c *switchboardv1.CooldownCommand) {
 	h.cooldowns = append(h.cooldowns, c)
 }
 
+func (h *handler) KeySet(*switchboardv1.KeySet) {}
+
 func (h *handler) counts() (int, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
