@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -64,6 +65,8 @@ type Creds struct {
 	identity certprovider.Provider // nil without a certificate
 	roots    certprovider.Provider // nil without a CA file
 	config   *tls.Config
+	// serverName is the client's fixed server name, "" for the host dialled.
+	serverName string
 }
 
 // NewServer reads the server's files, failing at once on any that is
@@ -121,37 +124,50 @@ func NewClient(cl Client) (*Creds, error) {
 			return c.certificate(ctx)
 		}
 	}
+	c.serverName = cl.ServerName
 	if c.roots != nil {
 		// The standard verification reads RootCAs once per tls.Config; to
 		// verify against the CA read last it is done here instead, with
-		// the same checks: chain, validity, server name, key usage.
+		// the same checks: chain, validity, server name, key usage. The
+		// name is the configured one: the connection state's ServerName is
+		// empty when an IP address is dialled (no SNI), and verifying
+		// against it would accept a certificate for any name.
 		cfg.InsecureSkipVerify = true //nolint:gosec // verified in VerifyConnection against the current roots
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			ctx, cancel := context.WithTimeout(context.Background(), materialWait)
-			defer cancel()
-			pool, err := c.pool(ctx)
-			if err != nil {
-				return err
-			}
-			return verifyServer(cs, pool)
-		}
+		cfg.VerifyConnection = c.verifyFor(cl.ServerName)
 	}
 	c.config = cfg
 	return c, nil
 }
 
+// verifyFor returns a VerifyConnection that checks the server's chain
+// against the current roots and its certificate against name.
+func (c *Creds) verifyFor(name string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		ctx, cancel := context.WithTimeout(context.Background(), materialWait)
+		defer cancel()
+		pool, err := c.pool(ctx)
+		if err != nil {
+			return err
+		}
+		return verifyServer(cs, pool, name)
+	}
+}
+
 // verifyServer checks the server's chain against roots and its name, as
 // crypto/tls does when it verifies with RootCAs.
-func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
+func verifyServer(cs tls.ConnectionState, roots *x509.CertPool, name string) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("tls: the server presented no certificate")
+	}
+	if name == "" {
+		return errors.New("tls: no server name to verify the server's certificate against")
 	}
 	inter := x509.NewCertPool()
 	for _, ic := range cs.PeerCertificates[1:] {
 		inter.AddCert(ic)
 	}
 	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		Roots: roots, Intermediates: inter, DNSName: cs.ServerName,
+		Roots: roots, Intermediates: inter, DNSName: name,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
 	if err != nil {
@@ -223,12 +239,42 @@ func (c *Creds) pool(ctx context.Context) (*x509.CertPool, error) {
 }
 
 // TLSConfig returns the TLS configuration, for a client or server other
-// than gRPC's. The caller must not change it.
+// than gRPC's. The caller must not change it. A client built without a
+// ServerName refuses every server through it: only the gRPC credentials
+// know the address dialled.
 func (c *Creds) TLSConfig() *tls.Config { return c.config }
 
 // TransportCredentials returns gRPC transport credentials.
 func (c *Creds) TransportCredentials() credentials.TransportCredentials {
-	return credentials.NewTLS(c.config)
+	tc := credentials.NewTLS(c.config)
+	if c.roots == nil || c.serverName != "" || c.config.GetConfigForClient != nil {
+		return tc
+	}
+	return &dialled{TransportCredentials: tc, c: c}
+}
+
+// dialled verifies each server against the host of the address dialled,
+// which only the handshake knows.
+type dialled struct {
+	credentials.TransportCredentials
+	c *Creds
+}
+
+// ClientHandshake implements [credentials.TransportCredentials.ClientHandshake].
+func (d *dialled) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	host, _, err := net.SplitHostPort(authority)
+	if err != nil {
+		host = authority
+	}
+	cfg := d.c.config.Clone()
+	cfg.ServerName = host
+	cfg.VerifyConnection = d.c.verifyFor(host)
+	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, raw)
+}
+
+// Clone implements [credentials.TransportCredentials.Clone].
+func (d *dialled) Clone() credentials.TransportCredentials {
+	return &dialled{TransportCredentials: d.TransportCredentials.Clone(), c: d.c}
 }
 
 // Close stops watching the files; handshakes after it fail. Connections

@@ -224,3 +224,34 @@ func copyFile(t *testing.T, from, to string) {
 	require.NoError(t, os.WriteFile(tmp, data, 0o600))
 	require.NoError(t, os.Rename(tmp, to))
 }
+
+// A client dialling an IP address must find that IP in the server's
+// certificate: Go sends no SNI for an IP, so a check against the name the
+// TLS state reports would check nothing and accept any certificate the CA
+// signed for any name.
+func TestIPAddressMustBeInTheCertificate(t *testing.T) {
+	dir := t.TempDir()
+	p := newPKI(t, dir, "a")
+	leaf, err := p.ca.Issue("decider", tlstest.ServerAuth, time.Hour, "decider.example")
+	require.NoError(t, err)
+	cert, key, err := leaf.Write(dir, "dns-only")
+	require.NoError(t, err)
+	addr := serve(t, newServer(t, tlsfiles.Server{CertFile: cert, KeyFile: key}))
+
+	_, err = check(t, addr, newClient(t, tlsfiles.Client{CAFile: p.caFile}))
+	require.Equal(t, codes.Unavailable, status.Code(err), "a certificate without 127.0.0.1 was accepted for it: %v", err)
+	_, err = check(t, addr, newClient(t, tlsfiles.Client{CAFile: p.caFile, ServerName: "decider.example"}))
+	require.NoError(t, err, "the fixed server name is verified instead")
+
+	// The same through TLSConfig, for clients other than gRPC.
+	c, err := tlsfiles.NewClient(tlsfiles.Client{CAFile: p.caFile, Refresh: refresh})
+	require.NoError(t, err)
+	defer c.Close()
+	cfg := c.TLSConfig().Clone()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.Dial("tcp", addr, cfg)
+	if err == nil {
+		_ = conn.Close()
+	}
+	require.Error(t, err, "a certificate without 127.0.0.1 was accepted for it")
+}
