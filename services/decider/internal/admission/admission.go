@@ -28,6 +28,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -65,6 +66,9 @@ type Options struct {
 	// OwnerWait bounds how long a call waits for an owner to be elected
 	// before it fails as Unavailable. (Optional) Defaults to 2s.
 	OwnerWait time.Duration
+	// Creds secure the connections to the owner (TLS, with this replica's
+	// certificate as client certificate). (Optional) Nil connects in plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // term is one won election: the session, and the revision that fences writes.

@@ -158,7 +158,11 @@ func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, err
 	conn, ok := a.conns[addr]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := a.o.Creds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "reach the broker owner: %v", err)
 		}

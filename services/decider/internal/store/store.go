@@ -5,9 +5,11 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -101,9 +103,22 @@ type Store struct {
 // Close, so a stop signal that cancels ctx still lets the caller write its
 // final state and resign before closing.
 func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Store, error) {
+	return ConnectTLS(ctx, endpoints, nil, logger)
+}
+
+// ConnectTLS is Connect over TLS when tlsCfg is not nil. A handshake that
+// fails (an unknown CA, a refused client certificate) fails at once with
+// the reason, rather than as a timeout.
+func ConnectTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config, logger *slog.Logger) (*Store, error) {
+	if tlsCfg != nil {
+		if err := probeTLS(ctx, endpoints, tlsCfg); err != nil {
+			return nil, err
+		}
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
 		Context:     context.WithoutCancel(ctx),
 		// The client's own zap logs (retries on a closing connection at
 		// shutdown, for instance) are noise next to the decider's; errors
@@ -121,6 +136,38 @@ func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Sto
 		return nil, fmt.Errorf("reach etcd %v: %w", endpoints, err)
 	}
 	return &Store{cli: cli, logger: logger}, nil
+}
+
+// probeTLS does a TLS handshake with each endpoint until one succeeds. When
+// every endpoint that answered refused the handshake it returns why; an
+// endpoint that does not answer at all is left to the client's own retries.
+func probeTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error {
+	var errs []error
+	for _, e := range endpoints {
+		host := e
+		if u, err := url.Parse(e); err == nil && u.Host != "" {
+			host = u.Host
+		}
+		cfg := tlsCfg.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(host)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		raw, err := (&net.Dialer{}).DialContext(dctx, "tcp", host)
+		if err != nil {
+			cancel()
+			continue // unreachable for now: left to the client's retries
+		}
+		conn := tls.Client(raw, cfg)
+		err = conn.HandshakeContext(dctx)
+		cancel()
+		_ = conn.Close()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("etcd %s: TLS handshake: %w", e, err))
+	}
+	return errors.Join(errs...)
 }
 
 // Client returns the etcd client.
