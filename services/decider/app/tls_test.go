@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -20,6 +21,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles/tlstest"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
 
 // deciderName is the only name in the deciders' certificates: replicas
@@ -272,4 +274,73 @@ func TestHealthListener(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next.GetStatus())
 	<-done
+}
+
+// startTLSEtcd starts an etcd serving https on loopback that requires a
+// client certificate of p's CA, and returns its https:// endpoint.
+func startTLSEtcd(t *testing.T, p *testPKI) string {
+	t.Helper()
+	dir := t.TempDir()
+	leaf, err := p.ca.Issue("etcd", tlstest.ServerAuth, time.Hour, "127.0.0.1", "localhost")
+	require.NoError(t, err)
+	cert, key, err := leaf.Write(dir, "etcd")
+	require.NoError(t, err)
+	e, err := store.StartEmbedded(t.Context(), store.EmbeddedOptions{
+		DataDir:   filepath.Join(dir, "etcd"),
+		ClientTLS: transport.TLSInfo{CertFile: cert, KeyFile: key, TrustedCAFile: p.caFile, ClientCertAuth: true},
+	})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	return "https://" + e.Endpoint()
+}
+
+// A decider reaches an external etcd over https with client-certificate
+// authentication; a wrong or missing CA, or a missing client certificate,
+// fails the start at once with the TLS reason rather than hanging.
+func TestExternalEtcdOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPKI(t, dir)
+	endpoint := startTLSEtcd(t, p)
+	base := func(extra ...string) Config {
+		args := append([]string{"--listen=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--catalog=" + writeCatalog(t, t.TempDir(), false),
+			"--etcd=" + endpoint, "--drain-delay=0s"}, extra...)
+		cfg, err := ParseFlags(args, func(string) string { return "" }, io.Discard)
+		require.NoError(t, err)
+		return cfg
+	}
+
+	d, err := Start(t.Context(), base("--etcd-ca-file="+p.caFile, "--etcd-cert-file="+p.edgeCert, "--etcd-key-file="+p.edgeKey), quietLogger())
+	require.NoError(t, err)
+	c, _ := dialDecider(t, d.Addr(), insecure.NewCredentials())
+	resp, err := c.Decide(t.Context(), decideRequest(0))
+	require.NoError(t, err)
+	require.Equal(t, "alpha", resp.GetEndpoint().GetProvider())
+	d.Close()
+
+	other, err := tlstest.NewCA("other CA", time.Hour)
+	require.NoError(t, err)
+	otherCA := filepath.Join(dir, "other-ca.crt")
+	require.NoError(t, other.WriteCA(otherCA))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no CA file", []string{"--etcd-cert-file=" + p.edgeCert, "--etcd-key-file=" + p.edgeKey}, "certificate"},
+		{"another CA", []string{"--etcd-ca-file=" + otherCA, "--etcd-cert-file=" + p.edgeCert, "--etcd-key-file=" + p.edgeKey}, "certificate"},
+		{"no client certificate", []string{"--etcd-ca-file=" + p.caFile}, "certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			d, err := Start(ctx, base(tc.args...), quietLogger())
+			if err == nil {
+				d.Close()
+			}
+			require.Error(t, err)
+			require.NotErrorIs(t, err, context.DeadlineExceeded, "a TLS refusal must not wait for the deadline")
+			require.ErrorContains(t, err, "TLS handshake")
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -38,6 +39,10 @@ type EmbeddedOptions struct {
 	// PeerAddr is the host:port for the raft peer listener. (Optional)
 	// Defaults to 127.0.0.1:0.
 	PeerAddr string
+	// ClientTLS serves clients over https with these files; ClientCertAuth
+	// requires client certificates of TrustedCAFile. (Optional) Empty serves
+	// plain http, which the decider's own loopback etcd does.
+	ClientTLS transport.TLSInfo
 }
 
 // Embedded is an etcd server running in this process.
@@ -63,6 +68,10 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	// clean shutdown; real failures still surface through e.Err().
 	cfg.LogLevel = "panic"
 	cfg.ListenClientUrls = []url.URL{{Scheme: "http", Host: opts.ClientAddr}}
+	if !opts.ClientTLS.Empty() {
+		cfg.ListenClientUrls[0].Scheme = "https"
+		cfg.ClientTLSInfo = opts.ClientTLS
+	}
 	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: opts.PeerAddr}}
 	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
@@ -158,8 +167,12 @@ func probeTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error
 			cancel()
 			continue // unreachable for now: left to the client's retries
 		}
+		cfg.NextProtos = []string{"h2"}
 		conn := tls.Client(raw, cfg)
 		err = conn.HandshakeContext(dctx)
+		if err == nil {
+			err = awaitServerFrame(dctx, conn)
+		}
 		cancel()
 		_ = conn.Close()
 		if err == nil {
@@ -168,6 +181,34 @@ func probeTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error
 		errs = append(errs, fmt.Errorf("etcd %s: TLS handshake: %w", e, err))
 	}
 	return errors.Join(errs...)
+}
+
+// awaitServerFrame opens HTTP/2 and reads the server's first frame. Under
+// TLS 1.3 the server checks the client's certificate after the client's
+// handshake is done, so a refused certificate shows only as an alert on
+// the first read; a server that is merely slow is not an error here.
+func awaitServerFrame(ctx context.Context, conn *tls.Conn) error {
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	// The client preface and an empty SETTINGS frame.
+	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		return refusal(err)
+	}
+	var frame [9]byte
+	_, err := conn.Read(frame[:])
+	return refusal(err)
+}
+
+// refusal keeps the errors that are a TLS refusal (an alert from the
+// server, a certificate error) and drops the rest.
+func refusal(err error) error {
+	var verify *tls.CertificateVerificationError
+	var op *net.OpError
+	if errors.As(err, &verify) || (errors.As(err, &op) && op.Op == "remote error") {
+		return err // crypto/tls reports the server's alert as a "remote error"
+	}
+	return nil
 }
 
 // Client returns the etcd client.
