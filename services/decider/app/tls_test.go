@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,17 @@ func TestMutualTLSDecider(t *testing.T) {
 	resp, err := ok.Decide(t.Context(), decideRequest(0))
 	require.NoError(t, err)
 	require.Equal(t, "alpha", resp.GetEndpoint().GetProvider())
+
+	// decider explain, an operator's client, has the same TLS flags.
+	var out strings.Builder
+	require.NoError(t, Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey,
+		"--ca-file=" + p.caFile, "--cert-file=" + p.edgeCert, "--key-file=" + p.edgeKey, "--server-name=" + deciderName}, &out))
+	require.Contains(t, out.String(), "alpha")
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey}, &out)
+	require.Equal(t, codes.Unavailable, status.Code(err), "plaintext to a TLS decider: %v", err)
+	err = Explain(t.Context(), []string{"--decider=decider.example:9090", "--model=vendor/model", "--api-key=" + demoKey}, &out)
+	require.ErrorContains(t, err, "--plaintext")
+	require.ErrorContains(t, err, "--ca-file")
 
 	other, err := tlstest.NewCA("other CA", time.Hour)
 	require.NoError(t, err)
