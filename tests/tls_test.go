@@ -192,4 +192,3 @@ func clientTLS(t *testing.T, c tlsfiles.Client) credentials.TransportCredentials
 	t.Cleanup(creds.Close)
 	return creds.TransportCredentials()
 }
-

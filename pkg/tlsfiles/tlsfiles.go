@@ -133,17 +133,18 @@ func NewClient(cl Client) (*Creds, error) {
 		// empty when an IP address is dialled (no SNI), and verifying
 		// against it would accept a certificate for any name.
 		cfg.InsecureSkipVerify = true //nolint:gosec // verified in VerifyConnection against the current roots
-		cfg.VerifyConnection = c.verifyFor(cl.ServerName)
+		cfg.VerifyConnection = c.verifyFor(context.Background(), cl.ServerName)
 	}
 	c.config = cfg
 	return c, nil
 }
 
 // verifyFor returns a VerifyConnection that checks the server's chain
-// against the current roots and its certificate against name.
-func (c *Creds) verifyFor(name string) func(tls.ConnectionState) error {
+// against the current roots and its certificate against name; ctx bounds
+// the wait for the roots.
+func (c *Creds) verifyFor(ctx context.Context, name string) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
-		ctx, cancel := context.WithTimeout(context.Background(), materialWait)
+		ctx, cancel := context.WithTimeout(ctx, materialWait)
 		defer cancel()
 		pool, err := c.pool(ctx)
 		if err != nil {
@@ -268,7 +269,7 @@ func (d *dialled) ClientHandshake(ctx context.Context, authority string, raw net
 	}
 	cfg := d.c.config.Clone()
 	cfg.ServerName = host
-	cfg.VerifyConnection = d.c.verifyFor(host)
+	cfg.VerifyConnection = d.c.verifyFor(ctx, host)
 	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, raw)
 }
 

@@ -66,6 +66,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("--provider: %w", err)
 		}
 	}
+	//nolint:contextcheck // credentials outlive any one call; each handshake has its own context
 	creds, closeCreds, err := dialCreds(*addr, tlsfiles.Client{CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile, ServerName: *serverName}, *plaintext)
 	if err != nil {
 		return err
