@@ -148,8 +148,9 @@ func ConnectTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config, log
 }
 
 // probeTLS does a TLS handshake with each endpoint until one succeeds. When
-// every endpoint that answered refused the handshake it returns why; an
-// endpoint that does not answer at all is left to the client's own retries.
+// endpoints refused the handshake (a certificate that does not verify, an
+// alert from the server) and none accepted it, it returns why; an endpoint
+// that does not answer at all is left to the client's own retries.
 func probeTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error {
 	var errs []error
 	for _, e := range endpoints {
@@ -170,15 +171,21 @@ func probeTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error
 		cfg.NextProtos = []string{"h2"}
 		conn := tls.Client(raw, cfg)
 		err = conn.HandshakeContext(dctx)
-		if err == nil {
+		answered := err == nil
+		if answered {
 			err = awaitServerFrame(dctx, conn)
+		} else {
+			err = refusal(err)
 		}
 		cancel()
 		_ = conn.Close()
-		if err == nil {
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("etcd %s: TLS handshake: %w", e, err))
+		case answered:
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("etcd %s: TLS handshake: %w", e, err))
+		// A handshake cut or timed out is left to the client's retries.
 	}
 	return errors.Join(errs...)
 }
