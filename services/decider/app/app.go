@@ -4,6 +4,9 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,13 +21,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
+	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
@@ -120,6 +127,52 @@ type Config struct {
 	// Now is the clock of routing decisions, statistics and the hedge
 	// budget's UTC day. (Optional) Defaults to time.Now.
 	Now func() time.Time
+
+	// Transport security.
+
+	// TLSCertFile and TLSKeyFile are the decider's certificate chain and
+	// private key, PEM, in one directory: with them it serves TLS. The same
+	// certificate is its client certificate when it forwards to the replica
+	// that owns the broker, so it needs both the serverAuth and clientAuth
+	// extended key usages, and the name other replicas verify
+	// (PeerServerName). Both or neither. (Optional)
+	TLSCertFile, TLSKeyFile string
+	// TLSClientCAFile holds the CAs of client certificates, PEM: with it every
+	// caller (edges, services, operators, other replicas) must present a
+	// certificate one of them signed (mutual TLS). Needs TLSCertFile. (Optional)
+	TLSClientCAFile string
+	// TLSCAFile holds the CAs of the other replicas' server certificates, PEM.
+	// (Optional) Defaults to TLSClientCAFile (one CA for the deployment), or
+	// the system's roots without it.
+	TLSCAFile string
+	// PeerServerName is the name a replica verifies in the certificate of the
+	// replica it forwards to. Replicas reach each other by Advertise, usually
+	// a pod IP that no certificate names, so they verify one fixed name that
+	// every replica's certificate carries instead. (Optional) Defaults to the
+	// first DNS name of TLSCertFile's certificate (replicas share one
+	// certificate, or one name); without any, the host of the address
+	// dialled, which the certificate must then name as an IP address.
+	PeerServerName string
+	// TLSRefresh is how often the TLS files are checked for a rotation.
+	// (Optional) Defaults to 1m.
+	TLSRefresh time.Duration
+	// Plaintext serves without TLS on an address other machines reach: it
+	// must be chosen explicitly. A loopback listen address may be plaintext
+	// without it. (Optional)
+	Plaintext bool
+	// GRPCReflection registers gRPC server reflection, which lists every
+	// service and message to whoever can connect. (Optional) Off by default.
+	GRPCReflection bool
+	// HealthListen is a second, plaintext listener that serves only
+	// grpc.health.v1, with the main server's status, for probes that cannot
+	// speak TLS (kubelet's gRPC probes). Every other service is
+	// Unimplemented there. (Optional) Empty: none.
+	HealthListen string
+	// EtcdCAFile, EtcdCertFile and EtcdKeyFile secure the client of an
+	// external etcd (Etcd set): the CA of etcd's server certificates, and a
+	// client certificate for a cluster that requires one. An https://
+	// endpoint without EtcdCAFile trusts the system's roots. (Optional)
+	EtcdCAFile, EtcdCertFile, EtcdKeyFile string
 }
 
 // ParseFlags parses args, with SWITCHBOARD_DECIDER_* environment fallbacks,
@@ -155,6 +208,19 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding this replica's bearer token (role replica), sent to the broker's owner; re-read when it changes")
 	fs.DurationVar(&cfg.ActivityRetention, "activity-retention", 30*24*time.Hour, "how long the activity log keeps calls")
+	// Transport security.
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate chain to serve TLS with; also the client certificate for other replicas, so it needs serverAuth and clientAuth usages and the --peer-server-name (reloaded on change)")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file, in the same directory")
+	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca-file", "", "PEM CAs of client certificates: every caller must present one they signed (mutual TLS)")
+	fs.StringVar(&cfg.TLSCAFile, "tls-ca-file", "", "PEM CAs of the other replicas' server certificates (default: --tls-client-ca-file, else the system's roots)")
+	fs.StringVar(&cfg.PeerServerName, "peer-server-name", "", "name verified in another replica's certificate when forwarding to it by --advertise address (default: the first DNS name of --tls-cert-file's certificate)")
+	fs.DurationVar(&cfg.TLSRefresh, "tls-refresh", tlsfiles.DefaultRefresh, "how often the TLS files are checked for a rotation")
+	fs.StringVar(&cfg.HealthListen, "health-listen", "", "host:port of a plaintext listener serving only grpc.health.v1, for probes that cannot do TLS (default: none)")
+	fs.BoolVar(&cfg.Plaintext, "plaintext", false, "serve without TLS on a non-loopback --listen address (loopback may always be plaintext)")
+	fs.BoolVar(&cfg.GRPCReflection, "grpc-reflection", false, "register gRPC server reflection (lists every service to whoever connects)")
+	fs.StringVar(&cfg.EtcdCAFile, "etcd-ca-file", "", "PEM CAs of the external etcd's server certificates (with --etcd)")
+	fs.StringVar(&cfg.EtcdCertFile, "etcd-cert-file", "", "PEM client certificate for the external etcd (with --etcd)")
+	fs.StringVar(&cfg.EtcdKeyFile, "etcd-key-file", "", "PEM private key of --etcd-cert-file")
 	parseErr := flagenv.Parse(fs, "SWITCHBOARD_DECIDER", args, getenv)
 	if errors.Is(parseErr, flag.ErrHelp) {
 		return cfg, parseErr
@@ -219,7 +285,51 @@ func (c *Config) validate() error {
 	if c.Exploration >= 1 {
 		errs = append(errs, fmt.Errorf("--exploration %g must be below 1", c.Exploration))
 	}
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
+}
+
+// validateTLS checks the transport security flags agree with each other.
+func (c *Config) validateTLS() []error {
+	var errs []error
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
+	}
+	if c.TLSCertFile == "" && (c.TLSClientCAFile != "" || c.TLSCAFile != "") {
+		errs = append(errs, errors.New("--tls-client-ca-file and --tls-ca-file need --tls-cert-file and --tls-key-file"))
+	}
+	if c.TLSCertFile == "" && c.PeerServerName != "" {
+		errs = append(errs, errors.New("--peer-server-name needs --tls-cert-file and --tls-key-file"))
+	}
+	if c.HealthListen != "" {
+		if _, _, err := net.SplitHostPort(c.HealthListen); err != nil {
+			errs = append(errs, fmt.Errorf("--health-listen %q: %w", c.HealthListen, err))
+		}
+	}
+	if c.TLSRefresh < 0 {
+		errs = append(errs, fmt.Errorf("--tls-refresh %v must not be negative", c.TLSRefresh))
+	}
+	if c.Plaintext && c.TLSCertFile != "" {
+		errs = append(errs, errors.New("--plaintext and --tls-cert-file exclude each other"))
+	}
+	if (c.EtcdCertFile == "") != (c.EtcdKeyFile == "") {
+		errs = append(errs, errors.New("--etcd-cert-file and --etcd-key-file go together"))
+	}
+	if len(c.Etcd) == 0 && (c.EtcdCAFile != "" || c.EtcdCertFile != "") {
+		errs = append(errs, errors.New("--etcd-ca-file, --etcd-cert-file and --etcd-key-file are for an external etcd: set --etcd"))
+	}
+	return errs
+}
+
+// checkPlaintext refuses to serve plaintext where other machines can
+// connect unless that was chosen explicitly.
+func (c *Config) checkPlaintext() error {
+	if c.TLSCertFile != "" || c.Plaintext || tlsfiles.Loopback(c.Listen) {
+		return nil
+	}
+	return fmt.Errorf("--listen %s is reachable from other machines and no TLS is configured: "+
+		"serve TLS with --tls-cert-file and --tls-key-file (and --tls-client-ca-file for mutual TLS), "+
+		"or choose plaintext explicitly with --plaintext", c.Listen)
 }
 
 // Decider is a running decider.
@@ -245,9 +355,14 @@ type Decider struct {
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
 	settleQ  chan *switchboardv1.HedgeSettlement // from activity batches to the budget's owner
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	once     sync.Once
+	tlsSrv   *tlsfiles.Creds                     // the server's credentials, nil in plaintext
+	tlsPeer  *tlsfiles.Creds                     // the client credentials to other replicas, nil in plaintext
+	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
+	healthSrv *grpc.Server
+	healthLis net.Listener
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	once      sync.Once
 	// serveErr carries the gRPC server's failure, if it stops on its own.
 	serveErr chan error
 }
@@ -263,6 +378,36 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			d.Close()
 		}
 	}()
+
+	if err := cfg.checkPlaintext(); err != nil {
+		return nil, err
+	}
+	var creds, peerCreds credentials.TransportCredentials
+	if cfg.TLSCertFile != "" {
+		d.tlsSrv, err = tlsfiles.NewServer(tlsfiles.Server{
+			CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile, Refresh: cfg.TLSRefresh,
+		})
+		if err != nil {
+			return nil, err
+		}
+		peerCA := cfg.TLSCAFile
+		if peerCA == "" {
+			peerCA = cfg.TLSClientCAFile
+		}
+		peerName := cfg.PeerServerName
+		if peerName == "" {
+			if peerName, err = firstDNSName(cfg.TLSCertFile); err != nil {
+				return nil, err
+			}
+		}
+		d.tlsPeer, err = tlsfiles.NewClient(tlsfiles.Client{
+			CAFile: peerCA, CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ServerName: peerName, Refresh: cfg.TLSRefresh,
+		})
+		if err != nil {
+			return nil, err
+		}
+		creds, peerCreds = d.tlsSrv.TransportCredentials(), d.tlsPeer.TransportCredentials()
+	}
 
 	// Serve first so health checks get answers (NOT_SERVING) while etcd starts.
 	d.lis, err = net.Listen("tcp", cfg.Listen)
@@ -300,15 +445,22 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		},
 		Unary:  []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
 		Stream: []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
+		Creds:      creds,
+		Reflection: cfg.GRPCReflection,
 	})
 	switchboardv1.RegisterDeciderServiceServer(d.srv.GRPC, svc)
-	d.serveErr = make(chan error, 1)
+	d.serveErr = make(chan error, 2)
 	d.wg.Go(func() {
 		if err := d.srv.GRPC.Serve(d.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			logger.Error("grpc serve", "err", err)
 			d.serveErr <- err
 		}
 	})
+	if cfg.HealthListen != "" {
+		if err := d.serveHealth(cfg.HealthListen); err != nil {
+			return nil, err
+		}
+	}
 
 	endpoints := cfg.Etcd
 	if len(endpoints) == 0 {
@@ -320,7 +472,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		endpoints = []string{d.embedded.Endpoint()}
 		logger.Info("embedded etcd started", "endpoint", d.embedded.Endpoint(), "dir", dir)
 	}
-	d.store, err = store.Connect(ctx, endpoints, logger.With("component", "store"))
+	etcdTLS, err := cfg.etcdTLS()
+	if err != nil {
+		return nil, err
+	}
+	d.store, err = store.ConnectTLS(ctx, endpoints, etcdTLS, logger.With("component", "store"))
 	if err != nil {
 		return nil, err
 	}
@@ -377,6 +533,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.adm, err = admission.Start(ctx, admission.Options{
 		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
+		Creds:       peerCreds,
 		LeaseTTL:    int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
 		DialOptions: dial,
 	})
@@ -699,6 +856,9 @@ func (d *Decider) Close() {
 			}
 			d.hub.Close()
 			d.srv.Shutdown(0, max(d.cfg.ShutdownTimeout, time.Second))
+			if d.healthSrv != nil {
+				d.healthSrv.Stop() // after the main server: probes saw NOT_SERVING while it drained
+			}
 			if d.adm != nil {
 				// After the server stopped admitting: the final snapshot of
 				// the broker and the hedge budget is complete, so the next
@@ -722,7 +882,79 @@ func (d *Decider) Close() {
 		if d.embedded != nil {
 			d.embedded.Close()
 		}
+		d.tlsSrv.Close()
+		d.tlsPeer.Close()
 	})
+}
+
+// serveHealth serves grpc.health.v1, alone and in plaintext, on addr: the
+// main server's health service, so both report the same status.
+func (d *Decider) serveHealth(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--health-listen %s: %w", addr, err)
+	}
+	d.healthLis = lis
+	d.healthSrv = grpc.NewServer()
+	healthpb.RegisterHealthServer(d.healthSrv, d.srv.Health)
+	d.wg.Go(func() {
+		if err := d.healthSrv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			d.logger.Error("grpc health serve", "err", err)
+			d.serveErr <- err
+		}
+	})
+	return nil
+}
+
+// HealthAddr returns the address of the health-only listener, "" without one.
+func (d *Decider) HealthAddr() string {
+	if d.healthLis == nil {
+		return ""
+	}
+	return d.healthLis.Addr().String()
+}
+
+// firstDNSName returns the first DNS name of the certificate in certFile,
+// "" when it names none.
+func firstDNSName(certFile string) (string, error) {
+	data, err := os.ReadFile(certFile)
+	if err != nil {
+		return "", fmt.Errorf("--tls-cert-file: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return "", fmt.Errorf("--tls-cert-file %s holds no PEM certificate", certFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("--tls-cert-file %s: %w", certFile, err)
+	}
+	if len(cert.DNSNames) == 0 {
+		return "", nil
+	}
+	return cert.DNSNames[0], nil
+}
+
+// etcdTLS returns the TLS configuration of the external etcd's client: nil
+// for the embedded etcd, and for http:// endpoints without TLS flags.
+func (c *Config) etcdTLS() (*tls.Config, error) {
+	if len(c.Etcd) == 0 {
+		return nil, nil
+	}
+	https := false
+	for _, e := range c.Etcd {
+		https = https || strings.HasPrefix(e, "https://")
+	}
+	if !https && c.EtcdCAFile == "" && c.EtcdCertFile == "" {
+		return nil, nil
+	}
+	info := transport.TLSInfo{TrustedCAFile: c.EtcdCAFile, CertFile: c.EtcdCertFile, KeyFile: c.EtcdKeyFile}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS12)
+	return cfg, nil
 }
 
 // Run is the decider's main: it parses args, serves until ctx ends, and shuts down.

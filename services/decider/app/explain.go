@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -36,6 +38,13 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	stream := fs.Bool("stream", false, "a streaming request")
 	tokenFile := fs.String("token-file", "", "file holding an operator's bearer token")
 	provider := fs.String("provider", "", `routing options as JSON, e.g. '{"sort":"SORT_LATENCY","max_price":{"prompt":0.3}}'`)
+	// Transport security: the same rule as the edge's, plaintext only on
+	// loopback unless chosen.
+	caFile := fs.String("ca-file", "", "PEM CAs of the decider's server certificate (TLS; empty with another TLS flag: the system's roots)")
+	certFile := fs.String("cert-file", "", "PEM client certificate, for a decider that requires one (mutual TLS)")
+	keyFile := fs.String("key-file", "", "PEM private key of --cert-file")
+	serverName := fs.String("server-name", "", "name the decider's certificate must carry (default: the host of --decider)")
+	plaintext := fs.Bool("plaintext", false, "connect without TLS to a non-loopback --decider")
 	if err := flagenv.Parse(fs, "SWITCHBOARD_EXPLAIN", args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -59,7 +68,13 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("--provider: %w", err)
 		}
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	//nolint:contextcheck // credentials outlive any one call; each handshake has its own context
+	creds, closeCreds, err := dialCreds(*addr, tlsfiles.Client{CAFile: *caFile, CertFile: *certFile, KeyFile: *keyFile, ServerName: *serverName}, *plaintext)
+	if err != nil {
+		return err
+	}
+	defer closeCreds()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if *tokenFile != "" {
 		tok, err := bearer.NewFile(*tokenFile, bearer.Options{})
 		if err != nil {
@@ -80,6 +95,27 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	PrintDecision(stdout, resp)
 	return nil
+}
+
+// dialCreds returns the credentials to reach the decider at addr: TLS when
+// any TLS file or name is given, plaintext when chosen or on loopback, and
+// an error naming both choices otherwise.
+func dialCreds(addr string, c tlsfiles.Client, plaintext bool) (credentials.TransportCredentials, func(), error) {
+	useTLS := c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.ServerName != ""
+	switch {
+	case useTLS && plaintext:
+		return nil, nil, errors.New("--plaintext and the TLS flags exclude each other")
+	case useTLS:
+		creds, err := tlsfiles.NewClient(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		return creds.TransportCredentials(), creds.Close, nil
+	case plaintext || tlsfiles.Loopback(addr):
+		return insecure.NewCredentials(), func() {}, nil
+	}
+	return nil, nil, fmt.Errorf("--decider %s is not a loopback address: connect with TLS (--ca-file, and --cert-file "+
+		"with --key-file for mutual TLS) or choose plaintext explicitly with --plaintext", addr)
 }
 
 // PrintDecision writes a decision as a table, one candidate a row.

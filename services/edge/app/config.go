@@ -15,6 +15,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
+	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 )
 
 // Defaults of Config.
@@ -144,6 +145,23 @@ type Config struct {
 	// LogLevel is the minimum level logged by Run (Optional). Defaults to
 	// info. Flag --log-level.
 	LogLevel slog.Level
+	// DeciderCAFile holds the CAs of the decider's server certificate, PEM:
+	// with it (or any other DeciderCert/Key/ServerName) the edge connects to
+	// the decider over TLS (Optional). Empty with TLS on trusts the system's
+	// roots. Flag --decider-ca-file.
+	DeciderCAFile string
+	// DeciderCertFile and DeciderKeyFile are the edge's client certificate
+	// and key, PEM, for a decider that requires one (mutual TLS); reloaded
+	// when they change (Optional). Flags --decider-cert-file,
+	// --decider-key-file.
+	DeciderCertFile, DeciderKeyFile string
+	// DeciderServerName is the name the decider's certificate must carry
+	// (Optional). Defaults to the host of Decider. Flag --decider-server-name.
+	DeciderServerName string
+	// DeciderPlaintext connects to a non-loopback decider without TLS, which
+	// must be chosen explicitly; a loopback decider may be plaintext without
+	// it (Optional). Flag --decider-plaintext.
+	DeciderPlaintext bool
 	// Getenv reads provider credentials by the names the decider gives
 	// (api_key_env), only names with ProviderKeyPrefix (Optional). Defaults
 	// to os.Getenv; tests inject their own.
@@ -268,6 +286,12 @@ func (c Config) validate() error {
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", c.DrainDelay))
 	}
+	if (c.DeciderCertFile == "") != (c.DeciderKeyFile == "") {
+		errs = append(errs, errors.New("--decider-cert-file and --decider-key-file go together"))
+	}
+	if c.DeciderPlaintext && c.deciderTLS() {
+		errs = append(errs, errors.New("--decider-plaintext and the --decider-*-file and --decider-server-name flags exclude each other"))
+	}
 	if c.MaxUnverifiedBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-unverified-bodies %d: must be at least 1", c.MaxUnverifiedBodies))
 	}
@@ -298,6 +322,21 @@ func (c Config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deciderTLS reports whether the decider connection uses TLS.
+func (c Config) deciderTLS() bool {
+	return c.DeciderCAFile != "" || c.DeciderCertFile != "" || c.DeciderKeyFile != "" || c.DeciderServerName != ""
+}
+
+// checkPlaintext refuses, at start, a plaintext connection to a decider on
+// another machine unless it was chosen explicitly.
+func (c Config) checkPlaintext() error {
+	if c.DeciderPlaintext || c.deciderTLS() || tlsfiles.Loopback(c.Decider) {
+		return nil
+	}
+	return fmt.Errorf("--decider %s is not a loopback address: connect with TLS (--decider-ca-file, and "+
+		"--decider-cert-file with --decider-key-file for mutual TLS) or choose plaintext explicitly with --decider-plaintext", c.Decider)
 }
 
 // ParseFlags parses the command line into a Config. Every flag falls back to
@@ -356,6 +395,12 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"pins credentials to the hosts they may be sent to, NAME=host[,host...][;NAME=...] (host alone: any port); <NAME>.hosts files in --provider-key-dir pin too")
 	fs.DurationVar(&cfg.ProviderKeyReload, "provider-key-reload", cfg.ProviderKeyReload, "how often --provider-key-dir is checked for changed files")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
+	// Transport security of the decider connection.
+	fs.StringVar(&cfg.DeciderCAFile, "decider-ca-file", cfg.DeciderCAFile, "PEM CAs of the decider's server certificate; any --decider-* TLS flag turns TLS on (empty: the system's roots)")
+	fs.StringVar(&cfg.DeciderCertFile, "decider-cert-file", cfg.DeciderCertFile, "PEM client certificate for a decider that requires one (mutual TLS), reloaded on change")
+	fs.StringVar(&cfg.DeciderKeyFile, "decider-key-file", cfg.DeciderKeyFile, "PEM private key of --decider-cert-file, in the same directory")
+	fs.StringVar(&cfg.DeciderServerName, "decider-server-name", cfg.DeciderServerName, "name the decider's certificate must carry (default: the host of --decider)")
+	fs.BoolVar(&cfg.DeciderPlaintext, "decider-plaintext", cfg.DeciderPlaintext, "connect to a non-loopback --decider without TLS (a loopback one may always be plaintext)")
 	return fs
 }
 

@@ -49,7 +49,8 @@ func TestParseFlags(t *testing.T) {
 				"--max-body-bytes", "1024", "--first-token-timeout", "5s", "--stream-idle-timeout", "7s",
 				"--max-attempts", "2", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
 				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms",
-				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s"},
+				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s",
+				"--decider-plaintext"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
@@ -57,7 +58,7 @@ func TestParseFlags(t *testing.T) {
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
 					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReservationHeartbeat: 10 * time.Minute / 3, ReserveTimeout: 150 * time.Millisecond,
 					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,
-					ProviderKeyPrefix: "SWITCHBOARD_PROVIDER_KEY_", ProviderKeyReload: 10 * time.Second,
+					ProviderKeyPrefix: "SWITCHBOARD_PROVIDER_KEY_", ProviderKeyReload: 10 * time.Second, DeciderPlaintext: true,
 				}, withoutGetenv(c))
 			},
 		},
@@ -119,6 +120,23 @@ func TestParseFlags(t *testing.T) {
 			name:    "bad provider credential settings",
 			args:    []string{"--provider-key-prefix", "aws", "--provider-key-hosts", "NOEQUALS;X=https://x/", "--provider-key-reload", "0s"},
 			wantErr: []string{"--provider-key-prefix", "--provider-key-hosts", "NOEQUALS", "a host, not a URL", "--provider-key-reload"},
+		},
+		{
+			name: "decider over mutual TLS",
+			args: []string{"--decider", "dns:///decider:9090", "--decider-ca-file", "ca.crt", "--decider-cert-file", "edge.crt",
+				"--decider-key-file", "edge.key", "--decider-server-name", "decider.switchboard.svc"},
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "ca.crt", c.DeciderCAFile)
+				require.Equal(t, "edge.crt", c.DeciderCertFile)
+				require.Equal(t, "edge.key", c.DeciderKeyFile)
+				require.Equal(t, "decider.switchboard.svc", c.DeciderServerName)
+				require.True(t, c.deciderTLS())
+			},
+		},
+		{
+			name:    "TLS flags that disagree",
+			args:    []string{"--decider-cert-file", "edge.crt", "--decider-plaintext"},
+			wantErr: []string{"--decider-key-file", "--decider-plaintext"},
 		},
 		{
 			name:    "unknown flag",
@@ -183,4 +201,17 @@ func TestRun(t *testing.T) {
 			require.Contains(t, out.String(), tt.wantOut)
 		})
 	}
+}
+
+// A plaintext connection to a decider on another machine must be chosen:
+// the edge refuses to start without TLS or --decider-plaintext.
+func TestPlaintextDeciderOffLoopbackIsRefused(t *testing.T) {
+	for _, decider := range []string{"decider.switchboard.svc:9090", "dns:///decider.switchboard.svc:9090", "10.0.0.7:9090"} {
+		_, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", Decider: decider}, nil)
+		require.ErrorContains(t, err, "--decider-ca-file", decider)
+		require.ErrorContains(t, err, "--decider-plaintext", decider)
+	}
+	e, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", Decider: "10.0.0.7:9090", DeciderPlaintext: true}, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
@@ -44,6 +45,7 @@ type Edge struct {
 	srv       *http.Server
 	api       *httpapi.Server
 	conn      *grpc.ClientConn
+	tls       *tlsfiles.Creds // the decider connection's TLS files, nil in plaintext
 	transport *http.Transport
 	reports   *report.Stream
 	probes    *probe.Runner
@@ -62,14 +64,26 @@ type Edge struct {
 // Report stream keeps reconnecting in the background.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := errors.Join(cfg.validate(), cfg.checkPlaintext()); err != nil {
 		return nil, fmt.Errorf("edge config: %w", err)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	deciderCreds := insecure.NewCredentials()
+	var tlsCreds *tlsfiles.Creds // reloads the files until Close
+	if cfg.deciderTLS() {
+		var err error
+		tlsCreds, err = tlsfiles.NewClient(tlsfiles.Client{
+			CAFile: cfg.DeciderCAFile, CertFile: cfg.DeciderCertFile, KeyFile: cfg.DeciderKeyFile, ServerName: cfg.DeciderServerName,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("decider TLS: %w", err)
+		}
+		deciderCreds = tlsCreds.TransportCredentials()
+	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(deciderCreds),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		// With a dns:/// target naming a headless Service, spread RPCs over
 		// every decider replica rather than pinning one connection.
@@ -88,12 +102,14 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	if cfg.DeciderTokenFile != "" {
 		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
 		if err != nil {
+			tlsCreds.Close()
 			return nil, fmt.Errorf("--decider-token-file: %w", err)
 		}
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tok))
 	}
 	conn, err := grpc.NewClient(cfg.Decider, dialOpts...)
 	if err != nil {
+		tlsCreds.Close()
 		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
 	}
 	decider := switchboardv1.NewDeciderServiceClient(conn)
@@ -178,10 +194,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	if err != nil {
 		probes.Close()
 		_ = conn.Close()
+		tlsCreds.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	e := &Edge{
-		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, transport: transport,
+		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, tls: tlsCreds, transport: transport,
 		reports: reports, probes: probes,
 		srv: &http.Server{
 			Handler:           otelhttp.NewHandler(api.Handler(), "edge"),
@@ -252,6 +269,7 @@ func (e *Edge) Close() error {
 		if err := e.conn.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close decider connection: %w", err))
 		}
+		e.tls.Close()
 		if d := e.reports.Dropped(); d > 0 {
 			e.log.Warn("call reports dropped during this run", "dropped", d)
 		}

@@ -15,8 +15,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	run := func() error { return app.Run(ctx, os.Args[1:], os.Stderr) }
-	if len(os.Args) > 1 && os.Args[1] == "explain" {
-		run = func() error { return app.Explain(ctx, os.Args[2:], os.Stdout) }
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "explain":
+			run = func() error { return app.Explain(ctx, os.Args[2:], os.Stdout) }
+		case "certs":
+			run = func() error { return app.Certs(os.Args[2:], os.Stdout) }
+		}
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "decider:", err)

@@ -28,6 +28,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -69,6 +70,9 @@ type Options struct {
 	// owner: this replica's credentials, and what names the caller a call
 	// is forwarded for. (Optional) Without them the owner refuses.
 	DialOptions []grpc.DialOption
+	// Creds secure the connections to the owner (TLS, with this replica's
+	// certificate as client certificate). (Optional) Nil connects in plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // term is one won election: the session, and the revision that fences writes.

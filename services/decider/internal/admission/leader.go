@@ -158,7 +158,11 @@ func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, err
 	conn, ok := a.conns[addr]
 	if !ok {
 		var err error
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, a.o.DialOptions...)
+		creds := a.o.Creds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, a.o.DialOptions...)
 		conn, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "reach the broker owner: %v", err)

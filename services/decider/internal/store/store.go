@@ -5,13 +5,16 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -36,6 +39,10 @@ type EmbeddedOptions struct {
 	// PeerAddr is the host:port for the raft peer listener. (Optional)
 	// Defaults to 127.0.0.1:0.
 	PeerAddr string
+	// ClientTLS serves clients over https with these files; ClientCertAuth
+	// requires client certificates of TrustedCAFile. (Optional) Empty serves
+	// plain http, which the decider's own loopback etcd does.
+	ClientTLS transport.TLSInfo
 }
 
 // Embedded is an etcd server running in this process.
@@ -61,6 +68,10 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	// clean shutdown; real failures still surface through e.Err().
 	cfg.LogLevel = "panic"
 	cfg.ListenClientUrls = []url.URL{{Scheme: "http", Host: opts.ClientAddr}}
+	if !opts.ClientTLS.Empty() {
+		cfg.ListenClientUrls[0].Scheme = "https"
+		cfg.ClientTLSInfo = opts.ClientTLS
+	}
 	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: opts.PeerAddr}}
 	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
@@ -101,9 +112,22 @@ type Store struct {
 // Close, so a stop signal that cancels ctx still lets the caller write its
 // final state and resign before closing.
 func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Store, error) {
+	return ConnectTLS(ctx, endpoints, nil, logger)
+}
+
+// ConnectTLS is Connect over TLS when tlsCfg is not nil. A handshake that
+// fails (an unknown CA, a refused client certificate) fails at once with
+// the reason, rather than as a timeout.
+func ConnectTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config, logger *slog.Logger) (*Store, error) {
+	if tlsCfg != nil {
+		if err := probeTLS(ctx, endpoints, tlsCfg); err != nil {
+			return nil, err
+		}
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
 		Context:     context.WithoutCancel(ctx),
 		// The client's own zap logs (retries on a closing connection at
 		// shutdown, for instance) are noise next to the decider's; errors
@@ -121,6 +145,77 @@ func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Sto
 		return nil, fmt.Errorf("reach etcd %v: %w", endpoints, err)
 	}
 	return &Store{cli: cli, logger: logger}, nil
+}
+
+// probeTLS does a TLS handshake with each endpoint until one succeeds. When
+// endpoints refused the handshake (a certificate that does not verify, an
+// alert from the server) and none accepted it, it returns why; an endpoint
+// that does not answer at all is left to the client's own retries.
+func probeTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error {
+	var errs []error
+	for _, e := range endpoints {
+		host := e
+		if u, err := url.Parse(e); err == nil && u.Host != "" {
+			host = u.Host
+		}
+		cfg := tlsCfg.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(host)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		raw, err := (&net.Dialer{}).DialContext(dctx, "tcp", host)
+		if err != nil {
+			cancel()
+			continue // unreachable for now: left to the client's retries
+		}
+		cfg.NextProtos = []string{"h2"}
+		conn := tls.Client(raw, cfg)
+		err = conn.HandshakeContext(dctx)
+		answered := err == nil
+		if answered {
+			err = awaitServerFrame(dctx, conn)
+		} else {
+			err = refusal(err)
+		}
+		cancel()
+		_ = conn.Close()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("etcd %s: TLS handshake: %w", e, err))
+		case answered:
+			return nil
+		}
+		// A handshake cut or timed out is left to the client's retries.
+	}
+	return errors.Join(errs...)
+}
+
+// awaitServerFrame opens HTTP/2 and reads the server's first frame. Under
+// TLS 1.3 the server checks the client's certificate after the client's
+// handshake is done, so a refused certificate shows only as an alert on
+// the first read; a server that is merely slow is not an error here.
+func awaitServerFrame(ctx context.Context, conn *tls.Conn) error {
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	// The client preface and an empty SETTINGS frame.
+	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		return refusal(err)
+	}
+	var frame [9]byte
+	_, err := conn.Read(frame[:])
+	return refusal(err)
+}
+
+// refusal keeps the errors that are a TLS refusal (an alert from the
+// server, a certificate error) and drops the rest.
+func refusal(err error) error {
+	var verify *tls.CertificateVerificationError
+	var op *net.OpError
+	if errors.As(err, &verify) || (errors.As(err, &op) && op.Op == "remote error") {
+		return err // crypto/tls reports the server's alert as a "remote error"
+	}
+	return nil
 }
 
 // Client returns the etcd client.
