@@ -46,9 +46,9 @@ func withCallers(yaml string) string {
 		return yaml
 	}
 	return strings.TrimRight(yaml, "\n") + "\ncallers:\n" +
-		"  - {id: test-edges, role: edge, tokens_sha256: [" + catalog.HashKey(testEdgeToken) + "]}\n" +
-		"  - {id: test-replicas, role: replica, tokens_sha256: [" + catalog.HashKey(testReplicaToken) + "]}\n" +
-		"  - {id: test-operators, role: operator, tokens_sha256: [" + catalog.HashKey(testOperatorToken) + "]}\n"
+		"  - {id: edges, role: edge, tokens_sha256: [" + catalog.HashKey(testEdgeToken) + "]}\n" +
+		"  - {id: deciders, role: replica, tokens_sha256: [" + catalog.HashKey(testReplicaToken) + "]}\n" +
+		"  - {id: ops, role: operator, tokens_sha256: [" + catalog.HashKey(testOperatorToken) + "]}\n"
 }
 
 // tokenFile writes token into a file of its own and returns its path.

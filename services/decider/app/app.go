@@ -443,8 +443,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			switchboardv1.DeciderService_Decide_FullMethodName, switchboardv1.DeciderService_Reserve_FullMethodName,
 			switchboardv1.DeciderService_Reconcile_FullMethodName, switchboardv1.DeciderService_AcquireHedge_FullMethodName,
 		},
-		Unary:  []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
-		Stream: []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
+		Unary:      []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
+		Stream:     []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
 		Creds:      creds,
 		Reflection: cfg.GRPCReflection,
 	})

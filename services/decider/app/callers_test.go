@@ -21,9 +21,9 @@ const (
 // testCallers is the callers section every test catalog ends with.
 func testCallers() string {
 	return "callers:\n" +
-		"  - {id: test-edges, role: edge, tokens_sha256: [" + catalog.HashKey(testEdgeToken) + "]}\n" +
-		"  - {id: test-replicas, role: replica, tokens_sha256: [" + catalog.HashKey(testReplicaToken) + "]}\n" +
-		"  - {id: test-operators, role: operator, tokens_sha256: [" + catalog.HashKey(testOperatorToken) + "]}\n"
+		"  - {id: edges, role: edge, tokens_sha256: [" + catalog.HashKey(testEdgeToken) + "]}\n" +
+		"  - {id: deciders, role: replica, tokens_sha256: [" + catalog.HashKey(testReplicaToken) + "]}\n" +
+		"  - {id: ops, role: operator, tokens_sha256: [" + catalog.HashKey(testOperatorToken) + "]}\n"
 }
 
 // writeToken writes a token file into a new temporary directory.

@@ -19,6 +19,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles/tlstest"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -44,7 +45,7 @@ func newTestPKI(t *testing.T, dir string) *testPKI {
 	require.NoError(t, err)
 	p := &testPKI{ca: ca, caFile: filepath.Join(dir, "ca.crt")}
 	require.NoError(t, ca.WriteCA(p.caFile))
-	dec, err := ca.Issue("decider", tlstest.ServerAuth|tlstest.ClientAuth, time.Hour, deciderName)
+	dec, err := ca.Issue("deciders", tlstest.ServerAuth|tlstest.ClientAuth, time.Hour, deciderName)
 	require.NoError(t, err)
 	p.deciderCert, p.deciderKey, err = dec.Write(dir, "decider")
 	require.NoError(t, err)
@@ -64,7 +65,12 @@ func (p *testPKI) tlsConfig(cfg Config) Config {
 // client returns a DeciderService client to addr with creds.
 func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentials) (switchboardv1.DeciderServiceClient, *grpc.ClientConn) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if creds.Info().SecurityProtocol == "insecure" {
+		// No certificate to be known by: call as the test edge.
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return switchboardv1.NewDeciderServiceClient(conn), conn
