@@ -30,7 +30,8 @@ func sendActivity(t *testing.T, rpc switchboardv1.DeciderServiceClient, records 
 }
 
 // TestForgedActivityRecordsAreNotStored: records sent straight to the
-// decider's Report stream for a tenant that never made those calls — with
+// decider's Report stream, by a caller holding an edge's credential, for a
+// tenant that never made those calls — with
 // no grant, with the grant of the forger's own decision, or with a genuine
 // record's grant on another tenant — do not reach that tenant's activity
 // log; the calls it made through the edge still do.
@@ -44,7 +45,8 @@ func TestForgedActivityRecordsAreNotStored(t *testing.T) {
 
 	// The forger's own decision (globex), whose grant it then puts on a
 	// record for acme.
-	own, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+	forger := dialAs(t, s.decider.Addr(), testEdgeToken)
+	own, err := forger.Decide(t.Context(), &switchboardv1.DecideRequest{
 		RequestId: "gen-forged-own", Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(otherKey)}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 2},
 	})
@@ -55,7 +57,7 @@ func TestForgedActivityRecordsAreNotStored(t *testing.T) {
 			CostUsd: 12345.67, Usage: &switchboardv1.Usage{CostUsd: 12345.67}, Status: switchboardv1.CallStatus_CALL_STATUS_OK, HttpStatus: 200,
 		}
 	}
-	sendActivity(t, s.rpc,
+	sendActivity(t, forger,
 		forged("gen-forged-none", "acme", genuine.GetApiKeyId(), nil),
 		forged("gen-forged-own", "acme", genuine.GetApiKeyId(), own.GetGrant()),
 		forged("gen-forged-junk", "acme", genuine.GetApiKeyId(), []byte("0123456789abcdef0123456789abcdef")),

@@ -325,11 +325,11 @@ var variants = []variant{
 type rule int
 
 const (
-	unauth   rule = iota // no credentials: Unauthenticated, whatever the call
-	denied               // PermissionDenied, whatever the call
-	anyone               // allowed for every tenant
-	keyOnly              // allowed with a key hash, PermissionDenied with a bare tenant id
-	ownOnly              // allowed for acme, PermissionDenied for globex
+	unauth  rule = iota // no credentials: Unauthenticated, whatever the call
+	denied              // PermissionDenied, whatever the call
+	anyone              // allowed for every tenant
+	keyOnly             // allowed with a key hash, PermissionDenied with a bare tenant id
+	ownOnly             // allowed for acme, PermissionDenied for globex
 )
 
 // want returns the code a refused call gets, or OK when the call must pass

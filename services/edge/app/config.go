@@ -14,8 +14,8 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 )
 
 // Defaults of Config.
