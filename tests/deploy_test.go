@@ -31,6 +31,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -71,6 +72,7 @@ var deployKinds = map[string]struct {
 	"Deployment":              {"apps/v1", func() any { return new(appsv1.Deployment) }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return new(policyv1.PodDisruptionBudget) }},
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return new(autoscalingv2.HorizontalPodAutoscaler) }},
+	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return new(networkingv1.NetworkPolicy) }},
 }
 
 // deployProgramSpec describes one of our programs as the manifests run it.
@@ -138,6 +140,7 @@ type deployBundle struct {
 	deployments   map[string]*appsv1.Deployment
 	pdbs          map[string]*policyv1.PodDisruptionBudget
 	hpas          map[string]*autoscalingv2.HorizontalPodAutoscaler
+	netpols       map[string]*networkingv1.NetworkPolicy
 
 	// parsed memoizes programs: every check reads them, one reports errors.
 	parsed    bool
@@ -156,6 +159,7 @@ func loadDeployBundle(dir string) (*deployBundle, error) {
 		deployments:  map[string]*appsv1.Deployment{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		hpas:         map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		netpols:      map[string]*networkingv1.NetworkPolicy{},
 	}
 	var errs []error
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -312,6 +316,9 @@ func (b *deployBundle) add(d deployDoc) error {
 	case *autoscalingv2.HorizontalPodAutoscaler:
 		_, dup = b.hpas[d.name]
 		b.hpas[d.name] = o
+	case *networkingv1.NetworkPolicy:
+		_, dup = b.netpols[d.name]
+		b.netpols[d.name] = o
 	}
 	if dup {
 		return fmt.Errorf("a second %s named %q", d.kind, d.name)
@@ -724,6 +731,7 @@ var deployChecks = []struct {
 	{"etcd membership", checkDeployEtcd},
 	{"disruption budgets", checkDeployPDBs},
 	{"edge autoscaling and regions", checkDeployEdges},
+	{"network policies", checkDeployNetworkPolicies},
 }
 
 func TestDeploy(t *testing.T) {
@@ -927,6 +935,24 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 				setArg(edge(b), "region", "us-west")
 			},
 			wantErr: "us-west",
+		},
+		{
+			name:    "decider open to the namespace",
+			mutate:  func(b *deployBundle) { delete(b.netpols, "decider"); delete(b.netpols, "default-deny") },
+			wantErr: "internet must not reach decider on TCP/9090",
+		},
+		{
+			name: "edges may reach private addresses",
+			mutate: func(b *deployBundle) {
+				np := b.netpols["edge"]
+				np.Spec.Egress[1].To[0].IPBlock.Except = nil
+			},
+			wantErr: "edge-us-east must not reach cloud metadata on TCP/443",
+		},
+		{
+			name:    "etcd open to every source",
+			mutate:  func(b *deployBundle) { b.netpols["etcd"].Spec.Ingress[0].From = nil },
+			wantErr: "internet must not reach etcd on TCP/2379",
 		},
 	}
 	for _, tt := range tests {
