@@ -57,6 +57,16 @@ const (
 	deployPlaceholder = "REPLACE_ME"
 )
 
+// deployExternalSecrets are the Secrets the manifests mount but do not
+// contain: certificates and keys, made per installation (deploy/k8s/README.md
+// says how; checkDeployExternalSecrets requires it to).
+var deployExternalSecrets = map[string]bool{
+	"etcd-tls":                true,
+	"decider-tls":             true,
+	"decider-etcd-client-tls": true,
+	"edge-tls":                true,
+}
+
 // deployKinds are the kinds the manifests may use, with the apiVersion each
 // must be written in (no deprecated versions) and the type it decodes into.
 // A new kind needs an entry here, and checks if it matters.
@@ -732,6 +742,7 @@ var deployChecks = []struct {
 	{"disruption budgets", checkDeployPDBs},
 	{"edge autoscaling and regions", checkDeployEdges},
 	{"network policies", checkDeployNetworkPolicies},
+	{"external secrets documented", checkDeployExternalSecrets},
 }
 
 func TestDeploy(t *testing.T) {
@@ -1187,6 +1198,9 @@ func checkDeployVolumes(b *deployBundle) error {
 				}
 			case v.Secret != nil:
 				s, ok := b.secrets[v.Secret.SecretName]
+				if !ok && deployExternalSecrets[v.Secret.SecretName] {
+					continue // created out of band, documented in deploy/k8s/README.md (checked below)
+				}
 				if !ok {
 					errs = append(errs, fmt.Errorf("%s volume %s: no Secret %q", w, v.Name, v.Secret.SecretName))
 					continue
@@ -1581,15 +1595,35 @@ func checkDeployEtcd(b *deployBundle) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: --listen-client-urls: %w", w, err))
 		}
+		// Clients and peers must prove who they are: TLS with client
+		// certificates on both listeners.
+		for _, l := range []struct{ urls, auth, ca string }{
+			{"listen-client-urls", "client-cert-auth", "trusted-ca-file"},
+			{"listen-peer-urls", "peer-client-cert-auth", "peer-trusted-ca-file"},
+		} {
+			if !strings.HasPrefix(args[l.urls], "https://") || args[l.auth] != "true" || args[l.ca] == "" {
+				errs = append(errs, fmt.Errorf("%s: --%s must be https with --%s and --%s", w, l.urls, l.auth, l.ca))
+			}
+		}
+		// Probes cannot present a client certificate: they use the plain
+		// metrics listener when there is one.
+		probePort, probeWhat := clientPort, "the client port"
+		if m := args["listen-metrics-urls"]; m != "" {
+			if probePort, err = deployURLPort(m); err != nil {
+				errs = append(errs, fmt.Errorf("%s: --listen-metrics-urls: %w", w, err))
+			}
+			probeWhat = "the metrics port"
+		}
 		for kind, pr := range map[string]*corev1.Probe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe} {
 			if pr == nil || pr.HTTPGet == nil || !slices.Contains([]string{"/health", "/livez", "/readyz"}, pr.HTTPGet.Path) {
 				errs = append(errs, fmt.Errorf("%s: %s must GET /livez, /readyz or /health", w, kind))
 				continue
 			}
-			if port, ok := deployContainerPort(c, pr.HTTPGet.Port); !ok || port != clientPort {
-				errs = append(errs, fmt.Errorf("%s: %s must use the client port %d", w, kind, clientPort))
+			if port, ok := deployContainerPort(c, pr.HTTPGet.Port); !ok || port != probePort {
+				errs = append(errs, fmt.Errorf("%s: %s must use %s %d", w, kind, probeWhat, probePort))
 			}
 		}
+		scheme, _, _ := strings.Cut(args["listen-peer-urls"], "://")
 		members := map[string]string{}
 		for entry := range strings.SplitSeq(args["initial-cluster"], ",") {
 			name, u, ok := strings.Cut(entry, "=")
@@ -1604,7 +1638,7 @@ func checkDeployEtcd(b *deployBundle) error {
 		}
 		for i := range replicas {
 			pod := fmt.Sprintf("%s-%d", sts.Name, i)
-			want := fmt.Sprintf("http://%s.%s.%s.svc:%d", pod, sts.Spec.ServiceName, sts.Namespace, peerPort)
+			want := fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme, pod, sts.Spec.ServiceName, sts.Namespace, peerPort)
 			got, ok := members[pod]
 			switch {
 			case !ok:
@@ -1727,6 +1761,33 @@ func checkDeployEdges(b *deployBundle) error {
 	}
 	if len(regions) == 0 {
 		errs = append(errs, errors.New("no edge Deployment"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkDeployExternalSecrets requires every Secret created out of band to be
+// mounted somewhere and explained in deploy/k8s/README.md.
+func checkDeployExternalSecrets(b *deployBundle) error {
+	readme, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
+	if err != nil {
+		return err
+	}
+	mounted := map[string]bool{}
+	for _, w := range b.workloads() {
+		for _, v := range w.pod.Volumes {
+			if v.Secret != nil {
+				mounted[v.Secret.SecretName] = true
+			}
+		}
+	}
+	var errs []error
+	for _, name := range deploySorted(deployExternalSecrets) {
+		if !mounted[name] {
+			errs = append(errs, fmt.Errorf("Secret %s is listed as external but no workload mounts it", name))
+		}
+		if !bytes.Contains(readme, []byte("secret generic "+name+" ")) && !bytes.Contains(readme, []byte("secret tls "+name+" ")) {
+			errs = append(errs, fmt.Errorf("deploy/k8s/README.md does not say how to create Secret %s", name))
+		}
 	}
 	return errors.Join(errs...)
 }
