@@ -31,6 +31,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -56,6 +57,16 @@ const (
 	deployPlaceholder = "REPLACE_ME"
 )
 
+// deployExternalSecrets are the Secrets the manifests mount but do not
+// contain: certificates and keys, made per installation (deploy/k8s/README.md
+// says how; checkDeployExternalSecrets requires it to).
+var deployExternalSecrets = map[string]bool{
+	"etcd-tls":                true,
+	"decider-tls":             true,
+	"decider-etcd-client-tls": true,
+	"edge-tls":                true,
+}
+
 // deployKinds are the kinds the manifests may use, with the apiVersion each
 // must be written in (no deprecated versions) and the type it decodes into.
 // A new kind needs an entry here, and checks if it matters.
@@ -71,6 +82,7 @@ var deployKinds = map[string]struct {
 	"Deployment":              {"apps/v1", func() any { return new(appsv1.Deployment) }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return new(policyv1.PodDisruptionBudget) }},
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return new(autoscalingv2.HorizontalPodAutoscaler) }},
+	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return new(networkingv1.NetworkPolicy) }},
 }
 
 // deployProgramSpec describes one of our programs as the manifests run it.
@@ -138,6 +150,7 @@ type deployBundle struct {
 	deployments   map[string]*appsv1.Deployment
 	pdbs          map[string]*policyv1.PodDisruptionBudget
 	hpas          map[string]*autoscalingv2.HorizontalPodAutoscaler
+	netpols       map[string]*networkingv1.NetworkPolicy
 
 	// parsed memoizes programs: every check reads them, one reports errors.
 	parsed    bool
@@ -156,6 +169,7 @@ func loadDeployBundle(dir string) (*deployBundle, error) {
 		deployments:  map[string]*appsv1.Deployment{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		hpas:         map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		netpols:      map[string]*networkingv1.NetworkPolicy{},
 	}
 	var errs []error
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -312,6 +326,9 @@ func (b *deployBundle) add(d deployDoc) error {
 	case *autoscalingv2.HorizontalPodAutoscaler:
 		_, dup = b.hpas[d.name]
 		b.hpas[d.name] = o
+	case *networkingv1.NetworkPolicy:
+		_, dup = b.netpols[d.name]
+		b.netpols[d.name] = o
 	}
 	if dup {
 		return fmt.Errorf("a second %s named %q", d.kind, d.name)
@@ -724,6 +741,8 @@ var deployChecks = []struct {
 	{"etcd membership", checkDeployEtcd},
 	{"disruption budgets", checkDeployPDBs},
 	{"edge autoscaling and regions", checkDeployEdges},
+	{"network policies", checkDeployNetworkPolicies},
+	{"external secrets documented", checkDeployExternalSecrets},
 }
 
 func TestDeploy(t *testing.T) {
@@ -927,6 +946,24 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 				setArg(edge(b), "region", "us-west")
 			},
 			wantErr: "us-west",
+		},
+		{
+			name:    "decider open to the namespace",
+			mutate:  func(b *deployBundle) { delete(b.netpols, "decider"); delete(b.netpols, "default-deny") },
+			wantErr: "internet must not reach decider on TCP/9090",
+		},
+		{
+			name: "edges may reach private addresses",
+			mutate: func(b *deployBundle) {
+				np := b.netpols["edge"]
+				np.Spec.Egress[1].To[0].IPBlock.Except = nil
+			},
+			wantErr: "edge-us-east must not reach cloud metadata on TCP/443",
+		},
+		{
+			name:    "etcd open to every source",
+			mutate:  func(b *deployBundle) { b.netpols["etcd"].Spec.Ingress[0].From = nil },
+			wantErr: "internet must not reach etcd on TCP/2379",
 		},
 	}
 	for _, tt := range tests {
@@ -1161,6 +1198,9 @@ func checkDeployVolumes(b *deployBundle) error {
 				}
 			case v.Secret != nil:
 				s, ok := b.secrets[v.Secret.SecretName]
+				if !ok && deployExternalSecrets[v.Secret.SecretName] {
+					continue // created out of band, documented in deploy/k8s/README.md (checked below)
+				}
 				if !ok {
 					errs = append(errs, fmt.Errorf("%s volume %s: no Secret %q", w, v.Name, v.Secret.SecretName))
 					continue
@@ -1555,15 +1595,35 @@ func checkDeployEtcd(b *deployBundle) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: --listen-client-urls: %w", w, err))
 		}
+		// Clients and peers must prove who they are: TLS with client
+		// certificates on both listeners.
+		for _, l := range []struct{ urls, auth, ca string }{
+			{"listen-client-urls", "client-cert-auth", "trusted-ca-file"},
+			{"listen-peer-urls", "peer-client-cert-auth", "peer-trusted-ca-file"},
+		} {
+			if !strings.HasPrefix(args[l.urls], "https://") || args[l.auth] != "true" || args[l.ca] == "" {
+				errs = append(errs, fmt.Errorf("%s: --%s must be https with --%s and --%s", w, l.urls, l.auth, l.ca))
+			}
+		}
+		// Probes cannot present a client certificate: they use the plain
+		// metrics listener when there is one.
+		probePort, probeWhat := clientPort, "the client port"
+		if m := args["listen-metrics-urls"]; m != "" {
+			if probePort, err = deployURLPort(m); err != nil {
+				errs = append(errs, fmt.Errorf("%s: --listen-metrics-urls: %w", w, err))
+			}
+			probeWhat = "the metrics port"
+		}
 		for kind, pr := range map[string]*corev1.Probe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe} {
 			if pr == nil || pr.HTTPGet == nil || !slices.Contains([]string{"/health", "/livez", "/readyz"}, pr.HTTPGet.Path) {
 				errs = append(errs, fmt.Errorf("%s: %s must GET /livez, /readyz or /health", w, kind))
 				continue
 			}
-			if port, ok := deployContainerPort(c, pr.HTTPGet.Port); !ok || port != clientPort {
-				errs = append(errs, fmt.Errorf("%s: %s must use the client port %d", w, kind, clientPort))
+			if port, ok := deployContainerPort(c, pr.HTTPGet.Port); !ok || port != probePort {
+				errs = append(errs, fmt.Errorf("%s: %s must use %s %d", w, kind, probeWhat, probePort))
 			}
 		}
+		scheme, _, _ := strings.Cut(args["listen-peer-urls"], "://")
 		members := map[string]string{}
 		for entry := range strings.SplitSeq(args["initial-cluster"], ",") {
 			name, u, ok := strings.Cut(entry, "=")
@@ -1578,7 +1638,7 @@ func checkDeployEtcd(b *deployBundle) error {
 		}
 		for i := range replicas {
 			pod := fmt.Sprintf("%s-%d", sts.Name, i)
-			want := fmt.Sprintf("http://%s.%s.%s.svc:%d", pod, sts.Spec.ServiceName, sts.Namespace, peerPort)
+			want := fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme, pod, sts.Spec.ServiceName, sts.Namespace, peerPort)
 			got, ok := members[pod]
 			switch {
 			case !ok:
@@ -1701,6 +1761,33 @@ func checkDeployEdges(b *deployBundle) error {
 	}
 	if len(regions) == 0 {
 		errs = append(errs, errors.New("no edge Deployment"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkDeployExternalSecrets requires every Secret created out of band to be
+// mounted somewhere and explained in deploy/k8s/README.md.
+func checkDeployExternalSecrets(b *deployBundle) error {
+	readme, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
+	if err != nil {
+		return err
+	}
+	mounted := map[string]bool{}
+	for _, w := range b.workloads() {
+		for _, v := range w.pod.Volumes {
+			if v.Secret != nil {
+				mounted[v.Secret.SecretName] = true
+			}
+		}
+	}
+	var errs []error
+	for _, name := range deploySorted(deployExternalSecrets) {
+		if !mounted[name] {
+			errs = append(errs, fmt.Errorf("Secret %s is listed as external but no workload mounts it", name))
+		}
+		if !bytes.Contains(readme, []byte("secret generic "+name+" ")) && !bytes.Contains(readme, []byte("secret tls "+name+" ")) {
+			errs = append(errs, fmt.Errorf("deploy/k8s/README.md does not say how to create Secret %s", name))
+		}
 	}
 	return errors.Join(errs...)
 }
