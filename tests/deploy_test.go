@@ -90,19 +90,21 @@ type deployProgramSpec struct {
 	// prefix is the environment prefix of its flags (flagenv.Name).
 	prefix string
 	// parse runs the program's real flag parsing.
-	parse func(args []string, getenv func(string) string) (listen string, cfg any, err error)
+	// health is the address of a listener serving only grpc.health.v1
+	// ("" when the program has none).
+	parse func(args []string, getenv func(string) string) (listen, health string, cfg any, err error)
 }
 
 // deployPrograms maps a pod template's deployNameLabel to its program; every
 // Deployment must run one of them.
 var deployPrograms = map[string]deployProgramSpec{
-	"decider": {prefix: "SWITCHBOARD_DECIDER", parse: func(args []string, getenv func(string) string) (string, any, error) {
+	"decider": {prefix: "SWITCHBOARD_DECIDER", parse: func(args []string, getenv func(string) string) (string, string, any, error) {
 		cfg, err := deciderapp.ParseFlags(args, getenv, io.Discard)
-		return cfg.Listen, cfg, err
+		return cfg.Listen, cfg.HealthListen, cfg, err
 	}},
-	"edge": {prefix: "SWITCHBOARD_EDGE", parse: func(args []string, getenv func(string) string) (string, any, error) {
+	"edge": {prefix: "SWITCHBOARD_EDGE", parse: func(args []string, getenv func(string) string) (string, string, any, error) {
 		cfg, err := edgeapp.ParseFlags(args, getenv)
-		return cfg.Listen, cfg, err
+		return cfg.Listen, "", cfg, err
 	}},
 }
 
@@ -111,7 +113,7 @@ var deployPrograms = map[string]deployProgramSpec{
 // variable, so recording the names asked for is the real list.
 func (s deployProgramSpec) knownEnv() map[string]bool {
 	names := map[string]bool{}
-	_, _, _ = s.parse(nil, func(name string) string {
+	_, _, _, _ = s.parse(nil, func(name string) string {
 		names[name] = true
 		return ""
 	})
@@ -403,7 +405,8 @@ type deployProgram struct {
 	spec       deployProgramSpec
 	env        map[string]deployEnvVar
 	listenPort int32
-	cfg        any // deciderapp.Config or edgeapp.Config
+	healthPort int32 // where its probes look: the health listener, else listenPort
+	cfg        any   // deciderapp.Config or edgeapp.Config
 }
 
 func (p deployProgram) String() string {
@@ -495,7 +498,7 @@ func (p *deployProgram) parse() error {
 		}
 	}
 	getenv := func(name string) string { return p.env[name].value }
-	listen, cfg, err := p.spec.parse(p.container.Args, getenv)
+	listen, health, cfg, err := p.spec.parse(p.container.Args, getenv)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("%s ParseFlags: %w", p.program, err))
 	}
@@ -503,19 +506,35 @@ func (p *deployProgram) parse() error {
 		return err
 	}
 	p.cfg = cfg
-	host, port, err := net.SplitHostPort(listen)
+	if p.listenPort, err = deployListenPort("listen", listen); err != nil {
+		return err
+	}
+	p.healthPort = p.listenPort
+	if health != "" {
+		if p.healthPort, err = deployListenPort("health-listen", health); err != nil {
+			return err
+		}
+	}
+	if d, ok := cfg.(deciderapp.Config); ok && d.TLSCertFile != "" && health == "" {
+		return errors.New("serves TLS without --health-listen: kubelet's gRPC probes cannot do TLS, so they would never pass")
+	}
+	return nil
+}
+
+// deployListenPort checks the address of a listener a pod is reached on.
+func deployListenPort(flag, addr string) (int32, error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("listen %q: %w", listen, err)
+		return 0, fmt.Errorf("--%s %q: %w", flag, addr, err)
 	}
 	if host != "" && host != "0.0.0.0" && host != "::" {
-		return fmt.Errorf("listen %q: must listen on every interface (0.0.0.0), or nothing outside the pod reaches it", listen)
+		return 0, fmt.Errorf("--%s %q: must listen on every interface (0.0.0.0), or nothing outside the pod reaches it", flag, addr)
 	}
 	n, err := strconv.ParseInt(port, 10, 32)
 	if err != nil || n <= 0 {
-		return fmt.Errorf("listen %q: a fixed port is required", listen)
+		return 0, fmt.Errorf("--%s %q: a fixed port is required", flag, addr)
 	}
-	p.listenPort = int32(n)
-	return nil
+	return int32(n), nil
 }
 
 func deploySorted(set map[string]bool) []string {
@@ -684,7 +703,10 @@ func (b *deployBundle) listeningPorts(w deployWorkload, programs []deployProgram
 				errs = append(errs, fmt.Errorf("%s container %s: %w", w, c.Name, err))
 				continue
 			}
-			for _, flag := range []string{"listen-client-urls", "listen-peer-urls"} {
+			for _, flag := range []string{"listen-client-urls", "listen-peer-urls", "listen-metrics-urls"} {
+				if flag == "listen-metrics-urls" && args[flag] == "" {
+					continue // optional
+				}
 				port, err := deployURLPort(args[flag])
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s container %s: --%s: %w", w, c.Name, flag, err))
@@ -696,6 +718,7 @@ func (b *deployBundle) listeningPorts(w deployWorkload, programs []deployProgram
 		for _, p := range programs {
 			if p.workload.name == w.name && p.container.Name == c.Name {
 				ports[p.listenPort] = true
+				ports[p.healthPort] = true
 			}
 		}
 		if len(ports) == 0 {
@@ -825,13 +848,22 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 		},
 		{
 			name:    "decider embedded etcd",
-			mutate:  func(b *deployBundle) { setArg(decider(b), "etcd", "") },
+			mutate: func(b *deployBundle) {
+				for _, f := range []string{"etcd", "etcd-ca-file", "etcd-cert-file", "etcd-key-file"} {
+					setArg(decider(b), f, "")
+				}
+			},
 			wantErr: "embedded etcd",
 		},
 		{
 			name:    "decider probe on the wrong port",
-			mutate:  func(b *deployBundle) { decider(b).ReadinessProbe.GRPC.Port = 9091 },
+			mutate:  func(b *deployBundle) { decider(b).ReadinessProbe.GRPC.Port = 9090 }, // TLS: kubelet cannot probe it
 			wantErr: "readinessProbe",
+		},
+		{
+			name:    "decider serving TLS without a plaintext health listener",
+			mutate:  func(b *deployBundle) { setArg(decider(b), "health-listen", "") },
+			wantErr: "--health-listen",
 		},
 		{
 			name:    "edge listens where its probes and Service do not look",
@@ -888,12 +920,12 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 		},
 		{
 			name:    "catalog credential missing from the Secret",
-			mutate:  func(b *deployBundle) { delete(b.secrets[deployCredentialsSecret].StringData, "GAMMA_API_KEY") },
-			wantErr: "GAMMA_API_KEY",
+			mutate:  func(b *deployBundle) { delete(b.secrets[deployCredentialsSecret].StringData, "SWITCHBOARD_PROVIDER_KEY_GAMMA") },
+			wantErr: "SWITCHBOARD_PROVIDER_KEY_GAMMA",
 		},
 		{
 			name:    "real-looking credential committed",
-			mutate:  func(b *deployBundle) { b.secrets[deployCredentialsSecret].StringData["ALPHA_API_KEY"] = "sk-live-123" },
+			mutate:  func(b *deployBundle) { b.secrets[deployCredentialsSecret].StringData["SWITCHBOARD_PROVIDER_KEY_ALPHA"] = "sk-live-123" },
 			wantErr: "placeholder",
 		},
 		{
@@ -1285,8 +1317,8 @@ func checkDeployPorts(b *deployBundle) error {
 				switch {
 				case pr.GRPC == nil:
 					errs = append(errs, fmt.Errorf("%s: %s must be a grpc probe (grpc.health.v1)", p, kind))
-				case pr.GRPC.Port != p.listenPort:
-					errs = append(errs, fmt.Errorf("%s: %s checks port %d, the decider listens on %d", p, kind, pr.GRPC.Port, p.listenPort))
+				case pr.GRPC.Port != p.healthPort:
+					errs = append(errs, fmt.Errorf("%s: %s checks port %d, the decider serves health on %d", p, kind, pr.GRPC.Port, p.healthPort))
 				case pr.GRPC.Service != nil && *pr.GRPC.Service != "" && *pr.GRPC.Service != switchboardv1.DeciderService_ServiceDesc.ServiceName:
 					errs = append(errs, fmt.Errorf("%s: %s asks for health of %q, which the decider does not report", p, kind, *pr.GRPC.Service))
 				}
@@ -1444,17 +1476,70 @@ func checkDeployCatalog(b *deployBundle) error {
 		if p.program != "edge" {
 			continue
 		}
+		var files map[string]bool // credentials in --provider-key-dir
+		if dir := p.cfg.(edgeapp.Config).ProviderKeyDir; dir != "" {
+			var err error
+			if files, err = b.mountedSecretKeys(p.workload, p.container, dir); err != nil {
+				errs = append(errs, fmt.Errorf("%s: --provider-key-dir %s: %w", p, dir, err))
+			}
+		}
 		for _, name := range deploySorted(credentials) {
+			if files[name] {
+				continue
+			}
 			v, ok := p.env[name]
 			switch {
 			case !ok || v.value == "":
-				errs = append(errs, fmt.Errorf("%s: the catalog's api_key_env %s is not in the environment (add it to Secret %s)", p, name, deployCredentialsSecret))
+				errs = append(errs, fmt.Errorf("%s: the catalog's api_key_env %s is neither in --provider-key-dir nor in the environment (add it to Secret %s)", p, name, deployCredentialsSecret))
 			case v.secret == "":
 				errs = append(errs, fmt.Errorf("%s: %s must come from a Secret, not a literal value", p, name))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mountedSecretKeys returns the files a Secret volume mounted at dir in
+// container c of w holds: the Secret's keys (or the items it maps). A
+// subPath mount is refused: its files never change, so a rotated
+// credential would not reach the edge.
+func (b *deployBundle) mountedSecretKeys(w deployWorkload, c *corev1.Container, dir string) (map[string]bool, error) {
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		if m.SubPath != "" {
+			return nil, errors.New("mounted with subPath, which never sees a rotation")
+		}
+		for i := range w.pod.Volumes {
+			v := &w.pod.Volumes[i]
+			if v.Name != m.Name {
+				continue
+			}
+			if v.Secret == nil {
+				return nil, fmt.Errorf("volume %s is not a Secret", v.Name)
+			}
+			sec, ok := b.secrets[v.Secret.SecretName]
+			if !ok {
+				return nil, fmt.Errorf("no Secret %q", v.Secret.SecretName)
+			}
+			out := map[string]bool{}
+			data := deploySecretData(sec)
+			if len(v.Secret.Items) == 0 {
+				for k := range data {
+					out[k] = true
+				}
+			}
+			for _, it := range v.Secret.Items {
+				if _, ok := data[it.Key]; ok {
+					out[it.Path] = true
+				}
+			}
+			return out, nil
+		}
+		return nil, fmt.Errorf("no volume %q", m.Name)
+	}
+	return nil, errors.New("no volume is mounted there")
 }
 
 // mountedFile returns the content of path inside container c of w, which
