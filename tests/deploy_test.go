@@ -847,7 +847,7 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "must listen on every interface",
 		},
 		{
-			name:    "decider embedded etcd",
+			name: "decider embedded etcd",
 			mutate: func(b *deployBundle) {
 				for _, f := range []string{"etcd", "etcd-ca-file", "etcd-cert-file", "etcd-key-file"} {
 					setArg(decider(b), f, "")
@@ -919,13 +919,17 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "--drain-delay must be positive",
 		},
 		{
-			name:    "catalog credential missing from the Secret",
-			mutate:  func(b *deployBundle) { delete(b.secrets[deployCredentialsSecret].StringData, "SWITCHBOARD_PROVIDER_KEY_GAMMA") },
+			name: "catalog credential missing from the Secret",
+			mutate: func(b *deployBundle) {
+				delete(b.secrets[deployCredentialsSecret].StringData, "SWITCHBOARD_PROVIDER_KEY_GAMMA")
+			},
 			wantErr: "SWITCHBOARD_PROVIDER_KEY_GAMMA",
 		},
 		{
-			name:    "real-looking credential committed",
-			mutate:  func(b *deployBundle) { b.secrets[deployCredentialsSecret].StringData["SWITCHBOARD_PROVIDER_KEY_ALPHA"] = "sk-live-123" },
+			name: "real-looking credential committed",
+			mutate: func(b *deployBundle) {
+				b.secrets[deployCredentialsSecret].StringData["SWITCHBOARD_PROVIDER_KEY_ALPHA"] = "sk-live-123"
+			},
 			wantErr: "placeholder",
 		},
 		{
