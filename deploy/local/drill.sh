@@ -21,9 +21,10 @@ token() { # file: writes a new random token into it and prints its SHA-256
   sha256sum <"$1" | cut -d' ' -f1
 }
 EDGE_SHA=$(token "$DATA/edge-token")
+SERVICE_SHA=$(token "$DATA/service-token")
 OPERATOR_SHA=$(token "$DATA/operator-token")
 sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e 's/unit: concurrent_requests, capacity: 32/unit: concurrent_requests, capacity: 4/' \
-  -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
+  -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@SERVICE_TOKEN_SHA256@/$SERVICE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
   deploy/local/catalog.yaml >"$DATA/catalog.yaml"
 export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma
 

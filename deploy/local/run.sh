@@ -12,15 +12,17 @@ mkdir -p "$DATA"
 # A fresh demo key each run; only its SHA-256 goes into the catalog.
 KEY=${SWITCHBOARD_DEMO_KEY:-sk-sb-demo-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 SHA=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-# Fresh decider tokens each run, for the edge and for an operator (decider
-# explain --token-file); only their SHA-256 goes into the catalog.
+# Fresh decider tokens each run, for the edge, for a service of the demo
+# tenant (gRPC examples) and for an operator (decider explain --token-file);
+# only their SHA-256 goes into the catalog.
 token() { # file: writes a new random token into it and prints its SHA-256
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1")
   sha256sum <"$1" | cut -d' ' -f1
 }
 EDGE_SHA=$(token "$DATA/edge-token")
+SERVICE_SHA=$(token "$DATA/service-token")
 OPERATOR_SHA=$(token "$DATA/operator-token")
-sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
+sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@SERVICE_TOKEN_SHA256@/$SERVICE_SHA/" -e "s/@OPERATOR_TOKEN_SHA256@/$OPERATOR_SHA/" \
   deploy/local/catalog.yaml > "$DATA/catalog.yaml"
 
 # The simulated providers accept any credential; real ones read these.
@@ -54,7 +56,7 @@ Switchboard is running (logs in $DATA/*.log). Ctrl-C stops it.
 
   API key:  $KEY
   Base URL: http://$EDGE_ADDR/v1
-  Decider:  $DECIDER_ADDR (gRPC; operator token in $DATA/operator-token)
+  Decider:  $DECIDER_ADDR (gRPC; tokens: service $DATA/service-token, operator $DATA/operator-token)
 
 Try:
   curl -s http://$EDGE_ADDR/v1/chat/completions \\
