@@ -92,6 +92,30 @@
 // Lock order, always: table mutex (configuration, snapshot) → one shard (or
 // all, ascending, in Snapshot and Restore) → buckets in canonical order.
 //
+// # Layout
+//
+// Every piece below takes some of those three locks, and the order is only
+// safe if all of them keep it, so the broker stays one package with one file
+// per purpose:
+//
+//   - broker.go: the Broker, its locks and learning mode;
+//   - options.go: Options and their defaults;
+//   - table.go: the immutable bucket table and routes, and how a request
+//     resolves its buckets; the canonical bucket order is sortBuckets in
+//     bucket.go;
+//   - reserve.go: Reserve, the one place the whole lock order is taken
+//     for an admission (shard, then buckets ascending);
+//   - refusal.go: what a refusal says, and its safe figures;
+//   - reconcile.go, lifecycle.go: Reconcile, late and repeated
+//     reconciliations, Extend (shard, then one bucket at a time);
+//   - expiry.go: Expire and lazy expiry (each shard, then its buckets);
+//   - reconfigure.go: Reconfigure and new routes (table mutex only);
+//   - headers.go: provider headers, learned buckets and route pauses;
+//   - snapshot.go: Snapshot and Restore (table mutex, every shard
+//     ascending, then buckets);
+//   - limits.go: the Limits view; correct.go: estimate correction;
+//     spec.go: bucket specs from the catalog; ids.go: reservation ids.
+//
 // # Idempotency and expiry
 //
 // A Reserve whose idempotency key (scoped by tenant) matches a live

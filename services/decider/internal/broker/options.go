@@ -1,0 +1,103 @@
+package broker
+
+import (
+	mrand "math/rand/v2"
+	"time"
+)
+
+// Options tune a Broker.
+type Options struct {
+	// Now is the clock. (Optional) Defaults to time.Now. Tests inject a fake
+	// one so windows, daily resets and expiry need no sleeping.
+	Now func() time.Time
+	// DefaultTTL is how long a reservation lives when the request gives no
+	// TTL. (Optional) Defaults to 2m: longer than nearly every call, short
+	// enough that an edge that died releases its concurrency soon.
+	DefaultTTL time.Duration
+	// MaxTTL caps a requested TTL. (Optional) Defaults to 15m. It bounds how
+	// long learning mode must last after a failover (see SetConservative).
+	MaxTTL time.Duration
+	// ConservativeFraction is the share of each bucket's limit that may be
+	// in use while in learning mode. (Optional) Defaults to 0.5.
+	ConservativeFraction float64
+	// RefundOnExpiry gives an expired reservation's tokens, requests and
+	// spend back to their buckets. (Optional) Defaults to false: an abandoned
+	// reservation may well have been dispatched (the edge died after sending),
+	// so its estimate is kept as consumed; only concurrency is released.
+	RefundOnExpiry bool
+	// MaxPause caps how long a provider's Retry-After or reset can pause a
+	// route, so one bogus header cannot bench an endpoint for days.
+	// (Optional) Defaults to 10m.
+	MaxPause time.Duration
+	// MaxJitter caps the random delay added to a pause. (Optional) Defaults to 1s.
+	MaxJitter time.Duration
+	// JitterFraction is the largest jitter as a share of the pause. (Optional)
+	// Defaults to 0.1.
+	JitterFraction float64
+	// BackoffBase is the first pause after a 429 without Retry-After, doubled
+	// for each further 429 in a row. (Optional) Defaults to 1s.
+	BackoffBase time.Duration
+	// BackoffMax caps that back-off. (Optional) Defaults to 30s.
+	BackoffMax time.Duration
+	// ConcurrencyRetry is the retry_after of a concurrency refusal, whose
+	// bucket frees when some call ends, which nothing predicts. (Optional)
+	// Defaults to 1s.
+	ConcurrencyRetry time.Duration
+	// Tombstone is how long a closed reservation is remembered: a
+	// reconciled one, so a reconciliation delivered twice is recognised,
+	// and an expired one with its charges, so its late reconciliation
+	// (a stream that outlived it) still charges the real usage. (Optional)
+	// Defaults to MaxTTL.
+	Tombstone time.Duration
+	// Correction tunes estimate correction.
+	Correction CorrectionOptions
+	// DisableCorrection makes Reserve reserve the estimate as given.
+	// (Optional) Defaults to false: Reserve applies [Broker.Correct].
+	DisableCorrection bool
+	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
+	// Defaults to math/rand/v2's Float64.
+	Rand func() float64
+}
+
+func (o *Options) defaults() {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.DefaultTTL <= 0 {
+		o.DefaultTTL = 2 * time.Minute
+	}
+	if o.MaxTTL <= 0 {
+		o.MaxTTL = 15 * time.Minute
+	}
+	if o.DefaultTTL > o.MaxTTL {
+		o.DefaultTTL = o.MaxTTL
+	}
+	if o.Tombstone <= 0 {
+		o.Tombstone = o.MaxTTL
+	}
+	if !(o.ConservativeFraction > 0 && o.ConservativeFraction <= 1) {
+		o.ConservativeFraction = 0.5
+	}
+	if o.MaxPause <= 0 {
+		o.MaxPause = 10 * time.Minute
+	}
+	if o.MaxJitter <= 0 {
+		o.MaxJitter = time.Second
+	}
+	if !(o.JitterFraction > 0 && o.JitterFraction <= 1) {
+		o.JitterFraction = 0.1
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = time.Second
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 30 * time.Second
+	}
+	if o.ConcurrencyRetry <= 0 {
+		o.ConcurrencyRetry = time.Second
+	}
+	if o.Rand == nil {
+		o.Rand = mrand.Float64
+	}
+	o.Correction.defaults()
+}

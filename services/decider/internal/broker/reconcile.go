@@ -1,0 +1,109 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ReconcileRequest closes a reservation with what really happened.
+type ReconcileRequest struct {
+	// ReservationID is the reservation to close.
+	ReservationID string
+	// Usage is the actual consumption.
+	Usage Usage
+	// Outcome is how the call ended.
+	Outcome Outcome
+	// Headers are the provider's rate-limit and Retry-After headers.
+	Headers []Header
+	// Allow is the caller's authorisation, checked against the
+	// reservation's tenant before anything changes. (Optional) Nil allows
+	// every tenant.
+	Allow Allow
+}
+
+// Settlement is what Reconcile did.
+type Settlement struct {
+	// Reservation is the reservation closed.
+	Reservation *Reservation
+	// Released lists, per bucket charged, what was given back: reserved
+	// minus actual, negative for an overrun charged, 0 where a fixed period
+	// rolled over since the charge.
+	Released []Charge
+	// Headers are the provider headers as parsed.
+	Headers ProviderHeaders
+	// HeaderErr reports malformed headers, which were skipped.
+	HeaderErr error
+	// PausedUntil is the route's pause after this reconcile; zero if none.
+	PausedUntil time.Time
+	// Late is set when the reservation had expired: its concurrency was
+	// released then, and the other buckets were settled to the actual
+	// usage now.
+	Late bool
+}
+
+// Reconcile replaces a reservation's estimates with the actual usage: every
+// bucket gets back what was reserved and not used, or is charged the
+// overrun; concurrency is released. The provider's headers then correct the
+// route's buckets and may pause it.
+//
+// A reservation is reconciled once. One that expired recently is still
+// reconciled (Settlement.Late): expiry released its concurrency, and its
+// other buckets are settled to the actual usage now, so a call that outlived
+// its reservation is charged what it used. A second reconcile of the same id
+// returns an error matching ErrAlreadyReconciled (and ErrNotFound) and an
+// unknown id one matching ErrNotFound; neither changes any bucket. A
+// reservation (open or recently closed) of a tenant req.Allow refuses gets
+// an error matching ErrForbidden and is left as it was.
+func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settlement, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := req.Usage.validate(); err != nil {
+		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, err)
+	}
+	si, ok := shardOf(req.ReservationID)
+	if !ok {
+		return nil, fmt.Errorf("reconcile %q: %w", req.ReservationID, ErrNotFound)
+	}
+	now := b.nowNS()
+	sh := &b.shards[si]
+	sh.mu.Lock()
+	e := sh.byID[req.ReservationID]
+	if e != nil && !req.Allow.allows(e.res.Identity.TenantID) {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrForbidden)
+	}
+	if e != nil && e.expires <= now {
+		// Expired but not swept yet: expire it as the sweep would have.
+		sh.remove(e)
+		b.releaseExpired(sh, e, now)
+		e = nil
+	}
+	if e == nil {
+		st, err := b.reconcileClosed(sh, &req, now)
+		sh.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, req.Headers, req.Outcome, now)
+		return st, nil
+	}
+	sh.remove(e)
+	b.remember(sh, e, now, false)
+	st := &Settlement{Reservation: &e.res, Released: make([]Charge, len(e.recs))}
+	for i, c := range e.recs {
+		delta := c.amount - req.Usage.actual(c.b.unit, c.amount)
+		c.b.mu.Lock()
+		c.b.advance(now)
+		applied := c.b.settle(delta, c.epoch)
+		c.b.mu.Unlock()
+		st.Released[i] = Charge{BucketID: c.b.id, Scope: c.b.scope, Unit: c.b.unit, Amount: applied}
+	}
+	sh.mu.Unlock()
+	if req.Outcome == OutcomeOK && req.Usage.Reported {
+		b.observe(e.res.Model, e.res.EndpointID, e.res.Estimate, req.Usage)
+	}
+	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, now)
+	return st, nil
+}

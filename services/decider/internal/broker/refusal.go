@@ -1,0 +1,131 @@
+package broker
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Refusal says why a reservation was refused, in terms safe to show the
+// caller: the limit and remaining of its own buckets (api key, app, tenant)
+// only; a partner or provider bucket is described as shared capacity with no
+// figures, because its level is other tenants' consumption.
+type Refusal struct {
+	// Reason classifies the refusal.
+	Reason RefusalReason
+	// BucketID is the refusing bucket, for logs and metrics on the decider's
+	// side. It may name a provider project: not for the caller.
+	BucketID string
+	// Scope is the refusing bucket's scope.
+	Scope Scope
+	// Unit is the refusing bucket's unit.
+	Unit Unit
+	// Limit is the bucket's limit; 0 for a shared bucket.
+	Limit float64
+	// Remaining is what the bucket can still admit; 0 for a shared bucket.
+	Remaining float64
+	// Reset is when the bucket will have room for this demand; zero when
+	// unknown (concurrency) or never (NON_RETRYABLE_REQUEST).
+	Reset time.Time
+	// RetryAfter is how long to wait before retrying; 0 when retrying cannot help.
+	RetryAfter time.Duration
+	// Class is the request's workload class.
+	Class WorkloadClass
+	// Message is a human-readable explanation.
+	Message string
+
+	need float64 // the refused amount, for the message
+}
+
+// refusal describes why bk refused amount; bk.mu is held. The message is
+// formatted later, outside the locks, by finish.
+func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls WorkloadClass) *Refusal {
+	lim := bk.limit()
+	keep := bk.keep(hold)
+	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls}
+	if bk.scope.own() {
+		r.Limit = lim
+		r.Remaining = whole(bk.unit, bk.available()-keep)
+	}
+	switch {
+	case bk.never(amount):
+		r.Reason = ReasonNonRetryableRequest
+		r.need = amount
+		return r
+	case bk.rule == RuleDailyReset:
+		r.Reason = ReasonNonRetryablePolicy
+	default:
+		r.Reason = ReasonRetryableCapacity
+	}
+	k := keep
+	if bk.rule != RuleRamp && amount+k > bk.p.max() {
+		// Only learning mode can keep this much back: the demand fits once
+		// it ends.
+		k = math.Max(0, bk.p.max()-amount)
+	}
+	w, known := bk.wait(amount, k, now)
+	if k < keep {
+		w = max(w, b.consUntil.Load()-now)
+	}
+	if !known {
+		r.RetryAfter = b.opts.ConcurrencyRetry
+		return r
+	}
+	r.RetryAfter = time.Duration(max(w, 0))
+	r.Reset = time.Unix(0, now+max(w, 0)).UTC()
+	return r
+}
+
+// finish writes the refusal's message.
+func (r *Refusal) finish() {
+	what := r.Scope.String() + " " + r.Unit.String()
+	switch {
+	case r.Scope.own() && r.Reason == ReasonNonRetryableRequest:
+		r.Message = fmt.Sprintf("the request needs %g %s, more than the %s limit of %g can ever admit", r.need, r.Unit, what, r.Limit)
+		return
+	case r.Reason == ReasonNonRetryableRequest:
+		r.Message = fmt.Sprintf("the request needs more %s than the %s capacity can ever admit", r.Unit, sharedName(r.Scope))
+		return
+	case r.Scope.own():
+		r.Message = fmt.Sprintf("%s limit reached (%g remaining of %g)", what, r.Remaining, r.Limit)
+	case r.Message != "":
+		// A pause: pauseRefusal wrote it.
+	default:
+		r.Message = fmt.Sprintf("%s capacity for %s is exhausted", sharedName(r.Scope), r.Unit)
+	}
+	if r.RetryAfter > 0 {
+		r.Message += fmt.Sprintf("; retry after %s", r.RetryAfter.Round(time.Millisecond))
+	}
+}
+
+// whole is what a level means to a caller: never negative, and whole
+// units for everything but dollars (half a request cannot be sent).
+func whole(u Unit, v float64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	if u == UnitUSD {
+		return v
+	}
+	return math.Floor(v + 1e-9)
+}
+
+func sharedName(s Scope) string {
+	if s == ScopePartner {
+		return "partner"
+	}
+	return "provider"
+}
+
+func (b *Broker) pauseRefusal(rt *route, now int64, cls WorkloadClass) *Refusal {
+	until := rt.pause.until.Load()
+	if now >= until {
+		return nil
+	}
+	return &Refusal{
+		Reason: RefusalReason(rt.pause.reason.Load()), BucketID: "pause:" + rt.EndpointID,
+		Scope: ScopeModelRoute, Unit: UnitRequests, Class: cls,
+		Reset: time.Unix(0, until).UTC(), RetryAfter: time.Duration(until - now),
+		Message: "provider capacity: the provider asked to pause this route",
+	}
+}
