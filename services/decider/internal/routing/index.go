@@ -1,0 +1,133 @@
+package routing
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+)
+
+type endpoint struct {
+	id             string
+	provider       string
+	rates          catalog.Rates
+	contextLength  int64
+	maxOutput      int64 // largest output the endpoint produces; 0 when unknown
+	quantization   string
+	denyCollection bool
+	zdr            bool
+	params         map[string]bool
+	proto          *switchboardv1.Endpoint // template without per-request fields; never mutated
+	st             *stats.Endpoint         // resolved once, so Decide skips the map lookup
+}
+
+type model struct {
+	id        string
+	endpoints []*endpoint
+	ids       []string // endpoint ids, for the affinity lookup
+	list      *catalog.Rates
+	st        *stats.Model
+}
+
+type index struct {
+	models    map[string]*model
+	providers map[string]bool
+	list      []*switchboardv1.Model
+}
+
+// SetCatalog replaces the catalog; requests in flight finish on the old one.
+func (r *Router) SetCatalog(c *catalog.Catalog) {
+	idx := &index{
+		models:    map[string]*model{},
+		providers: map[string]bool{},
+	}
+	for _, m := range c.Models {
+		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID)}
+		lm := &switchboardv1.Model{Id: m.ID}
+		if m.ListPrice != nil {
+			lr := m.ListPrice.Rates()
+			mm.list = &lr
+			lm.ListPrice = &switchboardv1.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output}
+		}
+		for _, e := range m.Endpoints {
+			rates := e.Price.Rates()
+			ep := &endpoint{
+				id:             e.ID(m.ID),
+				provider:       e.Provider,
+				rates:          rates,
+				contextLength:  e.ContextLength,
+				maxOutput:      e.MaxOutputTokens,
+				quantization:   e.Quantization,
+				denyCollection: e.DataCollection == "deny",
+				zdr:            e.ZDR,
+				params:         map[string]bool{},
+				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
+			}
+			for _, p := range e.SupportedParameters {
+				ep.params[p] = true
+			}
+			ep.proto = &switchboardv1.Endpoint{
+				Id:            ep.id,
+				Provider:      e.Provider,
+				BaseUrl:       e.BaseURL,
+				UpstreamModel: e.UpstreamModel,
+				ApiKeyEnv:     e.APIKeyEnv,
+				Price:         &switchboardv1.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output},
+				ContextLength: e.ContextLength,
+			}
+			mm.endpoints = append(mm.endpoints, ep)
+			mm.ids = append(mm.ids, ep.id)
+			idx.providers[e.Provider] = true
+			lm.Providers = append(lm.Providers, e.Provider)
+			lm.ContextLength = max(lm.ContextLength, e.ContextLength)
+		}
+		idx.models[m.ID] = mm
+		idx.list = append(idx.list, lm)
+	}
+	slices.SortFunc(idx.list, func(a, b *switchboardv1.Model) int { return strings.Compare(a.Id, b.Id) })
+	r.idx.Store(idx)
+}
+
+// Endpoint returns the catalog's endpoint by id: its model and rates.
+func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bool) {
+	provider, modelID, found := strings.Cut(id, "/")
+	if !found {
+		return "", catalog.Rates{}, false
+	}
+	m := r.idx.Load().models[modelID]
+	if m == nil {
+		return "", catalog.Rates{}, false
+	}
+	for _, e := range m.endpoints {
+		if e.provider == provider {
+			return modelID, e.rates, true
+		}
+	}
+	return "", catalog.Rates{}, false
+}
+
+// ListModels lists the catalog's models.
+func (r *Router) ListModels() []*switchboardv1.Model { return r.idx.Load().list }
+
+// Models returns the catalog's models and their endpoints, for the prober.
+func (r *Router) Models() []ModelEndpoints {
+	idx := r.idx.Load()
+	out := make([]ModelEndpoints, 0, len(idx.models))
+	for _, m := range idx.models {
+		me := ModelEndpoints{Model: m.id}
+		for _, e := range m.endpoints {
+			me.Endpoints = append(me.Endpoints, e.proto)
+		}
+		out = append(out, me)
+	}
+	slices.SortFunc(out, func(a, b ModelEndpoints) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// ModelEndpoints is a model and its endpoints.
+type ModelEndpoints struct {
+	Model     string
+	Endpoints []*switchboardv1.Endpoint
+}

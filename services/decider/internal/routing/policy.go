@@ -1,0 +1,238 @@
+package routing
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// rank orders the usable candidates in place and says why the first won:
+// by the user's choice when it made one, else by the smart policy.
+func (r *Router) rank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences, dryRun bool) (switchboardv1.RouteReason, time.Duration) {
+	slices.SortStableFunc(cs, byCost)
+	fastest := time.Duration(0)
+	for _, c := range cs {
+		if c.samples > 0 && (fastest == 0 || c.ttft < fastest) {
+			fastest = c.ttft
+		}
+	}
+	if reason, ok := userRank(cs, suffix, prefs); ok {
+		return reason, fastest
+	}
+	return r.smartRank(cs, fastest, dryRun), fastest
+}
+
+// userRank applies the user's choice (provider.sort, provider.order, the
+// :floor and :nitro suffixes), which replaces the smart policy; ok is false
+// when the user made none. cs is in price order.
+func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences) (reason switchboardv1.RouteReason, ok bool) {
+	switch {
+	case suffix == "floor" || prefs.GetSort() == switchboardv1.Sort_SORT_PRICE:
+		if suffix == "floor" {
+			return switchboardv1.RouteReason_ROUTE_REASON_FLOOR, true
+		}
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, true
+	case suffix == "nitro" || prefs.GetSort() == switchboardv1.Sort_SORT_THROUGHPUT:
+		slices.SortStableFunc(cs, func(a, b *candidate) int { return cmpFloat(b.tps, a.tps) }) // unknown (0) last
+		if suffix == "nitro" {
+			return switchboardv1.RouteReason_ROUTE_REASON_NITRO, true
+		}
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, true
+	case prefs.GetSort() == switchboardv1.Sort_SORT_LATENCY:
+		slices.SortStableFunc(cs, byLatency)
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, true
+	case len(prefs.GetOrder()) > 0:
+		order := prefs.GetOrder()
+		slices.SortStableFunc(cs, func(a, b *candidate) int { return byOrder(order, a, b) })
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER, true
+	case len(prefs.GetOnly()) > 0 || len(prefs.GetIgnore()) > 0:
+		return switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER, true
+	}
+	return 0, false
+}
+
+// byLatency orders measured candidates by TTFT, unmeasured ones last.
+func byLatency(a, b *candidate) int {
+	switch {
+	case a.samples > 0 && b.samples > 0:
+		return cmpDur(a.ttft, b.ttft)
+	case a.samples > 0:
+		return -1
+	case b.samples > 0:
+		return 1
+	}
+	return 0
+}
+
+// byOrder orders candidates by their provider's place in order, providers
+// not named last.
+func byOrder(order []string, a, b *candidate) int {
+	ra, rb := slices.Index(order, a.ep.provider), slices.Index(order, b.ep.provider)
+	switch {
+	case ra >= 0 && rb >= 0:
+		return ra - rb
+	case ra >= 0:
+		return -1
+	case rb >= 0:
+		return 1
+	}
+	return 0
+}
+
+// smartRank is the default policy: the cheapest endpoint that is fast
+// enough for this prompt size, with a share of requests exploring
+// endpoints with too little data. cs is in price order.
+func (r *Router) smartRank(cs []*candidate, fastest time.Duration, dryRun bool) switchboardv1.RouteReason {
+	// No speed data at all: the cheapest.
+	if fastest == 0 {
+		for _, c := range cs {
+			c.note = noteNoData
+		}
+		if e := r.explore(cs, dryRun); e != nil {
+			return switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION
+		}
+		return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA
+	}
+	anyAllowed := r.qualify(cs, fastest)
+	if e := r.explore(cs, dryRun); e != nil {
+		return switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION
+	}
+	if !anyAllowed {
+		// Every fast endpoint is too expensive: the cheapest serves (cs is
+		// already in price order).
+		for _, c := range cs {
+			if c.qualified {
+				return switchboardv1.RouteReason_ROUTE_REASON_PRICE_GUARD
+			}
+		}
+		return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA
+	}
+	// The cheapest allowed endpoint first, then the other allowed ones by
+	// price, then the rest by price: retries go to fast ones first.
+	slices.SortStableFunc(cs, func(a, b *candidate) int {
+		switch {
+		case a.allowed == b.allowed:
+			return 0
+		case a.allowed:
+			return -1
+		}
+		return 1
+	})
+	return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING
+}
+
+// qualify marks which candidates are fast enough (within SpeedFactor of
+// the fastest, or under FastEnough) and, of those, which the price guard
+// allows; it reports whether any is allowed.
+func (r *Router) qualify(cs []*candidate, fastest time.Duration) (anyAllowed bool) {
+	limit := max(time.Duration(float64(fastest)*r.o.SpeedFactor), r.o.FastEnough)
+	usual := usualCost(cs)
+	for _, c := range cs {
+		switch {
+		case c.samples == 0:
+			c.note = noteNoData
+		case c.ttft > limit && c.ttft >= r.o.FastEnough:
+			c.note = noteTooSlow
+		default:
+			c.qualified = true
+			// Above the usual price, an endpoint wins for speed only when it
+			// is still at least (1-PriceGuard) below the list price.
+			c.allowed = c.cost <= usual || c.listCost == 0 || c.cost <= r.o.PriceGuard*c.listCost
+			if c.allowed {
+				c.note = noteQualified
+				anyAllowed = true
+			} else {
+				c.note = notePriceGuard
+			}
+		}
+	}
+	return anyAllowed
+}
+
+// byCost orders candidates by this request's cost, then by provider name so
+// equal costs order the same way every time.
+func byCost(a, b *candidate) int {
+	if c := cmpFloat(a.cost, b.cost); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ep.provider, b.ep.provider)
+}
+
+// explore sends a share of requests to an endpoint with too little data in
+// this bucket, so one that became faster is noticed. It moves the
+// chosen one to the front and returns it, or returns nil.
+func (r *Router) explore(cs []*candidate, dryRun bool) *candidate {
+	if dryRun || r.o.Exploration <= 0 || len(cs) < 2 {
+		return nil
+	}
+	x := splitmix64(r.o.Seed + r.seq.Add(1))
+	if float64(x>>11)/(1<<53) >= r.o.Exploration {
+		return nil
+	}
+	thin := 0
+	for _, c := range cs {
+		if c.samples < r.o.MinSamples && !c.cooling {
+			thin++
+		}
+	}
+	if thin == 0 {
+		return nil
+	}
+	pick := int((x >> 3) % uint64(thin))
+	for i, c := range cs {
+		if c.samples < r.o.MinSamples && !c.cooling {
+			if pick == 0 {
+				copy(cs[1:i+1], cs[:i])
+				cs[0] = c
+				c.note = noteExplored
+				return c
+			}
+			pick--
+		}
+	}
+	return nil
+}
+
+// usualCost is the model's usual price for this request: the median of the
+// usable endpoints' costs for this exact token mix. "Usual" is what most
+// providers charge, so one cheap outlier does not make everyone "expensive".
+func usualCost(cs []*candidate) float64 {
+	// cs is sorted by cost.
+	n := len(cs)
+	if n%2 == 1 {
+		return cs[n/2].cost
+	}
+	return (cs[n/2-1].cost + cs[n/2].cost) / 2
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// splitmix64 turns a counter into a well-mixed pseudo-random number: with a
+// fixed seed, a sequence of Decide calls explores the same way every run,
+// without a lock around a shared generator.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
