@@ -3,7 +3,8 @@
 // with it, the edge bills the client with it, and the decider accounts
 // synthetic probes with it, so the figure a request was routed on, the
 // figure it was billed and the figure the operator pays for probes can
-// never disagree on how tokens are priced.
+// never disagree on how tokens are priced. Which usage is billed to whom,
+// under which caps, is the billing policy: pkg/billing.
 //
 // Prices are USD per million tokens, priced separately for uncached input,
 // cached input (tokens the provider reads from its prompt cache) and output.

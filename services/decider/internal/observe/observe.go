@@ -1,8 +1,10 @@
 // Package observe turns the edges' call reports into what routing learns
 // from: TTFT per size bucket, throughput, cache-hit rate, typical output,
 // which endpoint holds which prompt in cache, and refusals that bench an
-// endpoint. It also accounts what synthetic probes cost. It never waits on
-// the broker: reservations are reconciled by the report hub's workers.
+// endpoint. It also accounts what synthetic probes cost the operator (the
+// billing policy, pkg/billing, says probes are never billed to a tenant). It
+// never waits on the broker: reservations are reconciled by the report hub's
+// workers.
 package observe
 
 import (
@@ -12,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
@@ -117,7 +120,9 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 		}
 	}
 	if r.GetProbeId() != "" && u != nil {
-		cost := pricing.Cost(rates, pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens()})
+		// Probes are never billed to a tenant: the operator pays them, at
+		// the endpoint's list price.
+		cost := billing.ListCost(rates, pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens()})
 		ob.mu.Lock()
 		ob.probeCost[ep] += cost
 		ob.probes++

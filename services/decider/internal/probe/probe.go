@@ -3,8 +3,8 @@
 // 150k tokens by default), so a slowdown at one size is caught even while
 // short calls stay fast. The decider only plans them; edges run them, one
 // probe per edge in turn, spread evenly over the interval so they neither
-// burst nor land on one edge. Probes are never billed to a tenant; the
-// observe package accounts their cost.
+// burst nor land on one edge. Probes are never billed to a tenant (the
+// billing policy, pkg/billing); the observe package accounts their cost.
 package probe
 
 import (

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/billing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -315,10 +316,10 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 }
 
 // fromReports is the reconciliation each call report naming a reservation
-// stands for. The cost is the tenant's spend only for a call that produced
-// something: one cancelled before its first token (a lost hedge, a client
-// that left before the answer started) is not billed, so it spends nothing;
-// its tokens still count against quotas.
+// stands for. The cost is the tenant's spend only for a call the billing
+// policy bills the tenant for: one cancelled before its first token (a lost
+// hedge, a client that left before the answer started) is not billed, so it
+// spends nothing; its tokens still count against quotas.
 func fromReports(reports []*switchboardv1.CallReport) []*switchboardv1.ReconcileRequest {
 	var out []*switchboardv1.ReconcileRequest
 	for _, r := range reports {
@@ -327,7 +328,8 @@ func fromReports(reports []*switchboardv1.CallReport) []*switchboardv1.Reconcile
 			continue
 		}
 		u := r.GetUsage()
-		if r.GetOutcome() == switchboardv1.Outcome_OUTCOME_CANCELLED && r.GetTtft() == nil && u.GetCostUsd() > 0 {
+		served := billing.ServedFromReport(r.GetOutcome() == switchboardv1.Outcome_OUTCOME_CANCELLED, r.GetTtft() != nil)
+		if !billing.TenantPays(billing.Attempt{Served: served}) && u.GetCostUsd() > 0 {
 			u = &switchboardv1.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
 				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported()}
 		}
