@@ -149,104 +149,123 @@ const day = int64(24 * time.Hour)
 // reported at once.
 func defs(specs []Spec) ([]def, error) {
 	var errs []error
-	bad := func(i int, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: bucket spec %d: %s", ErrInvalid, i, fmt.Sprintf(format, args...)))
-	}
 	var out []def
 	seen := map[string]int{}
 	for i, s := range specs {
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%w: bucket spec %d: %s", ErrInvalid, i, fmt.Sprintf(format, args...)))
+		}
 		n := len(errs)
-		if s.Scope < ScopeAPIKey || s.Scope > ScopeModelRoute {
-			bad(i, "unknown scope %d", s.Scope)
-		}
-		if s.Key == "" {
-			bad(i, "%s scope needs a key", s.Scope)
-		}
-		if s.Scope == ScopeApp {
-			if parts := strings.Split(s.Key, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
-				bad(i, "app key %q must be <tenant>/<app> or <tenant>/<app>/<environment>", s.Key)
-			}
-		}
-		if s.Unit < UnitRequests || s.Unit > UnitConcurrentRequests {
-			bad(i, "unknown unit %d", s.Unit)
-		}
-		rampOnly := s.Ramp != nil && s.Window == WindowNone
-		switch {
-		case s.Window > WindowDay:
-			bad(i, "unknown window %d", s.Window)
-		case s.Unit == UnitConcurrentRequests && s.Window != WindowNone:
-			bad(i, "concurrent_requests has no window")
-		case s.Unit == UnitConcurrentRequests && s.Ramp != nil:
-			bad(i, "concurrent_requests has no ramp")
-		case s.Unit != UnitConcurrentRequests && s.Window == WindowNone && s.Ramp == nil:
-			bad(i, "%s needs a window", s.Unit)
-		}
-		if !rampOnly && (!(s.Capacity > 0) || math.IsInf(s.Capacity, 0)) {
-			bad(i, "capacity must be a positive number")
-		}
-		if !finiteNonNeg(s.Burst) {
-			bad(i, "burst must be a non-negative number")
-		}
-		if s.ResetAt != 0 && s.Window != WindowDay {
-			bad(i, "reset time applies to daily limits only")
-		}
-		if s.ResetAt < 0 || s.ResetAt >= 24*time.Hour {
-			bad(i, "reset time must be within one day")
-		}
-		var floor float64
-		var period int64
-		if r := s.Ramp; r != nil {
-			if !(r.MaxIncrease > 0) || math.IsInf(r.MaxIncrease, 0) {
-				bad(i, "ramp max increase must be a positive fraction")
-			}
-			floor = r.Floor
-			if floor == 0 && !rampOnly {
-				floor = s.Capacity / 10
-			}
-			if !(floor > 0) || math.IsInf(floor, 0) {
-				bad(i, "ramp floor must be a positive number")
-			}
-			period = int64(r.Period)
-			if period == 0 {
-				period = int64(time.Minute)
-			}
-			if period < int64(time.Second) || period > day {
-				bad(i, "ramp period must be between 1s and 24h")
-			}
-		}
+		checkSpec(s, bad)
+		floor, period := checkRamp(s, bad)
 		if len(errs) > n {
 			continue
 		}
-		add := func(d def) {
+		for _, d := range specDefs(s, floor, period) {
 			d.id = bucketID(d.scope, d.key, d.unit, d.window, d.rule, d.source)
 			if j, dup := seen[d.id]; dup {
-				bad(i, "bucket %s is also configured by spec %d", d.id, j)
-				return
+				bad("bucket %s is also configured by spec %d", d.id, j)
+				continue
 			}
 			seen[d.id] = i
 			out = append(out, d)
 		}
-		base := def{scope: s.Scope, key: s.Key, unit: s.Unit, window: s.Window, source: s.Source, capacity: s.Capacity, burst: s.Burst}
-		switch {
-		case s.Unit == UnitConcurrentRequests:
-			base.rule = RuleConcurrency
-			add(base)
-		case s.Window == WindowDay:
-			base.rule = RuleDailyReset
-			base.period = day
-			base.offset = int64(s.ResetAt)
-			add(base)
-		case s.Window != WindowNone:
-			base.rule = RuleTokenBucket
-			base.period = int64(s.Window.Duration())
-			add(base)
-		}
-		if s.Ramp != nil {
-			add(def{scope: s.Scope, key: s.Key, unit: s.Unit, rule: RuleRamp, source: s.Source,
-				period: period, growth: 1 + s.Ramp.MaxIncrease, floor: floor})
-		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// checkSpec reports to bad what is wrong with s but its ramp.
+func checkSpec(s Spec, bad func(format string, args ...any)) {
+	if s.Scope < ScopeAPIKey || s.Scope > ScopeModelRoute {
+		bad("unknown scope %d", s.Scope)
+	}
+	if s.Key == "" {
+		bad("%s scope needs a key", s.Scope)
+	}
+	if s.Scope == ScopeApp {
+		if parts := strings.Split(s.Key, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+			bad("app key %q must be <tenant>/<app> or <tenant>/<app>/<environment>", s.Key)
+		}
+	}
+	if s.Unit < UnitRequests || s.Unit > UnitConcurrentRequests {
+		bad("unknown unit %d", s.Unit)
+	}
+	rampOnly := s.Ramp != nil && s.Window == WindowNone
+	switch {
+	case s.Window > WindowDay:
+		bad("unknown window %d", s.Window)
+	case s.Unit == UnitConcurrentRequests && s.Window != WindowNone:
+		bad("concurrent_requests has no window")
+	case s.Unit == UnitConcurrentRequests && s.Ramp != nil:
+		bad("concurrent_requests has no ramp")
+	case s.Unit != UnitConcurrentRequests && s.Window == WindowNone && s.Ramp == nil:
+		bad("%s needs a window", s.Unit)
+	}
+	if !rampOnly && (!(s.Capacity > 0) || math.IsInf(s.Capacity, 0)) {
+		bad("capacity must be a positive number")
+	}
+	if !finiteNonNeg(s.Burst) {
+		bad("burst must be a non-negative number")
+	}
+	if s.ResetAt != 0 && s.Window != WindowDay {
+		bad("reset time applies to daily limits only")
+	}
+	if s.ResetAt < 0 || s.ResetAt >= 24*time.Hour {
+		bad("reset time must be within one day")
+	}
+}
+
+// checkRamp reports to bad what is wrong with s's ramp and returns its
+// floor and period with their defaults; zeros without a ramp.
+func checkRamp(s Spec, bad func(format string, args ...any)) (floor float64, period int64) {
+	r := s.Ramp
+	if r == nil {
+		return 0, 0
+	}
+	if !(r.MaxIncrease > 0) || math.IsInf(r.MaxIncrease, 0) {
+		bad("ramp max increase must be a positive fraction")
+	}
+	floor = r.Floor
+	if floor == 0 && s.Window != WindowNone {
+		floor = s.Capacity / 10
+	}
+	if !(floor > 0) || math.IsInf(floor, 0) {
+		bad("ramp floor must be a positive number")
+	}
+	period = int64(r.Period)
+	if period == 0 {
+		period = int64(time.Minute)
+	}
+	if period < int64(time.Second) || period > day {
+		bad("ramp period must be between 1s and 24h")
+	}
+	return floor, period
+}
+
+// specDefs is the buckets a valid spec gives: one by its window or
+// concurrency, and one more for its ramp. Ids are left for the caller.
+func specDefs(s Spec, floor float64, period int64) []def {
+	var out []def
+	base := def{scope: s.Scope, key: s.Key, unit: s.Unit, window: s.Window, source: s.Source, capacity: s.Capacity, burst: s.Burst}
+	switch {
+	case s.Unit == UnitConcurrentRequests:
+		base.rule = RuleConcurrency
+		out = append(out, base)
+	case s.Window == WindowDay:
+		base.rule = RuleDailyReset
+		base.period = day
+		base.offset = int64(s.ResetAt)
+		out = append(out, base)
+	case s.Window != WindowNone:
+		base.rule = RuleTokenBucket
+		base.period = int64(s.Window.Duration())
+		out = append(out, base)
+	}
+	if s.Ramp != nil {
+		out = append(out, def{scope: s.Scope, key: s.Key, unit: s.Unit, rule: RuleRamp, source: s.Source,
+			period: period, growth: 1 + s.Ramp.MaxIncrease, floor: floor})
+	}
+	return out
 }
 
 // FromCatalog builds the broker configuration from a validated catalog:
@@ -271,65 +290,11 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 			r := Route{EndpointID: e.ID(m.ID), Model: m.ID, Provider: e.Provider,
 				Project: e.ProviderProject, Workspace: e.ProviderWorkspace}.withDefaults()
 			cfg.Routes = append(cfg.Routes, r)
-			for i, l := range e.Limits {
-				path := fmt.Sprintf("models[%s].endpoints[%s].limits[%d]", m.ID, e.Provider, i)
-				s, err := specFromLimit(l, ScopeModelRoute)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", path, err))
-					continue
-				}
-				switch s.Scope {
-				case ScopeModelRoute:
-					s.Key = r.EndpointID
-					cfg.Buckets = append(cfg.Buckets, s)
-				case ScopeProviderProject, ScopeProviderWorkspace:
-					s.Key = r.Project
-					if s.Scope == ScopeProviderWorkspace {
-						s.Key = r.Workspace
-					}
-					id := bucketID(s.Scope, s.Key, s.Unit, s.Window, RuleTokenBucket, SourceConfigured)
-					if prev, ok := shared[id]; ok {
-						if prev != s {
-							errs = append(errs, fmt.Errorf("%s: %w: %s limit on %s differs from the one given on another endpoint", path, ErrInvalid, s.Scope, s.Key))
-						}
-						continue
-					}
-					shared[id] = s
-					cfg.Buckets = append(cfg.Buckets, s)
-				default:
-					errs = append(errs, fmt.Errorf("%s: %w: scope %s is not an endpoint scope", path, ErrInvalid, s.Scope))
-				}
-			}
+			errs = append(errs, endpointSpecs(&cfg, shared, m.ID, e, r)...)
 		}
 	}
 	for _, t := range c.Tenants {
-		for i, l := range t.Limits {
-			path := fmt.Sprintf("tenants[%s].limits[%d]", t.ID, i)
-			s, err := specFromLimit(l, ScopeTenant)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", path, err))
-				continue
-			}
-			switch s.Scope {
-			case ScopeTenant:
-				s.Key = t.ID
-				cfg.Buckets = append(cfg.Buckets, s)
-			case ScopeAPIKey:
-				for _, h := range t.APIKeysSHA256 {
-					s.Key = catalog.KeyID(h)
-					cfg.Buckets = append(cfg.Buckets, s)
-				}
-			case ScopeApp:
-				if l.ScopeKey == "" {
-					errs = append(errs, fmt.Errorf("%s: %w: scope app needs scope_key", path, ErrInvalid))
-					continue
-				}
-				s.Key = t.ID + "/" + l.ScopeKey
-				cfg.Buckets = append(cfg.Buckets, s)
-			default:
-				errs = append(errs, fmt.Errorf("%s: %w: scope %s needs a key the catalog cannot give yet", path, ErrInvalid, s.Scope))
-			}
-		}
+		errs = append(errs, tenantSpecs(&cfg, t)...)
 	}
 	for _, p := range c.Partners {
 		for i, l := range p.Limits {
@@ -349,6 +314,75 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// endpointSpecs adds to cfg the buckets of endpoint e's limits, on route r;
+// shared holds the provider buckets already added, by id.
+func endpointSpecs(cfg *Config, shared map[string]Spec, model string, e catalog.Endpoint, r Route) []error {
+	var errs []error
+	for i, l := range e.Limits {
+		path := fmt.Sprintf("models[%s].endpoints[%s].limits[%d]", model, e.Provider, i)
+		s, err := specFromLimit(l, ScopeModelRoute)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		switch s.Scope {
+		case ScopeModelRoute:
+			s.Key = r.EndpointID
+			cfg.Buckets = append(cfg.Buckets, s)
+		case ScopeProviderProject, ScopeProviderWorkspace:
+			s.Key = r.Project
+			if s.Scope == ScopeProviderWorkspace {
+				s.Key = r.Workspace
+			}
+			id := bucketID(s.Scope, s.Key, s.Unit, s.Window, RuleTokenBucket, SourceConfigured)
+			if prev, ok := shared[id]; ok {
+				if prev != s {
+					errs = append(errs, fmt.Errorf("%s: %w: %s limit on %s differs from the one given on another endpoint", path, ErrInvalid, s.Scope, s.Key))
+				}
+				continue
+			}
+			shared[id] = s
+			cfg.Buckets = append(cfg.Buckets, s)
+		default:
+			errs = append(errs, fmt.Errorf("%s: %w: scope %s is not an endpoint scope", path, ErrInvalid, s.Scope))
+		}
+	}
+	return errs
+}
+
+// tenantSpecs adds to cfg the buckets of tenant t's limits.
+func tenantSpecs(cfg *Config, t catalog.Tenant) []error {
+	var errs []error
+	for i, l := range t.Limits {
+		path := fmt.Sprintf("tenants[%s].limits[%d]", t.ID, i)
+		s, err := specFromLimit(l, ScopeTenant)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		switch s.Scope {
+		case ScopeTenant:
+			s.Key = t.ID
+			cfg.Buckets = append(cfg.Buckets, s)
+		case ScopeAPIKey:
+			for _, h := range t.APIKeysSHA256 {
+				s.Key = catalog.KeyID(h)
+				cfg.Buckets = append(cfg.Buckets, s)
+			}
+		case ScopeApp:
+			if l.ScopeKey == "" {
+				errs = append(errs, fmt.Errorf("%s: %w: scope app needs scope_key", path, ErrInvalid))
+				continue
+			}
+			s.Key = t.ID + "/" + l.ScopeKey
+			cfg.Buckets = append(cfg.Buckets, s)
+		default:
+			errs = append(errs, fmt.Errorf("%s: %w: scope %s needs a key the catalog cannot give yet", path, ErrInvalid, s.Scope))
+		}
+	}
+	return errs
 }
 
 // specFromLimit maps one catalog limit; the key is left for the caller.
