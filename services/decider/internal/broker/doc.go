@@ -111,8 +111,9 @@
 //   - expiry.go: Expire and lazy expiry (each shard, then its buckets);
 //   - reconfigure.go: Reconfigure and new routes (table mutex only);
 //   - headers.go: provider headers, learned buckets and route pauses;
-//   - snapshot.go: Snapshot and Restore (table mutex, every shard
-//     ascending, then buckets);
+//   - snapshot.go, restore.go: Snapshot and Restore (table mutex, every
+//     shard ascending, then buckets); snapshot_decode.go: the format read
+//     back, with no lock;
 //   - limits.go: the Limits view; correct.go: estimate correction;
 //     spec.go: bucket specs from the catalog; ids.go: reservation ids.
 //
