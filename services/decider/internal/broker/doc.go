@@ -110,7 +110,9 @@
 //     reconciliations, Extend (shard, then one bucket at a time);
 //   - expiry.go: Expire and lazy expiry (each shard, then its buckets);
 //   - reconfigure.go: Reconfigure and new routes (table mutex only);
-//   - headers.go: provider headers, learned buckets and route pauses;
+//   - headers.go: provider headers folded into learned buckets and route
+//     pauses; parsing them shares no state and is the provheaders
+//     subpackage;
 //   - snapshot.go, restore.go: Snapshot and Restore (table mutex, every
 //     shard ascending, then buckets); snapshot_decode.go: the format read
 //     back, with no lock;
