@@ -53,7 +53,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 			Outcome:    l.res.outcome,
 			HttpStatus: int32(l.res.status),
 			Hedge:      l.hedge,
-			CostUsd:    attemptUsage(c, l).GetCostUsd(),
+			CostUsd:    c.bill(l).Provider().GetCostUsd(),
 			StartTime:  timestamppb.New(l.res.start),
 		}
 		if l.res.hasTTFT {
@@ -91,12 +91,8 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	}
 	// The client pays the serving endpoint's price for the provider's usage,
 	// or, without it, for what was delivered; never above its caps.
-	u, reported := billedUsage(c, w)
-	cost, capped := charge(u, w.ep.GetPrice(), c.Caps)
-	r.Usage = &switchboardv1.Usage{
-		InputTokens: u.input, CachedInputTokens: u.cached, OutputTokens: u.output,
-		CostUsd: cost, Reported: reported,
-	}
-	r.CostUsd, r.CostCapped = cost, capped
+	u, capped := c.bill(w).Client()
+	r.Usage = u
+	r.CostUsd, r.CostCapped = u.GetCostUsd(), capped
 	return r
 }

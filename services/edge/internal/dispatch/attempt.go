@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -33,52 +32,6 @@ var (
 	errFirstTokenTimeout = errors.New("no first token before the deadline")
 	errIdleTimeout       = errors.New("stream idle for too long")
 )
-
-// providerError is the part of an OpenAI error body the edge passes on.
-type providerError struct {
-	Message string
-	Type    string
-	Code    string
-	Param   string
-}
-
-func parseProviderError(raw []byte) providerError {
-	var body struct {
-		Error json.RawMessage `json:"error"`
-		// Some providers answer {"message": ...} or {"detail": ...}.
-		Message string `json:"message"`
-		Detail  string `json:"detail"`
-	}
-	if json.Unmarshal(raw, &body) != nil {
-		return providerError{Message: strings.TrimSpace(string(raw))}
-	}
-	var pe providerError
-	var e struct {
-		Message string          `json:"message"`
-		Type    string          `json:"type"`
-		Code    json.RawMessage `json:"code"`
-		Param   string          `json:"param"`
-	}
-	if len(body.Error) > 0 && json.Unmarshal(body.Error, &e) == nil {
-		pe = providerError{Message: e.Message, Type: e.Type, Param: e.Param}
-		var s string
-		if json.Unmarshal(e.Code, &s) == nil {
-			pe.Code = s
-		}
-	} else if len(body.Error) > 0 {
-		var s string
-		if json.Unmarshal(body.Error, &s) == nil {
-			pe.Message = s
-		}
-	}
-	if pe.Message == "" {
-		pe.Message = body.Message
-	}
-	if pe.Message == "" {
-		pe.Message = body.Detail
-	}
-	return pe
-}
 
 // rateLimitHeaders keeps the provider headers the decider folds into its
 // quota model: x-ratelimit-* and Retry-After, lowercased, in a stable order.

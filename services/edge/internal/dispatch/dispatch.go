@@ -50,6 +50,7 @@ import (
 	"google.golang.org/grpc"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 )
@@ -245,7 +246,7 @@ type Call struct {
 	// Only streamed requests are hedged.
 	Hedge *switchboardv1.HedgePlan
 	// Caps bound the client's bill.
-	Caps Caps
+	Caps billing.Caps
 	// Admission is the reservation Decide made with the rate-limit broker.
 	// When set, every endpoint called has its own reservation, named
 	// in its CallReport: Decide's for the endpoint it reserved, a new one

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
 )
 
@@ -31,7 +33,7 @@ type result struct {
 	ttft       time.Duration
 	hasTTFT    bool // false when no token arrived
 	duration   time.Duration
-	usage      *usage
+	usage      *pricing.Usage
 	// committed is set once the answer was chosen for the client and its
 	// headers written: no retry after that.
 	committed bool
@@ -88,7 +90,7 @@ type leg struct {
 	wd      *watchdog
 	resp    *http.Response
 	rd      *sse.Reader
-	rw      rewriter
+	rw      rewrite.Rewriter
 
 	held      [][]byte
 	heldBytes int
@@ -256,7 +258,7 @@ func (d *Dispatcher) failStatus(ctx context.Context, l *leg, resp *http.Response
 		d.failTransport(ctx, l, err, true)
 		return
 	}
-	pe := parseProviderError(raw)
+	pe := rewrite.ParseError(raw)
 	msg := pe.Message
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
@@ -297,17 +299,17 @@ func (d *Dispatcher) openPlain(ctx context.Context, l *leg) bool {
 		l.res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "answer too large", fmt.Sprintf("answer over %d bytes", maxResponseBytes))
 		return false
 	}
-	out, info, err := l.rw.rewrite(raw)
+	out, info, err := l.rw.Rewrite(raw)
 	switch {
 	case err != nil:
 		l.res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed answer", err.Error())
 		return false
-	case info.errMsg != "":
-		l.res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.errMsg, maxErrorText))
+	case info.ErrMsg != "":
+		l.res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.ErrMsg, maxErrorText))
 		return false
 	}
-	l.res.usage = info.usage
-	l.held, l.heldText, l.ended = [][]byte{out}, info.textBytes, true
+	l.res.usage = info.Usage
+	l.held, l.heldText, l.ended = [][]byte{out}, info.TextBytes, true
 	return true
 }
 
@@ -328,9 +330,9 @@ func (d *Dispatcher) openStream(ctx context.Context, l *leg) bool {
 		if out != nil {
 			l.held = append(l.held, out)
 			l.heldBytes += len(out)
-			l.heldText += info.textBytes
+			l.heldText += info.TextBytes
 		}
-		if info.token || l.heldBytes > maxHeldBytes {
+		if info.Token || l.heldBytes > maxHeldBytes {
 			// From here on, the idle timeout guards the stream.
 			l.wd.started()
 			return true
@@ -347,13 +349,13 @@ const (
 )
 
 // step reads and rewrites one stream event.
-func (d *Dispatcher) step(ctx context.Context, l *leg) ([]byte, chunkInfo, stepResult) {
+func (d *Dispatcher) step(ctx context.Context, l *leg) ([]byte, rewrite.Info, stepResult) {
 	data, err := l.rd.Next()
 	if err != nil {
 		if errors.Is(err, io.EOF) && l.sawFinish {
 			// Some providers close after the last chunk without [DONE].
 			l.ended = true
-			return nil, chunkInfo{}, stepEnd
+			return nil, rewrite.Info{}, stepEnd
 		}
 		switch {
 		case errors.Is(err, sse.ErrEventTooLarge):
@@ -365,26 +367,26 @@ func (d *Dispatcher) step(ctx context.Context, l *leg) ([]byte, chunkInfo, stepR
 		default:
 			d.failTransport(ctx, l, err, true)
 		}
-		return nil, chunkInfo{}, stepFail
+		return nil, rewrite.Info{}, stepFail
 	}
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
 		l.ended = true
-		return nil, chunkInfo{}, stepEnd
+		return nil, rewrite.Info{}, stepEnd
 	}
-	out, info, err := l.rw.rewrite(data)
+	out, info, err := l.rw.Rewrite(data)
 	if err != nil {
 		l.res.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed stream chunk", err.Error())
 		return nil, info, stepFail
 	}
-	if info.errMsg != "" {
-		l.res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.errMsg, maxErrorText))
+	if info.ErrMsg != "" {
+		l.res.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.ErrMsg, maxErrorText))
 		return nil, info, stepFail
 	}
-	if info.usage != nil {
-		l.res.usage = info.usage
+	if info.Usage != nil {
+		l.res.usage = info.Usage
 	}
-	l.sawFinish = l.sawFinish || info.finish
-	if info.token && !l.res.hasTTFT {
+	l.sawFinish = l.sawFinish || info.Finish
+	if info.Token && !l.res.hasTTFT {
 		l.res.ttft, l.res.hasTTFT = time.Since(l.res.start), true
 	}
 	return out, info, stepChunk
@@ -474,7 +476,7 @@ func (d *Dispatcher) deliver(ctx context.Context, w http.ResponseWriter, call Ca
 			clientGone()
 			return
 		}
-		l.res.delivered += info.textBytes
+		l.res.delivered += info.TextBytes
 	}
 	if call.IncludeUsage && l.res.usage == nil {
 		// The client asked for usage and the provider sent none: it gets
@@ -489,4 +491,21 @@ func (d *Dispatcher) deliver(ctx context.Context, w http.ResponseWriter, call Ca
 		return
 	}
 	l.res.outcome = switchboardv1.Outcome_OUTCOME_OK
+}
+
+// setAnswerHeaders writes the status line of a successful answer. It is
+// called only once the answer is known to be good, so that until then the
+// attempt can still be abandoned for another endpoint.
+func setAnswerHeaders(w http.ResponseWriter, ep *switchboardv1.Endpoint, stream bool) {
+	h := w.Header()
+	if stream {
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		// Stops nginx-style proxies in front of the edge from buffering the stream.
+		h.Set("X-Accel-Buffering", "no")
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("X-Switchboard-Provider", ep.GetProvider())
+	w.WriteHeader(http.StatusOK)
 }

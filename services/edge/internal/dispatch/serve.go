@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
 
 // defaultHedgeDelay is how long a delayed hedge waits for a first token,
@@ -291,8 +293,8 @@ func (s *serving) acquire(ctx context.Context, primary, ep *switchboardv1.Endpoi
 	resp, err := s.d.opts.Hedges.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{
 		RequestId:  s.call.RequestID,
 		EndpointId: ep.GetId(),
-		EstimatedCostUsd: max(loserCost(s.call.PromptTokens, ep.GetPrice()),
-			loserCost(s.call.PromptTokens, primary.GetPrice())),
+		EstimatedCostUsd: max(billing.LoserCost(s.call.PromptTokens, ep.GetPrice()),
+			billing.LoserCost(s.call.PromptTokens, primary.GetPrice())),
 	})
 	if err != nil {
 		s.d.log.Debug("hedge not granted", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "error", err)
@@ -363,7 +365,7 @@ func (s *serving) settle(l *leg) {
 	}
 	if cancelled && s.hedge != nil && (l.lost || l.hedge) {
 		s.hedge.LoserEndpointId = l.ep.GetId()
-		s.hedge.LoserCostUsd = loserCost(s.call.PromptTokens, l.ep.GetPrice())
+		s.hedge.LoserCostUsd = billing.LoserCost(s.call.PromptTokens, l.ep.GetPrice())
 	}
 	if l.reported {
 		return // reported by reapAsync already
@@ -424,56 +426,34 @@ const (
 )
 
 // rewriter returns the rewriter of answers from ep for this call.
-func (c Call) rewriter(ep *switchboardv1.Endpoint) rewriter {
+func (c Call) rewriter(ep *switchboardv1.Endpoint) rewrite.Rewriter {
 	price := ep.GetPrice()
-	rw := rewriter{
-		model:     jsonString(c.Model),
-		provider:  jsonString(ep.GetProvider()),
-		keepUsage: !c.Stream || c.IncludeUsage,
-		cost: func(u usage) float64 {
-			cost, _ := charge(u, price, c.Caps)
+	rw := rewrite.Rewriter{
+		Model:     rewrite.String(c.Model),
+		Provider:  rewrite.String(ep.GetProvider()),
+		KeepUsage: !c.Stream || c.IncludeUsage,
+		Cost: func(u pricing.Usage) float64 {
+			cost, _ := billing.Charge(u, price, c.Caps)
 			return cost
 		},
 	}
 	if c.RequestID != "" {
-		rw.id = jsonString(c.RequestID)
+		rw.ID = rewrite.String(c.RequestID)
 	}
 	if !c.Stream {
-		rw.addUsage = func(textBytes int64) json.RawMessage {
-			u := c.estimate(textBytes)
-			cost, _ := charge(u, price, c.Caps)
-			return usageJSON(u, cost)
+		rw.AddUsage = func(textBytes int64) json.RawMessage {
+			u := billing.Estimate(c.PromptTokens, textBytes)
+			cost, _ := billing.Charge(u, price, c.Caps)
+			return rewrite.UsageJSON(u, cost)
 		}
 	}
 	return rw
 }
 
-// estimate is the usage of an answer whose provider reported none: the
-// edge's prompt estimate, all of it uncached (nothing says otherwise), and
-// the generated text delivered, counted by the pkg/tokens rule.
-func (c Call) estimate(deliveredBytes int64) usage {
-	return usage{input: c.PromptTokens, output: textTokens(deliveredBytes)}
-}
-
 // estimatedUsageChunk is the final usage chunk for a stream whose provider
 // sent none, with what the client is billed for it.
 func (c Call) estimatedUsageChunk(l *leg) []byte {
-	u := c.estimate(l.res.delivered)
-	cost, _ := charge(u, l.ep.GetPrice(), c.Caps)
-	return jsonobj.Encode(map[string]json.RawMessage{
-		"id":       l.rw.idOr(c.RequestID),
-		"object":   jsonString("chat.completion.chunk"),
-		"created":  json.RawMessage(fmt.Sprint(time.Now().Unix())),
-		"model":    l.rw.model,
-		"provider": l.rw.provider,
-		"choices":  json.RawMessage("[]"),
-		"usage":    usageJSON(u, cost),
-	})
-}
-
-func (rw *rewriter) idOr(id string) json.RawMessage {
-	if rw.id != nil {
-		return rw.id
-	}
-	return jsonString(id)
+	u := billing.Estimate(c.PromptTokens, l.res.delivered)
+	cost, _ := billing.Charge(u, l.ep.GetPrice(), c.Caps)
+	return l.rw.UsageChunk(c.RequestID, rewrite.UsageJSON(u, cost))
 }

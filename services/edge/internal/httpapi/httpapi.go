@@ -27,6 +27,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 )
@@ -382,11 +383,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Body:         req.UpstreamBody,
 		PromptHash:   req.PromptHash,
 		Hedge:        resp.GetHedge(),
-		Caps: dispatch.Caps{
-			MaxPrice:        capPrice(resp.GetMaxPrice(), req.Provider.GetMaxPrice()),
-			MaxOutputTokens: req.MaxOutputTokens,
-		},
-		Admission: s.admission(resp, identity, req),
+		Caps:         billing.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
+		Admission:    s.admission(resp, identity, req),
 	}
 	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
 	err = s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)
@@ -443,34 +441,6 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		Demand:        demand,
 		TTL:           s.opts.ReservationTTL,
 	}
-}
-
-// capPrice is the bill cap in force: the decider's (DecideResponse.max_price)
-// and the client's own provider.max_price, field by field the lower. The
-// decider's normally already includes the client's, but the client was
-// promised never to pay above its cap whatever the decider answers.
-func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
-	if decider == nil && client == nil {
-		return nil
-	}
-	lower := func(a, b *float64) *float64 {
-		switch {
-		case a == nil:
-			return b
-		case b == nil:
-			return a
-		case *b < *a:
-			return b
-		}
-		return a
-	}
-	var out switchboardv1.MaxPrice
-	for _, mp := range []*switchboardv1.MaxPrice{decider, client} {
-		if mp != nil {
-			out.Prompt, out.Completion = lower(out.Prompt, mp.Prompt), lower(out.Completion, mp.Completion)
-		}
-	}
-	return &out
 }
 
 // readBody reads the body up to MaxBodyBytes, within the body read timeout
