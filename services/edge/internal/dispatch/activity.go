@@ -48,21 +48,21 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		}
 		l := at.leg
 		a := &switchboardv1.Attempt{
-			EndpointId: l.ep.GetId(),
-			Provider:   l.ep.GetProvider(),
-			Outcome:    l.res.outcome,
-			HttpStatus: int32(l.res.status),
+			EndpointId: l.Endpoint.GetId(),
+			Provider:   l.Endpoint.GetProvider(),
+			Outcome:    l.Result.Outcome,
+			HttpStatus: int32(l.Result.Status),
 			Hedge:      l.hedge,
 			CostUsd:    c.bill(l).Provider().GetCostUsd(),
-			StartTime:  timestamppb.New(l.res.start),
+			StartTime:  timestamppb.New(l.Result.Start),
 		}
-		if l.res.hasTTFT {
-			a.Ttft = durationpb.New(l.res.ttft)
+		if l.Result.HasTTFT {
+			a.Ttft = durationpb.New(l.Result.TTFT)
 		}
-		if l.res.outcome != switchboardv1.Outcome_OUTCOME_OK {
+		if l.Result.Outcome != switchboardv1.Outcome_OUTCOME_OK {
 			// The summary, not the provider's text: the log is shown to the
 			// tenant, and provider errors may name internal addresses.
-			a.Error = l.res.summary
+			a.Error = l.Result.Summary
 		}
 		r.Attempts = append(r.Attempts, a)
 	}
@@ -79,15 +79,15 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	}
 
 	w := s.winner
-	r.EndpointId, r.Provider, r.HttpStatus = w.ep.GetId(), w.ep.GetProvider(), http.StatusOK
-	r.Ttft = durationpb.New(w.res.committedAt.Sub(c.Received))
+	r.EndpointId, r.Provider, r.HttpStatus = w.Endpoint.GetId(), w.Endpoint.GetProvider(), http.StatusOK
+	r.Ttft = durationpb.New(w.Result.CommittedAt.Sub(c.Received))
 	switch {
-	case w.res.writeFailed || w.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED:
+	case w.Result.WriteFailed || w.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED:
 		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED, "client went away"
-	case w.res.outcome == switchboardv1.Outcome_OUTCOME_OK:
+	case w.Result.Outcome == switchboardv1.Outcome_OUTCOME_OK:
 		r.Status = switchboardv1.CallStatus_CALL_STATUS_OK
 	default:
-		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, "the provider's stream was interrupted: "+w.res.summary
+		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, "the provider's stream was interrupted: "+w.Result.Summary
 	}
 	// The client pays the serving endpoint's price for the provider's usage,
 	// or, without it, for what was delivered; never above its caps.

@@ -241,8 +241,8 @@ func (s *serving) releaseFailed(l *leg) {
 	_, err := s.d.opts.Broker.Reconcile(ctx, &switchboardv1.ReconcileRequest{
 		ReservationId:    l.reservation,
 		Usage:            &switchboardv1.Usage{},
-		Outcome:          l.res.outcome,
-		RateLimitHeaders: l.res.headers,
+		Outcome:          l.Result.Outcome,
+		RateLimitHeaders: l.Result.Headers,
 	})
 	if err != nil {
 		// The call report reconciles it instead.

@@ -10,20 +10,20 @@ import (
 
 // report hands the decider what this attempt taught about the endpoint.
 func (d *Dispatcher) report(call Call, l *leg) {
-	res := l.res
+	res := l.Result
 	r := &switchboardv1.CallReport{
 		RequestId:        call.RequestID,
 		Model:            call.Model,
-		EndpointId:       l.ep.GetId(),
+		EndpointId:       l.Endpoint.GetId(),
 		PromptTokens:     call.PromptTokens,
-		StartTime:        timestamppb.New(res.start),
-		Duration:         durationpb.New(res.duration),
-		Outcome:          res.outcome,
-		HttpStatus:       int32(res.status),
-		RateLimitHeaders: res.headers,
+		StartTime:        timestamppb.New(res.Start),
+		Duration:         durationpb.New(res.Duration),
+		Outcome:          res.Outcome,
+		HttpStatus:       int32(res.Status),
+		RateLimitHeaders: res.Headers,
 		ProbeId:          call.ProbeID,
 		TenantId:         call.TenantID,
-		Error:            res.errText,
+		Error:            res.ErrText,
 		Usage:            call.bill(l).Provider(),
 		PromptHash:       call.PromptHash,
 		Hedge:            l.hedge,
@@ -33,20 +33,20 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		ReservationId: l.reservation,
 		Stream:        call.Stream,
 	}
-	if res.hasTTFT {
-		r.Ttft = durationpb.New(res.ttft)
+	if res.HasTTFT {
+		r.Ttft = durationpb.New(res.TTFT)
 	}
-	if res.retryAfter > 0 {
+	if res.RetryAfter > 0 {
 		// The decider extends the endpoint's cool-down to at least this.
-		r.RetryAfter = durationpb.New(res.retryAfter)
+		r.RetryAfter = durationpb.New(res.RetryAfter)
 	}
 	d.opts.Reporter.Report(r)
 	if l.reservation != "" && d.opts.Ledger != nil {
 		d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
 			ReservationId:    l.reservation,
 			Usage:            call.bill(l).Tenant(),
-			Outcome:          res.outcome,
-			RateLimitHeaders: res.headers,
+			Outcome:          res.Outcome,
+			RateLimitHeaders: res.Headers,
 		})
 	}
 }
@@ -55,11 +55,11 @@ func (d *Dispatcher) report(call Call, l *leg) {
 func (c Call) bill(l *leg) billing.Attempt {
 	return billing.Attempt{
 		PromptTokens:   c.PromptTokens,
-		Price:          l.ep.GetPrice(),
+		Price:          l.Endpoint.GetPrice(),
 		Caps:           c.Caps,
-		Served:         l.res.committed,
-		Cancelled:      l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED,
-		Usage:          l.res.usage,
-		DeliveredBytes: l.res.delivered,
+		Served:         l.Result.Committed,
+		Cancelled:      l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED,
+		Usage:          l.Result.Usage,
+		DeliveredBytes: l.Result.Delivered,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
 // serving is one client request in progress: every leg started for it, in
@@ -78,7 +79,7 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		}
 		winner, losers, err := s.try(ctx, ep, id, hedgeEp)
 		for _, l := range s.legs {
-			tried[l.ep.GetId()] = true
+			tried[l.Endpoint.GetId()] = true
 		}
 		if err != nil {
 			return err
@@ -89,13 +90,13 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 			// goes back and their report out as soon as each has stopped,
 			// not when the winner's stream ends, however long that takes.
 			reaped := s.reapAsync(losers)
-			d.deliver(ctx, s.w, s.call, winner)
-			winner.close()
+			winner.Deliver(ctx, s.w)
+			winner.Close()
 			s.settle(winner)
 			<-reaped
 			s.reap(losers)
 			if s.hedge != nil && s.hedge.GetUsed() {
-				s.hedge.WinnerEndpointId = winner.ep.GetId()
+				s.hedge.WinnerEndpointId = winner.Endpoint.GetId()
 			}
 			return nil
 		}
@@ -207,8 +208,7 @@ func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoin
 	s.attempts = append(s.attempts, attempt{leg: l})
 	r.running = append(r.running, l)
 	go func() {
-		l.ready = s.d.open(ctx, s.call, l)
-		l.openReturned = time.Now()
+		l.Opened(l.Open(ctx))
 		close(l.opened)
 		r.done <- l // never blocks: one slot per leg
 	}()
@@ -219,22 +219,21 @@ func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoin
 // losers), or with the client gone.
 func (s *serving) legDone(ctx context.Context, r *race, l *leg) (over bool, winner *leg, losers []*leg, err error) {
 	r.running = without(r.running, l)
-	if l.ready {
+	if l.Ready() {
 		for _, o := range r.running {
-			o.lost, o.lostAt = true, time.Now()
-			o.cancel(errHedgeLost)
+			o.Lose()
 		}
 		return true, l, r.running, nil
 	}
-	l.close()
+	l.Close()
 	s.settle(l)
-	if ctx.Err() != nil || l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED {
+	if ctx.Err() != nil || l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED {
 		s.reap(r.running)
 		return true, nil, nil, ErrClientGone
 	}
-	if l.res.final != nil && r.final == nil {
-		r.final = l.res.final
-		r.final.Provider = l.ep.GetProvider()
+	if rej := l.Result.Rejection; rej != nil && r.final == nil {
+		r.final = &Failure{Status: rej.Status, Type: rej.Type, Code: rej.Code, Param: rej.Param, Message: rej.Message,
+			Provider: l.Endpoint.GetProvider()}
 	}
 	// A primary that failed before the hedge started is retried on the
 	// fallbacks as usual; the hedge has nothing left to race.
@@ -267,12 +266,12 @@ func (s *serving) reapAsync(legs []*leg) <-chan struct{} {
 		defer close(done)
 		for _, l := range legs {
 			<-l.opened
-			if l.ready {
+			if l.Ready() {
 				// Both legs produced a first token; this one lost the race.
-				l.lostRace()
+				l.LostRace()
 			}
-			l.close()
-			if l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed {
+			l.Close()
+			if l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.Result.Committed {
 				s.d.report(s.call, l)
 				s.d.logAttempt(s.call, l)
 				l.reported = true
@@ -288,11 +287,11 @@ func (s *serving) reapAsync(legs []*leg) <-chan struct{} {
 func (s *serving) reap(legs []*leg) {
 	for _, l := range legs {
 		<-l.opened
-		if l.ready && !l.reported {
+		if l.Ready() && !l.reported {
 			// Both legs produced a first token; this one lost the race.
-			l.lostRace()
+			l.LostRace()
 		}
-		l.close()
+		l.Close()
 		s.settle(l)
 	}
 }
@@ -301,17 +300,17 @@ func (s *serving) reap(legs []*leg) {
 // pays: a leg cancelled because the other won, or the hedge leg when the
 // client left during the race (an extra call made on the budget either way).
 func (s *serving) settle(l *leg) {
-	cancelled := l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed
-	if !l.res.committed && !cancelled {
+	cancelled := l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.Result.Committed
+	if !l.Result.Committed && !cancelled {
 		s.lastFailed = l
 		// A failed attempt gives its capacity back at once, before any
 		// fallback is reserved: waiting for the batched report would let a
 		// tenant at its concurrency cap be refused its own failover.
 		s.releaseFailed(l)
 	}
-	if cancelled && s.hedge != nil && (l.lost || l.hedge) {
-		s.hedge.LoserEndpointId = l.ep.GetId()
-		s.hedge.LoserCostUsd = billing.LoserCost(s.call.PromptTokens, l.ep.GetPrice())
+	if cancelled && s.hedge != nil && (l.Lost() || l.hedge) {
+		s.hedge.LoserEndpointId = l.Endpoint.GetId()
+		s.hedge.LoserCostUsd = billing.LoserCost(s.call.PromptTokens, l.Endpoint.GetPrice())
 	}
 	if l.reported {
 		return // reported by reapAsync already
@@ -330,7 +329,7 @@ func (s *serving) failure() *Failure {
 	for _, a := range s.attempts {
 		switch {
 		case a.leg != nil:
-			tried = append(tried, a.leg.ep.GetProvider()+": "+a.leg.res.summary)
+			tried = append(tried, a.leg.Endpoint.GetProvider()+": "+a.leg.Result.Summary)
 		default:
 			tried = append(tried, a.skip.ep.GetProvider()+": "+a.skip.summary)
 			if a.skip.capacity && (capacity == nil || a.skip.retryAfter < capacity.retryAfter) {
@@ -353,9 +352,9 @@ func (s *serving) failure() *Failure {
 		}
 		return f
 	}
-	switch last.res.outcome {
+	switch last.Result.Outcome {
 	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
-		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, last.res.retryAfter
+		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, last.Result.RetryAfter
 	case switchboardv1.Outcome_OUTCOME_TIMEOUT:
 		f.Status, f.Type, f.Code = http.StatusGatewayTimeout, "timeout_error", "upstream_timeout"
 	}
@@ -370,6 +369,19 @@ const (
 	rateLimitType = "requests"
 	rateLimitCode = "rate_limit_exceeded"
 )
+
+// upstream is the request a leg on ep sends, and how its answer is passed
+// on to the client.
+func (c Call) upstream(ep *switchboardv1.Endpoint) upstream.Request {
+	return upstream.Request{
+		ID:             c.RequestID,
+		Stream:         c.Stream,
+		IncludeUsage:   c.IncludeUsage,
+		Body:           c.Body,
+		Rewriter:       c.rewriter(ep),
+		EstimatedUsage: c.estimatedUsage(ep),
+	}
+}
 
 // rewriter returns the rewriter of answers from ep for this call.
 func (c Call) rewriter(ep *switchboardv1.Endpoint) rewrite.Rewriter {
@@ -387,19 +399,39 @@ func (c Call) rewriter(ep *switchboardv1.Endpoint) rewrite.Rewriter {
 		rw.ID = rewrite.String(c.RequestID)
 	}
 	if !c.Stream {
-		rw.AddUsage = func(textBytes int64) json.RawMessage {
-			u := billing.Estimate(c.PromptTokens, textBytes)
-			cost, _ := billing.Charge(u, price, c.Caps)
-			return rewrite.UsageJSON(u, cost)
-		}
+		rw.AddUsage = c.estimatedUsage(ep)
 	}
 	return rw
 }
 
-// estimatedUsageChunk is the final usage chunk for a stream whose provider
-// sent none, with what the client is billed for it.
-func (c Call) estimatedUsageChunk(l *leg) []byte {
-	u := billing.Estimate(c.PromptTokens, l.res.delivered)
-	cost, _ := billing.Charge(u, l.ep.GetPrice(), c.Caps)
-	return l.rw.UsageChunk(c.RequestID, rewrite.UsageJSON(u, cost))
+// estimatedUsage returns the usage object of an answer from ep whose
+// provider reported none, for the generated text delivered, with what the
+// client is billed for it.
+func (c Call) estimatedUsage(ep *switchboardv1.Endpoint) func(deliveredBytes int64) json.RawMessage {
+	price := ep.GetPrice()
+	return func(deliveredBytes int64) json.RawMessage {
+		u := billing.Estimate(c.PromptTokens, deliveredBytes)
+		cost, _ := billing.Charge(u, price, c.Caps)
+		return rewrite.UsageJSON(u, cost)
+	}
+}
+
+// leg is one call to one endpoint as the request sees it: the upstream
+// call, and what dispatch tracks about it.
+type leg struct {
+	*upstream.Leg
+	hedge bool
+	// reservation is the broker reservation the call is sent under, named
+	// in its CallReport so the decider reconciles it; empty for probes and
+	// calls the broker is not in play for.
+	reservation string
+	// opened is closed when Open, run on its own goroutine, returned.
+	opened chan struct{}
+	// reported is set once the leg's CallReport was sent: exactly once.
+	reported bool
+}
+
+// newLeg prepares a call to ep for this request (see upstream.NewLeg).
+func (d *Dispatcher) newLeg(ctx context.Context, call Call, ep *switchboardv1.Endpoint, hedge bool) *leg {
+	return &leg{Leg: d.caller.NewLeg(ctx, call.upstream(ep), ep), hedge: hedge}
 }

@@ -2,7 +2,7 @@
 // each chunk of its stream, into the client's: the edge's request id, the
 // canonical model name, the serving provider, and usage carrying what the
 // client is billed. It also reads what the edge needs from each chunk: does
-// it carry a token (see the dispatch package for what counts as one), did a
+// it carry a token (Info.Token says what counts as one), did a
 // choice finish, the provider's usage, an error object, and the size of the
 // generated text. Framing of the event stream is the sse package's.
 package rewrite
