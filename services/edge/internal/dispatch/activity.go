@@ -33,39 +33,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		Duration:   durationpb.New(now.Sub(c.Received)),
 		Usage:      &switchboardv1.Usage{},
 	}
-	for _, at := range s.attempts {
-		if sk := at.skip; sk != nil {
-			// Not a provider call: no status, no cost.
-			r.Attempts = append(r.Attempts, &switchboardv1.Attempt{
-				EndpointId: sk.ep.GetId(),
-				Provider:   sk.ep.GetProvider(),
-				Outcome:    sk.outcome,
-				Hedge:      sk.hedge,
-				Error:      sk.summary,
-				StartTime:  timestamppb.New(sk.at),
-			})
-			continue
-		}
-		l := at.leg
-		a := &switchboardv1.Attempt{
-			EndpointId: l.Endpoint.GetId(),
-			Provider:   l.Endpoint.GetProvider(),
-			Outcome:    l.Result.Outcome,
-			HttpStatus: int32(l.Result.Status),
-			Hedge:      l.hedge,
-			CostUsd:    c.bill(l).Provider().GetCostUsd(),
-			StartTime:  timestamppb.New(l.Result.Start),
-		}
-		if l.Result.HasTTFT {
-			a.Ttft = durationpb.New(l.Result.TTFT)
-		}
-		if l.Result.Outcome != switchboardv1.Outcome_OUTCOME_OK {
-			// The summary, not the provider's text: the log is shown to the
-			// tenant, and provider errors may name internal addresses.
-			a.Error = l.Result.Summary
-		}
-		r.Attempts = append(r.Attempts, a)
-	}
+	r.Attempts = s.attemptRecords()
 
 	var f *Failure
 	switch {
@@ -95,4 +63,45 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	r.Usage = u
 	r.CostUsd, r.CostCapped = u.GetCostUsd(), capped
 	return r
+}
+
+// attemptRecords are the request's attempts as the activity record lists
+// them: every leg and every endpoint skipped, in order.
+func (s *serving) attemptRecords() []*switchboardv1.Attempt {
+	c := s.call
+	var out []*switchboardv1.Attempt
+	for _, at := range s.attempts {
+		if sk := at.skip; sk != nil {
+			// Not a provider call: no status, no cost.
+			out = append(out, &switchboardv1.Attempt{
+				EndpointId: sk.ep.GetId(),
+				Provider:   sk.ep.GetProvider(),
+				Outcome:    sk.outcome,
+				Hedge:      sk.hedge,
+				Error:      sk.summary,
+				StartTime:  timestamppb.New(sk.at),
+			})
+			continue
+		}
+		l := at.leg
+		a := &switchboardv1.Attempt{
+			EndpointId: l.Endpoint.GetId(),
+			Provider:   l.Endpoint.GetProvider(),
+			Outcome:    l.Result.Outcome,
+			HttpStatus: int32(l.Result.Status),
+			Hedge:      l.hedge,
+			CostUsd:    c.bill(l).Provider().GetCostUsd(),
+			StartTime:  timestamppb.New(l.Result.Start),
+		}
+		if l.Result.HasTTFT {
+			a.Ttft = durationpb.New(l.Result.TTFT)
+		}
+		if l.Result.Outcome != switchboardv1.Outcome_OUTCOME_OK {
+			// The summary, not the provider's text: the log is shown to the
+			// tenant, and provider errors may name internal addresses.
+			a.Error = l.Result.Summary
+		}
+		out = append(out, a)
+	}
+	return out
 }
