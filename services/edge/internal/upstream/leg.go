@@ -188,7 +188,7 @@ func (l *Leg) cancelledByUs(ctx context.Context) bool {
 	switch {
 	case ctx.Err() != nil:
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled: client went away", "client went away")
-	case errors.Is(context.Cause(l.ctx), errHedgeLost):
+	case errors.Is(context.Cause(l.ctx), errHedgeLost): //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
 		l.LostRace()
 	default:
 		return false

@@ -32,7 +32,8 @@ func (l *Leg) Open(ctx context.Context) bool {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())
 		return false
 	}
-	req, err := http.NewRequestWithContext(l.ctx, http.MethodPost, strings.TrimSuffix(l.Endpoint.GetBaseUrl(), "/")+"/chat/completions", bytes.NewReader(body))
+	target := strings.TrimSuffix(l.Endpoint.GetBaseUrl(), "/") + "/chat/completions"
+	req, err := http.NewRequestWithContext(l.ctx, http.MethodPost, target, bytes.NewReader(body)) //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
 	if err != nil {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "invalid endpoint address", "invalid endpoint address")
 		return false
@@ -72,7 +73,7 @@ func (l *Leg) Open(ctx context.Context) bool {
 // leaving, a lost hedge, one of our deadlines, or the provider's connection
 // failing.
 func (l *Leg) failTransport(ctx context.Context, err error, started bool) {
-	cause := context.Cause(l.ctx)
+	cause := context.Cause(l.ctx) //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
 	if l.cancelledByUs(ctx) {
 		return
 	}
@@ -97,7 +98,7 @@ func (l *Leg) failTransport(ctx context.Context, err error, started bool) {
 // is about the request itself, and goes back to the client unchanged.
 func (l *Leg) failStatus(ctx context.Context, resp *http.Response) {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
-	if err != nil && (ctx.Err() != nil || context.Cause(l.ctx) != nil) {
+	if err != nil && (ctx.Err() != nil || context.Cause(l.ctx) != nil) { //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
 		l.failTransport(ctx, err, true)
 		return
 	}
