@@ -33,39 +33,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		Duration:   durationpb.New(now.Sub(c.Received)),
 		Usage:      &switchboardv1.Usage{},
 	}
-	for _, at := range s.attempts {
-		if sk := at.skip; sk != nil {
-			// Not a provider call: no status, no cost.
-			r.Attempts = append(r.Attempts, &switchboardv1.Attempt{
-				EndpointId: sk.ep.GetId(),
-				Provider:   sk.ep.GetProvider(),
-				Outcome:    sk.outcome,
-				Hedge:      sk.hedge,
-				Error:      sk.summary,
-				StartTime:  timestamppb.New(sk.at),
-			})
-			continue
-		}
-		l := at.leg
-		a := &switchboardv1.Attempt{
-			EndpointId: l.ep.GetId(),
-			Provider:   l.ep.GetProvider(),
-			Outcome:    l.res.outcome,
-			HttpStatus: int32(l.res.status),
-			Hedge:      l.hedge,
-			CostUsd:    attemptUsage(c, l).GetCostUsd(),
-			StartTime:  timestamppb.New(l.res.start),
-		}
-		if l.res.hasTTFT {
-			a.Ttft = durationpb.New(l.res.ttft)
-		}
-		if l.res.outcome != switchboardv1.Outcome_OUTCOME_OK {
-			// The summary, not the provider's text: the log is shown to the
-			// tenant, and provider errors may name internal addresses.
-			a.Error = l.res.summary
-		}
-		r.Attempts = append(r.Attempts, a)
-	}
+	r.Attempts = s.attemptRecords()
 
 	var f *Failure
 	switch {
@@ -79,24 +47,61 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	}
 
 	w := s.winner
-	r.EndpointId, r.Provider, r.HttpStatus = w.ep.GetId(), w.ep.GetProvider(), http.StatusOK
-	r.Ttft = durationpb.New(w.res.committedAt.Sub(c.Received))
+	r.EndpointId, r.Provider, r.HttpStatus = w.Endpoint.GetId(), w.Endpoint.GetProvider(), http.StatusOK
+	r.Ttft = durationpb.New(w.Result.CommittedAt.Sub(c.Received))
 	switch {
-	case w.res.writeFailed || w.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED:
+	case w.Result.WriteFailed || w.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED:
 		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED, "client went away"
-	case w.res.outcome == switchboardv1.Outcome_OUTCOME_OK:
+	case w.Result.Outcome == switchboardv1.Outcome_OUTCOME_OK:
 		r.Status = switchboardv1.CallStatus_CALL_STATUS_OK
 	default:
-		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, "the provider's stream was interrupted: "+w.res.summary
+		r.Status, r.Error = switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, "the provider's stream was interrupted: "+w.Result.Summary
 	}
 	// The client pays the serving endpoint's price for the provider's usage,
 	// or, without it, for what was delivered; never above its caps.
-	u, reported := billedUsage(c, w)
-	cost, capped := charge(u, w.ep.GetPrice(), c.Caps)
-	r.Usage = &switchboardv1.Usage{
-		InputTokens: u.input, CachedInputTokens: u.cached, OutputTokens: u.output,
-		CostUsd: cost, Reported: reported,
-	}
-	r.CostUsd, r.CostCapped = cost, capped
+	u, capped := c.bill(w).Client()
+	r.Usage = u
+	r.CostUsd, r.CostCapped = u.GetCostUsd(), capped
 	return r
+}
+
+// attemptRecords are the request's attempts as the activity record lists
+// them: every leg and every endpoint skipped, in order.
+func (s *serving) attemptRecords() []*switchboardv1.Attempt {
+	c := s.call
+	var out []*switchboardv1.Attempt
+	for _, at := range s.attempts {
+		if sk := at.skip; sk != nil {
+			// Not a provider call: no status, no cost.
+			out = append(out, &switchboardv1.Attempt{
+				EndpointId: sk.ep.GetId(),
+				Provider:   sk.ep.GetProvider(),
+				Outcome:    sk.outcome,
+				Hedge:      sk.hedge,
+				Error:      sk.summary,
+				StartTime:  timestamppb.New(sk.at),
+			})
+			continue
+		}
+		l := at.leg
+		a := &switchboardv1.Attempt{
+			EndpointId: l.Endpoint.GetId(),
+			Provider:   l.Endpoint.GetProvider(),
+			Outcome:    l.Result.Outcome,
+			HttpStatus: int32(l.Result.Status),
+			Hedge:      l.hedge,
+			CostUsd:    c.bill(l).Provider().GetCostUsd(),
+			StartTime:  timestamppb.New(l.Result.Start),
+		}
+		if l.Result.HasTTFT {
+			a.Ttft = durationpb.New(l.Result.TTFT)
+		}
+		if l.Result.Outcome != switchboardv1.Outcome_OUTCOME_OK {
+			// The summary, not the provider's text: the log is shown to the
+			// tenant, and provider errors may name internal addresses.
+			a.Error = l.Result.Summary
+		}
+		out = append(out, a)
+	}
+	return out
 }

@@ -131,7 +131,7 @@ func (s *serving) reservation(ctx context.Context, ep *switchboardv1.Endpoint, h
 	if s.call.Admission == nil {
 		return "", nil
 	}
-	if id, ok := s.takeHeld(ep.GetId()); ok {
+	if id, ok := s.rsv.take(ep.GetId()); ok {
 		return id, nil
 	}
 	resp, err := s.d.reserve(ctx, s.call, ep)
@@ -144,10 +144,10 @@ func (s *serving) reservation(ctx context.Context, ep *switchboardv1.Endpoint, h
 func (s *serving) admitted(ep *switchboardv1.Endpoint, hedge bool, resp *switchboardv1.ReserveResponse, err error, at time.Time) (string, *skip) {
 	if err == nil && resp.GetAdmitted() {
 		id := resp.GetReservation().GetReservationId()
-		s.d.hold(id)
+		s.rsv.granted(id)
 		return id, nil
 	}
-	s.refused[ep.GetId()] = true
+	s.rsv.refuse(ep.GetId())
 	sk := &skip{ep: ep, hedge: hedge, at: at}
 	if err != nil {
 		// Without a reservation the endpoint's quota cannot be vouched
@@ -185,101 +185,6 @@ func skipSummary(ref *switchboardv1.Refusal) string {
 	return skippedCapacity
 }
 
-// takeHeld takes the reservation held on an endpoint, if any.
-func (s *serving) takeHeld(endpointID string) (string, bool) {
-	id, ok := s.held[endpointID]
-	if ok {
-		delete(s.held, endpointID)
-	}
-	return id, ok
-}
-
-// hold keeps a granted reservation that no leg uses (yet): a later attempt
-// on the same endpoint takes it, else it is released when the request ends.
-func (s *serving) hold(endpointID, id string) {
-	if id == "" || s.used[id] {
-		return
-	}
-	if old, ok := s.held[endpointID]; ok && old != id {
-		s.spare = append(s.spare, old)
-	}
-	s.held[endpointID] = id
-}
-
-// hedgeGrant is what the delayed hedge's background step found: whether the
-// budget granted the hedge and, if so, its reservation.
-type hedgeGrant struct {
-	granted bool
-	// held is a reservation already held on the hedge endpoint, taken
-	// before the step started; it goes back if the hedge does not start.
-	held string
-	// resp and err are the hedge's Reserve answer, received at; both nil
-	// when no Reserve was made.
-	resp *switchboardv1.ReserveResponse
-	err  error
-	at   time.Time
-}
-
-// grantHedge asks the hedge budget and then the broker for a hedge leg on
-// ep, backing up primary. It runs on its own goroutine: it reads only the
-// call and the dispatcher. The budget comes first: it is refused far more
-// often (once a day's budget is spent), and a refused budget then costs no
-// reservation to give back.
-func (s *serving) grantHedge(actx context.Context, primary, ep *switchboardv1.Endpoint, held string) hedgeGrant {
-	g := hedgeGrant{held: held}
-	if !s.acquire(actx, primary, ep) {
-		return g
-	}
-	g.granted = true
-	if held == "" && s.call.Admission != nil && actx.Err() == nil {
-		g.resp, g.err = s.d.reserve(actx, s.call, ep)
-		g.at = time.Now()
-	}
-	return g
-}
-
-// hedgeReservation turns a granted hedge into its reservation, on the
-// request's goroutine. ok is false when the hedge must not start; sk is set
-// when that is the broker's doing and belongs among the attempts.
-func (s *serving) hedgeReservation(ep *switchboardv1.Endpoint, g hedgeGrant) (id string, sk *skip, ok bool) {
-	switch {
-	case g.held != "":
-		return g.held, nil, true
-	case s.call.Admission == nil:
-		return "", nil, true
-	case g.resp == nil && g.err == nil:
-		// The race ended before the reservation was asked.
-		return "", nil, false
-	}
-	id, sk = s.admitted(ep, true, g.resp, g.err, g.at)
-	return id, sk, sk == nil
-}
-
-// drainHedge waits for a delayed hedge's background step still running
-// when its race ended, and keeps what it reserved for release. A refusal is
-// still listed among the attempts, so the record does not depend on which
-// of the refusal and the primary's first token came first.
-func (s *serving) drainHedge() {
-	if s.pending == nil {
-		return
-	}
-	g := <-s.pending
-	s.pending = nil
-	ep := s.pendingEp
-	switch {
-	case g.held != "":
-		s.hold(ep.GetId(), g.held)
-	case !g.granted || (g.resp == nil && g.err == nil):
-	case g.err == nil && g.resp.GetAdmitted():
-		s.d.hold(g.resp.GetReservation().GetReservationId())
-		s.hold(ep.GetId(), g.resp.GetReservation().GetReservationId())
-	default:
-		if _, sk := s.admitted(ep, true, g.resp, g.err, g.at); sk != nil {
-			s.attempts = append(s.attempts, attempt{skip: sk})
-		}
-	}
-}
-
 // release gives back every reservation granted for this request that no
 // leg used: Decide's when its endpoint was never called, a hedge's that did
 // not start. Each is reconciled as cancelled with zero usage (through the
@@ -287,15 +192,7 @@ func (s *serving) drainHedge() {
 // it is reconciled when its leg is reported, with the call's real usage — so
 // no reservation is reconciled twice.
 func (s *serving) release(ctx context.Context) {
-	ids := s.spare
-	for _, id := range s.held {
-		ids = append(ids, id)
-	}
-	s.held, s.spare = nil, nil
-	for _, id := range ids {
-		if s.used[id] {
-			continue
-		}
+	for _, id := range s.rsv.unused() {
 		if err := s.d.releaseReservation(ctx, id); err != nil {
 			if s.d.opts.Ledger != nil {
 				// Delivered on the Report stream instead, until applied.
@@ -310,21 +207,7 @@ func (s *serving) release(ctx context.Context) {
 			s.d.log.Warn("releasing an unused reservation failed", "request_id", s.call.RequestID, "reservation", id, "error", err)
 			continue
 		}
-		s.d.forget(id)
-	}
-}
-
-// hold declares a granted reservation to the ledger, if any.
-func (d *Dispatcher) hold(id string) {
-	if d.opts.Ledger != nil && id != "" {
-		d.opts.Ledger.Hold(id)
-	}
-}
-
-// forget tells the ledger a reservation was closed by a Reconcile RPC.
-func (d *Dispatcher) forget(id string) {
-	if d.opts.Ledger != nil && id != "" {
-		d.opts.Ledger.Forget(id)
+		s.rsv.forget(id)
 	}
 }
 
@@ -358,15 +241,14 @@ func (s *serving) releaseFailed(l *leg) {
 	_, err := s.d.opts.Broker.Reconcile(ctx, &switchboardv1.ReconcileRequest{
 		ReservationId:    l.reservation,
 		Usage:            &switchboardv1.Usage{},
-		Outcome:          l.res.outcome,
-		RateLimitHeaders: l.res.headers,
+		Outcome:          l.Result.Outcome,
+		RateLimitHeaders: l.Result.Headers,
 	})
 	if err != nil {
 		// The call report reconciles it instead.
 		s.d.log.Debug("releasing a failed attempt's reservation", "request_id", s.call.RequestID, "reservation", l.reservation, "error", err)
 		return
 	}
-	s.used[l.reservation] = true
-	s.d.forget(l.reservation)
+	s.rsv.closed(l.reservation)
 	l.reservation = ""
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
@@ -25,45 +25,6 @@ var billPrice = &switchboardv1.Price{Input: 0.20, CachedInput: 0.05, Output: 0.8
 var billUsage = fakeupstream.Usage{Prompt: 1_000_000, Cached: 400_000, Completion: 10_000}
 
 const billCost = 0.148
-
-func TestCharge(t *testing.T) {
-	u := usage{input: 1_000_000, cached: 400_000, output: 10_000}
-	tests := []struct {
-		name       string
-		u          usage
-		caps       Caps
-		want       float64
-		wantCapped bool
-	}{
-		{name: "list price", u: u, want: billCost},
-		{name: "caps that do not bind", u: u, caps: Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.2), Completion: ptr(0.8)}, MaxOutputTokens: 10_000}, want: billCost},
-		{name: "prompt cap on uncached input", u: u, caps: Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.10)}},
-			want: 0.06 + 0.02 + 0.008, wantCapped: true},
-		{name: "prompt cap below cached price caps it too", u: u, caps: Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.03)}},
-			want: 0.018 + 0.012 + 0.008, wantCapped: true},
-		{name: "completion cap", u: u, caps: Caps{MaxPrice: &switchboardv1.MaxPrice{Completion: ptr(0.50)}},
-			want: 0.12 + 0.02 + 0.005, wantCapped: true},
-		{name: "more output than max_tokens", u: u, caps: Caps{MaxOutputTokens: 5_000},
-			want: 0.12 + 0.02 + 0.004, wantCapped: true},
-		{name: "zero cap", u: u, caps: Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0), Completion: ptr(0)}}, want: 0, wantCapped: true},
-		{name: "cap on a price with no tokens is no capping", u: usage{input: 1_000_000}, caps: Caps{MaxPrice: &switchboardv1.MaxPrice{Completion: ptr(0.1)}},
-			want: 0.2},
-		{name: "cached above input is clamped", u: usage{input: 100, cached: 500}, want: 100 * 0.05 / 1e6},
-		{name: "negative counts are zero", u: usage{input: -5, cached: -1, output: -3}, want: 0},
-		{name: "nothing", want: 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, capped := charge(tt.u, billPrice, tt.caps)
-			require.InDelta(t, tt.want, got, 1e-12)
-			require.Equal(t, tt.wantCapped, capped)
-		})
-	}
-	require.InDelta(t, 0.0, listCost(u, nil), 0, "no price, no cost")
-	require.InDelta(t, 1_000*0.2/1e6, loserCost(1_000, billPrice), 1e-15)
-	require.EqualValues(t, tokens.Text("Hello world"), textTokens(int64(len("Hello world"))))
-	require.Zero(t, textTokens(0))
-}
 
 // billEndpoint is an endpoint at billPrice.
 func billEndpoint(name, baseURL string) *switchboardv1.Endpoint {
@@ -108,13 +69,13 @@ func usageOf(t *testing.T, stream bool, body string) map[string]any {
 }
 
 func TestServeBilling(t *testing.T) {
-	delivered := textTokens(int64(len(fakeupstream.Content)))
+	delivered := billing.TextTokens(int64(len(fakeupstream.Content)))
 	tests := []struct {
 		name      string
 		body      string
 		mode      fakeupstream.Mode
 		usage     *fakeupstream.Usage
-		caps      Caps
+		caps      billing.Caps
 		wantCost  float64
 		wantUsage *switchboardv1.Usage // billed, without cost
 		capped    bool
@@ -139,14 +100,14 @@ func TestServeBilling(t *testing.T) {
 		},
 		{
 			name: "capped by max_price", body: streamUsageBody, usage: &billUsage,
-			caps:     Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.10), Completion: ptr(0.50)}},
+			caps:     billing.Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.10), Completion: ptr(0.50)}},
 			wantCost: 0.06 + 0.02 + 0.005, capped: true,
 			wantUsage: &switchboardv1.Usage{InputTokens: 1_000_000, CachedInputTokens: 400_000, OutputTokens: 10_000, Reported: true},
 			status:    switchboardv1.CallStatus_CALL_STATUS_OK, wantClientUsage: true,
 		},
 		{
 			name: "capped by max_tokens", body: plainBody, usage: &billUsage,
-			caps:     Caps{MaxOutputTokens: 100},
+			caps:     billing.Caps{MaxOutputTokens: 100},
 			wantCost: 0.12 + 0.02 + 100*0.8/1e6, capped: true,
 			wantUsage: &switchboardv1.Usage{InputTokens: 1_000_000, CachedInputTokens: 400_000, OutputTokens: 10_000, Reported: true},
 			status:    switchboardv1.CallStatus_CALL_STATUS_OK, wantClientUsage: true,
@@ -163,7 +124,7 @@ func TestServeBilling(t *testing.T) {
 		},
 		{
 			name: "mid-stream failure: what was delivered", body: streamUsageBody, mode: fakeupstream.DropMidStream, usage: &billUsage,
-			wantUsage: &switchboardv1.Usage{InputTokens: -1, OutputTokens: textTokens(int64(len(fakeupstream.DeliveredBeforeDrop)))},
+			wantUsage: &switchboardv1.Usage{InputTokens: -1, OutputTokens: billing.TextTokens(int64(len(fakeupstream.DeliveredBeforeDrop)))},
 			status:    switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED,
 		},
 		{
@@ -344,7 +305,7 @@ func TestActivityRecord(t *testing.T) {
 		require.Equal(t, switchboardv1.Outcome_OUTCOME_TIMEOUT, r.GetAttempts()[0].GetOutcome())
 		require.Equal(t, "a/m", r.GetEndpointId())
 		require.False(t, r.GetUsage().GetReported())
-		require.EqualValues(t, textTokens(int64(len(fakeupstream.DeliveredBeforeDrop))), r.GetUsage().GetOutputTokens())
+		require.EqualValues(t, billing.TextTokens(int64(len(fakeupstream.DeliveredBeforeDrop))), r.GetUsage().GetOutputTokens())
 	})
 	t.Run("client cancelled before any answer", func(t *testing.T) {
 		up := fakeupstream.Start(t)

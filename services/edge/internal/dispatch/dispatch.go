@@ -5,12 +5,11 @@
 // provider that accepts the request but never starts answering is still
 // retried elsewhere. Every attempt is reported to the decider.
 //
-// Time to first token (TTFT) is measured from sending the upstream request to
-// receiving the first stream chunk that carries a token: a non-empty
-// delta.content, delta.reasoning_content or delta.reasoning, a non-empty
-// delta.tool_calls, or a finish_reason. For a non-streamed request it is the
-// time to the response headers, the first moment the provider committed to an
-// answer.
+// A leg, one call to one endpoint with its first-token and idle deadlines,
+// is the upstream package's (which also defines time to first token); what
+// the provider's chunks become for the client is the rewrite package's;
+// what the client is billed, the billing package's. This package decides
+// which legs run, under which reservation, and reports them.
 //
 // Hedging: when the decider's plan says so, a streamed
 // request's first attempt runs two legs, the second on the plan's endpoint,
@@ -31,11 +30,12 @@
 // stays open however long the call runs; a reservation granted but never
 // used is released when the request ends.
 //
-// Billing: the client pays the serving endpoint's price for the
-// usage its provider reported (or, without one, for an estimate of what was
-// delivered), capped by the request's max_price and max_tokens; a request
-// every attempt failed costs nothing. The bill is returned as usage.cost and,
-// with every attempt and the hedge, in the request's activity record.
+// Billing: the client pays the serving endpoint's price for the usage its
+// provider reported (or, without one, for an estimate of what was
+// delivered), capped by the request's max_price and max_tokens (see the
+// billing package); a request every attempt failed costs nothing. The bill
+// is returned as usage.cost and, with every attempt and the hedge, in the
+// request's activity record.
 package dispatch
 
 import (
@@ -50,8 +50,10 @@ import (
 	"google.golang.org/grpc"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
 // Reporter receives one CallReport per attempt and one ActivityRecord per
@@ -145,8 +147,9 @@ type Options struct {
 
 // Dispatcher runs the attempts of chat requests. It is safe for concurrent use.
 type Dispatcher struct {
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	caller *upstream.Caller
 }
 
 // New returns a Dispatcher, filling in defaults.
@@ -162,12 +165,6 @@ func New(o Options) *Dispatcher {
 		c, _ := credentials.New(credentials.Options{Getenv: o.Getenv})
 		o.Credentials = c
 	}
-	// A redirect is answered as it is, never followed: following it would
-	// carry the endpoint's credential to wherever the provider (or whoever
-	// answers in its name) points, and an API call has no business moving.
-	client := *o.Client
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	o.Client = &client
 	if o.Cooldowns == nil {
 		o.Cooldowns = cooldown.New(nil)
 	}
@@ -198,7 +195,16 @@ func New(o Options) *Dispatcher {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{opts: o, log: o.Logger}
+	caller := upstream.New(upstream.Options{
+		Client:            o.Client,
+		Credentials:       o.Credentials,
+		FirstTokenTimeout: o.FirstTokenTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		UserAgent:         o.UserAgent,
+		Logger:            o.Logger,
+	})
+	return &Dispatcher{opts: o, log: o.Logger, caller: caller}
 }
 
 type discardReporter struct{}
@@ -245,7 +251,7 @@ type Call struct {
 	// Only streamed requests are hedged.
 	Hedge *switchboardv1.HedgePlan
 	// Caps bound the client's bill.
-	Caps Caps
+	Caps billing.Caps
 	// Admission is the reservation Decide made with the rate-limit broker.
 	// When set, every endpoint called has its own reservation, named
 	// in its CallReport: Decide's for the endpoint it reserved, a new one
@@ -326,20 +332,20 @@ func (d *Dispatcher) plan(endpoints []*switchboardv1.Endpoint) []*switchboardv1.
 }
 
 func (d *Dispatcher) logAttempt(call Call, l *leg) {
-	res := l.res
+	res := l.Result
 	level := slog.LevelDebug
-	if res.outcome != switchboardv1.Outcome_OUTCOME_OK {
+	if res.Outcome != switchboardv1.Outcome_OUTCOME_OK {
 		level = slog.LevelWarn
 	}
 	d.log.Log(context.Background(), level, "upstream attempt",
 		"request_id", call.RequestID,
 		"probe_id", call.ProbeID,
-		"endpoint", l.ep.GetId(),
+		"endpoint", l.Endpoint.GetId(),
 		"hedge", l.hedge,
-		"outcome", res.outcome.String(),
-		"http_status", res.status,
-		"ttft", res.ttft,
-		"duration", res.duration,
-		"error", res.errText,
+		"outcome", res.Outcome.String(),
+		"http_status", res.Status,
+		"ttft", res.TTFT,
+		"duration", res.Duration,
+		"error", res.ErrText,
 	)
 }

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
 )
 
@@ -201,7 +203,7 @@ func TestHedgeDelayed(t *testing.T) {
 	require.Equal(t, "b/m", r.GetAttempts()[1].GetEndpointId())
 	require.True(t, r.GetAttempts()[1].GetHedge())
 	// The client pays the winner's usage only, never the cancelled leg.
-	wantBill, _ := charge(usage{input: fakeupstream.PromptTokens, cached: fakeupstream.CachedTokens, output: fakeupstream.CompletionTokens}, eps[1].GetPrice(), Caps{})
+	wantBill, _ := billing.Charge(pricing.Usage{Input: fakeupstream.PromptTokens, CachedInput: fakeupstream.CachedTokens, Output: fakeupstream.CompletionTokens}, eps[1].GetPrice(), billing.Caps{})
 	require.InDelta(t, wantBill, r.GetCostUsd(), 1e-12)
 }
 

@@ -60,10 +60,10 @@ func (d *Dispatcher) Probe(ctx context.Context, cmd *switchboardv1.ProbeCommand)
 		},
 	}
 	l := d.newLeg(ctx, call, ep, false)
-	if d.open(ctx, call, l) {
-		d.deliver(ctx, &discardWriter{}, call, l)
+	if l.Open(ctx) {
+		l.Deliver(ctx, &discardWriter{})
 	}
-	l.close()
+	l.Close()
 	d.report(call, l)
 	d.logAttempt(call, l)
 	return nil

@@ -2,23 +2,17 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 )
 
-// defaultHedgeDelay is how long a delayed hedge waits for a first token,
-// used when a delayed plan names
-// no delay.
-const defaultHedgeDelay = time.Second
-
 // serving is one client request in progress: every leg started for it, in
-// start order, and what became of the hedge.
+// start order, what became of the hedge, and its reservations.
 type serving struct {
 	d    *Dispatcher
 	call Call
@@ -34,30 +28,15 @@ type serving struct {
 	lastFailed *leg
 	hedge      *switchboardv1.HedgeInfo
 
-	// held maps an endpoint to a reservation granted on it that no leg
-	// uses yet (at first, Decide's); spare holds granted reservations that
-	// can no longer be used. Both are released when the request ends.
-	held  map[string]string
-	spare []string
-	// used are the reservations legs were sent under; they are reconciled
-	// when their legs are reported, so they are never released.
-	used map[string]bool
-	// refused are endpoints the broker refused (or could not be asked
-	// about) for this request; they are not asked again.
-	refused map[string]bool
+	// rsv is the request's reservation bookkeeping.
+	rsv *reservations
 	// pending is a delayed hedge's budget-and-reserve step still running
-	// when its race ended, for pendingEp; drained before release.
-	pending   chan hedgeGrant
-	pendingEp *switchboardv1.Endpoint
+	// when its race ended; drained before release.
+	pending *pendingHedge
 }
 
 func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
-	s := &serving{d: d, call: call, w: w, held: map[string]string{}, used: map[string]bool{}, refused: map[string]bool{}}
-	if a := call.Admission; a != nil && a.ReservationID != "" && a.EndpointID != "" {
-		s.held[a.EndpointID] = a.ReservationID
-		d.hold(a.ReservationID)
-	}
-	return s
+	return &serving{d: d, call: call, w: w, rsv: newReservations(d.opts.Ledger, call.Admission)}
 }
 
 // serve runs the attempts: the first one hedged when the plan says so, then
@@ -72,7 +51,7 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 	}
 	tried := make(map[string]bool, len(plan)+1)
 	for i, ep := range plan {
-		if tried[ep.GetId()] || s.refused[ep.GetId()] {
+		if tried[ep.GetId()] || s.rsv.isRefused(ep.GetId()) {
 			continue
 		}
 		if len(s.legs) >= d.opts.MaxAttempts {
@@ -87,7 +66,7 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		}
 		if i > 0 && ctx.Err() != nil {
 			// The client left while the fallback was reserved.
-			s.hold(ep.GetId(), id)
+			s.rsv.keep(ep.GetId(), id)
 			return ErrClientGone
 		}
 		var hedgeEp *switchboardv1.Endpoint
@@ -96,7 +75,7 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		}
 		winner, losers, err := s.try(ctx, ep, id, hedgeEp)
 		for _, l := range s.legs {
-			tried[l.ep.GetId()] = true
+			tried[l.Endpoint.GetId()] = true
 		}
 		if err != nil {
 			return err
@@ -107,36 +86,18 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 			// goes back and their report out as soon as each has stopped,
 			// not when the winner's stream ends, however long that takes.
 			reaped := s.reapAsync(losers)
-			d.deliver(ctx, s.w, s.call, winner)
-			winner.close()
+			winner.Deliver(ctx, s.w)
+			winner.Close()
 			s.settle(winner)
 			<-reaped
 			s.reap(losers)
 			if s.hedge != nil && s.hedge.GetUsed() {
-				s.hedge.WinnerEndpointId = winner.ep.GetId()
+				s.hedge.WinnerEndpointId = winner.Endpoint.GetId()
 			}
 			return nil
 		}
 	}
 	return s.failure()
-}
-
-// hedgeTarget returns the endpoint to hedge the first attempt on ep with, or
-// nil when this request is not to be hedged: not streamed, no plan, no
-// budget to ask, no room for a second attempt, or no usable second endpoint.
-func (s *serving) hedgeTarget(ep *switchboardv1.Endpoint) *switchboardv1.Endpoint {
-	hp := s.call.Hedge
-	mode := hp.GetMode()
-	if mode != switchboardv1.HedgeMode_HEDGE_MODE_DELAYED && mode != switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
-		return nil
-	}
-	h := hp.GetEndpoint()
-	if !s.call.Stream || s.d.opts.Hedges == nil || s.d.opts.MaxAttempts < 2 ||
-		h == nil || h.GetBaseUrl() == "" || h.GetId() == ep.GetId() || s.d.opts.Cooldowns.Active(h.GetId()) || s.refused[h.GetId()] {
-		return nil
-	}
-	s.hedge = &switchboardv1.HedgeInfo{Mode: mode}
-	return h
 }
 
 // try runs one attempt on ep under reservation id, with a hedge leg on
@@ -146,127 +107,134 @@ func (s *serving) hedgeTarget(ep *switchboardv1.Endpoint) *switchboardv1.Endpoin
 // that ends the request (nil to go on with the fallbacks). Every failed leg
 // is reported before try returns.
 func (s *serving) try(ctx context.Context, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (winner *leg, losers []*leg, err error) {
-	done := make(chan *leg, 2)
-	var running []*leg
-	launch := func(ep *switchboardv1.Endpoint, hedge bool, reservation string) {
-		l := s.d.newLeg(ctx, s.call, ep, hedge)
-		l.reservation = reservation
-		if reservation != "" {
-			s.used[reservation] = true
-		}
-		l.opened = make(chan struct{})
-		s.legs = append(s.legs, l)
-		s.attempts = append(s.attempts, attempt{leg: l})
-		running = append(running, l)
-		go func() {
-			l.ready = s.d.open(ctx, s.call, l)
-			l.openReturned = time.Now()
-			close(l.opened)
-			done <- l // never blocks: one slot per leg
-		}()
-	}
-	var delay <-chan time.Time
-	if hedgeEp != nil {
-		if s.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
-			// Budget, then reservation, then both legs at once.
-			granted := s.acquire(ctx, ep, hedgeEp)
-			var hid string
-			var sk *skip
-			if granted {
-				hid, sk = s.reservation(ctx, hedgeEp, true)
-			}
-			launch(ep, false, id)
-			switch {
-			case sk != nil:
-				s.attempts = append(s.attempts, attempt{skip: sk})
-			case granted:
-				launch(hedgeEp, true, hid)
-				s.hedge.Used = true
-			}
-		} else {
-			launch(ep, false, id)
-			d := defaultHedgeDelay
-			if hd := s.call.Hedge.GetDelay(); hd != nil && hd.AsDuration() > 0 {
-				d = hd.AsDuration()
-			}
-			t := time.NewTimer(d)
-			defer t.Stop()
-			delay = t.C
-		}
-	} else {
-		launch(ep, false, id)
-	}
-
-	// grant is set while a delayed hedge's AcquireHedge (and then Reserve)
-	// is in flight. It runs beside the race, so a primary whose first token
-	// arrives meanwhile is not held back; when the race ends first, the
-	// budget call is cancelled and the step is handed to Serve, which joins
-	// it after the answer and releases what it reserved.
-	var grant chan hedgeGrant
-	stopAcquire := func() {}
+	r := &race{done: make(chan *leg, 2), stopAcquire: func() {}}
+	stop := s.start(ctx, r, ep, id, hedgeEp)
+	defer stop()
 	defer func() {
-		if grant != nil {
-			stopAcquire()
-			s.pending, s.pendingEp = grant, hedgeEp
+		// The race ended while the delayed hedge's grant was in flight:
+		// the budget call is cancelled and the step handed to Serve, which
+		// joins it after the answer and releases what it reserved.
+		if r.grant != nil {
+			r.stopAcquire()
+			s.pending = &pendingHedge{grant: r.grant, ep: hedgeEp}
 		}
 	}()
-	var final *Failure
-	for len(running) > 0 {
+	for len(r.running) > 0 {
 		select {
-		case l := <-done:
-			running = without(running, l)
-			if l.ready {
-				for _, o := range running {
-					o.lost, o.lostAt = true, time.Now()
-					o.cancel(errHedgeLost)
-				}
-				return l, running, nil
+		case l := <-r.done:
+			if over, winner, losers, err := s.legDone(ctx, r, l); over {
+				return winner, losers, err
 			}
-			l.close()
-			s.settle(l)
-			if ctx.Err() != nil || l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED {
-				s.reap(running)
-				return nil, nil, ErrClientGone
-			}
-			if l.res.final != nil && final == nil {
-				final = l.res.final
-				final.Provider = l.ep.GetProvider()
-			}
-			// A primary that failed before the hedge started is retried on
-			// the fallbacks as usual; the hedge has nothing left to race.
-			delay = nil
-		case <-delay:
-			delay = nil
-			actx, cancel := context.WithCancel(ctx)
-			stopAcquire, grant = cancel, make(chan hedgeGrant, 1)
-			held, _ := s.takeHeld(hedgeEp.GetId())
-			go func() { grant <- s.grantHedge(actx, ep, hedgeEp, held) }()
-		case g := <-grant:
-			grant = nil
-			stopAcquire()
-			if !g.granted {
-				s.hold(hedgeEp.GetId(), g.held)
-				break
-			}
-			hid, sk, ok := s.hedgeReservation(hedgeEp, g)
-			switch {
-			case sk != nil:
-				s.attempts = append(s.attempts, attempt{skip: sk})
-			case ok && len(done) == 0:
-				launch(hedgeEp, true, hid)
-				s.hedge.Used = true
-			default:
-				// The primary is ready too, its event waiting in done: take
-				// it rather than start a hedge only to cancel it. What was
-				// reserved for the hedge is given back.
-				s.hold(hedgeEp.GetId(), hid)
-			}
+		case <-r.delay:
+			r.delay = nil
+			s.askHedge(ctx, r, ep, hedgeEp)
+		case g := <-r.grant:
+			r.grant = nil
+			r.stopAcquire()
+			s.hedgeGranted(ctx, r, hedgeEp, g)
 		}
 	}
-	if final != nil {
-		return nil, nil, final
+	if r.final != nil {
+		return nil, nil, r.final
 	}
 	return nil, nil, nil
+}
+
+// race is one attempt in progress: its legs running and, while a delayed
+// hedge is being decided, what it waits for.
+type race struct {
+	// done receives each leg when its open returned: one slot per leg.
+	done    chan *leg
+	running []*leg
+	// delay fires when a delayed hedge is due; nil when none is.
+	delay <-chan time.Time
+	// grant is set while a delayed hedge's AcquireHedge (and then Reserve)
+	// is in flight. It runs beside the race, so a primary whose first token
+	// arrives meanwhile is not held back; stopAcquire cancels it.
+	grant       chan hedgeGrant
+	stopAcquire func()
+	// final is the first provider rejection of the request itself.
+	final *Failure
+}
+
+// start launches the attempt's primary leg and, for an immediate hedge the
+// budget and the broker grant, its hedge leg; for a delayed hedge it sets
+// the race's delay. It returns what stops the delay's timer.
+func (s *serving) start(ctx context.Context, r *race, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (stop func()) {
+	if hedgeEp == nil {
+		s.launch(ctx, r, ep, false, id)
+		return func() {}
+	}
+	if s.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
+		// Budget, then reservation, then both legs at once.
+		granted := s.acquire(ctx, ep, hedgeEp)
+		var hid string
+		var sk *skip
+		if granted {
+			hid, sk = s.reservation(ctx, hedgeEp, true)
+		}
+		s.launch(ctx, r, ep, false, id)
+		switch {
+		case sk != nil:
+			s.attempts = append(s.attempts, attempt{skip: sk})
+		case granted:
+			s.launch(ctx, r, hedgeEp, true, hid)
+			s.hedge.Used = true
+		}
+		return func() {}
+	}
+	s.launch(ctx, r, ep, false, id)
+	d := defaultHedgeDelay
+	if hd := s.call.Hedge.GetDelay(); hd != nil && hd.AsDuration() > 0 {
+		d = hd.AsDuration()
+	}
+	t := time.NewTimer(d)
+	r.delay = t.C
+	return func() { t.Stop() }
+}
+
+// launch starts a leg on ep under reservation, opening it on its own
+// goroutine, which sends it on the race's done channel when open returns.
+func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoint, hedge bool, reservation string) {
+	l := s.d.newLeg(ctx, s.call, ep, hedge)
+	l.reservation = reservation
+	s.rsv.use(reservation)
+	l.opened = make(chan struct{})
+	s.legs = append(s.legs, l)
+	s.attempts = append(s.attempts, attempt{leg: l})
+	r.running = append(r.running, l)
+	go func() {
+		l.Opened(l.Open(ctx))
+		close(l.opened)
+		r.done <- l // never blocks: one slot per leg
+	}()
+}
+
+// legDone handles a leg whose open returned. over is set when the race
+// ended: with the leg as its winner (the others cancelled, returned as
+// losers), or with the client gone.
+func (s *serving) legDone(ctx context.Context, r *race, l *leg) (over bool, winner *leg, losers []*leg, err error) {
+	r.running = without(r.running, l)
+	if l.Ready() {
+		for _, o := range r.running {
+			o.Lose()
+		}
+		return true, l, r.running, nil
+	}
+	l.Close()
+	s.settle(l)
+	if ctx.Err() != nil || l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED {
+		s.reap(r.running)
+		return true, nil, nil, ErrClientGone
+	}
+	if rej := l.Result.Rejection; rej != nil && r.final == nil {
+		r.final = &Failure{Status: rej.Status, Type: rej.Type, Code: rej.Code, Param: rej.Param, Message: rej.Message,
+			Provider: l.Endpoint.GetProvider()}
+	}
+	// A primary that failed before the hedge started is retried on the
+	// fallbacks as usual; the hedge has nothing left to race.
+	r.delay = nil
+	return false, nil, nil, nil
 }
 
 func without(legs []*leg, l *leg) []*leg {
@@ -277,31 +245,6 @@ func without(legs []*leg, l *leg) []*leg {
 		}
 	}
 	return out
-}
-
-// acquire asks the hedge budget for a second call on ep, backing up primary.
-// Any error, or no answer within HedgeTimeout, is a refusal: one endpoint
-// then serves.
-//
-// The estimate sent is the most the hedge can take from the budget: either
-// leg may lose, and a loser costs its prompt at its uncached input price.
-func (s *serving) acquire(ctx context.Context, primary, ep *switchboardv1.Endpoint) bool {
-	ctx, cancel := context.WithTimeout(ctx, s.d.opts.HedgeTimeout)
-	defer cancel()
-	resp, err := s.d.opts.Hedges.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{
-		RequestId:  s.call.RequestID,
-		EndpointId: ep.GetId(),
-		EstimatedCostUsd: max(loserCost(s.call.PromptTokens, ep.GetPrice()),
-			loserCost(s.call.PromptTokens, primary.GetPrice())),
-	})
-	if err != nil {
-		s.d.log.Debug("hedge not granted", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "error", err)
-		return false
-	}
-	if !resp.GetGranted() {
-		s.d.log.Debug("hedge refused", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "remaining_usd", resp.GetRemainingUsd())
-	}
-	return resp.GetGranted()
 }
 
 // reapAsync waits, on its own goroutine, for the legs that lost a race to
@@ -319,12 +262,12 @@ func (s *serving) reapAsync(legs []*leg) <-chan struct{} {
 		defer close(done)
 		for _, l := range legs {
 			<-l.opened
-			if l.ready {
+			if l.Ready() {
 				// Both legs produced a first token; this one lost the race.
-				l.lostRace()
+				l.LostRace()
 			}
-			l.close()
-			if l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed {
+			l.Close()
+			if l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.Result.Committed {
 				s.d.report(s.call, l)
 				s.d.logAttempt(s.call, l)
 				l.reported = true
@@ -340,11 +283,11 @@ func (s *serving) reapAsync(legs []*leg) <-chan struct{} {
 func (s *serving) reap(legs []*leg) {
 	for _, l := range legs {
 		<-l.opened
-		if l.ready && !l.reported {
+		if l.Ready() && !l.reported {
 			// Both legs produced a first token; this one lost the race.
-			l.lostRace()
+			l.LostRace()
 		}
-		l.close()
+		l.Close()
 		s.settle(l)
 	}
 }
@@ -353,17 +296,17 @@ func (s *serving) reap(legs []*leg) {
 // pays: a leg cancelled because the other won, or the hedge leg when the
 // client left during the race (an extra call made on the budget either way).
 func (s *serving) settle(l *leg) {
-	cancelled := l.res.outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.res.committed
-	if !l.res.committed && !cancelled {
+	cancelled := l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.Result.Committed
+	if !l.Result.Committed && !cancelled {
 		s.lastFailed = l
 		// A failed attempt gives its capacity back at once, before any
 		// fallback is reserved: waiting for the batched report would let a
 		// tenant at its concurrency cap be refused its own failover.
 		s.releaseFailed(l)
 	}
-	if cancelled && s.hedge != nil && (l.lost || l.hedge) {
-		s.hedge.LoserEndpointId = l.ep.GetId()
-		s.hedge.LoserCostUsd = loserCost(s.call.PromptTokens, l.ep.GetPrice())
+	if cancelled && s.hedge != nil && (l.Lost() || l.hedge) {
+		s.hedge.LoserEndpointId = l.Endpoint.GetId()
+		s.hedge.LoserCostUsd = billing.LoserCost(s.call.PromptTokens, l.Endpoint.GetPrice())
 	}
 	if l.reported {
 		return // reported by reapAsync already
@@ -382,7 +325,7 @@ func (s *serving) failure() *Failure {
 	for _, a := range s.attempts {
 		switch {
 		case a.leg != nil:
-			tried = append(tried, a.leg.ep.GetProvider()+": "+a.leg.res.summary)
+			tried = append(tried, a.leg.Endpoint.GetProvider()+": "+a.leg.Result.Summary)
 		default:
 			tried = append(tried, a.skip.ep.GetProvider()+": "+a.skip.summary)
 			if a.skip.capacity && (capacity == nil || a.skip.retryAfter < capacity.retryAfter) {
@@ -405,9 +348,9 @@ func (s *serving) failure() *Failure {
 		}
 		return f
 	}
-	switch last.res.outcome {
+	switch last.Result.Outcome {
 	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
-		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, last.res.retryAfter
+		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, last.Result.RetryAfter
 	case switchboardv1.Outcome_OUTCOME_TIMEOUT:
 		f.Status, f.Type, f.Code = http.StatusGatewayTimeout, "timeout_error", "upstream_timeout"
 	}
@@ -422,58 +365,3 @@ const (
 	rateLimitType = "requests"
 	rateLimitCode = "rate_limit_exceeded"
 )
-
-// rewriter returns the rewriter of answers from ep for this call.
-func (c Call) rewriter(ep *switchboardv1.Endpoint) rewriter {
-	price := ep.GetPrice()
-	rw := rewriter{
-		model:     jsonString(c.Model),
-		provider:  jsonString(ep.GetProvider()),
-		keepUsage: !c.Stream || c.IncludeUsage,
-		cost: func(u usage) float64 {
-			cost, _ := charge(u, price, c.Caps)
-			return cost
-		},
-	}
-	if c.RequestID != "" {
-		rw.id = jsonString(c.RequestID)
-	}
-	if !c.Stream {
-		rw.addUsage = func(textBytes int64) json.RawMessage {
-			u := c.estimate(textBytes)
-			cost, _ := charge(u, price, c.Caps)
-			return usageJSON(u, cost)
-		}
-	}
-	return rw
-}
-
-// estimate is the usage of an answer whose provider reported none: the
-// edge's prompt estimate, all of it uncached (nothing says otherwise), and
-// the generated text delivered, counted by the pkg/tokens rule.
-func (c Call) estimate(deliveredBytes int64) usage {
-	return usage{input: c.PromptTokens, output: textTokens(deliveredBytes)}
-}
-
-// estimatedUsageChunk is the final usage chunk for a stream whose provider
-// sent none, with what the client is billed for it.
-func (c Call) estimatedUsageChunk(l *leg) []byte {
-	u := c.estimate(l.res.delivered)
-	cost, _ := charge(u, l.ep.GetPrice(), c.Caps)
-	return jsonobj.Encode(map[string]json.RawMessage{
-		"id":       l.rw.idOr(c.RequestID),
-		"object":   jsonString("chat.completion.chunk"),
-		"created":  json.RawMessage(fmt.Sprint(time.Now().Unix())),
-		"model":    l.rw.model,
-		"provider": l.rw.provider,
-		"choices":  json.RawMessage("[]"),
-		"usage":    usageJSON(u, cost),
-	})
-}
-
-func (rw *rewriter) idOr(id string) json.RawMessage {
-	if rw.id != nil {
-		return rw.id
-	}
-	return jsonString(id)
-}

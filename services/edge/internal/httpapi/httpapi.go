@@ -27,6 +27,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 )
@@ -245,24 +246,47 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderRequestID, reqID)
 	log := s.log.With("request_id", reqID)
 
+	c, ok := s.readChat(w, r)
+	if !ok {
+		return
+	}
+	debug := r.Header.Get(HeaderDebug) == "1"
+	resp := s.decide(w, r, log, reqID, c, debug)
+	if resp == nil {
+		return
+	}
+	s.serveChat(w, r, log, reqID, began, c, resp)
+}
+
+// chatRequest is a client's chat request once read: the hash of the API key
+// it came with, the identity it asks for, and its parsed body.
+type chatRequest struct {
+	keyHash  string
+	identity *switchboardv1.Identity
+	req      *chatreq.Request
+}
+
+// readChat authenticates what it can of a chat request and reads and parses
+// its body. When it cannot, it answers the client and returns false.
+func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest, bool) {
 	// Everything that can refuse the request without its body does so
 	// before reading it, and then does not read it at all.
 	keyHash, aerr := s.clientKey(r)
 	if aerr != nil {
 		abandonBody(w)
 		writeError(w, *aerr)
-		return
+		return nil, false
 	}
 	if s.keys.rejected(keyHash) {
 		abandonBody(w)
 		writeError(w, unauthorized("invalid API key"))
-		return
+		return nil, false
 	}
 	identity, aerr := identityOf(r, keyHash)
 	if aerr != nil {
 		abandonBody(w)
 		writeError(w, *aerr)
-		return
+		return nil, false
 	}
 	held := false
 	if !s.keys.verified(keyHash) {
@@ -274,7 +298,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "busy",
 				retryAfter: unverifiedRetryIn,
 				message:    "too many requests with API keys not yet verified are being read; retry shortly"})
-			return
+			return nil, false
 		}
 	}
 	body, aerr := s.readBody(w, r)
@@ -283,7 +307,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if aerr != nil {
 		writeError(w, *aerr)
-		return
+		return nil, false
 	}
 	req, err := chatreq.Parse(body)
 	if err != nil {
@@ -298,10 +322,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		} else {
 			writeError(w, invalidRequest("", err.Error()))
 		}
-		return
+		return nil, false
 	}
-	debug := r.Header.Get(HeaderDebug) == "1"
+	return &chatRequest{keyHash: keyHash, identity: identity, req: req}, true
+}
 
+// decide asks the decider where to send a chat request, reserving on the
+// endpoint it picks, and sets the route headers. When the decider fails or
+// refuses, it answers the client and returns nil.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, log *slog.Logger, reqID string, c *chatRequest, debug bool) *switchboardv1.DecideResponse {
+	keyHash, identity, req := c.keyHash, c.identity, c.req
 	dctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
 	resp, err := s.opts.Decider.Decide(dctx, &switchboardv1.DecideRequest{
 		RequestId: reqID,
@@ -334,7 +364,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		if r.Context().Err() != nil {
-			return // the client left; nobody to answer
+			return nil // the client left; nobody to answer
 		}
 		e := deciderError(err)
 		if bearer.CallerRefused(err) {
@@ -343,19 +373,19 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			log.Info("decide refused", "model", req.Model, "status", e.status, "error", err)
 		}
 		writeError(w, e)
-		return
+		return nil
 	}
 	if ref := resp.GetRefusal(); ref != nil {
 		e := refusalError(ref, time.Now())
 		log.Info("admission refused", "model", req.Model, "reason", ref.GetReason().String(),
 			"scope", ref.GetScope().String(), "unit", ref.GetUnit().String(), "retry_after", e.retryAfter)
 		writeError(w, e)
-		return
+		return nil
 	}
 	if resp.GetEndpoint() == nil {
 		writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider",
 			message: "no provider is available for model " + req.Model})
-		return
+		return nil
 	}
 	if summary := resp.GetDecision().GetSummary(); summary != "" {
 		w.Header().Set(HeaderRoute, headerValue(summary))
@@ -365,6 +395,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set(HeaderRouteDebug, headerValue(string(b)))
 		}
 	}
+	return resp
+}
+
+// serveChat dispatches a decided chat request to its endpoints and answers
+// the client with the first good answer or the error of the last.
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log *slog.Logger, reqID string, began time.Time, c *chatRequest, resp *switchboardv1.DecideResponse) {
+	identity, req := c.identity, c.req
 	model := resp.GetModel()
 	if model == "" {
 		model = req.Model
@@ -382,14 +419,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		Body:         req.UpstreamBody,
 		PromptHash:   req.PromptHash,
 		Hedge:        resp.GetHedge(),
-		Caps: dispatch.Caps{
-			MaxPrice:        capPrice(resp.GetMaxPrice(), req.Provider.GetMaxPrice()),
-			MaxOutputTokens: req.MaxOutputTokens,
-		},
-		Admission: s.admission(resp, identity, req),
+		Caps:         billing.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
+		Admission:    s.admission(resp, identity, req),
 	}
 	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
-	err = s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)
+	err := s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)
 	var f *dispatch.Failure
 	switch {
 	case err == nil:
@@ -443,34 +477,6 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		Demand:        demand,
 		TTL:           s.opts.ReservationTTL,
 	}
-}
-
-// capPrice is the bill cap in force: the decider's (DecideResponse.max_price)
-// and the client's own provider.max_price, field by field the lower. The
-// decider's normally already includes the client's, but the client was
-// promised never to pay above its cap whatever the decider answers.
-func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
-	if decider == nil && client == nil {
-		return nil
-	}
-	lower := func(a, b *float64) *float64 {
-		switch {
-		case a == nil:
-			return b
-		case b == nil:
-			return a
-		case *b < *a:
-			return b
-		}
-		return a
-	}
-	var out switchboardv1.MaxPrice
-	for _, mp := range []*switchboardv1.MaxPrice{decider, client} {
-		if mp != nil {
-			out.Prompt, out.Completion = lower(out.Prompt, mp.Prompt), lower(out.Completion, mp.Completion)
-		}
-	}
-	return &out
 }
 
 // readBody reads the body up to MaxBodyBytes, within the body read timeout

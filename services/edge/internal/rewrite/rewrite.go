@@ -1,30 +1,38 @@
-package dispatch
+// Package rewrite turns an OpenAI-compatible provider's chat answer, or
+// each chunk of its stream, into the client's: the edge's request id, the
+// canonical model name, the serving provider, and usage carrying what the
+// client is billed. It also reads what the edge needs from each chunk: does
+// it carry a token (Info.Token says what counts as one), did a
+// choice finish, the provider's usage, an error object, and the size of the
+// generated text. Framing of the event stream is the sse package's.
+package rewrite
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
-// chunkInfo is what the edge learns from one answer or stream chunk.
-type chunkInfo struct {
-	// token is set when the chunk carries a token (see the package comment).
-	token bool
-	// finish is set when a choice finished.
-	finish bool
-	// usage is the provider's usage, when the chunk carries it.
-	usage *usage
-	// errMsg is set when the chunk is an error object instead of an answer.
-	errMsg string
-	// textBytes is the size of the generated text the chunk carries (content,
+// Info is what the edge learns from one answer or stream chunk.
+type Info struct {
+	// Token is set when the chunk carries a token: a non-empty
+	// delta.content, delta.reasoning_content or delta.reasoning, a non-empty
+	// delta.tool_calls, or a finish_reason.
+	Token bool
+	// Finish is set when a choice finished.
+	Finish bool
+	// Usage is the provider's usage, when the chunk carries it.
+	Usage *pricing.Usage
+	// ErrMsg is set when the chunk is an error object instead of an answer.
+	ErrMsg string
+	// TextBytes is the size of the generated text the chunk carries (content,
 	// reasoning, tool call names and arguments), for estimating output tokens
 	// when the provider reports no usage.
-	textBytes int64
+	TextBytes int64
 }
 
 type choiceView struct {
@@ -98,38 +106,38 @@ type usageView struct {
 
 var errMalformed = errors.New("malformed answer")
 
-// rewriter turns a provider's answer or chunks into the client's: id set to
+// Rewriter turns a provider's answer or chunks into the client's: id set to
 // the edge's request id, model to the canonical model, a top-level provider,
 // and usage carrying what the client is billed as usage.cost.
-type rewriter struct {
-	// id replaces the provider's completion id; nil keeps it.
-	id json.RawMessage
-	// model and provider are JSON strings.
-	model, provider json.RawMessage
-	// keepUsage forwards usage to the client; without it a usage-only chunk
+type Rewriter struct {
+	// ID replaces the provider's completion id; nil keeps it.
+	ID json.RawMessage
+	// Model and Provider are JSON strings.
+	Model, Provider json.RawMessage
+	// KeepUsage forwards usage to the client; without it a usage-only chunk
 	// is dropped and usage removed from other chunks.
-	keepUsage bool
-	// cost prices a usage for the client, set as usage.cost; nil adds none.
-	cost func(usage) float64
-	// addUsage builds a usage object for an answer without one, from the
+	KeepUsage bool
+	// Cost prices a usage for the client, set as usage.cost; nil adds none.
+	Cost func(pricing.Usage) float64
+	// AddUsage builds a usage object for an answer without one, from the
 	// generated text's size; nil adds none. Used for non-streamed answers.
-	addUsage func(textBytes int64) json.RawMessage
+	AddUsage func(textBytes int64) json.RawMessage
 }
 
-// rewrite inspects one answer or chunk and re-encodes it for the client. It
+// Rewrite inspects one answer or chunk and re-encodes it for the client. It
 // returns a nil output for a usage-only chunk the client did not ask for.
 // Every other field passes through unchanged.
-func (rw *rewriter) rewrite(data []byte) ([]byte, chunkInfo, error) {
-	var info chunkInfo
+func (rw *Rewriter) Rewrite(data []byte) ([]byte, Info, error) {
+	var info Info
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
 		return nil, info, fmt.Errorf("%w: not a JSON object", errMalformed)
 	}
 	rawChoices, hasChoices := fields["choices"]
 	if e, ok := fields["error"]; ok && !isNull(e) && !hasChoices {
-		info.errMsg = parseProviderError(data).Message
-		if info.errMsg == "" {
-			info.errMsg = "provider sent an error"
+		info.ErrMsg = ParseError(data).Message
+		if info.ErrMsg == "" {
+			info.ErrMsg = "provider sent an error"
 		}
 		return nil, info, nil
 	}
@@ -146,52 +154,52 @@ func (rw *rewriter) rewrite(data []byte) ([]byte, chunkInfo, error) {
 	}
 	for _, c := range choices {
 		if c.FinishReason != nil && *c.FinishReason != "" {
-			info.finish = true
+			info.Finish = true
 		}
 		if m := c.Message; m != nil {
-			info.textBytes += int64(len(m.Content)+len(m.ReasoningContent)+len(m.Reasoning)) + toolCallText(m.ToolCalls)
+			info.TextBytes += int64(len(m.Content)+len(m.ReasoningContent)+len(m.Reasoning)) + toolCallText(m.ToolCalls)
 		}
 		if c.Delta == nil {
 			continue
 		}
 		hasTools := len(c.Delta.ToolCalls) > 0 && !isNull(c.Delta.ToolCalls) && string(bytes.TrimSpace(c.Delta.ToolCalls)) != "[]"
 		if nonEmpty(c.Delta.Content) || nonEmpty(c.Delta.ReasoningContent) || nonEmpty(c.Delta.Reasoning) || hasTools {
-			info.token = true
+			info.Token = true
 		}
-		info.textBytes += strLen(c.Delta.Content) + strLen(c.Delta.ReasoningContent) + strLen(c.Delta.Reasoning)
+		info.TextBytes += strLen(c.Delta.Content) + strLen(c.Delta.ReasoningContent) + strLen(c.Delta.Reasoning)
 		if hasTools {
-			info.textBytes += toolCallText(c.Delta.ToolCalls)
+			info.TextBytes += toolCallText(c.Delta.ToolCalls)
 		}
 	}
-	info.token = info.token || info.finish
+	info.Token = info.Token || info.Finish
 	if hasUsage {
 		var u usageView
 		if json.Unmarshal(rawUsage, &u) == nil {
-			info.usage = &usage{input: u.PromptTokens, output: u.CompletionTokens}
+			info.Usage = &pricing.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
 			switch {
 			case u.PromptTokensDetails != nil:
-				info.usage.cached = u.PromptTokensDetails.CachedTokens
+				info.Usage.CachedInput = u.PromptTokensDetails.CachedTokens
 			case u.PromptCacheHitTokens != nil:
-				info.usage.cached = *u.PromptCacheHitTokens
+				info.Usage.CachedInput = *u.PromptCacheHitTokens
 			}
 		}
 	}
 	switch {
-	case !rw.keepUsage:
+	case !rw.KeepUsage:
 		if hasUsage && len(choices) == 0 {
 			return nil, info, nil
 		}
 		delete(fields, "usage")
-	case info.usage != nil && rw.cost != nil:
-		fields["usage"] = withCost(rawUsage, rw.cost(*info.usage))
-	case !hasUsage && rw.addUsage != nil:
-		fields["usage"] = rw.addUsage(info.textBytes)
+	case info.Usage != nil && rw.Cost != nil:
+		fields["usage"] = withCost(rawUsage, rw.Cost(*info.Usage))
+	case !hasUsage && rw.AddUsage != nil:
+		fields["usage"] = rw.AddUsage(info.TextBytes)
 	}
-	if rw.id != nil {
-		fields["id"] = rw.id
+	if rw.ID != nil {
+		fields["id"] = rw.ID
 	}
-	fields["model"] = rw.model
-	fields["provider"] = rw.provider
+	fields["model"] = rw.Model
+	fields["provider"] = rw.Provider
 	return jsonobj.Encode(fields), info, nil
 }
 
@@ -210,24 +218,8 @@ func nonEmpty(s *string) bool { return s != nil && *s != "" }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-// setAnswerHeaders writes the status line of a successful answer. It is
-// called only once the answer is known to be good, so that until then the
-// attempt can still be abandoned for another endpoint.
-func setAnswerHeaders(w http.ResponseWriter, ep *switchboardv1.Endpoint, stream bool) {
-	h := w.Header()
-	if stream {
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		// Stops nginx-style proxies in front of the edge from buffering the stream.
-		h.Set("X-Accel-Buffering", "no")
-	} else {
-		h.Set("Content-Type", "application/json")
-	}
-	h.Set("X-Switchboard-Provider", ep.GetProvider())
-	w.WriteHeader(http.StatusOK)
-}
-
-func jsonString(s string) json.RawMessage {
+// String is s as a JSON string.
+func String(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
 }

@@ -1,10 +1,12 @@
-package dispatch
+package rewrite
 
 import (
 	"encoding/json"
 	"testing"
 
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 )
 
 // FuzzRewrite feeds provider answers and chunks, which the edge does not
@@ -26,17 +28,22 @@ func FuzzRewrite(f *testing.F) {
 	}
 	price := &switchboardv1.Price{Input: 1, CachedInput: 0.5, Output: 2}
 	f.Fuzz(func(t *testing.T, data []byte, keepUsage bool) {
-		rw := rewriter{
-			id: jsonString("gen-1"), model: jsonString("m"), provider: jsonString("p"), keepUsage: keepUsage,
-			cost:     func(u usage) float64 { c, _ := charge(u, price, Caps{MaxOutputTokens: 5}); return c },
-			addUsage: func(n int64) json.RawMessage { return usageJSON(usage{input: 1, output: textTokens(n)}, 0.5) },
+		rw := Rewriter{
+			ID: String("gen-1"), Model: String("m"), Provider: String("p"), KeepUsage: keepUsage,
+			Cost: func(u pricing.Usage) float64 {
+				c, _ := billing.Charge(u, price, billing.Caps{MaxOutputTokens: 5})
+				return c
+			},
+			AddUsage: func(n int64) json.RawMessage {
+				return UsageJSON(pricing.Usage{Input: 1, Output: billing.TextTokens(n)}, 0.5)
+			},
 		}
-		out, info, err := rw.rewrite(data)
+		out, info, err := rw.Rewrite(data)
 		if err != nil || out == nil {
 			return
 		}
-		if info.textBytes < 0 {
-			t.Fatalf("negative text size %d", info.textBytes)
+		if info.TextBytes < 0 {
+			t.Fatalf("negative text size %d", info.TextBytes)
 		}
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(out, &m); err != nil {

@@ -1,0 +1,84 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+)
+
+func TestRewrite(t *testing.T) {
+	model, prov := String("m"), String("p")
+	tests := []struct {
+		name      string
+		in        string
+		keepUsage bool
+		wantOut   bool
+		wantToken bool
+		wantErr   bool
+		wantError bool
+	}{
+		{name: "role only", in: `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, wantOut: true},
+		{name: "content", in: `{"choices":[{"delta":{"content":"x"}}]}`, wantOut: true, wantToken: true},
+		{name: "reasoning", in: `{"choices":[{"delta":{"reasoning_content":"x"}}]}`, wantOut: true, wantToken: true},
+		{name: "tool call", in: `{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, wantOut: true, wantToken: true},
+		{name: "finish", in: `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, wantOut: true, wantToken: true},
+		{name: "usage dropped", in: `{"choices":[],"usage":{"prompt_tokens":1}}`},
+		{name: "usage kept", in: `{"choices":[],"usage":{"prompt_tokens":1}}`, keepUsage: true, wantOut: true},
+		{name: "not json", in: `{"choices":`, wantErr: true},
+		{name: "null", in: `null`, wantErr: true},
+		{name: "no choices", in: `{"id":"x"}`, wantErr: true},
+		{name: "choices wrong type", in: `{"choices":{}}`, wantErr: true},
+		{name: "error object", in: `{"error":{"message":"boom"}}`, wantError: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rw := Rewriter{Model: model, Provider: prov, KeepUsage: tt.keepUsage}
+			out, info, err := rw.Rewrite([]byte(tt.in))
+			if tt.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.wantOut, out != nil)
+			require.Equal(t, tt.wantToken, info.Token)
+			require.Equal(t, tt.wantError, info.ErrMsg != "")
+			if out != nil {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(out, &m))
+				require.Equal(t, "m", m["model"])
+				require.Equal(t, "p", m["provider"])
+			}
+		})
+	}
+}
+
+func BenchmarkRewrite(b *testing.B) {
+	model, prov := String("org/model"), String("alpha")
+	cases := []struct {
+		name  string
+		chunk string
+	}{
+		{name: "content chunk", chunk: `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}`},
+		{name: "usage chunk", chunk: `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[],"usage":{"prompt_tokens":42,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":30}}}`},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			data := []byte(c.chunk)
+			rw := Rewriter{ID: String("gen-abc"), Model: model, Provider: prov, KeepUsage: true,
+				Cost: func(u pricing.Usage) float64 {
+					c, _ := billing.Charge(u, &switchboardv1.Price{Input: 1, CachedInput: 0.1, Output: 2}, billing.Caps{})
+					return c
+				}}
+			for b.Loop() {
+				if _, _, err := rw.Rewrite(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

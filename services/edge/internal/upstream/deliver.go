@@ -1,0 +1,160 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// Deliver commits a ready leg to the client: its headers and what it held,
+// then the rest of the stream. Once it starts, no other endpoint can be tried;
+// a stream that breaks ends with an error event and no [DONE].
+func (l *Leg) Deliver(ctx context.Context, w http.ResponseWriter) {
+	l.Result.Committed = true
+	l.wd.started()
+	setAnswerHeaders(w, l.Endpoint, l.req.Stream)
+	l.Result.CommittedAt = time.Now()
+	cw := &clientWriter{w: w, rc: http.NewResponseController(w), wd: l.wd, timeout: l.c.opts.WriteTimeout}
+	// Every write has a deadline, so a client that stops reading cannot
+	// hold the call (and the provider's connection) forever. The deadline
+	// is the connection's: clear it for the next request on it.
+	defer func() { _ = cw.rc.SetWriteDeadline(time.Time{}) }()
+	if !l.req.Stream {
+		l.deliverPlain(cw)
+		return
+	}
+	l.deliverStream(ctx, cw)
+}
+
+// deliverPlain writes a non-streamed answer.
+func (l *Leg) deliverPlain(cw *clientWriter) {
+	cw.deadline()
+	if _, err := cw.w.Write(l.held[0]); err != nil {
+		// The provider did its part; the report is about the provider.
+		l.Result.WriteFailed = true
+		l.c.log.Debug("client write failed", "request_id", l.req.ID, "error", err)
+	} else {
+		l.Result.Delivered = l.heldText
+	}
+	l.held = nil
+	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+}
+
+// deliverStream writes what the leg held, then relays the rest of the
+// stream, the estimated usage chunk when the client asked for usage and the
+// provider sent none, and [DONE].
+func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
+	ok := cw.send(l.held...)
+	l.held = nil
+	if !ok {
+		l.clientGone(cw.err)
+		return
+	}
+	l.Result.Delivered = l.heldText
+	for !l.ended {
+		out, info, st := l.step(ctx)
+		if st == stepFail {
+			if ctx.Err() == nil {
+				// The client gets an error event and no [DONE], so it
+				// cannot mistake a truncated answer for a complete one.
+				ev, _ := json.Marshal(map[string]any{"error": map[string]any{
+					"message": "the provider's stream was interrupted: " + l.Result.Summary,
+					"type":    "upstream_error",
+					"code":    "stream_interrupted",
+				}})
+				cw.send(ev)
+			}
+			return
+		}
+		if out == nil {
+			continue
+		}
+		if !cw.send(out) {
+			l.clientGone(cw.err)
+			return
+		}
+		l.Result.Delivered += info.TextBytes
+	}
+	if l.req.IncludeUsage && l.Result.Usage == nil {
+		// The client asked for usage and the provider sent none: it gets
+		// the estimate it is billed for.
+		if !cw.send(l.rw.UsageChunk(l.req.ID, l.req.EstimatedUsage(l.Result.Delivered))) {
+			l.clientGone(cw.err)
+			return
+		}
+	}
+	if !cw.send([]byte("[DONE]")) {
+		l.clientGone(cw.err)
+		return
+	}
+	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+}
+
+// clientGone records a leg whose client could not be written to, by the
+// write error: one that stopped reading, or one that went away.
+func (l *Leg) clientGone(writeErr error) {
+	l.Result.WriteFailed = true
+	if errors.Is(writeErr, os.ErrDeadlineExceeded) {
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled: client stopped reading",
+			fmt.Sprintf("client stopped reading (no write progress in %s)", l.c.opts.WriteTimeout))
+		return
+	}
+	l.Result.fail(switchboardv1.Outcome_OUTCOME_CANCELLED, "cancelled: client went away", "client went away")
+}
+
+// clientWriter writes an answer to the client, each write under the write
+// timeout.
+type clientWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	wd      *watchdog
+	timeout time.Duration
+	// err is the last write's error.
+	err error
+}
+
+// deadline sets the connection's write deadline for the next write.
+func (cw *clientWriter) deadline() { _ = cw.rc.SetWriteDeadline(time.Now().Add(cw.timeout)) }
+
+// send writes events as server-sent events and flushes them, reporting
+// whether that worked; cw.err says why not.
+func (cw *clientWriter) send(events ...[]byte) bool {
+	// The provider's idle clock stops while the client is written to.
+	cw.wd.pause()
+	defer cw.wd.resume()
+	cw.deadline()
+	for _, e := range events {
+		buf := make([]byte, 0, len(e)+8)
+		buf = append(buf, "data: "...)
+		buf = append(buf, e...)
+		buf = append(buf, "\n\n"...)
+		if _, cw.err = cw.w.Write(buf); cw.err != nil {
+			return false
+		}
+	}
+	cw.err = cw.rc.Flush()
+	return cw.err == nil
+}
+
+// setAnswerHeaders writes the status line of a successful answer. It is
+// called only once the answer is known to be good, so that until then the
+// attempt can still be abandoned for another endpoint.
+func setAnswerHeaders(w http.ResponseWriter, ep *switchboardv1.Endpoint, stream bool) {
+	h := w.Header()
+	if stream {
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		// Stops nginx-style proxies in front of the edge from buffering the stream.
+		h.Set("X-Accel-Buffering", "no")
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("X-Switchboard-Provider", ep.GetProvider())
+	w.WriteHeader(http.StatusOK)
+}

@@ -1,0 +1,237 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
+)
+
+// Open sends the request and reads the answer up to its first token (for a
+// non-streamed request, the whole answer), holding back what it read. It
+// reports whether the leg is ready to be committed; when it is not, l.Result
+// says why the call failed.
+func (l *Leg) Open(ctx context.Context) bool {
+	if l.credErr != nil {
+		// The endpoint is misconfigured for this edge (or the decider's
+		// answer was tampered with): nothing is sent.
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "endpoint credential refused by this edge",
+			"endpoint credential refused: "+l.credErr.Error())
+		return false
+	}
+	body, err := l.req.Body(l.Endpoint.GetUpstreamModel())
+	if err != nil {
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())
+		return false
+	}
+	target := strings.TrimSuffix(l.Endpoint.GetBaseUrl(), "/") + "/chat/completions"
+	req, err := http.NewRequestWithContext(l.ctx, http.MethodPost, target, bytes.NewReader(body)) //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
+	if err != nil {
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "invalid endpoint address", "invalid endpoint address")
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", l.c.opts.UserAgent)
+	if l.req.Stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if l.secret != "" {
+		req.Header.Set("Authorization", "Bearer "+l.secret)
+	}
+
+	resp, err := l.c.opts.Client.Do(req) //nolint:bodyclose // the leg owns resp and closes its body when it ends
+	if err != nil {
+		l.failTransport(ctx, err, false)
+		return false
+	}
+	l.resp = resp
+	l.Result.Status = resp.StatusCode
+	l.Result.Headers = rateLimitHeaders(resp.Header)
+	l.Result.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		l.failStatus(ctx, resp)
+		return false
+	}
+	if l.req.Stream {
+		return l.openStream(ctx)
+	}
+	return l.openPlain(ctx)
+}
+
+// failTransport classifies an error reading from the provider: the client
+// leaving, a lost hedge, one of our deadlines, or the provider's connection
+// failing.
+func (l *Leg) failTransport(ctx context.Context, err error, started bool) {
+	cause := context.Cause(l.ctx) //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
+	if l.cancelledByUs(ctx) {
+		return
+	}
+	switch {
+	case errors.Is(cause, errFirstTokenTimeout):
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_TIMEOUT,
+			fmt.Sprintf("no first token within %s", l.c.opts.FirstTokenTimeout), cause.Error())
+	case errors.Is(cause, errIdleTimeout):
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_TIMEOUT,
+			fmt.Sprintf("stream idle for %s", l.c.opts.IdleTimeout), cause.Error())
+	case started:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_DROPPED, "connection dropped", transportText(err))
+	default:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "connection failed", transportText(err))
+	}
+}
+
+// failStatus handles a non-2xx answer. 429 and 5xx are the provider's own
+// trouble and worth another provider. So are 401, 403 and 404: they mean this
+// edge's credential or model mapping for that provider is wrong, which the
+// client can neither fix nor should be told as its own error. Any other 4xx
+// is about the request itself, and goes back to the client unchanged.
+func (l *Leg) failStatus(ctx context.Context, resp *http.Response) {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
+	if err != nil && (ctx.Err() != nil || context.Cause(l.ctx) != nil) { //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
+		l.failTransport(ctx, err, true)
+		return
+	}
+	pe := rewrite.ParseError(raw)
+	msg := pe.Message
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	detail := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, truncate(msg, maxErrorText))
+	code := resp.StatusCode
+	switch {
+	case code == http.StatusTooManyRequests:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_RATE_LIMITED, "rate limited (HTTP 429)", detail)
+	case code >= 500:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, fmt.Sprintf("HTTP %d", code), detail)
+	case code >= 400:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_CLIENT_ERROR, fmt.Sprintf("HTTP %d", code), detail)
+		if code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusRequestTimeout {
+			return
+		}
+		typ := pe.Type
+		if typ == "" {
+			typ = "invalid_request_error"
+		}
+		l.Result.Rejection = &Rejection{Status: code, Type: typ, Code: pe.Code, Param: pe.Param, Message: truncate(msg, 4*maxErrorText)}
+	default:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, fmt.Sprintf("unexpected HTTP %d", code), detail)
+	}
+}
+
+// openPlain reads a non-streamed answer whole; its TTFT is the time to the
+// response headers, the first moment the provider committed to an answer.
+func (l *Leg) openPlain(ctx context.Context) bool {
+	l.Result.TTFT, l.Result.HasTTFT = time.Since(l.Result.Start), true
+	l.wd.started()
+	raw, err := io.ReadAll(io.LimitReader(watchedReader{r: l.resp.Body, wd: l.wd}, maxResponseBytes+1))
+	if err != nil {
+		l.failTransport(ctx, err, true)
+		return false
+	}
+	if len(raw) > maxResponseBytes {
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "answer too large", fmt.Sprintf("answer over %d bytes", maxResponseBytes))
+		return false
+	}
+	out, info, err := l.rw.Rewrite(raw)
+	switch {
+	case err != nil:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed answer", err.Error())
+		return false
+	case info.ErrMsg != "":
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.ErrMsg, maxErrorText))
+		return false
+	}
+	l.Result.Usage = info.Usage
+	l.held, l.heldText, l.ended = [][]byte{out}, info.TextBytes, true
+	return true
+}
+
+// openStream reads a stream until its first token, holding back every chunk
+// before it: until then, nothing has reached the client.
+func (l *Leg) openStream(ctx context.Context) bool {
+	l.rd = sse.NewReader(watchedReader{r: l.resp.Body, wd: l.wd}, 0)
+	for {
+		out, info, st := l.step(ctx)
+		switch st {
+		case stepFail:
+			return false
+		case stepEnd:
+			// A complete answer without a token (an empty reply) is still
+			// the provider's answer.
+			return true
+		}
+		if out != nil {
+			l.held = append(l.held, out)
+			l.heldBytes += len(out)
+			l.heldText += info.TextBytes
+		}
+		if info.Token || l.heldBytes > maxHeldBytes {
+			// From here on, the idle timeout guards the stream.
+			l.wd.started()
+			return true
+		}
+	}
+}
+
+type stepResult int
+
+const (
+	stepChunk stepResult = iota // a chunk was read
+	stepEnd                     // the answer is complete
+	stepFail                    // the stream failed; l.Result says why
+)
+
+// step reads and rewrites one stream event.
+func (l *Leg) step(ctx context.Context) ([]byte, rewrite.Info, stepResult) {
+	data, err := l.rd.Next()
+	if err != nil {
+		if errors.Is(err, io.EOF) && l.sawFinish {
+			// Some providers close after the last chunk without [DONE].
+			l.ended = true
+			return nil, rewrite.Info{}, stepEnd
+		}
+		switch {
+		case errors.Is(err, sse.ErrEventTooLarge):
+			l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed stream", err.Error())
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			if !l.cancelledByUs(ctx) {
+				l.Result.fail(switchboardv1.Outcome_OUTCOME_DROPPED, "stream ended early", "stream ended before [DONE]")
+			}
+		default:
+			l.failTransport(ctx, err, true)
+		}
+		return nil, rewrite.Info{}, stepFail
+	}
+	if string(bytes.TrimSpace(data)) == "[DONE]" {
+		l.ended = true
+		return nil, rewrite.Info{}, stepEnd
+	}
+	out, info, err := l.rw.Rewrite(data)
+	if err != nil {
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed stream chunk", err.Error())
+		return nil, info, stepFail
+	}
+	if info.ErrMsg != "" {
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.ErrMsg, maxErrorText))
+		return nil, info, stepFail
+	}
+	if info.Usage != nil {
+		l.Result.Usage = info.Usage
+	}
+	l.sawFinish = l.sawFinish || info.Finish
+	if info.Token && !l.Result.HasTTFT {
+		l.Result.TTFT, l.Result.HasTTFT = time.Since(l.Result.Start), true
+	}
+	return out, info, stepChunk
+}
