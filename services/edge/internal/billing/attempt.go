@@ -1,6 +1,7 @@
 package billing
 
 import (
+	policy "github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -60,7 +61,7 @@ func (a Attempt) Provider() *switchboardv1.Usage {
 	case a.Served:
 		u, reported = a.Billed()
 	case a.Cancelled:
-		u = pricing.Usage{Input: a.PromptTokens}
+		return &switchboardv1.Usage{InputTokens: a.PromptTokens, CostUsd: LoserCost(a.PromptTokens, a.Price)}
 	default:
 		return &switchboardv1.Usage{}
 	}
@@ -80,7 +81,7 @@ func (a Attempt) Provider() *switchboardv1.Usage {
 // other call (a failed one, a lost hedge, one the client left before it
 // started).
 func (a Attempt) Tenant() *switchboardv1.Usage {
-	if !a.Served {
+	if !policy.TenantPays(policy.Attempt{Served: a.Served}) {
 		u := a.Provider()
 		u.CostUsd = 0
 		return u

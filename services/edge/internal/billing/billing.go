@@ -1,13 +1,16 @@
-// Package billing is what a client is billed for a chat request and what
-// each provider call costs: the serving endpoint's price for the usage its
-// provider reported (or, without one, for an estimate of what was
-// delivered), capped by the request's max_price and max_tokens; a call
-// cancelled before its first token as its prompt at the uncached input
-// price; a failed call as nothing. Every amount is priced by the one price
-// formula, pkg/pricing. See docs/architecture.md.
+// Package billing applies the billing policy (pkg/billing: who pays for
+// which attempt, the caps) to the edge's calls, in the API's types: what a
+// client is billed for a chat request and what each provider call costs —
+// the serving endpoint's price for the usage its provider reported (or,
+// without one, for an estimate of what was delivered), capped by the
+// request's max_price and max_tokens; a call cancelled before its first
+// token as its prompt at the uncached input price; a failed call as
+// nothing. Every amount is priced by the one price formula, pkg/pricing.
+// See docs/architecture.md.
 package billing
 
 import (
+	policy "github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -33,78 +36,48 @@ func NewCaps(decider, client *switchboardv1.MaxPrice, maxOutputTokens int64) Cap
 }
 
 // capPrice is the bill cap in force: the decider's (DecideResponse.max_price)
-// and the client's own provider.max_price, field by field the lower. The
-// decider's normally already includes the client's, but the client was
-// promised never to pay above its cap whatever the decider answers.
+// and the client's own provider.max_price, field by field the lower
+// (policy.Lower). The decider's normally already includes the client's,
+// but the client was promised never to pay above its cap whatever the
+// decider answers.
 func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
 	if decider == nil && client == nil {
 		return nil
 	}
-	lower := func(a, b *float64) *float64 {
-		switch {
-		case a == nil:
-			return b
-		case b == nil:
-			return a
-		case *b < *a:
-			return b
-		}
-		return a
-	}
-	var out switchboardv1.MaxPrice
-	for _, mp := range []*switchboardv1.MaxPrice{decider, client} {
-		if mp != nil {
-			out.Prompt, out.Completion = lower(out.Prompt, mp.Prompt), lower(out.Completion, mp.Completion)
-		}
-	}
-	return &out
+	mp := policy.Lower(maxPrice(decider), maxPrice(client))
+	return &switchboardv1.MaxPrice{Prompt: mp.Prompt, Completion: mp.Completion}
 }
 
-// Charge prices u at price with the one price formula (pricing.Cost), the
-// way the serving endpoint charges it: uncached input, cached input and
-// output separately, per million tokens.
-// With caps, the per-token prices and the output tokens are first lowered to
-// the caps; capped says whether that changed anything.
-func Charge(u pricing.Usage, price *switchboardv1.Price, caps Caps) (cost float64, capped bool) {
-	input := max(u.Input, 0)
-	cached := min(max(u.CachedInput, 0), input)
-	output := max(u.Output, 0)
-	if caps.MaxOutputTokens > 0 && output > caps.MaxOutputTokens {
-		output, capped = caps.MaxOutputTokens, true
+func maxPrice(mp *switchboardv1.MaxPrice) policy.MaxPrice {
+	if mp == nil {
+		return policy.MaxPrice{}
 	}
-	in, cin, out := price.GetInput(), price.GetCachedInput(), price.GetOutput()
-	if mp := caps.MaxPrice; mp != nil {
-		if mp.Prompt != nil {
-			if in > mp.GetPrompt() && input-cached > 0 {
-				in, capped = mp.GetPrompt(), true
-			}
-			if cin > mp.GetPrompt() && cached > 0 {
-				cin, capped = mp.GetPrompt(), true
-			}
-		}
-		if mp.Completion != nil && out > mp.GetCompletion() && output > 0 {
-			out, capped = mp.GetCompletion(), true
-		}
-	}
-	cost = pricing.Cost(pricing.Price{Input: in, CachedInput: cin, Output: out},
-		pricing.Usage{Input: input, CachedInput: cached, Output: output})
-	return cost, capped
+	return policy.MaxPrice{Prompt: mp.Prompt, Completion: mp.Completion}
+}
+
+func price(p *switchboardv1.Price) pricing.Price {
+	return pricing.Price{Input: p.GetInput(), CachedInput: p.GetCachedInput(), Output: p.GetOutput()}
+}
+
+// Charge is what the tenant is billed for usage u at the serving
+// endpoint's price under caps (policy.Charge: the per-token prices and the
+// output tokens lowered to the caps, then the one price formula); capped
+// says whether the caps changed anything.
+func Charge(u pricing.Usage, p *switchboardv1.Price, caps Caps) (cost float64, capped bool) {
+	return policy.Charge(price(p), u, policy.Caps{MaxPrice: maxPrice(caps.MaxPrice), MaxOutputTokens: caps.MaxOutputTokens})
 }
 
 // ListCost is what the endpoint charges for u, without the client's caps:
 // the provider's side of the bill, reported per attempt.
-func ListCost(u pricing.Usage, price *switchboardv1.Price) float64 {
-	c, _ := Charge(u, price, Caps{})
-	return c
+func ListCost(u pricing.Usage, p *switchboardv1.Price) float64 {
+	return policy.ListCost(price(p), u)
 }
 
-// LoserCost estimates what a call cancelled before its first token costs:
-// the prompt it was sent (the edge's estimate) at the endpoint's uncached
-// input price. Providers differ on whether, and how much of, an abandoned
-// prompt they charge; counting all of it as uncached is the most they can
-// charge, so the hedge budget is never under-spent.
-func LoserCost(promptTokens int64, price *switchboardv1.Price) float64 {
-	return ListCost(pricing.Usage{Input: promptTokens}, price)
+// LoserCost is what a call cancelled before its first token costs
+// (policy.AbandonedCost): the prompt it was sent (the edge's estimate) at
+// the endpoint's uncached input price.
+func LoserCost(promptTokens int64, p *switchboardv1.Price) float64 {
+	return policy.AbandonedCost(price(p), promptTokens)
 }
 
 // TextTokens is the pkg/tokens count of a text of n bytes: counting bytes as
