@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // budget is a HedgeBudget that grants or refuses every hedge, optionally
