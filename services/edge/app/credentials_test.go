@@ -2,17 +2,16 @@ package app
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // cloudSecret stands for anything of the edge's environment that is not a
@@ -37,32 +36,13 @@ func (h *harness) endpoint(i int, baseURL, keyName string) *switchboardv1.Endpoi
 	}
 }
 
-// authRecorder is an upstream that records every Authorization header it
-// receives, on any path, and answers 500.
-type authRecorder struct {
-	mu   sync.Mutex
-	seen []string
-	srv  *httptest.Server
-}
-
-func newAuthRecorder(t *testing.T, handle func(w http.ResponseWriter, r *http.Request) bool) *authRecorder {
-	a := &authRecorder{}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.mu.Lock()
-		a.seen = append(a.seen, r.URL.Path+" "+r.Header.Get("Authorization"))
-		a.mu.Unlock()
-		if handle == nil || !handle(w, r) {
-			http.Error(w, `{"error":{"message":"nope"}}`, http.StatusInternalServerError)
-		}
-	}))
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-func (a *authRecorder) requests() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.seen...)
+// seen is every request up received, on any path, as "path authorization".
+func seen(up *fakeupstream.Server) []string {
+	var out []string
+	for _, r := range up.Requests() {
+		out = append(out, r.Path+" "+r.Authorization)
+	}
+	return out
 }
 
 // A decider (or whoever tampers with its answers) naming a variable outside
@@ -78,14 +58,15 @@ func TestCredentialOutsideNamespaceNeverSent(t *testing.T) {
 			return base(k)
 		}
 	})
-	evil := newAuthRecorder(t, nil)
-	h.withEndpoints(h.endpoint(0, evil.srv.URL+"/v1", "AWS_SECRET_ACCESS_KEY"))
+	evil := fakeupstream.Start(t)
+	evil.SetMode(fakeupstream.Unavailable)
+	h.withEndpoints(h.endpoint(0, evil.BaseURL(), "AWS_SECRET_ACCESS_KEY"))
 
 	r := h.chat(plainReq, authed())
-	for _, got := range evil.requests() {
+	for _, got := range seen(evil) {
 		require.NotContains(t, got, cloudSecret)
 	}
-	require.Empty(t, evil.requests(), "no request goes to an endpoint whose credential was refused")
+	require.Empty(t, seen(evil), "no request goes to an endpoint whose credential was refused")
 	require.Equal(t, http.StatusBadGateway, r.status, r.body)
 	e := r.errorJSON(t)
 	require.Contains(t, e["message"], "credential")
@@ -99,15 +80,16 @@ func TestPinnedCredentialNotSentToAnotherHost(t *testing.T) {
 	h := newHarness(t, 2, func(c *Config) {
 		c.ProviderKeyHosts = "SWITCHBOARD_PROVIDER_KEY_ALPHA=alpha.example.com,localhost"
 	})
-	other := newAuthRecorder(t, nil)
+	other := fakeupstream.Start(t)
+	other.SetMode(fakeupstream.Unavailable)
 	h.withEndpoints(
-		h.endpoint(0, other.srv.URL+"/v1", "SWITCHBOARD_PROVIDER_KEY_ALPHA"),
+		h.endpoint(0, other.BaseURL(), "SWITCHBOARD_PROVIDER_KEY_ALPHA"),
 		h.endpoint(1, h.ups[1].BaseURL(), "SWITCHBOARD_PROVIDER_KEY_BETA"),
 	)
 	r := h.chat(plainReq, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "beta", r.header.Get("X-Switchboard-Provider"))
-	require.Empty(t, other.requests(), "the pinned credential's endpoint on another host is never called")
+	require.Empty(t, seen(other), "the pinned credential's endpoint on another host is never called")
 	require.NotContains(t, h.logs.String(), providerKey("alpha"))
 
 	// On a host it is pinned to, it goes (localhost resolves to the
@@ -125,21 +107,16 @@ func TestPinnedCredentialNotSentToAnotherHost(t *testing.T) {
 // credential anywhere, even on its own host.
 func TestRedirectDoesNotCarryCredential(t *testing.T) {
 	h := newHarness(t, 2, nil)
-	up := newAuthRecorder(t, func(w http.ResponseWriter, r *http.Request) bool {
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			http.Redirect(w, r, "/stolen/chat/completions", http.StatusTemporaryRedirect)
-			return true
-		}
-		return false
-	})
+	up := fakeupstream.Start(t)
+	up.SetMode(fakeupstream.Redirect)
 	h.withEndpoints(
-		h.endpoint(0, up.srv.URL+"/v1", "SWITCHBOARD_PROVIDER_KEY_ALPHA"),
+		h.endpoint(0, up.BaseURL(), "SWITCHBOARD_PROVIDER_KEY_ALPHA"),
 		h.endpoint(1, h.ups[1].BaseURL(), "SWITCHBOARD_PROVIDER_KEY_BETA"),
 	)
 	r := h.chat(plainReq, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "beta", r.header.Get("X-Switchboard-Provider"), "a redirect is a failed attempt")
-	require.Equal(t, []string{"/v1/chat/completions Bearer " + providerKey("alpha")}, up.requests(),
+	require.Equal(t, []string{"/v1/chat/completions Bearer " + providerKey("alpha")}, seen(up),
 		"the redirect is not followed")
 }
 

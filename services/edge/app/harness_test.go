@@ -18,8 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakedecider"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 func TestMain(m *testing.M) {

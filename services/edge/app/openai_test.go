@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // Every answer carries x-request-id, whatever the path and the outcome,

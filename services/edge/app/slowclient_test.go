@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // A client that stops reading a stream blocks the edge's writes. The edge

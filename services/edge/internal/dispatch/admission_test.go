@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // broker is a Broker that admits every reservation (id "rsv-<key>") unless

@@ -17,7 +17,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakeupstream"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // budget is a HedgeBudget that grants or refuses every hedge, optionally

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakedecider"
 )
 
 func reconcileOf(id string) *switchboardv1.ReconcileRequest {

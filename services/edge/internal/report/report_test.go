@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/fakedecider"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakedecider"
 )
 
 func TestMain(m *testing.M) {

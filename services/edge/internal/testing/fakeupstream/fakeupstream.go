@@ -2,8 +2,22 @@
 // edge's tests: it answers chat completions streamed or not, with usage and
 // cached tokens (or a test's usage, or none), and misbehaves on demand (429
 // with Retry-After, 503, hanging, dropping a stream midway, a malformed first
-// chunk, a 400). Each server is one endpoint with its own first-token delay,
-// or a gate a test opens, so tests order events without measuring time.
+// chunk, a 400, a redirect). Each server is one endpoint with its own
+// first-token delay, or a gate a test opens, so tests order events without
+// measuring time. It records every request it receives, on any path, with
+// its Authorization header.
+//
+// The end-to-end tests use provsim (services/provsim), the provider
+// simulator, which streams real answers with faults drawn by rate or asked
+// for in the prompt. The edge's own tests need what provsim does not offer:
+// a gate that holds the first token until the test opens it, and a signal
+// when a request arrives or is cancelled, so they order events without
+// timing; byte-exact misbehaviour (a malformed first chunk, an event stream
+// ended without its blank line, a stream that hangs after its headers or
+// after one token, a 401 echoing the credential it got, a redirect); fixed
+// usage figures to assert bills against; and the headers each request
+// carried. provsim is a separate module and a product of its own, and these
+// hooks have no place in it.
 package fakeupstream
 
 import (
@@ -53,6 +67,10 @@ const (
 	// Endless streams large content chunks as fast as they are taken until
 	// the caller goes away.
 	Endless
+	// Redirect answers chat completions with a 307 to
+	// /stolen/chat/completions on the same host, to prove the edge follows
+	// no redirect with a credential.
+	Redirect
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -80,6 +98,8 @@ var DefaultUsage = Usage{Prompt: PromptTokens, Cached: CachedTokens, Completion:
 
 // Request is one request the provider received.
 type Request struct {
+	// Path is the URL path requested.
+	Path string
 	// Authorization is the Authorization header as received.
 	Authorization string
 	// Body is the decoded JSON body.
@@ -168,20 +188,20 @@ func (s *Server) Requests() []Request {
 func (s *Server) Cancelled() <-chan struct{} { return s.cancelled }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
-		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
-		return
-	}
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Authorization: r.Header.Get("Authorization"), Body: body})
+	s.requests = append(s.requests, Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
 	a := answer{mode: s.mode, delay: s.delay, gate: s.gate, usage: s.usage}
 	s.mu.Unlock()
 	select {
 	case s.arrived <- struct{}{}:
 	default:
+	}
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		writeError(w, http.StatusNotFound, "not found", "invalid_request_error")
+		return
 	}
 	mode := a.mode
 
@@ -205,6 +225,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	case Hang:
 		s.wait(r, 0)
+		return
+	case Redirect:
+		http.Redirect(w, r, "/stolen/chat/completions", http.StatusTemporaryRedirect)
 		return
 	}
 	if !stream {

@@ -1,12 +1,22 @@
 // Package fakedecider is a real gRPC DeciderService on loopback whose answers
 // a test sets, recording every Decide, AcquireHedge, Reserve and Reconcile
-// call and everything an edge sends on the Report stream. Reserve admits
-// every request unless told to refuse an endpoint. Its activity log serves ListActivity and
-// GetActivity from the records the edge reported, scoped to the caller's
-// tenant as the real decider does. It exists for the edge's tests only.
+// call and everything an edge sends on the Report stream. It exists for the
+// edge's tests only.
+//
+// Where the edge depends on the decider's rules rather than on a test's
+// answers, the fake keeps them as the real decider does, and contract_test.go
+// runs one table of scenarios against both to hold it to that: Reserve
+// admits every request (unless told to refuse an endpoint), a reservation
+// (granted by Reserve or carried by a Decide answer) is reconciled once, on
+// the Reconcile call or in an acknowledged reconcile batch; the Report stream
+// opens with a hello and acknowledges batches as the real one does; and its
+// activity log keeps, once by id, the reported records whose grant is the
+// one a Decide answer carried for their request, tenant and key, and serves
+// them to the caller's tenant only.
 package fakedecider
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -53,6 +63,18 @@ type Decider struct {
 	received              []*switchboardv1.ReportRequest
 	streams               int
 	commands              chan *switchboardv1.ReportResponse
+	// decisions are the grants Decide answered with, by request id.
+	decisions map[string]decision
+	// reservations are the reservations granted, open (true) or
+	// reconciled (false).
+	reservations map[string]bool
+}
+
+// decision is what an activity record must carry to be kept: the grant of
+// its request's decision and the identity it was issued for.
+type decision struct {
+	grant            []byte
+	tenant, apiKeyID string
 }
 
 // Server runs a Decider on 127.0.0.1.
@@ -72,7 +94,9 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	d := &Decider{
-		commands: make(chan *switchboardv1.ReportResponse, 16),
+		commands:     make(chan *switchboardv1.ReportResponse, 16),
+		decisions:    map[string]decision{},
+		reservations: map[string]bool{},
 	}
 	s := &Server{Decider: d, t: t, addr: "127.0.0.1:0", health: health.NewServer()}
 	s.SetServing(true)
@@ -290,7 +314,25 @@ func (d *Decider) Decide(_ context.Context, req *switchboardv1.DecideRequest) (*
 	if f == nil {
 		return nil, status.Error(codes.FailedPrecondition, "no endpoint configured")
 	}
-	return f(req)
+	resp, err := f(req)
+	if err != nil || resp == nil {
+		return resp, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g := resp.GetGrant(); len(g) > 0 {
+		d.decisions[resp.GetRequestId()] = decision{grant: g, tenant: resp.GetIdentity().GetTenantId(), apiKeyID: resp.GetIdentity().GetApiKeyId()}
+	}
+	d.open(resp.GetReservation().GetReservationId())
+	return resp, nil
+}
+
+// open records a reservation granted; one already reconciled stays so. The
+// lock is held.
+func (d *Decider) open(id string) {
+	if _, seen := d.reservations[id]; id != "" && !seen {
+		d.reservations[id] = true
+	}
 }
 
 // ListModels implements [switchboardv1.DeciderServiceServer.ListModels].
@@ -318,13 +360,29 @@ func (d *Decider) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHe
 
 // Reserve implements [switchboardv1.DeciderServiceServer.Reserve]: by
 // default it admits with id ReservationID(idempotency_key), or answers the
-// refusal RefuseReserve set for the endpoint.
+// refusal RefuseReserve set for the endpoint. Like the real decider, it
+// refuses a request without an endpoint as invalid.
 func (d *Decider) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	d.mu.Lock()
 	d.reserveReq = append(d.reserveReq, proto.Clone(req).(*switchboardv1.ReserveRequest))
 	f := d.reserve
 	ref := d.refusals[req.GetEndpointId()]
 	d.mu.Unlock()
+	if req.GetEndpointId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
+	}
+	resp, err := d.answerReserve(ctx, f, ref, req)
+	if err == nil && resp.GetAdmitted() {
+		d.mu.Lock()
+		d.open(resp.GetReservation().GetReservationId())
+		d.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (d *Decider) answerReserve(ctx context.Context, f func(context.Context, *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error),
+	ref *switchboardv1.Refusal, req *switchboardv1.ReserveRequest,
+) (*switchboardv1.ReserveResponse, error) {
 	if f != nil {
 		return f(ctx, req)
 	}
@@ -338,11 +396,24 @@ func (d *Decider) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest
 }
 
 // Reconcile implements [switchboardv1.DeciderServiceServer.Reconcile]: it
-// records the request.
+// records the request and closes the reservation, as the real decider does:
+// NOT_FOUND for a reservation never granted, an error for one reconciled
+// already.
 func (d *Decider) Reconcile(_ context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.reconciles = append(d.reconciles, proto.Clone(req).(*switchboardv1.ReconcileRequest))
-	d.mu.Unlock()
+	id := req.GetReservationId()
+	open, known := d.reservations[id]
+	switch {
+	case id == "":
+		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
+	case !known:
+		return nil, status.Errorf(codes.NotFound, "reconcile %q: no such reservation", id)
+	case !open:
+		return nil, status.Errorf(codes.Internal, "reconcile %s: already reconciled", id)
+	}
+	d.reservations[id] = false
 	return &switchboardv1.ReconcileResponse{}, nil
 }
 
@@ -367,8 +438,11 @@ func (d *Decider) ListActivity(_ context.Context, req *switchboardv1.ListActivit
 	if err != nil {
 		return nil, err
 	}
+	if req.GetLimit() < 0 || req.GetLimit() > 500 {
+		return nil, status.Error(codes.InvalidArgument, "limit must be between 1 and 500")
+	}
 	var recs []*switchboardv1.ActivityRecord
-	for _, r := range d.ActivityRecords() {
+	for _, r := range d.stored() {
 		t := r.GetCreateTime().AsTime()
 		switch {
 		case r.GetTenantId() != tenant,
@@ -401,6 +475,26 @@ func (d *Decider) ListActivity(_ context.Context, req *switchboardv1.ListActivit
 	return resp, nil
 }
 
+// stored is the activity log: the records received whose grant is their
+// decision's, each id once (the first received), in the order received.
+func (d *Decider) stored() []*switchboardv1.ActivityRecord {
+	recs := d.ActivityRecords()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[string]bool{}
+	var out []*switchboardv1.ActivityRecord
+	for _, r := range recs {
+		dec, ok := d.decisions[r.GetId()]
+		if !ok || seen[r.GetId()] || !bytes.Equal(dec.grant, r.GetGrant()) ||
+			dec.tenant != r.GetTenantId() || dec.apiKeyID != r.GetApiKeyId() {
+			continue
+		}
+		seen[r.GetId()] = true
+		out = append(out, r)
+	}
+	return out
+}
+
 // GetActivity implements [switchboardv1.DeciderServiceServer.GetActivity]:
 // NOT_FOUND for an unknown id and for another tenant's.
 func (d *Decider) GetActivity(_ context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
@@ -411,7 +505,10 @@ func (d *Decider) GetActivity(_ context.Context, req *switchboardv1.GetActivityR
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range d.ActivityRecords() {
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "id is required")
+	}
+	for _, r := range d.stored() {
 		if r.GetId() == req.GetId() && r.GetTenantId() == tenant {
 			return &switchboardv1.GetActivityResponse{Record: r}, nil
 		}
@@ -420,11 +517,22 @@ func (d *Decider) GetActivity(_ context.Context, req *switchboardv1.GetActivityR
 }
 
 // Report implements [switchboardv1.DeciderServiceServer.Report]: it records
-// what the edge sends and forwards queued commands.
+// what the edge sends and forwards queued commands. As on the real decider,
+// the first message must be a hello with an edge id.
 func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportRequest, switchboardv1.ReportResponse]) error {
 	d.mu.Lock()
 	d.streams++
 	d.mu.Unlock()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.received = append(d.received, first)
+	d.mu.Unlock()
+	if first.GetHello().GetEdgeId() == "" {
+		return status.Error(codes.InvalidArgument, "the first Report message must be a hello with an edge_id")
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -456,11 +564,30 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 		d.received = append(d.received, msg)
 		withhold := d.withholdAcks
 		d.mu.Unlock()
+		if b := msg.GetBatch(); b != nil {
+			// Like the real decider: call reports are acknowledged by
+			// count, best effort.
+			select {
+			case acks <- &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
+				Accepted: int64(len(b.GetReports()))}}}:
+			default:
+			}
+		}
 		if rb := msg.GetReconcile(); rb != nil {
 			d.mu.Lock()
 			withholdR := d.withholdReconcileAcks
-			d.mu.Unlock()
 			if !withholdR {
+				// Applied once, like the real broker: a reservation
+				// reconciled here is closed.
+				for _, r := range rb.GetReconciles() {
+					if d.reservations[r.GetReservationId()] {
+						d.reservations[r.GetReservationId()] = false
+					}
+				}
+			}
+			d.mu.Unlock()
+			// A replay (sequence 0) is applied but never acknowledged.
+			if !withholdR && rb.GetSequence() != 0 {
 				select {
 				case acks <- &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
 					Accepted: int64(len(rb.GetReconciles())), ReconcileSequence: rb.GetSequence()}}}:
