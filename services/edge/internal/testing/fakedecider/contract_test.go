@@ -113,7 +113,7 @@ var scenarios = []struct {
 		_, err := b.client.Reconcile(t.Context(), reconcile(id))
 		require.NoError(t, err)
 		_, err = b.client.Reconcile(t.Context(), reconcile(id))
-		require.Error(t, err, "reconciled already")
+		requireCode(t, codes.NotFound, err)
 	}},
 	{"reconciling an unknown reservation is NOT_FOUND", func(t *testing.T, b *backend) {
 		_, err := b.client.Reconcile(t.Context(), reconcile("never-granted"))

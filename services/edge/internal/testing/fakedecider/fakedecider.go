@@ -411,7 +411,7 @@ func (d *Decider) Reconcile(_ context.Context, req *switchboardv1.ReconcileReque
 	case !known:
 		return nil, status.Errorf(codes.NotFound, "reconcile %q: no such reservation", id)
 	case !open:
-		return nil, status.Errorf(codes.Internal, "reconcile %s: already reconciled", id)
+		return nil, status.Errorf(codes.NotFound, "reconcile %s: reservation already reconciled", id)
 	}
 	d.reservations[id] = false
 	return &switchboardv1.ReconcileResponse{}, nil
