@@ -100,6 +100,11 @@ func TestSDKRoundTrip(t *testing.T) {
 	require.Len(t, models.Data, 1)
 	require.Equal(t, "deepseek-v4.1-flash", models.Data[0].ID)
 
+	// The handler counts a call once it has written the answer: the client
+	// may have read all of it a moment before.
+	require.Eventually(t, func() bool {
+		return p.Stats().Models["deepseek-v4.1-flash"].Outcomes == app.Outcomes{OK: 3}
+	}, 10*time.Second, time.Millisecond)
 	st := p.Stats().Models["deepseek-v4.1-flash"]
 	require.Equal(t, app.Outcomes{OK: 3}, st.Outcomes)
 	require.Equal(t, 3*prompt, st.PromptTokens)
