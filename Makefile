@@ -35,6 +35,10 @@ drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider
 test: ## Run every test of every module with the race detector.
 	go test -race -count=1 $(PKGS)
 
+.PHONY: sim
+sim: ## Replay a simulated day through the decider's routing in virtual time; compare policies (SEED, SEEDS, SIMFLAGS).
+	go run ./services/decider/cmd/sim --profile sim/profile.yaml --traffic sim/traffic.yaml --seed $(or $(SEED),1) --seeds $(or $(SEEDS),1) $(SIMFLAGS)
+
 .PHONY: bench
 bench: ## Run the benchmarks.
 	go test -run='^$$' -bench=. -benchmem $(PKGS)

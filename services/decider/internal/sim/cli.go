@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Main runs the simulator with command-line args, writing the table to out.
+func Main(args []string, out, errOut io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	profilePath := fs.String("profile", "sim/profile.yaml", "provider profile (YAML)")
+	trafficPath := fs.String("traffic", "sim/traffic.yaml", "traffic description (YAML); with --trace, only its model and start are used")
+	tracePath := fs.String("trace", "", "recorded trace (JSONL) replayed instead of drawing traffic")
+	seed := fs.Uint64("seed", 1, "random seed: the same seed gives the same table")
+	seeds := fs.Int("seeds", 1, "number of seeds (seed, seed+1, ...) to run; figures are the mean ± 95% interval")
+	policies := fs.String("policies", "", "comma-separated policies (default all: "+policyNames()+")")
+	requests := fs.Int("requests", 0, "override the traffic file's request count")
+	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	if *seeds < 1 || *seeds > 100 {
+		errs = append(errs, errors.New("--seeds must be in [1, 100]"))
+	}
+	pols := Policies
+	if *policies != "" {
+		pols = nil
+		for _, n := range strings.Split(*policies, ",") {
+			p, ok := PolicyNamed(strings.TrimSpace(n))
+			if !ok {
+				errs = append(errs, fmt.Errorf("--policies: unknown policy %q (known: %s)", n, policyNames()))
+				continue
+			}
+			pols = append(pols, p)
+		}
+	}
+	pdata, err := os.ReadFile(*profilePath)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	tdata, err := os.ReadFile(*trafficPath)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	prof, perr := ParseProfile(pdata)
+	traffic, terr := ParseTraffic(tdata)
+	if err := errors.Join(perr, terr); err != nil {
+		return err
+	}
+	if *requests > 0 {
+		traffic.Requests = *requests
+	}
+	var trace []TraceRecord
+	if *tracePath != "" {
+		f, err := os.Open(*tracePath)
+		if err != nil {
+			return err
+		}
+		trace, err = ParseTrace(f)
+		_ = f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	started := time.Now()
+	sums := make([]Summary, len(pols))
+	for i, p := range pols {
+		sums[i].Policy = p.Name
+		for k := range *seeds {
+			res, err := Run(prof, traffic, trace, p, *seed+uint64(k), Options{HedgeBudgetUSD: *budget})
+			if err != nil {
+				return err
+			}
+			sums[i].Runs = append(sums[i].Runs, res)
+		}
+	}
+	n := traffic.Requests
+	if trace != nil {
+		n = len(trace)
+	}
+	fmt.Fprintf(out, "Simulated %s from %s: %d requests of %s, seed %d", traffic.Duration.D(), traffic.Start.Format(time.DateOnly),
+		n, traffic.Model, *seed)
+	if *seeds > 1 {
+		fmt.Fprintf(out, "..%d (mean ± 95%% interval over %d seeds)", *seed+uint64(*seeds)-1, *seeds)
+	}
+	fmt.Fprintf(out, ", hedge budget $%g/day.\n\n", *budget)
+	if err := WriteTable(out, sums); err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "simulated %d policy-days in %s\n", len(pols)**seeds, time.Since(started).Round(time.Millisecond))
+	return nil
+}
+
+func policyNames() string {
+	names := make([]string, len(Policies))
+	for i, p := range Policies {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
