@@ -32,6 +32,7 @@ type request struct {
 	calls int
 	legs  []*leg // running
 
+	retries      int  // calls started after a failed one
 	hedgeWait    bool // a delayed hedge may still start
 	hedgeGranted bool
 	hedgeStarted bool
@@ -44,11 +45,11 @@ type request struct {
 
 // leg is one call to one endpoint.
 type leg struct {
-	r      *request
-	ep     *switchboardv1.Endpoint
-	p      *provider
-	start  time.Time
-	a      answer
+	r       *request
+	ep      *switchboardv1.Endpoint
+	p       *provider
+	start   time.Time
+	a       answer
 	hedge   bool
 	over    bool
 	firstAt time.Time
@@ -124,6 +125,8 @@ func (e *engine) attempt(r *request) {
 		var h *switchboardv1.Endpoint
 		if r.calls == 0 {
 			h = e.hedgeTarget(r, ep)
+		} else {
+			r.retries++
 		}
 		if h != nil && r.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
 			granted := e.acquire(r, ep, h)
@@ -192,7 +195,9 @@ func (e *engine) launch(r *request, ep *switchboardv1.Endpoint, hedged bool) {
 		r.hedgeStarted = true
 	}
 	l := &leg{r: r, ep: ep, p: p, start: e.now, hedge: hedged}
-	l.a = p.call(e.now, e.rng(r.n, uint64(r.calls)), r.t.prompt, r.sid())
+	// Keyed by session, turn and call, so every policy draws the same luck
+	// for the same call of the same request.
+	l.a = p.call(e.now, e.rng(uint64(r.s.id)<<16|uint64(r.turn), uint64(r.calls)), r.t.prompt, r.sid())
 	r.legs = append(r.legs, l)
 	first := l.a.ttft
 	if !r.t.stream && l.a.outcome == outcomeOK {

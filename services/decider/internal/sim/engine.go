@@ -111,10 +111,11 @@ func Run(p *Profile, traffic *Traffic, trace []TraceRecord, pol Policy, seed uin
 		e.at(e.now, e.probeRound)
 	}
 	for e.events.Len() > 0 {
-		ev := heap.Pop(&e.events).(*event)
+		ev := popEvent(&e.events)
 		e.now = ev.at
 		ev.fn()
 	}
+	e.res.End = e.now
 	e.readBudget()
 	e.res.Probes, e.res.ProbeCost = e.observer.ProbeCost()
 	e.res.Benched, e.res.Paused = e.cool.Benched(), e.cool.Paused()
@@ -185,8 +186,8 @@ func (e *engine) tick() {
 	e.cool.Expire(e.now)
 	if e.active > 0 || e.now.Before(e.end) {
 		e.at(e.now.Add(time.Second), e.tick)
-	// The budget is per UTC day: read the day's spend before it rolls over.
-	e.at(e.end.Add(-time.Nanosecond), e.readBudget)
+		// The budget is per UTC day: read the day's spend before it rolls over.
+		e.at(e.end.Add(-time.Nanosecond), e.readBudget)
 	}
 }
 
@@ -284,6 +285,8 @@ type event struct {
 }
 
 type eventQueue []*event
+
+func popEvent(q *eventQueue) *event { return heap.Pop(q).(*event) }
 
 func (q eventQueue) Len() int { return len(q) }
 func (q eventQueue) Less(i, j int) bool {

@@ -26,6 +26,8 @@ type Result struct {
 	ProbeCost float64
 	// Benched and Paused count cool-downs and Retry-After pauses started.
 	Benched, Paused int64
+	// End is the virtual time of the run's last event.
+	End time.Time
 
 	nextID    uint64
 	recs      []record
@@ -40,7 +42,7 @@ type record struct {
 	ttft                   time.Duration // arrival to first token at the client
 	cost, loserCost        float64
 	hedged, hedgeWon       bool
-	calls                  int
+	retries                int
 	met429                 bool
 	failedTime             time.Duration
 	provider               string
@@ -51,7 +53,7 @@ func newResult(policy string, start time.Time) *Result {
 }
 
 func (res *Result) add(r *request) {
-	rec := record{prompt: r.t.prompt, output: r.output, stream: r.t.stream, calls: r.calls, met429: r.met429,
+	rec := record{prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429,
 		failedTime: r.failedTime, hedged: r.hedgeStarted, loserCost: r.loserCost}
 	if w := r.winner; w != nil {
 		rec.ok, rec.ttft, rec.cached, rec.provider, rec.hedgeWon = true, w.firstAt.Sub(r.arrival), w.a.cached, w.ep.GetProvider(), w.hedge
@@ -123,13 +125,12 @@ func (res *Result) Figures() map[string]float64 {
 		if r.met429 {
 			met429++
 		}
-		if r.calls > 1 && !(r.hedged && r.calls == 2 && r.failedTime == 0) {
+		if r.retries > 0 {
 			retried++
 		}
-		extra += r.calls - 1
+		extra += r.retries
 		if r.hedged {
 			hedges++
-			extra--
 		}
 		if r.hedgeWon {
 			wins++
