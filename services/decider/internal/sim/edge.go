@@ -32,12 +32,14 @@ type request struct {
 	calls int
 	legs  []*leg // running
 
+	reason       switchboardv1.RouteReason
 	retries      int  // calls started after a failed one
 	hedgeWait    bool // a delayed hedge may still start
 	hedgeGranted bool
 	hedgeStarted bool
 	loserCost    float64
 	winner       *leg
+	moved        bool // a conversation turn answered elsewhere than the previous turn
 	met429       bool
 	failedTime   time.Duration
 	done         bool
@@ -87,6 +89,7 @@ func (e *engine) arrive(s *session, i int) {
 		}
 		resp, err := e.router.Decide(req, nil)
 		if err == nil {
+			r.reason = resp.GetDecision().GetReason()
 			r.plan = e.edgePlan(append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...))
 			r.hedge = resp.GetHedge()
 		}
@@ -291,8 +294,14 @@ func (e *engine) finish(r *request) {
 	if r.hedgeGranted {
 		e.budget.Settle(r.id, r.loserCost)
 	}
-	e.res.add(r)
 	s := r.s
+	if w := r.winner; w != nil {
+		if s.lastProvider != "" && s.lastProvider != w.ep.GetProvider() {
+			r.moved = true
+		}
+		s.lastProvider = w.ep.GetProvider()
+	}
+	e.res.add(r)
 	if r.turn+1 < len(s.turns) {
 		next := s.turns[r.turn+1]
 		at := e.now.Add(next.think)

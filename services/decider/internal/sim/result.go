@@ -6,11 +6,13 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // Result is what one run measured.
@@ -46,6 +48,8 @@ type record struct {
 	met429                 bool
 	failedTime             time.Duration
 	provider               string
+	reason                 switchboardv1.RouteReason
+	moved                  bool
 }
 
 func newResult(policy string, start time.Time) *Result {
@@ -53,7 +57,7 @@ func newResult(policy string, start time.Time) *Result {
 }
 
 func (res *Result) add(r *request) {
-	rec := record{prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429,
+	rec := record{reason: r.reason, moved: r.moved, prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429,
 		failedTime: r.failedTime, hedged: r.hedgeStarted, loserCost: r.loserCost}
 	if w := r.winner; w != nil {
 		rec.ok, rec.ttft, rec.cached, rec.provider, rec.hedgeWon = true, w.firstAt.Sub(r.arrival), w.a.cached, w.ep.GetProvider(), w.hedge
@@ -91,6 +95,8 @@ var Metrics = []Metric{
 	{"share_met_429", "share of requests that met a 429", nan, nan},
 	{"share_retried", "share of requests retried", nan, nan},
 	{"failed_attempt_hours", "time in failed attempts (h)", nan, nan},
+	{"turns_moved", "conversation turns moved to another provider", nan, nan},
+	{"explored", "requests routed to explore", nan, nan},
 	{"requests", "requests", nan, nan},
 	{"failed", "requests failed (every attempt)", nan, nan},
 	{"extra_calls", "retry calls", nan, nan},
@@ -110,7 +116,7 @@ func (res *Result) Figures() map[string]float64 {
 	var longStreamN int
 	var longStreamCost, longStreamHedge, cost float64
 	var toks int64
-	var met429, retried, failed, extra, hedges, wins int
+	var met429, retried, failed, extra, hedges, wins, moved, explored int
 	var failedTime time.Duration
 	for _, r := range res.recs {
 		b := tokens.BucketOf(r.prompt)
@@ -134,6 +140,12 @@ func (res *Result) Figures() map[string]float64 {
 		}
 		if r.hedgeWon {
 			wins++
+		}
+		if r.moved {
+			moved++
+		}
+		if r.reason == switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION {
+			explored++
 		}
 		if !r.ok {
 			failed++
@@ -164,6 +176,7 @@ func (res *Result) Figures() map[string]float64 {
 	f["share_met_429"], f["share_retried"] = per(float64(met429), n), per(float64(retried), n)
 	f["failed_attempt_hours"] = failedTime.Hours()
 	f["requests"], f["failed"], f["extra_calls"] = n, float64(failed), float64(extra)
+	f["turns_moved"], f["explored"] = float64(moved), float64(explored)
 	f["hedges"], f["hedge_wins"] = float64(hedges), float64(wins)
 	f["hedge_budget_usd"], f["hedges_refused"] = res.HedgeBudgetSpent, float64(res.HedgesRefused)
 	f["hedge_budget_out_hours"] = nan
@@ -316,19 +329,16 @@ func num(v, hw float64) string {
 	if math.IsNaN(v) {
 		return "-"
 	}
-	var s string
+	dec := 3
 	switch a := math.Abs(v); {
-	case a == math.Trunc(a) && a >= 100:
-		s = fmt.Sprintf("%.0f", v)
 	case a >= 100:
-		s = fmt.Sprintf("%.1f", v)
+		dec = 0
 	case a >= 1:
-		s = fmt.Sprintf("%.2f", v)
-	default:
-		s = fmt.Sprintf("%.3f", v)
+		dec = 2
 	}
+	s := strconv.FormatFloat(v, 'f', dec, 64)
 	if hw > 0 {
-		s += fmt.Sprintf(" ±%.2g", hw)
+		s += " ±" + strconv.FormatFloat(hw, 'f', dec, 64)
 	}
 	return s
 }

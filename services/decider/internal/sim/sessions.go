@@ -17,6 +17,7 @@ type session struct {
 	conversation bool
 	fixedTimes   bool // turns arrive at turn.at, not after the previous answer
 	turns        []turn
+	lastProvider string // the provider that answered the previous turn
 }
 
 // turn is one request of a session.
