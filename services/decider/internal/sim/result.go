@@ -204,6 +204,27 @@ func (res *Result) Served() map[string]float64 {
 	return out
 }
 
+// CostBy returns, per provider, what the client paid it for streaming
+// requests over 32k tokens, per 1,000 such requests: the parts of the
+// client $ per 1,000 streaming >32k figure.
+func (res *Result) CostBy() map[string]float64 {
+	out := map[string]float64{}
+	n := 0
+	for _, r := range res.recs {
+		if !r.stream || r.prompt < 32*tokens.K {
+			continue
+		}
+		n++
+		if r.ok {
+			out[r.provider] += r.cost
+		}
+	}
+	for k := range out {
+		out[k] *= 1000 / float64(n)
+	}
+	return out
+}
+
 func per(a, b float64) float64 {
 	if b == 0 {
 		return nan
@@ -297,7 +318,7 @@ func WriteTable(w io.Writer, sums []Summary) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Share of answered requests over 32k tokens, by provider (first seed):")
+	fmt.Fprintln(w, "By provider (first seed): share of answered requests over 32k tokens | client $ per 1,000 streaming >32k:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	provs := map[string]bool{}
 	for _, s := range sums {
@@ -318,7 +339,7 @@ func WriteTable(w io.Writer, sums []Summary) error {
 	for _, p := range names {
 		row := []string{p}
 		for _, s := range sums {
-			row = append(row, fmt.Sprintf("%.1f%%", 100*s.Runs[0].Served()[p]))
+			row = append(row, fmt.Sprintf("%.1f%% | %.2f", 100*s.Runs[0].Served()[p], s.Runs[0].CostBy()[p]))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
