@@ -1,0 +1,28 @@
+package sim
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestCommandTable(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
+		"--requests", "500", "--policies", "cheapest-input,smart", "--seed", "3"}, &out, &errOut)
+	require.NoError(t, err)
+	require.Contains(t, out.String(), "500 requests of deepseek/deepseek-v4.1-flash, seed 3")
+	require.Contains(t, out.String(), "TTFT p50, 32k-128k prompts (s)            18.00            3.30")
+	require.Contains(t, out.String(), "cheapest-input  smart")
+}
+
+func TestCommandErrors(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := Main([]string{"--profile", "nope.yaml", "--traffic", "../../../../sim/traffic.yaml", "--seeds", "0",
+		"--policies", "smart,fastest"}, &out, &errOut)
+	require.ErrorContains(t, err, "--seeds must be in [1, 100]")
+	require.ErrorContains(t, err, `unknown policy "fastest"`)
+	require.ErrorContains(t, err, "nope.yaml")
+	require.Empty(t, out.String())
+}
