@@ -67,18 +67,17 @@ func (e *engine) arrive(s *session, i int) {
 	if t.maxTokens > 0 {
 		r.output = min(r.output, t.maxTokens)
 	}
-	if s.conversation {
-		r.hash = promptHash(s.id, i)
-	}
+	r.hash = promptHash(s.id, i)
 	if e.pol.Baseline {
 		r.plan = baseline(e.endpoints[s.model], t.prompt, t.maxTokens)
 	} else {
 		req := &switchboardv1.DecideRequest{RequestId: r.id, Model: s.model, Stream: t.stream,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: t.prompt, MaxOutputTokens: t.maxTokens}}
-		if s.conversation {
-			for k := max(0, i-32); k < i; k++ {
-				req.Tokens.Prefixes = append(req.Tokens.Prefixes, &switchboardv1.PromptPrefix{Hash: promptHash(s.id, k), Tokens: s.turns[k].prompt})
-			}
+		// As the edge sends them: the prompt's leading parts, each earlier
+		// turn's whole prompt among them, up to the whole prompt itself, the
+		// longest 32 (one part per turn here).
+		for k := max(0, i-31); k <= i; k++ {
+			req.Tokens.Prefixes = append(req.Tokens.Prefixes, &switchboardv1.PromptPrefix{Hash: promptHash(s.id, k), Tokens: s.turns[k].prompt})
 		}
 		sort := t.sort
 		if sort == "" {
