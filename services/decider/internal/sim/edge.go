@@ -17,7 +17,6 @@ import (
 // endpoint not tried, up to MaxAttempts calls.
 type request struct {
 	id      string
-	n       uint64
 	s       *session
 	turn    int
 	t       turn
@@ -62,7 +61,7 @@ type leg struct {
 func (e *engine) arrive(s *session, i int) {
 	t := s.turns[i]
 	e.res.nextID++
-	r := &request{id: "r" + strconv.FormatUint(e.res.nextID, 10), n: e.res.nextID, s: s, turn: i, t: t, arrival: e.now,
+	r := &request{id: "r" + strconv.FormatUint(e.res.nextID, 10), s: s, turn: i, t: t, arrival: e.now,
 		tried: map[string]bool{}, output: t.output}
 	if t.maxTokens > 0 {
 		r.output = min(r.output, t.maxTokens)
