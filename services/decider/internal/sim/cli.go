@@ -22,6 +22,7 @@ func Main(args []string, out, errOut io.Writer) error {
 	policies := fs.String("policies", "", "comma-separated policies (default all: "+policyNames()+")")
 	requests := fs.Int("requests", 0, "override the traffic file's request count")
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
+	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,6 +98,11 @@ func Main(args []string, out, errOut io.Writer) error {
 	if err := WriteTable(out, sums); err != nil {
 		return err
 	}
+	if *records != "" {
+		if err := writeRecordsFile(*records, sums); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(errOut, "simulated %d policy-days in %s\n", len(pols)**seeds, time.Since(started).Round(time.Millisecond))
 	return nil
 }
@@ -107,4 +113,16 @@ func policyNames() string {
 		names[i] = p.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+func writeRecordsFile(path string, sums []Summary) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteRecords(f, sums); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -2,6 +2,9 @@ package sim
 
 import (
 	"bytes"
+	"encoding/csv"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +18,21 @@ func TestCommandTable(t *testing.T) {
 	require.Contains(t, out.String(), "500 requests of deepseek/deepseek-v4.1-flash, seed 3")
 	require.Contains(t, out.String(), "TTFT p50, 32k-128k prompts (s)            18.00            3.30")
 	require.Contains(t, out.String(), "cheapest-input  smart")
+}
+
+func TestCommandRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "records.csv")
+	var out, errOut bytes.Buffer
+	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
+		"--requests", "200", "--policies", "smart", "--seeds", "2", "--records", path}, &out, &errOut))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 1+2*200, "a header and a row per request of each seed")
+	require.Equal(t, "policy", rows[0][0])
+	require.Equal(t, "smart", rows[1][0])
 }
 
 func TestCommandErrors(t *testing.T) {

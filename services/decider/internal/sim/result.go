@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
@@ -39,6 +40,7 @@ type Result struct {
 
 // record is one finished request.
 type record struct {
+	arrival                time.Time
 	prompt, output, cached int64
 	stream, ok             bool
 	ttft                   time.Duration // arrival to first token at the client
@@ -57,7 +59,7 @@ func newResult(policy string, start time.Time) *Result {
 }
 
 func (res *Result) add(r *request) {
-	rec := record{reason: r.reason, moved: r.moved, prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429,
+	rec := record{arrival: r.arrival, reason: r.reason, moved: r.moved, prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429,
 		failedTime: r.failedTime, hedged: r.hedgeStarted, loserCost: r.loserCost}
 	if w := r.winner; w != nil {
 		rec.ok, rec.ttft, rec.cached, rec.provider, rec.hedgeWon = true, w.firstAt.Sub(r.arrival), w.a.cached, w.ep.GetProvider(), w.hedge
@@ -362,4 +364,26 @@ func num(v, hw float64) string {
 		s += " ±" + strconv.FormatFloat(hw, 'f', dec, 64)
 	}
 	return s
+}
+
+// WriteRecords writes one CSV row per request of every run, for plots
+// (TTFT distributions per policy and size, cost against TTFT).
+func WriteRecords(w io.Writer, sums []Summary) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"policy", "seed_index", "arrival_s", "prompt_tokens", "cached_tokens", "output_tokens", "stream",
+		"answered", "ttft_s", "provider", "client_usd", "hedge_loser_usd", "hedged", "hedge_won", "retries", "route_reason", "moved"})
+	for _, s := range sums {
+		for k, res := range s.Runs {
+			for _, r := range res.recs {
+				_ = cw.Write([]string{s.Policy, strconv.Itoa(k), strconv.FormatFloat(r.arrival.Sub(res.start).Seconds(), 'f', 3, 64),
+					strconv.FormatInt(r.prompt, 10), strconv.FormatInt(r.cached, 10), strconv.FormatInt(r.output, 10),
+					strconv.FormatBool(r.stream), strconv.FormatBool(r.ok), strconv.FormatFloat(r.ttft.Seconds(), 'f', 3, 64),
+					r.provider, strconv.FormatFloat(r.cost, 'g', 8, 64), strconv.FormatFloat(r.loserCost, 'g', 8, 64),
+					strconv.FormatBool(r.hedged), strconv.FormatBool(r.hedgeWon), strconv.Itoa(r.retries),
+					strings.TrimPrefix(r.reason.String(), "ROUTE_REASON_"), strconv.FormatBool(r.moved)})
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }
