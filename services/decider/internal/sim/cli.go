@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 )
 
 // Main runs the simulator with command-line args, writing the table to out.
@@ -23,6 +26,7 @@ func Main(args []string, out, errOut io.Writer) error {
 	requests := fs.Int("requests", 0, "override the traffic file's request count")
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
+	plots := fs.String("plots", "", "also draw SVG plots into this directory: TTFT distributions per size, cost against TTFT p50")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -103,6 +107,11 @@ func Main(args []string, out, errOut io.Writer) error {
 			return err
 		}
 	}
+	if *plots != "" {
+		if err := writePlots(*plots, sums); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(errOut, "simulated %d policy-days in %s\n", len(pols)**seeds, time.Since(started).Round(time.Millisecond))
 	return nil
 }
@@ -125,4 +134,33 @@ func writeRecordsFile(path string, sums []Summary) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+func writePlots(dir string, sums []Summary) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	plots := []struct {
+		name string
+		draw func(io.Writer) error
+	}{
+		{"ttft-32k-128k.svg", func(w io.Writer) error { return WriteTTFTPlot(w, sums, tokens.Bucket32KTo128K) }},
+		{"ttft-over-128k.svg", func(w io.Writer) error { return WriteTTFTPlot(w, sums, tokens.BucketOver128K) }},
+		{"ttft-under-8k.svg", func(w io.Writer) error { return WriteTTFTPlot(w, sums, tokens.BucketUnder8K) }},
+		{"cost-vs-p50.svg", func(w io.Writer) error { return WriteCostPlot(w, sums) }},
+	}
+	for _, p := range plots {
+		f, err := os.Create(filepath.Join(dir, p.name))
+		if err != nil {
+			return err
+		}
+		if err := p.draw(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("draw %s: %w", p.name, err)
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

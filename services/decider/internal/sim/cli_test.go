@@ -3,6 +3,9 @@ package sim
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/xml"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,6 +36,30 @@ func TestCommandRecords(t *testing.T) {
 	require.Len(t, rows, 1+2*200, "a header and a row per request of each seed")
 	require.Equal(t, "policy", rows[0][0])
 	require.Equal(t, "smart", rows[1][0])
+}
+
+func TestCommandPlots(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
+		"--requests", "2000", "--policies", "cheapest-input,smart", "--plots", dir}, &out, &errOut))
+	for _, name := range []string{"ttft-32k-128k.svg", "ttft-over-128k.svg", "ttft-under-8k.svg", "cost-vs-p50.svg"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		dec := xml.NewDecoder(bytes.NewReader(data))
+		for {
+			_, err := dec.Token()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, "%s is well-formed XML", name)
+		}
+		require.Contains(t, string(data), ">cheapest-input", name)
+		require.Contains(t, string(data), ">smart", name)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "ttft-32k-128k.svg"))
+	require.NoError(t, err)
+	require.Equal(t, 2, bytes.Count(data, []byte("<polyline")), "one curve per policy")
 }
 
 func TestCommandErrors(t *testing.T) {

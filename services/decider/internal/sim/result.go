@@ -36,6 +36,7 @@ type Result struct {
 	recs      []record
 	start     time.Time
 	budgetOut time.Time // first hedge the budget refused
+	figures   map[string]float64
 }
 
 // record is one finished request.
@@ -111,8 +112,15 @@ var Metrics = []Metric{
 	{"probe_usd", "probe cost ($)", nan, nan},
 }
 
-// Figures computes every metric of the run, by key.
+// Figures returns every metric of the run, by key.
 func (res *Result) Figures() map[string]float64 {
+	if res.figures == nil {
+		res.figures = res.compute()
+	}
+	return res.figures
+}
+
+func (res *Result) compute() map[string]float64 {
 	f := map[string]float64{}
 	var mid, long, longStream, all []float64
 	var longStreamN int
@@ -170,6 +178,7 @@ func (res *Result) Figures() map[string]float64 {
 	f["ttft_p50_32k_128k"], f["ttft_mean_32k_128k"] = quantile(mid, 0.5), mean(mid)
 	f["ttft_p50_over_128k"], f["ttft_mean_over_128k"] = quantile(long, 0.5), mean(long)
 	f["ttft_p90_stream_over_32k"] = quantile(longStream, 0.9)
+	f["ttft_p50_stream_over_32k"] = quantile(longStream, 0.5)
 	f["usd_per_1k_stream_over_32k"] = per(longStreamCost, float64(longStreamN)) * 1000
 	f["hedge_usd_per_1k_stream_over_32k"] = per(longStreamHedge, float64(longStreamN)) * 1000
 	f["ttft_p50_all"], f["ttft_p95_all"] = quantile(all, 0.5), quantile(all, 0.95)
