@@ -35,6 +35,10 @@ drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider
 test: ## Run every test of every module with the race detector.
 	go test -race -count=1 $(PKGS)
 
+.PHONY: sim
+sim: ## Replay a simulated day through the decider's routing in virtual time; compare policies (SEED, SEEDS, SIMFLAGS).
+	go run ./services/decider/cmd/sim --profile sim/profile.yaml --traffic sim/traffic.yaml --seed $(or $(SEED),1) --seeds $(or $(SEEDS),1) $(SIMFLAGS)
+
 .PHONY: bench
 bench: ## Run the benchmarks.
 	go test -run='^$$' -bench=. -benchmem $(PKGS)
@@ -47,6 +51,7 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzRewrite$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/dispatch
 	go test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/sse
 	go test -run='^$$' -fuzz='^FuzzParseHeaders$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/broker
+	go test -run='^$$' -fuzz='^FuzzParseTrace$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/sim
 
 $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
 	$(TOOLS) build -o $(TOOLBIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc

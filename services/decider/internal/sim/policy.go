@@ -1,0 +1,77 @@
+package sim
+
+import (
+	"slices"
+	"time"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+)
+
+// Policy is a way of routing the simulated traffic.
+type Policy struct {
+	// Name labels the policy in the table.
+	Name string
+	// Baseline routes every request to the endpoint with the lowest
+	// uncached input price, retrying on the next by that price, with no
+	// speed data, no cache pricing, no cool-downs and no hedging: routing
+	// by list price alone.
+	Baseline bool
+	// NoHedge turns hedging off.
+	NoHedge bool
+	// Sort sets provider.sort on every request that has none of its own:
+	// price, latency or throughput.
+	Sort string
+	// Exploration is the router's exploration share (0: the default; negative disables).
+	Exploration float64
+	// Cooldown replaces the default rule for benching endpoints that
+	// refuse calls (zero: the default).
+	Cooldown cooldown.Options
+}
+
+// Policies are the policies compared by default, the baseline first.
+var Policies = []Policy{
+	{Name: "cheapest-input", Baseline: true},
+	{Name: "smart"},
+	{Name: "smart-no-hedge", NoHedge: true},
+	{Name: "smart-no-explore", Exploration: -1},
+	{Name: "smart-breaker", Cooldown: cooldown.Options{Duration: 2 * time.Minute, Errors: 3, Window: time.Minute}},
+	{Name: "sort=price", Sort: "price"},
+	{Name: "sort=latency", Sort: "latency"},
+}
+
+// PolicyNamed returns the policy of that name among Policies.
+func PolicyNamed(name string) (Policy, bool) {
+	i := slices.IndexFunc(Policies, func(p Policy) bool { return p.Name == name })
+	if i < 0 {
+		return Policy{}, false
+	}
+	return Policies[i], true
+}
+
+var sorts = map[string]switchboardv1.Sort{
+	"price":      switchboardv1.Sort_SORT_PRICE,
+	"latency":    switchboardv1.Sort_SORT_LATENCY,
+	"throughput": switchboardv1.Sort_SORT_THROUGHPUT,
+}
+
+// baseline is the endpoints by uncached input price, those that cannot hold
+// the prompt left out.
+func baseline(eps []*switchboardv1.Endpoint, prompt, maxTokens int64) []*switchboardv1.Endpoint {
+	out := make([]*switchboardv1.Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if cl := ep.GetContextLength(); cl == 0 || prompt+maxTokens <= cl {
+			out = append(out, ep)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *switchboardv1.Endpoint) int {
+		switch {
+		case a.GetPrice().GetInput() < b.GetPrice().GetInput():
+			return -1
+		case a.GetPrice().GetInput() > b.GetPrice().GetInput():
+			return 1
+		}
+		return 0
+	})
+	return out
+}

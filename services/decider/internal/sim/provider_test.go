@@ -1,0 +1,79 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMedianCurve(t *testing.T) {
+	curve := []CurvePoint{{Tokens: 31, TTFT: Duration(1700 * time.Millisecond)}, {Tokens: 105000, TTFT: Duration(15500 * time.Millisecond)}}
+	tests := []struct {
+		name string
+		eff  float64
+		want time.Duration
+	}{
+		{"first point", 31, 1700 * time.Millisecond},
+		{"last point", 105000, 15500 * time.Millisecond},
+		{"between", (31 + 105000) / 2.0, 8600 * time.Millisecond},
+		{"past the last, along the last segment", 105000 + 104969, 29300 * time.Millisecond},
+		{"before the first, never below 1ms", -1e9, time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.InDelta(t, float64(tt.want), median(curve, tt.eff), float64(time.Millisecond))
+		})
+	}
+	require.Equal(t, float64(2*time.Second), median([]CurvePoint{{Tokens: 0, TTFT: Duration(2 * time.Second)}}, 5e5), "one point: flat")
+}
+
+func TestSlowEpisodes(t *testing.T) {
+	p := newProvider(priced(Provider{Slow: []Episode{
+		{From: ClockTime(23 * time.Hour), Duration: Duration(2 * time.Hour), Factor: 2},
+		{From: ClockTime(0), Duration: Duration(30 * time.Minute), Factor: 3},
+	}}), "p/m")
+	day := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+	require.Equal(t, 6.0, p.slowdown(day.Add(10*time.Minute)), "both episodes, the first from the day before")
+	require.Equal(t, 2.0, p.slowdown(day.Add(45*time.Minute)))
+	require.Equal(t, 1.0, p.slowdown(day.Add(time.Hour)), "ended at 01:00")
+	require.Equal(t, 2.0, p.slowdown(day.Add(23*time.Hour+time.Minute)))
+}
+
+func TestCapacitySlidingMinute(t *testing.T) {
+	p := newProvider(priced(Provider{Capacity: Capacity{RequestsPerMinute: 2, TokensPerMinute: 1000, RetryAfter: Duration(7 * time.Second)},
+		TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
+	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(1, 2))
+	require.Equal(t, outcomeOK, p.call(t0, rng, 100, -1).outcome)
+	require.Equal(t, outcomeOK, p.call(t0.Add(time.Second), rng, 100, -1).outcome)
+	a := p.call(t0.Add(2*time.Second), rng, 100, -1)
+	require.Equal(t, outcomeRateLimited, a.outcome, "a third request within the minute")
+	require.Equal(t, 7*time.Second, a.retryAfter)
+	require.Equal(t, outcomeOK, p.call(t0.Add(time.Minute), rng, 100, -1).outcome, "the first left the window")
+	require.Equal(t, outcomeRateLimited, p.call(t0.Add(90*time.Second), rng, 950, -1).outcome, "with the call at 1:00, over the tokens per minute")
+}
+
+func TestPromptCache(t *testing.T) {
+	p := newProvider(priced(Provider{Cache: CacheModel{HitRate: 1, Lifetime: Duration(5 * time.Minute)},
+		TTFT: TTFTModel{Curve: []CurvePoint{{Tokens: 0, TTFT: Duration(100 * time.Millisecond)}, {Tokens: 100000, TTFT: Duration(10 * time.Second)}}}}), "p/m")
+	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(1, 2))
+	first := p.call(t0, rng, 60000, 7)
+	require.Zero(t, first.cached, "nothing cached yet")
+	p.warm(7, 60000, t0.Add(first.ttft))
+	next := p.call(t0.Add(time.Minute), rng, 70000, 7)
+	require.Equal(t, int64(60000), next.cached)
+	require.Less(t, next.ttft, first.ttft, "cache reads are free with weight 0")
+	require.Zero(t, p.call(t0.Add(time.Minute), rng, 70000, 8).cached, "another session")
+	require.Zero(t, p.call(t0.Add(time.Minute), rng, 70000, -1).cached, "a one-off request")
+	require.Zero(t, p.call(t0.Add(10*time.Minute), rng, 70000, 7).cached, "expired")
+}
+
+// priced gives cfg the prices every parsed profile has.
+func priced(cfg Provider) Provider {
+	in, out := 1.0, 2.0
+	cfg.Price = Price{Input: &in, Output: &out}
+	return cfg
+}
