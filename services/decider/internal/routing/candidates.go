@@ -13,6 +13,7 @@ import (
 type candidate struct {
 	ep         *endpoint
 	cost       float64 // this request on this endpoint, USD
+	value      float64 // cost plus the conversation's next turns here, USD: what the smart policy ranks by
 	listCost   float64 // this request at the model's list price, 0 if none
 	cached     int64
 	ttft       time.Duration
@@ -49,6 +50,8 @@ type scratch struct {
 	order  []*candidate
 	cooled []*candidate
 	cached []int64
+	// followUp: the prompt extends one an endpoint served recently.
+	followUp bool
 }
 
 // cachedEstimate is how many of the prompt's tokens endpoint ep is expected
@@ -100,6 +103,14 @@ func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequ
 	sc.cached = slices.Grow(sc.cached[:0], n)[:n]
 	sc.order, sc.cooled = sc.order[:0], sc.cooled[:0]
 	r.o.Affinity.Cached(m.ids, tok.GetPrefixes(), now, sc.cached)
+	// A prompt that extends one an endpoint served recently belongs to a
+	// conversation under way: its next turns will read this prompt from
+	// the cache of whichever endpoint serves it now.
+	sc.followUp = slices.ContainsFunc(sc.cached, func(n int64) bool { return n > 0 })
+	followUps := 0.0
+	if sc.followUp {
+		followUps = r.o.FollowUpTurns
+	}
 
 	fitsNone = true
 	for i, ep := range m.endpoints {
@@ -108,6 +119,12 @@ func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequ
 		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i], len(tok.GetPrefixes()) > 0)
 		est.CachedTokens = c.cached
 		c.cost = pricing.Estimate(ep.rates, est)
+		c.value = c.cost
+		if followUps > 0 {
+			next := est
+			next.CachedTokens = in
+			c.value = pricing.Round(c.cost + followUps*pricing.Estimate(ep.rates, next))
+		}
 		if m.list != nil {
 			c.listCost = pricing.Estimate(*m.list, est)
 		}

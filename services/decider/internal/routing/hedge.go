@@ -10,8 +10,9 @@ import (
 // from HedgeFrom tokens after HedgeDelay without a first token, from
 // HedgeImmediateFrom at once. The second endpoint must itself be fast
 // enough for this size, and among those it is the cheapest for this request
-// as priced — cached input included, so the hedge does not land on an
-// endpoint that turns cheap cache reads into expensive ones. Hedging follows
+// as the smart policy ranks it — cached input and, for a conversation under
+// way, its next turns included — so the hedge does not land on an endpoint
+// that turns cheap cache reads into expensive ones. Hedging follows
 // the smart policy only: a user's explicit order or sort is not second-guessed.
 func (r *Router) hedgePlan(req *switchboardv1.DecideRequest, in int64, usable []*candidate) *switchboardv1.HedgePlan {
 	none := &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
@@ -20,7 +21,7 @@ func (r *Router) hedgePlan(req *switchboardv1.DecideRequest, in int64, usable []
 	}
 	var target *candidate
 	for _, c := range usable[1:] {
-		if c.qualified && c.allowed && !c.cooling && (target == nil || c.cost < target.cost) {
+		if c.qualified && c.allowed && !c.cooling && (target == nil || c.value < target.value) {
 			target = c
 		}
 	}

@@ -9,8 +9,9 @@ import (
 )
 
 // rank orders the usable candidates in place and says why the first won:
-// by the user's choice when it made one, else by the smart policy.
-func (r *Router) rank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences, dryRun bool) (switchboardv1.RouteReason, time.Duration) {
+// by the user's choice when it made one, else by the smart policy, which
+// explores unless noExplore.
+func (r *Router) rank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences, noExplore bool) (switchboardv1.RouteReason, time.Duration) {
 	slices.SortStableFunc(cs, byCost)
 	fastest := time.Duration(0)
 	for _, c := range cs {
@@ -21,7 +22,7 @@ func (r *Router) rank(cs []*candidate, suffix string, prefs *switchboardv1.Provi
 	if reason, ok := userRank(cs, suffix, prefs); ok {
 		return reason, fastest
 	}
-	return r.smartRank(cs, fastest, dryRun), fastest
+	return r.smartRank(cs, fastest, noExplore), fastest
 }
 
 // userRank applies the user's choice (provider.sort, provider.order, the
@@ -84,19 +85,24 @@ func byOrder(order []string, a, b *candidate) int {
 // smartRank is the default policy: the cheapest endpoint that is fast
 // enough for this prompt size, with a share of requests exploring
 // endpoints with too little data. cs is in price order.
-func (r *Router) smartRank(cs []*candidate, fastest time.Duration, dryRun bool) switchboardv1.RouteReason {
+func (r *Router) smartRank(cs []*candidate, fastest time.Duration, noExplore bool) switchboardv1.RouteReason {
 	// No speed data at all: the cheapest.
 	if fastest == 0 {
+		slices.SortStableFunc(cs, byValue)
 		for _, c := range cs {
 			c.note = noteNoData
 		}
-		if e := r.explore(cs, dryRun); e != nil {
+		if e := r.explore(cs, noExplore); e != nil {
 			return switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION
 		}
 		return switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA
 	}
 	anyAllowed := r.qualify(cs, fastest)
-	if e := r.explore(cs, dryRun); e != nil {
+	// From here on, this turn and the conversation's next ones: the
+	// cheapest over the turns to come, which for a request that is not a
+	// follow-up is the cheapest now.
+	slices.SortStableFunc(cs, byValue)
+	if e := r.explore(cs, noExplore); e != nil {
 		return switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION
 	}
 	if !anyAllowed {
@@ -160,11 +166,20 @@ func byCost(a, b *candidate) int {
 	return strings.Compare(a.ep.provider, b.ep.provider)
 }
 
+// byValue orders candidates by this request's cost plus its conversation's
+// next turns on each (value), then as byCost.
+func byValue(a, b *candidate) int {
+	if c := cmpFloat(a.value, b.value); c != 0 {
+		return c
+	}
+	return byCost(a, b)
+}
+
 // explore sends a share of requests to an endpoint with too little data in
 // this bucket, so one that became faster is noticed. It moves the
 // chosen one to the front and returns it, or returns nil.
-func (r *Router) explore(cs []*candidate, dryRun bool) *candidate {
-	if dryRun || r.o.Exploration <= 0 || len(cs) < 2 {
+func (r *Router) explore(cs []*candidate, noExplore bool) *candidate {
+	if noExplore || r.o.Exploration <= 0 || len(cs) < 2 {
 		return nil
 	}
 	x := splitmix64(r.o.Seed + r.seq.Add(1))

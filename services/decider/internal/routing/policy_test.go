@@ -520,3 +520,84 @@ func TestCachedTokensComeFromThisPromptsEvidence(t *testing.T) {
 		})
 	}
 }
+
+// TestConversationPricedOverItsNextTurns: a conversation whose cache is on
+// an endpoint with dear cache reads (plain) moves to one with cheap cache
+// reads (warm) when its next turns repay the uncached move; with one
+// expected follow-up they do not, and it stays. The price answered is this
+// turn's either way, and a fresh prompt is still priced on this turn alone.
+func TestConversationPricedOverItsNextTurns(t *testing.T) {
+	onPlain := []*switchboardv1.PromptPrefix{{Hash: 1003, Tokens: 4096}, {Hash: 42, Tokens: 60000}}
+	fresh := []*switchboardv1.PromptPrefix{{Hash: 1001, Tokens: 4096}, {Hash: 1002, Tokens: 60000}}
+	ask := func(e *policyEnv, prefixes []*switchboardv1.PromptPrefix) *switchboardv1.DecideResponse {
+		return e.decide(t, &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 60500, MaxOutputTokens: 16, Prefixes: prefixes}})
+	}
+	setup := func(o Options) *policyEnv {
+		e := newPolicy(t, cacheCatalog, o)
+		e.speed("warm", 60500, time.Second, 12)
+		e.speed("plain", 60500, time.Second, 12)
+		e.aff.Record("plain/m", 42, 60000, e.now)
+		return e
+	}
+
+	// This turn: plain 500 uncached + 60000 cached = $0.00366, warm all
+	// uncached $0.0121. Each next turn read from cache: plain $0.00364,
+	// warm $0.00122. Over this turn and 4 more, warm is cheaper.
+	e := setup(Options{})
+	resp := ask(e, onPlain)
+	require.Equal(t, "warm", resp.Endpoint.Provider, "four cheap cache reads to come repay one uncached turn")
+	require.InDelta(t, (60500*0.20+16*0.80)/1e6, resp.Endpoint.EstimatedCostUsd, 1e-12, "the price answered is this turn's")
+	require.Equal(t, "plain", resp.Hedge.Endpoint.Provider)
+
+	// One expected follow-up does not repay the move.
+	one := setup(Options{FollowUpTurns: 1})
+	require.Equal(t, "plain", ask(one, onPlain).Endpoint.Provider)
+	// Nor does pricing this turn alone.
+	alone := setup(Options{FollowUpTurns: -1})
+	require.Equal(t, "plain", ask(alone, onPlain).Endpoint.Provider)
+
+	// A prompt no endpoint served is not known to be a conversation: the
+	// cheaper uncached input wins.
+	require.Equal(t, "plain", ask(e, fresh).Endpoint.Provider)
+}
+
+// TestFollowUpTurnsDoNotExplore: exploring with a conversation's follow-up
+// turn would read its whole prompt uncached on the explored endpoint, and
+// again when it comes back; fresh prompts keep exploring.
+func TestFollowUpTurnsDoNotExplore(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		o        Options
+		explores bool
+	}{
+		{name: "default", o: Options{Exploration: 0.99}},
+		{name: "ExploreFollowUps", o: Options{Exploration: 0.99, ExploreFollowUps: true}, explores: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newPolicy(t, policyCatalog, tt.o)
+			e.speed("cheap", long, time.Second, 20)
+			e.speed("fast", long, time.Second, 20)
+			e.speed("reseller", long, time.Second, 3) // too little data: explorable
+			e.aff.Record("fast/m", 7, 60000, e.now)
+			followUp := []*switchboardv1.PromptPrefix{{Hash: 7, Tokens: 60000}, {Hash: 8, Tokens: long}}
+			fresh := []*switchboardv1.PromptPrefix{{Hash: 9, Tokens: long}}
+			explored := map[bool]int{}
+			for i := range 100 {
+				prefixes := fresh
+				if i%2 == 0 {
+					prefixes = followUp
+				}
+				resp := e.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long, Prefixes: prefixes}})
+				if resp.Decision.Reason == switchboardv1.RouteReason_ROUTE_REASON_EXPLORATION {
+					explored[i%2 == 0]++
+				}
+			}
+			require.Greater(t, explored[false], 40, "fresh prompts explore")
+			if tt.explores {
+				require.Greater(t, explored[true], 40)
+			} else {
+				require.Zero(t, explored[true], "a follow-up turn stays where its cache is")
+			}
+		})
+	}
+}

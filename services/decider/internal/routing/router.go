@@ -84,11 +84,26 @@ type Options struct {
 	// Exploration is the share of requests sent to an endpoint with too little
 	// data. (Optional) Defaults to 0.05; negative disables.
 	Exploration float64
+	// ExploreFollowUps lets exploration pick a conversation's follow-up
+	// turns too (a prompt extending one an endpoint served recently). By
+	// default only fresh prompts explore: a follow-up sent elsewhere pays
+	// its whole prompt uncached there, and again on its way back. (Optional)
+	ExploreFollowUps bool
 	// MinSamples is how many samples in a bucket are enough data. (Optional) Defaults to 10.
 	MinSamples int
 	// PriceGuard: an endpoint priced above the usual price wins for speed
 	// only when it costs at most this share of the list price. (Optional) Defaults to 0.5.
 	PriceGuard float64
+	// FollowUpTurns is how many more turns a conversation is expected to
+	// send after this one, each reading this prompt from the cache of the
+	// endpoint that serves it. For a request whose prompt extends one an
+	// endpoint served recently (a conversation already under way), the
+	// smart policy ranks endpoints by this turn's cost plus FollowUpTurns
+	// times the cost of the same prompt read from that endpoint's cache:
+	// staying where cache reads are dear, or moving to where they are cheap,
+	// is priced over the turns to come, not this one alone. (Optional)
+	// Defaults to 4; negative prices this turn only.
+	FollowUpTurns float64
 	// MaxFallbacks bounds the fallbacks returned. (Optional) Defaults to 5.
 	MaxFallbacks int
 	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
@@ -140,6 +155,12 @@ func New(c *catalog.Catalog, o Options) *Router {
 	if o.PriceGuard <= 0 {
 		o.PriceGuard = 0.5
 	}
+	if o.FollowUpTurns == 0 {
+		o.FollowUpTurns = 4
+	}
+	if o.FollowUpTurns < 0 {
+		o.FollowUpTurns = 0
+	}
 	if o.MaxFallbacks <= 0 {
 		o.MaxFallbacks = 5
 	}
@@ -189,7 +210,10 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		return nil, unavailable(sc, name, fitsNone)
 	}
 
-	reason, fastest := r.rank(sc.order, suffix, prefs, req.GetDryRun())
+	// A follow-up turn does not explore: away from its cache it would pay
+	// its whole prompt uncached there, and again on the way back.
+	noExplore := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
+	reason, fastest := r.rank(sc.order, suffix, prefs, noExplore)
 	deprioritise(sc.order, prefs)
 	usable := r.usable(sc, prefs)
 

@@ -24,6 +24,11 @@ type Policy struct {
 	Sort string
 	// Exploration is the router's exploration share (0: the default; negative disables).
 	Exploration float64
+	// FollowUpTurns is the router's FollowUpTurns (0: the default; negative
+	// prices each turn alone).
+	FollowUpTurns float64
+	// ExploreFollowUps lets exploration pick follow-up turns.
+	ExploreFollowUps bool
 	// Cooldown replaces the default rule for benching endpoints that
 	// refuse calls (zero: the default).
 	Cooldown cooldown.Options
@@ -35,6 +40,8 @@ var Policies = []Policy{
 	{Name: "smart"},
 	{Name: "smart-no-hedge", NoHedge: true},
 	{Name: "smart-no-explore", Exploration: -1},
+	{Name: "smart-this-turn", FollowUpTurns: -1},
+	{Name: "smart-explore-follow-ups", ExploreFollowUps: true},
 	{Name: "smart-breaker", Cooldown: cooldown.Options{Duration: 2 * time.Minute, Errors: 3, Window: time.Minute}},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
