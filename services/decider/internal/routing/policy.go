@@ -13,16 +13,41 @@ import (
 // explores unless noExplore.
 func (r *Router) rank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences, noExplore bool) (switchboardv1.RouteReason, time.Duration) {
 	slices.SortStableFunc(cs, byCost)
-	fastest := time.Duration(0)
-	for _, c := range cs {
-		if c.samples > 0 && (fastest == 0 || c.ttft < fastest) {
-			fastest = c.ttft
-		}
-	}
+	fastest := r.fastest(cs)
 	if reason, ok := userRank(cs, suffix, prefs); ok {
 		return reason, fastest
 	}
 	return r.smartRank(cs, fastest, noExplore), fastest
+}
+
+// fastest is the typical TTFT the others must come within SpeedFactor of:
+// the fastest endpoint's, but a figure from fewer than MinSamples samples —
+// an endpoint seldom chosen, known from a few probes of another size or
+// from the hedges it won — is trusted only to within SpeedFactor. So a thin
+// endpoint rules a well-measured one too slow only when that one is slower
+// by SpeedFactor twice over; with no endpoint well measured, the thin
+// figures are all there is. 0 when nothing is measured.
+func (r *Router) fastest(cs []*candidate) time.Duration {
+	var well, thin time.Duration
+	for _, c := range cs {
+		switch {
+		case c.samples >= r.o.MinSamples:
+			if well == 0 || c.ttft < well {
+				well = c.ttft
+			}
+		case c.samples > 0:
+			if thin == 0 || c.ttft < thin {
+				thin = c.ttft
+			}
+		}
+	}
+	switch {
+	case well == 0:
+		return thin
+	case thin > 0:
+		return min(well, time.Duration(float64(thin)*r.o.SpeedFactor))
+	}
+	return well
 }
 
 // userRank applies the user's choice (provider.sort, provider.order, the

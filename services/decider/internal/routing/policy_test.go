@@ -601,3 +601,30 @@ func TestFollowUpTurnsDoNotExplore(t *testing.T) {
 		})
 	}
 }
+
+// TestFewSamplesDoNotSetTheBar: a median of three samples (probes of a
+// smaller prompt, or the hedges an endpoint won) is trusted only to within
+// the speed factor: it rules a well-measured endpoint too slow only when
+// that one is more than 2x2 slower. With no endpoint well measured, the
+// thin figures are all there is.
+func TestFewSamplesDoNotSetTheBar(t *testing.T) {
+	e := newPolicy(t, policyCatalog, Options{})
+	e.speed("cheap", long, 1800*time.Millisecond, 12)
+	e.speed("fast", long, 800*time.Millisecond, 3)
+	resp := e.decide(t, &switchboardv1.DecideRequest{Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
+	require.Equal(t, "cheap", resp.Endpoint.Provider, "1.8 s over 12 samples is not ruled out by 0.8 s over 3")
+	require.Equal(t, switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING, resp.Decision.Reason)
+
+	// Far faster on few samples still counts: 15 s is over 2x2 of 0.8 s.
+	far := newPolicy(t, policyCatalog, Options{})
+	far.speed("cheap", long, 15*time.Second, 12)
+	far.speed("fast", long, 800*time.Millisecond, 3)
+	resp = far.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
+	require.Equal(t, "fast", resp.Endpoint.Provider)
+
+	thin := newPolicy(t, policyCatalog, Options{})
+	thin.speed("cheap", long, 15*time.Second, 3)
+	thin.speed("fast", long, 800*time.Millisecond, 3)
+	resp = thin.decide(t, &switchboardv1.DecideRequest{Tokens: &switchboardv1.TokenEstimate{InputTokens: long}})
+	require.Equal(t, "fast", resp.Endpoint.Provider, "no endpoint well measured: the thin figures decide")
+}
