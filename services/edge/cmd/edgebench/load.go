@@ -51,8 +51,6 @@ type sample struct {
 	latencies []time.Duration // sorted
 	ttfc      []time.Duration // time to the first body bytes, sorted
 	cpu       map[string]time.Duration
-	// inflight is how many requests were open at the middle of the run.
-	inflight int
 }
 
 func (s sample) rps() float64 {

@@ -108,7 +108,7 @@ func printRows(w io.Writer, title string, rs []row) {
 			if r.target == direct {
 				return "–"
 			}
-			return s.signed("%.2f")
+			return s.signed()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.target, r.rps.format("%.0f"), r.vsProxy.format("%.2fx"),
 			r.p50.format("%.2f"), r.p99.format("%.2f"), r.ttfc50.format("%.2f"), r.ttfc99.format("%.2f"),
@@ -171,7 +171,7 @@ func printSummary(w io.Writer, cfg config, res *results) {
 	fmt.Fprintln(w, "|---|---|---|---|")
 	if px, sb, ok := find(1, true); ok {
 		fmt.Fprintf(w, "| c=1 streaming, time to first chunk added over direct, p50 | %s ms | %s ms | ≤ +0.40 ms |\n",
-			px.addTTFC.signed("%.2f"), sb.addTTFC.signed("%.2f"))
+			px.addTTFC.signed(), sb.addTTFC.signed())
 	}
 	if px, sb, ok := find(64, true); ok {
 		fmt.Fprintf(w, "| c=64 streaming, requests/s | 1.00x (%s/s) | %s | ≥ 0.80x |\n", px.rps.format("%.0f"), sb.vsProxy.format("%.2fx"))
@@ -186,7 +186,7 @@ func printSummary(w io.Writer, cfg config, res *results) {
 			direct: {res.slow[direct]}, proxy: {res.slow[proxy]}, switchboard: {res.slow[switchboard]},
 		})
 		fmt.Fprintf(w, "| %d concurrent streams, p99 latency added over direct | %s ms | %s ms | |\n",
-			cfg.streams, rs[1].addP99.signed("%.2f"), rs[2].addP99.signed("%.2f"))
+			cfg.streams, rs[1].addP99.signed(), rs[2].addP99.signed())
 		m := res.memory
 		fmt.Fprintf(w, "| memory per open stream (%d open) | RSS %s | Go heap+stacks %s, RSS %s | |\n",
 			m.streams, kib(m.proxyRSS, nil), kib(m.edgeHeap, m.edgeHeapErr), kib(m.edgeRSS, m.edgeRSSErr))

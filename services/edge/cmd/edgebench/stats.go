@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -49,18 +48,18 @@ func (s spread) format(verb string) string {
 	return fmt.Sprintf(verb+" ["+verb+"–"+verb+"]", s.Med, s.Min, s.Max)
 }
 
-// signed is format with an explicit sign, for figures added over direct.
-func (s spread) signed(verb string) string {
-	return s.format(strings.Replace(verb, "%", "%+", 1))
-}
+// signed formats milliseconds added over direct, with an explicit sign.
+func (s spread) signed() string { return s.format("%+.2f") }
 
 // pairwise applies f to the figures of the same round of a and b, so a
 // ratio or a difference compares runs taken side by side.
 func pairwise(a, b []float64, f func(x, y float64) float64) []float64 {
-	n := min(len(a), len(b))
-	out := make([]float64, 0, n)
-	for i := range n {
-		out = append(out, f(a[i], b[i]))
+	out := make([]float64, 0, min(len(a), len(b)))
+	for i, x := range a {
+		if i >= len(b) {
+			break
+		}
+		out = append(out, f(x, b[i]))
 	}
 	return out
 }

@@ -36,7 +36,7 @@ func TestSpread(t *testing.T) {
 	require.Equal(t, "–", spread{}.format("%.1f"))
 	require.Equal(t, "3.0", spreadOf([]float64{3}).format("%.1f"), "one round: no range")
 	require.Equal(t, "2 [1–9]", spreadOf([]float64{9, 1, 2}).format("%.0f"))
-	require.Equal(t, "+0.25 [-0.10–+0.40]", spreadOf([]float64{0.25, -0.1, 0.4}).signed("%.2f"))
+	require.Equal(t, "+0.25 [-0.10–+0.40]", spreadOf([]float64{0.25, -0.1, 0.4}).signed())
 	require.Equal(t, "0.38x [0.35x–0.41x]", spreadOf([]float64{0.41, 0.35, 0.38}).format("%.2fx"))
 }
 

@@ -224,12 +224,12 @@ func (s *system) waitReady(ctx context.Context, timeout time.Duration) error {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	last := "no answer"
+	var last string
 	for {
 		for _, c := range []*child{s.decider, s.edge} {
 			select {
 			case <-c.done:
-				return fmt.Errorf("%s exited: %v", c.name, c.err)
+				return fmt.Errorf("%s exited: %w", c.name, c.err)
 			default:
 			}
 		}
