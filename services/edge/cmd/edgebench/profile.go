@@ -107,13 +107,20 @@ func profile(ctx context.Context, cfg config, sb target, sys *system, w io.Write
 			return err
 		}
 		fmt.Fprintf(w, "\n%s (go tool pprof -top -nodecount=10):\n%s", path, top)
+		// The top 25 by cumulative time too, saved only: which calls of the
+		// program's own code the time goes under.
+		if cum, err := pprofTop(ctx, path, j.index, "-cum", "-nodecount=25"); err == nil {
+			if err := os.WriteFile(path+".cum.txt", cum, 0o600); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
 // pprofTop is the top 10 entries of a profile by `go tool pprof -top`.
-func pprofTop(ctx context.Context, path, sampleIndex string) ([]byte, error) {
-	args := []string{"tool", "pprof", "-top", "-nodecount=10"}
+func pprofTop(ctx context.Context, path, sampleIndex string, extra ...string) ([]byte, error) {
+	args := append([]string{"tool", "pprof", "-top", "-nodecount=10"}, extra...)
 	if sampleIndex != "" {
 		args = append(args, "-sample_index="+sampleIndex)
 	}
