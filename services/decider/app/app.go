@@ -28,6 +28,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
@@ -168,6 +169,11 @@ type Config struct {
 	// speak TLS (kubelet's gRPC probes). Every other service is
 	// Unimplemented there. (Optional) Empty: none.
 	HealthListen string
+	// DebugListen is the host:port of a plain HTTP listener serving Go
+	// profiles (net/http/pprof under /debug/pprof/), separate from the gRPC
+	// port and outside its authentication; a port alone listens on loopback.
+	// (Optional) Empty: none.
+	DebugListen string
 	// EtcdCAFile, EtcdCertFile and EtcdKeyFile secure the client of an
 	// external etcd (Etcd set): the CA of etcd's server certificates, and a
 	// client certificate for a cluster that requires one. An https://
@@ -216,6 +222,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&cfg.PeerServerName, "peer-server-name", "", "name verified in another replica's certificate when forwarding to it by --advertise address (default: the first DNS name of --tls-cert-file's certificate)")
 	fs.DurationVar(&cfg.TLSRefresh, "tls-refresh", tlsfiles.DefaultRefresh, "how often the TLS files are checked for a rotation")
 	fs.StringVar(&cfg.HealthListen, "health-listen", "", "host:port of a plaintext listener serving only grpc.health.v1, for probes that cannot do TLS (default: none)")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "host:port of a plain HTTP listener serving Go profiles (/debug/pprof/); a port alone listens on loopback (default: none)")
 	fs.BoolVar(&cfg.Plaintext, "plaintext", false, "serve without TLS on a non-loopback --listen address (loopback may always be plaintext)")
 	fs.BoolVar(&cfg.GRPCReflection, "grpc-reflection", false, "register gRPC server reflection (lists every service to whoever connects)")
 	fs.StringVar(&cfg.EtcdCAFile, "etcd-ca-file", "", "PEM CAs of the external etcd's server certificates (with --etcd)")
@@ -306,6 +313,11 @@ func (c *Config) validateTLS() []error {
 			errs = append(errs, fmt.Errorf("--health-listen %q: %w", c.HealthListen, err))
 		}
 	}
+	if c.DebugListen != "" {
+		if _, err := debugserver.Addr(c.DebugListen); err != nil {
+			errs = append(errs, fmt.Errorf("--debug-listen %q: %w", c.DebugListen, err))
+		}
+	}
 	if c.TLSRefresh < 0 {
 		errs = append(errs, fmt.Errorf("--tls-refresh %v must not be negative", c.TLSRefresh))
 	}
@@ -360,9 +372,11 @@ type Decider struct {
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
 	healthSrv *grpc.Server
 	healthLis net.Listener
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	once      sync.Once
+	// debug serves the profiles, nil without --debug-listen.
+	debug  *debugserver.Server
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
 	// serveErr carries the gRPC server's failure, if it stops on its own.
 	serveErr chan error
 }
@@ -458,6 +472,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	})
 	if cfg.HealthListen != "" {
 		if err := d.serveHealth(cfg.HealthListen); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.DebugListen != "" {
+		if d.debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug")); err != nil {
 			return nil, err
 		}
 	}
@@ -884,6 +903,7 @@ func (d *Decider) Close() {
 		}
 		d.tlsSrv.Close()
 		d.tlsPeer.Close()
+		d.debug.Close()
 	})
 }
 
@@ -904,6 +924,14 @@ func (d *Decider) serveHealth(addr string) error {
 		}
 	})
 	return nil
+}
+
+// DebugAddr is the host:port of the debug listener, "" without one.
+func (d *Decider) DebugAddr() string {
+	if d.debug == nil {
+		return ""
+	}
+	return d.debug.Addr()
 }
 
 // HealthAddr returns the address of the health-only listener, "" without one.

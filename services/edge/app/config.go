@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
@@ -142,6 +143,11 @@ type Config struct {
 	// recorded as cancelled by the client (Optional). Defaults to 30s.
 	// Flag --write-timeout.
 	WriteTimeout time.Duration
+	// DebugListen is the host:port of a plain HTTP listener serving Go
+	// profiles (net/http/pprof under /debug/pprof/), separate from the API
+	// port; a port alone listens on loopback (Optional). Defaults to none.
+	// Flag --debug-listen.
+	DebugListen string
 	// LogLevel is the minimum level logged by Run (Optional). Defaults to
 	// info. Flag --log-level.
 	LogLevel slog.Level
@@ -292,6 +298,11 @@ func (c Config) validate() error {
 	if c.DeciderPlaintext && c.deciderTLS() {
 		errs = append(errs, errors.New("--decider-plaintext and the --decider-*-file and --decider-server-name flags exclude each other"))
 	}
+	if c.DebugListen != "" {
+		if _, err := debugserver.Addr(c.DebugListen); err != nil {
+			errs = append(errs, fmt.Errorf("--debug-listen %q: %w", c.DebugListen, err))
+		}
+	}
 	if c.MaxUnverifiedBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-unverified-bodies %d: must be at least 1", c.MaxUnverifiedBodies))
 	}
@@ -394,6 +405,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.ProviderKeyHosts, "provider-key-hosts", cfg.ProviderKeyHosts,
 		"pins credentials to the hosts they may be sent to, NAME=host[,host...][;NAME=...] (host alone: any port); <NAME>.hosts files in --provider-key-dir pin too")
 	fs.DurationVar(&cfg.ProviderKeyReload, "provider-key-reload", cfg.ProviderKeyReload, "how often --provider-key-dir is checked for changed files")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "host:port of a plain HTTP listener serving Go profiles (/debug/pprof/); a port alone listens on loopback (default: none)")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
 	// Transport security of the decider connection.
 	fs.StringVar(&cfg.DeciderCAFile, "decider-ca-file", cfg.DeciderCAFile, "PEM CAs of the decider's server certificate; any --decider-* TLS flag turns TLS on (empty: the system's roots)")

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
@@ -49,6 +50,7 @@ type Edge struct {
 	transport *http.Transport
 	reports   *report.Stream
 	probes    *probe.Runner
+	debug     *debugserver.Server // nil without DebugListen
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	// serveErr carries the HTTP server's failure, if it stops on its own.
@@ -197,9 +199,19 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		tlsCreds.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	var debug *debugserver.Server
+	if cfg.DebugListen != "" {
+		if debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug")); err != nil {
+			_ = ln.Close()
+			probes.Close()
+			_ = conn.Close()
+			tlsCreds.Close()
+			return nil, err
+		}
+	}
 	e := &Edge{
 		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, tls: tlsCreds, transport: transport,
-		reports: reports, probes: probes,
+		reports: reports, probes: probes, debug: debug,
 		srv: &http.Server{
 			Handler:           otelhttp.NewHandler(api.Handler(), "edge"),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -230,6 +242,14 @@ func (e *Edge) Addr() string { return e.ln.Addr().String() }
 
 // URL is the OpenAI base URL clients use, "http://<addr>/v1".
 func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
+
+// DebugAddr is the host:port of the debug listener, "" without one.
+func (e *Edge) DebugAddr() string {
+	if e.debug == nil {
+		return ""
+	}
+	return e.debug.Addr()
+}
 
 // UnackedReconciles returns how many reservation reconciliations wait for
 // the decider's acknowledgement.
@@ -270,6 +290,7 @@ func (e *Edge) Close() error {
 			errs = append(errs, fmt.Errorf("close decider connection: %w", err))
 		}
 		e.tls.Close()
+		e.debug.Close()
 		if d := e.reports.Dropped(); d > 0 {
 			e.log.Warn("call reports dropped during this run", "dropped", d)
 		}

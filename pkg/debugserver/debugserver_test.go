@@ -1,0 +1,59 @@
+package debugserver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"6060":          "127.0.0.1:6060",
+		":6060":         "127.0.0.1:6060",
+		"127.0.0.1:0":   "127.0.0.1:0",
+		"0.0.0.0:6060":  "0.0.0.0:6060",
+		"[::1]:6060":    "[::1]:6060",
+		" localhost:7 ": "localhost:7",
+	} {
+		got, err := Addr(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "  ", "host:", "a:b:c"} {
+		_, err := Addr(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestServesProfilesOnLoopback(t *testing.T) {
+	s, err := Start(context.Background(), ":0", slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer s.Close()
+	assert.True(t, strings.HasPrefix(s.Addr(), "127.0.0.1:"), s.Addr())
+
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/allocs?debug=1", "/debug/pprof/cmdline"} {
+		resp, err := http.Get("http://" + s.Addr() + path)
+		require.NoError(t, err, path)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.NoError(t, err, path)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+		assert.NotEmpty(t, body, path)
+	}
+	resp, err := http.Get("http://" + s.Addr() + "/")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "only /debug/pprof/ is served")
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestCloseNil(t *testing.T) {
+	var s *Server
+	s.Close()
+}
