@@ -90,4 +90,8 @@ func TestCommandProbeInterval(t *testing.T) {
 	require.NotEqual(t, "0.000", probeCost())
 	var out, errOut bytes.Buffer
 	require.ErrorContains(t, Main([]string{"--probe-interval", "-1s"}, &out, &errOut), "--probe-interval must not be negative")
+	require.ErrorContains(t, Main([]string{"--probe-sizes", "2048,x"}, &out, &errOut), `--probe-sizes: "x" is not a positive number`)
+	small := probeCost("--probe-sizes", "1024")
+	require.NotEqual(t, "0.000", small)
+	require.NotEqual(t, probeCost(), small, "one small probe size costs less than the three default ones")
 }
