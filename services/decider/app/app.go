@@ -114,6 +114,10 @@ type Config struct {
 	// HedgeDelay is how long a 32k-128k streaming request waits for a first
 	// token before it is hedged. (Optional) Defaults to 1s.
 	HedgeDelay time.Duration
+	// FastEnough is the typical time to first token under which an endpoint
+	// is never left out as too slow, however much faster another is.
+	// (Optional) Defaults to 1s.
+	FastEnough time.Duration
 	// HedgeFrom and HedgeImmediateFrom are the prompt sizes, in tokens, from
 	// which streaming requests are hedged after HedgeDelay, and at once.
 	// (Optional) Default to 32768 and 131072.
@@ -210,6 +214,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.StatsSnapshotInterval, "stats-snapshot-interval", 30*time.Second, "how often routing statistics are saved to etcd")
 	fs.Float64Var(&cfg.HedgeBudgetUSD, "hedge-budget-usd", 5, "daily budget (USD, UTC day) for hedged second calls, shared by all edges; 0 disables hedging")
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
+	fs.DurationVar(&cfg.FastEnough, "fast-enough", time.Second, "typical time to first token under which an endpoint is never too slow to route to")
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding this replica's bearer token (role replica), sent to the broker's owner; re-read when it changes")
@@ -286,8 +291,8 @@ func (c *Config) validate() error {
 	if c.ProbeInterval < 0 || c.Cooldown < 0 || c.CooldownWindow < 0 || c.StatsSnapshotInterval < 0 || c.CooldownErrors < 0 {
 		errs = append(errs, errors.New("--probe-interval, --cooldown, --cooldown-window, --stats-snapshot-interval and --cooldown-errors must not be negative"))
 	}
-	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
-		errs = append(errs, errors.New("--hedge-*, and --activity-retention must not be negative"))
+	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
+		errs = append(errs, errors.New("--hedge-*, --fast-enough and --activity-retention must not be negative"))
 	}
 	if c.Exploration >= 1 {
 		errs = append(errs, fmt.Errorf("--exploration %g must be below 1", c.Exploration))
@@ -537,6 +542,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Stats: d.stats, Affinity: aff, Cooldown: d.cool,
 		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
 		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
+		FastEnough: cfg.FastEnough,
 	})
 	bcfg, err := broker.FromCatalog(c)
 	if err != nil {

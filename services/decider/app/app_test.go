@@ -242,6 +242,17 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestParseFlagsFastEnough(t *testing.T) {
+	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, time.Second, cfg.FastEnough)
+	cfg, err = ParseFlags([]string{"--catalog=c.yaml", "--fast-enough=50ms"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 50*time.Millisecond, cfg.FastEnough)
+	_, err = ParseFlags([]string{"--catalog=c.yaml", "--fast-enough=-1s"}, func(string) string { return "" }, io.Discard)
+	require.ErrorContains(t, err, "--fast-enough")
+}
+
 func TestExplainCommand(t *testing.T) {
 	dir := t.TempDir()
 	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})

@@ -94,7 +94,7 @@ func (c *call) serve() {
 		setLimitHeaders(c.w.Header(), lim, d)
 		if !d.Allowed {
 			c.outcome = outcomeRateLimited
-			writeRateLimited(c.w, d.RetryAfter, "Rate limit reached for requests or tokens per minute.")
+			writeRateLimited(c.w, c.p.scaled(d.RetryAfter), "Rate limit reached for requests or tokens per minute.")
 			return
 		}
 	}
@@ -109,7 +109,7 @@ func (c *call) serve() {
 		switch f.Kind {
 		case FaultRateLimit:
 			c.outcome = outcomeRateLimited
-			writeRateLimited(c.w, f.RetryAfter.D(), "Rate limit reached (simulated).")
+			writeRateLimited(c.w, c.p.scaled(f.RetryAfter.D()), "Rate limit reached (simulated).")
 			return
 		case FaultUnavailable:
 			c.outcome = outcomeUnavailable
@@ -127,11 +127,7 @@ func (c *call) serve() {
 		}
 	}
 
-	delay := c.cfg.FirstTokenDelay(c.prompt, c.cached)
-	if c.cfg.TTFT.Jitter > 0 {
-		delay = c.cfg.TTFT.jittered(delay, c.p.uniform())
-	}
-	if !c.sleep(delay) {
+	if !c.sleep(c.p.firstTokenDelay(c.cfg, c.prompt, c.cached)) {
 		c.outcome = outcomeCancelled
 		return
 	}
@@ -176,7 +172,7 @@ func (c *call) interval() time.Duration {
 	if c.cfg.TokensPerSecond <= 0 {
 		return 0
 	}
-	return time.Duration(float64(time.Second) / c.cfg.TokensPerSecond)
+	return c.p.scaled(time.Duration(float64(time.Second) / c.cfg.TokensPerSecond))
 }
 
 func (c *call) token(i int64) string { return c.words[i%int64(len(c.words))] + " " }

@@ -26,6 +26,12 @@ type Config struct {
 	// Seed seeds the random draws of jitter and faults (Optional). Defaults to
 	// 0: runs are reproducible unless asked otherwise.
 	Seed int64 `yaml:"seed" json:"seed"`
+	// TimeScale multiplies every delay the simulator produces — time to first
+	// token, the gap between output tokens, the Retry-After it sends — so a
+	// scenario measured in seconds can be replayed in a fraction of the time
+	// (Optional, above 0). Defaults to 1. Quota windows and cache lifetimes
+	// are not scaled.
+	TimeScale float64 `yaml:"time_scale" json:"time_scale"`
 }
 
 // ProviderConfig is one simulated provider: one listener, one API key, its
@@ -80,6 +86,10 @@ type TTFTConfig struct {
 	// Jitter multiplies the delay by a uniform factor in [1-jitter, 1+jitter]
 	// drawn from the seeded generator (Optional, 0 to 1). Defaults to 0.
 	Jitter float64 `yaml:"jitter" json:"jitter"`
+	// Spread multiplies the delay by e^(spread·Z), Z a standard normal draw
+	// from the seeded generator: a lognormal spread around the curve, the
+	// shape real first-token times have (Optional, 0 to 3). Defaults to 0.
+	Spread float64 `yaml:"spread" json:"spread"`
 	// ByBucket replaces the curve for prompts of one size bucket, keyed by
 	// tokens.Bucket labels "<8k", "8k-32k", "32k-128k", ">128k" (Optional), so
 	// a provider can be fast on short prompts and fall off a cliff on long ones.
@@ -205,6 +215,9 @@ func ParseConfig(data []byte) (Config, error) {
 // Validate returns every problem of c joined, nil if none.
 func (c Config) Validate() error {
 	var errs []error
+	if c.TimeScale < 0 || math.IsNaN(c.TimeScale) || math.IsInf(c.TimeScale, 0) {
+		errs = append(errs, fmt.Errorf("time_scale: must be a finite number above 0, got %v", c.TimeScale))
+	}
 	if len(c.Providers) == 0 {
 		errs = append(errs, errors.New("providers: at least one provider is required"))
 	}
@@ -276,6 +289,9 @@ func (m ModelConfig) validate(path string) []error {
 	checkCurve("ttft.", m.TTFT.curve())
 	if m.TTFT.Jitter < 0 || m.TTFT.Jitter > 1 || math.IsNaN(m.TTFT.Jitter) {
 		bad("ttft.jitter", "must be between 0 and 1, got %v", m.TTFT.Jitter)
+	}
+	if m.TTFT.Spread < 0 || m.TTFT.Spread > 3 || math.IsNaN(m.TTFT.Spread) {
+		bad("ttft.spread", "must be between 0 and 3, got %v", m.TTFT.Spread)
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.TTFT.ByBucket)) {
 		if !validBucket(k) {

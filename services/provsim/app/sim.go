@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -67,6 +68,8 @@ type Provider struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+	// scale multiplies every delay (Config.TimeScale).
+	scale float64
 
 	mu     sync.RWMutex
 	models map[string]*modelState
@@ -122,7 +125,7 @@ func start(ctx context.Context, cfg Config, logger *slog.Logger, opts options) (
 			}
 			return nil, fmt.Errorf("provider %s: listen %s: %w", pc.Name, pc.Listen, err)
 		}
-		p := newProvider(pc, cfg.Seed, logger.With("component", "provsim", "provider", pc.Name), opts)
+		p := newProvider(pc, cfg.Seed, cfg.TimeScale, logger.With("component", "provsim", "provider", pc.Name), opts)
 		p.ln = ln
 		p.srv = &http.Server{
 			Handler:           p.routes(),
@@ -145,7 +148,10 @@ func start(ctx context.Context, cfg Config, logger *slog.Logger, opts options) (
 	return s, nil
 }
 
-func newProvider(pc ProviderConfig, seed int64, logger *slog.Logger, opts options) *Provider {
+func newProvider(pc ProviderConfig, seed int64, timeScale float64, logger *slog.Logger, opts options) *Provider {
+	if timeScale == 0 {
+		timeScale = 1
+	}
 	// Each provider gets its own stream of draws, derived from the seed and
 	// its name, so one provider's traffic does not change another's faults.
 	h := fnv.New64a()
@@ -159,6 +165,7 @@ func newProvider(pc ProviderConfig, seed int64, logger *slog.Logger, opts option
 		served:  make(chan struct{}),
 		closing: make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(uint64(seed), h.Sum64())),
+		scale:   timeScale,
 		models:  map[string]*modelState{},
 	}
 	for _, mc := range pc.Models {
@@ -283,4 +290,33 @@ func (p *Provider) uniform() float64 {
 	p.rngMu.Lock()
 	defer p.rngMu.Unlock()
 	return p.rng.Float64()
+}
+
+// normal draws a standard normal variate from the provider's seeded generator.
+func (p *Provider) normal() float64 {
+	p.rngMu.Lock()
+	defer p.rngMu.Unlock()
+	return p.rng.NormFloat64()
+}
+
+// firstTokenDelay is the time to first token of one call: the model's curve,
+// its jitter and lognormal spread drawn from the seeded generator, times the
+// time scale.
+func (p *Provider) firstTokenDelay(m ModelConfig, prompt, cached int64) time.Duration {
+	delay := m.FirstTokenDelay(prompt, cached)
+	if m.TTFT.Jitter > 0 {
+		delay = m.TTFT.jittered(delay, p.uniform())
+	}
+	if m.TTFT.Spread > 0 {
+		delay = time.Duration(float64(delay) * math.Exp(m.TTFT.Spread*p.normal()))
+	}
+	return p.scaled(delay)
+}
+
+// scaled is d times the simulator's time scale.
+func (p *Provider) scaled(d time.Duration) time.Duration {
+	if p.scale == 1 {
+		return d
+	}
+	return time.Duration(float64(d) * p.scale)
 }

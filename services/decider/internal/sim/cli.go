@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,12 +26,29 @@ func Main(args []string, out, errOut io.Writer) error {
 	policies := fs.String("policies", "", "comma-separated policies (default all: "+policyNames()+")")
 	requests := fs.Int("requests", 0, "override the traffic file's request count")
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
+	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
+	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
 	plots := fs.String("plots", "", "also draw SVG plots into this directory: TTFT distributions per size, cost against TTFT p50")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var errs []error
+	if *probeEvery < 0 {
+		errs = append(errs, errors.New("--probe-interval must not be negative"))
+	}
+	var sizes []int64
+	for _, f := range strings.Split(*probeSizes, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("--probe-sizes: %q is not a positive number of tokens", f))
+			continue
+		}
+		sizes = append(sizes, n)
+	}
 	if *seeds < 1 || *seeds > 100 {
 		errs = append(errs, errors.New("--seeds must be in [1, 100]"))
 	}
@@ -77,12 +95,16 @@ func Main(args []string, out, errOut io.Writer) error {
 			return err
 		}
 	}
+	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes}
+	if *probeEvery == 0 {
+		opts.ProbeInterval = -1
+	}
 	started := time.Now()
 	sums := make([]Summary, len(pols))
 	for i, p := range pols {
 		sums[i].Policy = p.Name
 		for k := range *seeds {
-			res, err := Run(prof, traffic, trace, p, *seed+uint64(k), Options{HedgeBudgetUSD: *budget})
+			res, err := Run(prof, traffic, trace, p, *seed+uint64(k), opts)
 			if err != nil {
 				return err
 			}

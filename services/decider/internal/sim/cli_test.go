@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +71,27 @@ func TestCommandErrors(t *testing.T) {
 	require.ErrorContains(t, err, `unknown policy "fastest"`)
 	require.ErrorContains(t, err, "nope.yaml")
 	require.Empty(t, out.String())
+}
+
+func TestCommandProbeInterval(t *testing.T) {
+	probeCost := func(args ...string) string {
+		var out, errOut bytes.Buffer
+		require.NoError(t, Main(append([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
+			"--requests", "200", "--policies", "smart"}, args...), &out, &errOut))
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.Contains(line, "probe cost ($)") {
+				return strings.Fields(line)[len(strings.Fields(line))-1]
+			}
+		}
+		t.Fatalf("no probe cost in %s", out.String())
+		return ""
+	}
+	require.Equal(t, "0.000", probeCost("--probe-interval", "0"))
+	require.NotEqual(t, "0.000", probeCost())
+	var out, errOut bytes.Buffer
+	require.ErrorContains(t, Main([]string{"--probe-interval", "-1s"}, &out, &errOut), "--probe-interval must not be negative")
+	require.ErrorContains(t, Main([]string{"--probe-sizes", "2048,x"}, &out, &errOut), `--probe-sizes: "x" is not a positive number`)
+	small := probeCost("--probe-sizes", "1024")
+	require.NotEqual(t, "0.000", small)
+	require.NotEqual(t, probeCost(), small, "one small probe size costs less than the three default ones")
 }

@@ -31,6 +31,8 @@ type Options struct {
 	// ProbeInterval is how often each endpoint is probed at each size.
 	// (Optional) Defaults to 5m; negative disables probes.
 	ProbeInterval time.Duration
+	// ProbeSizes are the probe prompt sizes in tokens. (Optional) Defaults to the decider's.
+	ProbeSizes []int64
 	// MaxAttempts caps the calls per request, hedge included. (Optional) Defaults to 4.
 	MaxAttempts int
 	// FirstTokenTimeout is how long a call may take to its first token
@@ -144,7 +146,7 @@ func (e *engine) wire(p *Profile) {
 	e.observer = observe.New(observe.Options{Catalog: e.router, Stats: e.stats, Affinity: aff, Cooldown: e.cool,
 		Logger: slog.New(slog.DiscardHandler), Now: clock})
 	e.budget = hedge.New(max(e.o.HedgeBudgetUSD, 0), clock)
-	e.prober = probe.New(probe.Options{Interval: max(e.o.ProbeInterval, time.Second), Models: e.router.Models,
+	e.prober = probe.New(probe.Options{Interval: max(e.o.ProbeInterval, time.Second), Sizes: e.o.ProbeSizes, Models: e.router.Models,
 		Logger: slog.New(slog.DiscardHandler)})
 	for _, me := range e.router.Models() {
 		e.endpoints[me.Model] = me.Endpoints
