@@ -27,13 +27,20 @@ type Reader struct {
 	line []byte
 }
 
+// readBufferSize is the read buffer of one stream. Chat chunks are a few
+// hundred bytes, so 4 KiB holds several; a longer line is gathered across
+// reads (readLine), so the size bounds no event, only what each open
+// stream holds: at 64 KiB the buffers were most of an edge's memory per
+// stream and of its allocations (docs/benchmarks.md).
+const readBufferSize = 4 << 10
+
 // NewReader returns a Reader over r that refuses events larger than maxBytes
 // (DefaultMaxEventBytes when maxBytes <= 0).
 func NewReader(r io.Reader, maxBytes int) *Reader {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxEventBytes
 	}
-	return &Reader{br: bufio.NewReaderSize(r, 64<<10), max: maxBytes}
+	return &Reader{br: bufio.NewReaderSize(r, readBufferSize), max: maxBytes}
 }
 
 // Next returns the data of the next event, its data lines joined by "\n". It
