@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -83,7 +84,7 @@ func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPrefe
 func byLatency(a, b *candidate) int {
 	switch {
 	case a.samples > 0 && b.samples > 0:
-		return cmpDur(a.ttft, b.ttft)
+		return cmp.Compare(a.ttft, b.ttft)
 	case a.samples > 0:
 		return -1
 	case b.samples > 0:
@@ -248,16 +249,6 @@ func usualCost(cs []*candidate) float64 {
 }
 
 func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpDur(a, b time.Duration) int {
 	switch {
 	case a < b:
 		return -1

@@ -25,6 +25,7 @@
 package report
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -280,18 +281,8 @@ func (s *Stream) stale(cutoff, now time.Time) []*switchboardv1.ReconcileBatch {
 			out = append(out, &switchboardv1.ReconcileBatch{Reconciles: b.reconciles, Sequence: seq})
 		}
 	}
-	slices.SortFunc(out, func(a, b *switchboardv1.ReconcileBatch) int { return cmpUint(a.GetSequence(), b.GetSequence()) })
+	slices.SortFunc(out, func(a, b *switchboardv1.ReconcileBatch) int { return cmp.Compare(a.GetSequence(), b.GetSequence()) })
 	return out
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // UnackedReconciles returns how many reconciliations wait for the decider's
