@@ -22,9 +22,11 @@ var ErrEventTooLarge = errors.New("sse: event too large")
 
 // Reader yields the data payloads of a server-sent-event stream.
 type Reader struct {
-	br   *bufio.Reader
-	max  int
-	line []byte
+	br  *bufio.Reader
+	max int
+	// line gathers a line longer than the read buffer; data is the event
+	// being read. Both are reused from event to event.
+	line, data []byte
 }
 
 // readBufferSize is the read buffer of one stream. Chat chunks are a few
@@ -33,6 +35,9 @@ type Reader struct {
 // stream holds: at 64 KiB the buffers were most of an edge's memory per
 // stream and of its allocations (docs/benchmarks.md).
 const readBufferSize = 4 << 10
+
+// maxKeptBytes bounds the event buffer a stream keeps for its next event.
+const maxKeptBytes = 64 << 10
 
 // NewReader returns a Reader over r that refuses events larger than maxBytes
 // (DefaultMaxEventBytes when maxBytes <= 0).
@@ -48,7 +53,11 @@ func NewReader(r io.Reader, maxBytes int) *Reader {
 // io.ErrUnexpectedEOF when it ended inside one. The returned slice is only
 // valid until the next call.
 func (r *Reader) Next() ([]byte, error) {
-	var data []byte
+	if cap(r.data) > maxKeptBytes {
+		// One large event does not make every stream hold its size.
+		r.data = nil
+	}
+	data := r.data[:0]
 	seen := false
 	for {
 		line, err := r.readLine()
@@ -80,11 +89,13 @@ func (r *Reader) Next() ([]byte, error) {
 		}
 		if seen {
 			data = append(data, '\n')
+			r.data = data
 		}
 		if len(data)+len(value) > r.max {
 			return nil, fmt.Errorf("%w (over %d bytes)", ErrEventTooLarge, r.max)
 		}
 		data = append(data, value...)
+		r.data = data
 		seen = true
 	}
 }
@@ -113,16 +124,25 @@ func endsWithDone(data []byte, seen bool, last []byte) []byte {
 }
 
 // readLine returns the next line without its terminator ("\n" or "\r\n"). At
-// the end of the stream it returns what was read with io.EOF.
+// the end of the stream it returns what was read with io.EOF. The line is
+// valid until the next read: a line within the read buffer is returned
+// from it, uncopied.
 func (r *Reader) readLine() ([]byte, error) {
+	frag, err := r.br.ReadSlice('\n')
+	if err == nil {
+		if len(frag) > r.max+2 {
+			return nil, fmt.Errorf("%w (over %d bytes)", ErrEventTooLarge, r.max)
+		}
+		return bytes.TrimSuffix(frag[:len(frag)-1], []byte("\r")), nil
+	}
 	r.line = r.line[:0]
 	for {
-		frag, err := r.br.ReadSlice('\n')
 		if len(r.line)+len(frag) > r.max+2 {
 			return nil, fmt.Errorf("%w (over %d bytes)", ErrEventTooLarge, r.max)
 		}
 		r.line = append(r.line, frag...)
 		if errors.Is(err, bufio.ErrBufferFull) {
+			frag, err = r.br.ReadSlice('\n')
 			continue
 		}
 		if err != nil {

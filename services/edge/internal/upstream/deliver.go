@@ -10,6 +10,7 @@ import (
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
 
 // Deliver commits a ready leg to the client: its headers and what it held,
@@ -35,7 +36,7 @@ func (l *Leg) Deliver(ctx context.Context, w http.ResponseWriter) {
 // deliverPlain writes a non-streamed answer.
 func (l *Leg) deliverPlain(cw *clientWriter) {
 	cw.deadline()
-	if _, err := cw.w.Write(l.held[0]); err != nil {
+	if _, err := cw.w.Write(l.held); err != nil {
 		// The provider did its part; the report is about the provider.
 		l.Result.WriteFailed = true
 		l.c.log.Debug("client write failed", "request_id", l.req.ID, "error", err)
@@ -48,9 +49,11 @@ func (l *Leg) deliverPlain(cw *clientWriter) {
 
 // deliverStream writes what the leg held, then relays the rest of the
 // stream, the estimated usage chunk when the client asked for usage and the
-// provider sent none, and [DONE].
+// provider sent none, and [DONE]. Each chunk is rewritten into one buffer,
+// reused from chunk to chunk, and written from it once.
 func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
-	ok := cw.send(l.held...)
+	ok := cw.send(l.held)
+	buf := l.held[:0]
 	l.held = nil
 	if !ok {
 		l.clientGone(cw.err)
@@ -58,7 +61,9 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	}
 	l.Result.Delivered = l.heldText
 	for !l.ended {
-		out, info, st := l.step(ctx)
+		var info rewrite.Info
+		var st stepResult
+		buf, info, st = l.step(ctx, buf[:0])
 		if st == stepFail {
 			if ctx.Err() == nil {
 				// The client gets an error event and no [DONE], so it
@@ -68,14 +73,14 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 					"type":    "upstream_error",
 					"code":    "stream_interrupted",
 				}})
-				cw.send(ev)
+				cw.send(appendEvent(buf[:0], ev))
 			}
 			return
 		}
-		if out == nil {
+		if len(buf) == 0 {
 			continue
 		}
-		if !cw.send(out) {
+		if !cw.send(buf) {
 			l.clientGone(cw.err)
 			return
 		}
@@ -84,12 +89,12 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	if l.req.IncludeUsage && l.Result.Usage == nil {
 		// The client asked for usage and the provider sent none: it gets
 		// the estimate it is billed for.
-		if !cw.send(l.rw.UsageChunk(l.req.ID, l.req.EstimatedUsage(l.Result.Delivered))) {
+		if !cw.send(appendEvent(buf[:0], l.rw.UsageChunk(l.req.ID, l.req.EstimatedUsage(l.Result.Delivered)))) {
 			l.clientGone(cw.err)
 			return
 		}
 	}
-	if !cw.send([]byte("[DONE]")) {
+	if !cw.send(appendEvent(buf[:0], []byte("[DONE]"))) {
 		l.clientGone(cw.err)
 		return
 	}
@@ -122,19 +127,15 @@ type clientWriter struct {
 // deadline sets the connection's write deadline for the next write.
 func (cw *clientWriter) deadline() { _ = cw.rc.SetWriteDeadline(time.Now().Add(cw.timeout)) }
 
-// send writes events as server-sent events and flushes them, reporting
-// whether that worked; cw.err says why not.
-func (cw *clientWriter) send(events ...[]byte) bool {
+// send writes events, already framed as server-sent events, and flushes
+// them, reporting whether that worked; cw.err says why not.
+func (cw *clientWriter) send(events []byte) bool {
 	// The provider's idle clock stops while the client is written to.
 	cw.wd.pause()
 	defer cw.wd.resume()
 	cw.deadline()
-	for _, e := range events {
-		buf := make([]byte, 0, len(e)+8)
-		buf = append(buf, "data: "...)
-		buf = append(buf, e...)
-		buf = append(buf, "\n\n"...)
-		if _, cw.err = cw.w.Write(buf); cw.err != nil {
+	if len(events) > 0 {
+		if _, cw.err = cw.w.Write(events); cw.err != nil {
 			return false
 		}
 	}

@@ -107,7 +107,9 @@ type Leg struct {
 	rd      *sse.Reader
 	rw      rewrite.Rewriter
 
-	held      [][]byte
+	// held is what was read before the leg was committed: a stream's
+	// chunks, framed as the client's events, or a non-streamed answer.
+	held      []byte
 	heldBytes int
 	heldText  int64
 	// ended is set once the provider's answer is complete.

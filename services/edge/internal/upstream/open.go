@@ -153,16 +153,20 @@ func (l *Leg) openPlain(ctx context.Context) bool {
 		return false
 	}
 	l.Result.Usage = info.Usage
-	l.held, l.heldText, l.ended = [][]byte{out}, info.TextBytes, true
+	l.held, l.heldText, l.ended = out, info.TextBytes, true
 	return true
 }
 
 // openStream reads a stream until its first token, holding back every chunk
-// before it: until then, nothing has reached the client.
+// before it, framed as the client's events: until then, nothing has reached
+// the client.
 func (l *Leg) openStream(ctx context.Context) bool {
 	l.rd = sse.NewReader(watchedReader{r: l.resp.Body, wd: l.wd}, 0)
 	for {
-		out, info, st := l.step(ctx)
+		before := len(l.held)
+		var info rewrite.Info
+		var st stepResult
+		l.held, info, st = l.step(ctx, l.held)
 		switch st {
 		case stepFail:
 			return false
@@ -171,9 +175,8 @@ func (l *Leg) openStream(ctx context.Context) bool {
 			// the provider's answer.
 			return true
 		}
-		if out != nil {
-			l.held = append(l.held, out)
-			l.heldBytes += len(out)
+		if len(l.held) > before {
+			l.heldBytes += len(l.held) - before - len(eventPrefix) - len(eventSuffix)
 			l.heldText += info.TextBytes
 		}
 		if info.Token || l.heldBytes > maxHeldBytes {
@@ -192,14 +195,30 @@ const (
 	stepFail                    // the stream failed; l.Result says why
 )
 
-// step reads and rewrites one stream event.
-func (l *Leg) step(ctx context.Context) ([]byte, rewrite.Info, stepResult) {
+// Framing of one server-sent event for the client.
+const (
+	eventPrefix = "data: "
+	eventSuffix = "\n\n"
+)
+
+// appendEvent appends data framed as one server-sent event.
+func appendEvent(dst, data []byte) []byte {
+	dst = append(dst, eventPrefix...)
+	dst = append(dst, data...)
+	return append(dst, eventSuffix...)
+}
+
+// step reads and rewrites one stream event, appending it to dst framed as
+// the client's event unless the client does not get it (dst then comes
+// back as it was). The provider's event is rewritten straight into dst:
+// no copy of it is made on the way.
+func (l *Leg) step(ctx context.Context, dst []byte) ([]byte, rewrite.Info, stepResult) {
 	data, err := l.rd.Next()
 	if err != nil {
 		if errors.Is(err, io.EOF) && l.sawFinish {
 			// Some providers close after the last chunk without [DONE].
 			l.ended = true
-			return nil, rewrite.Info{}, stepEnd
+			return dst, rewrite.Info{}, stepEnd
 		}
 		switch {
 		case errors.Is(err, sse.ErrEventTooLarge):
@@ -211,20 +230,26 @@ func (l *Leg) step(ctx context.Context) ([]byte, rewrite.Info, stepResult) {
 		default:
 			l.failTransport(ctx, err, true)
 		}
-		return nil, rewrite.Info{}, stepFail
+		return dst, rewrite.Info{}, stepFail
 	}
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
 		l.ended = true
-		return nil, rewrite.Info{}, stepEnd
+		return dst, rewrite.Info{}, stepEnd
 	}
-	out, info, err := l.rw.Rewrite(data)
+	start := len(dst)
+	out, info, forward, err := l.rw.Append(append(dst, eventPrefix...), data)
 	if err != nil {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed stream chunk", err.Error())
-		return nil, info, stepFail
+		return dst[:start], info, stepFail
 	}
 	if info.ErrMsg != "" {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, "provider sent an error", truncate(info.ErrMsg, maxErrorText))
-		return nil, info, stepFail
+		return out[:start], info, stepFail
+	}
+	if forward {
+		out = append(out, eventSuffix...)
+	} else {
+		out = out[:start]
 	}
 	if info.Usage != nil {
 		l.Result.Usage = info.Usage
