@@ -89,6 +89,9 @@ func (rw *Rewriter) Append(dst, data []byte) (out []byte, info Info, forward boo
 		rw.members, rw.usageMembers, rw.names = nil, nil, nil
 	}
 	rw.members, rw.usageMembers, rw.names = rw.members[:0], rw.usageMembers[:0], rw.names[:0]
+	if rw.members == nil {
+		rw.members = make([]member, 0, 16) // a chunk has a handful
+	}
 	if !rw.scanTop(&s, &c) {
 		return dst, info, false, fmt.Errorf("%w: not a JSON object", errMalformed)
 	}

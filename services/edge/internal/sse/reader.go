@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // DefaultMaxEventBytes bounds one event. Chunks carrying a whole tool-call
@@ -39,13 +40,36 @@ const readBufferSize = 4 << 10
 // maxKeptBytes bounds the event buffer a stream keeps for its next event.
 const maxKeptBytes = 64 << 10
 
+// readers keeps released Readers, their buffers with them, for the next
+// streams: every streamed call needs one.
+var readers sync.Pool
+
 // NewReader returns a Reader over r that refuses events larger than maxBytes
 // (DefaultMaxEventBytes when maxBytes <= 0).
 func NewReader(r io.Reader, maxBytes int) *Reader {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxEventBytes
 	}
+	if rd, ok := readers.Get().(*Reader); ok {
+		rd.br.Reset(r)
+		rd.max = maxBytes
+		return rd
+	}
 	return &Reader{br: bufio.NewReaderSize(r, readBufferSize), max: maxBytes}
+}
+
+// Release gives the Reader back for another stream once its stream is done
+// with: neither it nor anything Next returned may be used afterwards.
+func (r *Reader) Release() {
+	r.br.Reset(nil)
+	if cap(r.data) > maxKeptBytes {
+		r.data = nil
+	}
+	if cap(r.line) > maxKeptBytes {
+		r.line = nil
+	}
+	r.data, r.line = r.data[:0], r.line[:0]
+	readers.Put(r)
 }
 
 // Next returns the data of the next event, its data lines joined by "\n". It

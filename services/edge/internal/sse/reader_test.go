@@ -53,3 +53,22 @@ func TestReader(t *testing.T) {
 		})
 	}
 }
+
+// TestReleasedReaderStartsClean: a reader given back and taken again for
+// another stream reads only that stream, nothing left from the last one.
+func TestReleasedReaderStartsClean(t *testing.T) {
+	for range 3 {
+		r := NewReader(strings.NewReader("data: a\n\ndata: left over\n\ndata: b"), 0)
+		ev, err := r.Next()
+		require.NoError(t, err)
+		require.Equal(t, "a", string(ev))
+		r.Release()
+		r = NewReader(strings.NewReader("data: c\n\n"), 0)
+		ev, err = r.Next()
+		require.NoError(t, err)
+		require.Equal(t, "c", string(ev))
+		_, err = r.Next()
+		require.ErrorIs(t, err, io.EOF)
+		r.Release()
+	}
+}

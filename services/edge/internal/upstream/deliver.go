@@ -54,7 +54,8 @@ func (l *Leg) deliverPlain(cw *clientWriter) {
 func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	ok := cw.send(l.held)
 	buf := l.held[:0]
-	l.held = nil
+	// The relay buffer is held's: Close gives it back.
+	defer func() { l.held = buf }()
 	if !ok {
 		l.clientGone(cw.err)
 		return

@@ -167,6 +167,13 @@ func (l *Leg) Close() {
 	if l.resp != nil {
 		_ = l.resp.Body.Close()
 	}
+	if l.rd != nil {
+		// Open has returned (Close is never called before it does) and
+		// the stream is closed: nothing reads the reader any more.
+		l.rd.Release()
+		l.rd = nil
+	}
+	putBuffer(l.held)
 	l.held = nil
 	end := time.Now()
 	switch {

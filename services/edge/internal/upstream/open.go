@@ -162,6 +162,7 @@ func (l *Leg) openPlain(ctx context.Context) bool {
 // the client.
 func (l *Leg) openStream(ctx context.Context) bool {
 	l.rd = sse.NewReader(watchedReader{r: l.resp.Body, wd: l.wd}, 0)
+	l.held = getBuffer()
 	for {
 		before := len(l.held)
 		var info rewrite.Info

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -21,6 +22,30 @@ const maxErrorBodyBytes = 64 << 10
 // maxHeldBytes bounds the chunks held back before the first token; past it
 // the answer is committed anyway rather than buffered without end.
 const maxHeldBytes = 1 << 20
+
+// buffers keeps the buffers streams are relayed through (*[]byte), for
+// the next streams.
+var buffers sync.Pool
+
+// maxKeptBuffer bounds the buffers kept: one answer of megabytes does not
+// make the pool hold its size.
+const maxKeptBuffer = 64 << 10
+
+// getBuffer returns an empty buffer for relaying a stream.
+func getBuffer() []byte {
+	if b, ok := buffers.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 2<<10)
+}
+
+// putBuffer gives back a buffer no longer used.
+func putBuffer(b []byte) {
+	if b == nil || cap(b) > maxKeptBuffer {
+		return
+	}
+	buffers.Put(&b)
+}
 
 // maxErrorText bounds provider text copied into reports and client errors.
 const maxErrorText = 512

@@ -1,0 +1,74 @@
+package upstream
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
+)
+
+// noCredentials is a credential store with none.
+type noCredentials struct{}
+
+func (noCredentials) Lookup(string, *url.URL) (string, error) { return "", nil }
+
+// discard is a client that takes every write and flush.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+func (d *discard) Flush()                      {}
+
+// BenchmarkStreamedLeg is one streamed call end to end on loopback: a
+// provider streaming five small chunks (the last with finish_reason and
+// usage) and [DONE], each flushed, read, rewritten and relayed by a leg.
+func BenchmarkStreamedLeg(b *testing.B) {
+	words := []string{"Hello", " from", " the", " fake", " upstream"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		var buf []byte
+		for i, word := range words {
+			buf = append(buf[:0], `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench-model","choices":[{"index":0,"delta":{"content":`...)
+			buf = strconv.AppendQuote(buf, word)
+			buf = append(buf, `},"finish_reason":`...)
+			if i == len(words)-1 {
+				buf = append(buf, `"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`+"\n\ndata: [DONE]"...)
+			} else {
+				buf = append(buf, `null}]}`...)
+			}
+			buf = append(buf, "\n\n"...)
+			_, _ = w.Write(buf)
+			_ = rc.Flush()
+		}
+	}))
+	defer srv.Close()
+	c := New(Options{Client: srv.Client(), Credentials: noCredentials{}, FirstTokenTimeout: time.Minute,
+		IdleTimeout: time.Minute, WriteTimeout: time.Minute})
+	ep := &switchboardv1.Endpoint{Id: "e", Provider: "alpha", BaseUrl: srv.URL + "/v1", UpstreamModel: "up"}
+	body := []byte(`{"model":"up","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	req := Request{ID: "gen-1", Stream: true, IncludeUsage: true,
+		Body:     func(string) ([]byte, error) { return body, nil },
+		Rewriter: rewrite.Rewriter{ID: rewrite.String("gen-1"), Model: rewrite.String("org/model"), Provider: rewrite.String("alpha"), KeepUsage: true},
+	}
+	ctx := context.Background()
+	w := &discard{h: http.Header{}}
+	for b.Loop() {
+		l := c.NewLeg(ctx, req, ep)
+		if !l.Open(ctx) {
+			b.Fatalf("open: %s", l.Result.ErrText)
+		}
+		l.Deliver(ctx, w)
+		l.Close()
+		if l.Result.Outcome != switchboardv1.Outcome_OUTCOME_OK {
+			b.Fatalf("outcome %v: %s", l.Result.Outcome, l.Result.ErrText)
+		}
+	}
+}
