@@ -33,7 +33,7 @@ func FuzzReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, piece uint8, max uint16) {
 		limit := int(max)
 		whole, wholeErr := readAll(t, bytes.NewReader(in), limit, len(in))
-		split, splitErr := readAll(t, &pieces{b: in, n: int(piece)}, limit, len(in))
+		split, splitErr := readAll(t, &pieces{b: in, n: int(piece), t: t}, limit, len(in))
 		if !errors.Is(splitErr, classOf(wholeErr)) {
 			t.Fatalf("split into %d-byte reads: error %v, whole: %v", piece, splitErr, wholeErr)
 		}
@@ -57,11 +57,16 @@ func readAll(t *testing.T, r io.Reader, limit, inLen int) ([][]byte, error) {
 		max = DefaultMaxEventBytes
 	}
 	sr := NewReader(r, limit)
+	p, _ := r.(*pieces)
 	var events [][]byte
 	total := 0
 	// Every event consumes at least one byte (its blank line), so a stream
 	// of n bytes has at most n events.
 	for range inLen + 1 {
+		if p != nil {
+			// An event Ready says is whole is read without reading on.
+			p.ready = sr.Ready()
+		}
 		ev, err := sr.Next()
 		if err != nil {
 			if classOf(err) == nil {
@@ -92,13 +97,19 @@ func classOf(err error) error {
 	return nil
 }
 
-// pieces returns b at most n bytes per Read (all of it when n is 0).
+// pieces returns b at most n bytes per Read (all of it when n is 0). It
+// fails the test when read while ready is set.
 type pieces struct {
-	b []byte
-	n int
+	b     []byte
+	n     int
+	t     *testing.T
+	ready bool
 }
 
 func (p *pieces) Read(out []byte) (int, error) {
+	if p.ready {
+		p.t.Fatalf("read on although Ready said the next event was whole")
+	}
 	if len(p.b) == 0 {
 		return 0, io.EOF
 	}

@@ -124,6 +124,33 @@ func (r *Reader) Next() ([]byte, error) {
 	}
 }
 
+// Ready reports whether the next event is already read from the stream,
+// whole: Next will return it without waiting for the provider. A relay
+// holds back what it has for the client only while this is so, and
+// writes it out before Next would wait.
+func (r *Reader) Ready() bool {
+	buf, _ := r.br.Peek(r.br.Buffered()) // never reads: all of it is buffered
+	seen := false
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			return false
+		}
+		line := bytes.TrimSuffix(buf[:i], []byte("\r"))
+		buf = buf[i+1:]
+		switch {
+		case len(line) == 0:
+			if seen {
+				return true
+			}
+		case line[0] == ':':
+		default:
+			field, _, _ := bytes.Cut(line, []byte(":"))
+			seen = seen || string(field) == "data"
+		}
+	}
+}
+
 // done is the terminator OpenAI-compatible streams end with.
 var done = []byte("[DONE]")
 

@@ -72,3 +72,36 @@ func TestReleasedReaderStartsClean(t *testing.T) {
 		r.Release()
 	}
 }
+
+// TestReady: Ready says whether the next event is whole in what was read,
+// so that Next returns it without reading the stream again.
+func TestReady(t *testing.T) {
+	tests := []struct {
+		rest  string
+		ready bool
+	}{
+		{rest: "", ready: false},
+		{rest: "data: b\n\n", ready: true},
+		{rest: "data: b\r\n\r\n", ready: true},
+		{rest: "data: b\n", ready: false},
+		{rest: "data: b", ready: false},
+		{rest: ": keep-alive\n\n", ready: false},
+		{rest: "event: x\nid: 1\n\n", ready: false},
+		{rest: ": keep-alive\n\nevent: x\n\ndata: b\n\n", ready: true},
+		{rest: "data: b\ndata: c\n\n", ready: true},
+		{rest: "data\n\n", ready: true},
+		{rest: "\n\n\n", ready: false},
+	}
+	for _, tt := range tests {
+		r := NewReader(strings.NewReader("data: a\n\n"+tt.rest), 0)
+		ev, err := r.Next()
+		require.NoError(t, err)
+		require.Equal(t, "a", string(ev))
+		require.Equal(t, tt.ready, r.Ready(), "%q", tt.rest)
+		if tt.ready {
+			// Ready promised an event: Next returns one, not an error.
+			_, err := r.Next()
+			require.NoError(t, err, "%q", tt.rest)
+		}
+	}
+}

@@ -18,13 +18,17 @@ type noCredentials struct{}
 
 func (noCredentials) Lookup(string, *url.URL) (string, error) { return "", nil }
 
-// discard is a client that takes every write and flush.
-type discard struct{ h http.Header }
+// discard is a client that takes every write and flush, counting the
+// flushes.
+type discard struct {
+	h       http.Header
+	flushes int
+}
 
 func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
-func (d *discard) Flush()                      {}
+func (d *discard) Flush()                      { d.flushes++ }
 
 // BenchmarkStreamedLeg is one streamed call end to end on loopback: a
 // provider streaming five small chunks (the last with finish_reason and
@@ -71,4 +75,5 @@ func BenchmarkStreamedLeg(b *testing.B) {
 			b.Fatalf("outcome %v: %s", l.Result.Outcome, l.Result.ErrText)
 		}
 	}
+	b.ReportMetric(float64(w.flushes)/float64(b.N), "flushes/op")
 }

@@ -53,9 +53,13 @@ func (l *Leg) deliverPlain(cw *clientWriter) {
 // reused from chunk to chunk, and written from it once.
 func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	ok := cw.send(l.held)
-	buf := l.held[:0]
+	// pending is what was rewritten for the client and not written yet,
+	// pendingText the generated text in it. Chunks that arrived together
+	// go out in one write: each is written as soon as no further chunk
+	// is at hand, never held while the edge waits for the provider.
+	pending, pendingText := l.held[:0], int64(0)
 	// The relay buffer is held's: Close gives it back.
-	defer func() { l.held = buf }()
+	defer func() { l.held = pending }()
 	if !ok {
 		l.clientGone(cw.err)
 		return
@@ -64,8 +68,12 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	for !l.ended {
 		var info rewrite.Info
 		var st stepResult
-		buf, info, st = l.step(ctx, buf[:0])
+		before := len(pending)
+		pending, info, st = l.step(ctx, pending)
 		if st == stepFail {
+			if len(pending) > 0 && cw.send(pending) {
+				l.Result.Delivered += pendingText
+			}
 			if ctx.Err() == nil {
 				// The client gets an error event and no [DONE], so it
 				// cannot mistake a truncated answer for a complete one.
@@ -74,31 +82,36 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 					"type":    "upstream_error",
 					"code":    "stream_interrupted",
 				}})
-				cw.send(appendEvent(buf[:0], ev))
+				cw.send(appendEvent(pending[:0], ev))
 			}
 			return
 		}
-		if len(buf) == 0 {
+		if len(pending) > before {
+			pendingText += info.TextBytes
+		}
+		if l.ended || len(pending) == 0 || (len(pending) < maxPendingBytes && l.rd.Ready()) {
 			continue
 		}
-		if !cw.send(buf) {
+		if !cw.send(pending) {
 			l.clientGone(cw.err)
 			return
 		}
-		l.Result.Delivered += info.TextBytes
+		l.Result.Delivered += pendingText
+		pending, pendingText = pending[:0], 0
 	}
+	// The last chunks, the estimated usage chunk when the client asked for
+	// usage and the provider sent none, and [DONE] go out together.
 	if l.req.IncludeUsage && l.Result.Usage == nil {
 		// The client asked for usage and the provider sent none: it gets
 		// the estimate it is billed for.
-		if !cw.send(appendEvent(buf[:0], l.rw.UsageChunk(l.req.ID, l.req.EstimatedUsage(l.Result.Delivered)))) {
-			l.clientGone(cw.err)
-			return
-		}
+		pending = appendEvent(pending, l.rw.UsageChunk(l.req.ID, l.req.EstimatedUsage(l.Result.Delivered+pendingText)))
 	}
-	if !cw.send(appendEvent(buf[:0], []byte("[DONE]"))) {
+	pending = appendEvent(pending, []byte("[DONE]"))
+	if !cw.send(pending) {
 		l.clientGone(cw.err)
 		return
 	}
+	l.Result.Delivered += pendingText
 	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
 }
 

@@ -47,6 +47,9 @@ func putBuffer(b []byte) {
 	buffers.Put(&b)
 }
 
+// maxPendingBytes bounds the chunks written to the client together.
+const maxPendingBytes = 32 << 10
+
 // maxErrorText bounds provider text copied into reports and client errors.
 const maxErrorText = 512
 
