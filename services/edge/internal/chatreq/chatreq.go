@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -247,24 +248,24 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	out.hashes = make([]uint64, 0, len(msgs))
 	out.cumTokens = make([]int64, 0, len(msgs))
 	h := sha256.New()
+	scratch := make([]byte, 512)
 	var sum [sha256.Size]byte
 	var prev [8]byte
 	h.Write([]byte(seed))
 	binary.BigEndian.PutUint64(prev[:], binary.BigEndian.Uint64(h.Sum(sum[:0])))
 	cum := int64(tokens.PromptOverhead) + tokens.Text(seed)
 	for i, m := range msgs {
-		param := fmt.Sprintf("messages[%d]", i)
 		role, ok := m.Role.(string)
 		if !ok || role == "" {
-			return out, fieldErr(param+".role", "must be a non-empty string")
+			return out, fieldErr(messageParam(i)+".role", "must be a non-empty string")
 		}
 		name := ""
 		if m.Name != nil {
 			if name, ok = m.Name.(string); !ok {
-				return out, fieldErr(param+".name", "must be a string")
+				return out, fieldErr(messageParam(i)+".name", "must be a string")
 			}
 		}
-		text, extra, err := contentText(m, role, param+".content")
+		text, extra, err := contentText(m, role, i)
 		if err != nil {
 			return out, err
 		}
@@ -278,7 +279,7 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 			var n [8]byte
 			binary.BigEndian.PutUint64(n[:], uint64(len(f)))
 			h.Write(n[:])
-			h.Write([]byte(f))
+			writeString(h, f, scratch)
 		}
 		copy(prev[:], h.Sum(sum[:0])[:8])
 		cum += tokens.MessageTokens(tm)
@@ -286,6 +287,20 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 		out.cumTokens = append(out.cumTokens, cum)
 	}
 	return out, nil
+}
+
+// messageParam names message i in an error.
+func messageParam(i int) string { return fmt.Sprintf("messages[%d]", i) }
+
+// writeString writes s to w through buf, a piece at a time: a conversion
+// to []byte would copy every text of every prompt, long ones included, to
+// the heap.
+func writeString(w io.Writer, s string, buf []byte) {
+	for len(s) > 0 {
+		n := copy(buf[:], s)
+		_, _ = w.Write(buf[:n])
+		s = s[n:]
+	}
 }
 
 // structureError explains why messages did not decode as an array of
@@ -309,27 +324,28 @@ func structureError(raw json.RawMessage) *Error {
 // non-text parts, so that they still count in the prefix fingerprint. Null or
 // absent content is allowed only where OpenAI allows it: an assistant
 // message carrying tool calls.
-func contentText(m wireMessage, role, param string) (text, extra string, err error) {
+func contentText(m wireMessage, role string, i int) (text, extra string, err error) {
+	param := func() string { return messageParam(i) + ".content" }
 	switch c := m.Content.(type) {
 	case nil:
 		hasCalls := (len(m.ToolCalls) > 0 && !isNull(m.ToolCalls)) || (len(m.Function) > 0 && !isNull(m.Function))
 		if role == "assistant" && hasCalls {
 			return "", "", nil
 		}
-		return "", "", fieldErr(param, "is required")
+		return "", "", fieldErr(param(), "is required")
 	case string:
 		return c, "", nil
 	case []any:
 		var b, x strings.Builder
 		for j, p := range c {
-			pp := fmt.Sprintf("%s[%d]", param, j)
+			pp := func() string { return fmt.Sprintf("%s[%d]", param(), j) }
 			part, ok := p.(map[string]any)
 			if !ok {
-				return "", "", fieldErr(pp, "must be a content part object")
+				return "", "", fieldErr(pp(), "must be a content part object")
 			}
 			typ, ok := part["type"].(string)
 			if !ok || typ == "" {
-				return "", "", fieldErr(pp+".type", "must be a non-empty string")
+				return "", "", fieldErr(pp()+".type", "must be a non-empty string")
 			}
 			if typ != "text" {
 				// Maps marshal with sorted keys: a canonical form.
@@ -339,13 +355,13 @@ func contentText(m wireMessage, role, param string) (text, extra string, err err
 			}
 			t, ok := part["text"].(string)
 			if !ok {
-				return "", "", fieldErr(pp+".text", "must be a string")
+				return "", "", fieldErr(pp()+".text", "must be a string")
 			}
 			b.WriteString(t)
 		}
 		return b.String(), x.String(), nil
 	default:
-		return "", "", fieldErr(param, "must be a string or an array of content parts")
+		return "", "", fieldErr(param(), "must be a string or an array of content parts")
 	}
 }
 
@@ -483,6 +499,9 @@ func asString(raw json.RawMessage) (string, bool) {
 // estimate of tools and schemas does not depend on the client's formatting
 // (the provider simulator counts the same way).
 func compact(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
 		return string(raw)
