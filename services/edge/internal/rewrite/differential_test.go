@@ -194,6 +194,16 @@ func checkAgainstReference(t *testing.T, data []byte, opts uint8) {
 	} else {
 		require.Equal(t, string(prefix), string(out))
 	}
+
+	// So does a rewriter that gave its scratch space back, and one that
+	// took another's.
+	rw.Release()
+	again, _, _ := rw.Rewrite(data)
+	require.Equal(t, string(got), string(again))
+	other := Rewriter{Model: rw.Model, Provider: rw.Provider, ID: rw.ID, KeepUsage: rw.KeepUsage, Cost: rw.Cost, AddUsage: rw.AddUsage}
+	again, _, _ = other.Rewrite(data)
+	other.Release()
+	require.Equal(t, string(got), string(again))
 }
 
 // errClass is which malformation err reports, "" for none.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 )
@@ -90,7 +91,7 @@ func (rw *Rewriter) Append(dst, data []byte) (out []byte, info Info, forward boo
 	}
 	rw.members, rw.usageMembers, rw.names = rw.members[:0], rw.usageMembers[:0], rw.names[:0]
 	if rw.members == nil {
-		rw.members = make([]member, 0, 16) // a chunk has a handful
+		rw.members = getMembers()
 	}
 	if !rw.scanTop(&s, &c) {
 		return dst, info, false, fmt.Errorf("%w: not a JSON object", errMalformed)
@@ -275,6 +276,27 @@ func (rw *Rewriter) keep(ms []member, s *scanner, m member) []member {
 		m.name = span{start, len(rw.names)}
 	}
 	return append(ms, m)
+}
+
+// scratch keeps the member lists of released Rewriters (*[]member).
+var scratch sync.Pool
+
+// getMembers returns an empty member list.
+func getMembers() []member {
+	if ms, ok := scratch.Get().(*[]member); ok {
+		return (*ms)[:0]
+	}
+	return make([]member, 0, 16) // a chunk has a handful
+}
+
+// Release gives the Rewriter's scratch space back for other answers, once
+// it has rewritten its last chunk; it may still be used afterwards, at the
+// cost of new scratch space.
+func (rw *Rewriter) Release() {
+	if ms := rw.members; ms != nil && cap(ms) <= maxKeptMembers {
+		scratch.Put(&ms)
+	}
+	rw.members, rw.usageMembers, rw.names = nil, nil, nil
 }
 
 // maxKeptMembers bounds the scratch space a Rewriter keeps between chunks.

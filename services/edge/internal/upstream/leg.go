@@ -175,6 +175,7 @@ func (l *Leg) Close() {
 	}
 	putBuffer(l.held)
 	l.held = nil
+	l.rw.Release()
 	end := time.Now()
 	switch {
 	case l.lost && l.ready:
