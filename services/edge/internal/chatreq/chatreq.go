@@ -248,7 +248,7 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	out.hashes = make([]uint64, 0, len(msgs))
 	out.cumTokens = make([]int64, 0, len(msgs))
 	h := sha256.New()
-	scratch := make([]byte, 512)
+	var scratch []byte
 	var sum [sha256.Size]byte
 	var prev [8]byte
 	h.Write([]byte(seed))
@@ -279,7 +279,7 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 			var n [8]byte
 			binary.BigEndian.PutUint64(n[:], uint64(len(f)))
 			h.Write(n[:])
-			writeString(h, f, scratch)
+			scratch = writeString(h, f, scratch)
 		}
 		copy(prev[:], h.Sum(sum[:0])[:8])
 		cum += tokens.MessageTokens(tm)
@@ -292,15 +292,20 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 // messageParam names message i in an error.
 func messageParam(i int) string { return fmt.Sprintf("messages[%d]", i) }
 
-// writeString writes s to w through buf, a piece at a time: a conversion
-// to []byte would copy every text of every prompt, long ones included, to
-// the heap.
-func writeString(w io.Writer, s string, buf []byte) {
+// writeString writes s to w through buf, a piece of at most 512 bytes at
+// a time, and returns buf, grown to fit s up to that: a conversion to
+// []byte would copy every text of every prompt, long ones included, to the
+// heap.
+func writeString(w io.Writer, s string, buf []byte) []byte {
+	if want := min(len(s), 512); len(buf) < want {
+		buf = make([]byte, max(want, 64))
+	}
 	for len(s) > 0 {
-		n := copy(buf[:], s)
+		n := copy(buf, s)
 		_, _ = w.Write(buf[:n])
 		s = s[n:]
 	}
+	return buf
 }
 
 // structureError explains why messages did not decode as an array of
