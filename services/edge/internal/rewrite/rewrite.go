@@ -286,7 +286,7 @@ func getMembers() []member {
 	if ms, ok := scratch.Get().(*[]member); ok {
 		return (*ms)[:0]
 	}
-	return make([]member, 0, 16) // a chunk has a handful
+	return make([]member, 0, 8) // a chunk has a handful
 }
 
 // Release gives the Rewriter's scratch space back for other answers, once

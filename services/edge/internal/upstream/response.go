@@ -36,7 +36,7 @@ func getBuffer() []byte {
 	if b, ok := buffers.Get().(*[]byte); ok {
 		return (*b)[:0]
 	}
-	return make([]byte, 0, 2<<10)
+	return make([]byte, 0, 512) // a few chunks; an open stream holds it
 }
 
 // putBuffer gives back a buffer no longer used.
