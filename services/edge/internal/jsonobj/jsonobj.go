@@ -1,5 +1,5 @@
 // Package jsonobj writes JSON objects from already valid raw values, for the
-// request and answer rewriting the edge does on every call.
+// request bodies the edge sends providers and the usage chunks it adds.
 package jsonobj
 
 import (
@@ -10,7 +10,7 @@ import (
 
 // Encode writes a JSON object, keys sorted, copying each raw value as is:
 // json.Marshal would validate and compact every value again, which matters
-// for request bodies of megabytes and for every chunk of every stream.
+// for request bodies of megabytes.
 func Encode(fields map[string]json.RawMessage) []byte {
 	keys := make([]string, 0, len(fields))
 	size := 2
