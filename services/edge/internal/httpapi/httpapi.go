@@ -479,24 +479,54 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 	}
 }
 
+// maxPresizedBody bounds the buffer allocated ahead of a body from its
+// Content-Length: what a client only claims it will send gets no more.
+const maxPresizedBody = 64 << 10
+
+// readAll is io.ReadAll into a buffer sized ahead from the body's
+// Content-Length (up to maxPresizedBody; -1 when unknown), so that a body
+// is read without regrowing and copying its buffer on the way.
+func readAll(r io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength < 0 || contentLength > maxPresizedBody {
+		return io.ReadAll(r)
+	}
+	// One byte over, so that the read that finds the end does not grow it.
+	b := make([]byte, 0, contentLength+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // longer than it said: grow
+		}
+	}
+}
+
 // readBody reads the body up to MaxBodyBytes, within the body read timeout
 // guardBody set. A body over the limit is refused by its Content-Length
 // before reading a byte when it has one. Once read, the deadline is
 // cleared, so it cannot cut the answer: the server watches the connection
 // for the client leaving under the same deadline.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
-		message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
+	tooLarge := func() *apiError {
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+			message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
+	}
 	if r.ContentLength > s.opts.MaxBodyBytes {
 		abandonBody(w)
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), r.ContentLength)
 	if err != nil {
 		abandonBody(w)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
