@@ -58,6 +58,7 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	// go out in one write: each is written as soon as no further chunk
 	// is at hand, never held while the edge waits for the provider.
 	pending, pendingText := l.held[:0], int64(0)
+	l.held = nil
 	// The relay buffer is held's: Close gives it back.
 	defer func() { l.held = pending }()
 	if !ok {
@@ -68,6 +69,9 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	for !l.ended {
 		var info rewrite.Info
 		var st stepResult
+		if pending == nil {
+			pending = getBuffer()
+		}
 		before := len(pending)
 		pending, info, st = l.step(ctx, pending)
 		if st == stepFail {
@@ -97,7 +101,12 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 			return
 		}
 		l.Result.Delivered += pendingText
-		pending, pendingText = pending[:0], 0
+		// Nothing is pending while the edge waits for the provider: the
+		// buffer and the rewriter's scratch go back, so that an open
+		// stream holds neither between its chunks.
+		putBuffer(pending)
+		l.rw.Release()
+		pending, pendingText = nil, 0
 	}
 	// The last chunks, the estimated usage chunk when the client asked for
 	// usage and the provider sent none, and [DONE] go out together.
@@ -105,6 +114,9 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 		// The client asked for usage and the provider sent none: it gets
 		// the estimate it is billed for.
 		pending = appendEvent(pending, l.rw.UsageChunk(l.req.ID, l.req.EstimatedUsage(l.Result.Delivered+pendingText)))
+	}
+	if pending == nil {
+		pending = getBuffer()
 	}
 	pending = appendEvent(pending, []byte("[DONE]"))
 	if !cw.send(pending) {
