@@ -75,7 +75,14 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 		before := len(pending)
 		pending, info, st = l.step(ctx, pending)
 		if st == stepFail {
-			if len(pending) > 0 && cw.send(pending) {
+			if len(pending) > 0 {
+				// What was read before the failure goes out first; a
+				// client that cannot take it was gone before the
+				// failure, as when each chunk went out on its own.
+				if !cw.send(pending) {
+					l.clientGone(cw.err)
+					return
+				}
 				l.Result.Delivered += pendingText
 			}
 			if ctx.Err() == nil {

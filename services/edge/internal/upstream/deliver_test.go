@@ -83,3 +83,38 @@ func TestChunkNotHeldWhileProviderIsSilent(t *testing.T) {
 	require.True(t, strings.HasSuffix(out, "data: [DONE]\n\n"), out)
 	require.Equal(t, int64(len("first")+len("second-token-chunk")+len("third")), l.Result.Delivered)
 }
+
+// TestChunksReadTogetherBeforeAMalformedOne: chunks read in one piece with
+// a malformed one after them reach the client, then the error event, and
+// no [DONE]; what they carried counts as delivered.
+func TestChunksReadTogetherBeforeAMalformedOne(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(`data: {"choices":[{"delta":{"content":"one"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"content":"two"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"content":"three"}}]}` + "\n\n" +
+			"data: {\"choices\":[\n\n"))
+	}))
+	defer srv.Close()
+	c := New(Options{Client: srv.Client(), Credentials: noCredentials{}, FirstTokenTimeout: time.Minute,
+		IdleTimeout: time.Minute, WriteTimeout: time.Minute})
+	ep := &switchboardv1.Endpoint{Id: "e", Provider: "alpha", BaseUrl: srv.URL + "/v1", UpstreamModel: "up"}
+	req := Request{ID: "gen-1", Stream: true,
+		Body:     func(string) ([]byte, error) { return []byte(`{}`), nil },
+		Rewriter: rewrite.Rewriter{Model: rewrite.String("m"), Provider: rewrite.String("alpha")},
+	}
+	ctx := context.Background()
+	client := &watchingClient{h: http.Header{}, want: "never", seen: make(chan struct{})}
+	l := c.NewLeg(ctx, req, ep)
+	require.True(t, l.Open(ctx), l.Result.ErrText)
+	l.Deliver(ctx, client)
+	l.Close()
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_MALFORMED, l.Result.Outcome, l.Result.ErrText)
+	out := client.got.String()
+	for _, word := range []string{"one", "two", "three", "stream_interrupted"} {
+		require.Contains(t, out, word)
+	}
+	require.NotContains(t, out, "[DONE]")
+	require.Equal(t, 4, strings.Count(out, "data: "), out)
+	require.Equal(t, int64(len("one")+len("two")+len("three")), l.Result.Delivered)
+}
