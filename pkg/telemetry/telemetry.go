@@ -16,7 +16,10 @@ import (
 
 // Setup installs a global tracer provider and W3C trace-context propagation.
 // Spans are exported over OTLP/gRPC only when OTEL_EXPORTER_OTLP_ENDPOINT (or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, so a laptop run needs no collector.
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, so a laptop run needs no
+// collector. Without an exporter spans still carry valid trace and span ids,
+// passed on to the next hop, but none is sampled: recording spans only to
+// drop them would cost every request its attributes and events.
 // The returned function flushes and stops the provider.
 func Setup(ctx context.Context, service, version string) (func(context.Context) error, error) {
 	// Schemaless, so the merge never fails on a semconv version mismatch
@@ -35,6 +38,8 @@ func Setup(ctx context.Context, service, version string) (func(context.Context) 
 			return nil, fmt.Errorf("otlp exporter: %w", err)
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
+	} else {
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
+	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
@@ -315,6 +316,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("edge: %w (run with -help for usage)", err)
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	shutdown, err := telemetry.Setup(ctx, "switchboard-edge", Version)
+	if err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
 	e, err := Start(ctx, cfg, logger)
 	if err != nil {
 		return fmt.Errorf("edge: %w", err)

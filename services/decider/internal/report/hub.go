@@ -15,6 +15,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +31,11 @@ import (
 // on the stream's receive loop.
 type Sink func(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport)
 
-// ActivitySink takes the activity records of one batch and returns once they
-// are durable, or an error; like Sink, it runs on the receive loop (blocking
-// there is back-pressure on that edge). Only a durable batch is acknowledged.
+// ActivitySink takes activity records (of one or more batches of a stream)
+// and returns once they are durable, or an error. It runs on the stream's
+// activity worker, not its receive loop; blocking there holds the stream's
+// later activity batches and, once activityQueue of them wait, the stream
+// (back-pressure on that edge). Only a durable batch is acknowledged.
 type ActivitySink func(edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error
 
 // Reservations applies what edges say about their reservations, on the
@@ -58,6 +61,12 @@ const (
 	// reconciliations of an older edge's call reports) wait for a stream's
 	// worker; more are not taken (and not acknowledged).
 	workQueue = 64
+	// activityQueue bounds the activity batches a stream holds before they
+	// are stored; beyond it the stream is not read (back-pressure).
+	activityQueue = 64
+	// maxActivityWrite bounds the records of one stream taken into one
+	// write.
+	maxActivityWrite = 4096
 	// attemptTimeout bounds one reconciliation or heartbeat on the owner.
 	attemptTimeout = 2 * time.Second
 	retryMin       = 50 * time.Millisecond
@@ -114,9 +123,11 @@ type conn struct {
 	// keys is signalled when the edge must be sent the hub's latest key
 	// set: a new set replaces one not yet sent, never queues behind it,
 	// and is never dropped for a full buffer.
-	keys   chan struct{}
-	jobs   chan job
-	cancel context.CancelFunc
+	keys chan struct{}
+	jobs chan job
+	// activity holds the activity batches received and not yet stored.
+	activity chan *switchboardv1.ActivityBatch
+	cancel   context.CancelFunc
 }
 
 type reservationsBox struct{ r Reservations }
@@ -153,7 +164,8 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *switchboardv1.ReportResponse, sendBuffer),
-		keys: make(chan struct{}, 1), jobs: make(chan job, workQueue), cancel: cancel}
+		keys: make(chan struct{}, 1), jobs: make(chan job, workQueue), activity: make(chan *switchboardv1.ActivityBatch, activityQueue),
+		cancel: cancel}
 	if !h.add(c) {
 		return status.Error(codes.Unavailable, "decider is shutting down")
 	}
@@ -164,7 +176,10 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	worked := make(chan struct{})
 	wg.Go(func() {
 		defer close(worked)
-		h.work(c)
+		var workers sync.WaitGroup
+		workers.Go(func() { h.work(c) })
+		workers.Go(func() { h.store(c) })
+		workers.Wait()
 	})
 	h.logger.Info("edge connected", "edge", hello.GetEdgeId(), "region", hello.GetRegion())
 
@@ -193,6 +208,7 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 				// them before the stream ends (bounded), acknowledging
 				// what it still waits for.
 				close(c.jobs) // receive, the only sender, has returned
+				close(c.activity)
 				return h.drain(stream, c, worked)
 			}
 			if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
@@ -264,22 +280,20 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 			return err
 		}
 		if a := m.GetActivity(); a != nil {
-			n := int64(len(a.GetRecords()))
-			if h.activity != nil && n > 0 {
-				if err := h.activity(c.hello, a.GetRecords()); err != nil {
-					// Not acknowledged: the edge sends the batch again on
-					// its next stream.
-					h.logger.Error("activity batch not stored", "edge", c.hello.GetEdgeId(), "err", err)
-					continue
+			if h.activity != nil && len(a.GetRecords()) > 0 {
+				// Stored and acknowledged off this loop (store), so a
+				// commit's fsync never holds up the call reports and
+				// reconciliations behind it, and batches that arrive
+				// meanwhile share the next commit.
+				select {
+				case c.activity <- a:
+				case <-c.ctx.Done():
+					return c.ctx.Err()
 				}
+				continue
 			}
-			// This ack must not be dropped like a call-report ack: the edge
-			// keeps the batch until it sees it.
-			ack := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n, ActivitySequence: a.GetSequence()}}}
-			select {
-			case c.out <- ack:
-			case <-c.ctx.Done():
-				return c.ctx.Err()
+			if err := h.ackActivity(c, a); err != nil {
+				return err
 			}
 			continue
 		}
@@ -312,6 +326,61 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 			}
 		}
 		h.trySend(c, &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n}}})
+	}
+}
+
+// store writes a stream's activity batches, each write taking every batch
+// queued by then, and acknowledges each batch once its records are
+// durable. A batch whose write failed is not acknowledged: the edge sends
+// it again on its next stream.
+func (h *Hub) store(c *conn) {
+	for {
+		var a *switchboardv1.ActivityBatch
+		select {
+		case b, ok := <-c.activity:
+			if !ok {
+				return // the edge half-closed: everything queued is stored
+			}
+			a = b
+		case <-c.ctx.Done():
+			return
+		}
+		// Fresh slices each time: the sink may keep the records.
+		batches, records := []*switchboardv1.ActivityBatch{a}, slices.Clone(a.GetRecords())
+	more:
+		for len(records) < maxActivityWrite {
+			select {
+			case a, ok := <-c.activity:
+				if !ok {
+					break more
+				}
+				batches, records = append(batches, a), append(records, a.GetRecords()...)
+			default:
+				break more
+			}
+		}
+		if err := h.activity(c.hello, records); err != nil {
+			h.logger.Error("activity batches not stored", "edge", c.hello.GetEdgeId(), "batches", len(batches), "err", err)
+			continue
+		}
+		for _, a := range batches {
+			if h.ackActivity(c, a) != nil {
+				return
+			}
+		}
+	}
+}
+
+// ackActivity acknowledges a stored activity batch. Unlike a call-report
+// ack it is never dropped: the edge keeps the batch until it sees it.
+func (h *Hub) ackActivity(c *conn, a *switchboardv1.ActivityBatch) error {
+	ack := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
+		Accepted: int64(len(a.GetRecords())), ActivitySequence: a.GetSequence()}}}
+	select {
+	case c.out <- ack:
+		return nil
+	case <-c.ctx.Done():
+		return c.ctx.Err()
 	}
 }
 

@@ -190,6 +190,9 @@ func TestHubAcknowledgesActivityOnlyWhenStored(t *testing.T) {
 			Sequence: seq, Records: []*switchboardv1.ActivityRecord{{Id: id}}}}}))
 	}
 	send(1, "a") // not stored: not acknowledged
+	// Batches queued while a write runs share the next write (and its
+	// failure): let the first write fail alone.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return fails == 0 }, 10*time.Second, time.Millisecond)
 	send(2, "b")
 	a := recvAck(t, stream)
 	require.Equal(t, uint64(2), a.GetActivitySequence(), "only the stored batch is acknowledged")
@@ -422,4 +425,51 @@ func TestHubSendsKeySets(t *testing.T) {
 	m, err := late.Recv()
 	require.NoError(t, err)
 	require.Equal(t, []uint64{last}, m.GetKeySet().GetKeyPrefixes(), "the latest set is the first thing a new stream gets")
+}
+
+// A slow activity write (a commit's fsync) holds up neither the stream's
+// reconciliations nor its call reports, and the batches that arrive
+// meanwhile are stored together in the next write, each acknowledged once
+// durable.
+func TestHubSlowActivityWriteDoesNotBlockTheStream(t *testing.T) {
+	gate, writing := make(chan struct{}), make(chan struct{}, 8)
+	var mu sync.Mutex
+	var writes []int // records per write
+	h := newTestHub(nil, func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
+		writing <- struct{}{}
+		<-gate
+		mu.Lock()
+		defer mu.Unlock()
+		writes = append(writes, len(rs))
+		return nil
+	})
+	rsv := &fakeReservations{}
+	h.SetReservations(rsv)
+	stream := open(t, serveHub(t, h), acked)
+	activity := func(seq uint64) *switchboardv1.ReportRequest {
+		return &switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: &switchboardv1.ActivityBatch{
+			Sequence: seq, Records: []*switchboardv1.ActivityRecord{{Id: "a"}, {Id: "b"}}}}}
+	}
+	require.NoError(t, stream.Send(activity(1)))
+	<-writing // the first write started and blocks on the gate
+	for seq := uint64(2); seq <= 5; seq++ {
+		require.NoError(t, stream.Send(activity(seq)))
+	}
+	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
+	a := recvAck(t, stream)
+	require.Equal(t, uint64(1), a.GetReconcileSequence(), "the reconcile is acknowledged while the activity write is stuck")
+	require.Zero(t, a.GetActivitySequence())
+
+	close(gate)
+	acks := map[uint64]int64{}
+	for len(acks) < 5 {
+		a := recvAck(t, stream)
+		if s := a.GetActivitySequence(); s != 0 {
+			acks[s] = a.GetAccepted()
+		}
+	}
+	require.Equal(t, map[uint64]int64{1: 2, 2: 2, 3: 2, 4: 2, 5: 2}, acks)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{2, 8}, writes, "the four batches queued behind the first write share the next")
 }
