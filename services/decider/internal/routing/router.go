@@ -119,6 +119,12 @@ type Options struct {
 	HedgeDelay time.Duration
 	// Now is the clock. (Optional) Defaults to time.Now.
 	Now func() time.Time
+	// Policy is the deployment's default routing policy. (Optional) Defaults to PolicySmart.
+	Policy Policy
+	// Arm, when set and ok, is the policy a running experiment assigns to
+	// requests decided at now, in place of the model's and the
+	// deployment's default. (Optional)
+	Arm func(now time.Time) (p Policy, ok bool)
 }
 
 // Router answers Decide and ListModels from the current catalog.
@@ -169,6 +175,9 @@ func New(c *catalog.Catalog, o Options) *Router {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Policy == "" {
+		o.Policy = PolicySmart
 	}
 	if o.HedgeFrom == 0 {
 		o.HedgeFrom = 32 * tokens.K
