@@ -1223,8 +1223,13 @@ type DecideRequest struct {
 	IdempotencyKey string `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// reservation_ttl is how long the reservation lives if never reconciled.
 	ReservationTtl *durationpb.Duration `protobuf:"bytes,13,opt,name=reservation_ttl,json=reservationTtl,proto3" json:"reservation_ttl,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// session_id names the conversation the request belongs to, when the
+	// caller says so (the edge takes it from the X-Session-Id header): its
+	// later turns are kept on the endpoint holding its prompt cache. Without
+	// it the conversation is recognised by its prompt prefixes.
+	SessionId     string `protobuf:"bytes,14,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -1346,6 +1351,13 @@ func (x *DecideRequest) GetReservationTtl() *durationpb.Duration {
 		return x.ReservationTtl
 	}
 	return nil
+}
+
+func (x *DecideRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // Price is a price list in USD per million tokens.
@@ -2858,9 +2870,13 @@ type CallReport struct {
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	// stream is whether the call was streamed: only a stream's timing after
 	// the first token measures the endpoint's output speed.
-	Stream        bool `protobuf:"varint,19,opt,name=stream,proto3" json:"stream,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stream bool `protobuf:"varint,19,opt,name=stream,proto3" json:"stream,omitempty"`
+	// quality_failures name the answer-quality checks the answer failed
+	// ("malformed_tool_call", "empty", "truncated"; the edge's check set may
+	// grow), empty when it passed them all or none applied.
+	QualityFailures []string `protobuf:"bytes,20,rep,name=quality_failures,json=qualityFailures,proto3" json:"quality_failures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CallReport) Reset() {
@@ -3024,6 +3040,13 @@ func (x *CallReport) GetStream() bool {
 		return x.Stream
 	}
 	return false
+}
+
+func (x *CallReport) GetQualityFailures() []string {
+	if x != nil {
+		return x.QualityFailures
+	}
+	return nil
 }
 
 // CallReportBatch carries several call reports at once, so reporting costs
@@ -5066,7 +5089,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x18preferred_min_throughput\x18\v \x01(\x01H\x01R\x16preferredMinThroughput\x88\x01\x01\x12M\n" +
 	"\x15preferred_max_latency\x18\f \x01(\v2\x19.google.protobuf.DurationR\x13preferredMaxLatencyB\x12\n" +
 	"\x10_allow_fallbacksB\x1b\n" +
-	"\x19_preferred_min_throughput\"\xfc\x03\n" +
+	"\x19_preferred_min_throughput\"\x9b\x04\n" +
 	"\rDecideRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -5084,7 +5107,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	" \x01(\bR\x06dryRun\x12\x18\n" +
 	"\areserve\x18\v \x01(\bR\areserve\x12'\n" +
 	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12B\n" +
-	"\x0freservation_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0ereservationTtl\"X\n" +
+	"\x0freservation_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0ereservationTtl\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x0e \x01(\tR\tsessionId\"X\n" +
 	"\x05Price\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\x01R\x05input\x12!\n" +
 	"\fcached_input\x18\x02 \x01(\x01R\vcachedInput\x12\x16\n" +
@@ -5207,7 +5232,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
-	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xef\x05\n" +
+	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\x9a\x06\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -5235,7 +5260,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"promptHash\x12\x14\n" +
 	"\x05hedge\x18\x11 \x01(\bR\x05hedge\x12%\n" +
 	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\x12\x16\n" +
-	"\x06stream\x18\x13 \x01(\bR\x06stream\"G\n" +
+	"\x06stream\x18\x13 \x01(\bR\x06stream\x12)\n" +
+	"\x10quality_failures\x18\x14 \x03(\tR\x0fqualityFailures\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc6\x02\n" +
 	"\rReportRequest\x121\n" +
