@@ -279,6 +279,10 @@ const (
 	// ROUTE_REASON_PRICE_GUARD: the fast enough endpoints cost more than the
 	// model's usual price without being half the list price, so the cheapest won.
 	RouteReason_ROUTE_REASON_PRICE_GUARD RouteReason = 8
+	// ROUTE_REASON_ROUTING_COST: the routing-cost policy drew this endpoint by
+	// its share of the traffic (endpoints near the lowest expected cost of one
+	// good answer share most of it).
+	RouteReason_ROUTE_REASON_ROUTING_COST RouteReason = 9
 )
 
 // Enum value maps for RouteReason.
@@ -293,6 +297,7 @@ var (
 		6: "ROUTE_REASON_FLOOR",
 		7: "ROUTE_REASON_NITRO",
 		8: "ROUTE_REASON_PRICE_GUARD",
+		9: "ROUTE_REASON_ROUTING_COST",
 	}
 	RouteReason_value = map[string]int32{
 		"ROUTE_REASON_UNSPECIFIED":         0,
@@ -304,6 +309,7 @@ var (
 		"ROUTE_REASON_FLOOR":               6,
 		"ROUTE_REASON_NITRO":               7,
 		"ROUTE_REASON_PRICE_GUARD":         8,
+		"ROUTE_REASON_ROUTING_COST":        9,
 	}
 )
 
@@ -1556,7 +1562,14 @@ type Candidate struct {
 	// note says why it was excluded or how it ranked, e.g. "cooling down until 12:04:05".
 	Note string `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
 	// throughput is the endpoint's typical output tokens per second, 0 if unknown.
-	Throughput    float64 `protobuf:"fixed64,9,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	Throughput float64 `protobuf:"fixed64,9,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	// routing_cost_usd is, under the routing-cost policy, the expected cost in
+	// USD of one good answer from this endpoint (price, waiting time priced in
+	// money and a rate-limit penalty, over the chance of success); 0 otherwise.
+	RoutingCostUsd float64 `protobuf:"fixed64,10,opt,name=routing_cost_usd,json=routingCostUsd,proto3" json:"routing_cost_usd,omitempty"`
+	// share is, under the routing-cost policy, the part of this model's
+	// traffic the endpoint was given (0 to 1); 0 otherwise.
+	Share         float64 `protobuf:"fixed64,11,opt,name=share,proto3" json:"share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1650,6 +1663,20 @@ func (x *Candidate) GetNote() string {
 func (x *Candidate) GetThroughput() float64 {
 	if x != nil {
 		return x.Throughput
+	}
+	return 0
+}
+
+func (x *Candidate) GetRoutingCostUsd() float64 {
+	if x != nil {
+		return x.RoutingCostUsd
+	}
+	return 0
+}
+
+func (x *Candidate) GetShare() float64 {
+	if x != nil {
+		return x.Share
 	}
 	return 0
 }
@@ -5122,7 +5149,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x05 \x01(\tR\tapiKeyEnv\x12+\n" +
 	"\x05price\x18\x06 \x01(\v2\x15.switchboard.v1.PriceR\x05price\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\x03R\rcontextLength\x12,\n" +
-	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\xc5\x02\n" +
+	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\x85\x03\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x1a\n" +
@@ -5135,7 +5162,10 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x04note\x18\b \x01(\tR\x04note\x12\x1e\n" +
 	"\n" +
 	"throughput\x18\t \x01(\x01R\n" +
-	"throughput\"\x86\x02\n" +
+	"throughput\x12(\n" +
+	"\x10routing_cost_usd\x18\n" +
+	" \x01(\x01R\x0eroutingCostUsd\x12\x14\n" +
+	"\x05share\x18\v \x01(\x01R\x05share\"\x86\x02\n" +
 	"\bDecision\x123\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1b.switchboard.v1.RouteReasonR\x06reason\x122\n" +
 	"\x06bucket\x18\x02 \x01(\x0e2\x1a.switchboard.v1.SizeBucketR\x06bucket\x12\x18\n" +
@@ -5424,7 +5454,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x14SIZE_BUCKET_UNDER_8K\x10\x01\x12\x19\n" +
 	"\x15SIZE_BUCKET_8K_TO_32K\x10\x02\x12\x1b\n" +
 	"\x17SIZE_BUCKET_32K_TO_128K\x10\x03\x12\x19\n" +
-	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\x99\x02\n" +
+	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\xb8\x02\n" +
 	"\vRouteReason\x12\x1c\n" +
 	"\x18ROUTE_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dROUTE_REASON_CHEAPEST_NO_DATA\x10\x01\x12$\n" +
@@ -5434,7 +5464,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x16ROUTE_REASON_USER_SORT\x10\x05\x12\x16\n" +
 	"\x12ROUTE_REASON_FLOOR\x10\x06\x12\x16\n" +
 	"\x12ROUTE_REASON_NITRO\x10\a\x12\x1c\n" +
-	"\x18ROUTE_REASON_PRICE_GUARD\x10\b*n\n" +
+	"\x18ROUTE_REASON_PRICE_GUARD\x10\b\x12\x1d\n" +
+	"\x19ROUTE_REASON_ROUTING_COST\x10\t*n\n" +
 	"\tHedgeMode\x12\x1a\n" +
 	"\x16HEDGE_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fHEDGE_MODE_NONE\x10\x01\x12\x16\n" +
