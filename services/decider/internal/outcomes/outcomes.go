@@ -104,9 +104,9 @@ type Call struct {
 // Tracker holds every endpoint's figures. It is safe for concurrent use.
 type Tracker struct {
 	cfg       Config
-	halfLife  float64 // ns
-	fastHalf  float64 // ns
-	tau       float64 // ns
+	halfLife  float64  // ns
+	fastHalf  float64  // ns
+	tau       float64  // ns
 	endpoints sync.Map // id → *Endpoint
 }
 
