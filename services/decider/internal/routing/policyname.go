@@ -43,15 +43,16 @@ func ParsePolicy(s string) (Policy, error) {
 // the model's catalog setting, then the deployment default
 // (Options.Policy).
 //
-// Tenant defaults and the model setting are filled in by their own
-// changes; today only the arm and the deployment default apply.
+// Tenant defaults are filled in by their own change.
 func (r *Router) policyOf(m *model, id *switchboardv1.Identity, now time.Time) Policy {
-	_ = m
 	_ = id
 	if r.o.Arm != nil {
 		if p, ok := r.o.Arm(now); ok {
 			return p
 		}
+	}
+	if m.policy != "" {
+		return m.policy
 	}
 	return r.o.Policy
 }

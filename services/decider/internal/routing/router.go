@@ -31,6 +31,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -121,6 +122,13 @@ type Options struct {
 	Now func() time.Time
 	// Policy is the deployment's default routing policy. (Optional) Defaults to PolicySmart.
 	Policy Policy
+	// Outcomes tracks each endpoint's price charged, rates and load for
+	// the routing-cost policy; Decide records there the load it routes.
+	// (Optional) Defaults to a new tracker on Now.
+	Outcomes *outcomes.Tracker
+	// Cost tunes the routing-cost policy. (Optional) Zero values take
+	// their defaults.
+	Cost CostOptions
 	// Arm, when set and ok, is the policy a running experiment assigns to
 	// requests decided at now, in place of the model's and the
 	// deployment's default. (Optional)
@@ -179,6 +187,10 @@ func New(c *catalog.Catalog, o Options) *Router {
 	if o.Policy == "" {
 		o.Policy = PolicySmart
 	}
+	if o.Outcomes == nil {
+		o.Outcomes = outcomes.New(outcomes.Config{Now: o.Now})
+	}
+	o.Cost.defaults()
 	if o.HedgeFrom == 0 {
 		o.HedgeFrom = 32 * tokens.K
 	}
@@ -212,17 +224,30 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	}
 	bucket := tokens.BucketOf(in)
 
+	// The routing-cost policy ranks only requests that chose no order or
+	// sort of their own; it does its own back-off, so cool-downs do not
+	// bench endpoints under it.
+	costPolicy := r.policyOf(m, id, now) == PolicyRoutingCost && !userChose(suffix, prefs)
+
 	sc := r.pool.Get().(*scratch)
 	defer r.pool.Put(sc)
-	fitsNone := r.candidates(sc, m, req, est, bucket, now)
+	fitsNone := r.candidates(sc, m, req, est, bucket, now, costPolicy)
 	if len(sc.order) == 0 {
 		return nil, unavailable(sc, name, fitsNone)
 	}
 
-	// A follow-up turn does not explore: away from its cache it would pay
-	// its whole prompt uncached there, and again on the way back.
-	noExplore := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
-	reason, fastest := r.rank(sc.order, suffix, prefs, noExplore)
+	var reason switchboardv1.RouteReason
+	var fastest time.Duration
+	if costPolicy {
+		slices.SortStableFunc(sc.order, byCost)
+		fastest = r.fastest(sc.order)
+		reason = r.costRank(sc.order, m, est, fastest, now, req.GetDryRun())
+	} else {
+		// A follow-up turn does not explore: away from its cache it would pay
+		// its whole prompt uncached there, and again on the way back.
+		noExplore := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
+		reason, fastest = r.rank(sc.order, suffix, prefs, noExplore)
+	}
 	deprioritise(sc.order, prefs)
 	usable := r.usable(sc, prefs)
 
@@ -240,10 +265,13 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		}
 	}
 	resp.Hedge = r.hedgePlan(req, in, usable)
-	if usable[0].note == noteNone || usable[0].note == noteQualified {
+	if !req.GetDryRun() {
+		routed(usable[0], now)
+	}
+	if costPolicy || usable[0].note == noteNone || usable[0].note == noteQualified {
 		usable[0].note = noteWinner
 	}
-	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain())
+	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain(), costPolicy)
 	return resp, nil
 }
 

@@ -1,0 +1,433 @@
+package routing
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// CostOptions tune the routing-cost policy (docs/architecture.md,
+// "Decisions and their reasons"). The zero value gives the defaults.
+type CostOptions struct {
+	// Margin: endpoints whose routing cost is within this fraction of the
+	// lowest share the traffic fully. A model's catalog setting
+	// (routing.competitive_margin) overrides it. (Optional) Defaults to 0.10.
+	Margin float64
+	// Falloff: beyond the margin, an endpoint's weight is
+	// exp(-excess/Falloff), excess being how far, as a fraction of the
+	// lowest cost, it lies beyond the margin: 5% beyond weighs 0.37, 20%
+	// beyond 0.02. (Optional) Defaults to 0.05.
+	Falloff float64
+	// Floor is the share of traffic every endpoint keeps (new ones, slow
+	// ones, ones flagged for quality), so a change in any of them is seen;
+	// at most half the traffic goes to floors. (Optional) Defaults to 0.02;
+	// negative disables.
+	Floor float64
+	// MinSuccess floors the success probability, so an endpoint that fails
+	// almost always costs at most 1/MinSuccess attempts rather than
+	// infinity (it is excluded by the error guard anyway). (Optional)
+	// Defaults to 0.2.
+	MinSuccess float64
+	// RateLimitPenalty is the waiting a 429 costs: the refusal itself, then
+	// a new connection to the next endpoint. (Optional) Defaults to 2s.
+	RateLimitPenalty time.Duration
+	// PriorCalls is the weight, in calls, of the model's typical rates in
+	// an endpoint's own: a new endpoint starts at its peers' median and
+	// its own record takes over as calls accumulate; an idle one drifts
+	// back to it as its calls age. (Optional) Defaults to 5.
+	PriorCalls float64
+	// ErrorExcess and ErrorFactor: an endpoint whose error rate is at least
+	// ErrorExcess above its peers' median and at least ErrorFactor times
+	// it gets no traffic until its rate falls back. (Optional) Default
+	// to 0.25 and 3.
+	ErrorExcess, ErrorFactor float64
+	// QualityExcess: likewise for answers that fail a quality check, with
+	// ErrorFactor; such an endpoint gets only its floor (test traffic).
+	// (Optional) Defaults to 0.10.
+	QualityExcess float64
+	// BackoffGain: an endpoint whose recent failure rate (429s and errors,
+	// the last minute or so) runs above its longer-run rate has its weight
+	// multiplied by 1 - BackoffGain × the difference, at least MinBackoff.
+	// (Optional) Defaults to 3 and 0.02.
+	BackoffGain, MinBackoff float64
+}
+
+func (o *CostOptions) defaults() {
+	def := func(v *float64, d float64) {
+		if !(*v > 0) {
+			*v = d
+		}
+	}
+	def(&o.Margin, 0.10)
+	def(&o.Falloff, 0.05)
+	if o.Floor == 0 {
+		o.Floor = 0.02
+	}
+	o.Floor = max(o.Floor, 0)
+	def(&o.MinSuccess, 0.2)
+	o.MinSuccess = min(o.MinSuccess, 1)
+	if o.RateLimitPenalty <= 0 {
+		o.RateLimitPenalty = 2 * time.Second
+	}
+	def(&o.PriorCalls, 5)
+	def(&o.ErrorExcess, 0.25)
+	def(&o.ErrorFactor, 3)
+	def(&o.QualityExcess, 0.10)
+	def(&o.BackoffGain, 3)
+	def(&o.MinBackoff, 0.02)
+}
+
+// guard is what the routing-cost policy's guards did to a candidate.
+type guard uint8
+
+const (
+	guardNone guard = iota
+	guardCapped
+	guardErrors
+	guardQuality
+)
+
+// costInputs are one candidate's figures for the routing cost, after the
+// model's typical numbers filled in what it lacks.
+type costInputs struct {
+	price    float64 // USD for this request's expected token mix
+	wait     float64 // seconds: TTFT plus streaming the expected output
+	limited  float64 // 429 rate
+	failed   float64 // error rate
+	poor     float64 // quality-failure rate
+	recent   float64 // recent failure rate (429s and errors)
+	longRun  float64 // longer-run failure rate (429s and errors)
+	load     float64 // requests/min routed here
+	capRPM   float64 // learned cap, 0 none
+	hit      float64 // cache-hit rate used
+	tps      float64 // throughput used, 0 unknown
+	ttftSecs float64 // TTFT used, 0 unknown
+}
+
+// routingCost is the expected cost of one good answer from one endpoint:
+// one attempt's price, plus its waiting priced at timeValue (USD per
+// second), plus the 429 penalty weighted by how often the endpoint
+// refuses, all divided by the chance the attempt succeeds (floored at
+// minSuccess): 1 failure in 5 means 1.25 attempts per good answer.
+func routingCost(x costInputs, timeValue, penaltySecs, minSuccess float64) float64 {
+	attempt := x.price + x.wait*timeValue + x.limited*penaltySecs*timeValue
+	success := max(minSuccess, 1-x.failed-x.poor)
+	return attempt / success
+}
+
+// shareWeight is an endpoint's weight before back-off: 1 within the margin
+// of the best routing cost, falling exponentially in the excess beyond it.
+func shareWeight(cost, best, margin, falloff float64) float64 {
+	if best <= 0 {
+		if cost <= 0 {
+			return 1
+		}
+		return 0
+	}
+	excess := cost/best - 1 - margin
+	if excess <= 0 {
+		return 1
+	}
+	return math.Exp(-excess / falloff)
+}
+
+// backoff is the weight multiplier of an endpoint whose recent failure
+// rate runs above its longer-run rate: it starts failing, its share drops
+// at once; the gap closes as it recovers (or as the longer-run rate, and
+// with it the routing cost, catches up with a lasting failure).
+func backoff(recent, longRun, gain, floor float64) float64 {
+	return max(floor, min(1, 1-gain*(recent-longRun)))
+}
+
+// median of xs (which it sorts); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// shrink is count/calls pulled towards prior with prior weight k.
+func shrink(count, calls, prior, k float64) float64 {
+	return (count + k*prior) / (calls + k)
+}
+
+// expectedOutput is the output a routing-cost estimate assumes: the
+// model's typical output, bounded by the request's max_tokens; the
+// request's max_tokens (or the default) while the typical is unknown.
+func expectedOutput(m *model, est pricing.Request) int64 {
+	if typical, _, ok := m.st.TypicalOutput(); ok && typical > 0 {
+		if est.MaxOutputTokens > 0 {
+			return min(typical, est.MaxOutputTokens)
+		}
+		return typical
+	}
+	return est.OutputTokens()
+}
+
+// costRank is the routing-cost policy: it prices one good answer on every
+// candidate, gives each a share of the traffic, draws the first by share
+// (or, when noDraw, takes the largest share) and ranks the rest as
+// fallbacks by routing cost, guarded endpoints last.
+func (r *Router) costRank(cs []*candidate, m *model, est pricing.Request, fastest time.Duration, now time.Time, noDraw bool) switchboardv1.RouteReason {
+	o := &r.o.Cost
+	r.qualify(cs, fastest) // for the hedge plan, which stays the smart policy's
+	r.costFigures(cs, m, est, now)
+	r.costGuards(cs)
+	// Time's price: the model's setting, else the model's median price
+	// for this request over its median wait, so that at the model's
+	// typical endpoint a tenth less waiting is worth a tenth more price.
+	timeValue := m.timeValue / 3600
+	if timeValue <= 0 {
+		prices, waits := make([]float64, 0, len(cs)), make([]float64, 0, len(cs))
+		for _, c := range cs {
+			prices = append(prices, c.in.price)
+			if c.in.wait > 0 {
+				waits = append(waits, c.in.wait)
+			}
+		}
+		if w := median(waits); w > 0 {
+			timeValue = median(prices) / w
+		}
+	}
+	for _, c := range cs {
+		c.rcost = routingCost(c.in, timeValue, o.RateLimitPenalty.Seconds(), o.MinSuccess)
+	}
+	r.shares(cs, m)
+	slices.SortStableFunc(cs, byRoutingCost)
+	var win *candidate
+	if noDraw {
+		for _, c := range cs {
+			if win == nil || c.share > win.share {
+				win = c
+			}
+		}
+	} else {
+		x := float64(splitmix64(r.o.Seed+r.seq.Add(1))>>11) / (1 << 53)
+		for _, c := range cs {
+			if c.share <= 0 {
+				continue
+			}
+			win = c
+			if x < c.share {
+				break
+			}
+			x -= c.share
+		}
+	}
+	// Fallbacks by routing cost, guarded endpoints behind the others.
+	slices.SortStableFunc(cs, func(a, b *candidate) int {
+		switch {
+		case a == win:
+			return -1
+		case b == win:
+			return 1
+		}
+		if c := cmpFloat(float64(guardRank(a.guard)), float64(guardRank(b.guard))); c != 0 {
+			return c
+		}
+		return byRoutingCost(a, b)
+	})
+	return switchboardv1.RouteReason_ROUTE_REASON_ROUTING_COST
+}
+
+// guardRank orders guarded fallbacks: test-traffic endpoints and capped
+// ones can still answer; one excluded for errors is the very last resort.
+func guardRank(g guard) int {
+	switch g {
+	case guardNone:
+		return 0
+	case guardQuality, guardCapped:
+		return 1
+	}
+	return 2
+}
+
+func byRoutingCost(a, b *candidate) int {
+	if c := cmpFloat(a.rcost, b.rcost); c != 0 {
+		return c
+	}
+	return byCost(a, b)
+}
+
+// costFigures fills every candidate's cost inputs from its outcomes and
+// speed, filling in what a new endpoint lacks (fewer than MinSamples) from
+// the model's typical numbers: its peers' medians.
+func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now time.Time) {
+	o := &r.o.Cost
+	enough := float64(r.o.MinSamples)
+	var hits, tpss, ttfts, limited, failed, poor []float64
+	for _, c := range cs {
+		f := c.ep.oc.Read(now)
+		c.fig = f
+		if h, ok := f.CacheHitRate(); ok && f.Priced >= enough {
+			hits = append(hits, h)
+		}
+		if t, ok := f.Throughput(); ok && f.Priced >= enough {
+			tpss = append(tpss, t)
+		}
+		if c.samples >= r.o.MinSamples {
+			ttfts = append(ttfts, c.ttft.Seconds())
+		}
+		if f.Calls >= enough {
+			limited = append(limited, f.RateLimited/f.Calls)
+			failed = append(failed, f.Failed/f.Calls)
+			poor = append(poor, f.Poor/f.Calls)
+		}
+	}
+	mHit, mTPS, mTTFT := median(hits), median(tpss), median(ttfts)
+	mLimited, mFailed, mPoor := median(limited), median(failed), median(poor)
+	out := expectedOutput(m, est)
+	in := est.InputTokens
+	for _, c := range cs {
+		f := c.fig
+		x := costInputs{hit: mHit, tps: mTPS, ttftSecs: mTTFT, load: f.Load, capRPM: f.Cap}
+		if h, ok := f.CacheHitRate(); ok && f.Priced >= enough {
+			x.hit = h
+		}
+		if t, ok := f.Throughput(); ok && f.Priced >= enough {
+			x.tps = t
+		}
+		switch {
+		case c.samples >= r.o.MinSamples:
+			x.ttftSecs = c.ttft.Seconds()
+		case mTTFT == 0 && c.samples > 0:
+			x.ttftSecs = c.ttft.Seconds() // thin, but all there is
+		}
+		// The endpoint's real cache-hit rate prices the prompt, unless this
+		// prompt's own evidence (the caller's estimate, or this endpoint
+		// holding its prefix) says more of it is cached here.
+		cached := max(c.cached, min(in, int64(x.hit*float64(in))))
+		x.price = pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: cached, MaxOutputTokens: out})
+		x.wait = x.ttftSecs
+		if x.tps > 0 {
+			x.wait += float64(out) / x.tps
+		}
+		x.limited = shrink(f.RateLimited, f.Calls, mLimited, o.PriorCalls)
+		x.failed = shrink(f.Failed, f.Calls, mFailed, o.PriorCalls)
+		x.poor = shrink(f.Poor, f.Calls, mPoor, o.PriorCalls)
+		x.longRun = x.limited + x.failed
+		// The recent rate with a prior of no failures: a few fresh errors
+		// on an endpoint with little recent traffic count, a single one
+		// does not swing it.
+		x.recent = f.RecentFailed / (f.RecentCalls + 2)
+		c.in = x
+	}
+}
+
+// costGuards marks candidates over their learned cap, with an error rate
+// far above their peers', or flagged for quality.
+func (r *Router) costGuards(cs []*candidate) {
+	o := &r.o.Cost
+	peers := make([]float64, 0, len(cs))
+	peerMedian := func(self *candidate, rate func(*candidate) float64) float64 {
+		peers = peers[:0]
+		for _, c := range cs {
+			if c != self {
+				peers = append(peers, rate(c))
+			}
+		}
+		return median(peers)
+	}
+	errRate := func(c *candidate) float64 { return c.in.failed }
+	poorRate := func(c *candidate) float64 { return c.in.poor }
+	for _, c := range cs {
+		c.guard = guardNone
+		if len(cs) > 1 {
+			if p := peerMedian(c, errRate); c.in.failed >= p+o.ErrorExcess && c.in.failed >= o.ErrorFactor*p {
+				c.guard = guardErrors
+				continue
+			}
+			if p := peerMedian(c, poorRate); c.in.poor >= p+o.QualityExcess && c.in.poor >= o.ErrorFactor*p {
+				c.guard = guardQuality
+				continue
+			}
+		}
+		if c.in.capRPM > 0 && c.in.load >= c.in.capRPM {
+			c.guard = guardCapped
+		}
+	}
+}
+
+// shares gives each candidate its part of the traffic. Unguarded ones
+// share by weight (margin, fall-off, back-off) above a floor each; ones
+// flagged for quality get the floor only; capped ones and ones excluded
+// for errors get none. When that leaves nobody, the guards are relaxed
+// in turn (caps, then quality, then errors): an answer from a guarded
+// endpoint beats none.
+func (r *Router) shares(cs []*candidate, m *model) {
+	o := &r.o.Cost
+	margin := o.Margin
+	if m.margin > 0 {
+		margin = m.margin
+	}
+	allowed := func(c *candidate, relax int) (full, floorOnly bool) {
+		switch c.guard {
+		case guardNone:
+			return true, false
+		case guardCapped:
+			return relax >= 1, false
+		case guardQuality:
+			if relax >= 2 {
+				return true, false
+			}
+			return false, true
+		}
+		return relax >= 3, false
+	}
+	for relax := 0; relax <= 3; relax++ {
+		best, nFull, nFloor := math.Inf(1), 0, 0
+		for _, c := range cs {
+			full, floorOnly := allowed(c, relax)
+			if full {
+				best = min(best, c.rcost)
+				nFull++
+			}
+			if full || floorOnly {
+				nFloor++
+			}
+		}
+		if nFull == 0 {
+			continue
+		}
+		floor := 0.0
+		if nFloor > 1 {
+			floor = min(o.Floor, 0.5/float64(nFloor))
+		}
+		total := 0.0
+		for _, c := range cs {
+			c.share, c.weight = 0, 0
+			if full, _ := allowed(c, relax); full {
+				c.backoff = backoff(c.in.recent, c.in.longRun, o.BackoffGain, o.MinBackoff)
+				c.weight = shareWeight(c.rcost, best, margin, o.Falloff) * c.backoff
+				total += c.weight
+			}
+		}
+		for _, c := range cs {
+			full, floorOnly := allowed(c, relax)
+			switch {
+			case full:
+				c.share = floor + (1-float64(nFloor)*floor)*c.weight/total
+			case floorOnly:
+				c.share = floor
+			}
+		}
+		return
+	}
+}
+
+// routed records the load this decider sends the chosen endpoint, which
+// the learned caps are measured against.
+func routed(c *candidate, now time.Time) {
+	if c.ep.oc != nil {
+		c.ep.oc.Routed(now)
+	}
+}
