@@ -111,6 +111,13 @@ type Config struct {
 	// the routing-cost policy. (Optional) The flag defaults to 0.02;
 	// negative disables.
 	RoutingCostFloor float64
+	// RoutingCostHalfLife is the age at which a call weighs half in the
+	// routing-cost policy's rates (429s, errors, quality, price charged,
+	// throughput). (Optional) Defaults to 5m.
+	RoutingCostHalfLife time.Duration
+	// RoutingCostLoadWindow is the time constant of the load measured per
+	// endpoint, against which 429 caps are learned. (Optional) Defaults to 1m.
+	RoutingCostLoadWindow time.Duration
 	// Cooldown is how long an endpoint that refused calls is benched. (Optional) Defaults to 15m.
 	Cooldown time.Duration
 	// CooldownErrors refusals within CooldownWindow bench an endpoint. (Optional) Defaults to 1.
@@ -223,6 +230,8 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&cfg.RoutingPolicy, "routing-policy", "smart", "default routing policy of models whose catalog entry sets none: smart or routing-cost")
 	fs.Float64Var(&cfg.RoutingCostMargin, "routing-cost-margin", 0.10, "routing-cost policy: endpoints within this fraction of the lowest routing cost share the traffic fully")
 	fs.Float64Var(&cfg.RoutingCostFloor, "routing-cost-floor", 0.02, "routing-cost policy: the share of traffic every endpoint keeps (negative disables)")
+	fs.DurationVar(&cfg.RoutingCostHalfLife, "routing-cost-half-life", outcomes.DefaultHalfLife, "routing-cost policy: age at which a call weighs half in an endpoint's rates")
+	fs.DurationVar(&cfg.RoutingCostLoadWindow, "routing-cost-load-window", outcomes.DefaultLoadWindow, "routing-cost policy: time constant of the per-endpoint load that 429 caps are learned against")
 	fs.DurationVar(&cfg.Cooldown, "cooldown", 15*time.Minute, "how long an endpoint that refused calls is not used")
 	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 1, "refusals within --cooldown-window that start a cool-down")
 	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", time.Minute, "window of --cooldown-errors")
@@ -314,6 +323,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := routing.ParsePolicy(c.RoutingPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--routing-policy: %w", err))
+	}
+	if c.RoutingCostHalfLife < 0 || c.RoutingCostLoadWindow < 0 {
+		errs = append(errs, errors.New("--routing-cost-half-life and --routing-cost-load-window must not be negative"))
 	}
 	if c.RoutingCostMargin < 0 || c.RoutingCostMargin > 10 || c.RoutingCostFloor >= 0.5 {
 		errs = append(errs, fmt.Errorf("--routing-cost-margin %g must be between 0 and 10 and --routing-cost-floor %g below 0.5", c.RoutingCostMargin, c.RoutingCostFloor))
@@ -560,7 +572,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		hedgeFrom = -1 // no budget, no hedges: do not make edges ask
 	}
 	policy, _ := routing.ParsePolicy(cfg.RoutingPolicy) // validated with the flags
-	oc := outcomes.New(outcomes.Config{Now: cfg.Now})
+	oc := outcomes.New(outcomes.Config{HalfLife: cfg.RoutingCostHalfLife, LoadWindow: cfg.RoutingCostLoadWindow, Now: cfg.Now})
 	d.router = routing.New(c, routing.Options{
 		Stats: d.stats, Affinity: aff, Cooldown: d.cool,
 		Policy: policy, Outcomes: oc, Cost: routing.CostOptions{Margin: cfg.RoutingCostMargin, Floor: cfg.RoutingCostFloor},

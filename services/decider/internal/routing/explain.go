@@ -75,6 +75,9 @@ func (r *Router) costNote(c *candidate) string {
 		if c.backoff > 0 && c.backoff < 1 {
 			s += fmt.Sprintf("; backed off to %.0f%% of its weight (recent failures)", 100*c.backoff)
 		}
+		if x.capRPM > 0 {
+			s += fmt.Sprintf("; learned cap %.1f requests/min (%.1f routed)", x.capRPM, x.load)
+		}
 	}
 	if c.note == noteWinner {
 		s = "chosen; " + s
