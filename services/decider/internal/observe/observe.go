@@ -148,6 +148,7 @@ func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 		Reported:        u.GetReported(),
 		Duration:        r.GetDuration().AsDuration(),
 		QualityFailures: r.GetQualityFailures(),
+		RetryAfter:      r.GetRetryAfter().AsDuration(),
 	}
 	switch r.GetOutcome() {
 	case switchboardv1.Outcome_OUTCOME_OK:

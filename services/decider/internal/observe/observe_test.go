@@ -90,10 +90,12 @@ func TestIngestOutcomes(t *testing.T) {
 			Ttft: durationpb.New(time.Second), Duration: durationpb.New(4 * time.Second),
 			Usage: &switchboardv1.Usage{InputTokens: 1000, CachedInputTokens: 500, OutputTokens: 200, Reported: true}}
 	}
+	limited := rep(switchboardv1.Outcome_OUTCOME_RATE_LIMITED)
+	limited.RetryAfter = durationpb.New(30 * time.Second)
 	ob.Ingest(nil, []*switchboardv1.CallReport{
 		rep(switchboardv1.Outcome_OUTCOME_OK),
 		rep(switchboardv1.Outcome_OUTCOME_OK, "malformed_tool_call"),
-		rep(switchboardv1.Outcome_OUTCOME_RATE_LIMITED),
+		limited,
 		rep(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR),
 		rep(switchboardv1.Outcome_OUTCOME_TIMEOUT),
 		rep(switchboardv1.Outcome_OUTCOME_DROPPED),
@@ -103,6 +105,7 @@ func TestIngestOutcomes(t *testing.T) {
 	f := oc.Endpoint("a/m").Read(now)
 	require.InDelta(t, 6, f.Calls, 1e-9, "cancelled calls and 4xx say nothing of the endpoint")
 	require.InDelta(t, 1, f.RateLimited, 1e-9)
+	require.Equal(t, now.Add(30*time.Second), f.PausedUntil, "the 429's Retry-After")
 	require.InDelta(t, 3, f.Failed, 1e-9, "5xx, timeout and dropped stream")
 	require.InDelta(t, 1, f.Poor, 1e-9)
 	per, ok := f.ChargedPerCall()

@@ -99,6 +99,8 @@ type Call struct {
 	Duration time.Duration
 	// QualityFailures name the answer checks the answer failed.
 	QualityFailures []string
+	// RetryAfter is a 429's Retry-After, 0 if none.
+	RetryAfter time.Duration
 }
 
 // Tracker holds every endpoint's figures. It is safe for concurrent use.
@@ -183,6 +185,8 @@ type summary struct {
 	// Learned cap: cap0 requests/min set at capAt; 0 none.
 	cap0  float64
 	capAt int64
+	// pausedUntil is when the last 429's Retry-After ends (Unix ns).
+	pausedUntil int64
 }
 
 // decay returns the factor by which weights shrink from `from` to `to`
@@ -244,6 +248,9 @@ func (e *Endpoint) observe(c Call, rates pricing.Price, now int64) {
 			// the cap rises again.
 			s.cap0 = max(MinCap, load*(1-e.t.cfg.CapBackoff))
 			s.capAt = now
+		}
+		if c.RetryAfter > 0 {
+			s.pausedUntil = max(s.pausedUntil, now+int64(c.RetryAfter))
 		}
 	case KindError:
 		s.failed++
@@ -343,6 +350,9 @@ type Figures struct {
 	Load float64
 	// Cap is the learned cap in requests per minute, 0 when none.
 	Cap float64
+	// PausedUntil is when the last 429's Retry-After ends: the provider
+	// asked for no calls before it. Zero when none was sent.
+	PausedUntil time.Time
 }
 
 // CacheHitRate is Σcached / Σinput of priced calls; ok false without any.
@@ -379,15 +389,19 @@ func (e *Endpoint) Read(now time.Time) Figures {
 	}
 	s := e.pub.Load()
 	t := now.UnixNano()
-	k, f := decay(s.at, t, e.t.halfLife), decay(s.at, t, e.t.fastHalf)
-	return Figures{
+	k, fk := decay(s.at, t, e.t.halfLife), decay(s.at, t, e.t.fastHalf)
+	f := Figures{
 		Calls: s.calls * k, RateLimited: s.limited * k, Failed: s.failed * k, Poor: s.poor * k,
-		RecentCalls: s.fastCalls * f, RecentFailed: s.fastFailed * f,
+		RecentCalls: s.fastCalls * fk, RecentFailed: s.fastFailed * fk,
 		Priced: s.priced * k, InputTokens: s.input * k, CachedTokens: s.cached * k, OutputTokens: s.output * k, ChargedUSD: s.charged * k,
 		OutputTokensTimed: s.outTokens * k, CallSeconds: s.seconds * k,
 		Load: e.Load(now),
 		Cap:  e.t.capAt(s, t),
 	}
+	if s.pausedUntil > 0 {
+		f.PausedUntil = time.Unix(0, s.pausedUntil)
+	}
+	return f
 }
 
 // capAt is the learned cap at now: it grows by CapRise of itself per

@@ -66,7 +66,11 @@ func (r *Router) costNote(c *candidate) string {
 		c.rcost, x.price, x.wait, 100*x.limited, 100*x.failed, 100*x.poor, 100*c.share)
 	switch c.guard {
 	case guardCapped:
-		s += fmt.Sprintf("; over its learned cap (%.1f requests/min routed, cap %.1f)", x.load, x.capRPM)
+		if x.capRPM > 0 && x.load >= x.capRPM {
+			s += fmt.Sprintf("; over its learned cap (%.1f requests/min routed, cap %.1f)", x.load, x.capRPM)
+		} else {
+			s += "; paused until " + c.fig.PausedUntil.UTC().Format(time.RFC3339) + " as its 429's Retry-After asked"
+		}
 	case guardErrors:
 		s += "; error rate far above its peers': no traffic until it recovers"
 	case guardQuality:

@@ -241,7 +241,11 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	if costPolicy {
 		slices.SortStableFunc(sc.order, byCost)
 		fastest = r.fastest(sc.order)
-		reason = r.costRank(sc.order, m, est, fastest, now, req.GetDryRun())
+		// A follow-up turn is not drawn: it takes the largest share, the
+		// lowest routing cost with its cache priced in, rather than moving
+		// off its cache by chance.
+		noDraw := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
+		reason = r.costRank(sc.order, m, est, fastest, now, sc.followUp, noDraw)
 	} else {
 		// A follow-up turn does not explore: away from its cache it would pay
 		// its whole prompt uncached there, and again on the way back.
@@ -267,6 +271,15 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	resp.Hedge = r.hedgePlan(req, in, usable)
 	if !req.GetDryRun() {
 		routed(usable[0], now)
+		// An immediate hedge is a second call for sure: it counts in its
+		// endpoint's load as much as the first.
+		if resp.Hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
+			for _, c := range usable[1:] {
+				if c.ep.id == resp.Hedge.GetEndpoint().GetId() {
+					routed(c, now)
+				}
+			}
+		}
 	}
 	if costPolicy || usable[0].note == noteNone || usable[0].note == noteQualified {
 		usable[0].note = noteWinner

@@ -177,11 +177,11 @@ func expectedOutput(m *model, est pricing.Request) int64 {
 // candidate, gives each a share of the traffic, draws the first by share
 // (or, when noDraw, takes the largest share) and ranks the rest as
 // fallbacks by routing cost, guarded endpoints last.
-func (r *Router) costRank(cs []*candidate, m *model, est pricing.Request, fastest time.Duration, now time.Time, noDraw bool) switchboardv1.RouteReason {
+func (r *Router) costRank(cs []*candidate, m *model, est pricing.Request, fastest time.Duration, now time.Time, followUp, noDraw bool) switchboardv1.RouteReason {
 	o := &r.o.Cost
 	r.qualify(cs, fastest) // for the hedge plan, which stays the smart policy's
-	r.costFigures(cs, m, est, now)
-	r.costGuards(cs)
+	r.costFigures(cs, m, est, now, followUp)
+	r.costGuards(cs, now)
 	// Time's price: the model's setting, else the model's median price
 	// for this request over its median wait, so that at the model's
 	// typical endpoint a tenth less waiting is worth a tenth more price.
@@ -261,7 +261,7 @@ func byRoutingCost(a, b *candidate) int {
 // costFigures fills every candidate's cost inputs from its outcomes and
 // speed, filling in what a new endpoint lacks (fewer than MinSamples) from
 // the model's typical numbers: its peers' medians.
-func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now time.Time) {
+func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now time.Time, followUp bool) {
 	o := &r.o.Cost
 	enough := float64(r.o.MinSamples)
 	var hits, tpss, ttfts, limited, failed, poor []float64
@@ -302,10 +302,15 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 		case mTTFT == 0 && c.samples > 0:
 			x.ttftSecs = c.ttft.Seconds() // thin, but all there is
 		}
-		// The endpoint's real cache-hit rate prices the prompt, unless this
-		// prompt's own evidence (the caller's estimate, or this endpoint
-		// holding its prefix) says more of it is cached here.
+		// The endpoint's real cache-hit rate prices a fresh prompt, unless
+		// the caller's own estimate says more of it is cached. A
+		// conversation under way is priced where its cache really is: a
+		// cache-hit rate earned on other conversations says nothing of
+		// this prompt on an endpoint that never saw it.
 		cached := max(c.cached, min(in, int64(x.hit*float64(in))))
+		if followUp {
+			cached = c.cached
+		}
 		x.price = pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: cached, MaxOutputTokens: out})
 		x.wait = x.ttftSecs
 		if x.tps > 0 {
@@ -323,9 +328,10 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 	}
 }
 
-// costGuards marks candidates over their learned cap, with an error rate
-// far above their peers', or flagged for quality.
-func (r *Router) costGuards(cs []*candidate) {
+// costGuards marks candidates over their learned cap or paused by a
+// provider's Retry-After, with an error rate far above their peers', or
+// flagged for quality.
+func (r *Router) costGuards(cs []*candidate, now time.Time) {
 	o := &r.o.Cost
 	peers := make([]float64, 0, len(cs))
 	peerMedian := func(self *candidate, rate func(*candidate) float64) float64 {
@@ -351,7 +357,7 @@ func (r *Router) costGuards(cs []*candidate) {
 				continue
 			}
 		}
-		if c.in.capRPM > 0 && c.in.load >= c.in.capRPM {
+		if (c.in.capRPM > 0 && c.in.load >= c.in.capRPM) || now.Before(c.fig.PausedUntil) {
 			c.guard = guardCapped
 		}
 	}

@@ -427,3 +427,41 @@ models:
 	require.InDelta(t, 0.0036, cs["a"].RoutingCostUsd, 1e-9)
 	require.InDelta(t, 0.0036, cs["b"].RoutingCostUsd, 1e-9)
 }
+
+func TestRetryAfterPauses(t *testing.T) {
+	e := newCostEnv(t, costCatalog, Options{})
+	for _, p := range []string{"a", "b", "c"} {
+		e.serve(p, 40, time.Second, 3*time.Second, 1000, 0, 100)
+	}
+	e.oc.Observe("a/m", outcomes.Call{Kind: outcomes.KindRateLimited, RetryAfter: 20 * time.Second}, e.rates["a"])
+	cs := e.explained(t, 1000, 100)
+	require.Zero(t, cs["a"].Share, "the provider asked for no calls for 20 s")
+	require.Contains(t, cs["a"].Note, "as its 429's Retry-After asked")
+	e.now = e.now.Add(20 * time.Second)
+	require.Positive(t, e.explained(t, 1000, 100)["a"].Share, "and gets them again after")
+}
+
+func TestFollowUpPricedWhereItsCacheIs(t *testing.T) {
+	e := newCostEnv(t, costCatalog, Options{})
+	// Every endpoint reads 90% of its prompts from cache on other
+	// conversations; only b holds this one.
+	for _, p := range []string{"a", "b", "c"} {
+		e.serve(p, 40, time.Second, 3*time.Second, 100000, 90000, 100)
+	}
+	h := uint64(0xfeed)
+	e.r.o.Affinity.Record("b/m", h, 100000, e.now)
+	req := func() *switchboardv1.DecideRequest {
+		return &switchboardv1.DecideRequest{Model: "m", Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 100000, MaxOutputTokens: 100,
+			Prefixes: []*switchboardv1.PromptPrefix{{Hash: h, Tokens: 100000}}}}
+	}
+	for range 50 {
+		resp := e.decide(t, req())
+		require.Equal(t, "b", resp.Endpoint.Provider, "a follow-up is not drawn away from its cache")
+		for _, c := range resp.Decision.Candidates {
+			if c.Provider != "b" {
+				// 100000 uncached at 1.0 + 100 at 2.0: what moving costs.
+				require.Contains(t, c.Note, "price 0.10020000")
+			}
+		}
+	}
+}
