@@ -155,6 +155,22 @@ func median(xs []float64) float64 {
 	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
+// typical is an endpoint's own figure from n samples where it has enough
+// of them, else its own and the model's typical figure (med) weighed as n
+// samples against k: a new endpoint starts at the median of its peers and
+// its own figure takes over as samples come (a few probes of a slow
+// endpoint must not pass for the median). Without a typical figure, its
+// own is all there is.
+func typical(own, n, med, enough, k float64) float64 {
+	switch {
+	case n >= enough || med == 0:
+		return own
+	case n <= 0:
+		return med
+	}
+	return (n*own + k*med) / (n + k)
+}
+
 // shrink is count/calls pulled towards prior with prior weight k.
 func shrink(count, calls, prior, k float64) float64 {
 	return (count + k*prior) / (calls + k)
@@ -289,19 +305,12 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 	in := est.InputTokens
 	for _, c := range cs {
 		f := c.fig
-		x := costInputs{hit: mHit, tps: mTPS, ttftSecs: mTTFT, load: f.Load, capRPM: f.Cap}
-		if h, ok := f.CacheHitRate(); ok && f.Priced >= enough {
-			x.hit = h
-		}
-		if t, ok := f.Throughput(); ok && f.Priced >= enough {
-			x.tps = t
-		}
-		switch {
-		case c.samples >= r.o.MinSamples:
-			x.ttftSecs = c.ttft.Seconds()
-		case mTTFT == 0 && c.samples > 0:
-			x.ttftSecs = c.ttft.Seconds() // thin, but all there is
-		}
+		x := costInputs{load: f.Load, capRPM: f.Cap}
+		h, _ := f.CacheHitRate()
+		x.hit = typical(h, f.Priced, mHit, enough, o.PriorCalls)
+		t, _ := f.Throughput()
+		x.tps = typical(t, f.Priced, mTPS, enough, o.PriorCalls)
+		x.ttftSecs = typical(c.ttft.Seconds(), float64(c.samples), mTTFT, enough, o.PriorCalls)
 		// The endpoint's real cache-hit rate prices a fresh prompt, unless
 		// the caller's own estimate says more of it is cached. A
 		// conversation under way is priced where its cache really is: a

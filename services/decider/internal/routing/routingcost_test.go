@@ -465,3 +465,23 @@ func TestFollowUpPricedWhereItsCacheIs(t *testing.T) {
 		}
 	}
 }
+
+func TestThinFiguresBlendWithTheTypical(t *testing.T) {
+	require.InDelta(t, 12, typical(12, 10, 3, 10, 5), 1e-12, "enough samples: its own")
+	require.InDelta(t, 3, typical(0, 0, 3, 10, 5), 1e-12, "none: the model's typical")
+	require.InDelta(t, (3*15+5*3)/8.0, typical(15, 3, 3, 10, 5), 1e-12, "three probes of a slow endpoint weigh against the typical")
+	require.InDelta(t, 15, typical(15, 3, 0, 10, 5), 1e-12, "no typical figure: its own")
+
+	// Through Decide: c was probed three times at 15 s; a and b are well
+	// measured at 1 s. c is not taken for a 1 s endpoint.
+	e := newCostEnv(t, costCatalog, Options{})
+	e.serve("a", 20, time.Second, 3*time.Second, 1000, 0, 100)
+	e.serve("b", 20, time.Second, 3*time.Second, 1000, 0, 100)
+	for range 3 {
+		e.stats.ObserveTTFT("c/m", tokens.BucketOf(1000), 15*time.Second, e.now)
+	}
+	cs := e.explained(t, 1000, 100)
+	// TTFT (3×15 + 5×1)/8 = 6.25 s, and 100 tokens at the typical
+	// 33.3 tokens/s (c has no throughput of its own): 9.25 s.
+	require.Contains(t, cs["c"].Note, "wait 9.25s")
+}
