@@ -33,7 +33,7 @@ const (
 	DefaultFastHalfLife = time.Minute
 	DefaultLoadWindow   = time.Minute
 	DefaultCapBackoff   = 0.1
-	DefaultCapRise      = 0.05
+	DefaultCapRise      = 0.02
 	// MinCap is the lowest learned cap, in requests per minute: an
 	// endpoint that answered 429 at a trickle still gets a trickle.
 	MinCap = 1.0
@@ -60,7 +60,7 @@ type Config struct {
 	// at which a 429 came. Defaults to 0.1.
 	CapBackoff float64
 	// CapRise (Optional) is how much a cap grows per minute without a 429,
-	// as a fraction of the cap learned (additive increase). Defaults to 0.05.
+	// as a fraction of the cap learned (additive increase). Defaults to 0.02.
 	CapRise float64
 	// Now (Optional) is the clock. Defaults to time.Now.
 	Now func() time.Time

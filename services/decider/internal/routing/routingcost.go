@@ -42,7 +42,7 @@ type CostOptions struct {
 	// ErrorExcess and ErrorFactor: an endpoint whose error rate is at least
 	// ErrorExcess above its peers' median and at least ErrorFactor times
 	// it gets no traffic until its rate falls back. (Optional) Default
-	// to 0.25 and 3.
+	// to 0.10 and 3.
 	ErrorExcess, ErrorFactor float64
 	// QualityExcess: likewise for answers that fail a quality check, with
 	// ErrorFactor; such an endpoint gets only its floor (test traffic).
@@ -73,7 +73,7 @@ func (o *CostOptions) defaults() {
 		o.RateLimitPenalty = 2 * time.Second
 	}
 	def(&o.PriorCalls, 5)
-	def(&o.ErrorExcess, 0.25)
+	def(&o.ErrorExcess, 0.10)
 	def(&o.ErrorFactor, 3)
 	def(&o.QualityExcess, 0.10)
 	def(&o.BackoffGain, 3)
