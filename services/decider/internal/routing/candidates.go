@@ -60,6 +60,7 @@ type scratch struct {
 	order  []*candidate
 	cooled []*candidate
 	cached []int64
+	floats []float64 // the routing-cost policy's lists of figures
 	// followUp: the prompt extends one an endpoint served recently.
 	followUp bool
 }

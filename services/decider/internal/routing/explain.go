@@ -27,17 +27,19 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 	}
 	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), cost)
 	if !all {
-		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest, cost)}
+		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest, cost, false)}
 		return d
 	}
 	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
 	for i := range sc.cands {
-		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest, cost))
+		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest, cost, true))
 	}
 	return d
 }
 
-func (r *Router) candidateProto(c *candidate, fastest time.Duration, cost bool) *switchboardv1.Candidate {
+// candidateProto renders one candidate; detail writes the routing-cost
+// policy's figures into its note, which only a full explanation pays for.
+func (r *Router) candidateProto(c *candidate, fastest time.Duration, cost, detail bool) *switchboardv1.Candidate {
 	pc := &switchboardv1.Candidate{
 		EndpointId:            c.ep.id,
 		Provider:              c.ep.provider,
@@ -53,7 +55,9 @@ func (r *Router) candidateProto(c *candidate, fastest time.Duration, cost bool) 
 	}
 	if cost && c.note != noteExcluded {
 		pc.RoutingCostUsd, pc.Share = c.rcost, c.share
-		pc.Note = r.costNote(c)
+		if detail {
+			pc.Note = r.costNote(c)
+		}
 	}
 	return pc
 }

@@ -245,7 +245,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		// lowest routing cost with its cache priced in, rather than moving
 		// off its cache by chance.
 		noDraw := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
-		reason = r.costRank(sc.order, m, est, fastest, now, sc.followUp, noDraw)
+		reason = r.costRank(sc, m, est, fastest, now, noDraw)
 	} else {
 		// A follow-up turn does not explore: away from its cache it would pay
 		// its whole prompt uncached there, and again on the way back.

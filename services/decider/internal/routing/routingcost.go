@@ -193,17 +193,22 @@ func expectedOutput(m *model, est pricing.Request) int64 {
 // candidate, gives each a share of the traffic, draws the first by share
 // (or, when noDraw, takes the largest share) and ranks the rest as
 // fallbacks by routing cost, guarded endpoints last.
-func (r *Router) costRank(cs []*candidate, m *model, est pricing.Request, fastest time.Duration, now time.Time, followUp, noDraw bool) switchboardv1.RouteReason {
+func (r *Router) costRank(sc *scratch, m *model, est pricing.Request, fastest time.Duration, now time.Time, noDraw bool) switchboardv1.RouteReason {
 	o := &r.o.Cost
+	cs := sc.order
 	r.qualify(cs, fastest) // for the hedge plan, which stays the smart policy's
-	r.costFigures(cs, m, est, now, followUp)
-	r.costGuards(cs, now)
+	// One buffer for every list of figures a median is taken of, so a
+	// Decide allocates none.
+	sc.floats = slices.Grow(sc.floats[:0], 6*len(cs))
+	r.costFigures(cs, m, est, now, sc.followUp, sc.floats)
+	r.costGuards(cs, now, sc.floats)
 	// Time's price: the model's setting, else the model's median price
 	// for this request over its median wait, so that at the model's
 	// typical endpoint a tenth less waiting is worth a tenth more price.
 	timeValue := m.timeValue / 3600
 	if timeValue <= 0 {
-		prices, waits := make([]float64, 0, len(cs)), make([]float64, 0, len(cs))
+		n := len(cs)
+		prices, waits := sc.floats[0:0:n], sc.floats[n:n:2*n]
 		for _, c := range cs {
 			prices = append(prices, c.in.price)
 			if c.in.wait > 0 {
@@ -277,10 +282,12 @@ func byRoutingCost(a, b *candidate) int {
 // costFigures fills every candidate's cost inputs from its outcomes and
 // speed, filling in what a new endpoint lacks (fewer than MinSamples) from
 // the model's typical numbers: its peers' medians.
-func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now time.Time, followUp bool) {
+func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now time.Time, followUp bool, buf []float64) {
 	o := &r.o.Cost
 	enough := float64(r.o.MinSamples)
-	var hits, tpss, ttfts, limited, failed, poor []float64
+	n := len(cs)
+	hits, tpss, ttfts := buf[0:0:n], buf[n:n:2*n], buf[2*n:2*n:3*n]
+	limited, failed, poor := buf[3*n:3*n:4*n], buf[4*n:4*n:5*n], buf[5*n:5*n:6*n]
 	for _, c := range cs {
 		f := c.ep.oc.Read(now)
 		c.fig = f
@@ -339,29 +346,27 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 
 // costGuards marks candidates over their learned cap or paused by a
 // provider's Retry-After, with an error rate far above their peers', or
-// flagged for quality.
-func (r *Router) costGuards(cs []*candidate, now time.Time) {
+// flagged for quality. A peer median leaves the candidate itself out: with
+// two endpoints, a failing one must be compared with the other, not with
+// the mean of the two.
+func (r *Router) costGuards(cs []*candidate, now time.Time, buf []float64) {
 	o := &r.o.Cost
-	peers := make([]float64, 0, len(cs))
-	peerMedian := func(self *candidate, rate func(*candidate) float64) float64 {
-		peers = peers[:0]
-		for _, c := range cs {
-			if c != self {
-				peers = append(peers, rate(c))
-			}
-		}
-		return median(peers)
+	n := len(cs)
+	errs, poor := buf[0:0:n], buf[n:n:2*n]
+	for _, c := range cs {
+		errs = append(errs, c.in.failed)
+		poor = append(poor, c.in.poor)
 	}
-	errRate := func(c *candidate) float64 { return c.in.failed }
-	poorRate := func(c *candidate) float64 { return c.in.poor }
+	slices.Sort(errs)
+	slices.Sort(poor)
 	for _, c := range cs {
 		c.guard = guardNone
-		if len(cs) > 1 {
-			if p := peerMedian(c, errRate); c.in.failed >= p+o.ErrorExcess && c.in.failed >= o.ErrorFactor*p {
+		if n > 1 {
+			if p := medianWithout(errs, c.in.failed); c.in.failed >= p+o.ErrorExcess && c.in.failed >= o.ErrorFactor*p {
 				c.guard = guardErrors
 				continue
 			}
-			if p := peerMedian(c, poorRate); c.in.poor >= p+o.QualityExcess && c.in.poor >= o.ErrorFactor*p {
+			if p := medianWithout(poor, c.in.poor); c.in.poor >= p+o.QualityExcess && c.in.poor >= o.ErrorFactor*p {
 				c.guard = guardQuality
 				continue
 			}
@@ -370,6 +375,27 @@ func (r *Router) costGuards(cs []*candidate, now time.Time) {
 			c.guard = guardCapped
 		}
 	}
+}
+
+// medianWithout is the median of sorted (which holds v) without one
+// occurrence of v; equal values are interchangeable, so which one does not
+// matter.
+func medianWithout(sorted []float64, v float64) float64 {
+	skip, _ := slices.BinarySearch(sorted, v)
+	at := func(i int) float64 { // the i-th of the rest
+		if i >= skip {
+			i++
+		}
+		return sorted[i]
+	}
+	m := len(sorted) - 1
+	if m == 0 {
+		return 0
+	}
+	if m%2 == 1 {
+		return at(m / 2)
+	}
+	return (at(m/2-1) + at(m/2)) / 2
 }
 
 // shares gives each candidate its part of the traffic. Unguarded ones

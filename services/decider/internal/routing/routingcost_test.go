@@ -492,3 +492,24 @@ func TestThinFiguresBlendWithTheTypical(t *testing.T) {
 	// 33.3 tokens/s (c has no throughput of its own): 9.25 s.
 	require.Contains(t, cs["c"].Note, "wait 9.25s")
 }
+
+func TestMedianWithout(t *testing.T) {
+	tests := []struct {
+		name   string
+		sorted []float64
+		v      float64
+		want   float64
+	}{
+		{name: "two: the other", sorted: []float64{0, 0.5}, v: 0.5, want: 0},
+		{name: "three without the top", sorted: []float64{0.01, 0.02, 0.5}, v: 0.5, want: 0.015},
+		{name: "three without the middle", sorted: []float64{0.01, 0.02, 0.5}, v: 0.02, want: 0.255},
+		{name: "four without the bottom", sorted: []float64{1, 2, 3, 4}, v: 1, want: 3},
+		{name: "ties", sorted: []float64{1, 1, 1, 9}, v: 1, want: 1},
+		{name: "alone", sorted: []float64{7}, v: 7, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.InDelta(t, tt.want, medianWithout(tt.sorted, tt.v), 1e-12)
+		})
+	}
+}
