@@ -323,11 +323,19 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 		// conversation under way is priced where its cache really is: a
 		// cache-hit rate earned on other conversations says nothing of
 		// this prompt on an endpoint that never saw it.
-		cached := max(c.cached, min(in, int64(x.hit*float64(in))))
-		if followUp {
-			cached = c.cached
+		typicalCached := min(in, int64(x.hit*float64(in)))
+		x.price = pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: max(c.cached, typicalCached), MaxOutputTokens: out})
+		if followUp && r.o.FollowUpTurns > 0 {
+			// The conversation's next turns will read this prompt from
+			// the cache of whichever endpoint serves it now, at that
+			// endpoint's real cache-hit rate: priced per turn over this
+			// one and FollowUpTurns more, staying where cache reads are
+			// dear costs what it really does (as the smart policy's
+			// value, docs/architecture.md).
+			this := pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: c.cached, MaxOutputTokens: out})
+			next := pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: typicalCached, MaxOutputTokens: out})
+			x.price = (this + r.o.FollowUpTurns*next) / (1 + r.o.FollowUpTurns)
 		}
-		x.price = pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: cached, MaxOutputTokens: out})
 		x.wait = x.ttftSecs
 		if x.tps > 0 {
 			x.wait += float64(out) / x.tps

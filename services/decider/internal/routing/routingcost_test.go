@@ -465,10 +465,16 @@ func TestFollowUpPricedWhereItsCacheIs(t *testing.T) {
 		resp := e.decide(t, req())
 		require.Equal(t, "b", resp.Endpoint.Provider, "a follow-up is not drawn away from its cache")
 		for _, c := range resp.Decision.Candidates {
-			if c.Provider != "b" {
-				// 100000 uncached at 1.0 + 100 at 2.0: what moving costs.
-				require.Contains(t, c.Note, "price 0.10020000")
+			// Priced per turn over this one and 4 more, the next ones at
+			// the endpoint's 90% cache-hit rate (10000×1.0 + 90000×0.1 +
+			// 100×2.0 = 19200 µUSD). This turn elsewhere: 100000
+			// uncached at 1.0 + 100 at 2.0 = 100200 µUSD, what moving
+			// costs; on b, all of it cached: 10200 µUSD.
+			want := "price 0.03540000" // (100200 + 4×19200)/5 µUSD
+			if c.Provider == "b" {
+				want = "price 0.01740000" // (10200 + 4×19200)/5 µUSD
 			}
+			require.Contains(t, c.Note, want)
 		}
 	}
 }
