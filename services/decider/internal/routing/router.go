@@ -1,7 +1,10 @@
 // Package routing answers Decide for an identity the auth package resolved:
 // it filters a model's endpoints by the caller's routing options, prices this exact request on each
 // endpoint, and orders them by the default smart policy (the cheapest endpoint
-// that is fast enough for this prompt size) or by the user's own choice.
+// that is fast enough for this prompt size), by the routing-cost policy (the
+// expected cost of one good answer, traffic spread over the endpoints near
+// the best) where a model or the deployment chooses it, or by the user's
+// own choice.
 //
 // Everything it reads is either an immutable index built from the catalog and
 // swapped atomically, or a statistic published atomically by the stats
@@ -12,7 +15,8 @@
 // (validation, exclusions, fallbacks, preferred throughput and latency);
 // candidates.go prices and measures this request on every endpoint left;
 // policy.go ranks them (the user's sort or order, else the smart policy and
-// exploration); hedge.go plans a second endpoint for a long stream; and
+// exploration); policyname.go says which policy applies and routingcost.go
+// is the routing-cost policy; hedge.go plans a second endpoint for a long stream; and
 // explain.go says why. router.go holds Decide itself and the options.
 package routing
 

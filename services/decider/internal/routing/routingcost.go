@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -252,7 +253,7 @@ func (r *Router) costRank(sc *scratch, m *model, est pricing.Request, fastest ti
 		case b == win:
 			return 1
 		}
-		if c := cmpFloat(float64(guardRank(a.guard)), float64(guardRank(b.guard))); c != 0 {
+		if c := cmp.Compare(guardRank(a.guard), guardRank(b.guard)); c != 0 {
 			return c
 		}
 		return byRoutingCost(a, b)
