@@ -182,7 +182,6 @@ providers:
 		require.NoError(t, err)
 		got[p]++
 	}
-	after = s.explain(t, in)
 	require.GreaterOrEqual(t, got["fair"], 26, "the fairly priced endpoint takes the traffic: %v", got)
 }
 

@@ -251,7 +251,7 @@ func TestBackoffAndRecovery(t *testing.T) {
 	require.Contains(t, hit.Note, "backed off")
 	// No more failures: the recent rate fades within minutes and the share
 	// comes back, gradually.
-	var prev float64 = hit.Share
+	prev := hit.Share
 	for range 3 {
 		e.now = e.now.Add(time.Minute)
 		s := e.explained(t, 1000, 100)["a"].Share
