@@ -153,9 +153,6 @@ func (t *Tracker) Observe(id string, c Call, rates pricing.Price) {
 	t.Endpoint(id).observe(c, rates, t.cfg.Now().UnixNano())
 }
 
-// Forget drops an endpoint removed from the catalog.
-func (t *Tracker) Forget(id string) { t.endpoints.Delete(id) }
-
 // Endpoint is one endpoint's figures.
 type Endpoint struct {
 	t   *Tracker

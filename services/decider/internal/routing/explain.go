@@ -2,6 +2,8 @@ package routing
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,8 +68,8 @@ func (r *Router) candidateProto(c *candidate, fastest time.Duration, cost, detai
 // cost and the figures behind it, its share, and what a guard did.
 func (r *Router) costNote(c *candidate) string {
 	x := c.in
-	s := fmt.Sprintf("routing cost %.8f USD (price %.8f, wait %.2fs, 429 %.1f%%, errors %.1f%%, quality %.1f%%), share %.1f%%",
-		c.rcost, x.price, x.wait, 100*x.limited, 100*x.failed, 100*x.poor, 100*c.share)
+	s := fmt.Sprintf("routing cost %.8f USD (price %.8f, wait %.2fs, 429 %.1f%%, errors %.1f%%, quality %.1f%%%s), share %.1f%%",
+		c.rcost, x.price, x.wait, 100*x.limited, 100*x.failed, 100*x.poor, checksText(c.ep.oc.QualityChecks()), 100*c.share)
 	switch c.guard {
 	case guardCapped:
 		if x.capRPM > 0 && x.load >= x.capRPM {
@@ -122,6 +124,19 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 		return "misses preferred_min_throughput or preferred_max_latency"
 	}
 	return ""
+}
+
+// checksText lists the quality checks an endpoint's answers failed, by
+// name with their rates, e.g. " [empty 1.0%, malformed_tool_call 4.0%]".
+func checksText(checks map[string]float64) string {
+	if len(checks) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(checks))
+	for _, name := range slices.Sorted(maps.Keys(checks)) {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", name, 100*checks[name]))
+	}
+	return " [" + strings.Join(parts, ", ") + "]"
 }
 
 // summary is the one-line explanation sent in the x-switchboard-route header.

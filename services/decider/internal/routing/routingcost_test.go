@@ -361,6 +361,7 @@ func TestErrorExclusionAndQualityTestTraffic(t *testing.T) {
 	cs = e.explained(t, 1000, 100)
 	require.InDelta(t, 0.02, cs["b"].Share, 1e-12, "the floor, no more")
 	require.Contains(t, cs["b"].Note, "test traffic only")
+	require.Contains(t, cs["b"].Note, "[malformed_tool_call 33.3%]", "which check, how often")
 	got := e.draws(t, 2000)
 	require.InDelta(t, 40, got["b"], 25)
 }
