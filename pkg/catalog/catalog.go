@@ -107,6 +107,8 @@ type Model struct {
 	ListPrice *Price `yaml:"list_price"`
 	// Endpoints are the providers' offers. (Required, at least one)
 	Endpoints []Endpoint `yaml:"endpoints"`
+	// Routing tunes how the decider ranks the endpoints. (Optional)
+	Routing *ModelRouting `yaml:"routing"`
 }
 
 // Endpoint is one provider's offer of a model.

@@ -155,6 +155,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 		if m.ListPrice != nil {
 			validatePrice(*m.ListPrice, mp+".list_price", bad)
 		}
+		validateModelRouting(m.Routing, mp+".routing", bad)
 		if len(m.Endpoints) == 0 {
 			bad(mp+".endpoints", "at least one endpoint is required")
 		}

@@ -279,6 +279,10 @@ const (
 	// ROUTE_REASON_PRICE_GUARD: the fast enough endpoints cost more than the
 	// model's usual price without being half the list price, so the cheapest won.
 	RouteReason_ROUTE_REASON_PRICE_GUARD RouteReason = 8
+	// ROUTE_REASON_ROUTING_COST: the routing-cost policy drew this endpoint by
+	// its share of the traffic (endpoints near the lowest expected cost of one
+	// good answer share most of it).
+	RouteReason_ROUTE_REASON_ROUTING_COST RouteReason = 9
 )
 
 // Enum value maps for RouteReason.
@@ -293,6 +297,7 @@ var (
 		6: "ROUTE_REASON_FLOOR",
 		7: "ROUTE_REASON_NITRO",
 		8: "ROUTE_REASON_PRICE_GUARD",
+		9: "ROUTE_REASON_ROUTING_COST",
 	}
 	RouteReason_value = map[string]int32{
 		"ROUTE_REASON_UNSPECIFIED":         0,
@@ -304,6 +309,7 @@ var (
 		"ROUTE_REASON_FLOOR":               6,
 		"ROUTE_REASON_NITRO":               7,
 		"ROUTE_REASON_PRICE_GUARD":         8,
+		"ROUTE_REASON_ROUTING_COST":        9,
 	}
 )
 
@@ -1223,8 +1229,13 @@ type DecideRequest struct {
 	IdempotencyKey string `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// reservation_ttl is how long the reservation lives if never reconciled.
 	ReservationTtl *durationpb.Duration `protobuf:"bytes,13,opt,name=reservation_ttl,json=reservationTtl,proto3" json:"reservation_ttl,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// session_id names the conversation the request belongs to, when the
+	// caller says so (the edge takes it from the X-Session-Id header): its
+	// later turns are kept on the endpoint holding its prompt cache. Without
+	// it the conversation is recognised by its prompt prefixes.
+	SessionId     string `protobuf:"bytes,14,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -1346,6 +1357,13 @@ func (x *DecideRequest) GetReservationTtl() *durationpb.Duration {
 		return x.ReservationTtl
 	}
 	return nil
+}
+
+func (x *DecideRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // Price is a price list in USD per million tokens.
@@ -1544,7 +1562,14 @@ type Candidate struct {
 	// note says why it was excluded or how it ranked, e.g. "cooling down until 12:04:05".
 	Note string `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
 	// throughput is the endpoint's typical output tokens per second, 0 if unknown.
-	Throughput    float64 `protobuf:"fixed64,9,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	Throughput float64 `protobuf:"fixed64,9,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	// routing_cost_usd is, under the routing-cost policy, the expected cost in
+	// USD of one good answer from this endpoint (price, waiting time priced in
+	// money and a rate-limit penalty, over the chance of success); 0 otherwise.
+	RoutingCostUsd float64 `protobuf:"fixed64,10,opt,name=routing_cost_usd,json=routingCostUsd,proto3" json:"routing_cost_usd,omitempty"`
+	// share is, under the routing-cost policy, the part of this model's
+	// traffic the endpoint was given (0 to 1); 0 otherwise.
+	Share         float64 `protobuf:"fixed64,11,opt,name=share,proto3" json:"share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1638,6 +1663,20 @@ func (x *Candidate) GetNote() string {
 func (x *Candidate) GetThroughput() float64 {
 	if x != nil {
 		return x.Throughput
+	}
+	return 0
+}
+
+func (x *Candidate) GetRoutingCostUsd() float64 {
+	if x != nil {
+		return x.RoutingCostUsd
+	}
+	return 0
+}
+
+func (x *Candidate) GetShare() float64 {
+	if x != nil {
+		return x.Share
 	}
 	return 0
 }
@@ -2858,9 +2897,13 @@ type CallReport struct {
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	// stream is whether the call was streamed: only a stream's timing after
 	// the first token measures the endpoint's output speed.
-	Stream        bool `protobuf:"varint,19,opt,name=stream,proto3" json:"stream,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stream bool `protobuf:"varint,19,opt,name=stream,proto3" json:"stream,omitempty"`
+	// quality_failures name the answer-quality checks the answer failed
+	// ("malformed_tool_call", "empty", "truncated"; the edge's check set may
+	// grow), empty when it passed them all or none applied.
+	QualityFailures []string `protobuf:"bytes,20,rep,name=quality_failures,json=qualityFailures,proto3" json:"quality_failures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CallReport) Reset() {
@@ -3024,6 +3067,13 @@ func (x *CallReport) GetStream() bool {
 		return x.Stream
 	}
 	return false
+}
+
+func (x *CallReport) GetQualityFailures() []string {
+	if x != nil {
+		return x.QualityFailures
+	}
+	return nil
 }
 
 // CallReportBatch carries several call reports at once, so reporting costs
@@ -5066,7 +5116,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x18preferred_min_throughput\x18\v \x01(\x01H\x01R\x16preferredMinThroughput\x88\x01\x01\x12M\n" +
 	"\x15preferred_max_latency\x18\f \x01(\v2\x19.google.protobuf.DurationR\x13preferredMaxLatencyB\x12\n" +
 	"\x10_allow_fallbacksB\x1b\n" +
-	"\x19_preferred_min_throughput\"\xfc\x03\n" +
+	"\x19_preferred_min_throughput\"\x9b\x04\n" +
 	"\rDecideRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
@@ -5084,7 +5134,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	" \x01(\bR\x06dryRun\x12\x18\n" +
 	"\areserve\x18\v \x01(\bR\areserve\x12'\n" +
 	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12B\n" +
-	"\x0freservation_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0ereservationTtl\"X\n" +
+	"\x0freservation_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0ereservationTtl\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x0e \x01(\tR\tsessionId\"X\n" +
 	"\x05Price\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\x01R\x05input\x12!\n" +
 	"\fcached_input\x18\x02 \x01(\x01R\vcachedInput\x12\x16\n" +
@@ -5097,7 +5149,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x05 \x01(\tR\tapiKeyEnv\x12+\n" +
 	"\x05price\x18\x06 \x01(\v2\x15.switchboard.v1.PriceR\x05price\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\x03R\rcontextLength\x12,\n" +
-	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\xc5\x02\n" +
+	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\x85\x03\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x1a\n" +
@@ -5110,7 +5162,10 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x04note\x18\b \x01(\tR\x04note\x12\x1e\n" +
 	"\n" +
 	"throughput\x18\t \x01(\x01R\n" +
-	"throughput\"\x86\x02\n" +
+	"throughput\x12(\n" +
+	"\x10routing_cost_usd\x18\n" +
+	" \x01(\x01R\x0eroutingCostUsd\x12\x14\n" +
+	"\x05share\x18\v \x01(\x01R\x05share\"\x86\x02\n" +
 	"\bDecision\x123\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1b.switchboard.v1.RouteReasonR\x06reason\x122\n" +
 	"\x06bucket\x18\x02 \x01(\x0e2\x1a.switchboard.v1.SizeBucketR\x06bucket\x12\x18\n" +
@@ -5207,7 +5262,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
-	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xef\x05\n" +
+	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\x9a\x06\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -5235,7 +5290,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"promptHash\x12\x14\n" +
 	"\x05hedge\x18\x11 \x01(\bR\x05hedge\x12%\n" +
 	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\x12\x16\n" +
-	"\x06stream\x18\x13 \x01(\bR\x06stream\"G\n" +
+	"\x06stream\x18\x13 \x01(\bR\x06stream\x12)\n" +
+	"\x10quality_failures\x18\x14 \x03(\tR\x0fqualityFailures\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc6\x02\n" +
 	"\rReportRequest\x121\n" +
@@ -5398,7 +5454,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x14SIZE_BUCKET_UNDER_8K\x10\x01\x12\x19\n" +
 	"\x15SIZE_BUCKET_8K_TO_32K\x10\x02\x12\x1b\n" +
 	"\x17SIZE_BUCKET_32K_TO_128K\x10\x03\x12\x19\n" +
-	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\x99\x02\n" +
+	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\xb8\x02\n" +
 	"\vRouteReason\x12\x1c\n" +
 	"\x18ROUTE_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dROUTE_REASON_CHEAPEST_NO_DATA\x10\x01\x12$\n" +
@@ -5408,7 +5464,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x16ROUTE_REASON_USER_SORT\x10\x05\x12\x16\n" +
 	"\x12ROUTE_REASON_FLOOR\x10\x06\x12\x16\n" +
 	"\x12ROUTE_REASON_NITRO\x10\a\x12\x1c\n" +
-	"\x18ROUTE_REASON_PRICE_GUARD\x10\b*n\n" +
+	"\x18ROUTE_REASON_PRICE_GUARD\x10\b\x12\x1d\n" +
+	"\x19ROUTE_REASON_ROUTING_COST\x10\t*n\n" +
 	"\tHedgeMode\x12\x1a\n" +
 	"\x16HEDGE_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fHEDGE_MODE_NONE\x10\x01\x12\x16\n" +

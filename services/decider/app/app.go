@@ -43,6 +43,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
@@ -99,6 +100,24 @@ type Config struct {
 	Exploration float64
 	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
 	Seed uint64
+	// RoutingPolicy is the deployment's default routing policy, for models
+	// whose catalog entry sets none: smart or routing-cost. (Optional)
+	// Defaults to smart.
+	RoutingPolicy string
+	// RoutingCostMargin is the routing-cost policy's competitive margin.
+	// (Optional) The flag defaults to 0.10.
+	RoutingCostMargin float64
+	// RoutingCostFloor is the share of traffic every endpoint keeps under
+	// the routing-cost policy. (Optional) The flag defaults to 0.02;
+	// negative disables.
+	RoutingCostFloor float64
+	// RoutingCostHalfLife is the age at which a call weighs half in the
+	// routing-cost policy's rates (429s, errors, quality, price charged,
+	// throughput). (Optional) Defaults to 5m.
+	RoutingCostHalfLife time.Duration
+	// RoutingCostLoadWindow is the time constant of the load measured per
+	// endpoint, against which 429 caps are learned. (Optional) Defaults to 1m.
+	RoutingCostLoadWindow time.Duration
 	// Cooldown is how long an endpoint that refused calls is benched. (Optional) Defaults to 15m.
 	Cooldown time.Duration
 	// CooldownErrors refusals within CooldownWindow bench an endpoint. (Optional) Defaults to 1.
@@ -208,6 +227,11 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	probeSizes := fs.String("probe-sizes", "20480,61440,153600", "comma-separated probe prompt sizes in tokens")
 	fs.Float64Var(&cfg.Exploration, "exploration", 0.05, "share of requests sent to endpoints with too little data (negative disables)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the exploration randomness (0: from the clock)")
+	fs.StringVar(&cfg.RoutingPolicy, "routing-policy", "smart", "default routing policy of models whose catalog entry sets none: smart or routing-cost")
+	fs.Float64Var(&cfg.RoutingCostMargin, "routing-cost-margin", 0.10, "routing-cost policy: endpoints within this fraction of the lowest routing cost share the traffic fully")
+	fs.Float64Var(&cfg.RoutingCostFloor, "routing-cost-floor", 0.02, "routing-cost policy: the share of traffic every endpoint keeps (negative disables)")
+	fs.DurationVar(&cfg.RoutingCostHalfLife, "routing-cost-half-life", outcomes.DefaultHalfLife, "routing-cost policy: age at which a call weighs half in an endpoint's rates")
+	fs.DurationVar(&cfg.RoutingCostLoadWindow, "routing-cost-load-window", outcomes.DefaultLoadWindow, "routing-cost policy: time constant of the per-endpoint load that 429 caps are learned against")
 	fs.DurationVar(&cfg.Cooldown, "cooldown", 15*time.Minute, "how long an endpoint that refused calls is not used")
 	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 1, "refusals within --cooldown-window that start a cool-down")
 	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", time.Minute, "window of --cooldown-errors")
@@ -296,6 +320,15 @@ func (c *Config) validate() error {
 	}
 	if c.Exploration >= 1 {
 		errs = append(errs, fmt.Errorf("--exploration %g must be below 1", c.Exploration))
+	}
+	if _, err := routing.ParsePolicy(c.RoutingPolicy); err != nil {
+		errs = append(errs, fmt.Errorf("--routing-policy: %w", err))
+	}
+	if c.RoutingCostHalfLife < 0 || c.RoutingCostLoadWindow < 0 {
+		errs = append(errs, errors.New("--routing-cost-half-life and --routing-cost-load-window must not be negative"))
+	}
+	if c.RoutingCostMargin < 0 || c.RoutingCostMargin > 10 || c.RoutingCostFloor >= 0.5 {
+		errs = append(errs, fmt.Errorf("--routing-cost-margin %g must be between 0 and 10 and --routing-cost-floor %g below 0.5", c.RoutingCostMargin, c.RoutingCostFloor))
 	}
 	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
@@ -538,8 +571,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if cfg.HedgeBudgetUSD == 0 {
 		hedgeFrom = -1 // no budget, no hedges: do not make edges ask
 	}
+	policy, _ := routing.ParsePolicy(cfg.RoutingPolicy) // validated with the flags
+	oc := outcomes.New(outcomes.Config{HalfLife: cfg.RoutingCostHalfLife, LoadWindow: cfg.RoutingCostLoadWindow, Now: cfg.Now})
 	d.router = routing.New(c, routing.Options{
 		Stats: d.stats, Affinity: aff, Cooldown: d.cool,
+		Policy: policy, Outcomes: oc, Cost: routing.CostOptions{Margin: cfg.RoutingCostMargin, Floor: cfg.RoutingCostFloor},
 		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
 		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
 		FastEnough: cfg.FastEnough,
@@ -568,7 +604,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	svc.SetAdmission(d.adm)
 	d.admP.Store(d.adm)
 	d.observer.Store(observe.New(observe.Options{
-		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool,
+		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool, Outcomes: oc,
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)

@@ -84,6 +84,15 @@ func (c *call) serve() {
 		c.cached = c.cache.Lookup(c.keys, c.prompt, c.p.now())
 	}
 
+	if rps := c.cfg.Limits.RequestsPerSecond; rps > 0 {
+		// Checked first and counted on its own: a request this refuses is
+		// not counted against the minute's quotas.
+		if d := c.ms.second.Admit(ratelimit.Limits{RequestsPerMinute: rps}, 0, c.p.now()); !d.Allowed {
+			c.outcome = outcomeRateLimited
+			writeRateLimited(c.w, c.p.scaled(d.RetryAfter), "Rate limit reached for requests per second.")
+			return
+		}
+	}
 	if lim := c.cfg.Limits; lim.RequestsPerMinute > 0 || lim.TokensPerMinute > 0 {
 		// Quotas count prompt plus requested output at admission, as OpenAI
 		// does: the provider cannot know the real output in advance.

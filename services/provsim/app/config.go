@@ -163,6 +163,10 @@ type LimitsConfig struct {
 	// TokensPerMinute caps prompt plus requested output tokens per rolling
 	// minute, counted at admission as OpenAI does (Optional).
 	TokensPerMinute int64 `yaml:"tokens_per_minute" json:"tokens_per_minute"`
+	// RequestsPerSecond caps admitted requests per rolling second
+	// (Optional): a steady capacity with no minute-long burst allowance, as
+	// a provider whose servers are full answers 429 above a load.
+	RequestsPerSecond int64 `yaml:"requests_per_second" json:"requests_per_second"`
 }
 
 // Defaults of ModelConfig, filled in for zero values.
@@ -350,6 +354,9 @@ func (m ModelConfig) validate(path string) []error {
 	}
 	if m.Limits.TokensPerMinute < 0 {
 		bad("limits.tokens_per_minute", "must not be negative, got %d", m.Limits.TokensPerMinute)
+	}
+	if m.Limits.RequestsPerSecond < 0 {
+		bad("limits.requests_per_second", "must not be negative, got %d", m.Limits.RequestsPerSecond)
 	}
 	return errs
 }

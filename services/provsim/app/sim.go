@@ -87,6 +87,7 @@ type modelState struct {
 	cfg    ModelConfig
 	cache  *promptcache.Cache // nil when caching is off
 	window ratelimit.Window
+	second ratelimit.Window // Length 1s: limits.requests_per_second
 }
 
 // options are the test seams of Start.
@@ -246,7 +247,7 @@ func (p *Provider) setModel(mc ModelConfig) (ModelConfig, error) {
 	defer p.mu.Unlock()
 	ms, ok := p.models[mc.ID]
 	if !ok {
-		ms = &modelState{}
+		ms = &modelState{second: ratelimit.Window{Length: time.Second}}
 		p.models[mc.ID] = ms
 		p.order = append(p.order, mc.ID)
 	}

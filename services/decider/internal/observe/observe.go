@@ -1,7 +1,8 @@
 // Package observe turns the edges' call reports into what routing learns
 // from: TTFT per size bucket, throughput, cache-hit rate, typical output,
-// which endpoint holds which prompt in cache, and refusals that bench an
-// endpoint. It also accounts what synthetic probes cost the operator (the
+// which endpoint holds which prompt in cache, refusals that bench an
+// endpoint, and each endpoint's outcomes (price charged, 429s, failures,
+// quality) for the routing-cost policy. It also accounts what synthetic probes cost the operator (the
 // billing policy, pkg/billing, says probes are never billed to a tenant). It
 // never waits on the broker: reservations are reconciled by the report hub's
 // workers.
@@ -21,6 +22,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -35,6 +37,9 @@ type Options struct {
 	Stats    *stats.Store      // (Required)
 	Affinity *affinity.Table   // (Required)
 	Cooldown *cooldown.Tracker // (Required)
+	// Outcomes tracks each endpoint's outcomes for the routing-cost
+	// policy. (Optional) Without it they are not tracked.
+	Outcomes *outcomes.Tracker
 	// Broadcast tells every edge about a new cool-down. (Optional)
 	Broadcast func(*switchboardv1.ReportResponse)
 	// Logger logs cool-downs. (Required)
@@ -119,6 +124,9 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 			}
 		}
 	}
+	if ob.o.Outcomes != nil {
+		ob.o.Outcomes.Observe(ep, outcomeOf(r), rates)
+	}
 	if r.GetProbeId() != "" && u != nil {
 		// Probes are never billed to a tenant: the operator pays them, at
 		// the endpoint's list price.
@@ -128,6 +136,34 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 		ob.probes++
 		ob.mu.Unlock()
 	}
+}
+
+// outcomeOf is what a report says of its endpoint, for the routing-cost
+// policy's rates.
+func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
+	u := r.GetUsage()
+	c := outcomes.Call{
+		Probe:           r.GetProbeId() != "",
+		Usage:           pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens()},
+		Reported:        u.GetReported(),
+		Duration:        r.GetDuration().AsDuration(),
+		QualityFailures: r.GetQualityFailures(),
+		RetryAfter:      r.GetRetryAfter().AsDuration(),
+	}
+	switch r.GetOutcome() {
+	case switchboardv1.Outcome_OUTCOME_OK:
+		c.Kind = outcomes.KindOK
+	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
+		c.Kind = outcomes.KindRateLimited
+	case switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, switchboardv1.Outcome_OUTCOME_TIMEOUT,
+		switchboardv1.Outcome_OUTCOME_MALFORMED, switchboardv1.Outcome_OUTCOME_DROPPED:
+		c.Kind = outcomes.KindError
+	default:
+		// Cancelled (client gone, hedge lost), a 4xx the request deserved,
+		// unknown: nothing said of the endpoint.
+		c.Kind = outcomes.KindIgnored
+	}
+	return c
 }
 
 // ProbeCost returns the probes seen and what they cost in USD, in total.

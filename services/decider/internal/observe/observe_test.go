@@ -14,6 +14,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -73,4 +74,43 @@ func TestIngest(t *testing.T) {
 	require.Equal(t, int64(1), probes)
 	require.InDelta(t, 3.0, usd, 1e-9)
 
+}
+
+func TestIngestOutcomes(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	oc := outcomes.New(outcomes.Config{Now: clock})
+	ob := New(Options{
+		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
+		Cooldown: cooldown.New(cooldown.Options{}), Outcomes: oc,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	rep := func(o switchboardv1.Outcome, quality ...string) *switchboardv1.CallReport {
+		return &switchboardv1.CallReport{EndpointId: "a/m", Outcome: o, Stream: true, QualityFailures: quality,
+			Ttft: durationpb.New(time.Second), Duration: durationpb.New(4 * time.Second),
+			Usage: &switchboardv1.Usage{InputTokens: 1000, CachedInputTokens: 500, OutputTokens: 200, Reported: true}}
+	}
+	limited := rep(switchboardv1.Outcome_OUTCOME_RATE_LIMITED)
+	limited.RetryAfter = durationpb.New(30 * time.Second)
+	ob.Ingest(nil, []*switchboardv1.CallReport{
+		rep(switchboardv1.Outcome_OUTCOME_OK),
+		rep(switchboardv1.Outcome_OUTCOME_OK, "malformed_tool_call"),
+		limited,
+		rep(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR),
+		rep(switchboardv1.Outcome_OUTCOME_TIMEOUT),
+		rep(switchboardv1.Outcome_OUTCOME_DROPPED),
+		rep(switchboardv1.Outcome_OUTCOME_CANCELLED),
+		rep(switchboardv1.Outcome_OUTCOME_CLIENT_ERROR),
+	})
+	f := oc.Endpoint("a/m").Read(now)
+	require.InDelta(t, 6, f.Calls, 1e-9, "cancelled calls and 4xx say nothing of the endpoint")
+	require.InDelta(t, 1, f.RateLimited, 1e-9)
+	require.Equal(t, now.Add(30*time.Second), f.PausedUntil, "the 429's Retry-After")
+	require.InDelta(t, 3, f.Failed, 1e-9, "5xx, timeout and dropped stream")
+	require.InDelta(t, 1, f.Poor, 1e-9)
+	per, ok := f.ChargedPerCall()
+	require.True(t, ok)
+	require.InDelta(t, (500*1+500*0.5+200*2)/1e6, per, 1e-12, "the fake catalog's rates: 1 in, 0.5 cached, 2 out")
+	tps, _ := f.Throughput()
+	require.InDelta(t, 50, tps, 1e-9, "200 tokens over the whole 4 s call")
 }

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -45,18 +47,33 @@ func BenchmarkDecide(b *testing.B) {
 		st.ObserveThroughput(id, float64(20+e), now)
 		st.ObserveCache(id, 1000, int64(e*40), now)
 	}
-	r := New(c, Options{Stats: st, Exploration: 0.05, Seed: 1})
+	oc := outcomes.New(outcomes.Config{})
+	for e := range 20 {
+		id := fmt.Sprintf("p%02d/vendor/model-500", e)
+		for range 20 {
+			oc.Observe(id, outcomes.Call{Kind: outcomes.KindOK, Reported: true, Duration: time.Duration(2+e) * time.Second,
+				Usage: pricing.Usage{Input: 10000, CachedInput: int64(e * 400), Output: 300}}, pricing.Price{Input: 0.2, CachedInput: 0.02, Output: 1})
+		}
+		oc.Observe(id, outcomes.Call{Kind: outcomes.KindRateLimited}, pricing.Price{})
+	}
 	id := &switchboardv1.Identity{TenantId: "acme"}
-	for _, in := range []int64{1000, 20000, 60000, 150000} {
-		req := &switchboardv1.DecideRequest{Model: "vendor/model-500", Tokens: &switchboardv1.TokenEstimate{InputTokens: in, MaxOutputTokens: 500,
-			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: in / 4}, {Hash: 2, Tokens: in / 2}}}}
-		b.Run(fmt.Sprintf("prompt=%d", in), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := r.Decide(req, id); err != nil {
-					b.Fatal(err)
-				}
+	for _, policy := range []Policy{PolicySmart, PolicyRoutingCost} {
+		r := New(c, Options{Stats: st, Outcomes: oc, Exploration: 0.05, Seed: 1, Policy: policy})
+		for _, in := range []int64{1000, 20000, 60000, 150000} {
+			req := &switchboardv1.DecideRequest{Model: "vendor/model-500", Tokens: &switchboardv1.TokenEstimate{InputTokens: in, MaxOutputTokens: 500,
+				Prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: in / 4}, {Hash: 2, Tokens: in / 2}}}}
+			name := fmt.Sprintf("prompt=%d", in)
+			if policy != PolicySmart {
+				name = string(policy) + "/" + name
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := r.Decide(req, id); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

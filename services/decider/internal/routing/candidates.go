@@ -7,6 +7,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 )
 
 // candidate is one endpoint priced and measured for one request.
@@ -26,6 +27,15 @@ type candidate struct {
 	qualified  bool
 	allowed    bool // qualified and within the price guard
 	note       note
+
+	// The routing-cost policy's figures (routingcost.go).
+	fig     outcomes.Figures
+	in      costInputs
+	rcost   float64 // expected USD of one good answer here
+	weight  float64 // share weight before the floor
+	backoff float64 // weight multiplier for recent failures
+	share   float64 // part of the traffic given
+	guard   guard
 }
 
 // note says how a candidate fared; rendered to text only for explanations.
@@ -50,6 +60,7 @@ type scratch struct {
 	order  []*candidate
 	cooled []*candidate
 	cached []int64
+	floats []float64 // the routing-cost policy's lists of figures
 	// followUp: the prompt extends one an endpoint served recently.
 	followUp bool
 }
@@ -95,8 +106,10 @@ func priced(c *candidate) *switchboardv1.Endpoint {
 // candidates prices and measures every endpoint of m for this request
 // into sc: the usable ones in sc.order, those cooling down in sc.cooled
 // (or, when every usable one is, all of them in sc.order as a last resort).
+// With noBench (the routing-cost policy, which backs off and caps
+// endpoints itself) cooling endpoints are ranked like the others.
 // fitsNone reports that the request fits no endpoint's context or output.
-func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequest, est pricing.Request, bucket tokens.Bucket, now time.Time) (fitsNone bool) {
+func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequest, est pricing.Request, bucket tokens.Bucket, now time.Time, noBench bool) (fitsNone bool) {
 	tok, prefs, in := req.GetTokens(), req.GetProvider(), est.InputTokens
 	n := len(m.endpoints)
 	sc.cands = slices.Grow(sc.cands[:0], n)[:n]
@@ -138,7 +151,9 @@ func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequ
 			c.note = noteExcluded
 			continue
 		}
-		c.coolUntil, c.cooling = r.o.Cooldown.Until(ep.id, now)
+		if !noBench {
+			c.coolUntil, c.cooling = r.o.Cooldown.Until(ep.id, now)
+		}
 		if c.cooling {
 			sc.cooled = append(sc.cooled, c)
 		} else {

@@ -2,6 +2,8 @@ package routing
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +16,7 @@ import (
 
 // explain builds the Decision: the compact summary always, every candidate's
 // figures only when asked (they cost allocations the hot path should not pay).
-func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, all bool) *switchboardv1.Decision {
+func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, all, cost bool) *switchboardv1.Decision {
 	d := &switchboardv1.Decision{Reason: reason, Bucket: switchboardv1.SizeBucket(int(bucket) + 1)}
 	if fastest > 0 {
 		d.FastestTtft = durationpb.New(fastest)
@@ -25,19 +27,21 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 			qualified++
 		}
 	}
-	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands))
+	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), cost)
 	if !all {
-		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest)}
+		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest, cost, false)}
 		return d
 	}
 	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
 	for i := range sc.cands {
-		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest))
+		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest, cost, true))
 	}
 	return d
 }
 
-func (r *Router) candidateProto(c *candidate, fastest time.Duration) *switchboardv1.Candidate {
+// candidateProto renders one candidate; detail writes the routing-cost
+// policy's figures into its note, which only a full explanation pays for.
+func (r *Router) candidateProto(c *candidate, fastest time.Duration, cost, detail bool) *switchboardv1.Candidate {
 	pc := &switchboardv1.Candidate{
 		EndpointId:            c.ep.id,
 		Provider:              c.ep.provider,
@@ -51,7 +55,44 @@ func (r *Router) candidateProto(c *candidate, fastest time.Duration) *switchboar
 	if c.samples > 0 {
 		pc.TypicalTtft = durationpb.New(c.ttft)
 	}
+	if cost && c.note != noteExcluded {
+		pc.RoutingCostUsd, pc.Share = c.rcost, c.share
+		if detail {
+			pc.Note = r.costNote(c)
+		}
+	}
 	return pc
+}
+
+// costNote explains a candidate under the routing-cost policy: its routing
+// cost and the figures behind it, its share, and what a guard did.
+func (r *Router) costNote(c *candidate) string {
+	x := c.in
+	s := fmt.Sprintf("routing cost %.8f USD (price %.8f, wait %.2fs, 429 %.1f%%, errors %.1f%%, quality %.1f%%%s), share %.1f%%",
+		c.rcost, x.price, x.wait, 100*x.limited, 100*x.failed, 100*x.poor, checksText(c.ep.oc.QualityChecks()), 100*c.share)
+	switch c.guard {
+	case guardCapped:
+		if x.capRPM > 0 && x.load >= x.capRPM {
+			s += fmt.Sprintf("; over its learned cap (%.1f requests/min routed, cap %.1f)", x.load, x.capRPM)
+		} else {
+			s += "; paused until " + c.fig.PausedUntil.UTC().Format(time.RFC3339) + " as its 429's Retry-After asked"
+		}
+	case guardErrors:
+		s += "; error rate far above its peers': no traffic until it recovers"
+	case guardQuality:
+		s += "; answers fail quality checks far more than its peers': test traffic only"
+	case guardNone:
+		if c.backoff > 0 && c.backoff < 1 {
+			s += fmt.Sprintf("; backed off to %.0f%% of its weight (recent failures)", 100*c.backoff)
+		}
+		if x.capRPM > 0 {
+			s += fmt.Sprintf("; learned cap %.1f requests/min (%.1f routed)", x.capRPM, x.load)
+		}
+	}
+	if c.note == noteWinner {
+		s = "chosen; " + s
+	}
+	return s
 }
 
 func (r *Router) noteText(c *candidate, fastest time.Duration) string {
@@ -85,9 +126,25 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 	return ""
 }
 
+// checksText lists the quality checks an endpoint's answers failed, by
+// name with their rates, e.g. " [empty 1.0%, malformed_tool_call 4.0%]".
+func checksText(checks map[string]float64) string {
+	if len(checks) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(checks))
+	for _, name := range slices.Sorted(maps.Keys(checks)) {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", name, 100*checks[name]))
+	}
+	return " [" + strings.Join(parts, ", ") + "]"
+}
+
 // summary is the one-line explanation sent in the x-switchboard-route header.
-func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int) string {
-	b := make([]byte, 0, 160)
+func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, cost bool) string {
+	b := make([]byte, 0, 200)
+	if cost {
+		b = append(b, "policy=routing-cost "...)
+	}
 	b = append(b, "bucket="...)
 	b = append(b, bucket.String()...)
 	b = append(b, " reason="...)
@@ -96,6 +153,12 @@ func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Buc
 	b = append(b, win.ep.provider...)
 	b = append(b, " cost_usd="...)
 	b = strconv.AppendFloat(b, win.cost, 'f', 6, 64)
+	if cost {
+		b = append(b, " routing_cost_usd="...)
+		b = strconv.AppendFloat(b, win.rcost, 'f', 6, 64)
+		b = append(b, " share="...)
+		b = strconv.AppendFloat(b, win.share, 'f', 3, 64)
+	}
 	if win.samples > 0 {
 		b = append(b, " ttft_ms="...)
 		b = strconv.AppendInt(b, win.ttft.Milliseconds(), 10)

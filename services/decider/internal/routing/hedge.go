@@ -21,7 +21,9 @@ func (r *Router) hedgePlan(req *switchboardv1.DecideRequest, in int64, usable []
 	}
 	var target *candidate
 	for _, c := range usable[1:] {
-		if c.qualified && c.allowed && !c.cooling && (target == nil || c.value < target.value) {
+		// A routing-cost guard (over its cap, failing, flagged) rules an
+		// endpoint out as a hedge as it does as a first choice.
+		if c.qualified && c.allowed && !c.cooling && c.guard == guardNone && (target == nil || c.value < target.value) {
 			target = c
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -21,6 +22,7 @@ type endpoint struct {
 	params         map[string]bool
 	proto          *switchboardv1.Endpoint // template without per-request fields; never mutated
 	st             *stats.Endpoint         // resolved once, so Decide skips the map lookup
+	oc             *outcomes.Endpoint      // likewise
 }
 
 type model struct {
@@ -29,6 +31,9 @@ type model struct {
 	ids       []string // endpoint ids, for the affinity lookup
 	list      *catalog.Rates
 	st        *stats.Model
+	policy    Policy  // the catalog's routing.policy, "" for the deployment's
+	timeValue float64 // routing.time_value_usd_per_hour, 0 to derive it
+	margin    float64 // routing.competitive_margin, 0 for the default
 }
 
 type index struct {
@@ -44,7 +49,8 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		providers: map[string]bool{},
 	}
 	for _, m := range c.Models {
-		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID)}
+		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
+			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin()}
 		lm := &switchboardv1.Model{Id: m.ID}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
@@ -64,6 +70,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				zdr:            e.ZDR,
 				params:         map[string]bool{},
 				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
+				oc:             r.o.Outcomes.Endpoint(e.ID(m.ID)),
 			}
 			for _, p := range e.SupportedParameters {
 				ep.params[p] = true

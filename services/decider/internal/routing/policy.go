@@ -80,6 +80,14 @@ func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPrefe
 	return 0, false
 }
 
+// userChose reports whether the request ranks its endpoints itself
+// (provider.sort, provider.order, :floor, :nitro), which bypasses the
+// routing-cost policy; provider.only and provider.ignore only filter, and
+// the policy picks among the endpoints left.
+func userChose(suffix string, prefs *switchboardv1.ProviderPreferences) bool {
+	return suffix == "floor" || suffix == "nitro" || prefs.GetSort() != switchboardv1.Sort_SORT_UNSPECIFIED || len(prefs.GetOrder()) > 0
+}
+
 // byLatency orders measured candidates by TTFT, unmeasured ones last.
 func byLatency(a, b *candidate) int {
 	switch {

@@ -1,7 +1,10 @@
 // Package routing answers Decide for an identity the auth package resolved:
 // it filters a model's endpoints by the caller's routing options, prices this exact request on each
 // endpoint, and orders them by the default smart policy (the cheapest endpoint
-// that is fast enough for this prompt size) or by the user's own choice.
+// that is fast enough for this prompt size), by the routing-cost policy (the
+// expected cost of one good answer, traffic spread over the endpoints near
+// the best) where a model or the deployment chooses it, or by the user's
+// own choice.
 //
 // Everything it reads is either an immutable index built from the catalog and
 // swapped atomically, or a statistic published atomically by the stats
@@ -12,7 +15,8 @@
 // (validation, exclusions, fallbacks, preferred throughput and latency);
 // candidates.go prices and measures this request on every endpoint left;
 // policy.go ranks them (the user's sort or order, else the smart policy and
-// exploration); hedge.go plans a second endpoint for a long stream; and
+// exploration); policyname.go says which policy applies and routingcost.go
+// is the routing-cost policy; hedge.go plans a second endpoint for a long stream; and
 // explain.go says why. router.go holds Decide itself and the options.
 package routing
 
@@ -31,6 +35,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -119,6 +124,19 @@ type Options struct {
 	HedgeDelay time.Duration
 	// Now is the clock. (Optional) Defaults to time.Now.
 	Now func() time.Time
+	// Policy is the deployment's default routing policy. (Optional) Defaults to PolicySmart.
+	Policy Policy
+	// Outcomes tracks each endpoint's price charged, rates and load for
+	// the routing-cost policy; Decide records there the load it routes.
+	// (Optional) Defaults to a new tracker on Now.
+	Outcomes *outcomes.Tracker
+	// Cost tunes the routing-cost policy. (Optional) Zero values take
+	// their defaults.
+	Cost CostOptions
+	// Arm, when set and ok, is the policy a running experiment assigns to
+	// requests decided at now, in place of the model's and the
+	// deployment's default. (Optional)
+	Arm func(now time.Time) (p Policy, ok bool)
 }
 
 // Router answers Decide and ListModels from the current catalog.
@@ -170,6 +188,13 @@ func New(c *catalog.Catalog, o Options) *Router {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Policy == "" {
+		o.Policy = PolicySmart
+	}
+	if o.Outcomes == nil {
+		o.Outcomes = outcomes.New(outcomes.Config{Now: o.Now})
+	}
+	o.Cost.defaults()
 	if o.HedgeFrom == 0 {
 		o.HedgeFrom = 32 * tokens.K
 	}
@@ -203,17 +228,34 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	}
 	bucket := tokens.BucketOf(in)
 
+	// The routing-cost policy ranks only requests that chose no order or
+	// sort of their own; it does its own back-off, so cool-downs do not
+	// bench endpoints under it.
+	costPolicy := r.policyOf(m, id, now) == PolicyRoutingCost && !userChose(suffix, prefs)
+
 	sc := r.pool.Get().(*scratch)
 	defer r.pool.Put(sc)
-	fitsNone := r.candidates(sc, m, req, est, bucket, now)
+	fitsNone := r.candidates(sc, m, req, est, bucket, now, costPolicy)
 	if len(sc.order) == 0 {
 		return nil, unavailable(sc, name, fitsNone)
 	}
 
-	// A follow-up turn does not explore: away from its cache it would pay
-	// its whole prompt uncached there, and again on the way back.
-	noExplore := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
-	reason, fastest := r.rank(sc.order, suffix, prefs, noExplore)
+	var reason switchboardv1.RouteReason
+	var fastest time.Duration
+	if costPolicy {
+		slices.SortStableFunc(sc.order, byCost)
+		fastest = r.fastest(sc.order)
+		// A follow-up turn is not drawn: it takes the largest share, the
+		// lowest routing cost with its cache priced in, rather than moving
+		// off its cache by chance.
+		noDraw := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
+		reason = r.costRank(sc, m, est, fastest, now, noDraw)
+	} else {
+		// A follow-up turn does not explore: away from its cache it would pay
+		// its whole prompt uncached there, and again on the way back.
+		noExplore := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
+		reason, fastest = r.rank(sc.order, suffix, prefs, noExplore)
+	}
 	deprioritise(sc.order, prefs)
 	usable := r.usable(sc, prefs)
 
@@ -231,10 +273,22 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		}
 	}
 	resp.Hedge = r.hedgePlan(req, in, usable)
-	if usable[0].note == noteNone || usable[0].note == noteQualified {
+	if !req.GetDryRun() {
+		routed(usable[0], now)
+		// An immediate hedge is a second call for sure: it counts in its
+		// endpoint's load as much as the first.
+		if resp.Hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
+			for _, c := range usable[1:] {
+				if c.ep.id == resp.Hedge.GetEndpoint().GetId() {
+					routed(c, now)
+				}
+			}
+		}
+	}
+	if costPolicy || usable[0].note == noteNone || usable[0].note == noteQualified {
 		usable[0].note = noteWinner
 	}
-	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain())
+	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain(), costPolicy)
 	return resp, nil
 }
 

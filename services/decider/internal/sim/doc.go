@@ -3,10 +3,11 @@
 // do to time to first token and cost.
 //
 // The decider's side is the production code, wired as the decider wires it:
-// [routing.Router] decides every request (smart policy, exploration, prefix
-// affinity and cache pricing, hedge plans), [observe.Observer] turns each
-// call's report into TTFT statistics ([stats.Store]), prompt-cache affinity
-// and cool-downs ([cooldown.Tracker]), [probe.Prober] plans synthetic probes
+// [routing.Router] decides every request (smart or routing-cost policy,
+// exploration, prefix affinity and cache pricing, hedge plans),
+// [observe.Observer] turns each call's report into TTFT statistics
+// ([stats.Store]), each endpoint's outcomes ([outcomes.Tracker]),
+// prompt-cache affinity and cool-downs ([cooldown.Tracker]), [probe.Prober] plans synthetic probes
 // and [hedge.Budget] grants hedges. Every one of them reads the engine's
 // clock, which jumps from one event to the next in a priority queue: nothing
 // sleeps and nothing waits on a goroutine, so a day of 20,000 requests runs

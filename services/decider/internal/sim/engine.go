@@ -18,6 +18,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -139,11 +140,12 @@ func (e *engine) wire(p *Profile) {
 	if e.pol.NoHedge || e.o.HedgeBudgetUSD < 0 {
 		hedgeFrom = -1 // no budget, no hedges
 	}
+	oc := outcomes.New(outcomes.Config{Now: clock})
 	e.router = routing.New(p.Catalog(), routing.Options{
-		Stats: e.stats, Affinity: aff, Cooldown: e.cool,
+		Stats: e.stats, Affinity: aff, Cooldown: e.cool, Policy: e.pol.Routing, Outcomes: oc,
 		Exploration: e.pol.Exploration, FollowUpTurns: e.pol.FollowUpTurns, ExploreFollowUps: e.pol.ExploreFollowUps, Seed: e.seed*2 + 1, Now: clock, HedgeFrom: hedgeFrom,
 	})
-	e.observer = observe.New(observe.Options{Catalog: e.router, Stats: e.stats, Affinity: aff, Cooldown: e.cool,
+	e.observer = observe.New(observe.Options{Catalog: e.router, Stats: e.stats, Affinity: aff, Cooldown: e.cool, Outcomes: oc,
 		Logger: slog.New(slog.DiscardHandler), Now: clock})
 	e.budget = hedge.New(max(e.o.HedgeBudgetUSD, 0), clock)
 	e.prober = probe.New(probe.Options{Interval: max(e.o.ProbeInterval, time.Second), Sizes: e.o.ProbeSizes, Models: e.router.Models,

@@ -6,6 +6,7 @@ import (
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
 
 // Policy is a way of routing the simulated traffic.
@@ -32,6 +33,9 @@ type Policy struct {
 	// Cooldown replaces the default rule for benching endpoints that
 	// refuse calls (zero: the default).
 	Cooldown cooldown.Options
+	// Routing is the router's policy for requests that choose no order or
+	// sort ("": smart).
+	Routing routing.Policy
 }
 
 // Policies are the policies compared by default, the baseline first.
@@ -43,6 +47,8 @@ var Policies = []Policy{
 	{Name: "smart-this-turn", FollowUpTurns: -1},
 	{Name: "smart-explore-follow-ups", ExploreFollowUps: true},
 	{Name: "smart-breaker", Cooldown: cooldown.Options{Duration: 2 * time.Minute, Errors: 3, Window: time.Minute}},
+	{Name: "routing-cost", Routing: routing.PolicyRoutingCost},
+	{Name: "routing-cost-no-hedge", Routing: routing.PolicyRoutingCost, NoHedge: true},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Span is the length of the rolling window.
+// Span is the length of the rolling window unless a Window sets its own.
 const Span = time.Minute
 
 // Limits are the quotas of one window; zero means unlimited.
@@ -49,8 +49,19 @@ type event struct {
 // safe for concurrent use. Only admitted requests are counted, so a client
 // hammering a full window does not extend its own ban.
 type Window struct {
+	// Length is the window's span. (Optional) Defaults to Span. The limits
+	// passed to Admit count over it, whatever their names say.
+	Length time.Duration
+
 	mu     sync.Mutex
 	events []event // oldest first
+}
+
+func (w *Window) span() time.Duration {
+	if w.Length > 0 {
+		return w.Length
+	}
+	return Span
 }
 
 // Admit decides whether a request costing tokens fits lim at time now, and
@@ -94,7 +105,7 @@ func (w *Window) Admit(lim Limits, tokens int64, now time.Time) Decision {
 // prune drops events that left the window.
 func (w *Window) prune(now time.Time) {
 	i := 0
-	for i < len(w.events) && now.Sub(w.events[i].at) >= Span {
+	for i < len(w.events) && now.Sub(w.events[i].at) >= w.span() {
 		i++
 	}
 	if i > 0 {
@@ -105,15 +116,15 @@ func (w *Window) prune(now time.Time) {
 // expiry returns how long until event i leaves the window.
 func (w *Window) expiry(i int, now time.Time) time.Duration {
 	if i < 0 || i >= len(w.events) {
-		return Span
+		return w.span()
 	}
-	return w.events[i].at.Add(Span).Sub(now)
+	return w.events[i].at.Add(w.span()).Sub(now)
 }
 
 // tokenWait returns how long until enough old tokens expired for tokens more.
 func (w *Window) tokenWait(limit, used, tokens int64, now time.Time) time.Duration {
 	if tokens > limit {
-		return Span
+		return w.span()
 	}
 	for i, e := range w.events {
 		used -= e.tokens
@@ -121,5 +132,5 @@ func (w *Window) tokenWait(limit, used, tokens int64, now time.Time) time.Durati
 			return w.expiry(i, now)
 		}
 	}
-	return Span
+	return w.span()
 }
