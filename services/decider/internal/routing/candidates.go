@@ -52,6 +52,8 @@ type scratch struct {
 	cached []int64
 	// followUp: the prompt extends one an endpoint served recently.
 	followUp bool
+	// sticky is what the sticky step did.
+	sticky stickyState
 }
 
 // cachedEstimate is how many of the prompt's tokens endpoint ep is expected

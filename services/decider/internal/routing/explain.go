@@ -25,16 +25,32 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 			qualified++
 		}
 	}
-	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands))
+	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), sc.sticky.outcome)
 	if !all {
 		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest)}
+		r.noteSticky(d.Candidates[0], win, sc.sticky, fastest)
 		return d
 	}
 	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
 	for i := range sc.cands {
-		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest))
+		pc := r.candidateProto(&sc.cands[i], fastest)
+		r.noteSticky(pc, &sc.cands[i], sc.sticky, fastest)
+		d.Candidates = append(d.Candidates, pc)
 	}
 	return d
+}
+
+// noteSticky adds what the sticky step did to the note of the
+// conversation's endpoint: why it was kept, or why not.
+func (r *Router) noteSticky(pc *switchboardv1.Candidate, c *candidate, s stickyState, fastest time.Duration) {
+	if s.warm != c || s.outcome == stickyNone || s.outcome == stickyNew {
+		return
+	}
+	if s.outcome == stickyKept || pc.Note == "" {
+		pc.Note = r.stickyNote(s, fastest)
+		return
+	}
+	pc.Note += "; " + r.stickyNote(s, fastest)
 }
 
 func (r *Router) candidateProto(c *candidate, fastest time.Duration) *switchboardv1.Candidate {
@@ -86,7 +102,7 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 }
 
 // summary is the one-line explanation sent in the x-switchboard-route header.
-func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int) string {
+func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, sticky stickyOutcome) string {
 	b := make([]byte, 0, 160)
 	b = append(b, "bucket="...)
 	b = append(b, bucket.String()...)
@@ -110,5 +126,9 @@ func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Buc
 	b = strconv.AppendInt(b, int64(qualified), 10)
 	b = append(b, '/')
 	b = strconv.AppendInt(b, int64(total), 10)
+	if w := sticky.word(); w != "" {
+		b = append(b, " sticky="...)
+		b = append(b, w...)
+	}
 	return string(b)
 }

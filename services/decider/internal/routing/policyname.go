@@ -43,11 +43,12 @@ func ParsePolicy(s string) (Policy, error) {
 // the model's catalog setting, then the deployment default
 // (Options.Policy).
 //
-// Tenant defaults and the model setting are filled in by their own
-// changes; today only the arm and the deployment default apply.
+// The model setting is filled in by its own change.
 func (r *Router) policyOf(m *model, id *switchboardv1.Identity, now time.Time) Policy {
 	_ = m
-	_ = id
+	if p, ok := r.tenantPolicy(id); ok {
+		return p
+	}
 	if r.o.Arm != nil {
 		if p, ok := r.o.Arm(now); ok {
 			return p

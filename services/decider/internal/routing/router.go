@@ -12,7 +12,8 @@
 // (validation, exclusions, fallbacks, preferred throughput and latency);
 // candidates.go prices and measures this request on every endpoint left;
 // policy.go ranks them (the user's sort or order, else the smart policy and
-// exploration); hedge.go plans a second endpoint for a long stream; and
+// exploration); sticky.go keeps a conversation on the endpoint holding its
+// prompt cache; tenant.go applies a tenant's default settings; hedge.go plans a second endpoint for a long stream; and
 // explain.go says why. router.go holds Decide itself and the options.
 package routing
 
@@ -31,6 +32,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -119,6 +121,16 @@ type Options struct {
 	HedgeDelay time.Duration
 	// Now is the clock. (Optional) Defaults to time.Now.
 	Now func() time.Time
+	// NoSticky turns cache-aware stickiness off: every turn of a
+	// conversation is ranked afresh. (Optional) Stickiness is on by default.
+	NoSticky bool
+	// StickyTTL is how long a conversation stays with the endpoint of its
+	// last turn: each turn within it goes back there and starts it again.
+	// (Optional) Defaults to 10 minutes.
+	StickyTTL time.Duration
+	// Sessions remembers the conversations callers name by session id.
+	// (Optional) Defaults to a new table.
+	Sessions *session.Table
 	// Policy is the deployment's default routing policy. (Optional) Defaults to PolicySmart.
 	Policy Policy
 	// Arm, when set and ok, is the policy a running experiment assigns to
@@ -176,6 +188,12 @@ func New(c *catalog.Catalog, o Options) *Router {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.StickyTTL <= 0 {
+		o.StickyTTL = 10 * time.Minute
+	}
+	if o.Sessions == nil {
+		o.Sessions = session.New(session.Options{})
+	}
 	if o.Policy == "" {
 		o.Policy = PolicySmart
 	}
@@ -200,7 +218,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	if err != nil {
 		return nil, err
 	}
-	prefs := req.GetProvider()
+	prefs := r.withTenantSort(req.GetProvider(), suffix, id)
 	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
@@ -224,6 +242,8 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	noExplore := req.GetDryRun() || (sc.followUp && !r.o.ExploreFollowUps)
 	reason, fastest := r.rank(sc.order, suffix, prefs, noExplore)
 	deprioritise(sc.order, prefs)
+	userChose := suffix != "" || prefs.GetSort() != switchboardv1.Sort_SORT_UNSPECIFIED || len(prefs.GetOrder()) > 0
+	r.stick(sc, m, req, id, userChose, fastest, now)
 	usable := r.usable(sc, prefs)
 
 	resp := &switchboardv1.DecideResponse{
@@ -244,6 +264,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		usable[0].note = noteWinner
 	}
 	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain())
+	r.keepSession(req, id, m, usable[0], now)
 	return resp, nil
 }
 
