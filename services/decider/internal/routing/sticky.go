@@ -32,16 +32,16 @@ import (
 type stickyOutcome uint8
 
 const (
-	stickyNone        stickyOutcome = iota // no conversation recognised, or stickiness off
-	stickyNew                              // a named conversation with no active endpoint: the policy chose
-	stickyKept                             // the conversation's endpoint was moved first
-	stickyWarmChoice                       // the policy's choice holds the conversation's cache too
-	stickyUserChoice                       // the request's own order or sort wins
-	stickyUnavailable                      // the endpoint is not one the request can use
-	stickyCooling                          // the endpoint is cooling down
-	stickyNoDiscount                       // the endpoint's cached input is not cheaper
-	stickyTooSlow                          // the endpoint is too slow for this size
-	stickyDeprioritised                    // the endpoint misses preferred_min_throughput or preferred_max_latency
+	stickyNone          stickyOutcome = iota // no conversation recognised, or stickiness off
+	stickyNew                                // a named conversation with no active endpoint: the policy chose
+	stickyKept                               // the conversation's endpoint was moved first
+	stickyWarmChoice                         // the policy's choice holds the conversation's cache too
+	stickyUserChoice                         // the request's own order or sort wins
+	stickyUnavailable                        // the endpoint is not one the request can use
+	stickyCooling                            // the endpoint is cooling down
+	stickyNoDiscount                         // the endpoint's cached input is not cheaper
+	stickyTooSlow                            // the endpoint is too slow for this size
+	stickyDeprioritised                      // the endpoint misses preferred_min_throughput or preferred_max_latency
 )
 
 // stickyState is the sticky step's result for one Decide.

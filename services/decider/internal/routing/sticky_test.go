@@ -109,28 +109,36 @@ func TestStickyByPrefixes(t *testing.T) {
 		{name: "a shorter TTL", o: Options{StickyTTL: time.Minute}, setup: func(e *stickyEnv) { e.advance(61 * time.Second) }},
 		{name: "stickiness off", o: Options{NoSticky: true}},
 		{
-			name:  "cooling down",
-			setup: func(e *stickyEnv) { e.each(func(p *policyEnv) { p.cool.Refused("reseller/m", p.now) }) },
+			name:    "cooling down",
+			setup:   func(e *stickyEnv) { e.each(func(p *policyEnv) { p.cool.Refused("reseller/m", p.now) }) },
 			summary: "sticky=no:cooling_down", note: "not kept: cooling down",
 		},
 		{
-			name:    "excluded by provider.only",
-			req:     func(r *switchboardv1.DecideRequest) { r.Provider = &switchboardv1.ProviderPreferences{Only: []string{"cheap", "fast"}} },
+			name: "excluded by provider.only",
+			req: func(r *switchboardv1.DecideRequest) {
+				r.Provider = &switchboardv1.ProviderPreferences{Only: []string{"cheap", "fast"}}
+			},
 			summary: "sticky=no:unavailable", note: "not in provider.only; served this conversation's last turn",
 		},
 		{
-			name:    "provider.ignore of another endpoint keeps it",
-			req:     func(r *switchboardv1.DecideRequest) { r.Provider = &switchboardv1.ProviderPreferences{Ignore: []string{"cheap"}} },
-			kept:    true, summary: "sticky=kept",
+			name: "provider.ignore of another endpoint keeps it",
+			req: func(r *switchboardv1.DecideRequest) {
+				r.Provider = &switchboardv1.ProviderPreferences{Ignore: []string{"cheap"}}
+			},
+			kept: true, summary: "sticky=kept",
 		},
 		{
-			name:    "provider.order wins",
-			req:     func(r *switchboardv1.DecideRequest) { r.Provider = &switchboardv1.ProviderPreferences{Order: []string{"cheap"}} },
+			name: "provider.order wins",
+			req: func(r *switchboardv1.DecideRequest) {
+				r.Provider = &switchboardv1.ProviderPreferences{Order: []string{"cheap"}}
+			},
 			summary: "sticky=no:user_choice", note: "the request chose its own order or sort",
 		},
 		{
-			name:    "provider.sort wins",
-			req:     func(r *switchboardv1.DecideRequest) { r.Provider = &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_THROUGHPUT} },
+			name: "provider.sort wins",
+			req: func(r *switchboardv1.DecideRequest) {
+				r.Provider = &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_THROUGHPUT}
+			},
 			summary: "sticky=no:user_choice",
 		},
 		{name: ":nitro wins", req: func(r *switchboardv1.DecideRequest) { r.Model = "m:nitro" }, summary: "sticky=no:user_choice"},
