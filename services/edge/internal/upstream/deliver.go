@@ -43,7 +43,7 @@ func (l *Leg) deliverPlain(cw *clientWriter) {
 		l.Result.Delivered = l.heldText
 	}
 	l.held = nil
-	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+	l.completed()
 }
 
 // deliverStream writes what the leg held, then relays the rest of the
@@ -93,7 +93,7 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 		l.clientGone(cw.err)
 		return
 	}
-	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+	l.completed()
 }
 
 // clientGone records a leg whose client could not be written to, by the

@@ -153,6 +153,8 @@ func (l *Leg) openPlain(ctx context.Context) bool {
 		return false
 	}
 	l.Result.Usage = info.Usage
+	l.sawFinish = info.Finish
+	l.observe(out, info)
 	l.held, l.heldText, l.ended = [][]byte{out}, info.TextBytes, true
 	return true
 }
@@ -232,6 +234,9 @@ func (l *Leg) step(ctx context.Context) ([]byte, rewrite.Info, stepResult) {
 	l.sawFinish = l.sawFinish || info.Finish
 	if info.Token && !l.Result.HasTTFT {
 		l.Result.TTFT, l.Result.HasTTFT = time.Since(l.Result.Start), true
+	}
+	if out != nil {
+		l.observe(out, info)
 	}
 	return out, info, stepChunk
 }

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
 
@@ -89,6 +90,9 @@ type Request struct {
 	Body func(upstreamModel string) ([]byte, error)
 	// Rewriter turns the provider's answer into the client's.
 	Rewriter rewrite.Rewriter
+	// Quality is what the answer-quality checks need to know of the
+	// request (its Stream is taken from Stream).
+	Quality quality.Request
 	// EstimatedUsage is the usage object, with what the client is billed
 	// for it, of a stream whose provider reported none, for the generated
 	// text delivered. Called only when IncludeUsage is set.
