@@ -33,9 +33,9 @@ type Catalog interface {
 
 // Options wire an Observer.
 type Options struct {
-	Catalog  Catalog           // (Required)
-	Stats    *stats.Store      // (Required)
-	Affinity *affinity.Table   // (Required)
+	Catalog  Catalog         // (Required)
+	Stats    *stats.Store    // (Required)
+	Affinity *affinity.Table // (Required)
 	// Sessions learns which endpoint answered a named conversation's turn. (Optional)
 	Sessions *session.Table
 	Cooldown *cooldown.Tracker // (Required)
