@@ -268,3 +268,25 @@ func TestExplainCommand(t *testing.T) {
 	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=wrong"}, &out)
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 }
+
+func TestParseFlagsSticky(t *testing.T) {
+	none := func(string) string { return "" }
+	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
+	require.NoError(t, err)
+	require.False(t, cfg.NoSticky, "stickiness is on by default")
+	require.Equal(t, 10*time.Minute, cfg.StickyTTL)
+	cfg, err = ParseFlags([]string{"--catalog=c.yaml", "--sticky=false", "--sticky-ttl=90s"}, none, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.NoSticky)
+	require.Equal(t, 90*time.Second, cfg.StickyTTL)
+	cfg, err = ParseFlags([]string{"--catalog=c.yaml"}, func(k string) string {
+		if k == "SWITCHBOARD_DECIDER_STICKY" {
+			return "false"
+		}
+		return ""
+	}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.NoSticky, "the environment fallback")
+	_, err = ParseFlags([]string{"--catalog=c.yaml", "--sticky-ttl=-1s"}, none, io.Discard)
+	require.ErrorContains(t, err, "--sticky-ttl")
+}
