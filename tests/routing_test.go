@@ -224,9 +224,9 @@ func TestSmartRoutingScenario(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := strings.Replace(chat("f"+tt.name, 60*1024, tt.extra), `"model":"`+model+`"`, `"model":"`+model+tt.modelSuffix+`"`, 1)
-			code, _, body := s.post(t, b)
+			code, hdr, body := s.post(t, b)
 			require.Equal(t, 200, code, "%v", body)
-			require.Equal(t, tt.want, body["provider"])
+			require.Equal(t, tt.want, body["provider"], hdr.Get("x-switchboard-route"))
 		})
 	}
 
