@@ -86,7 +86,7 @@ func (r *Router) stick(sc *scratch, m *model, req *switchboardv1.DecideRequest, 
 		return
 	}
 	var (
-		i  = -1
+		i  int
 		at time.Time
 	)
 	if s := req.GetSessionId(); s != "" {
