@@ -264,6 +264,11 @@ func TestExplainCommand(t *testing.T) {
 	for _, want := range []string{"bucket SIZE_BUCKET_32K_TO_128K", "PROVIDER", "alpha", "in provider.ignore", "order: alpha"} {
 		require.Contains(t, out.String(), want)
 	}
+	out.Reset()
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--token-file=" + writeToken(t, testOperatorToken), "--model=vendor/model", "--api-key=" + demoKey,
+		"--session-id=conv-1"}, &out)
+	require.NoError(t, err)
+	require.Contains(t, out.String(), "sticky=new", "a conversation the decider has not seen")
 	require.Error(t, Explain(t.Context(), []string{"--decider=" + d.Addr()}, &out), "--model is required")
 	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=wrong"}, &out)
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
