@@ -13,8 +13,9 @@
 // candidates.go prices and measures this request on every endpoint left;
 // policy.go ranks them (the user's sort or order, else the smart policy and
 // exploration); sticky.go keeps a conversation on the endpoint holding its
-// prompt cache; tenant.go applies a tenant's default settings; hedge.go plans a second endpoint for a long stream; and
-// explain.go says why. router.go holds Decide itself and the options.
+// prompt cache; tenant.go applies a tenant's default settings; hedge.go
+// plans a second endpoint for a long stream; and explain.go says why.
+// router.go holds Decide itself and the options.
 package routing
 
 import (

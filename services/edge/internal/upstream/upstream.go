@@ -4,7 +4,8 @@
 // back until its first token, and relaying it to the client once committed.
 // Which endpoints are called, in what order and under which reservation is
 // the dispatch package's; what the answer's chunks become for the client is
-// the rewrite package's.
+// the rewrite package's; whether the answer is usable is judged by the
+// quality package's checks, which a leg runs on the answer as it reads it.
 //
 // Time to first token (TTFT) is measured from sending the upstream request to
 // receiving the first stream chunk that carries a token (rewrite.Info.Token).
