@@ -28,7 +28,10 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), sc.sticky.outcome)
 	if !all {
 		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest)}
-		r.noteSticky(d.Candidates[0], win, sc.sticky, fastest)
+		if sc.sticky.outcome == stickyKept && sc.sticky.warm == win {
+			// Without explain, the winner's note costs no formatting.
+			d.Candidates[0].Note = noteKept
+		}
 		return d
 	}
 	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
@@ -39,6 +42,10 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 	}
 	return d
 }
+
+// noteKept is the winner's note, without explain, when it was kept for
+// its conversation.
+const noteKept = "kept: holds this conversation's prompt cache"
 
 // noteSticky adds what the sticky step did to the note of the
 // conversation's endpoint: why it was kept, or why not.

@@ -38,7 +38,7 @@ type policyEnv struct {
 	r     *Router
 }
 
-func newPolicy(t *testing.T, yaml string, o Options) *policyEnv {
+func newPolicy(t testing.TB, yaml string, o Options) *policyEnv {
 	t.Helper()
 	c, err := catalog.Parse([]byte(yaml))
 	require.NoError(t, err)

@@ -293,3 +293,38 @@ func TestStickyKeepsFallbacksRanked(t *testing.T) {
 	require.Equal(t, "reseller", got[0])
 	require.Equal(t, slices.DeleteFunc(slices.Clone(policy), func(p string) bool { return p == "reseller" }), got[1:])
 }
+
+// BenchmarkDecideSticky is Decide's cost for a conversation's turn: kept on
+// the endpoint of its last turn, recognised by its prompt prefixes or by
+// its session id, against the same turn with stickiness off.
+func BenchmarkDecideSticky(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		o       Options
+		session string
+	}{
+		{name: "off", o: Options{NoSticky: true}},
+		{name: "by prefixes"},
+		{name: "by session id", session: "conv-1"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := newPolicy(b, policyCatalog, bc.o)
+			for _, p := range []string{"cheap", "fast", "reseller"} {
+				e.speed(p, long, time.Second, 12)
+			}
+			e.aff.Record("reseller/m", 7, 60000, e.now)
+			id := &switchboardv1.Identity{TenantId: "acme"}
+			req := &switchboardv1.DecideRequest{Model: "m", SessionId: bc.session, RequestId: "r",
+				Tokens: &switchboardv1.TokenEstimate{InputTokens: long, MaxOutputTokens: 100, Prefixes: conversation}}
+			if bc.session != "" {
+				e.r.o.Sessions.Keep("acme", "m", bc.session, "", "reseller/m", e.now)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.r.Decide(req, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
