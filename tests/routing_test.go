@@ -214,18 +214,19 @@ func TestSmartRoutingScenario(t *testing.T) {
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "cheap", body["provider"])
 
-	// User overrides bypass smart routing.
+	// User overrides bypass smart routing; provider.ignore only filters,
+	// and smart routing picks among the rest (cheap is too slow here).
 	for _, tt := range []struct{ name, extra, modelSuffix, want string }{
 		{"order", `"provider":{"order":["cheap"]},`, "", "cheap"},
 		{"sort latency", `"provider":{"sort":"latency"},`, "", "fast"},
-		{"ignore bypasses smart routing (price order)", `"provider":{"ignore":["reseller"]},`, "", "cheap"},
+		{"ignore filters, smart routing picks among the rest", `"provider":{"ignore":["reseller"]},`, "", "fast"},
 		{"floor", ``, ":floor", "cheap"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := strings.Replace(chat("f"+tt.name, 60*1024, tt.extra), `"model":"`+model+`"`, `"model":"`+model+tt.modelSuffix+`"`, 1)
-			code, _, body := s.post(t, b)
+			code, hdr, body := s.post(t, b)
 			require.Equal(t, 200, code, "%v", body)
-			require.Equal(t, tt.want, body["provider"])
+			require.Equal(t, tt.want, body["provider"], hdr.Get("x-switchboard-route"))
 		})
 	}
 

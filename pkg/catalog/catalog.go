@@ -168,6 +168,8 @@ type Tenant struct {
 	// Partner names the partner account the tenant belongs to, whose limits
 	// it shares. (Optional)
 	Partner string `yaml:"partner"`
+	// Routing is the tenant's default routing settings. (Optional)
+	Routing *TenantRouting `yaml:"routing"`
 }
 
 // Limit is one quota: {unit, per, capacity}.

@@ -219,6 +219,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			}
 		}
 		validateLimits(t.Limits, tp+".limits", bad)
+		validateTenantRouting(t.Routing, tp+".routing", bad)
 		for j, l := range t.Limits {
 			lp := fmt.Sprintf("%s.limits[%d]", tp, j)
 			switch l.Scope {

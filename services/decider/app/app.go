@@ -48,6 +48,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
@@ -137,6 +138,13 @@ type Config struct {
 	// is never left out as too slow, however much faster another is.
 	// (Optional) Defaults to 1s.
 	FastEnough time.Duration
+	// NoSticky turns cache-aware stickiness off: every turn of a
+	// conversation is ranked afresh. (Optional) The --sticky flag defaults
+	// to on.
+	NoSticky bool
+	// StickyTTL is how long a conversation stays with the endpoint of its
+	// last turn, each turn starting it again. (Optional) Defaults to 10m.
+	StickyTTL time.Duration
 	// HedgeFrom and HedgeImmediateFrom are the prompt sizes, in tokens, from
 	// which streaming requests are hedged after HedgeDelay, and at once.
 	// (Optional) Default to 32768 and 131072.
@@ -239,6 +247,8 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.Float64Var(&cfg.HedgeBudgetUSD, "hedge-budget-usd", 5, "daily budget (USD, UTC day) for hedged second calls, shared by all edges; 0 disables hedging")
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
 	fs.DurationVar(&cfg.FastEnough, "fast-enough", time.Second, "typical time to first token under which an endpoint is never too slow to route to")
+	sticky := fs.Bool("sticky", true, "keep a conversation's later turns on the endpoint holding its prompt cache (false: rank every turn afresh)")
+	fs.DurationVar(&cfg.StickyTTL, "sticky-ttl", 10*time.Minute, "how long a conversation stays with the endpoint of its last turn; each turn starts it again")
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding this replica's bearer token (role replica), sent to the broker's owner; re-read when it changes")
@@ -261,6 +271,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	if errors.Is(parseErr, flag.ErrHelp) {
 		return cfg, parseErr
 	}
+	cfg.NoSticky = !*sticky
 	var sizeErr error
 	cfg.ProbeSizes, sizeErr = parseSizes(*probeSizes)
 	for _, e := range strings.Split(etcd, ",") {
@@ -317,6 +328,9 @@ func (c *Config) validate() error {
 	}
 	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
 		errs = append(errs, errors.New("--hedge-*, --fast-enough and --activity-retention must not be negative"))
+	}
+	if c.StickyTTL < 0 {
+		errs = append(errs, fmt.Errorf("--sticky-ttl %v must not be negative", c.StickyTTL))
 	}
 	if c.Exploration >= 1 {
 		errs = append(errs, fmt.Errorf("--exploration %g must be below 1", c.Exploration))
@@ -566,6 +580,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		logger.Warn("routing statistics not restored", "err", err)
 	}
 	aff := affinity.New(affinity.Options{})
+	sessions := session.New(session.Options{})
 	d.cool = cooldown.New(cooldown.Options{Duration: cfg.Cooldown, Errors: cfg.CooldownErrors, Window: cfg.CooldownWindow})
 	hedgeFrom := cfg.HedgeFrom
 	if cfg.HedgeBudgetUSD == 0 {
@@ -579,6 +594,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
 		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
 		FastEnough: cfg.FastEnough,
+		NoSticky:   cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
 	})
 	bcfg, err := broker.FromCatalog(c)
 	if err != nil {
@@ -604,7 +620,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	svc.SetAdmission(d.adm)
 	d.admP.Store(d.adm)
 	d.observer.Store(observe.New(observe.Options{
-		Catalog: d.router, Stats: d.stats, Affinity: aff, Cooldown: d.cool, Outcomes: oc,
+		Catalog: d.router, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)

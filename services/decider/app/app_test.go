@@ -264,7 +264,34 @@ func TestExplainCommand(t *testing.T) {
 	for _, want := range []string{"bucket SIZE_BUCKET_32K_TO_128K", "PROVIDER", "alpha", "in provider.ignore", "order: alpha"} {
 		require.Contains(t, out.String(), want)
 	}
+	out.Reset()
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--token-file=" + writeToken(t, testOperatorToken), "--model=vendor/model", "--api-key=" + demoKey,
+		"--session-id=conv-1"}, &out)
+	require.NoError(t, err)
+	require.Contains(t, out.String(), "sticky=new", "a conversation the decider has not seen")
 	require.Error(t, Explain(t.Context(), []string{"--decider=" + d.Addr()}, &out), "--model is required")
 	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=wrong"}, &out)
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
+}
+
+func TestParseFlagsSticky(t *testing.T) {
+	none := func(string) string { return "" }
+	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
+	require.NoError(t, err)
+	require.False(t, cfg.NoSticky, "stickiness is on by default")
+	require.Equal(t, 10*time.Minute, cfg.StickyTTL)
+	cfg, err = ParseFlags([]string{"--catalog=c.yaml", "--sticky=false", "--sticky-ttl=90s"}, none, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.NoSticky)
+	require.Equal(t, 90*time.Second, cfg.StickyTTL)
+	cfg, err = ParseFlags([]string{"--catalog=c.yaml"}, func(k string) string {
+		if k == "SWITCHBOARD_DECIDER_STICKY" {
+			return "false"
+		}
+		return ""
+	}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.NoSticky, "the environment fallback")
+	_, err = ParseFlags([]string{"--catalog=c.yaml", "--sticky-ttl=-1s"}, none, io.Discard)
+	require.ErrorContains(t, err, "--sticky-ttl")
 }

@@ -36,6 +36,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	tenant := fs.String("tenant", "", "tenant id (trusted caller)")
 	key := fs.String("api-key", "", "an API key, authenticated like the edge does (instead of --tenant)")
 	stream := fs.Bool("stream", false, "a streaming request")
+	session := fs.String("session-id", "", "a conversation's session id (X-Session-Id): shows whether its next turn stays on its endpoint")
 	tokenFile := fs.String("token-file", "", "file holding an operator's bearer token")
 	provider := fs.String("provider", "", `routing options as JSON, e.g. '{"sort":"SORT_LATENCY","max_price":{"prompt":0.3}}'`)
 	// Transport security: the same rule as the edge's, plaintext only on
@@ -55,7 +56,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("--model is required")
 	}
 	req := &switchboardv1.DecideRequest{
-		Model: *model, Stream: *stream, DryRun: true, Explain: true,
+		Model: *model, Stream: *stream, DryRun: true, Explain: true, SessionId: *session,
 		Identity: &switchboardv1.Identity{TenantId: *tenant},
 		Tokens:   &switchboardv1.TokenEstimate{InputTokens: *in, CachedInputTokens: *cached, MaxOutputTokens: *maxOut},
 	}

@@ -518,3 +518,22 @@ func TestCloseDrains(t *testing.T) {
 	h.waitReports(1)
 	h.client.CloseIdleConnections()
 }
+
+// TestChatSessionHeader: a valid X-Session-Id names the conversation in
+// Decide; an invalid one is ignored, not refused. Every call report says
+// which answer-quality checks the answer failed (none here).
+func TestChatSessionHeader(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	r := h.chat(plainReq, authed("X-Session-Id", "conv-42"))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	r = h.chat(plainReq, authed("X-Session-Id", "not a valid id"))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	decides := h.fd.DecideRequests()
+	require.Len(t, decides, 2)
+	require.Equal(t, "conv-42", decides[0].GetSessionId())
+	require.Empty(t, decides[1].GetSessionId())
+	for _, rep := range h.waitReports(2) {
+		require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, rep.GetOutcome())
+		require.Empty(t, rep.GetQualityFailures())
+	}
+}

@@ -2,7 +2,9 @@
 // the decider can price a request where its cache is — cache affinity
 // decides cost: an endpoint that
 // served this conversation's earlier turn holds its prefix in cache and reads
-// it at the cached-input price; the others would charge full input.
+// it at the cached-input price; the others would charge full input. It also
+// says which endpoint served a conversation's last turn (Latest), which is
+// how routing recognises a conversation whose caller names no session.
 //
 // Prompts are identified by the edge's chain hashes (a prompt's hash is a
 // prefix hash of the conversation's next turn). Memory is bounded by two
@@ -123,6 +125,41 @@ func (t *Table) Cached(endpoints []string, prefixes []*switchboardv1.PromptPrefi
 			}
 		}
 	}
+}
+
+// Latest returns which of endpoints served this conversation's last turn:
+// of the prefixes (longest last), the longest one an endpoint served
+// within window of now, and of the endpoints that served it the most
+// recent. i indexes endpoints and at is when that endpoint served it; ok
+// is false when no endpoint served any prefix within the window. The
+// window is the caller's (how long a conversation stays with its
+// endpoint), not the table's TTL.
+func (t *Table) Latest(endpoints []string, prefixes []*switchboardv1.PromptPrefix, now time.Time, window time.Duration) (i int, at time.Time, ok bool) {
+	if len(prefixes) == 0 {
+		return 0, time.Time{}, false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for p := len(prefixes) - 1; p >= 0; p-- {
+		s, found := t.cur[prefixes[p].GetHash()]
+		if !found {
+			if s, found = t.prev[prefixes[p].GetHash()]; !found {
+				continue
+			}
+		}
+		// eps is newest first: the first live one known to the model wins.
+		for k := range maxEndpointsPerPrompt {
+			if s.eps[k] == "" || now.Sub(s.at[k]) > window {
+				continue
+			}
+			for i, ep := range endpoints {
+				if ep == s.eps[k] {
+					return i, s.at[k], true
+				}
+			}
+		}
+	}
+	return 0, time.Time{}, false
 }
 
 // Len returns the number of prompts remembered.

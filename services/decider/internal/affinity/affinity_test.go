@@ -110,3 +110,72 @@ func BenchmarkCached(b *testing.B) {
 		tb.Cached(eps, prefixes, t0, got)
 	}
 }
+
+func TestLatest(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	eps := []string{"a/m", "b/m", "c/m"}
+	prefixes := []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 1000}, {Hash: 2, Tokens: 5000}, {Hash: 3, Tokens: 5200}}
+	tests := []struct {
+		name   string
+		record func(tb *Table)
+		now    time.Time
+		want   int
+		wantAt time.Time
+		wantOK bool
+	}{
+		{name: "nothing recorded", record: func(*Table) {}, now: t0},
+		{
+			name:   "the last turn's endpoint",
+			record: func(tb *Table) { tb.Record("b/m", 2, 5000, t0) },
+			now:    t0.Add(8 * time.Minute), want: 1, wantAt: t0, wantOK: true,
+		},
+		{
+			name:   "outside the window",
+			record: func(tb *Table) { tb.Record("b/m", 2, 5000, t0) },
+			now:    t0.Add(11 * time.Minute),
+		},
+		{
+			name: "the longest prefix wins over a more recent shorter one",
+			record: func(tb *Table) {
+				tb.Record("b/m", 2, 5000, t0)
+				tb.Record("c/m", 1, 1000, t0.Add(time.Minute))
+			},
+			now: t0.Add(2 * time.Minute), want: 1, wantAt: t0, wantOK: true,
+		},
+		{
+			name: "of the endpoints that served the prefix, the most recent",
+			record: func(tb *Table) {
+				tb.Record("a/m", 2, 5000, t0)
+				tb.Record("c/m", 2, 5000, t0.Add(time.Minute))
+			},
+			now: t0.Add(2 * time.Minute), want: 2, wantAt: t0.Add(time.Minute), wantOK: true,
+		},
+		{
+			name: "a stale longest prefix gives way to a live shorter one",
+			record: func(tb *Table) {
+				tb.Record("a/m", 2, 5000, t0)
+				tb.Record("c/m", 1, 1000, t0.Add(9*time.Minute))
+			},
+			now: t0.Add(12 * time.Minute), want: 2, wantAt: t0.Add(9 * time.Minute), wantOK: true,
+		},
+		{
+			name:   "an endpoint of another model is not one of these",
+			record: func(tb *Table) { tb.Record("z/other", 2, 5000, t0) },
+			now:    t0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := New(Options{})
+			tt.record(tb)
+			i, at, ok := tb.Latest(eps, prefixes, tt.now, 10*time.Minute)
+			require.Equal(t, tt.wantOK, ok)
+			if ok {
+				require.Equal(t, tt.want, i)
+				require.Equal(t, tt.wantAt, at)
+			}
+		})
+	}
+	_, _, ok := New(Options{}).Latest(eps, nil, t0, time.Minute)
+	require.False(t, ok)
+}

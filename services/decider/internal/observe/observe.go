@@ -1,8 +1,9 @@
 // Package observe turns the edges' call reports into what routing learns
 // from: TTFT per size bucket, throughput, cache-hit rate, typical output,
-// which endpoint holds which prompt in cache, refusals that bench an
-// endpoint, and each endpoint's outcomes (price charged, 429s, failures,
-// quality) for the routing-cost policy. It also accounts what synthetic probes cost the operator (the
+// which endpoint holds which prompt in cache (and which answered a named
+// conversation's turn), refusals that bench an endpoint, and each
+// endpoint's outcomes (price charged, 429s, failures, quality) for the
+// routing-cost policy. It also accounts what synthetic probes cost the operator (the
 // billing policy, pkg/billing, says probes are never billed to a tenant). It
 // never waits on the broker: reservations are reconciled by the report hub's
 // workers.
@@ -23,6 +24,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -33,9 +35,11 @@ type Catalog interface {
 
 // Options wire an Observer.
 type Options struct {
-	Catalog  Catalog           // (Required)
-	Stats    *stats.Store      // (Required)
-	Affinity *affinity.Table   // (Required)
+	Catalog  Catalog         // (Required)
+	Stats    *stats.Store    // (Required)
+	Affinity *affinity.Table // (Required)
+	// Sessions learns which endpoint answered a named conversation's turn. (Optional)
+	Sessions *session.Table
 	Cooldown *cooldown.Tracker // (Required)
 	// Outcomes tracks each endpoint's outcomes for the routing-cost
 	// policy. (Optional) Without it they are not tracked.
@@ -112,6 +116,11 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 				n = r.GetPromptTokens()
 			}
 			ob.o.Affinity.Record(ep, h, n, ob.o.Now())
+		}
+		if ob.o.Sessions != nil && r.GetProbeId() == "" {
+			// The endpoint that answered holds the conversation's prompt
+			// now, whichever the decision put first.
+			ob.o.Sessions.Served(r.GetRequestId(), ep, ob.o.Now())
 		}
 	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, switchboardv1.Outcome_OUTCOME_CONNECT_ERROR:
 		// A refusal benches the endpoint.

@@ -15,6 +15,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -113,4 +114,27 @@ func TestIngestOutcomes(t *testing.T) {
 	require.InDelta(t, (500*1+500*0.5+200*2)/1e6, per, 1e-12, "the fake catalog's rates: 1 in, 0.5 cached, 2 out")
 	tps, _ := f.Throughput()
 	require.InDelta(t, 50, tps, 1e-9, "200 tokens over the whole 4 s call")
+}
+
+// TestSessionsFollowTheAnsweringEndpoint: the endpoint that answered a named
+// conversation's turn is where its prompt is cached now; a failed call
+// moves nothing.
+func TestSessionsFollowTheAnsweringEndpoint(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	sessions := session.New(session.Options{})
+	ob := New(Options{
+		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
+		Sessions: sessions, Cooldown: cooldown.New(cooldown.Options{}),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	sessions.Keep("acme", "m", "s", "r1", "b/m", now)
+	ob.Ingest(nil, []*switchboardv1.CallReport{{RequestId: "r1", EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR}})
+	ep, _, _ := sessions.Last("acme", "m", "s")
+	require.Equal(t, "b/m", ep, "a failed call moves nothing")
+	now = now.Add(time.Second)
+	ob.Ingest(nil, []*switchboardv1.CallReport{{RequestId: "r1", EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK}})
+	ep, at, _ := sessions.Last("acme", "m", "s")
+	require.Equal(t, "a/m", ep)
+	require.Equal(t, now, at)
 }

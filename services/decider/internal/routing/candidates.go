@@ -63,6 +63,8 @@ type scratch struct {
 	floats []float64 // the routing-cost policy's lists of figures
 	// followUp: the prompt extends one an endpoint served recently.
 	followUp bool
+	// sticky is what the sticky step did.
+	sticky stickyState
 }
 
 // cachedEstimate is how many of the prompt's tokens endpoint ep is expected

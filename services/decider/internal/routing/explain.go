@@ -27,16 +27,39 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 			qualified++
 		}
 	}
-	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), cost)
+	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), cost, sc.sticky.outcome)
 	if !all {
 		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest, cost, false)}
+		if sc.sticky.outcome == stickyKept && sc.sticky.warm == win {
+			// Without explain, the winner's note costs no formatting.
+			d.Candidates[0].Note = noteKept
+		}
 		return d
 	}
 	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
 	for i := range sc.cands {
-		d.Candidates = append(d.Candidates, r.candidateProto(&sc.cands[i], fastest, cost, true))
+		pc := r.candidateProto(&sc.cands[i], fastest, cost, true)
+		r.noteSticky(pc, &sc.cands[i], sc.sticky, fastest)
+		d.Candidates = append(d.Candidates, pc)
 	}
 	return d
+}
+
+// noteKept is the winner's note, without explain, when it was kept for
+// its conversation.
+const noteKept = "kept: holds this conversation's prompt cache"
+
+// noteSticky adds what the sticky step did to the note of the
+// conversation's endpoint: why it was kept, or why not.
+func (r *Router) noteSticky(pc *switchboardv1.Candidate, c *candidate, s stickyState, fastest time.Duration) {
+	if s.warm != c || s.outcome == stickyNone || s.outcome == stickyNew {
+		return
+	}
+	if s.outcome == stickyKept || pc.Note == "" {
+		pc.Note = r.stickyNote(s, fastest)
+		return
+	}
+	pc.Note += "; " + r.stickyNote(s, fastest)
 }
 
 // candidateProto renders one candidate; detail writes the routing-cost
@@ -140,7 +163,7 @@ func checksText(checks map[string]float64) string {
 }
 
 // summary is the one-line explanation sent in the x-switchboard-route header.
-func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, cost bool) string {
+func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, cost bool, sticky stickyOutcome) string {
 	b := make([]byte, 0, 200)
 	if cost {
 		b = append(b, "policy=routing-cost "...)
@@ -173,5 +196,9 @@ func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Buc
 	b = strconv.AppendInt(b, int64(qualified), 10)
 	b = append(b, '/')
 	b = strconv.AppendInt(b, int64(total), 10)
+	if w := sticky.word(); w != "" {
+		b = append(b, " sticky="...)
+		b = append(b, w...)
+	}
 	return string(b)
 }

@@ -40,6 +40,7 @@ type index struct {
 	models    map[string]*model
 	providers map[string]bool
 	list      []*switchboardv1.Model
+	tenants   map[string]tenantDefaults // tenants with default routing settings
 }
 
 // SetCatalog replaces the catalog; requests in flight finish on the old one.
@@ -47,6 +48,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 	idx := &index{
 		models:    map[string]*model{},
 		providers: map[string]bool{},
+		tenants:   tenantIndex(c),
 	}
 	for _, m := range c.Models {
 		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),

@@ -52,8 +52,10 @@ func (r *Router) fastest(cs []*candidate) time.Duration {
 }
 
 // userRank applies the user's choice (provider.sort, provider.order, the
-// :floor and :nitro suffixes), which replaces the smart policy; ok is false
-// when the user made none. cs is in price order.
+// :floor and :nitro suffixes), which replaces the policy; ok is false
+// when the user made none. provider.only and provider.ignore are no choice
+// of order: they filter the endpoints and the policy ranks the rest. cs is
+// in price order.
 func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPreferences) (reason switchboardv1.RouteReason, ok bool) {
 	switch {
 	case suffix == "floor" || prefs.GetSort() == switchboardv1.Sort_SORT_PRICE:
@@ -73,8 +75,6 @@ func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPrefe
 	case len(prefs.GetOrder()) > 0:
 		order := prefs.GetOrder()
 		slices.SortStableFunc(cs, func(a, b *candidate) int { return byOrder(order, a, b) })
-		return switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER, true
-	case len(prefs.GetOnly()) > 0 || len(prefs.GetIgnore()) > 0:
 		return switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER, true
 	}
 	return 0, false

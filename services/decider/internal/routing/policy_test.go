@@ -38,7 +38,7 @@ type policyEnv struct {
 	r     *Router
 }
 
-func newPolicy(t *testing.T, yaml string, o Options) *policyEnv {
+func newPolicy(t testing.TB, yaml string, o Options) *policyEnv {
 	t.Helper()
 	c, err := catalog.Parse([]byte(yaml))
 	require.NoError(t, err)
@@ -354,7 +354,8 @@ func TestOverridesWithSpeedData(t *testing.T) {
 		{":nitro", &switchboardv1.DecideRequest{Model: "m:nitro"}, []string{"fast", "reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_NITRO},
 		{":floor", &switchboardv1.DecideRequest{Model: "m:floor"}, []string{"cheap", "reseller", "fast"}, switchboardv1.RouteReason_ROUTE_REASON_FLOOR},
 		{"order bypasses speed", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Order: []string{"cheap"}}}, []string{"cheap", "reseller", "fast"}, switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER},
-		{"only bypasses speed", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Only: []string{"cheap", "reseller"}}}, []string{"cheap", "reseller"}, switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER},
+		{"only filters, the policy ranks the rest", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Only: []string{"cheap", "reseller"}}}, []string{"reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING},
+		{"ignore filters, the policy ranks the rest", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Ignore: []string{"fast"}}}, []string{"reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING},
 		{"max_price works with smart routing", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: new(0.26)}}}, []string{"reseller", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING},
 		{"preferred_max_latency deprioritises", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_PRICE, PreferredMaxLatency: durationpb.New(2 * time.Second)}}, []string{"fast", "cheap", "reseller"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
 		{"preferred_min_throughput deprioritises", &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_PRICE, PreferredMinThroughput: new(50.0)}}, []string{"reseller", "fast", "cheap"}, switchboardv1.RouteReason_ROUTE_REASON_USER_SORT},
@@ -533,6 +534,9 @@ func TestConversationPricedOverItsNextTurns(t *testing.T) {
 		return e.decide(t, &switchboardv1.DecideRequest{Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 60500, MaxOutputTokens: 16, Prefixes: prefixes}})
 	}
 	setup := func(o Options) *policyEnv {
+		// The policy's own pricing of a conversation: with stickiness on,
+		// plain would keep the conversation whose last turn it served.
+		o.NoSticky = true
 		e := newPolicy(t, cacheCatalog, o)
 		e.speed("warm", 60500, time.Second, 12)
 		e.speed("plain", 60500, time.Second, 12)

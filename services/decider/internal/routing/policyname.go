@@ -42,10 +42,10 @@ func ParsePolicy(s string) (Policy, error) {
 // least: the tenant's default, a running experiment's arm (Options.Arm),
 // the model's catalog setting, then the deployment default
 // (Options.Policy).
-//
-// Tenant defaults are filled in by their own change.
 func (r *Router) policyOf(m *model, id *switchboardv1.Identity, now time.Time) Policy {
-	_ = id
+	if p, ok := r.tenantPolicy(id); ok {
+		return p
+	}
 	if r.o.Arm != nil {
 		if p, ok := r.o.Arm(now); ok {
 			return p

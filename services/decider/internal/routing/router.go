@@ -16,7 +16,9 @@
 // candidates.go prices and measures this request on every endpoint left;
 // policy.go ranks them (the user's sort or order, else the smart policy and
 // exploration); policyname.go says which policy applies and routingcost.go
-// is the routing-cost policy; hedge.go plans a second endpoint for a long stream; and
+// is the routing-cost policy; sticky.go keeps a conversation on the
+// endpoint holding its prompt cache; tenant.go applies a tenant's default
+// settings; hedge.go plans a second endpoint for a long stream; and
 // explain.go says why. router.go holds Decide itself and the options.
 package routing
 
@@ -36,6 +38,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 )
 
@@ -124,6 +127,16 @@ type Options struct {
 	HedgeDelay time.Duration
 	// Now is the clock. (Optional) Defaults to time.Now.
 	Now func() time.Time
+	// NoSticky turns cache-aware stickiness off: every turn of a
+	// conversation is ranked afresh. (Optional) Stickiness is on by default.
+	NoSticky bool
+	// StickyTTL is how long a conversation stays with the endpoint of its
+	// last turn: each turn within it goes back there and starts it again.
+	// (Optional) Defaults to 10 minutes.
+	StickyTTL time.Duration
+	// Sessions remembers the conversations callers name by session id.
+	// (Optional) Defaults to a new table.
+	Sessions *session.Table
 	// Policy is the deployment's default routing policy. (Optional) Defaults to PolicySmart.
 	Policy Policy
 	// Outcomes tracks each endpoint's price charged, rates and load for
@@ -188,6 +201,12 @@ func New(c *catalog.Catalog, o Options) *Router {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.StickyTTL <= 0 {
+		o.StickyTTL = 10 * time.Minute
+	}
+	if o.Sessions == nil {
+		o.Sessions = session.New(session.Options{})
+	}
 	if o.Policy == "" {
 		o.Policy = PolicySmart
 	}
@@ -216,7 +235,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	if err != nil {
 		return nil, err
 	}
-	prefs := req.GetProvider()
+	prefs := r.withTenantSort(req.GetProvider(), suffix, id)
 	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
@@ -257,6 +276,8 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		reason, fastest = r.rank(sc.order, suffix, prefs, noExplore)
 	}
 	deprioritise(sc.order, prefs)
+	userChose := suffix != "" || prefs.GetSort() != switchboardv1.Sort_SORT_UNSPECIFIED || len(prefs.GetOrder()) > 0
+	r.stick(sc, m, req, id, userChose, fastest, now)
 	usable := r.usable(sc, prefs)
 
 	resp := &switchboardv1.DecideResponse{
@@ -289,6 +310,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		usable[0].note = noteWinner
 	}
 	resp.Decision = r.explain(sc, usable[0], reason, bucket, fastest, req.GetExplain(), costPolicy)
+	r.keepSession(req, id, m, usable[0], now)
 	return resp, nil
 }
 

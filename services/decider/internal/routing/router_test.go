@@ -114,13 +114,13 @@ func TestDecide(t *testing.T) {
 			name:   "only",
 			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Only: []string{"gamma", "beta"}}},
 			want:   []string{"gamma", "beta"},
-			reason: switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "ignore",
 			req:    &switchboardv1.DecideRequest{Model: "vendor/model", Provider: &switchboardv1.ProviderPreferences{Ignore: []string{"alpha"}}},
 			want:   []string{"gamma", "beta"},
-			reason: switchboardv1.RouteReason_ROUTE_REASON_USER_ORDER,
+			reason: switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_NO_DATA,
 		},
 		{
 			name:   "max_price filters",

@@ -144,6 +144,7 @@ func (e *engine) wire(p *Profile) {
 	e.router = routing.New(p.Catalog(), routing.Options{
 		Stats: e.stats, Affinity: aff, Cooldown: e.cool, Policy: e.pol.Routing, Outcomes: oc,
 		Exploration: e.pol.Exploration, FollowUpTurns: e.pol.FollowUpTurns, ExploreFollowUps: e.pol.ExploreFollowUps, Seed: e.seed*2 + 1, Now: clock, HedgeFrom: hedgeFrom,
+		NoSticky: e.pol.NoSticky, StickyTTL: e.pol.StickyTTL,
 	})
 	e.observer = observe.New(observe.Options{Catalog: e.router, Stats: e.stats, Affinity: aff, Cooldown: e.cool, Outcomes: oc,
 		Logger: slog.New(slog.DiscardHandler), Now: clock})

@@ -30,6 +30,10 @@ type Policy struct {
 	FollowUpTurns float64
 	// ExploreFollowUps lets exploration pick follow-up turns.
 	ExploreFollowUps bool
+	// NoSticky turns cache-aware stickiness off: every turn is ranked afresh.
+	NoSticky bool
+	// StickyTTL is how long a conversation stays with its endpoint (0: the default).
+	StickyTTL time.Duration
 	// Cooldown replaces the default rule for benching endpoints that
 	// refuse calls (zero: the default).
 	Cooldown cooldown.Options
@@ -45,6 +49,7 @@ var Policies = []Policy{
 	{Name: "smart-no-hedge", NoHedge: true},
 	{Name: "smart-no-explore", Exploration: -1},
 	{Name: "smart-this-turn", FollowUpTurns: -1},
+	{Name: "smart-no-sticky", NoSticky: true},
 	{Name: "smart-explore-follow-ups", ExploreFollowUps: true},
 	{Name: "smart-breaker", Cooldown: cooldown.Options{Duration: 2 * time.Minute, Errors: 3, Window: time.Minute}},
 	{Name: "routing-cost", Routing: routing.PolicyRoutingCost},

@@ -53,6 +53,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
@@ -247,6 +248,9 @@ type Call struct {
 	// PromptHash is the chain hash of the whole prompt (chatreq), reported so
 	// the decider learns which endpoint holds the prompt in cache.
 	PromptHash uint64
+	// Quality is what the answer-quality checks need to know of the
+	// request: whether it offered tools, and its max_tokens.
+	Quality quality.Request
 	// Hedge is the decider's hedging plan; nil or mode NONE means no hedge.
 	// Only streamed requests are hedged.
 	Hedge *switchboardv1.HedgePlan

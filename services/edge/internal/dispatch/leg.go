@@ -41,6 +41,7 @@ func (c Call) upstream(ep *switchboardv1.Endpoint) upstream.Request {
 		Body:           c.Body,
 		Rewriter:       c.rewriter(ep),
 		EstimatedUsage: c.estimatedUsage(ep),
+		Quality:        c.Quality,
 	}
 }
 

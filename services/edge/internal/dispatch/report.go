@@ -32,6 +32,8 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		// is reported once, whatever ended it.
 		ReservationId: l.reservation,
 		Stream:        call.Stream,
+		// The answer-quality checks a completed answer failed.
+		QualityFailures: res.QualityFailures,
 	}
 	if res.HasTTFT {
 		r.Ttft = durationpb.New(res.TTFT)

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 )
 
 // Response headers the edge adds.
@@ -347,6 +349,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, log *slog.Logger
 		Parameters: req.Parameters,
 		Region:     s.opts.Region,
 		Explain:    debug,
+		SessionId:  sessionID(r),
 		// Every dispatch goes through the rate-limit broker: Decide reserves on
 		// the endpoint it picks, skipping full ones, and refuses when the
 		// caller's own limits or every endpoint are full. The request id
@@ -418,6 +421,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log *slog.Log
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
 		PromptHash:   req.PromptHash,
+		Quality:      quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},
 		Hedge:        resp.GetHedge(),
 		Caps:         billing.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
 		Admission:    s.admission(resp, identity, req),

@@ -44,7 +44,7 @@ func (l *Leg) deliverPlain(cw *clientWriter) {
 		l.Result.Delivered = l.heldText
 	}
 	l.held = nil
-	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+	l.completed()
 }
 
 // deliverStream writes what the leg held, then relays the rest of the
@@ -131,7 +131,7 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 		return
 	}
 	l.Result.Delivered += pendingText
-	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+	l.completed()
 }
 
 // clientGone records a leg whose client could not be written to, by the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
 )
@@ -55,6 +56,9 @@ type Result struct {
 	Summary string
 	// ErrText is the detailed, redacted failure for reports and logs.
 	ErrText string
+	// QualityFailures name the answer-quality checks a completed answer
+	// (Outcome OK) failed; nil when it passed them all.
+	QualityFailures []string
 }
 
 // Rejection is a provider's refusal of the request itself (a 4xx other than
@@ -107,6 +111,11 @@ type Leg struct {
 	rd      *sse.Reader
 	rw      rewrite.Rewriter
 
+	// q checks the answer's quality as it is read; qc is its chunk,
+	// reused so that checking allocates nothing per chunk.
+	q  *quality.Run
+	qc quality.Chunk
+
 	// held is what was read before the leg was committed: a stream's
 	// chunks, framed as the client's events, or a non-streamed answer.
 	held      []byte
@@ -123,6 +132,9 @@ type Leg struct {
 // closes its connection. The first-token deadline starts now.
 func (c *Caller) NewLeg(ctx context.Context, req Request, ep *switchboardv1.Endpoint) *Leg {
 	l := &Leg{Endpoint: ep, c: c, req: req, rw: req.Rewriter}
+	qr := req.Quality
+	qr.Stream = req.Stream
+	l.q = quality.Start(qr, quality.Default)
 	l.Result.Start = time.Now()
 	if env := ep.GetApiKeyEnv(); env != "" {
 		target, err := url.Parse(ep.GetBaseUrl())
@@ -189,6 +201,21 @@ func (l *Leg) Close() {
 	if l.Result.Rejection != nil {
 		l.Result.Rejection.Message = redact(l.Result.Rejection.Message, l.secret)
 	}
+}
+
+// observe passes one chunk of the answer, as the client gets it, to the
+// quality checks.
+func (l *Leg) observe(out []byte, info rewrite.Info) {
+	l.qc = quality.Chunk{Data: out, Finish: info.Finish, TextBytes: info.TextBytes}
+	l.q.Observe(&l.qc)
+	l.qc.Data = nil
+}
+
+// completed records a leg whose whole answer reached the client, with the
+// quality checks it failed.
+func (l *Leg) completed() {
+	l.Result.Outcome = switchboardv1.Outcome_OUTCOME_OK
+	l.Result.QualityFailures = l.q.Failures(&quality.End{Finished: l.sawFinish, Usage: l.Result.Usage})
 }
 
 // cancelledByUs reports whether the leg's context ended because the client

@@ -153,6 +153,8 @@ func (l *Leg) openPlain(ctx context.Context) bool {
 		return false
 	}
 	l.Result.Usage = info.Usage
+	l.sawFinish = info.Finish
+	l.observe(out, info)
 	l.held, l.heldText, l.ended = out, info.TextBytes, true
 	return true
 }
@@ -248,6 +250,8 @@ func (l *Leg) step(ctx context.Context, dst []byte) ([]byte, rewrite.Info, stepR
 		return out[:start], info, stepFail
 	}
 	if forward {
+		// The chunk as the client gets it, unframed, for the quality checks.
+		l.observe(out[start+len(eventPrefix):], info)
 		out = append(out, eventSuffix...)
 	} else {
 		out = out[:start]

@@ -4,7 +4,8 @@
 // back until its first token, and relaying it to the client once committed.
 // Which endpoints are called, in what order and under which reservation is
 // the dispatch package's; what the answer's chunks become for the client is
-// the rewrite package's.
+// the rewrite package's; whether the answer is usable is judged by the
+// quality package's checks, which a leg runs on the answer as it reads it.
 //
 // Time to first token (TTFT) is measured from sending the upstream request to
 // receiving the first stream chunk that carries a token (rewrite.Info.Token).
@@ -19,6 +20,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
 
@@ -89,6 +91,9 @@ type Request struct {
 	Body func(upstreamModel string) ([]byte, error)
 	// Rewriter turns the provider's answer into the client's.
 	Rewriter rewrite.Rewriter
+	// Quality is what the answer-quality checks need to know of the
+	// request (its Stream is taken from Stream).
+	Quality quality.Request
 	// EstimatedUsage is the usage object, with what the client is billed
 	// for it, of a stream whose provider reported none, for the generated
 	// text delivered. Called only when IncludeUsage is set.

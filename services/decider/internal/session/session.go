@@ -1,0 +1,153 @@
+// Package session remembers which endpoint serves each conversation its
+// caller named with a session id, so routing can keep a conversation's
+// later turns on the endpoint that holds its prompt cache.
+//
+// A conversation is a tenant's session id for one model. Decide notes the
+// endpoint it chose for a turn (Keep); when the edge reports that a
+// different endpoint answered the request (a fallback after a failed
+// attempt), Served moves the conversation there, since that is where its
+// prompt now sits in cache. Whether an entry is still warm is the caller's
+// rule: the table only says when the conversation's last turn was.
+//
+// Memory is bounded by two generations of maps, as the affinity table's:
+// entries go to the current one; when it is full it becomes the previous
+// one and the old previous one is dropped. Keys are hashed with a seed
+// chosen at start, so no caller can aim its session ids at another
+// tenant's entries.
+package session
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Options tune a Table.
+type Options struct {
+	// Capacity bounds the number of conversations remembered. (Optional) Defaults to 200000.
+	Capacity int
+}
+
+// entry is where a conversation's last turn went, and when.
+type entry struct {
+	endpoint string
+	at       time.Time
+}
+
+// pending is a decided request whose call has not been reported yet.
+type pending struct {
+	key uint64
+	at  time.Time // the turn's time, to recognise a later turn
+}
+
+// Table is the conversation → endpoint memory. It is safe for concurrent use.
+type Table struct {
+	seed maphash.Seed
+	max  int
+
+	mu        sync.RWMutex
+	cur, prev map[uint64]entry
+	// Requests decided for a conversation, by request id, until reported.
+	reqCur, reqPrev map[uint64]pending
+}
+
+// New returns an empty table.
+func New(o Options) *Table {
+	if o.Capacity <= 0 {
+		o.Capacity = 200000
+	}
+	n := max(o.Capacity/2, 1)
+	return &Table{
+		seed: maphash.MakeSeed(), max: n,
+		cur: map[uint64]entry{}, prev: map[uint64]entry{},
+		reqCur: map[uint64]pending{}, reqPrev: map[uint64]pending{},
+	}
+}
+
+type key struct{ tenant, model, session string }
+
+func (t *Table) key(tenant, model, session string) uint64 {
+	return maphash.Comparable(t.seed, key{tenant, model, session})
+}
+
+// Last returns the endpoint of the conversation's last turn and when it
+// was decided or answered; ok is false for a conversation never seen (or
+// forgotten).
+func (t *Table) Last(tenant, model, session string) (endpoint string, at time.Time, ok bool) {
+	k := t.key(tenant, model, session)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	e, ok := t.cur[k]
+	if !ok {
+		e, ok = t.prev[k]
+	}
+	return e.endpoint, e.at, ok
+}
+
+// Keep notes that a turn of the conversation, request requestID, was sent
+// to endpoint at at. requestID may be empty; the turn is then not
+// corrected by Served.
+func (t *Table) Keep(tenant, model, session, requestID, endpoint string, at time.Time) {
+	k := t.key(tenant, model, session)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.put(k, entry{endpoint: endpoint, at: at})
+	if requestID == "" {
+		return
+	}
+	rk := maphash.String(t.seed, requestID)
+	if _, ok := t.reqCur[rk]; !ok && len(t.reqCur) >= t.max {
+		t.reqPrev, t.reqCur = t.reqCur, make(map[uint64]pending, t.max)
+	}
+	t.reqCur[rk] = pending{key: k, at: at}
+}
+
+// Served notes that endpoint answered request requestID. When that request
+// was a conversation's turn and no later turn has been decided since, the
+// conversation moves to endpoint (it holds the prompt now) and its last turn
+// becomes at. A request not kept is ignored.
+func (t *Table) Served(requestID, endpoint string, at time.Time) {
+	if requestID == "" || endpoint == "" {
+		return
+	}
+	rk := maphash.String(t.seed, requestID)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.reqCur[rk]
+	if ok {
+		delete(t.reqCur, rk)
+	} else if p, ok = t.reqPrev[rk]; ok {
+		delete(t.reqPrev, rk)
+	} else {
+		return
+	}
+	e, ok := t.cur[p.key]
+	if !ok {
+		e, ok = t.prev[p.key]
+	}
+	if !ok || !e.at.Equal(p.at) {
+		return // forgotten, or a later turn was decided since
+	}
+	if at.Before(e.at) {
+		at = e.at
+	}
+	t.put(p.key, entry{endpoint: endpoint, at: at})
+}
+
+// put stores e under k in the current generation, rotating when full.
+func (t *Table) put(k uint64, e entry) {
+	if _, ok := t.cur[k]; !ok {
+		delete(t.prev, k)
+		if len(t.cur) >= t.max {
+			t.prev, t.cur = t.cur, make(map[uint64]entry, t.max)
+		}
+	}
+	t.cur[k] = e
+}
+
+// Len returns the number of conversations remembered.
+func (t *Table) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.cur) + len(t.prev)
+}

@@ -1,0 +1,34 @@
+package httpapi
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSessionID(t *testing.T) {
+	tests := []struct {
+		name, header, want string
+	}{
+		{name: "none"},
+		{name: "an id", header: "conv-42_a.b:c", want: "conv-42_a.b:c"},
+		{name: "a uuid", header: "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab", want: "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab"},
+		{name: "longest", header: strings.Repeat("a", maxSessionID), want: strings.Repeat("a", maxSessionID)},
+		{name: "too long", header: strings.Repeat("a", maxSessionID+1)},
+		{name: "a space", header: "conv 42"},
+		{name: "a slash", header: "a/b"},
+		{name: "not ascii", header: "sessión"},
+		{name: "a control character", header: "a\x01b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+			if tt.header != "" {
+				r.Header.Set(HeaderSession, tt.header)
+			}
+			require.Equal(t, tt.want, sessionID(r))
+		})
+	}
+}

@@ -1,0 +1,268 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
+)
+
+// frugalKey is the key of a tenant whose account routes by price.
+const frugalKey = "sk-e2e-frugal-tenant-key"
+
+// stickySystem is pairSim (warm and plain, equally fast, both caching)
+// behind a decider whose clock the test moves forward, and an edge.
+type stickySystem struct {
+	sim     *provsim.Sim
+	decider *deciderapp.Decider
+	edge    *edgeapp.Edge
+	rpc     switchboardv1.DeciderServiceClient
+	etcd    *clientv3.Client
+	// offset is added to the decider's clock: how the test lets time pass.
+	offset atomic.Int64
+}
+
+func (s *stickySystem) catalog(warmPrice, plainPrice string) string {
+	return withCallers(fmt.Sprintf(`
+models:
+  - id: %[1]s
+    endpoints:
+      - {provider: warm,  base_url: %[2]s, upstream_model: sim-model, context_length: 200000, price: %[3]s}
+      - {provider: plain, base_url: %[4]s, upstream_model: sim-model, context_length: 200000, price: %[5]s}
+tenants:
+  - {id: acme, api_keys_sha256: [%[6]s]}
+  - {id: globex, api_keys_sha256: [%[7]s]}
+  - {id: frugal, api_keys_sha256: [%[8]s], routing: {sort: price}}
+`, model, s.sim.Provider("warm").URL(), warmPrice, s.sim.Provider("plain").URL(), plainPrice,
+		catalog.HashKey(testKey), catalog.HashKey(otherKey), catalog.HashKey(frugalKey)))
+}
+
+func startSticky(t *testing.T, warmPrice, plainPrice string) *stickySystem {
+	t.Helper()
+	s := &stickySystem{}
+	s.sim = startSim(t, pairSim)
+	dir := t.TempDir()
+	s.decider = startDecider(t, deciderapp.Config{
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, s.catalog(warmPrice, plainPrice)),
+		ID: "e2e-sticky", ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
+		Cooldown: 15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
+		Now: func() time.Time { return time.Now().Add(time.Duration(s.offset.Load())) },
+	})
+	s.edge = startEdge(t, s.decider.Addr(), "--report-flush-interval=20ms")
+	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	s.rpc = switchboardv1.NewDeciderServiceClient(conn)
+	s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{s.decider.EtcdEndpoint()}, DialTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.etcd.Close() })
+	return s
+}
+
+// post sends a chat request with key and extra headers; it returns the
+// serving provider and the route summary.
+func (s *stickySystem) post(t *testing.T, key, body string, header ...string) (provider, route string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	return resp.Header.Get("X-Switchboard-Provider"), resp.Header.Get("X-Switchboard-Route")
+}
+
+// dryRun is what the decider would do for a request of the session, without
+// recording anything.
+func (s *stickySystem) dryRun(t *testing.T, session string) string {
+	t.Helper()
+	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, SessionId: session,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4},
+	})
+	require.NoError(t, err)
+	return resp.GetDecision().GetSummary()
+}
+
+// samples is how many calls of this size the decider has learnt from, per provider.
+func (s *stickySystem) samples(t *testing.T) map[string]int64 {
+	t.Helper()
+	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4},
+	})
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for _, c := range resp.GetDecision().GetCandidates() {
+		out[c.GetProvider()] = c.GetSamples()
+	}
+	return out
+}
+
+// learnt waits until the decider has taken in the report of provider's
+// call number n at this size: where a conversation was served is known
+// from its reports.
+func (s *stickySystem) learnt(t *testing.T, provider string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.samples(t)[provider] >= n }, waitFor, tick, "%s's call %d reported", provider, n)
+}
+
+// setCatalog stores new prices in etcd and waits until the decider routes by them.
+func (s *stickySystem) setCatalog(t *testing.T, warmPrice, plainPrice, fresh string) {
+	t.Helper()
+	_, err := s.etcd.Put(t.Context(), "/switchboard/v1/catalog", s.catalog(warmPrice, plainPrice))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		// A prompt nobody served: priced uncached everywhere.
+		resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4,
+				Prefixes: []*switchboardv1.PromptPrefix{{Hash: 0x5eed, Tokens: stickyPromptTokens}}},
+		})
+		require.NoError(t, err)
+		return resp.GetEndpoint().GetProvider() == fresh
+	}, waitFor, tick, "the decider takes the new catalog")
+}
+
+const stickyPromptTokens = 4096
+
+// TestStickyConversations: a conversation's turns stay on the endpoint of
+// its first turn (the policy's choice) while another endpoint becomes
+// cheaper for new requests; they move when the conversation has been idle
+// past the sticky TTL, and when the endpoint fails and cools down. An
+// X-Session-Id header names a conversation whatever its prompt. A tenant
+// whose account sorts by price is routed by price.
+func TestStickyConversations(t *testing.T) {
+	// plain is the cheaper for a fresh prompt; warm reads its cache cheaper.
+	s := startSticky(t, "{input: 0.20, cached_input: 0.02, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}")
+	system := `{"role":"system","content":"` + longPrompt(stickyPromptTokens) + `"}`
+	msgs := system
+	turn := func(n int) (string, string) {
+		msgs += fmt.Sprintf(`,{"role":"user","content":"question %d"}`, n)
+		p, route := s.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"messages":[`+msgs+`]}`)
+		msgs += `,{"role":"assistant","content":"answer"}`
+		return p, route
+	}
+	served := map[string]int64{}
+	afterTurn := func(p string) {
+		served[p]++
+		s.learnt(t, p, served[p])
+	}
+
+	// Both are measured (equally fast), so both qualify for the policy.
+	for _, p := range []string{"warm", "plain"} {
+		got, _ := s.post(t, otherKey, chat("measure-"+p, stickyPromptTokens, `"provider":{"only":["`+p+`"]},`))
+		require.Equal(t, p, got)
+		afterTurn(p)
+	}
+
+	// The first turn is the policy's: plain, cheaper for a fresh prompt.
+	p, route := turn(1)
+	require.Equal(t, "plain", p, route)
+	require.NotContains(t, route, "sticky=", "a first turn belongs to no conversation yet")
+	afterTurn(p)
+	p, route = turn(2)
+	require.Equal(t, "plain", p, route)
+	require.Contains(t, route, "sticky=kept")
+	afterTurn(p)
+	require.Positive(t, s.sim.Provider("plain").Stats().Models[simModel].CachedTokens, "plain really served the turn from its cache")
+
+	// warm becomes much cheaper: new requests go there...
+	s.setCatalog(t, "{input: 0.05, cached_input: 0.01, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}", "warm")
+	p, _ = s.post(t, otherKey, chat("fresh-1", stickyPromptTokens, ""))
+	require.Equal(t, "warm", p)
+	afterTurn(p)
+	// ...and the conversation stays where its prompt is cached.
+	for n := 3; n <= 4; n++ {
+		p, route = turn(n)
+		require.Equal(t, "plain", p, route)
+		require.Contains(t, route, "sticky=kept")
+		afterTurn(p)
+	}
+
+	// Idle past the TTL (10 minutes): the policy chooses again, and the
+	// conversation stays on its new endpoint.
+	s.offset.Add(int64(10*time.Minute + time.Second))
+	p, route = turn(5)
+	require.Equal(t, "warm", p, route)
+	require.NotContains(t, route, "sticky=")
+	afterTurn(p)
+	p, route = turn(6)
+	require.Equal(t, "warm", p, route)
+	require.Contains(t, route, "sticky=kept")
+	afterTurn(p)
+
+	t.Run("a tenant whose account sorts by price", func(t *testing.T) {
+		p, route := s.post(t, frugalKey, chat("frugal-1", stickyPromptTokens, ""))
+		require.Equal(t, "warm", p)
+		require.Contains(t, route, "reason=user_sort", "the account's sort, not the policy")
+		afterTurn(p)
+		p, route = s.post(t, frugalKey, chat("frugal-2", stickyPromptTokens, `"provider":{"order":["plain"]},`))
+		require.Equal(t, "plain", p, "the request's own order wins over the account's sort")
+		require.Contains(t, route, "reason=user_order")
+		afterTurn(p)
+		_, route = s.post(t, testKey, chat("acme-1", stickyPromptTokens, ""))
+		require.NotContains(t, route, "reason=user_sort", "other tenants keep the policy")
+	})
+
+	t.Run("X-Session-Id", func(t *testing.T) {
+		const session = "conv-7"
+		// The first turn, limited to plain by provider.only (the policy
+		// picks among what is left).
+		p, route := s.post(t, testKey, chat("session-1", stickyPromptTokens, `"provider":{"only":["plain"]},`), "X-Session-Id", session)
+		require.Equal(t, "plain", p)
+		require.Contains(t, route, "sticky=new")
+		// A turn with an unrelated prompt is the same conversation by its
+		// session id: it stays on plain, though warm is cheaper.
+		p, route = s.post(t, testKey, chat("session-2", stickyPromptTokens, ""), "X-Session-Id", session)
+		require.Equal(t, "plain", p, route)
+		require.Contains(t, route, "sticky=kept")
+		// Without the header that prompt is a new one: warm.
+		p, _ = s.post(t, testKey, chat("session-3", stickyPromptTokens, ""))
+		require.Equal(t, "warm", p)
+
+		// Idle past the TTL: the policy's choice, warm.
+		s.offset.Add(int64(10*time.Minute + time.Second))
+		require.Contains(t, s.dryRun(t, session), "sticky=new")
+		p, _ = s.post(t, testKey, chat("session-4", stickyPromptTokens, ""), "X-Session-Id", session)
+		require.Equal(t, "warm", p)
+		require.Contains(t, s.dryRun(t, session), "provider=warm")
+
+		// warm fails: the turn is answered by plain, warm cools down, and
+		// the conversation follows plain, where its prompt now is.
+		faulty := fastModel()
+		faulty.Faults = []provsim.FaultConfig{{Kind: provsim.FaultRateLimit, Rate: 1}}
+		require.NoError(t, s.sim.Provider("warm").SetModel(faulty))
+		p, _ = s.post(t, testKey, chat("session-5", stickyPromptTokens, ""), "X-Session-Id", session)
+		require.Equal(t, "plain", p)
+		require.NoError(t, s.sim.Provider("warm").SetModel(fastModel()))
+		require.Eventually(t, func() bool {
+			sum := s.dryRun(t, session)
+			return strings.Contains(sum, "provider=plain") && strings.Contains(sum, "sticky=kept")
+		}, waitFor, tick, "the conversation moved to the endpoint that answered")
+		p, route = s.post(t, testKey, chat("session-6", stickyPromptTokens, ""), "X-Session-Id", session)
+		require.Equal(t, "plain", p, route)
+		require.Contains(t, route, "sticky=kept")
+	})
+}
