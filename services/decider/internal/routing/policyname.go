@@ -46,10 +46,9 @@ func ParsePolicy(s string) (Policy, error) {
 // Tenant defaults and the model setting are filled in by their own
 // changes; today only the arm and the deployment default apply.
 func (r *Router) policyOf(m *model, id *switchboardv1.Identity, now time.Time) Policy {
-	_ = m
 	_ = id
 	if r.o.Arm != nil {
-		if p, ok := r.o.Arm(now); ok {
+		if p, ok := r.o.Arm(m.id, now); ok {
 			return p
 		}
 	}
