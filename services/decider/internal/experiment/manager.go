@@ -44,7 +44,7 @@ type Options struct {
 	// Client is the etcd client. (Required)
 	Client *clientv3.Client
 	// Replica names this decider; its figures are stored under it, so it
-	// must stay the same across restarts. (Required)
+	// must stay the same across restarts. (Optional) Defaults to "decider".
 	Replica string
 	// Logger (Required)
 	Logger *slog.Logger
@@ -80,6 +80,9 @@ func New(o Options) *Manager {
 	}
 	if o.SaveInterval <= 0 {
 		o.SaveInterval = 30 * time.Second
+	}
+	if o.Replica == "" {
+		o.Replica = "decider"
 	}
 	return &Manager{o: o}
 }
