@@ -61,6 +61,7 @@ type Options struct {
 type state struct {
 	plan *Plan
 	agg  *Aggregate
+	rev  int64 // the etcd revision of the definition
 }
 
 // Manager runs the switchback experiment on one replica: it follows the
@@ -95,17 +96,18 @@ func (m *Manager) Load(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("read experiment: %w", err)
 	}
 	if len(get.Kvs) == 1 {
-		if err := m.apply(ctx, get.Kvs[0].Value); err != nil {
+		if err := m.apply(ctx, get.Kvs[0].Value, get.Kvs[0].ModRevision); err != nil {
 			return get.Header.Revision, err
 		}
 	}
 	return get.Header.Revision, nil
 }
 
-// apply follows a stored definition: the same experiment keeps its
-// figures (a stop), another one starts from this replica's saved figures
-// of it, if any.
-func (m *Manager) apply(ctx context.Context, data []byte) error {
+// apply follows a stored definition of revision rev: the same experiment
+// keeps its figures (a stop), another one starts from this replica's saved
+// figures of it, if any. A definition older than the one followed (the
+// watch catching up with what Start or Stop applied at once) is skipped.
+func (m *Manager) apply(ctx context.Context, data []byte, rev int64) error {
 	def := &switchboardv1.Experiment{}
 	if err := proto.Unmarshal(data, def); err != nil {
 		return fmt.Errorf("stored experiment: %w", err)
@@ -116,9 +118,13 @@ func (m *Manager) apply(ctx context.Context, data []byte) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cur := m.cur.Load(); cur != nil && cur.plan.ID == p.ID {
+	cur := m.cur.Load()
+	if cur != nil && rev <= cur.rev {
+		return nil
+	}
+	if cur != nil && cur.plan.ID == p.ID {
 		cur.agg.SetPlan(p)
-		m.cur.Store(&state{plan: p, agg: cur.agg})
+		m.cur.Store(&state{plan: p, agg: cur.agg, rev: rev})
 		return nil
 	}
 	agg := NewAggregate(p)
@@ -128,7 +134,7 @@ func (m *Manager) apply(ctx context.Context, data []byte) error {
 	} else if err := agg.Restore(saved[m.o.Replica]); err != nil {
 		m.o.Logger.Warn("experiment figures of this replica not restored", "experiment", p.ID, "err", err)
 	}
-	m.cur.Store(&state{plan: p, agg: agg})
+	m.cur.Store(&state{plan: p, agg: agg, rev: rev})
 	m.o.Logger.Info("following experiment", "experiment", p.ID, "arms", p.Arms, "start", p.Start, "end", p.End)
 	return nil
 }
@@ -185,7 +191,7 @@ func (m *Manager) watch(ctx context.Context, rev int64) {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
-					if err := m.apply(ctx, ev.Kv.Value); err != nil {
+					if err := m.apply(ctx, ev.Kv.Value, ev.Kv.ModRevision); err != nil {
 						m.o.Logger.Error("experiment definition ignored", "revision", ev.Kv.ModRevision, "err", err)
 					}
 				}
@@ -296,6 +302,11 @@ func (m *Manager) Start(ctx context.Context, req *switchboardv1.StartExperimentR
 	if !txn.Succeeded {
 		return nil, ErrRunning // another operator started one meanwhile
 	}
+	// Followed here at once, so this replica counts from the first request;
+	// the others follow from their watch.
+	if err := m.apply(ctx, data, txn.Header.Revision); err != nil {
+		return nil, err
+	}
 	m.o.Logger.Info("experiment started", "experiment", p.ID, "arms", p.Arms, "block", p.Block, "burn_in", p.BurnIn, "models", p.Models())
 	return def, nil
 }
@@ -329,6 +340,9 @@ func (m *Manager) Stop(ctx context.Context) (*switchboardv1.Experiment, error) {
 			return nil, fmt.Errorf("store experiment: %w", err)
 		}
 		if txn.Succeeded {
+			if err := m.apply(ctx, data, txn.Header.Revision); err != nil {
+				return nil, err
+			}
 			m.o.Logger.Info("experiment stopped", "experiment", def.GetId())
 			return def, nil
 		}

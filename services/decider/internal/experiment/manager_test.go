@@ -68,6 +68,8 @@ func TestManagerAcrossReplicasAndRestarts(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, t0.Add(40*time.Second), def.GetEndTime().AsTime())
+	_, ok := a.Arm("any/model", t0.Add(time.Second))
+	require.True(t, ok, "the replica that started it follows it at once, before its watch catches up")
 	_, err = b.Start(t.Context(), &switchboardv1.StartExperimentRequest{Experiment: def})
 	require.ErrorIs(t, err, ErrRunning)
 
@@ -118,6 +120,8 @@ func TestManagerAcrossReplicasAndRestarts(t *testing.T) {
 	stopped, err := b.Stop(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, clk.Now(), stopped.GetStopTime().AsTime())
+	_, ok = b.Arm("any/model", t0.Add(15*time.Second))
+	require.False(t, ok, "stopped at once on the replica that stopped it")
 	require.Eventually(t, func() bool { _, ok := a2.Arm("any/model", t0.Add(15*time.Second)); return !ok }, 10*time.Second, 10*time.Millisecond)
 	a2.Observe([]*switchboardv1.ActivityRecord{rec("7", t0.Add(15*time.Second), time.Millisecond, time.Millisecond, time.Second, 1, 0)})
 	got, err = a2.Get(t.Context())
