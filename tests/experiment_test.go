@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,9 @@ tenants:
 
 	got, err := ops.GetExperiment(t.Context(), &switchboardv1.GetExperimentRequest{})
 	require.NoError(t, err)
+	var table strings.Builder
+	deciderapp.PrintExperiment(&table, got)
+	t.Logf("%d calls:\n%s", sent, table.String())
 	require.Equal(t, started.GetExperiment().GetId(), got.GetExperiment().GetId())
 	arms := got.GetArms()
 	require.Len(t, arms, 2)
