@@ -60,6 +60,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("--provider: %w", err)
 		}
 	}
+	//nolint:contextcheck // credentials outlive any one call; each handshake has its own context
 	conn, closeConn, err := dial.dial()
 	if err != nil {
 		return err
