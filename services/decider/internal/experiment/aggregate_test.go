@@ -34,14 +34,23 @@ func TestHistQuantiles(t *testing.T) {
 		}
 	}
 	a.merge(&b)
-	require.Equal(t, h.counts, a.counts)
+	require.Equal(t, h.sparse(), a.sparse())
+	require.Equal(t, h.n, a.n)
+	require.Less(t, len(h.counts), 200, "only the bins between the smallest and the largest value are kept")
 	// Out of range values land in the end bins; sparse round-trips.
 	h.add(0)
 	h.add(math.NaN())
 	h.add(1e30)
 	r := fromSparse(h.sparse())
-	require.Equal(t, h.counts, r.counts)
+	require.Equal(t, h.sparse(), r.sparse())
 	require.Equal(t, h.n, r.n)
+	require.Equal(t, 0, r.lo)
+	require.Len(t, r.counts, histBins)
+	q, _ := r.quantile(0.5)
+	require.InEpsilon(t, 500, q, 0.03)
+	var e hist
+	e.merge(&r)
+	require.Equal(t, r.sparse(), e.sparse(), "merged into an empty hist")
 }
 
 // rec builds a finished request: created at, with its served attempt's

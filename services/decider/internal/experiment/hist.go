@@ -11,7 +11,8 @@ import (
 // and a quantile is read back within half a bin (±2%) however many values
 // were added.
 type hist struct {
-	counts []uint64 // nil until the first value
+	lo     int      // the bin of counts[0]
+	counts []uint64 // bins lo … lo+len-1: only the range seen, so a block costs a few hundred bytes, not every bin
 	n      uint64
 }
 
@@ -33,23 +34,36 @@ func binOf(v float64) int {
 // binMid is the geometric middle of bin i.
 func binMid(i int) float64 { return histMin * math.Pow(histGrowth, float64(i)+0.5) }
 
-func (h *hist) add(v float64) {
+// cover grows counts to hold bins from to to (inclusive).
+func (h *hist) cover(from, to int) {
 	if h.counts == nil {
-		h.counts = make([]uint64, histBins)
+		h.lo, h.counts = from, make([]uint64, to-from+1)
+		return
 	}
-	h.counts[binOf(v)]++
-	h.n++
+	if from < h.lo {
+		h.counts = append(make([]uint64, h.lo-from, h.lo-from+len(h.counts)), h.counts...)
+		h.lo = from
+	}
+	if hi := h.lo + len(h.counts) - 1; to > hi {
+		h.counts = append(h.counts, make([]uint64, to-hi)...)
+	}
 }
+
+func (h *hist) addBin(i int, c uint64) {
+	h.cover(i, i)
+	h.counts[i-h.lo] += c
+	h.n += c
+}
+
+func (h *hist) add(v float64) { h.addBin(binOf(v), 1) }
 
 func (h *hist) merge(o *hist) {
 	if o.n == 0 {
 		return
 	}
-	if h.counts == nil {
-		h.counts = make([]uint64, histBins)
-	}
-	for i, c := range o.counts {
-		h.counts[i] += c
+	h.cover(o.lo, o.lo+len(o.counts)-1)
+	for j, c := range o.counts {
+		h.counts[o.lo+j-h.lo] += c
 	}
 	h.n += o.n
 }
@@ -62,21 +76,21 @@ func (h *hist) quantile(q float64) (float64, bool) {
 	rank := uint64(math.Ceil(q * float64(h.n)))
 	rank = max(rank, 1)
 	var seen uint64
-	for i, c := range h.counts {
+	for j, c := range h.counts {
 		seen += c
 		if seen >= rank {
-			return binMid(i), true
+			return binMid(h.lo + j), true
 		}
 	}
-	return binMid(histBins - 1), true
+	return binMid(h.lo + len(h.counts) - 1), true
 }
 
 // sparse returns the non-empty bins as index, count pairs, for storage.
 func (h *hist) sparse() []uint64 {
 	var out []uint64
-	for i, c := range h.counts {
+	for j, c := range h.counts {
 		if c > 0 {
-			out = append(out, uint64(i), c)
+			out = append(out, uint64(h.lo+j), c)
 		}
 	}
 	return out
@@ -89,11 +103,7 @@ func fromSparse(s []uint64) hist {
 		if s[i] >= histBins || s[i+1] == 0 {
 			continue
 		}
-		if h.counts == nil {
-			h.counts = make([]uint64, histBins)
-		}
-		h.counts[s[i]] += s[i+1]
-		h.n += s[i+1]
+		h.addBin(int(s[i]), s[i+1])
 	}
 	return h
 }

@@ -289,11 +289,11 @@ func (m *Manager) Start(ctx context.Context, req *switchboardv1.StartExperimentR
 			if op, err := Parse(old, Limits{MinBlock: time.Nanosecond}); err == nil && (op.End.IsZero() || now.Before(op.End)) {
 				return nil, ErrRunning
 			}
-			if old.GetId() != "" {
-				// The previous experiment's figures go with its definition.
-				ops = append(ops, clientv3.OpDelete(DataPrefix+old.GetId()+"/", clientv3.WithPrefix()))
-			}
 		}
+		// The previous experiment's figures go with its definition: all of
+		// them, so a replica that saved its last blocks just after an
+		// earlier start cleared them leaves nothing behind for long.
+		ops = append(ops, clientv3.OpDelete(DataPrefix, clientv3.WithPrefix()))
 	}
 	txn, err := m.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(DefinitionKey), "=", rev)).Then(ops...).Commit()
 	if err != nil {

@@ -141,6 +141,8 @@ func TestManagerAcrossReplicasAndRestarts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stopped.GetStopTime().AsTime(), again.GetStopTime().AsTime(), "stopping twice changes nothing")
 
+	_, err = a2.o.Client.Put(t.Context(), blockKey("ghost", "r", 1), "{}") // a late save of an older experiment
+	require.NoError(t, err)
 	next, err := a2.Start(t.Context(), &switchboardv1.StartExperimentRequest{Experiment: &switchboardv1.Experiment{
 		Arms: []string{"routing-cost", "smart"}, Block: durationpb.New(time.Minute), StartTime: timestamppb.New(t0.Add(time.Minute)),
 	}})
@@ -152,4 +154,7 @@ func TestManagerAcrossReplicasAndRestarts(t *testing.T) {
 	old, err := a2.readBlocks(t.Context(), def.GetId(), "")
 	require.NoError(t, err)
 	require.Empty(t, old, "the previous experiment's figures went with it")
+	ghost, err := a2.readBlocks(t.Context(), "ghost", "")
+	require.NoError(t, err)
+	require.Empty(t, ghost, "and any older leftovers")
 }

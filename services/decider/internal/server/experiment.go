@@ -43,6 +43,20 @@ func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartEx
 	if err != nil {
 		return nil, err
 	}
+	r, err := s.ready()
+	if err != nil {
+		return nil, err
+	}
+	// A model the catalog does not have would be measured as nothing.
+	known := map[string]bool{}
+	for _, me := range r.Models() {
+		known[me.Model] = true
+	}
+	for _, model := range req.GetExperiment().GetModels() {
+		if !known[model] {
+			return nil, status.Errorf(codes.InvalidArgument, "model %q is not in the catalog", model)
+		}
+	}
 	def, err := m.Start(ctx, req)
 	if err != nil {
 		return nil, experimentStatus(err)

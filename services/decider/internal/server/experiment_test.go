@@ -22,6 +22,7 @@ func TestExperimentCalls(t *testing.T) {
 	st := etcdtest.Connect(t, etcdtest.Start(t))
 	m := experiment.New(experiment.Options{Client: st.Client(), Replica: "r1", Logger: logger(), Limits: experiment.Limits{MinBlock: time.Second}})
 	f.srv.SetExperiments(m)
+	f.srv.SetRouter(f.router)
 	_, err = f.client.GetExperiment(ctx, &switchboardv1.GetExperimentRequest{})
 	requireCode(t, codes.NotFound, err, "no experiment yet")
 	_, err = f.client.StopExperiment(ctx, &switchboardv1.StopExperimentRequest{})
@@ -30,8 +31,12 @@ func TestExperimentCalls(t *testing.T) {
 		Arms: []string{"smart", "fastest"}, Block: durationpb.New(time.Hour),
 	}})
 	requireCode(t, codes.InvalidArgument, err, "an unknown policy")
+	_, err = f.client.StartExperiment(ctx, &switchboardv1.StartExperimentRequest{Experiment: &switchboardv1.Experiment{
+		Arms: []string{"smart", "routing-cost"}, Block: durationpb.New(time.Hour), Models: []string{model, "vendor/nope"},
+	}})
+	requireCode(t, codes.InvalidArgument, err, "a model not in the catalog")
 
-	exp := &switchboardv1.Experiment{Arms: []string{"smart", "routing-cost"}, Block: durationpb.New(time.Hour), BurnIn: durationpb.New(time.Minute)}
+	exp := &switchboardv1.Experiment{Arms: []string{"smart", "routing-cost"}, Block: durationpb.New(time.Hour), BurnIn: durationpb.New(time.Minute), Models: []string{model}}
 	started, err := f.client.StartExperiment(ctx, &switchboardv1.StartExperimentRequest{Experiment: exp})
 	require.NoError(t, err)
 	require.NotEmpty(t, started.GetExperiment().GetId())
