@@ -1,6 +1,7 @@
 package app
 
 import (
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -84,4 +85,39 @@ func TestExperimentCommandSurvivesRestart(t *testing.T) {
 	mu.Unlock()
 	require.Contains(t, run(d2, "stop"), "stopped: "+t0.Add(25*time.Second).UTC().Format(time.RFC3339))
 	require.Contains(t, run(d2, "show"), "now: not running")
+}
+
+func TestParseFlagsExperiment(t *testing.T) {
+	none := func(string) string { return "" }
+	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, cfg.ExperimentMinBlock)
+	require.Equal(t, 30*time.Second, cfg.ExperimentSaveInterval)
+	cfg, err = ParseFlags([]string{"--catalog=c.yaml", "--experiment-min-block=100ms", "--experiment-save-interval=1s"}, none, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, cfg.ExperimentMinBlock)
+	require.Equal(t, time.Second, cfg.ExperimentSaveInterval)
+	_, err = ParseFlags([]string{"--catalog=c.yaml", "--experiment-min-block=-1s"}, none, io.Discard)
+	require.ErrorContains(t, err, "--experiment-min-block")
+}
+
+func TestExperimentCommandFlags(t *testing.T) {
+	var out strings.Builder
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "no subcommand", wantErr: "usage"},
+		{name: "unknown subcommand", args: []string{"pause"}, wantErr: "unknown experiment command"},
+		{name: "bad schedule", args: []string{"start", "--schedule=weekly"}, wantErr: "--schedule"},
+		{name: "bad start", args: []string{"start", "--start=tomorrow"}, wantErr: "--start"},
+		{name: "blocks and end", args: []string{"start", "--blocks=3", "--end=2026-01-01T00:00:00Z"}, wantErr: "exclude each other"},
+		{name: "not loopback", args: []string{"show", "--decider=decider.example:9090"}, wantErr: "not a loopback address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorContains(t, ExperimentCommand(t.Context(), tt.args, &out), tt.wantErr)
+		})
+	}
 }
