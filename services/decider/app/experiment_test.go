@@ -2,17 +2,21 @@ package app
 
 import (
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -120,4 +124,43 @@ func TestExperimentCommandFlags(t *testing.T) {
 			require.ErrorContains(t, ExperimentCommand(t.Context(), tt.args, &out), tt.wantErr)
 		})
 	}
+}
+
+// TestExperimentAcrossReplicas: a replica follows the experiment another
+// one started, counts the records its edges send, and any replica reads the
+// figures of both.
+func TestExperimentAcrossReplicas(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Catalog: writeCatalog(t, dir, false), DataDir: dir, ExperimentMinBlock: time.Second, ExperimentSaveInterval: 50 * time.Millisecond}
+	a, edgeA := startDecider(t, cfg)
+	defer a.Close()
+	b, err := Start(t.Context(), Config{
+		Listen: "127.0.0.1:0", Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), ID: "other", ShutdownTimeout: 5 * time.Second,
+		TokenFile: writeToken(t, testReplicaToken), ExperimentSaveInterval: 50 * time.Millisecond,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	defer b.Close()
+	conn, err := grpc.NewClient(b.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
+	require.NoError(t, err)
+	defer conn.Close()
+	edgeB := switchboardv1.NewDeciderServiceClient(conn)
+
+	ops := "--token-file=" + writeToken(t, testOperatorToken)
+	var out strings.Builder
+	start := time.Now().Add(-time.Minute).Truncate(time.Second)
+	require.NoError(t, ExperimentCommand(t.Context(), []string{"start", "--decider=" + a.Addr(), ops, "--block=1h", "--burn-in=0s",
+		"--start=" + start.Format(time.RFC3339), "--models=vendor/model"}, &out))
+	require.Eventually(t, func() bool { _, ok := b.exps.Arm("vendor/model", time.Now()); return ok }, 10*time.Second, 10*time.Millisecond,
+		"the other replica follows the experiment")
+	record := func(d *Decider, id string) *switchboardv1.ActivityRecord {
+		return &switchboardv1.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
+			Status: switchboardv1.CallStatus_CALL_STATUS_OK, CostUsd: 0.001, Grant: d.grants.Load().Issue(id, "acme", "")}
+	}
+	sendActivity(t, edgeA, 1, record(a, "on-a"))
+	sendActivity(t, edgeB, 1, record(b, "on-b-1"), record(b, "on-b-2"))
+	require.Eventually(t, func() bool {
+		out.Reset()
+		err := ExperimentCommand(t.Context(), []string{"show", "--decider=" + a.Addr(), ops}, &out)
+		return err == nil && strings.Contains(out.String(), "replicas: other, test") && strings.Contains(out.String(), "3 requests in 1 blocks")
+	}, 10*time.Second, 20*time.Millisecond, "replica a reads b's saved figures with its own: %s", &out)
 }
