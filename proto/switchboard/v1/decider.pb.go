@@ -5075,7 +5075,7 @@ var File_switchboard_v1_decider_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\n" +
-	"\x1cswitchboard/v1/decider.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x01\n" +
+	"\x1cswitchboard/v1/decider.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchboard/v1/experiment.proto\"\xff\x01\n" +
 	"\bIdentity\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1c\n" +
 	"\n" +
@@ -5514,7 +5514,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eCALL_STATUS_OK\x10\x01\x12\x16\n" +
 	"\x12CALL_STATUS_FAILED\x10\x02\x12\x1b\n" +
 	"\x17CALL_STATUS_INTERRUPTED\x10\x03\x12 \n" +
-	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\xe6\x06\n" +
+	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\x89\t\n" +
 	"\x0eDeciderService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +
@@ -5526,7 +5526,10 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\fListActivity\x12#.switchboard.v1.ListActivityRequest\x1a$.switchboard.v1.ListActivityResponse\x12V\n" +
 	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponse\x12V\n" +
 	"\vSettleHedge\x12\".switchboard.v1.SettleHedgeRequest\x1a#.switchboard.v1.SettleHedgeResponse\x12e\n" +
-	"\x10KeepReservations\x12'.switchboard.v1.KeepReservationsRequest\x1a(.switchboard.v1.KeepReservationsResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\x10KeepReservations\x12'.switchboard.v1.KeepReservationsRequest\x1a(.switchboard.v1.KeepReservationsResponse\x12b\n" +
+	"\x0fStartExperiment\x12&.switchboard.v1.StartExperimentRequest\x1a'.switchboard.v1.StartExperimentResponse\x12_\n" +
+	"\x0eStopExperiment\x12%.switchboard.v1.StopExperimentRequest\x1a&.switchboard.v1.StopExperimentResponse\x12\\\n" +
+	"\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_decider_proto_rawDescOnce sync.Once
@@ -5608,6 +5611,12 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*KeepReservationsResponse)(nil), // 62: switchboard.v1.KeepReservationsResponse
 	(*durationpb.Duration)(nil),      // 63: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 65: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 66: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 67: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 68: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 69: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 70: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5713,18 +5722,24 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	51,  // 100: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
 	57,  // 101: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
 	61,  // 102: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	22,  // 103: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	28,  // 104: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	32,  // 105: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	45,  // 106: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	55,  // 107: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	48,  // 108: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	50,  // 109: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	52,  // 110: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	58,  // 111: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	62,  // 112: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	103, // [103:113] is the sub-list for method output_type
-	93,  // [93:103] is the sub-list for method input_type
+	65,  // 103: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	66,  // 104: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	67,  // 105: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 106: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	28,  // 107: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	32,  // 108: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	45,  // 109: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	55,  // 110: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	48,  // 111: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	50,  // 112: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	52,  // 113: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	58,  // 114: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	62,  // 115: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	68,  // 116: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	69,  // 117: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	70,  // 118: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	106, // [106:119] is the sub-list for method output_type
+	93,  // [93:106] is the sub-list for method input_type
 	93,  // [93:93] is the sub-list for extension type_name
 	93,  // [93:93] is the sub-list for extension extendee
 	0,   // [0:93] is the sub-list for field type_name
@@ -5735,6 +5750,7 @@ func file_switchboard_v1_decider_proto_init() {
 	if File_switchboard_v1_decider_proto != nil {
 		return
 	}
+	file_switchboard_v1_experiment_proto_init()
 	file_switchboard_v1_decider_proto_msgTypes[3].OneofWrappers = []any{}
 	file_switchboard_v1_decider_proto_msgTypes[4].OneofWrappers = []any{}
 	file_switchboard_v1_decider_proto_msgTypes[25].OneofWrappers = []any{

@@ -29,6 +29,9 @@ const (
 	DeciderService_GetActivity_FullMethodName      = "/switchboard.v1.DeciderService/GetActivity"
 	DeciderService_SettleHedge_FullMethodName      = "/switchboard.v1.DeciderService/SettleHedge"
 	DeciderService_KeepReservations_FullMethodName = "/switchboard.v1.DeciderService/KeepReservations"
+	DeciderService_StartExperiment_FullMethodName  = "/switchboard.v1.DeciderService/StartExperiment"
+	DeciderService_StopExperiment_FullMethodName   = "/switchboard.v1.DeciderService/StopExperiment"
+	DeciderService_GetExperiment_FullMethodName    = "/switchboard.v1.DeciderService/GetExperiment"
 )
 
 // DeciderServiceClient is the client API for DeciderService service.
@@ -81,6 +84,18 @@ type DeciderServiceClient interface {
 	// received them forwards them to the broker's owner with this call.
 	// Unknown ids are ignored.
 	KeepReservations(ctx context.Context, in *KeepReservationsRequest, opts ...grpc.CallOption) (*KeepReservationsResponse, error)
+	// StartExperiment starts a switchback experiment: two routing policies
+	// alternate in fixed time blocks. Operators only. FAILED_PRECONDITION when
+	// one is running already, INVALID_ARGUMENT for a malformed definition.
+	StartExperiment(ctx context.Context, in *StartExperimentRequest, opts ...grpc.CallOption) (*StartExperimentResponse, error)
+	// StopExperiment stops the running experiment: routing goes back to the
+	// usual policies at once and the figures stay readable. Operators only.
+	// NOT_FOUND when there is no experiment.
+	StopExperiment(ctx context.Context, in *StopExperimentRequest, opts ...grpc.CallOption) (*StopExperimentResponse, error)
+	// GetExperiment returns the experiment (running or stopped) and its
+	// figures per arm, merged over every replica. Operators only. NOT_FOUND
+	// when there is none.
+	GetExperiment(ctx context.Context, in *GetExperimentRequest, opts ...grpc.CallOption) (*GetExperimentResponse, error)
 }
 
 type deciderServiceClient struct {
@@ -194,6 +209,36 @@ func (c *deciderServiceClient) KeepReservations(ctx context.Context, in *KeepRes
 	return out, nil
 }
 
+func (c *deciderServiceClient) StartExperiment(ctx context.Context, in *StartExperimentRequest, opts ...grpc.CallOption) (*StartExperimentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartExperimentResponse)
+	err := c.cc.Invoke(ctx, DeciderService_StartExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *deciderServiceClient) StopExperiment(ctx context.Context, in *StopExperimentRequest, opts ...grpc.CallOption) (*StopExperimentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopExperimentResponse)
+	err := c.cc.Invoke(ctx, DeciderService_StopExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *deciderServiceClient) GetExperiment(ctx context.Context, in *GetExperimentRequest, opts ...grpc.CallOption) (*GetExperimentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetExperimentResponse)
+	err := c.cc.Invoke(ctx, DeciderService_GetExperiment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeciderServiceServer is the server API for DeciderService service.
 // All implementations must embed UnimplementedDeciderServiceServer
 // for forward compatibility.
@@ -244,6 +289,18 @@ type DeciderServiceServer interface {
 	// received them forwards them to the broker's owner with this call.
 	// Unknown ids are ignored.
 	KeepReservations(context.Context, *KeepReservationsRequest) (*KeepReservationsResponse, error)
+	// StartExperiment starts a switchback experiment: two routing policies
+	// alternate in fixed time blocks. Operators only. FAILED_PRECONDITION when
+	// one is running already, INVALID_ARGUMENT for a malformed definition.
+	StartExperiment(context.Context, *StartExperimentRequest) (*StartExperimentResponse, error)
+	// StopExperiment stops the running experiment: routing goes back to the
+	// usual policies at once and the figures stay readable. Operators only.
+	// NOT_FOUND when there is no experiment.
+	StopExperiment(context.Context, *StopExperimentRequest) (*StopExperimentResponse, error)
+	// GetExperiment returns the experiment (running or stopped) and its
+	// figures per arm, merged over every replica. Operators only. NOT_FOUND
+	// when there is none.
+	GetExperiment(context.Context, *GetExperimentRequest) (*GetExperimentResponse, error)
 	mustEmbedUnimplementedDeciderServiceServer()
 }
 
@@ -283,6 +340,15 @@ func (UnimplementedDeciderServiceServer) SettleHedge(context.Context, *SettleHed
 }
 func (UnimplementedDeciderServiceServer) KeepReservations(context.Context, *KeepReservationsRequest) (*KeepReservationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method KeepReservations not implemented")
+}
+func (UnimplementedDeciderServiceServer) StartExperiment(context.Context, *StartExperimentRequest) (*StartExperimentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartExperiment not implemented")
+}
+func (UnimplementedDeciderServiceServer) StopExperiment(context.Context, *StopExperimentRequest) (*StopExperimentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopExperiment not implemented")
+}
+func (UnimplementedDeciderServiceServer) GetExperiment(context.Context, *GetExperimentRequest) (*GetExperimentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetExperiment not implemented")
 }
 func (UnimplementedDeciderServiceServer) mustEmbedUnimplementedDeciderServiceServer() {}
 func (UnimplementedDeciderServiceServer) testEmbeddedByValue()                        {}
@@ -474,6 +540,60 @@ func _DeciderService_KeepReservations_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DeciderService_StartExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).StartExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_StartExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).StartExperiment(ctx, req.(*StartExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DeciderService_StopExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).StopExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_StopExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).StopExperiment(ctx, req.(*StopExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DeciderService_GetExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetExperimentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeciderServiceServer).GetExperiment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeciderService_GetExperiment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeciderServiceServer).GetExperiment(ctx, req.(*GetExperimentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DeciderService_ServiceDesc is the grpc.ServiceDesc for DeciderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -516,6 +636,18 @@ var DeciderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KeepReservations",
 			Handler:    _DeciderService_KeepReservations_Handler,
+		},
+		{
+			MethodName: "StartExperiment",
+			Handler:    _DeciderService_StartExperiment_Handler,
+		},
+		{
+			MethodName: "StopExperiment",
+			Handler:    _DeciderService_StopExperiment_Handler,
+		},
+		{
+			MethodName: "GetExperiment",
+			Handler:    _DeciderService_GetExperiment_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

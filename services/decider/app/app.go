@@ -40,6 +40,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
@@ -128,6 +129,13 @@ type Config struct {
 	// StatsSnapshotInterval is how often routing statistics are written to
 	// etcd; a crash loses at most this much. (Optional) Defaults to 30s.
 	StatsSnapshotInterval time.Duration
+	// ExperimentMinBlock is the shortest block a switchback experiment may
+	// have. (Optional) Defaults to 1m.
+	ExperimentMinBlock time.Duration
+	// ExperimentSaveInterval is how often this replica's figures of the
+	// running experiment are written to etcd; a crash loses at most this
+	// much. (Optional) Defaults to 30s.
+	ExperimentSaveInterval time.Duration
 	// HedgeBudgetUSD is the daily hedge budget shared by all edges. (Optional)
 	// The flag defaults to 5; 0 means no hedging.
 	HedgeBudgetUSD float64
@@ -244,6 +252,8 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 1, "refusals within --cooldown-window that start a cool-down")
 	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", time.Minute, "window of --cooldown-errors")
 	fs.DurationVar(&cfg.StatsSnapshotInterval, "stats-snapshot-interval", 30*time.Second, "how often routing statistics are saved to etcd")
+	fs.DurationVar(&cfg.ExperimentMinBlock, "experiment-min-block", time.Minute, "shortest block a switchback experiment may have")
+	fs.DurationVar(&cfg.ExperimentSaveInterval, "experiment-save-interval", 30*time.Second, "how often this replica's experiment figures are saved to etcd")
 	fs.Float64Var(&cfg.HedgeBudgetUSD, "hedge-budget-usd", 5, "daily budget (USD, UTC day) for hedged second calls, shared by all edges; 0 disables hedging")
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
 	fs.DurationVar(&cfg.FastEnough, "fast-enough", time.Second, "typical time to first token under which an endpoint is never too slow to route to")
@@ -325,6 +335,9 @@ func (c *Config) validate() error {
 	}
 	if c.ProbeInterval < 0 || c.Cooldown < 0 || c.CooldownWindow < 0 || c.StatsSnapshotInterval < 0 || c.CooldownErrors < 0 {
 		errs = append(errs, errors.New("--probe-interval, --cooldown, --cooldown-window, --stats-snapshot-interval and --cooldown-errors must not be negative"))
+	}
+	if c.ExperimentMinBlock < 0 || c.ExperimentSaveInterval < 0 {
+		errs = append(errs, errors.New("--experiment-min-block and --experiment-save-interval must not be negative"))
 	}
 	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
 		errs = append(errs, errors.New("--hedge-*, --fast-enough and --activity-retention must not be negative"))
@@ -418,6 +431,7 @@ type Decider struct {
 	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
+	exps     *experiment.Manager
 	settleQ  chan *switchboardv1.HedgeSettlement // from activity batches to the budget's owner
 	tlsSrv   *tlsfiles.Creds                     // the server's credentials, nil in plaintext
 	tlsPeer  *tlsfiles.Creds                     // the client credentials to other replicas, nil in plaintext
@@ -566,9 +580,14 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.grants.Store(g)
 	svc.SetGrants(g)
+	expRev, err := d.loadExperiments(ctx)
+	if err != nil {
+		return nil, err
+	}
 	act, err := activity.Open(activity.Options{
 		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
 		Logger: logger.With("component", "activity"), Now: cfg.Now,
+		Stored: d.exps.Observe,
 	})
 	if err != nil {
 		return nil, err
@@ -593,8 +612,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Policy: policy, Outcomes: oc, Cost: routing.CostOptions{Margin: cfg.RoutingCostMargin, Floor: cfg.RoutingCostFloor},
 		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
 		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
-		FastEnough: cfg.FastEnough,
-		NoSticky:   cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
+		FastEnough: cfg.FastEnough, Arm: d.exps.Arm,
+		NoSticky: cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
 	})
 	bcfg, err := broker.FromCatalog(c)
 	if err != nil {
@@ -624,10 +643,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	}))
 	svc.SetRouter(d.router)
+	svc.SetExperiments(d.exps)
 	d.hub.SetKeySet(keySet(c, rev))
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
 	d.wg.Go(func() { d.maintain(bg) })
 	d.wg.Go(func() { d.settleHedges(bg, svc) })
+	d.wg.Go(func() { d.exps.Run(bg, expRev) })
 	if cfg.ProbeInterval > 0 {
 		p := probe.New(probe.Options{
 			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes, Models: d.router.Models,

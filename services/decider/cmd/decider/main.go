@@ -19,6 +19,8 @@ func main() {
 		switch os.Args[1] {
 		case "explain":
 			run = func() error { return app.Explain(ctx, os.Args[2:], os.Stdout) }
+		case "experiment":
+			run = func() error { return app.ExperimentCommand(ctx, os.Args[2:], os.Stdout) }
 		case "certs":
 			run = func() error { return app.Certs(os.Args[2:], os.Stdout) }
 		}

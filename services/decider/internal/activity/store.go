@@ -60,6 +60,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for retention. (Optional) Defaults to time.Now.
 	Now func() time.Time
+	// Stored, when set, is called after each commit with the records it
+	// stored for the first time: a record an edge sends again (delivery is
+	// at least once) is not passed twice. It runs on the writer, so it
+	// must be quick. (Optional)
+	Stored func(records []*switchboardv1.ActivityRecord)
 }
 
 // Store is the durable activity log.
@@ -204,9 +209,11 @@ func (s *Store) writer() {
 					break drain
 				}
 			}
-			err := s.write(all)
+			fresh, err := s.write(all)
 			if err != nil {
 				s.o.Logger.Error("writing activity records", "records", len(all), "err", err)
+			} else if s.o.Stored != nil && len(fresh) > 0 {
+				s.o.Stored(fresh)
 			}
 			for _, b := range batches {
 				b.done <- err
@@ -217,8 +224,11 @@ func (s *Store) writer() {
 	}
 }
 
-func (s *Store) write(records []*switchboardv1.ActivityRecord) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+// write stores records in one transaction and returns those it stored for
+// the first time.
+func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchboardv1.ActivityRecord, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		fresh = fresh[:0]
 		recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
 		for _, r := range records {
 			tenant, id := r.GetTenantId(), r.GetId()
@@ -234,7 +244,11 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) error {
 			at := r.GetCreateTime().AsTime()
 			key := recordKey(tenant, at, id)
 			ik := idKey(tenant, id)
-			if old := ids.Get(ik); old != nil && !bytes.Equal(old, key) {
+			old := ids.Get(ik)
+			if old == nil {
+				fresh = append(fresh, r)
+			}
+			if old != nil && !bytes.Equal(old, key) {
 				// A resent record with another time: keep one copy, and
 				// drop the old time's retention entry with it, so sweeping
 				// the old time cannot remove the live copy's index.
@@ -260,6 +274,10 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return fresh, nil
 }
 
 // prune deletes records older than the retention.

@@ -248,3 +248,31 @@ func TestOpenRebuildsOldIndexes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, t0.Add(-time.Minute), dup.GetCreateTime().AsTime(), "the newest copy")
 }
+
+// TestStoredPassesEachRecordOnce checks the Stored hook sees a record the
+// first time it is stored only: not again when an edge resends it (the
+// same time, or another), nor after a reopen; records without a tenant or
+// id are not stored, so not passed.
+func TestStoredPassesEachRecordOnce(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	path := filepath.Join(t.TempDir(), "a.db")
+	var seen []string
+	o := Options{Path: path, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return t0 },
+		Stored: func(rs []*switchboardv1.ActivityRecord) {
+			for _, r := range rs {
+				seen = append(seen, r.GetTenantId()+"/"+r.GetId())
+			}
+		}}
+	s, err := Open(o)
+	require.NoError(t, err)
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "a1", "m", t0), rec("acme", "a2", "m", t0), {Id: "no-tenant"}}))
+	require.Equal(t, []string{"acme/a1", "acme/a2"}, seen, "passed before Add returns")
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "a1", "m", t0), rec("acme", "a2", "m", t0.Add(time.Second)), rec("other", "a1", "m", t0)}))
+	require.Equal(t, []string{"acme/a1", "acme/a2", "other/a1"}, seen, "resent records are not passed again; another tenant's id is its own")
+	require.NoError(t, s.Close())
+	s, err = Open(o)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "a1", "m", t0)}))
+	require.Len(t, seen, 3, "nor after a reopen")
+}

@@ -36,6 +36,9 @@
 //	Report            any         -                -           -
 //	AcquireHedge      any         -                forwarded   -
 //	SettleHedge       any         -                forwarded   -
+//	StartExperiment   -           -                -           yes
+//	StopExperiment    -           -                -           yes
+//	GetExperiment     -           -                -           yes
 //
 // "By key": an edge decides for clients it authenticated by API key, so the
 // request's identity must carry api_key_sha256; a bare tenant_id is refused.

@@ -200,6 +200,20 @@ func TestPolicyTableCoversEveryRPC(t *testing.T) {
 	require.False(t, Allowed(catalog.RoleOperator, "/switchboard.v1.DeciderService/SomethingNew"), "an RPC not in the table is refused")
 }
 
+// TestExperimentsAreForOperators checks only operators start, stop and
+// read switchback experiments.
+func TestExperimentsAreForOperators(t *testing.T) {
+	for _, m := range []string{
+		switchboardv1.DeciderService_StartExperiment_FullMethodName,
+		switchboardv1.DeciderService_StopExperiment_FullMethodName,
+		switchboardv1.DeciderService_GetExperiment_FullMethodName,
+	} {
+		for _, role := range []string{catalog.RoleEdge, catalog.RoleService, catalog.RoleReplica, catalog.RoleOperator} {
+			require.Equal(t, role == catalog.RoleOperator, Allowed(role, m), "%s by %s", m, role)
+		}
+	}
+}
+
 func TestResolve(t *testing.T) {
 	a := New()
 	_, err := a.Resolve(&switchboardv1.Identity{TenantId: "acme"})

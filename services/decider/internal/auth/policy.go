@@ -56,6 +56,9 @@ var policy = map[string]map[string]access{
 	switchboardv1.DeciderService_SettleHedge_FullMethodName: {
 		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
 	},
+	switchboardv1.DeciderService_StartExperiment_FullMethodName: {catalog.RoleOperator: anyTenant},
+	switchboardv1.DeciderService_StopExperiment_FullMethodName:  {catalog.RoleOperator: anyTenant},
+	switchboardv1.DeciderService_GetExperiment_FullMethodName:   {catalog.RoleOperator: anyTenant},
 }
 
 // Allowed reports whether the policy lets role call method at all, for

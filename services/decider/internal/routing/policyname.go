@@ -47,7 +47,7 @@ func (r *Router) policyOf(m *model, id *switchboardv1.Identity, now time.Time) P
 		return p
 	}
 	if r.o.Arm != nil {
-		if p, ok := r.o.Arm(now); ok {
+		if p, ok := r.o.Arm(m.id, now); ok {
 			return p
 		}
 	}

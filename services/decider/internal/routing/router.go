@@ -147,9 +147,11 @@ type Options struct {
 	// their defaults.
 	Cost CostOptions
 	// Arm, when set and ok, is the policy a running experiment assigns to
-	// requests decided at now, in place of the model's and the
-	// deployment's default. (Optional)
-	Arm func(now time.Time) (p Policy, ok bool)
+	// a request for model decided at now, in place of the model's and the
+	// deployment's default. It is called on every decision without a
+	// policy of the request's own, so it must be cheap and safe for
+	// concurrent use. (Optional)
+	Arm func(model string, now time.Time) (p Policy, ok bool)
 }
 
 // Router answers Decide and ListModels from the current catalog.

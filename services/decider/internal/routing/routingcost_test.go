@@ -401,7 +401,7 @@ models:
 	require.Equal(t, cost, reason(&switchboardv1.DecideRequest{Model: "n"}))
 	require.Contains(t, e.decide(t, &switchboardv1.DecideRequest{Model: "n"}).Decision.Summary, "policy=routing-cost")
 	// An experiment's arm comes before the model's setting.
-	e = newCostEnv(t, twoModels, Options{Arm: func(time.Time) (Policy, bool) { return PolicySmart, true }})
+	e = newCostEnv(t, twoModels, Options{Arm: func(string, time.Time) (Policy, bool) { return PolicySmart, true }})
 	require.NotEqual(t, cost, reason(&switchboardv1.DecideRequest{Model: "m"}))
 }
 

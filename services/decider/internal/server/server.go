@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
@@ -31,6 +32,8 @@ type Server struct {
 	activity atomic.Pointer[activity.Store]
 	adm      atomic.Pointer[admission.Admission]
 	authn    *auth.Authenticator
+	// experiments answers the switchback experiment calls (experiment.go).
+	experiments atomic.Pointer[experiment.Manager]
 	trust
 }
 

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
+)
+
+// SetExperiments enables the switchback experiment calls.
+func (s *Server) SetExperiments(m *experiment.Manager) { s.experiments.Store(m) }
+
+func (s *Server) experimentManager() (*experiment.Manager, error) {
+	m := s.experiments.Load()
+	if m == nil {
+		return nil, status.Error(codes.Unavailable, "decider is starting: experiments not loaded yet")
+	}
+	return m, nil
+}
+
+// experimentStatus turns the experiment package's errors into statuses.
+func experimentStatus(err error) error {
+	switch {
+	case errors.Is(err, experiment.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, experiment.ErrRunning):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, experiment.ErrNone):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unavailable, "the experiment store is not reachable")
+}
+
+// StartExperiment implements [switchboardv1.DeciderServiceServer.StartExperiment].
+func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartExperimentRequest) (*switchboardv1.StartExperimentResponse, error) {
+	m, err := s.experimentManager()
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.ready()
+	if err != nil {
+		return nil, err
+	}
+	// A model the catalog does not have would be measured as nothing.
+	known := map[string]bool{}
+	for _, me := range r.Models() {
+		known[me.Model] = true
+	}
+	for _, model := range req.GetExperiment().GetModels() {
+		if !known[model] {
+			return nil, status.Errorf(codes.InvalidArgument, "model %q is not in the catalog", model)
+		}
+	}
+	def, err := m.Start(ctx, req)
+	if err != nil {
+		return nil, experimentStatus(err)
+	}
+	return &switchboardv1.StartExperimentResponse{Experiment: def}, nil
+}
+
+// StopExperiment implements [switchboardv1.DeciderServiceServer.StopExperiment].
+func (s *Server) StopExperiment(ctx context.Context, _ *switchboardv1.StopExperimentRequest) (*switchboardv1.StopExperimentResponse, error) {
+	m, err := s.experimentManager()
+	if err != nil {
+		return nil, err
+	}
+	def, err := m.Stop(ctx)
+	if err != nil {
+		return nil, experimentStatus(err)
+	}
+	return &switchboardv1.StopExperimentResponse{Experiment: def}, nil
+}
+
+// GetExperiment implements [switchboardv1.DeciderServiceServer.GetExperiment].
+func (s *Server) GetExperiment(ctx context.Context, _ *switchboardv1.GetExperimentRequest) (*switchboardv1.GetExperimentResponse, error) {
+	m, err := s.experimentManager()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := m.Get(ctx)
+	if err != nil {
+		return nil, experimentStatus(err)
+	}
+	return resp, nil
+}
