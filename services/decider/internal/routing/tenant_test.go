@@ -84,8 +84,8 @@ func TestTenantDefaultSortDoesNotModifyTheRequest(t *testing.T) {
 }
 
 func TestPolicyOf(t *testing.T) {
-	arm := func(p Policy, ok bool) func(time.Time) (Policy, bool) {
-		return func(time.Time) (Policy, bool) { return p, ok }
+	arm := func(p Policy, ok bool) func(string, time.Time) (Policy, bool) {
+		return func(string, time.Time) (Policy, bool) { return p, ok }
 	}
 	tests := []struct {
 		name   string
