@@ -39,7 +39,7 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 	d.Candidates = make([]*switchboardv1.Candidate, 0, len(sc.cands))
 	for i := range sc.cands {
 		pc := r.candidateProto(&sc.cands[i], fastest, cost, true)
-		r.noteSticky(pc, &sc.cands[i], sc.sticky, fastest)
+		r.noteSticky(pc, &sc.cands[i], sc.sticky, fastest, cost)
 		d.Candidates = append(d.Candidates, pc)
 	}
 	return d
@@ -50,12 +50,14 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 const noteKept = "kept: holds this conversation's prompt cache"
 
 // noteSticky adds what the sticky step did to the note of the
-// conversation's endpoint: why it was kept, or why not.
-func (r *Router) noteSticky(pc *switchboardv1.Candidate, c *candidate, s stickyState, fastest time.Duration) {
+// conversation's endpoint: why it was kept, or why not. Under the smart
+// policy "kept" replaces the ranking's note; under routing cost the
+// endpoint's figures stay, followed by it.
+func (r *Router) noteSticky(pc *switchboardv1.Candidate, c *candidate, s stickyState, fastest time.Duration, cost bool) {
 	if s.warm != c || s.outcome == stickyNone || s.outcome == stickyNew {
 		return
 	}
-	if s.outcome == stickyKept || pc.Note == "" {
+	if pc.Note == "" || (s.outcome == stickyKept && !cost) {
 		pc.Note = r.stickyNote(s, fastest)
 		return
 	}

@@ -54,6 +54,7 @@ var Policies = []Policy{
 	{Name: "smart-breaker", Cooldown: cooldown.Options{Duration: 2 * time.Minute, Errors: 3, Window: time.Minute}},
 	{Name: "routing-cost", Routing: routing.PolicyRoutingCost},
 	{Name: "routing-cost-no-hedge", Routing: routing.PolicyRoutingCost, NoHedge: true},
+	{Name: "routing-cost-no-sticky", Routing: routing.PolicyRoutingCost, NoSticky: true},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
 }
