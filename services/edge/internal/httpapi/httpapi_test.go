@@ -66,3 +66,22 @@ func TestRetryAfterFromRefusal(t *testing.T) {
 func TestHeaderValue(t *testing.T) {
 	require.Equal(t, "a b c", headerValue("a\nb\rc"))
 }
+
+// Request ids sort in the order they were made (the activity log appends to
+// its index by id), to the millisecond, and stay unique and unguessable
+// within one.
+func TestRequestIDsSortByTime(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	seen := map[string]bool{}
+	prev := ""
+	for i := range 1000 {
+		id := requestIDAt(t0.Add(time.Duration(i) * time.Millisecond))
+		require.Regexp(t, `^gen-[0-9a-f]{12}[a-z2-7]{16}$`, id)
+		require.Greater(t, id, prev)
+		require.False(t, seen[id])
+		seen[id], prev = true, id
+	}
+	a, b := requestIDAt(t0), requestIDAt(t0)
+	require.NotEqual(t, a, b, "80 random bits within the same millisecond")
+	require.Equal(t, a[:16], b[:16])
+}
