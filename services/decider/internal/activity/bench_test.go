@@ -1,10 +1,12 @@
 package activity
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,13 +31,20 @@ func cpuTime(b *testing.B) time.Duration {
 // Report stream does, and reports the CPU per record (the fsync's wait is
 // not CPU): the decider's cost of keeping one request's activity.
 func BenchmarkAdd(b *testing.B) {
+	b.Run("ids=random", func(b *testing.B) { benchmarkAdd(b, func(int) string { return "gen-" + strings.ToLower(rand.Text()) }) })
+	b.Run("ids=in-time-order", func(b *testing.B) {
+		benchmarkAdd(b, func(n int) string { return fmt.Sprintf("gen-%012x%s", n, strings.ToLower(rand.Text())[:14]) })
+	})
+}
+
+func benchmarkAdd(b *testing.B, id func(int) string) {
 	s, err := Open(Options{Path: filepath.Join(b.TempDir(), "a.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
 	const per = 32
-	t0 := time.Now()
+	t0 := time.Now().Add(-time.Hour)
 	batch := make([]*switchboardv1.ActivityRecord, per)
 	b.ResetTimer()
 	cpu0 := cpuTime(b)
@@ -44,7 +53,7 @@ func BenchmarkAdd(b *testing.B) {
 			n := i*per + j
 			at := t0.Add(time.Duration(n) * time.Millisecond)
 			batch[j] = &switchboardv1.ActivityRecord{
-				Id: fmt.Sprintf("gen-%024x", n), TenantId: "acme", ApiKeyId: "k-1234", Model: "deepseek/deepseek-v4.1-flash",
+				Id: id(n), TenantId: "acme", ApiKeyId: "k-1234", Model: "deepseek/deepseek-v4.1-flash",
 				EndpointId: "deepseek/deepseek-v4.1-flash@fast", Provider: "fast", CreateTime: timestamppb.New(at),
 				Attempts: []*switchboardv1.Attempt{{
 					EndpointId: "deepseek/deepseek-v4.1-flash@fast", Provider: "fast", Outcome: switchboardv1.Outcome_OUTCOME_OK,
