@@ -199,6 +199,13 @@ type Limit struct {
 	ResetAt string `yaml:"reset_at"`
 	// Ramp caps how fast admissions may grow from one period to the next. (Optional)
 	Ramp *Ramp `yaml:"ramp"`
+	// RefundOnExpiry gives a reservation that expired unreconciled its
+	// tokens, requests and spend back to this limit. (Optional) Defaults to
+	// false: the edge that held it may have died after sending the call, so
+	// its estimate stays consumed (never over-admitting); true suits a
+	// limit where refusing is dearer than a possible overrun, e.g. a
+	// tenant's own daily budget. Requests in flight are always released.
+	RefundOnExpiry *bool `yaml:"refund_on_expiry"`
 }
 
 // Ramp is a ramp limit: a period may admit at most

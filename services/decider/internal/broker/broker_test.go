@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -178,6 +179,46 @@ func TestExpiry(t *testing.T) {
 		require.Equal(t, 1, n)
 		require.Equal(t, 1, b.Open())
 	})
+}
+
+// A limit's own refund_on_expiry decides for its buckets, whatever the
+// broker's default: here the tenant's daily tokens are refunded and its
+// per-minute requests kept, then the other way round; a late
+// reconciliation charges each as its rule says.
+func TestExpiryRefundPerLimit(t *testing.T) {
+	yes, no := true, false
+	for _, dflt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("default %v", dflt), func(t *testing.T) {
+			specs := []Spec{
+				{Scope: ScopeTenant, Key: tenant, Unit: UnitInputTokens, Window: WindowDay, Capacity: 1000, RefundOnExpiry: &yes},
+				{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowDay, Capacity: 10, RefundOnExpiry: &no},
+				{Scope: ScopeTenant, Key: tenant, Unit: UnitOutputTokens, Window: WindowDay, Capacity: 1000},
+			}
+			b, c := newBroker(t, specs, func(o *Options) { o.RefundOnExpiry = dflt })
+			rq := req(Demand{InputTokens: 100, OutputTokens: 50})
+			rq.TTL = 10 * time.Second
+			r, ref, err := b.Reserve(t.Context(), rq)
+			require.NoError(t, err)
+			require.Nil(t, ref)
+			c.Advance(15 * time.Second)
+			require.Equal(t, 1, b.Expire(c.Now()))
+			require.Equal(t, 1000.0, level(t, b, "tenant:acme:input_tokens:day"), "refund_on_expiry: true")
+			require.Equal(t, 9.0, level(t, b, "tenant:acme:requests:day"), "refund_on_expiry: false")
+			wantOut := 950.0
+			if dflt {
+				wantOut = 1000
+			}
+			require.Equal(t, wantOut, level(t, b, "tenant:acme:output_tokens:day"), "no setting: the broker's default")
+
+			// The edge was alive after all: its late reconciliation charges
+			// what was used, from wherever expiry left each bucket.
+			_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: r.ID, Usage: Usage{InputTokens: 80, OutputTokens: 20}})
+			require.NoError(t, err)
+			require.Equal(t, 920.0, level(t, b, "tenant:acme:input_tokens:day"))
+			require.Equal(t, 9.0, level(t, b, "tenant:acme:requests:day"))
+			require.Equal(t, 980.0, level(t, b, "tenant:acme:output_tokens:day"))
+		})
+	}
 }
 
 func TestReconcile(t *testing.T) {
@@ -459,7 +500,7 @@ tenants:
       - {unit: input_tokens, per: minute, capacity: 100000}
       - {unit: requests, per: day, capacity: 10000}
       - {unit: concurrent_requests, capacity: 8}
-      - {unit: usd, per: day, capacity: 5.0}
+      - {unit: usd, per: day, capacity: 5.0, refund_on_expiry: true}
       - {unit: requests, per: second, capacity: 5, burst: 5, scope: api_key}
 `
 	c, err := catalog.Parse([]byte(yaml))
@@ -482,6 +523,13 @@ tenants:
 		"api_key:" + catalog.KeyID(keyA) + ":requests:second",
 		"api_key:" + catalog.KeyID(keyB) + ":requests:second",
 	}, ids)
+	for _, bk := range b.tab.Load().buckets {
+		want := refundDefault
+		if bk.id == "tenant:acme:usd:day" {
+			want = refundYes
+		}
+		require.Equal(t, want, bk.p.refund, "refund_on_expiry of %s", bk.id)
+	}
 	rt := b.tab.Load().routes["alpha/m2"]
 	require.Len(t, rt.buckets, 1, "m2 on alpha shares alpha's project bucket")
 	require.Len(t, b.tab.Load().routes["beta/m2"].buckets, 0)

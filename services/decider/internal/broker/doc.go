@@ -126,10 +126,11 @@
 // live for the request's TTL (default 2 min, at most Options.MaxTTL, 15 min
 // by default). Expire(now), called by a ticker, releases those past their
 // TTL in O(shards + expired). An expired reservation releases its
-// concurrency slot; its tokens, requests and spend stay consumed unless
-// Options.RefundOnExpiry, because an abandoned reservation may well have been
-// dispatched (the edge died after sending) and keeping the charge can only
-// under-admit.
+// concurrency slot; its tokens, requests and spend stay consumed unless its
+// limit says refund_on_expiry (Spec.RefundOnExpiry; the default for limits
+// that say nothing is Options.RefundOnExpiry, false), because an abandoned
+// reservation may well have been dispatched (the edge died after sending)
+// and keeping the charge can only under-admit.
 //
 // # Reconcile
 //

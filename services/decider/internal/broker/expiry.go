@@ -3,12 +3,12 @@ package broker
 import "time"
 
 // releaseExpired releases an expired entry: its concurrency always, the rest
-// only with RefundOnExpiry; its charges are kept as a tombstone for a late
-// reconciliation. The entry's shard lock is held.
+// only where the bucket refunds on expiry (refunds); its charges are kept as
+// a tombstone for a late reconciliation. The entry's shard lock is held.
 func (b *Broker) releaseExpired(sh *shard, e *entry, now int64) {
 	b.remember(sh, e, now, true)
 	for _, c := range e.recs {
-		if c.b.rule != RuleConcurrency && !b.opts.RefundOnExpiry {
+		if c.b.rule != RuleConcurrency && !b.refunds(c.b) {
 			continue
 		}
 		c.b.mu.Lock()
@@ -51,4 +51,20 @@ func (b *Broker) expiryDue(now int64) bool {
 		}
 	}
 	return false
+}
+
+// refunds reports whether an expired reservation's charge on bk is given
+// back: the bucket's own rule (its limit's refund_on_expiry), else
+// Options.RefundOnExpiry.
+func (b *Broker) refunds(bk *bucket) bool {
+	bk.mu.Lock() // a catalog change may replace bk.p
+	r := bk.p.refund
+	bk.mu.Unlock()
+	switch r {
+	case refundYes:
+		return true
+	case refundNo:
+		return false
+	}
+	return b.opts.RefundOnExpiry
 }

@@ -70,7 +70,7 @@ func (b *Broker) pruneClosed(s *shard, now int64) {
 
 // reconcileClosed handles a reconciliation of an id that is not open. For a
 // reservation that expired, the usage is charged as it would have been:
-// each bucket whose charge expiry kept (or gave back, with RefundOnExpiry)
+// each bucket whose charge expiry kept (or gave back, where it refunds)
 // is settled to the actual amount; concurrency, released by expiry, is not
 // touched. The tombstone is then consumed, so this happens once. The shard
 // lock is held; it returns the settlement, or an error matching ErrNotFound.
@@ -90,7 +90,7 @@ func (b *Broker) reconcileClosed(s *shard, req *ReconcileRequest, now int64) (*S
 		applied := 0.0
 		if ch.b.rule != RuleConcurrency {
 			delta := ch.amount - req.Usage.actual(ch.b.unit, ch.amount)
-			if b.opts.RefundOnExpiry {
+			if b.refunds(ch.b) {
 				delta = -req.Usage.actual(ch.b.unit, ch.amount)
 			}
 			ch.b.mu.Lock()

@@ -21,7 +21,8 @@ type Options struct {
 	// in use while in learning mode. (Optional) Defaults to 0.5.
 	ConservativeFraction float64
 	// RefundOnExpiry gives an expired reservation's tokens, requests and
-	// spend back to their buckets. (Optional) Defaults to false: an abandoned
+	// spend back to the buckets whose limit does not say otherwise
+	// (catalog refund_on_expiry, Spec.RefundOnExpiry). (Optional) Defaults to false: an abandoned
 	// reservation may well have been dispatched (the edge died after sending),
 	// so its estimate is kept as consumed; only concurrency is released.
 	RefundOnExpiry bool

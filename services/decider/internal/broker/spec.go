@@ -44,6 +44,9 @@ type Spec struct {
 	Ramp *Ramp
 	// Source is where the limit comes from. (Optional) Defaults to configured.
 	Source Source
+	// RefundOnExpiry says whether an expired reservation's charge is given
+	// back to these buckets. (Optional) Nil follows Options.RefundOnExpiry.
+	RefundOnExpiry *bool
 }
 
 // Ramp caps how fast admissions may grow: what a period admits may not
@@ -116,6 +119,26 @@ type def struct {
 	period   int64   // window or ramp period, ns
 	growth   float64 // ramp: 1 + MaxIncrease
 	floor    float64 // ramp
+	refund   refund  // what expiry gives back
+}
+
+// refund is a bucket's own expiry rule, or none (the broker's default).
+type refund uint8
+
+const (
+	refundDefault refund = iota // Options.RefundOnExpiry
+	refundYes
+	refundNo
+)
+
+func refundOf(b *bool) refund {
+	switch {
+	case b == nil:
+		return refundDefault
+	case *b:
+		return refundYes
+	}
+	return refundNo
 }
 
 // max is the most the bucket ever holds.
@@ -246,7 +269,8 @@ func checkRamp(s Spec, bad func(format string, args ...any)) (floor float64, per
 // concurrency, and one more for its ramp. Ids are left for the caller.
 func specDefs(s Spec, floor float64, period int64) []def {
 	var out []def
-	base := def{scope: s.Scope, key: s.Key, unit: s.Unit, window: s.Window, source: s.Source, capacity: s.Capacity, burst: s.Burst}
+	base := def{scope: s.Scope, key: s.Key, unit: s.Unit, window: s.Window, source: s.Source, capacity: s.Capacity, burst: s.Burst,
+		refund: refundOf(s.RefundOnExpiry)}
 	switch {
 	case s.Unit == UnitConcurrentRequests:
 		base.rule = RuleConcurrency
@@ -263,7 +287,7 @@ func specDefs(s Spec, floor float64, period int64) []def {
 	}
 	if s.Ramp != nil {
 		out = append(out, def{scope: s.Scope, key: s.Key, unit: s.Unit, rule: RuleRamp, source: s.Source,
-			period: period, growth: 1 + s.Ramp.MaxIncrease, floor: floor})
+			period: period, growth: 1 + s.Ramp.MaxIncrease, floor: floor, refund: refundOf(s.RefundOnExpiry)})
 	}
 	return out
 }
@@ -401,7 +425,7 @@ func specFromLimit(l catalog.Limit, defaultScope Scope) (Spec, error) {
 			return Spec{}, err
 		}
 	}
-	s := Spec{Scope: sc, Unit: u, Window: w, Capacity: l.Capacity, Burst: l.Burst}
+	s := Spec{Scope: sc, Unit: u, Window: w, Capacity: l.Capacity, Burst: l.Burst, RefundOnExpiry: l.RefundOnExpiry}
 	if l.ResetAt != "" {
 		if s.ResetAt, err = ParseResetAt(l.ResetAt); err != nil {
 			return Spec{}, err
