@@ -89,9 +89,13 @@ type snapshot struct {
 }
 
 type fileStamp struct {
-	size  int64
-	mod   time.Time
+	fi    os.FileInfo // the file read: a file replaced (renamed over, a Secret's new version) is another file
 	value string
+}
+
+// same reports whether fi is the file st was read from, unchanged.
+func (st fileStamp) same(fi os.FileInfo) bool {
+	return os.SameFile(st.fi, fi) && st.fi.Size() == fi.Size() && st.fi.ModTime().Equal(fi.ModTime())
 }
 
 // New returns a Store, having read Dir once: a directory that cannot be
@@ -218,13 +222,13 @@ func (s *Store) read() (*snapshot, error) {
 			continue
 		}
 		st, ok := s.seen[file]
-		if !ok || st.size != fi.Size() || !st.mod.Equal(fi.ModTime()) {
+		if !ok || !st.same(fi) {
 			data, err := os.ReadFile(path)
 			if err != nil {
 				s.log.Warn("provider key file not read", "file", file, "err", err)
 				continue
 			}
-			st = fileStamp{size: fi.Size(), mod: fi.ModTime(), value: strings.TrimSpace(string(data))}
+			st = fileStamp{fi: fi, value: strings.TrimSpace(string(data))}
 			if ok {
 				s.log.Info("provider key file changed", "file", file)
 			}

@@ -72,3 +72,33 @@ func TestParsePins(t *testing.T) {
 	_, err = ParsePins("A=;B")
 	require.Error(t, err)
 }
+
+// A key replaced by another of the same length whose file carries the same
+// modification time (written within one tick of the file system's clock,
+// or with its time preserved by the tool that wrote it) is still picked
+// up: a replaced file is a new file.
+func TestReplacedFileWithSameSizeAndTimeIsReRead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "SWITCHBOARD_PROVIDER_KEY_ALPHA")
+	require.NoError(t, os.WriteFile(path, []byte("sk-old-value\n"), 0o600))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	s, err := New(Options{Getenv: func(string) string { return "" }, Dir: dir})
+	require.NoError(t, err)
+	target, err := url.Parse("https://alpha.example/v1")
+	require.NoError(t, err)
+	got, err := s.Lookup("SWITCHBOARD_PROVIDER_KEY_ALPHA", target)
+	require.NoError(t, err)
+	require.Equal(t, "sk-old-value", got)
+
+	tmp := filepath.Join(dir, ".tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte("sk-new-value\n"), 0o600))
+	require.NoError(t, os.Chtimes(tmp, fi.ModTime(), fi.ModTime()))
+	require.NoError(t, os.Rename(tmp, path))
+	snap, err := s.read()
+	require.NoError(t, err)
+	s.files.Store(snap)
+	got, err = s.Lookup("SWITCHBOARD_PROVIDER_KEY_ALPHA", target)
+	require.NoError(t, err)
+	require.Equal(t, "sk-new-value", got)
+}
