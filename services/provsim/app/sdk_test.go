@@ -226,9 +226,11 @@ func TestSDKFaults(t *testing.T) {
 		{
 			name: "hang ends when the client gives up", model: "m", text: "[[provsim:fault=hang]]",
 			check: func(t *testing.T, params openai.ChatCompletionNewParams) {
+				// The deadline counts from WithTimeout: measured from after
+				// it, the wait was seen to be a few µs short of 150 ms.
+				start := time.Now()
 				ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
 				defer cancel()
-				start := time.Now()
 				_, err := client.Chat.Completions.New(ctx, params)
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
