@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -11,7 +12,8 @@ import (
 // Request bodies are the one thing a client controls the pace of: a body
 // that trickles in holds a connection, a goroutine and a growing buffer. So
 // every body is read under a deadline, a body the edge will not use is
-// never read at all (its connection is closed instead of drained), and
+// not read (its connection is closed instead of drained) unless it is
+// small enough to read out so its client gets the answer, and
 // bodies of API keys not yet seen accepted are read only a few at a time.
 
 // trackedBody records whether the handler read the body to its end.
@@ -50,6 +52,14 @@ func (s *Server) guardBody(next http.Handler) http.Handler {
 			_ = rc.SetReadDeadline(time.Now())
 		}
 	})
+}
+
+// discard reads the rest of a body the edge will not use, at most n
+// bytes, under the body's read deadline, and reports whether it reached
+// the end.
+func discard(body io.Reader, n int64) bool {
+	_, err := io.CopyN(io.Discard, body, n+1)
+	return errors.Is(err, io.EOF)
 }
 
 // abandonBody makes the answer about to be written the last on its

@@ -523,26 +523,40 @@ func readAll(r io.Reader, contentLength int64) ([]byte, error) {
 }
 
 // readBody reads the body up to MaxBodyBytes, within the body read timeout
-// guardBody set. A body over the limit is refused by its Content-Length
-// before reading a byte when it has one. Once read, the deadline is
-// cleared, so it cannot cut the answer: the server watches the connection
-// for the client leaving under the same deadline.
+// guardBody set. Once read, the deadline is cleared, so it cannot cut the
+// answer: the server watches the connection for the client leaving under
+// the same deadline.
+//
+// A body over the limit is refused, but a client still writing it would
+// see its connection reset instead of the 413 if the edge stopped reading:
+// so a body up to twice the limit is read to its end and discarded first
+// (by its Content-Length, the connection then stays usable). A larger one
+// is refused by its Content-Length before reading a byte, or cut where
+// the second limit is reached, and its connection closed.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	tooLarge := func() *apiError {
 		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
 			message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
 	}
 	if r.ContentLength > s.opts.MaxBodyBytes {
-		abandonBody(w)
+		if r.ContentLength > 2*s.opts.MaxBodyBytes || !discard(r.Body, r.ContentLength) {
+			abandonBody(w)
+		}
 		return nil, tooLarge()
 	}
 	body, err := readAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), r.ContentLength)
 	if err != nil {
-		abandonBody(w)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
+			// The server closes this connection after the answer (the
+			// length was not declared); reading the rest lets the client
+			// finish writing before it does.
+			if !discard(r.Body, s.opts.MaxBodyBytes) {
+				abandonBody(w)
+			}
 			return nil, tooLarge()
 		}
+		abandonBody(w)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
 				message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyReadTimeout)}
