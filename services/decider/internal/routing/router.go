@@ -252,7 +252,8 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	// The routing-cost policy ranks only requests that chose no order or
 	// sort of their own; it does its own back-off, so cool-downs do not
 	// bench endpoints under it.
-	costPolicy := r.policyOf(m, id, now) == PolicyRoutingCost && !userChose(suffix, prefs)
+	chose := userChose(suffix, prefs)
+	costPolicy := r.policyOf(m, id, now) == PolicyRoutingCost && !chose
 
 	sc := r.pool.Get().(*scratch)
 	defer r.pool.Put(sc)
@@ -278,8 +279,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		reason, fastest = r.rank(sc.order, suffix, prefs, noExplore)
 	}
 	deprioritise(sc.order, prefs)
-	userChose := suffix != "" || prefs.GetSort() != switchboardv1.Sort_SORT_UNSPECIFIED || len(prefs.GetOrder()) > 0
-	r.stick(sc, m, req, id, userChose, fastest, now)
+	r.stick(sc, m, req, id, chose, fastest, now)
 	usable := r.usable(sc, prefs)
 
 	resp := &switchboardv1.DecideResponse{
