@@ -86,6 +86,7 @@ func (p *Provider) handleChat(w http.ResponseWriter, r *http.Request) {
 			"invalid_request_error", "model_not_found")
 		return
 	}
+	p.stats.update(func(s *Stats) { s.Started++ })
 	c := newCall(p, ms, req, w, r)
 	// Recorded in a defer because drop and hang end the handler by aborting
 	// the connection, which unwinds through here.

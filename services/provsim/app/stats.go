@@ -8,8 +8,14 @@ import (
 // Stats is a snapshot of one provider's counters, served as JSON at
 // GET /admin/stats so black-box tests can check what reached the provider.
 type Stats struct {
-	// Requests counts every chat-completions request received.
+	// Requests counts every chat-completions request received, on arrival,
+	// before its body is read.
 	Requests int64 `json:"requests"`
+	// Started counts the calls the provider began to serve: body read and
+	// parsed, model known. Each is recorded in its model's counters when it
+	// ends; a request whose client left while its body was being read is
+	// counted in Requests and BadRequest only.
+	Started int64 `json:"started"`
 	// Unauthorized counts requests refused for a missing or wrong API key.
 	Unauthorized int64 `json:"unauthorized"`
 	// BadRequest counts bodies refused before a model could be told (bad JSON,
