@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -15,15 +16,15 @@ type Policy string
 const (
 	// PolicySmart is the cheapest endpoint that is fast enough for this
 	// prompt size (policy.go).
-	PolicySmart Policy = "smart"
+	PolicySmart Policy = catalog.PolicySmart
 	// PolicyRoutingCost ranks endpoints by the expected cost of one good
 	// answer: effective price, waiting time priced in money and a
 	// rate-limit penalty, divided by the chance of success; it spreads
 	// traffic over the endpoints within a margin of the best.
-	PolicyRoutingCost Policy = "routing-cost"
+	PolicyRoutingCost Policy = catalog.PolicyRoutingCost
 )
 
-// Policies are the valid policy names.
+// Policies are the valid policy names (the catalog's, which owns them).
 var Policies = []Policy{PolicySmart, PolicyRoutingCost}
 
 // ParsePolicy returns the policy named s; "" is PolicySmart.
