@@ -25,8 +25,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -133,9 +131,7 @@ models:
 	if tune != nil {
 		tune(&dcfg)
 	}
-	s.decider, err = deciderapp.Start(ctx, dcfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(s.decider.Close)
+	s.decider = startDecider(t, dcfg)
 
 	// Generous decider-call deadlines: a refusal by timeout under -race
 	// would look like an exhausted budget or a full endpoint.
@@ -152,10 +148,7 @@ models:
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.edge.Close() })
 
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	s.rpc = switchboardv1.NewDeciderServiceClient(conn)
+	s.rpc = operatorRPC(t, s.decider.Addr())
 	return s
 }
 

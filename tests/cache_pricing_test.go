@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -79,10 +77,7 @@ tenants:
 	p.decider = startDecider(t, dcfg)
 	p.edge = startEdge(t, p.decider.Addr(), "--report-flush-interval=20ms")
 
-	conn, err := grpc.NewClient(p.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	p.rpc = switchboardv1.NewDeciderServiceClient(conn)
+	p.rpc = operatorRPC(t, p.decider.Addr())
 	p.sys = &system{edge: p.edge}
 	return p
 }

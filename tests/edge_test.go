@@ -13,9 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -71,10 +69,7 @@ tenants:
 	})
 	s.edge = startEdge(t, s.decider.Addr())
 
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	s.rpc = switchboardv1.NewDeciderServiceClient(conn)
+	s.rpc = operatorRPC(t, s.decider.Addr())
 	return s
 }
 

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -63,21 +61,10 @@ func startCost(t *testing.T, simYAML, routing, endpoints string, names []string,
 	if tune != nil {
 		tune(&dcfg)
 	}
-	s.decider, err = deciderapp.Start(ctx, dcfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { s.decider.Close() })
+	s.decider = startDecider(t, dcfg)
+	s.edge = startEdge(t, s.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, rpcGuards...)...)
 
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t), "--report-flush-interval=20ms"}, rpcGuards...),
-		func(string) string { return "" })
-	require.NoError(t, err)
-	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.edge.Close() })
-
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	s.client = switchboardv1.NewDeciderServiceClient(conn)
+	s.client = operatorRPC(t, s.decider.Addr())
 	return s
 }
 

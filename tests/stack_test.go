@@ -8,9 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
@@ -82,6 +84,16 @@ func startDecider(t *testing.T, cfg deciderapp.Config) *deciderapp.Decider {
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
 	return d
+}
+
+// operatorRPC is a client of the decider at addr calling as the test
+// operator, closed when the test ends.
+func operatorRPC(t *testing.T, addr string) switchboardv1.DeciderServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return switchboardv1.NewDeciderServiceClient(conn)
 }
 
 // startEdge starts an edge on a free port in front of the decider at

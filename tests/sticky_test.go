@@ -11,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -63,10 +61,8 @@ func startSticky(t *testing.T, warmPrice, plainPrice string) *stickySystem {
 		Now: func() time.Time { return time.Now().Add(time.Duration(s.offset.Load())) },
 	})
 	s.edge = startEdge(t, s.decider.Addr(), "--report-flush-interval=20ms")
-	conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	s.rpc = switchboardv1.NewDeciderServiceClient(conn)
+	s.rpc = operatorRPC(t, s.decider.Addr())
+	var err error
 	s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{s.decider.EtcdEndpoint()}, DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.etcd.Close() })
