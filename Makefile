@@ -45,6 +45,11 @@ bench: build ## Run the Go benchmarks, then edgebench: direct, ReverseProxy and 
 	go build -o $(BIN)/edgebench ./services/edge/cmd/edgebench
 	$(BIN)/edgebench --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge $(BENCHFLAGS)
 
+.PHONY: vegeta
+vegeta: build ## Check edgebench with vegeta, an independent load generator, against the same three targets (WORKERS, DURATION, ROUNDS).
+	go build -o $(BIN)/edgebench ./services/edge/cmd/edgebench
+	./deploy/local/vegeta.sh
+
 .PHONY: fuzz
 fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzParseChatRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/chatreq

@@ -40,6 +40,7 @@ type config struct {
 	profileSeconds      int
 	startTimeout        time.Duration
 	keep                bool
+	serve               string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.profileSeconds, "profile-seconds", 3, "length of the profiles")
 	fs.DurationVar(&cfg.startTimeout, "start-timeout", time.Minute, "longest wait for the system to answer")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, catalog, etcd data)")
+	fs.StringVar(&cfg.serve, "serve", "", "start the three targets, write a request file per target and load into this directory for another load generator (vegeta's format), and wait for SIGINT instead of measuring")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -164,6 +166,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (*results, error) {
 			model: benchModel, slowM: benchModel, key: "sk-fake", pids: map[string]int{"proxy": px.pid()}},
 		{name: switchboard, url: "http://" + sys.edge.addr + "/v1/chat/completions", slow: "http://" + sys.edge.addr + "/v1/chat/completions",
 			model: benchModel, slowM: slowModel, key: sys.key, pids: map[string]int{"edge": sys.edge.pid(), "decider": sys.decider.pid()}},
+	}
+	if cfg.serve != "" {
+		return nil, serveTargets(ctx, cfg.serve, targets, w)
 	}
 	res := &results{samples: map[load]map[string][]sample{}, slow: map[string]sample{}}
 	for _, c := range cfg.concurrency {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,4 +106,57 @@ func TestSmoke(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, strings.Contains(string(top), "flat%"), "%s: %s", f, top)
 	}
+
+	// --serve starts the same three targets for another load generator and
+	// describes each request in vegeta's target format.
+	cfg.serve = t.TempDir()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(sctx, cfg, pw)
+		_ = pw.CloseWithError(err)
+		done <- err
+	}()
+	lines := bufio.NewScanner(pr)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "ready:") {
+	}
+	for _, name := range []string{direct, proxy, switchboard} {
+		for _, kind := range []string{"plain", "stream"} {
+			spec, err := os.ReadFile(filepath.Join(cfg.serve, name+"-"+kind+".txt"))
+			require.NoError(t, err)
+			resp := sendSpec(t, string(spec))
+			require.Equal(t, http.StatusOK, resp, "%s %s", name, kind)
+		}
+	}
+	stop()
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	require.NoError(t, <-done)
+}
+
+// sendSpec sends the request a vegeta target spec describes (a request
+// line, headers, then @ and the body's file) and returns its status.
+func sendSpec(t *testing.T, spec string) int {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(spec), "\n")
+	method, url, ok := strings.Cut(lines[0], " ")
+	require.True(t, ok, spec)
+	bodyPath, ok := strings.CutPrefix(lines[len(lines)-1], "@")
+	require.True(t, ok, spec)
+	body, err := os.ReadFile(bodyPath)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	for _, h := range lines[1 : len(lines)-1] {
+		k, v, ok := strings.Cut(h, ": ")
+		require.True(t, ok, h)
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode
 }
