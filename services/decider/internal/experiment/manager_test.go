@@ -15,25 +15,11 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/etcdtest"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 // clock is a settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
+type clock = fakeclock.Clock
 
 // replica starts a manager named name on the etcd at endpoint, running
 // until the returned stop is called (which saves, as a clean stop does).
@@ -57,7 +43,7 @@ func replica(t *testing.T, endpoint, name string, clk *clock) (m *Manager, stop 
 
 func TestManagerAcrossReplicasAndRestarts(t *testing.T) {
 	endpoint := etcdtest.Start(t)
-	clk := &clock{now: t0}
+	clk := fakeclock.New(t0)
 	a, stopA := replica(t, endpoint, "a", clk)
 	b, _ := replica(t, endpoint, "b", clk)
 

@@ -9,28 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newTracker(cfg Config) (*Tracker, *clock) {
-	c := &clock{t: time.Unix(1_800_000_000, 0)}
-	cfg.Now = c.now
+func newTracker(cfg Config) (*Tracker, *fakeclock.Clock) {
+	c := fakeclock.New(time.Unix(1_800_000_000, 0))
+	cfg.Now = c.Now
 	return New(cfg), c
 }
 
@@ -77,13 +61,13 @@ func TestRatesAndPrice(t *testing.T) {
 func TestDecay(t *testing.T) {
 	tr, clk := newTracker(Config{HalfLife: time.Minute, FastHalfLife: 10 * time.Second})
 	tr.Observe("a/m", Call{Kind: KindError}, rates)
-	clk.add(time.Minute)
+	clk.Advance(time.Minute)
 	tr.Observe("a/m", ok(10, 0, 10, time.Second), rates)
-	f := tr.Endpoint("a/m").Read(clk.now())
+	f := tr.Endpoint("a/m").Read(clk.Now())
 	require.InDelta(t, 1.5, f.Calls, 1e-9, "the error one half-life old weighs a half")
 	require.InDelta(t, 0.5, f.Failed, 1e-9)
-	clk.add(time.Minute)
-	f = tr.Endpoint("a/m").Read(clk.now())
+	clk.Advance(time.Minute)
+	f = tr.Endpoint("a/m").Read(clk.Now())
 	require.InDelta(t, 0.75, f.Calls, 1e-9, "reads decay to the reader's clock")
 	require.InDelta(t, 0.25, f.Failed, 1e-9)
 	require.InDelta(t, 1.0/3, f.Failed/f.Calls, 1e-9, "a rate does not move with time alone")
@@ -95,38 +79,38 @@ func TestLoad(t *testing.T) {
 	e := tr.Endpoint("a/m")
 	// 2 requests a second for five minutes: 120 a minute.
 	for range 600 {
-		e.Routed(clk.now())
-		clk.add(500 * time.Millisecond)
+		e.Routed(clk.Now())
+		clk.Advance(500 * time.Millisecond)
 	}
-	require.InDelta(t, 120, e.Load(clk.now()), 2)
-	clk.add(time.Minute)
-	require.InDelta(t, 120/2.718281828, e.Load(clk.now()), 2, "idle for one time constant: 1/e of it")
+	require.InDelta(t, 120, e.Load(clk.Now()), 2)
+	clk.Advance(time.Minute)
+	require.InDelta(t, 120/2.718281828, e.Load(clk.Now()), 2, "idle for one time constant: 1/e of it")
 }
 
 func TestCapLearnedAndRises(t *testing.T) {
 	tr, clk := newTracker(Config{LoadWindow: time.Minute, CapBackoff: 0.1, CapRise: 0.05})
 	e := tr.Endpoint("a/m")
-	require.Zero(t, e.Read(clk.now()).Cap, "no cap before any 429")
+	require.Zero(t, e.Read(clk.Now()).Cap, "no cap before any 429")
 	for range 600 {
-		e.Routed(clk.now())
-		clk.add(500 * time.Millisecond)
+		e.Routed(clk.Now())
+		clk.Advance(500 * time.Millisecond)
 	}
-	load := e.Load(clk.now())
+	load := e.Load(clk.Now())
 	tr.Observe("a/m", Call{Kind: KindRateLimited}, rates)
-	f := e.Read(clk.now())
+	f := e.Read(clk.Now())
 	require.InDelta(t, 0.9*load, f.Cap, 1e-9, "the load at the 429, less 10%")
-	clk.add(10 * time.Minute)
-	require.InDelta(t, 0.9*load*1.5, e.Read(clk.now()).Cap, 1e-9, "+5% of the cap per minute without a 429")
+	clk.Advance(10 * time.Minute)
+	require.InDelta(t, 0.9*load*1.5, e.Read(clk.Now()).Cap, 1e-9, "+5% of the cap per minute without a 429")
 
 	// A 429 with nothing routed here (a probe's) teaches no cap.
 	tr.Observe("b/m", Call{Kind: KindRateLimited}, rates)
-	require.Zero(t, tr.Endpoint("b/m").Read(clk.now()).Cap)
+	require.Zero(t, tr.Endpoint("b/m").Read(clk.Now()).Cap)
 	// A trickle keeps at least MinCap.
 	c := tr.Endpoint("c/m")
-	c.Routed(clk.now())
-	clk.add(10 * time.Minute)
+	c.Routed(clk.Now())
+	clk.Advance(10 * time.Minute)
 	tr.Observe("c/m", Call{Kind: KindRateLimited}, rates)
-	require.InDelta(t, MinCap, c.Read(clk.now()).Cap, 1e-9)
+	require.InDelta(t, MinCap, c.Read(clk.Now()).Cap, 1e-9)
 }
 
 func TestQualityCheckNamesBounded(t *testing.T) {
@@ -153,14 +137,14 @@ func TestConcurrent(t *testing.T) {
 			for range 500 {
 				tr.Observe("a/m", ok(100, 50, 10, time.Second), rates)
 				tr.Observe("a/m", Call{Kind: KindRateLimited}, rates)
-				e.Routed(clk.now())
-				_ = e.Read(clk.now())
-				clk.add(time.Millisecond)
+				e.Routed(clk.Now())
+				_ = e.Read(clk.Now())
+				clk.Advance(time.Millisecond)
 			}
 		})
 	}
 	wg.Wait()
-	f := e.Read(clk.now())
+	f := e.Read(clk.Now())
 	require.Greater(t, f.Calls, 3000.0)
 	require.InDelta(t, f.Calls/2, f.RateLimited, 1)
 }
@@ -169,7 +153,7 @@ func BenchmarkRead(b *testing.B) {
 	tr, clk := newTracker(Config{})
 	e := tr.Endpoint("a/m")
 	tr.Observe("a/m", ok(100, 50, 10, time.Second), rates)
-	now := clk.now().Add(time.Second)
+	now := clk.Now().Add(time.Second)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = e.Read(now)

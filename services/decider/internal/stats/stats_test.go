@@ -8,27 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 // fakeClock is an injectable clock, so aging is tested without sleeping.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = fakeclock.Clock
 
-func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0).UTC()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *fakeClock { return fakeclock.New(time.Unix(1_800_000_000, 0).UTC()) }
 
 func secs(xs ...float64) []time.Duration {
 	out := make([]time.Duration, len(xs))
