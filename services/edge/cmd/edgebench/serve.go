@@ -14,7 +14,7 @@ import (
 // it. It then prints the PIDs whose CPU belongs to each target and waits
 // until ctx ends, so another tool can drive the same three targets.
 func serveTargets(ctx context.Context, dir string, targets []target, w io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	for _, t := range targets {
