@@ -102,6 +102,12 @@ type Config struct {
 	// Routes are the endpoints; an endpoint missing here charges its
 	// model_route buckets and the provider buckets keyed by its provider name.
 	Routes []Route
+	// Classes are the workload classes' queue contracts; a class missing
+	// here gets DefaultContract.
+	Classes []ClassContract
+	// Tenants are the tenants' fair-share weights and burst credits; a
+	// tenant missing here has weight 1 and the default burst.
+	Tenants []TenantShare
 }
 
 // def is a validated bucket definition: what a bucket is, without state.
