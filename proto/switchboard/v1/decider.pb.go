@@ -1862,7 +1862,10 @@ type DecideResponse struct {
 	// copies it into the request's ActivityRecord, and the decider stores a
 	// record only when its grant matches the record's id, tenant_id and
 	// api_key_id. Opaque to the caller.
-	Grant         []byte `protobuf:"bytes,12,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant []byte `protobuf:"bytes,12,opt,name=grant,proto3" json:"grant,omitempty"`
+	// queue is set when the reservation waited in its workload class's
+	// admission queue, admitted or not.
+	Queue         *QueueDecision `protobuf:"bytes,13,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1977,6 +1980,13 @@ func (x *DecideResponse) GetDemand() *Demand {
 func (x *DecideResponse) GetGrant() []byte {
 	if x != nil {
 		return x.Grant
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetQueue() *QueueDecision {
+	if x != nil {
+		return x.Queue
 	}
 	return nil
 }
@@ -5349,7 +5359,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tHedgePlan\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xbf\x04\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xf4\x04\n" +
 	"\x0eDecideResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -5364,7 +5374,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\arefusal\x18\n" +
 	" \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x12.\n" +
 	"\x06demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\x06demand\x12\x14\n" +
-	"\x05grant\x18\f \x01(\fR\x05grant\"~\n" +
+	"\x05grant\x18\f \x01(\fR\x05grant\x123\n" +
+	"\x05queue\x18\r \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\"~\n" +
 	"\x06Demand\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x10\n" +
@@ -5835,109 +5846,110 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	27,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
 	28,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
 	23,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
-	11,  // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	23,  // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	64,  // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	64,  // 31: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
-	8,   // 32: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
-	0,   // 33: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	64,  // 34: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	64,  // 35: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
-	7,   // 36: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 37: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	23,  // 38: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	26,  // 39: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	65,  // 40: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	65,  // 41: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,   // 42: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,   // 43: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 44: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	65,  // 45: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	64,  // 46: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,   // 47: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	27,  // 48: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	28,  // 49: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	25,  // 50: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
-	30,  // 51: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,   // 52: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	31,  // 53: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	8,   // 54: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
-	26,  // 55: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	65,  // 56: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	64,  // 57: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	64,  // 58: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	30,  // 59: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,   // 60: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	64,  // 61: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	31,  // 62: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	35,  // 63: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	34,  // 64: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	36,  // 65: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	41,  // 66: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	60,  // 67: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	61,  // 68: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
-	9,   // 69: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	64,  // 70: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	65,  // 71: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,   // 72: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	65,  // 73: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	38,  // 74: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	39,  // 75: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	30,  // 76: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10,  // 77: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	64,  // 78: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	64,  // 79: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	40,  // 80: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18,  // 81: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	65,  // 82: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	45,  // 83: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	42,  // 84: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	43,  // 85: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	44,  // 86: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	47,  // 87: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	65,  // 88: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 89: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	65,  // 90: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	65,  // 91: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	40,  // 92: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 93: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	40,  // 94: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 95: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 96: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	55,  // 97: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	57,  // 98: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	32,  // 99: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 100: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24,  // 101: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	32,  // 102: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	37,  // 103: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	54,  // 104: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	48,  // 105: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	50,  // 106: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	52,  // 107: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	58,  // 108: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	62,  // 109: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	66,  // 110: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	67,  // 111: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	68,  // 112: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 113: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	29,  // 114: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	33,  // 115: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	46,  // 116: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	56,  // 117: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	49,  // 118: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	51,  // 119: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	53,  // 120: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	59,  // 121: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	63,  // 122: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	69,  // 123: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	70,  // 124: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	71,  // 125: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	113, // [113:126] is the sub-list for method output_type
-	100, // [100:113] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	25,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
+	11,  // 29: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	23,  // 30: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	64,  // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	64,  // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	8,   // 33: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
+	0,   // 34: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
+	64,  // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	64,  // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	7,   // 37: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 38: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	23,  // 39: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	26,  // 40: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	65,  // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	65,  // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	8,   // 43: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	7,   // 44: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 45: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	65,  // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	64,  // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,   // 48: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	27,  // 49: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	28,  // 50: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	25,  // 51: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
+	30,  // 52: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	9,   // 53: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	31,  // 54: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	8,   // 55: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
+	26,  // 56: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	65,  // 57: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	64,  // 58: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	64,  // 59: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	30,  // 60: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	9,   // 61: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	64,  // 62: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	31,  // 63: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	35,  // 64: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	34,  // 65: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	36,  // 66: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	41,  // 67: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	60,  // 68: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	61,  // 69: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	9,   // 70: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	64,  // 71: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	65,  // 72: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,   // 73: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	65,  // 74: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	38,  // 75: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	39,  // 76: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	30,  // 77: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10,  // 78: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	64,  // 79: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	64,  // 80: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	40,  // 81: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18,  // 82: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	65,  // 83: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	45,  // 84: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	42,  // 85: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	43,  // 86: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	44,  // 87: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	47,  // 88: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	65,  // 89: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 90: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	65,  // 91: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	65,  // 92: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	40,  // 93: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 94: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	40,  // 95: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 96: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 97: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	55,  // 98: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	57,  // 99: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	32,  // 100: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 101: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24,  // 102: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	32,  // 103: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	37,  // 104: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	54,  // 105: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	48,  // 106: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	50,  // 107: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	52,  // 108: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	58,  // 109: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	62,  // 110: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	66,  // 111: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	67,  // 112: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	68,  // 113: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 114: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	29,  // 115: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	33,  // 116: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	46,  // 117: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	56,  // 118: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	49,  // 119: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	51,  // 120: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	53,  // 121: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	59,  // 122: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	63,  // 123: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	69,  // 124: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	70,  // 125: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	71,  // 126: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	114, // [114:127] is the sub-list for method output_type
+	101, // [101:114] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
