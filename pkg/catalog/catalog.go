@@ -28,6 +28,10 @@ type Catalog struct {
 	// Callers are the programs allowed to call the decider, each with its
 	// role. (Optional) Without callers nobody but the health check reaches it.
 	Callers []Caller `yaml:"callers"`
+	// WorkloadClasses tune the workload classes' admission contracts, by
+	// class name: interactive, background, partner or batch. (Optional) A
+	// class or field left out keeps its default (DefaultContracts).
+	WorkloadClasses map[string]WorkloadClass `yaml:"workload_classes"`
 }
 
 // Caller roles.
@@ -161,8 +165,26 @@ type Tenant struct {
 	// ID names the tenant. (Required)
 	ID string `yaml:"id"`
 	// APIKeysSHA256 are the lowercase hex SHA-256 digests of the tenant's API
-	// keys; the keys themselves are never stored. (Required, at least one)
+	// keys; the keys themselves are never stored. (Required, at least one
+	// here or in APIKeys) Once parsed it also holds the digests of APIKeys,
+	// so it lists every key of the tenant.
 	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
+	// APIKeys are keys given with a workload class of their own, e.g. the
+	// key of a nightly job admitted as batch. (Optional)
+	APIKeys []APIKey `yaml:"api_keys"`
+	// Weight is the tenant's share of contended capacity relative to the
+	// other tenants. (Optional) Defaults to 1.
+	Weight *float64 `yaml:"weight"`
+	// Burst bounds how many requests ahead of its fair share the tenant may
+	// run while others wait. (Optional) Defaults to the broker's default.
+	Burst float64 `yaml:"burst"`
+	// DefaultClass is the workload class of the tenant's requests that ask
+	// for none and whose key has none. (Optional) Defaults to interactive.
+	DefaultClass string `yaml:"default_class"`
+	// Classes are the workload classes the tenant's requests may be
+	// admitted as; asking for another is refused. (Optional) Defaults to
+	// every class but partner, and every class for a tenant with a partner.
+	Classes []string `yaml:"classes"`
 	// Limits are the tenant's quotas. (Optional)
 	Limits []Limit `yaml:"limits"`
 	// Partner names the partner account the tenant belongs to, whose limits

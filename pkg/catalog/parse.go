@@ -99,6 +99,17 @@ func (p *positions) walk(n *yaml.Node, t reflect.Type, path string) {
 			}
 			p.walk(v, ft, child)
 		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode || t.Key().Kind() != reflect.String {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			child := join(path, k.Value)
+			p.lines[child] = k.Line
+			p.walk(v, t.Elem(), child)
+			p.lines[child] = k.Line // the entry is where its name is
+		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return
@@ -204,11 +215,10 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			bad(tp+".id", "%q is already defined", t.ID)
 		}
 		tenants[t.ID] = true
-		if len(t.APIKeysSHA256) == 0 {
-			bad(tp+".api_keys_sha256", "at least one key digest is required")
+		if len(t.APIKeysSHA256) == 0 && len(t.APIKeys) == 0 {
+			bad(tp+".api_keys_sha256", "at least one key digest is required (here or under api_keys)")
 		}
-		for j, k := range t.APIKeysSHA256 {
-			kp := fmt.Sprintf("%s.api_keys_sha256[%d]", tp, j)
+		checkKey := func(kp, k string) {
 			switch {
 			case !sha256Hex.MatchString(k):
 				bad(kp, "must be 64 lowercase hex digits (sha256 of the key, e.g. `printf %%s \"$KEY\" | sha256sum`)")
@@ -218,6 +228,13 @@ func (c *Catalog) validate(lines map[string]int) []error {
 				keys[k] = tp
 			}
 		}
+		for j, k := range t.APIKeysSHA256 {
+			checkKey(fmt.Sprintf("%s.api_keys_sha256[%d]", tp, j), k)
+		}
+		for j, k := range t.APIKeys {
+			checkKey(fmt.Sprintf("%s.api_keys[%d].sha256", tp, j), k.SHA256)
+		}
+		validateTenantClasses(t, tp, bad)
 		validateLimits(t.Limits, tp+".limits", bad)
 		validateTenantRouting(t.Routing, tp+".routing", bad)
 		for j, l := range t.Limits {
@@ -256,6 +273,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 		}
 	}
 	validateCallers(c.Callers, tenants, bad)
+	validateClasses(c.WorkloadClasses, models, bad)
 	for i, m := range c.Models {
 		for j, e := range m.Endpoints {
 			for k, l := range e.Limits {
@@ -389,6 +407,10 @@ func (c *Catalog) applyDefaults() {
 		}
 	}
 	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		for _, k := range t.APIKeys {
+			t.APIKeysSHA256 = append(t.APIKeysSHA256, k.SHA256)
+		}
 		for k := range c.Tenants[i].Limits {
 			if c.Tenants[i].Limits[k].Scope == "" {
 				c.Tenants[i].Limits[k].Scope = "tenant"

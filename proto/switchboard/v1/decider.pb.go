@@ -1862,7 +1862,10 @@ type DecideResponse struct {
 	// copies it into the request's ActivityRecord, and the decider stores a
 	// record only when its grant matches the record's id, tenant_id and
 	// api_key_id. Opaque to the caller.
-	Grant         []byte `protobuf:"bytes,12,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant []byte `protobuf:"bytes,12,opt,name=grant,proto3" json:"grant,omitempty"`
+	// queue is set when the reservation waited in its workload class's
+	// admission queue, admitted or not.
+	Queue         *QueueDecision `protobuf:"bytes,13,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1981,6 +1984,13 @@ func (x *DecideResponse) GetGrant() []byte {
 	return nil
 }
 
+func (x *DecideResponse) GetQueue() *QueueDecision {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
 // Demand is what one dispatch is expected to consume.
 type Demand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2070,9 +2080,21 @@ type ReserveRequest struct {
 	// demand is the estimated consumption.
 	Demand *Demand `protobuf:"bytes,6,opt,name=demand,proto3" json:"demand,omitempty"`
 	// ttl is how long the reservation lives if never reconciled.
-	Ttl           *durationpb.Duration `protobuf:"bytes,7,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ttl *durationpb.Duration `protobuf:"bytes,7,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// max_wait is how long the caller will wait in its workload class's
+	// admission queue when capacity is short. Zero uses the class's deadline;
+	// the decider never waits past the class's deadline nor the call's own.
+	MaxWait *durationpb.Duration `protobuf:"bytes,8,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	// attempt numbers this dispatch within the logical request request_id:
+	// 1 (or 0) for the first, 2 for the first retry, and so on. The broker
+	// holds the logical request's retry budget and refuses an attempt past it.
+	Attempt int32 `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// previous_failure classifies how the previous attempt of the logical
+	// request failed, in the classes of a refusal: a retry after a
+	// non-retryable failure is refused.
+	PreviousFailure RefusalReason `protobuf:"varint,10,opt,name=previous_failure,json=previousFailure,proto3,enum=switchboard.v1.RefusalReason" json:"previous_failure,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReserveRequest) Reset() {
@@ -2154,6 +2176,114 @@ func (x *ReserveRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *ReserveRequest) GetMaxWait() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWait
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetPreviousFailure() RefusalReason {
+	if x != nil {
+		return x.PreviousFailure
+	}
+	return RefusalReason_REFUSAL_REASON_UNSPECIFIED
+}
+
+// QueueDecision says how a reservation went through its class's admission
+// queue. It names only the caller's own place: never another tenant's
+// queue, depth or usage.
+type QueueDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue_id identifies the queued entry; a Reserve retried with the same
+	// idempotency key keeps its place.
+	QueueId string `protobuf:"bytes,1,opt,name=queue_id,json=queueId,proto3" json:"queue_id,omitempty"`
+	// workload_class is the class whose queue it waited in.
+	WorkloadClass WorkloadClass `protobuf:"varint,2,opt,name=workload_class,json=workloadClass,proto3,enum=switchboard.v1.WorkloadClass" json:"workload_class,omitempty"`
+	// position is the number of the caller's own tenant's entries ahead of it
+	// when it was queued.
+	Position int64 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
+	// waited is how long it waited.
+	Waited *durationpb.Duration `protobuf:"bytes,4,opt,name=waited,proto3" json:"waited,omitempty"`
+	// estimated_wait is set only when the wait can be enforced (a known
+	// refill or reset time within the deadline); never a promise otherwise.
+	EstimatedWait *durationpb.Duration `protobuf:"bytes,5,opt,name=estimated_wait,json=estimatedWait,proto3" json:"estimated_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDecision) Reset() {
+	*x = QueueDecision{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDecision) ProtoMessage() {}
+
+func (x *QueueDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDecision.ProtoReflect.Descriptor instead.
+func (*QueueDecision) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *QueueDecision) GetQueueId() string {
+	if x != nil {
+		return x.QueueId
+	}
+	return ""
+}
+
+func (x *QueueDecision) GetWorkloadClass() WorkloadClass {
+	if x != nil {
+		return x.WorkloadClass
+	}
+	return WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED
+}
+
+func (x *QueueDecision) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *QueueDecision) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
+func (x *QueueDecision) GetEstimatedWait() *durationpb.Duration {
+	if x != nil {
+		return x.EstimatedWait
+	}
+	return nil
+}
+
 // BucketCharge is what a reservation took from one bucket.
 type BucketCharge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2171,7 +2301,7 @@ type BucketCharge struct {
 
 func (x *BucketCharge) Reset() {
 	*x = BucketCharge{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2313,7 @@ func (x *BucketCharge) String() string {
 func (*BucketCharge) ProtoMessage() {}
 
 func (x *BucketCharge) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2326,7 @@ func (x *BucketCharge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketCharge.ProtoReflect.Descriptor instead.
 func (*BucketCharge) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BucketCharge) GetBucketId() string {
@@ -2250,7 +2380,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2392,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2405,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Reservation) GetReservationId() string {
@@ -2350,14 +2480,21 @@ type Refusal struct {
 	// message is a human-readable explanation.
 	Message string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
 	// bucket_id identifies the refusing bucket, for the caller's own scopes.
-	BucketId      string `protobuf:"bytes,10,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
+	BucketId string `protobuf:"bytes,10,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
+	// code is a stable machine-readable reason: rate_limit, daily_quota,
+	// spend_limit, concurrency, ramp, provider_paused, too_large, queue_full,
+	// queue_deadline, retry_budget, non_retryable.
+	Code string `protobuf:"bytes,11,opt,name=code,proto3" json:"code,omitempty"`
+	// fallback_model is set when the class's overload action degrades the
+	// request to another model instead of refusing it.
+	FallbackModel string `protobuf:"bytes,12,opt,name=fallback_model,json=fallbackModel,proto3" json:"fallback_model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2506,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2519,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Refusal) GetReason() RefusalReason {
@@ -2455,6 +2592,20 @@ func (x *Refusal) GetBucketId() string {
 	return ""
 }
 
+func (x *Refusal) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Refusal) GetFallbackModel() string {
+	if x != nil {
+		return x.FallbackModel
+	}
+	return ""
+}
+
 // ReserveResponse is a granted reservation or a refusal.
 type ReserveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2463,14 +2614,17 @@ type ReserveResponse struct {
 	// reservation is set when admitted.
 	Reservation *Reservation `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	// refusal is set when not admitted.
-	Refusal       *Refusal `protobuf:"bytes,3,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Refusal *Refusal `protobuf:"bytes,3,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// queue is set when the request waited in an admission queue, admitted
+	// or not.
+	Queue         *QueueDecision `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2636,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2649,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReserveResponse) GetAdmitted() bool {
@@ -2519,6 +2673,13 @@ func (x *ReserveResponse) GetRefusal() *Refusal {
 	return nil
 }
 
+func (x *ReserveResponse) GetQueue() *QueueDecision {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
 // Usage is what a call actually consumed, as the provider reported it.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2538,7 +2699,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2711,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2724,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2614,7 +2775,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2787,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2800,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Header) GetName() string {
@@ -2667,13 +2828,20 @@ type ReconcileRequest struct {
 	Outcome Outcome `protobuf:"varint,3,opt,name=outcome,proto3,enum=switchboard.v1.Outcome" json:"outcome,omitempty"`
 	// rate_limit_headers are the provider's x-ratelimit-* and Retry-After headers.
 	RateLimitHeaders []*Header `protobuf:"bytes,4,rep,name=rate_limit_headers,json=rateLimitHeaders,proto3" json:"rate_limit_headers,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// failure classifies a failed call: a provider 429 that says a spend
+	// limit or a disabled project is NON_RETRYABLE_POLICY, a 503 or 529
+	// RETRYABLE_OVERLOAD. Unset for a call that succeeded.
+	Failure RefusalReason `protobuf:"varint,5,opt,name=failure,proto3,enum=switchboard.v1.RefusalReason" json:"failure,omitempty"`
+	// provider_error_code is the provider's error code (its error.code or
+	// error.type), when it sent one.
+	ProviderErrorCode string `protobuf:"bytes,6,opt,name=provider_error_code,json=providerErrorCode,proto3" json:"provider_error_code,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2853,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2866,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReconcileRequest) GetReservationId() string {
@@ -2729,6 +2897,20 @@ func (x *ReconcileRequest) GetRateLimitHeaders() []*Header {
 	return nil
 }
 
+func (x *ReconcileRequest) GetFailure() RefusalReason {
+	if x != nil {
+		return x.Failure
+	}
+	return RefusalReason_REFUSAL_REASON_UNSPECIFIED
+}
+
+func (x *ReconcileRequest) GetProviderErrorCode() string {
+	if x != nil {
+		return x.ProviderErrorCode
+	}
+	return ""
+}
+
 // ReconcileResponse says what reconciliation did.
 type ReconcileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2740,7 +2922,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2934,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2947,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReconcileResponse) GetReleased() []*BucketCharge {
@@ -2796,7 +2978,7 @@ type EdgeHello struct {
 
 func (x *EdgeHello) Reset() {
 	*x = EdgeHello{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +2990,7 @@ func (x *EdgeHello) String() string {
 func (*EdgeHello) ProtoMessage() {}
 
 func (x *EdgeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +3003,7 @@ func (x *EdgeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeHello.ProtoReflect.Descriptor instead.
 func (*EdgeHello) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EdgeHello) GetEdgeId() string {
@@ -2908,7 +3090,7 @@ type CallReport struct {
 
 func (x *CallReport) Reset() {
 	*x = CallReport{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3102,7 @@ func (x *CallReport) String() string {
 func (*CallReport) ProtoMessage() {}
 
 func (x *CallReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3115,7 @@ func (x *CallReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReport.ProtoReflect.Descriptor instead.
 func (*CallReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CallReport) GetRequestId() string {
@@ -3088,7 +3270,7 @@ type CallReportBatch struct {
 
 func (x *CallReportBatch) Reset() {
 	*x = CallReportBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3282,7 @@ func (x *CallReportBatch) String() string {
 func (*CallReportBatch) ProtoMessage() {}
 
 func (x *CallReportBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3295,7 @@ func (x *CallReportBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReportBatch.ProtoReflect.Descriptor instead.
 func (*CallReportBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CallReportBatch) GetReports() []*CallReport {
@@ -3142,7 +3324,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3336,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3349,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportRequest) GetKind() isReportRequest_Kind {
@@ -3291,7 +3473,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3485,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3498,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Attempt) GetEndpointId() string {
@@ -3401,7 +3583,7 @@ type HedgeInfo struct {
 
 func (x *HedgeInfo) Reset() {
 	*x = HedgeInfo{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3595,7 @@ func (x *HedgeInfo) String() string {
 func (*HedgeInfo) ProtoMessage() {}
 
 func (x *HedgeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3608,7 @@ func (x *HedgeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeInfo.ProtoReflect.Descriptor instead.
 func (*HedgeInfo) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HedgeInfo) GetUsed() bool {
@@ -3515,7 +3697,7 @@ type ActivityRecord struct {
 
 func (x *ActivityRecord) Reset() {
 	*x = ActivityRecord{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3709,7 @@ func (x *ActivityRecord) String() string {
 func (*ActivityRecord) ProtoMessage() {}
 
 func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3722,7 @@ func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityRecord.ProtoReflect.Descriptor instead.
 func (*ActivityRecord) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ActivityRecord) GetId() string {
@@ -3692,7 +3874,7 @@ type ActivityBatch struct {
 
 func (x *ActivityBatch) Reset() {
 	*x = ActivityBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3886,7 @@ func (x *ActivityBatch) String() string {
 func (*ActivityBatch) ProtoMessage() {}
 
 func (x *ActivityBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3899,7 @@ func (x *ActivityBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityBatch.ProtoReflect.Descriptor instead.
 func (*ActivityBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ActivityBatch) GetRecords() []*ActivityRecord {
@@ -3753,7 +3935,7 @@ type ProbeCommand struct {
 
 func (x *ProbeCommand) Reset() {
 	*x = ProbeCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +3947,7 @@ func (x *ProbeCommand) String() string {
 func (*ProbeCommand) ProtoMessage() {}
 
 func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +3960,7 @@ func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeCommand.ProtoReflect.Descriptor instead.
 func (*ProbeCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProbeCommand) GetProbeId() string {
@@ -3831,7 +4013,7 @@ type CooldownCommand struct {
 
 func (x *CooldownCommand) Reset() {
 	*x = CooldownCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +4025,7 @@ func (x *CooldownCommand) String() string {
 func (*CooldownCommand) ProtoMessage() {}
 
 func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +4038,7 @@ func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CooldownCommand.ProtoReflect.Descriptor instead.
 func (*CooldownCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CooldownCommand) GetEndpointId() string {
@@ -3891,7 +4073,7 @@ type ConfigCommand struct {
 
 func (x *ConfigCommand) Reset() {
 	*x = ConfigCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4085,7 @@ func (x *ConfigCommand) String() string {
 func (*ConfigCommand) ProtoMessage() {}
 
 func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4098,7 @@ func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigCommand.ProtoReflect.Descriptor instead.
 func (*ConfigCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ConfigCommand) GetCatalogRevision() int64 {
@@ -3944,7 +4126,7 @@ type ReportAck struct {
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4138,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4151,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportAck) GetAccepted() int64 {
@@ -4012,7 +4194,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4024,7 +4206,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4037,7 +4219,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{34}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportResponse) GetCommand() isReportResponse_Command {
@@ -4148,7 +4330,7 @@ type KeySet struct {
 
 func (x *KeySet) Reset() {
 	*x = KeySet{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4342,7 @@ func (x *KeySet) String() string {
 func (*KeySet) ProtoMessage() {}
 
 func (x *KeySet) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4355,7 @@ func (x *KeySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySet.ProtoReflect.Descriptor instead.
 func (*KeySet) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KeySet) GetKeyPrefixes() []uint64 {
@@ -4205,7 +4387,7 @@ type AcquireHedgeRequest struct {
 
 func (x *AcquireHedgeRequest) Reset() {
 	*x = AcquireHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +4399,7 @@ func (x *AcquireHedgeRequest) String() string {
 func (*AcquireHedgeRequest) ProtoMessage() {}
 
 func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +4412,7 @@ func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeRequest.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AcquireHedgeRequest) GetRequestId() string {
@@ -4269,7 +4451,7 @@ type AcquireHedgeResponse struct {
 
 func (x *AcquireHedgeResponse) Reset() {
 	*x = AcquireHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4463,7 @@ func (x *AcquireHedgeResponse) String() string {
 func (*AcquireHedgeResponse) ProtoMessage() {}
 
 func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4476,7 @@ func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeResponse.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AcquireHedgeResponse) GetGranted() bool {
@@ -4339,7 +4521,7 @@ type ListActivityRequest struct {
 
 func (x *ListActivityRequest) Reset() {
 	*x = ListActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4351,7 +4533,7 @@ func (x *ListActivityRequest) String() string {
 func (*ListActivityRequest) ProtoMessage() {}
 
 func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4364,7 +4546,7 @@ func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListActivityRequest) GetIdentity() *Identity {
@@ -4422,7 +4604,7 @@ type ListActivityResponse struct {
 
 func (x *ListActivityResponse) Reset() {
 	*x = ListActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4434,7 +4616,7 @@ func (x *ListActivityResponse) String() string {
 func (*ListActivityResponse) ProtoMessage() {}
 
 func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4447,7 +4629,7 @@ func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListActivityResponse) GetRecords() []*ActivityRecord {
@@ -4477,7 +4659,7 @@ type GetActivityRequest struct {
 
 func (x *GetActivityRequest) Reset() {
 	*x = GetActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4489,7 +4671,7 @@ func (x *GetActivityRequest) String() string {
 func (*GetActivityRequest) ProtoMessage() {}
 
 func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4502,7 +4684,7 @@ func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
 func (*GetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetActivityRequest) GetIdentity() *Identity {
@@ -4530,7 +4712,7 @@ type GetActivityResponse struct {
 
 func (x *GetActivityResponse) Reset() {
 	*x = GetActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4542,7 +4724,7 @@ func (x *GetActivityResponse) String() string {
 func (*GetActivityResponse) ProtoMessage() {}
 
 func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4737,7 @@ func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
 func (*GetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetActivityResponse) GetRecord() *ActivityRecord {
@@ -4576,7 +4758,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4770,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4783,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -4628,7 +4810,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4822,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4835,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Model) GetId() string {
@@ -4695,7 +4877,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4889,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4902,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -4743,7 +4925,7 @@ type HedgeSettlement struct {
 
 func (x *HedgeSettlement) Reset() {
 	*x = HedgeSettlement{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4937,7 @@ func (x *HedgeSettlement) String() string {
 func (*HedgeSettlement) ProtoMessage() {}
 
 func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4950,7 @@ func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeSettlement.ProtoReflect.Descriptor instead.
 func (*HedgeSettlement) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HedgeSettlement) GetRequestId() string {
@@ -4796,7 +4978,7 @@ type SettleHedgeRequest struct {
 
 func (x *SettleHedgeRequest) Reset() {
 	*x = SettleHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +4990,7 @@ func (x *SettleHedgeRequest) String() string {
 func (*SettleHedgeRequest) ProtoMessage() {}
 
 func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +5003,7 @@ func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeRequest.ProtoReflect.Descriptor instead.
 func (*SettleHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SettleHedgeRequest) GetSettlements() []*HedgeSettlement {
@@ -4840,7 +5022,7 @@ type SettleHedgeResponse struct {
 
 func (x *SettleHedgeResponse) Reset() {
 	*x = SettleHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +5034,7 @@ func (x *SettleHedgeResponse) String() string {
 func (*SettleHedgeResponse) ProtoMessage() {}
 
 func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +5047,7 @@ func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeResponse.ProtoReflect.Descriptor instead.
 func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
 }
 
 // ReconcileBatch carries reconciliations from an edge on its Report stream.
@@ -4889,7 +5071,7 @@ type ReconcileBatch struct {
 
 func (x *ReconcileBatch) Reset() {
 	*x = ReconcileBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4901,7 +5083,7 @@ func (x *ReconcileBatch) String() string {
 func (*ReconcileBatch) ProtoMessage() {}
 
 func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4914,7 +5096,7 @@ func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBatch.ProtoReflect.Descriptor instead.
 func (*ReconcileBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReconcileBatch) GetReconciles() []*ReconcileRequest {
@@ -4944,7 +5126,7 @@ type ReservationHeartbeat struct {
 
 func (x *ReservationHeartbeat) Reset() {
 	*x = ReservationHeartbeat{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4956,7 +5138,7 @@ func (x *ReservationHeartbeat) String() string {
 func (*ReservationHeartbeat) ProtoMessage() {}
 
 func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4969,7 +5151,7 @@ func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationHeartbeat.ProtoReflect.Descriptor instead.
 func (*ReservationHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReservationHeartbeat) GetReservationIds() []string {
@@ -4990,7 +5172,7 @@ type KeepReservationsRequest struct {
 
 func (x *KeepReservationsRequest) Reset() {
 	*x = KeepReservationsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5184,7 @@ func (x *KeepReservationsRequest) String() string {
 func (*KeepReservationsRequest) ProtoMessage() {}
 
 func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5197,7 @@ func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsRequest.ProtoReflect.Descriptor instead.
 func (*KeepReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeepReservationsRequest) GetReservationIds() []string {
@@ -5036,7 +5218,7 @@ type KeepReservationsResponse struct {
 
 func (x *KeepReservationsResponse) Reset() {
 	*x = KeepReservationsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5048,7 +5230,7 @@ func (x *KeepReservationsResponse) String() string {
 func (*KeepReservationsResponse) ProtoMessage() {}
 
 func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5061,7 +5243,7 @@ func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsResponse.ProtoReflect.Descriptor instead.
 func (*KeepReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KeepReservationsResponse) GetKept() int64 {
@@ -5177,7 +5359,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tHedgePlan\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xbf\x04\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xf4\x04\n" +
 	"\x0eDecideResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -5192,12 +5374,13 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\arefusal\x18\n" +
 	" \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x12.\n" +
 	"\x06demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\x06demand\x12\x14\n" +
-	"\x05grant\x18\f \x01(\fR\x05grant\"~\n" +
+	"\x05grant\x18\f \x01(\fR\x05grant\x123\n" +
+	"\x05queue\x18\r \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\"~\n" +
 	"\x06Demand\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x10\n" +
 	"\x03usd\x18\x03 \x01(\x01R\x03usd\x12\x1a\n" +
-	"\brequests\x18\x04 \x01(\x03R\brequests\"\xa2\x02\n" +
+	"\brequests\x18\x04 \x01(\x03R\brequests\"\xbc\x03\n" +
 	"\x0eReserveRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12'\n" +
@@ -5207,7 +5390,17 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x05 \x01(\tR\n" +
 	"endpointId\x12.\n" +
 	"\x06demand\x18\x06 \x01(\v2\x16.switchboard.v1.DemandR\x06demand\x12+\n" +
-	"\x03ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xa4\x01\n" +
+	"\x03ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
+	"\bmax_wait\x18\b \x01(\v2\x19.google.protobuf.DurationR\amaxWait\x12\x18\n" +
+	"\aattempt\x18\t \x01(\x05R\aattempt\x12H\n" +
+	"\x10previous_failure\x18\n" +
+	" \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\x0fpreviousFailure\"\x81\x02\n" +
+	"\rQueueDecision\x12\x19\n" +
+	"\bqueue_id\x18\x01 \x01(\tR\aqueueId\x12D\n" +
+	"\x0eworkload_class\x18\x02 \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\x12\x1a\n" +
+	"\bposition\x18\x03 \x01(\x03R\bposition\x121\n" +
+	"\x06waited\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12@\n" +
+	"\x0eestimated_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\restimatedWait\"\xa4\x01\n" +
 	"\fBucketCharge\x12\x1b\n" +
 	"\tbucket_id\x18\x01 \x01(\tR\bbucketId\x120\n" +
 	"\x05scope\x18\x02 \x01(\x0e2\x1a.switchboard.v1.LimitScopeR\x05scope\x12-\n" +
@@ -5223,7 +5416,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vexpire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xc9\x03\n" +
+	"expireTime\"\x84\x04\n" +
 	"\aRefusal\x125\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\x06reason\x120\n" +
 	"\x05scope\x18\x02 \x01(\x0e2\x1a.switchboard.v1.LimitScopeR\x05scope\x12-\n" +
@@ -5237,11 +5430,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eworkload_class\x18\b \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\x12\x18\n" +
 	"\amessage\x18\t \x01(\tR\amessage\x12\x1b\n" +
 	"\tbucket_id\x18\n" +
-	" \x01(\tR\bbucketId\"\x9f\x01\n" +
+	" \x01(\tR\bbucketId\x12\x12\n" +
+	"\x04code\x18\v \x01(\tR\x04code\x12%\n" +
+	"\x0efallback_model\x18\f \x01(\tR\rfallbackModel\"\xd4\x01\n" +
 	"\x0fReserveResponse\x12\x1a\n" +
 	"\badmitted\x18\x01 \x01(\bR\badmitted\x12=\n" +
 	"\vreservation\x18\x02 \x01(\v2\x1b.switchboard.v1.ReservationR\vreservation\x121\n" +
-	"\arefusal\x18\x03 \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\"\xb6\x01\n" +
+	"\arefusal\x18\x03 \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x123\n" +
+	"\x05queue\x18\x04 \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\"\xb6\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12#\n" +
@@ -5250,12 +5446,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\breported\x18\x05 \x01(\bR\breported\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xdf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc8\x02\n" +
 	"\x10ReconcileRequest\x12%\n" +
 	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12+\n" +
 	"\x05usage\x18\x02 \x01(\v2\x15.switchboard.v1.UsageR\x05usage\x121\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x17.switchboard.v1.OutcomeR\aoutcome\x12D\n" +
-	"\x12rate_limit_headers\x18\x04 \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\"M\n" +
+	"\x12rate_limit_headers\x18\x04 \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\x127\n" +
+	"\afailure\x18\x05 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\afailure\x12.\n" +
+	"\x13provider_error_code\x18\x06 \x01(\tR\x11providerErrorCode\"M\n" +
 	"\x11ReconcileResponse\x128\n" +
 	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\"\x8f\x01\n" +
 	"\tEdgeHello\x12\x17\n" +
@@ -5544,7 +5742,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
@@ -5571,52 +5769,53 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*DecideResponse)(nil),           // 22: switchboard.v1.DecideResponse
 	(*Demand)(nil),                   // 23: switchboard.v1.Demand
 	(*ReserveRequest)(nil),           // 24: switchboard.v1.ReserveRequest
-	(*BucketCharge)(nil),             // 25: switchboard.v1.BucketCharge
-	(*Reservation)(nil),              // 26: switchboard.v1.Reservation
-	(*Refusal)(nil),                  // 27: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),          // 28: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                    // 29: switchboard.v1.Usage
-	(*Header)(nil),                   // 30: switchboard.v1.Header
-	(*ReconcileRequest)(nil),         // 31: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),        // 32: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),                // 33: switchboard.v1.EdgeHello
-	(*CallReport)(nil),               // 34: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),          // 35: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),            // 36: switchboard.v1.ReportRequest
-	(*Attempt)(nil),                  // 37: switchboard.v1.Attempt
-	(*HedgeInfo)(nil),                // 38: switchboard.v1.HedgeInfo
-	(*ActivityRecord)(nil),           // 39: switchboard.v1.ActivityRecord
-	(*ActivityBatch)(nil),            // 40: switchboard.v1.ActivityBatch
-	(*ProbeCommand)(nil),             // 41: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),          // 42: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),            // 43: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),                // 44: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),           // 45: switchboard.v1.ReportResponse
-	(*KeySet)(nil),                   // 46: switchboard.v1.KeySet
-	(*AcquireHedgeRequest)(nil),      // 47: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 48: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 49: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 50: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 51: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 52: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 53: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 54: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 55: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 56: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 57: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 58: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 59: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 60: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 61: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 62: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 63: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
-	(*StartExperimentRequest)(nil),   // 65: switchboard.v1.StartExperimentRequest
-	(*StopExperimentRequest)(nil),    // 66: switchboard.v1.StopExperimentRequest
-	(*GetExperimentRequest)(nil),     // 67: switchboard.v1.GetExperimentRequest
-	(*StartExperimentResponse)(nil),  // 68: switchboard.v1.StartExperimentResponse
-	(*StopExperimentResponse)(nil),   // 69: switchboard.v1.StopExperimentResponse
-	(*GetExperimentResponse)(nil),    // 70: switchboard.v1.GetExperimentResponse
+	(*QueueDecision)(nil),            // 25: switchboard.v1.QueueDecision
+	(*BucketCharge)(nil),             // 26: switchboard.v1.BucketCharge
+	(*Reservation)(nil),              // 27: switchboard.v1.Reservation
+	(*Refusal)(nil),                  // 28: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),          // 29: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                    // 30: switchboard.v1.Usage
+	(*Header)(nil),                   // 31: switchboard.v1.Header
+	(*ReconcileRequest)(nil),         // 32: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),        // 33: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),                // 34: switchboard.v1.EdgeHello
+	(*CallReport)(nil),               // 35: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),          // 36: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),            // 37: switchboard.v1.ReportRequest
+	(*Attempt)(nil),                  // 38: switchboard.v1.Attempt
+	(*HedgeInfo)(nil),                // 39: switchboard.v1.HedgeInfo
+	(*ActivityRecord)(nil),           // 40: switchboard.v1.ActivityRecord
+	(*ActivityBatch)(nil),            // 41: switchboard.v1.ActivityBatch
+	(*ProbeCommand)(nil),             // 42: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),          // 43: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),            // 44: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),                // 45: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),           // 46: switchboard.v1.ReportResponse
+	(*KeySet)(nil),                   // 47: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 48: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 49: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 50: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 51: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 52: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 53: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 54: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 55: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 56: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 57: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 58: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 59: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 60: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 61: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 62: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 63: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 66: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 67: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 68: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 69: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 70: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 71: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5624,19 +5823,19 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	63,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	64,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	63,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	64,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
 	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	63,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	64,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	63,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	64,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	63,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	64,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
 	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
@@ -5644,105 +5843,113 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	21,  // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
 	11,  // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
 	14,  // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	26,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
-	27,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
+	27,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
+	28,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
 	23,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
-	11,  // 28: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	23,  // 29: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	63,  // 30: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	7,   // 31: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 32: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	23,  // 33: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	25,  // 34: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	64,  // 35: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	64,  // 36: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,   // 37: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,   // 38: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 39: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	64,  // 40: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	63,  // 41: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,   // 42: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	26,  // 43: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	27,  // 44: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	29,  // 45: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,   // 46: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	30,  // 47: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	25,  // 48: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	64,  // 49: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	63,  // 50: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	63,  // 51: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	29,  // 52: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,   // 53: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	63,  // 54: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	30,  // 55: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	34,  // 56: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	33,  // 57: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	35,  // 58: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	40,  // 59: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	59,  // 60: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	60,  // 61: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
-	9,   // 62: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	63,  // 63: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	64,  // 64: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,   // 65: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	64,  // 66: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	37,  // 67: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	38,  // 68: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	29,  // 69: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10,  // 70: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	63,  // 71: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	63,  // 72: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	39,  // 73: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18,  // 74: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	64,  // 75: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	44,  // 76: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	41,  // 77: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	42,  // 78: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	43,  // 79: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	46,  // 80: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	64,  // 81: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 82: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	64,  // 83: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	64,  // 84: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	39,  // 85: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 86: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	39,  // 87: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 88: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 89: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	54,  // 90: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	56,  // 91: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	31,  // 92: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 93: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24,  // 94: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	31,  // 95: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	36,  // 96: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	53,  // 97: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	47,  // 98: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	49,  // 99: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	51,  // 100: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	57,  // 101: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	61,  // 102: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	65,  // 103: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	66,  // 104: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	67,  // 105: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 106: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	28,  // 107: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	32,  // 108: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	45,  // 109: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	55,  // 110: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	48,  // 111: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	50,  // 112: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	52,  // 113: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	58,  // 114: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	62,  // 115: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	68,  // 116: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	69,  // 117: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	70,  // 118: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	106, // [106:119] is the sub-list for method output_type
-	93,  // [93:106] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	25,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
+	11,  // 29: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	23,  // 30: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	64,  // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	64,  // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	8,   // 33: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
+	0,   // 34: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
+	64,  // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	64,  // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	7,   // 37: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 38: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	23,  // 39: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	26,  // 40: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	65,  // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	65,  // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	8,   // 43: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	7,   // 44: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 45: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	65,  // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	64,  // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,   // 48: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	27,  // 49: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	28,  // 50: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	25,  // 51: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
+	30,  // 52: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	9,   // 53: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	31,  // 54: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	8,   // 55: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
+	26,  // 56: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	65,  // 57: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	64,  // 58: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	64,  // 59: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	30,  // 60: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	9,   // 61: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	64,  // 62: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	31,  // 63: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	35,  // 64: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	34,  // 65: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	36,  // 66: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	41,  // 67: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	60,  // 68: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	61,  // 69: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	9,   // 70: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	64,  // 71: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	65,  // 72: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,   // 73: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	65,  // 74: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	38,  // 75: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	39,  // 76: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	30,  // 77: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10,  // 78: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	64,  // 79: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	64,  // 80: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	40,  // 81: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18,  // 82: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	65,  // 83: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	45,  // 84: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	42,  // 85: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	43,  // 86: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	44,  // 87: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	47,  // 88: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	65,  // 89: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 90: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	65,  // 91: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	65,  // 92: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	40,  // 93: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 94: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	40,  // 95: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 96: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 97: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	55,  // 98: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	57,  // 99: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	32,  // 100: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 101: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24,  // 102: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	32,  // 103: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	37,  // 104: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	54,  // 105: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	48,  // 106: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	50,  // 107: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	52,  // 108: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	58,  // 109: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	62,  // 110: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	66,  // 111: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	67,  // 112: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	68,  // 113: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 114: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	29,  // 115: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	33,  // 116: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	46,  // 117: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	56,  // 118: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	49,  // 119: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	51,  // 120: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	53,  // 121: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	59,  // 122: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	63,  // 123: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	69,  // 124: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	70,  // 125: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	71,  // 126: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	114, // [114:127] is the sub-list for method output_type
+	101, // [101:114] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -5753,14 +5960,14 @@ func file_switchboard_v1_decider_proto_init() {
 	file_switchboard_v1_experiment_proto_init()
 	file_switchboard_v1_decider_proto_msgTypes[3].OneofWrappers = []any{}
 	file_switchboard_v1_decider_proto_msgTypes[4].OneofWrappers = []any{}
-	file_switchboard_v1_decider_proto_msgTypes[25].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[26].OneofWrappers = []any{
 		(*ReportRequest_Hello)(nil),
 		(*ReportRequest_Batch)(nil),
 		(*ReportRequest_Activity)(nil),
 		(*ReportRequest_Reconcile)(nil),
 		(*ReportRequest_Heartbeat)(nil),
 	}
-	file_switchboard_v1_decider_proto_msgTypes[34].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[35].OneofWrappers = []any{
 		(*ReportResponse_Ack)(nil),
 		(*ReportResponse_Probe)(nil),
 		(*ReportResponse_Cooldown)(nil),
@@ -5773,7 +5980,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -168,6 +168,8 @@ func TestChatAdmissionFallback(t *testing.T) {
 			Usd: h.eps[1].GetEstimatedCostUsd(), Requests: 1,
 		},
 		Ttl: durationpb.New(5 * time.Minute),
+		// A fallback endpoint is skipped when full, never waited for.
+		MaxWait: durationpb.New(-time.Nanosecond),
 	}
 	require.True(t, proto.Equal(want, res[0]), "got %v", res[0])
 

@@ -49,6 +49,9 @@ const (
 	// reading is cut after it, and its call is recorded as the client's
 	// doing, not the provider's.
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultMaxQueueWait is the longest wait of the default batch workload
+	// class, so that by default the edge never cuts a class's wait short.
+	DefaultMaxQueueWait = 30 * time.Minute
 )
 
 // maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
@@ -143,6 +146,13 @@ type Config struct {
 	// recorded as cancelled by the client (Optional). Defaults to 30s.
 	// Flag --write-timeout.
 	WriteTimeout time.Duration
+	// MaxQueueWait is the longest a chat request may wait in its workload
+	// class's admission queue: the Decide that reserves may take this much
+	// longer than its usual bound. The decider ends a wait at the class's
+	// max_wait, so this only caps the catalog's waits on this edge
+	// (Optional). Defaults to 30m, the default batch class's wait.
+	// Flag --max-queue-wait.
+	MaxQueueWait time.Duration
 	// DebugListen is the host:port of a plain HTTP listener serving Go
 	// profiles (net/http/pprof under /debug/pprof/), separate from the API
 	// port; a port alone listens on loopback (Optional). Defaults to none.
@@ -245,6 +255,9 @@ func (c Config) withDefaults() Config {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
+	if c.MaxQueueWait == 0 {
+		c.MaxQueueWait = DefaultMaxQueueWait
+	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
@@ -326,6 +339,7 @@ func (c Config) validate() error {
 		{"--shutdown-grace", c.ShutdownGrace},
 		{"--body-read-timeout", c.BodyReadTimeout},
 		{"--write-timeout", c.WriteTimeout},
+		{"--max-queue-wait", c.MaxQueueWait},
 		{"--provider-key-reload", c.ProviderKeyReload},
 	} {
 		if d.value <= 0 {
@@ -398,6 +412,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "longest time to read one request body (408 beyond)")
 	fs.IntVar(&cfg.MaxUnverifiedBodies, "max-unverified-bodies", cfg.MaxUnverifiedBodies, "request bodies read at once for API keys not yet seen accepted (503 beyond)")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "longest time one write to a client may take before the client is cut off")
+	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "longest a request may wait in its workload class's admission queue (the class's max_wait ends it sooner)")
 	fs.StringVar(&cfg.ProviderKeyPrefix, "provider-key-prefix", cfg.ProviderKeyPrefix,
 		"provider credentials are the environment variables and --provider-key-dir files named with this prefix; no other name is ever read")
 	fs.StringVar(&cfg.ProviderKeyDir, "provider-key-dir", cfg.ProviderKeyDir,

@@ -40,6 +40,7 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 30*time.Second, c.BodyReadTimeout)
 				require.Equal(t, 64, c.MaxUnverifiedBodies)
 				require.Equal(t, 30*time.Second, c.WriteTimeout)
+				require.Equal(t, 30*time.Minute, c.MaxQueueWait)
 				require.NotNil(t, c.Getenv)
 			},
 		},
@@ -50,7 +51,7 @@ func TestParseFlags(t *testing.T) {
 				"--max-attempts", "2", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
 				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms",
 				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s",
-				"--decider-plaintext"},
+				"--max-queue-wait", "3m", "--decider-plaintext"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
@@ -58,7 +59,7 @@ func TestParseFlags(t *testing.T) {
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
 					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReservationHeartbeat: 10 * time.Minute / 3, ReserveTimeout: 150 * time.Millisecond,
 					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,
-					ProviderKeyPrefix: "SWITCHBOARD_PROVIDER_KEY_", ProviderKeyReload: 10 * time.Second, DeciderPlaintext: true,
+					MaxQueueWait: 3 * time.Minute, ProviderKeyPrefix: "SWITCHBOARD_PROVIDER_KEY_", ProviderKeyReload: 10 * time.Second, DeciderPlaintext: true,
 				}, withoutGetenv(c))
 			},
 		},

@@ -183,6 +183,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Region:         cfg.Region,
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		ReservationTTL: cfg.ReservationTTL,
+		QueueWait:      cfg.MaxQueueWait,
 		DeciderState:   func() string { return conn.GetState().String() },
 		Ready:          deciderReady(healthpb.NewHealthClient(conn)),
 		// Bodies are read under their own deadline; the server's

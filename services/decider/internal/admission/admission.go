@@ -398,7 +398,12 @@ func (a *Admission) Owner() bool { return a.owner.Load() }
 // errRetryLocally means this replica became the owner while a call waited.
 var errRetryLocally = errors.New("owner now")
 
-// Reserve reserves locally when this replica owns the broker, else forwards.
+// Reserve reserves locally when this replica owns the broker, else
+// forwards. A request may wait in its workload class's queue for up to
+// max_wait (0: the class's own wait; negative: not at all), never past the
+// class's wait nor the call's deadline, which a forwarded call carries to
+// the owner. The wait holds nothing of the server but the call itself: it
+// ends with the call's context.
 func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
@@ -409,14 +414,7 @@ func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveReque
 			return nil, err
 		}
 	}
-	res, ref, err := a.o.Broker.Reserve(ctx, broker.ReserveRequestFromProto(req))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if ref != nil {
-		return &switchboardv1.ReserveResponse{Admitted: false, Refusal: ref.Proto()}, nil
-	}
-	return &switchboardv1.ReserveResponse{Admitted: true, Reservation: res.Proto()}, nil
+	return a.reserve(ctx, req)
 }
 
 // Reconcile reconciles locally when this replica owns the broker, else

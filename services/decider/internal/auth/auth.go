@@ -1,6 +1,7 @@
 // Package auth owns who calls the decider, what each caller may do, and
 // for whom: it also resolves the identity a request carries (an API key
-// digest or a tenant id) into the tenant, key id and partner it acts for.
+// digest or a tenant id) into the tenant, key id and partner it acts for,
+// and the workload class it is admitted as (Resolve).
 //
 // # Authentication
 //
@@ -73,6 +74,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // OnBehalfOf is the metadata key a replica names its original caller in.
@@ -127,10 +129,23 @@ type index struct {
 	keys    map[string]keyInfo
 	tenants map[string]bool
 	partner map[string]string
+	// classes are each tenant's workload classes: those it may ask for and
+	// its default; contracts are the classes' admission contracts.
+	classes   map[string]tenantClasses
+	contracts map[switchboardv1.WorkloadClass]catalog.Contract
 }
 
 type keyInfo struct {
 	tenant, keyID string
+	// class is the key's own workload class; unspecified when it has none.
+	class switchboardv1.WorkloadClass
+}
+
+// tenantClasses are the workload classes a tenant may use, and the one its
+// requests get when neither they nor their key name one.
+type tenantClasses struct {
+	allowed []switchboardv1.WorkloadClass
+	def     switchboardv1.WorkloadClass
 }
 
 // Authenticator authenticates calls against the catalog's callers.
@@ -144,14 +159,27 @@ func New() *Authenticator { return &Authenticator{} }
 // SetCatalog makes c's callers, tenants and API keys the ones accepted,
 // from the next call on.
 func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
-	idx := &index{byID: map[string]*Principal{}, keys: map[string]keyInfo{}, tenants: map[string]bool{}, partner: map[string]string{}}
+	idx := &index{byID: map[string]*Principal{}, keys: map[string]keyInfo{}, tenants: map[string]bool{}, partner: map[string]string{},
+		classes: map[string]tenantClasses{}, contracts: map[switchboardv1.WorkloadClass]catalog.Contract{}}
+	for _, k := range c.Contracts() {
+		idx.contracts[ClassOf(k.Class)] = k
+	}
 	for _, t := range c.Tenants {
 		idx.tenants[t.ID] = true
 		if t.Partner != "" {
 			idx.partner[t.ID] = t.Partner
 		}
+		tc := tenantClasses{def: ClassOf(t.DefaultClassOf(""))}
+		for _, name := range t.AllowedClasses() {
+			tc.allowed = append(tc.allowed, ClassOf(name))
+		}
+		idx.classes[t.ID] = tc
 		for _, k := range t.APIKeysSHA256 {
-			idx.keys[k] = keyInfo{tenant: t.ID, keyID: catalog.KeyID(k)}
+			ki := keyInfo{tenant: t.ID, keyID: catalog.KeyID(k)}
+			if cl := ClassOf(t.DefaultClassOf(k)); cl != tc.def {
+				ki.class = cl
+			}
+			idx.keys[k] = ki
 		}
 	}
 	for _, cl := range c.Callers {

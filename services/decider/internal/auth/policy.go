@@ -70,6 +70,11 @@ func Allowed(role, method string) bool { return policy[method][role] != deny }
 // catalog); without one, a tenant id must name a tenant. The partner always
 // comes from the catalog, never from the caller, so no one can charge (or
 // escape) another partner's limits. It fails with Unauthenticated.
+//
+// The workload class is the one the request asks for, which the tenant
+// must be allowed (else PermissionDenied); when it asks for none, its
+// key's class, else its tenant's default class, else interactive. A class
+// that is none of the known ones is InvalidArgument.
 func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	idx := a.idx.Load()
 	if idx == nil {
@@ -77,17 +82,20 @@ func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Iden
 	}
 	out := &switchboardv1.Identity{}
 	if id != nil {
-		out.App, out.Environment, out.Partner, out.WorkloadClass = id.App, id.Environment, id.Partner, id.WorkloadClass
+		out.App, out.Environment, out.Partner = id.App, id.Environment, id.Partner
 	}
-	if out.WorkloadClass == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
-		out.WorkloadClass = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	asked := id.GetWorkloadClass()
+	if _, known := switchboardv1.WorkloadClass_name[int32(asked)]; !known {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown workload_class %d", int32(asked))
 	}
+	var key keyInfo
 	switch {
 	case id.GetApiKeySha256() != "":
 		k, ok := idx.keys[strings.ToLower(id.GetApiKeySha256())]
 		if !ok {
 			return nil, status.Error(codes.Unauthenticated, "invalid API key")
 		}
+		key = k
 		out.TenantId, out.ApiKeyId = k.tenant, k.keyID
 	case id.GetTenantId() != "":
 		if !idx.tenants[id.GetTenantId()] {
@@ -98,7 +106,62 @@ func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Iden
 		return nil, status.Error(codes.Unauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
 	out.Partner = idx.partner[out.TenantId]
+	tc := idx.classes[out.TenantId]
+	switch {
+	case asked != switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED:
+		if !slices.Contains(tc.allowed, asked) {
+			names := make([]string, len(tc.allowed))
+			for i, c := range tc.allowed {
+				names[i] = ClassName(c)
+			}
+			return nil, status.Errorf(codes.PermissionDenied, "workload class %s is not allowed for this tenant; it may use %s",
+				ClassName(asked), strings.Join(names, ", "))
+		}
+		out.WorkloadClass = asked
+	case key.class != switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED:
+		out.WorkloadClass = key.class
+	case tc.def != switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED:
+		out.WorkloadClass = tc.def
+	default:
+		out.WorkloadClass = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	}
 	return out, nil
+}
+
+// Contract returns the admission contract of a workload class as the
+// catalog sets it (interactive for unspecified); false before the catalog
+// is loaded or for an unknown class.
+func (a *Authenticator) Contract(cls switchboardv1.WorkloadClass) (catalog.Contract, bool) {
+	idx := a.idx.Load()
+	if idx == nil {
+		return catalog.Contract{}, false
+	}
+	if cls == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		cls = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	}
+	k, ok := idx.contracts[cls]
+	return k, ok
+}
+
+// ClassOf maps a workload class's catalog name (catalog.Classes) to its
+// proto value; unspecified for any other name.
+func ClassOf(name string) switchboardv1.WorkloadClass {
+	if i := slices.Index(catalog.Classes, name); i >= 0 {
+		return switchboardv1.WorkloadClass(i + 1)
+	}
+	return switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED
+}
+
+// ClassName is a workload class's catalog name, the one clients send in
+// the X-Switchboard-Workload header; interactive for unspecified.
+func ClassName(cls switchboardv1.WorkloadClass) string {
+	if cls == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		return catalog.ClassInteractive
+	}
+	if i := int(cls) - 1; i >= 0 && i < len(catalog.Classes) {
+		return catalog.Classes[i]
+	}
+	return cls.String()
 }
 
 // Identity checks that the caller of ctx may send method with id, and

@@ -33,6 +33,11 @@ type Refusal struct {
 	Class WorkloadClass
 	// Message is a human-readable explanation.
 	Message string
+	// Code is a stable machine-readable reason (Code* constants).
+	Code string
+	// FallbackModel is set when the class's overload action degrades the
+	// request to another model instead of refusing it.
+	FallbackModel string
 
 	need float64 // the refused amount, for the message
 }

@@ -24,6 +24,17 @@ type ReserveRequest struct {
 	// TTL is how long the reservation lives if never reconciled. (Optional)
 	// Defaults to Options.DefaultTTL, capped at Options.MaxTTL.
 	TTL time.Duration
+	// MaxWait is how long the caller will wait in its class's admission
+	// queue ([Broker.ReserveWait]); 0 uses the class's deadline, which also
+	// caps it. (Optional)
+	MaxWait time.Duration
+	// Attempt numbers this dispatch within the logical request RequestID:
+	// 0 or 1 for the first, 2 for the first retry. The broker holds the
+	// logical request's retry budget. (Optional)
+	Attempt int
+	// PreviousFailure classifies how the previous attempt failed; a retry
+	// after a non-retryable failure is refused. (Optional)
+	PreviousFailure RefusalReason
 }
 
 // Reservation is capacity held for one dispatch. The broker never changes a

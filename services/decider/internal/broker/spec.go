@@ -102,6 +102,12 @@ type Config struct {
 	// Routes are the endpoints; an endpoint missing here charges its
 	// model_route buckets and the provider buckets keyed by its provider name.
 	Routes []Route
+	// Classes are the workload classes' queue contracts; a class missing
+	// here gets DefaultContract.
+	Classes []ClassContract
+	// Tenants are the tenants' fair-share weights and burst credits; a
+	// tenant missing here has weight 1 and the default burst.
+	Tenants []TenantShare
 }
 
 // def is a validated bucket definition: what a bucket is, without state.
@@ -304,9 +310,11 @@ func specDefs(s Spec, floor float64, period int64) []def {
 //   - a tenant limit is a tenant bucket keyed by the tenant id, or, with scope
 //     api_key, one bucket per API key of the tenant (each key gets the limit).
 //     Other scopes on a tenant (app, partner, provider ones) need a key the
-//     catalog cannot express yet and are an error.
+//     catalog cannot express yet and are an error;
+//   - every workload class gets its contract (ClassesFromCatalog), and
+//     every tenant its fair-share weight and burst.
 func FromCatalog(c *catalog.Catalog) (Config, error) {
-	var cfg Config
+	cfg := Config{Classes: ClassesFromCatalog(c)}
 	var errs []error
 	shared := map[string]Spec{} // by bucket id
 	for _, m := range c.Models {
@@ -319,6 +327,11 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 	}
 	for _, t := range c.Tenants {
 		errs = append(errs, tenantSpecs(&cfg, t)...)
+		share := TenantShare{Tenant: t.ID, Weight: 1, Burst: t.Burst}
+		if t.Weight != nil {
+			share.Weight = *t.Weight
+		}
+		cfg.Tenants = append(cfg.Tenants, share)
 	}
 	for _, p := range c.Partners {
 		for i, l := range p.Limits {
@@ -338,6 +351,42 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// ClassesFromCatalog returns the contract of every workload class, the
+// catalog's settings over the defaults (catalog.DefaultContracts), so each
+// class has one whether or not the catalog names it.
+func ClassesFromCatalog(c *catalog.Catalog) []ClassContract {
+	ks := c.Contracts()
+	out := make([]ClassContract, 0, len(ks))
+	for _, k := range ks {
+		cls, _ := ParseClass(k.Class)
+		cc := ClassContract{Class: cls, MaxWait: k.MaxWait, MaxDepth: k.MaxDepth, FallbackModel: k.FallbackModel,
+			Weight: k.Weight, RetryBudget: k.RetryBudget}
+		if k.Overload == catalog.OverloadFallback {
+			cc.Overload = OverloadFallback
+		}
+		if cc.RetryBudget == 0 {
+			cc.RetryBudget = -1 // none; the broker reads 0 as unset
+		}
+		out = append(out, cc)
+	}
+	return out
+}
+
+// ParseClass maps a workload class's name (catalog.Classes) to its value.
+func ParseClass(name string) (WorkloadClass, error) {
+	switch name {
+	case catalog.ClassInteractive:
+		return ClassInteractive, nil
+	case catalog.ClassBackground:
+		return ClassBackground, nil
+	case catalog.ClassPartner:
+		return ClassPartner, nil
+	case catalog.ClassBatch:
+		return ClassBatch, nil
+	}
+	return ClassUnspecified, fmt.Errorf("%w: unknown workload class %q", ErrInvalid, name)
 }
 
 // endpointSpecs adds to cfg the buckets of endpoint e's limits, on route r;

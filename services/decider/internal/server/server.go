@@ -11,8 +11,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
@@ -97,10 +99,13 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 }
 
 // reserve walks the decided order and reserves on the first endpoint whose
-// limits can take the request: an endpoint whose own
-// provider limits are full is skipped — the request goes to the next one,
-// not back to the client. Only the caller's own limits (API key, app,
-// tenant, partner), or every endpoint being full, refuse the client.
+// limits can take the request now: an endpoint whose own provider limits
+// are full is skipped — the request goes to the next one, not back to the
+// client. When none can take it now, the request waits in its workload
+// class's queue, within the call's deadline, for the endpoint that refused
+// it by the caller's own limit (API key, app, tenant, partner), or else for
+// the one whose capacity comes back first; only what that wait ends with
+// refuses the client.
 func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) error {
 	a, err := s.admission()
 	if err != nil {
@@ -111,8 +116,7 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 		out = routing.DefaultOutputTokens
 	}
 	eps := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
-	var refusal *switchboardv1.Refusal
-	for i, ep := range eps {
+	ask := func(ep *switchboardv1.Endpoint, wait *durationpb.Duration) (*switchboardv1.ReserveResponse, *switchboardv1.Demand, error) {
 		d := &switchboardv1.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
 		key := ""
 		if k := req.GetIdempotencyKey(); k != "" {
@@ -120,31 +124,87 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 		}
 		rr, err := a.Reserve(ctx, &switchboardv1.ReserveRequest{
 			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: resp.GetIdentity(),
-			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(),
+			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(), MaxWait: wait,
 		})
+		return rr, d, err
+	}
+	admit := func(i int, rr *switchboardv1.ReserveResponse, d *switchboardv1.Demand) {
+		ep := eps[i]
+		resp.Endpoint, resp.Fallbacks = ep, eps[i+1:]
+		resp.Reservation, resp.Demand, resp.Queue = rr.GetReservation(), d, rr.GetQueue()
+		if h := resp.GetHedge(); h.GetEndpoint().GetId() == ep.GetId() {
+			resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
+		}
+	}
+	var refusal *switchboardv1.Refusal
+	at := -1 // the endpoint to wait for
+	for i, ep := range eps {
+		rr, d, err := ask(ep, admission.NoWait)
 		if err != nil {
 			return err
 		}
 		if rr.GetAdmitted() {
-			resp.Endpoint, resp.Fallbacks = ep, eps[i+1:]
-			resp.Reservation, resp.Demand = rr.GetReservation(), d
-			if h := resp.GetHedge(); h.GetEndpoint().GetId() == ep.GetId() {
-				resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
-			}
+			admit(i, rr, d)
 			return nil
 		}
 		ref := rr.GetRefusal()
 		if callerScope(ref.GetScope()) {
-			resp.Endpoint, resp.Fallbacks, resp.Refusal = nil, nil, ref
-			return nil
+			refusal, at = ref, i
+			break
 		}
 		if refusal == nil || earlier(ref, refusal) {
-			refusal = ref
+			refusal, at = ref, i
 		}
 	}
-	resp.Endpoint, resp.Fallbacks, resp.Refusal = nil, nil, refusal
+	var queue *switchboardv1.QueueDecision
+	if at >= 0 && retryable(refusal) {
+		rr, d, err := ask(eps[at], nil)
+		if err != nil {
+			return err
+		}
+		if rr.GetAdmitted() {
+			admit(at, rr, d)
+			return nil
+		}
+		refusal, queue = rr.GetRefusal(), rr.GetQueue()
+	}
+	s.degrade(refusal, resp.GetModel(), resp.GetIdentity().GetWorkloadClass())
+	resp.Endpoint, resp.Fallbacks, resp.Refusal, resp.Queue = nil, nil, refusal, queue
 	resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
 	return nil
+}
+
+// retryable reports whether capacity may come back for a refused request
+// while it waits: a bucket that refills, or a provider's pause that ends.
+func retryable(ref *switchboardv1.Refusal) bool {
+	switch ref.GetReason() {
+	case switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD:
+		return true
+	}
+	return false
+}
+
+// degrade names the fallback model of the class's contract on a refusal
+// for capacity on the provider's side, when the class's overload action is
+// fallback: the caller serves the request with that model instead. A
+// refusal by the caller's own limits is kept as it is, since another model
+// counts against the same limits, and so is one that cannot be retried
+// (a daily quota, a request too large) or already names a model.
+func (s *Server) degrade(ref *switchboardv1.Refusal, model string, cls switchboardv1.WorkloadClass) {
+	if ref == nil || ref.GetFallbackModel() != "" || callerScope(ref.GetScope()) {
+		return
+	}
+	switch ref.GetReason() {
+	case switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD,
+		switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE:
+	default:
+		return
+	}
+	k, ok := s.authn.Contract(cls)
+	if !ok || k.Overload != catalog.OverloadFallback || k.FallbackModel == "" || k.FallbackModel == model {
+		return
+	}
+	ref.FallbackModel = k.FallbackModel
 }
 
 // callerScope reports whether a bucket belongs to the caller (its own
@@ -296,7 +356,12 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 		return nil, err
 	}
 	req.Identity = id
-	return a.Reserve(ctx, req)
+	resp, err := a.Reserve(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	s.degrade(resp.GetRefusal(), req.GetModel(), id.GetWorkloadClass())
+	return resp, nil
 }
 
 // Reconcile implements [switchboardv1.DeciderServiceServer.Reconcile].

@@ -54,6 +54,10 @@ const (
 
 var errNoBroker = errors.New("no rate-limit broker configured")
 
+// noWait is the max_wait of a Reserve that must be answered at once,
+// without a place in the class's admission queue.
+var noWait = durationpb.New(-time.Nanosecond)
+
 // skip is an endpoint that was not called because no reservation could be
 // made on it. It is an attempt in the activity record, not a provider call:
 // no CallReport, no cost.
@@ -106,6 +110,10 @@ func (d *Dispatcher) reserve(ctx context.Context, call Call, ep *switchboardv1.E
 		Model:          call.Model,
 		EndpointId:     ep.GetId(),
 		Demand:         dem,
+		// An admitted request waited in its class's queue once, in
+		// Decide; a further endpoint that is full is skipped for the
+		// next, never waited for.
+		MaxWait: noWait,
 	}
 	if a.TTL > 0 {
 		req.Ttl = durationpb.New(a.TTL)

@@ -212,6 +212,8 @@ func TestAdmissionFallbackReserves(t *testing.T) {
 				RequestId: "gen-1", IdempotencyKey: "gen-1|b/m", Identity: call.Admission.Identity, Model: "org/model",
 				EndpointId: "b/m", Demand: &switchboardv1.Demand{InputTokens: call.PromptTokens, OutputTokens: 4096, Usd: 0.02, Requests: 1},
 			}
+			require.Negative(t, res[0].GetMaxWait().AsDuration(), "a fallback endpoint is never waited for: the request waited once, in Decide")
+			res[0].MaxWait = nil
 			require.Equal(t, 2*time.Minute, res[0].GetTtl().AsDuration())
 			res[0].Ttl = nil
 			require.True(t, proto.Equal(want, res[0]), "got %v", res[0])

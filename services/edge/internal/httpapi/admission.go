@@ -27,7 +27,51 @@ const (
 	HeaderRateLimitScope = "X-Switchboard-Ratelimit-Scope"
 	// HeaderRateLimitReason is the refusal's class (see reasonCode).
 	HeaderRateLimitReason = "X-Switchboard-Ratelimit-Reason"
+	// HeaderReason is the refusal's stable code, as error.code says it:
+	// rate_limit, daily_quota, spend_limit, concurrency, ramp,
+	// provider_paused, too_large, queue_full, queue_deadline...
+	HeaderReason = "X-Switchboard-Reason"
 )
+
+// Headers of the admission queue, on a refusal and on an answer alike.
+const (
+	// HeaderWorkloadClass is the workload class the request was admitted
+	// (or refused) as: the one it asked for, else its key's or tenant's.
+	HeaderWorkloadClass = "X-Switchboard-Workload"
+	// HeaderQueueID identifies the request's place in its class's queue,
+	// when it waited in it.
+	HeaderQueueID = "X-Switchboard-Queue-Id"
+	// HeaderQueueWait is how long it waited there, in whole milliseconds.
+	HeaderQueueWait = "X-Switchboard-Queue-Wait-Ms"
+	// HeaderFallbackModel names the model that served (or was tried for)
+	// the request instead of the one asked for, when the class's overload
+	// action degraded it.
+	HeaderFallbackModel = "X-Switchboard-Fallback-Model"
+)
+
+// classNames are the workload classes as clients name them, by value.
+var classNames = map[switchboardv1.WorkloadClass]string{
+	switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED: "interactive",
+	switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE: "interactive",
+	switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND:  "background",
+	switchboardv1.WorkloadClass_WORKLOAD_CLASS_PARTNER:     "partner",
+	switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH:       "batch",
+}
+
+// setQueueHeaders says which class the request went through and, when it
+// waited in that class's queue, its place's id and how long it waited.
+func setQueueHeaders(h http.Header, cls switchboardv1.WorkloadClass, q *switchboardv1.QueueDecision) {
+	if name, ok := classNames[cls]; ok {
+		h.Set(HeaderWorkloadClass, name)
+	}
+	if q == nil {
+		return
+	}
+	if id := q.GetQueueId(); id != "" {
+		h.Set(HeaderQueueID, headerValue(id))
+	}
+	h.Set(HeaderQueueWait, strconv.FormatInt(max(q.GetWaited().AsDuration().Milliseconds(), 0), 10))
+}
 
 // maxIdentityValue bounds an app or environment name: a label, not data.
 const maxIdentityValue = 64
@@ -104,6 +148,10 @@ func single(r *http.Request, name string) (string, *apiError) {
 // broker gave figures — a provider bucket's level is other tenants' traffic
 // (a partner's too, so the broker sends no figures for it), so a
 // provider-scope refusal says "provider" and when to retry, nothing more. now is used only when the refusal has a reset time but no delay.
+//
+// A provider that said it is overloaded is a 503, every other refusal a
+// 429; error.code is the refusal's stable code (RateLimitCode from a
+// decider that sends none), also in the x-switchboard-reason header.
 func refusalError(ref *switchboardv1.Refusal, now time.Time) apiError {
 	reason := reasonCode(ref.GetReason())
 	scope := scopeName(ref.GetScope())
@@ -113,6 +161,13 @@ func refusalError(ref *switchboardv1.Refusal, now time.Time) apiError {
 		code:    RateLimitCode,
 		message: refusalMessage(ref, scope),
 		header:  http.Header{},
+	}
+	if ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD {
+		e.status, e.typ = http.StatusServiceUnavailable, "server_error"
+	}
+	if c := ref.GetCode(); c != "" && len(c) <= 64 {
+		e.code = headerValue(c)
+		e.header.Set(HeaderReason, e.code)
 	}
 	e.header.Set(HeaderRateLimitScope, scope)
 	e.header.Set(HeaderRateLimitReason, reason)

@@ -136,7 +136,11 @@ func TestRefusalError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
 			writeError(w, refusalError(tt.ref, now))
-			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			if tt.ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD {
+				require.Equal(t, http.StatusServiceUnavailable, w.Code, "a provider's overload is a 503")
+			} else {
+				require.Equal(t, http.StatusTooManyRequests, w.Code)
+			}
 			got := map[string]string{}
 			for k := range w.Header() {
 				if k != "Content-Type" {
@@ -148,8 +152,10 @@ func TestRefusalError(t *testing.T) {
 			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
 			// OpenAI's vocabulary: the kind of limit as the type, one code;
 			// the refusal's class in its own header.
-			require.Equal(t, rateLimitType(tt.ref.GetUnit()), body.Error.Type)
-			require.Contains(t, []string{"tokens", "requests"}, body.Error.Type)
+			if w.Code == http.StatusTooManyRequests {
+				require.Equal(t, rateLimitType(tt.ref.GetUnit()), body.Error.Type)
+				require.Contains(t, []string{"tokens", "requests"}, body.Error.Type)
+			}
 			require.Equal(t, "rate_limit_exceeded", *body.Error.Code)
 			require.Equal(t, tt.wantCode, w.Header().Get(HeaderRateLimitReason))
 			require.Nil(t, body.Error.Param)
@@ -198,4 +204,47 @@ func TestIdentityOf(t *testing.T) {
 			require.Equal(t, tt.want.String(), got.String())
 		})
 	}
+}
+
+// TestRefusalCodeAndQueueHeaders checks a refusal's code as error.code and
+// x-switchboard-reason, and the queue headers of a request that waited.
+func TestRefusalCodeAndQueueHeaders(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		ref    *switchboardv1.Refusal
+		status int
+	}{
+		{"queue full", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, Code: "queue_full",
+			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_CONCURRENT_REQUESTS,
+			RetryAfter: durationpb.New(time.Second)}, http.StatusTooManyRequests},
+		{"queue deadline", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE, Code: "queue_deadline",
+			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_MODEL_ROUTE, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS,
+			RetryAfter: durationpb.New(1500 * time.Millisecond)}, http.StatusTooManyRequests},
+		{"daily quota", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY, Code: "daily_quota",
+			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS,
+			RetryAfter: durationpb.New(time.Hour)}, http.StatusTooManyRequests},
+		{"provider overloaded", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD, Code: "provider_paused",
+			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_MODEL_ROUTE, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS,
+			RetryAfter: durationpb.New(20 * time.Second)}, http.StatusServiceUnavailable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			setQueueHeaders(w.Header(), switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND,
+				&switchboardv1.QueueDecision{QueueId: "q-7", Waited: durationpb.New(1234567 * time.Microsecond)})
+			writeError(w, refusalError(tt.ref, now))
+			require.Equal(t, tt.status, w.Code)
+			var body errorBody
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+			require.Equal(t, tt.ref.GetCode(), *body.Error.Code)
+			require.Equal(t, tt.ref.GetCode(), w.Header().Get(HeaderReason))
+			require.NotEmpty(t, w.Header().Get("Retry-After"))
+			require.Equal(t, "background", w.Header().Get(HeaderWorkloadClass))
+			require.Equal(t, "q-7", w.Header().Get(HeaderQueueID))
+			require.Equal(t, "1234", w.Header().Get(HeaderQueueWait))
+		})
+	}
+	h := http.Header{}
+	setQueueHeaders(h, switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED, nil)
+	require.Equal(t, http.Header{HeaderWorkloadClass: {"interactive"}}, h, "no queue headers for a request that did not wait")
 }

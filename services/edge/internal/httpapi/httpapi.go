@@ -55,6 +55,10 @@ const (
 // died mid-request gives the capacity back soon.
 const DefaultReservationTTL = 2 * time.Minute
 
+// DefaultQueueWait is the longest wait of the default batch class: by
+// default the edge never cuts a class's wait short.
+const DefaultQueueWait = 30 * time.Minute
+
 // Options configure a Server.
 type Options struct {
 	// Decider answers Decide, ListModels, ListActivity and GetActivity
@@ -70,6 +74,11 @@ type Options struct {
 	// Defaults to 2s: Decide answers in microseconds, so a decider slower
 	// than that is in trouble and the client should hear so.
 	DeciderTimeout time.Duration
+	// QueueWait is the longest a request may wait in its workload class's
+	// admission queue, added to DeciderTimeout for the Decide that reserves
+	// (Optional). The decider waits no longer than the class's own
+	// max_wait, so this only caps it. Defaults to DefaultQueueWait.
+	QueueWait time.Duration
 	// ReservationTTL is sent with every Decide: how long the reservation
 	// lives if never reconciled (Optional). Defaults to 2 minutes.
 	ReservationTTL time.Duration
@@ -116,6 +125,9 @@ func New(o Options) *Server {
 	}
 	if o.ReservationTTL <= 0 {
 		o.ReservationTTL = DefaultReservationTTL
+	}
+	if o.QueueWait <= 0 {
+		o.QueueWait = DefaultQueueWait
 	}
 	if o.DeciderState == nil {
 		o.DeciderState = func() string { return "UNKNOWN" }
@@ -341,15 +353,81 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest,
 }
 
 // decide asks the decider where to send a chat request, reserving on the
-// endpoint it picks, and sets the route headers. When the decider fails or
-// refuses, it answers the client and returns nil.
+// endpoint it picks, and sets the route and queue headers. When the
+// decider refuses naming the class's fallback model, it asks once more for
+// that model (a fallback never falls back again). When the decider fails
+// or refuses, it answers the client and returns nil.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, log *slog.Logger, reqID string, c *chatRequest, debug bool) *switchboardv1.DecideResponse {
-	keyHash, identity, req := c.keyHash, c.identity, c.req
-	dctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout)
+	resp, err := s.decideModel(r, reqID, c, c.req.Model, debug)
+	if fb := resp.GetRefusal().GetFallbackModel(); err == nil && fb != "" {
+		log.Info("admission refused; serving the class's fallback model", "model", c.req.Model, "fallback_model", fb,
+			"code", resp.GetRefusal().GetCode())
+		fresp, ferr := s.decideModel(r, reqID, c, fb, debug)
+		switch {
+		case ferr != nil && r.Context().Err() == nil:
+			// The fallback cannot be routed (the request's provider
+			// constraints, say): the refusal of the model asked for stands.
+			log.Info("fallback model not routable", "fallback_model", fb, "error", ferr)
+		default:
+			w.Header().Set(HeaderFallbackModel, headerValue(fb))
+			resp, err = fresp, ferr
+		}
+	}
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil // the client left; nobody to answer
+		}
+		e := deciderError(err)
+		if bearer.CallerRefused(err) {
+			log.Error("the decider refused this edge's credentials: check --decider-token-file and the catalog's callers", "error", err)
+		} else {
+			log.Info("decide refused", "model", c.req.Model, "status", e.status, "error", err)
+		}
+		writeError(w, e)
+		return nil
+	}
+	cls := resp.GetIdentity().GetWorkloadClass()
+	if ref := resp.GetRefusal(); ref != nil {
+		if ref.GetWorkloadClass() != switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+			cls = ref.GetWorkloadClass()
+		}
+		setQueueHeaders(w.Header(), cls, resp.GetQueue())
+		e := refusalError(ref, time.Now())
+		log.Info("admission refused", "model", resp.GetModel(), "reason", ref.GetReason().String(), "code", ref.GetCode(),
+			"scope", ref.GetScope().String(), "unit", ref.GetUnit().String(), "retry_after", e.retryAfter)
+		writeError(w, e)
+		return nil
+	}
+	setQueueHeaders(w.Header(), cls, resp.GetQueue())
+	if resp.GetEndpoint() == nil {
+		writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider",
+			message: "no provider is available for model " + resp.GetModel()})
+		return nil
+	}
+	if summary := resp.GetDecision().GetSummary(); summary != "" {
+		w.Header().Set(HeaderRoute, headerValue(summary))
+	}
+	if debug && resp.GetDecision() != nil {
+		if b, err := (protojson.MarshalOptions{Multiline: false}).Marshal(resp.GetDecision()); err == nil {
+			w.Header().Set(HeaderRouteDebug, headerValue(string(b)))
+		}
+	}
+	return resp
+}
+
+// decideModel asks the decider where to send the request as model, and
+// to reserve there. The call may wait in the request's class's admission
+// queue: its deadline is DeciderTimeout plus QueueWait, and the decider
+// ends the wait at the class's max_wait, or sooner to answer within this
+// deadline; the client leaving ends it at once.
+func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, model string, debug bool) (*switchboardv1.DecideResponse, error) {
+	keyHash, req := c.keyHash, c.req
+	dctx, cancel := context.WithTimeout(r.Context(), s.opts.DeciderTimeout+s.opts.QueueWait)
+	defer cancel()
 	resp, err := s.opts.Decider.Decide(dctx, &switchboardv1.DecideRequest{
 		RequestId: reqID,
-		Identity:  identity,
-		Model:     req.Model,
+		Identity:  c.identity,
+		Model:     model,
 		Tokens: &switchboardv1.TokenEstimate{
 			InputTokens:     req.InputTokens,
 			MaxOutputTokens: req.MaxOutputTokens,
@@ -369,47 +447,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, log *slog.Logger
 		IdempotencyKey: reqID,
 		ReservationTtl: durationpb.New(s.opts.ReservationTTL),
 	})
-	cancel()
 	switch {
 	case err == nil:
 		s.keys.accept(keyHash)
 	case status.Code(err) == codes.Unauthenticated && !bearer.CallerRefused(err):
 		s.keys.refuse(keyHash)
 	}
-	if err != nil {
-		if r.Context().Err() != nil {
-			return nil // the client left; nobody to answer
-		}
-		e := deciderError(err)
-		if bearer.CallerRefused(err) {
-			log.Error("the decider refused this edge's credentials: check --decider-token-file and the catalog's callers", "error", err)
-		} else {
-			log.Info("decide refused", "model", req.Model, "status", e.status, "error", err)
-		}
-		writeError(w, e)
-		return nil
-	}
-	if ref := resp.GetRefusal(); ref != nil {
-		e := refusalError(ref, time.Now())
-		log.Info("admission refused", "model", req.Model, "reason", ref.GetReason().String(),
-			"scope", ref.GetScope().String(), "unit", ref.GetUnit().String(), "retry_after", e.retryAfter)
-		writeError(w, e)
-		return nil
-	}
-	if resp.GetEndpoint() == nil {
-		writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider",
-			message: "no provider is available for model " + req.Model})
-		return nil
-	}
-	if summary := resp.GetDecision().GetSummary(); summary != "" {
-		w.Header().Set(HeaderRoute, headerValue(summary))
-	}
-	if debug && resp.GetDecision() != nil {
-		if b, err := (protojson.MarshalOptions{Multiline: false}).Marshal(resp.GetDecision()); err == nil {
-			w.Header().Set(HeaderRouteDebug, headerValue(string(b)))
-		}
-	}
-	return resp
+	return resp, err
 }
 
 // serveChat dispatches a decided chat request to its endpoints and answers

@@ -1,0 +1,202 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/etcdtest"
+)
+
+const (
+	nightlyKey = "sk-acme-nightly"
+	small      = "vendor/small"
+)
+
+// classCatalog has a cheap fallback model for interactive requests, a
+// tenant whose nightly key is batch, and one concurrent request per
+// endpoint of the main model.
+var classCatalog = `
+models:
+  - id: ` + model + `
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.2, output: 0.8}, limits: [{unit: concurrent_requests, capacity: 1}]}
+      - {provider: beta, base_url: http://127.0.0.1:2/v1, price: {input: 0.3, output: 1.0}, limits: [{unit: concurrent_requests, capacity: 1}]}
+  - id: ` + small + `
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.02, output: 0.08}}
+workload_classes:
+  interactive: {max_wait: 1s, overload: fallback, fallback_model: ` + small + `}
+tenants:
+  - id: acme
+    api_keys_sha256: [` + catalog.HashKey(acmeKey) + `]
+    api_keys: [{sha256: ` + catalog.HashKey(nightlyKey) + `, class: batch}]
+  - id: globex
+    api_keys_sha256: [` + catalog.HashKey(globexKey) + `]
+    classes: [background]
+    default_class: background
+    limits: [{unit: concurrent_requests, capacity: 1}]
+`
+
+// startWith serves a ready Server for catalog yaml over bufconn, with
+// admission on embedded etcd.
+func startWith(t *testing.T, yaml string) switchboardv1.DeciderServiceClient {
+	t.Helper()
+	c, err := catalog.Parse([]byte(yaml))
+	require.NoError(t, err)
+	authn := auth.New()
+	authn.SetCatalog(c)
+	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
+	srv := server.New(hub, hedge.New(1, nil), authn)
+	bcfg, err := broker.FromCatalog(c)
+	require.NoError(t, err)
+	b, err := broker.New(bcfg, broker.Options{})
+	require.NoError(t, err)
+	st := etcdtest.Connect(t, etcdtest.Start(t))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	adm, err := admission.Start(ctx, admission.Options{Broker: b, Client: st.Client(), Addr: "bufnet", Logger: logger()})
+	require.NoError(t, err)
+	t.Cleanup(adm.Close)
+	act, err := activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = act.Close() })
+	srv.SetAdmission(adm)
+	srv.SetActivity(act)
+	srv.SetRouter(routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1}))
+
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	switchboardv1.RegisterDeciderServiceServer(gs, srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-served
+	})
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return switchboardv1.NewDeciderServiceClient(conn)
+}
+
+func withClass(id *switchboardv1.Identity, cls switchboardv1.WorkloadClass) *switchboardv1.Identity {
+	id.WorkloadClass = cls
+	return id
+}
+
+// TestDecideResolvesClass checks the class Decide admits a request as, and
+// that a class the tenant may not use is refused before anything is
+// reserved.
+func TestDecideResolvesClass(t *testing.T) {
+	client := startWith(t, classCatalog)
+	ctx := t.Context()
+	decide := func(id *switchboardv1.Identity) (*switchboardv1.DecideResponse, error) {
+		return client.Decide(ctx, &switchboardv1.DecideRequest{Identity: id, Model: model, Reserve: true,
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 10}})
+	}
+	for _, tt := range []struct {
+		name string
+		id   *switchboardv1.Identity
+		want switchboardv1.WorkloadClass
+	}{
+		{"default", key(acmeKey), switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE},
+		{"the key's", key(nightlyKey), switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH},
+		{"asked for", withClass(key(nightlyKey), switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND), switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND},
+		{"the tenant's default", key(globexKey), switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND},
+	} {
+		d, err := decide(tt.id)
+		require.NoError(t, err, tt.name)
+		require.Equal(t, tt.want, d.GetIdentity().GetWorkloadClass(), tt.name)
+		require.NotEmpty(t, d.GetReservation().GetReservationId(), tt.name)
+		_, err = client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: d.GetReservation().GetReservationId(), Usage: &switchboardv1.Usage{}})
+		require.NoError(t, err)
+	}
+	_, err := decide(withClass(key(acmeKey), switchboardv1.WorkloadClass_WORKLOAD_CLASS_PARTNER))
+	requireCode(t, codes.PermissionDenied, err, "partner is not for a tenant without a partner")
+	require.ErrorContains(t, err, "workload class partner is not allowed for this tenant")
+	_, err = client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: withClass(key(globexKey), switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE),
+		RequestId: "r", Model: model, EndpointId: "alpha/" + model, Demand: &switchboardv1.Demand{Requests: 1}})
+	requireCode(t, codes.PermissionDenied, err, "Reserve checks the class like Decide")
+}
+
+// TestDecideRefusalCarriesCodeAndFallback checks what a refusal says: its
+// stable code and class, and, for an interactive request refused for the
+// provider's capacity, the class's fallback model; never for the caller's
+// own limit, which another model would not relieve.
+func TestDecideRefusalCarriesCodeAndFallback(t *testing.T) {
+	client := startWith(t, classCatalog)
+	ctx := t.Context()
+	decide := func(id *switchboardv1.Identity) *switchboardv1.DecideResponse {
+		d, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: id, Model: model, Reserve: true,
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 10}})
+		require.NoError(t, err)
+		return d
+	}
+	// Both endpoints' one slot each, taken.
+	first, second := decide(key(acmeKey)), decide(key(nightlyKey))
+	require.NotEqual(t, first.GetEndpoint().GetId(), second.GetEndpoint().GetId(), "a full endpoint is skipped for the next")
+
+	d := decide(key(acmeKey))
+	ref := d.GetRefusal()
+	require.NotNil(t, ref)
+	require.Nil(t, d.GetEndpoint())
+	require.Equal(t, broker.CodeConcurrency, ref.GetCode())
+	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, ref.GetWorkloadClass())
+	require.Equal(t, small, ref.GetFallbackModel(), "interactive degrades to its fallback model")
+	f, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: small, Reserve: true,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 10}})
+	require.NoError(t, err)
+	require.NotEmpty(t, f.GetReservation().GetReservationId(), "the fallback model has room")
+
+	d = decide(key(nightlyKey))
+	require.Equal(t, broker.CodeConcurrency, d.GetRefusal().GetCode())
+	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH, d.GetRefusal().GetWorkloadClass())
+	require.Empty(t, d.GetRefusal().GetFallbackModel(), "batch rejects")
+
+	// globex's own limit: one request in flight.
+	g := decide(key(globexKey))
+	require.Equal(t, broker.CodeConcurrency, g.GetRefusal().GetCode(), "both endpoints are still full")
+	for _, r := range []*switchboardv1.DecideResponse{first, second} {
+		_, err := client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: r.GetReservation().GetReservationId(), Usage: &switchboardv1.Usage{}})
+		require.NoError(t, err)
+	}
+	g = decide(key(globexKey))
+	require.NotEmpty(t, g.GetReservation().GetReservationId())
+	g2 := decide(key(globexKey))
+	ref = g2.GetRefusal()
+	require.Equal(t, switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, ref.GetScope())
+	require.Equal(t, broker.CodeConcurrency, ref.GetCode())
+	require.Empty(t, ref.GetFallbackModel(), "the caller's own limit: no fallback")
+
+	r, err := client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(globexKey), RequestId: "r", Model: model,
+		EndpointId: "alpha/" + model, Demand: &switchboardv1.Demand{Requests: 1}, MaxWait: admission.NoWait})
+	require.NoError(t, err)
+	require.False(t, r.GetAdmitted())
+	require.Equal(t, broker.CodeConcurrency, r.GetRefusal().GetCode(), "Reserve answers the code too")
+	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND, r.GetRefusal().GetWorkloadClass())
+}
