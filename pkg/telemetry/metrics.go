@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 )
 
@@ -30,6 +31,9 @@ type Metrics struct {
 	handler  http.Handler
 	shutdown func(context.Context) error
 }
+
+// CardinalityLimit is the most series one instrument keeps.
+const CardinalityLimit = 10_000
 
 // NewMetrics returns the meter provider of service (version): exported for
 // Prometheus when on, the no-op provider when not.
@@ -52,7 +56,14 @@ func NewMetrics(service, version string, on bool) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res),
+		// The text format served has no exemplars: sampling them would
+		// cost every measurement a look at its context for nothing.
+		sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter),
+		// A backstop for labels that should be bounded: past this many
+		// series an instrument folds new ones into one series labelled
+		// otel_metric_overflow="true" rather than growing without end.
+		sdkmetric.WithCardinalityLimit(CardinalityLimit))
 	return &Metrics{
 		provider: mp,
 		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}),

@@ -94,9 +94,89 @@ type Admission struct {
 	headroom   metric.Float64ObservableGauge
 	reg        metric.Registration
 
-	// opts caches the attribute sets of the hot counters, so a decision
-	// seen before costs a map read instead of building and sorting a set.
-	opts sync.Map // reservationKey → metric.MeasurementOption
+	// The attribute sets of every series recorded per request, cached so
+	// a series seen before costs a map read instead of building and
+	// sorting a set (and allocating it).
+	resvOpts        optCache[reservationKey]
+	classOpts       optCache[string]
+	tenantClassOpts optCache[[2]string]
+	classResultOpts optCache[[2]string]
+	routeOpts       optCache[routeKey]
+	unitOpts        optCache[unitKey]
+}
+
+// maxCached bounds each cache; past it, sets are built for each call.
+// Labels are bounded by the catalog, so only a catalog of thousands of
+// tenants times routes gets there.
+const maxCached = 10_000
+
+// opts is one cached attribute set as the options of an Add and a Record:
+// slices built once, so passing them allocates nothing either.
+type opts struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+// optCache maps a series' label values to its options. A plain map under
+// a read lock rather than a sync.Map: a struct key stored in an interface
+// would allocate on every lookup.
+type optCache[K comparable] struct {
+	mu sync.RWMutex
+	m  map[K]opts
+}
+
+func (c *optCache[K]) get(k K, attrs func(K) []attribute.KeyValue) opts {
+	c.mu.RLock()
+	o, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(attrs(k)...))
+	o = opts{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[K]opts{}
+	}
+	if len(c.m) < maxCached {
+		c.m[k] = o
+	}
+	c.mu.Unlock()
+	return o
+}
+
+func classAttrs(class string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("class", class)}
+}
+
+// tenantClassAttrs labels a series by tenant and class.
+func tenantClassAttrs(k [2]string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("tenant", k[0]), attribute.String("class", k[1])}
+}
+
+// classResultAttrs labels a series by class and result.
+func classResultAttrs(k [2]string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("class", k[0]), attribute.String("result", k[1])}
+}
+
+// routeKey is a series labelled by route and one more label.
+type routeKey struct{ route, name, value string }
+
+func routeAttrs(k routeKey) []attribute.KeyValue {
+	if k.name == "" {
+		return []attribute.KeyValue{attribute.String("route", k.route)}
+	}
+	return []attribute.KeyValue{attribute.String("route", k.route), attribute.String(k.name, k.value)}
+}
+
+// unitKey is a series labelled by tenant (possibly empty), route and unit.
+type unitKey struct{ tenant, route, unit string }
+
+func unitAttrs(k unitKey) []attribute.KeyValue {
+	if k.tenant == "" {
+		return []attribute.KeyValue{attribute.String("route", k.route), attribute.String("unit", k.unit)}
+	}
+	return []attribute.KeyValue{attribute.String("tenant", k.tenant), attribute.String("route", k.route), attribute.String("unit", k.unit)}
 }
 
 // New creates the instruments on o.Provider.
@@ -245,17 +325,12 @@ type reservationKey struct {
 	tenant, route, class, result, reason, code, scope, unit string
 }
 
-func (m *Admission) reservationOpt(k reservationKey) metric.MeasurementOption {
-	if o, ok := m.opts.Load(k); ok {
-		return o.(metric.MeasurementOption)
-	}
-	o := metric.WithAttributeSet(attribute.NewSet(
+func reservationAttrs(k reservationKey) []attribute.KeyValue {
+	return []attribute.KeyValue{
 		attribute.String("tenant", k.tenant), attribute.String("route", k.route), attribute.String("class", k.class),
 		attribute.String("result", k.result), attribute.String("reason", k.reason), attribute.String("code", k.code),
 		attribute.String("scope", k.scope), attribute.String("unit", k.unit),
-	))
-	m.opts.Store(k, o)
-	return o
+	}
 }
 
 // Reserved records one decision of the broker: req as the broker received
@@ -269,7 +344,7 @@ func (m *Admission) Reserved(ctx context.Context, req *switchboardv1.ReserveRequ
 	if err != nil {
 		switch status.Code(err) {
 		case codes.Canceled, codes.DeadlineExceeded:
-			m.queueCancel.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("class", class)))
+			m.queueCancel.Add(ctx, 1, m.tenantClassOpts.get([2]string{tenant, class}, tenantClassAttrs).add...)
 		}
 		return
 	}
@@ -283,26 +358,25 @@ func (m *Admission) Reserved(ctx context.Context, req *switchboardv1.ReserveRequ
 		if q.GetWorkloadClass() != switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
 			qc = className(q.GetWorkloadClass())
 		}
-		m.queueWait.Record(ctx, q.GetWaited().AsDuration().Seconds(),
-			metric.WithAttributes(attribute.String("class", qc), attribute.String("result", result)))
+		m.queueWait.Record(ctx, q.GetWaited().AsDuration().Seconds(), m.classResultOpts.get([2]string{qc, result}, classResultAttrs).rec...)
 	}
 	if resp.GetAdmitted() {
-		m.reservations.Add(ctx, 1, m.reservationOpt(reservationKey{tenant: tenant, route: route, class: class, result: resultAdmitted}))
-		m.attempts.Record(ctx, int64(max(req.GetAttempt(), 1)), metric.WithAttributes(attribute.String("class", class)))
+		m.reservations.Add(ctx, 1, m.resvOpts.get(reservationKey{tenant: tenant, route: route, class: class, result: resultAdmitted}, reservationAttrs).add...)
+		m.attempts.Record(ctx, int64(max(req.GetAttempt(), 1)), m.classOpts.get(class, classAttrs).rec...)
 		return
 	}
 	ref := resp.GetRefusal()
 	code := refusalCode(ref)
 	scope := scopeName(ref.GetScope())
-	m.reservations.Add(ctx, 1, m.reservationOpt(reservationKey{
+	m.reservations.Add(ctx, 1, m.resvOpts.get(reservationKey{
 		tenant: tenant, route: route, class: class, result: resultRefused,
 		reason: reasonName(ref.GetReason()), code: code, scope: scope, unit: unitName(ref.GetUnit()),
-	}))
+	}, reservationAttrs).add...)
 	switch code {
 	case broker.CodeRamp:
 		m.ramp.Add(ctx, 1, metric.WithAttributes(attribute.String("route", route), attribute.String("scope", scope)))
 	case broker.CodeQueueDeadline:
-		m.queueDeadline.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("class", class)))
+		m.queueDeadline.Add(ctx, 1, m.tenantClassOpts.get([2]string{tenant, class}, tenantClassAttrs).add...)
 	}
 	if fb := ref.GetFallbackModel(); fb != "" {
 		m.fallbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", tenant), attribute.String("class", class),
@@ -339,17 +413,17 @@ func (m *Admission) Reconciled(ctx context.Context, req *switchboardv1.Reconcile
 	if m == nil || err != nil || !ok {
 		return
 	}
-	routeAttr := attribute.String("route", m.route(info.EndpointID))
-	m.calls.Add(ctx, 1, metric.WithAttributes(routeAttr, attribute.String("outcome", outcomeName(req.GetOutcome()))))
+	route := m.route(info.EndpointID)
+	m.calls.Add(ctx, 1, m.routeOpts.get(routeKey{route: route, name: "outcome", value: outcomeName(req.GetOutcome())}, routeAttrs).add...)
 	switch {
 	case req.GetOutcome() == switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
-		m.throttled.Add(ctx, 1, metric.WithAttributes(routeAttr, attribute.String("status", "429")))
+		m.throttled.Add(ctx, 1, m.routeOpts.get(routeKey{route: route, name: "status", value: "429"}, routeAttrs).add...)
 	case req.GetFailure() == switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD:
-		m.throttled.Add(ctx, 1, metric.WithAttributes(routeAttr, attribute.String("status", "503")))
+		m.throttled.Add(ctx, 1, m.routeOpts.get(routeKey{route: route, name: "status", value: "503"}, routeAttrs).add...)
 	}
 	for _, h := range req.GetRateLimitHeaders() {
 		if n := h.GetName(); strings.EqualFold(n, "retry-after") || strings.EqualFold(n, "retry-after-ms") {
-			m.retryAfter.Add(ctx, 1, metric.WithAttributes(routeAttr))
+			m.retryAfter.Add(ctx, 1, m.routeOpts.get(routeKey{route: route}, routeAttrs).add...)
 			break
 		}
 	}
@@ -357,21 +431,18 @@ func (m *Admission) Reconciled(ctx context.Context, req *switchboardv1.Reconcile
 		return
 	}
 	u := req.GetUsage()
-	tenantAttr := attribute.String("tenant", info.Tenant)
-	for _, x := range [...]struct {
-		unit                string
-		est, held, actually int64
-	}{
-		{"input_tokens", info.Estimate.InputTokens, info.Demand.InputTokens, u.GetInputTokens()},
-		{"output_tokens", info.Estimate.OutputTokens, info.Demand.OutputTokens, u.GetOutputTokens()},
-	} {
-		unitAttr := attribute.String("unit", x.unit)
-		if u.GetReported() && x.est > 0 {
-			m.ratio.Record(ctx, float64(x.actually)/float64(x.est), metric.WithAttributes(routeAttr, unitAttr))
-		}
-		if over := x.held - x.actually; over > 0 {
-			m.overReserved.Add(ctx, float64(over), metric.WithAttributes(tenantAttr, routeAttr, unitAttr))
-		}
+	m.tokens(ctx, info.Tenant, route, "input_tokens", info.Estimate.InputTokens, info.Demand.InputTokens, u.GetInputTokens(), u.GetReported())
+	m.tokens(ctx, info.Tenant, route, "output_tokens", info.Estimate.OutputTokens, info.Demand.OutputTokens, u.GetOutputTokens(), u.GetReported())
+}
+
+// tokens records one unit of a successful call: actual over estimate when
+// the provider reported the usage, and what was reserved beyond the actual.
+func (m *Admission) tokens(ctx context.Context, tenant, route, unit string, estimate, reserved, actual int64, reported bool) {
+	if reported && estimate > 0 {
+		m.ratio.Record(ctx, float64(actual)/float64(estimate), m.unitOpts.get(unitKey{route: route, unit: unit}, unitAttrs).rec...)
+	}
+	if over := reserved - actual; over > 0 {
+		m.overReserved.Add(ctx, float64(over), m.unitOpts.get(unitKey{tenant: tenant, route: route, unit: unit}, unitAttrs).add...)
 	}
 }
 
