@@ -651,6 +651,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		d.admMetrics, err = metrics.New(metrics.Options{
 			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,
 			KnownRoute: func(id string) bool { _, _, ok := d.router.Endpoint(id); return ok },
+			Owner:      d.adm.Owner,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("admission metrics: %w", err)

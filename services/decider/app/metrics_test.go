@@ -263,3 +263,25 @@ func with(m map[string]string, k, v string) map[string]string {
 	}
 	return out
 }
+
+// TestMetricsCountedOnceOnTheOwner: a reservation asked of a replica that
+// does not own the broker is forwarded and counted by the owner alone, and
+// only the owner reports the broker's gauges.
+func TestMetricsCountedOnceOnTheOwner(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, DebugListen: "127.0.0.1:0"})
+	t.Cleanup(a.Close)
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), DebugListen: "127.0.0.1:0"})
+	t.Cleanup(b.Close)
+	require.True(t, a.adm.Owner())
+	require.False(t, b.adm.Owner())
+
+	resp := decideReserve(t, cb, 0)
+	require.NotNil(t, resp.GetReservation(), "reserved through the non-owner")
+	admitted := map[string]string{"tenant": "acme", "route": resp.GetEndpoint().GetId(), "result": "admitted"}
+	require.Equal(t, 1.0, value(t, scrape(t, a.DebugAddr()), "switchboard_reservations_total", admitted))
+	fams := scrape(t, b.DebugAddr())
+	require.Empty(t, series(fams, "switchboard_reservations_total", nil), "the forwarding replica counts nothing")
+	require.Empty(t, series(fams, "switchboard_quota_headroom_ratio", nil), "nor reports its idle broker's levels")
+	require.Len(t, series(scrape(t, a.DebugAddr()), "switchboard_quota_headroom_ratio", map[string]string{"tenant": "acme"}), 1)
+}

@@ -9,7 +9,8 @@
 // Metrics are recorded where the broker decides: on the replica that owns
 // it. The gRPC layer calls [Admission.Reserved] and [Admission.Reconciled]
 // only for calls its own broker answered, so a call forwarded from another
-// replica is counted once, by the owner.
+// replica is counted once, by the owner; and the gauges report only while
+// this replica owns the broker.
 //
 // Labels are bounded by the catalog: tenant ids, endpoint ids (route),
 // workload classes, bucket scope and unit, refusal reason and code, and
@@ -68,6 +69,10 @@ type Options struct {
 	// KnownRoute says whether an endpoint id is one the catalog names.
 	// (Optional) Nil: every route is known.
 	KnownRoute func(endpointID string) bool
+	// Owner says whether this replica owns the broker. The gauges report
+	// only while it does: another replica's broker is not the one that
+	// admits, and its levels mean nothing. (Optional) Nil: always.
+	Owner func() bool
 }
 
 // Admission holds the admission instruments. A nil *Admission records
@@ -448,6 +453,9 @@ func (m *Admission) tokens(ctx context.Context, tenant, route, unit string, esti
 
 // observe reads the broker's state for the gauges, once per scrape.
 func (m *Admission) observe(_ context.Context, o metric.Observer) error {
+	if m.o.Owner != nil && !m.o.Owner() {
+		return nil
+	}
 	if m.queueDepth != nil {
 		depth := map[string]int64{"interactive": 0, "background": 0, "partner": 0, "batch": 0}
 		for _, q := range m.o.Queues.QueueDepths() {

@@ -214,3 +214,32 @@ func TestNilAdmissionRecordsNothing(t *testing.T) {
 	m.Reconciled(t.Context(), &switchboardv1.ReconcileRequest{}, broker.ReservationInfo{}, true, nil)
 	require.NoError(t, m.Close())
 }
+
+// A replica that does not own the broker reports no gauges: its broker's
+// levels are not the ones that admit.
+func TestGaugesOnlyOnTheOwner(t *testing.T) {
+	var owner atomicBool
+	q := &fakeQueues{}
+	q.set(broker.QueueDepth{Class: broker.ClassBatch, Depth: 2})
+	_, r := newAdmission(t, Options{Queues: q, Owner: owner.get})
+	require.Empty(t, collect(t, r)["switchboard_queue_depth"])
+	owner.set(true)
+	require.Equal(t, 2.0, byLabel(collect(t, r)["switchboard_queue_depth"], "class")["batch"])
+}
+
+type atomicBool struct {
+	mu sync.Mutex
+	v  bool
+}
+
+func (b *atomicBool) get() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.v
+}
+
+func (b *atomicBool) set(v bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.v = v
+}
