@@ -478,11 +478,11 @@ func (m *Admission) observe(_ context.Context, o metric.Observer) error {
 		}
 		scope, unit := attribute.String("scope", l.Scope.String()), attribute.String("unit", l.Unit.String())
 		window := attribute.String("window", l.Window.String())
-		switch {
-		case l.Rule == broker.RuleConcurrency:
+		switch l.Rule {
+		case broker.RuleConcurrency:
 			o.ObserveFloat64(m.saturation, (l.Limit-l.Available)/l.Limit, metric.WithAttributes(scope, who))
 			continue
-		case l.Rule == broker.RuleRamp:
+		case broker.RuleRamp:
 			continue
 		}
 		if l.Scope == broker.ScopeTenant {

@@ -62,7 +62,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string][]point {
 	attrs := func(s attribute.Set) map[string]string {
 		m := map[string]string{}
 		for _, kv := range s.ToSlice() {
-			m[string(kv.Key)] = kv.Value.Emit()
+			m[string(kv.Key)] = kv.Value.String()
 		}
 		return m
 	}
