@@ -1,6 +1,7 @@
 // Package debugserver owns the services' opt-in debug listener: plain HTTP
-// serving the Go runtime's profiles (net/http/pprof) on its own port,
-// separate from the API and gRPC ports, and never on by default.
+// serving the Go runtime's profiles (net/http/pprof), and whatever else a
+// service mounts on it (its Prometheus metrics at /metrics), on its own
+// port, separate from the API and gRPC ports, and never on by default.
 package debugserver
 
 import (
@@ -40,11 +41,23 @@ func Addr(s string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
+// Mount is one more handler served by the debug listener, at Pattern (a
+// [http.ServeMux] pattern such as "/metrics").
+type Mount struct {
+	Pattern string
+	Handler http.Handler
+}
+
 // Handler serves the profiles under /debug/pprof/ (index, cmdline,
 // profile, symbol, trace and the named profiles such as heap, allocs and
-// goroutine).
-func Handler() http.Handler {
+// goroutine), and each mount with a handler.
+func Handler(mounts ...Mount) http.Handler {
 	mux := http.NewServeMux()
+	for _, m := range mounts {
+		if m.Handler != nil {
+			mux.Handle(m.Pattern, m.Handler)
+		}
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -60,9 +73,9 @@ type Server struct {
 	done chan struct{}
 }
 
-// Start listens on addr (normalised by [Addr]) and serves [Handler] until
-// Close.
-func Start(ctx context.Context, addr string, logger *slog.Logger) (*Server, error) {
+// Start listens on addr (normalised by [Addr]) and serves [Handler] with
+// mounts until Close.
+func Start(ctx context.Context, addr string, logger *slog.Logger, mounts ...Mount) (*Server, error) {
 	a, err := Addr(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--debug-listen %q: %w", addr, err)
@@ -75,7 +88,7 @@ func Start(ctx context.Context, addr string, logger *slog.Logger) (*Server, erro
 		ln:   ln,
 		done: make(chan struct{}),
 		srv: &http.Server{
-			Handler:           Handler(),
+			Handler:           Handler(mounts...),
 			ReadHeaderTimeout: 10 * time.Second,
 			// No WriteTimeout: a CPU profile or trace answers after the
 			// seconds it was asked to record.
@@ -88,7 +101,13 @@ func Start(ctx context.Context, addr string, logger *slog.Logger) (*Server, erro
 			logger.Error("debug listener stopped", "err", err)
 		}
 	}()
-	logger.Info("debug listener (pprof) serving", "addr", s.Addr())
+	names := []string{"/debug/pprof/"}
+	for _, m := range mounts {
+		if m.Handler != nil {
+			names = append(names, m.Pattern)
+		}
+	}
+	logger.Info("debug listener serving", "addr", s.Addr(), "paths", names)
 	return s, nil
 }
 

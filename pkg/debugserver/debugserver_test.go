@@ -57,3 +57,28 @@ func TestCloseNil(t *testing.T) {
 	var s *Server
 	s.Close()
 }
+
+func TestServesMounts(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "up 1\n") })
+	s, err := Start(context.Background(), ":0", slog.New(slog.DiscardHandler),
+		Mount{Pattern: "/metrics", Handler: metrics}, Mount{Pattern: "/nothing"})
+	require.NoError(t, err)
+	defer s.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	get := func(path string) (int, string) {
+		resp, err := (&http.Client{Transport: tr}).Get("http://" + s.Addr() + path)
+		require.NoError(t, err, path)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.NoError(t, err, path)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get("/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "up 1\n", body)
+	code, _ = get("/debug/pprof/cmdline")
+	assert.Equal(t, http.StatusOK, code, "the profiles beside it")
+	code, _ = get("/nothing")
+	assert.Equal(t, http.StatusNotFound, code, "a mount without a handler is not served")
+}

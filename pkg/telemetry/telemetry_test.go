@@ -3,10 +3,14 @@ package telemetry
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -46,4 +50,46 @@ func TestWithoutExporterTraceContextFlowsAndNothingIsRecorded(t *testing.T) {
 	out := http.Header{}
 	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(out))
 	require.Contains(t, out.Get("traceparent"), "4bf92f3577b34da6a3ce929d0e0e4736")
+}
+
+// Off, metrics cost nothing: the no-op provider, no handler. On, a counter
+// recorded on the provider is served with Prometheus's names (unit and
+// _total suffixes) and the service named in target_info.
+func TestMetrics(t *testing.T) {
+	off, err := NewMetrics("switchboard-test", "v0", false)
+	require.NoError(t, err)
+	require.False(t, off.Enabled())
+	require.Nil(t, off.Handler())
+	_, isNoop := off.MeterProvider().(noop.MeterProvider)
+	require.True(t, isNoop)
+	require.NoError(t, off.Shutdown(t.Context()))
+
+	on, err := NewMetrics("switchboard-test", "v0", true)
+	require.NoError(t, err)
+	require.True(t, on.Enabled())
+	c, err := on.MeterProvider().Meter("t").Int64Counter("switchboard_things", metric.WithUnit("{thing}"))
+	require.NoError(t, err)
+	c.Add(t.Context(), 3, metric.WithAttributes(attribute.String("kind", "a")))
+	h, err := on.MeterProvider().Meter("t").Float64Histogram("switchboard_wait", metric.WithUnit("s"))
+	require.NoError(t, err)
+	h.Record(t.Context(), 0.5)
+
+	rec := httptest.NewRecorder()
+	on.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	body := rec.Body.String()
+	require.Contains(t, body, `switchboard_things_total{kind="a"} 3`)
+	require.Contains(t, body, `switchboard_wait_seconds_count 1`)
+	require.Contains(t, body, `service_name="switchboard-test"`)
+	require.NotContains(t, body, "otel_scope_name", "no scope labels")
+
+	// A second provider has its own registry: nothing of the first.
+	other, err := NewMetrics("switchboard-other", "v0", true)
+	require.NoError(t, err)
+	rec = httptest.NewRecorder()
+	other.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.NotContains(t, rec.Body.String(), "switchboard_things")
+
+	require.NoError(t, on.Shutdown(t.Context()))
+	require.NoError(t, other.Shutdown(t.Context()))
 }

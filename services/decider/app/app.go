@@ -43,6 +43,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
@@ -438,13 +439,18 @@ type Decider struct {
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
 	healthSrv *grpc.Server
 	healthLis net.Listener
-	// debug serves the profiles, nil without --debug-listen.
+	// debug serves the profiles and the metrics, nil without --debug-listen.
 	debug  *debugserver.Server
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
 	// serveErr carries the gRPC server's failure, if it stops on its own.
 	serveErr chan error
+	// metrics is the meter provider: exported at the debug listener's
+	// /metrics with --debug-listen, no-op without.
+	metrics *telemetry.Metrics
+	// admMetrics records the admission metrics, nil without --debug-listen.
+	admMetrics *metrics.Admission
 }
 
 // Start starts a decider and returns once it serves: etcd reachable and the
@@ -541,8 +547,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			return nil, err
 		}
 	}
+	if d.metrics, err = telemetry.NewMetrics("switchboard-decider", Version, cfg.DebugListen != ""); err != nil {
+		return nil, err
+	}
 	if cfg.DebugListen != "" {
-		if d.debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug")); err != nil {
+		d.debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
+			debugserver.Mount{Pattern: "/metrics", Handler: d.metrics.Handler()})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -635,6 +646,17 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	})
 	if err != nil {
 		return nil, err
+	}
+	if d.metrics.Enabled() {
+		d.admMetrics, err = metrics.New(metrics.Options{
+			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,
+			KnownRoute: func(id string) bool { _, _, ok := d.router.Endpoint(id); return ok },
+			Owner:      d.adm.Owner,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("admission metrics: %w", err)
+		}
+		svc.SetMetrics(d.admMetrics)
 	}
 	svc.SetAdmission(d.adm)
 	d.admP.Store(d.adm)
@@ -983,6 +1005,8 @@ func (d *Decider) Close() {
 		d.tlsSrv.Close()
 		d.tlsPeer.Close()
 		d.debug.Close()
+		_ = d.admMetrics.Close()
+		_ = d.metrics.Shutdown(context.Background())
 	})
 }
 

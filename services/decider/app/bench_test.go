@@ -47,8 +47,15 @@ tenants:
 
 // BenchmarkReserveReconcileGRPC measures Reserve+Reconcile pairs over real
 // gRPC on loopback with 64 concurrent callers (b.SetParallelism(32) on 2
-// CPUs), each pair charging and settling seven scopes.
+// CPUs), each pair charging and settling seven scopes: without a debug
+// listener (metrics off, the default), and with one (every pair recorded
+// in the admission metrics).
 func BenchmarkReserveReconcileGRPC(b *testing.B) {
+	b.Run("metrics=off", func(b *testing.B) { benchReserveReconcile(b, "") })
+	b.Run("metrics=on", func(b *testing.B) { benchReserveReconcile(b, "127.0.0.1:0") })
+}
+
+func benchReserveReconcile(b *testing.B, debugListen string) {
 	dir := b.TempDir()
 	p := filepath.Join(dir, "catalog.yaml")
 	if err := os.WriteFile(p, []byte(strings.ReplaceAll(benchCatalog, "@KEY@", catalog.HashKey(demoKey))+testCallers()), 0o600); err != nil {
@@ -56,7 +63,7 @@ func BenchmarkReserveReconcileGRPC(b *testing.B) {
 	}
 	d, err := Start(b.Context(), Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "bench",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1,
+		ShutdownTimeout: 5 * time.Second, Exploration: -1, DebugListen: debugListen,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)

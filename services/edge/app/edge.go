@@ -52,6 +52,7 @@ type Edge struct {
 	reports   *report.Stream
 	probes    *probe.Runner
 	debug     *debugserver.Server // nil without DebugListen
+	metrics   *telemetry.Metrics  // served by debug; nil without DebugListen
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	// serveErr carries the HTTP server's failure, if it stops on its own.
@@ -202,8 +203,17 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	var debug *debugserver.Server
+	var metrics *telemetry.Metrics
+	handler := api.Handler()
 	if cfg.DebugListen != "" {
-		if debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug")); err != nil {
+		var em *edgeMetrics
+		metrics, em, err = startMetrics()
+		if err == nil {
+			handler = em.handler(handler)
+			debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
+				debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()})
+		}
+		if err != nil {
 			_ = ln.Close()
 			probes.Close()
 			_ = conn.Close()
@@ -213,9 +223,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	}
 	e := &Edge{
 		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, tls: tlsCreds, transport: transport,
-		reports: reports, probes: probes, debug: debug,
+		reports: reports, probes: probes, debug: debug, metrics: metrics,
 		srv: &http.Server{
-			Handler:           otelhttp.NewHandler(api.Handler(), "edge"),
+			Handler:           otelhttp.NewHandler(handler, "edge"),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -293,6 +303,7 @@ func (e *Edge) Close() error {
 		}
 		e.tls.Close()
 		e.debug.Close()
+		_ = e.metrics.Shutdown(context.Background())
 		if d := e.reports.Dropped(); d > 0 {
 			e.log.Warn("call reports dropped during this run", "dropped", d)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
@@ -36,6 +37,8 @@ type Server struct {
 	authn    *auth.Authenticator
 	// experiments answers the switchback experiment calls (experiment.go).
 	experiments atomic.Pointer[experiment.Manager]
+	// metrics records admission decisions (metrics.go); nil records none.
+	metrics atomic.Pointer[metrics.Admission]
 	trust
 }
 
@@ -122,7 +125,7 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 		if k := req.GetIdempotencyKey(); k != "" {
 			key = k + "|" + ep.GetId()
 		}
-		rr, err := a.Reserve(ctx, &switchboardv1.ReserveRequest{
+		rr, err := s.reserveLocal(ctx, a, &switchboardv1.ReserveRequest{
 			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: resp.GetIdentity(),
 			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(), MaxWait: wait,
 		})
@@ -356,7 +359,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 		return nil, err
 	}
 	req.Identity = id
-	resp, err := a.Reserve(ctx, req)
+	resp, err := s.reserveLocal(ctx, a, req)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +376,12 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 	if req.GetReservationId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
 	}
-	return a.Reconcile(ctx, req, s.allow(ctx))
+	var resp *switchboardv1.ReconcileResponse
+	err = s.reconcileLocal(ctx, a, req, func() (err error) {
+		resp, err = a.Reconcile(ctx, req, s.allow(ctx))
+		return err
+	})
+	return resp, err
 }
 
 // maxKeep bounds the ids of one KeepReservations call.
@@ -410,7 +418,7 @@ func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.Reconcil
 	if req.GetReservationId() == "" {
 		return nil // nothing to apply, ever
 	}
-	return a.ReconcileOnce(ctx, req, r.s.allow(ctx))
+	return r.s.reconcileLocal(ctx, a, req, func() error { return a.ReconcileOnce(ctx, req, r.s.allow(ctx)) })
 }
 
 func (r reservations) Keep(ctx context.Context, ids []string) error {
