@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"math"
 	mrand "math/rand/v2"
 	"time"
 )
@@ -55,6 +56,16 @@ type Options struct {
 	// DisableCorrection makes Reserve reserve the estimate as given.
 	// (Optional) Defaults to false: Reserve applies [Broker.Correct].
 	DisableCorrection bool
+	// FairBurst is the burst credit of a tenant whose share does not set
+	// one, in requests: how far ahead of the busy tenants one that comes
+	// back from idle may go. (Optional) Defaults to 1.
+	FairBurst float64
+	// ManualPump leaves dispatching of queued requests to whoever calls
+	// [Broker.Pump] (and to Reconcile, Expire and Reconfigure). (Optional)
+	// Defaults to false: while requests wait, a goroutine runs a pass when
+	// the earliest of them may fit, at least once a second, and ends when
+	// the queue is empty. Tests on a fake clock set it.
+	ManualPump bool
 	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
 	// Defaults to math/rand/v2's Float64.
 	Rand func() float64
@@ -96,6 +107,9 @@ func (o *Options) defaults() {
 	}
 	if o.ConcurrencyRetry <= 0 {
 		o.ConcurrencyRetry = time.Second
+	}
+	if !(o.FairBurst > 0) || math.IsInf(o.FairBurst, 1) {
+		o.FairBurst = 1
 	}
 	if o.Rand == nil {
 		o.Rand = mrand.Float64
