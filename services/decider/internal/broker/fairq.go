@@ -431,22 +431,15 @@ const lookahead = 16
 func (b *Broker) pass(now int64) {
 	q := &b.q
 	q.pass++
-	for _, f := range q.flows {
-		for i := 0; i < len(f.entries); {
-			if e := f.entries[i]; e.deadline <= now {
-				q.stats.Deadline++
-				q.remove(e, qRefused, nil, b.deadlineRefusal(e, now), now)
-				continue
-			}
-			i++
-		}
-	}
+	// Past their deadline: refused. At it: one last try first.
+	b.refuseLate(now, false)
 	if q.n.Load() > 0 {
 		if b.expiryDue(now) {
 			b.expire(now)
 		}
 		b.dispatch(now)
 	}
+	b.refuseLate(now, true)
 	next := int64(math.MaxInt64)
 	qc := b.qcfg.Load()
 	for k, f := range q.flows {
@@ -462,6 +455,22 @@ func (b *Broker) pass(now int64) {
 		}
 	}
 	q.next.Store(next)
+}
+
+// refuseLate refuses with queue_deadline the requests whose deadline is
+// before now, or (at too) not after it. mu is held.
+func (b *Broker) refuseLate(now int64, at bool) {
+	q := &b.q
+	for _, f := range q.flows {
+		for i := 0; i < len(f.entries); {
+			if e := f.entries[i]; e.deadline < now || at && e.deadline == now {
+				q.stats.Deadline++
+				q.remove(e, qRefused, nil, b.deadlineRefusal(e, now), now)
+				continue
+			}
+			i++
+		}
+	}
 }
 
 func (b *Broker) dispatch(now int64) {
