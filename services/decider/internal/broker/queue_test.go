@@ -441,7 +441,9 @@ func TestQueueBurstCreditIsBounded(t *testing.T) {
 				[]TenantShare{{Tenant: "quiet", Burst: tt.burst}})
 			drain(t, b)
 			out := make(chan outcome, 200)
-			queueN(t, b, "noisy", 80, out)
+			queueN(t, b, "noisy", 90, out)
+			queueN(t, b, "quiet", 2, out)
+			require.Equal(t, 2, count(grants(t, b, c, out, 6), "quiet"))
 			// The quiet tenant stays idle for 40 grants: credit it must not
 			// bank beyond its burst.
 			require.Equal(t, 40, count(grants(t, b, c, out, 40), "noisy"))
