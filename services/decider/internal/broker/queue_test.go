@@ -666,3 +666,53 @@ func TestQueueTimerAdmitsAndStops(t *testing.T) {
 	require.Empty(t, b.QueueDepths())
 	// goleak checks that the timer goroutine ended with the queue.
 }
+
+func TestRefusalCodes(t *testing.T) {
+	b, _ := queueBroker(t, []Spec{
+		{Scope: ScopeTenant, Key: "rate", Unit: UnitRequests, Window: WindowMinute, Capacity: 1},
+		{Scope: ScopeTenant, Key: "daily", Unit: UnitRequests, Window: WindowDay, Capacity: 1},
+		{Scope: ScopeTenant, Key: "spend", Unit: UnitUSD, Window: WindowHour, Capacity: 1},
+		{Scope: ScopeTenant, Key: "dspend", Unit: UnitUSD, Window: WindowDay, Capacity: 1},
+		{Scope: ScopeTenant, Key: "cc", Unit: UnitConcurrentRequests, Capacity: 1},
+		{Scope: ScopeTenant, Key: "ramp", Unit: UnitRequests, Ramp: &Ramp{MaxIncrease: 0.5, Floor: 1}},
+		{Scope: ScopeTenant, Key: "large", Unit: UnitInputTokens, Window: WindowMinute, Capacity: 10},
+		{Scope: ScopeModelRoute, Key: endpoint2, Unit: UnitRequests, Window: WindowMinute, Capacity: 1000},
+	}, nil, nil)
+	// A route paused by the provider.
+	pr, _, _ := b.Reserve(t.Context(), tenantReq("other", endpoint2))
+	_, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: pr.ID, Outcome: OutcomeUpstreamError, Headers: []Header{{Name: "retry-after", Value: "5"}}})
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		tenant, endpoint string
+		demand           Demand
+		code             string
+		reason           RefusalReason
+	}{
+		{"rate", endpoint, one, CodeRateLimit, ReasonRetryableCapacity},
+		{"daily", endpoint, one, CodeDailyQuota, ReasonNonRetryablePolicy},
+		{"spend", endpoint, Demand{USD: 0.6}, CodeSpendLimit, ReasonRetryableCapacity},
+		{"dspend", endpoint, Demand{USD: 0.6}, CodeSpendLimit, ReasonNonRetryablePolicy},
+		{"cc", endpoint, one, CodeConcurrency, ReasonRetryableCapacity},
+		{"ramp", endpoint, one, CodeRamp, ReasonRetryableCapacity},
+		{"large", endpoint, Demand{InputTokens: 11}, CodeTooLarge, ReasonNonRetryableRequest},
+		{"paused", endpoint2, one, CodeProviderPaused, ReasonRetryableOverload},
+	} {
+		t.Run(tt.code+"/"+tt.tenant, func(t *testing.T) {
+			rq := tenantReq(tt.tenant, tt.endpoint)
+			rq.Demand = tt.demand
+			var ref *Refusal
+			for range 2 {
+				_, r, err := b.Reserve(t.Context(), rq)
+				require.NoError(t, err)
+				ref = r
+				if ref != nil {
+					break
+				}
+			}
+			require.NotNil(t, ref)
+			require.Equal(t, tt.code, ref.Code)
+			require.Equal(t, tt.reason, ref.Reason)
+			require.Equal(t, tt.code, ref.Proto().GetCode())
+		})
+	}
+}
