@@ -164,6 +164,9 @@ type fairQueue struct {
 	blocked map[string]int
 	depth   map[WorkloadClass]int
 	vt      float64 // virtual time: the start tag of the latest admission
+	// soonest is no later than the earliest deadline of a waiting request
+	// (Unix ns), so a pass with none due skips the scan for them.
+	soonest int64
 	seq     uint64
 	pass    uint64
 	running bool // the timer goroutine is running
@@ -178,6 +181,7 @@ func (q *fairQueue) init() {
 	q.depth = map[WorkloadClass]int{}
 	q.kick = make(chan struct{}, 1)
 	q.next.Store(math.MaxInt64)
+	q.soonest = math.MaxInt64
 }
 
 // QueueStats counts what the admission queues did since the broker
@@ -312,6 +316,7 @@ func (q *fairQueue) enqueue(b *Broker, req *ReserveRequest, cc ClassContract, re
 	q.n.Add(1)
 	q.stats.Queued++
 	q.next.Store(min(q.next.Load(), e.retryAt, e.deadline))
+	q.soonest = min(q.soonest, e.deadline)
 	return e, 0
 }
 
@@ -440,7 +445,7 @@ func (b *Broker) pass(now int64) {
 		b.dispatch(now)
 	}
 	b.refuseLate(now, true)
-	next := int64(math.MaxInt64)
+	next, soonest := int64(math.MaxInt64), int64(math.MaxInt64)
 	qc := b.qcfg.Load()
 	for k, f := range q.flows {
 		if len(f.entries) == 0 {
@@ -451,16 +456,27 @@ func (b *Broker) pass(now int64) {
 			continue
 		}
 		for _, e := range f.entries {
-			next = min(next, e.deadline, max(e.retryAt, now))
+			// A retry time already past is of a request this pass did not
+			// try (one ahead of it waits for the same bucket, with its own
+			// retry time) or could not name one: no reason to wake early.
+			soonest = min(soonest, e.deadline)
+			next = min(next, e.deadline)
+			if e.retryAt > now {
+				next = min(next, e.retryAt)
+			}
 		}
 	}
 	q.next.Store(next)
+	q.soonest = soonest
 }
 
 // refuseLate refuses with queue_deadline the requests whose deadline is
 // before now, or (at too) not after it. mu is held.
 func (b *Broker) refuseLate(now int64, at bool) {
 	q := &b.q
+	if q.soonest > now || !at && q.soonest == now {
+		return
+	}
 	for _, f := range q.flows {
 		for i := 0; i < len(f.entries); {
 			if e := f.entries[i]; e.deadline < now || at && e.deadline == now {
