@@ -151,7 +151,9 @@
 // not wait out. A caller whose context ends leaves the queue (counted as
 // cancelled) unless another caller joined the request: a ReserveWait with
 // the idempotency key (scoped by tenant) of a waiting request waits on it,
-// with its id and place, so a caller whose call broke can re-attach.
+// with its id and place; with Options.QueueReattach a request with a key
+// whose last caller left keeps its place that long, not admitted
+// meanwhile, so a caller whose call broke can re-attach.
 //
 // Freed capacity is offered in dispatch passes: Reconcile, Expire and
 // Reconfigure run one after releasing their locks, [Broker.Pump] runs one

@@ -127,6 +127,10 @@ type qentry struct {
 	last      *Refusal // the refusal of its last try
 	tried     uint64   // the pass that last tried it
 	waiters   int      // callers waiting on it (a re-attach adds one)
+	// orphaned is, for a request whose last caller left, until when it
+	// keeps its place for a caller re-attaching with its idempotency key
+	// (Options.QueueReattach); 0 while someone waits on it.
+	orphaned int64
 	fallback  string   // the contract's fallback model, if it degrades
 	state     qstate
 	done      chan struct{}
@@ -221,7 +225,7 @@ func (q *fairQueue) lookup(t *table, req *ReserveRequest) (*qentry, bool) {
 	defer q.mu.Unlock()
 	if req.IdempotencyKey != "" {
 		if e := q.idem[idemKey{tenant: req.Identity.TenantID, key: req.IdempotencyKey}]; e != nil {
-			e.waiters++
+			e.attach()
 			return e, false
 		}
 	}
@@ -270,7 +274,7 @@ func (q *fairQueue) enqueue(b *Broker, req *ReserveRequest, cc ClassContract, re
 	ik := idemKey{tenant: req.Identity.TenantID, key: req.IdempotencyKey}
 	if ik.key != "" {
 		if e := q.idem[ik]; e != nil {
-			e.waiters++
+			e.attach()
 			return e, 0
 		}
 	}
@@ -318,6 +322,21 @@ func (q *fairQueue) enqueue(b *Broker, req *ReserveRequest, cc ClassContract, re
 	q.next.Store(min(q.next.Load(), e.retryAt, e.deadline))
 	q.soonest = min(q.soonest, e.deadline)
 	return e, 0
+}
+
+// attach adds a caller waiting on e. mu is held.
+func (e *qentry) attach() {
+	e.waiters++
+	e.orphaned = 0
+}
+
+// end is when e leaves the queue unless admitted first: its deadline, or
+// the end of its orphaned spell.
+func (e *qentry) end() int64 {
+	if e.orphaned != 0 {
+		return min(e.deadline, e.orphaned)
+	}
+	return e.deadline
 }
 
 // note records ref as e's latest refusal. mu is held.
@@ -459,8 +478,8 @@ func (b *Broker) pass(now int64) {
 			// A retry time already past is of a request this pass did not
 			// try (one ahead of it waits for the same bucket, with its own
 			// retry time) or could not name one: no reason to wake early.
-			soonest = min(soonest, e.deadline)
-			next = min(next, e.deadline)
+			soonest = min(soonest, e.end())
+			next = min(next, e.end())
 			if e.retryAt > now {
 				next = min(next, e.retryAt)
 			}
@@ -471,7 +490,8 @@ func (b *Broker) pass(now int64) {
 }
 
 // refuseLate refuses with queue_deadline the requests whose deadline is
-// before now, or (at too) not after it. mu is held.
+// before now, or (at too) not after it, and drops those orphaned that long
+// (cancelled). mu is held.
 func (b *Broker) refuseLate(now int64, at bool) {
 	q := &b.q
 	if q.soonest > now || !at && q.soonest == now {
@@ -479,9 +499,14 @@ func (b *Broker) refuseLate(now int64, at bool) {
 	}
 	for _, f := range q.flows {
 		for i := 0; i < len(f.entries); {
-			if e := f.entries[i]; e.deadline < now || at && e.deadline == now {
-				q.stats.Deadline++
-				q.remove(e, qRefused, nil, b.deadlineRefusal(e, now), now)
+			if e := f.entries[i]; e.end() < now || at && e.end() == now {
+				if e.waiters == 0 {
+					q.stats.Cancelled++
+					q.remove(e, qCancelled, nil, nil, now)
+				} else {
+					q.stats.Deadline++
+					q.remove(e, qRefused, nil, b.deadlineRefusal(e, now), now)
+				}
 				continue
 			}
 			i++
@@ -536,7 +561,9 @@ func (b *Broker) serve(f *qflow, t *table, qc *queueConfig, now int64) bool {
 	q := &b.q
 	for i := 0; i < len(f.entries) && i < lookahead; {
 		e := f.entries[i]
-		if e.tried == q.pass || len(f.blocked) > 0 && touches(t, &e.req, f.blocked) {
+		if e.waiters == 0 || e.tried == q.pass || len(f.blocked) > 0 && touches(t, &e.req, f.blocked) {
+			// Orphaned requests keep their place but nobody would receive
+			// their reservation: not tried, and they hold up nobody.
 			i++
 			continue
 		}

@@ -66,6 +66,12 @@ type Options struct {
 	// the earliest of them may fit, at least once a second, and ends when
 	// the queue is empty. Tests on a fake clock set it.
 	ManualPump bool
+	// QueueReattach is how long a queued request with an idempotency key
+	// keeps its place after its last caller went away (a broken call),
+	// for the caller's retry to re-attach to it; it is not admitted
+	// meanwhile. (Optional) Defaults to 0: the request leaves the queue
+	// with its last caller.
+	QueueReattach time.Duration
 	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
 	// Defaults to math/rand/v2's Float64.
 	Rand func() float64

@@ -132,7 +132,9 @@ func (b *Broker) Contract(c WorkloadClass) ClassContract {
 // refusals. A cancelled context takes the request out of the queue, unless
 // another caller re-attached to it with the same idempotency key: a
 // ReserveWait with the key of a waiting request joins it, keeping its
-// place and its id.
+// place and its id. With Options.QueueReattach, a request with a key whose
+// last caller left keeps its place that long (not admitted meanwhile), so
+// a caller whose call broke can come back to it.
 //
 // While requests wait, an arrival that needs a bucket one of them was
 // refused by queues behind them instead of taking what they wait for; one
@@ -153,6 +155,7 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 	if b.q.n.Load() > 0 {
 		e, c := b.q.lookup(b.tab.Load(), &req)
 		if e != nil {
+			b.wake() // it may have been orphaned, skipped by passes
 			return b.await(ctx, e)
 		}
 		contended = c
@@ -244,7 +247,8 @@ func waitBudget(ctx context.Context, req *ReserveRequest, cc ClassContract) time
 
 // await waits for e's outcome or ctx's end. A caller whose context ends
 // leaves; the entry leaves the queue with its last caller (counted as
-// cancelled). An outcome already decided is returned even so: the
+// cancelled), or, with Options.QueueReattach and an idempotency key, once
+// nobody re-attached within it. An outcome already decided is returned even so: the
 // reservation is the caller's, as a Reserve answered just before the
 // context ended would be.
 func (b *Broker) await(ctx context.Context, e *qentry) (*Reservation, *Refusal, *QueueDecision, error) {
@@ -255,9 +259,15 @@ func (b *Broker) await(ctx context.Context, e *qentry) (*Reservation, *Refusal, 
 		q.mu.Lock()
 		if e.state == qWaiting {
 			e.waiters--
-			if e.waiters == 0 {
+			switch now := b.nowNS(); {
+			case e.waiters > 0:
+			case b.opts.QueueReattach > 0 && e.idem.key != "":
+				e.orphaned = now + int64(b.opts.QueueReattach)
+				q.soonest = min(q.soonest, e.orphaned)
+				q.next.Store(min(q.next.Load(), e.orphaned))
+			default:
 				q.stats.Cancelled++
-				q.remove(e, qCancelled, nil, nil, b.nowNS())
+				q.remove(e, qCancelled, nil, nil, now)
 			}
 			q.mu.Unlock()
 			return nil, nil, nil, ctx.Err()

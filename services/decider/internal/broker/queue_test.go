@@ -716,3 +716,60 @@ func TestRefusalCodes(t *testing.T) {
 		})
 	}
 }
+
+func TestQueueReattachAfterBrokenCall(t *testing.T) {
+	spec := []Spec{{Scope: ScopeTenant, Key: "a", Unit: UnitConcurrentRequests, Capacity: 1}}
+	grace := func(o *Options) { o.QueueReattach = 5 * time.Second }
+	rq := tenantReq("a", endpoint)
+	rq.IdempotencyKey = "k"
+	queued := func(t *testing.T, b *Broker) (string, *Reservation) {
+		held, _, _ := b.Reserve(t.Context(), tenantReq("a", endpoint))
+		require.NotNil(t, held)
+		ctx, cancel := context.WithCancel(t.Context())
+		out := make(chan outcome, 1)
+		spawn(ctx, b, rq, "first", out)
+		waitDepth(t, b, "a", 1)
+		b.q.mu.Lock()
+		id := b.q.idem[idemKey{tenant: "a", key: "k"}].decision.ID
+		b.q.mu.Unlock()
+		cancel()
+		require.ErrorIs(t, next(t, out).err, context.Canceled)
+		require.Equal(t, 1, depthOf(b, "a"), "the place is kept for a while")
+		return id, held
+	}
+	t.Run("re-attached", func(t *testing.T) {
+		b, c := queueBroker(t, spec, []ClassContract{interactive}, nil, grace)
+		id, held := queued(t, b)
+		_, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: held.ID})
+		require.NoError(t, err)
+		require.Equal(t, 0, b.Open(), "nobody to hand a reservation to: not admitted")
+		c.Advance(4 * time.Second)
+		b.Pump(c.Now())
+		res, ref, dec, err := b.ReserveWait(t.Context(), rq)
+		require.NoError(t, err)
+		require.NotNil(t, res, "%+v", ref)
+		require.Equal(t, id, dec.ID, "the same entry")
+		require.Equal(t, 4*time.Second, dec.Waited)
+		require.Equal(t, QueueStats{Queued: 1, Admitted: 1}, b.QueueStats())
+	})
+	t.Run("abandoned", func(t *testing.T) {
+		b, c := queueBroker(t, spec, []ClassContract{interactive}, nil, grace)
+		queued(t, b)
+		require.Equal(t, t0.Add(time.Second), b.NextPump())
+		c.Advance(5 * time.Second)
+		b.Pump(c.Now())
+		require.Empty(t, b.QueueDepths())
+		require.Equal(t, QueueStats{Queued: 1, Cancelled: 1}, b.QueueStats())
+	})
+	t.Run("no key, no grace", func(t *testing.T) {
+		b, _ := queueBroker(t, spec, []ClassContract{interactive}, nil, grace)
+		_, _, _ = b.Reserve(t.Context(), tenantReq("a", endpoint))
+		ctx, cancel := context.WithCancel(t.Context())
+		out := make(chan outcome, 1)
+		spawn(ctx, b, tenantReq("a", endpoint), "first", out)
+		waitDepth(t, b, "a", 1)
+		cancel()
+		require.ErrorIs(t, next(t, out).err, context.Canceled)
+		require.Empty(t, b.QueueDepths(), "nothing could re-attach to it")
+	})
+}
