@@ -131,12 +131,12 @@ type qentry struct {
 	// keeps its place for a caller re-attaching with its idempotency key
 	// (Options.QueueReattach); 0 while someone waits on it.
 	orphaned int64
-	fallback  string   // the contract's fallback model, if it degrades
-	state     qstate
-	done      chan struct{}
-	res       *Reservation
-	ref       *Refusal
-	decision  QueueDecision
+	fallback string // the contract's fallback model, if it degrades
+	state    qstate
+	done     chan struct{}
+	res      *Reservation
+	ref      *Refusal
+	decision QueueDecision
 }
 
 // fairQueue holds every class's waiting requests and shares freed capacity
