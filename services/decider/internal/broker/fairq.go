@@ -35,7 +35,7 @@ func newQueueConfig(cfg Config) (*queueConfig, error) {
 			cls = ClassInteractive
 		}
 		if _, dup := qc.classes[cls]; dup {
-			return nil, fmt.Errorf("%w: classes[%d]: class %s given twice", ErrInvalid, i, cls)
+			return nil, fmt.Errorf("%w: classes[%d]: class %s given twice", ErrInvalid, i, className(cls))
 		}
 		c.Class = cls
 		qc.classes[cls] = c
@@ -637,7 +637,7 @@ func (b *Broker) deadlineRefusal(e *qentry, now int64) *Refusal {
 		r.Reset = time.Unix(0, e.retryAt).UTC()
 	}
 	waited := time.Duration(now - e.enq).Round(time.Millisecond)
-	r.Message = fmt.Sprintf("no capacity came within the %s queue's deadline (waited %s)", e.flow.key.class, waited)
+	r.Message = fmt.Sprintf("no capacity came within the %s queue's deadline (waited %s)", className(e.flow.key.class), waited)
 	if e.last != nil {
 		r.Message += ": " + e.last.Message
 	}
@@ -656,7 +656,7 @@ func queueFullRefusal(ref *Refusal, cls WorkloadClass, fallback string, leave, n
 		out.RetryAfter = max(out.RetryAfter, time.Duration(leave-now))
 	}
 	out.Reset = time.Unix(0, now+int64(out.RetryAfter)).UTC()
-	out.Message = fmt.Sprintf("the %s queue is full; retry after %s", cls, out.RetryAfter.Round(time.Millisecond))
+	out.Message = fmt.Sprintf("the %s queue is full; retry after %s", className(cls), out.RetryAfter.Round(time.Millisecond))
 	return withFallback(&out, fallback)
 }
 

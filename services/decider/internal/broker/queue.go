@@ -92,8 +92,8 @@ func DefaultContract(c WorkloadClass) ClassContract { return ClassContract{Class
 
 var classNames = [...]string{"unspecified", "interactive", "background", "partner", "batch"}
 
-// String returns the class's name, e.g. "interactive".
-func (c WorkloadClass) String() string {
+// className is the class's name for messages, e.g. "interactive".
+func className(c WorkloadClass) string {
 	if c >= 0 && int(c) < len(classNames) {
 		return classNames[c]
 	}
