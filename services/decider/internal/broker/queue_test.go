@@ -97,11 +97,11 @@ func TestQueueDefaultContractRefusesAtOnce(t *testing.T) {
 	b, _ := queueBroker(t, []Spec{{Scope: ScopeModelRoute, Key: endpoint, Unit: UnitRequests, Window: WindowMinute, Capacity: 1}}, nil, nil)
 	rq := tenantReq("a", endpoint)
 	rq.Identity.Class = ClassUnspecified
-	res, ref, dec, err := b.ReserveWait(t.Context(), rq)
+	res, _, dec, err := b.ReserveWait(t.Context(), rq)
 	require.NoError(t, err)
 	require.NotNil(t, res)
 	require.Nil(t, dec)
-	res, ref, dec, err = b.ReserveWait(t.Context(), rq)
+	res, ref, dec, err := b.ReserveWait(t.Context(), rq)
 	require.NoError(t, err)
 	require.Nil(t, res)
 	require.Nil(t, dec, "no contract: no queue")
