@@ -152,8 +152,9 @@
 // cancelled) unless another caller joined the request: a ReserveWait with
 // the idempotency key (scoped by tenant) of a waiting request waits on it,
 // with its id and place; with Options.QueueReattach a request with a key
-// whose last caller left keeps its place that long, not admitted
-// meanwhile, so a caller whose call broke can re-attach.
+// whose last caller left keeps its place that long — not admitted, but its
+// tenant's later requests that need one of its buckets stay behind it — so
+// a caller whose call broke can re-attach.
 //
 // Freed capacity is offered in dispatch passes: Reconcile, Expire and
 // Reconfigure run one after releasing their locks, [Broker.Pump] runs one
@@ -193,9 +194,11 @@
 // estimated wait only when the clock alone frees the bucket in the way (a
 // refill, a period, a pause of known end) and no request, its own tenant's
 // or another's, waits for that bucket ahead of it. [Broker.QueueDepths]
-// and [Broker.QueueStats] are for metrics. Waiting requests are not part
-// of a snapshot: after a failover their callers, whose calls fail, ask the
-// new owner again.
+// and [Broker.QueueStats] are for metrics. A snapshot carries the waiting
+// requests that have an idempotency key (the earliest 4096): a new owner
+// restores them orphaned, in their order and with their ids, for
+// Options.QueueReattach, so the callers of the old owner, whose calls
+// failed, re-attach with their retries and keep their places.
 //
 // # Idempotency and expiry
 //
@@ -271,11 +274,12 @@
 // # Snapshots and learning mode
 //
 // Snapshot encodes bucket levels, learned limits, route pauses, open
-// reservations and correction factors in a versioned, checksummed blob,
-// consistent between reservations and levels. Restore loads one into a
-// broker built from today's configuration. A new owner does not know what
-// the old owner granted after its last snapshot, so after an unclean stop it
-// calls SetConservative(LearningUntil(now)): until the longest TTL the old
+// reservations, correction factors and queued requests in a versioned,
+// checksummed blob, consistent between reservations and levels. Restore
+// loads one into a broker built from today's configuration. A new owner
+// does not know what the old owner granted after its last snapshot, so
+// after an unclean stop it calls SetConservative(LearningUntil(now)):
+// until the longest TTL the old
 // owner granted (recorded in its snapshot, at least DefaultTTL) has passed,
 // and not before the old owner's own learning mode ended. Until then every
 // bucket admits only while, after the charge, at least

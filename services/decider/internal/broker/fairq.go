@@ -265,6 +265,20 @@ func touches(t *table, req *ReserveRequest, ids []string) bool {
 	return false
 }
 
+// appendBucketIDs appends the ids of the buckets req needs, and its
+// route's pause, to ids.
+func appendBucketIDs(ids []string, t *table, req *ReserveRequest) []string {
+	var arr [maxStack]*bucket
+	bs, _ := t.resolve(&req.Identity, req.EndpointID, arr[:0])
+	for _, bk := range bs {
+		ids = append(ids, bk.id)
+	}
+	if req.EndpointID != "" {
+		ids = append(ids, pauseID(req.EndpointID))
+	}
+	return ids
+}
+
 // enqueue adds req to its class's queue, or joins the waiting entry of
 // its idempotency key. It returns nil when the class's queue is full,
 // with the time the oldest waiting request of the class leaves at the
@@ -561,9 +575,15 @@ func (b *Broker) serve(f *qflow, t *table, qc *queueConfig, now int64) bool {
 	q := &b.q
 	for i := 0; i < len(f.entries) && i < lookahead; {
 		e := f.entries[i]
-		if e.waiters == 0 || e.tried == q.pass || len(f.blocked) > 0 && touches(t, &e.req, f.blocked) {
-			// Orphaned requests keep their place but nobody would receive
-			// their reservation: not tried, and they hold up nobody.
+		if e.waiters == 0 {
+			// Orphaned: nobody would receive its reservation, so it is
+			// not tried, but it keeps its place: its tenant's later
+			// requests that need one of its buckets wait behind it.
+			f.blocked = appendBucketIDs(f.blocked, t, &e.req)
+			i++
+			continue
+		}
+		if e.tried == q.pass || len(f.blocked) > 0 && touches(t, &e.req, f.blocked) {
 			i++
 			continue
 		}

@@ -67,10 +67,12 @@ type Options struct {
 	// the queue is empty. Tests on a fake clock set it.
 	ManualPump bool
 	// QueueReattach is how long a queued request with an idempotency key
-	// keeps its place after its last caller went away (a broken call),
-	// for the caller's retry to re-attach to it; it is not admitted
-	// meanwhile. (Optional) Defaults to 0: the request leaves the queue
-	// with its last caller.
+	// keeps its place after its last caller went away (a broken call, or
+	// a failover: Restore brings such requests back this way), for the
+	// caller's retry to re-attach to it. It is not admitted meanwhile, and
+	// its tenant's later requests that need one of its buckets wait behind
+	// it. (Optional) Defaults to 0: the request leaves the queue with its
+	// last caller, and Restore brings back none.
 	QueueReattach time.Duration
 	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
 	// Defaults to math/rand/v2's Float64.

@@ -773,3 +773,88 @@ func TestQueueReattachAfterBrokenCall(t *testing.T) {
 		require.Empty(t, b.QueueDepths(), "nothing could re-attach to it")
 	})
 }
+
+func TestQueueSurvivesFailover(t *testing.T) {
+	specs := []Spec{
+		{Scope: ScopeTenant, Key: "a", Unit: UnitConcurrentRequests, Capacity: 1},
+		{Scope: ScopeTenant, Key: "b", Unit: UnitConcurrentRequests, Capacity: 1},
+	}
+	grace := func(o *Options) { o.QueueReattach = 10 * time.Second }
+	old, _ := queueBroker(t, specs, []ClassContract{interactive}, nil, grace)
+	heldA, _, _ := old.Reserve(t.Context(), tenantReq("a", endpoint))
+	heldB, _, _ := old.Reserve(t.Context(), tenantReq("b", endpoint))
+	require.NotNil(t, heldA)
+	require.NotNil(t, heldB)
+	keyed := func(tn, key string) ReserveRequest {
+		rq := tenantReq(tn, endpoint)
+		rq.IdempotencyKey = key
+		return rq
+	}
+	out := make(chan outcome, 8)
+	ctx, callsBreak := context.WithCancel(t.Context())
+	spawn(ctx, old, keyed("a", "k1"), "k1", out)
+	waitDepth(t, old, "a", 1)
+	spawn(ctx, old, tenantReq("a", endpoint), "no key", out)
+	waitDepth(t, old, "a", 2)
+	spawn(ctx, old, keyed("a", "k2"), "k2", out)
+	waitDepth(t, old, "a", 3)
+	spawn(ctx, old, keyed("b", "k3"), "k3", out)
+	waitDepth(t, old, "b", 1)
+	ids := map[string]string{}
+	old.q.mu.Lock()
+	for ik, e := range old.q.idem {
+		ids[ik.key] = e.decision.ID
+	}
+	old.q.mu.Unlock()
+	blob := old.Snapshot()
+	callsBreak() // the old owner goes away
+	for range 4 {
+		require.ErrorIs(t, next(t, out).err, context.Canceled)
+	}
+
+	t.Run("without a re-attach window nothing is restored", func(t *testing.T) {
+		nb, _ := queueBroker(t, specs, []ClassContract{interactive}, nil)
+		require.NoError(t, nb.Restore(blob, t0))
+		require.Empty(t, nb.QueueDepths())
+	})
+
+	b, c := queueBroker(t, specs, []ClassContract{interactive}, nil, grace)
+	c.Advance(2 * time.Second)
+	require.NoError(t, b.Restore(blob, c.Now()))
+	require.Equal(t, []QueueDepth{{Class: ClassInteractive, Tenant: "a", Depth: 2}, {Class: ClassInteractive, Tenant: "b", Depth: 1}},
+		b.QueueDepths(), "the keyed requests")
+	require.Equal(t, 2, b.Open(), "and the reservations")
+
+	// The callers retry on the new owner, in another order.
+	waiting := func(key, tn string) bool {
+		b.q.mu.Lock()
+		defer b.q.mu.Unlock()
+		e := b.q.idem[idemKey{tenant: tn, key: key}]
+		return e != nil && e.waiters == 1
+	}
+	spawn(t.Context(), b, keyed("a", "k2"), "k2", out)
+	require.Eventually(t, func() bool { return waiting("k2", "a") }, 10*time.Second, time.Millisecond)
+	_, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: heldA.ID})
+	require.NoError(t, err)
+	b.Pump(c.Now())
+	require.Equal(t, 1, b.Open(), "k1 is ahead of k2 and has not re-attached yet: its place is kept...")
+	spawn(t.Context(), b, keyed("a", "k1"), "k1", out)
+	o := next(t, out) // ...and is taken back when it does
+	require.Equal(t, "k1", o.tag)
+	require.NotNil(t, o.res)
+	require.Equal(t, ids["k1"], o.dec.ID)
+	require.Equal(t, 0, o.dec.Position)
+	_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: o.res.ID})
+	require.NoError(t, err)
+	o = next(t, out)
+	require.Equal(t, "k2", o.tag)
+	require.Equal(t, ids["k2"], o.dec.ID)
+	require.Equal(t, 2, o.dec.Position, "behind k1 and the request without a key")
+	require.Equal(t, 2*time.Second, o.dec.Waited)
+
+	// k3's caller never comes back.
+	c.Advance(10 * time.Second)
+	b.Pump(c.Now())
+	require.Empty(t, b.QueueDepths())
+	require.Equal(t, QueueStats{Admitted: 2, Cancelled: 1}, b.QueueStats())
+}
