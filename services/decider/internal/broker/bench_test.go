@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -184,5 +186,36 @@ func BenchmarkReserveWaitUncontended(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkQueuePass measures one dispatch pass (what every Reconcile and
+// Expire runs while requests wait) over 100 tenants with 10 requests each
+// queued on a shared bucket that has no room: each tenant's head is tried
+// and refused, and its other requests skipped as needing the same bucket.
+func BenchmarkQueuePass(b *testing.B) {
+	br, c := queueBroker(b, []Spec{{Scope: ScopeModelRoute, Key: endpoint, Unit: UnitRequests, Window: WindowHour, Capacity: 1}},
+		[]ClassContract{{Class: ClassInteractive, MaxWait: time.Hour, MaxDepth: 10000}}, nil)
+	if r, _, _ := br.Reserve(b.Context(), tenantReq("drain", endpoint)); r == nil {
+		b.Fatal("not reserved")
+	}
+	ctx, cancel := context.WithCancel(b.Context())
+	out := make(chan outcome, 1000)
+	for i := range 100 {
+		for range 10 {
+			spawn(ctx, br, tenantReq(fmt.Sprint("t", i), endpoint), "", out)
+		}
+	}
+	for br.q.n.Load() < 1000 {
+		runtime.Gosched()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		br.Pump(c.Now())
+	}
+	b.StopTimer()
+	cancel()
+	for range 1000 {
+		<-out
 	}
 }

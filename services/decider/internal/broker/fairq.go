@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/heap"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -89,11 +90,9 @@ type qflow struct {
 	// (-Inf before the first).
 	vfin float64
 
-	// Per dispatch pass: the head's virtual start and finish, whether the
-	// pass is done with the flow, and the buckets that refused its
-	// entries in this pass.
+	// Per dispatch pass: the head's virtual start and finish, and the
+	// buckets that refused its entries in this pass.
 	start, fin float64
-	done       bool
 	blocked    []string
 }
 
@@ -126,7 +125,10 @@ type qentry struct {
 	blockedBy string
 	last      *Refusal // the refusal of its last try
 	tried     uint64   // the pass that last tried it
-	waiters   int      // callers waiting on it (a re-attach adds one)
+	// bks is the buckets the request needs in table tab, cached.
+	bks     []*bucket
+	tab     *table
+	waiters int // callers waiting on it (a re-attach adds one)
 	// orphaned is, for a request whose last caller left, until when it
 	// keeps its place for a caller re-attaching with its idempotency key
 	// (Options.QueueReattach); 0 while someone waits on it.
@@ -175,7 +177,7 @@ type fairQueue struct {
 	pass    uint64
 	running bool // the timer goroutine is running
 	stats   QueueStats
-	scratch []*qflow
+	scratch flowHeap
 }
 
 func (q *fairQueue) init() {
@@ -244,14 +246,23 @@ func (q *fairQueue) lookup(t *table, req *ReserveRequest) (*qentry, bool) {
 
 func pauseID(endpoint string) string { return "pause:" + endpoint }
 
-// touches reports whether req needs one of the buckets (or route pauses)
-// named by ids.
-func touches(t *table, req *ReserveRequest, ids []string) bool {
-	var arr [maxStack]*bucket
-	bs, _ := t.resolve(&req.Identity, req.EndpointID, arr[:0])
+// buckets returns the buckets e's request needs in table t, resolved once
+// per table. mu is held.
+func (e *qentry) buckets(t *table) []*bucket {
+	if e.tab != t {
+		e.bks, _ = t.resolve(&e.req.Identity, e.req.EndpointID, e.bks[:0])
+		e.tab = t
+	}
+	return e.bks
+}
+
+// touches reports whether e needs one of the buckets (or route pauses)
+// named by ids. mu is held.
+func (e *qentry) touches(t *table, ids []string) bool {
+	bs := e.buckets(t)
 	for _, id := range ids {
 		if ep, ok := strings.CutPrefix(id, "pause:"); ok {
-			if ep == req.EndpointID {
+			if ep == e.req.EndpointID {
 				return true
 			}
 			continue
@@ -265,16 +276,14 @@ func touches(t *table, req *ReserveRequest, ids []string) bool {
 	return false
 }
 
-// appendBucketIDs appends the ids of the buckets req needs, and its
-// route's pause, to ids.
-func appendBucketIDs(ids []string, t *table, req *ReserveRequest) []string {
-	var arr [maxStack]*bucket
-	bs, _ := t.resolve(&req.Identity, req.EndpointID, arr[:0])
-	for _, bk := range bs {
+// appendBucketIDs appends the ids of the buckets e needs, and its route's
+// pause, to ids. mu is held.
+func (e *qentry) appendBucketIDs(ids []string, t *table) []string {
+	for _, bk := range e.buckets(t) {
 		ids = append(ids, bk.id)
 	}
-	if req.EndpointID != "" {
-		ids = append(ids, pauseID(req.EndpointID))
+	if e.req.EndpointID != "" {
+		ids = append(ids, pauseID(e.req.EndpointID))
 	}
 	return ids
 }
@@ -532,33 +541,45 @@ func (b *Broker) dispatch(now int64) {
 	q := &b.q
 	t := b.tab.Load()
 	qc := b.qcfg.Load()
-	act := q.scratch[:0]
+	act := flowHeap(q.scratch[:0])
 	for _, f := range q.flows {
 		if len(f.entries) > 0 {
-			f.done = false
 			f.blocked = f.blocked[:0]
 			b.tag(f, qc)
 			act = append(act, f)
 		}
 	}
-	for {
-		var best *qflow
-		for _, f := range act {
-			if !f.done && (best == nil || f.fin < best.fin || f.fin == best.fin && f.entries[0].seq < best.entries[0].seq) {
-				best = f
-			}
-		}
-		if best == nil {
-			break
-		}
-		if !b.serve(best, t, qc, now) || len(best.entries) == 0 {
-			best.done = true
+	heap.Init(&act)
+	for len(act) > 0 {
+		// The flow with the smallest virtual finish: served, then back in
+		// with its next head's tags if it admitted one and has more.
+		f := act[0]
+		if b.serve(f, t, qc, now) && len(f.entries) > 0 {
+			b.tag(f, qc)
+			heap.Fix(&act, 0)
 			continue
 		}
-		b.tag(best, qc)
+		heap.Pop(&act)
 	}
-	clear(act)
 	q.scratch = act[:0]
+}
+
+// flowHeap orders flows by their head's virtual finish, then by arrival.
+type flowHeap []*qflow
+
+func (h flowHeap) Len() int { return len(h) }
+func (h flowHeap) Less(i, j int) bool {
+	a, c := h[i], h[j]
+	return a.fin < c.fin || a.fin == c.fin && a.entries[0].seq < c.entries[0].seq
+}
+func (h flowHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *flowHeap) Push(x any)   { *h = append(*h, x.(*qflow)) }
+func (h *flowHeap) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return f
 }
 
 // tag computes the virtual start and finish of f's head.
@@ -579,16 +600,16 @@ func (b *Broker) serve(f *qflow, t *table, qc *queueConfig, now int64) bool {
 			// Orphaned: nobody would receive its reservation, so it is
 			// not tried, but it keeps its place: its tenant's later
 			// requests that need one of its buckets wait behind it.
-			f.blocked = appendBucketIDs(f.blocked, t, &e.req)
+			f.blocked = e.appendBucketIDs(f.blocked, t)
 			i++
 			continue
 		}
-		if e.tried == q.pass || len(f.blocked) > 0 && touches(t, &e.req, f.blocked) {
+		if e.tried == q.pass || len(f.blocked) > 0 && e.touches(t, f.blocked) {
 			i++
 			continue
 		}
 		e.tried = q.pass
-		res, ref := b.reserve(&e.req, now)
+		res, ref := b.try(t, &e.req, now)
 		if res != nil {
 			w := qc.weight(f.key)
 			f.vfin = f.start + e.cost/w
@@ -600,6 +621,7 @@ func (b *Broker) serve(f *qflow, t *table, qc *queueConfig, now int64) bool {
 		if ref.Reason != ReasonRetryableCapacity && ref.Reason != ReasonRetryableOverload {
 			// Waiting cannot fix it: a quota used up, a limit lowered
 			// below the demand.
+			ref.finish()
 			q.stats.Refused++
 			q.remove(e, qRefused, nil, ref, now)
 			continue
@@ -607,6 +629,7 @@ func (b *Broker) serve(f *qflow, t *table, qc *queueConfig, now int64) bool {
 		if e.last == nil && !mayComeBack(ref, time.Duration(e.deadline-now)) {
 			// Queued without a try, and the capacity cannot come back in
 			// time: refused at once, as it would have been unqueued.
+			ref.finish()
 			q.stats.Refused++
 			q.remove(e, qRefused, nil, withFallback(ref, e.fallback), now)
 			continue
@@ -616,6 +639,41 @@ func (b *Broker) serve(f *qflow, t *table, qc *queueConfig, now int64) bool {
 		i++
 	}
 	return false
+}
+
+// try reserves req for a pass. Most tries of a backlog are refused, so a
+// request without an idempotency key is first checked without building a
+// reservation (its buckets locked, checked, unlocked), and reserved only
+// if it fits; one with a key is reserved at once, since its reservation
+// may exist already (a snapshot caught it both queued and admitted).
+func (b *Broker) try(t *table, req *ReserveRequest, now int64) (*Reservation, *Refusal) {
+	if req.IdempotencyKey == "" {
+		if ref := b.probe(t, req, now); ref != nil {
+			return nil, ref // its message is written if it is ever shown
+		}
+	}
+	return b.reserve(req, now)
+}
+
+// probe checks whether req fits every bucket it needs now, without
+// charging any: nil, or the refusal of the first that does not. It takes
+// the bucket locks in canonical order, as reserve does.
+func (b *Broker) probe(t *table, req *ReserveRequest, now int64) *Refusal {
+	var arr [maxStack]*bucket
+	bs, rt := t.resolve(&req.Identity, req.EndpointID, arr[:0])
+	bs = sortBuckets(bs)
+	dem := req.Demand.normalized()
+	if !b.opts.DisableCorrection {
+		dem = b.Correct(req.Model, req.EndpointID, dem)
+	}
+	for _, bk := range bs {
+		bk.mu.Lock()
+	}
+	ref := b.check(bs, rt, &dem, now, req.Identity.Class)
+	for _, bk := range bs {
+		bk.mu.Unlock()
+	}
+	return ref
 }
 
 // mayComeBack reports whether a refused demand may fit within wait: a
@@ -646,6 +704,7 @@ func withFallback(ref *Refusal, model string) *Refusal {
 func (b *Broker) deadlineRefusal(e *qentry, now int64) *Refusal {
 	var r Refusal
 	if e.last != nil {
+		e.last.finish()
 		r = *e.last
 	} else {
 		r = Refusal{Class: e.req.Identity.Class}

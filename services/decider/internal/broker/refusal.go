@@ -39,7 +39,8 @@ type Refusal struct {
 	// request to another model instead of refusing it.
 	FallbackModel string
 
-	need float64 // the refused amount, for the message
+	need     float64 // the refused amount, for the message
+	finished bool    // the message is written
 }
 
 // refusal describes why bk refused amount; bk.mu is held. The message is
@@ -81,8 +82,12 @@ func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls Worklo
 	return r
 }
 
-// finish writes the refusal's message.
+// finish writes the refusal's message, once.
 func (r *Refusal) finish() {
+	if r.finished {
+		return
+	}
+	r.finished = true
 	what := r.Scope.String() + " " + r.Unit.String()
 	switch {
 	case r.Scope.own() && r.Reason == ReasonNonRetryableRequest:
