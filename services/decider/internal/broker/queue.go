@@ -168,10 +168,7 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 			return res, r, nil, err
 		}
 		if !mayComeBack(r, wait) {
-			if r.Reason == ReasonRetryableCapacity || r.Reason == ReasonRetryableOverload {
-				r = withFallback(r, fallbackOf(cc))
-			}
-			return nil, r, nil, nil
+			return nil, unqueued(r, cc), nil, nil
 		}
 		ref = r
 	}
@@ -195,7 +192,7 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 				return res, r, nil, err
 			}
 			if !mayComeBack(r, wait) {
-				return nil, r, nil, nil
+				return nil, unqueued(r, cc), nil, nil
 			}
 			ref = r
 		}
@@ -213,12 +210,22 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 func (b *Broker) refuseNow(ctx context.Context, req ReserveRequest, ref *Refusal, cc ClassContract) (*Reservation, *Refusal, *QueueDecision, error) {
 	if ref == nil {
 		res, r, err := b.Reserve(ctx, req)
-		if err != nil || res != nil || (r.Reason != ReasonRetryableCapacity && r.Reason != ReasonRetryableOverload) {
+		if err != nil || res != nil {
 			return res, r, nil, err
 		}
 		ref = r
 	}
-	return nil, withFallback(ref, fallbackOf(cc)), nil, nil
+	return nil, unqueued(ref, cc), nil, nil
+}
+
+// unqueued is the answer to a request refused without queueing: its
+// refusal, naming the class's fallback model when waiting could have
+// fixed it but not in time (an overload, for the class's contract).
+func unqueued(ref *Refusal, cc ClassContract) *Refusal {
+	if ref.Reason == ReasonRetryableCapacity || ref.Reason == ReasonRetryableOverload {
+		return withFallback(ref, fallbackOf(cc))
+	}
+	return ref
 }
 
 func fallbackOf(cc ClassContract) string {
