@@ -194,7 +194,8 @@ func (q *fairQueue) init() {
 // started, for metrics.
 type QueueStats struct {
 	// Queued is how many requests joined a queue (a re-attach is not
-	// counted again).
+	// counted again; one restored from a snapshot is). Every one of them
+	// leaves once, counted in one of the counters below but Full.
 	Queued uint64
 	// Admitted is how many queued requests were admitted.
 	Admitted uint64

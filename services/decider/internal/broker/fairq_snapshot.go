@@ -188,6 +188,7 @@ func (b *Broker) restoreQueue(sq snapQueue, now int64) {
 		q.idem[ik] = e
 		q.depth[k.class]++
 		q.n.Add(1)
+		q.stats.Queued++
 		q.soonest = min(q.soonest, e.end())
 		q.next.Store(min(q.next.Load(), e.end()))
 		added = true

@@ -856,5 +856,5 @@ func TestQueueSurvivesFailover(t *testing.T) {
 	c.Advance(10 * time.Second)
 	b.Pump(c.Now())
 	require.Empty(t, b.QueueDepths())
-	require.Equal(t, QueueStats{Admitted: 2, Cancelled: 1}, b.QueueStats())
+	require.Equal(t, QueueStats{Queued: 3, Admitted: 2, Cancelled: 1}, b.QueueStats())
 }
