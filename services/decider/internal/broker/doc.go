@@ -144,7 +144,8 @@
 // other refusal is returned at once. A request that would make the queue
 // deeper than MaxDepth is refused with code queue_full (reason
 // RETRYABLE_OVERLOAD), retry after the later of its bucket's retry_after
-// and the oldest waiting request's deadline; one still waiting at its
+// and the class's MaxWait (by then every request waiting now has left;
+// nothing of other tenants' requests is told); one still waiting at its
 // deadline with code queue_deadline (reason DEADLINE), naming the bucket
 // of its last try. A class whose overload action is OverloadFallback names
 // its fallback model on those refusals, and on a retryable refusal it could

@@ -290,27 +290,20 @@ func (e *qentry) appendBucketIDs(ids []string, t *table) []string {
 }
 
 // enqueue adds req to its class's queue, or joins the waiting entry of
-// its idempotency key. It returns nil when the class's queue is full,
-// with the time the oldest waiting request of the class leaves at the
-// latest. ref is the refusal that sent it here, nil for an arrival queued
-// without a try. mu is held.
-func (q *fairQueue) enqueue(b *Broker, req *ReserveRequest, cc ClassContract, ref *Refusal, wait time.Duration, now int64) (*qentry, int64) {
+// its idempotency key. It returns nil when the class's queue is full. ref
+// is the refusal that sent it here, nil for an arrival queued without a
+// try. mu is held.
+func (q *fairQueue) enqueue(b *Broker, req *ReserveRequest, cc ClassContract, ref *Refusal, wait time.Duration, now int64) *qentry {
 	ik := idemKey{tenant: req.Identity.TenantID, key: req.IdempotencyKey}
 	if ik.key != "" {
 		if e := q.idem[ik]; e != nil {
 			e.attach()
-			return e, 0
+			return e
 		}
 	}
 	if q.depth[cc.Class] >= cc.MaxDepth {
-		leave := int64(math.MaxInt64)
-		for k, f := range q.flows {
-			if k.class == cc.Class && len(f.entries) > 0 {
-				leave = min(leave, f.entries[0].deadline)
-			}
-		}
 		q.stats.Full++
-		return nil, leave
+		return nil
 	}
 	k := flowKey{class: cc.Class, tenant: req.Identity.TenantID}
 	f := q.flows[k]
@@ -345,7 +338,7 @@ func (q *fairQueue) enqueue(b *Broker, req *ReserveRequest, cc ClassContract, re
 	q.stats.Queued++
 	q.next.Store(min(q.next.Load(), e.retryAt, e.deadline))
 	q.soonest = min(q.soonest, e.deadline)
-	return e, 0
+	return e
 }
 
 // attach adds a caller waiting on e. mu is held.
@@ -726,15 +719,14 @@ func (b *Broker) deadlineRefusal(e *qentry, now int64) *Refusal {
 
 // queueFullRefusal is the refusal of a request whose class's queue is
 // full: RETRYABLE_OVERLOAD, code queue_full, retry after the later of the
-// bucket's own retry_after and the time the oldest waiting request leaves
-// at the latest (its deadline), when the queue surely has room again
-// unless others took it.
-func queueFullRefusal(ref *Refusal, cls WorkloadClass, fallback string, leave, now int64) *Refusal {
+// bucket's own retry_after and the class's deadline, by when every request
+// waiting now has left. (The deadline of the oldest one would be sooner,
+// but it is another tenant's.)
+func queueFullRefusal(ref *Refusal, cc ClassContract, now int64) *Refusal {
 	out := *ref
 	out.Reason, out.Code = ReasonRetryableOverload, CodeQueueFull
-	if leave != math.MaxInt64 {
-		out.RetryAfter = max(out.RetryAfter, time.Duration(leave-now))
-	}
+	out.RetryAfter = max(out.RetryAfter, cc.MaxWait)
+	cls, fallback := cc.Class, fallbackOf(cc)
 	out.Reset = time.Unix(0, now+int64(out.RetryAfter)).UTC()
 	out.Message = fmt.Sprintf("the %s queue is full; retry after %s", className(cls), out.RetryAfter.Round(time.Millisecond))
 	return withFallback(&out, fallback)

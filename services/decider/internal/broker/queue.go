@@ -177,7 +177,7 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 	}
 	now := b.nowNS()
 	b.q.mu.Lock()
-	e, leave := b.q.enqueue(b, &req, cc, ref, wait, now)
+	e := b.q.enqueue(b, &req, cc, ref, wait, now)
 	if e != nil && !b.q.running && !b.opts.ManualPump {
 		b.q.running = true
 		go b.runQueue()
@@ -196,7 +196,7 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 			}
 			ref = r
 		}
-		return nil, queueFullRefusal(ref, cc.Class, fallbackOf(cc), leave, now), nil, nil
+		return nil, queueFullRefusal(ref, cc, now), nil, nil
 	}
 	b.q.signal()
 	// Capacity may have freed between the try and the enqueue, and an

@@ -262,8 +262,8 @@ func TestQueueDepthLimit(t *testing.T) {
 	require.Nil(t, dec)
 	require.Equal(t, ReasonRetryableOverload, ref.Reason)
 	require.Equal(t, CodeQueueFull, ref.Code)
-	require.Equal(t, 50*time.Second, ref.RetryAfter, "when the oldest waiting request leaves at the latest")
-	require.Equal(t, c.Now().Add(50*time.Second), ref.Reset)
+	require.Equal(t, time.Minute, ref.RetryAfter, "when every request waiting now has left")
+	require.Equal(t, c.Now().Add(time.Minute), ref.Reset)
 	require.Equal(t, 2, depthOf(b, "a"))
 
 	// Another class has its own queue.
