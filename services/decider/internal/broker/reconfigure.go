@@ -19,16 +19,16 @@ func (b *Broker) Reconfigure(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("broker config: %w", err)
 	}
-	b.reconfigure(cfg, ds)
-	b.qcfg.Store(qc)
+	b.reconfigure(cfg, ds, qc)
 	// New limits may admit queued requests; the table mutex is released.
 	b.wake()
 	return nil
 }
 
-func (b *Broker) reconfigure(cfg Config, ds []def) {
+func (b *Broker) reconfigure(cfg Config, ds []def, qc *queueConfig) {
 	b.cfgMu.Lock()
 	defer b.cfgMu.Unlock()
+	b.qcfg.Store(qc) // under the table mutex: the same configuration as the table
 	old := b.tab.Load()
 	now := b.nowNS()
 	bs := make([]*bucket, 0, len(ds))
