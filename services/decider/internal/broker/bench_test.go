@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // benchBroker has one bucket in each of the 7 scopes (plus a concurrency and
@@ -12,6 +15,16 @@ import (
 // the decider runs it.
 func benchBroker(b *testing.B, tenants int) *Broker {
 	b.Helper()
+	specs := benchSpecs(tenants)
+	br, err := New(Config{Buckets: specs, Routes: []Route{{EndpointID: endpoint, Model: model}}}, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return br
+}
+
+// benchSpecs is benchBroker's buckets.
+func benchSpecs(tenants int) []Spec {
 	const huge = 1e15
 	specs := []Spec{
 		{Scope: ScopeProviderWorkspace, Key: "alpha", Unit: UnitOutputTokens, Window: WindowMinute, Capacity: huge},
@@ -29,11 +42,7 @@ func benchBroker(b *testing.B, tenants int) *Broker {
 			Spec{Scope: ScopePartner, Key: tn.Partner, Unit: UnitConcurrentRequests, Capacity: huge},
 		)
 	}
-	br, err := New(Config{Buckets: specs, Routes: []Route{{EndpointID: endpoint, Model: model}}}, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return br
+	return specs
 }
 
 func benchIdentity(i int) Identity {
@@ -136,4 +145,77 @@ func BenchmarkNewID(b *testing.B) {
 			_ = newID(7)
 		}
 	})
+}
+
+// BenchmarkReserveWaitUncontended compares Reserve with ReserveWait, each
+// followed by its Reconcile, on the same buckets with room and nothing
+// queued, for a class whose contract queues: the difference is what the
+// queue adds to an admission that does not wait.
+func BenchmarkReserveWaitUncontended(b *testing.B) {
+	demand := Demand{InputTokens: 1000, OutputTokens: 500, USD: 0.0005}
+	usage := Usage{InputTokens: 900, OutputTokens: 300, CostUSD: 0.0004, Reported: true}
+	for _, wait := range []bool{false, true} {
+		name := "Reserve"
+		if wait {
+			name = "ReserveWait"
+		}
+		b.Run(name, func(b *testing.B) {
+			br := benchBroker(b, 1)
+			cfg := Config{Classes: []ClassContract{{Class: ClassInteractive, MaxWait: time.Second, MaxDepth: 100}}}
+			cfg.Buckets = benchSpecs(1)
+			cfg.Routes = []Route{{EndpointID: endpoint, Model: model}}
+			if err := br.Reconfigure(cfg); err != nil {
+				b.Fatal(err)
+			}
+			rq := ReserveRequest{RequestID: "req", Identity: benchIdentity(0), Model: model, EndpointID: endpoint, Demand: demand}
+			b.ReportAllocs()
+			for b.Loop() {
+				var r *Reservation
+				var ref *Refusal
+				var err error
+				if wait {
+					r, ref, _, err = br.ReserveWait(b.Context(), rq)
+				} else {
+					r, ref, err = br.Reserve(b.Context(), rq)
+				}
+				if err != nil || ref != nil {
+					b.Fatal(err, ref)
+				}
+				if _, err := br.Reconcile(b.Context(), ReconcileRequest{ReservationID: r.ID, Usage: usage, Outcome: OutcomeOK}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkQueuePass measures one dispatch pass (what every Reconcile and
+// Expire runs while requests wait) over 100 tenants with 10 requests each
+// queued on a shared bucket that has no room: each tenant's head is tried
+// and refused, and its other requests skipped as needing the same bucket.
+func BenchmarkQueuePass(b *testing.B) {
+	br, c := queueBroker(b, []Spec{{Scope: ScopeModelRoute, Key: endpoint, Unit: UnitRequests, Window: WindowHour, Capacity: 1}},
+		[]ClassContract{{Class: ClassInteractive, MaxWait: time.Hour, MaxDepth: 10000}}, nil)
+	if r, _, _ := br.Reserve(b.Context(), tenantReq("drain", endpoint)); r == nil {
+		b.Fatal("not reserved")
+	}
+	ctx, cancel := context.WithCancel(b.Context())
+	out := make(chan outcome, 1000)
+	for i := range 100 {
+		for range 10 {
+			spawn(ctx, br, tenantReq(fmt.Sprint("t", i), endpoint), "", out)
+		}
+	}
+	for br.q.n.Load() < 1000 {
+		runtime.Gosched()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		br.Pump(c.Now())
+	}
+	b.StopTimer()
+	cancel()
+	for range 1000 {
+		<-out
+	}
 }

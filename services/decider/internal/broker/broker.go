@@ -31,6 +31,11 @@ type Broker struct {
 	corr                   sync.Map // corrKey → *correction
 
 	shards [nShards]shard
+
+	// qcfg is the class contracts and tenant shares, replaced whole by
+	// Reconfigure; q holds the requests waiting for capacity.
+	qcfg atomic.Pointer[queueConfig]
+	q    fairQueue
 }
 
 // New returns a broker with every bucket full.
@@ -40,7 +45,13 @@ func New(cfg Config, o Options) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
+	qc, err := newQueueConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("broker config: %w", err)
+	}
 	b := &Broker{opts: o}
+	b.qcfg.Store(qc)
+	b.q.init()
 	b.prevGranted.Store(-1)
 	for i := range b.shards {
 		b.shards[i].init()

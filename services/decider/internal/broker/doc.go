@@ -91,6 +91,13 @@
 // on reconfiguration and on the rare learned bucket, so lookups take no lock.
 // Lock order, always: table mutex (configuration, snapshot) → one shard (or
 // all, ascending, in Snapshot and Restore) → buckets in canonical order.
+// The admission queues add two locks before the shard: the dispatch lock
+// (one pass at a time) → the queue mutex → shard → buckets. A pass holds
+// the queue mutex while it tries reservations, so it takes shard and
+// bucket locks in the order Reserve does; nothing that holds a shard, a
+// bucket or the table mutex ever takes a queue lock (Reconcile, Expire and
+// Reconfigure wake the queue after releasing theirs), so the orders cannot
+// cross.
 //
 // # Layout
 //
@@ -110,6 +117,9 @@
 //     reconciliations, Extend (shard, then one bucket at a time);
 //   - expiry.go: Expire and lazy expiry (each shard, then its buckets);
 //   - reconfigure.go: Reconfigure and new routes (table mutex only);
+//   - queue.go: ReserveWait, class contracts, Pump and the queue views;
+//     fairq.go: the fair queue, its dispatch passes and timer (dispatch
+//     lock, queue mutex, then reserve's order);
 //   - headers.go: provider headers folded into learned buckets and route
 //     pauses; parsing them shares no state and is the provheaders
 //     subpackage;
@@ -118,6 +128,78 @@
 //     back, with no lock;
 //   - limits.go: the Limits view; correct.go: estimate correction;
 //     spec.go: bucket specs from the catalog; ids.go: reservation ids.
+//
+// # Queues and fair sharing
+//
+// Reserve answers at once. [Broker.ReserveWait] applies the request's
+// workload class contract ([ClassContract]: deadline MaxWait, MaxDepth,
+// overload action, weight; the unspecified class is interactive, and a
+// class the configuration does not name gets [DefaultContract], which
+// never queues). A refusal that waiting may fix — RETRYABLE_CAPACITY or
+// RETRYABLE_OVERLOAD whose retry_after is within the wait, or any
+// concurrency refusal, whose slot frees when some call ends — puts the
+// request in its class's queue; the wait is the class's MaxWait, shortened
+// by the request's MaxWait and by its context's deadline (less a tenth of
+// what is left, at most 100 ms, so the answer reaches the caller). Any
+// other refusal is returned at once. A request that would make the queue
+// deeper than MaxDepth is refused with code queue_full (reason
+// RETRYABLE_OVERLOAD), retry after the later of its bucket's retry_after
+// and the class's MaxWait (by then every request waiting now has left;
+// nothing of other tenants' requests is told); one still waiting at its
+// deadline with code queue_deadline (reason DEADLINE), naming the bucket
+// of its last try. A class whose overload action is OverloadFallback names
+// its fallback model on those refusals, and on a retryable refusal it could
+// not wait out. A caller whose context ends leaves the queue (counted as
+// cancelled) unless another caller joined the request: a ReserveWait with
+// the idempotency key (scoped by tenant) of a waiting request waits on it,
+// with its id and place; with Options.QueueReattach a request with a key
+// whose last caller left keeps its place that long — not admitted, but its
+// tenant's later requests that need one of its buckets stay behind it — so
+// a caller whose call broke can re-attach.
+//
+// Freed capacity is offered in dispatch passes: Reconcile, Expire and
+// Reconfigure run one after releasing their locks, [Broker.Pump] runs one
+// at a given time (a fake clock's, in tests), and while requests wait a
+// timer goroutine runs one at the earliest time one of them may fit by the
+// clock alone — a refill, a period, a pause ending — or reaches its
+// deadline, at least once a second ([Options].ManualPump leaves it to the
+// caller). A pass first refuses requests past their deadline, gives those
+// at it one last try, and then serves flows — a tenant's requests of one
+// class, in arrival order — by weighted fair queueing on virtual time:
+// with w = the tenant's weight × its class's weight and cost 1 per request
+// (Demand.Requests), a flow's head starts at S = max(F_last, V − burst/w)
+// and finishes at F = S + cost/w, where F_last is the finish of the flow's
+// last admission and V the start of the latest admission overall. The
+// flow with the smallest F is offered first; if its head fits, it is
+// admitted and the flow's next head tagged; if not, the flow's later
+// requests (up to 16) that need none of the buckets that refused are
+// tried, then the next flow. So busy flows share contended capacity in
+// proportion to their weights; a tenant that comes back from idle, or
+// that was held back by its own limits, runs ahead of the others by at
+// most its burst (TenantShare.Burst, else Options.FairBurst, 1 request),
+// whatever it did not use before; a request that does not fit blocks
+// neither other tenants nor its own tenant's requests for other buckets,
+// while a later request of the same tenant never takes a bucket an earlier
+// one waits for; and capacity nobody else waits for goes to whoever fits,
+// however far over its share (work-conserving). While requests wait, an
+// arrival that needs a bucket one of them was refused by joins the queue
+// and is offered in fair order rather than taking what they wait for; one
+// that needs none of those buckets is reserved at once. Across tenants a
+// large request may still be passed by smaller ones that fit the same
+// shared bucket until its deadline: the queue does not hold capacity back
+// for it.
+//
+// The answer of a request that was queued carries a [QueueDecision]: its
+// id, class, position (its own tenant's requests ahead of it in the
+// class's queue, never others' counts), how long it waited, and an
+// estimated wait only when the clock alone frees the bucket in the way (a
+// refill, a period, a pause of known end) and no request, its own tenant's
+// or another's, waits for that bucket ahead of it. [Broker.QueueDepths]
+// and [Broker.QueueStats] are for metrics. A snapshot carries the waiting
+// requests that have an idempotency key (the earliest 4096): a new owner
+// restores them orphaned, in their order and with their ids, for
+// Options.QueueReattach, so the callers of the old owner, whose calls
+// failed, re-attach with their retries and keep their places.
 //
 // # Idempotency and expiry
 //
@@ -193,11 +275,12 @@
 // # Snapshots and learning mode
 //
 // Snapshot encodes bucket levels, learned limits, route pauses, open
-// reservations and correction factors in a versioned, checksummed blob,
-// consistent between reservations and levels. Restore loads one into a
-// broker built from today's configuration. A new owner does not know what
-// the old owner granted after its last snapshot, so after an unclean stop it
-// calls SetConservative(LearningUntil(now)): until the longest TTL the old
+// reservations, correction factors and queued requests in a versioned,
+// checksummed blob, consistent between reservations and levels. Restore
+// loads one into a broker built from today's configuration. A new owner
+// does not know what the old owner granted after its last snapshot, so
+// after an unclean stop it calls SetConservative(LearningUntil(now)):
+// until the longest TTL the old
 // owner granted (recorded in its snapshot, at least DefaultTTL) has passed,
 // and not before the old owner's own learning mode ended. Until then every
 // bucket admits only while, after the charge, at least

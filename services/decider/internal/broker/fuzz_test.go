@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -63,6 +65,7 @@ func FuzzRestore(f *testing.F) {
 		}
 	}
 	f.Add(b.Snapshot())
+	f.Add(queuedSnapshot(f))
 	f.Add([]byte("SBRK\x01"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, blob []byte) {
@@ -73,7 +76,7 @@ func FuzzRestore(f *testing.F) {
 			binary.LittleEndian.PutUint32(fixed[n-4:], crc32.Checksum(fixed[:n-4], castagnoli))
 		}
 		for _, in := range [][]byte{blob, fixed} {
-			nb, err := New(Config{Buckets: snapshotSpecs()}, Options{Now: c.Now})
+			nb, err := New(Config{Buckets: snapshotSpecs()}, Options{Now: c.Now, QueueReattach: time.Second, ManualPump: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,4 +96,34 @@ func FuzzRestore(f *testing.F) {
 			_ = nb.Snapshot()
 		}
 	})
+}
+
+// queuedSnapshot is a snapshot with two keyed requests queued.
+func queuedSnapshot(f *testing.F) []byte {
+	b, _ := queueBroker(f, []Spec{{Scope: ScopeTenant, Key: "a", Unit: UnitConcurrentRequests, Capacity: 1}},
+		[]ClassContract{{Class: ClassBackground, MaxWait: time.Minute, MaxDepth: 10, Overload: OverloadFallback, FallbackModel: "m-small"}},
+		[]TenantShare{{Tenant: "a", Weight: 2}})
+	rq := tenantReq("a", endpoint)
+	rq.Identity.Class = ClassBackground
+	if r, _, _ := b.Reserve(f.Context(), rq); r == nil {
+		f.Fatal("not reserved")
+	}
+	ctx, cancel := context.WithCancel(f.Context())
+	defer cancel()
+	done := make(chan struct{}, 2)
+	for _, k := range []string{"k1", "k2"} {
+		rq.IdempotencyKey = k
+		go func(rq ReserveRequest) {
+			_, _, _, _ = b.ReserveWait(ctx, rq)
+			done <- struct{}{}
+		}(rq)
+	}
+	for depthOf(b, "a") < 2 {
+		runtime.Gosched()
+	}
+	blob := b.Snapshot()
+	cancel()
+	<-done
+	<-done
+	return blob
 }

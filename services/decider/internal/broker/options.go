@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"math"
 	mrand "math/rand/v2"
 	"time"
 )
@@ -55,6 +56,24 @@ type Options struct {
 	// DisableCorrection makes Reserve reserve the estimate as given.
 	// (Optional) Defaults to false: Reserve applies [Broker.Correct].
 	DisableCorrection bool
+	// FairBurst is the burst credit of a tenant whose share does not set
+	// one, in requests: how far ahead of the busy tenants one that comes
+	// back from idle may go. (Optional) Defaults to 1.
+	FairBurst float64
+	// ManualPump leaves dispatching of queued requests to whoever calls
+	// [Broker.Pump] (and to Reconcile, Expire and Reconfigure). (Optional)
+	// Defaults to false: while requests wait, a goroutine runs a pass when
+	// the earliest of them may fit, at least once a second, and ends when
+	// the queue is empty. Tests on a fake clock set it.
+	ManualPump bool
+	// QueueReattach is how long a queued request with an idempotency key
+	// keeps its place after its last caller went away (a broken call, or
+	// a failover: Restore brings such requests back this way), for the
+	// caller's retry to re-attach to it. It is not admitted meanwhile, and
+	// its tenant's later requests that need one of its buckets wait behind
+	// it. (Optional) Defaults to 0: the request leaves the queue with its
+	// last caller, and Restore brings back none.
+	QueueReattach time.Duration
 	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
 	// Defaults to math/rand/v2's Float64.
 	Rand func() float64
@@ -96,6 +115,9 @@ func (o *Options) defaults() {
 	}
 	if o.ConcurrencyRetry <= 0 {
 		o.ConcurrencyRetry = time.Second
+	}
+	if !(o.FairBurst > 0) || math.IsInf(o.FairBurst, 1) {
+		o.FairBurst = 1
 	}
 	if o.Rand == nil {
 		o.Rand = mrand.Float64

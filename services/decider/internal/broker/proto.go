@@ -37,10 +37,13 @@ func ReserveRequestFromProto(in *switchboardv1.ReserveRequest) ReserveRequest {
 			TenantID: id.GetTenantId(), APIKeyID: id.GetApiKeyId(), App: id.GetApp(),
 			Environment: id.GetEnvironment(), Partner: id.GetPartner(), Class: WorkloadClass(id.GetWorkloadClass()),
 		},
-		Model:      in.GetModel(),
-		EndpointID: in.GetEndpointId(),
-		Demand:     Demand{InputTokens: d.GetInputTokens(), OutputTokens: d.GetOutputTokens(), USD: d.GetUsd(), Requests: d.GetRequests()},
-		TTL:        in.GetTtl().AsDuration(),
+		Model:           in.GetModel(),
+		EndpointID:      in.GetEndpointId(),
+		Demand:          Demand{InputTokens: d.GetInputTokens(), OutputTokens: d.GetOutputTokens(), USD: d.GetUsd(), Requests: d.GetRequests()},
+		TTL:             in.GetTtl().AsDuration(),
+		MaxWait:         max(in.GetMaxWait().AsDuration(), 0),
+		Attempt:         int(in.GetAttempt()),
+		PreviousFailure: RefusalReason(in.GetPreviousFailure()),
 	}
 }
 
@@ -97,12 +100,33 @@ func (r *Refusal) Proto() *switchboardv1.Refusal {
 		Remaining:     r.Remaining,
 		WorkloadClass: switchboardv1.WorkloadClass(r.Class),
 		Message:       r.Message,
+		Code:          r.Code,
+		FallbackModel: r.FallbackModel,
 	}
 	if !r.Reset.IsZero() {
 		out.ResetTime = timestamppb.New(r.Reset)
 	}
 	if r.RetryAfter > 0 {
 		out.RetryAfter = durationpb.New((r.RetryAfter + time.Millisecond - 1).Truncate(time.Millisecond)) // rounded up: never sooner than asked
+	}
+	return out
+}
+
+// Proto returns the queue decision as the Reserve RPC answers it. It names
+// only the caller's own place: its id, class, its own tenant's entries
+// ahead, its wait.
+func (q *QueueDecision) Proto() *switchboardv1.QueueDecision {
+	if q == nil {
+		return nil
+	}
+	out := &switchboardv1.QueueDecision{
+		QueueId:       q.ID,
+		WorkloadClass: switchboardv1.WorkloadClass(q.Class),
+		Position:      int64(q.Position),
+		Waited:        durationpb.New(q.Waited),
+	}
+	if q.EstimatedWait > 0 {
+		out.EstimatedWait = durationpb.New(q.EstimatedWait)
 	}
 	return out
 }

@@ -52,4 +52,30 @@ func TestProtoRoundTrip(t *testing.T) {
 
 	ref := &Refusal{Reason: ReasonRetryableCapacity, RetryAfter: 1500 * time.Microsecond}
 	require.Equal(t, 2*time.Millisecond, ref.Proto().GetRetryAfter().AsDuration(), "rounded up, never sooner than asked")
+
+	ref = &Refusal{Reason: ReasonDeadline, Code: CodeQueueDeadline, FallbackModel: "m-small"}
+	require.Equal(t, switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE, ref.Proto().GetReason())
+	require.Equal(t, "queue_deadline", ref.Proto().GetCode())
+	require.Equal(t, "m-small", ref.Proto().GetFallbackModel())
+}
+
+func TestProtoQueueFields(t *testing.T) {
+	rq := ReserveRequestFromProto(&switchboardv1.ReserveRequest{MaxWait: durationpb.New(3 * time.Second), Attempt: 2,
+		PreviousFailure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD})
+	require.Equal(t, 3*time.Second, rq.MaxWait)
+	require.Equal(t, 2, rq.Attempt)
+	require.Equal(t, ReasonRetryableOverload, rq.PreviousFailure)
+	require.Zero(t, ReserveRequestFromProto(&switchboardv1.ReserveRequest{MaxWait: durationpb.New(-time.Second)}).MaxWait, "a negative wait is none")
+
+	var none *QueueDecision
+	require.Nil(t, none.Proto())
+	d := &QueueDecision{ID: "q1", Class: ClassBackground, Position: 2, Waited: 1500 * time.Millisecond}
+	p := d.Proto()
+	require.Equal(t, "q1", p.GetQueueId())
+	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND, p.GetWorkloadClass())
+	require.Equal(t, int64(2), p.GetPosition())
+	require.Equal(t, 1500*time.Millisecond, p.GetWaited().AsDuration())
+	require.Nil(t, p.GetEstimatedWait(), "no estimate unless enforceable")
+	d.EstimatedWait = time.Second
+	require.Equal(t, time.Second, d.Proto().GetEstimatedWait().AsDuration())
 }

@@ -1,7 +1,11 @@
 package broker
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -82,17 +86,225 @@ type QueueDecision struct {
 	EstimatedWait time.Duration
 }
 
+// DefaultContract is the contract of a class the configuration does not
+// name: no queue, so a request that does not fit is refused at once.
+func DefaultContract(c WorkloadClass) ClassContract { return ClassContract{Class: c} }
+
+var classNames = [...]string{"unspecified", "interactive", "background", "partner", "batch"}
+
+// className is the class's name for messages, e.g. "interactive".
+func className(c WorkloadClass) string {
+	if c >= 0 && int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return fmt.Sprintf("class(%d)", int32(c))
+}
+
+// Contract returns the queue contract of class c: the configured one, or
+// DefaultContract. The unspecified class is interactive.
+func (b *Broker) Contract(c WorkloadClass) ClassContract {
+	if c == ClassUnspecified {
+		c = ClassInteractive
+	}
+	if cc, ok := b.qcfg.Load().classes[c]; ok {
+		return cc
+	}
+	return DefaultContract(c)
+}
+
 // ReserveWait is Reserve with the request's class contract applied: when a
 // bucket refuses for lack of capacity that may come back within the
 // class's deadline (RETRYABLE_CAPACITY or RETRYABLE_OVERLOAD), the request
 // waits in its class's queue, and capacity that frees goes to queued
 // requests in fair-share order. The QueueDecision is non-nil when the
-// request waited. The error is for a cancelled context or invalid demand.
+// request was queued. The error is for a cancelled context or invalid
+// demand.
 //
-// TODO(queue): this skeleton does not queue yet.
+// How long it may wait is the class's MaxWait, shortened by req.MaxWait
+// and by the context's deadline (less a tenth of what is left, at most
+// 100 ms, so the refusal reaches a caller still listening). A refusal that
+// waiting cannot fix (NON_RETRYABLE_*), or whose retry_after is beyond
+// that, is returned at once, as is every refusal of a class that does not
+// queue (MaxWait or MaxDepth 0, the default). A request that would queue
+// in a full queue is refused with code queue_full; one still waiting at
+// its deadline with code queue_deadline (reason DEADLINE). A class whose
+// overload action is OverloadFallback names its fallback model on those
+// refusals. A cancelled context takes the request out of the queue, unless
+// another caller re-attached to it with the same idempotency key: a
+// ReserveWait with the key of a waiting request joins it, keeping its
+// place and its id. With Options.QueueReattach, a request with a key whose
+// last caller left keeps its place that long (not admitted meanwhile), so
+// a caller whose call broke can come back to it.
+//
+// While requests wait, an arrival that needs a bucket one of them was
+// refused by queues behind them instead of taking what they wait for; one
+// that needs none of those buckets is admitted at once.
 func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservation, *Refusal, *QueueDecision, error) {
-	res, ref, err := b.Reserve(ctx, req)
-	return res, ref, nil, err
+	cc := b.Contract(req.Identity.Class)
+	if cc.MaxWait <= 0 || cc.MaxDepth <= 0 {
+		res, ref, err := b.Reserve(ctx, req)
+		return res, ref, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := req.Demand.validate(); err != nil {
+		return nil, nil, nil, fmt.Errorf("reserve %s: %w", req.RequestID, err)
+	}
+	contended := false
+	if b.q.n.Load() > 0 {
+		e, c := b.q.lookup(b.tab.Load(), &req)
+		if e != nil {
+			b.wake() // it may have been orphaned, skipped by passes
+			return b.await(ctx, e)
+		}
+		contended = c
+	}
+	var ref *Refusal
+	wait := waitBudget(ctx, &req, cc)
+	if !contended {
+		res, r, err := b.Reserve(ctx, req)
+		if err != nil || res != nil {
+			return res, r, nil, err
+		}
+		if !mayComeBack(r, wait) {
+			return nil, unqueued(r, cc), nil, nil
+		}
+		ref = r
+	}
+	if wait <= 0 {
+		return b.refuseNow(ctx, req, ref, cc)
+	}
+	now := b.nowNS()
+	b.q.mu.Lock()
+	e := b.q.enqueue(b, &req, cc, ref, wait, now)
+	if e != nil && !b.q.running && !b.opts.ManualPump {
+		b.q.running = true
+		go b.runQueue()
+	}
+	b.q.mu.Unlock()
+	if e == nil {
+		if ref == nil {
+			// Queued without a try: try once before refusing, the queue
+			// being full is no reason to refuse what fits.
+			res, r, err := b.Reserve(ctx, req)
+			if err != nil || res != nil {
+				return res, r, nil, err
+			}
+			if !mayComeBack(r, wait) {
+				return nil, unqueued(r, cc), nil, nil
+			}
+			ref = r
+		}
+		return nil, queueFullRefusal(ref, cc, now), nil, nil
+	}
+	b.q.signal()
+	// Capacity may have freed between the try and the enqueue, and an
+	// arrival queued without a try is tried in fair order now.
+	b.pump(now, false)
+	return b.await(ctx, e)
+}
+
+// refuseNow answers a request that has no time left to wait: its own
+// refusal, tried first when it has none.
+func (b *Broker) refuseNow(ctx context.Context, req ReserveRequest, ref *Refusal, cc ClassContract) (*Reservation, *Refusal, *QueueDecision, error) {
+	if ref == nil {
+		res, r, err := b.Reserve(ctx, req)
+		if err != nil || res != nil {
+			return res, r, nil, err
+		}
+		ref = r
+	}
+	return nil, unqueued(ref, cc), nil, nil
+}
+
+// unqueued is the answer to a request refused without queueing: its
+// refusal, naming the class's fallback model when waiting could have
+// fixed it but not in time (an overload, for the class's contract).
+func unqueued(ref *Refusal, cc ClassContract) *Refusal {
+	if ref.Reason == ReasonRetryableCapacity || ref.Reason == ReasonRetryableOverload {
+		return withFallback(ref, fallbackOf(cc))
+	}
+	return ref
+}
+
+func fallbackOf(cc ClassContract) string {
+	if cc.Overload == OverloadFallback {
+		return cc.FallbackModel
+	}
+	return ""
+}
+
+// ctxMargin caps what ReserveWait keeps of a context's time left, so a
+// queue_deadline refusal reaches a caller still listening.
+const ctxMargin = 100 * time.Millisecond
+
+// waitBudget is how long req may wait in its class's queue.
+func waitBudget(ctx context.Context, req *ReserveRequest, cc ClassContract) time.Duration {
+	w := cc.MaxWait
+	if req.MaxWait > 0 {
+		w = min(w, req.MaxWait)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		w = min(w, left-min(left/10, ctxMargin))
+	}
+	return w
+}
+
+// await waits for e's outcome or ctx's end. A caller whose context ends
+// leaves; the entry leaves the queue with its last caller (counted as
+// cancelled), or, with Options.QueueReattach and an idempotency key, once
+// nobody re-attached within it. An outcome already decided is returned even so: the
+// reservation is the caller's, as a Reserve answered just before the
+// context ended would be.
+func (b *Broker) await(ctx context.Context, e *qentry) (*Reservation, *Refusal, *QueueDecision, error) {
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		q := &b.q
+		q.mu.Lock()
+		if e.state == qWaiting {
+			e.waiters--
+			switch now := b.nowNS(); {
+			case e.waiters > 0:
+			case b.opts.QueueReattach > 0 && e.idem.key != "":
+				e.orphaned = now + int64(b.opts.QueueReattach)
+				q.soonest = min(q.soonest, e.orphaned)
+				q.next.Store(min(q.next.Load(), e.orphaned))
+			default:
+				q.stats.Cancelled++
+				q.remove(e, qCancelled, nil, nil, now)
+			}
+			q.mu.Unlock()
+			return nil, nil, nil, ctx.Err()
+		}
+		q.mu.Unlock()
+	}
+	if e.state == qCancelled {
+		return nil, nil, nil, context.Canceled
+	}
+	d := e.decision
+	return e.res, e.ref, &d, nil
+}
+
+// Pump runs a dispatch pass at now: requests whose deadline has passed are
+// refused, and capacity that has freed (a refill, a period, a pause that
+// ended) goes to waiting requests in fair order. Reconcile, Expire and
+// Reconfigure run one themselves, and a timer runs one when the earliest
+// waiting request may fit (see Options.ManualPump); a test on a fake
+// clock calls it after moving the clock.
+func (b *Broker) Pump(now time.Time) { b.pump(now.UnixNano(), true) }
+
+// NextPump is when the next dispatch pass is due: the earliest time a
+// waiting request may fit by the clock alone, or reaches its deadline.
+// Zero when nothing waits.
+func (b *Broker) NextPump() time.Time {
+	n := b.q.next.Load()
+	if b.q.n.Load() == 0 || n == math.MaxInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
 }
 
 // QueueDepth is how many requests wait in one class's queue, per tenant.
@@ -102,6 +314,30 @@ type QueueDepth struct {
 	Depth  int
 }
 
-// QueueDepths reports the requests waiting now, per class and tenant, for
-// metrics. TODO(queue): the skeleton reports none.
-func (b *Broker) QueueDepths() []QueueDepth { return nil }
+// QueueDepths reports the requests waiting now, per class and tenant
+// (those with none left out), ordered by class then tenant, for metrics.
+func (b *Broker) QueueDepths() []QueueDepth {
+	if b.q.n.Load() == 0 {
+		return nil
+	}
+	b.q.mu.Lock()
+	out := make([]QueueDepth, 0, len(b.q.flows))
+	for k, f := range b.q.flows {
+		if len(f.entries) > 0 {
+			out = append(out, QueueDepth{Class: k.class, Tenant: k.tenant, Depth: len(f.entries)})
+		}
+	}
+	b.q.mu.Unlock()
+	slices.SortFunc(out, func(a, c QueueDepth) int {
+		return cmp.Or(cmp.Compare(a.Class, c.Class), cmp.Compare(a.Tenant, c.Tenant))
+	})
+	return out
+}
+
+// QueueStats returns what the admission queues did since the broker
+// started.
+func (b *Broker) QueueStats() QueueStats {
+	b.q.mu.Lock()
+	defer b.q.mu.Unlock()
+	return b.q.stats
+}

@@ -87,6 +87,7 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 			return nil, err
 		}
 		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, req.Headers, req.Outcome, now)
+		b.wake() // a late settlement may give capacity back
 		return st, nil
 	}
 	sh.remove(e)
@@ -105,5 +106,8 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 		b.observe(e.res.Model, e.res.EndpointID, e.res.Estimate, req.Usage)
 	}
 	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, now)
+	// What was given back (concurrency, unused tokens) may admit queued
+	// requests; every lock above is released.
+	b.wake()
 	return st, nil
 }

@@ -5,8 +5,8 @@ import (
 	"slices"
 )
 
-// Reconfigure replaces the configured buckets and routes, for a catalog
-// change. A bucket whose id is unchanged keeps its level (clamped to its new
+// Reconfigure replaces the configured buckets, routes, class contracts and
+// tenant shares, for a catalog change. A bucket whose id is unchanged keeps its level (clamped to its new
 // limit); a new bucket starts full; a removed one stops being charged, and
 // open reservations still release into it harmlessly. Learned buckets and
 // route pauses are kept.
@@ -15,8 +15,20 @@ func (b *Broker) Reconfigure(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("broker config: %w", err)
 	}
+	qc, err := newQueueConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("broker config: %w", err)
+	}
+	b.reconfigure(cfg, ds, qc)
+	// New limits may admit queued requests; the table mutex is released.
+	b.wake()
+	return nil
+}
+
+func (b *Broker) reconfigure(cfg Config, ds []def, qc *queueConfig) {
 	b.cfgMu.Lock()
 	defer b.cfgMu.Unlock()
+	b.qcfg.Store(qc) // under the table mutex: the same configuration as the table
 	old := b.tab.Load()
 	now := b.nowNS()
 	bs := make([]*bucket, 0, len(ds))
@@ -42,7 +54,6 @@ func (b *Broker) Reconfigure(cfg Config) error {
 		}
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(routes), old))
-	return nil
 }
 
 // ensureRoute returns the endpoint's route, adding a default one (so it can

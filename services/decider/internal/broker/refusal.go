@@ -39,7 +39,8 @@ type Refusal struct {
 	// request to another model instead of refusing it.
 	FallbackModel string
 
-	need float64 // the refused amount, for the message
+	need     float64 // the refused amount, for the message
+	finished bool    // the message is written
 }
 
 // refusal describes why bk refused amount; bk.mu is held. The message is
@@ -47,7 +48,7 @@ type Refusal struct {
 func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls WorkloadClass) *Refusal {
 	lim := bk.limit()
 	keep := bk.keep(hold)
-	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls}
+	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls, Code: refusalCode(bk, amount)}
 	if bk.scope.own() {
 		r.Limit = lim
 		r.Remaining = whole(bk.unit, bk.available()-keep)
@@ -81,8 +82,12 @@ func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls Worklo
 	return r
 }
 
-// finish writes the refusal's message.
+// finish writes the refusal's message, once.
 func (r *Refusal) finish() {
+	if r.finished {
+		return
+	}
+	r.finished = true
 	what := r.Scope.String() + " " + r.Unit.String()
 	switch {
 	case r.Scope.own() && r.Reason == ReasonNonRetryableRequest:
@@ -132,5 +137,28 @@ func (b *Broker) pauseRefusal(rt *route, now int64, cls WorkloadClass) *Refusal 
 		Scope: ScopeModelRoute, Unit: UnitRequests, Class: cls,
 		Reset: time.Unix(0, until).UTC(), RetryAfter: time.Duration(until - now),
 		Message: "provider capacity: the provider asked to pause this route",
+		Code:    CodeProviderPaused,
 	}
+}
+
+// refusalCode is the stable code of a refusal by bk of amount: too_large
+// when it can never fit, spend_limit for any USD bucket (a spend window or a
+// daily spend limit), then by rule: daily_quota, concurrency, ramp, and
+// rate_limit for a token bucket. bk.mu is held.
+func refusalCode(bk *bucket, amount float64) string {
+	switch {
+	case bk.never(amount):
+		return CodeTooLarge
+	case bk.unit == UnitUSD:
+		return CodeSpendLimit
+	}
+	switch bk.rule {
+	case RuleDailyReset:
+		return CodeDailyQuota
+	case RuleConcurrency:
+		return CodeConcurrency
+	case RuleRamp:
+		return CodeRamp
+	}
+	return CodeRateLimit
 }

@@ -94,8 +94,11 @@ func (b *Broker) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 	if ref != nil && b.expiryDue(now) {
 		// Lazy expiry: a refusal may be caused by abandoned reservations the
 		// ticker has not swept yet.
-		b.expire(now)
+		n := b.expire(now)
 		res, ref = b.reserve(&req, now)
+		if n > 0 {
+			b.wake() // what expiry released may admit queued requests too
+		}
 	}
 	return res, ref, nil
 }

@@ -14,7 +14,10 @@ import (
 // reconcile them here; charges on buckets that no longer exist are dropped;
 // those already expired at now are expired at once; open reservations the
 // broker held before are dropped. Correction factors and route pauses are
-// restored. A snapshot that fails to decode changes nothing. After an
+// restored. Queued requests are restored as Broker.ReserveWait's
+// re-attach window allows (Options.QueueReattach): in their order, with
+// their ids, for their callers' retries. A snapshot that fails to decode
+// changes nothing. After an
 // unclean stop of the snapshot's owner, call SetConservative(LearningUntil)
 // afterwards (see learning mode).
 func (b *Broker) Restore(blob []byte, now time.Time) error {
@@ -24,6 +27,7 @@ func (b *Broker) Restore(blob []byte, now time.Time) error {
 	}
 	b.restore(s, now.UnixNano())
 	b.expire(now.UnixNano())
+	b.restoreQueue(s.queue, now.UnixNano())
 	return nil
 }
 

@@ -8,9 +8,10 @@ import (
 )
 
 // SnapshotVersion is the format version written after the magic of every
-// snapshot; Restore also reads version 1 (which did not record the longest
-// TTL granted) and refuses any other with ErrSnapshotVersion.
-const SnapshotVersion = 2
+// snapshot; Restore also reads versions 1 (which did not record the longest
+// TTL granted) and 2 (which did not carry queued requests) and refuses any
+// other with ErrSnapshotVersion.
+const SnapshotVersion = 3
 
 const snapshotMagic = "SBRK"
 
@@ -27,16 +28,22 @@ var (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot returns the broker's state: bucket levels (and learned buckets'
-// limits), route pauses, open reservations and correction factors, as
-// "SBRK", a version byte, the body and a CRC-32C of everything before it.
+// limits), route pauses, open reservations, correction factors and the
+// queued requests that have an idempotency key, as "SBRK", a version byte,
+// the body and a CRC-32C of everything before it.
 //
 // The cut is consistent between reservations and bucket levels: every
 // operation that changes both (reserve, reconcile, expiry) holds its
 // reservation shard's lock throughout, and Snapshot holds every shard lock
 // while it reads the levels, so a reservation is in the snapshot exactly
 // when its charge is. Traffic waits for that copy (a few hundred ns per
-// bucket and per open reservation pointer); encoding happens after.
+// bucket and per open reservation pointer); encoding happens after. The
+// queued requests are copied first, under the queue mutex alone: one
+// admitted meanwhile may be in the snapshot both as queued and as a
+// reservation, which its idempotency key resolves (a re-attach replays the
+// reservation).
 func (b *Broker) Snapshot() []byte {
+	sq := b.captureQueue()
 	b.cfgMu.Lock()
 	defer b.cfgMu.Unlock()
 	t := b.tab.Load()
@@ -60,6 +67,7 @@ func (b *Broker) Snapshot() []byte {
 	w = appendRoutes(w, t)
 	w = appendEntries(w, entries, expires, names)
 	w = b.appendCorrections(w)
+	w = appendQueue(w, sq) // since version 3
 	return binary.LittleEndian.AppendUint32(w, crc32.Checksum(w, castagnoli))
 }
 

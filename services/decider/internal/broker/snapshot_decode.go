@@ -138,6 +138,7 @@ type snapshot struct {
 	routes  []snapRoute
 	entries []snapEntry
 	corr    []snapCorr
+	queue   snapQueue
 }
 
 func decodeSnapshot(blob []byte) (*snapshot, error) {
@@ -145,7 +146,7 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 		return nil, fmt.Errorf("%w: no broker snapshot magic", ErrSnapshotVersion)
 	}
 	v := blob[len(snapshotMagic)]
-	if v != 1 && v != SnapshotVersion {
+	if v < 1 || v > SnapshotVersion {
 		return nil, fmt.Errorf("%w: %d", ErrSnapshotVersion, v)
 	}
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
@@ -178,6 +179,9 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 			r.fail("bad correction")
 		}
 		s.corr = append(s.corr, c)
+	}
+	if v >= 3 {
+		s.queue = r.queue()
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")

@@ -1,7 +1,11 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math"
+	mrand "math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -9,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // hammer runs workers goroutines of attempts calls to f each, all released
@@ -173,4 +178,133 @@ func TestStressReconcileRace(t *testing.T) {
 	b.Expire(c.Now())
 	require.Equal(t, 100.0, level(t, b, "tenant:acme:concurrent_requests"))
 	require.Equal(t, 0, b.Open())
+}
+
+func TestStressQueue(t *testing.T) {
+	// Many goroutines ReserveWait for random tenants and classes (some
+	// giving up early) and reconcile what they get, while the clock moves
+	// and passes run: no bucket is ever overrun, every request gets an
+	// answer, and nothing is left queued or held.
+	for _, manual := range []bool{true, false} {
+		t.Run(fmt.Sprint("manual pump ", manual), func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			const (
+				tenants   = 4
+				perTenant = 3
+				shared    = 6
+				rps       = 20
+			)
+			specs := []Spec{
+				{Scope: ScopeProviderProject, Key: "alpha", Unit: UnitConcurrentRequests, Capacity: shared},
+				{Scope: ScopeModelRoute, Key: endpoint, Unit: UnitRequests, Window: WindowSecond, Capacity: rps},
+			}
+			for i := range tenants {
+				specs = append(specs, Spec{Scope: ScopeTenant, Key: fmt.Sprint("t", i), Unit: UnitConcurrentRequests, Capacity: perTenant})
+			}
+			b, c := queueBroker(t, specs, []ClassContract{
+				{Class: ClassInteractive, MaxWait: 2 * time.Second, MaxDepth: 16, Weight: 3},
+				{Class: ClassBackground, MaxWait: 10 * time.Second, MaxDepth: 32, Overload: OverloadFallback, FallbackModel: "m-small"},
+			}, []TenantShare{{Tenant: "t0", Weight: 2}, {Tenant: "t1", Burst: 3}}, func(o *Options) { o.ManualPump = manual })
+
+			var inFlight [tenants]atomic.Int64
+			var total, peak, admitted atomic.Int64
+			var peaks [tenants]atomic.Int64
+			raise := func(p *atomic.Int64, n int64) {
+				for {
+					if cur := p.Load(); n <= cur || p.CompareAndSwap(cur, n) {
+						return
+					}
+				}
+			}
+			var mu sync.Mutex
+			var bad []string
+			// lowest is the lowest level of the route's requests bucket
+			// the driver saw, in millionths.
+			var lowest atomic.Int64
+			rpsBucket := b.tab.Load().byID["model_route:"+endpoint+":requests:second"]
+			require.NotNil(t, rpsBucket)
+			stop := make(chan struct{})
+			var driver sync.WaitGroup
+			driver.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					c.Advance(50 * time.Millisecond)
+					b.Pump(c.Now())
+					rpsBucket.mu.Lock()
+					lv := int64(math.Floor(rpsBucket.level * 1e6))
+					rpsBucket.mu.Unlock()
+					if lv < lowest.Load() {
+						lowest.Store(lv)
+					}
+					runtime.Gosched()
+				}
+			})
+			hammer(32, 40, func(w, i int) {
+				rng := mrand.New(mrand.NewPCG(uint64(w), uint64(i)))
+				tn := rng.IntN(tenants)
+				rq := tenantReq(fmt.Sprint("t", tn), endpoint)
+				if rng.IntN(2) == 0 {
+					rq.Identity.Class = ClassBackground
+				}
+				ctx := t.Context()
+				if rng.IntN(5) == 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+					time.AfterFunc(time.Duration(rng.IntN(2000))*time.Microsecond, cancel)
+				}
+				res, ref, _, err := b.ReserveWait(ctx, rq)
+				switch {
+				case err != nil:
+					if !errors.Is(err, context.Canceled) {
+						mu.Lock()
+						bad = append(bad, err.Error())
+						mu.Unlock()
+					}
+					return
+				case res == nil:
+					if ref == nil || ref.Code == "" {
+						mu.Lock()
+						bad = append(bad, fmt.Sprintf("refusal without a code: %+v", ref))
+						mu.Unlock()
+					}
+					return
+				}
+				admitted.Add(1)
+				raise(&peaks[tn], inFlight[tn].Add(1))
+				raise(&peak, total.Add(1))
+				runtime.Gosched()
+				inFlight[tn].Add(-1)
+				total.Add(-1)
+				if _, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: res.ID, Outcome: OutcomeOK}); err != nil {
+					mu.Lock()
+					bad = append(bad, err.Error())
+					mu.Unlock()
+				}
+			})
+			close(stop)
+			driver.Wait()
+
+			require.Empty(t, bad)
+			require.Greater(t, admitted.Load(), int64(rps), "the queue admitted past the first second")
+			require.LessOrEqual(t, peak.Load(), int64(shared), "the shared slots")
+			for i := range tenants {
+				require.LessOrEqual(t, peaks[i].Load(), int64(perTenant), "tenant t%d's slots", i)
+			}
+			// Requests per second: the bucket started full and refilled
+			// at most rps a second since; and no pass saw it below zero.
+			require.LessOrEqual(t, float64(admitted.Load()), rps+rps*c.Now().Sub(t0).Seconds()+1e-6)
+			require.GreaterOrEqual(t, lowest.Load(), int64(0), "the route's requests bucket never overrun")
+			require.Empty(t, b.QueueDepths())
+			require.Equal(t, 0, b.Open())
+			require.Equal(t, float64(shared), level(t, b, "provider_project:alpha:concurrent_requests"))
+			st := b.QueueStats()
+			require.Equal(t, st.Queued, st.Admitted+st.Deadline+st.Cancelled+st.Refused, "every queued request left once: %+v", st)
+			t.Logf("admitted %d; queue %+v", admitted.Load(), st)
+		})
+	}
 }

@@ -238,7 +238,8 @@ const (
 	// ReasonNonRetryableRequest: the demand is larger than the bucket can ever
 	// hold (capacity + burst).
 	ReasonNonRetryableRequest
-	// ReasonDeadline is reserved for queued admission (not produced yet).
+	// ReasonDeadline: no capacity came within the request's queue
+	// deadline (code queue_deadline).
 	ReasonDeadline
 )
 
