@@ -50,8 +50,9 @@ func startSystem(ctx context.Context, p *plan, keep bool) (_ *system, err error)
 	defer func() {
 		if err != nil {
 			s.stop()
-			err = fmt.Errorf("%w (logs in %s)", err, dir)
-			s.dir = ""
+			if keep {
+				err = fmt.Errorf("%w (logs in %s)", err, dir)
+			}
 		}
 	}()
 	logger := func(name string) (*slog.Logger, error) {
@@ -80,6 +81,9 @@ func startSystem(ctx context.Context, p *plan, keep bool) (_ *system, err error)
 
 	catYAML := p.catalogYAML(urls)
 	if _, err := catalog.Parse([]byte(catYAML)); err != nil {
+		if p.classes {
+			return nil, fmt.Errorf("the catalog with workload classes and tenant weights (--classes) is refused: %w", err)
+		}
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	catPath := filepath.Join(dir, "catalog.yaml")

@@ -1,0 +1,57 @@
+package loadtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLimitBound(t *testing.T) {
+	perSecond := limit{unit: "requests", per: "second", capacity: 8, burst: 16}
+	require.InDelta(t, 24.0, perSecond.bound(0), 1e-9, "capacity and burst at once")
+	require.InDelta(t, 24.0+12, perSecond.bound(1500*time.Millisecond), 1e-9, "plus the refill over the span")
+	perMinute := limit{unit: "output_tokens", per: "minute", capacity: 6000}
+	require.InDelta(t, 6000.0+100, perMinute.bound(time.Second), 1e-9)
+	daily := limit{unit: "requests", per: "day", capacity: 12}
+	require.InDelta(t, 12.0, daily.bound(time.Hour), 1e-9, "a daily quota does not refill")
+}
+
+func TestOverAdmissionIsCounted(t *testing.T) {
+	var sr ScenarioReport
+	sr.addLimit("a", "clients", 10, 12)
+	sr.addLimit("b", "provider counters", 15, 12.5)
+	require.InDelta(t, 2.5, sr.OverAdmission, 1e-9)
+	require.Zero(t, sr.Limits[0].Over)
+	require.InDelta(t, 2.5, sr.Limits[1].Over, 1e-9)
+}
+
+func TestFairShares(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		total                float64
+		demand, weight, want []float64
+	}{
+		{"both want more: by weight", 40, []float64{100, 100}, []float64{3, 1}, []float64{30, 10}},
+		{"one wants less than its share: the rest to the other", 40, []float64{5, 100}, []float64{3, 1}, []float64{5, 35}},
+		{"nobody wants all of it", 40, []float64{5, 10}, []float64{3, 1}, []float64{5, 10}},
+		{"three tenants, one capped", 30, []float64{2, 100, 100}, []float64{1, 1, 2}, []float64{2, 28.0 / 3, 56.0 / 3}},
+		{"no demand", 10, []float64{0, 0}, []float64{1, 1}, []float64{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fairShares(tc.total, tc.demand, tc.weight)
+			require.InDeltaSlice(t, tc.want, got, 1e-9)
+		})
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, percentile(ds, 50))
+	require.Equal(t, 99*time.Millisecond, percentile(ds, 99))
+	require.Equal(t, 100*time.Millisecond, percentile(ds, 100))
+	require.Equal(t, time.Duration(0), percentile(nil, 50))
+}
