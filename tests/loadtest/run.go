@@ -140,8 +140,9 @@ type TenantFigures struct {
 	// Admitted is the requests the broker let through (dispatched, per the
 	// activity log).
 	Admitted int `json:"admitted"`
-	// FairShare is the tenant's weighted max-min fair share of everything
-	// admitted in the scenario, given every tenant's demand (sent).
+	// FairShare is the tenant's weighted max-min fair share of what the
+	// shared resource could admit over the span, given every tenant's
+	// demand (what it sent, capped by its own limits).
 	FairShare float64 `json:"fair_share"`
 	// Fairness is Admitted / FairShare (1 = its fair share; below 1 = less).
 	Fairness float64 `json:"fairness"`
@@ -182,7 +183,10 @@ type ScenarioReport struct {
 	P50           time.Duration `json:"p50_ns"`
 	P99           time.Duration `json:"p99_ns"`
 	// Fairness is the lowest tenant fairness when tenants compete, 0 otherwise.
-	Fairness      float64           `json:"fairness,omitempty"`
+	Fairness float64 `json:"fairness,omitempty"`
+	// Contended is set when the competing tenants asked for more than the
+	// shared resource could admit (within their own limits).
+	Contended     bool              `json:"contended,omitempty"`
 	Tenants       []TenantFigures   `json:"tenants"`
 	Providers     []ProviderFigures `json:"providers"`
 	Statuses      map[string]int    `json:"statuses"`
@@ -289,6 +293,9 @@ type scenario struct {
 	models     []string
 	// drive sends the load and returns what the clients saw.
 	drive func(ctx context.Context, e *env) []result
+	// capacity, when tenants compete, is what the resource they share may
+	// admit over the span: the whole of it is divided into fair shares.
+	capacity func(span time.Duration) float64
 	// check adds the scenario's own checks.
 	check func(e *env, sr *ScenarioReport, results []result, recs map[string][]*switchboardv1.ActivityRecord)
 }
@@ -500,13 +507,24 @@ func (e *env) figures(sr *ScenarioReport, sc scenario, results []result, recs ma
 		}
 		f.Admitted = int(recordCounters(recs[tid]).requests)
 		total += float64(f.Admitted)
-		demand = append(demand, float64(f.Sent))
+		// A tenant's demand is what it sent, but no more than its own
+		// limits let through: being held to them is not unfair.
+		d := float64(f.Sent)
+		for _, l := range t.limits {
+			if l.unit == "requests" {
+				d = min(d, l.bound(sr.Span))
+			}
+		}
+		demand = append(demand, d)
 		weight = append(weight, f.Weight)
 		sr.Tenants = append(sr.Tenants, f)
 	}
 	if len(sr.Tenants) > 1 {
+		if sc.capacity != nil {
+			total = sc.capacity(sr.Span)
+		}
+		sr.Contended = sum(demand) > total
 		fair := fairShares(total, demand, weight)
-		sr.Fairness = 0
 		for i := range sr.Tenants {
 			sr.Tenants[i].FairShare = fair[i]
 			if fair[i] > 0 {
@@ -517,6 +535,14 @@ func (e *env) figures(sr *ScenarioReport, sc scenario, results []result, recs ma
 			}
 		}
 	}
+}
+
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 // deadlineMiss reports whether a request took longer than its class's
