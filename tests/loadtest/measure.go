@@ -37,6 +37,27 @@ func providerStats(ctx context.Context, hc *http.Client, providerURL string) (pr
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
+// setModel replaces a simulated provider's model through its admin
+// endpoint.
+func setModel(ctx context.Context, hc *http.Client, providerURL, id, body string) error {
+	base := strings.TrimSuffix(providerURL, "/v1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/models/"+id, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode/100 != 2 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("PUT %s/admin/models/%s: %s: %s", base, id, resp.Status, raw)
+	}
+	return nil
+}
+
 // counters is what one provider received for one upstream model, or what
 // the activity log says one tenant was admitted and charged.
 type counters struct {

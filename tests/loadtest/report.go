@@ -50,6 +50,9 @@ func (r *Report) Print(w io.Writer) {
 			calls = append(calls, fmt.Sprintf("%s %d (ok %d, 429 %d, 5xx %d, cancelled %d)", p.Provider, p.Requests, p.OK, p.RateLimited, p.Unavailable, p.Cancelled))
 		}
 		fmt.Fprintf(w, "  provider calls: %s\n", strings.Join(calls, "; "))
+		for _, n := range s.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
 		for _, l := range s.Limits {
 			mark := "ok"
 			if l.Over > 0 {

@@ -192,8 +192,10 @@ type ScenarioReport struct {
 	Statuses      map[string]int    `json:"statuses"`
 	Limits        []LimitCheck      `json:"limits"`
 	OverAdmission float64           `json:"over_admission"`
-	Checks        []Check           `json:"checks"`
-	Passed        bool              `json:"passed"`
+	// Notes are figures of the scenario's own.
+	Notes  []string `json:"notes,omitempty"`
+	Checks []Check  `json:"checks"`
+	Passed bool     `json:"passed"`
 }
 
 // Report is a whole run's outcome.
@@ -303,34 +305,54 @@ type scenario struct {
 // run drives one scenario and measures it.
 func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 	sr := &ScenarioReport{Name: sc.name, What: sc.what, Statuses: map[string]int{}}
-	before := map[string]provsim.ModelStats{}
+	before := map[string]point{}
+	beforeStats := map[string]provsim.ModelStats{}
+	urls, limited := map[string]string{}, map[string][]string{}
 	for _, mid := range sc.models {
 		m := e.plan.model(mid)
 		for _, ep := range m.endpoints {
+			at := time.Now()
 			st, err := providerStats(ctx, e.admin, e.sys.providerURL(ep.provider))
 			if err != nil {
 				return nil, err
 			}
-			before[ep.provider+"/"+m.upstream] = st.Models[m.upstream]
+			ms := st.Models[m.upstream]
+			beforeStats[ep.provider+"/"+m.upstream] = ms
+			before[ep.provider+"/"+m.upstream] = point{at: at, end: time.Now(), c: counters{ms.Requests, ms.PromptTokens, ms.CompletionTokens}}
+			if len(ep.limits) > 0 {
+				urls[ep.provider] = e.sys.providerURL(ep.provider)
+				limited[ep.provider] = append(limited[ep.provider], m.upstream)
+			}
 		}
 	}
 	t0 := time.Now()
+	smp := startSampler(ctx, e.admin, urls, limited, e.sizes.sample)
 	results := sc.drive(ctx, e)
 	t1 := time.Now()
+	series := smp.finish()
 	sr.Span = t1.Sub(t0)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	// Any request was admitted at most its whole latency before it was
+	// counted anywhere.
+	var lag time.Duration
+	for _, r := range results {
+		lag = max(lag, r.latency())
+	}
 
-	// What each provider received over the span, from its own counters.
+	// What each provider received, from its own counters: over the whole
+	// span, and in the worst window between two samples.
 	for _, mid := range sc.models {
 		m := e.plan.model(mid)
 		for _, ep := range m.endpoints {
+			key := ep.provider + "/" + m.upstream
+			at := time.Now()
 			st, err := providerStats(ctx, e.admin, e.sys.providerURL(ep.provider))
 			if err != nil {
 				return nil, err
 			}
-			b, a := before[ep.provider+"/"+m.upstream], st.Models[m.upstream]
+			b, a := beforeStats[key], st.Models[m.upstream]
 			sr.Providers = append(sr.Providers, ProviderFigures{
 				Provider: ep.provider, Model: m.upstream, Requests: a.Requests - b.Requests, OK: a.Outcomes.OK - b.Outcomes.OK,
 				RateLimited: a.Outcomes.RateLimited - b.Outcomes.RateLimited, Unavailable: a.Outcomes.Unavailable - b.Outcomes.Unavailable,
@@ -341,8 +363,12 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 			if ep.project != "" {
 				whose += " project " + ep.project
 			}
+			ps := append(append([]point{before[key]}, series[key]...), point{at: at, end: time.Now(), c: counters{a.Requests, a.PromptTokens, a.CompletionTokens}})
 			for _, l := range ep.limits {
 				sr.addLimit(whose+" "+l.String(), "provider counters", got.of(l.unit), l.bound(sr.Span))
+				if w, ok := worstWindow(ps, l, lag, false); ok && l.per != "day" {
+					sr.addLimit(whose+" "+l.String(), "provider, "+windowName(w), w.observed, w.bound)
+				}
 			}
 		}
 	}
@@ -372,8 +398,13 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 				client.output += r.tokens
 			}
 		}
+		series := activitySeries(got)
+		recLag := max(lag, longest(got))
 		for _, l := range t.limits {
 			sr.addLimit("tenant "+tid+" "+l.String(), "activity log", c.of(l.unit), l.bound(sr.Span))
+			if w, ok := worstWindow(series, l, recLag, true); ok && l.per != "day" {
+				sr.addLimit("tenant "+tid+" "+l.String(), "activity, "+windowName(w), w.observed, w.bound)
+			}
 			if l.unit == "requests" || l.unit == "output_tokens" {
 				sr.addLimit("tenant "+tid+" "+l.String(), "clients", client.of(l.unit), l.bound(sr.Span))
 			}
@@ -426,6 +457,11 @@ func (sr *ScenarioReport) check(name string, ok bool, detail string) {
 		c.Detail = detail
 	}
 	sr.Checks = append(sr.Checks, c)
+}
+
+// windowName names a worst window by its length.
+func windowName(w window) string {
+	return fmt.Sprintf("worst %.1fs window", w.length.Seconds())
 }
 
 func (sr *ScenarioReport) addLimit(subject, source string, observed, bound float64) {

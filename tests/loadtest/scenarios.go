@@ -9,11 +9,15 @@ import (
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // sizes scale the scenarios: short for make test, full for make bench.
 type sizes struct {
 	span time.Duration // how long each scenario sends
+	// sample is how often the providers' counters are read while a
+	// scenario runs, for the worst-window checks.
+	sample time.Duration
 
 	burstWaves, burstSize int
 	burstGap              time.Duration
@@ -46,7 +50,7 @@ type sizes struct {
 func sizesFor(short bool) sizes {
 	if short {
 		return sizes{
-			span:       1500 * time.Millisecond,
+			span: 1500 * time.Millisecond, sample: 100 * time.Millisecond,
 			burstWaves: 4, burstSize: 20, burstGap: 400 * time.Millisecond,
 			longTokens: 16000, longWorkers: 3,
 			maxOut: 4096, maxOutWorkers: 3,
@@ -58,7 +62,7 @@ func sizesFor(short bool) sizes {
 		}
 	}
 	return sizes{
-		span:       15 * time.Second,
+		span: 15 * time.Second, sample: 250 * time.Millisecond,
 		burstWaves: 15, burstSize: 40, burstGap: time.Second,
 		longTokens: 60000, longWorkers: 4,
 		maxOut: 8192, maxOutWorkers: 4,
@@ -69,6 +73,16 @@ func sizesFor(short bool) sizes {
 		prodFloor: 0.25,
 	}
 }
+
+// The storms' models as the simulator's PUT /admin/models/{id} takes them:
+// healthy (as fastModel), and in the storm.
+const (
+	healthyJSON  = `{"ttft":{"base":"5ms","per_1k_tokens":"1ms"},"max_output_tokens":16384}`
+	storm429JSON = `{"ttft":{"base":"5ms","per_1k_tokens":"1ms"},"max_output_tokens":16384,` +
+		`"limits":{"requests_per_second":3},"faults":[{"kind":"rate_limit","rate":0.3,"retry_after":"1s"}]}`
+	storm503JSON = `{"ttft":{"base":"5ms","per_1k_tokens":"1ms"},"max_output_tokens":16384,` +
+		`"faults":[{"kind":"unavailable","rate":0.6,"status":503}]}`
+)
 
 // Simulated models: fast, so that the gateway, not the provider, is what
 // a scenario exercises.
@@ -93,7 +107,9 @@ func buildPlan(sz sizes, classes bool) *plan {
 			p.sim = append(p.sim, simModel{provider: ep.provider, yaml: simModelYAML(upstream, sims[ep.provider])})
 		}
 	}
-	both := func(body string) map[string]string { return map[string]string{"alpha": body, "beta": body} }
+	both := func(body string) map[string]string {
+		return map[string]string{"alpha": body, "beta": body, "rl": body, "ov": body}
+	}
 
 	// burst: alpha is cheaper but its project takes 20 requests a minute;
 	// beta takes the rest. The tenant has 8 requests a second, burst 16.
@@ -133,20 +149,15 @@ func buildPlan(sz sizes, classes bool) *plan {
 	p.tenants = append(p.tenants, tenant{id: "t-daily", key: key("daily"), class: "partner",
 		limits: []limit{{unit: "requests", per: "day", capacity: sz.dailyQuota}}})
 
-	// 429 storm: the cheap provider takes 3 requests a second (its own
-	// limit, unknown to the catalog) and refuses a third of the rest at
-	// random besides; beta is the fallback.
-	add("lt-storm429", []endpoint{{provider: "rl", price: cheap}, {provider: "beta", price: dear}}, map[string]string{
-		"rl":   fastModel + "        limits: {requests_per_second: 3}\n        faults:\n          - {kind: rate_limit, rate: 0.3, retry_after: 1s}\n",
-		"beta": fastModel,
-	})
+	// 429 storm: the cheap provider is healthy, then for the middle half
+	// of the scenario takes 3 requests a second (its own limit, unknown to
+	// the catalog) and refuses 30% of the rest at random besides
+	// (storm429), then is healthy again; beta is the fallback.
+	add("lt-storm429", []endpoint{{provider: "rl", price: cheap}, {provider: "beta", price: dear}}, both(fastModel))
 	p.tenants = append(p.tenants, tenant{id: "t-storm429", key: key("storm429"), class: "interactive"})
 
-	// 503 storm: the cheap provider fails 60% of calls with 503.
-	add("lt-storm503", []endpoint{{provider: "ov", price: cheap}, {provider: "beta", price: dear}}, map[string]string{
-		"ov":   fastModel + "        faults:\n          - {kind: unavailable, rate: 0.6, status: 503}\n",
-		"beta": fastModel,
-	})
+	// 503 storm: the same, with 60% of calls failing with 503 (storm503).
+	add("lt-storm503", []endpoint{{provider: "ov", price: cheap}, {provider: "beta", price: dear}}, both(fastModel))
 	p.tenants = append(p.tenants, tenant{id: "t-storm503", key: key("storm503"), class: "interactive"})
 
 	// noisy neighbour: one route of sharedCap requests a second, shared by
@@ -166,6 +177,8 @@ func buildPlan(sz sizes, classes bool) *plan {
 
 // scenarios are the load tests, in the order they run.
 func scenarios(sz sizes) []scenario {
+	storm429 := &storm{tenant: "t-storm429", model: "vendor/lt-storm429", upstream: "lt-storm429", provider: "rl", stormJSON: storm429JSON, sz: sz}
+	storm503 := &storm{tenant: "t-storm503", model: "vendor/lt-storm503", upstream: "lt-storm503", provider: "ov", stormJSON: storm503JSON, sz: sz}
 	return []scenario{
 		{
 			name: "burst", what: "waves of simultaneous requests against a tenant limit and a provider project limit",
@@ -257,16 +270,14 @@ func scenarios(sz sizes) []scenario {
 			check: checkDaily,
 		},
 		{
-			name: "storm-429", what: "the cheap provider answers 429 (its own per-second limit and random refusals)",
+			name: "storm-429", what: "for the middle half, the cheap provider answers 429 (a per-second limit and random refusals)",
 			tenants: []string{"t-storm429"}, models: []string{"vendor/lt-storm429"},
-			drive: stormDrive("t-storm429", "vendor/lt-storm429", sz),
-			check: checkStorm("rl", "vendor/lt-storm429"),
+			drive: storm429.drive, check: storm429.check,
 		},
 		{
-			name: "storm-503", what: "the cheap provider answers 503 to most calls",
+			name: "storm-503", what: "for the middle half, the cheap provider answers 503 to most calls",
 			tenants: []string{"t-storm503"}, models: []string{"vendor/lt-storm503"},
-			drive: stormDrive("t-storm503", "vendor/lt-storm503", sz),
-			check: checkStorm("ov", "vendor/lt-storm503"),
+			drive: storm503.drive, check: storm503.check,
 		},
 		{
 			name: "noisy-neighbour", what: fmt.Sprintf("production (weight 3, %g/s) and noisy (weight 1, %g/s) tenants on one route of %g/s", sz.prodRate, sz.noisyRate, sz.sharedCap),
@@ -305,16 +316,83 @@ func scenarios(sz sizes) []scenario {
 	}
 }
 
-// stormDrive sends an open-loop load of short requests.
-func stormDrive(tid, mid string, sz sizes) func(ctx context.Context, e *env) []result {
-	return func(ctx context.Context, e *env) []result {
-		t := e.plan.tenant(tid)
-		var c collector
-		openLoop(ctx, sz.span, sz.stormRate, func(i int) {
-			c.add(e.client.do(ctx, request{tenant: t, model: mid, prompt: prompt(30, fmt.Sprint(tid, i)), maxTokens: 8}))
+// storm is a provider storm scenario: an open-loop load of short requests
+// while the cheap provider is healthy, in a storm (its model replaced
+// through the simulator's admin endpoint), then healthy again.
+type storm struct {
+	tenant, model, upstream, provider, stormJSON string
+	sz                                           sizes
+	// phases are the stormy provider's calls before, during and after the
+	// storm, from its counters; err is a failure to change or read it.
+	phases [3]provsim.ModelStats
+	err    error
+}
+
+func (s *storm) drive(ctx context.Context, e *env) []result {
+	t := e.plan.tenant(s.tenant)
+	url := e.sys.providerURL(s.provider)
+	var c collector
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		openLoop(ctx, s.sz.span, s.sz.stormRate, func(i int) {
+			c.add(e.client.do(ctx, request{tenant: t, model: s.model, prompt: prompt(30, fmt.Sprint(s.tenant, i)), maxTokens: 8}))
 		})
-		return c.all
+	}()
+	read := func() provsim.ModelStats {
+		st, err := providerStats(ctx, e.admin, url)
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+		return st.Models[s.upstream]
 	}
+	set := func(body string) {
+		if err := setModel(ctx, e.admin, url, s.upstream, body); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	start := read()
+	sleepCtx(ctx, s.sz.span/4)
+	calm := read()
+	set(s.stormJSON)
+	sleepCtx(ctx, s.sz.span/2)
+	stormy := read()
+	set(healthyJSON)
+	<-done
+	end := read()
+	s.phases = [3]provsim.ModelStats{minus(calm, start), minus(stormy, calm), minus(end, stormy)}
+	return c.all
+}
+
+// check checks that the storm cost the clients no lost request and each
+// logical request at most the edge's attempts, and that the fallback
+// served; it notes the stormy provider's calls per phase.
+func (s *storm) check(e *env, sr *ScenarioReport, rs []result, _ map[string][]*switchboardv1.ActivityRecord) {
+	sr.check("the storm was switched on and off", s.err == nil, fmt.Sprint(s.err))
+	for i, name := range []string{"before the storm", "during", "after"} {
+		p := s.phases[i]
+		sr.Notes = append(sr.Notes, fmt.Sprintf("%s %s: %d calls (ok %d, 429 %d, 5xx %d)", s.provider, name,
+			p.Requests, p.Outcomes.OK, p.Outcomes.RateLimited, p.Outcomes.Unavailable))
+	}
+	sr.check(fmt.Sprintf("retries per request at most %d (--max-attempts − 1)", e.maxAttempts-1), sr.RetriesMax <= e.maxAttempts-1,
+		fmt.Sprintf("max %d", sr.RetriesMax))
+	served := map[string]int{}
+	for _, r := range rs {
+		if r.completed() {
+			served[r.provider]++
+		}
+	}
+	sr.check("the fallback served", served["beta"] > 0, fmt.Sprintf("served by %v", served))
+	refusalsClear(sr, rs, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway)
+}
+
+func minus(a, b provsim.ModelStats) provsim.ModelStats {
+	a.Requests -= b.Requests
+	a.Outcomes.OK -= b.Outcomes.OK
+	a.Outcomes.RateLimited -= b.Outcomes.RateLimited
+	a.Outcomes.Unavailable -= b.Outcomes.Unavailable
+	a.Outcomes.Cancelled -= b.Outcomes.Cancelled
+	return a
 }
 
 // sleepCtx waits d or until ctx ends.
@@ -409,22 +487,4 @@ func checkDaily(_ *env, sr *ScenarioReport, rs []result, _ map[string][]*switchb
 	sr.check("the daily quota ran out", refused > 0, "nothing was refused")
 	sr.check("refusals past the quota say non_retryable_policy", policy == refused, fmt.Sprintf("%d of %d", policy, refused))
 	refusalsClear(sr, rs, http.StatusTooManyRequests)
-}
-
-// checkStorm checks that a provider storm costs the client no lost
-// request and each logical request at most the edge's attempts, and that
-// the fallback provider served.
-func checkStorm(stormy, mid string) func(e *env, sr *ScenarioReport, rs []result, recs map[string][]*switchboardv1.ActivityRecord) {
-	return func(e *env, sr *ScenarioReport, rs []result, _ map[string][]*switchboardv1.ActivityRecord) {
-		sr.check(fmt.Sprintf("retries per request at most %d (--max-attempts − 1)", e.maxAttempts-1), sr.RetriesMax <= e.maxAttempts-1,
-			fmt.Sprintf("max %d", sr.RetriesMax))
-		served := map[string]int{}
-		for _, r := range rs {
-			if r.completed() {
-				served[r.provider]++
-			}
-		}
-		sr.check("the fallback served", served["beta"] > 0, fmt.Sprintf("served by %v", served))
-		refusalsClear(sr, rs, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway)
-	}
 }
