@@ -146,13 +146,16 @@ func (p *plan) simYAML() string {
 }
 
 // classContracts are the workload-class contracts written into the
-// catalog with --classes.
+// catalog with --classes: waits short enough for a run of minutes.
 const classContracts = `workload_classes:
   interactive: {max_wait: 2s, max_depth: 64, weight: 4, retry_budget: 2}
-  partner: {max_wait: 10s, max_depth: 256, weight: 3, retry_budget: 2}
-  background: {max_wait: 30s, max_depth: 10000, weight: 2, retry_budget: 5}
-  batch: {max_wait: 2m, max_depth: 100000, weight: 1, retry_budget: 10}
+  partner: {max_wait: 5s, max_depth: 256, weight: 3, retry_budget: 2}
+  background: {max_wait: 10s, max_depth: 10000, weight: 2, retry_budget: 5}
+  batch: {max_wait: 20s, max_depth: 100000, weight: 1, retry_budget: 10}
 `
+
+// classWeight are the weights of classContracts.
+var classWeight = map[string]float64{"interactive": 4, "partner": 3, "background": 2, "batch": 1}
 
 // catalogYAML is the catalog, with the simulated providers at urls.
 func (p *plan) catalogYAML(urls map[string]string) string {

@@ -58,7 +58,7 @@ func (r *Report) Print(w io.Writer) {
 			if l.Over > 0 {
 				mark = fmt.Sprintf("OVER by %g", l.Over)
 			}
-			fmt.Fprintf(w, "  %-58s %-17s %10.0f ≤ %10.1f  %s\n", l.Subject, l.Source, l.Observed, l.Bound, mark)
+			fmt.Fprintf(w, "  %-54s %-29s %10.0f ≤ %10.1f  %s\n", l.Subject, l.Source, l.Observed, l.Bound, mark)
 		}
 		for _, c := range s.Checks {
 			if !c.OK {

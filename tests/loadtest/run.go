@@ -36,11 +36,11 @@ var classDeadline = map[string]time.Duration{
 	"interactive": 5 * time.Second,
 	"partner":     10 * time.Second,
 	"background":  30 * time.Second,
-	"batch":       2 * time.Minute,
+	"batch":       time.Minute,
 }
 
 // requestTimeout bounds any one request: unanswered by then, it is lost.
-const requestTimeout = time.Minute
+const requestTimeout = 90 * time.Second
 
 // activityWait bounds the wait for the activity log to hold every
 // request a scenario's clients saw served.
@@ -132,8 +132,9 @@ type LimitCheck struct {
 
 // TenantFigures are one tenant's figures in a scenario.
 type TenantFigures struct {
-	Tenant    string  `json:"tenant"`
-	Class     string  `json:"class"`
+	Tenant string `json:"tenant"`
+	Class  string `json:"class"`
+	// Weight is the tenant's weight, times its class's with --classes.
 	Weight    float64 `json:"weight"`
 	Sent      int     `json:"sent"`
 	Completed int     `json:"completed"`
@@ -533,6 +534,9 @@ func (e *env) figures(sr *ScenarioReport, sc scenario, results []result, recs ma
 	for _, tid := range sc.tenants {
 		t := e.plan.tenant(tid)
 		f := TenantFigures{Tenant: tid, Class: t.class, Weight: max(t.weight, 1)}
+		if e.plan.classes {
+			f.Weight *= classWeight[t.class]
+		}
 		for _, r := range results {
 			if r.tenant == tid {
 				f.Sent++

@@ -419,9 +419,11 @@ func backOff(ctx context.Context, r result) {
 	sleepCtx(ctx, d)
 }
 
-// refusalsClear checks that every refusal is a status in allowed with
-// the OpenAI error code rate_limit_exceeded and a Retry-After.
+// refusalsClear checks that every refusal is a status in allowed (or a
+// 503, an overloaded gateway's answer) with an OpenAI error code and a
+// Retry-After.
 func refusalsClear(sr *ScenarioReport, rs []result, allowed ...int) {
+	allowed = append(allowed, http.StatusServiceUnavailable)
 	bad := 0
 	var example string
 	for _, r := range rs {
@@ -437,7 +439,7 @@ func refusalsClear(sr *ScenarioReport, rs []result, allowed ...int) {
 			example = statusKey(r) + " Retry-After=" + r.retryAfter
 		}
 	}
-	sr.check("every refusal is a clear 429 with Retry-After", bad == 0, fmt.Sprintf("%d not, e.g. %s", bad, example))
+	sr.check("every refusal is a clear 429 or 503 with Retry-After", bad == 0, fmt.Sprintf("%d not, e.g. %s", bad, example))
 }
 
 // checkStreams checks that leaving a stream does not escape the budget:
