@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
@@ -104,12 +104,14 @@ func startSystem(ctx context.Context, p *plan, keep bool) (_ *system, err error)
 	// probes and exploration are off: they would send the providers calls
 	// of their own and pick endpoints at random, blurring what each
 	// scenario's traffic did.
-	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "decider"), Catalog: catPath,
-		TokenFile: replicaToken, ID: "brokerload", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-		DrainDelay: time.Millisecond,
-	}, decLog)
+	dcfg, err := deciderapp.ParseFlags([]string{
+		"--listen=127.0.0.1:0", "--etcd-listen=127.0.0.1:0", "--data-dir=" + filepath.Join(dir, "decider"), "--catalog=" + catPath,
+		"--id=brokerload", "--drain-delay=0s", "--shutdown-timeout=5s", "--probe-interval=0", "--exploration=-1", "--token-file=" + replicaToken,
+	}, func(string) string { return "" }, io.Discard)
 	if err != nil {
+		return nil, fmt.Errorf("decider flags: %w", err)
+	}
+	if s.decider, err = deciderapp.Start(ctx, dcfg, decLog); err != nil {
 		return nil, fmt.Errorf("decider: %w", err)
 	}
 	// The edge with its default flags, except for longer guards on its
