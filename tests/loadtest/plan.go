@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -196,14 +195,4 @@ func writeLimits(b *strings.Builder, indent string, ls []limit) {
 	for _, l := range ls {
 		b.WriteString(indent + "  - " + l.yaml() + "\n")
 	}
-}
-
-// providersOf lists the simulated providers serving a model.
-func (m *model) providers() []string {
-	var out []string
-	for _, e := range m.endpoints {
-		out = append(out, e.provider)
-	}
-	sort.Strings(out)
-	return out
 }

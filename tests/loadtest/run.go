@@ -222,7 +222,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer sys.stop()
+	defer sys.stop() //nolint:contextcheck // stopping must not depend on the run's context, which may be what ended it
 	if opts.Keep && opts.Progress != nil {
 		fmt.Fprintf(opts.Progress, "work directory: %s\n", sys.dir)
 	}

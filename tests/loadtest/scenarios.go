@@ -107,16 +107,15 @@ func buildPlan(sz sizes, classes bool) *plan {
 			p.sim = append(p.sim, simModel{provider: ep.provider, yaml: simModelYAML(upstream, sims[ep.provider])})
 		}
 	}
-	both := func(body string) map[string]string {
-		return map[string]string{"alpha": body, "beta": body, "rl": body, "ov": body}
-	}
+	// Every provider serves a model as fastModel unless said otherwise.
+	fast := map[string]string{"alpha": fastModel, "beta": fastModel, "rl": fastModel, "ov": fastModel}
 
 	// burst: alpha is cheaper but its project takes 20 requests a minute;
 	// beta takes the rest. The tenant has 8 requests a second, burst 16.
 	add("lt-burst", []endpoint{
 		{provider: "alpha", project: "alpha-burst", price: cheap, limits: []limit{{unit: "requests", per: "minute", capacity: 20, scope: "provider_project"}}},
 		{provider: "beta", price: dear},
-	}, both(fastModel))
+	}, fast)
 	p.tenants = append(p.tenants, tenant{id: "t-burst", key: key("burst"), class: "interactive",
 		limits: []limit{{unit: "requests", per: "second", capacity: 8, burst: 16}}})
 
@@ -126,7 +125,7 @@ func buildPlan(sz sizes, classes bool) *plan {
 	add("lt-long", []endpoint{
 		{provider: "alpha", price: cheap, limits: []limit{{unit: "total_tokens", per: "minute", capacity: 4 * longTok}}},
 		{provider: "beta", price: dear},
-	}, both(fastModel))
+	}, fast)
 	p.tenants = append(p.tenants, tenant{id: "t-long", key: key("long"), class: "background",
 		limits: []limit{{unit: "input_tokens", per: "minute", capacity: 8 * longTok}}})
 
@@ -153,11 +152,11 @@ func buildPlan(sz sizes, classes bool) *plan {
 	// of the scenario takes 3 requests a second (its own limit, unknown to
 	// the catalog) and refuses 30% of the rest at random besides
 	// (storm429), then is healthy again; beta is the fallback.
-	add("lt-storm429", []endpoint{{provider: "rl", price: cheap}, {provider: "beta", price: dear}}, both(fastModel))
+	add("lt-storm429", []endpoint{{provider: "rl", price: cheap}, {provider: "beta", price: dear}}, fast)
 	p.tenants = append(p.tenants, tenant{id: "t-storm429", key: key("storm429"), class: "interactive"})
 
 	// 503 storm: the same, with 60% of calls failing with 503 (storm503).
-	add("lt-storm503", []endpoint{{provider: "ov", price: cheap}, {provider: "beta", price: dear}}, both(fastModel))
+	add("lt-storm503", []endpoint{{provider: "ov", price: cheap}, {provider: "beta", price: dear}}, fast)
 	p.tenants = append(p.tenants, tenant{id: "t-storm503", key: key("storm503"), class: "interactive"})
 
 	// noisy neighbour: one route of sharedCap requests a second, shared by

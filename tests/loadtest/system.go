@@ -47,7 +47,7 @@ func startSystem(ctx context.Context, p *plan, keep bool) (_ *system, err error)
 		return nil, err
 	}
 	s := &system{dir: dir, keep: keep, cat: p}
-	defer func() {
+	defer func() { //nolint:contextcheck // stopping must not depend on the start's context, which may be what ended it
 		if err != nil {
 			s.stop()
 			if keep {
