@@ -55,3 +55,44 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, percentile(ds, 100))
 	require.Equal(t, time.Duration(0), percentile(nil, 50))
 }
+
+func TestWorstWindow(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	perSecond := limit{unit: "requests", per: "second", capacity: 10}
+
+	// Cumulative provider counters read every 100 ms: 10 in the first
+	// 100 ms is the bucket's whole capacity, then a steady 1 per 100 ms.
+	var sampled []point
+	for i, n := range []int64{0, 10, 11, 12, 13} {
+		sampled = append(sampled, point{at: at(100 * i), end: at(100 * i), c: counters{requests: n}})
+	}
+	w, ok := worstWindow(sampled, perSecond, 0, false)
+	require.True(t, ok)
+	require.LessOrEqual(t, w.observed, w.bound, "%+v", w)
+
+	// 20 in one 100 ms window is twice what the bucket may ever hold: over,
+	// whatever the whole span's total says.
+	sampled[1].c.requests, sampled[2].c.requests, sampled[3].c.requests, sampled[4].c.requests = 20, 20, 20, 20
+	w, ok = worstWindow(sampled, perSecond, 0, false)
+	require.True(t, ok)
+	require.InDelta(t, 20.0, w.observed, 1e-9)
+	require.InDelta(t, 11.0, w.bound, 1e-9, "10 plus 100 ms of refill")
+
+	// The lag widens every window: what arrived was admitted up to lag before.
+	w, _ = worstWindow(sampled, perSecond, time.Second, false)
+	require.InDelta(t, 21.0, w.bound, 1e-9)
+
+	// Single events (the activity log): a window from event i to j holds
+	// both ends.
+	var events []point
+	for i := range 12 {
+		events = append(events, point{at: at(i), end: at(i), c: counters{requests: int64(i + 1)}})
+	}
+	w, _ = worstWindow(events, perSecond, 0, true)
+	require.InDelta(t, 12.0, w.observed, 1e-9, "12 requests within 11 ms")
+	require.Greater(t, w.observed, w.bound)
+
+	_, ok = worstWindow(nil, perSecond, 0, true)
+	require.False(t, ok)
+}

@@ -442,8 +442,9 @@ func refusalsClear(sr *ScenarioReport, rs []result, allowed ...int) {
 }
 
 // checkStreams checks that leaving a stream does not escape the budget:
-// every request is charged at least what its client received, and what
-// the clients received and what was charged stay within the daily quota.
+// every request is charged (tokens and spend) at least what its client
+// received; that what the clients received and what was charged stay
+// within the daily quota is a limit check of every scenario.
 func checkStreams(e *env, sr *ScenarioReport, rs []result, recs map[string][]*switchboardv1.ActivityRecord) {
 	byID := map[string]*switchboardv1.ActivityRecord{}
 	for _, r := range recs["t-stream"] {
@@ -463,13 +464,13 @@ func checkStreams(e *env, sr *ScenarioReport, rs []result, recs map[string][]*sw
 			continue // counted by the activity check
 		}
 		seen++
-		if charged := rec.GetUsage().GetOutputTokens(); charged < r.tokens {
+		if charged := rec.GetUsage().GetOutputTokens(); charged < r.tokens || r.tokens > 0 && rec.GetCostUsd() <= 0 {
 			under++
-			example = fmt.Sprintf("%s: received %d, charged %d (%s)", r.id, r.tokens, charged, rec.GetStatus())
+			example = fmt.Sprintf("%s: received %d tokens, charged %d tokens and $%g (%s)", r.id, r.tokens, charged, rec.GetCostUsd(), rec.GetStatus())
 		}
 	}
 	sr.check("streams were left mid-way", left > 0, "no client left a stream")
-	sr.check("every stream charged at least what its client received", under == 0, fmt.Sprintf("%d of %d under-charged, e.g. %s", under, seen, example))
+	sr.check("every stream charged at least the tokens its client received, and for a price", under == 0, fmt.Sprintf("%d of %d under-charged, e.g. %s", under, seen, example))
 	refusalsClear(sr, rs, http.StatusTooManyRequests)
 }
 
