@@ -45,7 +45,7 @@ bench: build ## Run the Go benchmarks, edgebench (BENCHFLAGS), then the rate-lim
 	go build -o $(BIN)/edgebench ./services/edge/cmd/edgebench
 	$(BIN)/edgebench --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge $(BENCHFLAGS)
 	go build -o $(BIN)/brokerload ./tests/cmd/brokerload
-	$(BIN)/brokerload $(LOADFLAGS)
+	$(BIN)/brokerload --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge --provsim-bin $(BIN)/provsim $(LOADFLAGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).

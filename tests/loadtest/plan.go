@@ -122,9 +122,22 @@ func (p *plan) model(id string) *model {
 	panic("loadtest: no model " + id)
 }
 
-// simYAML is the simulator's configuration: every provider on a free
-// loopback port, seeded for reproducible faults.
-func (p *plan) simYAML() string {
+// providerNames lists the simulated providers.
+func (p *plan) providerNames() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range p.sim {
+		if !seen[m.provider] {
+			seen[m.provider] = true
+			out = append(out, m.provider)
+		}
+	}
+	return out
+}
+
+// simYAML is the simulator's configuration, seeded for reproducible
+// faults: each provider on its address in listen, or a free loopback port.
+func (p *plan) simYAML(listen map[string]string) string {
 	var b strings.Builder
 	b.WriteString("seed: 11\nproviders:\n")
 	var order []string
@@ -136,7 +149,11 @@ func (p *plan) simYAML() string {
 		byProvider[m.provider] = append(byProvider[m.provider], m)
 	}
 	for _, name := range order {
-		fmt.Fprintf(&b, "  - name: %s\n    listen: 127.0.0.1:0\n    models:\n", name)
+		addr := listen[name]
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		fmt.Fprintf(&b, "  - name: %s\n    listen: %s\n    models:\n", name, addr)
 		for _, m := range byProvider[name] {
 			b.WriteString(m.yaml)
 		}

@@ -24,6 +24,9 @@ type Options struct {
 	Classes bool
 	// Only runs the named scenarios; empty runs them all.
 	Only []string
+	// Binaries, when set, run the built services as child processes
+	// instead of inside this process.
+	Binaries Binaries
 	// Keep keeps the work directory (catalog, logs, etcd data).
 	Keep bool
 	// Progress receives a line per scenario as it starts. (Optional)
@@ -218,7 +221,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	p := buildPlan(sz, opts.Classes)
 	rep := &Report{Short: opts.Short, Classes: opts.Classes, Started: time.Now().UTC(), Passed: true}
 	defer func() { rep.Elapsed = time.Since(rep.Started) }()
-	sys, err := startSystem(ctx, p, opts.Keep)
+	sys, err := startSystem(ctx, p, opts.Binaries, opts.Keep)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +229,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Keep && opts.Progress != nil {
 		fmt.Fprintf(opts.Progress, "work directory: %s\n", sys.dir)
 	}
-	e := &env{sys: sys, plan: p, client: newClient(sys.edgeURL(), requestTimeout), admin: &http.Client{Timeout: 10 * time.Second},
+	e := &env{sys: sys, plan: p, client: newClient(sys.edgeURL, requestTimeout), admin: &http.Client{Timeout: 10 * time.Second},
 		sizes: sz, maxAttempts: sys.maxAttempts}
 	defer e.client.close()
 	if err := e.waitReady(ctx); err != nil {
@@ -431,7 +434,7 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 func (e *env) waitActivity(ctx context.Context, t *tenant, since time.Time, want map[string]bool) ([]*switchboardv1.ActivityRecord, int, error) {
 	deadline := time.Now().Add(activityWait)
 	for {
-		recs, err := activity(ctx, e.admin, e.sys.edgeURL(), t.key, since)
+		recs, err := activity(ctx, e.admin, e.sys.edgeURL, t.key, since)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -27,6 +27,10 @@ func main() {
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of tables")
 	only := fs.String("only", "", "comma-separated scenarios to run (default all: "+strings.Join(loadtest.ScenarioNames(), ",")+")")
 	keep := fs.Bool("keep", false, "keep the work directory (catalog, logs, etcd data)")
+	var bins loadtest.Binaries
+	fs.StringVar(&bins.Decider, "decider-bin", "", "run this decider binary (make build) instead of the decider inside brokerload; with --edge-bin and --provsim-bin")
+	fs.StringVar(&bins.Edge, "edge-bin", "", "run this edge binary")
+	fs.StringVar(&bins.Provsim, "provsim-bin", "", "run this provider simulator binary")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
@@ -37,7 +41,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "brokerload: unexpected arguments %q\n", fs.Args())
 		os.Exit(2)
 	}
-	opts := loadtest.Options{Short: *short, Classes: *classes, Keep: *keep, Progress: os.Stderr}
+	opts := loadtest.Options{Short: *short, Classes: *classes, Keep: *keep, Binaries: bins, Progress: os.Stderr}
 	if *only != "" {
 		for n := range strings.SplitSeq(*only, ",") {
 			n = strings.TrimSpace(n)
