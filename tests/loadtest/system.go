@@ -147,7 +147,7 @@ func (s *system) startInProcess(ctx context.Context, p *plan, replicaToken, edge
 	if err != nil {
 		return err
 	}
-	s.stops = append(s.stops, func() { _ = sim.Close() })
+	s.stops = append(s.stops, func() { _ = sim.Close() }) //nolint:contextcheck // stopping must not depend on the start's context
 	for _, pr := range sim.Providers() {
 		s.providers[pr.Name()] = pr.URL()
 	}
@@ -181,7 +181,7 @@ func (s *system) startInProcess(ctx context.Context, p *plan, replicaToken, edge
 	if err != nil {
 		return fmt.Errorf("edge: %w", err)
 	}
-	s.stops = append(s.stops, func() { _ = edge.Close() })
+	s.stops = append(s.stops, func() { _ = edge.Close() }) //nolint:contextcheck // stopping must not depend on the start's context
 	s.edgeURL = edge.URL()
 	return nil
 }
