@@ -59,6 +59,11 @@ type env struct {
 	maxAttempts int
 }
 
+func newEnv(sys *system, p *plan, sz sizes) *env {
+	return &env{sys: sys, plan: p, client: newClient(sys.edgeURL, requestTimeout), admin: &http.Client{Timeout: 10 * time.Second},
+		sizes: sz, maxAttempts: sys.maxAttempts}
+}
+
 // collector gathers results from many goroutines.
 type collector struct {
 	mu  sync.Mutex
@@ -229,8 +234,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Keep && opts.Progress != nil {
 		fmt.Fprintf(opts.Progress, "work directory: %s\n", sys.dir)
 	}
-	e := &env{sys: sys, plan: p, client: newClient(sys.edgeURL, requestTimeout), admin: &http.Client{Timeout: 10 * time.Second},
-		sizes: sz, maxAttempts: sys.maxAttempts}
+	e := newEnv(sys, p, sz)
 	defer e.client.close()
 	if err := e.waitReady(ctx); err != nil {
 		return nil, err
