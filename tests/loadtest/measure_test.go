@@ -17,6 +17,15 @@ func TestLimitBound(t *testing.T) {
 	require.InDelta(t, 12.0, daily.bound(time.Hour), 1e-9, "a daily quota does not refill")
 }
 
+func TestDailyResets(t *testing.T) {
+	midnight := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	require.Equal(t, 0, dailyResets(midnight.Add(-time.Hour), midnight.Add(-time.Second)))
+	require.Equal(t, 1, dailyResets(midnight.Add(-time.Second), midnight))
+	require.Equal(t, 1, dailyResets(midnight.Add(-time.Second), midnight.Add(time.Second)))
+	require.Equal(t, 0, dailyResets(midnight, midnight.Add(time.Hour)), "a reset at the very start is before the span")
+	require.Equal(t, 2, dailyResets(midnight.Add(-time.Second), midnight.Add(24*time.Hour)))
+}
+
 func TestOverAdmissionIsCounted(t *testing.T) {
 	var sr ScenarioReport
 	sr.addLimit("a", "clients", 10, 12)

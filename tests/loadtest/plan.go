@@ -44,14 +44,23 @@ func (l limit) window() time.Duration {
 
 // bound is the most the limit may admit over a span of length d that starts
 // with the bucket at any level: all of capacity plus burst at once, then
-// the steady refill over d. A daily limit does not refill (a span that
-// crosses its reset is not expected of a run of minutes; see Report).
+// the steady refill over d. A daily limit does not refill: its bound is
+// for a span that crosses no reset (dailyResets counts them).
 func (l limit) bound(d time.Duration) float64 {
 	full := l.capacity + l.burst
 	if l.per == "day" {
 		return full
 	}
 	return full + l.capacity*d.Seconds()/l.window().Seconds()
+}
+
+// dailyResets is how many times 00:00 UTC falls in (from, to].
+func dailyResets(from, to time.Time) int {
+	day := func(t time.Time) int64 { return t.UTC().Unix() / 86400 }
+	if !to.After(from) {
+		return 0
+	}
+	return int(day(to) - day(from))
 }
 
 func (l limit) String() string {

@@ -349,6 +349,16 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 		lag = max(lag, r.latency())
 	}
 
+	// spanBound is a limit's bound over the span; a daily quota's is its
+	// capacity again for every reset (00:00 UTC, as the catalog's limits
+	// here do not set reset_at) the span crossed.
+	spanBound := func(l limit) float64 {
+		if l.per != "day" {
+			return l.bound(sr.Span)
+		}
+		return l.bound(sr.Span) * float64(1+dailyResets(t0.Add(-lag), t1))
+	}
+
 	// What each provider received, from its own counters: over the whole
 	// span, and in the worst window between two samples.
 	for _, mid := range sc.models {
@@ -373,7 +383,7 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 			}
 			ps := append(append([]point{before[key]}, series[key]...), point{at: at, end: time.Now(), c: counters{a.Requests, a.PromptTokens, a.CompletionTokens}})
 			for _, l := range ep.limits {
-				sr.addLimit(whose+" "+l.String(), "provider counters", got.of(l.unit), l.bound(sr.Span))
+				sr.addLimit(whose+" "+l.String(), "provider counters", got.of(l.unit), spanBound(l))
 				if w, ok := worstWindow(ps, l, lag, false); ok && l.per != "day" {
 					sr.addLimit(whose+" "+l.String(), "provider, "+windowName(w), w.observed, w.bound)
 				}
@@ -409,12 +419,12 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 		series := activitySeries(got)
 		recLag := max(lag, longest(got))
 		for _, l := range t.limits {
-			sr.addLimit("tenant "+tid+" "+l.String(), "activity log", c.of(l.unit), l.bound(sr.Span))
+			sr.addLimit("tenant "+tid+" "+l.String(), "activity log", c.of(l.unit), spanBound(l))
 			if w, ok := worstWindow(series, l, recLag, true); ok && l.per != "day" {
 				sr.addLimit("tenant "+tid+" "+l.String(), "activity, "+windowName(w), w.observed, w.bound)
 			}
 			if l.unit == "requests" || l.unit == "output_tokens" {
-				sr.addLimit("tenant "+tid+" "+l.String(), "clients", client.of(l.unit), l.bound(sr.Span))
+				sr.addLimit("tenant "+tid+" "+l.String(), "clients", client.of(l.unit), spanBound(l))
 			}
 		}
 	}
