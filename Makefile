@@ -40,10 +40,12 @@ sim: ## Replay a simulated day through the decider's routing in virtual time; co
 	go run ./services/decider/cmd/sim --profile sim/profile.yaml --traffic sim/traffic.yaml --seed $(or $(SEED),1) --seeds $(or $(SEEDS),1) $(SIMFLAGS)
 
 .PHONY: bench
-bench: build ## Run the Go benchmarks, then edgebench: direct, ReverseProxy and Switchboard side by side (BENCHFLAGS).
+bench: build ## Run the Go benchmarks, edgebench (BENCHFLAGS), then the rate-limit load test brokerload (LOADFLAGS).
 	go test -run='^$$' -bench=. -benchmem $(PKGS)
 	go build -o $(BIN)/edgebench ./services/edge/cmd/edgebench
 	$(BIN)/edgebench --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge $(BENCHFLAGS)
+	go build -o $(BIN)/brokerload ./tests/cmd/brokerload
+	$(BIN)/brokerload --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge --provsim-bin $(BIN)/provsim $(LOADFLAGS)
 
 .PHONY: vegeta
 vegeta: build ## Check edgebench with vegeta, an independent load generator, against the same three targets (WORKERS, DURATION, ROUNDS).

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/childproc"
 )
 
 // config is the benchmark's command line.
@@ -147,25 +149,25 @@ func run(ctx context.Context, cfg config, w io.Writer) (*results, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer up.stop()
-	px, err := startRole(ctx, roleProxy, "http://"+up.addr, dir)
+	defer up.Stop()
+	px, err := startRole(ctx, roleProxy, "http://"+up.Addr, dir)
 	if err != nil {
 		return nil, err
 	}
-	defer px.stop()
-	sys, err := startSystem(ctx, cfg, dir, up.addr)
+	defer px.Stop()
+	sys, err := startSystem(ctx, cfg, dir, up.Addr)
 	if err != nil {
 		return nil, err
 	}
 	defer sys.stop()
 
 	targets := []target{
-		{name: direct, url: "http://" + up.addr + "/v1/chat/completions", slow: "http://" + up.addr + "/slow/v1/chat/completions",
-			model: benchModel, slowM: benchModel, key: "sk-fake", pids: map[string]int{"upstream": up.pid()}},
-		{name: proxy, url: "http://" + px.addr + "/v1/chat/completions", slow: "http://" + px.addr + "/slow/v1/chat/completions",
-			model: benchModel, slowM: benchModel, key: "sk-fake", pids: map[string]int{"proxy": px.pid()}},
-		{name: switchboard, url: "http://" + sys.edge.addr + "/v1/chat/completions", slow: "http://" + sys.edge.addr + "/v1/chat/completions",
-			model: benchModel, slowM: slowModel, key: sys.key, pids: map[string]int{"edge": sys.edge.pid(), "decider": sys.decider.pid()}},
+		{name: direct, url: "http://" + up.Addr + "/v1/chat/completions", slow: "http://" + up.Addr + "/slow/v1/chat/completions",
+			model: benchModel, slowM: benchModel, key: "sk-fake", pids: map[string]int{"upstream": up.Pid()}},
+		{name: proxy, url: "http://" + px.Addr + "/v1/chat/completions", slow: "http://" + px.Addr + "/slow/v1/chat/completions",
+			model: benchModel, slowM: benchModel, key: "sk-fake", pids: map[string]int{"proxy": px.Pid()}},
+		{name: switchboard, url: "http://" + sys.edge.Addr + "/v1/chat/completions", slow: "http://" + sys.edge.Addr + "/v1/chat/completions",
+			model: benchModel, slowM: slowModel, key: sys.key, pids: map[string]int{"edge": sys.edge.Pid(), "decider": sys.decider.Pid()}},
 	}
 	if cfg.serve != "" {
 		return nil, serveTargets(ctx, cfg.serve, targets, w)
@@ -209,19 +211,19 @@ func run(ctx context.Context, cfg config, w io.Writer) (*results, error) {
 
 // slowPhase holds cfg.streams streams open at once against each target,
 // and reads the memory of the edge and the proxy midway.
-func slowPhase(ctx context.Context, cfg config, targets []target, sys *system, px *child, res *results) error {
+func slowPhase(ctx context.Context, cfg config, targets []target, sys *system, px *childproc.Child, res *results) error {
 	l := load{conc: cfg.streams, stream: true, slow: true}
 	warmup := max(cfg.warmup, time.Second) // for every client to connect
 	for _, t := range targets {
 		var midway func(int)
 		switch t.name {
 		case switchboard:
-			heap0, err0 := goMemory(ctx, sys.edge.debug)
-			rss0, errR := rss(sys.edge.pid())
+			heap0, err0 := goMemory(ctx, sys.edge.Debug)
+			rss0, errR := rss(sys.edge.Pid())
 			midway = func(open int) {
 				res.memory.streams = open
-				heap1, err1 := goMemory(ctx, sys.edge.debug)
-				rss1, errR1 := rss(sys.edge.pid())
+				heap1, err1 := goMemory(ctx, sys.edge.Debug)
+				rss1, errR1 := rss(sys.edge.Pid())
 				res.memory.edgeHeapErr = errors.Join(err0, err1)
 				res.memory.edgeRSSErr = errors.Join(errR, errR1)
 				if open > 0 {
@@ -230,9 +232,9 @@ func slowPhase(ctx context.Context, cfg config, targets []target, sys *system, p
 				}
 			}
 		case proxy:
-			rss0, _ := rss(px.pid())
+			rss0, _ := rss(px.Pid())
 			midway = func(open int) {
-				if rss1, err := rss(px.pid()); err == nil && open > 0 {
+				if rss1, err := rss(px.Pid()); err == nil && open > 0 {
 					res.memory.proxyRSS = (rss1 - rss0) / int64(open)
 				}
 			}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/childproc"
 )
 
 // fetch GETs a debug-listener URL and returns the body.
@@ -59,11 +61,11 @@ func profile(ctx context.Context, cfg config, sb target, sys *system, w io.Write
 	secs := strconv.Itoa(cfg.profileSeconds)
 	type job struct{ file, url, index string }
 	var jobs []job
-	for _, c := range []*child{sys.edge, sys.decider} {
-		base := "http://" + c.debug + "/debug/pprof/"
+	for _, c := range []*childproc.Child{sys.edge, sys.decider} {
+		base := "http://" + c.Debug + "/debug/pprof/"
 		jobs = append(jobs,
-			job{c.name + ".cpu.pprof", base + "profile?seconds=" + secs, ""},
-			job{c.name + ".allocs.pprof", base + "allocs?seconds=" + secs, "alloc_space"})
+			job{c.Name + ".cpu.pprof", base + "profile?seconds=" + secs, ""},
+			job{c.Name + ".allocs.pprof", base + "allocs?seconds=" + secs, "alloc_space"})
 	}
 	fmt.Fprintf(w, "profiling edge and decider for %ss under c=64 streaming into %s ...\n", secs, cfg.profileDir)
 	loadCtx, cancel := context.WithCancel(ctx)

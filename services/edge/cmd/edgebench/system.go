@@ -9,67 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/childproc"
 )
-
-// child is a process the benchmark started.
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	addr string // where it serves HTTP (the edge's API, the upstream, the proxy)
-	// debug is the --debug-listen address of the decider and the edge.
-	debug string
-	done  chan struct{}
-	err   error
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-// start runs cmd with its stderr in logPath and watches it exit.
-func start(name string, cmd *exec.Cmd, logPath string) (*child, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		c.err = cmd.Wait()
-		_ = logf.Close()
-		close(c.done)
-	}()
-	return c, nil
-}
-
-// stop asks the child to end (SIGTERM) and kills it if it has not within
-// a few seconds.
-func (c *child) stop() {
-	if c == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
-}
 
 // startRole starts this binary as one of the benchmark's own services and
 // waits for the address it announces.
-func startRole(ctx context.Context, role, arg, dir string) (*child, error) {
+func startRole(ctx context.Context, role, arg, dir string) (*childproc.Child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -80,30 +32,19 @@ func startRole(ctx context.Context, role, arg, dir string) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := start(role, cmd, filepath.Join(dir, role+".log"))
+	c, err := childproc.Start(role, cmd, filepath.Join(dir, role+".log"))
 	if err != nil {
 		return nil, err
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), readyPrefix)
 	if err != nil || !ok {
-		c.stop()
+		c.Stop()
 		return nil, fmt.Errorf("%s: %w (%q)", role, errors.Join(errNoAnnounce, err), line)
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	c.addr = addr
+	c.Addr = addr
 	return c, nil
-}
-
-// freePort returns a loopback host:port free a moment ago, for the
-// services whose address must be known before they start.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
 }
 
 func randomHex(n int) string {
@@ -156,13 +97,13 @@ callers:
 // system is the whole default Switchboard: a decider with its embedded
 // etcd, broker, reports and activity log, and an edge.
 type system struct {
-	decider, edge *child
+	decider, edge *childproc.Child
 	key           string // the tenant's API key
 }
 
 func (s *system) stop() {
-	s.edge.stop() // first, so its last reports reach the decider
-	s.decider.stop()
+	s.edge.Stop() // first, so its last reports reach the decider
+	s.decider.Stop()
 }
 
 // startSystem starts bin/decider and bin/edge in dir with a catalog whose
@@ -181,7 +122,7 @@ func startSystem(ctx context.Context, cfg config, dir, upstreamAddr string) (_ *
 	}
 	var ports [4]string
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = childproc.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -193,23 +134,23 @@ func startSystem(ctx context.Context, cfg config, dir, upstreamAddr string) (_ *
 	}()
 	// As deploy/local/run.sh starts them, but without probes: they would
 	// send the fake upstream extra requests in the middle of a phase.
-	s.decider, err = start("decider", exec.CommandContext(ctx, cfg.deciderBin, //nolint:gosec // G204: the binary the operator named.
+	s.decider, err = childproc.Start("decider", exec.CommandContext(ctx, cfg.deciderBin, //nolint:gosec // G204: the binary the operator named.
 		"--listen", deciderAddr, "--catalog", catalogFile, "--data-dir", filepath.Join(dir, "decider"),
 		"--etcd-listen", "127.0.0.1:0", "--drain-delay", "0s", "--probe-interval", "0", "--debug-listen", deciderDebug,
 	), filepath.Join(dir, "decider.log"))
 	if err != nil {
 		return nil, err
 	}
-	s.decider.debug = deciderDebug
+	s.decider.Debug = deciderDebug
 	edgeCmd := exec.CommandContext(ctx, cfg.edgeBin, //nolint:gosec // G204: the binary the operator named.
 		"--listen", edgeAddr, "--decider", deciderAddr, "--decider-token-file", tokenFile, "--debug-listen", edgeDebug,
 		"--shutdown-grace", "5s")
 	edgeCmd.Env = append(os.Environ(), "SWITCHBOARD_PROVIDER_KEY_BENCH=sk-fake")
-	s.edge, err = start("edge", edgeCmd, filepath.Join(dir, "edge.log"))
+	s.edge, err = childproc.Start("edge", edgeCmd, filepath.Join(dir, "edge.log"))
 	if err != nil {
 		return nil, err
 	}
-	s.edge.addr, s.edge.debug = edgeAddr, edgeDebug
+	s.edge.Addr, s.edge.Debug = edgeAddr, edgeDebug
 	if err := s.waitReady(ctx, cfg.startTimeout); err != nil {
 		return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 	}
@@ -226,14 +167,14 @@ func (s *system) waitReady(ctx context.Context, timeout time.Duration) error {
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	var last string
 	for {
-		for _, c := range []*child{s.decider, s.edge} {
+		for _, c := range []*childproc.Child{s.decider, s.edge} {
 			select {
-			case <-c.done:
-				return fmt.Errorf("%s exited: %w", c.name, c.err)
+			case <-c.Exited():
+				return fmt.Errorf("%s exited: %w", c.Name, c.Err())
 			default:
 			}
 		}
-		req := newRequest(ctx, "http://"+s.edge.addr+"/v1/chat/completions", s.key, benchModel, false)
+		req := newRequest(ctx, "http://"+s.edge.Addr+"/v1/chat/completions", s.key, benchModel, false)
 		resp, err := client.Do(req)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
