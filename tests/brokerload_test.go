@@ -16,7 +16,7 @@ import (
 // error, every scenario's own checks held (the production tenant's floor
 // among them), and every scenario sent traffic.
 func TestBrokerLoadShort(t *testing.T) {
-	rep, err := loadtest.Run(t.Context(), loadtest.Options{Short: true})
+	rep, err := loadtest.Run(t.Context(), loadtest.Options{Short: true, Classes: true})
 	require.NoError(t, err)
 	var b strings.Builder
 	rep.Print(&b)

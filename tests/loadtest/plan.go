@@ -200,8 +200,11 @@ func (p *plan) catalogYAML(urls map[string]string) string {
 	b.WriteString("tenants:\n")
 	for _, t := range p.tenants {
 		fmt.Fprintf(&b, "  - id: %s\n    api_keys_sha256: [%s]\n", t.id, catalog.HashKey(t.key))
-		if p.classes && t.weight > 0 {
-			fmt.Fprintf(&b, "    weight: %g\n", t.weight)
+		if p.classes {
+			b.WriteString("    classes: [interactive, background, partner, batch]\n")
+			if t.weight > 0 {
+				fmt.Fprintf(&b, "    weight: %g\n", t.weight)
+			}
 		}
 		writeLimits(&b, "    ", t.limits)
 	}

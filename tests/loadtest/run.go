@@ -19,8 +19,9 @@ type Options struct {
 	// make test; otherwise a run takes about three minutes.
 	Short bool
 	// Classes writes workload-class contracts and tenant weights into the
-	// catalog (workload_classes:, weight:). Off by default: a catalog that
-	// does not know these keys refuses them.
+	// catalog (workload_classes:, weight:), so requests queue in their
+	// class and tenants share contended capacity by weight. Without it the
+	// noisy tenant gets a limit of its own, and nothing waits.
 	Classes bool
 	// Only runs the named scenarios; empty runs them all.
 	Only []string

@@ -708,6 +708,10 @@ func (b *Broker) deadlineRefusal(e *qentry, now int64) *Refusal {
 	if e.retryAt > now {
 		r.RetryAfter = time.Duration(e.retryAt - now)
 		r.Reset = time.Unix(0, e.retryAt).UTC()
+	} else {
+		// The capacity it waited for came but went to others: when it
+		// comes again nothing predicts, as for a concurrency refusal.
+		r.RetryAfter = b.opts.ConcurrencyRetry
 	}
 	waited := time.Duration(now - e.enq).Round(time.Millisecond)
 	r.Message = fmt.Sprintf("no capacity came within the %s queue's deadline (waited %s)", className(e.flow.key.class), waited)
