@@ -22,7 +22,11 @@ func (b *Broker) releaseExpired(sh *shard, e *entry, now int64) {
 // how many. The decider calls it from a ticker; Reserve and Reconcile also
 // expire lazily. It costs O(shards + expired), not O(open reservations):
 // each shard keeps its reservations in a min-heap by expiry.
-func (b *Broker) Expire(now time.Time) int { return b.expire(now.UnixNano()) }
+// It also forgets the retry state of logical requests past its TTL.
+func (b *Broker) Expire(now time.Time) int {
+	b.expireRetries(now.UnixNano())
+	return b.expire(now.UnixNano())
+}
 
 func (b *Broker) expire(now int64) int {
 	n := 0

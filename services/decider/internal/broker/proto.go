@@ -41,6 +41,9 @@ func ReserveRequestFromProto(in *switchboardv1.ReserveRequest) ReserveRequest {
 		EndpointID: in.GetEndpointId(),
 		Demand:     Demand{InputTokens: d.GetInputTokens(), OutputTokens: d.GetOutputTokens(), USD: d.GetUsd(), Requests: d.GetRequests()},
 		TTL:        in.GetTtl().AsDuration(),
+
+		Attempt:         int(in.GetAttempt()),
+		PreviousFailure: RefusalReason(in.GetPreviousFailure()),
 	}
 }
 
@@ -52,6 +55,9 @@ func ReconcileRequestFromProto(in *switchboardv1.ReconcileRequest) ReconcileRequ
 		Usage: Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
 			OutputTokens: u.GetOutputTokens(), CostUSD: u.GetCostUsd(), Reported: u.GetReported()},
 		Outcome: Outcome(in.GetOutcome()),
+
+		Failure:           RefusalReason(in.GetFailure()),
+		ProviderErrorCode: in.GetProviderErrorCode(),
 	}
 	if hs := in.GetRateLimitHeaders(); len(hs) > 0 {
 		r.Headers = make([]Header, len(hs))
@@ -97,6 +103,7 @@ func (r *Refusal) Proto() *switchboardv1.Refusal {
 		Remaining:     r.Remaining,
 		WorkloadClass: switchboardv1.WorkloadClass(r.Class),
 		Message:       r.Message,
+		Code:          r.Code,
 	}
 	if !r.Reset.IsZero() {
 		out.ResetTime = timestamppb.New(r.Reset)

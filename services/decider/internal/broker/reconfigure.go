@@ -42,6 +42,7 @@ func (b *Broker) Reconfigure(cfg Config) error {
 		}
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(routes), old))
+	b.retries.setBudgets(cfg.Classes)
 	return nil
 }
 

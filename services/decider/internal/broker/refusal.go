@@ -131,6 +131,6 @@ func (b *Broker) pauseRefusal(rt *route, now int64, cls WorkloadClass) *Refusal 
 		Reason: RefusalReason(rt.pause.reason.Load()), BucketID: "pause:" + rt.EndpointID,
 		Scope: ScopeModelRoute, Unit: UnitRequests, Class: cls,
 		Reset: time.Unix(0, until).UTC(), RetryAfter: time.Duration(until - now),
-		Message: "provider capacity: the provider asked to pause this route",
+		Message: "provider capacity: the provider asked to pause this route", Code: CodeProviderPaused,
 	}
 }

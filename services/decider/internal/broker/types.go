@@ -238,7 +238,8 @@ const (
 	// ReasonNonRetryableRequest: the demand is larger than the bucket can ever
 	// hold (capacity + burst).
 	ReasonNonRetryableRequest
-	// ReasonDeadline is reserved for queued admission (not produced yet).
+	// ReasonDeadline: the caller's deadline comes before the next safe
+	// attempt (a retry on a route paused for longer than it can wait).
 	ReasonDeadline
 )
 
