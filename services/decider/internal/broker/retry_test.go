@@ -146,7 +146,7 @@ func TestRetryBudget(t *testing.T) {
 		b, c := newBroker(t, nil)
 		for i := range 100 {
 			r := attempt(endpoint, 2, "")
-			r.RequestID = string(rune('a' + i%26)) + string(rune('a'+i/26))
+			r.RequestID = string(rune('a'+i%26)) + string(rune('a'+i/26))
 			_, ref, err := b.Reserve(t.Context(), r)
 			require.NoError(t, err)
 			require.Nil(t, ref)
