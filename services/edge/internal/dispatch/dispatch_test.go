@@ -254,7 +254,7 @@ func TestServeFailover(t *testing.T) {
 			modes:       []fakeupstream.Mode{fakeupstream.RateLimited, fakeupstream.Unavailable},
 			wantErr:     true,
 			wantStatus:  http.StatusServiceUnavailable, // the last was an overload
-			wantRetry:   3 * time.Second,                // the 503's Retry-After, sooner than the 429's
+			wantRetry:   3 * time.Second,               // the 503's Retry-After, sooner than the 429's
 			wantOutcome: []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR},
 		},
 		{
