@@ -168,6 +168,8 @@ func TestChatAdmissionFallback(t *testing.T) {
 			Usd: h.eps[1].GetEstimatedCostUsd(), Requests: 1,
 		},
 		Ttl: durationpb.New(5 * time.Minute),
+		// The first retry, after alpha's overload.
+		Attempt: 2, PreviousFailure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD,
 	}
 	require.True(t, proto.Equal(want, res[0]), "got %v", res[0])
 
