@@ -212,6 +212,8 @@ func (s *serving) soonest() time.Duration {
 	last := map[string]time.Time{}
 	for _, a := range s.attempts {
 		switch {
+		case a.skip != nil && (a.skip.code == codeRetryBudget || a.skip.code == codeNonRetryable):
+			// Says nothing of the endpoint, only of the request.
 		case a.skip != nil:
 			var t time.Time
 			if a.skip.capacity && a.skip.retryAfter > 0 {
