@@ -332,7 +332,7 @@ func TestErrorPathsThroughEdge(t *testing.T) {
 		{"bad key", "sk-wrong", `{"model":"` + model + `",` + msg + `}`, 401, "", ""},
 		{"unknown model", testKey, `{"model":"nope/nothing",` + msg + `}`, 404, "", ""},
 		{"oversized body", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"` + longPrompt(20000) + `"}]}`, 413, "", ""},
-		{"every provider fails", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"[[provsim:fault=unavailable]]"}]}`, 502, "", ""},
+		{"every provider fails", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"[[provsim:fault=unavailable]]"}]}`, 503, "", ""},
 		{"every provider rate limits", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"[[provsim:fault=rate_limit]]"}]}`, 429, "", ""},
 	}
 	for _, tt := range tests {

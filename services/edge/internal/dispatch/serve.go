@@ -336,8 +336,12 @@ func (s *serving) failure() *Failure {
 	s.markRetries()
 	var tried []string
 	var capacity *skip
+	stopped := ""
 	for _, a := range s.attempts {
 		switch {
+		case a.skip != nil && (a.skip.code == codeRetryBudget || a.skip.code == codeNonRetryable):
+			// Not an attempt: why there was no other.
+			stopped = "; " + a.skip.summary
 		case a.leg != nil:
 			tried = append(tried, a.leg.Endpoint.GetProvider()+": "+a.leg.Result.Summary)
 		default:
@@ -352,7 +356,7 @@ func (s *serving) failure() *Failure {
 		Status:  http.StatusBadGateway,
 		Type:    "upstream_error",
 		Code:    "upstream_error",
-		Message: fmt.Sprintf("all %d attempts failed: %s", len(tried), strings.Join(tried, "; ")),
+		Message: fmt.Sprintf("all %d attempts failed: %s%s", len(tried), strings.Join(tried, "; "), stopped),
 	}
 	if last == nil {
 		if capacity != nil {
