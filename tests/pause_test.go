@@ -100,5 +100,6 @@ func TestCoolDownsLeaveFallbacks(t *testing.T) {
 		require.Contains(t, []int{http.StatusOK, http.StatusTooManyRequests}, code, "%v", body)
 		return code == http.StatusOK
 	}, waitFor, tick, "a healthy endpoint serves once the pauses end")
-	require.Equal(t, "beta", body["provider"])
+	// beta, unless its pause (its jitter) outlasted gamma's.
+	require.Contains(t, []any{"beta", "gamma"}, body["provider"])
 }

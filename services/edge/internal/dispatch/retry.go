@@ -167,10 +167,11 @@ func (s *serving) retrySame(ctx context.Context, plan []*switchboardv1.Endpoint)
 		for _, ep := range eps {
 			id, sk := s.reservation(ctx, ep, false)
 			if sk != nil {
-				s.attempts = append(s.attempts, attempt{skip: sk})
 				if sk.code == codeRetryBudget || sk.code == codeNonRetryable {
+					s.stopped = sk
 					return s.failure()
 				}
+				s.attempts = append(s.attempts, attempt{skip: sk})
 				if sk.capacity && sk.retryAfter > 0 && (soonest < 0 || sk.retryAfter < soonest) {
 					soonest = sk.retryAfter
 				}
@@ -212,8 +213,6 @@ func (s *serving) soonest() time.Duration {
 	last := map[string]time.Time{}
 	for _, a := range s.attempts {
 		switch {
-		case a.skip != nil && (a.skip.code == codeRetryBudget || a.skip.code == codeNonRetryable):
-			// Says nothing of the endpoint, only of the request.
 		case a.skip != nil:
 			var t time.Time
 			if a.skip.capacity && a.skip.retryAfter > 0 {

@@ -34,6 +34,10 @@ type serving struct {
 	// pending is a delayed hedge's budget-and-reserve step still running
 	// when its race ended; drained before release.
 	pending *pendingHedge
+	// stopped is the broker's refusal that ended the request's retries
+	// (code retry_budget or non_retryable): not an attempt, the reason
+	// there was none more.
+	stopped *skip
 }
 
 func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
@@ -62,11 +66,12 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		// it refuses is skipped, as routing skips a full one.
 		id, sk := s.reservation(ctx, ep, false)
 		if sk != nil {
-			s.attempts = append(s.attempts, attempt{skip: sk})
 			if sk.code == codeRetryBudget || sk.code == codeNonRetryable {
 				// The broker holds the request's retries: no more.
+				s.stopped = sk
 				return s.failure()
 			}
+			s.attempts = append(s.attempts, attempt{skip: sk})
 			continue
 		}
 		if i > 0 && ctx.Err() != nil {
@@ -337,11 +342,11 @@ func (s *serving) failure() *Failure {
 	var tried []string
 	var capacity *skip
 	stopped := ""
+	if s.stopped != nil {
+		stopped = "; " + s.stopped.summary
+	}
 	for _, a := range s.attempts {
 		switch {
-		case a.skip != nil && (a.skip.code == codeRetryBudget || a.skip.code == codeNonRetryable):
-			// Not an attempt: why there was no other.
-			stopped = "; " + a.skip.summary
 		case a.leg != nil:
 			tried = append(tried, a.leg.Endpoint.GetProvider()+": "+a.leg.Result.Summary)
 		default:
