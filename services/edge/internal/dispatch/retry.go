@@ -20,11 +20,11 @@ import (
 // passed; one whose provider account refused (a spend limit) or that
 // refused the request itself is never tried again for the request. Each
 // attempt reaches the provider once: the upstream http.Client does not
-// retry (Go's transport replays a request only on a connection that failed
-// before any answer
-// and only for an idempotent request — GET, HEAD, or one carrying an
-// Idempotency-Key header — which the edge's POSTs never are), and no SDK
-// sits in between.
+// retry (Go's transport resends a request on a kept-alive connection that
+// failed only when none of it was written — the provider saw nothing — or
+// when it is idempotent — GET, HEAD, or one carrying an Idempotency-Key
+// header — which the edge's POSTs never are; TestUpstreamClientDoesNotRetry),
+// and no SDK sits in between.
 
 // The broker's refusal codes the edge acts on.
 const (

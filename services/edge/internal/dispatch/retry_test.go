@@ -107,3 +107,21 @@ func TestNoRetryAfterAPolicyRefusal(t *testing.T) {
 }
 
 func itoa(n int32) string { return string(rune('0' + n)) }
+
+// The upstream HTTP client never stacks a retry of its own on the edge's:
+// a provider that closes the connection after reading the request (on a
+// connection kept alive from an earlier call, where Go's transport would
+// resend an idempotent request) was sent the request once.
+func TestUpstreamClientDoesNotRetry(t *testing.T) {
+	ups, eps := upstreams(t, 1)
+	rec := &recorder{}
+	d := newDispatcher(rec, nil)
+	require.NoError(t, d.Serve(t.Context(), httptest.NewRecorder(), newCall(t, plainBody), eps))
+	require.Len(t, ups[0].Requests(), 1)
+	ups[0].SetMode(fakeupstream.CloseWithoutAnswer)
+	err := d.Serve(t.Context(), httptest.NewRecorder(), newCall(t, plainBody), eps)
+	var f *Failure
+	require.ErrorAs(t, err, &f)
+	require.Len(t, ups[0].Requests(), 2, "the failed call reached the provider once")
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, rec.all()[1].GetOutcome(), rec.all()[1].GetError())
+}

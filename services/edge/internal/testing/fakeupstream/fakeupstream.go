@@ -74,6 +74,9 @@ const (
 	// SpendLimited answers 429 whose error code says the provider account's
 	// quota is spent (OpenAI's insufficient_quota), without Retry-After.
 	SpendLimited
+	// CloseWithoutAnswer reads the request and closes the connection
+	// without a byte of answer, as a provider's server that crashed would.
+	CloseWithoutAnswer
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -223,6 +226,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	case BadRequest:
 		writeError(w, http.StatusBadRequest, BadRequestText, "invalid_request_error")
 		return
+	case CloseWithoutAnswer:
+		panic(http.ErrAbortHandler)
 	case SpendLimited:
 		writeError(w, http.StatusTooManyRequests, "You exceeded your current quota, please check your plan and billing details.", "insufficient_quota")
 		return
