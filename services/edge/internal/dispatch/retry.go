@@ -157,7 +157,10 @@ func (s *serving) retrySame(ctx context.Context, plan []*switchboardv1.Endpoint)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
 		until = dl
 	}
-	for len(s.legs) < d.opts.MaxAttempts {
+	// Each round calls an endpoint or waits once; the waits are bounded too,
+	// so a capacity that comes back in dribbles cannot fill the request's
+	// record with refusals.
+	for waits := 0; len(s.legs) < d.opts.MaxAttempts && waits <= d.opts.MaxAttempts; {
 		eps := s.sameAgain(plan)
 		if len(eps) == 0 {
 			break
@@ -193,6 +196,7 @@ func (s *serving) retrySame(ctx context.Context, plan []*switchboardv1.Endpoint)
 		if soonest < 0 || time.Now().Add(soonest).After(until) {
 			break
 		}
+		waits++
 		t := time.NewTimer(soonest)
 		select {
 		case <-ctx.Done():
