@@ -910,7 +910,7 @@ func TestAllFailCostsNothing(t *testing.T) {
 	s := startBilling(t, nil)
 	// The directive makes every provider answer 503.
 	a := s.chat(t, testKey, chatReq{content: "[[provsim:fault=unavailable]] nobody can", stream: true, includeUsage: true, maxTokens: 5})
-	require.Equal(t, http.StatusBadGateway, a.status, "%v", a.body)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%v", a.body)
 	e, ok := a.body["error"].(map[string]any)
 	require.True(t, ok, "OpenAI error JSON: %v", a.body)
 	for _, p := range providers {
@@ -919,7 +919,7 @@ func TestAllFailCostsNothing(t *testing.T) {
 	rec := s.record(t, testKey, a.requestID(t))
 
 	require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_FAILED, rec.GetStatus())
-	require.EqualValues(t, http.StatusBadGateway, rec.GetHttpStatus())
+	require.EqualValues(t, http.StatusServiceUnavailable, rec.GetHttpStatus())
 	require.Zero(t, rec.GetCostUsd(), "a call that fails on every attempt costs 0")
 	require.Zero(t, rec.GetUsage().GetCostUsd())
 	require.Zero(t, rec.GetUsage().GetInputTokens()+rec.GetUsage().GetOutputTokens())

@@ -89,6 +89,21 @@ var rpcGuards = []string{"--reserve-timeout=20s", "--hedge-acquire-timeout=20s"}
 
 func startSystem(t testing.TB, edgeArgs ...string) *system {
 	t.Helper()
+	return startSystemWith(t, systemOptions{}, edgeArgs...)
+}
+
+// systemOptions change the system startSystemWith starts.
+type systemOptions struct {
+	// modelYAML is added to the model's catalog entry (e.g. its fallback
+	// policy), indented as its fields.
+	modelYAML string
+	// baseURL, when set, gives a provider's base URL in the catalog from
+	// the simulator's: a recording proxy in front of it.
+	baseURL func(provider, url string) string
+}
+
+func startSystemWith(t testing.TB, o systemOptions, edgeArgs ...string) *system {
+	t.Helper()
 	ctx := t.Context()
 	s := &system{logW: &lockedWriter{w: &bytes.Buffer{}}}
 
@@ -99,17 +114,24 @@ func startSystem(t testing.TB, edgeArgs ...string) *system {
 	t.Cleanup(func() { _ = s.sim.Close() })
 
 	dir := t.TempDir()
+	url := func(p string) string {
+		if o.baseURL != nil {
+			return o.baseURL(p, s.sim.Provider(p).URL())
+		}
+		return s.sim.Provider(p).URL()
+	}
 	cat := fmt.Sprintf(`
 models:
   - id: %[1]s
     list_price: {input: 0.30, cached_input: 0.10, output: 1.20}
+%[7]s
     endpoints:
       - {provider: alpha, base_url: %[2]s, upstream_model: %[5]s, api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA, price: {input: 0.10, cached_input: 0.05, output: 0.50}}
       - {provider: beta,  base_url: %[3]s, upstream_model: %[5]s, price: {input: 0.20, cached_input: 0.02, output: 0.60}}
       - {provider: gamma, base_url: %[4]s, upstream_model: %[5]s, price: {input: 0.25, cached_input: 0.10, output: 0.70}}
 tenants:
   - {id: acme, api_keys_sha256: [%[6]s]}
-`, model, s.sim.Provider("alpha").URL(), s.sim.Provider("beta").URL(), s.sim.Provider("gamma").URL(), simModel, catalog.HashKey(testKey))
+`, model, url("alpha"), url("beta"), url("gamma"), simModel, catalog.HashKey(testKey), o.modelYAML)
 	catPath := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
 
@@ -310,7 +332,7 @@ func TestErrorPathsThroughEdge(t *testing.T) {
 		{"bad key", "sk-wrong", `{"model":"` + model + `",` + msg + `}`, 401, "", ""},
 		{"unknown model", testKey, `{"model":"nope/nothing",` + msg + `}`, 404, "", ""},
 		{"oversized body", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"` + longPrompt(20000) + `"}]}`, 413, "", ""},
-		{"every provider fails", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"[[provsim:fault=unavailable]]"}]}`, 502, "", ""},
+		{"every provider fails", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"[[provsim:fault=unavailable]]"}]}`, 503, "", ""},
 		{"every provider rate limits", testKey, `{"model":"` + model + `","messages":[{"role":"user","content":"[[provsim:fault=rate_limit]]"}]}`, 429, "", ""},
 	}
 	for _, tt := range tests {

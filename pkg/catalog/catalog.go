@@ -113,6 +113,9 @@ type Model struct {
 	Endpoints []Endpoint `yaml:"endpoints"`
 	// Routing tunes how the decider ranks the endpoints. (Optional)
 	Routing *ModelRouting `yaml:"routing"`
+	// Fallback is what the model's workload tolerates when a request moves
+	// to another endpoint. (Optional) Defaults to moving freely.
+	Fallback *Fallback `yaml:"fallback"`
 }
 
 // Endpoint is one provider's offer of a model.
@@ -155,6 +158,9 @@ type Endpoint struct {
 	// ProviderWorkspace names the workspace whose provider_workspace limits
 	// this endpoint shares. (Optional) Defaults to the provider name.
 	ProviderWorkspace string `yaml:"provider_workspace"`
+	// Region is where the endpoint serves, for the model's fallback
+	// residency (fallback.same_region, fallback.regions). (Optional)
+	Region string `yaml:"region"`
 }
 
 // ID returns the endpoint's stable id, "<provider>/<model id>".

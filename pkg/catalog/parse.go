@@ -167,6 +167,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			validatePrice(*m.ListPrice, mp+".list_price", bad)
 		}
 		validateModelRouting(m.Routing, mp+".routing", bad)
+		validateFallback(m, mp, bad)
 		if len(m.Endpoints) == 0 {
 			bad(mp+".endpoints", "at least one endpoint is required")
 		}

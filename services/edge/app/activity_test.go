@@ -180,7 +180,7 @@ func TestActivityRecordStatuses(t *testing.T) {
 	}{
 		{name: "ok", body: plainReq, modes: []fakeupstream.Mode{fakeupstream.OK}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_OK, wantHTTP: 200, wantServed: "alpha", wantCost: true},
 		{name: "ok after a retry", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.RateLimited, fakeupstream.OK}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_OK, wantHTTP: 200, wantServed: "beta", wantCost: true},
-		{name: "failed", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.Unavailable, fakeupstream.Unavailable}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_FAILED, wantHTTP: 502},
+		{name: "failed", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.Unavailable, fakeupstream.Unavailable}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_FAILED, wantHTTP: 503},
 		{name: "interrupted", body: streamReq, modes: []fakeupstream.Mode{fakeupstream.DropMidStream}, wantStatus: switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED, wantHTTP: 200, wantServed: "alpha", wantCost: true},
 	}
 	for _, tt := range tests {

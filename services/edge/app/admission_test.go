@@ -168,7 +168,9 @@ func TestChatAdmissionFallback(t *testing.T) {
 			Usd: h.eps[1].GetEstimatedCostUsd(), Requests: 1,
 		},
 		Ttl: durationpb.New(5 * time.Minute),
-		// A fallback endpoint is skipped when full, never waited for.
+		// The first retry, after alpha's overload; a fallback endpoint is
+		// skipped when full, never waited for.
+		Attempt: 2, PreviousFailure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD,
 		MaxWait: durationpb.New(-time.Nanosecond),
 	}
 	require.True(t, proto.Equal(want, res[0]), "got %v", res[0])

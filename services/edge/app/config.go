@@ -28,6 +28,7 @@ const (
 	DefaultFirstTokenTimeout   = 60 * time.Second
 	DefaultIdleTimeout         = 60 * time.Second
 	DefaultMaxAttempts         = 4
+	DefaultRetryWait           = 10 * time.Second
 	DefaultReportFlushInterval = 200 * time.Millisecond
 	DefaultHedgeAcquireTimeout = 200 * time.Millisecond
 	DefaultReservationTTL      = 2 * time.Minute
@@ -97,6 +98,11 @@ type Config struct {
 	// MaxAttempts caps the endpoints tried per request, the chosen one plus
 	// fallbacks (Optional). Defaults to 4. Flag --max-attempts.
 	MaxAttempts int
+	// RetryWait is the longest a request waits for an endpoint's pause
+	// (the provider's Retry-After, or the back-off) to end to try it again,
+	// once every endpoint it may use failed or was refused (Optional).
+	// Defaults to 10s; negative never waits. Flag --retry-wait.
+	RetryWait time.Duration
 	// ReportFlushInterval is the longest a call report waits before it is
 	// sent to the decider (Optional). Defaults to 200ms.
 	// Flag --report-flush-interval.
@@ -227,6 +233,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.RetryWait == 0 {
+		c.RetryWait = DefaultRetryWait
 	}
 	if c.ReportFlushInterval == 0 {
 		c.ReportFlushInterval = DefaultReportFlushInterval
@@ -402,6 +411,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.FirstTokenTimeout, "first-token-timeout", cfg.FirstTokenTimeout, "per attempt: no first token by then tries the next endpoint")
 	fs.DurationVar(&cfg.IdleTimeout, "stream-idle-timeout", cfg.IdleTimeout, "longest silence between stream chunks")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", cfg.MaxAttempts, "endpoints tried per request (chosen plus fallbacks)")
+	fs.DurationVar(&cfg.RetryWait, "retry-wait", cfg.RetryWait, "longest a request waits for a paused endpoint to come back to retry it (negative: never)")
 	fs.DurationVar(&cfg.ReportFlushInterval, "report-flush-interval", cfg.ReportFlushInterval, "longest a call report waits before it is sent")
 	fs.DurationVar(&cfg.HedgeAcquireTimeout, "hedge-acquire-timeout", cfg.HedgeAcquireTimeout, "longest wait for the decider's hedge budget before going without a hedge")
 	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a rate-limit reservation lives if never reconciled (calls in flight keep theirs)")

@@ -30,6 +30,7 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 60*time.Second, c.FirstTokenTimeout)
 				require.Equal(t, 60*time.Second, c.IdleTimeout)
 				require.Equal(t, 4, c.MaxAttempts)
+				require.Equal(t, 10*time.Second, c.RetryWait)
 				require.Equal(t, 200*time.Millisecond, c.ReportFlushInterval)
 				require.Equal(t, 200*time.Millisecond, c.HedgeAcquireTimeout)
 				require.Equal(t, 2*time.Minute, c.ReservationTTL)
@@ -48,14 +49,14 @@ func TestParseFlags(t *testing.T) {
 			name: "flags",
 			args: []string{"--listen", "0.0.0.0:9000", "--decider", "decider:9090", "--region", "eu", "--edge-id", "e1",
 				"--max-body-bytes", "1024", "--first-token-timeout", "5s", "--stream-idle-timeout", "7s",
-				"--max-attempts", "2", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
+				"--max-attempts", "2", "--retry-wait", "3s", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
 				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms",
 				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s",
 				"--max-queue-wait", "3m", "--decider-plaintext"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
-					FirstTokenTimeout: 5 * time.Second, IdleTimeout: 7 * time.Second, MaxAttempts: 2,
+					FirstTokenTimeout: 5 * time.Second, IdleTimeout: 7 * time.Second, MaxAttempts: 2, RetryWait: 3 * time.Second,
 					ReportFlushInterval: time.Second, DrainDelay: 2 * time.Second, LogLevel: slog.LevelDebug,
 					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReservationHeartbeat: 10 * time.Minute / 3, ReserveTimeout: 150 * time.Millisecond,
 					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,

@@ -172,6 +172,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		IdleTimeout:       cfg.IdleTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		MaxAttempts:       cfg.MaxAttempts,
+		RetryWait:         cfg.RetryWait,
 		UserAgent:         "switchboard-edge/" + version(),
 		Logger:            logger.With("component", "dispatch"),
 	})

@@ -105,6 +105,10 @@ func newHarness(t *testing.T, n int, mod func(*Config)) *harness {
 		// refusal by timeout.
 		HedgeAcquireTimeout: longWait,
 		ReserveTimeout:      longWait,
+		// The fake decider's broker neither pauses nor counts retries, so
+		// an endpoint retried after its pause would be called at once:
+		// that is the dispatch package's and the end-to-end tests' to try.
+		RetryWait: -1,
 		Getenv: func(k string) string {
 			for _, name := range providerNames {
 				if k == "SWITCHBOARD_PROVIDER_KEY_"+strings.ToUpper(name) {

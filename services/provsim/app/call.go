@@ -124,6 +124,15 @@ func (c *call) serve() {
 			c.outcome = outcomeUnavailable
 			writeError(c.w, f.Status, "The server is overloaded or not ready yet (simulated).", "server_error", "service_unavailable")
 			return
+		case FaultSpendLimit:
+			c.outcome = outcomeRateLimited
+			writeError(c.w, http.StatusTooManyRequests,
+				"You exceeded your current quota, please check your plan and billing details (simulated).", "insufficient_quota", "insufficient_quota")
+			return
+		case FaultOverloaded:
+			c.outcome = outcomeUnavailable
+			writeOverloaded(c.w, c.p.scaled(f.RetryAfter.D()))
+			return
 		case FaultHang:
 			c.outcome = outcomeHang
 			select {
@@ -469,6 +478,13 @@ func formatReset(d time.Duration) string {
 // writeRateLimited answers 429 with Retry-After in whole seconds (rounded up,
 // at least 1) and retry-after-ms for clients that want precision, as OpenAI
 // sends both.
+// writeOverloaded answers 529 as Anthropic does when it is overloaded for
+// everyone, with Retry-After in whole seconds (rounded up).
+func writeOverloaded(w http.ResponseWriter, retry time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(retry.Seconds()))), 10))
+	writeError(w, 529, "Overloaded (simulated).", "overloaded_error", "")
+}
+
 func writeRateLimited(w http.ResponseWriter, retry time.Duration, message string) {
 	secs := max(1, int64(math.Ceil(retry.Seconds())))
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))

@@ -137,20 +137,29 @@ const (
 	FaultDrop FaultKind = "drop"
 	// FaultMalformed sends a first event that is not valid JSON, then ends.
 	FaultMalformed FaultKind = "malformed"
+	// FaultSpendLimit answers 429 whose error code says the account's quota
+	// is spent (OpenAI's insufficient_quota), without Retry-After: a policy
+	// refusal that waiting does not cure.
+	FaultSpendLimit FaultKind = "spend_limit"
+	// FaultOverloaded answers 529 with Anthropic's overloaded_error and
+	// Retry-After.
+	FaultOverloaded FaultKind = "overloaded"
 )
 
-var faultKinds = []FaultKind{FaultRateLimit, FaultUnavailable, FaultHang, FaultDrop, FaultMalformed}
+var faultKinds = []FaultKind{FaultRateLimit, FaultUnavailable, FaultHang, FaultDrop, FaultMalformed, FaultSpendLimit, FaultOverloaded}
 
 // FaultConfig is one injectable fault.
 type FaultConfig struct {
-	// Kind is one of rate_limit, unavailable, hang, drop, malformed (Required).
+	// Kind is one of rate_limit, unavailable, hang, drop, malformed,
+	// spend_limit, overloaded (Required).
 	Kind FaultKind `yaml:"kind" json:"kind"`
 	// Rate is the probability per request, 0 to 1 (Optional). Defaults to 0:
 	// only a directive triggers it. The rates of a model add up to at most 1.
 	Rate float64 `yaml:"rate" json:"rate"`
 	// AfterTokens is how many tokens a drop sends first (Optional). Defaults to 3.
 	AfterTokens int64 `yaml:"after_tokens" json:"after_tokens"`
-	// RetryAfter is sent by rate_limit, rounded up to seconds (Optional). Defaults to 1s.
+	// RetryAfter is sent by rate_limit and overloaded, rounded up to
+	// seconds (Optional). Defaults to 1s.
 	RetryAfter Duration `yaml:"retry_after" json:"retry_after"`
 	// Status is the 5xx code of unavailable (Optional). Defaults to 503.
 	Status int `yaml:"status" json:"status"`

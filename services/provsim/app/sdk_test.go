@@ -177,6 +177,27 @@ func TestSDKFaults(t *testing.T) {
 			},
 		},
 		{
+			name: "spend_limit answers 429 insufficient_quota without Retry-After", model: "defaults", text: "[[provsim:fault=spend_limit]]",
+			check: func(t *testing.T, params openai.ChatCompletionNewParams) {
+				_, err := client.Chat.Completions.New(t.Context(), params)
+				e := apiErr(t, err)
+				require.Equal(t, 429, e.StatusCode)
+				require.Equal(t, "insufficient_quota", e.Code)
+				require.Equal(t, "insufficient_quota", e.Type)
+				require.Empty(t, e.Response.Header.Get("Retry-After"), "waiting does not cure a spent quota")
+			},
+		},
+		{
+			name: "overloaded answers 529 overloaded_error with Retry-After", model: "defaults", text: "[[provsim:fault=overloaded]]",
+			check: func(t *testing.T, params openai.ChatCompletionNewParams) {
+				_, err := client.Chat.Completions.New(t.Context(), params)
+				e := apiErr(t, err)
+				require.Equal(t, 529, e.StatusCode)
+				require.Equal(t, "overloaded_error", e.Type)
+				require.Equal(t, "1", e.Response.Header.Get("Retry-After"))
+			},
+		},
+		{
 			name: "rate_limit fault on a model without it uses 1s", model: "defaults", text: "[[provsim:fault=rate_limit]]",
 			check: func(t *testing.T, params openai.ChatCompletionNewParams) {
 				_, err := client.Chat.Completions.New(t.Context(), params)
@@ -250,5 +271,5 @@ func TestSDKFaults(t *testing.T) {
 	m := p.Stats().Models["m"]
 	require.Equal(t, app.Outcomes{RateLimited: 1, Unavailable: 1, Drop: 2, Malformed: 2, Hang: 1}, m.Outcomes)
 	require.Equal(t, int64(2), m.CompletionTokens, "only what the streamed drop sent")
-	require.Equal(t, app.Outcomes{RateLimited: 1, Unavailable: 1}, p.Stats().Models["defaults"].Outcomes)
+	require.Equal(t, app.Outcomes{RateLimited: 2, Unavailable: 2}, p.Stats().Models["defaults"].Outcomes) // with spend_limit and overloaded
 }

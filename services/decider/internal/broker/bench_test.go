@@ -219,3 +219,35 @@ func BenchmarkQueuePass(b *testing.B) {
 		<-out
 	}
 }
+
+// BenchmarkRetry measures a retry's Reserve plus its Reconcile, against
+// the first attempt's: a retry also checks and counts the logical request's
+// budget (a first attempt skips that and leaves no state).
+func BenchmarkRetry(b *testing.B) {
+	usage := Usage{InputTokens: 900, OutputTokens: 300, CostUSD: 0.0004, Reported: true}
+	demand := Demand{InputTokens: 1000, OutputTokens: 500, USD: 0.0005}
+	for _, attempt := range []int{1, 2} {
+		b.Run(fmt.Sprint("attempt=", attempt), func(b *testing.B) {
+			br := benchBroker(b, 1)
+			id := benchIdentity(0)
+			ids := make([]string, 1<<16)
+			for i := range ids {
+				ids[i] = fmt.Sprint("req-", i)
+			}
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				rq := ReserveRequest{RequestID: ids[i%len(ids)] + fmt.Sprint(i/len(ids)), Identity: id, Model: model,
+					EndpointID: endpoint, Demand: demand, Attempt: attempt}
+				r, ref, err := br.Reserve(b.Context(), rq)
+				if err != nil || ref != nil {
+					b.Fatal(err, ref)
+				}
+				if _, err := br.Reconcile(b.Context(), ReconcileRequest{ReservationID: r.ID, Usage: usage, Outcome: OutcomeOK}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -30,6 +30,8 @@ type Broker struct {
 	prevGranted, prevLearn atomic.Int64
 	corr                   sync.Map // corrKey → *correction
 
+	retries retries // retry budgets of logical requests (retry.go)
+
 	shards [nShards]shard
 
 	// qcfg is the class contracts and tenant shares, replaced whole by
@@ -62,6 +64,7 @@ func New(cfg Config, o Options) (*Broker, error) {
 		bs = append(bs, newBucket(d, b.idx.Add(1), now))
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(cfg.Routes), nil))
+	b.retries.setBudgets(cfg.Classes)
 	return b, nil
 }
 

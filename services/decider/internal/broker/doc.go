@@ -120,9 +120,11 @@
 //   - queue.go: ReserveWait, class contracts, Pump and the queue views;
 //     fairq.go: the fair queue, its dispatch passes and timer (dispatch
 //     lock, queue mutex, then reserve's order);
-//   - headers.go: provider headers folded into learned buckets and route
-//     pauses; parsing them shares no state and is the provheaders
-//     subpackage;
+//   - headers.go: provider headers and classified failures folded into
+//     learned buckets and route pauses; parsing them shares no state and is
+//     the provheaders subpackage;
+//   - retry.go: the retry budget of logical requests and the deadline of a
+//     retry (its own small sharded map; a leaf lock);
 //   - snapshot.go, restore.go: Snapshot and Restore (table mutex, every
 //     shard ascending, then buckets); snapshot_decode.go: the format read
 //     back, with no lock;
@@ -249,14 +251,49 @@
 // and remaining (OpenAI and Anthropic report per-minute limits); a learned
 // bucket follows later reported limits.
 //
-// The route is paused (Reserve refuses it) until: Retry-After; else, when a
-// family reports remaining < 1 with a reset time, the latest such reset; else,
-// on a 429 without either, a capped exponential back-off BackoffBase ×
-// 2^(n−1) ≤ BackoffMax for the n-th 429 in a row (reset by a success). The
-// pause is capped at MaxPause (10 min) so a bogus header cannot bench an
-// endpoint for days, plus a jitter uniform in [0, min(MaxJitter,
-// JitterFraction × pause)] (1 s, 10%) so edges do not all wake at once. A
-// pause only ever extends.
+// The route is paused (Reserve refuses it, code provider_paused) until:
+// Retry-After; else, when a family reports remaining < 1 with a reset time,
+// the latest such reset; else, on a 429 or a failure the caller classified
+// RETRYABLE_CAPACITY or RETRYABLE_OVERLOAD (a 503, a 529, a connection
+// error: [ReconcileRequest].Failure, pkg/failclass) without either, a
+// capped exponential back-off BackoffBase × 2^(n−1) ≤ BackoffMax for the
+// n-th such failure in a row (reset by a success); else, on a
+// NON_RETRYABLE_POLICY failure (the provider's spend limit, billing or a
+// disabled key), MaxPause. The pause is capped at MaxPause (10 min) so a
+// bogus header cannot bench an endpoint for days, and a policy refusal is
+// tried again that often rather than never, plus a jitter uniform in [0,
+// min(MaxJitter, JitterFraction × pause)] (1 s, 10%) so edges do not all
+// wake at once: Retry-After is a lower bound. A pause only ever extends;
+// its refusal's reason is the failure's class (RETRYABLE_CAPACITY after a
+// 429, RETRYABLE_OVERLOAD after an overload, NON_RETRYABLE_POLICY after a
+// policy refusal). A failure of the request itself (NON_RETRYABLE_REQUEST)
+// says nothing of the route and pauses nothing. The pause is per route: a
+// spend limit of a provider account shared by several endpoints pauses
+// each of them when it fails there.
+//
+// # Retries
+//
+// A Reserve names its attempt within the logical request RequestID
+// (Attempt: 1 for the first, 2 for the first retry) and how the previous
+// attempt failed (PreviousFailure). A first attempt leaves no state. A
+// retry is refused with reason NON_RETRYABLE_REQUEST and code
+// non_retryable after a failure of the request itself, which every
+// endpoint would refuse; it is checked against the request's retry budget
+// — its class's ClassContract.RetryBudget, DefaultRetryBudget (2) when the
+// class has no contract or a budget of 0, none when negative — and past it
+// refused with reason NON_RETRYABLE_REQUEST and code retry_budget. Each
+// attempt number spends one retry once, and only when its reservation is
+// granted: an idempotent replay, or the same attempt moving on to another
+// endpoint after a refusal, spends nothing more. The budget is kept per
+// (tenant, request id) for MaxTTL after the first retry, in 16 shards of
+// their own, pruned in creation order (which is expiry order) by Reserve
+// and Expire, so memory is bounded by the retry rate × MaxTTL. It is not
+// in snapshots: after a failover a request's retries start again from the
+// budget, which can at most double them once. A retry whose context
+// deadline comes before the end of its route's pause is refused at once
+// with reason DEADLINE and code deadline (RetryAfter still says when the
+// route is back); a first attempt is not, since its call's deadline is the
+// decision's, not the request's.
 //
 // # Estimate correction
 //

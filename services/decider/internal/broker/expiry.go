@@ -21,11 +21,13 @@ func (b *Broker) releaseExpired(sh *shard, e *entry, now int64) {
 // Expire releases every reservation whose TTL has passed at now and returns
 // how many. The decider calls it from a ticker; Reserve and Reconcile also
 // expire lazily. It costs O(shards + expired), not O(open reservations):
-// each shard keeps its reservations in a min-heap by expiry. When requests
+// each shard keeps its reservations in a min-heap by expiry. It also
+// forgets the retry state of logical requests past its TTL. When requests
 // wait in the admission queues it then runs a dispatch pass (see
 // [Broker.Pump]): what expiry released may admit them, and their
 // deadlines are enforced even without the dispatch timer.
 func (b *Broker) Expire(now time.Time) int {
+	b.expireRetries(now.UnixNano())
 	n := b.expire(now.UnixNano())
 	if b.q.n.Load() > 0 {
 		b.pump(now.UnixNano(), false)

@@ -42,8 +42,8 @@ func ParseHeaders(hs []Header, now time.Time) (ProviderHeaders, error) {
 
 // applyHeaders folds a provider's answer into the route's buckets and pause,
 // and returns the parsed headers, the pause now in force and the headers'
-// problems.
-func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, now int64) (ProviderHeaders, time.Time, error) {
+// problems. failure is the call's class, when the caller classified it.
+func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, failure RefusalReason, now int64) (ProviderHeaders, time.Time, error) {
 	if endpoint == "" {
 		return ProviderHeaders{}, time.Time{}, nil
 	}
@@ -54,7 +54,7 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, now
 	}
 	rt := b.tab.Load().routes[endpoint]
 	if rt == nil {
-		if len(hs) == 0 && outcome != OutcomeRateLimited {
+		if len(hs) == 0 && outcome != OutcomeRateLimited && !pauses(failure) {
 			return p, time.Time{}, perr
 		}
 		rt = b.ensureRoute(endpoint)
@@ -69,7 +69,8 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, now
 	}
 
 	// The pause: Retry-After first, then a limit the provider says is empty
-	// until its reset, then back-off on a bare 429.
+	// until its reset, then back-off on a bare 429 or overload, and a
+	// policy refusal (a spend limit) for as long as MaxPause allows.
 	var wait int64
 	switch {
 	case !p.RetryAfter.IsZero():
@@ -84,7 +85,12 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, now
 	switch {
 	case outcome == OutcomeOK:
 		rt.pause.streak.Store(0)
-	case outcome == OutcomeRateLimited && wait <= 0:
+	case failure == ReasonNonRetryablePolicy && wait <= 0:
+		// Retrying cannot succeed before the account changes or its
+		// period resets, which the provider did not say: as long as a
+		// pause may last.
+		wait = int64(b.opts.MaxPause)
+	case (outcome == OutcomeRateLimited || backsOff(failure)) && wait <= 0:
 		n := min(rt.pause.streak.Add(1), 31)
 		d := int64(b.opts.BackoffBase) << (n - 1)
 		if d <= 0 || d > int64(b.opts.BackoffMax) {
@@ -97,7 +103,10 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, now
 		jmax := min(float64(b.opts.MaxJitter), b.opts.JitterFraction*float64(wait))
 		until := now + wait + int64(b.opts.Rand()*jmax)
 		reason := ReasonRetryableCapacity
-		if outcome == OutcomeUpstreamError {
+		switch {
+		case pauses(failure):
+			reason = failure
+		case outcome == OutcomeUpstreamError:
 			reason = ReasonRetryableOverload
 		}
 		for {
@@ -172,4 +181,18 @@ func (b *Broker) learn(endpoint string, unit Unit, li LimitInfo, now int64) *rou
 		b.tab.Store(buildTable(bs, routes, old))
 	}
 	return b.tab.Load().routes[endpoint]
+}
+
+// pauses reports whether a classified failure pauses its route even
+// without headers: a rate limit or overload (back-off) and a provider's
+// policy refusal. A failure of the request itself says nothing of the
+// route.
+func pauses(failure RefusalReason) bool {
+	return backsOff(failure) || failure == ReasonNonRetryablePolicy
+}
+
+// backsOff reports whether a classified failure without Retry-After
+// pauses its route with the capped exponential back-off.
+func backsOff(failure RefusalReason) bool {
+	return failure == ReasonRetryableCapacity || failure == ReasonRetryableOverload
 }

@@ -55,6 +55,9 @@ func ReconcileRequestFromProto(in *switchboardv1.ReconcileRequest) ReconcileRequ
 		Usage: Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
 			OutputTokens: u.GetOutputTokens(), CostUSD: u.GetCostUsd(), Reported: u.GetReported()},
 		Outcome: Outcome(in.GetOutcome()),
+
+		Failure:           RefusalReason(in.GetFailure()),
+		ProviderErrorCode: in.GetProviderErrorCode(),
 	}
 	if hs := in.GetRateLimitHeaders(); len(hs) > 0 {
 		r.Headers = make([]Header, len(hs))

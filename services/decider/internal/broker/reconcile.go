@@ -16,6 +16,14 @@ type ReconcileRequest struct {
 	Outcome Outcome
 	// Headers are the provider's rate-limit and Retry-After headers.
 	Headers []Header
+	// Failure classifies a failed call (pkg/failclass): RETRYABLE_OVERLOAD
+	// and RETRYABLE_CAPACITY pause the route with Retry-After or a back-off,
+	// NON_RETRYABLE_POLICY pauses it until the provider's reset or for
+	// MaxPause. Unspecified for a call that succeeded, or from a caller
+	// that does not classify. (Optional)
+	Failure RefusalReason
+	// ProviderErrorCode is the provider's error code, for logs. (Optional)
+	ProviderErrorCode string
 	// Allow is the caller's authorisation, checked against the
 	// reservation's tenant before anything changes. (Optional) Nil allows
 	// every tenant.
@@ -86,7 +94,7 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 		if err != nil {
 			return nil, err
 		}
-		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, req.Headers, req.Outcome, now)
+		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, req.Headers, req.Outcome, req.Failure, now)
 		b.wake() // a late settlement may give capacity back
 		return st, nil
 	}
@@ -105,7 +113,7 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 	if req.Outcome == OutcomeOK && req.Usage.Reported {
 		b.observe(e.res.Model, e.res.EndpointID, e.res.Estimate, req.Usage)
 	}
-	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, now)
+	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, req.Failure, now)
 	// What was given back (concurrency, unused tokens) may admit queued
 	// requests; every lock above is released.
 	b.wake()

@@ -35,6 +35,8 @@ type ReserveRequest struct {
 	// PreviousFailure classifies how the previous attempt failed; a retry
 	// after a non-retryable failure is refused. (Optional)
 	PreviousFailure RefusalReason
+
+	left time.Duration // what was left of the caller's deadline, 0 for none (retry.go)
 }
 
 // Reservation is capacity held for one dispatch. The broker never changes a
@@ -89,6 +91,7 @@ func (b *Broker) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 	if err := req.Demand.validate(); err != nil {
 		return nil, nil, fmt.Errorf("reserve %s: %w", req.RequestID, err)
 	}
+	withDeadline(ctx, &req)
 	now := b.nowNS()
 	res, ref := b.reserve(&req, now)
 	if ref != nil && b.expiryDue(now) {
@@ -116,6 +119,12 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 	if !b.opts.DisableCorrection {
 		dem = b.Correct(req.Model, req.EndpointID, est)
 	}
+	// A retry is checked against the logical request's budget first, and
+	// counted; the count is given back unless the reservation is granted.
+	claim, ref := b.claimRetry(req, now)
+	if ref != nil {
+		return nil, ref
+	}
 	ik, si := b.placement(req)
 	ttl := b.grantTTL(req.TTL)
 	e := b.newEntry(req, est, dem, len(bs), now, ttl, si)
@@ -128,6 +137,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 	sh.mu.Lock()
 	if old := b.replay(sh, ik, now); old != nil {
 		sh.mu.Unlock()
+		b.unclaimRetry(claim)
 		return &old.res, nil
 	}
 	for _, bk := range bs {
@@ -138,6 +148,8 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 			bk.mu.Unlock()
 		}
 		sh.mu.Unlock()
+		b.unclaimRetry(claim)
+		deadlineRefusal(req, ref)
 		ref.finish()
 		return nil, ref
 	}

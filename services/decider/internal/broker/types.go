@@ -239,7 +239,9 @@ const (
 	// hold (capacity + burst).
 	ReasonNonRetryableRequest
 	// ReasonDeadline: no capacity came within the request's queue
-	// deadline (code queue_deadline).
+	// deadline (code queue_deadline), or the caller's deadline comes
+	// before the next safe attempt (code deadline: a retry on a route
+	// paused for longer than it can wait).
 	ReasonDeadline
 )
 

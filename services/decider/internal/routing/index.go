@@ -20,6 +20,7 @@ type endpoint struct {
 	denyCollection bool
 	zdr            bool
 	params         map[string]bool
+	region         string                  // where it serves, for the fallback policy; "" when unknown
 	proto          *switchboardv1.Endpoint // template without per-request fields; never mutated
 	st             *stats.Endpoint         // resolved once, so Decide skips the map lookup
 	oc             *outcomes.Endpoint      // likewise
@@ -34,6 +35,7 @@ type model struct {
 	policy    Policy  // the catalog's routing.policy, "" for the deployment's
 	timeValue float64 // routing.time_value_usd_per_hour, 0 to derive it
 	margin    float64 // routing.competitive_margin, 0 for the default
+	fallback  fallbackPolicy
 }
 
 type index struct {
@@ -52,7 +54,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 	}
 	for _, m := range c.Models {
 		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
-			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin()}
+			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin(), fallback: newFallbackPolicy(m.Fallback)}
 		lm := &switchboardv1.Model{Id: m.ID}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
@@ -70,6 +72,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				quantization:   e.Quantization,
 				denyCollection: e.DataCollection == "deny",
 				zdr:            e.ZDR,
+				region:         e.Region,
 				params:         map[string]bool{},
 				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
 				oc:             r.o.Outcomes.Endpoint(e.ID(m.ID)),

@@ -280,7 +280,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	}
 	deprioritise(sc.order, prefs)
 	r.stick(sc, m, req, id, chose, fastest, now)
-	usable := r.usable(sc, prefs)
+	usable := r.usable(sc, m, prefs)
 
 	resp := &switchboardv1.DecideResponse{
 		RequestId: req.GetRequestId(),
@@ -358,8 +358,8 @@ func unavailable(sc *scratch, name string, fitsNone bool) error {
 }
 
 // usable is the ranked candidates followed by the cooling ones, cut to
-// the options' fallbacks and MaxFallbacks.
-func (r *Router) usable(sc *scratch, prefs *switchboardv1.ProviderPreferences) []*candidate {
+// the options' fallbacks, the model's fallback policy and MaxFallbacks.
+func (r *Router) usable(sc *scratch, m *model, prefs *switchboardv1.ProviderPreferences) []*candidate {
 	usable := sc.order
 	if len(sc.cooled) > 0 {
 		// Cooling endpoints are not chosen, but they stay behind the others,
@@ -372,5 +372,6 @@ func (r *Router) usable(sc *scratch, prefs *switchboardv1.ProviderPreferences) [
 	if prefs != nil && prefs.AllowFallbacks != nil && !prefs.GetAllowFallbacks() {
 		usable = noFallbacks(usable, prefs.GetOrder())
 	}
+	usable = m.fallback.filter(usable)
 	return usable[:min(len(usable), r.o.MaxFallbacks+1)]
 }

@@ -71,6 +71,9 @@ type skip struct {
 	// refusal's retry delay.
 	capacity   bool
 	retryAfter time.Duration
+	// reason and code are the broker refusal's (Refusal.reason, .code).
+	reason switchboardv1.RefusalReason
+	code   string
 }
 
 // attempt is one entry of the activity record's attempts, in order: a leg
@@ -87,7 +90,7 @@ type attempt struct {
 // leaves or a hedge race ends: a reservation granted after the edge stopped
 // waiting could never be released, and would hold a concurrency slot until
 // its TTL. The caller releases what it does not use.
-func (d *Dispatcher) reserve(ctx context.Context, call Call, ep *switchboardv1.Endpoint) (*switchboardv1.ReserveResponse, error) {
+func (d *Dispatcher) reserve(ctx context.Context, call Call, ep *switchboardv1.Endpoint, at attemptNo) (*switchboardv1.ReserveResponse, error) {
 	if d.opts.Broker == nil {
 		return nil, errNoBroker
 	}
@@ -104,12 +107,15 @@ func (d *Dispatcher) reserve(ctx context.Context, call Call, ep *switchboardv1.E
 	req := &switchboardv1.ReserveRequest{
 		RequestId: call.RequestID,
 		// The key the decider used for Decide's own reservation on an
-		// endpoint, so a retried Reserve returns the same reservation.
-		IdempotencyKey: call.RequestID + "|" + ep.GetId(),
-		Identity:       proto.Clone(a.Identity).(*switchboardv1.Identity),
-		Model:          call.Model,
-		EndpointId:     ep.GetId(),
-		Demand:         dem,
+		// endpoint, so a retried Reserve returns the same reservation; a
+		// retry on an endpoint already called gets a key of its own.
+		IdempotencyKey:  at.key(call.RequestID, ep.GetId()),
+		Identity:        proto.Clone(a.Identity).(*switchboardv1.Identity),
+		Model:           call.Model,
+		EndpointId:      ep.GetId(),
+		Demand:          dem,
+		Attempt:         at.n,
+		PreviousFailure: switchboardv1.RefusalReason(at.prev),
 		// An admitted request waited in its class's queue once, in
 		// Decide; a further endpoint that is full is skipped for the
 		// next, never waited for.
@@ -142,7 +148,11 @@ func (s *serving) reservation(ctx context.Context, ep *switchboardv1.Endpoint, h
 	if id, ok := s.rsv.take(ep.GetId()); ok {
 		return id, nil
 	}
-	resp, err := s.d.reserve(ctx, s.call, ep)
+	at := hedgeAttempt
+	if !hedge {
+		at = s.nextAttempt(ep)
+	}
+	resp, err := s.d.reserve(ctx, s.call, ep, at)
 	return s.admitted(ep, hedge, resp, err, time.Now())
 }
 
@@ -167,8 +177,15 @@ func (s *serving) admitted(ep *switchboardv1.Endpoint, hedge bool, resp *switchb
 	ref := resp.GetRefusal()
 	sk.outcome, sk.capacity = switchboardv1.Outcome_OUTCOME_RATE_LIMITED, true
 	sk.summary = skipSummary(ref)
+	sk.reason, sk.code = ref.GetReason(), ref.GetCode()
 	if ra := ref.GetRetryAfter(); ra != nil && ref.GetReason() != switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST {
 		sk.retryAfter = ra.AsDuration()
+	}
+	if stops(ref) {
+		// The logical request may not be retried any more: the broker
+		// holds its budget, or its last failure was its own.
+		sk.capacity, sk.retryAfter = false, 0
+		sk.summary = "not retried: " + ref.GetMessage()
 	}
 	s.d.log.Debug("reservation refused; endpoint skipped", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "hedge", hedge,
 		"reason", ref.GetReason().String(), "scope", ref.GetScope().String(), "unit", ref.GetUnit().String())
@@ -189,6 +206,9 @@ func skipSummary(ref *switchboardv1.Refusal) string {
 		return "skipped: tenant rate limit"
 	case switchboardv1.LimitScope_LIMIT_SCOPE_PARTNER:
 		return "skipped: partner rate limit"
+	}
+	if ref.GetCode() == codeProviderPaused || ref.GetCode() == codeDeadline {
+		return "skipped: provider paused"
 	}
 	return skippedCapacity
 }
@@ -247,10 +267,12 @@ func (s *serving) releaseFailed(l *leg) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.d.opts.ReserveTimeout)
 	defer cancel()
 	_, err := s.d.opts.Broker.Reconcile(ctx, &switchboardv1.ReconcileRequest{
-		ReservationId:    l.reservation,
-		Usage:            &switchboardv1.Usage{},
-		Outcome:          l.Result.Outcome,
-		RateLimitHeaders: l.Result.Headers,
+		ReservationId:     l.reservation,
+		Usage:             &switchboardv1.Usage{},
+		Outcome:           l.Result.Outcome,
+		RateLimitHeaders:  l.Result.Headers,
+		Failure:           switchboardv1.RefusalReason(l.Result.Class()),
+		ProviderErrorCode: l.Result.ProviderErrorCode,
 	})
 	if err != nil {
 		// The call report reconciles it instead.

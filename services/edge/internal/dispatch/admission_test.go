@@ -25,6 +25,8 @@ type broker struct {
 	fail   map[string]error
 	// onReserve runs inside each Reserve, before it answers.
 	onReserve func(*switchboardv1.ReserveRequest)
+	// answer, when it returns a refusal, refuses that Reserve.
+	answer func(*switchboardv1.ReserveRequest) *switchboardv1.Refusal
 
 	mu         sync.Mutex
 	reserves   []*switchboardv1.ReserveRequest
@@ -51,6 +53,11 @@ func (b *broker) Reserve(_ context.Context, in *switchboardv1.ReserveRequest, _ 
 	}
 	if ref := b.refuse[in.GetEndpointId()]; ref != nil {
 		return &switchboardv1.ReserveResponse{Refusal: ref}, nil
+	}
+	if b.answer != nil {
+		if ref := b.answer(in); ref != nil {
+			return &switchboardv1.ReserveResponse{Refusal: ref}, nil
+		}
 	}
 	return &switchboardv1.ReserveResponse{Admitted: true, Reservation: &switchboardv1.Reservation{
 		ReservationId: "rsv-" + in.GetIdempotencyKey(), RequestId: in.GetRequestId(), IdempotencyKey: in.GetIdempotencyKey(),
@@ -88,6 +95,9 @@ func newAdmittedDispatcher(rec *recorder, b *broker, hb HedgeBudget) *Dispatcher
 		Client: &http.Client{}, Getenv: func(string) string { return secret }, Reporter: rec,
 		Broker: b, ReserveTimeout: time.Minute, Hedges: hb, HedgeTimeout: time.Minute,
 		FirstTokenTimeout: time.Second, IdleTimeout: time.Minute, MaxAttempts: 4,
+		// This fake broker neither pauses nor counts retries: the retries
+		// of an endpoint after its pause are retry_test.go's.
+		RetryWait: -1,
 	})
 }
 
@@ -211,6 +221,8 @@ func TestAdmissionFallbackReserves(t *testing.T) {
 			want := &switchboardv1.ReserveRequest{
 				RequestId: "gen-1", IdempotencyKey: "gen-1|b/m", Identity: call.Admission.Identity, Model: "org/model",
 				EndpointId: "b/m", Demand: &switchboardv1.Demand{InputTokens: call.PromptTokens, OutputTokens: 4096, Usd: 0.02, Requests: 1},
+				// The first retry, after an overload (a 503, a timeout).
+				Attempt: 2, PreviousFailure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD,
 			}
 			require.Negative(t, res[0].GetMaxWait().AsDuration(), "a fallback endpoint is never waited for: the request waited once, in Decide")
 			res[0].MaxWait = nil
@@ -227,6 +239,7 @@ func TestAdmissionFallbackReserves(t *testing.T) {
 			require.Len(t, rel, 1, "the failed attempt's reservation is given back before the fallback is reserved")
 			require.Equal(t, "rsv-decide", rel[0].GetReservationId())
 			require.Equal(t, tt.wantFail, rel[0].GetOutcome(), "with its outcome, so the broker learns from it")
+			require.Equal(t, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD, rel[0].GetFailure(), "and its class, so the broker pauses the route")
 		})
 	}
 }
@@ -291,7 +304,9 @@ func TestAdmissionEveryFallbackRefused(t *testing.T) {
 	err := d.Serve(t.Context(), w, admitted(t, plainBody), eps)
 	var f *Failure
 	require.ErrorAs(t, err, &f)
-	require.Equal(t, http.StatusBadGateway, f.Status, "the provider's failure ends the request")
+	require.Equal(t, http.StatusServiceUnavailable, f.Status, "the provider's overload ends the request")
+	require.Equal(t, "provider_overloaded", f.Code)
+	require.Equal(t, "0", w.Header().Get("X-Switchboard-Retries"), "one provider call made: b was refused before any")
 	require.Contains(t, f.Message, "all 2 attempts failed")
 	require.Contains(t, f.Message, "b: skipped: provider capacity")
 	require.Empty(t, ups[1].Requests())

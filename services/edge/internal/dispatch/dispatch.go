@@ -138,8 +138,15 @@ type Options struct {
 	// recorded as cancelled by the client (Optional). Defaults to 30s.
 	WriteTimeout time.Duration
 	// MaxAttempts caps the endpoints tried per request, hedge included
-	// (Optional). Defaults to 4.
+	// (Optional). Defaults to 4. The broker's retry budget of the request's
+	// workload class caps them too.
 	MaxAttempts int
+	// RetryWait is the longest a request waits, once every endpoint it may
+	// use failed or was refused, for the soonest of them to come back from
+	// its pause (the provider's Retry-After, or the back-off) to be tried
+	// again; never past the request's own deadline (Optional). Defaults to
+	// 10s; negative never waits.
+	RetryWait time.Duration
 	// UserAgent is sent upstream (Optional). Defaults to "switchboard-edge".
 	UserAgent string
 	// Logger logs attempts (Optional). Defaults to discarding.
@@ -189,6 +196,9 @@ func New(o Options) *Dispatcher {
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 4
+	}
+	if o.RetryWait == 0 {
+		o.RetryWait = 10 * time.Second
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "switchboard-edge"
@@ -305,6 +315,10 @@ func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call
 	}
 	s := newServing(d, call, w)
 	err := s.serve(ctx, endpoints)
+	var f *Failure
+	if errors.As(err, &f) {
+		s.markRetries()
+	}
 	s.drainHedge()
 	s.release(ctx)
 	d.opts.Reporter.Activity(s.record(err))

@@ -82,7 +82,7 @@ func (s *serving) grantHedge(actx context.Context, primary, ep *switchboardv1.En
 	}
 	g.granted = true
 	if held == "" && s.call.Admission != nil && actx.Err() == nil {
-		g.resp, g.err = s.d.reserve(actx, s.call, ep)
+		g.resp, g.err = s.d.reserve(actx, s.call, ep, hedgeAttempt)
 		g.at = time.Now()
 	}
 	return g

@@ -45,10 +45,12 @@ func (d *Dispatcher) report(call Call, l *leg) {
 	d.opts.Reporter.Report(r)
 	if l.reservation != "" && d.opts.Ledger != nil {
 		d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
-			ReservationId:    l.reservation,
-			Usage:            call.bill(l).Tenant(),
-			Outcome:          res.Outcome,
-			RateLimitHeaders: res.Headers,
+			ReservationId:     l.reservation,
+			Usage:             call.bill(l).Tenant(),
+			Outcome:           res.Outcome,
+			RateLimitHeaders:  res.Headers,
+			Failure:           switchboardv1.RefusalReason(res.Class()),
+			ProviderErrorCode: res.ProviderErrorCode,
 		})
 	}
 }

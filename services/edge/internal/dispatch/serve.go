@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/failclass"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 )
@@ -33,6 +34,10 @@ type serving struct {
 	// pending is a delayed hedge's budget-and-reserve step still running
 	// when its race ended; drained before release.
 	pending *pendingHedge
+	// stopped is the broker's refusal that ended the request's retries
+	// (code retry_budget or non_retryable): not an attempt, the reason
+	// there was none more.
+	stopped *skip
 }
 
 func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
@@ -61,6 +66,11 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		// it refuses is skipped, as routing skips a full one.
 		id, sk := s.reservation(ctx, ep, false)
 		if sk != nil {
+			if sk.code == codeRetryBudget || sk.code == codeNonRetryable {
+				// The broker holds the request's retries: no more.
+				s.stopped = sk
+				return s.failure()
+			}
 			s.attempts = append(s.attempts, attempt{skip: sk})
 			continue
 		}
@@ -81,23 +91,30 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 			return err
 		}
 		if winner != nil {
-			s.winner = winner
-			// The losers are reaped beside the delivery: their reservation
-			// goes back and their report out as soon as each has stopped,
-			// not when the winner's stream ends, however long that takes.
-			reaped := s.reapAsync(losers)
-			winner.Deliver(ctx, s.w)
-			winner.Close()
-			s.settle(winner)
-			<-reaped
-			s.reap(losers)
-			if s.hedge != nil && s.hedge.GetUsed() {
-				s.hedge.WinnerEndpointId = winner.Endpoint.GetId()
-			}
-			return nil
+			return s.deliver(ctx, winner, losers)
 		}
 	}
-	return s.failure()
+	return s.retrySame(ctx, plan)
+}
+
+// deliver relays the winner's answer to the client, with the losers of
+// its race reaped beside it.
+func (s *serving) deliver(ctx context.Context, winner *leg, losers []*leg) error {
+	s.winner = winner
+	s.markRetries()
+	// The losers are reaped beside the delivery: their reservation goes
+	// back and their report out as soon as each has stopped, not when the
+	// winner's stream ends, however long that takes.
+	reaped := s.reapAsync(losers)
+	winner.Deliver(ctx, s.w)
+	winner.Close()
+	s.settle(winner)
+	<-reaped
+	s.reap(losers)
+	if s.hedge != nil && s.hedge.GetUsed() {
+		s.hedge.WinnerEndpointId = winner.Endpoint.GetId()
+	}
+	return nil
 }
 
 // try runs one attempt on ep under reservation id, with a hedge leg on
@@ -318,10 +335,16 @@ func (s *serving) settle(l *leg) {
 
 // failure is the error for a request whose every attempt failed before
 // anything reached the client: the last meaningful failure, with the list of
-// attempts.
+// attempts. A 429 (rate limits) or 503 (overload) says in Retry-After the
+// soonest time one of the endpoints tried may serve again.
 func (s *serving) failure() *Failure {
+	s.markRetries()
 	var tried []string
 	var capacity *skip
+	stopped := ""
+	if s.stopped != nil {
+		stopped = "; " + s.stopped.summary
+	}
 	for _, a := range s.attempts {
 		switch {
 		case a.leg != nil:
@@ -338,7 +361,7 @@ func (s *serving) failure() *Failure {
 		Status:  http.StatusBadGateway,
 		Type:    "upstream_error",
 		Code:    "upstream_error",
-		Message: fmt.Sprintf("all %d attempts failed: %s", len(tried), strings.Join(tried, "; ")),
+		Message: fmt.Sprintf("all %d attempts failed: %s%s", len(tried), strings.Join(tried, "; "), stopped),
 	}
 	if last == nil {
 		if capacity != nil {
@@ -348,10 +371,15 @@ func (s *serving) failure() *Failure {
 		}
 		return f
 	}
-	switch last.Result.Outcome {
-	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
-		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, last.Result.RetryAfter
-	case switchboardv1.Outcome_OUTCOME_TIMEOUT:
+	switch {
+	case last.Result.Class() == failclass.NonRetryablePolicy:
+		// The provider's account refused (a spend limit, a disabled key):
+		// not the client's doing, and not a rate limit it could wait out.
+	case last.Result.Outcome == switchboardv1.Outcome_OUTCOME_RATE_LIMITED:
+		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusTooManyRequests, rateLimitType, rateLimitCode, s.soonest()
+	case last.Result.Status == http.StatusServiceUnavailable || last.Result.Status == failclass.StatusOverloaded:
+		f.Status, f.Type, f.Code, f.RetryAfter = http.StatusServiceUnavailable, "upstream_error", "provider_overloaded", s.soonest()
+	case last.Result.Outcome == switchboardv1.Outcome_OUTCOME_TIMEOUT:
 		f.Status, f.Type, f.Code = http.StatusGatewayTimeout, "timeout_error", "upstream_timeout"
 	}
 	return f

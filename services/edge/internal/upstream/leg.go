@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/failclass"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
@@ -52,6 +53,14 @@ type Result struct {
 	// Rejection is set when the provider rejected the request itself, which
 	// another provider would reject too; it is passed to the client as is.
 	Rejection *Rejection
+	// Failure classifies a non-2xx answer (pkg/failclass): a rate limit, an
+	// overload, the provider account's policy (a spend limit) or the
+	// request itself. None for a call that got no HTTP error answer: see
+	// [Result.Class].
+	Failure failclass.Class
+	// ProviderErrorCode is the error code the provider's error body named
+	// (error.details.error_code, error.code or error.type), "" for none.
+	ProviderErrorCode string
 	// Summary is the short outcome shown to the client among the attempts.
 	Summary string
 	// ErrText is the detailed, redacted failure for reports and logs.
@@ -71,6 +80,22 @@ type Rejection struct {
 	Type, Code, Param string
 	// Message is the provider's message, truncated and redacted.
 	Message string
+}
+
+// Class is how the call failed, for a retry: None when it succeeded, was
+// cancelled by its own caller, or failed after its answer reached the
+// client (it is not retried then); the HTTP error answer's class; else
+// (no connection, no first token in time, a malformed or failed start of
+// the answer) a retryable overload, to be tried on another endpoint.
+func (r *Result) Class() failclass.Class {
+	switch {
+	case r.Committed, r.Outcome == switchboardv1.Outcome_OUTCOME_OK, r.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED,
+		r.Outcome == switchboardv1.Outcome_OUTCOME_UNSPECIFIED:
+		return failclass.None
+	case r.Failure != failclass.None:
+		return r.Failure
+	}
+	return failclass.Transport()
 }
 
 func (r *Result) fail(outcome switchboardv1.Outcome, summary, detail string) {

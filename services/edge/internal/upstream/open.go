@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/failclass"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
@@ -91,11 +92,15 @@ func (l *Leg) failTransport(ctx context.Context, err error, started bool) {
 	}
 }
 
-// failStatus handles a non-2xx answer. 429 and 5xx are the provider's own
-// trouble and worth another provider. So are 401, 403 and 404: they mean this
-// edge's credential or model mapping for that provider is wrong, which the
-// client can neither fix nor should be told as its own error. Any other 4xx
-// is about the request itself, and goes back to the client unchanged.
+// failStatus handles a non-2xx answer, classified by pkg/failclass from its
+// status and the error code of its body. 429 and 5xx are the provider's own
+// trouble and worth another provider; a 429 whose code names a spend limit
+// or an exhausted quota is the provider account's policy, worth another
+// provider but never the same one again. So are 401, 402, 403 and 404: they
+// mean this edge's credential, account or model mapping for that provider
+// is wrong, which the client can neither fix nor should be told as its own
+// error. Any other 4xx is about the request itself, and goes back to the
+// client unchanged.
 func (l *Leg) failStatus(ctx context.Context, resp *http.Response) {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 	if err != nil && (ctx.Err() != nil || context.Cause(l.ctx) != nil) { //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
@@ -109,14 +114,22 @@ func (l *Leg) failStatus(ctx context.Context, resp *http.Response) {
 	}
 	detail := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, truncate(msg, maxErrorText))
 	code := resp.StatusCode
+	l.Result.ProviderErrorCode = failclass.ErrorCode(raw)
+	l.Result.Failure = failclass.Classify(code, l.Result.ProviderErrorCode)
 	switch {
+	case code == http.StatusTooManyRequests && l.Result.Failure == failclass.NonRetryablePolicy:
+		l.Result.fail(switchboardv1.Outcome_OUTCOME_RATE_LIMITED,
+			fmt.Sprintf("provider account refused (HTTP 429 %s)", l.Result.ProviderErrorCode), detail)
 	case code == http.StatusTooManyRequests:
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_RATE_LIMITED, "rate limited (HTTP 429)", detail)
 	case code >= 500:
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, fmt.Sprintf("HTTP %d", code), detail)
 	case code >= 400:
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_CLIENT_ERROR, fmt.Sprintf("HTTP %d", code), detail)
-		if code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusRequestTimeout {
+		if l.Result.Failure != failclass.NonRetryableRequest {
+			// The endpoint's credential, account or mapping (401, 402, 403,
+			// 404, a spend limit), or the provider's timeout (408): another
+			// provider may serve.
 			return
 		}
 		typ := pe.Type

@@ -71,6 +71,12 @@ const (
 	// /stolen/chat/completions on the same host, to prove the edge follows
 	// no redirect with a credential.
 	Redirect
+	// SpendLimited answers 429 whose error code says the provider account's
+	// quota is spent (OpenAI's insufficient_quota), without Retry-After.
+	SpendLimited
+	// CloseWithoutAnswer reads the request and closes the connection
+	// without a byte of answer, as a provider's server that crashed would.
+	CloseWithoutAnswer
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -219,6 +225,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	case BadRequest:
 		writeError(w, http.StatusBadRequest, BadRequestText, "invalid_request_error")
+		return
+	case CloseWithoutAnswer:
+		panic(http.ErrAbortHandler)
+	case SpendLimited:
+		writeError(w, http.StatusTooManyRequests, "You exceeded your current quota, please check your plan and billing details.", "insufficient_quota")
 		return
 	case Unauthorized:
 		writeError(w, http.StatusUnauthorized, "Incorrect API key provided: "+r.Header.Get("Authorization"), "invalid_request_error")
