@@ -45,7 +45,9 @@ models:
     endpoints:
       - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.02, output: 0.08}}
 workload_classes:
-  interactive: {max_wait: 1s, overload: fallback, fallback_model: ` + small + `}
+  interactive: {max_wait: 200ms, overload: fallback, fallback_model: ` + small + `}
+  background: {max_wait: 100ms}
+  batch: {max_wait: 100ms}
 tenants:
   - id: acme
     api_keys_sha256: [` + catalog.HashKey(acmeKey) + `]
@@ -165,7 +167,8 @@ func TestDecideRefusalCarriesCodeAndFallback(t *testing.T) {
 	ref := d.GetRefusal()
 	require.NotNil(t, ref)
 	require.Nil(t, d.GetEndpoint())
-	require.Equal(t, broker.CodeConcurrency, ref.GetCode())
+	require.Equal(t, broker.CodeQueueDeadline, ref.GetCode(), "waited its class's max_wait for a slot")
+	require.Positive(t, d.GetQueue().GetWaited().AsDuration())
 	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, ref.GetWorkloadClass())
 	require.Equal(t, small, ref.GetFallbackModel(), "interactive degrades to its fallback model")
 	f, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: small, Reserve: true,
@@ -174,13 +177,13 @@ func TestDecideRefusalCarriesCodeAndFallback(t *testing.T) {
 	require.NotEmpty(t, f.GetReservation().GetReservationId(), "the fallback model has room")
 
 	d = decide(key(nightlyKey))
-	require.Equal(t, broker.CodeConcurrency, d.GetRefusal().GetCode())
+	require.Equal(t, broker.CodeQueueDeadline, d.GetRefusal().GetCode())
 	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH, d.GetRefusal().GetWorkloadClass())
 	require.Empty(t, d.GetRefusal().GetFallbackModel(), "batch rejects")
 
 	// globex's own limit: one request in flight.
 	g := decide(key(globexKey))
-	require.Equal(t, broker.CodeConcurrency, g.GetRefusal().GetCode(), "both endpoints are still full")
+	require.Equal(t, broker.CodeQueueDeadline, g.GetRefusal().GetCode(), "both endpoints are still full")
 	for _, r := range []*switchboardv1.DecideResponse{first, second} {
 		_, err := client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: r.GetReservation().GetReservationId(), Usage: &switchboardv1.Usage{}})
 		require.NoError(t, err)
@@ -190,7 +193,7 @@ func TestDecideRefusalCarriesCodeAndFallback(t *testing.T) {
 	g2 := decide(key(globexKey))
 	ref = g2.GetRefusal()
 	require.Equal(t, switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, ref.GetScope())
-	require.Equal(t, broker.CodeConcurrency, ref.GetCode())
+	require.Equal(t, broker.CodeQueueDeadline, ref.GetCode())
 	require.Empty(t, ref.GetFallbackModel(), "the caller's own limit: no fallback")
 
 	r, err := client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(globexKey), RequestId: "r", Model: model,
