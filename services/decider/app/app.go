@@ -151,6 +151,11 @@ type Config struct {
 	// conversation is ranked afresh. (Optional) The --sticky flag defaults
 	// to on.
 	NoSticky bool
+	// QueueReattach is how long a queued request with an idempotency key
+	// keeps its place after its caller went away (a broken call, or a
+	// failover: queued requests are in the snapshot), for the caller's
+	// retry to re-attach. 0 removes it with its caller.
+	QueueReattach time.Duration
 	// StickyTTL is how long a conversation stays with the endpoint of its
 	// last turn, each turn starting it again. (Optional) Defaults to 10m.
 	StickyTTL time.Duration
@@ -259,6 +264,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
 	fs.DurationVar(&cfg.FastEnough, "fast-enough", time.Second, "typical time to first token under which an endpoint is never too slow to route to")
 	sticky := fs.Bool("sticky", true, "keep a conversation's later turns on the endpoint holding its prompt cache (false: rank every turn afresh)")
+	fs.DurationVar(&cfg.QueueReattach, "queue-reattach", 0, "how long a queued request with an idempotency key keeps its place after its caller went away (a broken call, a failover), for the caller's retry; 0 removes it at once")
 	fs.DurationVar(&cfg.StickyTTL, "sticky-ttl", 10*time.Minute, "how long a conversation stays with the endpoint of its last turn; each turn starts it again")
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", 128*1024, "prompt size from which both endpoints start at once")
@@ -342,6 +348,9 @@ func (c *Config) validate() error {
 	}
 	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
 		errs = append(errs, errors.New("--hedge-*, --fast-enough and --activity-retention must not be negative"))
+	}
+	if c.QueueReattach < 0 {
+		errs = append(errs, fmt.Errorf("--queue-reattach %v must not be negative", c.QueueReattach))
 	}
 	if c.StickyTTL < 0 {
 		errs = append(errs, fmt.Errorf("--sticky-ttl %v must not be negative", c.StickyTTL))
@@ -630,7 +639,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, fmt.Errorf("catalog limits: %w", err)
 	}
-	d.broker, err = broker.New(bcfg, broker.Options{Now: cfg.Now})
+	d.broker, err = broker.New(bcfg, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach})
 	if err != nil {
 		return nil, fmt.Errorf("rate-limit broker: %w", err)
 	}
