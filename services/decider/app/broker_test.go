@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 const limitedCatalog = `
@@ -61,7 +61,7 @@ func decideRequest(n int) *switchboardv1.DecideRequest {
 func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	dir := t.TempDir()
 	// A stopped clock: alpha's 2 a minute never refill during the test.
-	clk := &stoppedClock{at: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now})
 	defer d.Close()
 
@@ -115,7 +115,7 @@ func TestFailoverDoesNotOverAdmit(t *testing.T) {
 	// Both replicas on a clock that stands still but for the microseconds
 	// the test moves it: alpha's 2 a minute never refill, however slowly
 	// the machine runs.
-	clk := &stoppedClock{at: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
 	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, Now: clk.Now})
 	defer a.Close()
@@ -168,20 +168,3 @@ func waitBrokerSaved(t *testing.T, d *Decider, tick func()) {
 	}, 20*time.Second, 20*time.Millisecond, "the broker owner saves its state")
 }
 
-// stoppedClock is a clock that only moves when told to.
-type stoppedClock struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func (c *stoppedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *stoppedClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.at = c.at.Add(d)
-}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 // metricsCatalog: alpha takes 2 requests a minute, beta is unlimited; the
@@ -104,7 +105,7 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 func TestMetricsScrapedOverHTTP(t *testing.T) {
 	dir := t.TempDir()
 	// A stopped clock: alpha's 2 a minute never refill during the test.
-	clk := &stoppedClock{at: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	p := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(strings.ReplaceAll(metricsCatalog, "@KEY@", catalog.HashKey(demoKey))+testCallers()), 0o600))
 	d, c := startDecider(t, Config{Catalog: p, DataDir: dir, DebugListen: "127.0.0.1:0", Now: clk.Now})

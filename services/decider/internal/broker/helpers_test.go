@@ -1,39 +1,19 @@
 package broker
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 // t0 is a Tuesday noon UTC, on a minute boundary so ramp periods line up.
 var t0 = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
 
 // clock is a fake clock that only moves when told to.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
+type clock = fakeclock.Clock
 
 const (
 	tenant   = "acme"
@@ -47,7 +27,7 @@ var who = Identity{TenantID: tenant, APIKeyID: keyID, App: "chat", Environment: 
 // newBroker builds a broker on a fake clock at t0 (or start, when given).
 func newBroker(t testing.TB, specs []Spec, opts ...func(*Options)) (*Broker, *clock) {
 	t.Helper()
-	c := &clock{t: t0}
+	c := fakeclock.New(t0)
 	o := Options{Now: c.Now, DisableCorrection: true, Rand: func() float64 { return 0.5 }}
 	for _, f := range opts {
 		f(&o)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 // The property test drives one broker through random interleavings of
@@ -64,7 +66,7 @@ type propModel struct {
 func TestPropertyNeverOverAdmitsNorLeaks(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		start := t0.Add(time.Duration(rapid.Int64Range(0, int64(24*time.Hour)).Draw(rt, "start")))
-		c := &clock{t: start}
+		c := fakeclock.New(start)
 		specs := []Spec{
 			{Scope: ScopeTenant, Key: "acme", Unit: UnitRequests, Window: WindowMinute,
 				Capacity: float64(rapid.IntRange(1, 20).Draw(rt, "acme_rpm")), Burst: float64(rapid.IntRange(0, 5).Draw(rt, "acme_burst"))},

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 const endpoint2 = "beta/m1"
@@ -21,7 +23,7 @@ var interactive = ClassContract{Class: ClassInteractive, MaxWait: time.Minute, M
 // to Reconcile, Expire and Reconfigure.
 func queueBroker(t testing.TB, specs []Spec, classes []ClassContract, tenants []TenantShare, opts ...func(*Options)) (*Broker, *clock) {
 	t.Helper()
-	c := &clock{t: t0}
+	c := fakeclock.New(t0)
 	o := Options{Now: c.Now, DisableCorrection: true, Rand: func() float64 { return 0.5 }, ManualPump: true}
 	for _, f := range opts {
 		f(&o)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
 // attempt is a Reserve of the logical request "req" on ep, as its n-th attempt.
@@ -88,7 +89,7 @@ func TestRetryBudget(t *testing.T) {
 	})
 
 	t.Run("budgets per class", func(t *testing.T) {
-		c := &clock{t: t0}
+		c := fakeclock.New(t0)
 		b, err := New(Config{Routes: []Route{{EndpointID: endpoint, Model: model}}, Classes: []ClassContract{
 			{Class: ClassInteractive, RetryBudget: -1},
 			{Class: ClassBatch, RetryBudget: 4},

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -86,24 +83,7 @@ func startWith(t *testing.T, yaml string) switchboardv1.DeciderServiceClient {
 	srv.SetActivity(act)
 	srv.SetRouter(routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1}))
 
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
-	switchboardv1.RegisterDeciderServiceServer(gs, srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-served
-	})
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	return switchboardv1.NewDeciderServiceClient(conn)
+	return serve(t, grpc.NewServer(), srv)
 }
 
 func withClass(id *switchboardv1.Identity, cls switchboardv1.WorkloadClass) *switchboardv1.Identity {

@@ -79,7 +79,6 @@ func start(t *testing.T, ready bool) *fixture {
 	authn.SetCatalog(c)
 	f := &fixture{srv: server.New(hub, hedge.New(1, nil), authn)}
 
-	lis := bufconn.Listen(1 << 20)
 	// Calls are made as f.caller, as the authentication interceptor would
 	// have found it (none: as a caller of every tenant).
 	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -88,22 +87,7 @@ func start(t *testing.T, ready bool) *fixture {
 		}
 		return h(ctx, req)
 	}))
-	switchboardv1.RegisterDeciderServiceServer(gs, f.srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-served
-	})
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	f.client = switchboardv1.NewDeciderServiceClient(conn)
+	f.client = serve(t, gs, f.srv)
 
 	f.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
 	f.act, err = activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
@@ -352,4 +336,27 @@ func TestActivityIsTenantScoped(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, next.GetRecords(), 1)
 	require.Equal(t, "gen-1", next.GetRecords()[0].GetId())
+}
+
+// serve registers srv on gs, serves it over bufconn until the test ends and
+// returns a client of it.
+func serve(t *testing.T, gs *grpc.Server, srv *server.Server) switchboardv1.DeciderServiceClient {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	switchboardv1.RegisterDeciderServiceServer(gs, srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-served
+	})
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return switchboardv1.NewDeciderServiceClient(conn)
 }
