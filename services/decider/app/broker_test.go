@@ -167,4 +167,3 @@ func waitBrokerSaved(t *testing.T, d *Decider, tick func()) {
 		return err == nil && v >= v0+2
 	}, 20*time.Second, 20*time.Millisecond, "the broker owner saves its state")
 }
-
