@@ -69,9 +69,7 @@ tenants:
 	if tune != nil {
 		tune(&l.dcfg)
 	}
-	l.decider, err = deciderapp.Start(ctx, l.dcfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { l.decider.Close() })
+	l.decider = startDeciderOnPicked(t, &l.dcfg)
 
 	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), edgeTokenFlag(t), "--report-flush-interval=20ms"}, append(rpcGuards, edgeArgs...)...),
 		func(string) string { return "" })

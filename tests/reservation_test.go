@@ -73,7 +73,7 @@ tenants:
 	if tune != nil {
 		tune(&r.dcfg)
 	}
-	r.decider = startDecider(t, r.dcfg)
+	r.decider = startDeciderOnPicked(t, &r.dcfg)
 	r.edge = startEdge(t, r.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, edgeArgs...)...)
 	return r
 }

@@ -102,7 +102,7 @@ tenants:
 		Exploration: -1, Seed: 1, Cooldown: 15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
 		StatsSnapshotInterval: time.Hour, // only the final save on shutdown: the restart test proves it
 	}
-	s.decider = startDecider(t, s.dcfg)
+	s.decider = startDeciderOnPicked(t, &s.dcfg)
 	s.edge = startEdge(t, s.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, rpcGuards...)...)
 
 	s.client = operatorRPC(t, s.decider.Addr())

@@ -61,7 +61,7 @@ func startCost(t *testing.T, simYAML, routing, endpoints string, names []string,
 	if tune != nil {
 		tune(&dcfg)
 	}
-	s.decider = startDecider(t, dcfg)
+	s.decider = startDeciderOnPicked(t, &dcfg)
 	s.edge = startEdge(t, s.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, rpcGuards...)...)
 
 	s.client = operatorRPC(t, s.decider.Addr())

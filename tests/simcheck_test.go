@@ -331,7 +331,7 @@ func runReal(t *testing.T, form checkForm, trace []traceLine) ([]served, [tokens
 	dir := t.TempDir()
 	scaled := form.scaled
 	d := startDecider(t, deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, string(catYAML)), ID: "simcheck",
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, string(catYAML)), ID: "simcheck",
 		ShutdownTimeout: 5 * time.Second, StatsSnapshotInterval: time.Hour,
 		// Every setting that is a time, on the same scale as provsim.
 		ProbeInterval: scaled(form.probeInterval), ProbeSizes: form.probeSizes, HedgeDelay: scaled(time.Second), FastEnough: scaled(time.Second),

@@ -86,6 +86,34 @@ func startDecider(t *testing.T, cfg deciderapp.Config) *deciderapp.Decider {
 	return d
 }
 
+// startDeciderOnPicked starts a decider whose fixed addresses (cfg.Listen,
+// cfg.EtcdListen not on port 0) were picked by freeAddr, closed when the
+// test ends. Another process may take a picked port before the decider
+// binds it: then both are picked again, up to three times, and *cfg keeps
+// the ones bound, for a restart on the same addresses.
+func startDeciderOnPicked(t *testing.T, cfg *deciderapp.Config) *deciderapp.Decider {
+	t.Helper()
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = tokenFile(t, testReplicaToken)
+	}
+	for try := 1; ; try++ {
+		d, err := deciderapp.Start(t.Context(), *cfg, quietLogger(nil))
+		if err == nil {
+			t.Cleanup(d.Close)
+			return d
+		}
+		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			require.NoError(t, err)
+		}
+		if !strings.HasSuffix(cfg.Listen, ":0") {
+			cfg.Listen = freeAddr(t)
+		}
+		if !strings.HasSuffix(cfg.EtcdListen, ":0") {
+			cfg.EtcdListen = freeAddr(t)
+		}
+	}
+}
+
 // operatorRPC is a client of the decider at addr calling as the test
 // operator, closed when the test ends.
 func operatorRPC(t *testing.T, addr string) switchboardv1.DeciderServiceClient {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
@@ -118,6 +119,9 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 		r, err := c.Reserve(ctx, &switchboardv1.ReserveRequest{
 			Identity: who, Model: "vendor/model", EndpointId: endpoint, Attempt: attempt,
 			Demand: &switchboardv1.Demand{InputTokens: 100, OutputTokens: 10, Usd: 0.01},
+			// Refused at once: on a stopped clock a wait in the queue
+			// would never reach its deadline.
+			MaxWait: admission.NoWait,
 		})
 		require.NoError(t, err)
 		return r
@@ -207,7 +211,11 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 		Outcome: switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, Failure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD})
 	acked(2) // applied in order: the replay before it
 
-	// The 5th request of the day is admitted, the 6th is over the quota.
+	// The 503 paused beta for everyone; once the pause is over, the 5th
+	// request of the day is admitted, the 6th is over the quota.
+	paused := reserve(beta, 1).GetRefusal()
+	require.Equal(t, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD, paused.GetReason(), "the 503 paused beta")
+	clk.Advance(2 * time.Minute)
 	require.True(t, reserve(beta, 1).GetAdmitted())
 	daily := reserve(beta, 1).GetRefusal()
 	require.Equal(t, switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY, daily.GetReason(), "the daily quota is used up")
