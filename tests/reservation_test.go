@@ -53,7 +53,11 @@ func startResv(t *testing.T, tenantLimits string, tune func(*deciderapp.Config),
 
 	dir := t.TempDir()
 	// Dear prices, so a few tokens are a visible share of a small USD limit.
+	// Requests are refused at once, never queued: these tests count the
+	// slots and tokens held, which a wait for the next free one would blur.
 	cat := fmt.Sprintf(`
+workload_classes:
+  interactive: {max_depth: 0}
 models:
   - id: %[1]s
     endpoints:
