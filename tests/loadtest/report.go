@@ -41,8 +41,9 @@ func (r *Report) Print(w io.Writer) {
 		if len(s.Tenants) > 1 {
 			fmt.Fprintf(w, "  contended (demand within own limits above the shared capacity): %v\n", s.Contended)
 			for _, t := range s.Tenants {
-				fmt.Fprintf(w, "  tenant %-8s %-11s weight %g: sent %d, admitted %d, completed %d, fair share %.1f, fairness %.2f\n",
-					t.Tenant, t.Class, t.Weight, t.Sent, t.Admitted, t.Completed, t.FairShare, t.Fairness)
+				fmt.Fprintf(w, "  tenant %-8s %-11s weight %g: sent %d, admitted %d, completed %d, fair share %.1f, fairness %.2f, p50 %s, p99 %s\n",
+					t.Tenant, t.Class, t.Weight, t.Sent, t.Admitted, t.Completed, t.FairShare, t.Fairness,
+					t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond))
 			}
 		}
 		var calls []string

@@ -18,10 +18,12 @@ type Options struct {
 	// Short runs every scenario briefly (about half a minute in all), for
 	// make test; otherwise a run takes about three minutes.
 	Short bool
-	// Classes writes workload-class contracts and tenant weights into the
-	// catalog (workload_classes:, weight:), so requests queue in their
-	// class and tenants share contended capacity by weight. Without it the
-	// noisy tenant gets a limit of its own, and nothing waits.
+	// Classes writes workload-class contracts sized for a run of minutes
+	// and tenant weights into the catalog (workload_classes:, weight:), and
+	// leaves the noisy tenant without a limit of its own: only the fair
+	// queue holds it back. Without it the classes keep their default
+	// contracts (background waits up to 2 minutes), tenants weigh the same,
+	// and the noisy tenant has a limit of its own.
 	Classes bool
 	// Only runs the named scenarios; empty runs them all.
 	Only []string
@@ -156,6 +158,10 @@ type TenantFigures struct {
 	FairShare float64 `json:"fair_share"`
 	// Fairness is Admitted / FairShare (1 = its fair share; below 1 = less).
 	Fairness float64 `json:"fairness"`
+	// P50 and P99 are the latencies of the tenant's answered requests,
+	// refusals included: whether its latency held, not only its share.
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
 }
 
 // ProviderFigures are what one simulated provider received for the
@@ -555,14 +561,19 @@ func (e *env) figures(sr *ScenarioReport, sc scenario, results []result, recs ma
 		if e.plan.classes {
 			f.Weight *= classWeight[t.class]
 		}
+		var tlat []time.Duration
 		for _, r := range results {
 			if r.tenant == tid {
 				f.Sent++
 				if r.completed() {
 					f.Completed++
 				}
+				if r.status != 0 {
+					tlat = append(tlat, r.latency())
+				}
 			}
 		}
+		f.P50, f.P99 = percentile(tlat, 50), percentile(tlat, 99)
 		f.Admitted = int(recordCounters(recs[tid]).requests)
 		total += float64(f.Admitted)
 		// A tenant's demand is what it sent, but no more than its own

@@ -23,7 +23,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("brokerload", flag.ContinueOnError)
 	short := fs.Bool("short", false, "run every scenario briefly (about 30 s in all) instead of about 3 min")
-	classes := fs.Bool("classes", true, "write workload_classes: and tenant weights into the catalog; --classes=false measures the broker without queues (the noisy tenant then gets a limit of its own)")
+	classes := fs.Bool("classes", true, "write workload_classes: sized for the run and tenant weights into the catalog, the noisy tenant unlimited; --classes=false keeps the default contracts, equal weights, and gives the noisy tenant a limit of its own")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of tables")
 	only := fs.String("only", "", "comma-separated scenarios to run (default all: "+strings.Join(loadtest.ScenarioNames(), ",")+")")
 	keep := fs.Bool("keep", false, "keep the work directory (catalog, logs, etcd data)")
