@@ -53,6 +53,13 @@ const (
 	// DefaultMaxQueueWait is the longest wait of the default batch workload
 	// class, so that by default the edge never cuts a class's wait short.
 	DefaultMaxQueueWait = 30 * time.Minute
+	// DefaultDeciderKeepalive is how often the edge pings the decider's
+	// connection while calls are open, and how long it waits for the
+	// answer: a decider that stopped answering (paused, cut off) fails the
+	// calls waiting on it within twice this, not at their own deadline,
+	// which for a request waiting in a queue may be many minutes away. The
+	// decider accepts pings every 5 s.
+	DefaultDeciderKeepalive = 10 * time.Second
 )
 
 // maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
@@ -159,6 +166,12 @@ type Config struct {
 	// (Optional). Defaults to 30m, the default batch class's wait.
 	// Flag --max-queue-wait.
 	MaxQueueWait time.Duration
+	// DeciderKeepalive is the interval of the edge's pings on its
+	// connections to the decider and how long it waits for each answer
+	// before it drops the connection and fails the calls on it (Optional).
+	// Defaults to 10s; at least 5s, the most often the decider accepts
+	// pings. Flag --decider-keepalive.
+	DeciderKeepalive time.Duration
 	// DebugListen is the host:port of a plain HTTP listener serving Go
 	// profiles (net/http/pprof under /debug/pprof/), separate from the API
 	// port; a port alone listens on loopback (Optional). Defaults to none.
@@ -267,6 +280,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueueWait == 0 {
 		c.MaxQueueWait = DefaultMaxQueueWait
 	}
+	if c.DeciderKeepalive == 0 {
+		c.DeciderKeepalive = DefaultDeciderKeepalive
+	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
@@ -349,11 +365,15 @@ func (c Config) validate() error {
 		{"--body-read-timeout", c.BodyReadTimeout},
 		{"--write-timeout", c.WriteTimeout},
 		{"--max-queue-wait", c.MaxQueueWait},
+		{"--decider-keepalive", c.DeciderKeepalive},
 		{"--provider-key-reload", c.ProviderKeyReload},
 	} {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.flag, d.value))
 		}
+	}
+	if c.DeciderKeepalive > 0 && c.DeciderKeepalive < 5*time.Second {
+		errs = append(errs, fmt.Errorf("--decider-keepalive %s: at least 5s, the most often the decider accepts pings", c.DeciderKeepalive))
 	}
 	return errors.Join(errs...)
 }
@@ -422,6 +442,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.BodyReadTimeout, "body-read-timeout", cfg.BodyReadTimeout, "longest time to read one request body (408 beyond)")
 	fs.IntVar(&cfg.MaxUnverifiedBodies, "max-unverified-bodies", cfg.MaxUnverifiedBodies, "request bodies read at once for API keys not yet seen accepted (503 beyond)")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "longest time one write to a client may take before the client is cut off")
+	fs.DurationVar(&cfg.DeciderKeepalive, "decider-keepalive", cfg.DeciderKeepalive, "interval of the pings on the connections to the decider, and the wait for each answer: a decider that stops answering fails the calls waiting on it within twice this (at least 5s)")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "longest a request may wait in its workload class's admission queue (the class's max_wait ends it sooner)")
 	fs.StringVar(&cfg.ProviderKeyPrefix, "provider-key-prefix", cfg.ProviderKeyPrefix,
 		"provider credentials are the environment variables and --provider-key-dir files named with this prefix; no other name is ever read")

@@ -92,10 +92,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		// With a dns:/// target naming a headless Service, spread RPCs over
 		// every decider replica rather than pinning one connection.
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
-		// grpc-go servers answer pings more frequent than every 5 minutes
-		// with too_many_pings unless configured otherwise; the Report
-		// stream's constant traffic keeps the connection checked anyway.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+		// Pings while calls are open: a decider that stops answering (a
+		// paused process, a cut network) fails the calls waiting on it,
+		// among them requests waiting in an admission queue, within twice
+		// the interval instead of at their deadline. The decider accepts
+		// pings every 5 s (pkg/grpcserver).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.DeciderKeepalive, Timeout: cfg.DeciderKeepalive}),
 		// The decider is on the local network: reconnect quickly after a
 		// restart (the default starts at 1s and grows to 2 minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{

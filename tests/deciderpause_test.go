@@ -1,0 +1,148 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+)
+
+// freezer is a TCP proxy that can stop passing bytes either way while
+// keeping its connections open: from the edge's side, a decider that is
+// paused or cut off by the network.
+type freezer struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	thaw   chan struct{} // closed while thawed; a fresh open channel while frozen
+}
+
+func startFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &freezer{ln: ln, target: target, thaw: make(chan struct{})}
+	close(f.thaw)
+	var conns sync.WaitGroup
+	var open []net.Conn
+	var openMu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			openMu.Lock()
+			open = append(open, c, up)
+			openMu.Unlock()
+			conns.Add(2)
+			go func() { defer conns.Done(); f.pipe(up, c) }()
+			go func() { defer conns.Done(); f.pipe(c, up) }()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		f.set(false)
+		openMu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		openMu.Unlock()
+		conns.Wait()
+	})
+	return f
+}
+
+// pipe copies src to dst, holding each read's bytes while frozen.
+func (f *freezer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		f.mu.Lock()
+		thaw := f.thaw
+		f.mu.Unlock()
+		<-thaw
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+func (f *freezer) set(frozen bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.thaw: // thawed
+		if frozen {
+			f.thaw = make(chan struct{})
+		}
+	default:
+		if !frozen {
+			close(f.thaw)
+		}
+	}
+}
+
+// A decider that stops answering — a paused process, a cut network — must
+// not hold a client whose request the edge sent it: a Decide that may wait
+// in an admission queue has a deadline of many minutes, so only the edge's
+// pings on the connection can tell. The client gets a 503 once two of them
+// went unanswered (--decider-keepalive), not when its queue wait would have
+// ended.
+func TestUnansweringDeciderFailsTheRequestsWaitingOnIt(t *testing.T) {
+	sim := startSim(t, slowSimConfig)
+	dir := t.TempDir()
+	cat := fmt.Sprintf(`
+models:
+  - id: %[1]s
+    endpoints:
+      - {provider: alpha, base_url: %[2]s, upstream_model: %[3]s, price: {input: 0.1, output: 0.5}}
+tenants:
+  - id: acme
+    api_keys_sha256: [%[4]s]
+`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey))
+	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
+		Catalog: writeCatalog(t, dir, cat), ID: "e2e-freeze", Exploration: -1})
+	f := startFreezer(t, d.Addr())
+	edge := startEdge(t, f.ln.Addr().String(), "--decider-keepalive=5s")
+	sys := &system{edge: edge}
+	body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+	code, _, _ := sys.post(t, testKey, body)
+	require.Equal(t, http.StatusOK, code, "answered while the decider answers")
+
+	f.set(true)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, edge.URL()+"/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", raw)
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &e), "%s", raw)
+	require.Equal(t, "decider_unavailable", e.Error.Code)
+}
