@@ -64,7 +64,6 @@ func New(cfg Config, o Options) (*Broker, error) {
 		bs = append(bs, newBucket(d, b.idx.Add(1), now))
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(cfg.Routes), nil))
-	b.retries.setBudgets(cfg.Classes)
 	return b, nil
 }
 

@@ -54,7 +54,6 @@ func (b *Broker) reconfigure(cfg Config, ds []def, qc *queueConfig) {
 		}
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(routes), old))
-	b.retries.setBudgets(cfg.Classes)
 }
 
 // ensureRoute returns the endpoint's route, adding a default one (so it can

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -54,35 +53,17 @@ type retryShard struct {
 	_     [40]byte
 }
 
-// retries is the broker's retry bookkeeping: the class budgets of the
-// configuration and the state of the logical requests that retried.
+// retries is the state of the logical requests that retried. Their
+// budgets are the class contracts' ([Broker.retryBudget]).
 type retries struct {
-	budgets atomic.Pointer[map[WorkloadClass]int] // from Config.Classes, replaced whole
-	shards  [nRetryShards]retryShard
+	shards [nRetryShards]retryShard
 }
 
-// setBudgets records the classes' retry budgets; a class not listed gets
-// DefaultRetryBudget.
-func (r *retries) setBudgets(cs []ClassContract) {
-	m := make(map[WorkloadClass]int, len(cs))
-	for _, c := range cs {
-		m[c.Class] = c.RetryBudget
-	}
-	r.budgets.Store(&m)
-}
-
-// budget is how many retries a logical request of class c may make: its
-// contract's RetryBudget, DefaultRetryBudget when it has none or 0, none
-// when negative. An unspecified class is interactive.
-func (r *retries) budget(c WorkloadClass) int {
-	if c == ClassUnspecified {
-		c = ClassInteractive
-	}
-	var n int
-	if m := r.budgets.Load(); m != nil {
-		n = (*m)[c]
-	}
-	switch {
+// retryBudget is how many retries a logical request of class c may make:
+// its contract's RetryBudget, DefaultRetryBudget when it has none or 0,
+// none when negative.
+func (b *Broker) retryBudget(c WorkloadClass) int {
+	switch n := b.Contract(c).RetryBudget; {
 	case n < 0:
 		return 0
 	case n == 0:
@@ -141,7 +122,7 @@ func (b *Broker) claimRetry(req *ReserveRequest, now int64) (retryClaim, *Refusa
 	}
 	a := int32(min(req.Attempt, math.MaxInt32))
 	k := retryKey{tenant: req.Identity.TenantID, request: req.RequestID}
-	budget := b.retries.budget(cls)
+	budget := b.retryBudget(cls)
 	sh := &b.retries.shards[k.shard()]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
