@@ -14,7 +14,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -23,6 +22,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 )
 
 // Options tune a server.
@@ -103,8 +104,7 @@ func New(logger *slog.Logger, opts Options) *Server {
 		logging.StreamServerInterceptor(lg, logOpts...),
 		recovery.StreamServerInterceptor(recoverOpts...),
 	}, opts.Stream...)
-	sopts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+	sopts := append(telemetry.GRPCServer(),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -119,7 +119,7 @@ func New(logger *slog.Logger, opts Options) *Server {
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	}
+	)
 	if opts.Creds != nil {
 		sopts = append(sopts, grpc.Creds(opts.Creds))
 	}

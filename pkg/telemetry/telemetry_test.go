@@ -2,9 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
@@ -13,6 +15,11 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 )
 
 func TestSetupWithoutCollector(t *testing.T) {
@@ -92,4 +99,69 @@ func TestMetrics(t *testing.T) {
 
 	require.NoError(t, on.Shutdown(t.Context()))
 	require.NoError(t, other.Shutdown(t.Context()))
+}
+
+// Without an exporter the servers make no spans, but a caller's trace
+// context still reaches the handler and goes on with its gRPC calls; a
+// request without one gets none invented.
+func TestWithoutExporterOnlyTraceContextIsPassedOn(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	shutdown, err := Setup(t.Context(), "test", "v0")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, shutdown(context.Background())) }()
+	require.False(t, Exporting())
+
+	// A gRPC server on loopback that records the trace context each call
+	// brings.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	got := make(chan []string, 1)
+	srv := grpc.NewServer(append(GRPCServer(), grpc.UnaryInterceptor(
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			got <- metadata.ValueFromIncomingContext(ctx, "traceparent")
+			return h(ctx, req)
+		}))...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), append(GRPCClient(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+
+	call := func(r *http.Request) []string {
+		h := HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			require.False(t, trace.SpanFromContext(r.Context()).IsRecording())
+			_, err := healthpb.NewHealthClient(conn).Check(r.Context(), &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+		}), "test")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		return <-got
+	}
+	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	in.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	require.Equal(t, []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, call(in))
+	require.Empty(t, call(httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)),
+		"no trace context in, none out")
+}
+
+// With an exporter every request is a recorded span, and its context goes
+// on with the gRPC calls made under it.
+func TestWithExporterRequestsAreSpans(t *testing.T) {
+	// The exporter connects lazily: nothing listens here and nothing needs to.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	shutdown, err := Setup(t.Context(), "test", "v0")
+	require.NoError(t, err)
+	require.True(t, Exporting())
+	var recording bool
+	h := HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		recording = trace.SpanFromContext(r.Context()).IsRecording()
+	}), "test")
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	require.True(t, recording)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = shutdown(ctx) // the exporter cannot reach its collector: not this test's concern
+	require.False(t, Exporting(), "stopped: back to passing trace context on only")
 }

@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -88,7 +86,6 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(deciderCreds),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		// With a dns:/// target naming a headless Service, spread RPCs over
 		// every decider replica rather than pinning one connection.
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
@@ -105,6 +102,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
+	dialOpts = append(dialOpts, telemetry.GRPCClient()...)
 	if cfg.DeciderTokenFile != "" {
 		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
 		if err != nil {
@@ -228,7 +226,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, tls: tlsCreds, transport: transport,
 		reports: reports, probes: probes, debug: debug, metrics: metrics,
 		srv: &http.Server{
-			Handler:           otelhttp.NewHandler(handler, "edge"),
+			Handler:           telemetry.HTTPHandler(handler, "edge"),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
