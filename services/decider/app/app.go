@@ -31,6 +31,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
+	"github.com/switchboard-ai/switchboard/pkg/gotune"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -1109,6 +1110,9 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("service", "decider")
+	if s := gotune.Apply(os.Getenv); s != (gotune.Settings{}) {
+		logger.Info("garbage collector", "gc_percent", s.GCPercent, "memory_limit_bytes", s.MemoryLimit)
+	}
 	shutdown, err := telemetry.Setup(ctx, "switchboard-decider", Version)
 	if err != nil {
 		return err

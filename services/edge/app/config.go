@@ -30,6 +30,7 @@ const (
 	DefaultMaxAttempts         = 4
 	DefaultRetryWait           = 10 * time.Second
 	DefaultReportFlushInterval = 200 * time.Millisecond
+	DefaultLogFlushInterval    = 100 * time.Millisecond
 	DefaultHedgeAcquireTimeout = 200 * time.Millisecond
 	DefaultReservationTTL      = 2 * time.Minute
 	DefaultReserveTimeout      = 300 * time.Millisecond
@@ -180,6 +181,12 @@ type Config struct {
 	// LogLevel is the minimum level logged by Run (Optional). Defaults to
 	// info. Flag --log-level.
 	LogLevel slog.Level
+	// LogFlushInterval is how long Run holds log lines before writing them
+	// out together (64 KiB pending are written at once): a line per request
+	// costs a write system call per line otherwise (Optional). 0 writes each
+	// line at once. ParseFlags defaults it to DefaultLogFlushInterval. Flag
+	// --log-flush-interval.
+	LogFlushInterval time.Duration
 	// DeciderCAFile holds the CAs of the decider's server certificate, PEM:
 	// with it (or any other DeciderCert/Key/ServerName) the edge connects to
 	// the decider over TLS (Optional). Empty with TLS on trusts the system's
@@ -403,6 +410,7 @@ func ParseFlags(args []string, getenv func(string) string) (Config, error) {
 		getenv = os.Getenv
 	}
 	cfg := Config{}.withDefaults()
+	cfg.LogFlushInterval = DefaultLogFlushInterval
 	cfg.Getenv = getenv
 	fs := newFlagSet(&cfg)
 	err := flagenv.Parse(fs, strings.TrimSuffix(envPrefix, "_"), args, getenv)
@@ -453,6 +461,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.ProviderKeyReload, "provider-key-reload", cfg.ProviderKeyReload, "how often --provider-key-dir is checked for changed files")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "host:port of a plain HTTP listener serving Go profiles (/debug/pprof/); a port alone listens on loopback (default: none)")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
+	fs.DurationVar(&cfg.LogFlushInterval, "log-flush-interval", cfg.LogFlushInterval, "longest a log line is held to be written with others (0: each at once)")
 	// Transport security of the decider connection.
 	fs.StringVar(&cfg.DeciderCAFile, "decider-ca-file", cfg.DeciderCAFile, "PEM CAs of the decider's server certificate; any --decider-* TLS flag turns TLS on (empty: the system's roots)")
 	fs.StringVar(&cfg.DeciderCertFile, "decider-cert-file", cfg.DeciderCertFile, "PEM client certificate for a decider that requires one (mutual TLS), reloaded on change")

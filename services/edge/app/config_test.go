@@ -37,6 +37,7 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 40*time.Second, c.ReservationHeartbeat, "a third of the TTL")
 				require.Equal(t, 300*time.Millisecond, c.ReserveTimeout)
 				require.Equal(t, slog.LevelInfo, c.LogLevel)
+				require.Equal(t, 100*time.Millisecond, c.LogFlushInterval)
 				require.Equal(t, 5*time.Minute, c.ShutdownGrace)
 				require.Equal(t, 30*time.Second, c.BodyReadTimeout)
 				require.Equal(t, 64, c.MaxUnverifiedBodies)
@@ -53,7 +54,7 @@ func TestParseFlags(t *testing.T) {
 				"--max-attempts", "2", "--retry-wait", "3s", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
 				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms",
 				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s",
-				"--max-queue-wait", "3m", "--decider-keepalive", "6s", "--decider-plaintext"},
+				"--max-queue-wait", "3m", "--decider-keepalive", "6s", "--decider-plaintext", "--log-flush-interval", "0"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,

@@ -26,6 +26,8 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
+	"github.com/switchboard-ai/switchboard/pkg/gotune"
+	"github.com/switchboard-ai/switchboard/pkg/logbuf"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -328,7 +330,15 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("edge: %w (run with -help for usage)", err)
 	}
+	if cfg.LogFlushInterval > 0 {
+		lw := logbuf.New(stderr, cfg.LogFlushInterval)
+		defer func() { _ = lw.Close() }()
+		stderr = lw
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if s := gotune.Apply(os.Getenv); s != (gotune.Settings{}) {
+		logger.Info("garbage collector", "gc_percent", s.GCPercent, "memory_limit_bytes", s.MemoryLimit)
+	}
 	shutdown, err := telemetry.Setup(ctx, "switchboard-edge", Version)
 	if err != nil {
 		return fmt.Errorf("edge: %w", err)
