@@ -35,6 +35,7 @@ type config struct {
 	rounds              int
 	concurrency         []int
 	streams             int
+	rpc                 bool
 	slowInterval        time.Duration
 	slowDuration        time.Duration
 	deciderBin, edgeBin string
@@ -54,6 +55,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds; each runs every load against every target, in a rotated order")
 	conc := fs.String("concurrency", "1,64", "comma-separated closed-loop concurrencies, each run streaming and not")
 	fs.IntVar(&cfg.streams, "streams", 1000, "concurrent slow streams for the memory and tail-latency phase (0 skips it)")
+	fs.BoolVar(&cfg.rpc, "rpc", true, "also call the decider straight, as the edge does: what its one call per request costs by itself")
 	fs.DurationVar(&cfg.slowInterval, "slow-interval", 500*time.Millisecond, "time between the chunks of a slow stream")
 	fs.DurationVar(&cfg.slowDuration, "slow-duration", 4*time.Second, "measurement of the slow-stream phase, per target")
 	fs.StringVar(&cfg.deciderBin, "decider-bin", "bin/decider", "the decider binary (make build)")
@@ -121,6 +123,7 @@ type results struct {
 	loads   []load
 	samples map[load]map[string][]sample
 	slow    map[string]sample // the slow-stream phase, per target
+	rpc     map[rpcKey][]rpcSample
 	memory  memoryFigures
 }
 
@@ -172,7 +175,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (*results, error) {
 	if cfg.serve != "" {
 		return nil, serveTargets(ctx, cfg.serve, targets, w)
 	}
-	res := &results{samples: map[load]map[string][]sample{}, slow: map[string]sample{}}
+	res := &results{samples: map[load]map[string][]sample{}, slow: map[string]sample{}, rpc: map[rpcKey][]rpcSample{}}
 	for _, c := range cfg.concurrency {
 		for _, stream := range []bool{true, false} {
 			l := load{conc: c, stream: stream}
@@ -201,6 +204,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (*results, error) {
 		}
 	}
 	printResults(w, cfg, res)
+	if cfg.rpc {
+		if err := rpcPhase(ctx, cfg, sys, w, res); err != nil {
+			return res, err
+		}
+	}
 	if cfg.profileDir != "" {
 		if err := profile(ctx, cfg, targets[2], sys, w); err != nil {
 			return res, err

@@ -40,7 +40,8 @@ func TestParseFlags(t *testing.T) {
 	// The default run stays within about two minutes: every load against
 	// every target in every round, and the slow streams against each.
 	perPhase := cfg.duration + cfg.warmup
-	total := time.Duration(cfg.rounds*len(cfg.concurrency)*2*3)*perPhase + 3*(cfg.slowDuration+max(cfg.warmup, time.Second))
+	total := time.Duration(cfg.rounds*len(cfg.concurrency)*2*3)*perPhase + 3*(cfg.slowDuration+max(cfg.warmup, time.Second)) +
+		time.Duration(cfg.rounds*len(cfg.concurrency)*len(rpcKinds))*(cfg.duration/2+cfg.warmup)
 	require.Less(t, total, 2*time.Minute)
 
 	cfg, err = parseFlags([]string{"--concurrency", "2, 8", "--duration", "100ms", "--profile-dir", "p"}, io.Discard)
@@ -71,7 +72,7 @@ func TestSmoke(t *testing.T) {
 		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1, concurrency: []int{1, 4},
 		streams: 20, slowInterval: 20 * time.Millisecond, slowDuration: 300 * time.Millisecond,
 		deciderBin: filepath.Join(bin, "decider"), edgeBin: filepath.Join(bin, "edge"),
-		profileDir: profiles, profileSeconds: 1, startTimeout: time.Minute,
+		profileDir: profiles, profileSeconds: 1, startTimeout: time.Minute, rpc: true,
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // hang guard only
 	defer cancel()
@@ -92,6 +93,14 @@ func TestSmoke(t *testing.T) {
 		require.Positive(t, res.slow[name].rps(), "slow streams %s", name)
 	}
 	require.Positive(t, res.memory.streams, "memory read with streams open")
+	for _, c := range cfg.concurrency {
+		for _, k := range rpcKinds {
+			ss := res.rpc[rpcKey{k.name, c}]
+			require.Len(t, ss, cfg.rounds, "%s at %d", k.name, c)
+			require.Positive(t, ss[0].ok, "%s at %d", k.name, c)
+			require.Zero(t, ss[0].errs, "%s at %d", k.name, c)
+		}
+	}
 	require.NoError(t, res.memory.edgeHeapErr)
 
 	text := out.String()

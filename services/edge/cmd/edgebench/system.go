@@ -99,6 +99,7 @@ callers:
 type system struct {
 	decider, edge *childproc.Child
 	key           string // the tenant's API key
+	edgeToken     string // the edge's bearer token for the decider
 }
 
 func (s *system) stop() {
@@ -110,8 +111,8 @@ func (s *system) stop() {
 // only endpoint is the upstream at upstreamAddr, and waits until the edge
 // answers a request.
 func startSystem(ctx context.Context, cfg config, dir, upstreamAddr string) (_ *system, err error) {
-	s := &system{key: "sk-sb-bench-" + randomHex(16)}
-	edgeToken := randomHex(32)
+	s := &system{key: "sk-sb-bench-" + randomHex(16), edgeToken: randomHex(32)}
+	edgeToken := s.edgeToken
 	tokenFile := filepath.Join(dir, "edge-token")
 	if err := os.WriteFile(tokenFile, []byte(edgeToken), 0o600); err != nil {
 		return nil, err
@@ -141,7 +142,7 @@ func startSystem(ctx context.Context, cfg config, dir, upstreamAddr string) (_ *
 	if err != nil {
 		return nil, err
 	}
-	s.decider.Debug = deciderDebug
+	s.decider.Addr, s.decider.Debug = deciderAddr, deciderDebug
 	edgeCmd := exec.CommandContext(ctx, cfg.edgeBin, //nolint:gosec // G204: the binary the operator named.
 		"--listen", edgeAddr, "--decider", deciderAddr, "--decider-token-file", tokenFile, "--debug-listen", edgeDebug,
 		"--shutdown-grace", "5s")
