@@ -176,16 +176,26 @@ func growSamples(s []sample, maxSamples int) []sample {
 // summary of the rest. The caller holds m.mu.
 func (m *medianSeries) recompute(p *params, now int64, outliers bool) {
 	cutoff := now - p.window
-	kept := m.samples[:0]
+	// Read-only up to the first expired sample: most recomputations drop
+	// nothing, and then write nothing (ratioSeries.recompute does the same).
 	oldest := int64(math.MaxInt64)
-	for _, s := range m.samples {
-		if s.at > cutoff {
-			kept = append(kept, s)
-			oldest = min(oldest, s.at)
-		}
+	n := 0
+	for n < len(m.samples) && m.samples[n].at > cutoff {
+		oldest = min(oldest, m.samples[n].at)
+		n++
 	}
-	clear(m.samples[len(kept):])
-	m.samples = kept
+	if n < len(m.samples) {
+		kept := m.samples[:n]
+		for _, s := range m.samples[n+1:] {
+			if s.at > cutoff {
+				kept = append(kept, s)
+				oldest = min(oldest, s.at)
+			}
+		}
+		clear(m.samples[len(kept):])
+		m.samples = kept
+	}
+	kept := m.samples
 	if len(kept) == 0 {
 		m.pub.store(0, 0)
 		m.expires.Store(math.MaxInt64)
@@ -321,16 +331,24 @@ func (r *ratioSeries) insert(p *params, x ratioSample) {
 // of the rest. The caller holds r.mu.
 func (r *ratioSeries) recompute(p *params, now int64) {
 	cutoff := now - p.window
-	kept := r.samples[:0]
 	oldest := int64(math.MaxInt64)
-	for _, s := range r.samples {
-		if s.at > cutoff {
-			kept = append(kept, s)
-			oldest = min(oldest, s.at)
-		}
+	n := 0
+	for n < len(r.samples) && r.samples[n].at > cutoff {
+		oldest = min(oldest, r.samples[n].at)
+		n++
 	}
-	clear(r.samples[len(kept):])
-	r.samples = kept
+	if n < len(r.samples) {
+		kept := r.samples[:n]
+		for _, s := range r.samples[n+1:] {
+			if s.at > cutoff {
+				kept = append(kept, s)
+				oldest = min(oldest, s.at)
+			}
+		}
+		clear(r.samples[len(kept):])
+		r.samples = kept
+	}
+	kept := r.samples
 	if len(kept) == 0 {
 		r.pub.store(0, 0)
 		r.expires.Store(math.MaxInt64)
