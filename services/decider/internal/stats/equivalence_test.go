@@ -259,9 +259,10 @@ func (e *equivalence) step() {
 		e.now += e.rng.Int64N(e.p.window)
 	case k < 95:
 	default:
-		// A long idle gap: the next sample's reference time moves on, and
-		// with a window longer than 64 half-lives the series keeps samples
-		// across the move.
+		// A long idle gap: the window empties and the next sample's
+		// reference time is far from the last one. (The reference time also
+		// moves under kept samples whenever the newest crosses a multiple of
+		// 64 half-lives, often with a one-second half-life.)
 		e.now += int64(float64(rebaseHalfLives+e.rng.IntN(200)) * e.p.halfLife)
 	}
 	switch k := e.rng.IntN(100); {
@@ -271,8 +272,7 @@ func (e *equivalence) step() {
 		if len(e.past) > 16 {
 			e.past = e.past[1:]
 		}
-		refs := [3]int64{e.ttft.ref, e.tput.ref, e.cache.ref}
-		lens := [3]int{len(e.ttft.samples), len(e.tput.samples), len(e.cache.samples)}
+		ref, kept := e.ttft.ref, len(e.ttft.samples)
 		x := sample{at: at, v: e.value()}
 		e.ttft.observe(&e.p, x, e.now, true)
 		e.refTTFT.insert(e.p.maxSamples, x)
@@ -289,8 +289,8 @@ func (e *equivalence) step() {
 		e.cache.observe(&e.p, c, e.now)
 		e.refCache.insert(e.p.maxSamples, c)
 		e.refCache.recompute(&e.p, e.now)
-		if refs != [3]int64{e.ttft.ref, e.tput.ref, e.cache.ref} && lens[0] > 0 && len(e.ttft.samples) > 1 {
-			e.rebases++
+		if e.ttft.ref != ref && kept > 0 && len(e.ttft.samples) > 1 {
+			e.rebases++ // the reference moved under samples that stay
 		}
 	case k < 92:
 		e.ttft.refresh(&e.p, e.now, true)
@@ -445,7 +445,7 @@ func (e *equivalence) compare() {
 // to the straightforward computation, and compares every published value.
 func TestStoredWeightsMatchTheReference(t *testing.T) {
 	var rebases, restores, exactHalves, lowHalves int
-	for seed := range uint64(300) {
+	for seed := range uint64(150) {
 		e := newEquivalence(t, rand.New(rand.NewPCG(seed, 7)))
 		for range 400 {
 			e.step()
