@@ -103,3 +103,45 @@ func BenchmarkRefresh(b *testing.B) {
 		s.Refresh()
 	}
 }
+
+// BenchmarkObserveFull measures one observation into a full series (the
+// default MaxSamples, 64) while time moves on, one call a second: each
+// observation evicts the oldest sample, inserts the new one and recomputes
+// the summary. Calls end out of order, so the sample times jitter by up to 5s
+// behind the clock; one TTFT in 17 is ten times slower, so that the outlier
+// rule has something to down-weight.
+func BenchmarkObserveFull(b *testing.B) {
+	for _, kind := range []string{"ttft", "throughput", "cache", "output"} {
+		b.Run(kind, func(b *testing.B) {
+			now := time.Unix(1_800_000_000, 0)
+			s := New(Config{Now: func() time.Time { return now }})
+			observe := func(i int) {
+				now = now.Add(time.Second)
+				at := now.Add(-time.Duration(i*7919%5000) * time.Millisecond)
+				switch kind {
+				case "ttft":
+					ttft := time.Duration(1+i%13) * 100 * time.Millisecond
+					if i%17 == 0 {
+						ttft *= 10
+					}
+					s.ObserveTTFT("alpha/m", tokens.BucketUnder8K, ttft, at)
+				case "throughput":
+					s.ObserveThroughput("alpha/m", float64(40+i%29), at)
+				case "cache":
+					s.ObserveCache("alpha/m", int64(1000+i%7*1000), int64(i%5*200), at)
+				case "output":
+					s.ObserveOutput("m", int64(100+i%31*10), at)
+				}
+			}
+			for i := range 2 * DefaultMaxSamples {
+				observe(i)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				observe(i)
+			}
+		})
+	}
+}

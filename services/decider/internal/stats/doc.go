@@ -20,8 +20,9 @@
 //
 // The weighted median is the smallest sample value at which the cumulative
 // weight, in ascending value order, reaches half of the total weight; when the
-// cumulative weight lands exactly on one half, it is the mean of that value and
-// the next one (so equal weights give the textbook median).
+// cumulative weight lands exactly on one half (within a relative 1e-12 on
+// either side, so that rounding cannot tip it), it is the mean of that value
+// and the next one (so equal weights give the textbook median).
 //
 // A median rather than a mean because one slow call must move the typical
 // value by at most one rank, not by its size. The decay makes a provider that
@@ -31,8 +32,13 @@
 // passes, the passing of time alone never reorders the weights: the typical
 // value changes only when a sample arrives or leaves the Window. That is why
 // [Store.Refresh] only recomputes the series whose oldest sample has just left
-// the Window, and why weights are computed relative to the newest sample
-// (0.5^((newest-at)/HalfLife)), which is the same median without underflow.
+// the Window, and why a series stores each sample's weight relative to a
+// reference time of its own instead of to now (2^((at-ref)/HalfLife), the
+// same median and the same ratio, without underflow): the weight is computed
+// once, when the sample arrives, and a recomputation is a pass of additions.
+// The reference time is the newest sample's time rounded down to a multiple
+// of 64 half-lives; when a newer sample moves it, the stored weights are
+// computed again, so that no weight exceeds 2^64.
 //
 // # Slow outliers
 //
@@ -72,9 +78,10 @@
 // with the oldest timestamp is evicted (a sample older than all it holds is
 // not stored). Buffers grow on demand, so an idle series costs only its fixed
 // header. The worst case, every series full, is per endpoint
-// (NumBuckets+1)·MaxSamples·16 B + MaxSamples·24 B + about 0.5 KB of headers:
-// about 7.1 KB with the default 64 samples, so about 140 MB for 1000 models ×
-// 20 endpoints, plus about 1.1 KB per model for its output series. Realistic
+// (NumBuckets+1)·MaxSamples·24 B + MaxSamples·32 B + about 0.5 KB of headers
+// (a sample is its time, its values and its stored weight): about 10.3 KB
+// with the default 64 samples, so about 205 MB for 1000 models × 20
+// endpoints, plus about 1.6 KB per model for its output series. Realistic
 // traffic fills far less: a bucket that only probes reach holds three samples
 // per Window.
 //

@@ -13,6 +13,7 @@ import (
 type params struct {
 	window        int64 // ns
 	halfLife      float64
+	epoch         int64 // ns, rebaseHalfLives half-lives: see refFor
 	maxSamples    int
 	minOutliers   int
 	outlierWeight float64
@@ -57,10 +58,39 @@ func (p *published) load() (float64, int) {
 	}
 }
 
-// sample is one observation: its time (Unix ns) and its value.
+// rebaseHalfLives is how far, in half-lives, a series' newest sample may get
+// ahead of its reference time before the stored weights are recomputed
+// against a newer one: weights stay below 2^64, far from overflow, and
+// about 64 half-lives of steady traffic pass between two rebases.
+const rebaseHalfLives = 64
+
+// epochOf returns the spacing of reference times for halfLife (ns).
+func epochOf(halfLife float64) int64 {
+	return int64(min(rebaseHalfLives*halfLife, 1<<62))
+}
+
+// refFor returns the reference time of a series whose newest sample is at
+// newest: newest rounded toward zero to a multiple of the epoch. It depends
+// on the newest sample alone, so that a series restored from a snapshot
+// stores the very same weights, and publishes the very same values, as the
+// series it was taken from.
+func (p *params) refFor(newest int64) int64 { return newest - newest%p.epoch }
+
+// weight returns the decay weight of a sample taken at at, relative to the
+// reference time ref: 2^((at-ref)/HalfLife). Weights relative to any common
+// reference give the same median and the same ratio (the common factor
+// cancels), so a series computes each weight once, when the sample arrives,
+// and again only when its reference moves (see refFor).
+func (p *params) weight(at, ref int64) float64 {
+	return math.Exp2(float64(at-ref) / p.halfLife)
+}
+
+// sample is one observation: its time (Unix ns), its value and its decay
+// weight relative to its series' reference time.
 type sample struct {
 	at int64
 	v  float64
+	w  float64
 }
 
 // medianSeries keeps the samples of one series sorted by value, ties in
@@ -69,6 +99,7 @@ type sample struct {
 type medianSeries struct {
 	mu      sync.Mutex
 	samples []sample // ascending v; no sample older than the window at the last recompute
+	ref     int64    // reference time of the samples' weights: refFor(newest sample)
 	pub     published
 	// expires is when the oldest sample leaves the window (Unix ns), the only
 	// moment the summary can change without a new sample; MaxInt64 when empty.
@@ -80,7 +111,7 @@ func (m *medianSeries) init() { m.expires.Store(math.MaxInt64) }
 // observe adds x and republishes the summary.
 func (m *medianSeries) observe(p *params, x sample, now int64, outliers bool) {
 	m.mu.Lock()
-	m.insert(p.maxSamples, x)
+	m.insert(p, x)
 	m.recompute(p, now, outliers)
 	m.mu.Unlock()
 }
@@ -96,9 +127,9 @@ func (m *medianSeries) refresh(p *params, now int64, outliers bool) {
 }
 
 // insert adds x at its place in value order, evicting the oldest sample when
-// the series is full. The caller holds m.mu.
-func (m *medianSeries) insert(maxSamples int, x sample) {
-	if len(m.samples) >= maxSamples {
+// the series is full, and computes its weight. The caller holds m.mu.
+func (m *medianSeries) insert(p *params, x sample) {
+	if len(m.samples) >= p.maxSamples {
 		oldest := 0
 		for i := range m.samples {
 			if m.samples[i].at < m.samples[oldest].at {
@@ -111,10 +142,19 @@ func (m *medianSeries) insert(maxSamples int, x sample) {
 		copy(m.samples[oldest:], m.samples[oldest+1:])
 		m.samples = m.samples[:len(m.samples)-1]
 	}
+	if len(m.samples) == 0 {
+		m.ref = p.refFor(x.at)
+	} else if ref := p.refFor(x.at); ref > m.ref {
+		m.ref = ref
+		for i := range m.samples {
+			m.samples[i].w = p.weight(m.samples[i].at, ref)
+		}
+	}
+	x.w = p.weight(x.at, m.ref)
 	// Upper bound, so that equal values keep their arrival order and a
 	// snapshot re-encodes byte for byte after a restore.
 	i := sort.Search(len(m.samples), func(i int) bool { return m.samples[i].v > x.v })
-	m.samples = growSamples(m.samples, maxSamples)
+	m.samples = growSamples(m.samples, p.maxSamples)
 	m.samples = m.samples[:len(m.samples)+1]
 	copy(m.samples[i+1:], m.samples[i:])
 	m.samples[i] = x
@@ -136,16 +176,26 @@ func growSamples(s []sample, maxSamples int) []sample {
 // summary of the rest. The caller holds m.mu.
 func (m *medianSeries) recompute(p *params, now int64, outliers bool) {
 	cutoff := now - p.window
-	kept := m.samples[:0]
+	// Read-only up to the first expired sample: most recomputations drop
+	// nothing, and then write nothing (ratioSeries.recompute does the same).
 	oldest := int64(math.MaxInt64)
-	for _, s := range m.samples {
-		if s.at > cutoff {
-			kept = append(kept, s)
-			oldest = min(oldest, s.at)
-		}
+	n := 0
+	for n < len(m.samples) && m.samples[n].at > cutoff {
+		oldest = min(oldest, m.samples[n].at)
+		n++
 	}
-	clear(m.samples[len(kept):])
-	m.samples = kept
+	if n < len(m.samples) {
+		kept := m.samples[:n]
+		for _, s := range m.samples[n+1:] {
+			if s.at > cutoff {
+				kept = append(kept, s)
+				oldest = min(oldest, s.at)
+			}
+		}
+		clear(m.samples[len(kept):])
+		m.samples = kept
+	}
+	kept := m.samples
 	if len(kept) == 0 {
 		m.pub.store(0, 0)
 		m.expires.Store(math.MaxInt64)
@@ -157,55 +207,37 @@ func (m *medianSeries) recompute(p *params, now int64, outliers bool) {
 }
 
 // weightedMedian returns the weighted median of s, which is sorted by value
-// and non-empty (see the package documentation for the weights).
+// and non-empty (see the package documentation for the weights). The decay
+// weights are the stored ones; only the outlier rule is applied here, since
+// its fence moves with every sample.
 func weightedMedian(s []sample, p *params, outliers bool) float64 {
-	newest := s[0].at
-	for _, x := range s[1:] {
-		newest = max(newest, x.at)
-	}
 	fence := math.Inf(1)
 	if outliers && len(s) >= p.minOutliers {
 		q1, q3 := quantile(s, 0.25), quantile(s, 0.75)
 		fence = q3 + 1.5*(q3-q1)
 	}
 	weight := func(x sample) float64 {
-		// Relative to the newest sample rather than to now: the common factor
-		// 0.5^((now-newest)/HalfLife) cancels in a median and would underflow
-		// for a series idle for many half-lives.
-		w := math.Exp2(float64(x.at-newest) / p.halfLife)
 		if x.v > fence {
-			w *= p.outlierWeight
+			return x.w * p.outlierWeight
 		}
-		return w
+		return x.w
 	}
-	// Exp2 dominates the cost of a recomputation: compute each weight once,
-	// into a stack buffer that holds a default-sized series, and twice only
-	// for series configured larger.
-	var buf [2 * DefaultMaxSamples]float64
-	ws := buf[:0]
-	keep := len(s) <= len(buf)
 	var total float64
 	for _, x := range s {
-		w := weight(x)
-		total += w
-		if keep {
-			ws = append(ws, w)
-		}
+		total += weight(x)
 	}
-	half := total / 2
+	half, tol := total/2, 1e-12*total
 	var cum float64
 	for i, x := range s {
-		if keep {
-			cum += ws[i]
-		} else {
-			cum += weight(x)
-		}
-		if cum < half {
+		cum += weight(x)
+		if cum < half-tol {
 			continue
 		}
-		// Exactly half (within rounding): the median sits between this value
+		// Exactly half (within rounding, on either side: the weights are
+		// relative to a reference time, so an exact half can round a little
+		// low as well as a little high): the median sits between this value
 		// and the next, as the textbook median of an even count does.
-		if cum-half <= 1e-12*total && i+1 < len(s) {
+		if cum-half <= tol && i+1 < len(s) {
 			return (x.v + s[i+1].v) / 2
 		}
 		return x.v
@@ -229,6 +261,7 @@ func quantile(s []sample, q float64) float64 {
 type ratioSample struct {
 	at       int64
 	num, den float64
+	w        float64 // decay weight relative to the series' reference time
 }
 
 // ratioSeries keeps the samples of a decayed ratio Σw·num / Σw·den in arrival
@@ -236,6 +269,7 @@ type ratioSample struct {
 type ratioSeries struct {
 	mu      sync.Mutex
 	samples []ratioSample
+	ref     int64     // reference time of the samples' weights: refFor(newest sample)
 	pub     published // value is NaN when Σden is 0
 	expires atomic.Int64
 }
@@ -245,7 +279,7 @@ func (r *ratioSeries) init() { r.expires.Store(math.MaxInt64) }
 // observe adds x and republishes the ratio.
 func (r *ratioSeries) observe(p *params, x ratioSample, now int64) {
 	r.mu.Lock()
-	r.insert(p.maxSamples, x)
+	r.insert(p, x)
 	r.recompute(p, now)
 	r.mu.Unlock()
 }
@@ -260,10 +294,10 @@ func (r *ratioSeries) refresh(p *params, now int64) {
 	r.mu.Unlock()
 }
 
-// insert appends x, evicting the oldest sample when the series is full. The
-// caller holds r.mu.
-func (r *ratioSeries) insert(maxSamples int, x ratioSample) {
-	if len(r.samples) >= maxSamples {
+// insert appends x, evicting the oldest sample when the series is full, and
+// computes its weight. The caller holds r.mu.
+func (r *ratioSeries) insert(p *params, x ratioSample) {
+	if len(r.samples) >= p.maxSamples {
 		oldest := 0
 		for i := range r.samples {
 			if r.samples[i].at < r.samples[oldest].at {
@@ -276,8 +310,17 @@ func (r *ratioSeries) insert(maxSamples int, x ratioSample) {
 		copy(r.samples[oldest:], r.samples[oldest+1:])
 		r.samples = r.samples[:len(r.samples)-1]
 	}
+	if len(r.samples) == 0 {
+		r.ref = p.refFor(x.at)
+	} else if ref := p.refFor(x.at); ref > r.ref {
+		r.ref = ref
+		for i := range r.samples {
+			r.samples[i].w = p.weight(r.samples[i].at, ref)
+		}
+	}
+	x.w = p.weight(x.at, r.ref)
 	if len(r.samples) == cap(r.samples) {
-		grown := make([]ratioSample, len(r.samples), min(max(2*cap(r.samples), 4), maxSamples))
+		grown := make([]ratioSample, len(r.samples), min(max(2*cap(r.samples), 4), p.maxSamples))
 		copy(grown, r.samples)
 		r.samples = grown
 	}
@@ -288,16 +331,24 @@ func (r *ratioSeries) insert(maxSamples int, x ratioSample) {
 // of the rest. The caller holds r.mu.
 func (r *ratioSeries) recompute(p *params, now int64) {
 	cutoff := now - p.window
-	kept := r.samples[:0]
-	oldest, newest := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, s := range r.samples {
-		if s.at > cutoff {
-			kept = append(kept, s)
-			oldest, newest = min(oldest, s.at), max(newest, s.at)
-		}
+	oldest := int64(math.MaxInt64)
+	n := 0
+	for n < len(r.samples) && r.samples[n].at > cutoff {
+		oldest = min(oldest, r.samples[n].at)
+		n++
 	}
-	clear(r.samples[len(kept):])
-	r.samples = kept
+	if n < len(r.samples) {
+		kept := r.samples[:n]
+		for _, s := range r.samples[n+1:] {
+			if s.at > cutoff {
+				kept = append(kept, s)
+				oldest = min(oldest, s.at)
+			}
+		}
+		clear(r.samples[len(kept):])
+		r.samples = kept
+	}
+	kept := r.samples
 	if len(kept) == 0 {
 		r.pub.store(0, 0)
 		r.expires.Store(math.MaxInt64)
@@ -305,9 +356,8 @@ func (r *ratioSeries) recompute(p *params, now int64) {
 	}
 	var num, den float64
 	for _, s := range kept {
-		w := math.Exp2(float64(s.at-newest) / p.halfLife)
-		num += w * s.num
-		den += w * s.den
+		num += s.w * s.num
+		den += s.w * s.den
 	}
 	rate := math.NaN()
 	if den > 0 {

@@ -217,7 +217,7 @@ func (m *medianSeries) replace(p *params, xs []sample, now int64, outliers bool)
 		m.samples = nil // give the buffer back (Forget, an emptied series)
 	}
 	for _, x := range xs {
-		m.insert(p.maxSamples, x)
+		m.insert(p, x)
 	}
 	m.recompute(p, now, outliers)
 }
@@ -231,7 +231,7 @@ func (r *ratioSeries) replace(p *params, xs []ratioSample, now int64) {
 		r.samples = nil // give the buffer back (Forget, an emptied series)
 	}
 	for _, x := range xs {
-		r.insert(p.maxSamples, x)
+		r.insert(p, x)
 	}
 	r.recompute(p, now)
 }

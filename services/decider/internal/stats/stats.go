@@ -118,6 +118,7 @@ func New(cfg Config) *Store {
 		p: params{
 			window:        int64(cfg.Window),
 			halfLife:      float64(cfg.HalfLife),
+			epoch:         epochOf(float64(cfg.HalfLife)),
 			maxSamples:    cfg.MaxSamples,
 			minOutliers:   cfg.MinSamplesForOutliers,
 			outlierWeight: cfg.OutlierWeight,

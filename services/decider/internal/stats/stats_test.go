@@ -34,38 +34,46 @@ func TestWeightedMedian(t *testing.T) {
 		outliers bool
 		want     float64
 	}{
-		{name: "single", samples: []sample{{now, 5}}, want: 5},
-		{name: "odd count is the middle value", samples: []sample{{now, 1}, {now, 2}, {now, 3}}, want: 2},
-		{name: "even count averages the middle pair", samples: []sample{{now, 1}, {now, 2}, {now, 3}, {now, 4}}, want: 2.5},
-		{name: "heavier value wins", samples: []sample{{at(10 * time.Minute), 1}, {at(10 * time.Minute), 1}, {now, 10}}, want: 10},
+		{name: "single", samples: []sample{{at: now, v: 5}}, want: 5},
+		{name: "odd count is the middle value", samples: []sample{{at: now, v: 1}, {at: now, v: 2}, {at: now, v: 3}}, want: 2},
+		{name: "even count averages the middle pair", samples: []sample{{at: now, v: 1}, {at: now, v: 2}, {at: now, v: 3}, {at: now, v: 4}}, want: 2.5},
+		{name: "heavier value wins", samples: []sample{{at: at(10 * time.Minute), v: 1}, {at: at(10 * time.Minute), v: 1}, {at: now, v: 10}}, want: 10},
 		{
 			// Two samples one half-life old weigh as much as one fresh one:
 			// the cumulative weight lands exactly on one half.
 			name:    "one half-life halves the weight",
-			samples: []sample{{at(5 * time.Minute), 1}, {at(5 * time.Minute), 1}, {now, 10}},
+			samples: []sample{{at: at(5 * time.Minute), v: 1}, {at: at(5 * time.Minute), v: 1}, {at: now, v: 10}},
 			want:    5.5,
 		},
 		{
 			name:    "without the outlier rule a slow sample counts fully",
-			samples: []sample{{now, 10}, {now, 10}, {now, 10}, {now, 10}, {now, 10}, {now, 11}, {now, 11}, {now, 11}, {now, 11}, {now, 20}},
+			samples: []sample{{at: now, v: 10}, {at: now, v: 10}, {at: now, v: 10}, {at: now, v: 10}, {at: now, v: 10}, {at: now, v: 11}, {at: now, v: 11}, {at: now, v: 11}, {at: now, v: 11}, {at: now, v: 20}},
 			want:    10.5,
 		},
 		{
 			name:     "with the outlier rule it counts a quarter",
-			samples:  []sample{{now, 10}, {now, 10}, {now, 10}, {now, 10}, {now, 10}, {now, 11}, {now, 11}, {now, 11}, {now, 11}, {now, 20}},
+			samples:  []sample{{at: now, v: 10}, {at: now, v: 10}, {at: now, v: 10}, {at: now, v: 10}, {at: now, v: 10}, {at: now, v: 11}, {at: now, v: 11}, {at: now, v: 11}, {at: now, v: 11}, {at: now, v: 20}},
 			outliers: true,
 			want:     10,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.InDelta(t, tt.want, weightedMedian(tt.samples, p, tt.outliers), 1e-9)
+			var m medianSeries
+			m.init()
+			for _, x := range tt.samples {
+				m.insert(p, x)
+			}
+			m.recompute(p, now, tt.outliers)
+			got, n := m.pub.load()
+			require.Equal(t, len(tt.samples), n)
+			require.InDelta(t, tt.want, got, 1e-9)
 		})
 	}
 }
 
 func TestQuantile(t *testing.T) {
-	s := []sample{{0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}, {0, 8}, {0, 9}, {0, 100}}
+	s := []sample{{at: 0, v: 1}, {at: 0, v: 2}, {at: 0, v: 3}, {at: 0, v: 4}, {at: 0, v: 5}, {at: 0, v: 6}, {at: 0, v: 7}, {at: 0, v: 8}, {at: 0, v: 9}, {at: 0, v: 100}}
 	// NumPy: np.quantile([1..9, 100], [.25, .75]) == [3.25, 7.75].
 	require.InDelta(t, 3.25, quantile(s, 0.25), 1e-12)
 	require.InDelta(t, 7.75, quantile(s, 0.75), 1e-12)
@@ -494,6 +502,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, params{
 		window:        int64(DefaultWindow),
 		halfLife:      float64(DefaultHalfLife),
+		epoch:         rebaseHalfLives * int64(DefaultHalfLife),
 		maxSamples:    maxMaxSamples,
 		minOutliers:   DefaultMinSamplesForOutliers,
 		outlierWeight: DefaultOutlierWeight,
