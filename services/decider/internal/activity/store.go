@@ -230,6 +230,13 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		fresh = fresh[:0]
 		recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
+		// bbolt copies the keys it is given but keeps the values until the
+		// transaction ends: the values (each record and its records key)
+		// are cut from one buffer that only grows, so earlier ones stay
+		// valid, and the other keys are built in buffers reused for each
+		// record.
+		vals := make([]byte, 0, 512*len(records))
+		var ik, tk []byte
 		for _, r := range records {
 			tenant, id := r.GetTenantId(), r.GetId()
 			if id == "" || tenant == "" || strings.IndexByte(tenant, 0) >= 0 {
@@ -237,13 +244,18 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 				// tenant that would read as the prefix of another.
 				continue
 			}
-			val, err := proto.Marshal(r)
+			n := len(vals)
+			b, err := proto.MarshalOptions{}.MarshalAppend(vals, r)
 			if err != nil {
 				return err
 			}
+			vals = b
+			val := vals[n:len(vals):len(vals)]
 			at := r.GetCreateTime().AsTime()
-			key := recordKey(tenant, at, id)
-			ik := idKey(tenant, id)
+			n = len(vals)
+			vals = appendRecordKey(vals, tenant, at, id)
+			key := vals[n:len(vals):len(vals)]
+			ik = appendIDKey(ik[:0], tenant, id)
 			old := ids.Get(ik)
 			if old == nil {
 				fresh = append(fresh, r)
@@ -257,7 +269,8 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 					return err
 				}
 				if ok {
-					if err := byTime.Delete(timeKey(oldAt, tenant, id)); err != nil {
+					tk = appendTimeKey(tk[:0], oldAt, tenant, id)
+					if err := byTime.Delete(tk); err != nil {
 						return err
 					}
 				}
@@ -268,7 +281,8 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 			if err := ids.Put(ik, key); err != nil {
 				return err
 			}
-			if err := byTime.Put(timeKey(at, tenant, id), key); err != nil {
+			tk = appendTimeKey(tk[:0], at, tenant, id)
+			if err := byTime.Put(tk, key); err != nil {
 				return err
 			}
 		}
@@ -402,11 +416,15 @@ func (s *Store) Close() error {
 
 // recordKey orders a tenant's records newest first.
 func recordKey(tenant string, t time.Time, id string) []byte {
-	k := make([]byte, 0, len(tenant)+1+8+len(id))
-	k = append(k, tenant...)
-	k = append(k, 0)
-	k = binary.BigEndian.AppendUint64(k, math.MaxUint64-uint64(t.UnixNano()))
-	return append(k, id...)
+	return appendRecordKey(make([]byte, 0, len(tenant)+1+8+len(id)), tenant, t, id)
+}
+
+// appendRecordKey appends the records key of tenant's record id at t to dst.
+func appendRecordKey(dst []byte, tenant string, t time.Time, id string) []byte {
+	dst = append(dst, tenant...)
+	dst = append(dst, 0)
+	dst = binary.BigEndian.AppendUint64(dst, math.MaxUint64-uint64(t.UnixNano()))
+	return append(dst, id...)
 }
 
 func keyTime(k []byte, prefixLen int) time.Time {
@@ -428,15 +446,23 @@ func parseRecordKey(k []byte) (tenant string, t time.Time, id string, ok bool) {
 // idKey is a record's key in the id index: the same id may be used by two
 // tenants.
 func idKey(tenant, id string) []byte {
-	k := make([]byte, 0, len(tenant)+1+len(id))
-	k = append(k, tenant...)
-	k = append(k, 0)
-	return append(k, id...)
+	return appendIDKey(make([]byte, 0, len(tenant)+1+len(id)), tenant, id)
+}
+
+// appendIDKey appends the ids key of tenant's record id to dst.
+func appendIDKey(dst []byte, tenant, id string) []byte {
+	dst = append(dst, tenant...)
+	dst = append(dst, 0)
+	return append(dst, id...)
 }
 
 // timeKey is a record's key in the retention index: oldest first, then its
 // id key, so sweeping finds the id index entry without reading the record.
 func timeKey(t time.Time, tenant, id string) []byte {
-	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(tenant)+1+len(id)), uint64(t.UnixNano()))
-	return append(k, idKey(tenant, id)...)
+	return appendTimeKey(make([]byte, 0, 8+len(tenant)+1+len(id)), t, tenant, id)
+}
+
+// appendTimeKey appends the retention key of tenant's record id at t to dst.
+func appendTimeKey(dst []byte, t time.Time, tenant, id string) []byte {
+	return appendIDKey(binary.BigEndian.AppendUint64(dst, uint64(t.UnixNano())), tenant, id)
 }

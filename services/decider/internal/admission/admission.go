@@ -424,6 +424,13 @@ func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveReque
 // caller it names. A reservation of another tenant is PERMISSION_DENIED and
 // left as it was.
 func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) (*switchboardv1.ReconcileResponse, error) {
+	return a.reconcile(ctx, req, allow, true)
+}
+
+// reconcile is Reconcile; answer false leaves out the answer of a
+// reconciliation applied here (nil, nil), for a caller that only needs to
+// know it was applied.
+func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow, answer bool) (*switchboardv1.ReconcileResponse, error) {
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
 		if err == nil {
@@ -438,6 +445,9 @@ func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 	st, err := a.o.Broker.Reconcile(ctx, rr)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if !answer {
+		return nil, nil
 	}
 	return st.Proto(), nil
 }

@@ -18,7 +18,7 @@ import (
 // it. Any other error (no owner elected yet, an owner still taking over or
 // unreachable) means it must be tried again.
 func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) error {
-	_, err := a.Reconcile(ctx, req, allow)
+	_, err := a.reconcile(ctx, req, allow, false)
 	switch status.Code(err) {
 	case codes.OK, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
 		return nil

@@ -43,7 +43,15 @@ const domain = "switchboard activity grant v1"
 
 // Signer issues and verifies grants. It is safe for concurrent use.
 type Signer struct {
-	macs sync.Pool // hash.Hash: HMAC-SHA-256 under the key
+	macs sync.Pool // *mac
+}
+
+// mac is an HMAC-SHA-256 under the key with the buffers one tag needs,
+// pooled together so a tag costs no allocation of its own.
+type mac struct {
+	h   hash.Hash
+	in  []byte // the tagged message, reused
+	sum []byte // the tag, reused
 }
 
 // New returns a signer with key, which must be 32 bytes.
@@ -53,7 +61,9 @@ func New(key []byte) (*Signer, error) {
 	}
 	k := append([]byte(nil), key...)
 	s := &Signer{}
-	s.macs.New = func() any { return hmac.New(sha256.New, k) }
+	s.macs.New = func() any {
+		return &mac{h: hmac.New(sha256.New, k), in: make([]byte, 0, 128), sum: make([]byte, 0, sha256.Size)}
+	}
 	return s, nil
 }
 
@@ -90,30 +100,42 @@ func (s *Signer) String() string { return "[grant key]" }
 
 // Issue returns the grant of the decision for requestID, tenant and apiKeyID.
 func (s *Signer) Issue(requestID, tenant, apiKeyID string) []byte {
-	return s.tag(make([]byte, 0, sha256.Size), requestID, tenant, apiKeyID)[:Size]
+	m := s.tag(requestID, tenant, apiKeyID)
+	g := append(make([]byte, 0, Size), m.sum[:Size]...)
+	s.macs.Put(m)
+	return g
 }
 
 // Verify reports whether grant is the one issued for requestID, tenant and
 // apiKeyID. It takes the same time whatever the grant.
 func (s *Signer) Verify(grant []byte, requestID, tenant, apiKeyID string) bool {
-	var buf [sha256.Size]byte
-	want := s.tag(buf[:0], requestID, tenant, apiKeyID)[:Size]
-	return len(grant) == Size && hmac.Equal(grant, want)
+	m := s.tag(requestID, tenant, apiKeyID)
+	ok := len(grant) == Size && hmac.Equal(grant, m.sum[:Size])
+	s.macs.Put(m)
+	return ok
 }
 
-func (s *Signer) tag(dst []byte, fields ...string) []byte {
-	m := s.macs.Get().(hash.Hash)
-	m.Reset()
-	var n [binary.MaxVarintLen64]byte
-	_, _ = m.Write([]byte(domain))
-	for _, f := range fields {
-		// Each field with its length, so no two field lists write the same bytes.
-		_, _ = m.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
-		_, _ = m.Write([]byte(f))
+// maxPooledInput bounds the message buffer a pooled mac keeps.
+const maxPooledInput = 1024
+
+// tag computes the tag of requestID, tenant and apiKeyID into the sum of
+// a pooled mac, which the caller puts back once it has read it. The fields
+// are written in one piece, each after its length, so no two field lists
+// write the same bytes.
+func (s *Signer) tag(requestID, tenant, apiKeyID string) *mac {
+	m := s.macs.Get().(*mac)
+	in := append(m.in[:0], domain...)
+	for _, f := range [...]string{requestID, tenant, apiKeyID} {
+		in = binary.AppendUvarint(in, uint64(len(f)))
+		in = append(in, f...)
 	}
-	dst = m.Sum(dst)
-	s.macs.Put(m)
-	return dst
+	m.h.Reset()
+	_, _ = m.h.Write(in)
+	m.sum = m.h.Sum(m.sum[:0])
+	if cap(in) <= maxPooledInput { // an outsized request id is not kept
+		m.in = in
+	}
+	return m
 }
 
 // Filter returns the records whose grant verifies, each with its grant

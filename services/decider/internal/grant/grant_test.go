@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
@@ -28,6 +29,12 @@ func TestIssueAndVerify(t *testing.T) {
 	require.Len(t, g, Size)
 	require.True(t, s.Verify(g, "req-1", "acme", "key-1"))
 	require.Equal(t, g, s.Issue("req-1", "acme", "key-1"), "deterministic")
+	// The tag's bytes are fixed: replicas of every version issue and
+	// accept the same grants.
+	require.Equal(t, "ae0683e7adfb9ef605c814b5d5b4597a", fmt.Sprintf("%x", g))
+	// A request id too long for the pooled buffer to keep verifies too.
+	longID := strings.Repeat("r", 2*maxPooledInput)
+	require.True(t, s.Verify(s.Issue(longID, "acme", "key-1"), longID, "acme", "key-1"))
 
 	for _, c := range [][3]string{
 		{"req-2", "acme", "key-1"}, {"req-1", "globex", "key-1"}, {"req-1", "acme", "key-2"},

@@ -164,6 +164,31 @@ func checksText(checks map[string]float64) string {
 	return " [" + strings.Join(parts, ", ") + "]"
 }
 
+// reasonWords are the route reasons as the summary names them, e.g.
+// "cheapest_qualifying" for ROUTE_REASON_CHEAPEST_QUALIFYING, by number:
+// built once, not on every decision.
+var reasonWords = func() []string {
+	var n int32
+	for v := range switchboardv1.RouteReason_name {
+		n = max(n, v+1)
+	}
+	words := make([]string, n)
+	for v, name := range switchboardv1.RouteReason_name {
+		if v >= 0 {
+			words[v] = strings.ToLower(strings.TrimPrefix(name, "ROUTE_REASON_"))
+		}
+	}
+	return words
+}()
+
+// reasonWord is reason as the summary names it.
+func reasonWord(reason switchboardv1.RouteReason) string {
+	if reason >= 0 && int(reason) < len(reasonWords) && reasonWords[reason] != "" {
+		return reasonWords[reason]
+	}
+	return strings.ToLower(strings.TrimPrefix(reason.String(), "ROUTE_REASON_"))
+}
+
 // summary is the one-line explanation sent in the x-switchboard-route header.
 func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, cost bool, sticky stickyOutcome) string {
 	b := make([]byte, 0, 200)
@@ -173,7 +198,7 @@ func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Buc
 	b = append(b, "bucket="...)
 	b = append(b, bucket.String()...)
 	b = append(b, " reason="...)
-	b = append(b, strings.ToLower(strings.TrimPrefix(reason.String(), "ROUTE_REASON_"))...)
+	b = append(b, reasonWord(reason)...)
 	b = append(b, " provider="...)
 	b = append(b, win.ep.provider...)
 	b = append(b, " cost_usd="...)

@@ -118,7 +118,15 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 	if out <= 0 {
 		out = routing.DefaultOutputTokens
 	}
-	eps := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
+	// The decided order: the endpoint, then its fallbacks.
+	first, fallbacks := resp.GetEndpoint(), resp.GetFallbacks()
+	n := 1 + len(fallbacks)
+	endpoint := func(i int) *switchboardv1.Endpoint {
+		if i == 0 {
+			return first
+		}
+		return fallbacks[i-1]
+	}
 	ask := func(ep *switchboardv1.Endpoint, wait *durationpb.Duration) (*switchboardv1.ReserveResponse, *switchboardv1.Demand, error) {
 		d := &switchboardv1.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
 		key := ""
@@ -132,8 +140,8 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 		return rr, d, err
 	}
 	admit := func(i int, rr *switchboardv1.ReserveResponse, d *switchboardv1.Demand) {
-		ep := eps[i]
-		resp.Endpoint, resp.Fallbacks = ep, eps[i+1:]
+		ep := endpoint(i)
+		resp.Endpoint, resp.Fallbacks = ep, fallbacks[i:]
 		resp.Reservation, resp.Demand, resp.Queue = rr.GetReservation(), d, rr.GetQueue()
 		if h := resp.GetHedge(); h.GetEndpoint().GetId() == ep.GetId() {
 			resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
@@ -141,8 +149,8 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 	}
 	var refusal *switchboardv1.Refusal
 	at := -1 // the endpoint to wait for
-	for i, ep := range eps {
-		rr, d, err := ask(ep, admission.NoWait)
+	for i := range n {
+		rr, d, err := ask(endpoint(i), admission.NoWait)
 		if err != nil {
 			return err
 		}
@@ -161,7 +169,7 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 	}
 	var queue *switchboardv1.QueueDecision
 	if at >= 0 && retryable(refusal) {
-		rr, d, err := ask(eps[at], nil)
+		rr, d, err := ask(endpoint(at), nil)
 		if err != nil {
 			return err
 		}
