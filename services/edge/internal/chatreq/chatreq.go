@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -90,6 +91,10 @@ type Request struct {
 	// endpoint holds a prompt in cache from PromptHash and finds it again in
 	// the next request's Prefixes.
 	PromptHash uint64
+
+	// upstream is the upstream body but for its model, laid out by Parse
+	// from Fields and Stream; nil for a Request not made by Parse.
+	upstream *bodyTemplate
 }
 
 // MaxPrefixes bounds the prefixes sent per request: the decider looks at
@@ -190,6 +195,9 @@ func Parse(body []byte) (*Request, error) {
 	for i := max(0, n-MaxPrefixes); i < n; i++ {
 		r.Prefixes = append(r.Prefixes, &switchboardv1.PromptPrefix{Hash: msgs.hashes[i], Tokens: msgs.cumTokens[i]})
 	}
+	// Laid out once for every leg of the request; should it fail, which a
+	// validated body cannot, UpstreamBody tries again and says why.
+	r.upstream, _ = r.upstreamTemplate()
 	return r, nil
 }
 
@@ -198,31 +206,112 @@ func Parse(body []byte) (*Request, error) {
 // provider's business) removed. A stream always asks for the usage chunk,
 // because usage is what the decider learns from; the edge strips it again if
 // the client did not ask for it.
+//
+// The body is a JSON object with its keys sorted and each value as the
+// client sent it. Everything but the model is laid out once, when the
+// request is parsed; each call only writes the pieces and the model into one
+// buffer. It may be called from several goroutines at once (the legs of a
+// hedge).
 func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(r.Fields)+1)
-	for k, v := range r.Fields {
-		if k == "provider" {
-			continue
+	t := r.upstream
+	if t == nil {
+		var err error
+		if t, err = r.upstreamTemplate(); err != nil {
+			return nil, err
 		}
-		out[k] = v
 	}
-	m, err := json.Marshal(upstreamModel)
-	if err != nil {
-		return nil, fmt.Errorf("encode upstream model: %w", err)
+	// Sized for a model with nothing to escape, the common case.
+	size := len(upstreamModel) + 2
+	for _, p := range t.parts {
+		size += len(p)
 	}
-	out["model"] = m
+	buf := make([]byte, 0, size)
+	for i, p := range t.parts {
+		if i == t.modelAt {
+			buf = appendJSONString(buf, upstreamModel)
+		}
+		buf = append(buf, p...)
+	}
+	return buf, nil
+}
+
+// bodyTemplate is the upstream body without its model: pieces to write in
+// order, the model's value going before parts[modelAt]. The pieces point
+// into the client's body where they are its values.
+type bodyTemplate struct {
+	parts   [][]byte
+	modelAt int
+}
+
+// upstreamTemplate lays out the upstream body from Fields: the object
+// jsonobj.Encode writes for the client's fields without provider, with
+// stream_options forced to ask for usage on a stream, and a model.
+func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
+	keys := make([]string, 0, len(r.Fields)+2)
+	for k := range r.Fields {
+		if k != "provider" && k != "model" && (k != "stream_options" || !r.Stream) {
+			keys = append(keys, k)
+		}
+	}
+	keys = append(keys, "model")
+	var opts []byte
 	if r.Stream {
-		opts := map[string]json.RawMessage{}
-		if raw, ok := out["stream_options"]; ok && !isNull(raw) {
+		o := map[string]json.RawMessage{}
+		if raw, ok := r.Fields["stream_options"]; ok && !isNull(raw) {
 			// Validated as an object by Parse.
-			if err := json.Unmarshal(raw, &opts); err != nil {
+			if err := json.Unmarshal(raw, &o); err != nil {
 				return nil, fmt.Errorf("decode stream_options: %w", err)
 			}
 		}
-		opts["include_usage"] = json.RawMessage("true")
-		out["stream_options"] = jsonobj.Encode(opts)
+		o["include_usage"] = json.RawMessage("true")
+		opts = jsonobj.Encode(o)
+		keys = append(keys, "stream_options")
 	}
-	return jsonobj.Encode(out), nil
+	slices.Sort(keys)
+	t := &bodyTemplate{parts: make([][]byte, 0, 2*len(keys)+1)}
+	// Each key, with the comma before it and the colon after it, is one
+	// piece; its value, the next.
+	var heads []byte
+	for i, k := range keys {
+		start := len(heads)
+		if i == 0 {
+			heads = append(heads, '{')
+		} else {
+			heads = append(heads, ',')
+		}
+		heads = appendJSONString(heads, k)
+		heads = append(heads, ':')
+		t.parts = append(t.parts, heads[start:len(heads):len(heads)])
+		switch k {
+		case "model":
+			t.modelAt = len(t.parts)
+		case "stream_options":
+			if r.Stream {
+				t.parts = append(t.parts, opts)
+				continue
+			}
+			t.parts = append(t.parts, bytes.TrimSpace(r.Fields[k]))
+		default:
+			t.parts = append(t.parts, bytes.TrimSpace(r.Fields[k]))
+		}
+	}
+	t.parts = append(t.parts, []byte("}"))
+	return t, nil
+}
+
+// appendJSONString appends s as a JSON string, as encoding/json writes it
+// (HTML-safe, invalid UTF-8 replaced); the common case of plain ASCII
+// without anything to escape is copied as it is.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 type parsedMessages struct {
