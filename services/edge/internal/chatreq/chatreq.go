@@ -256,22 +256,27 @@ func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
 	keys = append(keys, "model")
 	var opts []byte
 	if r.Stream {
-		o := map[string]json.RawMessage{}
+		opts = usageOnly
 		if raw, ok := r.Fields["stream_options"]; ok && !isNull(raw) {
 			// Validated as an object by Parse.
+			o := map[string]json.RawMessage{}
 			if err := json.Unmarshal(raw, &o); err != nil {
 				return nil, fmt.Errorf("decode stream_options: %w", err)
 			}
+			o["include_usage"] = json.RawMessage("true")
+			opts = jsonobj.Encode(o)
 		}
-		o["include_usage"] = json.RawMessage("true")
-		opts = jsonobj.Encode(o)
 		keys = append(keys, "stream_options")
 	}
 	slices.Sort(keys)
 	t := &bodyTemplate{parts: make([][]byte, 0, 2*len(keys)+1)}
 	// Each key, with the comma before it and the colon after it, is one
 	// piece; its value, the next.
-	var heads []byte
+	size := 0
+	for _, k := range keys {
+		size += len(k) + 4
+	}
+	heads := make([]byte, 0, size)
 	for i, k := range keys {
 		start := len(heads)
 		if i == 0 {
@@ -298,6 +303,9 @@ func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
 	t.parts = append(t.parts, []byte("}"))
 	return t, nil
 }
+
+// usageOnly is the stream_options of a stream whose client sent none.
+var usageOnly = []byte(`{"include_usage":true}`)
 
 // appendJSONString appends s as a JSON string, as encoding/json writes it
 // (HTML-safe, invalid UTF-8 replaced); the common case of plain ASCII
