@@ -75,7 +75,7 @@ type Run struct {
 
 // Start begins checking one answer to req with checks.
 func Start(req Request, checks []Check) *Run {
-	r := &Run{}
+	r := &Run{names: make([]string, 0, len(checks)), answers: make([]Answer, 0, len(checks))}
 	for _, c := range checks {
 		if a := c.Start(req); a != nil {
 			r.names = append(r.names, c.Name())
