@@ -179,7 +179,9 @@ type race struct {
 // the race's delay. It returns what stops the delay's timer.
 func (s *serving) start(ctx context.Context, r *race, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (stop func()) {
 	if hedgeEp == nil {
-		s.launch(ctx, r, ep, false, id)
+		// A race of one leg has nothing to run beside its open: the leg
+		// is opened on the request's goroutine, the race's only waiter.
+		openLeg(ctx, r, s.addLeg(ctx, r, ep, false, id))
 		return func() {}
 	}
 	if s.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
@@ -213,6 +215,13 @@ func (s *serving) start(ctx context.Context, r *race, ep *switchboardv1.Endpoint
 // launch starts a leg on ep under reservation, opening it on its own
 // goroutine, which sends it on the race's done channel when open returns.
 func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoint, hedge bool, reservation string) {
+	l := s.addLeg(ctx, r, ep, hedge, reservation)
+	go openLeg(ctx, r, l)
+}
+
+// addLeg prepares a leg on ep under reservation as one of the race's legs,
+// to be opened by openLeg.
+func (s *serving) addLeg(ctx context.Context, r *race, ep *switchboardv1.Endpoint, hedge bool, reservation string) *leg {
 	l := s.d.newLeg(ctx, s.call, ep, hedge)
 	l.reservation = reservation
 	s.rsv.use(reservation)
@@ -220,11 +229,14 @@ func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoin
 	s.legs = append(s.legs, l)
 	s.attempts = append(s.attempts, attempt{leg: l})
 	r.running = append(r.running, l)
-	go func() {
-		l.Opened(l.Open(ctx))
-		close(l.opened)
-		r.done <- l // never blocks: one slot per leg
-	}()
+	return l
+}
+
+// openLeg opens a leg of the race and sends it on the race's done channel.
+func openLeg(ctx context.Context, r *race, l *leg) {
+	l.Opened(l.Open(ctx))
+	close(l.opened)
+	r.done <- l // never blocks: one slot per leg
 }
 
 // legDone handles a leg whose open returned. over is set when the race
