@@ -98,4 +98,3 @@ func BenchmarkChatCompletion(b *testing.B) {
 		}
 	}
 }
-
