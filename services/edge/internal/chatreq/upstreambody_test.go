@@ -1,6 +1,7 @@
 package chatreq
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -95,5 +96,18 @@ func BenchmarkUpstreamBody(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestAsStringMatchesUnmarshal: a JSON string is read as encoding/json
+// reads it, whether or not it has anything to unescape.
+func TestAsStringMatchesUnmarshal(t *testing.T) {
+	for _, raw := range []string{`""`, `"m"`, ` "org/model" `, `"caf\u00e9"`, "\"caf\xc3\xa9\"", "\"bad\xff\"", `"a\"b"`,
+		`"a\\b"`, "\"tab\there\"", `"`, `"a`, `a"`, `1`, `null`, `"a" "b"`, `"<&>"`} {
+		got, ok := asString(json.RawMessage(raw))
+		var want string
+		wantOK := json.Unmarshal([]byte(raw), &want) == nil && len(bytes.TrimSpace([]byte(raw))) > 0 && bytes.TrimSpace([]byte(raw))[0] == '"'
+		require.Equal(t, wantOK, ok, "%q", raw)
+		require.Equal(t, want, got, "%q", raw)
 	}
 }
