@@ -229,7 +229,7 @@ func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
 	buf := make([]byte, 0, size)
 	for i, p := range t.parts {
 		if i == t.modelAt {
-			buf = appendJSONString(buf, upstreamModel)
+			buf = jsonobj.AppendString(buf, upstreamModel)
 		}
 		buf = append(buf, p...)
 	}
@@ -285,7 +285,7 @@ func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
 		} else {
 			heads = append(heads, ',')
 		}
-		heads = appendJSONString(heads, k)
+		heads = jsonobj.AppendString(heads, k)
 		heads = append(heads, ':')
 		t.parts = append(t.parts, heads[start:len(heads):len(heads)])
 		switch k {
@@ -307,21 +307,6 @@ func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
 
 // usageOnly is the stream_options of a stream whose client sent none.
 var usageOnly = []byte(`{"include_usage":true}`)
-
-// appendJSONString appends s as a JSON string, as encoding/json writes it
-// (HTML-safe, invalid UTF-8 replaced); the common case of plain ASCII
-// without anything to escape is copied as it is.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(dst, q...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
-}
 
 type parsedMessages struct {
 	counted []tokens.Message
