@@ -124,10 +124,15 @@ func Parse(body []byte) (*Request, error) {
 	if len(body) == 0 || body[0] != '{' {
 		return nil, &Error{Message: "the request body must be a JSON object"}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	if !json.Valid(body) {
+		var v map[string]json.RawMessage
+		err := json.Unmarshal(body, &v)
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
 		return nil, &Error{Message: "the request body is not valid JSON: " + jsonErrText(err)}
 	}
+	fields := splitObject(body)
 	r := &Request{Fields: fields}
 
 	model, err := stringField(fields, "model", true)
