@@ -163,24 +163,22 @@ func New(o Options) *Server {
 	return s
 }
 
-type requestIDKey struct{}
-
 // withRequestID gives every request an id, sent back as x-request-id
-// before anything else can answer, and kept in the context for the
-// handler that needs it (the completion id).
+// before anything else can answer, and read back from there by the
+// handler that needs it (the completion id): a context value would cost a
+// copy of the request.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := newRequestID()
-		w.Header().Set(HeaderOpenAIRequestID, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		w.Header()[HeaderOpenAIRequestID] = []string{newRequestID()}
+		next.ServeHTTP(w, r)
 	})
 }
 
 // requestID is the id withRequestID gave the request (a new one when the
 // handler runs without it, as in unit tests).
-func requestID(ctx context.Context) string {
-	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
-		return id
+func requestID(w http.ResponseWriter) string {
+	if v := w.Header()[HeaderOpenAIRequestID]; len(v) > 0 && v[0] != "" {
+		return v[0]
 	}
 	return newRequestID()
 }
@@ -289,7 +287,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	reqID := requestID(r.Context())
+	reqID := requestID(w)
 	w.Header().Set(HeaderRequestID, reqID)
 	log := reqLog{log: s.log, id: reqID}
 
