@@ -198,8 +198,14 @@ func Parse(body []byte) (*Request, error) {
 	// was served, and a fresh prompt still tells the decider which prompt
 	// it is — one whose prefixes nobody served is cached nowhere.
 	n := len(msgs.hashes)
-	for i := max(0, n-MaxPrefixes); i < n; i++ {
-		r.Prefixes = append(r.Prefixes, &switchboardv1.PromptPrefix{Hash: msgs.hashes[i], Tokens: msgs.cumTokens[i]})
+	first := max(0, n-MaxPrefixes)
+	// One array holds them all, rather than one allocation each.
+	prefixes := make([]switchboardv1.PromptPrefix, n-first)
+	r.Prefixes = make([]*switchboardv1.PromptPrefix, n-first)
+	for i := range prefixes {
+		p := &prefixes[i]
+		p.Hash, p.Tokens = msgs.hashes[first+i], msgs.cumTokens[first+i]
+		r.Prefixes[i] = p
 	}
 	// Laid out once for every leg of the request; should it fail, which a
 	// validated body cannot, UpstreamBody tries again and says why.

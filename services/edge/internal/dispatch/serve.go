@@ -38,10 +38,17 @@ type serving struct {
 	// (code retry_budget or non_retryable): not an attempt, the reason
 	// there was none more.
 	stopped *skip
+
+	// legsBuf and attemptsBuf back legs and attempts up to two entries,
+	// all most requests have, so that they cost no allocation of their own.
+	legsBuf     [2]*leg
+	attemptsBuf [2]attempt
 }
 
 func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
-	return &serving{d: d, call: call, w: w, rsv: newReservations(d.opts.Ledger, call.Admission)}
+	s := &serving{d: d, call: call, w: w, rsv: newReservations(d.opts.Ledger, call.Admission)}
+	s.legs, s.attempts = s.legsBuf[:0], s.attemptsBuf[:0]
+	return s
 }
 
 // serve runs the attempts: the first one hedged when the plan says so, then
@@ -125,6 +132,7 @@ func (s *serving) deliver(ctx context.Context, winner *leg, losers []*leg) error
 // is reported before try returns.
 func (s *serving) try(ctx context.Context, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (winner *leg, losers []*leg, err error) {
 	r := &race{done: make(chan *leg, 2), stopAcquire: func() {}}
+	r.running = r.runningBuf[:0]
 	stop := s.start(ctx, r, ep, id, hedgeEp)
 	defer stop()
 	defer func() {
@@ -172,6 +180,8 @@ type race struct {
 	stopAcquire func()
 	// final is the first provider rejection of the request itself.
 	final *Failure
+	// runningBuf backs running: a race has two legs at most.
+	runningBuf [2]*leg
 }
 
 // start launches the attempt's primary leg and, for an immediate hedge the
