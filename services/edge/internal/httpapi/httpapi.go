@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
@@ -566,8 +565,7 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		// The resolved identity (its app, environment, workload class),
 		// and the key hash: the decider lets an edge act only for a client
 		// it authenticated by key.
-		who = proto.Clone(who).(*switchboardv1.Identity)
-		who.ApiKeySha256 = asked.GetApiKeySha256()
+		who = withKeyHash(who, asked.GetApiKeySha256())
 	}
 	demand := resp.GetDemand()
 	if demand == nil {
@@ -583,6 +581,25 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		Demand:        demand,
 		TTL:           s.opts.ReservationTTL,
 	}
+}
+
+// withKeyHash is a copy of id, unknown fields included, with its key hash
+// set to hash: what proto.Clone and a set would make, without cloning by
+// reflection.
+func withKeyHash(id *switchboardv1.Identity, hash string) *switchboardv1.Identity {
+	c := &switchboardv1.Identity{
+		TenantId:      id.GetTenantId(),
+		ApiKeyId:      id.GetApiKeyId(),
+		ApiKeySha256:  hash,
+		App:           id.GetApp(),
+		Environment:   id.GetEnvironment(),
+		Partner:       id.GetPartner(),
+		WorkloadClass: id.GetWorkloadClass(),
+	}
+	if u := id.ProtoReflect().GetUnknown(); len(u) > 0 {
+		c.ProtoReflect().SetUnknown(slices.Clone(u))
+	}
+	return c
 }
 
 // maxPresizedBody bounds the buffer allocated ahead of a body from its
