@@ -299,15 +299,11 @@ func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
 		heads = jsonobj.AppendString(heads, k)
 		heads = append(heads, ':')
 		t.parts = append(t.parts, heads[start:len(heads):len(heads)])
-		switch k {
-		case "model":
+		switch {
+		case k == "model":
 			t.modelAt = len(t.parts)
-		case "stream_options":
-			if r.Stream {
-				t.parts = append(t.parts, opts)
-				continue
-			}
-			t.parts = append(t.parts, bytes.TrimSpace(r.Fields[k]))
+		case k == "stream_options" && r.Stream:
+			t.parts = append(t.parts, opts)
 		default:
 			t.parts = append(t.parts, bytes.TrimSpace(r.Fields[k]))
 		}
