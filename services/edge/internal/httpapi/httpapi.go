@@ -310,8 +310,13 @@ type reqLog struct {
 	id  string
 }
 
-func (l reqLog) Info(msg string, args ...any)  { l.write(slog.LevelInfo, msg, args) }
-func (l reqLog) Warn(msg string, args ...any)  { l.write(slog.LevelWarn, msg, args) }
+// Info logs at info level, as [slog.Logger.Info].
+func (l reqLog) Info(msg string, args ...any) { l.write(slog.LevelInfo, msg, args) }
+
+// Warn logs at warn level, as [slog.Logger.Warn].
+func (l reqLog) Warn(msg string, args ...any) { l.write(slog.LevelWarn, msg, args) }
+
+// Error logs at error level, as [slog.Logger.Error].
 func (l reqLog) Error(msg string, args ...any) { l.write(slog.LevelError, msg, args) }
 
 // write logs one line at level, recording its caller's caller as its
