@@ -288,7 +288,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	reqID := requestID(w)
 	w.Header().Set(HeaderRequestID, reqID)
-	log := reqLog{log: s.log, id: reqID}
+	// Under no request context, as the logger's own methods log: a
+	// handler reading fields from the context adds none to these lines.
+	log := reqLog{ctx: context.Background(), log: s.log, id: reqID}
 
 	c, ok := s.readChat(w, r)
 	if !ok {
@@ -306,6 +308,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // a logger made by With would, without making that logger for every
 // request: most of its lines are never written.
 type reqLog struct {
+	// ctx is the context its lines are logged under.
+	ctx context.Context
 	log *slog.Logger
 	id  string
 }
@@ -322,8 +326,7 @@ func (l reqLog) Error(msg string, args ...any) { l.write(slog.LevelError, msg, a
 // write logs one line at level, recording its caller's caller as its
 // source, as slog's own methods do.
 func (l reqLog) write(level slog.Level, msg string, args []any) {
-	ctx := context.Background()
-	if !l.log.Enabled(ctx, level) {
+	if !l.log.Enabled(l.ctx, level) {
 		return
 	}
 	var pcs [1]uintptr
@@ -331,7 +334,7 @@ func (l reqLog) write(level slog.Level, msg string, args []any) {
 	rec := slog.NewRecord(time.Now(), level, msg, pcs[0])
 	rec.AddAttrs(slog.String("request_id", l.id))
 	rec.Add(args...)
-	_ = l.log.Handler().Handle(ctx, rec)
+	_ = l.log.Handler().Handle(l.ctx, rec)
 }
 
 // chatRequest is a client's chat request once read: the hash of the API key

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"testing"
@@ -39,7 +40,7 @@ func TestReqLogWritesWhatWithWrites(t *testing.T) {
 		with.Error("chat completion failed", "error", errors.New("bad"))
 		with.Debug("not written")
 
-		l := reqLog{log: slog.New(newHandler(&got)).With("component", "httpapi"), id: "gen-1"}
+		l := reqLog{ctx: context.Background(), log: slog.New(newHandler(&got)).With("component", "httpapi"), id: "gen-1"}
 		l.Info("chat completion", "model", "m", "stream", true, "duration", time.Second)
 		l.Warn("chat completion failed", "model", "m", "status", 502, "error", "boom")
 		l.Error("chat completion failed", "error", errors.New("bad"))
