@@ -103,11 +103,12 @@ type Request struct {
 // every Decide heavier.
 const MaxPrefixes = 32
 
-// wireMessage decodes a message in one pass over its bytes: the fields whose
-// type the edge checks are decoded as any and checked by a type switch, which
-// costs far less than decoding each field again from raw JSON. Prompts of
-// 100k tokens are common, so every pass over them shows in the latency the
-// gateway adds.
+// wireMessage is a message decoded in one pass over its bytes (see
+// decodeMessages, held to json.Unmarshal into this type by its tags): the
+// fields whose type the edge checks are decoded as any and checked by a type
+// switch, which costs far less than decoding each field again from raw JSON.
+// Prompts of 100k tokens are common, so every pass over them shows in the
+// latency the gateway adds.
 type wireMessage struct {
 	Role       any             `json:"role"`
 	Name       any             `json:"name"`
@@ -327,8 +328,9 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	if len(raw) == 0 || isNull(raw) {
 		return out, fieldErr("messages", "is required")
 	}
-	var msgs []wireMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
+	// raw is valid JSON: Parse checked the body.
+	msgs, ok := decodeMessages(raw, nil)
+	if !ok {
 		return out, structureError(raw)
 	}
 	if len(msgs) == 0 {

@@ -3,6 +3,7 @@ package chatreq
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -95,4 +96,122 @@ func skipValue(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// wireFields are wireMessage's JSON names, in its field order.
+var wireFields = [...]string{"role", "name", "content", "tool_calls", "function_call", "tool_call_id"}
+
+// decodeMessages decodes the messages array, a value of a body json.Valid
+// passed, into raw, as json.Unmarshal into a []wireMessage does: names are
+// matched exactly, else case-insensitively, the last of a name wins,
+// unknown members are skipped and a null element is a zero message. It
+// reports false where json.Unmarshal fails: raw is not an array, an
+// element is neither an object nor null, or a number does not fit a
+// float64. It walks raw once, decoding only the values kept.
+func decodeMessages(raw []byte, msgs []wireMessage) ([]wireMessage, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	if msgs == nil {
+		msgs = []wireMessage{} // as json.Unmarshal leaves an empty array
+	}
+	i = skipSpace(raw, i+1)
+	if raw[i] == ']' {
+		return msgs, true
+	}
+	for {
+		end := skipValue(raw, i)
+		var m wireMessage
+		switch raw[i] {
+		case 'n': // null: a zero message
+		case '{':
+			if !decodeMessage(raw[i:end], &m) {
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+		msgs = append(msgs, m)
+		i = skipSpace(raw, end) // at a comma or the closing bracket
+		if raw[i] == ']' {
+			return msgs, true
+		}
+		i = skipSpace(raw, i+1)
+	}
+}
+
+// decodeMessage decodes one message object into m (see decodeMessages).
+func decodeMessage(obj []byte, m *wireMessage) bool {
+	i := skipSpace(obj, 1)
+	if obj[i] == '}' {
+		return true
+	}
+	for {
+		end := skipString(obj, i)
+		name := memberName(obj[i:end])
+		i = skipSpace(obj, end) // at the colon
+		i = skipSpace(obj, i+1)
+		end = skipValue(obj, i)
+		v := obj[i:end:end]
+		var err error
+		switch wireField(name) {
+		case 0:
+			m.Role, err = decodeAny(v)
+		case 1:
+			m.Name, err = decodeAny(v)
+		case 2:
+			m.Content, err = decodeAny(v)
+		case 3:
+			m.ToolCalls = v
+		case 4:
+			m.Function = v
+		case 5:
+			m.ToolCallID, err = decodeAny(v)
+		}
+		if err != nil {
+			return false
+		}
+		i = skipSpace(obj, end) // at a comma or the closing brace
+		if obj[i] == '}' {
+			return true
+		}
+		i = skipSpace(obj, i+1)
+	}
+}
+
+// wireField is the index in wireFields of the field a member name sets, as
+// encoding/json matches it; -1 for none.
+func wireField(name string) int {
+	for i, f := range wireFields {
+		if name == f {
+			return i
+		}
+	}
+	for i, f := range wireFields {
+		if strings.EqualFold(name, f) {
+			return i
+		}
+	}
+	return -1
+}
+
+// decodeAny decodes a JSON value as json.Unmarshal into an any does, a
+// string with nothing to unescape without a decode.
+func decodeAny(v []byte) (any, error) {
+	switch v[0] {
+	case '"':
+		if s, ok := asString(v); ok {
+			return s, nil
+		}
+	case 'n':
+		return nil, nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	}
+	var x any
+	err := json.Unmarshal(v, &x)
+	return x, err
 }

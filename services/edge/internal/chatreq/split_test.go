@@ -68,3 +68,61 @@ func FuzzSplitObject(f *testing.F) {
 		checkSplit(t, body)
 	})
 }
+
+// messagesCases are messages arrays, good and bad, whose decoding has
+// corners: null elements, names in other cases or escaped, repeated names,
+// unknown members, numbers a float64 cannot hold, content parts.
+var messagesCases = []string{
+	`[]`,
+	`[{"role":"user","content":"q"}]`,
+	` [ { "role" : "system" , "content" : "s" } , {"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]} ] `,
+	`[null,{"role":"user","content":"q"}]`,
+	`[{"ROLE":"user","Content":"q","NAME":"n"}]`,
+	`[{"role":"user","Role":"assistant","content":"a","content":null}]`,
+	`[{"Role":"user","role":"assistant"}]`,
+	`[{"r\u006fle":"user","content":"\u00e9\n"}]`,
+	`[{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}],"TOOL_CALLS":null}]`,
+	`[{"role":"tool","tool_call_id":"c","content":"r","function_call":{"name":"f"},"extra":{"deep":[1,2,{"x":1e400}]}}]`,
+	`[{"role":1e400,"content":"q"}]`,
+	`[{"role":"user","content":[{"type":"text","text":"x","n":1e999}]}]`,
+	`[{"role":5,"name":true,"content":false,"tool_call_id":[1]}]`,
+	`[{"tool_callſ":[1],"role":"user","content":"q"}]`,
+	`[1]`,
+	`[{"role":"user","content":"q"},"x"]`,
+	`[[]]`,
+	`{"role":"user"}`,
+	`"messages"`,
+	`[{}]`,
+	"[{\"role\":\"us\xffer\",\"content\":\"q\"}]",
+}
+
+// TestDecodeMessagesMatchesUnmarshal: the messages decoded are what
+// json.Unmarshal into []wireMessage gives, and fail where it fails.
+func TestDecodeMessagesMatchesUnmarshal(t *testing.T) {
+	for _, raw := range messagesCases {
+		checkMessages(t, []byte(raw))
+	}
+}
+
+func checkMessages(t *testing.T, raw []byte) {
+	t.Helper()
+	if !json.Valid(raw) || string(trimSpace(raw)) == "null" {
+		return // Parse never decodes such messages
+	}
+	var want []wireMessage
+	wantErr := json.Unmarshal(raw, &want)
+	got, ok := decodeMessages(trimSpace(raw), nil)
+	require.Equal(t, wantErr == nil, ok, "%s: %v", raw, wantErr)
+	if ok {
+		require.Equal(t, want, got, "%s", raw)
+	}
+}
+
+func FuzzDecodeMessages(f *testing.F) {
+	for _, s := range messagesCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkMessages(t, raw)
+	})
+}
