@@ -61,9 +61,8 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		return &Failure{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_available_provider",
 			Message: "no provider is available for this request"}
 	}
-	tried := make(map[string]bool, len(plan)+1)
 	for i, ep := range plan {
-		if tried[ep.GetId()] || s.rsv.isRefused(ep.GetId()) {
+		if s.tried(ep.GetId()) || s.rsv.isRefused(ep.GetId()) {
 			continue
 		}
 		if len(s.legs) >= d.opts.MaxAttempts {
@@ -91,9 +90,6 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 			hedgeEp = s.hedgeTarget(ep)
 		}
 		winner, losers, err := s.try(ctx, ep, id, hedgeEp)
-		for _, l := range s.legs {
-			tried[l.Endpoint.GetId()] = true
-		}
 		if err != nil {
 			return err
 		}
@@ -102,6 +98,17 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		}
 	}
 	return s.retrySame(ctx, plan)
+}
+
+// tried reports whether a leg was started on the endpoint: a request has
+// MaxAttempts legs at most, fewer than a set would be worth.
+func (s *serving) tried(endpointID string) bool {
+	for _, l := range s.legs {
+		if l.Endpoint.GetId() == endpointID {
+			return true
+		}
+	}
+	return false
 }
 
 // deliver relays the winner's answer to the client, with the losers of
