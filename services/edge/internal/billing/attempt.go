@@ -74,6 +74,18 @@ func (a Attempt) Provider() *switchboardv1.Usage {
 	}
 }
 
+// ProviderCost is Provider's cost, without building its usage.
+func (a Attempt) ProviderCost() float64 {
+	switch {
+	case a.Served:
+		u, _ := a.Billed()
+		return ListCost(u, a.Price)
+	case a.Cancelled:
+		return LoserCost(a.PromptTokens, a.Price)
+	}
+	return 0
+}
+
 // Tenant is what the call consumed as the tenant's quotas count it: its
 // tokens, whoever pays for them, and as cost what the tenant is billed for
 // it — the served call's bill (what the activity log records, the same when

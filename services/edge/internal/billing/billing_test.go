@@ -58,3 +58,19 @@ func TestCharge(t *testing.T) {
 	require.EqualValues(t, tokens.Text("Hello world"), TextTokens(int64(len("Hello world"))))
 	require.Zero(t, TextTokens(0))
 }
+
+// TestProviderCostIsProviders: ProviderCost is the cost Provider's usage
+// carries, whatever became of the call.
+func TestProviderCostIsProviders(t *testing.T) {
+	usage := &pricing.Usage{Input: 1_000_000, CachedInput: 400_000, Output: 10_000}
+	for _, a := range []Attempt{
+		{PromptTokens: 1000, Price: billPrice, Served: true, Usage: usage},
+		{PromptTokens: 1000, Price: billPrice, Served: true, DeliveredBytes: 4000},
+		{PromptTokens: 1000, Price: billPrice, Cancelled: true},
+		{PromptTokens: 1000, Price: billPrice},
+		{PromptTokens: 1000, Price: billPrice, Served: true, Usage: usage, Caps: NewCaps(&switchboardv1.MaxPrice{Prompt: ptr(0.01)}, nil, 0)},
+	} {
+		require.Equal(t, a.Provider().GetCostUsd(), a.ProviderCost(), "%+v", a)
+	}
+	require.InDelta(t, billCost, Attempt{Price: billPrice, Served: true, Usage: usage}.ProviderCost(), 1e-12)
+}

@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -90,6 +92,10 @@ type Request struct {
 	// endpoint holds a prompt in cache from PromptHash and finds it again in
 	// the next request's Prefixes.
 	PromptHash uint64
+
+	// upstream is the upstream body but for its model, laid out by Parse
+	// from Fields and Stream; nil for a Request not made by Parse.
+	upstream *bodyTemplate
 }
 
 // MaxPrefixes bounds the prefixes sent per request: the decider looks at
@@ -97,11 +103,12 @@ type Request struct {
 // every Decide heavier.
 const MaxPrefixes = 32
 
-// wireMessage decodes a message in one pass over its bytes: the fields whose
-// type the edge checks are decoded as any and checked by a type switch, which
-// costs far less than decoding each field again from raw JSON. Prompts of
-// 100k tokens are common, so every pass over them shows in the latency the
-// gateway adds.
+// wireMessage is a message decoded in one pass over its bytes (see
+// decodeMessages, held to json.Unmarshal into this type by its tags): the
+// fields whose type the edge checks are decoded as any and checked by a type
+// switch, which costs far less than decoding each field again from raw JSON.
+// Prompts of 100k tokens are common, so every pass over them shows in the
+// latency the gateway adds.
 type wireMessage struct {
 	Role       any             `json:"role"`
 	Name       any             `json:"name"`
@@ -118,10 +125,15 @@ func Parse(body []byte) (*Request, error) {
 	if len(body) == 0 || body[0] != '{' {
 		return nil, &Error{Message: "the request body must be a JSON object"}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	if !json.Valid(body) {
+		var v map[string]json.RawMessage
+		err := json.Unmarshal(body, &v)
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
 		return nil, &Error{Message: "the request body is not valid JSON: " + jsonErrText(err)}
 	}
+	fields := splitObject(body)
 	r := &Request{Fields: fields}
 
 	model, err := stringField(fields, "model", true)
@@ -187,9 +199,18 @@ func Parse(body []byte) (*Request, error) {
 	// was served, and a fresh prompt still tells the decider which prompt
 	// it is — one whose prefixes nobody served is cached nowhere.
 	n := len(msgs.hashes)
-	for i := max(0, n-MaxPrefixes); i < n; i++ {
-		r.Prefixes = append(r.Prefixes, &switchboardv1.PromptPrefix{Hash: msgs.hashes[i], Tokens: msgs.cumTokens[i]})
+	first := max(0, n-MaxPrefixes)
+	// One array holds them all, rather than one allocation each.
+	prefixes := make([]switchboardv1.PromptPrefix, n-first)
+	r.Prefixes = make([]*switchboardv1.PromptPrefix, n-first)
+	for i := range prefixes {
+		p := &prefixes[i]
+		p.Hash, p.Tokens = msgs.hashes[first+i], msgs.cumTokens[first+i]
+		r.Prefixes[i] = p
 	}
+	// Laid out once for every leg of the request; should it fail, which a
+	// validated body cannot, UpstreamBody tries again and says why.
+	r.upstream, _ = r.upstreamTemplate()
 	return r, nil
 }
 
@@ -198,32 +219,102 @@ func Parse(body []byte) (*Request, error) {
 // provider's business) removed. A stream always asks for the usage chunk,
 // because usage is what the decider learns from; the edge strips it again if
 // the client did not ask for it.
+//
+// The body is a JSON object with its keys sorted and each value as the
+// client sent it. Everything but the model is laid out once, when the
+// request is parsed; each call only writes the pieces and the model into one
+// buffer. It may be called from several goroutines at once (the legs of a
+// hedge).
 func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(r.Fields)+1)
-	for k, v := range r.Fields {
-		if k == "provider" {
-			continue
+	t := r.upstream
+	if t == nil {
+		var err error
+		if t, err = r.upstreamTemplate(); err != nil {
+			return nil, err
 		}
-		out[k] = v
 	}
-	m, err := json.Marshal(upstreamModel)
-	if err != nil {
-		return nil, fmt.Errorf("encode upstream model: %w", err)
+	// Sized for a model with nothing to escape, the common case.
+	size := len(upstreamModel) + 2
+	for _, p := range t.parts {
+		size += len(p)
 	}
-	out["model"] = m
+	buf := make([]byte, 0, size)
+	for i, p := range t.parts {
+		if i == t.modelAt {
+			buf = jsonobj.AppendString(buf, upstreamModel)
+		}
+		buf = append(buf, p...)
+	}
+	return buf, nil
+}
+
+// bodyTemplate is the upstream body without its model: pieces to write in
+// order, the model's value going before parts[modelAt]. The pieces point
+// into the client's body where they are its values.
+type bodyTemplate struct {
+	parts   [][]byte
+	modelAt int
+}
+
+// upstreamTemplate lays out the upstream body from Fields: the object
+// jsonobj.Encode writes for the client's fields without provider, with
+// stream_options forced to ask for usage on a stream, and a model.
+func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
+	keys := make([]string, 0, len(r.Fields)+2)
+	for k := range r.Fields {
+		if k != "provider" && k != "model" && (k != "stream_options" || !r.Stream) {
+			keys = append(keys, k)
+		}
+	}
+	keys = append(keys, "model")
+	var opts []byte
 	if r.Stream {
-		opts := map[string]json.RawMessage{}
-		if raw, ok := out["stream_options"]; ok && !isNull(raw) {
+		opts = usageOnly
+		if raw, ok := r.Fields["stream_options"]; ok && !isNull(raw) {
 			// Validated as an object by Parse.
-			if err := json.Unmarshal(raw, &opts); err != nil {
+			o := map[string]json.RawMessage{}
+			if err := json.Unmarshal(raw, &o); err != nil {
 				return nil, fmt.Errorf("decode stream_options: %w", err)
 			}
+			o["include_usage"] = json.RawMessage("true")
+			opts = jsonobj.Encode(o)
 		}
-		opts["include_usage"] = json.RawMessage("true")
-		out["stream_options"] = jsonobj.Encode(opts)
+		keys = append(keys, "stream_options")
 	}
-	return jsonobj.Encode(out), nil
+	slices.Sort(keys)
+	t := &bodyTemplate{parts: make([][]byte, 0, 2*len(keys)+1)}
+	// Each key, with the comma before it and the colon after it, is one
+	// piece; its value, the next.
+	size := 0
+	for _, k := range keys {
+		size += len(k) + 4
+	}
+	heads := make([]byte, 0, size)
+	for i, k := range keys {
+		start := len(heads)
+		if i == 0 {
+			heads = append(heads, '{')
+		} else {
+			heads = append(heads, ',')
+		}
+		heads = jsonobj.AppendString(heads, k)
+		heads = append(heads, ':')
+		t.parts = append(t.parts, heads[start:len(heads):len(heads)])
+		switch {
+		case k == "model":
+			t.modelAt = len(t.parts)
+		case k == "stream_options" && r.Stream:
+			t.parts = append(t.parts, opts)
+		default:
+			t.parts = append(t.parts, bytes.TrimSpace(r.Fields[k]))
+		}
+	}
+	t.parts = append(t.parts, []byte("}"))
+	return t, nil
 }
+
+// usageOnly is the stream_options of a stream whose client sent none.
+var usageOnly = []byte(`{"include_usage":true}`)
 
 type parsedMessages struct {
 	counted []tokens.Message
@@ -237,8 +328,9 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	if len(raw) == 0 || isNull(raw) {
 		return out, fieldErr("messages", "is required")
 	}
-	var msgs []wireMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
+	// raw is valid JSON: Parse checked the body.
+	msgs, ok := decodeMessages(raw, nil)
+	if !ok {
 		return out, structureError(raw)
 	}
 	if len(msgs) == 0 {
@@ -493,11 +585,29 @@ func asString(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", false
 	}
+	if len(raw) >= 2 && raw[len(raw)-1] == '"' {
+		inner := raw[1 : len(raw)-1]
+		if bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && utf8.Valid(inner) && !hasControl(inner) {
+			// Nothing to unescape or replace: the string is its bytes.
+			return string(inner), true
+		}
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
 	}
 	return s, true
+}
+
+// hasControl reports whether b holds a control character, which a JSON
+// string may not.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // compact returns raw JSON without insignificant whitespace, so the token

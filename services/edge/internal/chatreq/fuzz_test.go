@@ -1,6 +1,7 @@
 package chatreq
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -10,22 +11,7 @@ import (
 // failure is an *Error, and that every accepted body yields a valid JSON
 // upstream body without the provider field.
 func FuzzParseChatRequest(f *testing.F) {
-	seeds := []string{
-		`{"model":"m","messages":[{"role":"user","content":"hello"}]}`,
-		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"x"}]}]}`,
-		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
-		`{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"only":["a"],"sort":"price","max_price":{"prompt":1},"preferred_max_latency":2.5}}`,
-		`{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"bogus":1}}`,
-		`{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"q"}]}`,
-		`{"model":1}`,
-		`{"model":"m","messages":[1]}`,
-		`[]`,
-		`{`,
-		`null`,
-		``,
-		"{\"model\":\"\xff\",\"messages\":[]}",
-	}
-	for _, s := range seeds {
+	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -51,5 +37,27 @@ func FuzzParseChatRequest(f *testing.F) {
 		if _, ok := m["provider"]; ok {
 			t.Fatal("provider forwarded upstream")
 		}
+		want, err := referenceUpstreamBody(r, "upstream")
+		if err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("upstream body differs from the reference (%v):\n got %s\nwant %s", err, out, want)
+		}
 	})
+}
+
+// fuzzSeeds are bodies good and bad, for the fuzz test and the upstream
+// body's differential test.
+var fuzzSeeds = []string{
+	`{"model":"m","messages":[{"role":"user","content":"hello"}]}`,
+	`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"x"}]}]}`,
+	`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"only":["a"],"sort":"price","max_price":{"prompt":1},"preferred_max_latency":2.5}}`,
+	`{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"bogus":1}}`,
+	`{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"q"}]}`,
+	`{"model":1}`,
+	`{"model":"m","messages":[1]}`,
+	`[]`,
+	`{`,
+	`null`,
+	``,
+	"{\"model\":\"\xff\",\"messages\":[]}",
 }

@@ -24,7 +24,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -72,7 +71,6 @@ type Options struct {
 // Store looks credentials up. It is safe for concurrent use.
 type Store struct {
 	opts Options
-	name *regexp.Regexp
 	log  *slog.Logger
 	// files is the directory as last read.
 	files atomic.Pointer[snapshot]
@@ -113,8 +111,7 @@ func New(o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{opts: o, log: o.Logger, seen: map[string]fileStamp{},
-		name: regexp.MustCompile(`^` + regexp.QuoteMeta(o.Prefix) + `[A-Z0-9_]+$`)}
+	s := &Store{opts: o, log: o.Logger, seen: map[string]fileStamp{}}
 	for n := range o.Hosts {
 		if !s.ValidName(n) {
 			return nil, fmt.Errorf("provider key hosts: %q: %w (must be %s followed by A-Z, 0-9 or _)", n, ErrOutsideNamespace, o.Prefix)
@@ -131,8 +128,20 @@ func New(o Options) (*Store, error) {
 	return s, nil
 }
 
-// ValidName reports whether name is in the provider credential namespace.
-func (s *Store) ValidName(name string) bool { return s.name.MatchString(name) }
+// ValidName reports whether name is in the provider credential namespace:
+// the prefix followed by one or more of A-Z, 0-9 and _.
+func (s *Store) ValidName(name string) bool {
+	rest, ok := strings.CutPrefix(name, s.opts.Prefix)
+	if !ok || rest == "" {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
 
 // Run re-reads the directory every Reload until ctx ends. Without a
 // directory it returns at once.

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,19 @@ func TestReplacedFileWithSameSizeAndTimeIsReRead(t *testing.T) {
 	got, err = s.Lookup("SWITCHBOARD_PROVIDER_KEY_ALPHA", target)
 	require.NoError(t, err)
 	require.Equal(t, "sk-new-value", got)
+}
+
+// TestValidNameIsTheNamespacePattern: a name is valid exactly when it
+// matches ^PREFIX[A-Z0-9_]+$.
+func TestValidNameIsTheNamespacePattern(t *testing.T) {
+	for _, prefix := range []string{"SWITCHBOARD_PROVIDER_KEY_", "P.K+"} {
+		s, err := New(Options{Prefix: prefix, Getenv: func(string) string { return "" }})
+		require.NoError(t, err)
+		re := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `[A-Z0-9_]+$`)
+		for _, rest := range []string{"", "A", "OPENAI", "OPENAI_2", "_", "9", "openai", "A-B", "A\n", "A B", "É", "A\x00", "ABC$", "\nA"} {
+			for _, name := range []string{prefix + rest, rest, "X" + prefix + rest, prefix[:len(prefix)-1] + rest} {
+				require.Equal(t, re.MatchString(name), s.ValidName(name), "prefix %q, name %q", prefix, name)
+			}
+		}
+	}
 }

@@ -31,7 +31,6 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		Hedge:      s.hedge,
 		Stream:     c.Stream,
 		Duration:   durationpb.New(now.Sub(c.Received)),
-		Usage:      &switchboardv1.Usage{},
 	}
 	r.Attempts = s.attemptRecords()
 
@@ -39,10 +38,12 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	switch {
 	case errors.As(err, &f):
 		r.Status, r.HttpStatus, r.Error = switchboardv1.CallStatus_CALL_STATUS_FAILED, int32(f.Status), f.Message
+		r.Usage = &switchboardv1.Usage{}
 		return r
 	case err != nil || s.winner == nil:
 		// The client left before anything was written: it pays nothing.
 		r.Status, r.HttpStatus, r.Error = switchboardv1.CallStatus_CALL_STATUS_CLIENT_CANCELLED, StatusClientClosedRequest, "client went away"
+		r.Usage = &switchboardv1.Usage{}
 		return r
 	}
 
@@ -69,7 +70,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 // them: every leg and every endpoint skipped, in order.
 func (s *serving) attemptRecords() []*switchboardv1.Attempt {
 	c := s.call
-	var out []*switchboardv1.Attempt
+	out := make([]*switchboardv1.Attempt, 0, len(s.attempts))
 	for _, at := range s.attempts {
 		if sk := at.skip; sk != nil {
 			// Not a provider call: no status, no cost.
@@ -90,7 +91,7 @@ func (s *serving) attemptRecords() []*switchboardv1.Attempt {
 			Outcome:    l.Result.Outcome,
 			HttpStatus: int32(l.Result.Status),
 			Hedge:      l.hedge,
-			CostUsd:    c.bill(l).Provider().GetCostUsd(),
+			CostUsd:    c.bill(l).ProviderCost(),
 			StartTime:  timestamppb.New(l.Result.Start),
 		}
 		if l.Result.HasTTFT {

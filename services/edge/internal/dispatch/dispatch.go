@@ -355,6 +355,11 @@ func (d *Dispatcher) logAttempt(call Call, l *leg) {
 	if res.Outcome != switchboardv1.Outcome_OUTCOME_OK {
 		level = slog.LevelWarn
 	}
+	if !d.log.Enabled(context.Background(), level) {
+		// A line not written costs nothing, not even its fields boxed:
+		// every successful attempt logs at debug.
+		return
+	}
 	d.log.Log(context.Background(), level, "upstream attempt",
 		"request_id", call.RequestID,
 		"probe_id", call.ProbeID,

@@ -17,15 +17,18 @@ type reservations struct {
 	used map[string]bool
 	// refused are endpoints the broker refused (or could not be asked
 	// about) for this request; they are not asked again.
+	//
+	// The maps are made when first written: most requests use one
+	// reservation, on one endpoint, and are refused none.
 	refused map[string]bool
 }
 
 // newReservations starts the bookkeeping of a request, holding Decide's
 // reservation on its endpoint when there is one.
 func newReservations(ledger Ledger, a *Admission) *reservations {
-	r := &reservations{ledger: ledger, held: map[string]string{}, used: map[string]bool{}, refused: map[string]bool{}}
+	r := &reservations{ledger: ledger}
 	if a != nil && a.ReservationID != "" && a.EndpointID != "" {
-		r.held[a.EndpointID] = a.ReservationID
+		r.held = map[string]string{a.EndpointID: a.ReservationID}
 		r.granted(a.ReservationID)
 	}
 	return r
@@ -57,6 +60,9 @@ func (r *reservations) keep(endpointID, id string) {
 	if old, ok := r.held[endpointID]; ok && old != id {
 		r.spare = append(r.spare, old)
 	}
+	if r.held == nil {
+		r.held = map[string]string{}
+	}
 	r.held[endpointID] = id
 }
 
@@ -64,14 +70,22 @@ func (r *reservations) keep(endpointID, id string) {
 // leg's report, never released.
 func (r *reservations) use(id string) {
 	if id != "" {
-		r.used[id] = true
+		r.markUsed(id)
 	}
+}
+
+// markUsed records id among the used reservations.
+func (r *reservations) markUsed(id string) {
+	if r.used == nil {
+		r.used = map[string]bool{}
+	}
+	r.used[id] = true
 }
 
 // closed marks a used reservation reconciled by a Reconcile RPC, and tells
 // the ledger to stop declaring it.
 func (r *reservations) closed(id string) {
-	r.used[id] = true
+	r.markUsed(id)
 	r.forget(id)
 }
 
@@ -83,7 +97,12 @@ func (r *reservations) forget(id string) {
 }
 
 // refuse remembers an endpoint the broker refused for this request.
-func (r *reservations) refuse(endpointID string) { r.refused[endpointID] = true }
+func (r *reservations) refuse(endpointID string) {
+	if r.refused == nil {
+		r.refused = map[string]bool{}
+	}
+	r.refused[endpointID] = true
+}
 
 // isRefused reports whether the broker refused an endpoint for this request.
 func (r *reservations) isRefused(endpointID string) bool { return r.refused[endpointID] }

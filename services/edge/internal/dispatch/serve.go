@@ -38,10 +38,17 @@ type serving struct {
 	// (code retry_budget or non_retryable): not an attempt, the reason
 	// there was none more.
 	stopped *skip
+
+	// legsBuf and attemptsBuf back legs and attempts up to two entries,
+	// all most requests have, so that they cost no allocation of their own.
+	legsBuf     [2]*leg
+	attemptsBuf [2]attempt
 }
 
 func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
-	return &serving{d: d, call: call, w: w, rsv: newReservations(d.opts.Ledger, call.Admission)}
+	s := &serving{d: d, call: call, w: w, rsv: newReservations(d.opts.Ledger, call.Admission)}
+	s.legs, s.attempts = s.legsBuf[:0], s.attemptsBuf[:0]
+	return s
 }
 
 // serve runs the attempts: the first one hedged when the plan says so, then
@@ -54,9 +61,8 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		return &Failure{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_available_provider",
 			Message: "no provider is available for this request"}
 	}
-	tried := make(map[string]bool, len(plan)+1)
 	for i, ep := range plan {
-		if tried[ep.GetId()] || s.rsv.isRefused(ep.GetId()) {
+		if s.tried(ep.GetId()) || s.rsv.isRefused(ep.GetId()) {
 			continue
 		}
 		if len(s.legs) >= d.opts.MaxAttempts {
@@ -84,9 +90,6 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 			hedgeEp = s.hedgeTarget(ep)
 		}
 		winner, losers, err := s.try(ctx, ep, id, hedgeEp)
-		for _, l := range s.legs {
-			tried[l.Endpoint.GetId()] = true
-		}
 		if err != nil {
 			return err
 		}
@@ -95,6 +98,17 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		}
 	}
 	return s.retrySame(ctx, plan)
+}
+
+// tried reports whether a leg was started on the endpoint: a request has
+// MaxAttempts legs at most, fewer than a set would be worth.
+func (s *serving) tried(endpointID string) bool {
+	for _, l := range s.legs {
+		if l.Endpoint.GetId() == endpointID {
+			return true
+		}
+	}
+	return false
 }
 
 // deliver relays the winner's answer to the client, with the losers of
@@ -125,6 +139,7 @@ func (s *serving) deliver(ctx context.Context, winner *leg, losers []*leg) error
 // is reported before try returns.
 func (s *serving) try(ctx context.Context, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (winner *leg, losers []*leg, err error) {
 	r := &race{done: make(chan *leg, 2), stopAcquire: func() {}}
+	r.running = r.runningBuf[:0]
 	stop := s.start(ctx, r, ep, id, hedgeEp)
 	defer stop()
 	defer func() {
@@ -172,6 +187,8 @@ type race struct {
 	stopAcquire func()
 	// final is the first provider rejection of the request itself.
 	final *Failure
+	// runningBuf backs running: a race has two legs at most.
+	runningBuf [2]*leg
 }
 
 // start launches the attempt's primary leg and, for an immediate hedge the
@@ -179,7 +196,9 @@ type race struct {
 // the race's delay. It returns what stops the delay's timer.
 func (s *serving) start(ctx context.Context, r *race, ep *switchboardv1.Endpoint, id string, hedgeEp *switchboardv1.Endpoint) (stop func()) {
 	if hedgeEp == nil {
-		s.launch(ctx, r, ep, false, id)
+		// A race of one leg has nothing to run beside its open: the leg
+		// is opened on the request's goroutine, the race's only waiter.
+		openLeg(ctx, r, s.addLeg(ctx, r, ep, false, id))
 		return func() {}
 	}
 	if s.hedge.GetMode() == switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE {
@@ -213,6 +232,13 @@ func (s *serving) start(ctx context.Context, r *race, ep *switchboardv1.Endpoint
 // launch starts a leg on ep under reservation, opening it on its own
 // goroutine, which sends it on the race's done channel when open returns.
 func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoint, hedge bool, reservation string) {
+	l := s.addLeg(ctx, r, ep, hedge, reservation)
+	go openLeg(ctx, r, l)
+}
+
+// addLeg prepares a leg on ep under reservation as one of the race's legs,
+// to be opened by openLeg.
+func (s *serving) addLeg(ctx context.Context, r *race, ep *switchboardv1.Endpoint, hedge bool, reservation string) *leg {
 	l := s.d.newLeg(ctx, s.call, ep, hedge)
 	l.reservation = reservation
 	s.rsv.use(reservation)
@@ -220,11 +246,14 @@ func (s *serving) launch(ctx context.Context, r *race, ep *switchboardv1.Endpoin
 	s.legs = append(s.legs, l)
 	s.attempts = append(s.attempts, attempt{leg: l})
 	r.running = append(r.running, l)
-	go func() {
-		l.Opened(l.Open(ctx))
-		close(l.opened)
-		r.done <- l // never blocks: one slot per leg
-	}()
+	return l
+}
+
+// openLeg opens a leg of the race and sends it on the race's done channel.
+func openLeg(ctx context.Context, r *race, l *leg) {
+	l.Opened(l.Open(ctx))
+	close(l.opened)
+	r.done <- l // never blocks: one slot per leg
 }
 
 // legDone handles a leg whose open returned. over is set when the race

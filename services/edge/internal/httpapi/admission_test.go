@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -247,4 +249,32 @@ func TestRefusalCodeAndQueueHeaders(t *testing.T) {
 	h := http.Header{}
 	setQueueHeaders(h, switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED, nil)
 	require.Equal(t, http.Header{HeaderWorkloadClass: {"interactive"}}, h, "no queue headers for a request that did not wait")
+}
+
+// TestWithKeyHashIsACloneWithTheKey: withKeyHash copies every field of an
+// identity, those added to it later included (the test sets them all), and
+// its unknown fields, as proto.Clone does, and sets the key hash.
+func TestWithKeyHashIsACloneWithTheKey(t *testing.T) {
+	id := &switchboardv1.Identity{}
+	m := id.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("v-"+string(fd.Name())))
+		case protoreflect.EnumKind:
+			vals := fd.Enum().Values()
+			m.Set(fd, protoreflect.ValueOfEnum(vals.Get(vals.Len()-1).Number()))
+		default:
+			t.Fatalf("identity field %s of kind %s: teach withKeyHash and this test about it", fd.Name(), fd.Kind())
+		}
+	}
+	m.SetUnknown(protoreflect.RawFields{0xf8, 0x07, 0x01}) // field 127, varint 1
+	want := proto.Clone(id).(*switchboardv1.Identity)
+	want.ApiKeySha256 = "h"
+	got := withKeyHash(id, "h")
+	require.True(t, proto.Equal(want, got), "got %v, want %v", got, want)
+	require.Equal(t, []byte(want.ProtoReflect().GetUnknown()), []byte(got.ProtoReflect().GetUnknown()))
+	require.Equal(t, "v-api_key_sha256", id.GetApiKeySha256(), "the original is left as it was")
 }

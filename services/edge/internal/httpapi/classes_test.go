@@ -61,7 +61,7 @@ func decideOnce(t *testing.T, d *stubDecider) (*httptest.ResponseRecorder, *swit
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 	c := &chatRequest{keyHash: "h", identity: &switchboardv1.Identity{ApiKeySha256: "h"}, req: &chatreq.Request{Model: asked}}
-	return w, s.decide(w, r, slog.New(slog.DiscardHandler), "gen-1", c, false)
+	return w, s.decide(w, r, reqLog{ctx: context.Background(), log: slog.New(slog.DiscardHandler), id: "gen-1"}, "gen-1", c, false)
 }
 
 // TestDecideFallsBackOnce: a refusal naming the class's fallback model is

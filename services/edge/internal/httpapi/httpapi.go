@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base32"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -23,7 +25,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
@@ -161,24 +162,22 @@ func New(o Options) *Server {
 	return s
 }
 
-type requestIDKey struct{}
-
 // withRequestID gives every request an id, sent back as x-request-id
-// before anything else can answer, and kept in the context for the
-// handler that needs it (the completion id).
+// before anything else can answer, and read back from there by the
+// handler that needs it (the completion id): a context value would cost a
+// copy of the request.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := newRequestID()
-		w.Header().Set(HeaderOpenAIRequestID, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		w.Header()[HeaderOpenAIRequestID] = []string{newRequestID()}
+		next.ServeHTTP(w, r)
 	})
 }
 
 // requestID is the id withRequestID gave the request (a new one when the
 // handler runs without it, as in unit tests).
-func requestID(ctx context.Context) string {
-	if id, ok := ctx.Value(requestIDKey{}).(string); ok {
-		return id
+func requestID(w http.ResponseWriter) string {
+	if v := w.Header()[HeaderOpenAIRequestID]; len(v) > 0 && v[0] != "" {
+		return v[0]
 	}
 	return newRequestID()
 }
@@ -245,21 +244,41 @@ func newRequestID() string { return requestIDAt(time.Now()) }
 // by id, appends to its index rather than writing a random page of it per
 // record; the random part keeps ids unguessable and unique.
 func requestIDAt(t time.Time) string {
-	b := make([]byte, 0, 4+12+26)
-	b = append(b, "gen-"...)
-	b = fmt.Appendf(b, "%012x", uint64(t.UnixMilli())&(1<<48-1))
-	b = append(b, strings.ToLower(rand.Text())[:16]...)
-	return string(b)
+	var b [4 + 12 + 16]byte
+	copy(b[:], "gen-")
+	ms := uint64(t.UnixMilli()) & (1<<48 - 1)
+	for i := 15; i >= 4; i-- {
+		b[i] = hexDigits[ms&0xf]
+		ms >>= 4
+	}
+	// Ten random bytes are sixteen base32 characters, 80 bits.
+	var rnd [10]byte
+	_, _ = rand.Read(rnd[:])
+	idBase32.Encode(b[16:], rnd[:])
+	return string(b[:])
 }
 
-// headerValue makes a decider-supplied string safe as a header value.
+const hexDigits = "0123456789abcdef"
+
+// idBase32 writes the random part of a request id: RFC 4648 base32 in
+// lower case, without padding.
+var idBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// headerValue makes a decider-supplied string safe as a header value:
+// control characters become spaces, and invalid UTF-8 the replacement
+// character. Printable ASCII, what it nearly always is, is left as it is.
 func headerValue(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return strings.Map(func(r rune) rune {
+				if r < ' ' || r == 0x7f {
+					return ' '
+				}
+				return r
+			}, s)
 		}
-		return r
-	}, s)
+	}
+	return s
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -267,9 +286,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	reqID := requestID(r.Context())
+	reqID := requestID(w)
 	w.Header().Set(HeaderRequestID, reqID)
-	log := s.log.With("request_id", reqID)
+	// Under no request context, as the logger's own methods log: a
+	// handler reading fields from the context adds none to these lines.
+	log := reqLog{ctx: context.Background(), log: s.log, id: reqID}
 
 	c, ok := s.readChat(w, r)
 	if !ok {
@@ -281,6 +302,39 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveChat(w, r, log, reqID, began, c, resp)
+}
+
+// reqLog logs the lines of one request, each with its request_id first, as
+// a logger made by With would, without making that logger for every
+// request: most of its lines are never written.
+type reqLog struct {
+	// ctx is the context its lines are logged under.
+	ctx context.Context
+	log *slog.Logger
+	id  string
+}
+
+// Info logs at info level, as [slog.Logger.Info].
+func (l reqLog) Info(msg string, args ...any) { l.write(slog.LevelInfo, msg, args) }
+
+// Warn logs at warn level, as [slog.Logger.Warn].
+func (l reqLog) Warn(msg string, args ...any) { l.write(slog.LevelWarn, msg, args) }
+
+// Error logs at error level, as [slog.Logger.Error].
+func (l reqLog) Error(msg string, args ...any) { l.write(slog.LevelError, msg, args) }
+
+// write logs one line at level, recording its caller's caller as its
+// source, as slog's own methods do.
+func (l reqLog) write(level slog.Level, msg string, args []any) {
+	if !l.log.Enabled(l.ctx, level) {
+		return
+	}
+	var pcs [1]uintptr
+	runtime.Callers(3, pcs[:]) // skip Callers, write and Info (or Warn, Error)
+	rec := slog.NewRecord(time.Now(), level, msg, pcs[0])
+	rec.AddAttrs(slog.String("request_id", l.id))
+	rec.Add(args...)
+	_ = l.log.Handler().Handle(l.ctx, rec)
 }
 
 // chatRequest is a client's chat request once read: the hash of the API key
@@ -357,7 +411,7 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest,
 // decider refuses naming the class's fallback model, it asks once more for
 // that model (a fallback never falls back again). When the decider fails
 // or refuses, it answers the client and returns nil.
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, log *slog.Logger, reqID string, c *chatRequest, debug bool) *switchboardv1.DecideResponse {
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, log reqLog, reqID string, c *chatRequest, debug bool) *switchboardv1.DecideResponse {
 	resp, err := s.decideModel(r, reqID, c, c.req.Model, debug)
 	if fb := resp.GetRefusal().GetFallbackModel(); err == nil && fb != "" {
 		log.Info("admission refused; serving the class's fallback model", "model", c.req.Model, "fallback_model", fb,
@@ -458,7 +512,7 @@ func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, mode
 
 // serveChat dispatches a decided chat request to its endpoints and answers
 // the client with the first good answer or the error of the last.
-func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log *slog.Logger, reqID string, began time.Time, c *chatRequest, resp *switchboardv1.DecideResponse) {
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, reqID string, began time.Time, c *chatRequest, resp *switchboardv1.DecideResponse) {
 	identity, req := c.identity, c.req
 	model := resp.GetModel()
 	if model == "" {
@@ -519,8 +573,7 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		// The resolved identity (its app, environment, workload class),
 		// and the key hash: the decider lets an edge act only for a client
 		// it authenticated by key.
-		who = proto.Clone(who).(*switchboardv1.Identity)
-		who.ApiKeySha256 = asked.GetApiKeySha256()
+		who = withKeyHash(who, asked.GetApiKeySha256())
 	}
 	demand := resp.GetDemand()
 	if demand == nil {
@@ -536,6 +589,25 @@ func (s *Server) admission(resp *switchboardv1.DecideResponse, asked *switchboar
 		Demand:        demand,
 		TTL:           s.opts.ReservationTTL,
 	}
+}
+
+// withKeyHash is a copy of id, unknown fields included, with its key hash
+// set to hash: what proto.Clone and a set would make, without cloning by
+// reflection.
+func withKeyHash(id *switchboardv1.Identity, hash string) *switchboardv1.Identity {
+	c := &switchboardv1.Identity{
+		TenantId:      id.GetTenantId(),
+		ApiKeyId:      id.GetApiKeyId(),
+		ApiKeySha256:  hash,
+		App:           id.GetApp(),
+		Environment:   id.GetEnvironment(),
+		Partner:       id.GetPartner(),
+		WorkloadClass: id.GetWorkloadClass(),
+	}
+	if u := id.ProtoReflect().GetUnknown(); len(u) > 0 {
+		c.ProtoReflect().SetUnknown(slices.Clone(u))
+	}
+	return c
 }
 
 // maxPresizedBody bounds the buffer allocated ahead of a body from its

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +66,18 @@ func TestRetryAfterFromRefusal(t *testing.T) {
 
 func TestHeaderValue(t *testing.T) {
 	require.Equal(t, "a b c", headerValue("a\nb\rc"))
+	// What it always did: every rune mapped, control characters to spaces.
+	reference := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return ' '
+			}
+			return r
+		}, s)
+	}
+	for _, s := range []string{"", "alpha: cheapest (0.2 USD/M)", "tab\there", "del\x7f", "caf\u00e9", "bad\xffutf8", "\x00", "~ok~"} {
+		require.Equal(t, reference(s), headerValue(s), "%q", s)
+	}
 }
 
 // Request ids sort in the order they were made (the activity log appends to

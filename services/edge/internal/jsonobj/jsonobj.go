@@ -1,5 +1,6 @@
-// Package jsonobj writes JSON objects from already valid raw values, for the
-// request bodies the edge sends providers and the usage chunks it adds.
+// Package jsonobj writes JSON objects from already valid raw values, and JSON
+// strings, for the request bodies the edge sends providers, the usage chunks
+// it adds and the names it sets in answers.
 package jsonobj
 
 import (
@@ -25,10 +26,24 @@ func Encode(fields map[string]json.RawMessage) []byte {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		q, _ := json.Marshal(k)
-		buf = append(buf, q...)
+		buf = AppendString(buf, k)
 		buf = append(buf, ':')
 		buf = append(buf, bytes.TrimSpace(fields[k])...)
 	}
 	return append(buf, '}')
+}
+
+// AppendString appends s as a JSON string, byte for byte as json.Marshal
+// writes it (HTML-safe, invalid UTF-8 replaced); a string of printable ASCII
+// with nothing to escape, as names and ids are, is copied as it is.
+func AppendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

@@ -50,9 +50,17 @@ type truncatedAnswer struct {
 	length bool
 }
 
-// Observe parses only the chunks that finish a choice.
+// lengthValue is the finish reason "length" as JSON writes it unescaped.
+var lengthValue = []byte(`"length"`)
+
+// Observe parses only the chunks that finish a choice and may say
+// "length": without a backslash in the chunk, the string can only be
+// written as it is, so a chunk holding neither is passed over unparsed.
 func (a *truncatedAnswer) Observe(c *Chunk) {
 	if !c.Finish || a.length {
+		return
+	}
+	if bytes.IndexByte(c.Data, '\\') < 0 && !bytes.Contains(c.Data, lengthValue) {
 		return
 	}
 	var v struct {

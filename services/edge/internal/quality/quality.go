@@ -71,11 +71,16 @@ var Default = []Check{MalformedToolCall{}, Empty{}, Truncated{}}
 type Run struct {
 	names   []string
 	answers []Answer
+	// namesBuf and answersBuf back names and answers for up to four
+	// checks (Default has three), so that a Run is one allocation.
+	namesBuf   [4]string
+	answersBuf [4]Answer
 }
 
 // Start begins checking one answer to req with checks.
 func Start(req Request, checks []Check) *Run {
 	r := &Run{}
+	r.names, r.answers = r.namesBuf[:0], r.answersBuf[:0]
 	for _, c := range checks {
 		if a := c.Start(req); a != nil {
 			r.names = append(r.names, c.Name())

@@ -69,6 +69,19 @@ func TestChecks(t *testing.T) {
 			want:   []string{NameTruncated},
 		},
 		{
+			name:   "length written with escapes is length",
+			req:    Request{Stream: true, MaxTokens: 1000},
+			chunks: []Chunk{chunk(`{"choices":[{"delta":{"content":"Hel"},"finish_reason":"\u006cength"}]}`, true, 3)},
+			end:    End{Finished: true, Usage: usage(200)},
+			want:   []string{NameTruncated},
+		},
+		{
+			name:   "length in the text is not a finish reason",
+			req:    Request{Stream: true, MaxTokens: 1000},
+			chunks: []Chunk{chunk(`{"choices":[{"delta":{"content":"\"length\""},"finish_reason":"stop"}]}`, true, 8)},
+			end:    End{Finished: true, Usage: usage(200)},
+		},
+		{
 			name:   "length at max_tokens: the client's limit",
 			req:    Request{Stream: true, MaxTokens: 200},
 			chunks: []Chunk{chunk(`{"choices":[{"delta":{"content":"Hel"},"finish_reason":"length"}]}`, true, 3)},

@@ -360,6 +360,10 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 		return s.skip(2)
 	}
 	c.hasUsage = true
+	if rw.usageMembers == nil {
+		// A usage has a handful of members: room for them at once.
+		rw.usageMembers = make([]member, 0, 8)
+	}
 	s.pos++
 	var in, out, cached, hit int64
 	var details, hitSet, bad bool

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
 // Info is what the edge learns from one answer or stream chunk.
@@ -331,6 +332,5 @@ func (rw *Rewriter) markRepeated(data []byte, ms []member) {
 
 // String is s as a JSON string.
 func String(s string) json.RawMessage {
-	b, _ := json.Marshal(s)
-	return b
+	return jsonobj.AppendString(make([]byte, 0, len(s)+2), s)
 }

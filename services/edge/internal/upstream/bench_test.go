@@ -30,6 +30,10 @@ func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 func (d *discard) Flush()                      { d.flushes++ }
 
+// SetWriteDeadline takes the write deadlines the server's own response
+// writer takes; without it every deadline would cost an error.
+func (d *discard) SetWriteDeadline(time.Time) error { return nil }
+
 // BenchmarkStreamedLeg is one streamed call end to end on loopback: a
 // provider streaming five small chunks (the last with finish_reason and
 // usage) and [DONE], each flushed, read, rewritten and relayed by a leg.

@@ -181,14 +181,20 @@ func (cw *clientWriter) send(events []byte) bool {
 // attempt can still be abandoned for another endpoint.
 func setAnswerHeaders(w http.ResponseWriter, ep *switchboardv1.Endpoint, stream bool) {
 	h := w.Header()
+	// What Set does, with the values in one array rather than one each.
 	if stream {
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
+		v := [...]string{"text/event-stream", "no-cache", "no", ep.GetProvider()}
+		vals := v[:]
+		h["Content-Type"] = vals[0:1:1]
+		h["Cache-Control"] = vals[1:2:2]
 		// Stops nginx-style proxies in front of the edge from buffering the stream.
-		h.Set("X-Accel-Buffering", "no")
+		h["X-Accel-Buffering"] = vals[2:3:3]
+		h["X-Switchboard-Provider"] = vals[3:4:4]
 	} else {
-		h.Set("Content-Type", "application/json")
+		v := [...]string{"application/json", ep.GetProvider()}
+		vals := v[:]
+		h["Content-Type"] = vals[0:1:1]
+		h["X-Switchboard-Provider"] = vals[1:2:2]
 	}
-	h.Set("X-Switchboard-Provider", ep.GetProvider())
 	w.WriteHeader(http.StatusOK)
 }

@@ -39,15 +39,18 @@ func (l *Leg) Open(ctx context.Context) bool {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "invalid endpoint address", "invalid endpoint address")
 		return false
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", l.c.opts.UserAgent)
+	// What Set does, with the values in one array rather than one each.
+	v := [...]string{"application/json", l.c.opts.UserAgent, "application/json", ""}
+	vals := v[:]
 	if l.req.Stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
+		vals[2] = "text/event-stream"
 	}
+	req.Header["Content-Type"] = vals[0:1:1]
+	req.Header["User-Agent"] = vals[1:2:2]
+	req.Header["Accept"] = vals[2:3:3]
 	if l.secret != "" {
-		req.Header.Set("Authorization", "Bearer "+l.secret)
+		vals[3] = "Bearer " + l.secret
+		req.Header["Authorization"] = vals[3:4:4]
 	}
 
 	resp, err := l.c.opts.Client.Do(req) //nolint:bodyclose // the leg owns resp and closes its body when it ends

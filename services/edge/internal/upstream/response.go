@@ -58,16 +58,24 @@ const maxErrorText = 512
 func rateLimitHeaders(h http.Header) []*switchboardv1.Header {
 	var out []*switchboardv1.Header
 	for name, values := range h {
-		lower := strings.ToLower(name)
-		if !strings.HasPrefix(lower, "x-ratelimit-") && lower != "retry-after" {
+		// Only the names kept are lowered: the others cost nothing.
+		if !hasPrefixFold(name, "x-ratelimit-") && !strings.EqualFold(name, "retry-after") {
 			continue
 		}
+		lower := strings.ToLower(name)
 		for _, v := range values {
 			out = append(out, &switchboardv1.Header{Name: lower, Value: v})
 		}
 	}
 	slices.SortFunc(out, func(a, b *switchboardv1.Header) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// hasPrefixFold reports whether s begins with prefix, case aside: for a
+// header name (ASCII, as the HTTP client accepts no other) what
+// strings.HasPrefix(strings.ToLower(s), prefix) says for a lower-case prefix.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // parseRetryAfter reads Retry-After as delay-seconds or an HTTP date; 0 when
