@@ -46,7 +46,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	w.pending = append(w.pending, p...)
 	if len(w.pending) >= maxPending {
-		w.flushLocked()
+		_ = w.flushLocked() // a write error is dropped, as a logger would drop it
 		return len(p), nil
 	}
 	if len(w.pending) == len(p) { // the first line held: write it out within the interval
