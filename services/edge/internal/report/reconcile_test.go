@@ -66,7 +66,9 @@ func TestReconcileResentUntilAcknowledged(t *testing.T) {
 func TestReconcileResentOnReconnect(t *testing.T) {
 	fd := fakedecider.Start(t)
 	fd.WithholdReconcileAcks(true)
-	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ResendAfter: time.Hour})
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ResendAfter: time.Hour,
+		// Reconnect at once: the test is about what is sent on the new stream, not when.
+		MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	run(t, s)
 	s.Reconcile(reconcileOf("r1"))
 	require.Eventually(t, func() bool { return len(sequencesOf(fd, "r1")) == 1 }, 10*time.Second, time.Millisecond)
