@@ -177,7 +177,8 @@ func growSamples(s []sample, maxSamples int) []sample {
 func (m *medianSeries) recompute(p *params, now int64, outliers bool) {
 	cutoff := now - p.window
 	// Read-only up to the first expired sample: most recomputations drop
-	// nothing, and then write nothing (ratioSeries.recompute does the same).
+	// nothing, and then write nothing (ratioSeries.recompute does the same;
+	// one generic function for both measured twice as slow per observation).
 	oldest := int64(math.MaxInt64)
 	n := 0
 	for n < len(m.samples) && m.samples[n].at > cutoff {
