@@ -91,6 +91,20 @@ func drive(ctx context.Context, t target, l load, warmup, dur time.Duration, mid
 	if l.slow {
 		url, model = t.slow, t.slowM
 	}
+	return closedLoop(ctx, l.conc, warmup, dur, t.pids, midway, func(ctx context.Context, buf []byte) (time.Duration, time.Duration, error) {
+		return call(ctx, client, newRequest(ctx, url, t.key, model, l.stream), l.stream, buf)
+	})
+}
+
+// closedLoop runs one from conc clients, each calling again as soon as its
+// last call returned, for warmup, then measures for dur: the calls that
+// ended in the measurement, their latency and time to first byte, and the
+// CPU each process of pids used. midway, if set, is called once in the
+// middle of the measurement with the calls open then. Each client's one
+// gets a buffer of its own to read into.
+func closedLoop(ctx context.Context, conc int, warmup, dur time.Duration, pids map[string]int, midway func(inflight int),
+	one func(ctx context.Context, buf []byte) (lat, first time.Duration, err error),
+) (sample, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -100,14 +114,14 @@ func drive(ctx context.Context, t target, l load, warmup, dur time.Duration, mid
 		mu        sync.Mutex
 		all       sample
 	)
-	for range l.conc {
+	for range conc {
 		wg.Go(func() {
 			var lat, first []time.Duration
 			ok, errs := 0, 0
 			buf := make([]byte, 4096)
 			for runCtx.Err() == nil {
 				inflight.Add(1)
-				d, f, err := call(runCtx, client, newRequest(runCtx, url, t.key, model, l.stream), l.stream, buf)
+				d, f, err := one(runCtx, buf)
 				inflight.Add(-1)
 				if !measuring.Load() {
 					continue // ended in the warm-up or after the measurement
@@ -135,7 +149,7 @@ func drive(ctx context.Context, t target, l load, warmup, dur time.Duration, mid
 		wg.Wait()
 		return sample{}, ctx.Err()
 	}
-	before := readCPU(t.pids)
+	before := readCPU(pids)
 	measuring.Store(true)
 	start := time.Now()
 	if midway != nil {
@@ -148,7 +162,7 @@ func drive(ctx context.Context, t target, l load, warmup, dur time.Duration, mid
 	}
 	measuring.Store(false)
 	all.elapsed = time.Since(start)
-	after := readCPU(t.pids)
+	after := readCPU(pids)
 	cancel()
 	wg.Wait()
 	all.cpu = map[string]time.Duration{}

@@ -123,7 +123,7 @@ type results struct {
 	loads   []load
 	samples map[load]map[string][]sample
 	slow    map[string]sample // the slow-stream phase, per target
-	rpc     map[rpcKey][]rpcSample
+	rpc     map[rpcKey][]sample
 	memory  memoryFigures
 }
 
@@ -175,7 +175,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (*results, error) {
 	if cfg.serve != "" {
 		return nil, serveTargets(ctx, cfg.serve, targets, w)
 	}
-	res := &results{samples: map[load]map[string][]sample{}, slow: map[string]sample{}, rpc: map[rpcKey][]rpcSample{}}
+	res := &results{samples: map[load]map[string][]sample{}, slow: map[string]sample{}, rpc: map[rpcKey][]sample{}}
 	for _, c := range cfg.concurrency {
 		for _, stream := range []bool{true, false} {
 			l := load{conc: c, stream: stream}

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -59,14 +56,6 @@ type rpcKey struct {
 	conc int
 }
 
-// rpcSample is one run of one kind of call at one concurrency.
-type rpcSample struct {
-	ok, errs        int
-	elapsed         time.Duration
-	latencies       []time.Duration // sorted
-	client, decider time.Duration   // CPU used
-}
-
 // rpcPhase calls the decider directly, as the edge would, closed-loop at
 // each of the loads' concurrencies: the latency of one call, and the CPU
 // per call of the decider and of this client (the load generator's own
@@ -84,7 +73,7 @@ func rpcPhase(ctx context.Context, cfg config, s *system, w io.Writer, res *resu
 	fmt.Fprintf(w, "%-48s %-6s %-18s %-18s %-18s %-24s %s\n", "call", "conc", "calls/s", "p50 ms", "p99 ms", "CPU µs/call decider", "CPU µs/call client")
 	for _, c := range cfg.concurrency {
 		for _, k := range rpcKinds {
-			var ss []rpcSample
+			var ss []sample
 			for range cfg.rounds {
 				// Half the loads' time: one call is simpler to measure.
 				r, err := driveRPC(ctx, conn, s, k, c, self, cfg.warmup, cfg.duration/2)
@@ -94,31 +83,15 @@ func rpcPhase(ctx context.Context, cfg config, s *system, w io.Writer, res *resu
 				ss = append(ss, r)
 			}
 			res.rpc[rpcKey{k.name, c}] = ss
-			fig := func(f func(rpcSample) float64) spread {
-				var vs []float64
-				for _, r := range ss {
-					vs = append(vs, f(r))
-				}
-				return spreadOf(vs)
-			}
-			perCall := func(d func(rpcSample) time.Duration) func(rpcSample) float64 {
-				return func(r rpcSample) float64 {
-					if r.ok == 0 {
-						return 0
-					}
-					return float64(d(r)) / float64(time.Microsecond) / float64(r.ok)
-				}
-			}
+			fig := func(f func(sample) float64) spread { return spreadOf(figure(ss, f)) }
 			errs := 0
 			for _, r := range ss {
 				errs += r.errs
 			}
 			fmt.Fprintf(w, "%-48s %-6d %-18s %-18s %-18s %-24s %s", k.name, c,
-				fig(func(r rpcSample) float64 { return float64(r.ok) / r.elapsed.Seconds() }).format("%.0f"),
-				fig(func(r rpcSample) float64 { return ms(percentile(r.latencies, 50)) }).format("%.3f"),
-				fig(func(r rpcSample) float64 { return ms(percentile(r.latencies, 99)) }).format("%.3f"),
-				fig(perCall(func(r rpcSample) time.Duration { return r.decider })).format("%.0f"),
-				fig(perCall(func(r rpcSample) time.Duration { return r.client })).format("%.0f"))
+				fig(rps).format("%.0f"), fig(p50).format("%.3f"), fig(p99).format("%.3f"),
+				fig(func(r sample) float64 { return r.cpuPerReq("decider") }).format("%.0f"),
+				fig(func(r sample) float64 { return r.cpuPerReq("client") }).format("%.0f"))
 			if errs > 0 {
 				fmt.Fprintf(w, "   (%d errors)", errs)
 			}
@@ -130,61 +103,15 @@ func rpcPhase(ctx context.Context, cfg config, s *system, w io.Writer, res *resu
 }
 
 // driveRPC makes k's call closed-loop from conc clients for warmup, then
-// measures for dur.
-func driveRPC(ctx context.Context, conn *grpc.ClientConn, s *system, k rpcKind, conc, self int, warmup, dur time.Duration) (rpcSample, error) {
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		measuring atomic.Bool
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		all       rpcSample
-	)
-	for range conc {
-		wg.Go(func() {
-			var lat []time.Duration
-			ok, errs := 0, 0
-			for runCtx.Err() == nil {
-				start := time.Now()
-				cctx, ccancel := context.WithTimeout(runCtx, 5*time.Second)
-				err := k.call(cctx, conn, s)
-				ccancel()
-				d := time.Since(start)
-				if !measuring.Load() {
-					continue
-				}
-				if err != nil {
-					if runCtx.Err() == nil {
-						errs++
-					}
-					continue
-				}
-				ok++
-				lat = append(lat, d)
-			}
-			mu.Lock()
-			all.ok += ok
-			all.errs += errs
-			all.latencies = append(all.latencies, lat...)
-			mu.Unlock()
-		})
-	}
-	if !sleep(ctx, warmup) {
-		cancel()
-		wg.Wait()
-		return rpcSample{}, ctx.Err()
-	}
+// measures for dur, with the CPU of the decider and of this process.
+func driveRPC(ctx context.Context, conn *grpc.ClientConn, s *system, k rpcKind, conc, self int, warmup, dur time.Duration) (sample, error) {
 	pids := map[string]int{"client": self, "decider": s.decider.Pid()}
-	before := readCPU(pids)
-	measuring.Store(true)
-	start := time.Now()
-	sleep(ctx, dur)
-	measuring.Store(false)
-	all.elapsed = time.Since(start)
-	after := readCPU(pids)
-	cancel()
-	wg.Wait()
-	all.client, all.decider = after["client"]-before["client"], after["decider"]-before["decider"]
-	slices.Sort(all.latencies)
-	return all, ctx.Err()
+	return closedLoop(ctx, conc, warmup, dur, pids, nil, func(ctx context.Context, _ []byte) (time.Duration, time.Duration, error) {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := k.call(cctx, conn, s)
+		d := time.Since(start)
+		return d, d, err
+	})
 }
