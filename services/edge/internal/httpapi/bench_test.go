@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // benchDecider answers every Decide with one endpoint, reserved, as the
@@ -38,26 +38,10 @@ func (d benchDecider) Decide(_ context.Context, in *switchboardv1.DecideRequest,
 // streamingProvider streams five small chunks, the last with finish_reason
 // and usage, then [DONE], each flushed.
 func streamingProvider() http.Handler {
-	words := []string{"Hello", " from", " the", " fake", " upstream"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Ratelimit-Remaining-Requests", "99")
-		rc := http.NewResponseController(w)
-		var buf []byte
-		for i, word := range words {
-			buf = append(buf[:0], `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench-model","choices":[{"index":0,"delta":{"content":`...)
-			buf = strconv.AppendQuote(buf, word)
-			buf = append(buf, `},"finish_reason":`...)
-			if i == len(words)-1 {
-				buf = append(buf, `"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`+"\n\ndata: [DONE]"...)
-			} else {
-				buf = append(buf, `null}]}`...)
-			}
-			buf = append(buf, "\n\n"...)
-			_, _ = w.Write(buf)
-			_ = rc.Flush()
-		}
+		fakeupstream.WriteBenchStream(w)
 	})
 }
 

@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strconv"
 	"testing"
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
 // noCredentials is a credential store with none.
@@ -38,24 +38,8 @@ func (d *discard) SetWriteDeadline(time.Time) error { return nil }
 // provider streaming five small chunks (the last with finish_reason and
 // usage) and [DONE], each flushed, read, rewritten and relayed by a leg.
 func BenchmarkStreamedLeg(b *testing.B) {
-	words := []string{"Hello", " from", " the", " fake", " upstream"}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		var buf []byte
-		for i, word := range words {
-			buf = append(buf[:0], `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench-model","choices":[{"index":0,"delta":{"content":`...)
-			buf = strconv.AppendQuote(buf, word)
-			buf = append(buf, `},"finish_reason":`...)
-			if i == len(words)-1 {
-				buf = append(buf, `"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`+"\n\ndata: [DONE]"...)
-			} else {
-				buf = append(buf, `null}]}`...)
-			}
-			buf = append(buf, "\n\n"...)
-			_, _ = w.Write(buf)
-			_ = rc.Flush()
-		}
+		fakeupstream.WriteBenchStream(w)
 	}))
 	defer srv.Close()
 	c := New(Options{Client: srv.Client(), Credentials: noCredentials{}, FirstTokenTimeout: time.Minute,
