@@ -119,7 +119,9 @@ type wireMessage struct {
 }
 
 // Parse decodes and validates a request body. It never panics; every failure
-// is an *Error.
+// is an *Error. The Request keeps slices of body (its fields, the pieces of
+// its upstream body) rather than copies: body must not be changed or reused
+// while the Request is in use.
 func Parse(body []byte) (*Request, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
