@@ -252,3 +252,22 @@ func TestOverloadFallbackModel(t *testing.T) {
 	require.Contains(t, []any{"queue_full", "concurrency"}, errorOf(t, a)["code"])
 	require.EqualValues(t, 1, c.sim.Provider("gamma").Stats().Requests, "a rejecting class never falls back")
 }
+
+// A refusal by the caller's own limit is not degraded to the class's
+// fallback model: another model counts against the same limit, so the
+// client hears of its limit instead of being served a smaller model.
+func TestOverloadFallbackNotForTheCallersOwnLimit(t *testing.T) {
+	// The request waits for the tenant's slot, in vain, up to its class's
+	// max_wait.
+	c := startClasses(t, "  interactive: {max_wait: 500ms, overload: fallback, fallback_model: "+smallModel+"}",
+		`{unit: concurrent_requests, capacity: 1}`, ``)
+	ctx := t.Context()
+	c.hold(t, "alpha")
+
+	a := c.chat(ctx, testKey, "", model, "hi")
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusTooManyRequests, a.status, a.body)
+	require.Empty(t, a.header.Get("X-Switchboard-Fallback-Model"))
+	require.NotEqual(t, "provider", a.header.Get("X-Switchboard-Ratelimit-Scope"), "the tenant's own limit")
+	require.EqualValues(t, 0, c.sim.Provider("gamma").Stats().Requests, "the fallback model is not tried")
+}

@@ -151,7 +151,8 @@
 // deadline with code queue_deadline (reason DEADLINE), naming the bucket
 // of its last try. A class whose overload action is OverloadFallback names
 // its fallback model on those refusals, and on a retryable refusal it could
-// not wait out. A caller whose context ends leaves the queue (counted as
+// not wait out, when the bucket in the way is a provider's (another model
+// counts against the caller's own limits the same). A caller whose context ends leaves the queue (counted as
 // cancelled) unless another caller joined the request: a ReserveWait with
 // the idempotency key (scoped by tenant) of a waiting request waits on it,
 // with its id and place; with Options.QueueReattach a request with a key

@@ -681,9 +681,11 @@ func mayComeBack(ref *Refusal, wait time.Duration) bool {
 }
 
 // withFallback returns ref naming the fallback model, when the class
-// degrades instead of refusing.
+// degrades instead of refusing and the bucket in the way is a provider's:
+// a refusal by the caller's own limits (API key, app, tenant, partner)
+// stays as it is, since another model counts against the same limits.
 func withFallback(ref *Refusal, model string) *Refusal {
-	if model == "" {
+	if model == "" || ref.Scope.callers() {
 		return ref
 	}
 	out := *ref

@@ -206,16 +206,22 @@ func TestQueueRefusesAtOnce(t *testing.T) {
 }
 
 func TestQueueDeadline(t *testing.T) {
+	fallback := ClassContract{Class: ClassInteractive, MaxWait: time.Minute, MaxDepth: 10, Overload: OverloadFallback, FallbackModel: "m-small"}
 	for _, tt := range []struct {
 		name     string
 		contract ClassContract
+		scope    Scope
+		key      string
 		fallback string
 	}{
-		{name: "reject", contract: interactive},
-		{name: "fallback", contract: ClassContract{Class: ClassInteractive, MaxWait: time.Minute, MaxDepth: 10, Overload: OverloadFallback, FallbackModel: "m-small"}, fallback: "m-small"},
+		{name: "reject", contract: interactive, scope: ScopeTenant, key: "a"},
+		{name: "fallback", contract: fallback, scope: ScopeModelRoute, key: endpoint, fallback: "m-small"},
+		// Another model counts against the same limits of the caller's own:
+		// it would be refused the same.
+		{name: "fallback, the caller's own limit", contract: fallback, scope: ScopeTenant, key: "a"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b, c := queueBroker(t, []Spec{{Scope: ScopeTenant, Key: "a", Unit: UnitConcurrentRequests, Capacity: 1}}, []ClassContract{tt.contract}, nil)
+			b, c := queueBroker(t, []Spec{{Scope: tt.scope, Key: tt.key, Unit: UnitConcurrentRequests, Capacity: 1}}, []ClassContract{tt.contract}, nil)
 			held, _, _ := b.Reserve(t.Context(), tenantReq("a", endpoint))
 			require.NotNil(t, held)
 			out := make(chan outcome, 1)
@@ -233,7 +239,7 @@ func TestQueueDeadline(t *testing.T) {
 			require.Nil(t, o.res)
 			require.Equal(t, ReasonDeadline, o.ref.Reason)
 			require.Equal(t, CodeQueueDeadline, o.ref.Code)
-			require.Equal(t, ScopeTenant, o.ref.Scope, "the bucket in the way")
+			require.Equal(t, tt.scope, o.ref.Scope, "the bucket in the way")
 			require.Equal(t, UnitConcurrentRequests, o.ref.Unit)
 			require.Equal(t, tt.fallback, o.ref.FallbackModel)
 			require.Contains(t, o.ref.Message, "deadline")

@@ -54,6 +54,10 @@ const (
 
 var scopeNames = [...]string{"unspecified", "api_key", "app", "tenant", "partner", "provider_workspace", "provider_project", "model_route"}
 
+// callers reports whether buckets of the scope are the caller's own limits
+// rather than a provider's.
+func (s Scope) callers() bool { return s >= ScopeAPIKey && s <= ScopePartner }
+
 // String returns the scope's catalog name, e.g. "provider_project".
 func (s Scope) String() string {
 	if int(s) < len(scopeNames) {
