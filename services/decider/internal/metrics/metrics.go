@@ -389,6 +389,17 @@ func (m *Admission) Reserved(ctx context.Context, req *switchboardv1.ReserveRequ
 	}
 }
 
+// Degraded counts a refusal the decider itself named the class's fallback
+// model on (the broker's refusal named none): one the broker names is
+// counted by Reserved.
+func (m *Admission) Degraded(ctx context.Context, id *switchboardv1.Identity, fallbackModel string) {
+	if m == nil {
+		return
+	}
+	m.fallbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", id.GetTenantId()),
+		attribute.String("class", className(id.GetWorkloadClass())), attribute.String("fallback_model", fallbackModel)))
+}
+
 // Lookup returns what a reservation reserved, for [Admission.Reconciled]:
 // call it before the reconciliation closes the reservation.
 func (m *Admission) Lookup(id string) (broker.ReservationInfo, bool) {

@@ -151,6 +151,8 @@ func TestQueueWaitDeadlineCancellationFallbackRamp(t *testing.T) {
 	m.Reserved(ctx, other, &switchboardv1.ReserveResponse{Refusal: &switchboardv1.Refusal{
 		Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, Code: broker.CodeRamp,
 		Scope: switchboardv1.LimitScope_LIMIT_SCOPE_PROVIDER_PROJECT, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS}}, nil)
+	// A fallback the decider names itself, on a refusal the broker named none on.
+	m.Degraded(ctx, &switchboardv1.Identity{TenantId: "acme", WorkloadClass: switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE}, "small/model")
 
 	got := collect(t, r)
 	wait := got["switchboard_queue_wait"]
@@ -169,7 +171,10 @@ func TestQueueWaitDeadlineCancellationFallbackRamp(t *testing.T) {
 	require.Equal(t, []point{{attrs: map[string]string{"tenant": "acme", "class": "background"}, value: 1}}, got["switchboard_queue_deadline_expiries"])
 	require.Equal(t, []point{{attrs: map[string]string{"tenant": "acme", "class": "background"}, value: 1}}, got["switchboard_queue_cancellations"],
 		"a cancelled call, not an invalid one")
-	require.Equal(t, []point{{attrs: map[string]string{"tenant": "acme", "class": "background", "fallback_model": "small/model"}, value: 1}}, got["switchboard_fallback_refusals"])
+	require.ElementsMatch(t, []point{
+		{attrs: map[string]string{"tenant": "acme", "class": "background", "fallback_model": "small/model"}, value: 1},
+		{attrs: map[string]string{"tenant": "acme", "class": "interactive", "fallback_model": "small/model"}, value: 1},
+	}, got["switchboard_fallback_refusals"])
 	require.Equal(t, []point{{attrs: map[string]string{"route": "other", "scope": "provider_project"}, value: 1}}, got["switchboard_ramp_rejections"],
 		"an endpoint the catalog does not name is route other")
 	require.Equal(t, []point{{attrs: map[string]string{"class": "background"}, value: 1, sum: 3}}, got["switchboard_reservation_attempt"])

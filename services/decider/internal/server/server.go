@@ -179,7 +179,7 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 		}
 		refusal, queue = rr.GetRefusal(), rr.GetQueue()
 	}
-	s.degrade(refusal, resp.GetModel(), resp.GetIdentity().GetWorkloadClass())
+	s.degrade(ctx, refusal, resp.GetModel(), resp.GetIdentity())
 	resp.Endpoint, resp.Fallbacks, resp.Refusal, resp.Queue = nil, nil, refusal, queue
 	resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
 	return nil
@@ -200,8 +200,9 @@ func retryable(ref *switchboardv1.Refusal) bool {
 // fallback: the caller serves the request with that model instead. A
 // refusal by the caller's own limits is kept as it is, since another model
 // counts against the same limits, and so is one that cannot be retried
-// (a daily quota, a request too large) or already names a model.
-func (s *Server) degrade(ref *switchboardv1.Refusal, model string, cls switchboardv1.WorkloadClass) {
+// (a daily quota, a request too large) or already names a model. A
+// fallback named here is counted in the admission metrics.
+func (s *Server) degrade(ctx context.Context, ref *switchboardv1.Refusal, model string, id *switchboardv1.Identity) {
 	if ref == nil || ref.GetFallbackModel() != "" || callerScope(ref.GetScope()) {
 		return
 	}
@@ -211,11 +212,12 @@ func (s *Server) degrade(ref *switchboardv1.Refusal, model string, cls switchboa
 	default:
 		return
 	}
-	k, ok := s.authn.Contract(cls)
+	k, ok := s.authn.Contract(id.GetWorkloadClass())
 	if !ok || k.Overload != catalog.OverloadFallback || k.FallbackModel == "" || k.FallbackModel == model {
 		return
 	}
 	ref.FallbackModel = k.FallbackModel
+	s.metrics.Load().Degraded(ctx, id, k.FallbackModel)
 }
 
 // callerScope reports whether a bucket belongs to the caller (its own
@@ -371,7 +373,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if err != nil {
 		return nil, err
 	}
-	s.degrade(resp.GetRefusal(), req.GetModel(), id.GetWorkloadClass())
+	s.degrade(ctx, resp.GetRefusal(), req.GetModel(), id)
 	return resp, nil
 }
 
