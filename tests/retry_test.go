@@ -212,3 +212,22 @@ func TestSpendLimitWithoutFallbackIsNotRetried(t *testing.T) {
 		require.Zero(t, st.OK+st.RateLimited+st.Unavailable, "fallback forbidden: %s never called", p)
 	}
 }
+
+// A request refused at Decide because its only endpoint is paused after an
+// overload (a 529 with Retry-After) hears 503, as the request that met the
+// overload did, not 429: the provider is overloaded, the caller is within
+// its limits.
+func TestPausedByOverloadRefusedWith503(t *testing.T) {
+	s, _ := recorded(t, "    fallback: {allow: false}")
+	require.NoError(t, s.sim.Provider("alpha").SetModel(provsim.ModelConfig{ID: simModel, DefaultOutputTokens: 8,
+		Faults: []provsim.FaultConfig{{Kind: provsim.FaultOverloaded, Rate: 1, RetryAfter: provsim.Duration(30 * time.Second)}}}))
+	const pinned = `{"model":"` + model + `","max_tokens":4,"provider":{"only":["alpha"]},"messages":[{"role":"user","content":"hello"}]}`
+	code, _, body := s.post(t, testKey, pinned)
+	require.Equal(t, http.StatusServiceUnavailable, code, "%v", body)
+
+	code, h, body := s.post(t, testKey, pinned)
+	require.Equal(t, http.StatusServiceUnavailable, code, "%v", body)
+	require.Empty(t, h.Get("X-Switchboard-Retries"), "refused at Decide: no provider call")
+	require.Equal(t, "provider_paused", h.Get("X-Switchboard-Reason"))
+	require.NotEmpty(t, h.Get("Retry-After"))
+}
