@@ -21,26 +21,10 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
-// metricsCatalog: alpha takes 2 requests a minute, beta is unlimited; the
-// tenant has a daily quota of 5 requests, a daily spend limit of $1 and 4
-// requests in flight.
-const metricsCatalog = `
-models:
-  - id: vendor/model
-    endpoints:
-      - provider: alpha
-        base_url: http://127.0.0.1:1/v1
-        price: {input: 0.2, output: 0.8}
-        limits: [{unit: requests, per: minute, capacity: 2}]
-      - provider: beta
-        base_url: http://127.0.0.1:2/v1
-        price: {input: 0.3, output: 1.0}
-tenants:
-  - id: acme
-    api_keys_sha256: [@KEY@]
-    limits:
-      - {unit: requests, per: day, capacity: 5}
-      - {unit: usd, per: day, capacity: 1}
+// metricsCatalog is limitedCatalog (alpha takes 2 requests a minute, beta is
+// unlimited, the tenant has a daily quota of 5 requests) with, for the
+// tenant, a daily spend limit of $1 and 4 requests in flight.
+const metricsCatalog = limitedCatalog + `      - {unit: usd, per: day, capacity: 1}
       - {unit: concurrent_requests, capacity: 4}
 `
 

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -51,23 +52,13 @@ func (b *Broker) captureQueue() snapQueue {
 			}
 		}
 	}
-	slices.SortFunc(es, func(a, c *qentry) int { return cmpUint(a.seq, c.seq) })
+	slices.SortFunc(es, func(a, c *qentry) int { return cmp.Compare(a.seq, c.seq) })
 	es = es[:min(len(es), maxSnapQueued)]
 	for _, e := range es {
 		sq.entries = append(sq.entries, snapQueued{req: e.req, class: e.flow.key.class, enq: e.enq, deadline: e.deadline,
 			fallback: e.fallback, decision: e.decision})
 	}
 	return sq
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func appendQueue(w []byte, sq snapQueue) []byte {

@@ -163,12 +163,9 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 	var ref *Refusal
 	wait := waitBudget(ctx, &req, cc)
 	if !contended {
-		res, r, err := b.Reserve(ctx, req)
-		if err != nil || res != nil {
+		res, r, done, err := b.tryOnce(ctx, req, cc, wait)
+		if done {
 			return res, r, nil, err
-		}
-		if !mayComeBack(r, wait) {
-			return nil, unqueued(r, cc), nil, nil
 		}
 		ref = r
 	}
@@ -187,12 +184,9 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 		if ref == nil {
 			// Queued without a try: try once before refusing, the queue
 			// being full is no reason to refuse what fits.
-			res, r, err := b.Reserve(ctx, req)
-			if err != nil || res != nil {
+			res, r, done, err := b.tryOnce(ctx, req, cc, wait)
+			if done {
 				return res, r, nil, err
-			}
-			if !mayComeBack(r, wait) {
-				return nil, unqueued(r, cc), nil, nil
 			}
 			ref = r
 		}
@@ -216,6 +210,20 @@ func (b *Broker) refuseNow(ctx context.Context, req ReserveRequest, ref *Refusal
 		ref = r
 	}
 	return nil, unqueued(ref, cc), nil, nil
+}
+
+// tryOnce reserves once for a request that may wait: done when that
+// settles it (admitted, an error, or a refusal capacity cannot relieve
+// within wait, as unqueued words it); else the refusal to wait on.
+func (b *Broker) tryOnce(ctx context.Context, req ReserveRequest, cc ClassContract, wait time.Duration) (*Reservation, *Refusal, bool, error) {
+	res, ref, err := b.Reserve(ctx, req)
+	if err != nil || res != nil {
+		return res, ref, true, err
+	}
+	if !mayComeBack(ref, wait) {
+		return nil, unqueued(ref, cc), true, nil
+	}
+	return nil, ref, false, nil
 }
 
 // unqueued is the answer to a request refused without queueing: its

@@ -95,6 +95,18 @@ func none(t *testing.T, out <-chan outcome) {
 	}
 }
 
+// outcomeAfter moves the clock to a second before d from now and pumps: no
+// outcome yet; then to d and pumps again, and returns the outcome that came.
+func outcomeAfter(t *testing.T, b *Broker, c *clock, out <-chan outcome, d time.Duration) outcome {
+	t.Helper()
+	c.Advance(d - time.Second)
+	b.Pump(c.Now())
+	none(t, out)
+	c.Advance(time.Second)
+	b.Pump(c.Now())
+	return next(t, out)
+}
+
 func TestQueueDefaultContractRefusesAtOnce(t *testing.T) {
 	b, _ := queueBroker(t, []Spec{{Scope: ScopeModelRoute, Key: endpoint, Unit: UnitRequests, Window: WindowMinute, Capacity: 1}}, nil, nil)
 	rq := tenantReq("a", endpoint)
@@ -126,12 +138,7 @@ func TestQueueAdmitsWhenTheBucketRefills(t *testing.T) {
 	require.Equal(t, []QueueDepth{{Class: ClassInteractive, Tenant: "a", Depth: 1}}, b.QueueDepths())
 	require.Equal(t, t0.Add(time.Minute), b.NextPump(), "the timer aims at the refill")
 
-	c.Advance(59 * time.Second)
-	b.Pump(c.Now())
-	none(t, out)
-	c.Advance(time.Second)
-	b.Pump(c.Now())
-	o := next(t, out)
+	o := outcomeAfter(t, b, c, out, time.Minute)
 	require.NoError(t, o.err)
 	require.NotNil(t, o.res)
 	require.Nil(t, o.ref)
@@ -229,12 +236,7 @@ func TestQueueDeadline(t *testing.T) {
 			waitDepth(t, b, "a", 1)
 			require.Equal(t, t0.Add(time.Second), b.NextPump(), "a concurrency refusal is polled as well")
 
-			c.Advance(59 * time.Second)
-			b.Pump(c.Now())
-			none(t, out)
-			c.Advance(time.Second)
-			b.Pump(c.Now())
-			o := next(t, out)
+			o := outcomeAfter(t, b, c, out, time.Minute)
 			require.NoError(t, o.err)
 			require.Nil(t, o.res)
 			require.Equal(t, ReasonDeadline, o.ref.Reason)

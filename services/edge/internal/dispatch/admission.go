@@ -76,6 +76,18 @@ type skip struct {
 	code   string
 }
 
+// skipped records sk among the request's attempts, and reports whether it
+// ends the request: the broker holds the request's retries, and a refusal
+// for its retry budget or as not retryable means no more attempts.
+func (s *serving) skipped(sk *skip) (stop bool) {
+	if sk.code == codeRetryBudget || sk.code == codeNonRetryable {
+		s.stopped = sk
+		return true
+	}
+	s.attempts = append(s.attempts, attempt{skip: sk})
+	return false
+}
+
 // attempt is one entry of the activity record's attempts, in order: a leg
 // (a provider call) or a skip.
 type attempt struct {

@@ -170,11 +170,9 @@ func (s *serving) retrySame(ctx context.Context, plan []*switchboardv1.Endpoint)
 		for _, ep := range eps {
 			id, sk := s.reservation(ctx, ep, false)
 			if sk != nil {
-				if sk.code == codeRetryBudget || sk.code == codeNonRetryable {
-					s.stopped = sk
+				if s.skipped(sk) {
 					return s.failure()
 				}
-				s.attempts = append(s.attempts, attempt{skip: sk})
 				if sk.capacity && sk.retryAfter > 0 && (soonest < 0 || sk.retryAfter < soonest) {
 					soonest = sk.retryAfter
 				}

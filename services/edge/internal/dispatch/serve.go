@@ -72,12 +72,9 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 		// it refuses is skipped, as routing skips a full one.
 		id, sk := s.reservation(ctx, ep, false)
 		if sk != nil {
-			if sk.code == codeRetryBudget || sk.code == codeNonRetryable {
-				// The broker holds the request's retries: no more.
-				s.stopped = sk
+			if s.skipped(sk) {
 				return s.failure()
 			}
-			s.attempts = append(s.attempts, attempt{skip: sk})
 			continue
 		}
 		if i > 0 && ctx.Err() != nil {
