@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,13 +24,14 @@ func Main(args []string, out, errOut io.Writer) error {
 	tracePath := fs.String("trace", "", "recorded trace (JSONL) replayed instead of drawing traffic")
 	seed := fs.Uint64("seed", 1, "random seed: the same seed gives the same table")
 	seeds := fs.Int("seeds", 1, "number of seeds (seed, seed+1, ...) to run; figures are the mean ± 95% interval")
-	policies := fs.String("policies", "", "comma-separated policies (default all: "+policyNames()+")")
+	policies := fs.String("policies", "", "comma-separated policies (default all: "+policyNames()+"; only:<provider> for a static single-provider choice)")
 	requests := fs.Int("requests", 0, "override the traffic file's request count")
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
 	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
 	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
 	plots := fs.String("plots", "", "also draw SVG plots into this directory: TTFT distributions per size, cost against TTFT p50")
+	frontier := fs.Bool("frontier", false, "also run the static single-provider policy only:<provider> for every provider of the traffic's model, and print which policies dominate which")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +85,12 @@ func Main(args []string, out, errOut io.Writer) error {
 	if *requests > 0 {
 		traffic.Requests = *requests
 	}
+	if *frontier {
+		pols = withPins(pols, prof, traffic.Model)
+	}
+	if err := checkPins(pols, prof, traffic.Model); err != nil {
+		return err
+	}
 	var trace []TraceRecord
 	if *tracePath != "" {
 		f, err := os.Open(*tracePath)
@@ -124,6 +132,16 @@ func Main(args []string, out, errOut io.Writer) error {
 	if err := WriteTable(out, sums); err != nil {
 		return err
 	}
+	if *frontier {
+		fmt.Fprintln(out)
+		if err := WriteFrontier(out, sums, true); err != nil {
+			return err
+		}
+		fmt.Fprintln(out)
+		if err := WriteFrontier(out, sums, false); err != nil {
+			return err
+		}
+	}
 	if *records != "" {
 		if err := writeRecordsFile(*records, sums); err != nil {
 			return err
@@ -136,6 +154,42 @@ func Main(args []string, out, errOut io.Writer) error {
 	}
 	fmt.Fprintf(errOut, "simulated %d policy-days in %s\n", len(pols)**seeds, time.Since(started).Round(time.Millisecond))
 	return nil
+}
+
+// withPins adds only:<provider> for every provider of model that pols
+// does not have yet.
+func withPins(pols []Policy, prof *Profile, model string) []Policy {
+	for _, m := range prof.Models {
+		if m.ID != model {
+			continue
+		}
+		for _, pr := range m.Providers {
+			name := pinPrefix + pr.Name
+			if !slices.ContainsFunc(pols, func(p Policy) bool { return p.Name == name }) {
+				pols = append(pols, Policy{Name: name, Pin: pr.Name})
+			}
+		}
+	}
+	return pols
+}
+
+// checkPins refuses a static single-provider policy whose provider the
+// traffic's model does not have.
+func checkPins(pols []Policy, prof *Profile, model string) error {
+	var errs []error
+	for _, p := range pols {
+		if p.Pin == "" {
+			continue
+		}
+		found := false
+		for _, m := range prof.Models {
+			found = found || m.ID == model && slices.ContainsFunc(m.Providers, func(pr Provider) bool { return pr.Name == p.Pin })
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("--policies: %s: model %s has no provider %q", p.Name, model, p.Pin))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func policyNames() string {

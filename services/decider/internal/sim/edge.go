@@ -67,9 +67,12 @@ func (e *engine) arrive(s *session, i int) {
 		r.output = min(r.output, t.maxTokens)
 	}
 	r.hash = promptHash(s.id, i)
-	if e.pol.Baseline {
+	switch {
+	case e.pol.Baseline:
 		r.plan = baseline(e.endpoints[s.model], t.prompt, t.maxTokens)
-	} else {
+	case e.pol.Pin != "":
+		r.plan = pinned(e.endpoints[s.model], e.pol.Pin, t.prompt, t.maxTokens)
+	default:
 		req := &switchboardv1.DecideRequest{RequestId: r.id, Model: s.model, Stream: t.stream,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: t.prompt, MaxOutputTokens: t.maxTokens}}
 		// As the edge sends them: the prompt's leading parts, each earlier

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -18,6 +19,12 @@ type Policy struct {
 	// speed data, no cache pricing, no cool-downs and no hedging: routing
 	// by list price alone.
 	Baseline bool
+	// Pin routes every request to this provider first, and after a
+	// failure to the others by uncached input price, with no speed data,
+	// no cool-downs and no hedging: the static single-provider choice a
+	// client could configure without a router. PolicyNamed makes one from
+	// "only:<provider>".
+	Pin string
 	// NoHedge turns hedging off.
 	NoHedge bool
 	// Sort sets provider.sort on every request that has none of its own:
@@ -59,8 +66,15 @@ var Policies = []Policy{
 	{Name: "sort=latency", Sort: "latency"},
 }
 
-// PolicyNamed returns the policy of that name among Policies.
+// pinPrefix names a static single-provider policy: "only:<provider>".
+const pinPrefix = "only:"
+
+// PolicyNamed returns the policy of that name among Policies, or the
+// static single-provider policy "only:<provider>".
 func PolicyNamed(name string) (Policy, bool) {
+	if p, ok := strings.CutPrefix(name, pinPrefix); ok && p != "" {
+		return Policy{Name: name, Pin: p}, true
+	}
 	i := slices.IndexFunc(Policies, func(p Policy) bool { return p.Name == name })
 	if i < 0 {
 		return Policy{}, false
@@ -92,5 +106,17 @@ func baseline(eps []*switchboardv1.Endpoint, prompt, maxTokens int64) []*switchb
 		}
 		return 0
 	})
+	return out
+}
+
+// pinned is the endpoints with provider first, then the others as the
+// baseline orders them.
+func pinned(eps []*switchboardv1.Endpoint, provider string, prompt, maxTokens int64) []*switchboardv1.Endpoint {
+	out := baseline(eps, prompt, maxTokens)
+	if i := slices.IndexFunc(out, func(ep *switchboardv1.Endpoint) bool { return ep.GetProvider() == provider }); i > 0 {
+		ep := out[i]
+		copy(out[1:i+1], out[:i])
+		out[0] = ep
+	}
 	return out
 }

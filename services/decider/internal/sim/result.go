@@ -84,6 +84,8 @@ var nan = math.NaN()
 
 // Metrics are the rows of the table, in order.
 var Metrics = []Metric{
+	{"ttft_p50_under_8k", "TTFT p50, <8k prompts (s)", nan, nan},
+	{"ttft_p50_8k_32k", "TTFT p50, 8k-32k prompts (s)", nan, nan},
 	{"ttft_p50_32k_128k", "TTFT p50, 32k-128k prompts (s)", 18, 3.3},
 	{"ttft_mean_32k_128k", "TTFT mean, 32k-128k prompts (s)", nan, nan},
 	{"ttft_p50_over_128k", "TTFT p50, >128k prompts (s)", 40, 3.4},
@@ -91,6 +93,7 @@ var Metrics = []Metric{
 	{"ttft_p90_stream_over_32k", "TTFT p90, streaming >32k (s)", 57, 8.7},
 	{"usd_per_1k_stream_over_32k", "client $ per 1,000 streaming >32k", 2.49, 1.04},
 	{"hedge_usd_per_1k_stream_over_32k", "hedge $ per 1,000 streaming >32k", nan, nan},
+	{"hedge_usd_per_1k_requests", "hedge $ per 1,000 requests", nan, nan},
 	{"ttft_p50_all", "TTFT p50, all requests (s)", nan, nan},
 	{"ttft_p95_all", "TTFT p95, all requests (s)", nan, nan},
 	{"usd_per_1k_requests", "client $ per 1,000 requests", nan, nan},
@@ -122,9 +125,9 @@ func (res *Result) Figures() map[string]float64 {
 
 func (res *Result) compute() map[string]float64 {
 	f := map[string]float64{}
-	var mid, long, longStream, all []float64
+	var short, small, mid, long, longStream, all []float64
 	var longStreamN int
-	var longStreamCost, longStreamHedge, cost float64
+	var longStreamCost, longStreamHedge, cost, hedgeCost float64
 	var toks int64
 	var met429, retried, failed, extra, hedges, wins, moved, explored int
 	var failedTime time.Duration
@@ -137,6 +140,7 @@ func (res *Result) compute() map[string]float64 {
 			longStreamHedge += r.loserCost
 		}
 		cost += r.cost
+		hedgeCost += r.loserCost
 		failedTime += r.failedTime
 		if r.met429 {
 			met429++
@@ -165,6 +169,10 @@ func (res *Result) compute() map[string]float64 {
 		s := r.ttft.Seconds()
 		all = append(all, s)
 		switch b {
+		case tokens.BucketUnder8K:
+			short = append(short, s)
+		case tokens.Bucket8KTo32K:
+			small = append(small, s)
 		case tokens.Bucket32KTo128K:
 			mid = append(mid, s)
 		case tokens.BucketOver128K:
@@ -175,6 +183,7 @@ func (res *Result) compute() map[string]float64 {
 		}
 	}
 	n := float64(len(res.recs))
+	f["ttft_p50_under_8k"], f["ttft_p50_8k_32k"] = quantile(short, 0.5), quantile(small, 0.5)
 	f["ttft_p50_32k_128k"], f["ttft_mean_32k_128k"] = quantile(mid, 0.5), mean(mid)
 	f["ttft_p50_over_128k"], f["ttft_mean_over_128k"] = quantile(long, 0.5), mean(long)
 	f["ttft_p90_stream_over_32k"] = quantile(longStream, 0.9)
@@ -183,6 +192,7 @@ func (res *Result) compute() map[string]float64 {
 	f["hedge_usd_per_1k_stream_over_32k"] = per(longStreamHedge, float64(longStreamN)) * 1000
 	f["ttft_p50_all"], f["ttft_p95_all"] = quantile(all, 0.5), quantile(all, 0.95)
 	f["usd_per_1k_requests"] = per(cost, n) * 1000
+	f["hedge_usd_per_1k_requests"] = per(hedgeCost, n) * 1000
 	f["usd_per_1m_tokens"] = per(cost, float64(toks)) * 1e6
 	f["share_met_429"], f["share_retried"] = per(float64(met429), n), per(float64(retried), n)
 	f["failed_attempt_hours"] = failedTime.Hours()
