@@ -39,6 +39,11 @@ test: ## Run every test of every module with the race detector.
 sim: ## Replay a simulated day through the decider's routing in virtual time; compare policies (SEED, SEEDS, SIMFLAGS).
 	go run ./services/decider/cmd/sim --profile sim/profile.yaml --traffic sim/traffic.yaml --seed $(or $(SEED),1) --seeds $(or $(SEEDS),1) $(SIMFLAGS)
 
+.PHONY: frontier
+frontier: ## Every profile of sim/ and sim/examples/: which policy (static single-provider choices included) dominates which (SEEDS, default 5).
+	@for p in sim/profile.yaml sim/examples/*-profile.yaml; do echo "== $$p"; \
+	  go run ./services/decider/cmd/sim --profile $$p --traffic sim/traffic.yaml --seeds $(or $(SEEDS),5) --frontier $(SIMFLAGS) | sed -n '/^Frontier/,$$p' || exit 1; done
+
 .PHONY: bench
 bench: build ## Run the Go benchmarks, edgebench (BENCHFLAGS), then the rate-limit load test brokerload (LOADFLAGS).
 	go test -run='^$$' -bench=. -benchmem $(PKGS)
