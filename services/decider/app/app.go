@@ -143,8 +143,9 @@ type Config struct {
 	HedgeBudgetUSD float64
 	// HedgeBudgetBurst paces the hedge budget over the UTC day: at time t of
 	// the day hedges may have spent HedgeBudgetUSD × (t + HedgeBudgetBurst) /
-	// 24h, so the budget lasts through the busy hours. (Optional) Defaults
-	// to 1h; 24h or more spends the day's budget as hedges come.
+	// (24h + HedgeBudgetBurst), so the budget lasts through the busy hours.
+	// (Optional) Defaults to 1h; 24h or more spends the day's budget as
+	// hedges come.
 	HedgeBudgetBurst time.Duration
 	// HedgeDelay is how long a 32k-128k streaming request waits for a first
 	// token before it is hedged. (Optional) Defaults to 1s.

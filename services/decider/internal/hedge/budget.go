@@ -7,12 +7,13 @@
 // next UTC day.
 //
 // A paced budget (NewPaced) spreads the day's amount over the day: at time t
-// of the UTC day a grant may take the spend up to daily × (t + Burst) / 24h,
-// never past daily. Long hedged requests want far more than a few dollars a
-// day, so an unpaced budget is spent in the first hours after midnight and the
-// busy hours get no hedges; paced, what the quiet hours did not spend waits
-// for the busy ones, and no hour can spend more than Burst's share ahead of
-// an even spend.
+// of the UTC day a grant may take the spend up to
+// daily × (t + Burst) / (24h + Burst), a line from Burst's share at midnight
+// to the whole budget at the next. Long hedged requests want far more than a
+// few dollars a day, so an unpaced budget is spent in the first hours after
+// midnight and the busy hours get no hedges; paced, what the quiet hours did
+// not spend waits for the busy ones, no hour spends more than Burst's share
+// ahead of an even spend, and the day's last hour still has its share.
 //
 // An acquisition charges the edge's estimate of the extra call at once; when
 // the request's activity record arrives with the real cost of the cancelled
@@ -61,9 +62,10 @@ type Options struct {
 	// DailyUSD is the budget per UTC day. (Required)
 	DailyUSD float64
 	// Burst is how far ahead of an even spend over the UTC day grants may
-	// run: at time t of the day the spend may reach DailyUSD × (t + Burst) /
-	// 24h. (Optional) Defaults to DefaultBurst; Unpaced (24h) or more lets a
-	// day's first hedges spend the whole day's budget.
+	// run: at time t of the day the spend may reach
+	// DailyUSD × (t + Burst) / (24h + Burst). (Optional) Defaults to
+	// DefaultBurst; Unpaced (24h) or more lets a day's first hedges spend
+	// the whole day's budget.
 	Burst time.Duration
 	// Now is the clock. (Optional) Defaults to time.Now.
 	Now func() time.Time
@@ -82,7 +84,8 @@ func NewPaced(o Options) *Budget {
 }
 
 // allowance is what today's spend may reach at now: the whole budget when
-// unpaced, else its share of the day elapsed plus the burst. Callers hold mu.
+// unpaced, else the share of the day elapsed plus the burst, out of the day
+// plus the burst. Callers hold mu.
 func (b *Budget) allowance(now time.Time) float64 {
 	if b.burst >= Unpaced {
 		return b.daily
@@ -90,7 +93,7 @@ func (b *Budget) allowance(now time.Time) float64 {
 	u := now.UTC()
 	y, m, d := u.Date()
 	elapsed := u.Sub(time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
-	return min(b.daily*float64(elapsed+b.burst)/float64(24*time.Hour), b.daily)
+	return min(b.daily*float64(elapsed+b.burst)/float64(24*time.Hour+b.burst), b.daily)
 }
 
 // roll starts a new day when the UTC date changed. Callers hold mu.
