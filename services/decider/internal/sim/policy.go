@@ -18,6 +18,10 @@ type Policy struct {
 	// speed data, no cache pricing, no cool-downs and no hedging: routing
 	// by list price alone.
 	Baseline bool
+	// Oracle routes with the truth the other policies estimate: every
+	// endpoint's current median first-token time for this prompt (slow
+	// episodes and load included) and its cache contents (oracle.go).
+	Oracle bool
 	// NoHedge turns hedging off.
 	NoHedge bool
 	// Sort sets provider.sort on every request that has none of its own:
@@ -57,6 +61,7 @@ var Policies = []Policy{
 	{Name: "routing-cost-no-sticky", Routing: routing.PolicyRoutingCost, NoSticky: true},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
+	{Name: "oracle", Oracle: true},
 }
 
 // PolicyNamed returns the policy of that name among Policies.
