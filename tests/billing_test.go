@@ -769,6 +769,10 @@ func TestBudgetForHedgesRunsOutAndRefillsAtUTCMidnight(t *testing.T) {
 
 	s := startBilling(t, func(c *deciderapp.Config) {
 		c.HedgeBudgetUSD = budget
+		// Unpaced: this test is about the day's amount and its refill at
+		// midnight, which pacing would hold back to an hour's share just
+		// after it.
+		c.HedgeBudgetBurst = 24 * time.Hour
 		// Both legs at once from 32k: the hedge is asked for whatever the
 		// providers' speed, which keeps this test about the budget.
 		c.HedgeImmediateFrom = 32 * 1024

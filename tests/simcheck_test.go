@@ -230,7 +230,7 @@ func runSimulation(t *testing.T, form checkForm, tracePath string) [][]served {
 	records := filepath.Join(t.TempDir(), "records.csv")
 	var out, errOut bytes.Buffer
 	require.NoError(t, simulate.Main([]string{"--profile", checkDir + "/profile.yaml", "--traffic", checkDir + "/traffic.yaml",
-		"--trace", tracePath, "--policies", "smart-no-explore", "--seeds", strconv.Itoa(simSeeds),
+		"--trace", tracePath, "--policies", "smart-no-explore", "--seeds", strconv.Itoa(simSeeds), "--hedge-budget-burst", "24h",
 		"--probe-interval", form.probeInterval.String(), "--probe-sizes", form.probeSizeFlag(), "--records", records}, &out, &errOut), errOut.String())
 	f, err := os.Open(records)
 	require.NoError(t, err)
@@ -336,7 +336,10 @@ func runReal(t *testing.T, form checkForm, trace []traceLine) ([]served, [tokens
 		// Every setting that is a time, on the same scale as provsim.
 		ProbeInterval: scaled(form.probeInterval), ProbeSizes: form.probeSizes, HedgeDelay: scaled(time.Second), FastEnough: scaled(time.Second),
 		Cooldown: scaled(15 * time.Minute), CooldownErrors: 1, CooldownWindow: scaled(time.Minute),
-		HedgeBudgetUSD: 5, Exploration: -1, Seed: 1,
+		// Unpaced, as the simulation below: its day starts at midnight and
+		// the real one at any hour, so a paced budget would allow them
+		// different amounts.
+		HedgeBudgetUSD: 5, HedgeBudgetBurst: 24 * time.Hour, Exploration: -1, Seed: 1,
 	})
 	edge := startEdge(t, d.Addr(), append([]string{"--first-token-timeout=" + scaled(60*time.Second).String(),
 		"--report-flush-interval=20ms"}, rpcGuards...)...)

@@ -141,6 +141,12 @@ type Config struct {
 	// HedgeBudgetUSD is the daily hedge budget shared by all edges. (Optional)
 	// The flag defaults to 5; 0 means no hedging.
 	HedgeBudgetUSD float64
+	// HedgeBudgetBurst paces the hedge budget over the UTC day: at time t of
+	// the day hedges may have spent HedgeBudgetUSD × (t + HedgeBudgetBurst) /
+	// (24h + HedgeBudgetBurst), so the budget lasts through the busy hours.
+	// (Optional) Defaults to 1h; 24h or more spends the day's budget as
+	// hedges come.
+	HedgeBudgetBurst time.Duration
 	// HedgeDelay is how long a 32k-128k streaming request waits for a first
 	// token before it is hedged. (Optional) Defaults to 1s.
 	HedgeDelay time.Duration
@@ -262,6 +268,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.ExperimentMinBlock, "experiment-min-block", time.Minute, "shortest block a switchback experiment may have")
 	fs.DurationVar(&cfg.ExperimentSaveInterval, "experiment-save-interval", 30*time.Second, "how often this replica's experiment figures are saved to etcd")
 	fs.Float64Var(&cfg.HedgeBudgetUSD, "hedge-budget-usd", 5, "daily budget (USD, UTC day) for hedged second calls, shared by all edges; 0 disables hedging")
+	fs.DurationVar(&cfg.HedgeBudgetBurst, "hedge-budget-burst", hedge.DefaultBurst, "pace the hedge budget over the UTC day: by time t of the day hedges may spend the budget's share of t plus this; 24h spends it as hedges come")
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
 	fs.DurationVar(&cfg.FastEnough, "fast-enough", time.Second, "typical time to first token under which an endpoint is never too slow to route to")
 	sticky := fs.Bool("sticky", true, "keep a conversation's later turns on the endpoint holding its prompt cache (false: rank every turn afresh)")
@@ -347,7 +354,7 @@ func (c *Config) validate() error {
 	if c.ExperimentMinBlock < 0 || c.ExperimentSaveInterval < 0 {
 		errs = append(errs, errors.New("--experiment-min-block and --experiment-save-interval must not be negative"))
 	}
-	if c.HedgeBudgetUSD < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
+	if c.HedgeBudgetUSD < 0 || c.HedgeBudgetBurst < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
 		errs = append(errs, errors.New("--hedge-*, --fast-enough and --activity-retention must not be negative"))
 	}
 	if c.QueueReattach < 0 {
@@ -521,7 +528,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			ob.Ingest(e, rs)
 		}
 	}, d.onActivity)
-	d.budget = hedge.New(cfg.HedgeBudgetUSD, cfg.Now)
+	d.budget = hedge.NewPaced(hedge.Options{DailyUSD: cfg.HedgeBudgetUSD, Burst: cfg.HedgeBudgetBurst, Now: cfg.Now})
 	d.authn = auth.New()
 	svc := server.New(d.hub, d.budget, d.authn)
 	d.svc = svc

@@ -6,6 +6,15 @@
 // When the day's budget is spent, long requests use one endpoint until the
 // next UTC day.
 //
+// A paced budget (NewPaced) spreads the day's amount over the day: at time t
+// of the UTC day a grant may take the spend up to
+// daily × (t + Burst) / (24h + Burst), a line from Burst's share at midnight
+// to the whole budget at the next. Long hedged requests want far more than a
+// few dollars a day, so an unpaced budget is spent in the first hours after
+// midnight and the busy hours get no hedges; paced, what the quiet hours did
+// not spend waits for the busy ones, no hour spends more than Burst's share
+// ahead of an even spend, and the day's last hour still has its share.
+//
 // An acquisition charges the edge's estimate of the extra call at once; when
 // the request's activity record arrives with the real cost of the cancelled
 // call, Settle replaces the estimate (same day only). A record that never
@@ -22,6 +31,7 @@ import (
 // Budget is the day's hedge budget. It is safe for concurrent use.
 type Budget struct {
 	daily float64
+	burst time.Duration // ≥ 24h: unpaced
 	now   func() time.Time
 
 	mu      sync.Mutex
@@ -33,12 +43,57 @@ type Budget struct {
 	refused int64
 }
 
-// New returns a budget of dailyUSD per UTC day; now is the clock.
+// New returns a budget of dailyUSD per UTC day, which a day's first hedges
+// may spend at once; now is the clock.
 func New(dailyUSD float64, now func() time.Time) *Budget {
-	if now == nil {
-		now = time.Now
+	return NewPaced(Options{DailyUSD: dailyUSD, Burst: Unpaced, Now: now})
+}
+
+// Unpaced is the Burst of a budget that lets the day's first hedges spend
+// all of it.
+const Unpaced = 24 * time.Hour
+
+// DefaultBurst is the Burst of a paced budget: one hour's share of the day
+// ahead of an even spend.
+const DefaultBurst = time.Hour
+
+// Options configure a budget.
+type Options struct {
+	// DailyUSD is the budget per UTC day. (Required)
+	DailyUSD float64
+	// Burst is how far ahead of an even spend over the UTC day grants may
+	// run: at time t of the day the spend may reach
+	// DailyUSD × (t + Burst) / (24h + Burst). (Optional) Defaults to
+	// DefaultBurst; Unpaced (24h) or more lets a day's first hedges spend
+	// the whole day's budget.
+	Burst time.Duration
+	// Now is the clock. (Optional) Defaults to time.Now.
+	Now func() time.Time
+}
+
+// NewPaced returns a budget whose daily amount lasts through the day (see
+// the package doc).
+func NewPaced(o Options) *Budget {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	return &Budget{daily: dailyUSD, now: now, pending: map[string]float64{}}
+	if o.Burst <= 0 {
+		o.Burst = DefaultBurst
+	}
+	return &Budget{daily: o.DailyUSD, burst: min(o.Burst, Unpaced), now: o.Now, pending: map[string]float64{}}
+}
+
+// allowance is what today's spend may reach at now: the whole budget when
+// unpaced, else the share of the day elapsed plus the burst, out of the day
+// plus the burst. Callers hold mu.
+func (b *Budget) allowance(now time.Time) float64 {
+	if b.burst >= Unpaced {
+		return b.daily
+	}
+	u := now.UTC()
+	y, m, d := u.Date()
+	elapsed := u.Sub(time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
+	return min(b.daily*float64(elapsed+b.burst)/float64(24*time.Hour+b.burst), b.daily)
 }
 
 // roll starts a new day when the UTC date changed. Callers hold mu.
@@ -50,8 +105,9 @@ func (b *Budget) roll(now time.Time) {
 }
 
 // Acquire charges estimateUSD for requestID's hedge if today's budget has
-// room. It returns whether the hedge may start, what is left, and when the
-// budget refills.
+// room, and, when paced, if the spend stays within what the day so far
+// allows. It returns whether the hedge may start, what is left of the day's
+// budget, and when the budget refills.
 func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, remaining float64, reset time.Time) {
 	now := b.now()
 	b.mu.Lock()
@@ -59,7 +115,7 @@ func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, r
 	b.roll(now)
 	reset = nextMidnight(now)
 	estimateUSD = max(estimateUSD, 0)
-	if b.spent+estimateUSD > b.daily || b.spent >= b.daily {
+	if b.spent+estimateUSD > b.allowance(now) || b.spent >= b.daily {
 		b.refused++
 		return false, max(b.daily-b.spent, 0), reset
 	}

@@ -114,3 +114,95 @@ func TestRestoreCarriesPendingEstimates(t *testing.T) {
 	spent, _, _, _ = b.Status()
 	require.InDelta(t, 1, spent, 1e-12, "no pending estimate left to settle")
 }
+
+// TestPacedBudgetLastsTheDay: a paced budget grants, at time t of the UTC
+// day, up to daily × (t + burst) / (24h + burst), so hedges asked for all
+// day long are granted in the evening too, not only after midnight. $26 a
+// day with a 2-hour burst allows $1 an hour, $2 ahead.
+func TestPacedBudgetLastsTheDay(t *testing.T) {
+	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	now := day
+	b := NewPaced(Options{DailyUSD: 26, Burst: 2 * time.Hour, Now: func() time.Time { return now }})
+
+	// At 00:00 the burst alone: $2.
+	ok, left, reset := b.Acquire("r1", 1.5)
+	require.True(t, ok)
+	require.InDelta(t, 24.5, left, 1e-12, "what is left of the day's budget")
+	require.Equal(t, day.Add(24*time.Hour), reset)
+	ok, _, _ = b.Acquire("r2", 1)
+	require.False(t, ok, "$2.5 is past 00:00's allowance of $2")
+	ok, _, _ = b.Acquire("r2", 0.5)
+	require.True(t, ok, "exactly the allowance")
+
+	// What the quiet hours did not spend waits for the busy ones.
+	now = day.Add(10 * time.Hour) // $12
+	ok, _, _ = b.Acquire("r3", 10)
+	require.True(t, ok)
+	ok, _, _ = b.Acquire("r4", 0.01)
+	require.False(t, ok, "$12 spent by 10:00")
+	now = now.Add(30 * time.Minute)
+	ok, _, _ = b.Acquire("r4", 0.5)
+	require.True(t, ok, "half an hour later, half an hour's share more")
+
+	// A settled loser that cost less gives the difference back at once.
+	b.Settle("r3", 1)
+	ok, _, _ = b.Acquire("r5", 9)
+	require.True(t, ok)
+
+	// At 23:00, $25: the day's last hour keeps its share.
+	now = day.Add(23 * time.Hour)
+	spent, _, _, _ := b.Status()
+	ok, _, _ = b.Acquire("r6", 25-spent+0.01)
+	require.False(t, ok)
+	ok, _, _ = b.Acquire("r6", 25-spent)
+	require.True(t, ok)
+	now = day.Add(24*time.Hour - time.Second)
+	ok, _, _ = b.Acquire("r7", 0.99)
+	require.True(t, ok, "the last hour's share")
+
+	// A new UTC day starts from the burst again.
+	now = day.Add(24*time.Hour + time.Hour)
+	ok, _, _ = b.Acquire("r8", 3)
+	require.True(t, ok, "01:00 allows (1 + 2) hours' share")
+	ok, _, _ = b.Acquire("r9", 0.01)
+	require.False(t, ok)
+	_, _, granted, refused := b.Status()
+	require.EqualValues(t, 8, granted)
+	require.EqualValues(t, 4, refused)
+}
+
+// TestPacingDefaultsAndUnpaced: Burst defaults to an hour; Unpaced lets a
+// day's first hedge spend the whole budget, as New does.
+func TestPacingDefaultsAndUnpaced(t *testing.T) {
+	midnight := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return midnight }
+	paced := NewPaced(Options{DailyUSD: 25, Now: clock})
+	ok, _, _ := paced.Acquire("r1", 1.01)
+	require.False(t, ok, "the default burst is one hour's share, $1")
+	ok, _, _ = paced.Acquire("r1", 1)
+	require.True(t, ok)
+	for _, b := range []*Budget{NewPaced(Options{DailyUSD: 24, Burst: Unpaced, Now: clock}), NewPaced(Options{DailyUSD: 24, Burst: 48 * time.Hour, Now: clock}), New(24, clock)} {
+		ok, _, _ := b.Acquire("r1", 24)
+		require.True(t, ok, "unpaced: the whole day's budget at midnight")
+	}
+}
+
+// TestPacedBudgetSurvivesRestart: pacing reads the restored spend, so a
+// new owner grants no more than the old one would have.
+func TestPacedBudgetSurvivesRestart(t *testing.T) {
+	now := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC) // $25 a day: (6 + 1) × $1
+	clock := func() time.Time { return now }
+	old := NewPaced(Options{DailyUSD: 25, Now: clock})
+	ok, _, _ := old.Acquire("r1", 6.5)
+	require.True(t, ok)
+	data, changed := old.Snapshot()
+	require.True(t, changed)
+
+	b := NewPaced(Options{DailyUSD: 25, Now: clock})
+	require.NoError(t, b.Restore(data))
+	ok, _, _ = b.Acquire("r2", 0.6)
+	require.False(t, ok, "$6.5 of $7 spent before the restart")
+	b.Settle("r1", 2) // the old owner's estimate, settled by the new one
+	ok, _, _ = b.Acquire("r2", 5)
+	require.True(t, ok)
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 )
 
 // Main runs the simulator with command-line args, writing the table to out.
@@ -27,6 +28,8 @@ func Main(args []string, out, errOut io.Writer) error {
 	policies := fs.String("policies", "", "comma-separated policies (default all: "+policyNames()+"; only:<provider> for a static single-provider choice)")
 	requests := fs.Int("requests", 0, "override the traffic file's request count")
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
+	burst := fs.Duration("hedge-budget-burst", hedge.DefaultBurst, "pace the hedge budget over the UTC day, as the decider's --hedge-budget-burst: by time t of the day hedges may spend the budget's share of t plus this; 24h spends it as hedges come")
+	loserWarms := fs.Bool("hedge-loser-warms-cache", false, "every provider finishes reading a cancelled hedge leg's prompt into its cache (a profile's cache.cancelled_leg_warms does it for one provider)")
 	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
 	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
@@ -36,6 +39,9 @@ func Main(args []string, out, errOut io.Writer) error {
 		return err
 	}
 	var errs []error
+	if *burst <= 0 {
+		errs = append(errs, errors.New("--hedge-budget-burst must be positive"))
+	}
 	if *probeEvery < 0 {
 		errs = append(errs, errors.New("--probe-interval must not be negative"))
 	}
@@ -103,7 +109,7 @@ func Main(args []string, out, errOut io.Writer) error {
 			return err
 		}
 	}
-	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes}
+	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes, HedgeBudgetBurst: *burst, HedgeLoserWarmsCache: *loserWarms}
 	if *probeEvery == 0 {
 		opts.ProbeInterval = -1
 	}
@@ -128,7 +134,15 @@ func Main(args []string, out, errOut io.Writer) error {
 	if *seeds > 1 {
 		fmt.Fprintf(out, "..%d (mean ± 95%% interval over %d seeds)", *seed+uint64(*seeds)-1, *seeds)
 	}
-	fmt.Fprintf(out, ", hedge budget $%g/day.\n\n", *budget)
+	pacing := "paced, burst " + burst.String()
+	if *burst >= hedge.Unpaced {
+		pacing = "unpaced"
+	}
+	fmt.Fprintf(out, ", hedge budget $%g/day (%s)", *budget, pacing)
+	if *loserWarms {
+		fmt.Fprint(out, ", cancelled hedge legs warm the cache")
+	}
+	fmt.Fprint(out, ".\n\n")
 	if err := WriteTable(out, sums); err != nil {
 		return err
 	}

@@ -95,3 +95,53 @@ func TestCommandProbeInterval(t *testing.T) {
 	require.NotEqual(t, "0.000", small)
 	require.NotEqual(t, probeCost(), small, "one small probe size costs less than the three default ones")
 }
+
+// TestCommandOracleRegret: with the oracle among the policies the table
+// has the regret rows, the oracle's own differences are zero, and every
+// hedging policy has a line of hedged shares per hour.
+func TestCommandOracleRegret(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
+		"--requests", "2000", "--policies", "cheapest-input,smart,oracle", "--seeds", "2"}, &out, &errOut))
+	text := out.String()
+	for _, label := range []string{"client $ over oracle, streaming >32k", "TTFT p50 over oracle, streaming >32k", "TTFT p90 over oracle, streaming >32k",
+		"regret: $ at no worse p50 and p90", "regret: p50 / p90 at no higher $"} {
+		require.Contains(t, text, label)
+	}
+	var costRow string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "client $ over oracle") {
+			costRow = line
+		}
+	}
+	f := strings.Fields(costRow)
+	require.Equal(t, "+0.0%", f[len(f)-1], "the oracle against itself")
+	require.Contains(t, text, "Hedged share of streaming >32k requests by UTC hour")
+	require.Contains(t, text, "\n  smart: ")
+	require.Contains(t, text, "\n  oracle: ")
+	require.NotContains(t, text, "\n  cheapest-input: ", "no hedges, no line")
+	require.Contains(t, text, "hedge budget $5/day (paced, burst 1h0m0s)")
+}
+
+func TestRegret(t *testing.T) {
+	oracle := Summary{Policy: "oracle", Runs: []*Result{
+		{figures: map[string]float64{regretCost: 1, regretP50: 2, regretP90: 5}},
+		{figures: map[string]float64{regretCost: 2, regretP50: 3, regretP90: 6}}}}
+	pair := func(cost, p50, p90 [2]float64) Summary {
+		return Summary{Policy: "p", Runs: []*Result{
+			{figures: map[string]float64{regretCost: cost[0], regretP50: p50[0], regretP90: p90[0]}},
+			{figures: map[string]float64{regretCost: cost[1], regretP50: p50[1], regretP90: p90[1]}}}}
+	}
+	// 10 % dearer on both seeds, no slower: a cost regret of 10 %, no latency regret.
+	c, cok, l, lok := regret(pair([2]float64{1.1, 2.2}, [2]float64{2, 3}, [2]float64{5, 6}), oracle)
+	require.True(t, cok)
+	require.Equal(t, "+10.0%", c)
+	require.False(t, lok)
+	require.Equal(t, "dearer", l)
+	// As cheap, 50 % slower at p50: a latency regret, no cost regret.
+	c, cok, l, lok = regret(pair([2]float64{1, 2}, [2]float64{3, 4.5}, [2]float64{5, 6}), oracle)
+	require.False(t, cok)
+	require.Equal(t, "slower", c)
+	require.True(t, lok)
+	require.Equal(t, "+50.0% / +0.0%", l)
+}

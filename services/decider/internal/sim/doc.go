@@ -19,13 +19,17 @@
 // 60-second first-token timeout, the loser of a hedge paid from the budget
 // at its uncached input price) and the providers, from a [Profile] (TTFT by
 // prompt size with spread and tail, prompt cache, capacity and 429s, 5xx,
-// hangs, slow episodes). Requests come from a [Traffic] description or a
+// hangs, scheduled and random slow episodes, first tokens that grow with the
+// calls in flight). Requests come from a [Traffic] description or a
 // recorded trace. Every random draw is keyed by seed, session, turn and
 // call, so the same inputs and seed give the same result, and every policy
 // meets the same luck for the same call.
 //
+// The oracle policy routes with what the others estimate: each provider's
+// true median first-token time now and its true cache (oracle.go); the
+// table gives every policy's regret against it.
+//
 // Not modelled: tenant quotas and the rate-limit broker (the catalog has no
-// limits), network and Report-stream batching delays, the edge's own copy of
-// cool-downs lagging the decider's, and a TTFT that grows with a provider's
-// load (capacity is a hard limit with 429s).
+// limits), network and Report-stream batching delays, and the edge's own
+// copy of cool-downs lagging the decider's.
 package sim

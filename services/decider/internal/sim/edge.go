@@ -55,6 +55,19 @@ type leg struct {
 	over    bool
 	firstAt time.Time
 	cost    float64
+	ended   bool // no longer in flight at the provider
+}
+
+// end takes l out of its provider's calls in flight, once: when its answer
+// ended, it failed, or the edge cancelled it. A 429 never was in flight.
+func (l *leg) end() {
+	if l.ended {
+		return
+	}
+	l.ended = true
+	if l.a.outcome != outcomeRateLimited {
+		l.p.end()
+	}
 }
 
 // arrive starts turn i of session s.
@@ -72,6 +85,9 @@ func (e *engine) arrive(s *session, i int) {
 		r.plan = baseline(e.endpoints[s.model], t.prompt, t.maxTokens)
 	case e.pol.Pin != "":
 		r.plan = pinned(e.endpoints[s.model], e.pol.Pin, t.prompt, t.maxTokens)
+	case e.pol.Oracle:
+		r.plan, r.hedge = e.oraclePlan(r)
+		r.reason = switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING
 	default:
 		req := &switchboardv1.DecideRequest{RequestId: r.id, Model: s.model, Stream: t.stream,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: t.prompt, MaxOutputTokens: t.maxTokens}}
@@ -172,7 +188,7 @@ func (e *engine) hedgeTarget(r *request, ep *switchboardv1.Endpoint) *switchboar
 	if !r.t.stream || e.o.MaxAttempts < 2 || h == nil || h.GetId() == ep.GetId() {
 		return nil
 	}
-	if _, cooling := e.cool.Until(h.GetId(), e.now); cooling {
+	if _, cooling := e.cool.Until(h.GetId(), e.now); cooling && !e.pol.Oracle {
 		return nil
 	}
 	return h
@@ -182,8 +198,9 @@ func (e *engine) hedgeTarget(r *request, ep *switchboardv1.Endpoint) *switchboar
 // leg may lose, and a loser costs its prompt at its uncached input price.
 func (e *engine) acquire(r *request, primary, h *switchboardv1.Endpoint) bool {
 	est := max(loserCost(r.t.prompt, h.GetPrice()), loserCost(r.t.prompt, primary.GetPrice()))
-	ok, _, _ := e.budget.Acquire(r.id, est)
-	if !ok && e.res.budgetOut.IsZero() {
+	ok, remaining, _ := e.budget.Acquire(r.id, est)
+	// The budget ran out when the day's amount, not its pacing, refused.
+	if !ok && remaining < est && e.res.budgetOut.IsZero() {
 		e.res.budgetOut = e.now
 	}
 	r.hedgeGranted = r.hedgeGranted || ok
@@ -230,6 +247,10 @@ func (e *engine) firstToken(l *leg, first time.Duration) {
 			continue
 		}
 		o.over = true
+		o.end()
+		if e.o.HedgeLoserWarmsCache || o.p.cfg.Cache.CancelledLegWarms {
+			o.p.warm(r.sid(), r.t.prompt, e.now)
+		}
 		r.loserCost = loserCost(r.t.prompt, o.ep.GetPrice())
 		e.report(e.callReport(o, switchboardv1.Outcome_OUTCOME_CANCELLED, e.now.Sub(o.start)))
 	}
@@ -239,6 +260,7 @@ func (e *engine) firstToken(l *leg, first time.Duration) {
 		end = end.Add(l.p.genTime(r.output))
 	}
 	e.at(end, func() {
+		l.end()
 		rep := e.callReport(l, switchboardv1.Outcome_OUTCOME_OK, e.now.Sub(l.start))
 		rep.Ttft = durationpb.New(first)
 		rep.PromptHash = r.hash
@@ -258,6 +280,7 @@ func (e *engine) failed(l *leg) {
 		return
 	}
 	l.over = true
+	l.end()
 	rep := e.callReport(l, 0, e.now.Sub(l.start))
 	e.fillFailure(rep, l.a)
 	e.report(rep)

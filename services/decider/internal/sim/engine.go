@@ -41,6 +41,15 @@ type Options struct {
 	FirstTokenTimeout time.Duration
 	// Cooldown configures how refusals bench endpoints. (Optional) Defaults to the product's.
 	Cooldown cooldown.Options
+	// HedgeBudgetBurst paces the hedge budget over the UTC day, as the
+	// decider's --hedge-budget-burst. (Optional) Defaults to the decider's
+	// 1h; hedge.Unpaced (24h) spends the day's budget as hedges come.
+	HedgeBudgetBurst time.Duration
+	// HedgeLoserWarmsCache makes every provider finish reading the prompt of
+	// a cancelled hedge leg into its cache, as a profile's
+	// cache.cancelled_leg_warms does for one provider. (Optional) Defaults to
+	// false: only answered calls warm a cache.
+	HedgeLoserWarmsCache bool
 }
 
 func (o *Options) defaults() {
@@ -55,6 +64,9 @@ func (o *Options) defaults() {
 	}
 	if o.FirstTokenTimeout <= 0 {
 		o.FirstTokenTimeout = 60 * time.Second
+	}
+	if o.HedgeBudgetBurst <= 0 {
+		o.HedgeBudgetBurst = hedge.DefaultBurst
 	}
 }
 
@@ -89,6 +101,15 @@ type engine struct {
 // through the decider under policy pol and returns what it measured. The
 // same inputs and seed give the same result.
 func Run(p *Profile, traffic *Traffic, trace []TraceRecord, pol Policy, seed uint64, o Options) (*Result, error) {
+	e, err := newEngine(p, traffic, trace, pol, seed, o)
+	if err != nil {
+		return nil, err
+	}
+	return e.run(), nil
+}
+
+// newEngine wires the decider and the providers and schedules the sessions.
+func newEngine(p *Profile, traffic *Traffic, trace []TraceRecord, pol Policy, seed uint64, o Options) (*engine, error) {
 	o.defaults()
 	var sessions []*session
 	if trace != nil {
@@ -107,6 +128,12 @@ func Run(p *Profile, traffic *Traffic, trace []TraceRecord, pol Policy, seed uin
 		e.active++
 		e.at(s.start, func() { e.arrive(s, 0) })
 	}
+	return e, nil
+}
+
+// run runs the events to the end and returns what the run measured.
+func (e *engine) run() *Result {
+	o := e.o
 	e.at(e.now.Add(time.Second), e.tick)
 	// The budget is per UTC day: read the day's spend before it rolls over.
 	e.at(e.end.Add(-time.Nanosecond), e.readBudget)
@@ -122,7 +149,7 @@ func Run(p *Profile, traffic *Traffic, trace []TraceRecord, pol Policy, seed uin
 	e.readBudget()
 	e.res.Probes, e.res.ProbeCost = e.observer.ProbeCost()
 	e.res.Benched, e.res.Paused = e.cool.Benched(), e.cool.Paused()
-	return e.res, nil
+	return e.res
 }
 
 // wire builds the decider's components on the engine's clock, wired as
@@ -148,7 +175,7 @@ func (e *engine) wire(p *Profile) {
 	})
 	e.observer = observe.New(observe.Options{Catalog: e.router, Stats: e.stats, Affinity: aff, Cooldown: e.cool, Outcomes: oc,
 		Logger: slog.New(slog.DiscardHandler), Now: clock})
-	e.budget = hedge.New(max(e.o.HedgeBudgetUSD, 0), clock)
+	e.budget = hedge.NewPaced(hedge.Options{DailyUSD: max(e.o.HedgeBudgetUSD, 0), Burst: e.o.HedgeBudgetBurst, Now: clock})
 	e.prober = probe.New(probe.Options{Interval: max(e.o.ProbeInterval, time.Second), Sizes: e.o.ProbeSizes, Models: e.router.Models,
 		Logger: slog.New(slog.DiscardHandler)})
 	for _, me := range e.router.Models() {
@@ -157,7 +184,11 @@ func (e *engine) wire(p *Profile) {
 	for _, m := range p.Models {
 		for _, pr := range m.Providers {
 			id := catalog.Endpoint{Provider: pr.Name}.ID(m.ID)
-			e.providers[id] = newProvider(pr, id)
+			pv := newProvider(pr, id)
+			// Sessions may run past the day's end: episodes are drawn for
+			// a day more, which costs nothing when a profile has none.
+			pv.drawEpisodes(e.seed, e.now, e.end.Add(24*time.Hour))
+			e.providers[id] = pv
 		}
 	}
 }
@@ -226,6 +257,7 @@ func (e *engine) runProbe(cmd *switchboardv1.ProbeCommand) {
 		out := cmd.GetMaxOutputTokens()
 		d := a.ttft + pr.genTime(out)
 		e.at(start.Add(d), func() {
+			pr.end()
 			rep.Outcome = switchboardv1.Outcome_OUTCOME_OK
 			rep.Ttft, rep.Duration = durationpb.New(a.ttft), durationpb.New(d)
 			rep.Usage = &switchboardv1.Usage{InputTokens: cmd.GetPromptTokens(), OutputTokens: out, Reported: true}
@@ -234,6 +266,9 @@ func (e *engine) runProbe(cmd *switchboardv1.ProbeCommand) {
 	default:
 		d := e.failTime(a)
 		e.at(start.Add(d), func() {
+			if a.outcome != outcomeRateLimited {
+				pr.end()
+			}
 			e.fillFailure(rep, a)
 			rep.Duration = durationpb.New(d)
 			e.report(rep)

@@ -33,6 +33,17 @@ func TestParseProfile(t *testing.T) {
 	require.Equal(t, 5*time.Minute, pr.Cache.Lifetime.D(), "default cache lifetime")
 	require.Equal(t, 30*time.Second, pr.Capacity.RetryAfter.D(), "default Retry-After")
 	require.Equal(t, 50.0, pr.TTFT.Tail.MaxFactor, "default tail cap")
+	require.Zero(t, pr.Queue.Concurrency, "no queue unless asked")
+
+	p, err = ParseProfile([]byte(goodProfile + `        queue: {concurrency: 8}
+        random_slow: [{per_hour: 0.5, duration: {median: 10m}, factor: 3}]
+        cache: {hit_rate: 0.9, cancelled_leg_warms: true}
+`))
+	require.NoError(t, err)
+	pr = p.Models[0].Providers[0]
+	require.Equal(t, Queue{Concurrency: 8, Slope: 1}, pr.Queue, "default slope")
+	require.Equal(t, 4*time.Hour, pr.RandomSlow[0].Duration.Max.D(), "default longest episode")
+	require.True(t, pr.Cache.CancelledLegWarms)
 }
 
 // TestParseProfileErrors checks that each mistake is reported with its line
@@ -74,6 +85,23 @@ func TestParseProfileErrors(t *testing.T) {
 			[]string{"line 13: models[0].providers[0].cache.hit_rate: must be a share in [0, 1]"}},
 		{"slow episode", func(s string) string { return s + "        slow: [{from: \"25:00\", duration: 1h, factor: 2}]\n" },
 			[]string{"line 13", `"25:00" is not a time of day`}},
+		{"queue", func(s string) string { return s + "        queue: {concurrency: -1, slope: 200}\n" },
+			[]string{"line 13: models[0].providers[0].queue.concurrency: must not be negative",
+				"line 13: models[0].providers[0].queue.slope: must be in [0, 100]"}},
+		{"queue slope without concurrency", func(s string) string { return s + "        queue:\n          slope: 2\n" },
+			[]string{"line 14: models[0].providers[0].queue.concurrency: must be positive when queue.slope is set"}},
+		{"random slow episodes", func(s string) string {
+			return s + `        random_slow:
+          - per_hour: 0
+            duration: {median: 0s, spread: 4, max: 25h}
+            factor: 2
+            factor_max: 1
+`
+		}, []string{"line 14: models[0].providers[0].random_slow[0].per_hour: must be in (0, 60]",
+			"line 15: models[0].providers[0].random_slow[0].duration.median: must be positive",
+			"line 15: models[0].providers[0].random_slow[0].duration.spread: must be in [0, 3]",
+			"line 15: models[0].providers[0].random_slow[0].duration.max: must be in [0, 24h]",
+			"line 17: models[0].providers[0].random_slow[0].factor_max: must be at least factor and at most 1000"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,10 @@ type Policy struct {
 	// client could configure without a router. PolicyNamed makes one from
 	// "only:<provider>".
 	Pin string
+	// Oracle routes with the truth the other policies estimate: every
+	// endpoint's current median first-token time for this prompt (slow
+	// episodes and load included) and its cache contents (oracle.go).
+	Oracle bool
 	// NoHedge turns hedging off.
 	NoHedge bool
 	// Sort sets provider.sort on every request that has none of its own:
@@ -64,6 +68,7 @@ var Policies = []Policy{
 	{Name: "routing-cost-no-sticky", Routing: routing.PolicyRoutingCost, NoSticky: true},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
+	{Name: "oracle", Oracle: true},
 }
 
 // pinPrefix names a static single-provider policy: "only:<provider>".

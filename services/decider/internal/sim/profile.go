@@ -57,6 +57,54 @@ type Provider struct {
 	Errors Errors `yaml:"errors"`
 	// Slow are its slow episodes. (Optional)
 	Slow []Episode `yaml:"slow"`
+	// RandomSlow are slow episodes drawn from the seed. (Optional)
+	RandomSlow []RandomEpisodes `yaml:"random_slow"`
+	// Queue makes its TTFT grow with the calls it has in flight. (Optional) Defaults to none.
+	Queue Queue `yaml:"queue"`
+}
+
+// Queue is a provider's load-dependent first-token time: with n calls in
+// flight when a call starts, its TTFT is multiplied by
+// 1 + Slope × max(0, n + 1 − Concurrency) / Concurrency. With Slope 1 the
+// calls beyond Concurrency share its slots: n + 1 calls on c slots each take
+// (n + 1) / c times as long. A call is in flight from its start until its
+// answer ends, it fails, or the edge cancels it; a call answered 429 never is.
+type Queue struct {
+	// Concurrency is how many calls it serves at full speed. (Optional) 0 means load never slows it.
+	Concurrency int `yaml:"concurrency"`
+	// Slope is the TTFT added per call over Concurrency, in units of
+	// 1/Concurrency of the unloaded TTFT. (Optional) Defaults to 1.
+	Slope float64 `yaml:"slope"`
+}
+
+// RandomEpisodes are slow episodes that start at random, a Poisson process
+// of PerHour starts an hour drawn from the seed alone: every policy meets the
+// same episodes. During one, every call the provider starts is Factor times
+// slower (a factor drawn uniformly in [Factor, FactorMax] per episode when
+// FactorMax is set): the slowdown is correlated in time, unlike the per-call
+// tail. Providers that name the same Group, with the same settings, meet the
+// same episodes, as resellers of one upstream would.
+type RandomEpisodes struct {
+	// PerHour is the mean number of episodes starting per hour. (Required, in (0, 60])
+	PerHour float64 `yaml:"per_hour"`
+	// Duration is how long an episode lasts. (Required)
+	Duration EpisodeLength `yaml:"duration"`
+	// Factor multiplies TTFT. (Required, > 0)
+	Factor float64 `yaml:"factor"`
+	// FactorMax, when set, draws each episode's factor uniformly in [Factor, FactorMax]. (Optional)
+	FactorMax float64 `yaml:"factor_max"`
+	// Group shares the draws between the providers naming it. (Optional) Defaults to the provider's own.
+	Group string `yaml:"group"`
+}
+
+// EpisodeLength is a clamped lognormal duration.
+type EpisodeLength struct {
+	// Median duration. (Required)
+	Median Duration `yaml:"median"`
+	// Spread is the lognormal sigma. (Optional) Defaults to 0.
+	Spread float64 `yaml:"spread"`
+	// Max caps a duration. (Optional) Defaults to 4h.
+	Max Duration `yaml:"max"`
 }
 
 // TTFTModel gives a provider's time to first token. The median is read off
@@ -105,6 +153,11 @@ type CacheModel struct {
 	HitRate float64 `yaml:"hit_rate"`
 	// Lifetime is how long a cached prompt lives after its last use. (Optional) Defaults to 5m.
 	Lifetime Duration `yaml:"lifetime"`
+	// CancelledLegWarms says the provider finishes reading a prompt whose
+	// call the edge cancelled (the losing leg of a hedge) and keeps it in
+	// its cache, as if it had answered. (Optional) Defaults to false: only
+	// an answered call warms the cache.
+	CancelledLegWarms bool `yaml:"cancelled_leg_warms"`
 }
 
 // Capacity is the load a provider takes: over a sliding minute, more
@@ -247,6 +300,36 @@ func checkProvider(c *checker, path string, p Provider, names map[string]bool) {
 	}
 	checkShare(c, path+".errors.server_error_rate", p.Errors.ServerErrorRate)
 	checkShare(c, path+".errors.hang_rate", p.Errors.HangRate)
+	if p.Queue.Concurrency < 0 {
+		c.bad(path+".queue.concurrency", "must not be negative")
+	}
+	if !(p.Queue.Slope >= 0 && p.Queue.Slope <= 100) {
+		c.bad(path+".queue.slope", "must be in [0, 100]")
+	}
+	if p.Queue.Slope > 0 && p.Queue.Concurrency == 0 {
+		c.bad(path+".queue.concurrency", "must be positive when queue.slope is set")
+	}
+	for k, e := range p.RandomSlow {
+		ep := fmt.Sprintf("%s.random_slow[%d]", path, k)
+		if !(e.PerHour > 0 && e.PerHour <= 60) {
+			c.bad(ep+".per_hour", "must be in (0, 60]")
+		}
+		if e.Duration.Median <= 0 {
+			c.bad(ep+".duration.median", "must be positive")
+		}
+		if !(e.Duration.Spread >= 0 && e.Duration.Spread <= 3) {
+			c.bad(ep+".duration.spread", "must be in [0, 3]")
+		}
+		if e.Duration.Max < 0 || e.Duration.Max > Duration(24*time.Hour) {
+			c.bad(ep+".duration.max", "must be in [0, 24h]")
+		}
+		if !(e.Factor > 0 && e.Factor <= 1000) {
+			c.bad(ep+".factor", "must be in (0, 1000]")
+		}
+		if e.FactorMax != 0 && !(e.FactorMax >= e.Factor && e.FactorMax <= 1000) {
+			c.bad(ep+".factor_max", "must be at least factor and at most 1000")
+		}
+	}
 	for k, e := range p.Slow {
 		ep := fmt.Sprintf("%s.slow[%d]", path, k)
 		if e.Duration <= 0 {
@@ -277,6 +360,14 @@ func applyProviderDefaults(p *Provider) {
 	}
 	if p.Cache.Lifetime == 0 {
 		p.Cache.Lifetime = Duration(5 * time.Minute)
+	}
+	if p.Queue.Concurrency > 0 && p.Queue.Slope == 0 {
+		p.Queue.Slope = 1
+	}
+	for k := range p.RandomSlow {
+		if p.RandomSlow[k].Duration.Max == 0 {
+			p.RandomSlow[k].Duration.Max = Duration(4 * time.Hour)
+		}
 	}
 	if p.Capacity.RetryAfter == 0 {
 		p.Capacity.RetryAfter = Duration(30 * time.Second)

@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -36,6 +39,15 @@ type provider struct {
 	cache      map[int]cacheEntry // session id → the last prompt it read
 	load       []loadEntry        // calls accepted in the last minute, oldest first
 	loadTokens int64
+	inflight   int        // calls started and not yet ended, failed or cancelled
+	episodes   []slowSpan // the random slow episodes, by start
+}
+
+// slowSpan is a stretch of time from at, until the next span's at, during
+// which the random slow episodes multiply TTFT by factor.
+type slowSpan struct {
+	at     time.Time
+	factor float64
 }
 
 type cacheEntry struct {
@@ -55,10 +67,13 @@ func newProvider(cfg Provider, endpointID string) *provider {
 // call draws the answer to a call started at now with a prompt of prompt
 // tokens; sessionID ≥ 0 names the conversation whose earlier prompt this
 // one extends, for the cache.
+// Every answer but a 429 counts the call in flight until the caller ends it.
 func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID int) answer {
 	if ra, full := p.admit(now, prompt); full {
 		return answer{outcome: outcomeRateLimited, ttft: 100 * time.Millisecond, retryAfter: ra}
 	}
+	queue := p.queueFactor()
+	p.inflight++
 	if rng.Float64() < p.cfg.Errors.HangRate {
 		return answer{outcome: outcomeHang}
 	}
@@ -67,15 +82,40 @@ func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID i
 		return answer{outcome: outcomeServerError, ttft: 200*time.Millisecond + time.Duration(rng.Float64()*float64(1800*time.Millisecond))}
 	}
 	var cached int64
-	if e, ok := p.cache[sessionID]; ok && sessionID >= 0 && now.Before(e.expires) && e.tokens <= prompt && rng.Float64() < p.cfg.Cache.HitRate {
-		cached = e.tokens
+	if e, ok := p.cached(now, prompt, sessionID); ok && rng.Float64() < p.cfg.Cache.HitRate {
+		cached = e
 	}
-	return answer{outcome: outcomeOK, ttft: p.ttft(now, rng, prompt, cached), cached: cached}
+	return answer{outcome: outcomeOK, ttft: time.Duration(float64(p.ttft(now, rng, prompt, cached)) * queue), cached: cached}
 }
 
-// admit counts a call against the provider's capacity over the last
-// minute; full says it is refused, with the Retry-After to send.
-func (p *provider) admit(now time.Time, prompt int64) (time.Duration, bool) {
+// cached is the prompt of sessionID the provider holds in its cache at now,
+// if it holds one this prompt extends.
+func (p *provider) cached(now time.Time, prompt int64, sessionID int) (int64, bool) {
+	e, ok := p.cache[sessionID]
+	if !ok || sessionID < 0 || !now.Before(e.expires) || e.tokens > prompt {
+		return 0, false
+	}
+	return e.tokens, true
+}
+
+// end notes that a call counted in flight ended.
+func (p *provider) end() {
+	p.inflight = max(p.inflight-1, 0)
+}
+
+// queueFactor is the TTFT factor of the calls in flight (see Queue) for a
+// call starting now.
+func (p *provider) queueFactor() float64 {
+	q := p.cfg.Queue
+	if q.Concurrency <= 0 {
+		return 1
+	}
+	return 1 + q.Slope*float64(max(0, p.inflight+1-q.Concurrency))/float64(q.Concurrency)
+}
+
+// full reports whether a call of prompt tokens at now would be refused for
+// capacity, without counting it.
+func (p *provider) full(now time.Time, prompt int64) bool {
 	i := 0
 	for i < len(p.load) && now.Sub(p.load[i].at) >= time.Minute {
 		p.loadTokens -= p.load[i].tokens
@@ -83,9 +123,25 @@ func (p *provider) admit(now time.Time, prompt int64) (time.Duration, bool) {
 	}
 	p.load = p.load[i:]
 	c := p.cfg.Capacity
-	if (c.RequestsPerMinute > 0 && len(p.load)+1 > c.RequestsPerMinute) ||
-		(c.TokensPerMinute > 0 && p.loadTokens+prompt > int64(c.TokensPerMinute)) {
-		return c.RetryAfter.D(), true
+	return (c.RequestsPerMinute > 0 && len(p.load)+1 > c.RequestsPerMinute) ||
+		(c.TokensPerMinute > 0 && p.loadTokens+prompt > int64(c.TokensPerMinute))
+}
+
+// expectedTTFT is the median first-token time of a call of prompt tokens,
+// cached of them read from cache, started at now: the curve's median at the
+// effective size times the slow episodes and the queue — what the oracle
+// policy knows of each endpoint.
+func (p *provider) expectedTTFT(now time.Time, prompt int64, cached float64) time.Duration {
+	m := p.cfg.TTFT
+	eff := float64(prompt) - cached + m.CachedTokenWeight*cached
+	return time.Duration(median(m.Curve, eff) * p.slowdown(now) * p.queueFactor())
+}
+
+// admit counts a call against the provider's capacity over the last
+// minute; full says it is refused, with the Retry-After to send.
+func (p *provider) admit(now time.Time, prompt int64) (time.Duration, bool) {
+	if p.full(now, prompt) {
+		return p.cfg.Capacity.RetryAfter.D(), true
 	}
 	p.load = append(p.load, loadEntry{at: now, tokens: prompt})
 	p.loadTokens += prompt
@@ -118,9 +174,16 @@ func median(curve []CurvePoint, eff float64) float64 {
 	return max(float64(a.TTFT)+x*float64(b.TTFT-a.TTFT), float64(time.Millisecond))
 }
 
-// slowdown is the TTFT factor of the slow episodes running at now.
+// slowdown is the TTFT factor of the slow episodes, scheduled and random,
+// running at now.
 func (p *provider) slowdown(now time.Time) float64 {
 	f := 1.0
+	if n := len(p.episodes); n > 0 {
+		i := sort.Search(n, func(i int) bool { return p.episodes[i].at.After(now) }) // the first span after now
+		if i > 0 {
+			f = p.episodes[i-1].factor
+		}
+	}
 	if len(p.cfg.Slow) == 0 {
 		return f
 	}
@@ -149,4 +212,55 @@ func (p *provider) warm(sessionID int, tokens int64, now time.Time) {
 // genTime is how long the answer of output tokens takes after the first.
 func (p *provider) genTime(output int64) time.Duration {
 	return time.Duration(float64(max(output-1, 0)) / p.cfg.OutputTokensPerSecond * float64(time.Second))
+}
+
+// drawEpisodes draws the provider's random slow episodes starting in
+// [from, to) from seed and each entry's group (or the endpoint id) alone,
+// so that every policy run with that seed meets the same ones.
+func (p *provider) drawEpisodes(seed uint64, from, to time.Time) {
+	type edge struct {
+		at     time.Time
+		factor float64
+		start  bool
+	}
+	var edges []edge
+	for k, e := range p.cfg.RandomSlow {
+		key := e.Group
+		if key == "" {
+			key = p.endpointID
+		}
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(key))
+		rng := rand.New(rand.NewPCG(seed^0x736c6f77, h.Sum64()+uint64(k)))
+		for t := from; ; {
+			t = t.Add(time.Duration(rng.ExpFloat64() / e.PerHour * float64(time.Hour)))
+			if !t.Before(to) {
+				break
+			}
+			d := min(time.Duration(float64(e.Duration.Median)*math.Exp(e.Duration.Spread*rng.NormFloat64())), e.Duration.Max.D())
+			f := e.Factor
+			if e.FactorMax > e.Factor {
+				f += rng.Float64() * (e.FactorMax - e.Factor)
+			}
+			edges = append(edges, edge{t, f, true}, edge{t.Add(d), f, false})
+		}
+	}
+	slices.SortStableFunc(edges, func(a, b edge) int { return a.at.Compare(b.at) })
+	p.episodes = p.episodes[:0]
+	var active []float64 // the factors of the episodes running
+	for i, e := range edges {
+		if e.start {
+			active = append(active, e.factor)
+		} else if j := slices.Index(active, e.factor); j >= 0 {
+			active = slices.Delete(active, j, j+1)
+		}
+		if i+1 < len(edges) && edges[i+1].at.Equal(e.at) {
+			continue // one span per instant
+		}
+		f := 1.0
+		for _, a := range active {
+			f *= a
+		}
+		p.episodes = append(p.episodes, slowSpan{at: e.at, factor: f})
+	}
 }

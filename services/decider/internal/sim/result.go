@@ -90,6 +90,7 @@ var Metrics = []Metric{
 	{"ttft_mean_32k_128k", "TTFT mean, 32k-128k prompts (s)", nan, nan},
 	{"ttft_p50_over_128k", "TTFT p50, >128k prompts (s)", 40, 3.4},
 	{"ttft_mean_over_128k", "TTFT mean, >128k prompts (s)", nan, nan},
+	{"ttft_p50_stream_over_32k", "TTFT p50, streaming >32k (s)", nan, nan},
 	{"ttft_p90_stream_over_32k", "TTFT p90, streaming >32k (s)", 57, 8.7},
 	{"usd_per_1k_stream_over_32k", "client $ per 1,000 streaming >32k", 2.49, 1.04},
 	{"hedge_usd_per_1k_stream_over_32k", "hedge $ per 1,000 streaming >32k", nan, nan},
@@ -208,6 +209,28 @@ func (res *Result) compute() map[string]float64 {
 	return f
 }
 
+// HourlyHedged returns, per UTC hour of arrival, the share of streaming
+// requests over 32k tokens that started a hedge; NaN for an hour with none
+// of them.
+func (res *Result) HourlyHedged() [24]float64 {
+	var n, hedged [24]float64
+	for _, r := range res.recs {
+		if !r.stream || r.prompt < 32*tokens.K {
+			continue
+		}
+		h := r.arrival.UTC().Hour()
+		n[h]++
+		if r.hedged {
+			hedged[h]++
+		}
+	}
+	var out [24]float64
+	for h := range out {
+		out[h] = per(hedged[h], n[h])
+	}
+	return out
+}
+
 // Served returns, per provider, the share of requests over 32k tokens it answered.
 func (res *Result) Served() map[string]float64 {
 	out := map[string]float64{}
@@ -318,8 +341,67 @@ func tQuantile975(df int) float64 {
 	return 1.96
 }
 
+// The regret against the oracle is taken on the long streaming calls,
+// where the money and the waiting are: client $ per 1,000 of them and their
+// TTFT p50 and p90.
+const (
+	regretCost = "usd_per_1k_stream_over_32k"
+	regretP50  = "ttft_p50_stream_over_32k"
+	regretP90  = "ttft_p90_stream_over_32k"
+)
+
+// overOracle returns, for a metric, the mean over seeds of s's figure's
+// excess over the oracle's on the same seed, in percent, and the half-width
+// of its 95 % interval: the seeds pair the runs (the same traffic and the
+// same provider luck), so the interval is that of the paired differences.
+func overOracle(s, oracle Summary, key string) (float64, float64) {
+	var d Summary
+	for k := range min(len(s.Runs), len(oracle.Runs)) {
+		a, b := s.Runs[k].Figures()[key], oracle.Runs[k].Figures()[key]
+		d.Runs = append(d.Runs, &Result{figures: map[string]float64{"d": 100 * (a/b - 1)}})
+	}
+	return d.interval("d")
+}
+
+// regret is s's regret against the oracle (see docs/simulation.md): the
+// extra cost when its p50 and p90 are no worse than the oracle's, and the
+// extra p50 and p90 when its cost is no higher; "no worse" and "no higher"
+// mean not beyond the 95 % interval of the paired differences. ok is false
+// where the condition fails: then s buys latency with money or the other
+// way round, and is not comparable on that figure.
+func regret(s, oracle Summary) (cost string, costOK bool, latency string, latencyOK bool) {
+	c, chw := overOracle(s, oracle, regretCost)
+	p50, p50hw := overOracle(s, oracle, regretP50)
+	p90, p90hw := overOracle(s, oracle, regretP90)
+	noWorse := func(m, hw float64) bool { return !math.IsNaN(m) && m-hw <= 0 }
+	cost, latency = "slower", "dearer"
+	if noWorse(p50, p50hw) && noWorse(p90, p90hw) {
+		cost, costOK = pct(c, chw), true
+	}
+	if noWorse(c, chw) {
+		latency, latencyOK = pct(p50, p50hw)+" / "+pct(p90, p90hw), true
+	}
+	return cost, costOK, latency, latencyOK
+}
+
+func pct(v, hw float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	if v >= 0 {
+		s = "+" + s
+	}
+	if hw > 0 {
+		s += " ±" + strconv.FormatFloat(hw, 'f', 1, 64)
+	}
+	return s + "%"
+}
+
 // WriteTable prints the policies side by side, with the figures measured
-// on production traffic beside them.
+// on production traffic beside them; with an oracle among them, each
+// policy's regret against it; and each hedging policy's hedged share of
+// long streaming calls per hour.
 func WriteTable(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"metric", "measured before", "measured after"}
@@ -335,7 +417,29 @@ func WriteTable(w io.Writer, sums []Summary) error {
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
+	if i := slices.IndexFunc(sums, func(s Summary) bool { return s.Policy == "oracle" }); i >= 0 {
+		rows := []struct {
+			label string
+			cell  func(s Summary) string
+		}{
+			{"client $ over oracle, streaming >32k", func(s Summary) string { return pct(overOracle(s, sums[i], regretCost)) }},
+			{"TTFT p50 over oracle, streaming >32k", func(s Summary) string { return pct(overOracle(s, sums[i], regretP50)) }},
+			{"TTFT p90 over oracle, streaming >32k", func(s Summary) string { return pct(overOracle(s, sums[i], regretP90)) }},
+			{"regret: $ at no worse p50 and p90", func(s Summary) string { c, _, _, _ := regret(s, sums[i]); return c }},
+			{"regret: p50 / p90 at no higher $", func(s Summary) string { _, _, l, _ := regret(s, sums[i]); return l }},
+		}
+		for _, r := range rows {
+			row := []string{r.label, "-", "-"}
+			for _, s := range sums {
+				row = append(row, r.cell(s))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeHourly(w, sums); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
@@ -405,4 +509,47 @@ func WriteRecords(w io.Writer, sums []Summary) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// writeHourly prints, per policy that hedged, the share of streaming
+// requests over 32k tokens hedged in each UTC hour of arrival, the mean
+// over seeds: whether the hedge budget lasts through the busy hours.
+func writeHourly(w io.Writer, sums []Summary) error {
+	var lines []string
+	for _, s := range sums {
+		hedged := false
+		var mean [24]float64
+		var n [24]int
+		for _, r := range s.Runs {
+			hedged = hedged || r.HedgesGranted > 0
+			for h, v := range r.HourlyHedged() {
+				if !math.IsNaN(v) {
+					mean[h] += v
+					n[h]++
+				}
+			}
+		}
+		if !hedged {
+			continue
+		}
+		cells := make([]string, 24)
+		for h := range cells {
+			cells[h] = "-"
+			if n[h] > 0 {
+				cells[h] = strconv.Itoa(int(math.Round(100 * mean[h] / float64(n[h]))))
+			}
+		}
+		lines = append(lines, fmt.Sprintf("  %s: %s", s.Policy, strings.Join(cells, " ")))
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Hedged share of streaming >32k requests by UTC hour of arrival, 00..23 (%, mean over seeds):")
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
