@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 )
 
 // Main runs the simulator with command-line args, writing the table to out.
@@ -28,6 +29,9 @@ func Main(args []string, out, errOut io.Writer) error {
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
 	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
 	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
+	cool := fs.Duration("cooldown", 0, "how long a refusing endpoint is benched, as the decider's --cooldown (default the decider's: 15m)")
+	coolErrors := fs.Int("cooldown-errors", 0, "refusals within --cooldown-window that bench an endpoint, as the decider's --cooldown-errors (default 1)")
+	coolWindow := fs.Duration("cooldown-window", 0, "the span of --cooldown-errors, as the decider's --cooldown-window (default 1m)")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
 	plots := fs.String("plots", "", "also draw SVG plots into this directory: TTFT distributions per size, cost against TTFT p50")
 	if err := fs.Parse(args); err != nil {
@@ -48,6 +52,9 @@ func Main(args []string, out, errOut io.Writer) error {
 			continue
 		}
 		sizes = append(sizes, n)
+	}
+	if *cool < 0 || *coolErrors < 0 || *coolWindow < 0 {
+		errs = append(errs, errors.New("--cooldown, --cooldown-errors and --cooldown-window must not be negative"))
 	}
 	if *seeds < 1 || *seeds > 100 {
 		errs = append(errs, errors.New("--seeds must be in [1, 100]"))
@@ -95,7 +102,8 @@ func Main(args []string, out, errOut io.Writer) error {
 			return err
 		}
 	}
-	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes}
+	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes,
+		Cooldown: cooldown.Options{Duration: *cool, Errors: *coolErrors, Window: *coolWindow}}
 	if *probeEvery == 0 {
 		opts.ProbeInterval = -1
 	}

@@ -33,6 +33,11 @@ func TestParseProfile(t *testing.T) {
 	require.Equal(t, 5*time.Minute, pr.Cache.Lifetime.D(), "default cache lifetime")
 	require.Equal(t, 30*time.Second, pr.Capacity.RetryAfter.D(), "default Retry-After")
 	require.Equal(t, 50.0, pr.TTFT.Tail.MaxFactor, "default tail cap")
+
+	p, err = ParseProfile([]byte(goodProfile + "        errors: {outages: [{from: \"00:01:30\", duration: 20s}]}\n"))
+	require.NoError(t, err)
+	require.Equal(t, []Outage{{From: ClockTime(90 * time.Second), Duration: Duration(20 * time.Second)}}, p.Models[0].Providers[0].Errors.Outages,
+		"a time of day with seconds")
 }
 
 // TestParseProfileErrors checks that each mistake is reported with its line
@@ -74,6 +79,8 @@ func TestParseProfileErrors(t *testing.T) {
 			[]string{"line 13: models[0].providers[0].cache.hit_rate: must be a share in [0, 1]"}},
 		{"slow episode", func(s string) string { return s + "        slow: [{from: \"25:00\", duration: 1h, factor: 2}]\n" },
 			[]string{"line 13", `"25:00" is not a time of day`}},
+		{"outage without duration", func(s string) string { return s + "        errors: {outages: [{from: \"00:01\"}]}\n" },
+			[]string{"line 13: models[0].providers[0].errors.outages[0].duration: must be positive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

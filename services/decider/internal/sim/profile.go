@@ -124,12 +124,24 @@ type Errors struct {
 	ServerErrorRate float64 `yaml:"server_error_rate"`
 	// HangRate is the share of calls that never produce a first token. (Optional)
 	HangRate float64 `yaml:"hang_rate"`
+	// Outages are scripted spans (every simulated day) in which every call
+	// is answered 5xx at once, to watch a cool-down start and end. (Optional)
+	Outages []Outage `yaml:"outages"`
+}
+
+// Outage makes a provider answer every call 5xx from From (UTC time of day,
+// every simulated day) for Duration.
+type Outage struct {
+	// From is the start, hh:mm or hh:mm:ss UTC. (Required)
+	From ClockTime `yaml:"from"`
+	// Duration is how long it lasts. (Required, > 0)
+	Duration Duration `yaml:"duration"`
 }
 
 // Episode makes a provider Factor times slower from From (UTC time of day,
 // every simulated day) for Duration.
 type Episode struct {
-	// From is the start, hh:mm UTC. (Required)
+	// From is the start, hh:mm or hh:mm:ss UTC. (Required)
 	From ClockTime `yaml:"from"`
 	// Duration is how long it lasts. (Required)
 	Duration Duration `yaml:"duration"`
@@ -247,6 +259,11 @@ func checkProvider(c *checker, path string, p Provider, names map[string]bool) {
 	}
 	checkShare(c, path+".errors.server_error_rate", p.Errors.ServerErrorRate)
 	checkShare(c, path+".errors.hang_rate", p.Errors.HangRate)
+	for k, o := range p.Errors.Outages {
+		if o.Duration <= 0 {
+			c.bad(fmt.Sprintf("%s.errors.outages[%d].duration", path, k), "must be positive")
+		}
+	}
 	for k, e := range p.Slow {
 		ep := fmt.Sprintf("%s.slow[%d]", path, k)
 		if e.Duration <= 0 {
