@@ -108,6 +108,17 @@ func (c *call) serve() {
 		}
 	}
 
+	if cp := c.cfg.Capacity; cp.RequestsPerMinute > 0 || cp.TokensPerMinute > 0 {
+		// The simulation's rule: calls and prompt tokens over a sliding
+		// minute, a fixed Retry-After, and no headers announcing it.
+		if d := c.ms.capacity.Admit(ratelimit.Limits{RequestsPerMinute: cp.RequestsPerMinute, TokensPerMinute: cp.TokensPerMinute},
+			c.prompt, c.p.now()); !d.Allowed {
+			c.outcome = outcomeRateLimited
+			writeRateLimited(c.w, c.p.scaled(cp.RetryAfter.D()), "The server is at capacity (simulated).")
+			return
+		}
+	}
+
 	var f *FaultConfig
 	if forced {
 		f = c.faultOfKind(kind)

@@ -71,6 +71,26 @@ type ModelConfig struct {
 	// Limits are the provider's per-minute quotas for this model (Optional).
 	// Defaults to unlimited.
 	Limits LimitsConfig `yaml:"limits" json:"limits"`
+	// Capacity is the load above which the provider's servers answer 429,
+	// the rule of the routing simulation's providers (Optional). Defaults to
+	// unlimited.
+	Capacity CapacityConfig `yaml:"capacity" json:"capacity"`
+}
+
+// CapacityConfig is a provider's capacity as the routing simulation models
+// it (services/decider/internal/sim, Capacity): over a sliding minute of the
+// simulator's scaled clock, a call that would make more than
+// RequestsPerMinute admitted calls, or more than TokensPerMinute admitted
+// prompt tokens, is answered 429 at once with a fixed Retry-After and is not
+// counted. Unlike Limits it is not a quota the provider announces: no
+// x-ratelimit-* headers are sent, so a gateway learns it only from the 429s.
+type CapacityConfig struct {
+	// RequestsPerMinute caps admitted calls per sliding minute (Optional). 0 means unlimited.
+	RequestsPerMinute int64 `yaml:"requests_per_minute" json:"requests_per_minute"`
+	// TokensPerMinute caps admitted prompt tokens per sliding minute (Optional). 0 means unlimited.
+	TokensPerMinute int64 `yaml:"tokens_per_minute" json:"tokens_per_minute"`
+	// RetryAfter is sent with each 429, times the time scale (Optional). Defaults to 30s.
+	RetryAfter Duration `yaml:"retry_after" json:"retry_after"`
 }
 
 // TTFTConfig is a time-to-first-token curve: a base delay plus a cost per 1k
@@ -180,14 +200,15 @@ type LimitsConfig struct {
 
 // Defaults of ModelConfig, filled in for zero values.
 const (
-	DefaultOutputTokens     = 16              // ModelConfig.DefaultOutputTokens
-	DefaultCacheBlockTokens = 128             // CacheConfig.BlockTokens, OpenAI's cache granularity
-	DefaultCacheMinTokens   = 1024            // CacheConfig.MinTokens, OpenAI's smallest cacheable prompt
-	DefaultCacheTTL         = 5 * time.Minute // CacheConfig.TTL, OpenAI's minimum retention
-	DefaultCacheMaxEntries  = 10000           // CacheConfig.MaxEntries
-	DefaultDropAfterTokens  = 3               // FaultConfig.AfterTokens
-	DefaultRetryAfter       = time.Second     // FaultConfig.RetryAfter
-	DefaultUnavailable      = 503             // FaultConfig.Status
+	DefaultOutputTokens     = 16               // ModelConfig.DefaultOutputTokens
+	DefaultCacheBlockTokens = 128              // CacheConfig.BlockTokens, OpenAI's cache granularity
+	DefaultCacheMinTokens   = 1024             // CacheConfig.MinTokens, OpenAI's smallest cacheable prompt
+	DefaultCacheTTL         = 5 * time.Minute  // CacheConfig.TTL, OpenAI's minimum retention
+	DefaultCacheMaxEntries  = 10000            // CacheConfig.MaxEntries
+	DefaultDropAfterTokens  = 3                // FaultConfig.AfterTokens
+	DefaultRetryAfter       = time.Second      // FaultConfig.RetryAfter
+	DefaultUnavailable      = 503              // FaultConfig.Status
+	DefaultCapacityRetry    = 30 * time.Second // CapacityConfig.RetryAfter, as the routing simulation's
 )
 
 // LoadConfig reads, parses and validates the YAML file at path.
@@ -367,6 +388,15 @@ func (m ModelConfig) validate(path string) []error {
 	if m.Limits.RequestsPerSecond < 0 {
 		bad("limits.requests_per_second", "must not be negative, got %d", m.Limits.RequestsPerSecond)
 	}
+	if m.Capacity.RequestsPerMinute < 0 {
+		bad("capacity.requests_per_minute", "must not be negative, got %d", m.Capacity.RequestsPerMinute)
+	}
+	if m.Capacity.TokensPerMinute < 0 {
+		bad("capacity.tokens_per_minute", "must not be negative, got %d", m.Capacity.TokensPerMinute)
+	}
+	if m.Capacity.RetryAfter < 0 {
+		bad("capacity.retry_after", "must not be negative, got %s", m.Capacity.RetryAfter)
+	}
 	return errs
 }
 
@@ -388,6 +418,9 @@ func (m ModelConfig) withDefaults() ModelConfig {
 	}
 	if m.Cache.MaxEntries == 0 {
 		m.Cache.MaxEntries = DefaultCacheMaxEntries
+	}
+	if m.Capacity.RetryAfter == 0 {
+		m.Capacity.RetryAfter = Duration(DefaultCapacityRetry)
 	}
 	m.Faults = slices.Clone(m.Faults)
 	for i := range m.Faults {

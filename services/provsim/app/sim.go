@@ -88,6 +88,8 @@ type modelState struct {
 	cache  *promptcache.Cache // nil when caching is off
 	window ratelimit.Window
 	second ratelimit.Window // Length 1s: limits.requests_per_second
+	// capacity counts calls for Capacity over a minute of the scaled clock.
+	capacity ratelimit.Window
 }
 
 // options are the test seams of Start.
@@ -247,7 +249,7 @@ func (p *Provider) setModel(mc ModelConfig) (ModelConfig, error) {
 	defer p.mu.Unlock()
 	ms, ok := p.models[mc.ID]
 	if !ok {
-		ms = &modelState{second: ratelimit.Window{Length: time.Second}}
+		ms = &modelState{second: ratelimit.Window{Length: time.Second}, capacity: ratelimit.Window{Length: p.scaled(time.Minute)}}
 		p.models[mc.ID] = ms
 		p.order = append(p.order, mc.ID)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 )
 
@@ -32,6 +33,9 @@ func Main(args []string, out, errOut io.Writer) error {
 	loserWarms := fs.Bool("hedge-loser-warms-cache", false, "every provider finishes reading a cancelled hedge leg's prompt into its cache (a profile's cache.cancelled_leg_warms does it for one provider)")
 	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
 	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
+	cool := fs.Duration("cooldown", 0, "how long a refusing endpoint is benched, as the decider's --cooldown (default the decider's: 15m)")
+	coolErrors := fs.Int("cooldown-errors", 0, "refusals within --cooldown-window that bench an endpoint, as the decider's --cooldown-errors (default 1)")
+	coolWindow := fs.Duration("cooldown-window", 0, "the span of --cooldown-errors, as the decider's --cooldown-window (default 1m)")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
 	plots := fs.String("plots", "", "also draw SVG plots into this directory: TTFT distributions per size, cost against TTFT p50")
 	frontier := fs.Bool("frontier", false, "also run the static single-provider policy only:<provider> for every provider of the traffic's model, and print which policies dominate which")
@@ -56,6 +60,9 @@ func Main(args []string, out, errOut io.Writer) error {
 			continue
 		}
 		sizes = append(sizes, n)
+	}
+	if *cool < 0 || *coolErrors < 0 || *coolWindow < 0 {
+		errs = append(errs, errors.New("--cooldown, --cooldown-errors and --cooldown-window must not be negative"))
 	}
 	if *seeds < 1 || *seeds > 100 {
 		errs = append(errs, errors.New("--seeds must be in [1, 100]"))
@@ -109,7 +116,8 @@ func Main(args []string, out, errOut io.Writer) error {
 			return err
 		}
 	}
-	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes, HedgeBudgetBurst: *burst, HedgeLoserWarmsCache: *loserWarms}
+	opts := Options{HedgeBudgetUSD: *budget, ProbeInterval: *probeEvery, ProbeSizes: sizes, HedgeBudgetBurst: *burst, HedgeLoserWarmsCache: *loserWarms,
+		Cooldown: cooldown.Options{Duration: *cool, Errors: *coolErrors, Window: *coolWindow}}
 	if *probeEvery == 0 {
 		opts.ProbeInterval = -1
 	}

@@ -40,6 +40,7 @@ type request struct {
 	winner       *leg
 	moved        bool // a conversation turn answered elsewhere than the previous turn
 	met429       bool
+	calls429     int // calls answered 429
 	failedTime   time.Duration
 	done         bool
 }
@@ -287,6 +288,7 @@ func (e *engine) failed(l *leg) {
 	r.failedTime += e.now.Sub(l.start)
 	if l.a.outcome == outcomeRateLimited {
 		r.met429 = true
+		r.calls429++
 	}
 	// A primary that failed before the hedge started is retried on the
 	// fallbacks: the hedge has nothing left to race.

@@ -44,6 +44,11 @@ func TestParseProfile(t *testing.T) {
 	require.Equal(t, Queue{Concurrency: 8, Slope: 1}, pr.Queue, "default slope")
 	require.Equal(t, 4*time.Hour, pr.RandomSlow[0].Duration.Max.D(), "default longest episode")
 	require.True(t, pr.Cache.CancelledLegWarms)
+
+	p, err = ParseProfile([]byte(goodProfile + "        errors: {outages: [{from: \"00:01:30\", duration: 20s}]}\n"))
+	require.NoError(t, err)
+	require.Equal(t, []Outage{{From: ClockTime(90 * time.Second), Duration: Duration(20 * time.Second)}}, p.Models[0].Providers[0].Errors.Outages,
+		"a time of day with seconds")
 }
 
 // TestParseProfileErrors checks that each mistake is reported with its line
@@ -102,6 +107,8 @@ func TestParseProfileErrors(t *testing.T) {
 			"line 15: models[0].providers[0].random_slow[0].duration.spread: must be in [0, 3]",
 			"line 15: models[0].providers[0].random_slow[0].duration.max: must be in [0, 24h]",
 			"line 17: models[0].providers[0].random_slow[0].factor_max: must be at least factor and at most 1000"}},
+		{"outage without duration", func(s string) string { return s + "        errors: {outages: [{from: \"00:01\"}]}\n" },
+			[]string{"line 13: models[0].providers[0].errors.outages[0].duration: must be positive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

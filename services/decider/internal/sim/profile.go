@@ -177,12 +177,24 @@ type Errors struct {
 	ServerErrorRate float64 `yaml:"server_error_rate"`
 	// HangRate is the share of calls that never produce a first token. (Optional)
 	HangRate float64 `yaml:"hang_rate"`
+	// Outages are scripted spans (every simulated day) in which every call
+	// is answered 5xx at once, to watch a cool-down start and end. (Optional)
+	Outages []Outage `yaml:"outages"`
+}
+
+// Outage makes a provider answer every call 5xx from From (UTC time of day,
+// every simulated day) for Duration.
+type Outage struct {
+	// From is the start, hh:mm or hh:mm:ss UTC. (Required)
+	From ClockTime `yaml:"from"`
+	// Duration is how long it lasts. (Required, > 0)
+	Duration Duration `yaml:"duration"`
 }
 
 // Episode makes a provider Factor times slower from From (UTC time of day,
 // every simulated day) for Duration.
 type Episode struct {
-	// From is the start, hh:mm UTC. (Required)
+	// From is the start, hh:mm or hh:mm:ss UTC. (Required)
 	From ClockTime `yaml:"from"`
 	// Duration is how long it lasts. (Required)
 	Duration Duration `yaml:"duration"`
@@ -328,6 +340,11 @@ func checkProvider(c *checker, path string, p Provider, names map[string]bool) {
 		}
 		if e.FactorMax != 0 && !(e.FactorMax >= e.Factor && e.FactorMax <= 1000) {
 			c.bad(ep+".factor_max", "must be at least factor and at most 1000")
+		}
+	}
+	for k, o := range p.Errors.Outages {
+		if o.Duration <= 0 {
+			c.bad(fmt.Sprintf("%s.errors.outages[%d].duration", path, k), "must be positive")
 		}
 	}
 	for k, e := range p.Slow {

@@ -74,6 +74,10 @@ func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID i
 	}
 	queue := p.queueFactor()
 	p.inflight++
+	if p.down(now) {
+		// A provider that is down refuses at once, before the prompt is read.
+		return answer{outcome: outcomeServerError, ttft: 100 * time.Millisecond}
+	}
 	if rng.Float64() < p.cfg.Errors.HangRate {
 		return answer{outcome: outcomeHang}
 	}
@@ -198,6 +202,21 @@ func (p *provider) slowdown(now time.Time) float64 {
 		}
 	}
 	return f
+}
+
+// down reports whether one of the scripted outages runs at now.
+func (p *provider) down(now time.Time) bool {
+	u := now.UTC()
+	day := time.Date(u.Year(), u.Month(), u.Day(), 0, 0, 0, 0, time.UTC)
+	for _, o := range p.cfg.Errors.Outages {
+		for _, d := range []time.Time{day.AddDate(0, 0, -1), day} { // an outage may cross midnight
+			from := d.Add(time.Duration(o.From))
+			if !u.Before(from) && u.Before(from.Add(o.Duration.D())) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // warm notes that the provider read sessionID's prompt of tokens at now:

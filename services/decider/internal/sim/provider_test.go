@@ -77,3 +77,17 @@ func priced(cfg Provider) Provider {
 	cfg.Price = Price{Input: &in, Output: &out}
 	return cfg
 }
+
+func TestScriptedOutage(t *testing.T) {
+	p := newProvider(priced(Provider{Errors: Errors{Outages: []Outage{{From: ClockTime(40 * time.Second), Duration: Duration(20 * time.Second)}}},
+		TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
+	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(1, 2))
+	require.Equal(t, outcomeOK, p.call(t0.Add(39*time.Second), rng, 100, -1).outcome, "before the outage")
+	a := p.call(t0.Add(40*time.Second), rng, 100, -1)
+	require.Equal(t, outcomeServerError, a.outcome, "from its start")
+	require.Equal(t, 100*time.Millisecond, a.ttft, "refused at once")
+	require.Equal(t, outcomeServerError, p.call(t0.Add(59*time.Second), rng, 100, -1).outcome)
+	require.Equal(t, outcomeOK, p.call(t0.Add(60*time.Second), rng, 100, -1).outcome, "over after its duration")
+	require.Equal(t, outcomeServerError, p.call(t0.Add(24*time.Hour+45*time.Second), rng, 100, -1).outcome, "every day")
+}

@@ -49,6 +49,7 @@ type record struct {
 	hedged, hedgeWon       bool
 	retries                int
 	met429                 bool
+	calls429               int
 	failedTime             time.Duration
 	provider               string
 	reason                 switchboardv1.RouteReason
@@ -60,7 +61,7 @@ func newResult(policy string, start time.Time) *Result {
 }
 
 func (res *Result) add(r *request) {
-	rec := record{arrival: r.arrival, reason: r.reason, moved: r.moved, prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429,
+	rec := record{arrival: r.arrival, reason: r.reason, moved: r.moved, prompt: r.t.prompt, output: r.output, stream: r.t.stream, retries: r.retries, met429: r.met429, calls429: r.calls429,
 		failedTime: r.failedTime, hedged: r.hedgeStarted, loserCost: r.loserCost}
 	if w := r.winner; w != nil {
 		rec.ok, rec.ttft, rec.cached, rec.provider, rec.hedgeWon = true, w.firstAt.Sub(r.arrival), w.a.cached, w.ep.GetProvider(), w.hedge
@@ -494,7 +495,7 @@ func num(v, hw float64) string {
 func WriteRecords(w io.Writer, sums []Summary) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"policy", "seed_index", "arrival_s", "prompt_tokens", "cached_tokens", "output_tokens", "stream",
-		"answered", "ttft_s", "provider", "client_usd", "hedge_loser_usd", "hedged", "hedge_won", "retries", "route_reason", "moved"})
+		"answered", "ttft_s", "provider", "client_usd", "hedge_loser_usd", "hedged", "hedge_won", "retries", "route_reason", "moved", "calls_429"})
 	for _, s := range sums {
 		for k, res := range s.Runs {
 			for _, r := range res.recs {
@@ -503,7 +504,7 @@ func WriteRecords(w io.Writer, sums []Summary) error {
 					strconv.FormatBool(r.stream), strconv.FormatBool(r.ok), strconv.FormatFloat(r.ttft.Seconds(), 'f', 3, 64),
 					r.provider, strconv.FormatFloat(r.cost, 'g', 8, 64), strconv.FormatFloat(r.loserCost, 'g', 8, 64),
 					strconv.FormatBool(r.hedged), strconv.FormatBool(r.hedgeWon), strconv.Itoa(r.retries),
-					strings.TrimPrefix(r.reason.String(), "ROUTE_REASON_"), strconv.FormatBool(r.moved)})
+					strings.TrimPrefix(r.reason.String(), "ROUTE_REASON_"), strconv.FormatBool(r.moved), strconv.Itoa(r.calls429)})
 			}
 		}
 	}

@@ -157,15 +157,18 @@ func parseTokens(s string) (int64, error) {
 	return int64(math.Round(f * mult)), nil
 }
 
-// ClockTime is a time of day, "hh:mm" in UTC, stored as the offset from midnight.
+// ClockTime is a time of day, "hh:mm" or "hh:mm:ss" in UTC, stored as the offset from midnight.
 type ClockTime time.Duration
 
 // UnmarshalYAML implements [yaml.Unmarshaler].
 func (c *ClockTime) UnmarshalYAML(n *yaml.Node) error {
 	t, err := time.Parse("15:04", n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a time of day (write hh:mm, e.g. 14:30)", n.Line, n.Value)
+		t, err = time.Parse("15:04:05", n.Value)
 	}
-	*c = ClockTime(time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a time of day (write hh:mm or hh:mm:ss, e.g. 14:30)", n.Line, n.Value)
+	}
+	*c = ClockTime(time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute + time.Duration(t.Second())*time.Second)
 	return nil
 }
