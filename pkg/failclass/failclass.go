@@ -153,6 +153,39 @@ func Classify(status int, code string) Class {
 	return RetryableOverload
 }
 
+// IsAccount reports whether a failure of class c with the provider's error
+// code says the provider account refused — a spend limit, a billing
+// problem, an exhausted quota, a disabled key, project or organisation —
+// rather than this gateway's credential or mapping for one endpoint: it
+// concerns every endpoint called with that account, whatever the model.
+func IsAccount(c Class, code string) bool { return c == NonRetryablePolicy && IsPolicyCode(code) }
+
+// RequestSuspect reports whether a failure may be the request's rather
+// than the endpoint's: repeated on another endpoint for the same request
+// (same class, same status), it is charged to the request. That holds for
+//
+//   - a 5xx answer other than 503 and 529 (a 500, 502 or 504 from two
+//     independent providers on the same input is the input crashing them,
+//     not two outages at once), and
+//   - a policy refusal without an account code (a bare 401, 403 or 404:
+//     one endpoint's credential or mapping is wrong, but two providers
+//     refusing the same request that way are refusing its content).
+//
+// It does not hold for a rate limit (each provider's own capacity), a 503
+// or 529 (a provider saying it is overloaded), a call with no HTTP answer
+// (a connection or first-token timeout says nothing of the input), an
+// account refusal (the account's, by its code), nor a refusal of the
+// request itself (the first one already ends the request).
+func RequestSuspect(c Class, status int, code string) bool {
+	switch c {
+	case RetryableOverload:
+		return status >= 500 && status <= 599 && status != http.StatusServiceUnavailable && status != StatusOverloaded
+	case NonRetryablePolicy:
+		return !IsPolicyCode(code) && (status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusNotFound)
+	}
+	return false
+}
+
 // Transport is the class of a call that got no HTTP answer: the connection
 // failed or dropped, or the first token did not come in time. The endpoint
 // is overloaded or down as far as anyone can tell: another endpoint is

@@ -83,3 +83,41 @@ func TestErrorCodeIsBounded(t *testing.T) {
 		require.Empty(t, ErrorCode([]byte(b)), b)
 	}
 }
+
+func TestRequestSuspectAndAccount(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		code    string
+		suspect bool
+		account bool
+	}{
+		{status: 500, suspect: true},
+		{status: 502, suspect: true},
+		{status: 504, suspect: true},
+		{status: 503},
+		{status: StatusOverloaded},
+		{status: 429},
+		{status: 429, code: "insufficient_quota", account: true},
+		{status: 402, code: "billing_error", account: true},
+		{status: 403, code: "project_disabled", account: true},
+		{status: 400, code: "billing_hard_limit_reached", account: true},
+		{status: 403, suspect: true},
+		{status: 401, code: "invalid_api_key", suspect: true},
+		{status: 404, code: "model_not_found", suspect: true},
+		{status: 402},
+		{status: 400},
+		{status: 422},
+		{status: 408},
+	} {
+		c := Classify(tc.status, tc.code)
+		if got := RequestSuspect(c, tc.status, tc.code); got != tc.suspect {
+			t.Errorf("RequestSuspect(%s, %d, %q) = %v, want %v", c, tc.status, tc.code, got, tc.suspect)
+		}
+		if got := IsAccount(c, tc.code); got != tc.account {
+			t.Errorf("IsAccount(%s, %q) = %v, want %v", c, tc.code, got, tc.account)
+		}
+	}
+	if RequestSuspect(Transport(), 0, "") {
+		t.Error("a call with no HTTP answer is never the request's")
+	}
+}

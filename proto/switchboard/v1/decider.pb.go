@@ -2835,8 +2835,16 @@ type ReconcileRequest struct {
 	// provider_error_code is the provider's error code (its error.code or
 	// error.type), when it sent one.
 	ProviderErrorCode string `protobuf:"bytes,6,opt,name=provider_error_code,json=providerErrorCode,proto3" json:"provider_error_code,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// failure_deferred says the edge does not know yet whether this failure
+	// is the endpoint's or the request's (the same request may fail the same
+	// way on another endpoint): the reservation is closed and its capacity
+	// given back, but nothing is paused. A second reconciliation of the same
+	// reservation without failure_deferred, sent once the edge knows the
+	// failure was the endpoint's, applies its pause, once; none is sent when
+	// it was the request's.
+	FailureDeferred bool `protobuf:"varint,7,opt,name=failure_deferred,json=failureDeferred,proto3" json:"failure_deferred,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReconcileRequest) Reset() {
@@ -2909,6 +2917,13 @@ func (x *ReconcileRequest) GetProviderErrorCode() string {
 		return x.ProviderErrorCode
 	}
 	return ""
+}
+
+func (x *ReconcileRequest) GetFailureDeferred() bool {
+	if x != nil {
+		return x.FailureDeferred
+	}
+	return false
 }
 
 // ReconcileResponse says what reconciliation did.
@@ -3084,8 +3099,12 @@ type CallReport struct {
 	// ("malformed_tool_call", "empty", "truncated"; the edge's check set may
 	// grow), empty when it passed them all or none applied.
 	QualityFailures []string `protobuf:"bytes,20,rep,name=quality_failures,json=qualityFailures,proto3" json:"quality_failures,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// request_failure says the same request failed with the same error on
+	// another endpoint too: the failure is the request's, and says nothing of
+	// this endpoint (no cool-down, no error counted against it).
+	RequestFailure bool `protobuf:"varint,21,opt,name=request_failure,json=requestFailure,proto3" json:"request_failure,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CallReport) Reset() {
@@ -3256,6 +3275,13 @@ func (x *CallReport) GetQualityFailures() []string {
 		return x.QualityFailures
 	}
 	return nil
+}
+
+func (x *CallReport) GetRequestFailure() bool {
+	if x != nil {
+		return x.RequestFailure
+	}
+	return false
 }
 
 // CallReportBatch carries several call reports at once, so reporting costs
@@ -5446,21 +5472,22 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\breported\x18\x05 \x01(\bR\breported\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc8\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xf3\x02\n" +
 	"\x10ReconcileRequest\x12%\n" +
 	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12+\n" +
 	"\x05usage\x18\x02 \x01(\v2\x15.switchboard.v1.UsageR\x05usage\x121\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x17.switchboard.v1.OutcomeR\aoutcome\x12D\n" +
 	"\x12rate_limit_headers\x18\x04 \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\x127\n" +
 	"\afailure\x18\x05 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\afailure\x12.\n" +
-	"\x13provider_error_code\x18\x06 \x01(\tR\x11providerErrorCode\"M\n" +
+	"\x13provider_error_code\x18\x06 \x01(\tR\x11providerErrorCode\x12)\n" +
+	"\x10failure_deferred\x18\a \x01(\bR\x0ffailureDeferred\"M\n" +
 	"\x11ReconcileResponse\x128\n" +
 	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\"\x8f\x01\n" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
-	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\x9a\x06\n" +
+	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xc3\x06\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -5489,7 +5516,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05hedge\x18\x11 \x01(\bR\x05hedge\x12%\n" +
 	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\x12\x16\n" +
 	"\x06stream\x18\x13 \x01(\bR\x06stream\x12)\n" +
-	"\x10quality_failures\x18\x14 \x03(\tR\x0fqualityFailures\"G\n" +
+	"\x10quality_failures\x18\x14 \x03(\tR\x0fqualityFailures\x12'\n" +
+	"\x0frequest_failure\x18\x15 \x01(\bR\x0erequestFailure\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc6\x02\n" +
 	"\rReportRequest\x121\n" +

@@ -118,6 +118,11 @@ func (c *call) serve() {
 			return
 		}
 	}
+	if r := c.refusal(); r != nil {
+		c.outcome = outcomeRefused
+		writeError(c.w, r.Status, r.Message, r.Type, r.Code)
+		return
+	}
 
 	var f *FaultConfig
 	if forced {
@@ -178,6 +183,20 @@ func (c *call) serve() {
 	default:
 		c.outcome = c.complete()
 	}
+}
+
+// refusal is the first scripted refusal whose marker one of the request's
+// messages contains, nil when none does.
+func (c *call) refusal() *RefusalConfig {
+	for i := range c.cfg.Refusals {
+		r := &c.cfg.Refusals[i]
+		for _, m := range c.req.Messages {
+			if strings.Contains(m.Content, r.Match) {
+				return r
+			}
+		}
+	}
+	return nil
 }
 
 // sleep waits for d or until the client goes away; it reports whether the

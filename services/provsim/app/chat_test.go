@@ -427,3 +427,49 @@ func TestModelsHealthAndAdmin(t *testing.T) {
 	require.Contains(t, string(resp.body), `"completion_tokens":16`)
 	require.Contains(t, string(resp.body), `"rate_limited":0`)
 }
+
+// A scripted refusal answers every request whose messages contain its
+// marker with its status and error, whatever the quotas and faults would
+// have said, and leaves every other request alone.
+func TestScriptedRefusals(t *testing.T) {
+	t.Parallel()
+	p := startProvider(t, "", ModelConfig{ID: "m", Refusals: []RefusalConfig{
+		{Match: "POISON-500", Status: 500},
+		{Match: "POISON-403", Status: 403, Type: "permission_error", Code: "content_blocked", Message: "blocked"},
+	}})
+	c := newClient(t)
+	tests := []struct {
+		name, content string
+		status        int
+		typ, code     string // code "" means null
+		message       string
+	}{
+		{name: "5xx with defaults", content: "x POISON-500 y", status: 500, typ: "server_error", message: "request refused (simulated)"},
+		{name: "4xx as configured", content: "POISON-403", status: 403, typ: "permission_error", code: "content_blocked", message: "blocked"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := do(t, c, http.MethodPost, p.URL()+"/chat/completions", chatBody(t, userMsg("m", tt.content)), nil)
+			require.Equal(t, tt.status, resp.status, string(resp.body))
+			e := decodeError(t, resp.body)
+			require.Equal(t, tt.typ, e.Type)
+			require.Equal(t, tt.message, e.Message)
+			if tt.code == "" {
+				require.Nil(t, e.Code)
+			} else {
+				require.NotNil(t, e.Code)
+				require.Equal(t, tt.code, *e.Code)
+			}
+		})
+	}
+	// A system message carries the marker as well as a user message does.
+	body := chatBody(t, map[string]any{"model": "m", "messages": []any{
+		map[string]any{"role": "system", "content": "POISON-500"}, map[string]any{"role": "user", "content": "hi"}}})
+	require.Equal(t, 500, do(t, c, http.MethodPost, p.URL()+"/chat/completions", body, nil).status)
+	ok := do(t, c, http.MethodPost, p.URL()+"/chat/completions", chatBody(t, userMsg("m", "a normal question")), nil)
+	require.Equal(t, 200, ok.status, string(ok.body))
+	st := p.Stats().Models["m"]
+	require.Equal(t, int64(4), st.Requests)
+	require.Equal(t, int64(3), st.Outcomes.Refused)
+	require.Equal(t, int64(1), st.Outcomes.OK)
+}

@@ -71,6 +71,12 @@ type ModelConfig struct {
 	// Limits are the provider's per-minute quotas for this model (Optional).
 	// Defaults to unlimited.
 	Limits LimitsConfig `yaml:"limits" json:"limits"`
+	// Refusals are scripted error answers to requests whose messages
+	// contain a marker, checked after the quotas and before the faults, the
+	// first match winning (Optional). Defaults to none. A marker configured
+	// on every provider makes a request that every provider refuses, as a
+	// content filter or an input that crashes the model would.
+	Refusals []RefusalConfig `yaml:"refusals" json:"refusals,omitempty"`
 	// Capacity is the load above which the provider's servers answer 429,
 	// the rule of the routing simulation's providers (Optional). Defaults to
 	// unlimited.
@@ -92,6 +98,27 @@ type CapacityConfig struct {
 	// RetryAfter is sent with each 429, times the time scale (Optional). Defaults to 30s.
 	RetryAfter Duration `yaml:"retry_after" json:"retry_after"`
 }
+
+// RefusalConfig is one scripted refusal: an error answer, in OpenAI's error
+// format, to every request one of whose messages contains Match.
+type RefusalConfig struct {
+	// Match is the text a message must contain, compared as is (Required).
+	Match string `yaml:"match" json:"match"`
+	// Status is the HTTP status answered, 400 to 599 (Required).
+	Status int `yaml:"status" json:"status"`
+	// Type is the error's type (Optional). Defaults to
+	// "invalid_request_error" for a 4xx and "server_error" for a 5xx.
+	Type string `yaml:"type" json:"type"`
+	// Code is the error's code (Optional). Defaults to none.
+	Code string `yaml:"code" json:"code"`
+	// Message is the error's message (Optional). Defaults to
+	// "request refused (simulated)".
+	Message string `yaml:"message" json:"message"`
+}
+
+// maxRefusals bounds a model's scripted refusals: each is matched against
+// every message of every request.
+const maxRefusals = 32
 
 // TTFTConfig is a time-to-first-token curve: a base delay plus a cost per 1k
 // uncached and per 1k cached prompt tokens, which is how prefill time grows
@@ -379,6 +406,18 @@ func (m ModelConfig) validate(path string) []error {
 	if total > 1+1e-9 {
 		bad("faults", "rates add up to %v, more than 1", total)
 	}
+	if len(m.Refusals) > maxRefusals {
+		bad("refusals", "at most %d, got %d", maxRefusals, len(m.Refusals))
+	}
+	for i, r := range m.Refusals {
+		rpath := fmt.Sprintf("refusals[%d]", i)
+		if r.Match == "" {
+			bad(rpath+".match", "must not be empty")
+		}
+		if r.Status < 400 || r.Status > 599 {
+			bad(rpath+".status", "must be a 4xx or 5xx code, got %d", r.Status)
+		}
+	}
 	if m.Limits.RequestsPerMinute < 0 {
 		bad("limits.requests_per_minute", "must not be negative, got %d", m.Limits.RequestsPerMinute)
 	}
@@ -421,6 +460,19 @@ func (m ModelConfig) withDefaults() ModelConfig {
 	}
 	if m.Capacity.RetryAfter == 0 {
 		m.Capacity.RetryAfter = Duration(DefaultCapacityRetry)
+	}
+	m.Refusals = slices.Clone(m.Refusals)
+	for i := range m.Refusals {
+		r := &m.Refusals[i]
+		if r.Type == "" {
+			r.Type = "invalid_request_error"
+			if r.Status >= 500 {
+				r.Type = "server_error"
+			}
+		}
+		if r.Message == "" {
+			r.Message = "request refused (simulated)"
+		}
 	}
 	m.Faults = slices.Clone(m.Faults)
 	for i := range m.Faults {

@@ -78,6 +78,9 @@ providers:
           - {kind: drop, rate: 0.6, after_tokens: -1, retry_after: -1s}
           - {kind: unavailable, rate: 2, status: 404}
         limits: {requests_per_minute: -1, tokens_per_minute: -1}
+        refusals:
+          - {match: "", status: 500}
+          - {match: poison, status: 200}
       - id: m
   - name: a
     listen: 127.0.0.1:99999
@@ -109,6 +112,8 @@ providers:
 				"providers[0].models[0].faults: rates add up to",
 				"providers[0].models[0].limits.requests_per_minute: must not be negative",
 				"providers[0].models[0].limits.tokens_per_minute: must not be negative",
+				"providers[0].models[0].refusals[0].match: must not be empty",
+				"providers[0].models[0].refusals[1].status: must be a 4xx or 5xx code",
 				`providers[0].models[1].id: "m" already used by models[0]`,
 				`providers[1].name: "a" already used by providers[0]`,
 				`providers[1].listen: invalid port "99999"`,

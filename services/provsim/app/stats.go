@@ -61,6 +61,8 @@ type Outcomes struct {
 	// BadRequest counts requests for the model refused as invalid (max_tokens,
 	// unknown fault directive).
 	BadRequest int64 `json:"bad_request"`
+	// Refused counts requests answered by a scripted refusal.
+	Refused int64 `json:"refused"`
 }
 
 type outcome int
@@ -74,10 +76,11 @@ const (
 	outcomeDrop
 	outcomeMalformed
 	outcomeBadRequest
+	outcomeRefused
 )
 
 func (o outcome) String() string {
-	return [...]string{"ok", "cancelled", "rate_limited", "unavailable", "hang", "drop", "malformed", "bad_request"}[o]
+	return [...]string{"ok", "cancelled", "rate_limited", "unavailable", "hang", "drop", "malformed", "bad_request", "refused"}[o]
 }
 
 func (o *Outcomes) add(x outcome) {
@@ -98,6 +101,8 @@ func (o *Outcomes) add(x outcome) {
 		o.Malformed++
 	case outcomeBadRequest:
 		o.BadRequest++
+	case outcomeRefused:
+		o.Refused++
 	}
 }
 

@@ -268,9 +268,15 @@
 // its refusal's reason is the failure's class (RETRYABLE_CAPACITY after a
 // 429, RETRYABLE_OVERLOAD after an overload, NON_RETRYABLE_POLICY after a
 // policy refusal). A failure of the request itself (NON_RETRYABLE_REQUEST)
-// says nothing of the route and pauses nothing. The pause is per route: a
-// spend limit of a provider account shared by several endpoints pauses
-// each of them when it fails there.
+// says nothing of the route and pauses nothing. The pause is per route,
+// but a NON_RETRYABLE_POLICY failure whose provider error code names the
+// account (pkg/failclass.IsAccount: a spend limit, billing, a disabled key)
+// pauses every route of the same provider account (Route.Account, from the
+// catalog's provider, provider_project and api_key_env), whatever the
+// model. A reconcile with FailureDeferred pauses nothing: the edge does not
+// know yet whether the failure was the endpoint's or the request's, and a
+// second reconcile of the same reservation applies the pause, once, when
+// it was the endpoint's.
 //
 // # Retries
 //

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/failclass"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
 )
 
@@ -40,10 +41,16 @@ func ParseHeaders(hs []Header, now time.Time) (ProviderHeaders, error) {
 	}, now)
 }
 
-// applyHeaders folds a provider's answer into the route's buckets and pause,
-// and returns the parsed headers, the pause now in force and the headers'
-// problems. failure is the call's class, when the caller classified it.
-func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, failure RefusalReason, now int64) (ProviderHeaders, time.Time, error) {
+// applyHeaders folds a provider's answer (req's headers, outcome and
+// failure class) into the route's buckets and pause, and returns the parsed
+// headers, the pause now in force and the headers' problems. A deferred
+// failure pauses nothing; an account refusal pauses every route of the
+// account.
+func (b *Broker) applyHeaders(endpoint string, req *ReconcileRequest, now int64) (ProviderHeaders, time.Time, error) {
+	hs, outcome, failure := req.Headers, req.Outcome, req.Failure
+	if req.FailureDeferred {
+		outcome, failure = OutcomeUnspecified, ReasonUnspecified
+	}
 	if endpoint == "" {
 		return ProviderHeaders{}, time.Time{}, nil
 	}
@@ -83,6 +90,10 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, fai
 		}
 	}
 	switch {
+	case req.FailureDeferred:
+		// Whether this failure is the endpoint's is not known yet: the
+		// limits above are corrected, nothing is paused.
+		wait = 0
 	case outcome == OutcomeOK:
 		rt.pause.streak.Store(0)
 	case failure == ReasonNonRetryablePolicy && wait <= 0:
@@ -109,14 +120,12 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, fai
 		case outcome == OutcomeUpstreamError:
 			reason = ReasonRetryableOverload
 		}
-		for {
-			cur := rt.pause.until.Load()
-			if until <= cur {
-				break
-			}
-			if rt.pause.until.CompareAndSwap(cur, until) {
-				rt.pause.reason.Store(int32(reason))
-				break
+		rt.pause.extend(until, reason)
+		if rt.Account != "" && failure == ReasonNonRetryablePolicy && failclass.IsAccount(failclass.NonRetryablePolicy, req.ProviderErrorCode) {
+			// The provider account refused, not this route: every endpoint
+			// called with that account would refuse too, whatever the model.
+			for _, o := range b.tab.Load().accounts[rt.Account] {
+				o.pause.extend(until, reason)
 			}
 		}
 	}
@@ -125,6 +134,20 @@ func (b *Broker) applyHeaders(endpoint string, hs []Header, outcome Outcome, fai
 		pausedUntil = time.Unix(0, u).UTC()
 	}
 	return p, pausedUntil, perr
+}
+
+// extend makes the pause last until until at least, with reason.
+func (p *pause) extend(until int64, reason RefusalReason) {
+	for {
+		cur := p.until.Load()
+		if until <= cur {
+			return
+		}
+		if p.until.CompareAndSwap(cur, until) {
+			p.reason.Store(int32(reason))
+			return
+		}
+	}
 }
 
 // correct folds one limit's headers into the route: each of the route's

@@ -20,6 +20,10 @@ type closed struct {
 	tenant string
 	at     int64
 	tomb   *entry // nil once reconciled
+	// deferred is the reservation of a reconcile whose failure was
+	// deferred (ReconcileRequest.FailureDeferred), until a later reconcile
+	// applies it; nil otherwise.
+	deferred *entry
 }
 
 // maxClosedPerShard bounds the closed reservations each shard remembers:
@@ -81,6 +85,12 @@ func (b *Broker) reconcileClosed(s *shard, req *ReconcileRequest, now int64) (*S
 		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrNotFound)
 	case !req.Allow.allows(c.tenant):
 		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrForbidden)
+	case c.tomb == nil && c.deferred != nil && !req.FailureDeferred:
+		// The failure the first reconcile deferred is applied now, once;
+		// the buckets were settled then.
+		e := c.deferred
+		c.deferred = nil
+		return &Settlement{Reservation: &e.res}, nil
 	case c.tomb == nil:
 		return nil, fmt.Errorf("reconcile %s: %w", req.ReservationID, ErrAlreadyReconciled)
 	}
@@ -101,6 +111,9 @@ func (b *Broker) reconcileClosed(s *shard, req *ReconcileRequest, now int64) (*S
 		st.Released[i] = Charge{BucketID: ch.b.id, Scope: ch.b.scope, Unit: ch.b.unit, Amount: applied}
 	}
 	b.remember(s, e, now, false)
+	if req.FailureDeferred {
+		s.closed[e.res.ID].deferred = e
+	}
 	return st, nil
 }
 

@@ -58,6 +58,7 @@ func ReconcileRequestFromProto(in *switchboardv1.ReconcileRequest) ReconcileRequ
 
 		Failure:           RefusalReason(in.GetFailure()),
 		ProviderErrorCode: in.GetProviderErrorCode(),
+		FailureDeferred:   in.GetFailureDeferred(),
 	}
 	if hs := in.GetRateLimitHeaders(); len(hs) > 0 {
 		r.Headers = make([]Header, len(hs))

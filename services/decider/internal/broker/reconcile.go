@@ -22,8 +22,17 @@ type ReconcileRequest struct {
 	// MaxPause. Unspecified for a call that succeeded, or from a caller
 	// that does not classify. (Optional)
 	Failure RefusalReason
-	// ProviderErrorCode is the provider's error code, for logs. (Optional)
+	// ProviderErrorCode is the provider's error code. A NON_RETRYABLE_POLICY
+	// failure whose code names the provider account (failclass.IsAccount: a
+	// spend limit, billing, a disabled key) pauses every route of that
+	// account, not only this one. (Optional)
 	ProviderErrorCode string
+	// FailureDeferred says the caller does not know yet whether the failure
+	// is the endpoint's or the request's: the reservation is settled and its
+	// capacity given back, the headers' limits corrected, but nothing is
+	// paused. A later Reconcile of the same reservation without it applies
+	// the failure's pause, once (see [Broker.Reconcile]). (Optional)
+	FailureDeferred bool
 	// Allow is the caller's authorisation, checked against the
 	// reservation's tenant before anything changes. (Optional) Nil allows
 	// every tenant.
@@ -54,6 +63,12 @@ type Settlement struct {
 // bucket gets back what was reserved and not used, or is charged the
 // overrun; concurrency is released. The provider's headers then correct the
 // route's buckets and may pause it.
+//
+// A reconcile with FailureDeferred pauses nothing: the broker remembers the
+// closed reservation's route (for as long as it remembers closed
+// reservations, Options.Tombstone), and one later Reconcile of the same id
+// without FailureDeferred applies the failure and headers it carries to that
+// route (the pause, and an account's pause) without settling anything again.
 //
 // A reservation is reconciled once. One that expired recently is still
 // reconciled (Settlement.Late): expiry released its concurrency, and its
@@ -94,12 +109,15 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 		if err != nil {
 			return nil, err
 		}
-		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, req.Headers, req.Outcome, req.Failure, now)
+		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, &req, now)
 		b.wake() // a late settlement may give capacity back
 		return st, nil
 	}
 	sh.remove(e)
 	b.remember(sh, e, now, false)
+	if req.FailureDeferred {
+		sh.closed[e.res.ID].deferred = e
+	}
 	st := &Settlement{Reservation: &e.res, Released: make([]Charge, len(e.recs))}
 	for i, c := range e.recs {
 		delta := c.amount - req.Usage.actual(c.b.unit, c.amount)
@@ -113,7 +131,7 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 	if req.Outcome == OutcomeOK && req.Usage.Reported {
 		b.observe(e.res.Model, e.res.EndpointID, e.res.Estimate, req.Usage)
 	}
-	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, req.Headers, req.Outcome, req.Failure, now)
+	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, &req, now)
 	// What was given back (concurrency, unused tokens) may admit queued
 	// requests; every lock above is released.
 	b.wake()

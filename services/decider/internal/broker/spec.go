@@ -80,6 +80,11 @@ type Route struct {
 	// Project keys the provider_project buckets the endpoint charges.
 	// (Optional) Defaults to Provider.
 	Project string
+	// Account names the provider account the endpoint is called with: a
+	// refusal by the account (a spend limit, billing, a disabled key)
+	// pauses every route of the same Account. (Optional) Defaults to
+	// Provider and Project.
+	Account string
 }
 
 func (r Route) withDefaults() Route {
@@ -91,6 +96,9 @@ func (r Route) withDefaults() Route {
 	}
 	if r.Project == "" {
 		r.Project = r.Provider
+	}
+	if r.Account == "" {
+		r.Account = r.Provider + "|" + r.Project
 	}
 	return r
 }
@@ -298,8 +306,22 @@ func specDefs(s Spec, floor float64, period int64) []def {
 	return out
 }
 
+// Account is the provider account a catalog endpoint is called with: its
+// provider, its provider project (the organisation or project a spend limit
+// and billing belong to) and the credential it names (a key the provider
+// may disable on its own). Endpoints of different models share it when all
+// three agree.
+func Account(e catalog.Endpoint) string {
+	project := e.ProviderProject
+	if project == "" {
+		project = e.Provider
+	}
+	return e.Provider + "|" + project + "|" + e.APIKeyEnv
+}
+
 // FromCatalog builds the broker configuration from a validated catalog:
 //
+//   - every endpoint's route names its provider account ([Account]);
 //   - every endpoint becomes a Route whose Workspace and Project are its
 //     provider's name (the catalog has no field for them yet);
 //   - an endpoint limit is a model_route bucket keyed by the endpoint id, or,
@@ -320,7 +342,7 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 	for _, m := range c.Models {
 		for _, e := range m.Endpoints {
 			r := Route{EndpointID: e.ID(m.ID), Model: m.ID, Provider: e.Provider,
-				Project: e.ProviderProject, Workspace: e.ProviderWorkspace}.withDefaults()
+				Project: e.ProviderProject, Workspace: e.ProviderWorkspace, Account: Account(e)}.withDefaults()
 			cfg.Routes = append(cfg.Routes, r)
 			errs = append(errs, endpointSpecs(&cfg, shared, m.ID, e, r)...)
 		}

@@ -33,6 +33,8 @@ type table struct {
 	index     map[ikey][]*bucket
 	routes    map[string]*route
 	routeDefs []routeDef
+	// accounts lists the routes of each provider account (Route.Account).
+	accounts map[string][]*route
 }
 
 type routeDef struct {
@@ -56,7 +58,8 @@ type pause struct {
 }
 
 func buildTable(bs []*bucket, routes []Route, old *table) *table {
-	t := &table{buckets: bs, byID: make(map[string]*bucket, len(bs)), index: map[ikey][]*bucket{}, routes: map[string]*route{}}
+	t := &table{buckets: bs, byID: make(map[string]*bucket, len(bs)), index: map[ikey][]*bucket{}, routes: map[string]*route{},
+		accounts: map[string][]*route{}}
 	for _, bk := range bs {
 		t.byID[bk.id] = bk
 		k := keyOf(bk.scope, bk.key)
@@ -83,6 +86,9 @@ func buildTable(bs []*bucket, routes []Route, old *table) *table {
 			rt.pause = &pause{}
 		}
 		t.routes[r.EndpointID] = rt
+		if r.Account != "" {
+			t.accounts[r.Account] = append(t.accounts[r.Account], rt)
+		}
 		t.routeDefs = append(t.routeDefs, routeDef{Route: r, dynamic: dynamic[r.EndpointID]})
 	}
 	return t

@@ -123,6 +123,12 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 			ob.o.Sessions.Served(r.GetRequestId(), ep, ob.o.Now())
 		}
 	case switchboardv1.Outcome_OUTCOME_RATE_LIMITED, switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, switchboardv1.Outcome_OUTCOME_CONNECT_ERROR:
+		if r.GetRequestFailure() {
+			// The same request failed the same way elsewhere too: its own
+			// failure, which benching this endpoint would charge to every
+			// other request.
+			break
+		}
 		// A refusal benches the endpoint.
 		if until, started := ob.o.Cooldown.RefusedFor(ep, ob.o.Now(), r.GetRetryAfter().AsDuration()); started {
 			ob.o.Logger.Warn("endpoint cooling down", "endpoint", ep, "until", until, "outcome", r.GetOutcome().String(), "http_status", r.GetHttpStatus())
@@ -158,6 +164,11 @@ func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 		Duration:        r.GetDuration().AsDuration(),
 		QualityFailures: r.GetQualityFailures(),
 		RetryAfter:      r.GetRetryAfter().AsDuration(),
+	}
+	if r.GetRequestFailure() && r.GetOutcome() != switchboardv1.Outcome_OUTCOME_OK {
+		// The request's own failure says nothing of the endpoint.
+		c.Kind = outcomes.KindIgnored
+		return c
 	}
 	switch r.GetOutcome() {
 	case switchboardv1.Outcome_OUTCOME_OK:

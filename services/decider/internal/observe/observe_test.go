@@ -138,3 +138,36 @@ func TestSessionsFollowTheAnsweringEndpoint(t *testing.T) {
 	require.Equal(t, "a/m", ep)
 	require.Equal(t, now, at)
 }
+
+// TestRequestFailureBenchesNothing: a failure the edge charged to the
+// request (it failed the same way on another endpoint) benches nothing,
+// tells no edge, and counts nothing against the endpoint.
+func TestRequestFailureBenchesNothing(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	cool := cooldown.New(cooldown.Options{})
+	oc := outcomes.New(outcomes.Config{Now: clock})
+	var sent []*switchboardv1.ReportResponse
+	ob := New(Options{
+		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
+		Cooldown: cool, Outcomes: oc, Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	for _, o := range []switchboardv1.Outcome{switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, switchboardv1.Outcome_OUTCOME_RATE_LIMITED,
+		switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, switchboardv1.Outcome_OUTCOME_CLIENT_ERROR} {
+		ob.Ingest(nil, []*switchboardv1.CallReport{{EndpointId: "a/m", Outcome: o, HttpStatus: 500, RequestFailure: true,
+			RetryAfter: durationpb.New(time.Minute)}})
+	}
+	_, cooling := cool.Until("a/m", now)
+	require.False(t, cooling, "the request's failure benches nothing")
+	require.Empty(t, sent, "and tells no edge")
+	require.Zero(t, cool.Benched()+cool.Paused())
+	f := oc.Endpoint("a/m").Read(now)
+	require.Zero(t, f.Calls+f.Failed+f.RateLimited, "nothing is counted against the endpoint")
+
+	// The same report without the mark benches it, as before.
+	ob.Ingest(nil, []*switchboardv1.CallReport{{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, HttpStatus: 500}})
+	_, cooling = cool.Until("a/m", now)
+	require.True(t, cooling)
+	require.Len(t, sent, 1)
+}

@@ -271,8 +271,9 @@ func (d *Dispatcher) releaseReservation(ctx context.Context, id string) error {
 // releaseFailed reconciles a leg that failed before its first token at
 // once (its outcome and the provider's rate-limit headers, which the broker
 // folds in, with no usage) and, when that worked, takes the reservation off
-// its call report, so it is still reconciled exactly once.
-func (s *serving) releaseFailed(l *leg) {
+// its call report, so it is still reconciled exactly once. With deferred,
+// the broker gives the capacity back but pauses nothing yet (see charge.go).
+func (s *serving) releaseFailed(l *leg, deferred bool) {
 	if l.reservation == "" || s.d.opts.Broker == nil {
 		return
 	}
@@ -285,6 +286,7 @@ func (s *serving) releaseFailed(l *leg) {
 		RateLimitHeaders:  l.Result.Headers,
 		Failure:           switchboardv1.RefusalReason(l.Result.Class()),
 		ProviderErrorCode: l.Result.ProviderErrorCode,
+		FailureDeferred:   deferred,
 	})
 	if err != nil {
 		// The call report reconciles it instead.
@@ -292,5 +294,8 @@ func (s *serving) releaseFailed(l *leg) {
 		return
 	}
 	s.rsv.closed(l.reservation)
+	if deferred {
+		l.deferred, l.deferredID = true, l.reservation
+	}
 	l.reservation = ""
 }

@@ -315,6 +315,8 @@ func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call
 	}
 	s := newServing(d, call, w)
 	err := s.serve(ctx, endpoints)
+	// The request's outcome is known: whose each held failure was, too.
+	s.charge()
 	var f *Failure
 	if errors.As(err, &f) {
 		s.markRetries()

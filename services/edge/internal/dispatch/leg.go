@@ -24,6 +24,15 @@ type leg struct {
 	opened chan struct{}
 	// reported is set once the leg's CallReport was sent: exactly once.
 	reported bool
+	// held is set for a failure that may be the request's, whose report
+	// waits for the request's outcome (see charge.go); requestFailure once
+	// it is known to be the request's.
+	held, requestFailure bool
+	// deferred is set when the leg's reservation, deferredID, was
+	// reconciled with its failure deferred: charging the failure to the
+	// endpoint takes a second reconcile.
+	deferred   bool
+	deferredID string
 }
 
 // newLeg prepares a call to ep for this request (see upstream.NewLeg).

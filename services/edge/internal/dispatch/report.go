@@ -34,6 +34,9 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		Stream:        call.Stream,
 		// The answer-quality checks a completed answer failed.
 		QualityFailures: res.QualityFailures,
+		// The same request failed the same way elsewhere: not this
+		// endpoint's failure (see charge.go).
+		RequestFailure: l.requestFailure,
 	}
 	if res.HasTTFT {
 		r.Ttft = durationpb.New(res.TTFT)
@@ -44,14 +47,21 @@ func (d *Dispatcher) report(call Call, l *leg) {
 	}
 	d.opts.Reporter.Report(r)
 	if l.reservation != "" && d.opts.Ledger != nil {
-		d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
+		rr := &switchboardv1.ReconcileRequest{
 			ReservationId:     l.reservation,
 			Usage:             call.bill(l).Tenant(),
 			Outcome:           res.Outcome,
 			RateLimitHeaders:  res.Headers,
 			Failure:           switchboardv1.RefusalReason(res.Class()),
 			ProviderErrorCode: res.ProviderErrorCode,
-		})
+		}
+		if l.requestFailure {
+			// The request's failure pauses nothing: every endpoint would
+			// have failed it.
+			rr.Failure = switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST
+			rr.RateLimitHeaders = withoutRetryAfter(res.Headers)
+		}
+		d.opts.Ledger.Reconcile(rr)
 	}
 }
 

@@ -150,6 +150,10 @@ func (s *serving) sameAgain(plan []*switchboardv1.Endpoint) []*switchboardv1.End
 // short pause of every endpoint it may use.
 func (s *serving) retrySame(ctx context.Context, plan []*switchboardv1.Endpoint) error {
 	d := s.d
+	// Every endpoint of the plan was tried and no two failed the request
+	// the same way: what is held was the endpoints' own failure, whose
+	// pauses must hold back a retry on the same endpoint.
+	s.charge()
 	if s.call.Admission == nil || d.opts.Broker == nil || d.opts.RetryWait <= 0 || s.lastFailed == nil {
 		return s.failure()
 	}

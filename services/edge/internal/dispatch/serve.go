@@ -38,6 +38,11 @@ type serving struct {
 	// (code retry_budget or non_retryable): not an attempt, the reason
 	// there was none more.
 	stopped *skip
+	// held are the failed legs whose failure may be the request's, until
+	// its outcome says (charge.go); repeated is set, as the client's error,
+	// once two endpoints failed it the same way.
+	held     []*leg
+	repeated *Failure
 
 	// legsBuf and attemptsBuf back legs and attempts up to two entries,
 	// all most requests have, so that they cost no allocation of their own.
@@ -112,6 +117,9 @@ func (s *serving) tried(endpointID string) bool {
 // its race reaped beside it.
 func (s *serving) deliver(ctx context.Context, winner *leg, losers []*leg) error {
 	s.winner = winner
+	// Another endpoint answered: the failures held so far were their
+	// endpoints'.
+	s.charge()
 	s.markRetries()
 	// The losers are reaped beside the delivery: their reservation goes
 	// back and their report out as soon as each has stopped, not when the
@@ -153,6 +161,11 @@ func (s *serving) try(ctx context.Context, ep *switchboardv1.Endpoint, id string
 		case l := <-r.done:
 			if over, winner, losers, err := s.legDone(ctx, r, l); over {
 				return winner, losers, err
+			}
+			if s.repeated != nil && r.final == nil {
+				// Two endpoints failed the request the same way: it ends
+				// with that error once the race's other leg (if any) is done.
+				r.final = s.repeated
 			}
 		case <-r.delay:
 			r.delay = nil
@@ -339,13 +352,22 @@ func (s *serving) reap(legs []*leg) {
 // pays: a leg cancelled because the other won, or the hedge leg when the
 // client left during the race (an extra call made on the budget either way).
 func (s *serving) settle(l *leg) {
+	if l.held {
+		return // settled when it was held; charge reports it
+	}
 	cancelled := l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.Result.Committed
 	if !l.Result.Committed && !cancelled {
 		s.lastFailed = l
+		if s.call.ProbeID == "" && suspect(l) {
+			// Maybe the request's failure, not the endpoint's: held until
+			// the request's outcome says.
+			s.hold(l)
+			return
+		}
 		// A failed attempt gives its capacity back at once, before any
 		// fallback is reserved: waiting for the batched report would let a
 		// tenant at its concurrency cap be refused its own failover.
-		s.releaseFailed(l)
+		s.releaseFailed(l, false)
 	}
 	if cancelled && s.hedge != nil && (l.Lost() || l.hedge) {
 		s.hedge.LoserEndpointId = l.Endpoint.GetId()

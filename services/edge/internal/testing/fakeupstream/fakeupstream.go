@@ -77,6 +77,9 @@ const (
 	// CloseWithoutAnswer reads the request and closes the connection
 	// without a byte of answer, as a provider's server that crashed would.
 	CloseWithoutAnswer
+	// InternalError answers 500, as a provider whose model crashed on the
+	// input would.
+	InternalError
 )
 
 // Reply texts and usage the fake sends, for assertions.
@@ -225,6 +228,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	case BadRequest:
 		writeError(w, http.StatusBadRequest, BadRequestText, "invalid_request_error")
+		return
+	case InternalError:
+		writeError(w, http.StatusInternalServerError, "internal error", "server_error")
 		return
 	case CloseWithoutAnswer:
 		panic(http.ErrAbortHandler)
