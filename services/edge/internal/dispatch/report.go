@@ -35,6 +35,11 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		// The answer-quality checks a completed answer failed.
 		QualityFailures: res.QualityFailures,
 	}
+	if res.Outcome == switchboardv1.Outcome_OUTCOME_OK {
+		// Only the attempt that served the prompt holds it in cache; the
+		// others' reports stay small.
+		r.Prefixes = call.Prefixes
+	}
 	if res.HasTTFT {
 		r.Ttft = durationpb.New(res.TTFT)
 	}
