@@ -34,6 +34,7 @@ type provider struct {
 	endpointID string
 	rates      catalog.Rates
 	cache      map[int]cacheEntry // session id → the last prompt it read
+	shared     map[int]cacheEntry // shared system prompt id → when it read it
 	load       []loadEntry        // calls accepted in the last minute, oldest first
 	loadTokens int64
 }
@@ -49,13 +50,22 @@ type loadEntry struct {
 }
 
 func newProvider(cfg Provider, endpointID string) *provider {
-	return &provider{cfg: cfg, endpointID: endpointID, rates: cfg.Price.rates(), cache: map[int]cacheEntry{}}
+	return &provider{cfg: cfg, endpointID: endpointID, rates: cfg.Price.rates(), cache: map[int]cacheEntry{}, shared: map[int]cacheEntry{}}
+}
+
+// sharedPrefix is the system prompt (with its tool block) a conversation
+// shares with others: id 0 for none, else which of the traffic's shared
+// prompts, of tokens tokens.
+type sharedPrefix struct {
+	id     int
+	tokens int64
 }
 
 // call draws the answer to a call started at now with a prompt of prompt
 // tokens; sessionID ≥ 0 names the conversation whose earlier prompt this
-// one extends, for the cache.
-func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID int) answer {
+// one extends, for the cache, and sys the system prompt it shares with
+// other conversations, which the provider may hold from any of them.
+func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID int, sys sharedPrefix) answer {
 	if ra, full := p.admit(now, prompt); full {
 		return answer{outcome: outcomeRateLimited, ttft: 100 * time.Millisecond, retryAfter: ra}
 	}
@@ -69,6 +79,13 @@ func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID i
 	var cached int64
 	if e, ok := p.cache[sessionID]; ok && sessionID >= 0 && now.Before(e.expires) && e.tokens <= prompt && rng.Float64() < p.cfg.Cache.HitRate {
 		cached = e.tokens
+	}
+	if cached == 0 && sys.id > 0 {
+		// No earlier turn of its own read from cache: the shared system
+		// prompt may be, read for another conversation.
+		if e, ok := p.shared[sys.id]; ok && now.Before(e.expires) && e.tokens <= prompt && rng.Float64() < p.cfg.Cache.HitRate {
+			cached = e.tokens
+		}
 	}
 	return answer{outcome: outcomeOK, ttft: p.ttft(now, rng, prompt, cached), cached: cached}
 }
@@ -137,13 +154,18 @@ func (p *provider) slowdown(now time.Time) float64 {
 	return f
 }
 
-// warm notes that the provider read sessionID's prompt of tokens at now:
-// the next turn may read it from cache until the lifetime passes.
-func (p *provider) warm(sessionID int, tokens int64, now time.Time) {
+// warm notes that the provider read sessionID's prompt of tokens at now,
+// and with it the shared system prompt sys: the next turn, and any
+// conversation starting with sys, may read them from cache until the
+// lifetime passes.
+func (p *provider) warm(sessionID int, tokens int64, now time.Time, sys sharedPrefix) {
 	if sessionID < 0 || p.cfg.Cache.HitRate == 0 {
 		return
 	}
 	p.cache[sessionID] = cacheEntry{tokens: tokens, expires: now.Add(p.cfg.Cache.Lifetime.D())}
+	if sys.id > 0 {
+		p.shared[sys.id] = cacheEntry{tokens: min(sys.tokens, tokens), expires: now.Add(p.cfg.Cache.Lifetime.D())}
+	}
 }
 
 // genTime is how long the answer of output tokens takes after the first.
