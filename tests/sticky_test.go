@@ -184,8 +184,11 @@ func TestStickyConversations(t *testing.T) {
 	afterTurn(p)
 	require.Positive(t, s.sim.Provider("plain").Stats().Models[simModel].CachedTokens, "plain really served the turn from its cache")
 
-	// warm becomes much cheaper: new requests go there...
-	s.setCatalog(t, "{input: 0.05, cached_input: 0.01, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}", "warm")
+	// warm becomes cheaper: new requests go there... (A conversation's
+	// turn there, over the turns to come, costs about 5 % less than on
+	// plain with its cache: within the competitive margin, so stickiness
+	// keeps it; TestStickyMovesOffADearCache is the case beyond it.)
+	s.setCatalog(t, "{input: 0.11, cached_input: 0.008, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}", "warm")
 	p, _ = s.post(t, otherKey, chat("fresh-1", stickyPromptTokens, ""))
 	require.Equal(t, "warm", p)
 	afterTurn(p)
@@ -230,7 +233,8 @@ func TestStickyConversations(t *testing.T) {
 		require.Equal(t, "plain", p)
 		require.Contains(t, route, "sticky=new")
 		// A turn with an unrelated prompt is the same conversation by its
-		// session id: it stays on plain, though warm is cheaper.
+		// session id: it stays on plain, though warm is cheaper (by 8 %,
+		// within the competitive margin).
 		p, route = s.post(t, testKey, chat("session-2", stickyPromptTokens, ""), "X-Session-Id", session)
 		require.Equal(t, "plain", p, route)
 		require.Contains(t, route, "sticky=kept")
@@ -261,4 +265,52 @@ func TestStickyConversations(t *testing.T) {
 		require.Equal(t, "plain", p, route)
 		require.Contains(t, route, "sticky=kept")
 	})
+}
+
+// TestStickyMovesOffADearCache reproduces stickiness buying a worse deal: a
+// conversation whose first turn went to a reseller (plain: the lowest input
+// price, cache reads at a nominal 10 % discount, 0.09 against warm's
+// 0.0013) stayed there for every later turn, because the reseller's cached
+// input was cheaper than its input, though each turn, mostly cache reads,
+// costs twice as much there as on warm. The later turns must move to warm
+// and stay there.
+func TestStickyMovesOffADearCache(t *testing.T) {
+	s := startSticky(t, "{input: 0.20, cached_input: 0.0013, output: 0.80}", "{input: 0.10, cached_input: 0.09, output: 0.80}")
+	msgs := `{"role":"system","content":"` + longPrompt(stickyPromptTokens) + `"}`
+	turn := func(n int) (string, string) {
+		msgs += fmt.Sprintf(`,{"role":"user","content":"question %d"}`, n)
+		p, route := s.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"messages":[`+msgs+`]}`)
+		msgs += `,{"role":"assistant","content":"answer"}`
+		return p, route
+	}
+	served := map[string]int64{}
+	afterTurn := func(p string) {
+		served[p]++
+		s.learnt(t, p, served[p])
+	}
+	// Both are measured (equally fast), so both qualify.
+	for _, p := range []string{"warm", "plain"} {
+		got, _ := s.post(t, otherKey, chat("measure-"+p, stickyPromptTokens, `"provider":{"only":["`+p+`"]},`))
+		require.Equal(t, p, got)
+		afterTurn(p)
+	}
+
+	// The first turn: the lowest input price, for a prompt cached nowhere.
+	p, route := turn(1)
+	require.Equal(t, "plain", p, route)
+	afterTurn(p)
+	// The next: a turn on plain with its cache costs twice one on warm
+	// without it (over the turns to come), beyond the competitive margin.
+	p, route = turn(2)
+	require.Equal(t, "warm", p, route)
+	require.Contains(t, route, "sticky=no:cheaper_alternative")
+	afterTurn(p)
+	// And there it stays, reading its prompt from warm's cache.
+	for n := 3; n <= 4; n++ {
+		p, route = turn(n)
+		require.Equal(t, "warm", p, route)
+		require.Contains(t, route, "sticky=kept")
+		afterTurn(p)
+	}
+	require.Positive(t, s.sim.Provider("warm").Stats().Models[simModel].CachedTokens, "warm served the later turns from its cache")
 }

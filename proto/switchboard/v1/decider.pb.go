@@ -863,11 +863,15 @@ type TokenEstimate struct {
 	//
 	// Deprecated: Marked as deprecated in switchboard/v1/decider.proto.
 	PrefixFingerprint []byte `protobuf:"bytes,4,opt,name=prefix_fingerprint,json=prefixFingerprint,proto3" json:"prefix_fingerprint,omitempty"`
-	// prefixes are chain hashes of the prompt's leading messages (message 1,
-	// messages 1-2, ...), longest last, at most 32 of them, each with its token
-	// count. The decider matches them against the prompts recently served by
-	// each endpoint to estimate what that endpoint has cached (prompt-prefix
-	// affinity), so a request is priced where its cache is.
+	// prefixes are chain hashes of the prompt's leading parts at its natural
+	// cache boundaries, longest last, at most 32 of them, each with its token
+	// count: the tool block alone (when the request has tools), the end of the
+	// leading system and developer messages, then the longest message
+	// boundaries (messages 1..k), the whole prompt last. The decider matches
+	// them against the prefixes recently served by each endpoint to estimate
+	// what that endpoint has cached (prompt-prefix affinity), so a request is
+	// priced where its cache is, a new question after a shared system prompt
+	// included.
 	Prefixes      []*PromptPrefix `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3103,8 +3107,14 @@ type CallReport struct {
 	// another endpoint too: the failure is the request's, and says nothing of
 	// this endpoint (no cool-down, no error counted against it).
 	RequestFailure bool `protobuf:"varint,21,opt,name=request_failure,json=requestFailure,proto3" json:"request_failure,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// prefixes are the served prompt's prefixes, the same set the edge sent in
+	// Decide (TokenEstimate.prefixes; the whole prompt, prompt_hash, is the
+	// last), so the decider learns that this endpoint now holds each of them
+	// in cache: a later request sharing only the system prompt or the tool
+	// block finds it.
+	Prefixes      []*PromptPrefix `protobuf:"bytes,22,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallReport) Reset() {
@@ -3282,6 +3292,13 @@ func (x *CallReport) GetRequestFailure() bool {
 		return x.RequestFailure
 	}
 	return false
+}
+
+func (x *CallReport) GetPrefixes() []*PromptPrefix {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
 }
 
 // CallReportBatch carries several call reports at once, so reporting costs
@@ -5487,7 +5504,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
-	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xc3\x06\n" +
+	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xfd\x06\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -5517,7 +5534,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0ereservation_id\x18\x12 \x01(\tR\rreservationId\x12\x16\n" +
 	"\x06stream\x18\x13 \x01(\bR\x06stream\x12)\n" +
 	"\x10quality_failures\x18\x14 \x03(\tR\x0fqualityFailures\x12'\n" +
-	"\x0frequest_failure\x18\x15 \x01(\bR\x0erequestFailure\"G\n" +
+	"\x0frequest_failure\x18\x15 \x01(\bR\x0erequestFailure\x128\n" +
+	"\bprefixes\x18\x16 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc6\x02\n" +
 	"\rReportRequest\x121\n" +
@@ -5910,74 +5928,75 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	9,   // 61: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
 	64,  // 62: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
 	31,  // 63: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	35,  // 64: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	34,  // 65: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	36,  // 66: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	41,  // 67: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	60,  // 68: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	61,  // 69: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
-	9,   // 70: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	64,  // 71: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	65,  // 72: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,   // 73: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	65,  // 74: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	38,  // 75: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	39,  // 76: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	30,  // 77: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10,  // 78: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	64,  // 79: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	64,  // 80: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	40,  // 81: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18,  // 82: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	65,  // 83: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	45,  // 84: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	42,  // 85: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	43,  // 86: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	44,  // 87: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	47,  // 88: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	65,  // 89: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 90: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	65,  // 91: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	65,  // 92: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	40,  // 93: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 94: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	40,  // 95: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 96: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 97: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	55,  // 98: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	57,  // 99: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	32,  // 100: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 101: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24,  // 102: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	32,  // 103: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	37,  // 104: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	54,  // 105: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	48,  // 106: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	50,  // 107: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	52,  // 108: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	58,  // 109: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	62,  // 110: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	66,  // 111: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	67,  // 112: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	68,  // 113: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 114: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	29,  // 115: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	33,  // 116: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	46,  // 117: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	56,  // 118: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	49,  // 119: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	51,  // 120: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	53,  // 121: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	59,  // 122: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	63,  // 123: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	69,  // 124: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	70,  // 125: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	71,  // 126: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	114, // [114:127] is the sub-list for method output_type
-	101, // [101:114] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	13,  // 64: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
+	35,  // 65: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	34,  // 66: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	36,  // 67: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	41,  // 68: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	60,  // 69: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	61,  // 70: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	9,   // 71: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	64,  // 72: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	65,  // 73: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,   // 74: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	65,  // 75: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	38,  // 76: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	39,  // 77: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	30,  // 78: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10,  // 79: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	64,  // 80: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	64,  // 81: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	40,  // 82: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18,  // 83: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	65,  // 84: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	45,  // 85: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	42,  // 86: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	43,  // 87: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	44,  // 88: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	47,  // 89: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	65,  // 90: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 91: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	65,  // 92: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	65,  // 93: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	40,  // 94: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 95: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	40,  // 96: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 97: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 98: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	55,  // 99: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	57,  // 100: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	32,  // 101: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 102: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24,  // 103: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	32,  // 104: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	37,  // 105: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	54,  // 106: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	48,  // 107: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	50,  // 108: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	52,  // 109: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	58,  // 110: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	62,  // 111: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	66,  // 112: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	67,  // 113: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	68,  // 114: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 115: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	29,  // 116: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	33,  // 117: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	46,  // 118: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	56,  // 119: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	49,  // 120: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	51,  // 121: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	53,  // 122: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	59,  // 123: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	63,  // 124: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	69,  // 125: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	70,  // 126: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	71,  // 127: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	115, // [115:128] is the sub-list for method output_type
+	102, // [102:115] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }

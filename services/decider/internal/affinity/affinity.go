@@ -7,7 +7,13 @@
 // how routing recognises a conversation whose caller names no session.
 //
 // Prompts are identified by the edge's chain hashes (a prompt's hash is a
-// prefix hash of the conversation's next turn). Memory is bounded by two
+// prefix hash of the conversation's next turn). An endpoint that served a
+// prompt holds each of its prefixes too, so Served records the prompt's
+// prefixes at its cache boundaries (the tool block, the leading system
+// messages, each message boundary) beside the prompt itself: a new question
+// after a system prompt two endpoints served is priced with the cache of
+// each. Only a prompt served whole marks a conversation's turn, which
+// Latest looks for: a shared system prompt is no conversation. Memory is bounded by two
 // generations of maps: entries go to the current one; when it is full it
 // becomes the previous one and the old previous one is dropped. A prompt
 // seen in either generation is found, so what was used within the last
@@ -30,12 +36,20 @@ type Options struct {
 	Capacity int
 }
 
-// seen is where one prompt was served: up to a few endpoints, newest first.
+// seen is where one prompt or prefix was served: up to a few endpoints,
+// newest first, each with whether it served it as a whole prompt (a
+// conversation's turn) or only as a prefix of a longer one.
 type seen struct {
 	tokens int64
 	eps    [maxEndpointsPerPrompt]string
 	at     [maxEndpointsPerPrompt]time.Time
+	whole  [maxEndpointsPerPrompt]bool
 }
+
+// MaxPrefixesPerReport bounds the prefixes one Served call records, the
+// prompt itself aside: the edge sends at most this many (chatreq.MaxPrefixes),
+// and a confused edge sending more has only the longest recorded.
+const MaxPrefixesPerReport = 32
 
 // maxEndpointsPerPrompt bounds how many endpoints are remembered per prompt;
 // a prompt is rarely served by more than a couple (a hedge, a retry).
@@ -68,6 +82,37 @@ func (t *Table) Record(endpointID string, hash uint64, tokens int64, at time.Tim
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.record(endpointID, hash, tokens, true, at)
+}
+
+// Served notes that endpointID served the prompt with this hash and size
+// at at, and with it each of prefixes (shortest first, as the edge sends
+// them; the prompt's own hash among them is the prompt): the endpoint holds
+// all of them in cache now. A prefix's size is its own, at most the
+// prompt's. At most MaxPrefixesPerReport prefixes are recorded, the longest.
+func (t *Table) Served(endpointID string, hash uint64, tokens int64, prefixes []*switchboardv1.PromptPrefix, at time.Time) {
+	if endpointID == "" {
+		return
+	}
+	prefixes = prefixes[max(0, len(prefixes)-MaxPrefixesPerReport):]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range prefixes {
+		if h := p.GetHash(); h != 0 && h != hash {
+			n := max(p.GetTokens(), 0)
+			if tokens > 0 {
+				n = min(n, tokens)
+			}
+			t.record(endpointID, h, n, false, at)
+		}
+	}
+	if hash != 0 {
+		t.record(endpointID, hash, tokens, true, at)
+	}
+}
+
+// record notes one prompt or prefix; t.mu is held.
+func (t *Table) record(endpointID string, hash uint64, tokens int64, whole bool, at time.Time) {
 	s, ok := t.cur[hash]
 	if !ok {
 		if old, inPrev := t.prev[hash]; inPrev {
@@ -82,14 +127,18 @@ func (t *Table) Record(endpointID string, hash uint64, tokens int64, at time.Tim
 		t.cur[hash] = s
 	}
 	s.tokens = tokens
-	// Move endpointID to the front, keeping the others newest first.
+	// Move endpointID to the front, keeping the others newest first. An
+	// endpoint that served the prompt whole still did when it serves it
+	// again as a prefix of a longer one, within the same lifetime.
 	i := 0
 	for i < maxEndpointsPerPrompt-1 && s.eps[i] != "" && s.eps[i] != endpointID {
 		i++
 	}
+	whole = whole || (s.eps[i] == endpointID && s.whole[i] && at.Sub(s.at[i]) <= t.ttl)
 	copy(s.eps[1:i+1], s.eps[:i])
 	copy(s.at[1:i+1], s.at[:i])
-	s.eps[0], s.at[0] = endpointID, at
+	copy(s.whole[1:i+1], s.whole[:i])
+	s.eps[0], s.at[0], s.whole[0] = endpointID, at, whole
 }
 
 // Cached fills cached[i] with the tokens endpoints[i] is expected to hold in
@@ -128,8 +177,10 @@ func (t *Table) Cached(endpoints []string, prefixes []*switchboardv1.PromptPrefi
 }
 
 // Latest returns which of endpoints served this conversation's last turn:
-// of the prefixes (longest last), the longest one an endpoint served
-// within window of now, and of the endpoints that served it the most
+// of the prefixes (longest last), the longest one an endpoint served as a
+// whole prompt within window of now (a prefix it served only inside
+// another prompt, such as a system prompt many conversations share, is no
+// turn of this conversation), and of the endpoints that served it the most
 // recent. i indexes endpoints and at is when that endpoint served it; ok
 // is false when no endpoint served any prefix within the window. The
 // window is the caller's (how long a conversation stays with its
@@ -149,7 +200,7 @@ func (t *Table) Latest(endpoints []string, prefixes []*switchboardv1.PromptPrefi
 		}
 		// eps is newest first: the first live one known to the model wins.
 		for k := range maxEndpointsPerPrompt {
-			if s.eps[k] == "" || now.Sub(s.at[k]) > window {
+			if s.eps[k] == "" || !s.whole[k] || now.Sub(s.at[k]) > window {
 				continue
 			}
 			for i, ep := range endpoints {

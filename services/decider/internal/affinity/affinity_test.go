@@ -179,3 +179,64 @@ func TestLatest(t *testing.T) {
 	_, _, ok := New(Options{}).Latest(eps, nil, t0, time.Minute)
 	require.False(t, ok)
 }
+
+// TestServedRecordsPrefixes: an endpoint that served a prompt holds each of
+// its prefixes, so a new question after a shared system prompt is priced
+// with the cache of every endpoint that served that system prompt, the
+// longest prefix each holds; but a prefix served only inside a longer
+// prompt is no conversation's turn.
+func TestServedRecordsPrefixes(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	eps := []string{"a/m", "b/m", "c/m"}
+	tb := New(Options{})
+	// tools (1), system (2), then each endpoint's own question.
+	tb.Served("a/m", 10, 20100, []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 2, Tokens: 20000}, {Hash: 10, Tokens: 20100}}, t0)
+	tb.Served("b/m", 11, 20100, []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 2, Tokens: 20000}, {Hash: 11, Tokens: 20100}}, t0)
+	// c shares only the tool block.
+	tb.Served("c/m", 12, 9000, []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 5, Tokens: 8900}, {Hash: 12, Tokens: 9000}}, t0)
+
+	question := []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 2, Tokens: 20000}, {Hash: 99, Tokens: 20080}}
+	cached := make([]int64, 3)
+	tb.Cached(eps, question, t0.Add(time.Minute), cached)
+	require.Equal(t, []int64{20000, 20000, 300}, cached, "the longest prefix each endpoint served")
+
+	_, _, ok := tb.Latest(eps, question, t0.Add(time.Minute), 10*time.Minute)
+	require.False(t, ok, "a shared system prompt is no conversation")
+
+	// The next turn of a's question is a's conversation.
+	next := append(question[:2:2], &switchboardv1.PromptPrefix{Hash: 10, Tokens: 20100}, &switchboardv1.PromptPrefix{Hash: 13, Tokens: 20300})
+	i, _, ok := tb.Latest(eps, next, t0.Add(time.Minute), 10*time.Minute)
+	require.True(t, ok)
+	require.Equal(t, 0, i)
+
+	// A prompt served whole stays a turn when its endpoint serves it again
+	// inside a longer one (the conversation's next turn).
+	tb.Served("a/m", 13, 20300, next, t0.Add(2*time.Minute))
+	i, _, ok = tb.Latest(eps, next[:3], t0.Add(3*time.Minute), 10*time.Minute)
+	require.True(t, ok)
+	require.Equal(t, 0, i)
+
+	// A prefix's size is at most the prompt's; nonsense is not recorded.
+	tb.Served("b/m", 20, 100, []*switchboardv1.PromptPrefix{{Hash: 21, Tokens: 5000}, {Hash: 0, Tokens: 7}, nil}, t0)
+	tb.Cached(eps, []*switchboardv1.PromptPrefix{{Hash: 21, Tokens: 5000}}, t0, cached)
+	require.Equal(t, []int64{0, 100, 0}, cached)
+	tb.Served("", 30, 100, question, t0)
+	tb.Served("b/m", 0, 0, nil, t0)
+}
+
+// TestServedIsBoundedPerReport: a report with more prefixes than the edge
+// sends adds at most MaxPrefixesPerReport of them, the longest, and the
+// prompt.
+func TestServedIsBoundedPerReport(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tb := New(Options{})
+	var many []*switchboardv1.PromptPrefix
+	for i := range 1000 {
+		many = append(many, &switchboardv1.PromptPrefix{Hash: uint64(i + 1), Tokens: int64(i + 1)})
+	}
+	tb.Served("a/m", 5000, 2000, many, t0)
+	require.Equal(t, MaxPrefixesPerReport+1, tb.Len())
+	cached := make([]int64, 1)
+	tb.Cached([]string{"a/m"}, many[len(many)-1:], t0, cached)
+	require.Equal(t, []int64{1000}, cached, "the longest kept")
+}

@@ -110,12 +110,16 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 			ob.o.Stats.ObserveCache(ep, u.GetInputTokens(), u.GetCachedInputTokens(), at)
 			ob.o.Stats.ObserveOutput(modelID, u.GetOutputTokens(), at)
 		}
-		if h := r.GetPromptHash(); h != 0 && r.GetProbeId() == "" {
+		if h := r.GetPromptHash(); (h != 0 || len(r.GetPrefixes()) > 0) && r.GetProbeId() == "" {
 			n := u.GetInputTokens()
 			if n == 0 {
 				n = r.GetPromptTokens()
 			}
-			ob.o.Affinity.Record(ep, h, n, ob.o.Now())
+			// The prompt and each of its prefixes at its cache boundaries
+			// (the tool block, the system prompt, each message boundary):
+			// the endpoint holds them all now, so a new question after the
+			// same system prompt is priced with this endpoint's cache.
+			ob.o.Affinity.Served(ep, h, n, r.GetPrefixes(), ob.o.Now())
 		}
 		if ob.o.Sessions != nil && r.GetProbeId() == "" {
 			// The endpoint that answered holds the conversation's prompt

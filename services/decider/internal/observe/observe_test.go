@@ -171,3 +171,33 @@ func TestRequestFailureBenchesNothing(t *testing.T) {
 	require.True(t, cooling)
 	require.Len(t, sent, 1)
 }
+
+// TestIngestRecordsPrefixes: a served call's prefixes (the tool block, the
+// system prompt, each message boundary) are recorded for its endpoint with
+// their token counts, so a new question after the same system prompt is
+// priced with that endpoint's cache; a failed call's and a probe's are not.
+func TestIngestRecordsPrefixes(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	aff := affinity.New(affinity.Options{})
+	ob := New(Options{
+		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: aff, Cooldown: cooldown.New(cooldown.Options{}),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	prefixes := []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 2, Tokens: 20000}, {Hash: 3, Tokens: 20100}}
+	served := func(o switchboardv1.Outcome, probe string) *switchboardv1.CallReport {
+		return &switchboardv1.CallReport{EndpointId: "a/m", Outcome: o, ProbeId: probe, PromptTokens: 20100, PromptHash: 3, Prefixes: prefixes,
+			Ttft: durationpb.New(time.Second), Usage: &switchboardv1.Usage{InputTokens: 20100, Reported: true}}
+	}
+	question := []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 2, Tokens: 20000}, {Hash: 9, Tokens: 20050}}
+	cached := make([]int64, 1)
+
+	ob.Ingest(nil, []*switchboardv1.CallReport{served(switchboardv1.Outcome_OUTCOME_UPSTREAM_ERROR, ""), served(switchboardv1.Outcome_OUTCOME_OK, "p1")})
+	aff.Cached([]string{"a/m"}, question, now, cached)
+	require.Equal(t, []int64{0}, cached, "neither a failed call nor a probe holds the prompt")
+
+	ob.Ingest(nil, []*switchboardv1.CallReport{served(switchboardv1.Outcome_OUTCOME_OK, "")})
+	aff.Cached([]string{"a/m"}, question, now, cached)
+	require.Equal(t, []int64{20000}, cached, "the shared system prompt, with its own size")
+	require.Equal(t, 3, aff.Len())
+}

@@ -279,7 +279,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 		reason, fastest = r.rank(sc.order, suffix, prefs, noExplore)
 	}
 	deprioritise(sc.order, prefs)
-	r.stick(sc, m, req, id, chose, fastest, now)
+	r.stick(sc, m, req, id, chose, costPolicy, fastest, now)
 	usable := r.usable(sc, m, prefs)
 
 	resp := &switchboardv1.DecideResponse{

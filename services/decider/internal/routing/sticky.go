@@ -23,10 +23,28 @@ import (
 // this prompt recently (a hedge, a retry), its cache is as warm there and
 // the choice stands.
 //
+// Stickiness never buys a worse deal: the warm endpoint keeps the turn only
+// while its cost for this turn, with its cache, is within the model's
+// competitive margin (routing.competitive_margin, else CostOptions.Margin)
+// of the best qualifying alternative's, with that alternative's own cache
+// evidence, and never when another qualifying endpoint holds this prompt's
+// prefix too and costs less. The cost is the one the policy ranks by (the
+// smart policy's value, this turn plus the conversation's next ones read
+// from each endpoint's cache; the routing-cost policy's routing cost), so
+// the two steps agree: a reseller with the lowest input price but cache
+// reads fifty times the others' gets a conversation's first turn, not the
+// turns after it. A qualifying alternative passes the filters and the speed
+// bar the warm endpoint must pass: usable by the request, not cooling down,
+// not too slow, meeting the request's preferences, and allowed by the
+// policy (the smart policy's speed bar and price guard, measured; the
+// routing-cost policy's guards).
+//
 // A conversation is recognised by its session id when the caller sends one
 // (DecideRequest.session_id, from the edge's X-Session-Id header), scoped to
 // the tenant and model; otherwise by its prompt prefixes: the endpoint that
-// most recently served the longest prefix of this prompt (affinity.Latest).
+// most recently served the longest prefix of this prompt as a whole prompt,
+// an earlier turn (affinity.Latest); a system prompt other conversations
+// share is no turn of this one.
 
 // stickyOutcome is what the sticky step did.
 type stickyOutcome uint8
@@ -42,6 +60,7 @@ const (
 	stickyNoDiscount                         // the endpoint's cached input is not cheaper
 	stickyTooSlow                            // the endpoint is too slow for this size
 	stickyDeprioritised                      // the endpoint misses preferred_min_throughput or preferred_max_latency
+	stickyCheaper                            // a qualifying alternative costs less, beyond the margin or with its own cache
 )
 
 // stickyState is the sticky step's result for one Decide.
@@ -50,6 +69,13 @@ type stickyState struct {
 	warm      *candidate    // the conversation's endpoint, nil if none
 	age       time.Duration // since the conversation's last turn
 	bySession bool          // recognised by session id, not by prefixes
+	// alt is the alternative that made a conversation move (stickyCheaper),
+	// altWarm whether it holds the prompt's prefix too, margin the
+	// competitive margin applied.
+	alt     *candidate
+	altWarm bool
+	margin  float64
+	cost    bool // ranked by the routing-cost policy
 }
 
 // word is the outcome as the summary shows it.
@@ -73,6 +99,8 @@ func (s stickyOutcome) word() string {
 		return "no:too_slow"
 	case stickyDeprioritised:
 		return "no:misses_preferences"
+	case stickyCheaper:
+		return "no:cheaper_alternative"
 	}
 	return ""
 }
@@ -80,8 +108,8 @@ func (s stickyOutcome) word() string {
 // stick finds the conversation's endpoint among m's candidates and, when
 // it may keep the request, moves it to the front of sc.order. userChose
 // says the request (or its tenant's default) chose its own order or sort.
-func (r *Router) stick(sc *scratch, m *model, req *switchboardv1.DecideRequest, id *switchboardv1.Identity, userChose bool, fastest time.Duration, now time.Time) {
-	sc.sticky = stickyState{}
+func (r *Router) stick(sc *scratch, m *model, req *switchboardv1.DecideRequest, id *switchboardv1.Identity, userChose, costPolicy bool, fastest time.Duration, now time.Time) {
+	sc.sticky = stickyState{cost: costPolicy}
 	if r.o.NoSticky {
 		return
 	}
@@ -126,6 +154,9 @@ func (r *Router) stick(sc *scratch, m *model, req *switchboardv1.DecideRequest, 
 		// The policy chose an endpoint that served this conversation's
 		// prompt too (a hedge, a retry): its cache is as warm there.
 		sc.sticky.outcome = stickyWarmChoice
+	case r.cheaperElsewhere(sc, m, c, fastest):
+		// The policy's order stands: it ranks by the same cost.
+		sc.sticky.outcome = stickyCheaper
 	default:
 		k := slices.Index(sc.order, c)
 		if k < 0 {
@@ -136,6 +167,67 @@ func (r *Router) stick(sc *scratch, m *model, req *switchboardv1.DecideRequest, 
 		sc.order[0] = c
 		sc.sticky.outcome = stickyKept
 	}
+}
+
+// cheaperElsewhere reports whether a qualifying alternative to the warm
+// endpoint c is a better deal for this turn: one that holds this prompt's
+// prefix too and costs less, or one that costs less by more than the
+// competitive margin. It notes the alternative in sc.sticky.
+func (r *Router) cheaperElsewhere(sc *scratch, m *model, c *candidate, fastest time.Duration) bool {
+	margin := r.o.Cost.Margin
+	if m.margin > 0 {
+		margin = m.margin
+	}
+	sc.sticky.margin = margin
+	warm := stickyCost(c, sc.sticky.cost)
+	var best *candidate
+	for _, a := range sc.order {
+		if a == c || !r.qualifies(a, fastest, sc.sticky.cost) {
+			continue
+		}
+		ac := stickyCost(a, sc.sticky.cost)
+		if ac < warm && r.holdsPrefix(sc, a) {
+			// Its cache is as warm as c's, and reading it costs less: no
+			// margin protects c.
+			sc.sticky.alt, sc.sticky.altWarm = a, true
+			return true
+		}
+		if best == nil || ac < stickyCost(best, sc.sticky.cost) {
+			best = a
+		}
+	}
+	if best != nil && warm > (1+margin)*stickyCost(best, sc.sticky.cost) {
+		sc.sticky.alt = best
+		return true
+	}
+	return false
+}
+
+// stickyCost is what the policy ranks a candidate by, the sticky step's
+// measure of a deal: the smart policy's value (this turn plus the
+// conversation's next ones, each with this endpoint's cache) or the
+// routing-cost policy's cost of one good answer (which prices the turns to
+// come too).
+func stickyCost(c *candidate, costPolicy bool) float64 {
+	if costPolicy {
+		return c.rcost
+	}
+	return c.value
+}
+
+// qualifies reports whether c passes the filters and the speed bar the
+// policy uses, as the warm endpoint must: usable by the request, not
+// cooling down, not too slow, not missing the request's preferences, and,
+// under the smart policy with speed data, measured within its speed bar and
+// price guard; under the routing-cost policy, not held back by its guards.
+func (r *Router) qualifies(c *candidate, fastest time.Duration, costPolicy bool) bool {
+	switch {
+	case c.excluded.why != exclNone, c.cooling, c.note == noteDeprioritised, r.tooSlow(c, fastest):
+		return false
+	case costPolicy:
+		return c.guard == guardNone
+	}
+	return fastest == 0 || c.allowed
 }
 
 // holdsPrefix reports whether c served a prefix of this prompt recently
@@ -195,6 +287,18 @@ func (r *Router) stickyNote(s stickyState, fastest time.Duration) string {
 		why = fmt.Sprintf("too slow for this prompt size (%s, the bar is %s)", c.ttft.Round(time.Millisecond), r.speedBar(fastest).Round(time.Millisecond))
 	case stickyDeprioritised:
 		why = "misses preferred_min_throughput or preferred_max_latency"
+	case stickyCheaper:
+		a, measure := s.alt, "cost with each one's cache, this turn and the next"
+		if s.cost {
+			measure = "routing cost"
+		}
+		if s.altWarm {
+			why = fmt.Sprintf("%s holds this prompt's prefix too and is cheaper (%s %.6g USD against %.6g here)",
+				a.ep.provider, measure, stickyCost(a, s.cost), stickyCost(c, s.cost))
+		} else {
+			why = fmt.Sprintf("%s is cheaper beyond the %g%% competitive margin (%s %.6g USD against %.6g here)",
+				a.ep.provider, s.margin*100, measure, stickyCost(a, s.cost), stickyCost(c, s.cost))
+		}
 	}
 	return fmt.Sprintf("served this conversation's last turn (recognised %s, %s ago) but not kept: %s", how, s.age.Round(time.Second), why)
 }

@@ -18,6 +18,24 @@ import (
 // whose cache reads are cheapest over the turns to come.
 var conversation = []*switchboardv1.PromptPrefix{{Hash: 3, Tokens: 2000}, {Hash: 7, Tokens: 60000}}
 
+// stickyCatalog is policyCatalog with a reseller whose cache reads, dearer
+// than fast's, keep its cost for a conversation's turn within the
+// competitive margin (10%) of fast's: the policy alone would move the
+// conversation to fast (by 4%), the sticky step keeps it on its cache.
+// With policyCatalog's reseller (cache reads at 0.07) the turn costs 15%
+// more there than on fast, and the conversation moves.
+const stickyCatalog = `
+models:
+  - id: m
+    list_price: {input: 1.00, cached_input: 0.25, output: 4.00}
+    endpoints:
+      - {provider: cheap,    base_url: http://127.0.0.1:1/v1, price: {input: 0.20, cached_input: 0.05,   output: 0.80}}
+      - {provider: fast,     base_url: http://127.0.0.1:2/v1, price: {input: 0.30, cached_input: 0.0013, output: 1.10}}
+      - {provider: reseller, base_url: http://127.0.0.1:3/v1, price: {input: 0.21, cached_input: 0.063,  output: 1.00}}
+tenants:
+  - {id: acme, api_keys_sha256: ["0000000000000000000000000000000000000000000000000000000000000000"]}
+`
+
 // stickyEnv is a policy environment and a twin without stickiness, fed the
 // same statistics, so a test can say "the policy's ranking" without
 // restating it.
@@ -165,7 +183,7 @@ func TestStickyByPrefixes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newSticky(t, policyCatalog, tt.o)
+			e := newSticky(t, stickyCatalog, tt.o)
 			e.speeds(allFast)
 			e.served("reseller", 7)
 			if tt.setup != nil {
@@ -213,7 +231,7 @@ tenants:
 }
 
 func TestStickyBySessionID(t *testing.T) {
-	e := newSticky(t, policyCatalog, Options{})
+	e := newSticky(t, stickyCatalog, Options{})
 	e.speeds(map[string]time.Duration{"cheap": time.Second, "fast": time.Second, "reseller": time.Second})
 	ask := func(session, tenant, requestID string, only ...string) *switchboardv1.DecideResponse {
 		req := &switchboardv1.DecideRequest{Model: "m", RequestId: requestID, SessionId: session, Explain: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: long}}
@@ -259,16 +277,96 @@ func TestStickyBySessionID(t *testing.T) {
 
 	// That turn's first endpoint failed and a fallback answered: the
 	// conversation follows the fallback, which holds its prompt now.
-	e.r.o.Sessions.Served("r5", "fast/m", e.now)
+	e.r.o.Sessions.Served("r5", "reseller/m", e.now)
 	e.advance(time.Minute)
-	require.Equal(t, moveFirst(policy, "fast"), order(ask("s1", "acme", "")))
+	require.Equal(t, moveFirst(policy, "reseller"), order(ask("s1", "acme", "")))
+
+	// Had fast served it, a turn there would cost 50% more than on cheap
+	// (no prefixes, so no cache evidence): the conversation moves.
+	e.r.o.Sessions.Keep("acme", "m", "s1", "", "fast/m", e.now)
+	resp = ask("s1", "acme", "")
+	require.Equal(t, policy, order(resp))
+	require.Contains(t, resp.Decision.Summary, "sticky=no:cheaper_alternative")
+	e.r.o.Sessions.Keep("acme", "m", "s1", "", "reseller/m", e.now)
 
 	// Cooling down: the policy's ranking, the cooling endpoint behind.
-	e.cool.Refused("fast/m", e.now)
+	e.cool.Refused("reseller/m", e.now)
 	resp = ask("s1", "acme", "")
 	require.Equal(t, "cheap", resp.Endpoint.Provider)
 	require.Contains(t, resp.Decision.Summary, "sticky=no:cooling_down")
-	require.Equal(t, "fast", order(resp)[len(order(resp))-1])
+	require.Equal(t, "reseller", order(resp)[len(order(resp))-1])
+}
+
+// TestStickyNeverBuysAWorseDeal: a conversation stays on its warm endpoint
+// only while that endpoint's cost for this turn, with its cache, is within
+// the competitive margin of the best qualifying alternative's, and never
+// when another qualifying endpoint holds the prefix too and costs less.
+func TestStickyNeverBuysAWorseDeal(t *testing.T) {
+	allFast := map[string]time.Duration{"cheap": time.Second, "fast": time.Second, "reseller": time.Second}
+	// threeWarm: for the conversation's turn, cheap (cold) costs least,
+	// fast (warm too) 1.5% more and the reseller (warm) 8.6% more, within
+	// the margin of cheap.
+	const threeWarm = `
+models:
+  - id: m
+    endpoints:
+      - {provider: cheap,    base_url: http://127.0.0.1:1/v1, price: {input: 0.30, cached_input: 0.0064, output: 1.00}}
+      - {provider: fast,     base_url: http://127.0.0.1:2/v1, price: {input: 0.30, cached_input: 0.065,  output: 1.00}}
+      - {provider: reseller, base_url: http://127.0.0.1:3/v1, price: {input: 0.25, cached_input: 0.07,   output: 1.00}}
+tenants:
+  - {id: acme, api_keys_sha256: ["0000000000000000000000000000000000000000000000000000000000000000"]}
+`
+	withMargin := strings.Replace(policyCatalog, "  - id: m\n", "  - id: m\n    routing: {competitive_margin: 0.20}\n", 1)
+	tests := []struct {
+		name    string
+		catalog string
+		setup   func(e *stickyEnv)
+		kept    bool
+		summary string
+		note    string // in the reseller's note
+	}{
+		{name: "within the margin the warm endpoint stays", catalog: stickyCatalog, kept: true, summary: "sticky=kept"},
+		{
+			name: "beyond the margin the conversation moves", catalog: policyCatalog, summary: "sticky=no:cheaper_alternative",
+			note: "not kept: fast is cheaper beyond the 10% competitive margin (cost with each one's cache, this turn and the next 0.0193",
+		},
+		{name: "the model's competitive margin applies", catalog: withMargin, kept: true, summary: "sticky=kept"},
+		{
+			name: "another warm endpoint costing less wins, whatever the margin", catalog: threeWarm,
+			setup: func(e *stickyEnv) {
+				// fast served this prompt's prefix inside a longer prompt of
+				// another conversation: warm, but not this conversation's.
+				e.each(func(p *policyEnv) {
+					p.aff.Served("fast/m", 0, 0, []*switchboardv1.PromptPrefix{{Hash: 7, Tokens: 60000}}, p.now)
+				})
+			},
+			summary: "sticky=no:cheaper_alternative", note: "not kept: fast holds this prompt's prefix too and is cheaper",
+		},
+		{
+			name: "without it the margin keeps the conversation", catalog: threeWarm, kept: true, summary: "sticky=kept",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newSticky(t, tt.catalog, Options{})
+			e.speeds(allFast)
+			e.served("reseller", 7)
+			if tt.setup != nil {
+				tt.setup(e)
+			}
+			req := turn(true)
+			policy := e.policyOrder(t, req)
+			require.NotEqual(t, "reseller", policy[0], "the test needs a policy that would move the conversation")
+			resp := e.decide(t, req)
+			if tt.kept {
+				require.Equal(t, moveFirst(policy, "reseller"), order(resp), "kept first, the policy's ranking behind it")
+			} else {
+				require.Equal(t, policy, order(resp), "the policy's ranking, untouched")
+			}
+			require.True(t, strings.HasSuffix(resp.Decision.Summary, " "+tt.summary), resp.Decision.Summary)
+			require.Contains(t, noteOf(resp, "reseller"), tt.note)
+		})
+	}
 }
 
 func TestStickyOffRecordsNothing(t *testing.T) {
@@ -284,7 +382,7 @@ func TestStickyKeepsFallbacksRanked(t *testing.T) {
 	// A failed attempt retries on the next-ranked endpoint: the edge tries
 	// the fallbacks in the order given, which is the policy's after the
 	// kept endpoint, cooling ones last.
-	e := newSticky(t, policyCatalog, Options{})
+	e := newSticky(t, stickyCatalog, Options{})
 	e.speeds(map[string]time.Duration{"cheap": time.Second, "fast": time.Second, "reseller": time.Second})
 	e.served("reseller", 7)
 	policy := e.policyOrder(t, turn(false))

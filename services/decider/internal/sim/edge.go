@@ -23,6 +23,9 @@ type request struct {
 	arrival time.Time
 	hash    uint64
 	output  int64
+	// prefixes are the prompt's prefixes as the edge sends them in Decide
+	// and reports for the attempt that served it.
+	prefixes []*switchboardv1.PromptPrefix
 
 	plan  []*switchboardv1.Endpoint
 	hedge *switchboardv1.HedgePlan
@@ -81,6 +84,16 @@ func (e *engine) arrive(s *session, i int) {
 		r.output = min(r.output, t.maxTokens)
 	}
 	r.hash = promptHash(s.id, i)
+	// As the edge sends them: the prompt's leading parts, each earlier
+	// turn's whole prompt among them, up to the whole prompt itself, the
+	// longest 32 (one part per turn here), after the system prompt the
+	// conversation shares with others, if any.
+	if sys := s.system; sys.id > 0 {
+		r.prefixes = append(r.prefixes, &switchboardv1.PromptPrefix{Hash: systemHash(sys.id), Tokens: min(sys.tokens, t.prompt)})
+	}
+	for k := max(0, i-31); k <= i; k++ {
+		r.prefixes = append(r.prefixes, &switchboardv1.PromptPrefix{Hash: promptHash(s.id, k), Tokens: s.turns[k].prompt})
+	}
 	switch {
 	case e.pol.Baseline:
 		r.plan = baseline(e.endpoints[s.model], t.prompt, t.maxTokens)
@@ -91,13 +104,7 @@ func (e *engine) arrive(s *session, i int) {
 		r.reason = switchboardv1.RouteReason_ROUTE_REASON_CHEAPEST_QUALIFYING
 	default:
 		req := &switchboardv1.DecideRequest{RequestId: r.id, Model: s.model, Stream: t.stream,
-			Tokens: &switchboardv1.TokenEstimate{InputTokens: t.prompt, MaxOutputTokens: t.maxTokens}}
-		// As the edge sends them: the prompt's leading parts, each earlier
-		// turn's whole prompt among them, up to the whole prompt itself, the
-		// longest 32 (one part per turn here).
-		for k := max(0, i-31); k <= i; k++ {
-			req.Tokens.Prefixes = append(req.Tokens.Prefixes, &switchboardv1.PromptPrefix{Hash: promptHash(s.id, k), Tokens: s.turns[k].prompt})
-		}
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: t.prompt, MaxOutputTokens: t.maxTokens, Prefixes: r.prefixes}}
 		sort := t.sort
 		if sort == "" {
 			sort = e.pol.Sort
@@ -219,7 +226,7 @@ func (e *engine) launch(r *request, ep *switchboardv1.Endpoint, hedged bool) {
 	l := &leg{r: r, ep: ep, p: p, start: e.now, hedge: hedged}
 	// Keyed by session, turn and call, so every policy draws the same luck
 	// for the same call of the same request.
-	l.a = p.call(e.now, e.rng(uint64(r.s.id)<<16|uint64(r.turn), uint64(r.calls)), r.t.prompt, r.sid())
+	l.a = p.call(e.now, e.rng(uint64(r.s.id)<<16|uint64(r.turn), uint64(r.calls)), r.t.prompt, r.sid(), r.s.system)
 	r.legs = append(r.legs, l)
 	first := l.a.ttft
 	if !r.t.stream && l.a.outcome == outcomeOK {
@@ -242,7 +249,7 @@ func (e *engine) firstToken(l *leg, first time.Duration) {
 	l.firstAt = e.now
 	r.winner = l
 	r.hedgeWait = false
-	l.p.warm(r.sid(), r.t.prompt, e.now)
+	l.p.warm(r.sid(), r.t.prompt, e.now, r.s.system)
 	for _, o := range r.legs {
 		if o == l || o.over {
 			continue
@@ -250,7 +257,7 @@ func (e *engine) firstToken(l *leg, first time.Duration) {
 		o.over = true
 		o.end()
 		if e.o.HedgeLoserWarmsCache || o.p.cfg.Cache.CancelledLegWarms {
-			o.p.warm(r.sid(), r.t.prompt, e.now)
+			o.p.warm(r.sid(), r.t.prompt, e.now, r.s.system)
 		}
 		r.loserCost = loserCost(r.t.prompt, o.ep.GetPrice())
 		e.report(e.callReport(o, switchboardv1.Outcome_OUTCOME_CANCELLED, e.now.Sub(o.start)))
@@ -264,7 +271,7 @@ func (e *engine) firstToken(l *leg, first time.Duration) {
 		l.end()
 		rep := e.callReport(l, switchboardv1.Outcome_OUTCOME_OK, e.now.Sub(l.start))
 		rep.Ttft = durationpb.New(first)
-		rep.PromptHash = r.hash
+		rep.PromptHash, rep.Prefixes = r.hash, r.prefixes
 		l.cost = pricing.Cost(l.p.rates, pricing.Usage{Input: r.t.prompt, CachedInput: l.a.cached, Output: r.output})
 		rep.Usage = &switchboardv1.Usage{InputTokens: r.t.prompt, CachedInputTokens: l.a.cached, OutputTokens: r.output, Reported: true,
 			CostUsd: l.cost}

@@ -249,7 +249,7 @@ func (e *engine) runProbe(cmd *switchboardv1.ProbeCommand) {
 	e.probeN++
 	rng := e.rng(0x70726f6265, e.probeN)
 	start := e.now
-	a := pr.call(start, rng, cmd.GetPromptTokens(), -1)
+	a := pr.call(start, rng, cmd.GetPromptTokens(), -1, sharedPrefix{})
 	rep := &switchboardv1.CallReport{RequestId: cmd.GetProbeId(), ProbeId: cmd.GetProbeId(), Model: cmd.GetModel(),
 		EndpointId: ep.GetId(), PromptTokens: cmd.GetPromptTokens(), Stream: true, StartTime: timestamppb.New(start)}
 	switch {
@@ -310,6 +310,13 @@ func (e *engine) rng(kind, n uint64) *rand.Rand {
 // endpoint's uncached input price, as the edge accounts it.
 func loserCost(prompt int64, p *switchboardv1.Price) float64 {
 	return pricing.Cost(pricing.Price{Input: p.GetInput(), CachedInput: p.GetCachedInput(), Output: p.GetOutput()}, pricing.Usage{Input: prompt})
+}
+
+// systemHash is the prefix hash of shared system prompt id.
+func systemHash(id int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "system/%d", id)
+	return h.Sum64() | 1
 }
 
 func promptHash(sessionID, turn int) uint64 {

@@ -21,22 +21,22 @@ func TestTTFTGrowsWithLoad(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var got []time.Duration
 	for range 4 {
-		got = append(got, p.call(t0, rng, 100, -1).ttft)
+		got = append(got, p.call(t0, rng, 100, -1, sharedPrefix{}).ttft)
 	}
 	require.Equal(t, []time.Duration{time.Second, time.Second, 1500 * time.Millisecond, 2 * time.Second}, got)
 	require.Equal(t, 4, p.inflight)
-	require.Equal(t, outcomeRateLimited, p.call(t0, rng, 100, -1).outcome)
+	require.Equal(t, outcomeRateLimited, p.call(t0, rng, 100, -1, sharedPrefix{}).outcome)
 	require.Equal(t, 4, p.inflight, "a 429 is not in flight")
 	require.Equal(t, 2500*time.Millisecond, p.expectedTTFT(t0, 100, 0), "what the oracle sees for the next call")
 	p.end()
 	p.end()
 	p.end()
-	require.Equal(t, time.Second, p.call(t0.Add(time.Minute), rng, 100, -1).ttft, "one in flight and this one: full speed")
+	require.Equal(t, time.Second, p.call(t0.Add(time.Minute), rng, 100, -1, sharedPrefix{}).ttft, "one in flight and this one: full speed")
 
 	// Without a queue, load changes nothing.
 	q := newProvider(priced(Provider{TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "q/m")
 	for range 10 {
-		require.Equal(t, time.Second, q.call(t0, rng, 100, -1).ttft)
+		require.Equal(t, time.Second, q.call(t0, rng, 100, -1, sharedPrefix{}).ttft)
 	}
 }
 
@@ -185,7 +185,7 @@ func TestOraclePicksTheTrulyCheapestQualifying(t *testing.T) {
 	require.Equal(t, "warm", h.GetEndpoint().GetProvider())
 
 	// warm holds the previous turn: 50k of 60k at $0.01 makes it the cheapest.
-	e.providers["warm/m"].warm(7, 50000, e.now)
+	e.providers["warm/m"].warm(7, 50000, e.now, sharedPrefix{})
 	plan, _ = e.oraclePlan(r)
 	require.Equal(t, "warm", plan[0].GetProvider())
 	require.Equal(t, "cold", plan[1].GetProvider())

@@ -56,7 +56,7 @@ func (e *engine) oraclePlan(r *request) ([]*switchboardv1.Endpoint, *switchboard
 		c := oracleCandidate{ep: ep, value: e.oracleValue(r, p)}
 		if !p.full(e.now, t.prompt) {
 			hit := 0.0
-			if n, ok := p.cached(e.now, t.prompt, r.sid()); ok {
+			if n, ok := p.held(e.now, t.prompt, r.sid(), r.s.system); ok {
 				hit = float64(n) * p.cfg.Cache.HitRate
 			}
 			c.ttft = p.expectedTTFT(e.now, t.prompt, hit)
@@ -121,7 +121,7 @@ func (e *engine) oracleValue(r *request, p *provider) float64 {
 	t := r.t
 	hit := p.cfg.Cache.HitRate
 	cached := 0.0
-	if n, ok := p.cached(e.now, t.prompt, r.sid()); ok {
+	if n, ok := p.held(e.now, t.prompt, r.sid(), r.s.system); ok {
 		cached = float64(n) * hit
 	}
 	cost := pricing.Cost(p.rates, pricing.Usage{Input: t.prompt, CachedInput: int64(math.Round(cached)), Output: r.output})

@@ -149,6 +149,24 @@ func TestParseTraffic(t *testing.T) {
 	require.Equal(t, 30*time.Minute, tr.Conversations.ThinkTime.Max.D())
 }
 
+func TestParseTrafficSharedSystem(t *testing.T) {
+	tr, err := ParseTraffic([]byte(goodTraffic + "  shared_system: {share: 0.8, prompts: 3, tokens: 20k}\n"))
+	require.NoError(t, err)
+	require.Equal(t, &SharedSystem{Share: 0.8, Prompts: 3, Tokens: 20 * 1024}, tr.Conversations.SharedSystem)
+	// Every conversation that draws one starts with one of the three, no
+	// larger than its first prompt; the rest with none.
+	seen := map[int]int{}
+	for _, s := range tr.sessions(1) {
+		if s.conversation {
+			seen[s.system.id]++
+			if s.system.id > 0 {
+				require.LessOrEqual(t, s.system.tokens, s.turns[0].prompt)
+			}
+		}
+	}
+	require.Len(t, seen, 4, "none, and each of the three")
+}
+
 func TestParseTrafficErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -166,6 +184,8 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"think time", func(s string) string { return strings.Replace(s, "median: 20s", "median: 0s", 1) }, "line 13: conversations.think_time.median: must be positive"},
 		{"sort", func(s string) string { return s + "user_options: {share: 0.1, sort: cheapest}\n" }, "line 14: user_options.sort: must be price, latency or throughput"},
 		{"unknown field", func(s string) string { return s + "rate: 5\n" }, "line 14: field rate not found"},
+		{"shared system share", func(s string) string { return s + "  shared_system: {share: 2, tokens: 20k}\n" }, "conversations.shared_system.share: must be a share in [0, 1]"},
+		{"shared system tokens", func(s string) string { return s + "  shared_system: {share: 0.5}\n" }, "conversations.shared_system.tokens: must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

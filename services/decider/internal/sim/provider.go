@@ -37,6 +37,7 @@ type provider struct {
 	endpointID string
 	rates      catalog.Rates
 	cache      map[int]cacheEntry // session id → the last prompt it read
+	shared     map[int]cacheEntry // shared system prompt id → when it read it
 	load       []loadEntry        // calls accepted in the last minute, oldest first
 	loadTokens int64
 	inflight   int        // calls started and not yet ended, failed or cancelled
@@ -61,14 +62,23 @@ type loadEntry struct {
 }
 
 func newProvider(cfg Provider, endpointID string) *provider {
-	return &provider{cfg: cfg, endpointID: endpointID, rates: cfg.Price.rates(), cache: map[int]cacheEntry{}}
+	return &provider{cfg: cfg, endpointID: endpointID, rates: cfg.Price.rates(), cache: map[int]cacheEntry{}, shared: map[int]cacheEntry{}}
+}
+
+// sharedPrefix is the system prompt (with its tool block) a conversation
+// shares with others: id 0 for none, else which of the traffic's shared
+// prompts, of tokens tokens.
+type sharedPrefix struct {
+	id     int
+	tokens int64
 }
 
 // call draws the answer to a call started at now with a prompt of prompt
 // tokens; sessionID ≥ 0 names the conversation whose earlier prompt this
-// one extends, for the cache.
+// one extends, for the cache, and sys the system prompt it shares with
+// other conversations, which the provider may hold from any of them.
 // Every answer but a 429 counts the call in flight until the caller ends it.
-func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID int) answer {
+func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID int, sys sharedPrefix) answer {
 	if ra, full := p.admit(now, prompt); full {
 		return answer{outcome: outcomeRateLimited, ttft: 100 * time.Millisecond, retryAfter: ra}
 	}
@@ -89,6 +99,13 @@ func (p *provider) call(now time.Time, rng *rand.Rand, prompt int64, sessionID i
 	if e, ok := p.cached(now, prompt, sessionID); ok && rng.Float64() < p.cfg.Cache.HitRate {
 		cached = e
 	}
+	if cached == 0 && sys.id > 0 {
+		// No earlier turn of its own read from cache: the shared system
+		// prompt may be, read for another conversation.
+		if e, ok := p.shared[sys.id]; ok && now.Before(e.expires) && e.tokens <= prompt && rng.Float64() < p.cfg.Cache.HitRate {
+			cached = e.tokens
+		}
+	}
 	return answer{outcome: outcomeOK, ttft: time.Duration(float64(p.ttft(now, rng, prompt, cached)) * queue), cached: cached}
 }
 
@@ -100,6 +117,22 @@ func (p *provider) cached(now time.Time, prompt int64, sessionID int) (int64, bo
 		return 0, false
 	}
 	return e.tokens, true
+}
+
+// held is what the provider holds in cache for a call of sessionID with
+// this prompt at now: the conversation's own earlier prompt, else the
+// shared system prompt sys read for any conversation; ok is false when it
+// holds neither. A call reads it at the cache's hit rate (call).
+func (p *provider) held(now time.Time, prompt int64, sessionID int, sys sharedPrefix) (int64, bool) {
+	if n, ok := p.cached(now, prompt, sessionID); ok {
+		return n, true
+	}
+	if sys.id > 0 {
+		if e, ok := p.shared[sys.id]; ok && now.Before(e.expires) && e.tokens <= prompt {
+			return e.tokens, true
+		}
+	}
+	return 0, false
 }
 
 // end notes that a call counted in flight ended.
@@ -219,13 +252,18 @@ func (p *provider) down(now time.Time) bool {
 	return false
 }
 
-// warm notes that the provider read sessionID's prompt of tokens at now:
-// the next turn may read it from cache until the lifetime passes.
-func (p *provider) warm(sessionID int, tokens int64, now time.Time) {
+// warm notes that the provider read sessionID's prompt of tokens at now,
+// and with it the shared system prompt sys: the next turn, and any
+// conversation starting with sys, may read them from cache until the
+// lifetime passes.
+func (p *provider) warm(sessionID int, tokens int64, now time.Time, sys sharedPrefix) {
 	if sessionID < 0 || p.cfg.Cache.HitRate == 0 {
 		return
 	}
 	p.cache[sessionID] = cacheEntry{tokens: tokens, expires: now.Add(p.cfg.Cache.Lifetime.D())}
+	if sys.id > 0 {
+		p.shared[sys.id] = cacheEntry{tokens: min(sys.tokens, tokens), expires: now.Add(p.cfg.Cache.Lifetime.D())}
+	}
 }
 
 // genTime is how long the answer of output tokens takes after the first.

@@ -46,13 +46,13 @@ func TestCapacitySlidingMinute(t *testing.T) {
 		TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
 	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(1, 2))
-	require.Equal(t, outcomeOK, p.call(t0, rng, 100, -1).outcome)
-	require.Equal(t, outcomeOK, p.call(t0.Add(time.Second), rng, 100, -1).outcome)
-	a := p.call(t0.Add(2*time.Second), rng, 100, -1)
+	require.Equal(t, outcomeOK, p.call(t0, rng, 100, -1, sharedPrefix{}).outcome)
+	require.Equal(t, outcomeOK, p.call(t0.Add(time.Second), rng, 100, -1, sharedPrefix{}).outcome)
+	a := p.call(t0.Add(2*time.Second), rng, 100, -1, sharedPrefix{})
 	require.Equal(t, outcomeRateLimited, a.outcome, "a third request within the minute")
 	require.Equal(t, 7*time.Second, a.retryAfter)
-	require.Equal(t, outcomeOK, p.call(t0.Add(time.Minute), rng, 100, -1).outcome, "the first left the window")
-	require.Equal(t, outcomeRateLimited, p.call(t0.Add(90*time.Second), rng, 950, -1).outcome, "with the call at 1:00, over the tokens per minute")
+	require.Equal(t, outcomeOK, p.call(t0.Add(time.Minute), rng, 100, -1, sharedPrefix{}).outcome, "the first left the window")
+	require.Equal(t, outcomeRateLimited, p.call(t0.Add(90*time.Second), rng, 950, -1, sharedPrefix{}).outcome, "with the call at 1:00, over the tokens per minute")
 }
 
 func TestPromptCache(t *testing.T) {
@@ -60,15 +60,24 @@ func TestPromptCache(t *testing.T) {
 		TTFT: TTFTModel{Curve: []CurvePoint{{Tokens: 0, TTFT: Duration(100 * time.Millisecond)}, {Tokens: 100000, TTFT: Duration(10 * time.Second)}}}}), "p/m")
 	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(1, 2))
-	first := p.call(t0, rng, 60000, 7)
+	first := p.call(t0, rng, 60000, 7, sharedPrefix{})
 	require.Zero(t, first.cached, "nothing cached yet")
-	p.warm(7, 60000, t0.Add(first.ttft))
-	next := p.call(t0.Add(time.Minute), rng, 70000, 7)
+	p.warm(7, 60000, t0.Add(first.ttft), sharedPrefix{})
+	next := p.call(t0.Add(time.Minute), rng, 70000, 7, sharedPrefix{})
 	require.Equal(t, int64(60000), next.cached)
 	require.Less(t, next.ttft, first.ttft, "cache reads are free with weight 0")
-	require.Zero(t, p.call(t0.Add(time.Minute), rng, 70000, 8).cached, "another session")
-	require.Zero(t, p.call(t0.Add(time.Minute), rng, 70000, -1).cached, "a one-off request")
-	require.Zero(t, p.call(t0.Add(10*time.Minute), rng, 70000, 7).cached, "expired")
+	require.Zero(t, p.call(t0.Add(time.Minute), rng, 70000, 8, sharedPrefix{}).cached, "another session")
+	require.Zero(t, p.call(t0.Add(time.Minute), rng, 70000, -1, sharedPrefix{}).cached, "a one-off request")
+	require.Zero(t, p.call(t0.Add(10*time.Minute), rng, 70000, 7, sharedPrefix{}).cached, "expired")
+
+	// A system prompt shared between conversations: read for session 7,
+	// it is cached for session 9, which starts with it too, and not for
+	// one with another system prompt.
+	sys := sharedPrefix{id: 1, tokens: 20000}
+	p.warm(7, 65000, t0.Add(11*time.Minute), sys)
+	require.Equal(t, int64(20000), p.call(t0.Add(12*time.Minute), rng, 60000, 9, sys).cached)
+	require.Zero(t, p.call(t0.Add(12*time.Minute), rng, 60000, 9, sharedPrefix{id: 2, tokens: 20000}).cached)
+	require.Equal(t, int64(65000), p.call(t0.Add(12*time.Minute), rng, 70000, 7, sys).cached, "its own earlier turn, the longer")
 }
 
 // priced gives cfg the prices every parsed profile has.
@@ -83,11 +92,11 @@ func TestScriptedOutage(t *testing.T) {
 		TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
 	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(1, 2))
-	require.Equal(t, outcomeOK, p.call(t0.Add(39*time.Second), rng, 100, -1).outcome, "before the outage")
-	a := p.call(t0.Add(40*time.Second), rng, 100, -1)
+	require.Equal(t, outcomeOK, p.call(t0.Add(39*time.Second), rng, 100, -1, sharedPrefix{}).outcome, "before the outage")
+	a := p.call(t0.Add(40*time.Second), rng, 100, -1, sharedPrefix{})
 	require.Equal(t, outcomeServerError, a.outcome, "from its start")
 	require.Equal(t, 100*time.Millisecond, a.ttft, "refused at once")
-	require.Equal(t, outcomeServerError, p.call(t0.Add(59*time.Second), rng, 100, -1).outcome)
-	require.Equal(t, outcomeOK, p.call(t0.Add(60*time.Second), rng, 100, -1).outcome, "over after its duration")
-	require.Equal(t, outcomeServerError, p.call(t0.Add(24*time.Hour+45*time.Second), rng, 100, -1).outcome, "every day")
+	require.Equal(t, outcomeServerError, p.call(t0.Add(59*time.Second), rng, 100, -1, sharedPrefix{}).outcome)
+	require.Equal(t, outcomeOK, p.call(t0.Add(60*time.Second), rng, 100, -1, sharedPrefix{}).outcome, "over after its duration")
+	require.Equal(t, outcomeServerError, p.call(t0.Add(24*time.Hour+45*time.Second), rng, 100, -1, sharedPrefix{}).outcome, "every day")
 }

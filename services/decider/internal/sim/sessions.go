@@ -18,6 +18,9 @@ type session struct {
 	fixedTimes   bool // turns arrive at turn.at, not after the previous answer
 	turns        []turn
 	lastProvider string // the provider that answered the previous turn
+	// system is the system prompt the conversation shares with others
+	// (conversations.shared_system), id 0 for none.
+	system sharedPrefix
 }
 
 // turn is one request of a session.
@@ -81,6 +84,11 @@ func (t *Traffic) sessions(seed uint64) []*session {
 		last := max(first, uniform(rng, int64(cv.LastPrompt.Min), int64(cv.LastPrompt.Max)))
 		s := &session{model: t.Model, start: t.arrival(rng), conversation: true}
 		stream, sort := rng.Float64() < t.StreamShare, userSort()
+		// Drawn only when configured, so traffic without shared system
+		// prompts draws exactly as before.
+		if sh := cv.SharedSystem; sh != nil && sh.Share > 0 && rng.Float64() < sh.Share {
+			s.system = sharedPrefix{id: 1 + rng.IntN(max(sh.Prompts, 1)), tokens: min(int64(sh.Tokens), first)}
+		}
 		for i := range n {
 			prompt := first
 			if n > 1 {

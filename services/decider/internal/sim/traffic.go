@@ -88,6 +88,24 @@ type Conversations struct {
 	// ThinkTime is the gap between the end of a turn's answer and the next
 	// turn: lognormal with this median and spread, clamped to [min, max]. (Required)
 	ThinkTime ThinkTime `yaml:"think_time"`
+	// SharedSystem makes a share of conversations start with one of a few
+	// system prompts (with their tool block) that other conversations send
+	// too, as every user of one agent does. (Optional) Defaults to none.
+	SharedSystem *SharedSystem `yaml:"shared_system"`
+}
+
+// SharedSystem is a system prompt many conversations share: a provider that
+// read it for one conversation may read it from cache for another.
+type SharedSystem struct {
+	// Share is the share of conversations that start with a shared system
+	// prompt. (Required)
+	Share float64 `yaml:"share"`
+	// Prompts is how many different shared system prompts there are, each
+	// as likely. (Optional) Defaults to 1.
+	Prompts int `yaml:"prompts"`
+	// Tokens is each shared system prompt's size, at most the
+	// conversation's first prompt. (Required)
+	Tokens Tokens `yaml:"tokens"`
 }
 
 // Range is a uniform integer range.
@@ -185,6 +203,15 @@ func ParseTraffic(data []byte) (*Traffic, error) {
 			}
 			if !(cv.ThinkTime.Spread >= 0 && cv.ThinkTime.Spread <= 3) {
 				c.bad("conversations.think_time.spread", "must be in [0, 3]")
+			}
+			if sh := cv.SharedSystem; sh != nil {
+				checkShare(c, "conversations.shared_system.share", sh.Share)
+				if sh.Prompts < 0 || sh.Prompts > 1000 {
+					c.bad("conversations.shared_system.prompts", "must be in [0, 1000]")
+				}
+				if sh.Tokens <= 0 {
+					c.bad("conversations.shared_system.tokens", "must be positive")
+				}
 			}
 		}
 	}

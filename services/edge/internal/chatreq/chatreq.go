@@ -79,10 +79,17 @@ type Request struct {
 	// InputTokens is the prompt estimate by the pkg/tokens rule: messages plus
 	// the compacted tools and response_format JSON.
 	InputTokens int64
-	// Prefixes are the chain hashes of the prompt's leading parts (tools and
-	// message 1, then messages 1-2, ..., up to the whole prompt, whose hash
-	// is PromptHash), the longest MaxPrefixes kept, each with its token
-	// count. Never empty for a parsed request. See PromptHash.
+	// Prefixes are the chain hashes of the prompt's leading parts at its
+	// natural cache boundaries, shortest first, each with its token count:
+	// the tool block alone (when there are tools), the end of the leading
+	// system and developer messages (when there are any), then each message
+	// boundary (messages 1..k) up to the whole prompt, whose hash is
+	// PromptHash. At most MaxPrefixes: the tool and system boundaries are
+	// always kept, then the longest message boundaries. They go to the
+	// decider in Decide and, for the attempt that served the request, in
+	// its call report, so a new question after a system prompt an endpoint
+	// served is priced with that endpoint's cache. Never empty for a parsed
+	// request. See PromptHash.
 	Prefixes []*switchboardv1.PromptPrefix
 	// PromptHash is the chain hash of the whole prompt. The chain is
 	// h(k) = first 8 bytes of SHA-256(h(k-1) || message k in a canonical,
@@ -98,9 +105,10 @@ type Request struct {
 	upstream *bodyTemplate
 }
 
-// MaxPrefixes bounds the prefixes sent per request: the decider looks at
-// the longest ones, and a conversation of hundreds of turns must not make
-// every Decide heavier.
+// MaxPrefixes bounds the prefixes sent per request, and so the entries one
+// call report adds to the decider's affinity table: the decider looks at
+// the longest ones and at the shared tool and system boundaries, and a
+// conversation of hundreds of turns must not make every Decide heavier.
 const MaxPrefixes = 32
 
 // wireMessage is a message decoded in one pass over its bytes (see
@@ -196,20 +204,7 @@ func Parse(body []byte) (*Request, error) {
 		}
 	}
 	r.PromptHash = msgs.hashes[len(msgs.hashes)-1]
-	// Every leading part, the whole prompt included: a prompt sent again
-	// as it is (a client's retry, a regenerated answer) is cached where it
-	// was served, and a fresh prompt still tells the decider which prompt
-	// it is — one whose prefixes nobody served is cached nowhere.
-	n := len(msgs.hashes)
-	first := max(0, n-MaxPrefixes)
-	// One array holds them all, rather than one allocation each.
-	prefixes := make([]switchboardv1.PromptPrefix, n-first)
-	r.Prefixes = make([]*switchboardv1.PromptPrefix, n-first)
-	for i := range prefixes {
-		p := &prefixes[i]
-		p.Hash, p.Tokens = msgs.hashes[first+i], msgs.cumTokens[first+i]
-		r.Prefixes[i] = p
-	}
+	r.Prefixes = msgs.prefixes(seed != "")
 	// Laid out once for every leg of the request; should it fail, which a
 	// validated body cannot, UpstreamBody tries again and says why.
 	r.upstream, _ = r.upstreamTemplate()
@@ -323,6 +318,52 @@ type parsedMessages struct {
 	// hashes[k] is the chain hash of messages 0..k; cumTokens[k] their tokens.
 	hashes    []uint64
 	cumTokens []int64
+	// seedHash is the chain's seed, the hash of the tool block alone;
+	// seedTokens its tokens.
+	seedHash   uint64
+	seedTokens int64
+	// system is how many messages lead the prompt with role system or
+	// developer.
+	system int
+}
+
+// prefixes are the prompt's leading parts at its cache boundaries, shortest
+// first: the tool block alone when withTools, the end of the leading system
+// messages, then the longest message boundaries, MaxPrefixes in all. Every
+// message boundary is one, the whole prompt included: a prompt sent again
+// as it is (a client's retry, a regenerated answer) is cached where it was
+// served, and a fresh prompt still tells the decider which prompt it is —
+// one whose prefixes nobody served is cached nowhere. The tool and system
+// boundaries are what different conversations share (every user of an
+// agent sends the same instructions and tools), and in a long conversation
+// they would be the first to fall outside the longest message boundaries,
+// so they are kept whatever the prompt's length.
+func (m parsedMessages) prefixes(withTools bool) []*switchboardv1.PromptPrefix {
+	n := len(m.hashes)
+	keep := MaxPrefixes
+	var head [2]switchboardv1.PromptPrefix
+	heads := head[:0]
+	if withTools {
+		heads = append(heads, switchboardv1.PromptPrefix{Hash: m.seedHash, Tokens: m.seedTokens})
+	}
+	// The system boundary is a message boundary; it needs a place of its
+	// own only when the longest ones leave it out.
+	first := max(0, n-(keep-len(heads)))
+	if m.system > 0 && m.system-1 < first {
+		heads = append(heads, switchboardv1.PromptPrefix{Hash: m.hashes[m.system-1], Tokens: m.cumTokens[m.system-1]})
+		first = max(0, n-(keep-len(heads)))
+	}
+	// One array holds them all, rather than one allocation each.
+	all := make([]switchboardv1.PromptPrefix, 0, len(heads)+n-first)
+	all = append(all, heads...)
+	for k := first; k < n; k++ {
+		all = append(all, switchboardv1.PromptPrefix{Hash: m.hashes[k], Tokens: m.cumTokens[k]})
+	}
+	out := make([]*switchboardv1.PromptPrefix, len(all))
+	for i := range all {
+		out[i] = &all[i]
+	}
+	return out
 }
 
 func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
@@ -348,6 +389,8 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	h.Write([]byte(seed))
 	binary.BigEndian.PutUint64(prev[:], binary.BigEndian.Uint64(h.Sum(sum[:0])))
 	cum := int64(tokens.PromptOverhead) + tokens.Text(seed)
+	out.seedHash, out.seedTokens = binary.BigEndian.Uint64(prev[:]), cum
+	leading := true
 	for i, m := range msgs {
 		role, ok := m.Role.(string)
 		if !ok || role == "" {
@@ -365,6 +408,9 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 		}
 		tm := tokens.Message{Role: role, Name: name, Content: text}
 		out.counted = append(out.counted, tm)
+		if leading = leading && (role == "system" || role == "developer"); leading {
+			out.system = i + 1
+		}
 		toolCallID, _ := m.ToolCallID.(string)
 		h.Reset()
 		h.Write(prev[:])

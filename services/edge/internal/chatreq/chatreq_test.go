@@ -271,9 +271,9 @@ func TestPromptHashIsNextTurnsPrefix(t *testing.T) {
 	turn2, err := Parse([]byte(`{"model":"m","tools":[ {"type": "function"} ],"messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},
 		{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]}`))
 	require.NoError(t, err)
-	require.Len(t, turn2.Prefixes, 4)
-	require.Equal(t, turn1.PromptHash, turn2.Prefixes[1].Hash)
-	require.Equal(t, turn1.InputTokens, turn2.Prefixes[1].Tokens, "a prefix's tokens are the earlier prompt's size")
+	require.Len(t, turn2.Prefixes, 5, "the tool block, then each message boundary")
+	require.Equal(t, turn1.PromptHash, turn2.Prefixes[2].Hash)
+	require.Equal(t, turn1.InputTokens, turn2.Prefixes[2].Tokens, "a prefix's tokens are the earlier prompt's size")
 	require.NotEqual(t, turn1.PromptHash, turn2.PromptHash)
 
 	other, err := Parse([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"}]}`))
@@ -293,6 +293,49 @@ func TestPromptHashIsNextTurnsPrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, r.Prefixes, MaxPrefixes)
 	require.Less(t, r.Prefixes[0].Tokens, r.Prefixes[MaxPrefixes-1].Tokens, "longest last")
+}
+
+// TestPrefixesAtCacheBoundaries: a prompt's prefixes are the tool block
+// alone, the end of the leading system and developer messages, and each
+// message boundary, shortest first; two requests that share the tools and
+// system prompt but not the question share those prefixes; in a long
+// conversation the tool and system boundaries stay among the MaxPrefixes
+// kept.
+func TestPrefixesAtCacheBoundaries(t *testing.T) {
+	const tools = `"tools":[{"type":"function","function":{"name":"grep"}}],`
+	parse := func(body string) *Request {
+		t.Helper()
+		r, err := Parse([]byte(body))
+		require.NoError(t, err)
+		return r
+	}
+	a := parse(`{"model":"m",` + tools + `"messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"},{"role":"user","content":"q1"}]}`)
+	b := parse(`{"model":"m",` + tools + `"messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"},{"role":"user","content":"q2"}]}`)
+	require.Len(t, a.Prefixes, 4, "tools, system, system+developer, the whole prompt")
+	require.Equal(t, a.Prefixes[:3], b.Prefixes[:3], "the tool block and the system prompt are shared")
+	require.NotEqual(t, a.PromptHash, b.PromptHash)
+	require.Equal(t, int64(tokens.PromptOverhead)+tokens.Text(`[{"type":"function","function":{"name":"grep"}}]`), a.Prefixes[0].Tokens, "the tool block's size")
+	for i := 1; i < len(a.Prefixes); i++ {
+		require.Less(t, a.Prefixes[i-1].Tokens, a.Prefixes[i].Tokens, "shortest first")
+	}
+	noTools := parse(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"}]}`)
+	require.Len(t, noTools.Prefixes, 2, "no tool block without tools")
+
+	// A long conversation: the tool and system boundaries are kept first.
+	var long strings.Builder
+	long.WriteString(`{"model":"m",` + tools + `"messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"}`)
+	for i := range 60 {
+		fmt.Fprintf(&long, `,{"role":"user","content":"m%d"}`, i)
+	}
+	long.WriteString("]}")
+	r := parse(long.String())
+	require.Len(t, r.Prefixes, MaxPrefixes)
+	require.Equal(t, a.Prefixes[0], r.Prefixes[0], "the tool block")
+	require.Equal(t, a.Prefixes[2], r.Prefixes[1], "the end of the leading system messages")
+	require.Equal(t, r.PromptHash, r.Prefixes[MaxPrefixes-1].Hash, "the whole prompt last")
+	for i := 1; i < len(r.Prefixes); i++ {
+		require.Less(t, r.Prefixes[i-1].Tokens, r.Prefixes[i].Tokens, "shortest first")
+	}
 }
 
 func BenchmarkParse(b *testing.B) {

@@ -258,6 +258,11 @@ type Call struct {
 	// PromptHash is the chain hash of the whole prompt (chatreq), reported so
 	// the decider learns which endpoint holds the prompt in cache.
 	PromptHash uint64
+	// Prefixes are the prompt's prefixes at its cache boundaries (chatreq),
+	// the set sent in Decide, reported for the attempt that served it so
+	// the decider learns the endpoint holds each of them: a later request
+	// sharing only the system prompt or the tool block finds it there.
+	Prefixes []*switchboardv1.PromptPrefix
 	// Quality is what the answer-quality checks need to know of the
 	// request: whether it offered tools, and its max_tokens.
 	Quality quality.Request

@@ -38,6 +38,11 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		// endpoint's failure (see charge.go).
 		RequestFailure: l.requestFailure,
 	}
+	if res.Outcome == switchboardv1.Outcome_OUTCOME_OK {
+		// Only the attempt that served the prompt holds it in cache; the
+		// others' reports stay small.
+		r.Prefixes = call.Prefixes
+	}
 	if res.HasTTFT {
 		r.Ttft = durationpb.New(res.TTFT)
 	}

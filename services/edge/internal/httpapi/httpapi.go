@@ -530,6 +530,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
 		PromptHash:   req.PromptHash,
+		Prefixes:     req.Prefixes,
 		Quality:      quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},
 		Hedge:        resp.GetHedge(),
 		Caps:         billing.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
