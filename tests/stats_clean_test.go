@@ -198,9 +198,25 @@ providers:
 	require.Greater(t, cs["quick"].GetThroughput(), cs["plodding"].GetThroughput())
 	require.Zero(t, cs["unseen"].GetThroughput(), "unseen has served no stream")
 
-	sortTPS := `"provider":{"sort":"throughput"},`
-	require.Equal(t, "quick", s.served(t, shortChat("q1", sortTPS, 4)), "the fastest measured endpoint first")
-	require.Equal(t, "unseen", s.served(t, shortChat("q2", `"provider":{"sort":"throughput","ignore":["quick"]},`, 4)),
-		"the unmeasured endpoint ranks as the median of the measured ones, before the slower one")
 	require.Contains(t, cs["unseen"].GetNote(), "no throughput figure yet: ranked as the median of the measured endpoints")
+	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+		Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_THROUGHPUT},
+		Tokens:   &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 4},
+	})
+	require.NoError(t, err)
+	order := []string{resp.GetEndpoint().GetProvider()}
+	for _, f := range resp.GetFallbacks() {
+		order = append(order, f.GetProvider())
+	}
+	require.Equal(t, []string{"quick", "unseen", "plodding"}, order,
+		"the unmeasured endpoint ranks as the median of the measured ones: behind the faster, before the slower")
+
+	// From outside: the fastest serves; when it refuses, the request's
+	// next endpoint is the unmeasured one, not the slowest.
+	sortTPS := `"provider":{"sort":"throughput"},`
+	require.Equal(t, "quick", s.served(t, shortChat("q1", sortTPS, 4)))
+	require.NoError(t, s.sim.Provider("quick").SetModel(provsim.ModelConfig{ID: "sim-model", TokensPerSecond: 400,
+		Faults: []provsim.FaultConfig{{Kind: provsim.FaultRateLimit, Rate: 1}}}))
+	require.Equal(t, "unseen", s.served(t, shortChat("q2", sortTPS, 4)))
 }
