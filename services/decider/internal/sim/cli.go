@@ -27,7 +27,7 @@ func Main(args []string, out, errOut io.Writer) error {
 	requests := fs.Int("requests", 0, "override the traffic file's request count")
 	budget := fs.Float64("hedge-budget-usd", 5, "daily hedge budget; negative disables hedging")
 	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
-	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
+	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 2048,20480,61440,153600)")
 	records := fs.String("records", "", "also write one CSV row per simulated request to this file, for plots")
 	plots := fs.String("plots", "", "also draw SVG plots into this directory: TTFT distributions per size, cost against TTFT p50")
 	if err := fs.Parse(args); err != nil {
