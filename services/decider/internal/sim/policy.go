@@ -57,6 +57,7 @@ var Policies = []Policy{
 	{Name: "routing-cost-no-sticky", Routing: routing.PolicyRoutingCost, NoSticky: true},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
+	{Name: "sort=throughput", Sort: "throughput"},
 }
 
 // PolicyNamed returns the policy of that name among Policies.
