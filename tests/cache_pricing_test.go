@@ -104,7 +104,8 @@ func TestFreshPromptIsNotPricedAsCachedElsewhere(t *testing.T) {
 	msgs := system
 	for turn := range 4 {
 		msgs += fmt.Sprintf(`,{"role":"user","content":"question %d"}`, turn)
-		code, _, body := p.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["warm"]},"messages":[`+msgs+`]}`)
+		// Streamed, as is plain's below: only a stream measures a first token.
+		code, _, body := p.post(t, testKey, `{"model":"`+model+`","stream":true,"max_tokens":4,"provider":{"only":["warm"]},"messages":[`+msgs+`]}`)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		msgs += `,{"role":"assistant","content":"answer"}`
 	}
@@ -112,7 +113,7 @@ func TestFreshPromptIsNotPricedAsCachedElsewhere(t *testing.T) {
 	// plain served long prompts too (nothing cached), so both are measured
 	// as equally fast at this size and both qualify.
 	for i := range 2 {
-		code, _, body := p.post(t, testKey, chat(fmt.Sprintf("plain-%d", i), size, `"provider":{"only":["plain"]},`))
+		code, _, body := p.post(t, testKey, chat(fmt.Sprintf("plain-%d", i), size, `"stream":true,"provider":{"only":["plain"]},`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 	}
 

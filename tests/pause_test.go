@@ -42,10 +42,12 @@ func TestRetryAfterPausesThatEndpointForThatLong(t *testing.T) {
 	s := startSystem(t, "--report-flush-interval=20ms")
 	alpha := s.sim.Provider("alpha")
 	ask := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`
-	// alpha, the cheapest, serves and is measured: the smart policy knows it.
+	// alpha, the cheapest, serves and is measured (a stream measures its
+	// first token): the smart policy knows it.
+	measure := `{"model":"` + model + `","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`
 	require.Eventually(t, func() bool {
-		code, _, body := s.post(t, testKey, ask)
-		return code == http.StatusOK && candidates(t, s.decider.Addr())["alpha"].GetSamples() > 0 && body["provider"] == "alpha"
+		code, hdr, _ := s.post(t, testKey, measure)
+		return code == http.StatusOK && candidates(t, s.decider.Addr())["alpha"].GetSamples() > 0 && hdr.Get("X-Switchboard-Provider") == "alpha"
 	}, waitFor, tick)
 
 	require.NoError(t, alpha.SetModel(provsim.ModelConfig{ID: simModel, DefaultOutputTokens: 8,

@@ -69,10 +69,13 @@ func startSticky(t *testing.T, warmPrice, plainPrice string) *stickySystem {
 	return s
 }
 
-// post sends a chat request with key and extra headers; it returns the
-// serving provider and the route summary.
+// post sends a chat request with key and extra headers, streamed: only a
+// stream measures a first token, and learnt counts first-token samples to
+// know a call was reported. It returns the serving provider and the route
+// summary.
 func (s *stickySystem) post(t *testing.T, key, body string, header ...string) (provider, route string) {
 	t.Helper()
+	body = strings.Replace(body, "{", `{"stream":true,`, 1)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")

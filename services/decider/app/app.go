@@ -97,7 +97,7 @@ type Config struct {
 	// ProbeInterval is how often every endpoint is probed at each probe size.
 	// (Optional) 0 disables probes; the flag defaults to 5m.
 	ProbeInterval time.Duration
-	// ProbeSizes are the probe prompt sizes in tokens. (Optional) Defaults to 20k, 60k, 150k.
+	// ProbeSizes are the probe prompt sizes in tokens. (Optional) Defaults to 2k, 20k, 60k, 150k: one in each size bucket.
 	ProbeSizes []int64
 	// Exploration is the share of requests sent to endpoints with too little
 	// data. (Optional) The flag defaults to 0.05; negative disables.
@@ -253,7 +253,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&cfg.BrokerSessionTTL, "broker-session-ttl", 3*time.Second, "TTL of the broker owner's election session: how long a crashed owner blocks failover (whole seconds, at least 2s)")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", 5*time.Minute, "how often each endpoint is probed at each size (0 disables)")
-	probeSizes := fs.String("probe-sizes", "20480,61440,153600", "comma-separated probe prompt sizes in tokens")
+	probeSizes := fs.String("probe-sizes", "2048,20480,61440,153600", "comma-separated probe prompt sizes in tokens (one in each size bucket)")
 	fs.Float64Var(&cfg.Exploration, "exploration", 0.05, "share of requests sent to endpoints with too little data (negative disables)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the exploration randomness (0: from the clock)")
 	fs.StringVar(&cfg.RoutingPolicy, "routing-policy", "smart", "default routing policy of models whose catalog entry sets none: smart or routing-cost")

@@ -1,5 +1,6 @@
 // Package observe turns the edges' call reports into what routing learns
-// from: TTFT per size bucket, throughput, cache-hit rate, typical output,
+// from: TTFT per size bucket (from streams and probes only), throughput
+// (from streams, probes included), cache-hit rate, typical output,
 // which endpoint holds which prompt in cache (and which answered a named
 // conversation's turn), refusals that bench an endpoint, and each
 // endpoint's outcomes (price charged, 429s, failures, quality) for the
@@ -95,7 +96,13 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 	u := r.GetUsage()
 	switch r.GetOutcome() {
 	case switchboardv1.Outcome_OUTCOME_OK:
-		if r.GetTtft() != nil {
+		if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") {
+			// A first token is observed only on a stream, or on a probe:
+			// probes ask for a handful of tokens, so even a non-streamed
+			// one (from an edge that does not stream them) answers about
+			// when its first token came. A client's non-streamed answer
+			// arrives whole, so its ttft is when the last token came; it
+			// still counts in the endpoint's outcomes below.
 			ttft := r.GetTtft().AsDuration()
 			ob.o.Stats.ObserveTTFT(ep, tokens.BucketOf(r.GetPromptTokens()), ttft, at)
 			if d := r.GetDuration().AsDuration(); r.GetStream() && u.GetOutputTokens() > 1 && d > ttft {

@@ -47,12 +47,14 @@ func TestIngest(t *testing.T) {
 			Usage: &switchboardv1.Usage{InputTokens: 40000, OutputTokens: 101, Reported: true}}
 	}
 	ob.Ingest(nil, []*switchboardv1.CallReport{ok(false)})
-	ttft, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
-	require.Equal(t, time.Second, ttft)
-	require.Equal(t, 1, n)
+	_, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
+	require.Zero(t, n, "a non-streamed answer arrives whole: its ttft is when the last token came")
 	_, n, _ = st.Throughput("a/m")
 	require.Zero(t, n, "a non-streamed answer says nothing of output speed")
 	ob.Ingest(nil, []*switchboardv1.CallReport{ok(true)})
+	ttft, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
+	require.Equal(t, time.Second, ttft)
+	require.Equal(t, 1, n)
 	tps, _, _ := st.Throughput("a/m")
 	require.InDelta(t, 50, tps, 1e-9, "100 tokens after the first in 2 s")
 
@@ -200,4 +202,47 @@ func TestIngestRecordsPrefixes(t *testing.T) {
 	aff.Cached([]string{"a/m"}, question, now, cached)
 	require.Equal(t, []int64{20000}, cached, "the shared system prompt, with its own size")
 	require.Equal(t, 3, aff.Len())
+}
+
+// TestFirstTokenOnlyWhereObserved: six long non-streamed answers beside
+// streams move neither the endpoint's first-token figure nor its
+// throughput, while still counting in its outcomes; a probe's first token
+// counts, streamed or not (it asks for a handful of tokens).
+func TestFirstTokenOnlyWhereObserved(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	st := stats.New(stats.Config{Now: clock})
+	oc := outcomes.New(outcomes.Config{Now: clock})
+	ob := New(Options{
+		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cooldown.New(cooldown.Options{}),
+		Outcomes: oc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	call := func(stream bool, probe string, ttft, d time.Duration, out int64) *switchboardv1.CallReport {
+		return &switchboardv1.CallReport{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, PromptTokens: 2000, Stream: stream,
+			ProbeId: probe, Ttft: durationpb.New(ttft), Duration: durationpb.New(d),
+			Usage: &switchboardv1.Usage{InputTokens: 2000, OutputTokens: out, Reported: true}}
+	}
+	for range 3 {
+		ob.Ingest(nil, []*switchboardv1.CallReport{call(true, "", 200*time.Millisecond, 1200*time.Millisecond, 101)})
+	}
+	for range 6 {
+		// The edge's ttft of a non-streamed call: its whole duration.
+		ob.Ingest(nil, []*switchboardv1.CallReport{call(false, "", 2200*time.Millisecond, 2200*time.Millisecond, 200)})
+	}
+	ttft, n, _ := st.TTFT("a/m", tokens.BucketUnder8K)
+	require.Equal(t, 200*time.Millisecond, ttft)
+	require.Equal(t, 3, n)
+	tps, n, _ := st.Throughput("a/m")
+	require.InDelta(t, 100, tps, 1e-9)
+	require.Equal(t, 3, n)
+	require.InDelta(t, 9, oc.Endpoint("a/m").Read(now).Calls, 1e-9, "the non-streamed calls still count in the outcomes")
+
+	ob.Ingest(nil, []*switchboardv1.CallReport{call(false, "p1", 300*time.Millisecond, 300*time.Millisecond, 8)})
+	_, n, _ = st.TTFT("a/m", tokens.BucketUnder8K)
+	require.Equal(t, 4, n, "a non-streamed probe's first token counts")
+	ob.Ingest(nil, []*switchboardv1.CallReport{call(true, "p2", 300*time.Millisecond, 370*time.Millisecond, 8)})
+	_, n, _ = st.TTFT("a/m", tokens.BucketUnder8K)
+	require.Equal(t, 5, n)
+	_, n, _ = st.Throughput("a/m")
+	require.Equal(t, 4, n, "a streamed probe measures throughput")
 }

@@ -1,7 +1,8 @@
 // Package probe schedules synthetic speed probes: every interval,
-// each endpoint gets one probe per configured prompt size (about 20k, 60k and
-// 150k tokens by default), so a slowdown at one size is caught even while
-// short calls stay fast. The decider only plans them; edges run them, one
+// each endpoint gets one probe per configured prompt size (about 2k, 20k,
+// 60k and 150k tokens by default, one in each size bucket), so a slowdown
+// at one size is caught even while calls of another size stay fast, and
+// every size is measured before traffic of that size arrives. The decider only plans them; edges run them, one
 // probe per edge in turn, spread evenly over the interval so they neither
 // burst nor land on one edge. Probes are never billed to a tenant (the
 // billing policy, pkg/billing); the observe package accounts their cost.
@@ -18,9 +19,13 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
 
-// DefaultSizes are the probe prompt sizes, in tokens: inside the 8k-32k,
-// 32k-128k and >128k buckets.
-var DefaultSizes = []int64{20 * 1024, 60 * 1024, 150 * 1024}
+// DefaultSizes are the probe prompt sizes, in tokens: one inside each size
+// bucket of pkg/tokens (<8k, 8k-32k, 32k-128k, >128k). Without a probe in a
+// bucket its speed is known only from the traffic routing sent there, so
+// an endpoint that routing never picks for short prompts stays unmeasured
+// on them. The 2k probe costs about a tenth of the 20k one, a hundredth of
+// the total (docs/simulation.md).
+var DefaultSizes = []int64{2 * 1024, 20 * 1024, 60 * 1024, 150 * 1024}
 
 // Options configure a Prober.
 type Options struct {

@@ -19,7 +19,8 @@ type candidate struct {
 	cached     int64
 	ttft       time.Duration
 	samples    int
-	tps        float64
+	tps        float64 // measured throughput, tokens/s; 0 unknown
+	tpsRank    float64 // the throughput sort=throughput ranks by (byThroughput)
 	excluded   exclusion
 	coolUntil  time.Time
 	cooling    bool
@@ -51,6 +52,7 @@ const (
 	notePriceGuard
 	noteExcluded
 	noteDeprioritised
+	noteNoThroughput // sort=throughput without a throughput figure
 )
 
 // scratch holds one Decide's working memory, reused through a pool so the

@@ -147,6 +147,11 @@ func (r *Router) noteText(c *candidate, fastest time.Duration) string {
 		return c.excluded.String()
 	case noteDeprioritised:
 		return "misses preferred_min_throughput or preferred_max_latency"
+	case noteNoThroughput:
+		if c.tpsRank <= 0 {
+			return "no throughput figure yet, nor for any other endpoint: ranked by price"
+		}
+		return fmt.Sprintf("no throughput figure yet: ranked as the median of the measured endpoints, %.1f tokens/s", c.tpsRank)
 	}
 	return ""
 }

@@ -64,7 +64,7 @@ func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPrefe
 		}
 		return switchboardv1.RouteReason_ROUTE_REASON_USER_SORT, true
 	case suffix == "nitro" || prefs.GetSort() == switchboardv1.Sort_SORT_THROUGHPUT:
-		slices.SortStableFunc(cs, func(a, b *candidate) int { return cmpFloat(b.tps, a.tps) }) // unknown (0) last
+		byThroughput(cs)
 		if suffix == "nitro" {
 			return switchboardv1.RouteReason_ROUTE_REASON_NITRO, true
 		}
@@ -86,6 +86,36 @@ func userRank(cs []*candidate, suffix string, prefs *switchboardv1.ProviderPrefe
 // the policy picks among the endpoints left.
 func userChose(suffix string, prefs *switchboardv1.ProviderPreferences) bool {
 	return suffix == "floor" || suffix == "nitro" || prefs.GetSort() != switchboardv1.Sort_SORT_UNSPECIFIED || len(prefs.GetOrder()) > 0
+}
+
+// byThroughput orders cs, in price order, by throughput, fastest first. An
+// endpoint with no throughput figure yet (no stream or probe measured it)
+// ranks as the median of the measured ones: a figure of 0 would rank it
+// the slowest, and the fastest is a guess no better. On a tie a measured
+// figure goes before an assumed one, then price order holds; with none
+// measured, the order is the price order.
+func byThroughput(cs []*candidate) {
+	var buf [16]float64
+	known := buf[:0]
+	for _, c := range cs {
+		if c.tps > 0 {
+			known = append(known, c.tps)
+		}
+	}
+	med := median(known)
+	for _, c := range cs {
+		c.tpsRank = c.tps
+		if c.tps <= 0 {
+			c.tpsRank = med
+			c.note = noteNoThroughput
+		}
+	}
+	slices.SortStableFunc(cs, func(a, b *candidate) int {
+		if c := cmpFloat(b.tpsRank, a.tpsRank); c != 0 {
+			return c
+		}
+		return cmpBool(b.tps > 0, a.tps > 0)
+	})
 }
 
 // byLatency orders measured candidates by TTFT, unmeasured ones last.
@@ -254,6 +284,17 @@ func usualCost(cs []*candidate) float64 {
 		return cs[n/2].cost
 	}
 	return (cs[n/2-1].cost + cs[n/2].cost) / 2
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case b:
+		return -1
+	}
+	return 1
 }
 
 func cmpFloat(a, b float64) int {

@@ -372,6 +372,58 @@ func TestOverridesWithSpeedData(t *testing.T) {
 	}
 }
 
+// TestThroughputUnknownRanksAsMedian: under sort=throughput an endpoint
+// without a throughput figure is ranked as the median of the measured
+// ones, never as the slowest (a figure of 0) nor as the fastest; on a tie
+// the measured endpoint goes first; with none measured, price order.
+func TestThroughputUnknownRanksAsMedian(t *testing.T) {
+	sortTPS := func() *switchboardv1.DecideRequest {
+		return &switchboardv1.DecideRequest{Explain: true, Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_THROUGHPUT},
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: short}}
+	}
+	tests := []struct {
+		name     string
+		measured map[string]float64
+		want     []string
+	}{
+		{"none measured: price order", nil, []string{"cheap", "reseller", "fast"}},
+		{"between the faster and the slower", map[string]float64{"fast": 90, "cheap": 20}, []string{"fast", "reseller", "cheap"}},
+		{"one measured, slow: it ties with the median, measured first", map[string]float64{"fast": 20}, []string{"fast", "cheap", "reseller"}},
+		{"all measured", map[string]float64{"fast": 90, "cheap": 20, "reseller": 60}, []string{"fast", "reseller", "cheap"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newPolicy(t, policyCatalog, Options{})
+			for p, tps := range tt.measured {
+				e.stats.ObserveThroughput(p+"/m", tps, e.now)
+			}
+			resp := e.decide(t, sortTPS())
+			require.Equal(t, tt.want, order(resp))
+			for _, c := range resp.Decision.Candidates {
+				if _, ok := tt.measured[c.Provider]; ok {
+					require.Equal(t, tt.measured[c.Provider], c.Throughput)
+					continue
+				}
+				require.Zero(t, c.Throughput, "the explanation shows the measured figure, 0 for none")
+				if len(tt.measured) == 0 {
+					require.Equal(t, "no throughput figure yet, nor for any other endpoint: ranked by price", c.Note)
+				} else if tt.name == "between the faster and the slower" {
+					require.Equal(t, "no throughput figure yet: ranked as the median of the measured endpoints, 55.0 tokens/s", c.Note)
+				}
+			}
+		})
+	}
+
+	// preferred_min_throughput gives an endpoint without a figure the
+	// benefit of the doubt: it is not moved behind those that meet it.
+	e := newPolicy(t, policyCatalog, Options{})
+	e.stats.ObserveThroughput("cheap/m", 20, e.now)
+	e.stats.ObserveThroughput("fast/m", 90, e.now)
+	resp := e.decide(t, &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_PRICE, PreferredMinThroughput: new(50.0)},
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: short}})
+	require.Equal(t, []string{"reseller", "fast", "cheap"}, order(resp))
+}
+
 func TestExplanation(t *testing.T) {
 	e := newPolicy(t, policyCatalog, Options{})
 	e.speed("cheap", long, 15*time.Second, 12)

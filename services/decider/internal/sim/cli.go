@@ -32,7 +32,7 @@ func Main(args []string, out, errOut io.Writer) error {
 	burst := fs.Duration("hedge-budget-burst", hedge.DefaultBurst, "pace the hedge budget over the UTC day, as the decider's --hedge-budget-burst: by time t of the day hedges may spend the budget's share of t plus this; 24h spends it as hedges come")
 	loserWarms := fs.Bool("hedge-loser-warms-cache", false, "every provider finishes reading a cancelled hedge leg's prompt into its cache (a profile's cache.cancelled_leg_warms does it for one provider)")
 	probeEvery := fs.Duration("probe-interval", 5*time.Minute, "how often each endpoint is probed at each size, as the decider's --probe-interval; 0 disables probes")
-	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 20480,61440,153600)")
+	probeSizes := fs.String("probe-sizes", "", "comma-separated probe prompt sizes in tokens, as the decider's --probe-sizes (default the decider's: 2048,20480,61440,153600)")
 	cool := fs.Duration("cooldown", 0, "how long a refusing endpoint is benched, as the decider's --cooldown (default the decider's: 15m)")
 	coolErrors := fs.Int("cooldown-errors", 0, "refusals within --cooldown-window that bench an endpoint, as the decider's --cooldown-errors (default 1)")
 	coolWindow := fs.Duration("cooldown-window", 0, "the span of --cooldown-errors, as the decider's --cooldown-window (default 1m)")

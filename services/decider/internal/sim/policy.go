@@ -68,6 +68,7 @@ var Policies = []Policy{
 	{Name: "routing-cost-no-sticky", Routing: routing.PolicyRoutingCost, NoSticky: true},
 	{Name: "sort=price", Sort: "price"},
 	{Name: "sort=latency", Sort: "latency"},
+	{Name: "sort=throughput", Sort: "throughput"},
 	{Name: "oracle", Oracle: true},
 }
 

@@ -398,7 +398,8 @@ func TestProbe(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "up-alpha", got[0].Body["model"])
 	require.EqualValues(t, 3, got[0].Body["max_tokens"])
-	require.Equal(t, false, got[0].Body["stream"])
+	require.Equal(t, true, got[0].Body["stream"], "only a stream shows the first token and the speed after it")
+	require.Equal(t, map[string]any{"include_usage": true}, got[0].Body["stream_options"])
 	text := got[0].Body["messages"].([]any)[0].(map[string]any)["content"].(string)
 	require.EqualValues(t, 20000, tokens.Prompt([]tokens.Message{{Role: "user", Content: text}}))
 
@@ -409,4 +410,8 @@ func TestProbe(t *testing.T) {
 	require.Empty(t, reps[0].GetReservationId(), "probes are the operator's: no tenant reservation")
 	require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, reps[0].GetOutcome())
 	require.EqualValues(t, 20000, reps[0].GetPromptTokens())
+	require.True(t, reps[0].GetStream())
+	require.NotNil(t, reps[0].GetTtft(), "the first streamed token")
+	require.True(t, reps[0].GetUsage().GetReported(), "the stream's usage chunk")
+	require.Positive(t, reps[0].GetUsage().GetOutputTokens())
 }

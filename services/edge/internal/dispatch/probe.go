@@ -33,8 +33,10 @@ func ProbePrompt(n int64) string {
 }
 
 // Probe sends the synthetic request the decider asked for to one endpoint,
-// non-streamed, and reports it with the probe's id and no tenant. The answer
-// is discarded.
+// streamed, and reports it with the probe's id and no tenant. The answer
+// is discarded. Streamed, because only a stream shows when the first token
+// came and how fast the rest followed: the decider learns the endpoint's
+// first-token time and throughput from it.
 func (d *Dispatcher) Probe(ctx context.Context, cmd *switchboardv1.ProbeCommand) error {
 	ep := cmd.GetEndpoint()
 	if ep == nil || ep.GetBaseUrl() == "" {
@@ -50,12 +52,15 @@ func (d *Dispatcher) Probe(ctx context.Context, cmd *switchboardv1.ProbeCommand)
 		Model:        cmd.GetModel(),
 		PromptTokens: tokens.Prompt([]tokens.Message{{Role: "user", Content: text}}),
 		ProbeID:      cmd.GetProbeId(),
+		Stream:       true,
+		IncludeUsage: true,
 		Body: func(upstreamModel string) ([]byte, error) {
 			return json.Marshal(map[string]any{
-				"model":      upstreamModel,
-				"messages":   []map[string]string{{"role": "user", "content": text}},
-				"max_tokens": maxOut,
-				"stream":     false,
+				"model":          upstreamModel,
+				"messages":       []map[string]string{{"role": "user", "content": text}},
+				"max_tokens":     maxOut,
+				"stream":         true,
+				"stream_options": map[string]bool{"include_usage": true},
 			})
 		},
 	}
