@@ -837,7 +837,9 @@ func TestBudgetForHedgesRunsOutAndRefillsAtUTCMidnight(t *testing.T) {
 }
 
 func TestRetriesGoToADifferentEndpointEachTime(t *testing.T) {
-	s := startBilling(t, nil)
+	// One refusal benches an endpoint (the first-refusal rule), so the
+	// second request shows benched endpoints kept as fallbacks.
+	s := startBilling(t, func(c *deciderapp.Config) { c.CooldownRule = "first-refusal" })
 	// alpha and beta, the two cheapest, answer every call with a 503.
 	for _, p := range []string{"alpha", "beta"} {
 		m := fastModel()

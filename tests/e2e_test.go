@@ -100,6 +100,8 @@ type systemOptions struct {
 	// baseURL, when set, gives a provider's base URL in the catalog from
 	// the simulator's: a recording proxy in front of it.
 	baseURL func(provider, url string) string
+	// cooldownRule is the decider's --cooldown-rule; "" is the default.
+	cooldownRule string
 }
 
 func startSystemWith(t testing.TB, o systemOptions, edgeArgs ...string) *system {
@@ -137,7 +139,7 @@ tenants:
 
 	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken),
-		ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1,
+		ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1, CooldownRule: o.cooldownRule,
 	}, quietLogger(nil))
 	require.NoError(t, err)
 	t.Cleanup(s.decider.Close)

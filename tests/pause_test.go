@@ -84,7 +84,9 @@ func TestRetryAfterPausesThatEndpointForThatLong(t *testing.T) {
 // every benched fallback — while beta and gamma were healthy. A cooled-down
 // endpoint is tried after the others, never dropped.
 func TestCoolDownsLeaveFallbacks(t *testing.T) {
-	s := startSystem(t, "--report-flush-interval=20ms")
+	// One refusal benches an endpoint under the first-refusal rule: one
+	// request that failed everywhere benches every endpoint.
+	s := startSystemWith(t, systemOptions{cooldownRule: "first-refusal"}, "--report-flush-interval=20ms")
 	code, _, body := s.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"[[provsim:fault=unavailable]]"}]}`)
 	require.Equal(t, http.StatusServiceUnavailable, code, "every provider overloaded: %v", body)
 	// Every endpoint is benched, at the decider and at the edge.

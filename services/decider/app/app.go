@@ -122,11 +122,16 @@ type Config struct {
 	// RoutingCostLoadWindow is the time constant of the load measured per
 	// endpoint, against which 429 caps are learned. (Optional) Defaults to 1m.
 	RoutingCostLoadWindow time.Duration
-	// Cooldown is how long an endpoint that refused calls is benched. (Optional) Defaults to 15m.
+	// CooldownRule names the rule that benches endpoints that refuse calls
+	// (cooldown.Rules: "breaker", "first-refusal"); Cooldown,
+	// CooldownErrors and CooldownWindow override its parts. (Optional)
+	// Defaults to "breaker": 3 refusals within 1m bench for 2m.
+	CooldownRule string
+	// Cooldown is how long an endpoint that refused calls is benched. (Optional) Defaults to the rule's.
 	Cooldown time.Duration
-	// CooldownErrors refusals within CooldownWindow bench an endpoint. (Optional) Defaults to 1.
+	// CooldownErrors refusals within CooldownWindow bench an endpoint. (Optional) Defaults to the rule's.
 	CooldownErrors int
-	// CooldownWindow (Optional) Defaults to 1m.
+	// CooldownWindow (Optional) Defaults to the rule's.
 	CooldownWindow time.Duration
 	// StatsSnapshotInterval is how often routing statistics are written to
 	// etcd; a crash loses at most this much. (Optional) Defaults to 30s.
@@ -261,9 +266,10 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.Float64Var(&cfg.RoutingCostFloor, "routing-cost-floor", 0.02, "routing-cost policy: the share of traffic every endpoint keeps (negative disables)")
 	fs.DurationVar(&cfg.RoutingCostHalfLife, "routing-cost-half-life", outcomes.DefaultHalfLife, "routing-cost policy: age at which a call weighs half in an endpoint's rates")
 	fs.DurationVar(&cfg.RoutingCostLoadWindow, "routing-cost-load-window", outcomes.DefaultLoadWindow, "routing-cost policy: time constant of the per-endpoint load that 429 caps are learned against")
-	fs.DurationVar(&cfg.Cooldown, "cooldown", 15*time.Minute, "how long an endpoint that refused calls is not used")
-	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 1, "refusals within --cooldown-window that start a cool-down")
-	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", time.Minute, "window of --cooldown-errors")
+	fs.StringVar(&cfg.CooldownRule, "cooldown-rule", "breaker", "rule that benches endpoints that refuse calls: breaker (3 refusals within 1m bench for 2m) or first-refusal (1 refusal benches for 15m); the three flags below override its parts")
+	fs.DurationVar(&cfg.Cooldown, "cooldown", 0, "how long an endpoint that refused calls is not used (0: the rule's)")
+	fs.IntVar(&cfg.CooldownErrors, "cooldown-errors", 0, "refusals within --cooldown-window that start a cool-down (0: the rule's)")
+	fs.DurationVar(&cfg.CooldownWindow, "cooldown-window", 0, "window of --cooldown-errors (0: the rule's)")
 	fs.DurationVar(&cfg.StatsSnapshotInterval, "stats-snapshot-interval", 30*time.Second, "how often routing statistics are saved to etcd")
 	fs.DurationVar(&cfg.ExperimentMinBlock, "experiment-min-block", time.Minute, "shortest block a switchback experiment may have")
 	fs.DurationVar(&cfg.ExperimentSaveInterval, "experiment-save-interval", 30*time.Second, "how often this replica's experiment figures are saved to etcd")
@@ -307,6 +313,12 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	return cfg, errors.Join(parseErr, sizeErr, cfg.validate())
 }
 
+// cooldownOptions is the cool-down rule: the named rule with the parts
+// the flags set over it.
+func (c Config) cooldownOptions() cooldown.Options {
+	return cooldown.Options{Duration: c.Cooldown, Errors: c.CooldownErrors, Window: c.CooldownWindow}.Over(cooldown.Rules[c.CooldownRule])
+}
+
 func parseSizes(s string) ([]int64, error) {
 	var out []int64
 	for _, f := range strings.Split(s, ",") {
@@ -347,6 +359,9 @@ func (c *Config) validate() error {
 	}
 	if c.ID == "" {
 		c.ID = "decider"
+	}
+	if _, ok := cooldown.Rules[c.CooldownRule]; !ok && c.CooldownRule != "" {
+		errs = append(errs, fmt.Errorf("--cooldown-rule: unknown rule %q (breaker or first-refusal)", c.CooldownRule))
 	}
 	if c.ProbeInterval < 0 || c.Cooldown < 0 || c.CooldownWindow < 0 || c.StatsSnapshotInterval < 0 || c.CooldownErrors < 0 {
 		errs = append(errs, errors.New("--probe-interval, --cooldown, --cooldown-window, --stats-snapshot-interval and --cooldown-errors must not be negative"))
@@ -628,7 +643,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	aff := affinity.New(affinity.Options{})
 	sessions := session.New(session.Options{})
-	d.cool = cooldown.New(cooldown.Options{Duration: cfg.Cooldown, Errors: cfg.CooldownErrors, Window: cfg.CooldownWindow})
+	d.cool = cooldown.New(cfg.cooldownOptions())
 	hedgeFrom := cfg.HedgeFrom
 	if cfg.HedgeBudgetUSD == 0 {
 		hedgeFrom = -1 // no budget, no hedges: do not make edges ask

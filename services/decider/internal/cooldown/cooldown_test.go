@@ -17,8 +17,13 @@ func TestTracker(t *testing.T) {
 		cooling  bool
 	}{
 		{name: "no refusal", at: 0, cooling: false},
-		{name: "one refusal benches for 15m", refusals: []time.Duration{0}, at: 14 * time.Minute, cooling: true},
-		{name: "usable again after 15m", refusals: []time.Duration{0}, at: 15 * time.Minute, cooling: false},
+		{name: "default: one refusal benches nothing", refusals: []time.Duration{0}, at: time.Second, cooling: false},
+		{name: "default: three within a minute bench for 2m", refusals: []time.Duration{0, 20 * time.Second, 40 * time.Second},
+			at: 40*time.Second + 119*time.Second, cooling: true},
+		{name: "default: usable again after 2m", refusals: []time.Duration{0, 20 * time.Second, 40 * time.Second},
+			at: 40*time.Second + 2*time.Minute, cooling: false},
+		{name: "first-refusal: one refusal benches for 15m", opts: FirstRefusal, refusals: []time.Duration{0}, at: 14 * time.Minute, cooling: true},
+		{name: "first-refusal: usable again after 15m", opts: FirstRefusal, refusals: []time.Duration{0}, at: 15 * time.Minute, cooling: false},
 		{name: "breaker: 2 of 3 is not enough", opts: Options{Errors: 3, Window: time.Minute, Duration: 2 * time.Minute},
 			refusals: []time.Duration{0, 10 * time.Second}, at: 20 * time.Second, cooling: false},
 		{name: "breaker: 3 within the window", opts: Options{Errors: 3, Window: time.Minute, Duration: 2 * time.Minute},
@@ -42,7 +47,7 @@ func TestTracker(t *testing.T) {
 
 func TestRefusedDuringCooldownDoesNotExtend(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	tr := New(Options{})
+	tr := New(FirstRefusal)
 	u, started := tr.Refused("a/m", t0)
 	require.True(t, started)
 	u2, started := tr.Refused("a/m", t0.Add(time.Minute))
@@ -83,11 +88,11 @@ func TestRetryAfterPausesForThatLong(t *testing.T) {
 	}{
 		{name: "one 429 with Retry-After pauses for it", refusals: []time.Duration{0},
 			wantUntil: 2 * time.Second, wantPaused: 1},
-		{name: "a repeated refusal after the pause benches for 15m", refusals: []time.Duration{0, 3 * time.Second},
+		{name: "first-refusal: a repeated refusal after the pause benches for 15m", opts: FirstRefusal, refusals: []time.Duration{0, 3 * time.Second},
 			wantUntil: 3*time.Second + 15*time.Minute, wantBenched: 1, wantPaused: 1},
 		{name: "refusals further apart than the window are not repeated", refusals: []time.Duration{0, 2 * time.Minute},
 			wantUntil: 2*time.Minute + 2*time.Second, wantPaused: 2},
-		{name: "with a breaker of 3, the third refusal benches", opts: Options{Errors: 3, Window: time.Minute, Duration: 2 * time.Minute},
+		{name: "the default breaker: the third refusal benches",
 			refusals: []time.Duration{0, 10 * time.Second, 20 * time.Second}, wantUntil: 20*time.Second + 2*time.Minute, wantBenched: 1, wantPaused: 2},
 	}
 	for _, tt := range tests {
@@ -110,8 +115,8 @@ func TestRetryAfterPausesForThatLong(t *testing.T) {
 		})
 	}
 
-	// A refusal without Retry-After keeps the default rule: 15 minutes.
-	tr := New(Options{})
+	// A refusal without Retry-After keeps the rule: first-refusal's 15 minutes.
+	tr := New(FirstRefusal)
 	u, started := tr.RefusedFor("a/m", t0, 0)
 	require.True(t, started)
 	require.Equal(t, t0.Add(15*time.Minute), u)

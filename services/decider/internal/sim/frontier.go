@@ -16,6 +16,9 @@ var FrontierKeys = []string{
 	"ttft_p90_stream_over_32k", "usd_per_1k_requests", "hedge_usd_per_1k_requests",
 }
 
+// oracleName is the oracle policy's name (policy.go), never a dominator.
+const oracleName = "oracle"
+
 // Domination says why one policy dominates another: the figures on which it
 // is better beyond the 95 % interval of the paired differences.
 type Domination struct {
@@ -38,7 +41,9 @@ type Domination struct {
 func Dominators(target Summary, sums []Summary, strict bool) []Domination {
 	var out []Domination
 	for _, s := range sums {
-		if s.Policy == target.Policy {
+		if s.Policy == target.Policy || s.Policy == oracleName {
+			// The oracle knows what no router can: it bounds the others
+			// (the regret rows) rather than competing with them.
 			continue
 		}
 		if d, ok := dominates(s, target, strict); ok {

@@ -62,7 +62,7 @@ var Policies = []Policy{
 	{Name: "smart-this-turn", FollowUpTurns: -1},
 	{Name: "smart-no-sticky", NoSticky: true},
 	{Name: "smart-explore-follow-ups", ExploreFollowUps: true},
-	{Name: "smart-breaker", Cooldown: cooldown.Options{Duration: 2 * time.Minute, Errors: 3, Window: time.Minute}},
+	{Name: "smart-first-refusal", Cooldown: cooldown.FirstRefusal},
 	{Name: "routing-cost", Routing: routing.PolicyRoutingCost},
 	{Name: "routing-cost-no-hedge", Routing: routing.PolicyRoutingCost, NoHedge: true},
 	{Name: "routing-cost-no-sticky", Routing: routing.PolicyRoutingCost, NoSticky: true},
