@@ -456,14 +456,15 @@ func (s *billSystem) plan(t *testing.T, in int64) (*switchboardv1.DecideResponse
 	})
 }
 
-// warm makes one real (non-streamed, so never hedged) call on each of the
-// providers with a prompt of about n tokens, so the decider measures them in
-// that size bucket — the hedge policy only backs up a fast endpoint with
-// another one measured fast.
+// warm makes one real call on each of the providers with a prompt of about
+// n tokens, so the decider measures them in that size bucket — the hedge
+// policy only backs up a fast endpoint with another one measured fast. The
+// call is streamed (only a stream measures a first token) and limited to
+// its provider (provider.only), so it is never hedged.
 func (s *billSystem) warm(t *testing.T, n int, ps ...string) {
 	t.Helper()
 	for _, p := range ps {
-		a := s.chat(t, testKey, chatReq{content: "warm " + p + " " + longPrompt(n), maxTokens: 2, provider: `{"only":["` + p + `"]}`})
+		a := s.chat(t, testKey, chatReq{content: "warm " + p + " " + longPrompt(n), maxTokens: 2, stream: true, provider: `{"only":["` + p + `"]}`})
 		require.Equal(t, http.StatusOK, a.status, "%v", a.body)
 		require.Equal(t, p, a.provider(t))
 	}

@@ -123,9 +123,11 @@ func providerCalls(s *system, simModelID string) int64 {
 func heard(t *testing.T, s *system) {
 	t.Helper()
 	before := candidates(t, s.decider.Addr())["alpha"].GetSamples()
-	code, _, body := s.post(t, otherKey, askModel(model, "a barrier"))
+	// Streamed: only a stream measures a first token, which is the sample
+	// counted.
+	code, hdr, body := s.post(t, otherKey, `{"model":"`+model+`","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"a barrier"}]}`)
 	require.Equal(t, http.StatusOK, code, "%v", body)
-	require.Equal(t, "alpha", body["provider"], "%v", body)
+	require.Equal(t, "alpha", hdr.Get("X-Switchboard-Provider"), "%v", body)
 	require.Eventually(t, func() bool {
 		return candidates(t, s.decider.Addr())["alpha"].GetSamples() > before
 	}, waitFor, tick, "the decider hears of the barrier request")
