@@ -140,16 +140,18 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{
 		{RequestId: "r1", EndpointId: "alpha/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_OK},
 		{RequestId: "r2", EndpointId: "beta/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
+		{RequestId: "r3", EndpointId: "beta/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
+		{RequestId: "r4", EndpointId: "beta/vendor/model", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
 	}}}}))
-	// The rate-limited call benches beta: every edge is told, then the
-	// batch is acknowledged.
+	// Three rate-limited calls within a minute bench beta (the default
+	// breaker): every edge is told, then the batch is acknowledged.
 	m, err = stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, "beta/vendor/model", m.GetCooldown().GetEndpointId())
 	m, err = stream.Recv()
 	require.NoError(t, err)
-	require.Equal(t, int64(2), m.GetAck().GetAccepted())
-	require.Equal(t, int64(2), d.ReportsReceived())
+	require.Equal(t, int64(4), m.GetAck().GetAccepted())
+	require.Equal(t, int64(4), d.ReportsReceived())
 	require.Len(t, d.Edges(), 1)
 
 	// An operator (or another replica) stores a new catalog in etcd: this

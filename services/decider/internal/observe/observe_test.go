@@ -34,7 +34,7 @@ func TestIngest(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	st := stats.New(stats.Config{Now: clock})
-	cool := cooldown.New(cooldown.Options{})
+	cool := cooldown.New(cooldown.FirstRefusal)
 	var sent []*switchboardv1.ReportResponse
 	ob := New(Options{
 		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
@@ -147,7 +147,7 @@ func TestSessionsFollowTheAnsweringEndpoint(t *testing.T) {
 func TestRequestFailureBenchesNothing(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	cool := cooldown.New(cooldown.Options{})
+	cool := cooldown.New(cooldown.FirstRefusal)
 	oc := outcomes.New(outcomes.Config{Now: clock})
 	var sent []*switchboardv1.ReportResponse
 	ob := New(Options{

@@ -46,7 +46,7 @@ func newPolicy(t testing.TB, yaml string, o Options) *policyEnv {
 	clock := func() time.Time { return e.now }
 	e.stats = stats.New(stats.Config{Now: clock})
 	e.aff = affinity.New(affinity.Options{})
-	e.cool = cooldown.New(cooldown.Options{})
+	e.cool = cooldown.New(cooldown.FirstRefusal) // one refusal benches
 	o.Stats, o.Affinity, o.Cooldown, o.Now = e.stats, e.aff, e.cool, clock
 	if o.Exploration == 0 {
 		o.Exploration = -1

@@ -83,7 +83,7 @@ func newCostEnv(t *testing.T, yaml string, o Options) *costEnv {
 	clock := func() time.Time { return e.now }
 	e.stats = stats.New(stats.Config{Now: clock})
 	e.oc = outcomes.New(outcomes.Config{Now: clock})
-	e.cool = cooldown.New(cooldown.Options{})
+	e.cool = cooldown.New(cooldown.FirstRefusal) // one refusal benches
 	for _, ep := range c.Models[0].Endpoints {
 		e.rates[ep.Provider] = ep.Price.Rates()
 	}
