@@ -252,7 +252,7 @@ func runConvSimulation(t *testing.T, trace []convTraceLine) [][]convServed {
 		sizes[i] = strconv.FormatInt(n, 10)
 	}
 	require.NoError(t, simulate.Main([]string{"--profile", convProfile, "--traffic", convTraffic, "--trace", convTrace,
-		"--policies", "smart-no-explore", "--seeds", strconv.Itoa(simSeeds),
+		"--policies", "smart", "--seeds", strconv.Itoa(simSeeds),
 		"--probe-interval", convProbeInterval.String(), "--probe-sizes", strings.Join(sizes, ","),
 		"--cooldown", convCooldown.String(), "--cooldown-errors", "1", "--cooldown-window", "1m",
 		"--records", records}, &out, &errOut), errOut.String())
@@ -837,7 +837,7 @@ func TestCapacityContract(t *testing.T) {
 	records := filepath.Join(dir, "records.csv")
 	var out, errOut bytes.Buffer
 	require.NoError(t, simulate.Main([]string{"--profile", filepath.Join(dir, "profile.yaml"), "--traffic", filepath.Join(dir, "traffic.yaml"),
-		"--trace", filepath.Join(dir, "trace.jsonl"), "--policies", "smart-no-explore", "--probe-interval", "0", "--hedge-budget-usd", "-1",
+		"--trace", filepath.Join(dir, "trace.jsonl"), "--policies", "smart", "--probe-interval", "0", "--hedge-budget-usd", "-1",
 		"--records", records}, &out, &errOut), errOut.String())
 	f, err := os.Open(records)
 	require.NoError(t, err)

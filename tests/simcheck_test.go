@@ -230,7 +230,7 @@ func runSimulation(t *testing.T, form checkForm, tracePath string) [][]served {
 	records := filepath.Join(t.TempDir(), "records.csv")
 	var out, errOut bytes.Buffer
 	require.NoError(t, simulate.Main([]string{"--profile", checkDir + "/profile.yaml", "--traffic", checkDir + "/traffic.yaml",
-		"--trace", tracePath, "--policies", "smart-no-explore", "--seeds", strconv.Itoa(simSeeds), "--hedge-budget-burst", "24h",
+		"--trace", tracePath, "--policies", "smart", "--seeds", strconv.Itoa(simSeeds), "--hedge-budget-burst", "24h",
 		"--probe-interval", form.probeInterval.String(), "--probe-sizes", form.probeSizeFlag(), "--records", records}, &out, &errOut), errOut.String())
 	f, err := os.Open(records)
 	require.NoError(t, err)

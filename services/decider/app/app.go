@@ -100,7 +100,7 @@ type Config struct {
 	// ProbeSizes are the probe prompt sizes in tokens. (Optional) Defaults to 2k, 20k, 60k, 150k: one in each size bucket.
 	ProbeSizes []int64
 	// Exploration is the share of requests sent to endpoints with too little
-	// data. (Optional) The flag defaults to 0.05; negative disables.
+	// data. (Optional) Defaults to none (0 or negative).
 	Exploration float64
 	// Seed makes exploration reproducible. (Optional) 0 seeds from the clock.
 	Seed uint64
@@ -259,7 +259,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.BrokerSessionTTL, "broker-session-ttl", 3*time.Second, "TTL of the broker owner's election session: how long a crashed owner blocks failover (whole seconds, at least 2s)")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", 5*time.Minute, "how often each endpoint is probed at each size (0 disables)")
 	probeSizes := fs.String("probe-sizes", "2048,20480,61440,153600", "comma-separated probe prompt sizes in tokens (one in each size bucket)")
-	fs.Float64Var(&cfg.Exploration, "exploration", 0.05, "share of requests sent to endpoints with too little data (negative disables)")
+	fs.Float64Var(&cfg.Exploration, "exploration", 0, "share of fresh requests sent to endpoints with too little data (0: none; probes measure every endpoint)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the exploration randomness (0: from the clock)")
 	fs.StringVar(&cfg.RoutingPolicy, "routing-policy", "smart", "default routing policy of models whose catalog entry sets none: smart or routing-cost")
 	fs.Float64Var(&cfg.RoutingCostMargin, "routing-cost-margin", 0.10, "routing-cost policy: endpoints within this fraction of the lowest routing cost share the traffic fully")

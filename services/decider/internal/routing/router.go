@@ -89,8 +89,10 @@ type Options struct {
 	// FastEnough: an endpoint also qualifies when its typical TTFT is under
 	// this. (Optional) Defaults to 1s.
 	FastEnough time.Duration
-	// Exploration is the share of requests sent to an endpoint with too little
-	// data. (Optional) Defaults to 0.05; negative disables.
+	// Exploration is the share of fresh requests sent to an endpoint with
+	// too little data. (Optional) Defaults to none (0 or negative): probes
+	// measure every endpoint in every size bucket, and in the simulator no
+	// share of exploration bought a faster or cheaper day (docs/simulation.md).
 	Exploration float64
 	// ExploreFollowUps lets exploration pick a conversation's follow-up
 	// turns too (a prompt extending one an endpoint served recently). By
@@ -178,9 +180,6 @@ func New(c *catalog.Catalog, o Options) *Router {
 	}
 	if o.FastEnough <= 0 {
 		o.FastEnough = time.Second
-	}
-	if o.Exploration == 0 {
-		o.Exploration = 0.05
 	}
 	if o.MinSamples <= 0 {
 		o.MinSamples = 10

@@ -34,7 +34,7 @@ type Policy struct {
 	// Sort sets provider.sort on every request that has none of its own:
 	// price, latency or throughput.
 	Sort string
-	// Exploration is the router's exploration share (0: the default; negative disables).
+	// Exploration is the router's exploration share (0: the default, none).
 	Exploration float64
 	// FollowUpTurns is the router's FollowUpTurns (0: the default; negative
 	// prices each turn alone).
@@ -58,7 +58,7 @@ var Policies = []Policy{
 	{Name: "cheapest-input", Baseline: true},
 	{Name: "smart"},
 	{Name: "smart-no-hedge", NoHedge: true},
-	{Name: "smart-no-explore", Exploration: -1},
+	{Name: "smart-explore", Exploration: 0.05},
 	{Name: "smart-this-turn", FollowUpTurns: -1},
 	{Name: "smart-no-sticky", NoSticky: true},
 	{Name: "smart-explore-follow-ups", ExploreFollowUps: true},
