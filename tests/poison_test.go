@@ -24,6 +24,7 @@ const (
 	poison403 = "POISON-403" // a bare 403: a policy refusal without an account code
 	poison400 = "POISON-400" // a 400 content refusal: the request itself
 	poison429 = "POISON-429" // a plain 429: each provider's capacity
+	poison402 = "POISON-402" // a billing refusal: each account's, unless every account refuses this one request
 )
 
 // poisonSimConfig is three providers serving three models, every one of
@@ -34,6 +35,7 @@ func poisonSimConfig() string {
           - {match: ` + poison403 + `, status: 403, type: permission_error, code: content_blocked, message: "blocked"}
           - {match: ` + poison400 + `, status: 400, code: content_policy_violation, message: "content policy"}
           - {match: ` + poison429 + `, status: 429, type: requests, code: rate_limit_exceeded, message: "slow down"}
+          - {match: ` + poison402 + `, status: 402, type: billing_error, code: billing_hard_limit_reached, message: "no credit for this"}
 `
 	var b strings.Builder
 	b.WriteString("seed: 7\nproviders:\n")
@@ -154,6 +156,9 @@ func TestPoisonRequestBenchesNothing(t *testing.T) {
 	}{
 		{marker: poison500, status: http.StatusInternalServerError}, // the providers' status
 		{marker: poison403, status: http.StatusBadGateway},          // a policy status says nothing the client can act on
+		// Two provider accounts refusing this one request for billing at
+		// once refuse the request, not their accounts: no account is paused.
+		{marker: poison402, status: http.StatusBadGateway},
 	} {
 		t.Run(tc.marker, func(t *testing.T) {
 			calls := providerCalls(s, simModel)

@@ -43,10 +43,27 @@ import (
 // several providers.
 const codeRepeated = "request_failed_on_providers"
 
-// suspect reports whether a failed leg's failure may be the request's.
+// suspect reports whether a failed leg's failure may be the request's: one
+// failclass.RequestSuspect names, or an account refusal (a spend limit,
+// billing, a disabled key). One account refusing is that account's; two
+// accounts refusing the same request the same way at once are far likelier
+// refusing the request (its size, its content) than both out of money, so
+// an account refusal is held too, and charged to the request only when
+// another account repeats it (see hold).
 func suspect(l *leg) bool {
 	r := &l.Result
-	return failclass.RequestSuspect(r.Class(), r.Status, r.ProviderErrorCode)
+	return failclass.RequestSuspect(r.Class(), r.Status, r.ProviderErrorCode) || failclass.IsAccount(r.Class(), r.ProviderErrorCode)
+}
+
+// blame is what a repeated failure must come from twice to be the
+// request's: another endpoint, or, for an account refusal, another provider
+// account (the provider and the credential the endpoint is called with), as
+// two endpoints of one account refusing is that account refusing.
+func blame(l *leg) string {
+	if failclass.IsAccount(l.Result.Class(), l.Result.ProviderErrorCode) {
+		return "account:" + l.Endpoint.GetProvider() + "|" + l.Endpoint.GetApiKeyEnv()
+	}
+	return "endpoint:" + l.Endpoint.GetId()
 }
 
 // sameFailure reports whether two failed legs failed the same way: the same
@@ -67,20 +84,20 @@ func (s *serving) hold(l *leg) {
 		return
 	}
 	var same []*leg
-	endpoints := map[string]bool{}
+	sources := map[string]bool{}
 	for _, h := range s.held {
 		if sameFailure(h, l) {
 			same = append(same, h)
-			endpoints[h.Endpoint.GetId()] = true
+			sources[blame(h)] = true
 		}
 	}
-	if len(endpoints) < 2 {
+	if len(sources) < 2 {
 		return
 	}
 	for _, h := range same {
 		h.requestFailure = true
 	}
-	s.repeated = s.repeatedFailure(l, len(endpoints))
+	s.repeated = s.repeatedFailure(l, len(sources))
 }
 
 // repeatedFailure is the client's error for a request that failed like l on
