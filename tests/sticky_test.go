@@ -93,12 +93,16 @@ func (s *stickySystem) post(t *testing.T, key, body string, header ...string) (p
 }
 
 // dryRun is what the decider would do for a request of the session, without
-// recording anything.
+// recording anything. Like the edge's requests it carries a prompt prefix
+// (one nobody served), so it is priced by the same rule as they are: with
+// prefixes and no evidence, uncached everywhere — not by each endpoint's
+// cache-hit rate over other conversations, which moves as reports arrive.
 func (s *stickySystem) dryRun(t *testing.T, session string) string {
 	t.Helper()
 	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, SessionId: session,
-		Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4},
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4,
+			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 0x5e55, Tokens: stickyPromptTokens}}},
 	})
 	require.NoError(t, err)
 	return resp.GetDecision().GetSummary()
@@ -250,6 +254,7 @@ func TestStickyConversations(t *testing.T) {
 		require.Contains(t, s.dryRun(t, session), "sticky=new")
 		p, _ = s.post(t, testKey, chat("session-4", stickyPromptTokens, ""), "X-Session-Id", session)
 		require.Equal(t, "warm", p)
+		afterTurn(p) // its report is in, whenever the dry run below comes
 		require.Contains(t, s.dryRun(t, session), "provider=warm")
 
 		// warm fails: the turn is answered by plain, warm cools down, and
