@@ -26,9 +26,12 @@ import (
 // reservation's request id and idempotency key in its snapshot, which must
 // fit in one etcd request.
 const (
-	// MaxIDLen bounds request ids, idempotency keys, reservation ids, probe
-	// ids, activity record ids, session ids and edge ids, in bytes.
+	// MaxIDLen bounds request ids, reservation ids, probe ids, activity
+	// record ids, session ids and edge ids, in bytes.
 	MaxIDLen = 128
+	// MaxKeyLen bounds idempotency keys, in bytes: an edge's key for a
+	// Reserve is its request id, an endpoint id and an attempt number.
+	MaxKeyLen = MaxIDLen + 1 + MaxModelLen + 1 + 14
 	// MaxNameLen bounds tenant ids, API key ids, app, environment and
 	// partner names, providers, regions, parameter names, header names and
 	// provider error codes, in bytes.
@@ -214,7 +217,7 @@ func Decide(r *switchboardv1.DecideRequest) error {
 	t, p := r.GetTokens(), r.GetProvider()
 	err := first(
 		ID("request_id", r.GetRequestId()),
-		ID("idempotency_key", r.GetIdempotencyKey()),
+		str("idempotency_key", r.GetIdempotencyKey(), MaxKeyLen),
 		ID("session_id", r.GetSessionId()),
 		Model("model", r.GetModel()),
 		Name("region", r.GetRegion()),
@@ -252,7 +255,7 @@ func Reserve(r *switchboardv1.ReserveRequest) error {
 	d := r.GetDemand()
 	err := first(
 		ID("request_id", r.GetRequestId()),
-		ID("idempotency_key", r.GetIdempotencyKey()),
+		str("idempotency_key", r.GetIdempotencyKey(), MaxKeyLen),
 		Identity(r.GetIdentity()),
 		Model("model", r.GetModel()),
 		Model("endpoint_id", r.GetEndpointId()),
