@@ -114,6 +114,13 @@ func TestBoundaryRefusesWhatIsOutOfBounds(t *testing.T) {
 	}
 	require.LessOrEqual(t, granted, 1)
 
+	// On the Report stream a bad call report is dropped and counted, and the
+	// stream is answered, not ended.
+	require.NoError(t, report(ctx, edge,
+		&switchboardv1.CallReport{RequestId: "c1", EndpointId: secEndpoint, Model: secModel, Outcome: 99},
+		&switchboardv1.CallReport{RequestId: "c2", EndpointId: secEndpoint, Model: secModel, Usage: &switchboardv1.Usage{InputTokens: -3}}))
+	require.Eventually(t, func() bool { return d.ReportsInvalid() == 2 }, 10*time.Second, 10*time.Millisecond, "both reports dropped and counted")
+
 	// What is within bounds is still served.
 	resp, err := svc.Reserve(ctx, reserveReq(byTenant("acme")))
 	require.NoError(t, err)
