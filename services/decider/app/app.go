@@ -938,6 +938,11 @@ func (d *Decider) EtcdEndpoint() string {
 // their grant did not match their request, tenant and key (or was missing).
 func (d *Decider) ActivityRejected() int64 { return d.forged.Load() }
 
+// ReportsInvalid returns how many call reports, reconciliations,
+// reservation ids and activity records the Report stream dropped for
+// failing their bounds (package validate).
+func (d *Decider) ReportsInvalid() int64 { return d.hub.Invalid() }
+
 // ReservationHeartbeats returns how many of the edges' reservation
 // heartbeats were applied on the broker's owner.
 func (d *Decider) ReservationHeartbeats() int64 { return d.hub.Heartbeats() }

@@ -244,6 +244,13 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 				// tenant that would read as the prefix of another.
 				continue
 			}
+			ik = appendIDKey(ik[:0], tenant, id)
+			if ids.Get(ik) != nil {
+				// Stored once by id: a resend (delivery is at least once)
+				// is a no-op, never a replace, so a second batch with the
+				// same id cannot rewrite a bill already stored.
+				continue
+			}
 			n := len(vals)
 			b, err := proto.MarshalOptions{}.MarshalAppend(vals, r)
 			if err != nil {
@@ -255,26 +262,7 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 			n = len(vals)
 			vals = appendRecordKey(vals, tenant, at, id)
 			key := vals[n:len(vals):len(vals)]
-			ik = appendIDKey(ik[:0], tenant, id)
-			old := ids.Get(ik)
-			if old == nil {
-				fresh = append(fresh, r)
-			}
-			if old != nil && !bytes.Equal(old, key) {
-				// A resent record with another time: keep one copy, and
-				// drop the old time's retention entry with it, so sweeping
-				// the old time cannot remove the live copy's index.
-				_, oldAt, _, ok := parseRecordKey(old)
-				if err := recs.Delete(old); err != nil {
-					return err
-				}
-				if ok {
-					tk = appendTimeKey(tk[:0], oldAt, tenant, id)
-					if err := byTime.Delete(tk); err != nil {
-						return err
-					}
-				}
-			}
+			fresh = append(fresh, r)
 			if err := recs.Put(key, val); err != nil {
 				return err
 			}

@@ -165,39 +165,41 @@ func TestSameIDOtherTenantRetention(t *testing.T) {
 // TestResendWithOtherTime: an edge may resend a record whose time it
 // corrected; the store keeps one copy, and the retention sweep of the old
 // time must not remove the live copy's index.
-func TestResendWithOtherTime(t *testing.T) {
+// A record is stored once by id: a resend, with another time or another
+// bill, is a no-op, not a replace.
+func TestResendIsANoOp(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := t0
 	now := func() time.Time { return clock }
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := open(t, path, now)
 	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r1", "m", t0.Add(-2*time.Hour))}))
-	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r1", "m", t0.Add(-time.Hour))}))
+	forged := rec("acme", "r1", "m", t0.Add(-time.Hour))
+	forged.CostUsd, forged.Usage = 999, &switchboardv1.Usage{OutputTokens: 1e9, CostUsd: 999}
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{forged}))
+	// Twice in one write, too.
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r2", "m", t0), forged, rec("acme", "r2", "other", t0)}))
 	s = flush(t, s, path, now)
 	got, _, err := s.List(t.Context(), Query{Tenant: "acme"})
 	require.NoError(t, err)
-	require.Len(t, got, 1, "stored once")
-	require.Equal(t, t0.Add(-time.Hour), got[0].GetCreateTime().AsTime())
+	require.Len(t, got, 2, "each id stored once")
+	r, err := s.Get(t.Context(), "acme", "r1")
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(-2*time.Hour), r.GetCreateTime().AsTime(), "the first record stays")
+	require.InDelta(t, 0.001, r.GetCostUsd(), 1e-12, "its bill is not rewritten")
+	r, err = s.Get(t.Context(), "acme", "r2")
+	require.NoError(t, err)
+	require.Equal(t, "m", r.GetModel())
 
-	// The first time falls out of retention, the second does not.
+	// The stored time falls out of retention, with its index: a later
+	// resend does not keep it alive.
 	clock = t0.Add(24*time.Hour - 90*time.Minute)
 	s = flush(t, s, path, now)
 	defer s.Close()
-	got, _, err = s.List(t.Context(), Query{Tenant: "acme"})
-	require.NoError(t, err)
-	require.Len(t, got, 1)
-	r, err := s.Get(t.Context(), "acme", "r1")
-	require.NoError(t, err, "the live record stays reachable by id")
-	require.Equal(t, t0.Add(-time.Hour), r.GetCreateTime().AsTime())
-
-	// A resend to an earlier time is stored once too, and pruned with it.
-	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "r1", "m", t0.Add(-3*time.Hour))}))
-	s = flush(t, s, path, now)
-	got, _, err = s.List(t.Context(), Query{Tenant: "acme"})
-	require.NoError(t, err)
-	require.Empty(t, got, "the earlier time is past retention")
 	_, err = s.Get(t.Context(), "acme", "r1")
 	require.ErrorIs(t, err, ErrNotFound)
+	_, err = s.Get(t.Context(), "acme", "r2")
+	require.NoError(t, err)
 }
 
 // TestOpenRebuildsOldIndexes: a log written with ids indexed alone (one

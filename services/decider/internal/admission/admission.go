@@ -301,7 +301,7 @@ func (a *Admission) restore(snap, clean, budget []*mvccpb.KeyValue) {
 	}
 	if a.o.Budget != nil && len(budget) == 1 {
 		if err := a.o.Budget.Restore(budget[0].Value); err != nil {
-			a.o.Logger.Warn("hedge budget not restored", "err", err)
+			a.o.Logger.Error("hedge budget not restored; no hedges until the next UTC day", "err", err)
 		}
 	}
 }
@@ -359,23 +359,41 @@ func (a *Admission) write(ctx context.Context, t *term) (int64, bool, error) {
 		ops = append(ops, clientv3.OpPut(SnapshotKey, blob))
 	}
 	var budg string
+	encoded := true
 	if a.o.Budget != nil {
 		data, _ := a.o.Budget.Snapshot()
-		if budg = string(data); budg != a.lastBudg {
+		// A state that cannot be encoded is never written over the last
+		// good one: the budget refuses hedges until it can be saved.
+		if data == nil {
+			encoded, budg = false, a.lastBudg
+			a.o.Budget.Durable(false)
+		} else if budg = string(data); budg != a.lastBudg {
 			ops = append(ops, clientv3.OpPut(BudgetKey, budg))
 		}
 	}
 	if len(ops) == 0 {
+		// Nothing unsaved: what is in memory is what is stored.
+		if a.o.Budget != nil && encoded {
+			a.o.Budget.Durable(true)
+		}
 		return 0, true, nil
 	}
 	resp, err := a.o.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.rev)).
 		Then(ops...).Commit()
 	if err != nil {
+		// What the budget grants now would not survive this owner: none
+		// until a save succeeds.
+		if a.o.Budget != nil {
+			a.o.Budget.Durable(false)
+		}
 		return 0, false, err
 	}
 	if !resp.Succeeded {
 		return 0, false, nil
+	}
+	if a.o.Budget != nil && encoded {
+		a.o.Budget.Durable(true)
 	}
 	a.lastBlob, a.lastBudg = blob, budg
 	return resp.Header.Revision, true, nil

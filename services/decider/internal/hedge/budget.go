@@ -19,11 +19,20 @@
 // the request's activity record arrives with the real cost of the cancelled
 // call, Settle replaces the estimate (same day only). A record that never
 // arrives leaves the estimate charged, which errs on the side of spending less.
+//
+// Money fails closed: an estimate or a cost that is not a finite,
+// non-negative amount is refused (an acquisition is not granted, a
+// settlement leaves the estimate charged), a settlement gives back at most
+// what its acquisitions took, and a budget whose saved state cannot be read
+// counts the day as spent, and one whose state cannot be written (Durable)
+// grants nothing, rather than starting the day again.
 package hedge
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -39,8 +48,11 @@ type Budget struct {
 	spent   float64
 	pending map[string]float64 // request id → estimate charged today
 	dirty   bool
-	granted int64
-	refused int64
+	// unwritable is set while the state cannot be saved (Durable): no
+	// grant is made that a next owner would not know of.
+	unwritable bool
+	granted    int64
+	refused    int64
 }
 
 // New returns a budget of dailyUSD per UTC day, which a day's first hedges
@@ -80,6 +92,9 @@ func NewPaced(o Options) *Budget {
 	if o.Burst <= 0 {
 		o.Burst = DefaultBurst
 	}
+	if !amount(o.DailyUSD) {
+		o.DailyUSD = 0 // a budget that is not an amount grants nothing
+	}
 	return &Budget{daily: o.DailyUSD, burst: min(o.Burst, Unpaced), now: o.Now, pending: map[string]float64{}}
 }
 
@@ -114,8 +129,7 @@ func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, r
 	defer b.mu.Unlock()
 	b.roll(now)
 	reset = nextMidnight(now)
-	estimateUSD = max(estimateUSD, 0)
-	if b.spent+estimateUSD > b.allowance(now) || b.spent >= b.daily {
+	if !amount(estimateUSD) || b.unwritable || b.spent+estimateUSD > b.allowance(now) || b.spent >= b.daily {
 		b.refused++
 		return false, max(b.daily-b.spent, 0), reset
 	}
@@ -127,8 +141,12 @@ func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, r
 }
 
 // Settle replaces requestID's estimate with the actual cost of its cancelled
-// call, if it was charged today.
+// call, if it was charged today: it gives back at most the estimate. A cost
+// that is not an amount leaves the estimate charged.
 func (b *Budget) Settle(requestID string, actualUSD float64) {
+	if !amount(actualUSD) {
+		return
+	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -138,7 +156,7 @@ func (b *Budget) Settle(requestID string, actualUSD float64) {
 		return
 	}
 	delete(b.pending, requestID)
-	b.spent = max(b.spent-est+max(actualUSD, 0), 0)
+	b.spent = max(b.spent-est+actualUSD, 0)
 	b.dirty = true
 }
 
@@ -158,34 +176,63 @@ func (b *Budget) Snapshot() ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.roll(now)
+	data, err := json.Marshal(State{Day: b.day, Spent: b.spent, Pending: b.pending})
+	if err != nil {
+		// Never written: an empty or partial state would restart the day.
+		return nil, false
+	}
 	changed := b.dirty
 	b.dirty = false
-	data, _ := json.Marshal(State{Day: b.day, Spent: b.spent, Pending: b.pending})
 	return data, changed
 }
 
+// errState is a saved state that is not one.
+var errState = errors.New("hedge budget state: not a day and a finite, non-negative spend")
+
 // Restore replaces today's spend and pending estimates with a saved state;
-// a state of an earlier day is ignored.
+// a state of an earlier day is ignored. A state that cannot be read (empty,
+// not JSON, a spend that is not an amount) counts today as spent: the
+// budget refuses hedges until the next UTC day rather than granting a
+// budget that may already be gone.
 func (b *Budget) Restore(data []byte) error {
 	var s State
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("hedge budget state: %w", err)
+	err := json.Unmarshal(data, &s)
+	if err == nil {
+		if _, perr := time.Parse(time.DateOnly, s.Day); perr != nil || !amount(s.Spent) {
+			err = errState
+		}
 	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.roll(now)
+	if err != nil {
+		b.spent, b.dirty = b.daily, true
+		clear(b.pending)
+		return fmt.Errorf("hedge budget state unreadable, today counted as spent: %w", err)
+	}
 	if s.Day == b.day {
 		b.spent = max(s.Spent, 0)
 		clear(b.pending)
 		for id, est := range s.Pending {
-			if est > 0 {
+			if est > 0 && amount(est) {
 				b.pending[id] = est
 			}
 		}
 	}
 	return nil
 }
+
+// Durable says whether the last save of the state succeeded: while it did
+// not, no hedge is granted.
+func (b *Budget) Durable(ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unwritable = !ok
+}
+
+// amount reports whether v is an amount of money: finite, not negative.
+func amount(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
 
 // Status returns today's spend and the decision counts.
 func (b *Budget) Status() (spent, daily float64, granted, refused int64) {

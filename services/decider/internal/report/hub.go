@@ -25,6 +25,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/billing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 // Sink takes the reports of one batch. It must not block for long: it runs
@@ -101,6 +102,8 @@ type Hub struct {
 	refused atomic.Int64
 	retried atomic.Int64
 	kept    atomic.Int64 // heartbeats applied
+	// invalid counts the items dropped for failing validate's checks.
+	invalid atomic.Int64
 	// retryMin and retryMax bound the retry back-off; attempt bounds one
 	// try; giveUp bounds the retries of one reconciliation.
 	retryMin, retryMax, attempt, giveUp time.Duration
@@ -160,6 +163,10 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	hello := first.GetHello()
 	if hello == nil || hello.GetEdgeId() == "" {
 		return status.Error(codes.InvalidArgument, "the first Report message must be a hello with an edge_id")
+	}
+	if err := errors.Join(validate.ID("hello.edge_id", hello.GetEdgeId()), validate.Name("hello.region", hello.GetRegion()),
+		validate.Name("hello.version", hello.GetVersion())); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -280,6 +287,7 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 			return err
 		}
 		if a := m.GetActivity(); a != nil {
+			a = h.validActivity(c, a)
 			if h.activity != nil && len(a.GetRecords()) > 0 {
 				// Stored and acknowledged off this loop (store), so a
 				// commit's fsync never holds up the call reports and
@@ -300,12 +308,13 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 		if rb := m.GetReconcile(); rb != nil {
 			// Acknowledged by the worker once applied. A batch that does not
 			// fit is not acknowledged: the edge sends it again.
-			h.queue(c, job{reconciles: rb.GetReconciles(), ack: rb.GetSequence()})
+			h.queue(c, job{reconciles: keep(h, c, "reconcile", rb.GetReconciles(), validate.Reconcile), ack: rb.GetSequence()})
 			continue
 		}
 		if hb := m.GetHeartbeat(); hb != nil {
-			if len(hb.GetReservationIds()) > 0 {
-				h.queue(c, job{keep: hb.GetReservationIds()})
+			ids := keep(h, c, "heartbeat", hb.GetReservationIds(), func(id string) error { return validate.ID("reservation_id", id) })
+			if len(ids) > 0 {
+				h.queue(c, job{keep: ids})
 			}
 			continue
 		}
@@ -313,20 +322,57 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 		if batch == nil {
 			continue
 		}
-		n := int64(len(batch.GetReports()))
+		reports := keep(h, c, "call report", batch.GetReports(), validate.CallReport)
+		n := int64(len(reports))
 		h.received.Add(n)
 		if h.sink != nil && n > 0 {
-			h.sink(c.hello, batch.GetReports())
+			h.sink(c.hello, reports)
 		}
 		if !c.hello.GetReconcilesAcknowledged() {
 			// An older edge: its reservations are reconciled from its call
 			// reports, best effort, still off this loop.
-			if rs := fromReports(batch.GetReports()); len(rs) > 0 {
+			if rs := fromReports(reports); len(rs) > 0 {
 				h.queue(c, job{reconciles: rs})
 			}
 		}
 		h.trySend(c, &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n}}})
 	}
+}
+
+// keep returns the items of a batch that pass check, counting and logging
+// those that do not. A bad item is dropped, not the stream: the rest of its
+// batch is good, and an edge that sent it would only send it again. A
+// dropped reconciliation or activity record is acknowledged with its batch,
+// as one that can never be applied is.
+func keep[T any](h *Hub, c *conn, what string, items []T, check func(T) error) []T {
+	var out []T
+	for i, it := range items {
+		err := check(it)
+		if err == nil {
+			if out != nil {
+				out = append(out, it)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]T, 0, len(items)), items[:i]...)
+		}
+		h.invalid.Add(1)
+		h.logger.Warn("invalid item dropped", "what", what, "edge", c.hello.GetEdgeId(), "err", err)
+	}
+	if out == nil {
+		return items
+	}
+	return out
+}
+
+// validActivity is the batch a with its invalid records dropped.
+func (h *Hub) validActivity(c *conn, a *switchboardv1.ActivityBatch) *switchboardv1.ActivityBatch {
+	recs := keep(h, c, "activity record", a.GetRecords(), validate.ActivityRecord)
+	if len(recs) == len(a.GetRecords()) {
+		return a
+	}
+	return &switchboardv1.ActivityBatch{Records: recs, Sequence: a.GetSequence()}
 }
 
 // store writes a stream's activity batches, each write taking every batch
@@ -603,6 +649,10 @@ func (h *Hub) Refused() int64 { return h.refused.Load() }
 
 // Retried returns how many reservation attempts failed and were retried.
 func (h *Hub) Retried() int64 { return h.retried.Load() }
+
+// Invalid returns how many call reports, reconciliations, reservation ids
+// and activity records were dropped for failing their checks.
+func (h *Hub) Invalid() int64 { return h.invalid.Load() }
 
 // Heartbeats returns how many reservation heartbeats were applied.
 func (h *Hub) Heartbeats() int64 { return h.kept.Load() }

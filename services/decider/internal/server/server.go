@@ -24,6 +24,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 // Server implements switchboardv1.DeciderServiceServer.
@@ -79,6 +80,9 @@ func (s *Server) ready() (*routing.Router, error) {
 func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 	r, err := s.ready()
 	if err != nil {
+		return nil, err
+	}
+	if err := invalid(validate.Decide(req)); err != nil {
 		return nil, err
 	}
 	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun())
@@ -254,8 +258,8 @@ func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRe
 // The budget is held by the replica that owns the rate-limit broker, so the
 // decision is atomic across every edge and replica; others forward.
 func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
-	if req.GetRequestId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "request_id is required")
+	if err := invalid(validate.AcquireHedge(req)); err != nil {
+		return nil, err
 	}
 	if a := s.adm.Load(); a != nil {
 		c, err := a.Forward(ctx)
@@ -273,6 +277,9 @@ func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHed
 // SettleHedge implements [switchboardv1.DeciderServiceServer.SettleHedge]: settled
 // where the budget is held, like AcquireHedge.
 func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedgeRequest) (*switchboardv1.SettleHedgeResponse, error) {
+	if err := invalid(validate.SettleHedge(req)); err != nil {
+		return nil, err
+	}
 	if a := s.adm.Load(); a != nil {
 		c, err := a.Forward(ctx)
 		if err != nil {
@@ -292,6 +299,9 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
 	tenant, store, err := s.activityFor(ctx, switchboardv1.DeciderService_ListActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
+		return nil, err
+	}
+	if err := invalid(validate.Model("model", req.GetModel())); err != nil {
 		return nil, err
 	}
 	q := activity.Query{Tenant: tenant, Model: req.GetModel(), Limit: int(req.GetLimit()), Cursor: req.GetCursor()}
@@ -322,6 +332,9 @@ func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivity
 	}
 	if req.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "id is required")
+	}
+	if err := invalid(validate.ID("id", req.GetId())); err != nil {
+		return nil, err
 	}
 	rec, err := store.Get(ctx, tenant, req.GetId())
 	if errors.Is(err, activity.ErrNotFound) {
@@ -354,7 +367,8 @@ func (s *Server) activityFor(ctx context.Context, method string, id *switchboard
 // api_key_sha256 is authenticated and its identity resolved; a trusted
 // caller's tenant_id must name a tenant.
 func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	if _, err := s.ready(); err != nil {
+	r, err := s.ready()
+	if err != nil {
 		return nil, err
 	}
 	a, err := s.admission()
@@ -363,6 +377,14 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	}
 	if req.GetEndpointId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
+	}
+	if err := invalid(validate.Reserve(req)); err != nil {
+		return nil, err
+	}
+	// An endpoint the catalog does not have would open buckets nobody
+	// configured, in the broker's snapshot, for nothing that can be called.
+	if _, _, ok := r.Endpoint(req.GetEndpointId()); !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "endpoint_id: no endpoint %q in the catalog", req.GetEndpointId())
 	}
 	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false)
 	if err != nil {
@@ -386,6 +408,9 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 	if req.GetReservationId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
 	}
+	if err := invalid(validate.Reconcile(req)); err != nil {
+		return nil, err
+	}
 	var resp *switchboardv1.ReconcileResponse
 	err = s.reconcileLocal(ctx, a, req, func() (err error) {
 		resp, err = a.Reconcile(ctx, req, s.allow(ctx))
@@ -405,6 +430,9 @@ func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepRe
 	}
 	if len(req.GetReservationIds()) > maxKeep {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d reservation ids per call", maxKeep)
+	}
+	if err := invalid(validate.ReservationIDs(req.GetReservationIds())); err != nil {
+		return nil, err
 	}
 	n, err := a.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
 	if err != nil {
@@ -447,6 +475,15 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 // edges reach it (the auth interceptor refuses every other role).
 func (s *Server) Report(stream switchboardv1.DeciderService_ReportServer) error {
 	return s.hub.Serve(stream)
+}
+
+// invalid is a failed field check as the caller sees it: INVALID_ARGUMENT
+// naming the field.
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return status.Error(codes.InvalidArgument, err.Error())
 }
 
 func toStatus(err error) error {

@@ -64,20 +64,23 @@ type fixture struct {
 	router *routing.Router
 	act    *activity.Store
 	adm    *admission.Admission
+	broker *broker.Broker
+	budget *hedge.Budget
 	caller atomic.Pointer[auth.Principal]
 }
 
 // start serves a Server over bufconn. ready installs the router, the
 // activity log and admission (on embedded etcd); otherwise the server is as
 // at start-up, before the catalog is loaded.
-func start(t *testing.T, ready bool) *fixture {
+func start(t testing.TB, ready bool) *fixture {
 	t.Helper()
 	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
 	c, err := catalog.Parse([]byte(testCatalog))
 	require.NoError(t, err)
 	authn := auth.New()
 	authn.SetCatalog(c)
-	f := &fixture{srv: server.New(hub, hedge.New(1, nil), authn)}
+	f := &fixture{budget: hedge.New(1, nil)}
+	f.srv = server.New(hub, f.budget, authn)
 
 	// Calls are made as f.caller, as the authentication interceptor would
 	// have found it (none: as a caller of every tenant).
@@ -100,7 +103,7 @@ func start(t *testing.T, ready bool) *fixture {
 }
 
 // install makes the server ready: router, activity log and admission.
-func (f *fixture) install(t *testing.T) {
+func (f *fixture) install(t testing.TB) {
 	t.Helper()
 	c, err := catalog.Parse([]byte(testCatalog))
 	require.NoError(t, err)
@@ -108,6 +111,7 @@ func (f *fixture) install(t *testing.T) {
 	require.NoError(t, err)
 	b, err := broker.New(bcfg, broker.Options{})
 	require.NoError(t, err)
+	f.broker = b
 	st := etcdtest.Connect(t, etcdtest.Start(t))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -340,7 +344,7 @@ func TestActivityIsTenantScoped(t *testing.T) {
 
 // serve registers srv on gs, serves it over bufconn until the test ends and
 // returns a client of it.
-func serve(t *testing.T, gs *grpc.Server, srv *server.Server) switchboardv1.DeciderServiceClient {
+func serve(t testing.TB, gs *grpc.Server, srv *server.Server) switchboardv1.DeciderServiceClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	switchboardv1.RegisterDeciderServiceServer(gs, srv)
