@@ -10,6 +10,7 @@
 package validate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -75,7 +76,8 @@ func join(prefix string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if e, ok := err.(*Error); ok {
+	var e *Error
+	if errors.As(err, &e) {
 		return &Error{Field: prefix + "." + e.Field, Reason: e.Reason}
 	}
 	return err
