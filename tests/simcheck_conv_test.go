@@ -476,7 +476,19 @@ func runConvReal(t *testing.T, scale float64, trace []convTraceLine) []convServe
 	}
 	t.Logf("real run: %d requests in %s", len(trace), time.Since(start).Round(time.Millisecond))
 
-	calls := log.calls(t)
+	// provsim logs a call once its handler returns, which may be just after
+	// the client read the answer's last byte: wait until every request's
+	// answering call is in the log.
+	var calls map[int64][]convCall
+	require.Eventually(t, func() bool {
+		calls = log.calls(t)
+		for _, l := range trace {
+			if !slices.ContainsFunc(calls[l.PromptTokens], func(c convCall) bool { return c.outcome == "ok" }) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "every answered request's call is in provsim's log")
 	turn := turns(trace)
 	out := make([]convServed, len(trace))
 	for i, l := range trace {

@@ -55,15 +55,39 @@ func suspect(l *leg) bool {
 	return failclass.RequestSuspect(r.Class(), r.Status, r.ProviderErrorCode) || failclass.IsAccount(r.Class(), r.ProviderErrorCode)
 }
 
+// mayRepeat reports whether another source of l's failure (see blame) is
+// left in the request's plan, untried: only then can the failure turn out
+// to be the request's, and holding it be worth delaying its pause. An
+// account refusal with no other account left to try is that account's at
+// once (paused before the next request), as a request that may not fall
+// back shows.
+func (s *serving) mayRepeat(l *leg) bool {
+	if !failclass.IsAccount(l.Result.Class(), l.Result.ProviderErrorCode) {
+		return true
+	}
+	mine := blame(l)
+	for _, ep := range s.plan {
+		if !s.tried(ep.GetId()) && accountBlame(ep) != mine {
+			return true
+		}
+	}
+	return false
+}
+
 // blame is what a repeated failure must come from twice to be the
 // request's: another endpoint, or, for an account refusal, another provider
 // account (the provider and the credential the endpoint is called with), as
 // two endpoints of one account refusing is that account refusing.
 func blame(l *leg) string {
 	if failclass.IsAccount(l.Result.Class(), l.Result.ProviderErrorCode) {
-		return "account:" + l.Endpoint.GetProvider() + "|" + l.Endpoint.GetApiKeyEnv()
+		return accountBlame(l.Endpoint)
 	}
 	return "endpoint:" + l.Endpoint.GetId()
+}
+
+// accountBlame names the provider account ep is called with, as blame does.
+func accountBlame(ep *switchboardv1.Endpoint) string {
+	return "account:" + ep.GetProvider() + "|" + ep.GetApiKeyEnv()
 }
 
 // sameFailure reports whether two failed legs failed the same way: the same

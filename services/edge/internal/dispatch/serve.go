@@ -43,6 +43,8 @@ type serving struct {
 	// once two endpoints failed it the same way.
 	held     []*leg
 	repeated *Failure
+	// plan is the endpoints the request may try, in order (serve).
+	plan []*switchboardv1.Endpoint
 
 	// legsBuf and attemptsBuf back legs and attempts up to two entries,
 	// all most requests have, so that they cost no allocation of their own.
@@ -62,6 +64,7 @@ func newServing(d *Dispatcher, call Call, w http.ResponseWriter) *serving {
 func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint) error {
 	d := s.d
 	plan := d.plan(endpoints)
+	s.plan = plan
 	if len(plan) == 0 {
 		return &Failure{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_available_provider",
 			Message: "no provider is available for this request"}
@@ -358,7 +361,7 @@ func (s *serving) settle(l *leg) {
 	cancelled := l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED && !l.Result.Committed
 	if !l.Result.Committed && !cancelled {
 		s.lastFailed = l
-		if s.call.ProbeID == "" && suspect(l) {
+		if s.call.ProbeID == "" && suspect(l) && s.mayRepeat(l) {
 			// Maybe the request's failure, not the endpoint's: held until
 			// the request's outcome says.
 			s.hold(l)
