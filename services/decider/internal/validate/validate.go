@@ -45,9 +45,10 @@ const (
 	// preferences, quality failures, rate-limit headers, prefixes,
 	// attempts of one activity record).
 	MaxList = 64
-	// MaxTokens bounds every token count: no model's context or output
-	// comes near it.
-	MaxTokens = 100_000_000
+	// MaxTokens bounds every token count: the largest max_tokens a client
+	// may ask for (an int32, as OpenAI's API takes it), far above any
+	// model's context, so that a count cannot overflow what it is added to.
+	MaxTokens = math.MaxInt32
 	// MaxUSD bounds every amount of money of one call or reservation.
 	MaxUSD = 100_000
 	// MaxGrantLen bounds an activity record's copy of its decision's
