@@ -89,14 +89,7 @@ func pairedDiff(a, b Summary, key string) (diff, hw, meanB float64, ok bool) {
 	if len(ds) == 0 {
 		return 0, 0, 0, false
 	}
-	m := mean(ds)
-	if len(ds) > 1 {
-		ss := 0.0
-		for _, x := range ds {
-			ss += (x - m) * (x - m)
-		}
-		hw = tQuantile975(len(ds)-1) * math.Sqrt(ss/float64(len(ds)-1)) / math.Sqrt(float64(len(ds)))
-	}
+	m, hw := meanInterval(ds)
 	return m, hw, mean(bs), true
 }
 

@@ -320,6 +320,12 @@ func (s Summary) interval(key string) (float64, float64) {
 			xs = append(xs, v)
 		}
 	}
+	return meanInterval(xs)
+}
+
+// meanInterval is the mean of xs and the half-width of its 95 % confidence
+// interval by Student's t (0 with fewer than two values).
+func meanInterval(xs []float64) (float64, float64) {
 	m := mean(xs)
 	if len(xs) < 2 {
 		return m, 0
