@@ -383,8 +383,18 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	}
 	// An endpoint the catalog does not have would open buckets nobody
 	// configured, in the broker's snapshot, for nothing that can be called.
-	if _, _, ok := r.Endpoint(req.GetEndpointId()); !ok {
+	model, _, ok := r.Endpoint(req.GetEndpointId())
+	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "endpoint_id: no endpoint %q in the catalog", req.GetEndpointId())
+	}
+	// The model names the tenant's per-model buckets: one that is not the
+	// endpoint's would charge another model's limits, or none.
+	switch req.GetModel() {
+	case "":
+		req.Model = model
+	case model:
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "model: the endpoint %q serves %q", req.GetEndpointId(), model)
 	}
 	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false)
 	if err != nil {
