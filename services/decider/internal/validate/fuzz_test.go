@@ -23,12 +23,12 @@ func FuzzReportItems(f *testing.F) {
 	seeds := []proto.Message{
 		&switchboardv1.CallReport{RequestId: "r", Model: "m", EndpointId: "p/m", PromptTokens: 100, StartTime: at,
 			Ttft: durationpb.New(3e8), Duration: durationpb.New(1e9), Outcome: switchboardv1.Outcome_OUTCOME_OK,
-			Usage: &switchboardv1.Usage{InputTokens: 100, CachedInputTokens: 50, OutputTokens: 10, CostUsd: 0.01},
+			Usage:            &switchboardv1.Usage{InputTokens: 100, CachedInputTokens: 50, OutputTokens: 10, CostUsd: 0.01},
 			RateLimitHeaders: []*switchboardv1.Header{{Name: "retry-after", Value: "5"}}, Prefixes: []*switchboardv1.PromptPrefix{{Tokens: 50}}},
 		&switchboardv1.ActivityRecord{Id: "gen-1", CreateTime: at, TenantId: "acme", Model: "m", EndpointId: "p/m", CostUsd: 0.01,
 			Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5}, Grant: make([]byte, 16),
 			Attempts: []*switchboardv1.Attempt{{EndpointId: "p/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, CostUsd: 0.01}},
-			Hedge: &switchboardv1.HedgeInfo{WinnerEndpointId: "p/m", LoserCostUsd: 0.001}},
+			Hedge:    &switchboardv1.HedgeInfo{WinnerEndpointId: "p/m", LoserCostUsd: 0.001}},
 	}
 	for i, m := range seeds {
 		b, err := proto.Marshal(m)
