@@ -513,14 +513,14 @@ func structureError(raw json.RawMessage) *Error {
 // (images and audio carry no text). extra is a canonical encoding of the
 // non-text parts, so that they still count in the prefix fingerprint. Null or
 // absent content is allowed only where OpenAI allows it: an assistant
-// message carrying tool calls. Each part is checked as OpenAI checks it: a
+// message carrying tool calls, and a (deprecated) function message. Each part is checked as OpenAI checks it: a
 // type the role may send, with the member that type needs.
 func contentText(m wireMessage, role string, i int) (text, extra string, err error) {
 	param := func() string { return messageParam(i) + ".content" }
 	switch c := m.Content.(type) {
 	case nil:
 		hasCalls := (len(m.ToolCalls) > 0 && !isNull(m.ToolCalls)) || (len(m.Function) > 0 && !isNull(m.Function))
-		if role == "assistant" && hasCalls {
+		if role == "assistant" && hasCalls || role == "function" {
 			return "", "", nil
 		}
 		return "", "", missingErr(param())

@@ -110,7 +110,7 @@ func TestParseValid(t *testing.T) {
 						{"id":"c2","type":"custom","custom":{"name":"grammar","input":"x"}}]},
 					{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"sunny"}]},
 					{"role":"assistant","function_call":{"name":"f","arguments":"{}"}},
-					{"role":"function","name":"f","content":"r"}]}`,
+					{"role":"function","name":"f","content":"r"},{"role":"function","name":"f","content":null}]}`,
 			check: func(t *testing.T, r *Request) {
 				require.EqualValues(t, 1, r.MaxOutputTokens)
 				require.Contains(t, r.Fields, "x_unknown")
