@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
@@ -447,119 +446,6 @@ func writeString(w io.Writer, s string, buf []byte) []byte {
 		s = s[n:]
 	}
 	return buf
-}
-
-// checkMessage checks what a message's role requires of it, but its
-// content (see contentText), and returns its role and name.
-func checkMessage(m wireMessage, i int) (role, name string, err error) {
-	param := messageParam(i)
-	if m.Role == nil {
-		return "", "", missingErr(param + ".role")
-	}
-	role, ok := m.Role.(string)
-	if !ok {
-		return "", "", typeErrOf(param+".role", "a string", m.Role)
-	}
-	if !slices.Contains(roles, role) {
-		return "", "", enumErr(param+".role", role, roles...)
-	}
-	if m.Name != nil {
-		if name, ok = m.Name.(string); !ok {
-			return "", "", typeErrOf(param+".name", "a string", m.Name)
-		}
-	} else if role == "function" {
-		return "", "", missingErr(param + ".name")
-	}
-	if role == "tool" {
-		if m.ToolCallID == nil {
-			return "", "", missingErr(param + ".tool_call_id")
-		}
-		if _, ok := m.ToolCallID.(string); !ok {
-			return "", "", typeErrOf(param+".tool_call_id", "a string", m.ToolCallID)
-		}
-	}
-	if role == "assistant" {
-		if len(m.ToolCalls) > 0 && !isNull(m.ToolCalls) {
-			if err := checkToolCalls(m.ToolCalls, param+".tool_calls"); err != nil {
-				return "", "", err
-			}
-		}
-		if len(m.Function) > 0 && !isNull(m.Function) {
-			if err := checkFunctionCall(m.Function, param+".function_call"); err != nil {
-				return "", "", err
-			}
-		}
-	}
-	return role, name, nil
-}
-
-// structureError explains why messages did not decode as an array of
-// objects. It runs only for bad requests, so it may be slow.
-func structureError(raw json.RawMessage) *Error {
-	items, ok := arrayOf(raw)
-	if !ok {
-		return typeErr("messages", "an array of objects", raw)
-	}
-	for i, it := range items {
-		if !isObject(it) && !isNull(it) {
-			return typeErr(messageParam(i), "an object", it)
-		}
-	}
-	return typeErr("messages", "an array of objects", raw)
-}
-
-// contentText flattens a message's content to the text that is counted: a
-// string as is, an array of parts as the concatenation of its text parts
-// (images and audio carry no text). extra is a canonical encoding of the
-// non-text parts, so that they still count in the prefix fingerprint. Null or
-// absent content is allowed only where OpenAI allows it: an assistant
-// message carrying tool calls, and a (deprecated) function message. Each part is checked as OpenAI checks it: a
-// type the role may send, with the member that type needs.
-func contentText(m wireMessage, role string, i int) (text, extra string, err error) {
-	param := func() string { return messageParam(i) + ".content" }
-	switch c := m.Content.(type) {
-	case nil:
-		hasCalls := (len(m.ToolCalls) > 0 && !isNull(m.ToolCalls)) || (len(m.Function) > 0 && !isNull(m.Function))
-		if role == "assistant" && hasCalls || role == "function" {
-			return "", "", nil
-		}
-		return "", "", missingErr(param())
-	case string:
-		return c, "", nil
-	case []any:
-		if len(c) == 0 && role != "assistant" {
-			return "", "", emptyArrayErr(param())
-		}
-		var b, x strings.Builder
-		for j, p := range c {
-			pp := func() string { return fmt.Sprintf("%s[%d]", param(), j) }
-			part, ok := p.(map[string]any)
-			if !ok {
-				return "", "", typeErrOf(pp(), "an object", p)
-			}
-			typ, ok := part["type"].(string)
-			if !ok {
-				return "", "", anyMissingOrType(part["type"], pp()+".type", "a string")
-			}
-			if typ != "text" {
-				if err := checkPart(part, typ, role, pp()); err != nil {
-					return "", "", err
-				}
-				// Maps marshal with sorted keys: a canonical form.
-				enc, _ := json.Marshal(part)
-				x.Write(enc)
-				continue
-			}
-			t, ok := part["text"].(string)
-			if !ok {
-				return "", "", anyMissingOrType(part["text"], pp()+".text", "a string")
-			}
-			b.WriteString(t)
-		}
-		return b.String(), x.String(), nil
-	default:
-		return "", "", typeErrOf(param(), "one of a string or array of objects", c)
-	}
 }
 
 func parseStreamOptions(raw json.RawMessage) (bool, error) {

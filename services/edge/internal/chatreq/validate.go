@@ -29,20 +29,6 @@ const (
 	maxMetadataValue = 512
 )
 
-// roles are the message roles OpenAI accepts, in the order its errors list
-// them; function is deprecated but still accepted.
-var roles = []string{"system", "assistant", "user", "function", "tool", "developer"}
-
-// partTypes are the content part types each role may send.
-var partTypes = map[string][]string{
-	"system":    {"text"},
-	"developer": {"text"},
-	"user":      {"text", "image_url", "input_audio", "file"},
-	"assistant": {"text", "refusal"},
-	"tool":      {"text"},
-	"function":  {"text"},
-}
-
 // checkOptions checks the optional top-level fields OpenAI types and
 // bounds, other than the ones Parse reads itself (stream, stream_options,
 // max_tokens, max_completion_tokens, n, provider).
@@ -377,112 +363,6 @@ func checkResponseFormat(raw json.RawMessage) error {
 		return err
 	}
 	return optionalBool(js, param, "strict")
-}
-
-// checkToolCalls checks an assistant message's tool_calls: a non-empty
-// array of {id, type: "function", function: {name, arguments}} (or
-// {id, type: "custom", custom: {name, input}}).
-func checkToolCalls(raw json.RawMessage, param string) error {
-	items, ok := arrayOf(raw)
-	if !ok {
-		return typeErr(param, "an array of objects", raw)
-	}
-	if len(items) == 0 {
-		return emptyArrayErr(param)
-	}
-	for i, it := range items {
-		p := fmt.Sprintf("%s[%d]", param, i)
-		call, ok := objectOf(it)
-		if !ok {
-			return typeErr(p, "an object", it)
-		}
-		if _, err := requiredString(call, p+".id"); err != nil {
-			return err
-		}
-		typ, err := requiredString(call, p+".type")
-		if err != nil {
-			return err
-		}
-		arg := "arguments"
-		switch typ {
-		case "function":
-		case "custom":
-			arg = "input"
-		default:
-			return enumErr(p+".type", typ, "function", "custom")
-		}
-		def, err := requiredObject(call, p+"."+typ, typ)
-		if err != nil {
-			return err
-		}
-		if _, err := requiredString(def, p+"."+typ+".name"); err != nil {
-			return err
-		}
-		if _, err := requiredString(def, p+"."+typ+"."+arg); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkFunctionCall checks an assistant message's deprecated
-// function_call: {name, arguments}.
-func checkFunctionCall(raw json.RawMessage, param string) error {
-	obj, ok := objectOf(raw)
-	if !ok {
-		return typeErr(param, "an object", raw)
-	}
-	if _, err := requiredString(obj, param+".name"); err != nil {
-		return err
-	}
-	_, err := requiredString(obj, param+".arguments")
-	return err
-}
-
-// checkPart checks a content part other than text (see contentText) of a
-// message of the given role: its type is one the role may send, and the
-// member named by its type is what that type needs.
-func checkPart(part map[string]any, typ, role, param string) error {
-	if !slices.Contains(partTypes[role], typ) {
-		return enumErr(param+".type", typ, partTypes[role]...)
-	}
-	if typ == "refusal" {
-		if _, ok := part["refusal"].(string); !ok {
-			return anyMissingOrType(part["refusal"], param+".refusal", "a string")
-		}
-		return nil
-	}
-	obj, ok := part[typ].(map[string]any)
-	if !ok {
-		return anyMissingOrType(part[typ], param+"."+typ, "an object")
-	}
-	switch typ {
-	case "image_url":
-		if _, ok := obj["url"].(string); !ok {
-			return anyMissingOrType(obj["url"], param+".image_url.url", "a string")
-		}
-	case "input_audio":
-		if _, ok := obj["data"].(string); !ok {
-			return anyMissingOrType(obj["data"], param+".input_audio.data", "a string")
-		}
-		format, ok := obj["format"].(string)
-		if !ok {
-			return anyMissingOrType(obj["format"], param+".input_audio.format", "a string")
-		}
-		if format != "wav" && format != "mp3" {
-			return enumErr(param+".input_audio.format", format, "wav", "mp3")
-		}
-	}
-	return nil
-}
-
-// anyMissingOrType is the error of a decoded member v that is not of the
-// expected type: missing when absent or null, else of the wrong type.
-func anyMissingOrType(v any, param, expected string) *Error {
-	if v == nil {
-		return missingErr(param)
-	}
-	return typeErrOf(param, expected, v)
 }
 
 // requiredString reads obj's member named by param's last element: a
