@@ -9,6 +9,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -493,6 +494,10 @@ func invalid(err error) error {
 	if err == nil {
 		return nil
 	}
+	var ve *validate.Error
+	if errors.As(err, &ve) {
+		return fieldStatus(err.Error(), ve.Field, "INVALID_VALUE")
+	}
 	return status.Error(codes.InvalidArgument, err.Error())
 }
 
@@ -505,11 +510,28 @@ func toStatus(err error) error {
 	case routing.KindNotFound:
 		return status.Error(codes.NotFound, re.Msg)
 	case routing.KindInvalid:
-		return status.Error(codes.InvalidArgument, re.Msg)
+		return fieldStatus(re.Msg, re.Field, re.Reason)
 	case routing.KindUnavailable:
 		return status.Error(codes.FailedPrecondition, re.Msg)
 	}
 	return status.Error(codes.Internal, re.Msg)
+}
+
+// fieldStatus is INVALID_ARGUMENT with msg and, when field is set, a
+// google.rpc.BadRequest naming it (its proto path) and the reason it is
+// wrong: what lets the edge answer its client with the client's own field.
+func fieldStatus(msg, field, reason string) error {
+	st := status.New(codes.InvalidArgument, msg)
+	if field == "" {
+		return st.Err()
+	}
+	d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+		{Field: field, Description: msg, Reason: reason},
+	}})
+	if err != nil {
+		return st.Err()
+	}
+	return d.Err()
 }
 
 func newID() string {
