@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"google.golang.org/protobuf/proto"
+
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
@@ -25,6 +27,22 @@ func (s *Server) grant(resp *switchboardv1.DecideResponse) {
 	if g := s.grants.Load(); g != nil {
 		resp.Grant = g.Issue(resp.GetRequestId(), resp.GetIdentity().GetTenantId(), resp.GetIdentity().GetApiKeyId())
 	}
+}
+
+// withKeyHash is the resolved identity a reservation is asked with, with
+// the key hash the caller sent (if any): the broker reads only the
+// resolved fields, but a replica forwards the request to the broker's
+// owner, which checks it by the caller's own rules again, and an edge acts
+// only for an identity carrying api_key_sha256. resolved itself, which
+// Decide answers with, is left as it was.
+func withKeyHash(resolved, asked *switchboardv1.Identity) *switchboardv1.Identity {
+	h := asked.GetApiKeySha256()
+	if h == "" || resolved == nil {
+		return resolved
+	}
+	id := proto.CloneOf(resolved)
+	id.ApiKeySha256 = h
+	return id
 }
 
 // allow is the caller's authorisation for operations on existing
