@@ -466,8 +466,8 @@ type Decider struct {
 	cool     *cooldown.Tracker
 	exps     *experiment.Manager
 	settleQ  chan settlement // from activity batches to the budget's owner
-	tlsSrv   *tlsfiles.Creds                     // the server's credentials, nil in plaintext
-	tlsPeer  *tlsfiles.Creds                     // the client credentials to other replicas, nil in plaintext
+	tlsSrv   *tlsfiles.Creds // the server's credentials, nil in plaintext
+	tlsPeer  *tlsfiles.Creds // the client credentials to other replicas, nil in plaintext
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
 	healthSrv *grpc.Server
 	healthLis net.Listener
