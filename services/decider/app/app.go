@@ -459,6 +459,7 @@ type Decider struct {
 	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
 	grants   atomic.Pointer[grant.Signer]   // set before actLog
 	forged   atomic.Int64                   // activity records dropped for want of a valid grant
+	overCaps atomic.Int64                   // activity records dropped for a bill beyond their decision's caps
 	broker   *broker.Broker
 	adm      *admission.Admission
 	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
@@ -722,17 +723,22 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 // real cost of each cancelled hedge leg: at once when this replica holds the
 // budget, else queued for the replica that does, never waiting for it. Only
 // records whose grant matches a decision the deciders made for their
-// request, tenant and key are taken; the others (forged, or from an edge
-// that does not copy grants) are dropped, counted and logged.
+// request, tenant, key and caps, and whose bill is within those caps, are
+// taken; the others (forged, from an edge that does not copy grants, or
+// billing more than the decision allowed) are dropped, counted and logged.
 func (d *Decider) onActivity(ctx context.Context, edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error {
 	act := d.actLog.Load()
 	if act == nil {
 		return errors.New("the activity log is not open yet")
 	}
-	records, dropped := d.grants.Load().Filter(records)
-	if dropped > 0 {
-		d.forged.Add(int64(dropped))
-		d.logger.Warn("activity records without a valid grant dropped", "edge", edge.GetEdgeId(), "records", dropped)
+	records, refused := d.grants.Load().Filter(records)
+	if n := refused.Ungranted; n > 0 {
+		d.forged.Add(int64(n))
+		d.logger.Warn("activity records without a valid grant dropped", "edge", edge.GetEdgeId(), "records", n)
+	}
+	if n := refused.OverCaps; n > 0 {
+		d.overCaps.Add(int64(n))
+		d.logger.Warn("activity records beyond their decision's caps dropped", "edge", edge.GetEdgeId(), "records", n, "first", refused.Why)
 	}
 	// Settle before the records become readable, so whoever reads a hedged
 	// call's record sees the budget settled too; a batch that fails to store
@@ -985,6 +991,11 @@ func (d *Decider) EtcdEndpoint() string {
 // ActivityRejected returns how many activity records were dropped because
 // their grant did not match their request, tenant and key (or was missing).
 func (d *Decider) ActivityRejected() int64 { return d.forged.Load() }
+
+// ActivityOverCaps returns how many activity records were dropped because,
+// with a valid grant, their tokens or costs exceeded the caps of the
+// decision it names.
+func (d *Decider) ActivityOverCaps() int64 { return d.overCaps.Load() }
 
 // ReportsInvalid returns how many call reports, reconciliations,
 // reservation ids and activity records the Report stream dropped for

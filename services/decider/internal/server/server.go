@@ -96,12 +96,12 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.grant(resp)
 	if req.GetReserve() && !req.GetDryRun() {
 		if err := s.reserve(ctx, req, resp); err != nil {
 			return nil, err
 		}
 	}
+	s.grant(r, req, resp)
 	return resp, nil
 }
 
