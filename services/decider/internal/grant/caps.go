@@ -7,6 +7,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 // UnknownContextTokens is the context window an endpoint is taken to have
@@ -72,6 +73,10 @@ func NewCaps(eps []Endpoint, maxPrice billing.MaxPrice, maxTokens, inputTokens i
 		c.MaxCostUsd = max(c.MaxCostUsd, bill)
 		c.MaxAttemptsCostUsd += billing.ListCost(p, u)
 	}
+	// No record beyond the boundary's bounds is taken anyway (validate);
+	// caps within them are never refused there.
+	c.MaxInputTokens, c.MaxOutputTokens = min(c.MaxInputTokens, validate.MaxTokens), min(c.MaxOutputTokens, validate.MaxTokens)
+	c.MaxCostUsd, c.MaxAttemptsCostUsd = min(c.MaxCostUsd, validate.MaxUSD), min(c.MaxAttemptsCostUsd, validate.MaxUSD)
 	return c
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 func ptr(f float64) *float64 { return &f }
@@ -56,6 +57,10 @@ func TestNewCaps(t *testing.T) {
 			want: &switchboardv1.DecisionCaps{MaxInputTokens: 1000, MaxOutputTokens: 1000},
 		},
 		{name: "no endpoint", want: &switchboardv1.DecisionCaps{}},
+		{
+			name: "bounded as the boundary bounds a record", eps: []Endpoint{{ContextLength: 1 << 40, Price: pricing.Price{Input: 1e6, Output: 1e6}}},
+			want: &switchboardv1.DecisionCaps{MaxInputTokens: validate.MaxTokens, MaxOutputTokens: validate.MaxTokens, MaxCostUsd: validate.MaxUSD, MaxAttemptsCostUsd: validate.MaxUSD},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
