@@ -97,12 +97,12 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.grant(resp)
 	if req.GetReserve() && !req.GetDryRun() {
 		if err := s.reserve(ctx, req, resp); err != nil {
 			return nil, err
 		}
 	}
+	s.grant(r, req, resp)
 	return resp, nil
 }
 
@@ -139,7 +139,7 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 			key = k + "|" + ep.GetId()
 		}
 		rr, err := s.reserveLocal(ctx, a, &switchboardv1.ReserveRequest{
-			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: resp.GetIdentity(),
+			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: withKeyHash(resp.GetIdentity(), req.GetIdentity()),
 			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(), MaxWait: wait,
 		})
 		return rr, d, err
@@ -401,7 +401,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if err != nil {
 		return nil, err
 	}
-	req.Identity = id
+	req.Identity = withKeyHash(id, req.GetIdentity())
 	resp, err := s.reserveLocal(ctx, a, req)
 	if err != nil {
 		return nil, err

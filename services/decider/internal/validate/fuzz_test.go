@@ -27,6 +27,7 @@ func FuzzReportItems(f *testing.F) {
 			RateLimitHeaders: []*switchboardv1.Header{{Name: "retry-after", Value: "5"}}, Prefixes: []*switchboardv1.PromptPrefix{{Tokens: 50}}},
 		&switchboardv1.ActivityRecord{Id: "gen-1", CreateTime: at, TenantId: "acme", Model: "m", EndpointId: "p/m", CostUsd: 0.01,
 			Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5}, Grant: make([]byte, 16),
+			Caps:     &switchboardv1.DecisionCaps{MaxInputTokens: 200_000, MaxOutputTokens: 8192, MaxCostUsd: 0.5, MaxAttemptsCostUsd: 1},
 			Attempts: []*switchboardv1.Attempt{{EndpointId: "p/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, CostUsd: 0.01}},
 			Hedge:    &switchboardv1.HedgeInfo{WinnerEndpointId: "p/m", LoserCostUsd: 0.001}},
 	}

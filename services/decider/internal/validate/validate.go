@@ -423,6 +423,10 @@ func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 		Model("hedge.winner_endpoint_id", r.GetHedge().GetWinnerEndpointId()),
 		Model("hedge.loser_endpoint_id", r.GetHedge().GetLoserEndpointId()),
 		USD("hedge.loser_cost_usd", r.GetHedge().GetLoserCostUsd()),
+		Tokens("caps.max_input_tokens", r.GetCaps().GetMaxInputTokens()),
+		Tokens("caps.max_output_tokens", r.GetCaps().GetMaxOutputTokens()),
+		USD("caps.max_cost_usd", r.GetCaps().GetMaxCostUsd()),
+		USD("caps.max_attempts_cost_usd", r.GetCaps().GetMaxAttemptsCostUsd()),
 	)
 	if err != nil {
 		return err

@@ -522,6 +522,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		TenantID:     resp.GetIdentity().GetTenantId(),
 		APIKeyID:     resp.GetIdentity().GetApiKeyId(),
 		Grant:        resp.GetGrant(),
+		GrantCaps:    resp.GetCaps(),
 		PromptTokens: req.InputTokens,
 		Stream:       req.Stream,
 		IncludeUsage: req.IncludeUsage,
