@@ -62,3 +62,35 @@ tenants:
 	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusOK }, 30*time.Second, 50*time.Millisecond,
 		"ready again once etcd is back")
 }
+
+// A decider whose etcd does not answer still stops within its own bounds
+// (each final write has a timeout): before, a replica campaigning behind
+// the owner waited in the election's resignation for etcd to come back.
+func TestDeciderStopsWhileItsEtcdIsFrozen(t *testing.T) {
+	dir := t.TempDir()
+	cat := fmt.Sprintf(`
+models:
+  - id: %[1]s
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1, upstream_model: %[2]s, price: {input: 0.1, output: 0.5}}
+tenants:
+  - id: acme
+    api_keys_sha256: [%[3]s]
+`, model, simModel, catalog.HashKey(testKey))
+	owner := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
+		Catalog: writeCatalog(t, dir, cat), ID: "frozen-owner", Exploration: -1})
+	f := startFreezer(t, strings.TrimPrefix(owner.EtcdEndpoint(), "http://"))
+	d, err := deciderapp.Start(t.Context(), deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.ln.Addr().String()},
+		DataDir: t.TempDir(), ID: "frozen-replica", Exploration: -1, TokenFile: tokenFile(t, testReplicaToken)}, quietLogger(nil))
+	require.NoError(t, err)
+	f.set(true)
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(45 * time.Second):
+		f.set(false)
+		<-closed
+		t.Fatal("the decider waited for its frozen etcd to stop")
+	}
+}

@@ -208,7 +208,18 @@ func (a *Admission) serveTerm(ctx context.Context) error {
 	defer stop()
 
 	e := concurrency.NewElection(s, ElectionPrefix)
-	if err := e.Campaign(tctx, a.o.Addr); err != nil {
+	// A cancelled Campaign resigns on the client's own context, which no
+	// deadline bounds: against an etcd that does not answer it would hold
+	// Close for as long. So the campaign runs on its own and a stop does
+	// not wait for it; it ends when etcd answers or the client closes.
+	won := make(chan error, 1)
+	go func() { won <- e.Campaign(tctx, a.o.Addr) }()
+	select {
+	case err = <-won:
+	case <-ctx.Done():
+		return nil
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
