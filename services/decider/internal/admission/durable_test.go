@@ -176,3 +176,38 @@ func TestSnapshotAtItsBoundsIsWritten(t *testing.T) {
 	require.NoError(t, nb.Restore(get.Kvs[0].Value, time.Now()))
 	require.Equal(t, n, nb.Open())
 }
+
+// TestHealthy: the owner is unhealthy while its snapshots fail past the
+// bound; any replica while no owner is known for longer than the session's
+// TTL.
+func TestHealthy(t *testing.T) {
+	a := &Admission{o: Options{Addr: "10.0.0.1:9090", LeaseTTL: 3, Broker: newBroker(t),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, changed: make(chan struct{})}
+	a.leaderSince.Store(time.Now().UnixNano())
+	require.NoError(t, a.Healthy(), "no owner yet, but not for long")
+	a.leaderSince.Store(time.Now().Add(-4 * time.Second).UnixNano())
+	require.ErrorContains(t, a.Healthy(), "no broker owner known")
+	a.setLeader("10.0.0.2:9090")
+	require.NoError(t, a.Healthy(), "another replica owns the broker")
+	a.setLeader("10.0.0.1:9090")
+	a.leaderSince.Store(time.Now().Add(-4 * time.Second).UnixNano())
+	require.ErrorContains(t, a.Healthy(), "no broker owner known", "this replica has been taking over for too long")
+
+	a.owner.Store(true)
+	a.saved(nil)
+	require.NoError(t, a.Healthy())
+	for range FailingWrites - 1 {
+		a.saved(errors.New("etcd refused"))
+	}
+	require.NoError(t, a.Healthy(), "a failure or two is an alarm, not yet unhealthy")
+	a.saved(errors.New("etcd refused"))
+	require.ErrorContains(t, a.Healthy(), "broker snapshots failing")
+	a.saved(nil)
+	require.NoError(t, a.Healthy())
+	require.Equal(t, int64(FailingWrites), a.Snapshots().Failures)
+
+	// One failure that lasts: unhealthy after FailingAfter.
+	a.saved(errors.New("etcd refused"))
+	a.durableAt.Store(time.Now().Add(-FailingAfter - time.Second).UnixNano())
+	require.ErrorContains(t, a.Healthy(), "broker snapshots failing")
+}
