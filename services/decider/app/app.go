@@ -685,6 +685,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,
 			KnownRoute: func(id string) bool { _, _, ok := d.router.Endpoint(id); return ok },
 			Owner:      d.adm.Owner,
+			Snapshots: func() metrics.Snapshots {
+				s := d.adm.Snapshots()
+				return metrics.Snapshots{Owner: s.Owner, Failures: s.Failures, Age: s.Age}
+			},
+			State: d.broker.StateBytes,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("admission metrics: %w", err)
@@ -715,6 +720,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		return nil, err
 	}
 	d.srv.SetServing(true, switchboardv1.DeciderService_ServiceDesc.ServiceName)
+	d.watchAdmission(bg)
 	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
 	return d, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/gotune"
 	"github.com/switchboard-ai/switchboard/pkg/logbuf"
+	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -366,16 +367,24 @@ func (e *Edge) wait(ctx context.Context) error {
 
 // deciderReady is the edge's readiness: it can serve only when the decider
 // answers its health check as SERVING, which it does once its catalog is
-// loaded. The check is one small RPC per probe, never on a request's path.
+// loaded, and can admit requests (readiness.AdmissionService: etcd
+// reachable, a rate-limit broker owner known, the owner's state saved),
+// since every chat request reserves. The check is two small RPCs per probe,
+// never on a request's path.
 func deciderReady(hc healthpb.HealthClient) func(context.Context) error {
-	service := switchboardv1.DeciderService_ServiceDesc.ServiceName
+	services := [...]struct{ name, what string }{
+		{switchboardv1.DeciderService_ServiceDesc.ServiceName, "decider"},
+		{readiness.AdmissionService, "decider admission"},
+	}
 	return func(ctx context.Context) error {
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
-		if err != nil {
-			return fmt.Errorf("decider unreachable: %s", status.Code(err))
-		}
-		if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("decider %s", st)
+		for _, s := range services {
+			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: s.name})
+			if err != nil {
+				return fmt.Errorf("%s unreachable: %s", s.what, status.Code(err))
+			}
+			if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+				return fmt.Errorf("%s %s", s.what, st)
+			}
 		}
 		return nil
 	}

@@ -16,8 +16,8 @@ import (
 
 // /healthz is liveness: 200 while the process works, whatever the decider
 // does. /readyz is readiness: 200 only while the edge can serve — the
-// decider reachable and serving (its catalog loaded) — and 503 from the
-// moment shutdown starts.
+// decider reachable, serving (its catalog loaded) and able to admit — and
+// 503 from the moment shutdown starts.
 func TestReadiness(t *testing.T) {
 	h := newHarness(t, 1, nil)
 	ready := func() (int, map[string]string) {
@@ -59,6 +59,14 @@ func TestReadiness(t *testing.T) {
 	h.fd.SetServing(true)
 	waitReady(http.StatusOK)
 	require.Equal(t, http.StatusOK, h.chat(plainReq, authed()).status)
+
+	// Up, but unable to admit (its etcd lost, no broker owner, its state
+	// not saved): every chat would be refused, so not ready.
+	h.fd.SetAdmitting(false)
+	body = waitReady(http.StatusServiceUnavailable)
+	require.Contains(t, body["reason"], "decider admission NOT_SERVING")
+	h.fd.SetAdmitting(true)
+	waitReady(http.StatusOK)
 
 	// Shutdown starts: not ready at once, still alive, still serving.
 	h.edge.api.SetDraining()

@@ -73,6 +73,11 @@ type Options struct {
 	// Creds secure the connections to the owner (TLS, with this replica's
 	// certificate as client certificate). (Optional) Nil connects in plaintext.
 	Creds credentials.TransportCredentials
+	// MaxWriteBytes bounds one snapshot transaction (the broker's state and
+	// the hedge budget's): a larger one is not sent and counts as a failed
+	// write. Keep it below etcd's --max-request-bytes. (Optional) Defaults
+	// to DefaultMaxWriteBytes.
+	MaxWriteBytes int
 }
 
 // term is one won election: the session, and the revision that fences writes.
@@ -102,6 +107,15 @@ type Admission struct {
 	// the campaign goroutine uses it.
 	lastRev int64
 
+	// Snapshot health (durable.go): failures counts failed writes since
+	// Start, failing those in a row; durableAt is when the state in memory
+	// was last known saved, loggedAt when a failure was last logged (Unix
+	// ns, wall clock).
+	failures, failing   atomic.Int64
+	durableAt, loggedAt atomic.Int64
+	// leaderSince is when the known owner last changed (Unix ns, wall clock).
+	leaderSince atomic.Int64
+
 	smu     sync.Mutex
 	leader  string        // the owner's address, from the watch; "" when none
 	changed chan struct{} // closed and replaced when leader or owner changes
@@ -130,7 +144,11 @@ func Start(ctx context.Context, o Options) (*Admission, error) {
 	if o.OwnerWait <= 0 {
 		o.OwnerWait = 2 * time.Second
 	}
+	if o.MaxWriteBytes <= 0 {
+		o.MaxWriteBytes = DefaultMaxWriteBytes
+	}
 	a := &Admission{o: o, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
+	a.leaderSince.Store(time.Now().UnixNano())
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	a.wg.Go(func() { a.campaign(bg) })
@@ -190,7 +208,18 @@ func (a *Admission) serveTerm(ctx context.Context) error {
 	defer stop()
 
 	e := concurrency.NewElection(s, ElectionPrefix)
-	if err := e.Campaign(tctx, a.o.Addr); err != nil {
+	// A cancelled Campaign resigns on the client's own context, which no
+	// deadline bounds: against an etcd that does not answer it would hold
+	// Close for as long. So the campaign runs on its own and a stop does
+	// not wait for it; it ends when etcd answers or the client closes.
+	won := make(chan error, 1)
+	go func() { won <- e.Campaign(tctx, a.o.Addr) }()
+	select {
+	case err = <-won:
+	case <-ctx.Done():
+		return nil
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -267,9 +296,12 @@ func (a *Admission) takeOver(ctx context.Context, t *term) error {
 	snap, clean := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	last, budget := resp.Responses[2].GetResponseRange().Kvs, resp.Responses[3].GetResponseRange().Kvs
 	if a.lastRev != 0 && len(last) == 1 && string(last[0].Value) == strconv.FormatInt(a.lastRev, 10) {
+		// What memory holds beyond the last durable snapshot stays
+		// undurable (SetDurable as the last write left it) until saved.
 		a.o.Logger.Info("broker ownership regained; nobody owned it meanwhile, the state in memory is kept")
 	} else {
 		a.restore(snap, clean, budget)
+		a.saved(nil) // the state in memory is what is stored
 	}
 	// The clean marker is consumed: a later crash of this owner is unclean.
 	ok, err := a.fenced(ctx, t, clientv3.OpDelete(CleanKey), clientv3.OpPut(TermKey, strconv.FormatInt(t.rev, 10)))
@@ -306,9 +338,10 @@ func (a *Admission) restore(snap, clean, budget []*mvccpb.KeyValue) {
 	}
 }
 
-// snapshots saves the state about once a second while this replica owns it.
+// snapshots saves the state about once a second while this replica owns
+// it, and a failed save again within failRetry.
 func (a *Admission) snapshots(ctx context.Context, t *term) {
-	tick := time.NewTicker(a.o.Every)
+	tick := time.NewTimer(a.o.Every)
 	defer tick.Stop()
 	for {
 		select {
@@ -321,9 +354,10 @@ func (a *Admission) snapshots(ctx context.Context, t *term) {
 		}
 		ok, err := a.save(ctx, t)
 		if err != nil {
-			a.o.Logger.Warn("broker snapshot", "err", err)
+			tick.Reset(min(a.o.Every, failRetry))
 			continue
 		}
+		tick.Reset(a.o.Every)
 		if !ok {
 			a.o.Logger.Error("broker ownership lost: a newer owner exists; stopped admitting, campaigning again")
 			return
@@ -345,7 +379,13 @@ func (a *Admission) save(ctx context.Context, t *term) (bool, error) {
 	if a.stopping {
 		return true, nil // Close writes the final snapshot
 	}
-	_, ok, err := a.write(ctx, t)
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	_, ok, err := a.write(wctx, t)
+	if err == nil && !ok {
+		return false, nil // a newer owner: not a failure of this one's writes
+	}
+	a.saved(err)
 	return ok, err
 }
 
@@ -377,6 +417,15 @@ func (a *Admission) write(ctx context.Context, t *term) (int64, bool, error) {
 			a.o.Budget.Durable(true)
 		}
 		return 0, true, nil
+	}
+	// A transaction etcd would refuse is not sent: it is a failed write
+	// (by construction of the broker's and the budget's bounds it does not
+	// happen; this keeps it an alarm if it ever does).
+	if size := len(blob) + len(budg) + len(SnapshotKey) + len(BudgetKey) + len(t.key); size > a.o.MaxWriteBytes {
+		if a.o.Budget != nil {
+			a.o.Budget.Durable(false)
+		}
+		return 0, false, fmt.Errorf("broker snapshot of %d bytes exceeds the write limit of %d", size, a.o.MaxWriteBytes)
 	}
 	resp, err := a.o.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.rev)).

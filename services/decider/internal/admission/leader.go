@@ -37,6 +37,7 @@ func (a *Admission) setLeader(addr string) {
 		return
 	}
 	a.leader = addr
+	a.leaderSince.Store(time.Now().UnixNano())
 	close(a.changed)
 	a.changed = make(chan struct{})
 	a.smu.Unlock()

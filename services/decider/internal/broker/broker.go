@@ -34,6 +34,14 @@ type Broker struct {
 
 	shards [nShards]shard
 
+	// stateBytes bounds what the open reservations take in a snapshot
+	// (entrySize each), and baseBytes is what the rest of the last
+	// snapshot took: together they keep the snapshot within
+	// Options.MaxStateBytes (state.go).
+	stateBytes, baseBytes atomic.Int64
+	// undurable is set while the owner cannot save the state (SetDurable).
+	undurable atomic.Bool
+
 	// qcfg is the class contracts and tenant shares, replaced whole by
 	// Reconfigure; q holds the requests waiting for capacity.
 	qcfg atomic.Pointer[queueConfig]
@@ -56,7 +64,7 @@ func New(cfg Config, o Options) (*Broker, error) {
 	b.q.init()
 	b.prevGranted.Store(-1)
 	for i := range b.shards {
-		b.shards[i].init()
+		b.shards[i].init(&b.stateBytes)
 	}
 	now := b.nowNS()
 	bs := make([]*bucket, 0, len(ds))
@@ -64,6 +72,7 @@ func New(cfg Config, o Options) (*Broker, error) {
 		bs = append(bs, newBucket(d, b.idx.Add(1), now))
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(cfg.Routes), nil))
+	b.Snapshot() // measures baseBytes
 	return b, nil
 }
 

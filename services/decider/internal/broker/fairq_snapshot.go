@@ -54,11 +54,35 @@ func (b *Broker) captureQueue() snapQueue {
 	}
 	slices.SortFunc(es, func(a, c *qentry) int { return cmp.Compare(a.seq, c.seq) })
 	es = es[:min(len(es), maxSnapQueued)]
+	// Queued requests are carried while they fit in their part of the
+	// state; those beyond only lose their place after a failover.
+	size := int64(8 + binary.MaxVarintLen64) // the virtual time, the flow count
+	for _, f := range sq.flows {
+		size += binary.MaxVarintLen64 + strSize(len(f.key.tenant)) + 1 + 8
+	}
+	for i, e := range es {
+		if size += queuedSize(e); size > maxQueueSnapBytes {
+			es = es[:i]
+			break
+		}
+	}
 	for _, e := range es {
 		sq.entries = append(sq.entries, snapQueued{req: e.req, class: e.flow.key.class, enq: e.enq, deadline: e.deadline,
 			fallback: e.fallback, decision: e.decision})
 	}
 	return sq
+}
+
+// queuedSize bounds what appendQueue writes for e.
+func queuedSize(e *qentry) int64 {
+	r := &e.req
+	n := int64(0)
+	for _, s := range [...]string{r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
+		r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID, e.fallback, e.decision.ID} {
+		n += strSize(len(s))
+	}
+	const v = binary.MaxVarintLen64
+	return n + 2*v + (3*v + 8) + 8*v
 }
 
 func appendQueue(w []byte, sq snapQueue) []byte {

@@ -74,6 +74,12 @@ type Options struct {
 	// it. (Optional) Defaults to 0: the request leaves the queue with its
 	// last caller, and Restore brings back none.
 	QueueReattach time.Duration
+	// MaxStateBytes bounds the broker's snapshot, in bytes: a reservation
+	// that would take the open reservations past what the limit leaves
+	// (less the buckets, routes and corrections of the last snapshot, and
+	// 64 KiB for queued requests) is refused, code broker_full, retryable
+	// once others end. (Optional) Defaults to DefaultMaxStateBytes (1 MiB).
+	MaxStateBytes int
 	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
 	// Defaults to math/rand/v2's Float64.
 	Rand func() float64
@@ -118,6 +124,9 @@ func (o *Options) defaults() {
 	}
 	if !(o.FairBurst > 0) || math.IsInf(o.FairBurst, 1) {
 		o.FairBurst = 1
+	}
+	if o.MaxStateBytes <= 0 {
+		o.MaxStateBytes = DefaultMaxStateBytes
 	}
 	if o.Rand == nil {
 		o.Rand = mrand.Float64

@@ -148,6 +148,9 @@ func (b *Broker) ReserveWait(ctx context.Context, req ReserveRequest) (*Reservat
 	if err := ctx.Err(); err != nil {
 		return nil, nil, nil, err
 	}
+	if err := req.checkFields(); err != nil {
+		return nil, nil, nil, fmt.Errorf("reserve: %w", err)
+	}
 	if err := req.Demand.validate(); err != nil {
 		return nil, nil, nil, fmt.Errorf("reserve %s: %w", req.RequestID, err)
 	}

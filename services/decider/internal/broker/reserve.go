@@ -88,6 +88,9 @@ func (b *Broker) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
+	if err := req.checkFields(); err != nil {
+		return nil, nil, fmt.Errorf("reserve: %w", err)
+	}
 	if err := req.Demand.validate(); err != nil {
 		return nil, nil, fmt.Errorf("reserve %s: %w", req.RequestID, err)
 	}
@@ -125,10 +128,24 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 	if ref != nil {
 		return nil, ref
 	}
+	if ref := b.durableRefusal(req.Identity.Class); ref != nil {
+		b.unclaimRetry(claim)
+		ref.finish()
+		return nil, ref
+	}
 	ik, si := b.placement(req)
 	ttl := b.grantTTL(req.TTL)
 	e := b.newEntry(req, est, dem, len(bs), now, ttl, si)
 	e.idem = ik
+	e.size = entrySize(e)
+	// The entry's place in the snapshot is claimed first and given back
+	// unless it is inserted, so concurrent reservations never take the
+	// snapshot past its limit between them.
+	if ref := b.claimState(e.size, req.Identity.Class); ref != nil {
+		b.unclaimRetry(claim)
+		ref.finish()
+		return nil, ref
+	}
 
 	// Lock order: shard, then buckets in canonical order. Holding the shard
 	// across the charge makes the charge and the record appear together, for
@@ -137,6 +154,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 	sh.mu.Lock()
 	if old := b.replay(sh, ik, now); old != nil {
 		sh.mu.Unlock()
+		b.stateBytes.Add(-e.size)
 		b.unclaimRetry(claim)
 		return &old.res, nil
 	}
@@ -148,6 +166,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 			bk.mu.Unlock()
 		}
 		sh.mu.Unlock()
+		b.stateBytes.Add(-e.size)
 		b.unclaimRetry(claim)
 		deadlineRefusal(req, ref)
 		ref.finish()
@@ -252,6 +271,7 @@ type entry struct {
 	expires int64
 	ttl     int64 // what Extend extends it by, ns
 	heapIdx int
+	size    int64 // what it takes in a snapshot, at most (entrySize)
 	idem    idemKey
 	chArr   [inline]Charge
 	recArr  [inline]charge

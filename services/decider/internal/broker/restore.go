@@ -155,5 +155,7 @@ func (b *Broker) restoreEntry(t *table, se *snapEntry) {
 			e.idem = idemKey{} // not where a retry would look; keep it reconcilable only
 		}
 	}
+	e.size = entrySize(e)
+	b.stateBytes.Add(e.size) // restored whatever the limit: it was granted
 	sh.insert(e)
 }

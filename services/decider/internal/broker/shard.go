@@ -30,10 +30,14 @@ type shard struct {
 	// empty), read without the lock so Expire skips shards with nothing
 	// to forget.
 	firstClosed atomic.Int64
-	_           [64]byte
+	// state is the broker's count of the bytes open reservations take in
+	// a snapshot: remove gives an entry's back.
+	state *atomic.Int64
+	_     [64]byte
 }
 
-func (s *shard) init() {
+func (s *shard) init(state *atomic.Int64) {
+	s.state = state
 	s.byID = map[string]*entry{}
 	s.idem = map[idemKey]*entry{}
 	s.closed = map[string]*closed{}
@@ -74,6 +78,7 @@ func (s *shard) insert(e *entry) {
 }
 
 func (s *shard) remove(e *entry) {
+	s.state.Add(-e.size)
 	delete(s.byID, e.res.ID)
 	if e.idem.key != "" && s.idem[e.idem] == e {
 		delete(s.idem, e.idem)

@@ -65,9 +65,16 @@ func (b *Broker) Snapshot() []byte {
 	}
 	w = appendBucketStates(w, bst)
 	w = appendRoutes(w, t)
+	n0 := len(w)
 	w = appendEntries(w, entries, expires, names)
+	n1 := len(w)
 	w = b.appendCorrections(w)
+	n2 := len(w)
 	w = appendQueue(w, sq) // since version 3
+	// What the snapshot takes but for the open reservations and the queue:
+	// the room left for reservations (entryRoom) is what remains of the
+	// limit. Buckets, routes and corrections follow the catalog.
+	b.baseBytes.Store(int64(n0 + (n2 - n1) + 4))
 	return binary.LittleEndian.AppendUint32(w, crc32.Checksum(w, castagnoli))
 }
 

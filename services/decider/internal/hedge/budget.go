@@ -35,6 +35,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 // Budget is the day's hedge budget. It is safe for concurrent use.
@@ -47,7 +49,9 @@ type Budget struct {
 	day     string // UTC date of spent, "2006-01-02"
 	spent   float64
 	pending map[string]float64 // request id → estimate charged today
-	dirty   bool
+	// pendingBytes bounds what pending takes in the saved state (pendingSize each).
+	pendingBytes int
+	dirty        bool
 	// unwritable is set while the state cannot be saved (Durable): no
 	// grant is made that a next owner would not know of.
 	unwritable bool
@@ -116,6 +120,7 @@ func (b *Budget) roll(now time.Time) {
 	if d := now.UTC().Format(time.DateOnly); d != b.day {
 		b.day, b.spent, b.dirty = d, 0, true
 		clear(b.pending)
+		b.pendingBytes = 0
 	}
 }
 
@@ -129,12 +134,19 @@ func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, r
 	defer b.mu.Unlock()
 	b.roll(now)
 	reset = nextMidnight(now)
-	if !amount(estimateUSD) || b.unwritable || b.spent+estimateUSD > b.allowance(now) || b.spent >= b.daily {
+	_, known := b.pending[requestID]
+	size := 0
+	if !known {
+		size = pendingSize(requestID)
+	}
+	if !amount(estimateUSD) || b.unwritable || b.spent+estimateUSD > b.allowance(now) || b.spent >= b.daily ||
+		len(requestID) > validate.MaxIDLen || b.pendingBytes+size > MaxStateBytes-stateOverhead {
 		b.refused++
 		return false, max(b.daily-b.spent, 0), reset
 	}
 	b.spent += estimateUSD
 	b.pending[requestID] += estimateUSD
+	b.pendingBytes += size
 	b.granted++
 	b.dirty = true
 	return true, max(b.daily-b.spent, 0), reset
@@ -156,6 +168,7 @@ func (b *Budget) Settle(requestID string, actualUSD float64) {
 		return
 	}
 	delete(b.pending, requestID)
+	b.pendingBytes -= pendingSize(requestID)
 	b.spent = max(b.spent-est+actualUSD, 0)
 	b.dirty = true
 }
@@ -209,14 +222,17 @@ func (b *Budget) Restore(data []byte) error {
 	if err != nil {
 		b.spent, b.dirty = b.daily, true
 		clear(b.pending)
+		b.pendingBytes = 0
 		return fmt.Errorf("hedge budget state unreadable, today counted as spent: %w", err)
 	}
 	if s.Day == b.day {
 		b.spent = max(s.Spent, 0)
 		clear(b.pending)
+		b.pendingBytes = 0
 		for id, est := range s.Pending {
 			if est > 0 && amount(est) {
 				b.pending[id] = est
+				b.pendingBytes += pendingSize(id)
 			}
 		}
 	}
@@ -229,6 +245,24 @@ func (b *Budget) Durable(ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unwritable = !ok
+}
+
+// MaxStateBytes bounds the budget's saved state, in bytes: a hedge whose
+// request would take the pending estimates past it is refused, as is one
+// whose request id is longer than the gRPC boundary allows. It leaves the
+// broker's snapshot (broker.DefaultMaxStateBytes) room in etcd's request
+// limit.
+const MaxStateBytes = 256 << 10
+
+// stateOverhead bounds the state's JSON but for its pending estimates.
+const stateOverhead = 128
+
+// pendingSize bounds what one pending estimate takes in the state's JSON:
+// the id as JSON encodes it, a colon, a float64 (at most 24 characters)
+// and a comma.
+func pendingSize(id string) int {
+	q, _ := json.Marshal(id) // a string always encodes
+	return len(q) + 26
 }
 
 // amount reports whether v is an amount of money: finite, not negative.

@@ -1,11 +1,15 @@
 package hedge
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 func TestBudget(t *testing.T) {
@@ -205,4 +209,35 @@ func TestPacedBudgetSurvivesRestart(t *testing.T) {
 	b.Settle("r1", 2) // the old owner's estimate, settled by the new one
 	ok, _, _ = b.Acquire("r2", 5)
 	require.True(t, ok)
+}
+
+// TestPendingEstimatesStayWithinTheStateLimit: hedges of requests with the
+// longest ids fill the saved state up to its limit and no further; a
+// settlement makes room again, and an id longer than allowed is refused.
+func TestPendingEstimatesStayWithinTheStateLimit(t *testing.T) {
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	b := New(1e9, func() time.Time { return now })
+	id := func(i int) string {
+		s := fmt.Sprintf("req-%d-", i)
+		return s + strings.Repeat("<", validate.MaxIDLen-len(s)) // '<' is escaped: six bytes in JSON
+	}
+	granted := 0
+	for i := 0; ; i++ {
+		require.Less(t, i, MaxStateBytes, "the budget never refused")
+		ok, _, _ := b.Acquire(id(i), 0.01)
+		if !ok {
+			break
+		}
+		granted++
+	}
+	require.Positive(t, granted)
+	data, _ := b.Snapshot()
+	require.LessOrEqual(t, len(data), MaxStateBytes)
+	t.Logf("%d pending hedges take %d of %d bytes", granted, len(data), MaxStateBytes)
+
+	b.Settle(id(0), 0)
+	ok, _, _ := b.Acquire(id(-1), 0.01)
+	require.True(t, ok, "a settlement made room")
+	ok, _, _ = b.Acquire(strings.Repeat("r", validate.MaxIDLen+1), 0.01)
+	require.False(t, ok)
 }

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -73,6 +74,21 @@ type Options struct {
 	// only while it does: another replica's broker is not the one that
 	// admits, and its levels mean nothing. (Optional) Nil: always.
 	Owner func() bool
+	// Snapshots reads the owner's snapshot figures (admission's
+	// Snapshots), for the snapshot failure counter and the age of the last
+	// durable snapshot. (Optional) Nil: no such metrics.
+	Snapshots func() Snapshots
+	// State reads what the open reservations take of the broker's saved
+	// state and the most they may take (the broker's StateBytes).
+	// (Optional) Nil: no such gauge.
+	State func() (used, room int64)
+}
+
+// Snapshots is what the owner reports of its snapshots.
+type Snapshots struct {
+	Owner    bool          // whether this replica owns the state
+	Failures int64         // failed snapshot writes since the start
+	Age      time.Duration // age of the last durable snapshot, 0 while every change is saved
 }
 
 // Admission holds the admission instruments. A nil *Admission records
@@ -97,6 +113,9 @@ type Admission struct {
 	saturation metric.Float64ObservableGauge
 	used       metric.Float64ObservableGauge
 	headroom   metric.Float64ObservableGauge
+	snapFails  metric.Int64ObservableCounter
+	snapAge    metric.Float64ObservableGauge
+	stateUsed  metric.Float64ObservableGauge
 	reg        metric.Registration
 
 	// The attribute sets of every series recorded per request, cached so
@@ -245,6 +264,21 @@ func New(o Options) (*Admission, error) {
 			metric.WithDescription("Remaining over limit of daily quotas and spend (usd) limits of tenants and routes, by scope, tenant or route, unit and window."))
 		errs = append(errs, err)
 		obs = append(obs, m.saturation, m.used, m.headroom)
+	}
+	if o.Snapshots != nil {
+		m.snapFails, err = mt.Int64ObservableCounter("switchboard_broker_snapshot_failures", metric.WithUnit("{write}"),
+			metric.WithDescription("Broker snapshot writes that failed (etcd refused or did not answer, or the transaction exceeded the write limit) on this replica since it started."))
+		errs = append(errs, err)
+		m.snapAge, err = mt.Float64ObservableGauge("switchboard_broker_snapshot_age", metric.WithUnit("s"),
+			metric.WithDescription("Age of the broker owner's last durable snapshot while its writes fail; 0 while every change is saved. Reported by the owner only."))
+		errs = append(errs, err)
+		obs = append(obs, m.snapFails, m.snapAge)
+	}
+	if o.State != nil {
+		m.stateUsed, err = mt.Float64ObservableGauge("switchboard_broker_state_used", metric.WithUnit("1"),
+			metric.WithDescription("Share of the broker's saved-state limit its open reservations take; at 1 new reservations are refused (code broker_full). Reported by the owner only."))
+		errs = append(errs, err)
+		obs = append(obs, m.stateUsed)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -464,8 +498,24 @@ func (m *Admission) tokens(ctx context.Context, tenant, route, unit string, esti
 
 // observe reads the broker's state for the gauges, once per scrape.
 func (m *Admission) observe(_ context.Context, o metric.Observer) error {
+	if m.o.Snapshots != nil {
+		// The failure count is this replica's whether it owns the state
+		// now or not: a counter never goes back.
+		s := m.o.Snapshots()
+		o.ObserveInt64(m.snapFails, s.Failures)
+		if s.Owner {
+			o.ObserveFloat64(m.snapAge, s.Age.Seconds())
+		}
+	}
 	if m.o.Owner != nil && !m.o.Owner() {
 		return nil
+	}
+	if m.o.State != nil {
+		if used, room := m.o.State(); room > 0 {
+			o.ObserveFloat64(m.stateUsed, float64(used)/float64(room))
+		} else {
+			o.ObserveFloat64(m.stateUsed, 1)
+		}
 	}
 	if m.queueDepth != nil {
 		depth := map[string]int64{"interactive": 0, "background": 0, "partner": 0, "batch": 0}

@@ -248,3 +248,20 @@ func (b *atomicBool) set(v bool) {
 	defer b.mu.Unlock()
 	b.v = v
 }
+
+// TestSnapshotFailuresAndAge: the failure counter reads its source on any
+// replica; the age of the last durable snapshot and the state's use only on
+// the owner.
+func TestSnapshotFailuresAndAge(t *testing.T) {
+	var owner atomicBool
+	snaps := func() Snapshots { return Snapshots{Owner: owner.get(), Failures: 3, Age: 1500 * time.Millisecond} }
+	_, r := newAdmission(t, Options{Owner: owner.get, Snapshots: snaps, State: func() (int64, int64) { return 250, 1000 }})
+	got := collect(t, r)
+	require.Equal(t, []point{{attrs: map[string]string{}, value: 3}}, got["switchboard_broker_snapshot_failures"])
+	require.Empty(t, got["switchboard_broker_snapshot_age"])
+	require.Empty(t, got["switchboard_broker_state_used"])
+	owner.set(true)
+	got = collect(t, r)
+	require.Equal(t, 1.5, got["switchboard_broker_snapshot_age"][0].value)
+	require.Equal(t, 0.25, got["switchboard_broker_state_used"][0].value)
+}

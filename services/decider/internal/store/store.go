@@ -290,35 +290,95 @@ func (s *Store) WatchCatalog(ctx context.Context, rev int64, fn func(data []byte
 // Register records this replica under a lease kept alive until ctx ends, so
 // other replicas and operators see which deciders are alive. ttl is in seconds.
 // When ctx ends the lease is revoked, so a replica that stops cleanly leaves
-// the list at once; one that dies leaves it when the lease expires.
+// the list at once; one that dies leaves it when the lease expires. A lease
+// lost while the replica lives (a pause past its TTL, etcd out of reach for
+// longer, a revocation) is replaced: the replica registers again under a new
+// lease, the same key, as soon as etcd answers, retrying with a back-off of
+// up to 2 s.
 func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error {
-	lease, err := s.cli.Grant(ctx, ttl)
+	lease, ka, err := s.register(ctx, ctx, id, addr, ttl)
 	if err != nil {
-		return fmt.Errorf("grant lease: %w", err)
-	}
-	if _, err := s.cli.Put(ctx, MembersPrefix+id, addr, clientv3.WithLease(lease.ID)); err != nil {
-		return fmt.Errorf("register member: %w", err)
-	}
-	ka, err := s.cli.KeepAlive(ctx, lease.ID)
-	if err != nil {
-		return fmt.Errorf("keep lease alive: %w", err)
+		return err
 	}
 	s.wg.Go(func() {
-		for range ka { // drain until ctx ends or the lease is lost
-		}
-		if ctx.Err() == nil {
-			s.logger.Error("membership lease lost", "member", id)
-			return
+		for {
+			for range ka { // drain until ctx ends or the lease is lost
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if s.cli.Ctx().Err() != nil {
+				return // the client is closed: the process is stopping
+			}
+			s.logger.Error("membership lease lost; registering again", "member", id)
+			if lease, ka = s.reregister(ctx, id, addr, ttl); ka == nil {
+				return // ctx ended
+			}
+			s.logger.Info("membership registered again", "member", id)
 		}
 		// Best effort: a client closed meanwhile fails at once, and the
 		// lease then runs out by itself.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := s.cli.Revoke(rctx, lease.ID); err != nil {
+		if _, err := s.cli.Revoke(rctx, lease); err != nil {
 			s.logger.Debug("revoking the membership lease", "member", id, "err", err)
 		}
 	})
 	return nil
+}
+
+// register puts the member key under a new lease, within ctx, and keeps the
+// lease alive until keep ends.
+func (s *Store) register(ctx, keep context.Context, id, addr string, ttl int64) (clientv3.LeaseID, <-chan *clientv3.LeaseKeepAliveResponse, error) {
+	lease, err := s.cli.Grant(ctx, ttl)
+	if err != nil {
+		return 0, nil, fmt.Errorf("grant lease: %w", err)
+	}
+	if _, err := s.cli.Put(ctx, MembersPrefix+id, addr, clientv3.WithLease(lease.ID)); err != nil {
+		s.revokeSoon(ctx, lease.ID)
+		return 0, nil, fmt.Errorf("register member: %w", err)
+	}
+	ka, err := s.cli.KeepAlive(keep, lease.ID)
+	if err != nil {
+		s.revokeSoon(ctx, lease.ID)
+		return 0, nil, fmt.Errorf("keep lease alive: %w", err)
+	}
+	return lease.ID, ka, nil
+}
+
+// reregister retries register until it succeeds, or ctx ends or the client
+// is closed (nil channel).
+func (s *Store) reregister(ctx context.Context, id, addr string, ttl int64) (clientv3.LeaseID, <-chan *clientv3.LeaseKeepAliveResponse) {
+	backoff := 100 * time.Millisecond
+	for {
+		// Each attempt is bounded, so a hung etcd is tried again rather
+		// than waited for.
+		actx, cancel := context.WithTimeout(ctx, time.Duration(ttl)*time.Second)
+		lease, ka, err := s.register(actx, ctx, id, addr, ttl)
+		cancel()
+		if err == nil {
+			return lease, ka
+		}
+		if ctx.Err() != nil || s.cli.Ctx().Err() != nil {
+			return 0, nil
+		}
+		s.logger.Warn("registering membership again", "member", id, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-s.cli.Ctx().Done():
+			return 0, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// revokeSoon revokes a lease that holds nothing useful, best effort.
+func (s *Store) revokeSoon(ctx context.Context, lease clientv3.LeaseID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = s.cli.Revoke(rctx, lease)
 }
 
 // Members lists live replicas: id → address.

@@ -173,3 +173,42 @@ func TestMembershipEndsWithItsReplica(t *testing.T) {
 			"a replica that died drops out when its lease expires")
 	})
 }
+
+// TestMembershipComesBackAfterItsLeaseIsLost: a replica whose lease ends
+// while it lives (a pause past its TTL, an etcd outage, here a revocation by
+// another client) registers again under a new lease, and keeps that one
+// alive.
+func TestMembershipComesBackAfterItsLeaseIsLost(t *testing.T) {
+	endpoint := etcdtest.Start(t)
+	observer := etcdtest.Connect(t, endpoint)
+	s := etcdtest.Connect(t, endpoint)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	require.NoError(t, s.Register(ctx, "paused", "10.0.0.3:9090", 2))
+
+	lease := func() clientv3.LeaseID {
+		get, err := observer.Client().Get(t.Context(), store.MembersPrefix+"paused")
+		require.NoError(t, err)
+		if len(get.Kvs) == 0 {
+			return clientv3.NoLease
+		}
+		require.Equal(t, "10.0.0.3:9090", string(get.Kvs[0].Value))
+		return clientv3.LeaseID(get.Kvs[0].Lease)
+	}
+	first := lease()
+	require.NotEqual(t, clientv3.NoLease, first)
+	_, err := observer.Client().Revoke(t.Context(), first)
+	require.NoError(t, err)
+
+	var second clientv3.LeaseID
+	require.Eventually(t, func() bool {
+		second = lease()
+		return second != clientv3.NoLease && second != first
+	}, waitFor, 20*time.Millisecond, "the replica registers again under a new lease")
+	// The new lease is kept alive: past several of its 2 s TTLs, still there.
+	ttl, err := observer.Client().TimeToLive(t.Context(), second)
+	require.NoError(t, err)
+	require.Positive(t, ttl.TTL)
+	require.Never(t, func() bool { return lease() != second }, 5*time.Second, 100*time.Millisecond,
+		"the new lease is kept alive")
+}

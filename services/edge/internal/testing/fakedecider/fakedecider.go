@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -153,6 +154,18 @@ func (s *Server) SetServing(serving bool) {
 	}
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(switchboardv1.DeciderService_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus(readiness.AdmissionService, st)
+}
+
+// SetAdmitting sets the admission health alone, as the real decider reports
+// it NOT_SERVING while it cannot admit (etcd lost, no broker owner, its
+// snapshots failing) though it is up.
+func (s *Server) SetAdmitting(admitting bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if admitting {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(readiness.AdmissionService, st)
 }
 
 // Restart stops the server and serves again on the same address, as a

@@ -1,0 +1,133 @@
+package broker
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
+)
+
+// DefaultMaxStateBytes is the default of Options.MaxStateBytes: 1 MiB, so
+// the snapshot, the hedge budget's state (at most
+// hedge.MaxStateBytes) and the transaction around them stay within etcd's
+// default request limit (--max-request-bytes, 1.5 MiB).
+const DefaultMaxStateBytes = 1 << 20
+
+// maxQueueSnapBytes is the part of the state kept for queued requests: a
+// snapshot carries queued requests, in their order, while they fit in it
+// (see captureQueue); the rest lose only their place after a failover.
+const maxQueueSnapBytes = 64 << 10
+
+// Refusal codes of the broker's own state.
+const (
+	// CodeStateFull: the open reservations fill what the broker's snapshot
+	// may hold; a reservation is admitted again once others end.
+	CodeStateFull = "broker_full"
+	// CodeNotDurable: the owner cannot save its state, so it admits
+	// nothing a next owner would not know of.
+	CodeNotDurable = "broker_not_durable"
+)
+
+// checkFields refuses a request whose strings exceed the limits the
+// gRPC boundary applies (services/decider/internal/validate): the broker
+// holds them in its snapshot, so it bounds them itself, whoever calls it.
+func (r *ReserveRequest) checkFields() error {
+	for _, f := range [...]struct {
+		name string
+		v    string
+		max  int
+	}{
+		{"request id", r.RequestID, validate.MaxIDLen},
+		{"idempotency key", r.IdempotencyKey, validate.MaxKeyLen},
+		{"tenant id", r.Identity.TenantID, validate.MaxNameLen},
+		{"api key id", r.Identity.APIKeyID, validate.MaxNameLen},
+		{"app", r.Identity.App, validate.MaxNameLen},
+		{"environment", r.Identity.Environment, validate.MaxNameLen},
+		{"partner", r.Identity.Partner, validate.MaxNameLen},
+		{"model", r.Model, validate.MaxModelLen},
+		{"endpoint id", r.EndpointID, validate.MaxModelLen},
+	} {
+		if len(f.v) > f.max {
+			return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, f.name, f.max)
+		}
+	}
+	return nil
+}
+
+// strSize is what appendString writes for a string of n bytes.
+func strSize(n int) int64 { return int64(uvarintLen(uint64(n)) + n) }
+
+func uvarintLen(v uint64) int {
+	var a [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(a[:], v)
+}
+
+// entrySize bounds what appendEntries writes for e: its strings exactly,
+// every number at its longest varint.
+func entrySize(e *entry) int64 {
+	r := &e.res
+	n := int64(0)
+	for _, s := range [...]string{r.ID, r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
+		r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID} {
+		n += strSize(len(s))
+	}
+	const v = binary.MaxVarintLen64
+	n += v                                // class
+	n += 2 * (3*v + 8)                    // estimate and demand
+	n += 2*v + v                          // created, expires, charge count
+	n += int64(len(e.recs)) * (v + 8 + v) // bucket index, amount, epoch
+	return n
+}
+
+// MaxEntryBytes is the most one open reservation takes in a snapshot with
+// charges on n buckets, when every string is as long as the broker allows.
+func MaxEntryBytes(n int) int64 {
+	const v = binary.MaxVarintLen64
+	id := strSize(len(newID(0)))
+	return id + strSize(validate.MaxIDLen) + strSize(validate.MaxKeyLen) + 5*strSize(validate.MaxNameLen) +
+		2*strSize(validate.MaxModelLen) + v + 2*(3*v+8) + 3*v + int64(n)*(v+8+v)
+}
+
+// entryRoom is how many bytes open reservations may take: the state's
+// limit less what the rest of the last snapshot took and the queue's part.
+func (b *Broker) entryRoom() int64 {
+	return int64(b.opts.MaxStateBytes) - b.baseBytes.Load() - maxQueueSnapBytes
+}
+
+// claimState counts size bytes of a new reservation against the state's
+// limit, or refuses it (the claim is then not counted).
+func (b *Broker) claimState(size int64, cls WorkloadClass) *Refusal {
+	if b.stateBytes.Add(size) <= b.entryRoom() {
+		return nil
+	}
+	b.stateBytes.Add(-size)
+	return &Refusal{
+		Reason: ReasonRetryableCapacity, BucketID: "broker:state", Scope: ScopeModelRoute, Unit: UnitConcurrentRequests,
+		Class: cls, RetryAfter: b.opts.ConcurrencyRetry, Code: CodeStateFull,
+		Message: "the rate-limit broker holds as many open reservations as its saved state can carry",
+	}
+}
+
+// StateBytes reports what the open reservations take of the state, and the
+// most they may take now (see Options.MaxStateBytes).
+func (b *Broker) StateBytes() (used, room int64) { return b.stateBytes.Load(), b.entryRoom() }
+
+// SetDurable says whether the owner's state is saved. While it is not
+// (durable false), Reserve admits nothing: a reservation granted then would
+// be unknown to a next owner restoring the last saved state, so after a
+// crash it would be admitted twice. Queued requests keep waiting.
+func (b *Broker) SetDurable(durable bool) { b.undurable.Store(!durable) }
+
+// durableRefusal is the refusal of a reservation while the state is not
+// saved, nil when it is.
+func (b *Broker) durableRefusal(cls WorkloadClass) *Refusal {
+	if !b.undurable.Load() {
+		return nil
+	}
+	return &Refusal{
+		Reason: ReasonRetryableOverload, BucketID: "broker:durable", Scope: ScopeModelRoute, Unit: UnitRequests,
+		Class: cls, RetryAfter: time.Second, Code: CodeNotDurable,
+		Message: "the rate-limit broker cannot save its state; admitting nothing until it can",
+	}
+}
