@@ -59,7 +59,9 @@ func (d *Decider) checkAdmission(ctx context.Context, last error, first bool) er
 	return err
 }
 
-// canAdmit is nil when this replica can admit requests now, else why not.
+// canAdmit is nil when this replica can admit requests now, else why not:
+// etcd answers, the admission is healthy, and the broker's owner, when
+// another replica, says it admits.
 func (d *Decider) canAdmit(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, etcdCheckTimeout)
 	defer cancel()
@@ -69,5 +71,8 @@ func (d *Decider) canAdmit(ctx context.Context) error {
 		}
 		return fmt.Errorf("etcd: %w", err)
 	}
-	return d.adm.Healthy()
+	if err := d.adm.Healthy(); err != nil {
+		return err
+	}
+	return d.adm.CheckOwner(ctx, etcdCheckTimeout)
 }

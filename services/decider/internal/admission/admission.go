@@ -115,6 +115,9 @@ type Admission struct {
 	durableAt, loggedAt atomic.Int64
 	// leaderSince is when the known owner last changed (Unix ns, wall clock).
 	leaderSince atomic.Int64
+	// ownerSilentSince is when the owner's health first went unanswered
+	// (Unix ns; 0 while it answers), for CheckOwner.
+	ownerSilentSince atomic.Int64
 
 	smu     sync.Mutex
 	leader  string        // the owner's address, from the watch; "" when none

@@ -1,8 +1,13 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/switchboard-ai/switchboard/pkg/readiness"
 )
 
 // DefaultMaxWriteBytes is the default of Options.MaxWriteBytes: etcd's
@@ -101,6 +106,41 @@ func (a *Admission) Healthy() error {
 	since := time.Unix(0, a.leaderSince.Load())
 	if d := time.Since(since); d > time.Duration(a.o.LeaseTTL)*time.Second {
 		return fmt.Errorf("no broker owner known for %s", d.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// CheckOwner is nil when this replica owns the state, knows no other owner
+// (Healthy answers for that), or the owner says it admits; else why not.
+// A non-owner forwards every reservation, so it can admit only what the
+// owner can: an owner whose snapshots fail refuses everything, and the
+// replicas forwarding to it must not look ready meanwhile. The owner not
+// answering its health counts only once it lasted longer than the session
+// TTL, the time a crashed owner's successor needs to be elected.
+func (a *Admission) CheckOwner(ctx context.Context, timeout time.Duration) error {
+	leader, _ := a.state()
+	if a.owner.Load() || leader == "" || leader == a.o.Addr {
+		a.ownerSilentSince.Store(0)
+		return nil
+	}
+	conn, err := a.conn(leader)
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		var resp *healthpb.HealthCheckResponse
+		resp, err = healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{Service: readiness.AdmissionService})
+		cancel()
+		if err == nil {
+			a.ownerSilentSince.Store(0)
+			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				return fmt.Errorf("the broker owner %s cannot admit (its admission health is %s)", leader, resp.GetStatus())
+			}
+			return nil
+		}
+	}
+	now := time.Now()
+	a.ownerSilentSince.CompareAndSwap(0, now.UnixNano())
+	if d := now.Sub(time.Unix(0, a.ownerSilentSince.Load())); d > time.Duration(a.o.LeaseTTL)*time.Second {
+		return fmt.Errorf("the broker owner %s has not answered its health for %s: %v", leader, d.Round(time.Millisecond), err)
 	}
 	return nil
 }

@@ -16,7 +16,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
@@ -210,4 +213,39 @@ func TestHealthy(t *testing.T) {
 	a.saved(errors.New("etcd refused"))
 	a.durableAt.Store(time.Now().Add(-FailingAfter - time.Second).UnixNano())
 	require.ErrorContains(t, a.Healthy(), "broker snapshots failing")
+}
+
+// TestCheckOwner: a non-owner forwards every reservation, so it admits only
+// what the owner admits. An owner whose admission health is NOT_SERVING (its
+// snapshots failing) makes the others unready at once; an owner that does
+// not answer only once that lasted past the session TTL.
+func TestCheckOwner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(srv, h)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	a := &Admission{o: Options{Addr: "10.0.0.1:9090", LeaseTTL: 3, Broker: newBroker(t),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, changed: make(chan struct{}), conns: map[string]*grpc.ClientConn{}}
+	defer func() {
+		for _, c := range a.conns {
+			_ = c.Close()
+		}
+	}()
+	require.NoError(t, a.CheckOwner(t.Context(), time.Second), "no owner known: Healthy answers for that")
+	a.setLeader(ln.Addr().String())
+	h.SetServingStatus(readiness.AdmissionService, healthpb.HealthCheckResponse_SERVING)
+	require.NoError(t, a.CheckOwner(t.Context(), time.Second))
+	h.SetServingStatus(readiness.AdmissionService, healthpb.HealthCheckResponse_NOT_SERVING)
+	require.ErrorContains(t, a.CheckOwner(t.Context(), time.Second), "cannot admit")
+	h.SetServingStatus(readiness.AdmissionService, healthpb.HealthCheckResponse_SERVING)
+	require.NoError(t, a.CheckOwner(t.Context(), time.Second))
+
+	srv.Stop()
+	require.NoError(t, a.CheckOwner(t.Context(), 100*time.Millisecond), "an owner just gone: its successor is on the way")
+	a.ownerSilentSince.Store(time.Now().Add(-4 * time.Second).UnixNano())
+	require.ErrorContains(t, a.CheckOwner(t.Context(), 100*time.Millisecond), "has not answered its health")
 }

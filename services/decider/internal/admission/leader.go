@@ -154,6 +154,15 @@ func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServi
 }
 
 func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, error) {
+	conn, err := a.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return switchboardv1.NewDeciderServiceClient(conn), nil
+}
+
+// conn is the connection to the replica at addr, made once.
+func (a *Admission) conn(addr string) (*grpc.ClientConn, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	conn, ok := a.conns[addr]
@@ -170,7 +179,7 @@ func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, err
 		}
 		a.conns[addr] = conn
 	}
-	return switchboardv1.NewDeciderServiceClient(conn), nil
+	return conn, nil
 }
 
 // ownRefusal answers UNAVAILABLE when the owner refuses this replica's own
