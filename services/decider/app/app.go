@@ -163,6 +163,14 @@ type Config struct {
 	// conversation is ranked afresh. (Optional) The --sticky flag defaults
 	// to on.
 	NoSticky bool
+	// BrokerStateBytes bounds the rate-limit broker's saved state, in
+	// bytes, and so how many reservations may be open at once (about 500
+	// bytes each, 2 KiB at most). The snapshot is one etcd transaction of
+	// this plus the hedge budget's state: an external etcd's
+	// --max-request-bytes must hold admission.WriteBytesFor of it (the
+	// embedded etcd is configured so). (Optional) Defaults to 1 MiB, within
+	// etcd's default limit of 1.5 MiB.
+	BrokerStateBytes int
 	// QueueReattach is how long a queued request with an idempotency key
 	// keeps its place after its caller went away (a broken call, or a
 	// failover: queued requests are in the snapshot), for the caller's
@@ -278,6 +286,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&cfg.HedgeDelay, "hedge-delay", time.Second, "wait for a first token before hedging a 32k-128k streaming request")
 	fs.DurationVar(&cfg.FastEnough, "fast-enough", time.Second, "typical time to first token under which an endpoint is never too slow to route to")
 	sticky := fs.Bool("sticky", true, "keep a conversation's later turns on the endpoint holding its prompt cache (false: rank every turn afresh)")
+	fs.IntVar(&cfg.BrokerStateBytes, "broker-state-bytes", broker.DefaultMaxStateBytes, "bytes the rate-limit broker's saved state may take, which bounds the reservations open at once (about 500 bytes each); an external etcd's --max-request-bytes must be at least this plus 496 KiB")
 	fs.DurationVar(&cfg.QueueReattach, "queue-reattach", 0, "how long a queued request with an idempotency key keeps its place after its caller went away (a broken call, a failover), for the caller's retry; 0 removes it at once")
 	fs.DurationVar(&cfg.StickyTTL, "sticky-ttl", 10*time.Minute, "how long a conversation stays with the endpoint of its last turn; each turn starts it again")
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", 32*1024, "prompt size from which streaming requests are hedged after --hedge-delay")
@@ -371,6 +380,9 @@ func (c *Config) validate() error {
 	}
 	if c.HedgeBudgetUSD < 0 || c.HedgeBudgetBurst < 0 || c.HedgeDelay < 0 || c.FastEnough < 0 || c.HedgeFrom < 0 || c.HedgeImmediateFrom < 0 || c.ActivityRetention < 0 {
 		errs = append(errs, errors.New("--hedge-*, --fast-enough and --activity-retention must not be negative"))
+	}
+	if c.BrokerStateBytes != 0 && c.BrokerStateBytes < minBrokerStateBytes {
+		errs = append(errs, fmt.Errorf("--broker-state-bytes %d must be at least %d", c.BrokerStateBytes, minBrokerStateBytes))
 	}
 	if c.QueueReattach < 0 {
 		errs = append(errs, fmt.Errorf("--queue-reattach %v must not be negative", c.QueueReattach))
@@ -594,7 +606,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	endpoints := cfg.Etcd
 	if len(endpoints) == 0 {
 		dir, _ := filepath.Abs(filepath.Join(cfg.DataDir, "etcd"))
-		d.embedded, err = store.StartEmbedded(ctx, store.EmbeddedOptions{DataDir: dir, ClientAddr: cfg.EtcdListen})
+		d.embedded, err = store.StartEmbedded(ctx, store.EmbeddedOptions{DataDir: dir, ClientAddr: cfg.EtcdListen,
+			MaxRequestBytes: admission.WriteBytesFor(cfg.brokerStateBytes()) + etcdRequestSlack})
 		if err != nil {
 			return nil, err
 		}
@@ -605,7 +618,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, err
 	}
-	d.store, err = store.ConnectTLS(ctx, endpoints, etcdTLS, logger.With("component", "store"))
+	d.store, err = store.ConnectTLSWith(ctx, endpoints, etcdTLS, logger.With("component", "store"),
+		admission.WriteBytesFor(cfg.brokerStateBytes())+etcdRequestSlack)
 	if err != nil {
 		return nil, err
 	}
@@ -663,7 +677,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, fmt.Errorf("catalog limits: %w", err)
 	}
-	d.broker, err = broker.New(bcfg, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach})
+	d.broker, err = broker.New(bcfg, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes()})
 	if err != nil {
 		return nil, fmt.Errorf("rate-limit broker: %w", err)
 	}
@@ -673,9 +687,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.adm, err = admission.Start(ctx, admission.Options{
 		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
-		Creds:       peerCreds,
-		LeaseTTL:    int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
-		DialOptions: dial,
+		Creds:         peerCreds,
+		LeaseTTL:      int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
+		DialOptions:   dial,
+		MaxWriteBytes: admission.WriteBytesFor(cfg.brokerStateBytes()),
 	})
 	if err != nil {
 		return nil, err
@@ -1230,4 +1245,20 @@ func (d *Decider) wait(ctx context.Context) error {
 		d.Close()
 		return fmt.Errorf("decider: grpc server: %w", err)
 	}
+}
+
+// minBrokerStateBytes is the least --broker-state-bytes: room for the
+// queue's part of the state and some hundred reservations.
+const minBrokerStateBytes = 256 << 10
+
+// etcdRequestSlack is what an etcd request holds beside the snapshot
+// transaction's values: keys, the compare, gRPC framing.
+const etcdRequestSlack = 64 << 10
+
+// brokerStateBytes is --broker-state-bytes, or its default.
+func (c *Config) brokerStateBytes() int {
+	if c.BrokerStateBytes <= 0 {
+		return broker.DefaultMaxStateBytes
+	}
+	return c.BrokerStateBytes
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,9 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
@@ -187,4 +190,37 @@ func TestRefusedReplicaCredentialIsNotTheCallers(t *testing.T) {
 	_, err := cb.Decide(t.Context(), decideRequest(0))
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	require.Contains(t, status.Convert(err).Message(), "replica's credential")
+}
+
+// TestLargerBrokerStateIsSaved: --broker-state-bytes raises how many
+// reservations may be open at once; the embedded etcd and the client are
+// configured to take the larger snapshot, which is saved whole.
+func TestLargerBrokerStateIsSaved(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "1000000"), DataDir: dir, BrokerStateBytes: 4 << 20})
+	defer d.Close()
+	require.True(t, d.adm.Owner())
+	long := strings.Repeat("x", 100)
+	for i := 0; ; i++ {
+		used, _ := d.broker.StateBytes()
+		if used > 2<<20 {
+			break
+		}
+		require.Less(t, i, 100_000, "the state never grew past 2 MiB")
+		resp, err := d.adm.Reserve(t.Context(), &switchboardv1.ReserveRequest{
+			RequestId: fmt.Sprintf("%s-%d", long, i), IdempotencyKey: fmt.Sprintf("%s%s-%d", long, long, i),
+			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: "vendor/model", EndpointId: "beta/vendor/model",
+			Demand: &switchboardv1.Demand{InputTokens: 10, OutputTokens: 10, Requests: 1}, Ttl: durationpb.New(10 * time.Minute),
+		})
+		require.NoError(t, err)
+		require.True(t, resp.GetAdmitted(), "reservation %d: %v", i, resp.GetRefusal())
+	}
+	state := len(d.broker.Snapshot())
+	t.Logf("%d bytes of state", state)
+	require.Greater(t, state, 3<<19, "more than etcd's default request limit")
+	require.Eventually(t, func() bool {
+		get, err := d.store.Client().Get(t.Context(), admission.SnapshotKey)
+		return err == nil && len(get.Kvs) == 1 && len(get.Kvs[0].Value) > state-1024
+	}, 30*time.Second, 50*time.Millisecond, "the whole state is saved")
+	require.Zero(t, d.adm.Snapshots().Failures)
 }

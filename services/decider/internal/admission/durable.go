@@ -8,6 +8,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/switchboard-ai/switchboard/pkg/readiness"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 )
 
 // DefaultMaxWriteBytes is the default of Options.MaxWriteBytes: etcd's
@@ -16,6 +17,13 @@ import (
 // broker.DefaultMaxStateBytes, 1 MiB) and the hedge budget's (at most
 // hedge.MaxStateBytes, 256 KiB) fit within it by construction.
 const DefaultMaxWriteBytes = 3<<19 - 16<<10
+
+// WriteBytesFor is MaxWriteBytes for a broker state of stateBytes: that,
+// the hedge budget's state and 240 KiB for the rest of the transaction
+// (DefaultMaxWriteBytes for the broker's default 1 MiB).
+func WriteBytesFor(stateBytes int) int {
+	return stateBytes + hedge.MaxStateBytes + 240<<10
+}
 
 // Snapshot health: the owner's admission is reported unhealthy (Healthy)
 // after this many failed writes in a row, or once the last durable snapshot

@@ -39,6 +39,9 @@ type EmbeddedOptions struct {
 	// PeerAddr is the host:port for the raft peer listener. (Optional)
 	// Defaults to 127.0.0.1:0.
 	PeerAddr string
+	// MaxRequestBytes is etcd's --max-request-bytes. (Optional) Defaults
+	// to etcd's 1.5 MiB; a lower value is raised to it.
+	MaxRequestBytes int
 	// ClientTLS serves clients over https with these files; ClientCertAuth
 	// requires client certificates of TrustedCAFile. (Optional) Empty serves
 	// plain http, which the decider's own loopback etcd does.
@@ -76,6 +79,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: opts.PeerAddr}}
 	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if uint(opts.MaxRequestBytes) > cfg.MaxRequestBytes {
+		cfg.MaxRequestBytes = uint(opts.MaxRequestBytes)
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
@@ -119,6 +125,12 @@ func Connect(ctx context.Context, endpoints []string, logger *slog.Logger) (*Sto
 // fails (an unknown CA, a refused client certificate) fails at once with
 // the reason, rather than as a timeout.
 func ConnectTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config, logger *slog.Logger) (*Store, error) {
+	return ConnectTLSWith(ctx, endpoints, tlsCfg, logger, 0)
+}
+
+// ConnectTLSWith is ConnectTLS with the largest request the client sends,
+// in bytes (0, or below the client's default of 2 MiB: that default).
+func ConnectTLSWith(ctx context.Context, endpoints []string, tlsCfg *tls.Config, logger *slog.Logger, maxSendBytes int) (*Store, error) {
 	if tlsCfg != nil {
 		if err := probeTLS(ctx, endpoints, tlsCfg); err != nil {
 			return nil, err
@@ -132,7 +144,8 @@ func ConnectTLS(ctx context.Context, endpoints []string, tlsCfg *tls.Config, log
 		// The client's own zap logs (retries on a closing connection at
 		// shutdown, for instance) are noise next to the decider's; errors
 		// that matter come back from the calls themselves.
-		Logger: zap.NewNop(),
+		Logger:             zap.NewNop(),
+		MaxCallSendMsgSize: max(maxSendBytes, 2<<20),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect etcd %v: %w", endpoints, err)
