@@ -2934,7 +2934,12 @@ func (x *ReconcileRequest) GetFailureDeferred() bool {
 type ReconcileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// released lists capacity given back per bucket (negative: an overrun charged).
-	Released      []*BucketCharge `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	Released []*BucketCharge `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	// owner_term is the term of the broker's owner that applied it: the
+	// revision of its election key, which grows with every new owner. An
+	// owner of a higher term restored a snapshot that may not hold this
+	// reconciliation (see OwnerTerm). 0 when unknown.
+	OwnerTerm     int64 `protobuf:"varint,2,opt,name=owner_term,json=ownerTerm,proto3" json:"owner_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2974,6 +2979,13 @@ func (x *ReconcileResponse) GetReleased() []*BucketCharge {
 		return x.Released
 	}
 	return nil
+}
+
+func (x *ReconcileResponse) GetOwnerTerm() int64 {
+	if x != nil {
+		return x.OwnerTerm
+	}
+	return 0
 }
 
 // EdgeHello opens a Report stream.
@@ -4163,8 +4175,12 @@ type ReportAck struct {
 	// once the broker's owner applied every reconciliation in it (or knows it
 	// was applied before, or never knew the reservation); 0 otherwise.
 	ReconcileSequence uint64 `protobuf:"varint,3,opt,name=reconcile_sequence,json=reconcileSequence,proto3" json:"reconcile_sequence,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// owner_term is, for a reconcile batch, the lowest term of the broker's
+	// owners that applied its reconciliations (see OwnerTerm); 0 when
+	// unknown, or for another kind of batch.
+	OwnerTerm     int64 `protobuf:"varint,4,opt,name=owner_term,json=ownerTerm,proto3" json:"owner_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportAck) Reset() {
@@ -4218,6 +4234,13 @@ func (x *ReportAck) GetReconcileSequence() uint64 {
 	return 0
 }
 
+func (x *ReportAck) GetOwnerTerm() int64 {
+	if x != nil {
+		return x.OwnerTerm
+	}
+	return 0
+}
+
 // ReportResponse is one message from the decider on the Report stream.
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4230,6 +4253,7 @@ type ReportResponse struct {
 	//	*ReportResponse_Cooldown
 	//	*ReportResponse_Config
 	//	*ReportResponse_KeySet
+	//	*ReportResponse_OwnerTerm
 	Command       isReportResponse_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4317,6 +4341,15 @@ func (x *ReportResponse) GetKeySet() *KeySet {
 	return nil
 }
 
+func (x *ReportResponse) GetOwnerTerm() *OwnerTerm {
+	if x != nil {
+		if x, ok := x.Command.(*ReportResponse_OwnerTerm); ok {
+			return x.OwnerTerm
+		}
+	}
+	return nil
+}
+
 type isReportResponse_Command interface {
 	isReportResponse_Command()
 }
@@ -4347,6 +4380,12 @@ type ReportResponse_KeySet struct {
 	KeySet *KeySet `protobuf:"bytes,5,opt,name=key_set,json=keySet,proto3,oneof"`
 }
 
+type ReportResponse_OwnerTerm struct {
+	// owner_term is the term of the broker's owner, sent when the stream
+	// opens and again whenever a new owner is elected.
+	OwnerTerm *OwnerTerm `protobuf:"bytes,6,opt,name=owner_term,json=ownerTerm,proto3,oneof"`
+}
+
 func (*ReportResponse_Ack) isReportResponse_Command() {}
 
 func (*ReportResponse_Probe) isReportResponse_Command() {}
@@ -4356,6 +4395,59 @@ func (*ReportResponse_Cooldown) isReportResponse_Command() {}
 func (*ReportResponse_Config) isReportResponse_Command() {}
 
 func (*ReportResponse_KeySet) isReportResponse_Command() {}
+
+func (*ReportResponse_OwnerTerm) isReportResponse_Command() {}
+
+// OwnerTerm names the term of the rate-limit broker's owner: the revision of
+// its election key, which grows with every owner elected. A new owner
+// restores the last snapshot of the one before, which may lack what that one
+// applied after it, so an edge sends it again the reconciliations that
+// owners of lower terms applied in its replay window.
+type OwnerTerm struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// term is the owner's election revision; it never decreases on one
+	// etcd cluster.
+	Term          int64 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnerTerm) Reset() {
+	*x = OwnerTerm{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnerTerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnerTerm) ProtoMessage() {}
+
+func (x *OwnerTerm) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnerTerm.ProtoReflect.Descriptor instead.
+func (*OwnerTerm) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *OwnerTerm) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
 
 // KeySet is the set of API keys the catalog accepts, each as the first 64
 // bits of its SHA-256: enough for an edge to refuse an unknown key before
@@ -4373,7 +4465,7 @@ type KeySet struct {
 
 func (x *KeySet) Reset() {
 	*x = KeySet{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +4477,7 @@ func (x *KeySet) String() string {
 func (*KeySet) ProtoMessage() {}
 
 func (x *KeySet) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +4490,7 @@ func (x *KeySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySet.ProtoReflect.Descriptor instead.
 func (*KeySet) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeySet) GetKeyPrefixes() []uint64 {
@@ -4430,7 +4522,7 @@ type AcquireHedgeRequest struct {
 
 func (x *AcquireHedgeRequest) Reset() {
 	*x = AcquireHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4442,7 +4534,7 @@ func (x *AcquireHedgeRequest) String() string {
 func (*AcquireHedgeRequest) ProtoMessage() {}
 
 func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4455,7 +4547,7 @@ func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeRequest.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AcquireHedgeRequest) GetRequestId() string {
@@ -4494,7 +4586,7 @@ type AcquireHedgeResponse struct {
 
 func (x *AcquireHedgeResponse) Reset() {
 	*x = AcquireHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4598,7 @@ func (x *AcquireHedgeResponse) String() string {
 func (*AcquireHedgeResponse) ProtoMessage() {}
 
 func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4611,7 @@ func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeResponse.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireHedgeResponse) GetGranted() bool {
@@ -4564,7 +4656,7 @@ type ListActivityRequest struct {
 
 func (x *ListActivityRequest) Reset() {
 	*x = ListActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4576,7 +4668,7 @@ func (x *ListActivityRequest) String() string {
 func (*ListActivityRequest) ProtoMessage() {}
 
 func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4589,7 +4681,7 @@ func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListActivityRequest) GetIdentity() *Identity {
@@ -4647,7 +4739,7 @@ type ListActivityResponse struct {
 
 func (x *ListActivityResponse) Reset() {
 	*x = ListActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4659,7 +4751,7 @@ func (x *ListActivityResponse) String() string {
 func (*ListActivityResponse) ProtoMessage() {}
 
 func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4672,7 +4764,7 @@ func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListActivityResponse) GetRecords() []*ActivityRecord {
@@ -4702,7 +4794,7 @@ type GetActivityRequest struct {
 
 func (x *GetActivityRequest) Reset() {
 	*x = GetActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4714,7 +4806,7 @@ func (x *GetActivityRequest) String() string {
 func (*GetActivityRequest) ProtoMessage() {}
 
 func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4727,7 +4819,7 @@ func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
 func (*GetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetActivityRequest) GetIdentity() *Identity {
@@ -4755,7 +4847,7 @@ type GetActivityResponse struct {
 
 func (x *GetActivityResponse) Reset() {
 	*x = GetActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4859,7 @@ func (x *GetActivityResponse) String() string {
 func (*GetActivityResponse) ProtoMessage() {}
 
 func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4872,7 @@ func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
 func (*GetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetActivityResponse) GetRecord() *ActivityRecord {
@@ -4801,7 +4893,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +4905,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +4918,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -4853,7 +4945,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +4957,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +4970,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Model) GetId() string {
@@ -4920,7 +5012,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4932,7 +5024,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4945,7 +5037,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -4968,7 +5060,7 @@ type HedgeSettlement struct {
 
 func (x *HedgeSettlement) Reset() {
 	*x = HedgeSettlement{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4980,7 +5072,7 @@ func (x *HedgeSettlement) String() string {
 func (*HedgeSettlement) ProtoMessage() {}
 
 func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4993,7 +5085,7 @@ func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeSettlement.ProtoReflect.Descriptor instead.
 func (*HedgeSettlement) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HedgeSettlement) GetRequestId() string {
@@ -5021,7 +5113,7 @@ type SettleHedgeRequest struct {
 
 func (x *SettleHedgeRequest) Reset() {
 	*x = SettleHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5033,7 +5125,7 @@ func (x *SettleHedgeRequest) String() string {
 func (*SettleHedgeRequest) ProtoMessage() {}
 
 func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5046,7 +5138,7 @@ func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeRequest.ProtoReflect.Descriptor instead.
 func (*SettleHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SettleHedgeRequest) GetSettlements() []*HedgeSettlement {
@@ -5065,7 +5157,7 @@ type SettleHedgeResponse struct {
 
 func (x *SettleHedgeResponse) Reset() {
 	*x = SettleHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5169,7 @@ func (x *SettleHedgeResponse) String() string {
 func (*SettleHedgeResponse) ProtoMessage() {}
 
 func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5182,7 @@ func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeResponse.ProtoReflect.Descriptor instead.
 func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
 }
 
 // ReconcileBatch carries reconciliations from an edge on its Report stream.
@@ -5114,7 +5206,7 @@ type ReconcileBatch struct {
 
 func (x *ReconcileBatch) Reset() {
 	*x = ReconcileBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5126,7 +5218,7 @@ func (x *ReconcileBatch) String() string {
 func (*ReconcileBatch) ProtoMessage() {}
 
 func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5139,7 +5231,7 @@ func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBatch.ProtoReflect.Descriptor instead.
 func (*ReconcileBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReconcileBatch) GetReconciles() []*ReconcileRequest {
@@ -5169,7 +5261,7 @@ type ReservationHeartbeat struct {
 
 func (x *ReservationHeartbeat) Reset() {
 	*x = ReservationHeartbeat{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5181,7 +5273,7 @@ func (x *ReservationHeartbeat) String() string {
 func (*ReservationHeartbeat) ProtoMessage() {}
 
 func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5194,7 +5286,7 @@ func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationHeartbeat.ProtoReflect.Descriptor instead.
 func (*ReservationHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReservationHeartbeat) GetReservationIds() []string {
@@ -5215,7 +5307,7 @@ type KeepReservationsRequest struct {
 
 func (x *KeepReservationsRequest) Reset() {
 	*x = KeepReservationsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5319,7 @@ func (x *KeepReservationsRequest) String() string {
 func (*KeepReservationsRequest) ProtoMessage() {}
 
 func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5332,7 @@ func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsRequest.ProtoReflect.Descriptor instead.
 func (*KeepReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KeepReservationsRequest) GetReservationIds() []string {
@@ -5261,7 +5353,7 @@ type KeepReservationsResponse struct {
 
 func (x *KeepReservationsResponse) Reset() {
 	*x = KeepReservationsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5365,7 @@ func (x *KeepReservationsResponse) String() string {
 func (*KeepReservationsResponse) ProtoMessage() {}
 
 func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5378,7 @@ func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsResponse.ProtoReflect.Descriptor instead.
 func (*KeepReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeepReservationsResponse) GetKept() int64 {
@@ -5497,9 +5589,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x12rate_limit_headers\x18\x04 \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\x127\n" +
 	"\afailure\x18\x05 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\afailure\x12.\n" +
 	"\x13provider_error_code\x18\x06 \x01(\tR\x11providerErrorCode\x12)\n" +
-	"\x10failure_deferred\x18\a \x01(\bR\x0ffailureDeferred\"M\n" +
+	"\x10failure_deferred\x18\a \x01(\bR\x0ffailureDeferred\"l\n" +
 	"\x11ReconcileResponse\x128\n" +
-	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\"\x8f\x01\n" +
+	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\x12\x1d\n" +
+	"\n" +
+	"owner_term\x18\x02 \x01(\x03R\townerTerm\"\x8f\x01\n" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
@@ -5605,18 +5699,24 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\":\n" +
 	"\rConfigCommand\x12)\n" +
-	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"\x83\x01\n" +
+	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"\xa2\x01\n" +
 	"\tReportAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12+\n" +
 	"\x11activity_sequence\x18\x02 \x01(\x04R\x10activitySequence\x12-\n" +
-	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\"\xab\x02\n" +
+	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\x12\x1d\n" +
+	"\n" +
+	"owner_term\x18\x04 \x01(\x03R\townerTerm\"\xe7\x02\n" +
 	"\x0eReportResponse\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchboard.v1.ReportAckH\x00R\x03ack\x124\n" +
 	"\x05probe\x18\x02 \x01(\v2\x1c.switchboard.v1.ProbeCommandH\x00R\x05probe\x12=\n" +
 	"\bcooldown\x18\x03 \x01(\v2\x1f.switchboard.v1.CooldownCommandH\x00R\bcooldown\x127\n" +
 	"\x06config\x18\x04 \x01(\v2\x1d.switchboard.v1.ConfigCommandH\x00R\x06config\x121\n" +
-	"\akey_set\x18\x05 \x01(\v2\x16.switchboard.v1.KeySetH\x00R\x06keySetB\t\n" +
-	"\acommand\"E\n" +
+	"\akey_set\x18\x05 \x01(\v2\x16.switchboard.v1.KeySetH\x00R\x06keySet\x12:\n" +
+	"\n" +
+	"owner_term\x18\x06 \x01(\v2\x19.switchboard.v1.OwnerTermH\x00R\townerTermB\t\n" +
+	"\acommand\"\x1f\n" +
+	"\tOwnerTerm\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x03R\x04term\"E\n" +
 	"\x06KeySet\x12!\n" +
 	"\fkey_prefixes\x18\x01 \x03(\x06R\vkeyPrefixes\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x83\x01\n" +
@@ -5788,7 +5888,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
@@ -5837,31 +5937,32 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*ConfigCommand)(nil),            // 44: switchboard.v1.ConfigCommand
 	(*ReportAck)(nil),                // 45: switchboard.v1.ReportAck
 	(*ReportResponse)(nil),           // 46: switchboard.v1.ReportResponse
-	(*KeySet)(nil),                   // 47: switchboard.v1.KeySet
-	(*AcquireHedgeRequest)(nil),      // 48: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 49: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 50: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 51: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 52: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 53: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 54: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 55: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 56: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 57: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 58: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 59: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 60: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 61: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 62: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 63: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
-	(*StartExperimentRequest)(nil),   // 66: switchboard.v1.StartExperimentRequest
-	(*StopExperimentRequest)(nil),    // 67: switchboard.v1.StopExperimentRequest
-	(*GetExperimentRequest)(nil),     // 68: switchboard.v1.GetExperimentRequest
-	(*StartExperimentResponse)(nil),  // 69: switchboard.v1.StartExperimentResponse
-	(*StopExperimentResponse)(nil),   // 70: switchboard.v1.StopExperimentResponse
-	(*GetExperimentResponse)(nil),    // 71: switchboard.v1.GetExperimentResponse
+	(*OwnerTerm)(nil),                // 47: switchboard.v1.OwnerTerm
+	(*KeySet)(nil),                   // 48: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 49: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 50: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 51: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 52: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 53: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 54: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 55: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 56: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 57: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 58: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 59: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 60: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 61: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 62: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 63: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 64: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 67: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 68: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 69: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 70: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 71: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 72: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5869,19 +5970,19 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	64,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	65,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	64,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	65,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
 	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	64,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	65,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	64,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	65,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	64,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	65,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
 	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
@@ -5895,23 +5996,23 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	25,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
 	11,  // 29: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
 	23,  // 30: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	64,  // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	64,  // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	65,  // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	65,  // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
 	8,   // 33: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
 	0,   // 34: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	64,  // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	64,  // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	65,  // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	65,  // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
 	7,   // 37: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 38: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
 	23,  // 39: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
 	26,  // 40: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	65,  // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	65,  // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	66,  // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	66,  // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	8,   // 43: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	7,   // 44: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 45: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	65,  // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	64,  // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	66,  // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	65,  // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,   // 48: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
 	27,  // 49: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
 	28,  // 50: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
@@ -5921,82 +6022,83 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	31,  // 54: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
 	8,   // 55: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
 	26,  // 56: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	65,  // 57: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	64,  // 58: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	64,  // 59: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	66,  // 57: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	65,  // 58: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	65,  // 59: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
 	30,  // 60: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
 	9,   // 61: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	64,  // 62: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	65,  // 62: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
 	31,  // 63: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
 	13,  // 64: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
 	35,  // 65: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
 	34,  // 66: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
 	36,  // 67: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
 	41,  // 68: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	60,  // 69: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	61,  // 70: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	61,  // 69: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	62,  // 70: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
 	9,   // 71: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	64,  // 72: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	65,  // 73: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	65,  // 72: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	66,  // 73: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
 	5,   // 74: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	65,  // 75: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	66,  // 75: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
 	38,  // 76: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
 	39,  // 77: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
 	30,  // 78: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
 	10,  // 79: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	64,  // 80: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	64,  // 81: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	65,  // 80: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	65,  // 81: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
 	40,  // 82: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
 	18,  // 83: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	65,  // 84: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	66,  // 84: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
 	45,  // 85: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
 	42,  // 86: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
 	43,  // 87: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
 	44,  // 88: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	47,  // 89: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	65,  // 90: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 91: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	65,  // 92: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	65,  // 93: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	40,  // 94: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 95: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	40,  // 96: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 97: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 98: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	55,  // 99: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	57,  // 100: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	32,  // 101: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 102: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24,  // 103: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	32,  // 104: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	37,  // 105: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	54,  // 106: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	48,  // 107: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	50,  // 108: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	52,  // 109: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	58,  // 110: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	62,  // 111: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	66,  // 112: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	67,  // 113: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	68,  // 114: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 115: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	29,  // 116: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	33,  // 117: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	46,  // 118: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	56,  // 119: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	49,  // 120: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	51,  // 121: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	53,  // 122: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	59,  // 123: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	63,  // 124: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	69,  // 125: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	70,  // 126: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	71,  // 127: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	115, // [115:128] is the sub-list for method output_type
-	102, // [102:115] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	48,  // 89: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	47,  // 90: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
+	66,  // 91: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 92: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	66,  // 93: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	66,  // 94: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	40,  // 95: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 96: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	40,  // 97: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 98: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 99: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	56,  // 100: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	58,  // 101: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	32,  // 102: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 103: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	24,  // 104: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	32,  // 105: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	37,  // 106: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	55,  // 107: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	49,  // 108: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	51,  // 109: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	53,  // 110: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	59,  // 111: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	63,  // 112: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	67,  // 113: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	68,  // 114: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	69,  // 115: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 116: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	29,  // 117: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	33,  // 118: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	46,  // 119: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	57,  // 120: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	50,  // 121: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	52,  // 122: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	54,  // 123: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	60,  // 124: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	64,  // 125: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	70,  // 126: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	71,  // 127: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	72,  // 128: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	116, // [116:129] is the sub-list for method output_type
+	103, // [103:116] is the sub-list for method input_type
+	103, // [103:103] is the sub-list for extension type_name
+	103, // [103:103] is the sub-list for extension extendee
+	0,   // [0:103] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -6020,6 +6122,7 @@ func file_switchboard_v1_decider_proto_init() {
 		(*ReportResponse_Cooldown)(nil),
 		(*ReportResponse_Config)(nil),
 		(*ReportResponse_KeySet)(nil),
+		(*ReportResponse_OwnerTerm)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6027,7 +6130,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
