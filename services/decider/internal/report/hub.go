@@ -212,10 +212,19 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	for {
 		// A new key set goes before anything else waiting: it is the
 		// first thing a new stream is sent, and it precedes the catalog
-		// change announced with it.
+		// change announced with it. A new owner term goes next, before
+		// any ack the new owner's work produces.
 		select {
 		case <-c.keys:
 			if err := h.sendKeys(stream); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		select {
+		case <-c.term:
+			if err := h.sendTerm(stream); err != nil {
 				return err
 			}
 			continue
@@ -247,9 +256,7 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 				return err
 			}
 		case <-c.term:
-			m := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_OwnerTerm{
-				OwnerTerm: &switchboardv1.OwnerTerm{Term: h.term.Load()}}}
-			if err := stream.Send(m); err != nil {
+			if err := h.sendTerm(stream); err != nil {
 				return err
 			}
 		}
@@ -263,6 +270,12 @@ func (h *Hub) sendKeys(stream switchboardv1.DeciderService_ReportServer) error {
 		return nil
 	}
 	return stream.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_KeySet{KeySet: ks}})
+}
+
+// sendTerm sends the broker owner's latest term.
+func (h *Hub) sendTerm(stream switchboardv1.DeciderService_ReportServer) error {
+	return stream.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_OwnerTerm{
+		OwnerTerm: &switchboardv1.OwnerTerm{Term: h.term.Load()}}})
 }
 
 // drainTimeout bounds how long a stream the edge closed waits for its
