@@ -240,3 +240,19 @@ func TestReconcileSentAtOnce(t *testing.T) {
 	}
 	require.Equal(t, eagerReconcileBatches, s.reconcileBatchesInFlight())
 }
+
+// A reconciliation a Reconcile RPC applied (a released reservation) is kept
+// for the replay window too, and sent to a newer owner like one the stream
+// carried.
+func TestReconcileAppliedByRPCIsReplayed(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond})
+	run(t, s)
+	require.Eventually(t, func() bool { return s.Sessions() >= 1 }, 10*time.Second, time.Millisecond)
+	s.Hold("released")
+	s.Applied(reconcileOf("released"), 1)
+	require.Empty(t, s.Held(), "no longer declared")
+	require.Zero(t, replayed(t, fd, s, "released"))
+	fd.SetOwnerTerm(2)
+	require.Eventually(t, func() bool { return replayed(t, fd, s, "released") == 1 }, 10*time.Second, time.Millisecond)
+}

@@ -139,7 +139,8 @@ type Stream struct {
 	outstanding atomic.Int64
 	// recent are acknowledged reconciliations kept for ReplayWindow, oldest
 	// first, to be replayed to newer owners of the broker.
-	recent []ackedReconciles
+	recent  []ackedReconciles
+	recentN int // the reconciliations in recent
 	// term is the newest term of the broker's owner this stream was told
 	// of or saw in an ack; 0 until the stream's first (each stream starts
 	// again from what its decider says).
@@ -269,9 +270,26 @@ func (s *Stream) ackedReconcile(seq uint64, term int64) {
 	}
 	s.outstanding.Add(-int64(len(b.reconciles)))
 	delete(s.runacked, seq)
+	s.keepApplied(b.reconciles, term)
+}
+
+// Applied stops declaring a reservation a Reconcile RPC closed, and keeps
+// the reconciliation, applied under the owner term the answer named, for
+// the replay window, as one acknowledged on the stream is kept. It never
+// blocks for long.
+func (s *Stream) Applied(r *switchboardv1.ReconcileRequest, term int64) {
+	s.Forget(r.GetReservationId())
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.keepApplied([]*switchboardv1.ReconcileRequest{r}, term)
+}
+
+// keepApplied keeps reconciliations applied under term for the replay
+// window. ackMu is held.
+func (s *Stream) keepApplied(rs []*switchboardv1.ReconcileRequest, term int64) {
 	now := time.Now()
 	s.newerTerm(term, now)
-	e := ackedReconciles{reconciles: b.reconciles, at: now, term: term}
+	e := ackedReconciles{reconciles: rs, at: now, term: term}
 	if term < s.term {
 		// Applied by an owner older than the newest this stream knows of
 		// (the ack crossed the new owner's term on its way): the new one
@@ -280,6 +298,7 @@ func (s *Stream) ackedReconcile(seq uint64, term int64) {
 		s.wakeReplay()
 	}
 	s.recent = append(s.recent, e)
+	s.recentN += len(rs)
 	s.prune(now)
 }
 
@@ -328,12 +347,9 @@ func (s *Stream) wakeReplay() {
 // prune drops the kept reconciliations older than ReplayWindow, and the
 // oldest beyond maxRecent. ackMu is held.
 func (s *Stream) prune(now time.Time) {
-	n, drop := 0, 0
-	for _, r := range s.recent {
-		n += len(r.reconciles)
-	}
-	for drop < len(s.recent) && (now.Sub(s.recent[drop].at) > s.opts.ReplayWindow || n > maxRecent) {
-		n -= len(s.recent[drop].reconciles)
+	drop := 0
+	for drop < len(s.recent) && (now.Sub(s.recent[drop].at) > s.opts.ReplayWindow || s.recentN > maxRecent) {
+		s.recentN -= len(s.recent[drop].reconciles)
 		drop++
 	}
 	if drop > 0 {
