@@ -206,11 +206,18 @@ func TestReconcileReplayBounded(t *testing.T) {
 		s.ackedReconcile(s.sentReconcile(rs), 1)
 	}
 	s.learnTerm(2)
-	again, _ := s.takeReplays()
+	taken, _ := s.takeReplays()
+	var again []*switchboardv1.ReconcileRequest
+	for _, e := range taken {
+		again = append(again, e.reconciles...)
+	}
 	require.Len(t, again, maxRecent)
 	require.Equal(t, "r4-0", again[0].GetReservationId(), "the oldest were dropped")
-	again, _ = s.takeReplays()
-	require.Empty(t, again, "taken once")
+	none, _ := s.takeReplays()
+	require.Empty(t, none, "taken once")
+	s.untake(taken[:1]) // the stream broke before it went
+	taken, _ = s.takeReplays()
+	require.Len(t, taken, 1, "taken again on the next stream")
 }
 
 // A reconciliation frees a tenant's slot at the broker, so it is sent the

@@ -139,7 +139,7 @@ type Stream struct {
 	outstanding atomic.Int64
 	// recent are acknowledged reconciliations kept for ReplayWindow, oldest
 	// first, to be replayed to newer owners of the broker.
-	recent  []ackedReconciles
+	recent  []*ackedReconciles
 	recentN int // the reconciliations in recent
 	// term is the newest term of the broker's owner this stream was told
 	// of or saw in an ack; 0 until the stream's first (each stream starts
@@ -289,7 +289,7 @@ func (s *Stream) Applied(r *switchboardv1.ReconcileRequest, term int64) {
 func (s *Stream) keepApplied(rs []*switchboardv1.ReconcileRequest, term int64) {
 	now := time.Now()
 	s.newerTerm(term, now)
-	e := ackedReconciles{reconciles: rs, at: now, term: term}
+	e := &ackedReconciles{reconciles: rs, at: now, term: term}
 	if term < s.term {
 		// Applied by an owner older than the newest this stream knows of
 		// (the ack crossed the new owner's term on its way): the new one
@@ -321,9 +321,9 @@ func (s *Stream) newerTerm(term int64, now time.Time) {
 	s.term = term
 	s.prune(now)
 	marked := false
-	for i := range s.recent {
-		if s.recent[i].term < term {
-			s.recent[i].term, s.recent[i].replay = term, true
+	for _, e := range s.recent {
+		if e.term < term {
+			e.term, e.replay = term, true
 			marked = true
 		}
 	}
@@ -366,22 +366,33 @@ func (s *Stream) newStream() {
 	s.beat = false
 }
 
-// takeReplays returns the reconciliations marked for a replay, within the
-// window, and whether the held reservations are to be declared again.
-func (s *Stream) takeReplays() ([]*switchboardv1.ReconcileRequest, bool) {
+// takeReplays returns the kept batches marked for a replay, within the
+// window, and whether the held reservations are to be declared again; a
+// replay that could not be sent is marked again (untake).
+func (s *Stream) takeReplays() ([]*ackedReconciles, bool) {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
 	s.prune(time.Now())
-	var out []*switchboardv1.ReconcileRequest
-	for i := range s.recent {
-		if s.recent[i].replay {
-			out = append(out, s.recent[i].reconciles...)
-			s.recent[i].replay = false
+	var out []*ackedReconciles
+	for _, e := range s.recent {
+		if e.replay {
+			out = append(out, e)
+			e.replay = false
 		}
 	}
 	beat := s.beat
 	s.beat = false
 	return out, beat
+}
+
+// untake marks batches taken for a replay again, for the next stream: the
+// stream broke before they were sent.
+func (s *Stream) untake(taken []*ackedReconciles) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	for _, e := range taken {
+		e.replay = true // one pruned meanwhile is gone anyway
+	}
 }
 
 // stale returns the reconcile batches sent before cutoff and not
@@ -684,11 +695,16 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	// unnumbered (nobody waits for their ack), and declares the held
 	// reservations to it when asked.
 	replay := func() error {
-		again, beat := s.takeReplays()
+		taken, beat := s.takeReplays()
+		var again []*switchboardv1.ReconcileRequest
+		for _, e := range taken {
+			again = append(again, e.reconciles...)
+		}
 		for len(again) > 0 {
 			n := min(len(again), s.opts.BatchSize)
 			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{
 				Reconcile: &switchboardv1.ReconcileBatch{Reconciles: again[:n]}}}); err != nil {
+				s.untake(taken) // some may have gone: sent twice, applied once
 				return err
 			}
 			again = again[n:]
