@@ -107,6 +107,16 @@ tenants:
 	_, err = cli.Revoke(t.Context(), lease)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { owner, _ := brokerOwner(t, cli); return owner == second.Addr() }, waitFor, tick)
+	// The calls were still running when the first owner lost the broker:
+	// it gave none of the four slots back (its memory stays as it was).
+	found := false
+	for _, l := range first.TenantLimits("acme") {
+		if l.Unit == "concurrent_requests" {
+			found = true
+			require.Zero(t, l.Remaining, "no call ended before the first owner lost the broker")
+		}
+	}
+	require.True(t, found)
 	saved, err := third.BrokerSnapshotVersion(t.Context())
 	require.NoError(t, err)
 
