@@ -413,6 +413,10 @@ func TestOwnerTermFollowsTheElection(t *testing.T) {
 	for _, r := range []*replica{a, b} {
 		require.Eventually(t, func() bool { term, _ := r.adm.OwnerTerm(); return term == newRev() && term > rev }, 10*time.Second, 10*time.Millisecond)
 	}
+	// Until the old owner notices its session ended it still applies, and
+	// names its own, older term: what it applies then is replayed to the
+	// new owner. Once it noticed, it forwards.
+	require.Eventually(t, func() bool { return !a.adm.Owner() }, 20*time.Second, 10*time.Millisecond)
 	res, err = a.adm.Reserve(t.Context(), reserveReq())
 	require.NoError(t, err)
 	resp, err := a.adm.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: res.GetReservation().GetReservationId()}, nil)
