@@ -57,6 +57,7 @@ func TestBoundaryRefusesWhatIsOutOfBounds(t *testing.T) {
 		{"attempt -7", "attempt", reserve(func(r *switchboardv1.ReserveRequest) { r.Attempt = -7 })},
 		{"unknown previous_failure", "previous_failure", reserve(func(r *switchboardv1.ReserveRequest) { r.PreviousFailure = 77 })},
 		{"unknown endpoint", "endpoint_id", reserve(func(r *switchboardv1.ReserveRequest) { r.EndpointId = "nobody/" + secModel })},
+		{"model not the endpoint's", "model", reserve(func(r *switchboardv1.ReserveRequest) { r.Model = "another-" + secModel })},
 		{"negative demand tokens", "demand.input_tokens", reserve(func(r *switchboardv1.ReserveRequest) { r.Demand.InputTokens = -100 })},
 		{"NaN demand usd", "demand.usd", reserve(func(r *switchboardv1.ReserveRequest) { r.Demand.Usd = math.NaN() })},
 		{"unknown outcome", "outcome", reconcile(func(r *switchboardv1.ReconcileRequest) { r.Outcome = 99 })},

@@ -88,11 +88,22 @@ func startSecDecider(t *testing.T) *deciderapp.Decider {
 }
 
 // dialAs returns a client of addr calling with token; "" sends no credentials.
-func dialAs(t *testing.T, addr, token string) switchboardv1.DeciderServiceClient {
+func dialAs(t *testing.T, addr, token string, onBehalfOf ...string) switchboardv1.DeciderServiceClient {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer.Token(token)))
+	}
+	if len(onBehalfOf) > 0 && onBehalfOf[0] != "" {
+		// Every call names the caller, as a replica forwarding names its own.
+		who := onBehalfOf[0]
+		opts = append(opts,
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+				return inv(metadata.AppendToOutgoingContext(ctx, "switchboard-on-behalf-of", who), m, req, reply, cc, o...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, m string, s grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
+				return s(metadata.AppendToOutgoingContext(ctx, "switchboard-on-behalf-of", who), desc, cc, m, o...)
+			}))
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
@@ -285,8 +296,18 @@ func TestOnBehalfOfIsHonouredOnlyFromAReplica(t *testing.T) {
 	require.True(t, r.GetAdmitted())
 	_, err = replica.Reserve(onBehalf("nobody"), reserveReq(byTenant("acme")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-	// A replica acting for itself forwards the broker's work for anyone.
-	r, err = replica.Reserve(t.Context(), reserveReq(byTenant("globex")))
+	// The replica credential acts for no tenant of its own: naming nobody,
+	// or itself, it reserves for nobody, even by a tenant id.
+	before := requestsLeft(t, d, "globex")
+	_, err = replica.Reserve(t.Context(), reserveReq(byTenant("globex")))
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica naming no caller: %v", err)
+	_, err = replica.Reserve(onBehalf("sec-replicas"), reserveReq(byTenant("globex")))
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica naming a replica: %v", err)
+	require.Equal(t, before, requestsLeft(t, d, "globex"), "nothing was reserved")
+	// Forwarded for the edge, the edge's rules: by key only.
+	_, err = replica.Reserve(onBehalf("sec-edges"), reserveReq(byTenant("globex")))
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "forwarded for the edge, a bare tenant id: %v", err)
+	r, err = replica.Reserve(onBehalf("sec-edges"), reserveReq(byKey(secGlobexKey)))
 	require.NoError(t, err)
 	require.True(t, r.GetAdmitted())
 	_, err = replica.Decide(t.Context(), decideReserve(byTenant("globex")))
@@ -437,13 +458,24 @@ func TestRoleRPCTenantMatrix(t *testing.T) {
 			"Decide": denied, "Decide dry run": anyone, "Reserve": denied, "ListModels": anyone, "ListActivity": anyone, "GetActivity": anyone,
 			"Reconcile": denied, "KeepReservations": denied, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
+		// A replica naming no caller acts for nobody.
 		{"replica", secReplicaToken, map[string]rule{
-			"Decide": denied, "Decide dry run": denied, "Reserve": anyone, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
+			"Decide": denied, "Decide dry run": denied, "Reserve": denied, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
+			"Reconcile": denied, "KeepReservations": denied, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
+		}},
+		// Naming one, that caller's rules, on what a replica forwards.
+		{"replica for the edge", secReplicaToken, map[string]rule{
+			"Decide": denied, "Decide dry run": denied, "Reserve": keyOnly, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
 			"Reconcile": anyone, "KeepReservations": anyone, "Report": denied, "AcquireHedge": anyone, "SettleHedge": anyone,
 		}},
+		{"replica for the service", secReplicaToken, map[string]rule{
+			"Decide": denied, "Decide dry run": denied, "Reserve": ownOnly, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
+			"Reconcile": ownOnly, "KeepReservations": ownOnly, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
+		}},
 	}
+	forWhom := map[string]string{"replica for the edge": "sec-edges", "replica for the service": "sec-billing"}
 	for _, role := range roles {
-		c := dialAs(t, d.Addr(), role.token)
+		c := dialAs(t, d.Addr(), role.token, forWhom[role.name])
 		require.Len(t, role.rules, len(rpcs), "role %s: a rule for every RPC", role.name)
 		for rpc, call := range rpcs {
 			for _, v := range variants {

@@ -1861,15 +1861,20 @@ type DecideResponse struct {
 	// demand is what was reserved, so the caller can reserve the same on a
 	// fallback or hedge endpoint.
 	Demand *Demand `protobuf:"bytes,11,opt,name=demand,proto3" json:"demand,omitempty"`
-	// grant binds this decision to its request id, tenant and api key id: a
-	// tag the decider computes with a key only the deciders hold. The edge
-	// copies it into the request's ActivityRecord, and the decider stores a
-	// record only when its grant matches the record's id, tenant_id and
-	// api_key_id. Opaque to the caller.
+	// grant binds this decision to its request id, tenant, api key id and
+	// caps: a tag the decider computes with a key only the deciders hold. The
+	// edge copies it into the request's ActivityRecord, and the decider stores
+	// a record only when its grant matches the record's id, tenant_id,
+	// api_key_id and caps. Opaque to the caller.
 	Grant []byte `protobuf:"bytes,12,opt,name=grant,proto3" json:"grant,omitempty"`
 	// queue is set when the reservation waited in its workload class's
 	// admission queue, admitted or not.
-	Queue         *QueueDecision `protobuf:"bytes,13,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue *QueueDecision `protobuf:"bytes,13,opt,name=queue,proto3" json:"queue,omitempty"`
+	// caps bound what the request may be billed and recorded as, whichever
+	// of endpoint, fallbacks and hedge serves it; the grant covers them. The
+	// edge copies them into the request's ActivityRecord, and the decider
+	// stores a record only when its tokens and costs are within them.
+	Caps          *DecisionCaps `protobuf:"bytes,14,opt,name=caps,proto3" json:"caps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1995,6 +2000,97 @@ func (x *DecideResponse) GetQueue() *QueueDecision {
 	return nil
 }
 
+func (x *DecideResponse) GetCaps() *DecisionCaps {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
+// DecisionCaps bound one decided request's activity record: the most its
+// endpoints could have consumed and cost, from the catalog's context
+// windows and output limits and the endpoints' prices, never from the
+// caller's estimate of the prompt (a provider counts its own tokens).
+type DecisionCaps struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_input_tokens bounds the record's input tokens: the largest context
+	// window of the decision's endpoints.
+	MaxInputTokens int64 `protobuf:"varint,1,opt,name=max_input_tokens,json=maxInputTokens,proto3" json:"max_input_tokens,omitempty"`
+	// max_output_tokens bounds its output tokens: the largest output an
+	// endpoint of the decision produces (its max_output_tokens, else its
+	// context window).
+	MaxOutputTokens int64 `protobuf:"varint,2,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
+	// max_cost_usd bounds what the client is billed (cost_usd and
+	// usage.cost_usd): the most any endpoint of the decision bills for those
+	// tokens under the request's max_price and max_tokens.
+	MaxCostUsd float64 `protobuf:"fixed64,3,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
+	// max_attempts_cost_usd bounds what the providers charge for all of the
+	// request's attempts together (the sum of attempts[].cost_usd, and the
+	// hedge's lost leg): every endpoint of the decision called once for those
+	// tokens, at its list price.
+	MaxAttemptsCostUsd float64 `protobuf:"fixed64,4,opt,name=max_attempts_cost_usd,json=maxAttemptsCostUsd,proto3" json:"max_attempts_cost_usd,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *DecisionCaps) Reset() {
+	*x = DecisionCaps{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecisionCaps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecisionCaps) ProtoMessage() {}
+
+func (x *DecisionCaps) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecisionCaps.ProtoReflect.Descriptor instead.
+func (*DecisionCaps) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DecisionCaps) GetMaxInputTokens() int64 {
+	if x != nil {
+		return x.MaxInputTokens
+	}
+	return 0
+}
+
+func (x *DecisionCaps) GetMaxOutputTokens() int64 {
+	if x != nil {
+		return x.MaxOutputTokens
+	}
+	return 0
+}
+
+func (x *DecisionCaps) GetMaxCostUsd() float64 {
+	if x != nil {
+		return x.MaxCostUsd
+	}
+	return 0
+}
+
+func (x *DecisionCaps) GetMaxAttemptsCostUsd() float64 {
+	if x != nil {
+		return x.MaxAttemptsCostUsd
+	}
+	return 0
+}
+
 // Demand is what one dispatch is expected to consume.
 type Demand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2012,7 +2108,7 @@ type Demand struct {
 
 func (x *Demand) Reset() {
 	*x = Demand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2120,7 @@ func (x *Demand) String() string {
 func (*Demand) ProtoMessage() {}
 
 func (x *Demand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[12]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2133,7 @@ func (x *Demand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Demand.ProtoReflect.Descriptor instead.
 func (*Demand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Demand) GetInputTokens() int64 {
@@ -2103,7 +2199,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2211,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[13]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2224,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReserveRequest) GetRequestId() string {
@@ -2225,7 +2321,7 @@ type QueueDecision struct {
 
 func (x *QueueDecision) Reset() {
 	*x = QueueDecision{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2333,7 @@ func (x *QueueDecision) String() string {
 func (*QueueDecision) ProtoMessage() {}
 
 func (x *QueueDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[14]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2346,7 @@ func (x *QueueDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDecision.ProtoReflect.Descriptor instead.
 func (*QueueDecision) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueDecision) GetQueueId() string {
@@ -2305,7 +2401,7 @@ type BucketCharge struct {
 
 func (x *BucketCharge) Reset() {
 	*x = BucketCharge{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2413,7 @@ func (x *BucketCharge) String() string {
 func (*BucketCharge) ProtoMessage() {}
 
 func (x *BucketCharge) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[15]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2426,7 @@ func (x *BucketCharge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketCharge.ProtoReflect.Descriptor instead.
 func (*BucketCharge) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BucketCharge) GetBucketId() string {
@@ -2384,7 +2480,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2492,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[16]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2505,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Reservation) GetReservationId() string {
@@ -2498,7 +2594,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2606,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[17]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2619,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Refusal) GetReason() RefusalReason {
@@ -2628,7 +2724,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2736,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[18]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2749,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReserveResponse) GetAdmitted() bool {
@@ -2703,7 +2799,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2811,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[19]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2824,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2779,7 +2875,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2887,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[20]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2900,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Header) GetName() string {
@@ -2853,7 +2949,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2961,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[21]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2974,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReconcileRequest) GetReservationId() string {
@@ -2946,7 +3042,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3054,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[22]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3067,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReconcileResponse) GetReleased() []*BucketCharge {
@@ -3009,7 +3105,7 @@ type EdgeHello struct {
 
 func (x *EdgeHello) Reset() {
 	*x = EdgeHello{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3117,7 @@ func (x *EdgeHello) String() string {
 func (*EdgeHello) ProtoMessage() {}
 
 func (x *EdgeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[23]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3130,7 @@ func (x *EdgeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeHello.ProtoReflect.Descriptor instead.
 func (*EdgeHello) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EdgeHello) GetEdgeId() string {
@@ -3131,7 +3227,7 @@ type CallReport struct {
 
 func (x *CallReport) Reset() {
 	*x = CallReport{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3239,7 @@ func (x *CallReport) String() string {
 func (*CallReport) ProtoMessage() {}
 
 func (x *CallReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[24]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3252,7 @@ func (x *CallReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReport.ProtoReflect.Descriptor instead.
 func (*CallReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CallReport) GetRequestId() string {
@@ -3325,7 +3421,7 @@ type CallReportBatch struct {
 
 func (x *CallReportBatch) Reset() {
 	*x = CallReportBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3433,7 @@ func (x *CallReportBatch) String() string {
 func (*CallReportBatch) ProtoMessage() {}
 
 func (x *CallReportBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[25]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3446,7 @@ func (x *CallReportBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReportBatch.ProtoReflect.Descriptor instead.
 func (*CallReportBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CallReportBatch) GetReports() []*CallReport {
@@ -3379,7 +3475,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3487,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[26]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3500,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportRequest) GetKind() isReportRequest_Kind {
@@ -3528,7 +3624,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3636,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[27]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3649,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Attempt) GetEndpointId() string {
@@ -3638,7 +3734,7 @@ type HedgeInfo struct {
 
 func (x *HedgeInfo) Reset() {
 	*x = HedgeInfo{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3746,7 @@ func (x *HedgeInfo) String() string {
 func (*HedgeInfo) ProtoMessage() {}
 
 func (x *HedgeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[28]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3759,7 @@ func (x *HedgeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeInfo.ProtoReflect.Descriptor instead.
 func (*HedgeInfo) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HedgeInfo) GetUsed() bool {
@@ -3743,16 +3839,19 @@ type ActivityRecord struct {
 	// ttft is the time to the first token the client got.
 	Ttft *durationpb.Duration `protobuf:"bytes,18,opt,name=ttft,proto3" json:"ttft,omitempty"`
 	// grant is the DecideResponse.grant of the request's decision, copied as
-	// is. A record whose grant does not match its id, tenant_id and api_key_id
-	// (or that has none) is not stored.
-	Grant         []byte `protobuf:"bytes,19,opt,name=grant,proto3" json:"grant,omitempty"`
+	// is. A record whose grant does not match its id, tenant_id, api_key_id
+	// and caps (or that has none) is not stored.
+	Grant []byte `protobuf:"bytes,19,opt,name=grant,proto3" json:"grant,omitempty"`
+	// caps are the DecideResponse.caps of the request's decision, copied as
+	// is. A record whose tokens or costs exceed them is not stored.
+	Caps          *DecisionCaps `protobuf:"bytes,20,opt,name=caps,proto3" json:"caps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActivityRecord) Reset() {
 	*x = ActivityRecord{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3863,7 @@ func (x *ActivityRecord) String() string {
 func (*ActivityRecord) ProtoMessage() {}
 
 func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[29]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3876,7 @@ func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityRecord.ProtoReflect.Descriptor instead.
 func (*ActivityRecord) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{29}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ActivityRecord) GetId() string {
@@ -3913,6 +4012,13 @@ func (x *ActivityRecord) GetGrant() []byte {
 	return nil
 }
 
+func (x *ActivityRecord) GetCaps() *DecisionCaps {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
 // ActivityBatch carries several activity records at once.
 type ActivityBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3929,7 +4035,7 @@ type ActivityBatch struct {
 
 func (x *ActivityBatch) Reset() {
 	*x = ActivityBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4047,7 @@ func (x *ActivityBatch) String() string {
 func (*ActivityBatch) ProtoMessage() {}
 
 func (x *ActivityBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[30]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4060,7 @@ func (x *ActivityBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityBatch.ProtoReflect.Descriptor instead.
 func (*ActivityBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{30}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ActivityBatch) GetRecords() []*ActivityRecord {
@@ -3990,7 +4096,7 @@ type ProbeCommand struct {
 
 func (x *ProbeCommand) Reset() {
 	*x = ProbeCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4108,7 @@ func (x *ProbeCommand) String() string {
 func (*ProbeCommand) ProtoMessage() {}
 
 func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[31]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4121,7 @@ func (x *ProbeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeCommand.ProtoReflect.Descriptor instead.
 func (*ProbeCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{31}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProbeCommand) GetProbeId() string {
@@ -4068,7 +4174,7 @@ type CooldownCommand struct {
 
 func (x *CooldownCommand) Reset() {
 	*x = CooldownCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4080,7 +4186,7 @@ func (x *CooldownCommand) String() string {
 func (*CooldownCommand) ProtoMessage() {}
 
 func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[32]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4093,7 +4199,7 @@ func (x *CooldownCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CooldownCommand.ProtoReflect.Descriptor instead.
 func (*CooldownCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{32}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CooldownCommand) GetEndpointId() string {
@@ -4128,7 +4234,7 @@ type ConfigCommand struct {
 
 func (x *ConfigCommand) Reset() {
 	*x = ConfigCommand{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4246,7 @@ func (x *ConfigCommand) String() string {
 func (*ConfigCommand) ProtoMessage() {}
 
 func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[33]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4259,7 @@ func (x *ConfigCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigCommand.ProtoReflect.Descriptor instead.
 func (*ConfigCommand) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{33}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ConfigCommand) GetCatalogRevision() int64 {
@@ -4185,7 +4291,7 @@ type ReportAck struct {
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4197,7 +4303,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[34]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4210,7 +4316,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{34}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportAck) GetAccepted() int64 {
@@ -4261,7 +4367,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4379,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[35]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4392,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{35}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportResponse) GetCommand() isReportResponse_Command {
@@ -4414,7 +4520,7 @@ type OwnerTerm struct {
 
 func (x *OwnerTerm) Reset() {
 	*x = OwnerTerm{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4426,7 +4532,7 @@ func (x *OwnerTerm) String() string {
 func (*OwnerTerm) ProtoMessage() {}
 
 func (x *OwnerTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[36]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4439,7 +4545,7 @@ func (x *OwnerTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerTerm.ProtoReflect.Descriptor instead.
 func (*OwnerTerm) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *OwnerTerm) GetTerm() int64 {
@@ -4465,7 +4571,7 @@ type KeySet struct {
 
 func (x *KeySet) Reset() {
 	*x = KeySet{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4583,7 @@ func (x *KeySet) String() string {
 func (*KeySet) ProtoMessage() {}
 
 func (x *KeySet) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4596,7 @@ func (x *KeySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySet.ProtoReflect.Descriptor instead.
 func (*KeySet) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KeySet) GetKeyPrefixes() []uint64 {
@@ -4522,7 +4628,7 @@ type AcquireHedgeRequest struct {
 
 func (x *AcquireHedgeRequest) Reset() {
 	*x = AcquireHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4640,7 @@ func (x *AcquireHedgeRequest) String() string {
 func (*AcquireHedgeRequest) ProtoMessage() {}
 
 func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4653,7 @@ func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeRequest.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireHedgeRequest) GetRequestId() string {
@@ -4586,7 +4692,7 @@ type AcquireHedgeResponse struct {
 
 func (x *AcquireHedgeResponse) Reset() {
 	*x = AcquireHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4704,7 @@ func (x *AcquireHedgeResponse) String() string {
 func (*AcquireHedgeResponse) ProtoMessage() {}
 
 func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4717,7 @@ func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeResponse.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AcquireHedgeResponse) GetGranted() bool {
@@ -4656,7 +4762,7 @@ type ListActivityRequest struct {
 
 func (x *ListActivityRequest) Reset() {
 	*x = ListActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +4774,7 @@ func (x *ListActivityRequest) String() string {
 func (*ListActivityRequest) ProtoMessage() {}
 
 func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +4787,7 @@ func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListActivityRequest) GetIdentity() *Identity {
@@ -4739,7 +4845,7 @@ type ListActivityResponse struct {
 
 func (x *ListActivityResponse) Reset() {
 	*x = ListActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4857,7 @@ func (x *ListActivityResponse) String() string {
 func (*ListActivityResponse) ProtoMessage() {}
 
 func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4870,7 @@ func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListActivityResponse) GetRecords() []*ActivityRecord {
@@ -4794,7 +4900,7 @@ type GetActivityRequest struct {
 
 func (x *GetActivityRequest) Reset() {
 	*x = GetActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4806,7 +4912,7 @@ func (x *GetActivityRequest) String() string {
 func (*GetActivityRequest) ProtoMessage() {}
 
 func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4819,7 +4925,7 @@ func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
 func (*GetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetActivityRequest) GetIdentity() *Identity {
@@ -4847,7 +4953,7 @@ type GetActivityResponse struct {
 
 func (x *GetActivityResponse) Reset() {
 	*x = GetActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4859,7 +4965,7 @@ func (x *GetActivityResponse) String() string {
 func (*GetActivityResponse) ProtoMessage() {}
 
 func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4872,7 +4978,7 @@ func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
 func (*GetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetActivityResponse) GetRecord() *ActivityRecord {
@@ -4893,7 +4999,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5011,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5024,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -4945,7 +5051,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5063,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5076,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Model) GetId() string {
@@ -5012,7 +5118,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +5130,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5037,7 +5143,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -5060,7 +5166,7 @@ type HedgeSettlement struct {
 
 func (x *HedgeSettlement) Reset() {
 	*x = HedgeSettlement{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5072,7 +5178,7 @@ func (x *HedgeSettlement) String() string {
 func (*HedgeSettlement) ProtoMessage() {}
 
 func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5085,7 +5191,7 @@ func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeSettlement.ProtoReflect.Descriptor instead.
 func (*HedgeSettlement) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HedgeSettlement) GetRequestId() string {
@@ -5113,7 +5219,7 @@ type SettleHedgeRequest struct {
 
 func (x *SettleHedgeRequest) Reset() {
 	*x = SettleHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5125,7 +5231,7 @@ func (x *SettleHedgeRequest) String() string {
 func (*SettleHedgeRequest) ProtoMessage() {}
 
 func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5138,7 +5244,7 @@ func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeRequest.ProtoReflect.Descriptor instead.
 func (*SettleHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SettleHedgeRequest) GetSettlements() []*HedgeSettlement {
@@ -5157,7 +5263,7 @@ type SettleHedgeResponse struct {
 
 func (x *SettleHedgeResponse) Reset() {
 	*x = SettleHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5169,7 +5275,7 @@ func (x *SettleHedgeResponse) String() string {
 func (*SettleHedgeResponse) ProtoMessage() {}
 
 func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5182,7 +5288,7 @@ func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeResponse.ProtoReflect.Descriptor instead.
 func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
 }
 
 // ReconcileBatch carries reconciliations from an edge on its Report stream.
@@ -5206,7 +5312,7 @@ type ReconcileBatch struct {
 
 func (x *ReconcileBatch) Reset() {
 	*x = ReconcileBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5218,7 +5324,7 @@ func (x *ReconcileBatch) String() string {
 func (*ReconcileBatch) ProtoMessage() {}
 
 func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5231,7 +5337,7 @@ func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBatch.ProtoReflect.Descriptor instead.
 func (*ReconcileBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReconcileBatch) GetReconciles() []*ReconcileRequest {
@@ -5261,7 +5367,7 @@ type ReservationHeartbeat struct {
 
 func (x *ReservationHeartbeat) Reset() {
 	*x = ReservationHeartbeat{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5379,7 @@ func (x *ReservationHeartbeat) String() string {
 func (*ReservationHeartbeat) ProtoMessage() {}
 
 func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5392,7 @@ func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationHeartbeat.ProtoReflect.Descriptor instead.
 func (*ReservationHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReservationHeartbeat) GetReservationIds() []string {
@@ -5307,7 +5413,7 @@ type KeepReservationsRequest struct {
 
 func (x *KeepReservationsRequest) Reset() {
 	*x = KeepReservationsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5319,7 +5425,7 @@ func (x *KeepReservationsRequest) String() string {
 func (*KeepReservationsRequest) ProtoMessage() {}
 
 func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5332,7 +5438,7 @@ func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsRequest.ProtoReflect.Descriptor instead.
 func (*KeepReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeepReservationsRequest) GetReservationIds() []string {
@@ -5353,7 +5459,7 @@ type KeepReservationsResponse struct {
 
 func (x *KeepReservationsResponse) Reset() {
 	*x = KeepReservationsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5471,7 @@ func (x *KeepReservationsResponse) String() string {
 func (*KeepReservationsResponse) ProtoMessage() {}
 
 func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5484,7 @@ func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsResponse.ProtoReflect.Descriptor instead.
 func (*KeepReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{53}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeepReservationsResponse) GetKept() int64 {
@@ -5494,7 +5600,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\tHedgePlan\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
-	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xf4\x04\n" +
+	"\bendpoint\x18\x03 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\"\xa6\x05\n" +
 	"\x0eDecideResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -5510,7 +5616,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	" \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x12.\n" +
 	"\x06demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\x06demand\x12\x14\n" +
 	"\x05grant\x18\f \x01(\fR\x05grant\x123\n" +
-	"\x05queue\x18\r \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\"~\n" +
+	"\x05queue\x18\r \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\x120\n" +
+	"\x04caps\x18\x0e \x01(\v2\x1c.switchboard.v1.DecisionCapsR\x04caps\"\xb9\x01\n" +
+	"\fDecisionCaps\x12(\n" +
+	"\x10max_input_tokens\x18\x01 \x01(\x03R\x0emaxInputTokens\x12*\n" +
+	"\x11max_output_tokens\x18\x02 \x01(\x03R\x0fmaxOutputTokens\x12 \n" +
+	"\fmax_cost_usd\x18\x03 \x01(\x01R\n" +
+	"maxCostUsd\x121\n" +
+	"\x15max_attempts_cost_usd\x18\x04 \x01(\x01R\x12maxAttemptsCostUsd\"~\n" +
 	"\x06Demand\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x10\n" +
@@ -5657,7 +5770,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12,\n" +
 	"\x12winner_endpoint_id\x18\x03 \x01(\tR\x10winnerEndpointId\x12*\n" +
 	"\x11loser_endpoint_id\x18\x04 \x01(\tR\x0floserEndpointId\x12$\n" +
-	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xb9\x05\n" +
+	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xeb\x05\n" +
 	"\x0eActivityRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -5683,7 +5796,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05error\x18\x10 \x01(\tR\x05error\x125\n" +
 	"\bduration\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12-\n" +
 	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\x12\x14\n" +
-	"\x05grant\x18\x13 \x01(\fR\x05grant\"e\n" +
+	"\x05grant\x18\x13 \x01(\fR\x05grant\x120\n" +
+	"\x04caps\x18\x14 \x01(\v2\x1c.switchboard.v1.DecisionCapsR\x04caps\"e\n" +
 	"\rActivityBatch\x128\n" +
 	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xc6\x01\n" +
@@ -5888,7 +6002,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
@@ -5913,56 +6027,57 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*Decision)(nil),                 // 20: switchboard.v1.Decision
 	(*HedgePlan)(nil),                // 21: switchboard.v1.HedgePlan
 	(*DecideResponse)(nil),           // 22: switchboard.v1.DecideResponse
-	(*Demand)(nil),                   // 23: switchboard.v1.Demand
-	(*ReserveRequest)(nil),           // 24: switchboard.v1.ReserveRequest
-	(*QueueDecision)(nil),            // 25: switchboard.v1.QueueDecision
-	(*BucketCharge)(nil),             // 26: switchboard.v1.BucketCharge
-	(*Reservation)(nil),              // 27: switchboard.v1.Reservation
-	(*Refusal)(nil),                  // 28: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),          // 29: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                    // 30: switchboard.v1.Usage
-	(*Header)(nil),                   // 31: switchboard.v1.Header
-	(*ReconcileRequest)(nil),         // 32: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),        // 33: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),                // 34: switchboard.v1.EdgeHello
-	(*CallReport)(nil),               // 35: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),          // 36: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),            // 37: switchboard.v1.ReportRequest
-	(*Attempt)(nil),                  // 38: switchboard.v1.Attempt
-	(*HedgeInfo)(nil),                // 39: switchboard.v1.HedgeInfo
-	(*ActivityRecord)(nil),           // 40: switchboard.v1.ActivityRecord
-	(*ActivityBatch)(nil),            // 41: switchboard.v1.ActivityBatch
-	(*ProbeCommand)(nil),             // 42: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),          // 43: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),            // 44: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),                // 45: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),           // 46: switchboard.v1.ReportResponse
-	(*OwnerTerm)(nil),                // 47: switchboard.v1.OwnerTerm
-	(*KeySet)(nil),                   // 48: switchboard.v1.KeySet
-	(*AcquireHedgeRequest)(nil),      // 49: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 50: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 51: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 52: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 53: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 54: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 55: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 56: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 57: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 58: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 59: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 60: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 61: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 62: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 63: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 64: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
-	(*StartExperimentRequest)(nil),   // 67: switchboard.v1.StartExperimentRequest
-	(*StopExperimentRequest)(nil),    // 68: switchboard.v1.StopExperimentRequest
-	(*GetExperimentRequest)(nil),     // 69: switchboard.v1.GetExperimentRequest
-	(*StartExperimentResponse)(nil),  // 70: switchboard.v1.StartExperimentResponse
-	(*StopExperimentResponse)(nil),   // 71: switchboard.v1.StopExperimentResponse
-	(*GetExperimentResponse)(nil),    // 72: switchboard.v1.GetExperimentResponse
+	(*DecisionCaps)(nil),             // 23: switchboard.v1.DecisionCaps
+	(*Demand)(nil),                   // 24: switchboard.v1.Demand
+	(*ReserveRequest)(nil),           // 25: switchboard.v1.ReserveRequest
+	(*QueueDecision)(nil),            // 26: switchboard.v1.QueueDecision
+	(*BucketCharge)(nil),             // 27: switchboard.v1.BucketCharge
+	(*Reservation)(nil),              // 28: switchboard.v1.Reservation
+	(*Refusal)(nil),                  // 29: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),          // 30: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                    // 31: switchboard.v1.Usage
+	(*Header)(nil),                   // 32: switchboard.v1.Header
+	(*ReconcileRequest)(nil),         // 33: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),        // 34: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),                // 35: switchboard.v1.EdgeHello
+	(*CallReport)(nil),               // 36: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),          // 37: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),            // 38: switchboard.v1.ReportRequest
+	(*Attempt)(nil),                  // 39: switchboard.v1.Attempt
+	(*HedgeInfo)(nil),                // 40: switchboard.v1.HedgeInfo
+	(*ActivityRecord)(nil),           // 41: switchboard.v1.ActivityRecord
+	(*ActivityBatch)(nil),            // 42: switchboard.v1.ActivityBatch
+	(*ProbeCommand)(nil),             // 43: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),          // 44: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),            // 45: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),                // 46: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),           // 47: switchboard.v1.ReportResponse
+	(*OwnerTerm)(nil),                // 48: switchboard.v1.OwnerTerm
+	(*KeySet)(nil),                   // 49: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 50: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 51: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 52: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 53: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 54: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 55: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 56: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 57: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 58: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 59: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 60: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 61: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 62: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 63: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 64: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 65: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 68: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 69: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 70: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 71: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 72: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 73: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5970,19 +6085,19 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	65,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	66,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	65,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	66,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
 	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	65,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	66,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	65,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	66,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	65,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	66,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
 	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
@@ -5990,115 +6105,117 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	21,  // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
 	11,  // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
 	14,  // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	27,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
-	28,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
-	23,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
-	25,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
-	11,  // 29: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	23,  // 30: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	65,  // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	65,  // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
-	8,   // 33: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
-	0,   // 34: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	65,  // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	65,  // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
-	7,   // 37: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 38: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	23,  // 39: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	26,  // 40: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	66,  // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	66,  // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,   // 43: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,   // 44: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 45: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	66,  // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	65,  // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,   // 48: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	27,  // 49: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	28,  // 50: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	25,  // 51: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
-	30,  // 52: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,   // 53: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	31,  // 54: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	8,   // 55: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
-	26,  // 56: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	66,  // 57: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	65,  // 58: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	65,  // 59: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	30,  // 60: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,   // 61: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	65,  // 62: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	31,  // 63: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	13,  // 64: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
-	35,  // 65: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	34,  // 66: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	36,  // 67: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	41,  // 68: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	61,  // 69: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	62,  // 70: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
-	9,   // 71: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	65,  // 72: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	66,  // 73: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,   // 74: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	66,  // 75: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	38,  // 76: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	39,  // 77: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	30,  // 78: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10,  // 79: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	65,  // 80: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	65,  // 81: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	40,  // 82: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18,  // 83: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	66,  // 84: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	45,  // 85: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	42,  // 86: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	43,  // 87: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	44,  // 88: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	48,  // 89: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	47,  // 90: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
-	66,  // 91: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 92: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	66,  // 93: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	66,  // 94: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	40,  // 95: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 96: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	40,  // 97: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 98: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 99: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	56,  // 100: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	58,  // 101: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	32,  // 102: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 103: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	24,  // 104: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	32,  // 105: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	37,  // 106: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	55,  // 107: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	49,  // 108: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	51,  // 109: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	53,  // 110: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	59,  // 111: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	63,  // 112: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	67,  // 113: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	68,  // 114: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	69,  // 115: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 116: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	29,  // 117: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	33,  // 118: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	46,  // 119: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	57,  // 120: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	50,  // 121: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	52,  // 122: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	54,  // 123: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	60,  // 124: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	64,  // 125: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	70,  // 126: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	71,  // 127: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	72,  // 128: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	116, // [116:129] is the sub-list for method output_type
-	103, // [103:116] is the sub-list for method input_type
-	103, // [103:103] is the sub-list for extension type_name
-	103, // [103:103] is the sub-list for extension extendee
-	0,   // [0:103] is the sub-list for field type_name
+	28,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
+	29,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
+	24,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
+	26,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
+	23,  // 29: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
+	11,  // 30: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	24,  // 31: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	66,  // 32: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	66,  // 33: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	8,   // 34: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
+	0,   // 35: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
+	66,  // 36: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	66,  // 37: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	7,   // 38: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 39: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	24,  // 40: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	27,  // 41: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	67,  // 42: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	67,  // 43: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	8,   // 44: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	7,   // 45: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	6,   // 46: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	67,  // 47: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	66,  // 48: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,   // 49: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	28,  // 50: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	29,  // 51: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	26,  // 52: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
+	31,  // 53: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	9,   // 54: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	32,  // 55: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	8,   // 56: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
+	27,  // 57: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	67,  // 58: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	66,  // 59: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	66,  // 60: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	31,  // 61: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	9,   // 62: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	66,  // 63: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	32,  // 64: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	13,  // 65: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
+	36,  // 66: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	35,  // 67: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	37,  // 68: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	42,  // 69: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	62,  // 70: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	63,  // 71: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	9,   // 72: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	66,  // 73: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	67,  // 74: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	5,   // 75: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	67,  // 76: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	39,  // 77: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	40,  // 78: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	31,  // 79: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	10,  // 80: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	66,  // 81: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	66,  // 82: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	23,  // 83: switchboard.v1.ActivityRecord.caps:type_name -> switchboard.v1.DecisionCaps
+	41,  // 84: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	18,  // 85: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	67,  // 86: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	46,  // 87: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	43,  // 88: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	44,  // 89: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	45,  // 90: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	49,  // 91: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	48,  // 92: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
+	67,  // 93: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 94: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	67,  // 95: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	67,  // 96: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	41,  // 97: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 98: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	41,  // 99: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 100: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 101: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	57,  // 102: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	59,  // 103: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	33,  // 104: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 105: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	25,  // 106: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	33,  // 107: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	38,  // 108: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	56,  // 109: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	50,  // 110: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	52,  // 111: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	54,  // 112: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	60,  // 113: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	64,  // 114: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	68,  // 115: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	69,  // 116: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	70,  // 117: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 118: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	30,  // 119: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	34,  // 120: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	47,  // 121: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	58,  // 122: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	51,  // 123: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	53,  // 124: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	55,  // 125: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	61,  // 126: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	65,  // 127: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	71,  // 128: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	72,  // 129: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	73,  // 130: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	118, // [118:131] is the sub-list for method output_type
+	105, // [105:118] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -6109,14 +6226,14 @@ func file_switchboard_v1_decider_proto_init() {
 	file_switchboard_v1_experiment_proto_init()
 	file_switchboard_v1_decider_proto_msgTypes[3].OneofWrappers = []any{}
 	file_switchboard_v1_decider_proto_msgTypes[4].OneofWrappers = []any{}
-	file_switchboard_v1_decider_proto_msgTypes[26].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[27].OneofWrappers = []any{
 		(*ReportRequest_Hello)(nil),
 		(*ReportRequest_Batch)(nil),
 		(*ReportRequest_Activity)(nil),
 		(*ReportRequest_Reconcile)(nil),
 		(*ReportRequest_Heartbeat)(nil),
 	}
-	file_switchboard_v1_decider_proto_msgTypes[35].OneofWrappers = []any{
+	file_switchboard_v1_decider_proto_msgTypes[36].OneofWrappers = []any{
 		(*ReportResponse_Ack)(nil),
 		(*ReportResponse_Probe)(nil),
 		(*ReportResponse_Cooldown)(nil),
@@ -6130,7 +6247,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

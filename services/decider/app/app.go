@@ -464,15 +464,16 @@ type Decider struct {
 	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
 	grants   atomic.Pointer[grant.Signer]   // set before actLog
 	forged   atomic.Int64                   // activity records dropped for want of a valid grant
+	overCaps atomic.Int64                   // activity records dropped for a bill beyond their decision's caps
 	broker   *broker.Broker
 	adm      *admission.Admission
 	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
 	exps     *experiment.Manager
-	settleQ  chan *switchboardv1.HedgeSettlement // from activity batches to the budget's owner
-	tlsSrv   *tlsfiles.Creds                     // the server's credentials, nil in plaintext
-	tlsPeer  *tlsfiles.Creds                     // the client credentials to other replicas, nil in plaintext
+	settleQ  chan settlement // from activity batches to the budget's owner
+	tlsSrv   *tlsfiles.Creds // the server's credentials, nil in plaintext
+	tlsPeer  *tlsfiles.Creds // the client credentials to other replicas, nil in plaintext
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
 	healthSrv *grpc.Server
 	healthLis net.Listener
@@ -493,7 +494,7 @@ type Decider struct {
 // Start starts a decider and returns once it serves: etcd reachable and the
 // catalog loaded. On error everything started is stopped again.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, err error) {
-	d := &Decider{cfg: cfg, logger: logger, settleQ: make(chan *switchboardv1.HedgeSettlement, 4096)}
+	d := &Decider{cfg: cfg, logger: logger, settleQ: make(chan settlement, 4096)}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	defer func() {
@@ -730,17 +731,22 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 // real cost of each cancelled hedge leg: at once when this replica holds the
 // budget, else queued for the replica that does, never waiting for it. Only
 // records whose grant matches a decision the deciders made for their
-// request, tenant and key are taken; the others (forged, or from an edge
-// that does not copy grants) are dropped, counted and logged.
-func (d *Decider) onActivity(edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error {
+// request, tenant, key and caps, and whose bill is within those caps, are
+// taken; the others (forged, from an edge that does not copy grants, or
+// billing more than the decision allowed) are dropped, counted and logged.
+func (d *Decider) onActivity(ctx context.Context, edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error {
 	act := d.actLog.Load()
 	if act == nil {
 		return errors.New("the activity log is not open yet")
 	}
-	records, dropped := d.grants.Load().Filter(records)
-	if dropped > 0 {
-		d.forged.Add(int64(dropped))
-		d.logger.Warn("activity records without a valid grant dropped", "edge", edge.GetEdgeId(), "records", dropped)
+	records, refused := d.grants.Load().Filter(records)
+	if n := refused.Ungranted; n > 0 {
+		d.forged.Add(int64(n))
+		d.logger.Warn("activity records without a valid grant dropped", "edge", edge.GetEdgeId(), "records", n)
+	}
+	if n := refused.OverCaps; n > 0 {
+		d.overCaps.Add(int64(n))
+		d.logger.Warn("activity records beyond their decision's caps dropped", "edge", edge.GetEdgeId(), "records", n, "first", refused.Why)
 	}
 	// Settle before the records become readable, so whoever reads a hedged
 	// call's record sees the budget settled too; a batch that fails to store
@@ -757,7 +763,7 @@ func (d *Decider) onActivity(edge *switchboardv1.EdgeHello, records []*switchboa
 			continue
 		}
 		select {
-		case d.settleQ <- &switchboardv1.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}:
+		case d.settleQ <- settlement{caller: auth.FromContext(ctx), st: &switchboardv1.HedgeSettlement{RequestId: r.GetId(), LoserCostUsd: h.GetLoserCostUsd()}}:
 		default:
 			d.logger.Warn("hedge settlements queue full; the estimate stays charged", "request_id", r.GetId())
 		}
@@ -765,44 +771,92 @@ func (d *Decider) onActivity(edge *switchboardv1.EdgeHello, records []*switchboa
 	return act.Add(records)
 }
 
-// settleHedges sends queued hedge settlements, in batches, to the budget's
-// owner (itself when this replica owns it), retrying a few times. A
-// settlement that cannot be delivered leaves the estimate charged, which
-// errs on the side of spending less; settling twice changes nothing.
+// settlement is a hedge settlement waiting to be sent to the budget's
+// owner, with the caller (the edge whose activity record it comes from) it
+// is sent on behalf of: the owner refuses a replica's call that names none.
+type settlement struct {
+	caller *auth.Principal
+	st     *switchboardv1.HedgeSettlement
+}
+
+// settleHedges sends queued hedge settlements, in batches (one per edge
+// caller), to the budget's owner (itself when this replica owns it),
+// retrying a few times. A settlement that cannot be delivered leaves the
+// estimate charged, which errs on the side of spending less; settling twice
+// changes nothing.
 func (d *Decider) settleHedges(ctx context.Context, svc *server.Server) {
 	for {
-		var batch []*switchboardv1.HedgeSettlement
+		var queued []settlement
 		select {
 		case <-ctx.Done():
 			return
 		case st := <-d.settleQ:
-			batch = append(batch, st)
+			queued = append(queued, st)
 		}
 	more:
-		for len(batch) < 500 {
+		for len(queued) < 500 {
 			select {
 			case st := <-d.settleQ:
-				batch = append(batch, st)
+				queued = append(queued, st)
 			default:
 				break more
 			}
 		}
-		for attempt := 1; ; attempt++ {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := svc.SettleHedge(cctx, &switchboardv1.SettleHedgeRequest{Settlements: batch})
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if attempt == 5 {
-				d.logger.Warn("hedge settlements not delivered; their estimates stay charged", "settlements", len(batch), "err", err)
-				break
-			}
-			select {
-			case <-ctx.Done():
+		for _, b := range settlementBatches(queued) {
+			if !d.settle(ctx, svc, b.caller, b.settlements) {
 				return
-			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
+		}
+	}
+}
+
+// settlementBatch is the settlements of one caller.
+type settlementBatch struct {
+	caller      *auth.Principal
+	settlements []*switchboardv1.HedgeSettlement
+}
+
+// settlementBatches groups queued settlements by their caller, in order of
+// each caller's first.
+func settlementBatches(queued []settlement) []settlementBatch {
+	var out []settlementBatch
+	at := map[*auth.Principal]int{}
+	for _, q := range queued {
+		i, ok := at[q.caller]
+		if !ok {
+			i = len(out)
+			at[q.caller] = i
+			out = append(out, settlementBatch{caller: q.caller})
+		}
+		out[i].settlements = append(out[i].settlements, q.st)
+	}
+	return out
+}
+
+// settle sends one caller's settlements, retrying a few times; false when
+// ctx ended.
+func (d *Decider) settle(ctx context.Context, svc *server.Server, caller *auth.Principal, batch []*switchboardv1.HedgeSettlement) bool {
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if caller != nil {
+			cctx = auth.NewContext(cctx, caller)
+		}
+		_, err := svc.SettleHedge(cctx, &switchboardv1.SettleHedgeRequest{Settlements: batch})
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
+		if err == nil {
+			return true
+		}
+		if attempt == 5 {
+			d.logger.Warn("hedge settlements not delivered; their estimates stay charged", "settlements", len(batch), "err", err)
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 		}
 	}
 }
@@ -945,6 +999,11 @@ func (d *Decider) EtcdEndpoint() string {
 // ActivityRejected returns how many activity records were dropped because
 // their grant did not match their request, tenant and key (or was missing).
 func (d *Decider) ActivityRejected() int64 { return d.forged.Load() }
+
+// ActivityOverCaps returns how many activity records were dropped because,
+// with a valid grant, their tokens or costs exceeded the caps of the
+// decision it names.
+func (d *Decider) ActivityOverCaps() int64 { return d.overCaps.Load() }
 
 // ReportsInvalid returns how many call reports, reconciliations,
 // reservation ids and activity records the Report stream dropped for

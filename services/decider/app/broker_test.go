@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -166,4 +168,23 @@ func waitBrokerSaved(t *testing.T, d *Decider, tick func()) {
 		v, err := d.BrokerSnapshotVersion(t.Context())
 		return err == nil && v >= v0+2
 	}, 20*time.Second, 20*time.Millisecond, "the broker owner saves its state")
+}
+
+// TestRefusedReplicaCredentialIsNotTheCallers: a replica whose own
+// credential the owner does not accept (a --token-file missing from the
+// catalog's callers) cannot forward. The caller, whose credential and API
+// key the replica did accept, hears UNAVAILABLE naming the replica's
+// credential — never UNAUTHENTICATED, which an edge takes for its own
+// credential or its client's API key being refused.
+func TestRefusedReplicaCredentialIsNotTheCallers(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
+	defer a.Close()
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), TokenFile: writeToken(t, "not-a-caller")})
+	defer b.Close()
+	require.True(t, a.adm.Owner())
+
+	_, err := cb.Decide(t.Context(), decideRequest(0))
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Contains(t, status.Convert(err).Message(), "replica's credential")
 }

@@ -203,9 +203,13 @@ func sendActivity(t *testing.T, c switchboardv1.DeciderServiceClient, seq uint64
 }
 
 // hedgeRecord is an edge's record of a hedged request decided by d.
+// testCaps are the caps of the decisions the tests grant records for
+// themselves: wider than any of their bills.
+var testCaps = &switchboardv1.DecisionCaps{MaxInputTokens: 1 << 20, MaxOutputTokens: 1 << 20, MaxCostUsd: 100, MaxAttemptsCostUsd: 100}
+
 func hedgeRecord(d *Decider, id string, loserUSD float64) *switchboardv1.ActivityRecord {
 	return &switchboardv1.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
-		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}, Grant: d.grants.Load().Issue(id, "acme", "")}
+		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}, Caps: testCaps, Grant: d.grants.Load().Issue(id, "acme", "", testCaps)}
 }
 
 // TestHedgeBudgetLivesWithTheOwner: the hedge budget is charged on the owner

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -165,6 +166,7 @@ func TestChatHedgeImmediateOver128k(t *testing.T) {
 	rec := h.waitRecord(id)
 	require.Equal(t, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, rec.GetHedge().GetMode())
 	require.Equal(t, decisionGrant(id), rec.GetGrant(), "both legs' record carries the decision's grant")
+	require.True(t, proto.Equal(decisionCaps(id), rec.GetCaps()), "and its caps: %v", rec.GetCaps())
 	require.Equal(t, h.eps[0].GetId(), rec.GetHedge().GetLoserEndpointId())
 }
 
@@ -198,6 +200,7 @@ func TestActivityRecordStatuses(t *testing.T) {
 			require.Equal(t, model, rec.GetModel())
 			require.Equal(t, "acme", rec.GetTenantId())
 			require.Equal(t, decisionGrant(id), rec.GetGrant(), "the decision's grant, whatever the attempts")
+			require.True(t, proto.Equal(decisionCaps(id), rec.GetCaps()), "the decision's caps, whatever the attempts: %v", rec.GetCaps())
 			require.Len(t, rec.GetAttempts(), len(tt.modes))
 			require.NotNil(t, rec.GetCreateTime())
 			require.NotNil(t, rec.GetDuration())

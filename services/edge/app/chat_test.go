@@ -171,9 +171,9 @@ func TestChatRequestErrors(t *testing.T) {
 		wantParam  any
 		wantDecide bool
 	}{
-		{name: "bad JSON", body: `{"model":`, header: authed(), wantStatus: 400, wantCode: "invalid_value", wantParam: nil},
-		{name: "bad field", body: `{"model":"m","messages":[{"role":"user","content":5}]}`, header: authed(), wantStatus: 400, wantCode: "invalid_value", wantParam: "messages[0].content"},
-		{name: "negative max_tokens", body: `{"model":"m","max_tokens":-2,"messages":[{"role":"user","content":"q"}]}`, header: authed(), wantStatus: 400, wantCode: "invalid_value", wantParam: "max_tokens"},
+		{name: "bad JSON", body: `{"model":`, header: authed(), wantStatus: 400, wantCode: "invalid_json", wantParam: nil},
+		{name: "bad field", body: `{"model":"m","messages":[{"role":"user","content":5}]}`, header: authed(), wantStatus: 400, wantCode: "invalid_type", wantParam: "messages[0].content"},
+		{name: "negative max_tokens", body: `{"model":"m","max_tokens":-2,"messages":[{"role":"user","content":"q"}]}`, header: authed(), wantStatus: 400, wantCode: "integer_below_min_value", wantParam: "max_tokens"},
 		{name: "bad provider option", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"sort":"cheap"}}`, header: authed(), wantStatus: 400, wantCode: "invalid_value", wantParam: "provider.sort"},
 		{name: "unknown provider option", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"fast":true}}`, header: authed(), wantStatus: 400, wantCode: "invalid_value", wantParam: "provider.fast"},
 		{name: "missing key", body: plainReq, header: nil, wantStatus: 401, wantCode: "invalid_api_key", wantParam: nil},

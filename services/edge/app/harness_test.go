@@ -158,12 +158,20 @@ func (h *harness) decision(req *switchboardv1.DecideRequest) *switchboardv1.Deci
 		},
 		Identity: &switchboardv1.Identity{TenantId: "acme", ApiKeyId: "key-1"},
 		Grant:    decisionGrant(req.GetRequestId()),
+		Caps:     decisionCaps(req.GetRequestId()),
 	}
 }
 
 // decisionGrant is the grant of the default decision for a request: any
 // bytes that differ per request.
 func decisionGrant(requestID string) []byte { return []byte("grant:" + requestID) }
+
+// decisionCaps are the caps of the default decision for a request: any
+// that differ per request.
+func decisionCaps(requestID string) *switchboardv1.DecisionCaps {
+	n := int64(len(requestID))
+	return &switchboardv1.DecisionCaps{MaxInputTokens: 1000 + n, MaxOutputTokens: 2000 + n, MaxCostUsd: 3 + float64(n), MaxAttemptsCostUsd: 4 + float64(n)}
+}
 
 // decideReservation is the id of the reservation the default decision
 // holds on the first provider for a request.

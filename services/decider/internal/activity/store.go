@@ -27,6 +27,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -251,6 +252,9 @@ func (s *Store) write(records []*switchboardv1.ActivityRecord) (fresh []*switchb
 				// same id cannot rewrite a bill already stored.
 				continue
 			}
+			// Fields no version of the API defines are not the record's:
+			// kept, they would fill the log and come back to the tenant.
+			dropUnknown(r.ProtoReflect())
 			n := len(vals)
 			b, err := proto.MarshalOptions{}.MarshalAppend(vals, r)
 			if err != nil {
@@ -453,4 +457,28 @@ func timeKey(t time.Time, tenant, id string) []byte {
 // appendTimeKey appends the retention key of tenant's record id at t to dst.
 func appendTimeKey(dst []byte, t time.Time, tenant, id string) []byte {
 	return appendIDKey(binary.BigEndian.AppendUint64(dst, uint64(t.UnixNano())), tenant, id)
+}
+
+// dropUnknown clears the unknown fields of m and of every message it holds.
+func dropUnknown(m protoreflect.Message) {
+	if len(m.GetUnknown()) > 0 {
+		m.SetUnknown(nil)
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				dropUnknown(l.Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				dropUnknown(mv.Message())
+				return true
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			dropUnknown(v.Message())
+		}
+		return true
+	})
 }

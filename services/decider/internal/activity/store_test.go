@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -277,4 +278,29 @@ func TestStoredPassesEachRecordOnce(t *testing.T) {
 	defer s.Close()
 	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "a1", "m", t0)}))
 	require.Len(t, seen, 3, "nor after a reopen")
+}
+
+// TestUnknownFieldsAreNotStored: a record carrying fields no version of the
+// API defines (a megabyte of them, from a caller with a valid credential)
+// is stored without them, so they neither fill the log nor come back to
+// the tenant that lists it.
+func TestUnknownFieldsAreNotStored(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return t0 }
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := open(t, path, now)
+	r := rec("acme", "r1", "m", t0.Add(-time.Minute))
+	r.Usage = &switchboardv1.Usage{InputTokens: 10}
+	junk := protowire.AppendBytes(protowire.AppendTag(nil, 9999, protowire.BytesType), make([]byte, 1<<20))
+	r.ProtoReflect().SetUnknown(junk)
+	r.GetUsage().ProtoReflect().SetUnknown(junk)
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{r}))
+	s = flush(t, s, path, now)
+	defer s.Close()
+	got, err := s.Get(t.Context(), "acme", "r1")
+	require.NoError(t, err)
+	require.Zero(t, len(got.ProtoReflect().GetUnknown()), "unknown fields of the record")
+	require.Zero(t, len(got.GetUsage().ProtoReflect().GetUnknown()), "unknown fields of its usage")
+	require.Less(t, proto.Size(got), 1024)
+	require.EqualValues(t, 10, got.GetUsage().GetInputTokens())
 }

@@ -176,7 +176,7 @@ func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, err
 		if creds == nil {
 			creds = insecure.NewCredentials()
 		}
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, a.o.DialOptions...)
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(ownRefusal)}, a.o.DialOptions...)
 		conn, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "reach the broker owner: %v", err)
@@ -184,4 +184,18 @@ func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, err
 		a.conns[addr] = conn
 	}
 	return switchboardv1.NewDeciderServiceClient(conn), nil
+}
+
+// ownRefusal answers UNAVAILABLE when the owner refuses this replica's own
+// credential. The caller whose call is forwarded was authenticated here:
+// an UNAUTHENTICATED passed on would read as its credential (or its
+// client's API key) being refused, when the fault is this replica's
+// --token-file or certificate, which the catalog must list as a caller of
+// role replica.
+func ownRefusal(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if status.Code(err) == codes.Unauthenticated {
+		return status.Errorf(codes.Unavailable, "the rate-limit broker's owner refused this replica's credential (its --token-file or certificate must be a caller of role replica): %s", status.Convert(err).Message())
+	}
+	return err
 }

@@ -49,9 +49,13 @@
 // KeepReservations the reservation must belong to one of them. "Forwarded":
 // a replica forwards to the broker's owner what it admitted for its own
 // caller, whose caller id travels in the metadata "switchboard-on-behalf-of";
-// the owner then acts as that caller (its tenants still apply to
-// reservations). That metadata is honoured only from a replica. Without it,
-// a replica acts for itself, for every tenant.
+// the owner then acts as that caller, by that caller's row of the table —
+// an edge's forwarded Reserve still needs api_key_sha256, a service's still
+// only its tenants, and an RPC the caller's role may not call is refused.
+// That metadata is honoured only from a replica, and a replica must send
+// it: without it, or naming a caller the catalog does not have or another
+// replica, its call is PermissionDenied. The replica credential acts for
+// no tenant of its own.
 package auth
 
 import (
@@ -216,17 +220,40 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("caller %q (role %s) may not call %s", p.ID, p.Role, method))
 	}
 	if p.Role == catalog.RoleReplica {
-		if vals := metadata.ValueFromIncomingContext(ctx, OnBehalfOf); len(vals) > 0 {
-			orig, ok := idx.byID[vals[0]]
-			if !ok {
-				return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for unknown caller %q", p.ID, vals[0]))
-			}
-			fwd := *orig
-			fwd.Via = p.ID
-			p = &fwd
+		fwd, err := idx.forwarded(ctx, p, method)
+		if err != nil {
+			return nil, err
 		}
+		p = fwd
 	}
 	return NewContext(ctx, p), nil
+}
+
+// forwarded is the caller a replica's call is made for: the one it names
+// in OnBehalfOf, with that caller's own role and tenants. A replica only
+// forwards what it admitted for a caller of its own, so a call naming
+// nobody, naming a caller the catalog does not have, naming another
+// replica (forwarding does not chain) or naming a caller whose role may
+// not call method is PermissionDenied: the replica credential alone acts
+// for no tenant.
+func (idx *index) forwarded(ctx context.Context, replica *Principal, method string) (*Principal, error) {
+	vals := metadata.ValueFromIncomingContext(ctx, OnBehalfOf)
+	if len(vals) != 1 || vals[0] == "" {
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf(
+			"replica %q may call %s only on behalf of one caller it names in %s", replica.ID, method, OnBehalfOf))
+	}
+	orig, ok := idx.byID[vals[0]]
+	switch {
+	case !ok:
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for unknown caller %q", replica.ID, vals[0]))
+	case orig.Role == catalog.RoleReplica:
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for replica %q: a replica forwards only for its own callers", replica.ID, orig.ID))
+	case policy[method][orig.Role] == deny:
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("caller %q (role %s, forwarded by replica %q) may not call %s", orig.ID, orig.Role, replica.ID, method))
+	}
+	fwd := *orig
+	fwd.Via = replica.ID
+	return &fwd, nil
 }
 
 func (idx *index) authenticate(ctx context.Context) (*Principal, error) {
@@ -295,10 +322,12 @@ func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
 
 // ForwardInterceptor is the client interceptor of a replica's connections
 // to the broker's owner: it names the caller the forwarded call is made
-// for, so the owner applies that caller's tenants.
+// for, so the owner applies that caller's rules. Work a replica does on
+// its own behalf must carry the caller it is done for (NewContext): a call
+// naming nobody is refused by the owner.
 func ForwardInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if p := FromContext(ctx); p != nil && p.Role != catalog.RoleReplica {
+		if p := FromContext(ctx); p != nil {
 			ctx = metadata.AppendToOutgoingContext(ctx, OnBehalfOf, p.ID)
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)

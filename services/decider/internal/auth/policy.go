@@ -173,16 +173,9 @@ func (a *Authenticator) Identity(ctx context.Context, method string, id *switchb
 	if p == nil {
 		return a.Resolve(id)
 	}
-	acc := policy[method][p.Role]
-	if p.Via != "" && acc != deny {
-		// The forwarding replica checked the identity's form; the
-		// identity it forwards is already resolved.
-		acc = anyTenant
-		if p.Role == catalog.RoleService {
-			acc = ownTenants
-		}
-	}
-	switch acc {
+	// A forwarded call is the named caller's (Authenticate): its row of
+	// the table applies as if it had called the owner itself.
+	switch policy[method][p.Role] {
 	case deny:
 		return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) may not call %s", p.ID, p.Role, method)
 	case byKey:

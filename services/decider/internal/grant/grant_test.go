@@ -2,6 +2,9 @@ package grant
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
@@ -23,47 +27,95 @@ func signer(t *testing.T, key byte) *Signer {
 	return s
 }
 
+// testCaps are the caps the grant tests issue with.
+var testCaps = &switchboardv1.DecisionCaps{MaxInputTokens: 200_000, MaxOutputTokens: 8192, MaxCostUsd: 0.5, MaxAttemptsCostUsd: 1.25}
+
 func TestIssueAndVerify(t *testing.T) {
 	s := signer(t, 1)
-	g := s.Issue("req-1", "acme", "key-1")
+	g := s.Issue("req-1", "acme", "key-1", testCaps)
 	require.Len(t, g, Size)
-	require.True(t, s.Verify(g, "req-1", "acme", "key-1"))
-	require.Equal(t, g, s.Issue("req-1", "acme", "key-1"), "deterministic")
+	require.True(t, s.Verify(g, "req-1", "acme", "key-1", testCaps))
+	require.True(t, s.Verify(g, "req-1", "acme", "key-1", proto.CloneOf(testCaps)), "by value, not by pointer")
+	require.Equal(t, g, s.Issue("req-1", "acme", "key-1", testCaps), "deterministic")
 	// The tag's bytes are fixed: replicas of every version issue and
 	// accept the same grants.
-	require.Equal(t, "ae0683e7adfb9ef605c814b5d5b4597a", fmt.Sprintf("%x", g))
+	require.Equal(t, "e64da0929ff251d970f9c64382bb51ff", fmt.Sprintf("%x", g))
 	// A request id too long for the pooled buffer to keep verifies too.
 	longID := strings.Repeat("r", 2*maxPooledInput)
-	require.True(t, s.Verify(s.Issue(longID, "acme", "key-1"), longID, "acme", "key-1"))
+	require.True(t, s.Verify(s.Issue(longID, "acme", "key-1", testCaps), longID, "acme", "key-1", testCaps))
 
 	for _, c := range [][3]string{
 		{"req-2", "acme", "key-1"}, {"req-1", "globex", "key-1"}, {"req-1", "acme", "key-2"},
 		// The same bytes split otherwise.
 		{"req-1a", "cme", "key-1"}, {"req-", "1acme", "key-1"}, {"", "", ""},
 	} {
-		require.False(t, s.Verify(g, c[0], c[1], c[2]), "%v", c)
+		require.False(t, s.Verify(g, c[0], c[1], c[2], testCaps), "%v", c)
 	}
-	require.False(t, signer(t, 2).Verify(g, "req-1", "acme", "key-1"), "another key")
-	require.False(t, s.Verify(nil, "req-1", "acme", "key-1"))
-	require.False(t, s.Verify(g[:Size-1], "req-1", "acme", "key-1"))
+	// Any cap changed, the grant does not verify.
+	for _, change := range []func(*switchboardv1.DecisionCaps){
+		func(c *switchboardv1.DecisionCaps) { c.MaxInputTokens++ },
+		func(c *switchboardv1.DecisionCaps) { c.MaxOutputTokens = 1_000_000_000 },
+		func(c *switchboardv1.DecisionCaps) { c.MaxCostUsd = 999 },
+		func(c *switchboardv1.DecisionCaps) { c.MaxAttemptsCostUsd *= 2 },
+	} {
+		c := proto.CloneOf(testCaps)
+		change(c)
+		require.False(t, s.Verify(g, "req-1", "acme", "key-1", c), "%v", c)
+	}
+	require.False(t, s.Verify(g, "req-1", "acme", "key-1", nil))
+	require.False(t, signer(t, 2).Verify(g, "req-1", "acme", "key-1", testCaps), "another key")
+	require.False(t, s.Verify(nil, "req-1", "acme", "key-1", testCaps))
+	require.False(t, s.Verify(g[:Size-1], "req-1", "acme", "key-1", testCaps))
 	long := append(append([]byte(nil), g...), 0)
-	require.False(t, s.Verify(long, "req-1", "acme", "key-1"))
+	require.False(t, s.Verify(long, "req-1", "acme", "key-1", testCaps))
 
 	_, err := New(make([]byte, 16))
 	require.Error(t, err)
 }
 
+// TestFirstFormatGrantsDoNotVerify: a grant of the first format (no caps,
+// domain "switchboard activity grant v1") never verifies, whatever caps a
+// record carries with it, so a record of a decision that bound no caps is
+// never stored unbounded.
+func TestFirstFormatGrantsDoNotVerify(t *testing.T) {
+	key := bytes.Repeat([]byte{1}, keySize)
+	h := hmac.New(sha256.New, key)
+	in := []byte("switchboard activity grant v1")
+	for _, f := range []string{"req-1", "acme", "key-1"} {
+		in = binary.AppendUvarint(in, uint64(len(f)))
+		in = append(in, f...)
+	}
+	h.Write(in)
+	v1 := h.Sum(nil)[:Size]
+	require.Equal(t, "ae0683e7adfb9ef605c814b5d5b4597a", fmt.Sprintf("%x", v1), "the first format's grant, as its replicas issued it")
+	s := signer(t, 1)
+	for _, c := range []*switchboardv1.DecisionCaps{nil, {}, testCaps} {
+		require.False(t, s.Verify(v1, "req-1", "acme", "key-1", c), "%v", c)
+	}
+}
+
 func TestFilter(t *testing.T) {
 	s := signer(t, 1)
-	good := &switchboardv1.ActivityRecord{Id: "a", TenantId: "acme", ApiKeyId: "k", Grant: s.Issue("a", "acme", "k")}
-	forged := &switchboardv1.ActivityRecord{Id: "b", TenantId: "acme", ApiKeyId: "k", Grant: s.Issue("b", "globex", "k")}
+	rec := func(id, tenant, keyID string, grantTenant string) *switchboardv1.ActivityRecord {
+		return &switchboardv1.ActivityRecord{Id: id, TenantId: tenant, ApiKeyId: keyID, Caps: testCaps,
+			Grant: s.Issue(id, grantTenant, keyID, testCaps), Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5, CostUsd: 0.01}, CostUsd: 0.01}
+	}
+	good := rec("a", "acme", "k", "acme")
+	forged := rec("b", "acme", "k", "globex")
 	none := &switchboardv1.ActivityRecord{Id: "c", TenantId: "acme", ApiKeyId: "k"}
-	noTenant := &switchboardv1.ActivityRecord{Id: "d", Grant: s.Issue("d", "", "")}
-	in := []*switchboardv1.ActivityRecord{forged, good, none, noTenant}
-	kept, dropped := s.Filter(in)
+	noTenant := rec("d", "", "", "")
+	raised := rec("e", "acme", "k", "acme")
+	raised.Caps = &switchboardv1.DecisionCaps{MaxInputTokens: 1 << 40, MaxOutputTokens: 1 << 40, MaxCostUsd: 1e5, MaxAttemptsCostUsd: 1e5}
+	over := rec("f", "acme", "k", "acme")
+	over.CostUsd, over.Usage.CostUsd = 999, 999
+	in := []*switchboardv1.ActivityRecord{forged, good, none, noTenant, raised, over}
+	kept, refused := s.Filter(in)
 	require.Equal(t, []*switchboardv1.ActivityRecord{good}, kept)
-	require.Equal(t, 3, dropped)
+	require.Equal(t, Refused{Ungranted: 4, OverCaps: 1, Why: refused.Why}, refused)
+	require.Equal(t, 5, refused.Total())
+	require.ErrorContains(t, refused.Why, "cost_usd beyond the decision's cap of 0.5 USD")
 	require.Nil(t, good.GetGrant(), "not stored")
+	require.Nil(t, good.GetCaps(), "not stored")
 	require.Equal(t, forged, in[0], "the batch is left as it was")
 }
 
@@ -102,10 +154,10 @@ func TestEveryReplicaLoadsTheSameKey(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	g := signers[0].Issue("req", "acme", "k")
+	g := signers[0].Issue("req", "acme", "k", testCaps)
 	for _, s := range signers {
 		require.NotNil(t, s)
-		require.True(t, s.Verify(g, "req", "acme", "k"))
+		require.True(t, s.Verify(g, "req", "acme", "k", testCaps))
 	}
 	resp, err := cli.Get(t.Context(), KeyPath)
 	require.NoError(t, err)

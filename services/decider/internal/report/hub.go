@@ -39,11 +39,14 @@ import (
 type Sink func(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport)
 
 // ActivitySink takes activity records (of one or more batches of a stream)
-// and returns once they are durable, or an error. It runs on the stream's
-// activity worker, not its receive loop; blocking there holds the stream's
-// later activity batches and, once activityQueue of them wait, the stream
-// (back-pressure on that edge). Only a durable batch is acknowledged.
-type ActivitySink func(edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error
+// and returns once they are durable, or an error. ctx is the stream's: it
+// carries the edge's caller (auth.FromContext), for whom what the records
+// lead to (a hedge settlement forwarded to the broker's owner) is done. It
+// runs on the stream's activity worker, not its receive loop; blocking
+// there holds the stream's later activity batches and, once activityQueue
+// of them wait, the stream (back-pressure on that edge). Only a durable
+// batch is acknowledged.
+type ActivitySink func(ctx context.Context, edge *switchboardv1.EdgeHello, records []*switchboardv1.ActivityRecord) error
 
 // Reservations applies what edges say about their reservations, on the
 // broker's owner. Its methods may block (forwarding, an owner still taking
@@ -438,7 +441,7 @@ func (h *Hub) store(c *conn) {
 				break more
 			}
 		}
-		if err := h.activity(c.hello, records); err != nil {
+		if err := h.activity(c.ctx, c.hello, records); err != nil {
 			h.logger.Error("activity batches not stored", "edge", c.hello.GetEdgeId(), "batches", len(batches), "err", err)
 			continue
 		}

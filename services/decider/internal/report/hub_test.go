@@ -180,7 +180,7 @@ func TestHubAcknowledgesActivityOnlyWhenStored(t *testing.T) {
 	var mu sync.Mutex
 	fails := 1
 	var stored []string
-	h := newTestHub(nil, func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
+	h := newTestHub(nil, func(_ context.Context, _ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if fails > 0 {
@@ -244,7 +244,7 @@ func TestHubSlowReservationsDoNotBlockReceiving(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		reports += len(rs)
-	}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
+	}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
 	h.SetReservations(rsv)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Heartbeat{Heartbeat: &switchboardv1.ReservationHeartbeat{ReservationIds: []string{"r0"}}}}))
@@ -443,7 +443,7 @@ func TestHubSlowActivityWriteDoesNotBlockTheStream(t *testing.T) {
 	gate, writing := make(chan struct{}), make(chan struct{}, 8)
 	var mu sync.Mutex
 	var writes []int // records per write
-	h := newTestHub(nil, func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
+	h := newTestHub(nil, func(_ context.Context, _ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
 		writing <- struct{}{}
 		<-gate
 		mu.Lock()

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,7 @@ func TestHubDropsAndCountsInvalidItems(t *testing.T) {
 		for _, r := range rs {
 			reports = append(reports, r.GetRequestId())
 		}
-	}, func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
+	}, func(_ context.Context, _ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range rs {

@@ -162,7 +162,9 @@ func validatePrefs(p *switchboardv1.ProviderPreferences, idx *index) error {
 	for _, l := range lists {
 		for _, n := range l.names {
 			if !idx.providers[n] {
-				return errorf(KindInvalid, "provider.%s: unknown provider %q", l.field, n)
+				e := errorf(KindInvalid, "provider.%s: unknown provider %q", l.field, n)
+				e.Field, e.Reason = "provider."+l.field, "INVALID_VALUE"
+				return e
 			}
 		}
 	}

@@ -104,20 +104,41 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 
 // Endpoint returns the catalog's endpoint by id: its model and rates.
 func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bool) {
+	e, modelID := r.find(id)
+	if e == nil {
+		return "", catalog.Rates{}, false
+	}
+	return modelID, e.rates, true
+}
+
+// Limits returns the catalog's context window and largest output of the
+// endpoint id (each 0 when the catalog gives none); false when the catalog
+// has no such endpoint.
+func (r *Router) Limits(id string) (contextLength, maxOutput int64, ok bool) {
+	e, _ := r.find(id)
+	if e == nil {
+		return 0, 0, false
+	}
+	return e.contextLength, e.maxOutput, true
+}
+
+// find returns the catalog's endpoint by id and its model id; nil when
+// there is none.
+func (r *Router) find(id string) (*endpoint, string) {
 	provider, modelID, found := strings.Cut(id, "/")
 	if !found {
-		return "", catalog.Rates{}, false
+		return nil, ""
 	}
 	m := r.idx.Load().models[modelID]
 	if m == nil {
-		return "", catalog.Rates{}, false
+		return nil, ""
 	}
 	for _, e := range m.endpoints {
 		if e.provider == provider {
-			return modelID, e.rates, true
+			return e, modelID
 		}
 	}
-	return "", catalog.Rates{}, false
+	return nil, ""
 }
 
 // ListModels lists the catalog's models.

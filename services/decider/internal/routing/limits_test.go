@@ -71,3 +71,43 @@ func TestDecideBoundsMaxOutput(t *testing.T) {
 		})
 	}
 }
+
+// A request no endpoint of its model can hold names the field at fault: the
+// prompt when it is too long for an endpoint's context, else the output it
+// asks for.
+func TestFitsNoEndpointNamesTheField(t *testing.T) {
+	const cat = `
+models:
+  - id: vendor/model
+    endpoints:
+      - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.1, output: 0.5}, context_length: 4096, max_output_tokens: 1024}
+      - {provider: beta, base_url: http://127.0.0.1:2/v1, price: {input: 0.2, output: 0.6}, context_length: 8192, max_output_tokens: 2048}
+tenants:
+  - {id: acme, api_keys_sha256: ["@KEYHASH@"]}
+`
+	c, err := catalog.Parse([]byte(strings.Replace(cat, "@KEYHASH@", keyA, 1)))
+	require.NoError(t, err)
+	r := New(c, Options{Exploration: -1})
+	tests := []struct {
+		name          string
+		tokens        *switchboardv1.TokenEstimate
+		field, reason string
+	}{
+		{name: "prompt above every context", tokens: &switchboardv1.TokenEstimate{InputTokens: 9000},
+			field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED"},
+		{name: "prompt and output together above every context", tokens: &switchboardv1.TokenEstimate{InputTokens: 7000, MaxOutputTokens: 2000},
+			field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED"},
+		{name: "output above every max output", tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 4000},
+			field: "tokens.max_output_tokens", reason: "INVALID_VALUE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model", Tokens: tt.tokens}, &switchboardv1.Identity{TenantId: "acme"})
+			var re *Error
+			require.ErrorAs(t, err, &re)
+			require.Equal(t, KindInvalid, re.Kind, re.Msg)
+			require.Equal(t, tt.field, re.Field, re.Msg)
+			require.Equal(t, tt.reason, re.Reason)
+		})
+	}
+}

@@ -65,6 +65,12 @@ const (
 type Error struct {
 	Kind Kind
 	Msg  string
+	// Field is the DecideRequest field at fault, as a proto path
+	// ("tokens.input_tokens"), when one is; Reason then says what is wrong
+	// with it, in upper snake case ("CONTEXT_LENGTH_EXCEEDED"). The server
+	// sends both as a google.rpc.BadRequest field violation, so a caller can
+	// name the field of its own request at fault without parsing Msg.
+	Field, Reason string
 }
 
 // Error implements [error.Error].
@@ -324,7 +330,9 @@ func (r *Router) resolve(req *switchboardv1.DecideRequest) (m *model, name, suff
 		return nil, "", "", errorf(KindInvalid, "model is required")
 	}
 	if suffix != "" && suffix != "floor" && suffix != "nitro" {
-		return nil, "", "", errorf(KindInvalid, "unknown model suffix %q: use :floor or :nitro", ":"+suffix)
+		e := errorf(KindInvalid, "unknown model suffix %q: use :floor or :nitro", ":"+suffix)
+		e.Field, e.Reason = "model", "INVALID_VALUE"
+		return nil, "", "", e
 	}
 	m, ok := idx.models[name]
 	if !ok {
@@ -349,11 +357,21 @@ func unavailable(sc *scratch, name string, fitsNone bool) error {
 	for _, c := range sc.cands {
 		why = append(why, c.ep.provider+": "+c.excluded.String())
 	}
-	kind := KindUnavailable
-	if fitsNone {
-		kind = KindInvalid
+	if !fitsNone {
+		return errorf(KindUnavailable, "no endpoint of %s can take this request (%s)", name, strings.Join(why, "; "))
 	}
-	return errorf(kind, "no endpoint of %s can take this request (%s)", name, strings.Join(why, "; "))
+	// The request fits no endpoint's context or output: the prompt is at
+	// fault when one endpoint's context is too small for it, else the
+	// output asked for.
+	e := errorf(KindInvalid, "no endpoint of %s can take this request (%s)", name, strings.Join(why, "; "))
+	e.Field, e.Reason = "tokens.max_output_tokens", "INVALID_VALUE"
+	for _, c := range sc.cands {
+		if c.excluded.why == exclContext {
+			e.Field, e.Reason = "tokens.input_tokens", "CONTEXT_LENGTH_EXCEEDED"
+			break
+		}
+	}
+	return e
 }
 
 // usable is the ranked candidates followed by the cooling ones, cut to

@@ -64,7 +64,7 @@ func startWith(t *testing.T, yaml string) switchboardv1.DeciderServiceClient {
 	require.NoError(t, err)
 	authn := auth.New()
 	authn.SetCatalog(c)
-	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
+	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
 	srv := server.New(hub, hedge.New(1, nil), authn)
 	bcfg, err := broker.FromCatalog(c)
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -96,12 +97,12 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.grant(resp)
 	if req.GetReserve() && !req.GetDryRun() {
 		if err := s.reserve(ctx, req, resp); err != nil {
 			return nil, err
 		}
 	}
+	s.grant(r, req, resp)
 	return resp, nil
 }
 
@@ -138,7 +139,7 @@ func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, 
 			key = k + "|" + ep.GetId()
 		}
 		rr, err := s.reserveLocal(ctx, a, &switchboardv1.ReserveRequest{
-			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: resp.GetIdentity(),
+			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: withKeyHash(resp.GetIdentity(), req.GetIdentity()),
 			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(), MaxWait: wait,
 		})
 		return rr, d, err
@@ -383,14 +384,24 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	}
 	// An endpoint the catalog does not have would open buckets nobody
 	// configured, in the broker's snapshot, for nothing that can be called.
-	if _, _, ok := r.Endpoint(req.GetEndpointId()); !ok {
+	model, _, ok := r.Endpoint(req.GetEndpointId())
+	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "endpoint_id: no endpoint %q in the catalog", req.GetEndpointId())
+	}
+	// The model names the tenant's per-model buckets: one that is not the
+	// endpoint's would charge another model's limits, or none.
+	switch req.GetModel() {
+	case "":
+		req.Model = model
+	case model:
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "model: the endpoint %q serves %q", req.GetEndpointId(), model)
 	}
 	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false)
 	if err != nil {
 		return nil, err
 	}
-	req.Identity = id
+	req.Identity = withKeyHash(id, req.GetIdentity())
 	resp, err := s.reserveLocal(ctx, a, req)
 	if err != nil {
 		return nil, err
@@ -488,6 +499,10 @@ func invalid(err error) error {
 	if err == nil {
 		return nil
 	}
+	var ve *validate.Error
+	if errors.As(err, &ve) {
+		return fieldStatus(err.Error(), ve.Field, "INVALID_VALUE")
+	}
 	return status.Error(codes.InvalidArgument, err.Error())
 }
 
@@ -500,11 +515,28 @@ func toStatus(err error) error {
 	case routing.KindNotFound:
 		return status.Error(codes.NotFound, re.Msg)
 	case routing.KindInvalid:
-		return status.Error(codes.InvalidArgument, re.Msg)
+		return fieldStatus(re.Msg, re.Field, re.Reason)
 	case routing.KindUnavailable:
 		return status.Error(codes.FailedPrecondition, re.Msg)
 	}
 	return status.Error(codes.Internal, re.Msg)
+}
+
+// fieldStatus is INVALID_ARGUMENT with msg and, when field is set, a
+// google.rpc.BadRequest naming it (its proto path) and the reason it is
+// wrong: what lets the edge answer its client with the client's own field.
+func fieldStatus(msg, field, reason string) error {
+	st := status.New(codes.InvalidArgument, msg)
+	if field == "" {
+		return st.Err()
+	}
+	d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+		{Field: field, Description: msg, Reason: reason},
+	}})
+	if err != nil {
+		return st.Err()
+	}
+	return d.Err()
 }
 
 func newID() string {

@@ -74,7 +74,7 @@ type fixture struct {
 // at start-up, before the catalog is loaded.
 func start(t testing.TB, ready bool) *fixture {
 	t.Helper()
-	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(*switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
+	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
 	c, err := catalog.Parse([]byte(testCatalog))
 	require.NoError(t, err)
 	authn := auth.New()

@@ -4,10 +4,15 @@ import (
 	"context"
 	"sync/atomic"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-ai/switchboard/pkg/billing"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
 
 // trust is what the server checks records with.
@@ -20,11 +25,59 @@ type trust struct {
 // against the decision. Without it Decide issues none.
 func (s *Server) SetGrants(g *grant.Signer) { s.grants.Store(g) }
 
-// grant sets the decision's grant, for its request id and resolved identity.
-func (s *Server) grant(resp *switchboardv1.DecideResponse) {
-	if g := s.grants.Load(); g != nil {
-		resp.Grant = g.Issue(resp.GetRequestId(), resp.GetIdentity().GetTenantId(), resp.GetIdentity().GetApiKeyId())
+// grant sets the decision's caps and its grant, for its request id,
+// resolved identity and caps. The caps are those of the endpoints the
+// answer leaves the caller — the chosen one, its fallbacks and the hedge
+// endpoint, as they stand once reserving has picked among them.
+func (s *Server) grant(r *routing.Router, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) {
+	g := s.grants.Load()
+	if g == nil {
+		return
 	}
+	resp.Caps = decisionCaps(r, req, resp)
+	resp.Grant = g.Issue(resp.GetRequestId(), resp.GetIdentity().GetTenantId(), resp.GetIdentity().GetApiKeyId(), resp.GetCaps())
+}
+
+// decisionCaps are the caps (grant.NewCaps) of resp's endpoints, each
+// once, billed under resp's max_price and req's max_tokens.
+func decisionCaps(r *routing.Router, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) *switchboardv1.DecisionCaps {
+	all := make([]*switchboardv1.Endpoint, 0, 2+len(resp.GetFallbacks()))
+	all = append(append(append(all, resp.GetEndpoint()), resp.GetFallbacks()...), resp.GetHedge().GetEndpoint())
+	eps := make([]grant.Endpoint, 0, len(all))
+	seen := make(map[string]bool, len(all))
+	for _, ep := range all {
+		if ep == nil || seen[ep.GetId()] {
+			continue
+		}
+		seen[ep.GetId()] = true
+		ge := grant.Endpoint{ContextLength: ep.GetContextLength(), Price: pricing.Price{
+			Input: ep.GetPrice().GetInput(), CachedInput: ep.GetPrice().GetCachedInput(), Output: ep.GetPrice().GetOutput()}}
+		if ctx, out, ok := r.Limits(ep.GetId()); ok {
+			ge.ContextLength, ge.MaxOutputTokens = max(ge.ContextLength, ctx), out
+		}
+		eps = append(eps, ge)
+	}
+	var mp billing.MaxPrice
+	if p := resp.GetMaxPrice(); p != nil {
+		mp = billing.MaxPrice{Prompt: p.Prompt, Completion: p.Completion}
+	}
+	return grant.NewCaps(eps, mp, req.GetTokens().GetMaxOutputTokens(), req.GetTokens().GetInputTokens())
+}
+
+// withKeyHash is the resolved identity a reservation is asked with, with
+// the key hash the caller sent (if any): the broker reads only the
+// resolved fields, but a replica forwards the request to the broker's
+// owner, which checks it by the caller's own rules again, and an edge acts
+// only for an identity carrying api_key_sha256. resolved itself, which
+// Decide answers with, is left as it was.
+func withKeyHash(resolved, asked *switchboardv1.Identity) *switchboardv1.Identity {
+	h := asked.GetApiKeySha256()
+	if h == "" || resolved == nil {
+		return resolved
+	}
+	id := proto.CloneOf(resolved)
+	id.ApiKeySha256 = h
+	return id
 }
 
 // allow is the caller's authorisation for operations on existing

@@ -30,7 +30,17 @@ func TestDecideIssuesAGrant(t *testing.T) {
 	f.srv.SetGrants(g)
 	d := decide()
 	require.Len(t, d.GetGrant(), grant.Size)
-	require.True(t, g.Verify(d.GetGrant(), d.GetRequestId(), "acme", d.GetIdentity().GetApiKeyId()))
+	// The caps of both endpoints (neither has a context_length: the
+	// unknown window) billed under max_tokens 10: beta's, dearer, bill
+	// 2^21 input tokens at $0.3/M and 10 output at $1/M; the two calls
+	// together are 2^21 input and output tokens at alpha's and beta's prices.
+	require.Len(t, append(d.GetFallbacks(), d.GetEndpoint()), 2)
+	c := d.GetCaps()
+	require.Equal(t, int64(grant.UnknownContextTokens), c.GetMaxInputTokens())
+	require.Equal(t, int64(grant.UnknownContextTokens), c.GetMaxOutputTokens())
+	require.InDelta(t, (grant.UnknownContextTokens*0.3+10*1.0)/1e6, c.GetMaxCostUsd(), 1e-9)
+	require.InDelta(t, grant.UnknownContextTokens*(0.2+0.8+0.3+1.0)/1e6, c.GetMaxAttemptsCostUsd(), 1e-9)
+	require.True(t, g.Verify(d.GetGrant(), d.GetRequestId(), "acme", d.GetIdentity().GetApiKeyId(), d.GetCaps()))
 	require.NotEmpty(t, d.GetIdentity().GetApiKeyId())
 }
 

@@ -129,6 +129,14 @@ func Tokens(field string, v int64) error {
 	return nil
 }
 
+// HTTPStatus checks an HTTP status: none (0), or a three-digit code.
+func HTTPStatus(field string, v int32) error {
+	if v != 0 && (v < 100 || v > 999) {
+		return fail(field, "%d is not an HTTP status", v)
+	}
+	return nil
+}
+
 // Enum checks that e is a value its enum defines.
 func Enum(field string, e protoreflect.Enum) error {
 	if e.Descriptor().Values().ByNumber(e.Number()) == nil {
@@ -381,6 +389,7 @@ func CallReport(r *switchboardv1.CallReport) error {
 		Duration("duration", r.GetDuration(), false),
 		Usage("usage", r.GetUsage()),
 		Enum("outcome", r.GetOutcome()),
+		HTTPStatus("http_status", r.GetHttpStatus()),
 		Duration("retry_after", r.GetRetryAfter(), false),
 		headers("rate_limit_headers", r.GetRateLimitHeaders()),
 		ID("probe_id", r.GetProbeId()),
@@ -405,6 +414,7 @@ func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 		Usage("usage", r.GetUsage()),
 		USD("cost_usd", r.GetCostUsd()),
 		Enum("status", r.GetStatus()),
+		HTTPStatus("http_status", r.GetHttpStatus()),
 		str("error", r.GetError(), MaxValueLen),
 		Duration("duration", r.GetDuration(), false),
 		Duration("ttft", r.GetTtft(), false),
@@ -413,6 +423,10 @@ func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 		Model("hedge.winner_endpoint_id", r.GetHedge().GetWinnerEndpointId()),
 		Model("hedge.loser_endpoint_id", r.GetHedge().GetLoserEndpointId()),
 		USD("hedge.loser_cost_usd", r.GetHedge().GetLoserCostUsd()),
+		Tokens("caps.max_input_tokens", r.GetCaps().GetMaxInputTokens()),
+		Tokens("caps.max_output_tokens", r.GetCaps().GetMaxOutputTokens()),
+		USD("caps.max_cost_usd", r.GetCaps().GetMaxCostUsd()),
+		USD("caps.max_attempts_cost_usd", r.GetCaps().GetMaxAttemptsCostUsd()),
 	)
 	if err != nil {
 		return err
@@ -426,6 +440,7 @@ func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 			Model("endpoint_id", a.GetEndpointId()),
 			Name("provider", a.GetProvider()),
 			Enum("outcome", a.GetOutcome()),
+			HTTPStatus("http_status", a.GetHttpStatus()),
 			Duration("ttft", a.GetTtft(), false),
 			USD("cost_usd", a.GetCostUsd()),
 			str("error", a.GetError(), MaxValueLen),

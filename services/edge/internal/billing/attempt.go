@@ -23,6 +23,9 @@ type Attempt struct {
 	Usage *pricing.Usage
 	// DeliveredBytes is the size of the generated text written to the client.
 	DeliveredBytes int64
+	// MaxOutput bounds an estimated output (0: unbounded): the decision's
+	// caps.max_output_tokens.
+	MaxOutput int64
 }
 
 // Billed is the usage the client of a served call is billed for: its
@@ -31,7 +34,7 @@ func (a Attempt) Billed() (u pricing.Usage, reported bool) {
 	if a.Usage != nil {
 		return *a.Usage, true
 	}
-	return Estimate(a.PromptTokens, a.DeliveredBytes), false
+	return Estimate(a.PromptTokens, a.DeliveredBytes, a.MaxOutput), false
 }
 
 // Client is what the client of a served call is billed: the Billed usage

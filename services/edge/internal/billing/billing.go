@@ -89,7 +89,14 @@ func TextTokens(n int64) int64 {
 
 // Estimate is the usage of an answer whose provider reported none: the
 // edge's prompt estimate, all of it uncached (nothing says otherwise), and
-// the generated text delivered, counted by the pkg/tokens rule.
-func Estimate(promptTokens, deliveredBytes int64) pricing.Usage {
-	return pricing.Usage{Input: promptTokens, Output: TextTokens(deliveredBytes)}
+// the generated text delivered, counted by the pkg/tokens rule but never
+// more than maxOutput (when positive), the most the decision's endpoints
+// generate: the byte rule overcounts text of long tokens, and a record
+// beyond its decision's caps is not stored.
+func Estimate(promptTokens, deliveredBytes, maxOutput int64) pricing.Usage {
+	out := TextTokens(deliveredBytes)
+	if maxOutput > 0 {
+		out = min(out, maxOutput)
+	}
+	return pricing.Usage{Input: promptTokens, Output: out}
 }

@@ -74,3 +74,20 @@ func TestProviderCostIsProviders(t *testing.T) {
 	}
 	require.InDelta(t, billCost, Attempt{Price: billPrice, Served: true, Usage: usage}.ProviderCost(), 1e-12)
 }
+
+// TestEstimateStaysWithinTheDecisionsOutput: text of long tokens counted by
+// the byte rule would bill more output than the endpoints can generate, and
+// the decider stores no record beyond its decision's caps.
+func TestEstimateStaysWithinTheDecisionsOutput(t *testing.T) {
+	a := Attempt{PromptTokens: 100, Price: &switchboardv1.Price{Input: 1, Output: 2}, Served: true, DeliveredBytes: 4000}
+	u, reported := a.Billed()
+	require.False(t, reported)
+	require.EqualValues(t, TextTokens(4000), u.Output, "unbounded without caps")
+	a.MaxOutput = 512
+	u, _ = a.Billed()
+	require.EqualValues(t, 512, u.Output)
+	a.Usage = &pricing.Usage{Input: 100, Output: 900}
+	u, reported = a.Billed()
+	require.True(t, reported)
+	require.EqualValues(t, 900, u.Output, "a provider's own count is never lowered")
+}

@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
@@ -22,30 +20,22 @@ import (
 	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
-// Error is a validation failure fit to show the client: Param names the
-// offending field the way OpenAI's error JSON does ("messages[2].content",
-// "provider.sort"), empty when the body as a whole is wrong.
+// Error is a validation failure fit to show the client, in the terms of
+// OpenAI's error JSON: Param is the JSON path of the offending field
+// ("messages[2].content", "tools[0].function.name"), empty only when no
+// single field is at fault; Code is OpenAI's code for the failure (see the
+// Code constants); Message says what is wrong, whole.
 type Error struct {
 	// Param is the JSON path of the offending field, empty for the whole body.
 	Param string
 	// Message says what is wrong, in terms of the client's request.
 	Message string
-	// Code is OpenAI's error code for the failure when it has a specific
-	// one ("integer_above_max_value"); empty for the generic one.
+	// Code is OpenAI's error code for the failure ("invalid_type").
 	Code string
 }
 
 // Error implements [error].
-func (e *Error) Error() string {
-	if e.Param == "" {
-		return e.Message
-	}
-	return e.Param + ": " + e.Message
-}
-
-func fieldErr(param, format string, args ...any) *Error {
-	return &Error{Param: param, Message: fmt.Sprintf(format, args...)}
-}
+func (e *Error) Error() string { return e.Message }
 
 // OptionalParameters are the optional request parameters the decider is told
 // about, so require_parameters can keep only endpoints supporting them all.
@@ -132,18 +122,21 @@ type wireMessage struct {
 // while the Request is in use.
 func Parse(body []byte) (*Request, error) {
 	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' {
-		return nil, &Error{Message: "the request body must be a JSON object"}
-	}
 	if !json.Valid(body) {
 		var v map[string]json.RawMessage
 		err := json.Unmarshal(body, &v)
 		if err == nil {
 			err = errors.New("invalid JSON")
 		}
-		return nil, &Error{Message: "the request body is not valid JSON: " + jsonErrText(err)}
+		return nil, &Error{Code: CodeInvalidJSON, Message: "We could not parse the JSON body of your request: " + jsonErrText(err)}
+	}
+	if body[0] != '{' {
+		return nil, &Error{Code: CodeInvalidType, Message: "The request body must be a JSON object, but got " + jsonKind(body) + " instead."}
 	}
 	fields := splitObject(body)
+	if !utf8.Valid(body) {
+		return nil, utf8Error(body, fields)
+	}
 	r := &Request{Fields: fields}
 
 	model, err := stringField(fields, "model", true)
@@ -151,7 +144,7 @@ func Parse(body []byte) (*Request, error) {
 		return nil, err
 	}
 	if model == "" {
-		return nil, fieldErr("model", "must be a non-empty string")
+		return nil, emptyStringErr("model")
 	}
 	r.Model = model
 
@@ -184,6 +177,9 @@ func Parse(body []byte) (*Request, error) {
 		r.MaxOutputTokens = maxCompletion
 	}
 	if err := checkN(fields); err != nil {
+		return nil, err
+	}
+	if err := checkOptions(fields); err != nil {
 		return nil, err
 	}
 	if raw, ok := fields["provider"]; ok {
@@ -243,6 +239,16 @@ func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
 		buf = append(buf, p...)
 	}
 	return buf, nil
+}
+
+// OutputParam names the field the request bounds its output with, as an
+// error about that bound names it: max_completion_tokens when the client
+// sent it (it wins over max_tokens), else max_tokens.
+func (r *Request) OutputParam() string {
+	if present(r.Fields, "max_completion_tokens") {
+		return "max_completion_tokens"
+	}
+	return "max_tokens"
 }
 
 // bodyTemplate is the upstream body without its model: pieces to write in
@@ -369,7 +375,7 @@ func (m parsedMessages) prefixes(withTools bool) []*switchboardv1.PromptPrefix {
 func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	var out parsedMessages
 	if len(raw) == 0 || isNull(raw) {
-		return out, fieldErr("messages", "is required")
+		return out, missingErr("messages")
 	}
 	// raw is valid JSON: Parse checked the body.
 	msgs, ok := decodeMessages(raw, nil)
@@ -377,7 +383,7 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 		return out, structureError(raw)
 	}
 	if len(msgs) == 0 {
-		return out, fieldErr("messages", "must contain at least one message")
+		return out, emptyArrayErr("messages")
 	}
 	out.counted = make([]tokens.Message, 0, len(msgs))
 	out.hashes = make([]uint64, 0, len(msgs))
@@ -392,15 +398,9 @@ func parseMessages(raw json.RawMessage, seed string) (parsedMessages, error) {
 	out.seedHash, out.seedTokens = binary.BigEndian.Uint64(prev[:]), cum
 	leading := true
 	for i, m := range msgs {
-		role, ok := m.Role.(string)
-		if !ok || role == "" {
-			return out, fieldErr(messageParam(i)+".role", "must be a non-empty string")
-		}
-		name := ""
-		if m.Name != nil {
-			if name, ok = m.Name.(string); !ok {
-				return out, fieldErr(messageParam(i)+".name", "must be a string")
-			}
+		role, name, err := checkMessage(m, i)
+		if err != nil {
+			return out, err
 		}
 		text, extra, err := contentText(m, role, i)
 		if err != nil {
@@ -448,82 +448,17 @@ func writeString(w io.Writer, s string, buf []byte) []byte {
 	return buf
 }
 
-// structureError explains why messages did not decode as an array of
-// objects. It runs only for bad requests, so it may be slow.
-func structureError(raw json.RawMessage) *Error {
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return fieldErr("messages", "must be an array of message objects")
-	}
-	for i, it := range items {
-		if !isObject(it) {
-			return fieldErr(fmt.Sprintf("messages[%d]", i), "must be an object")
-		}
-	}
-	return fieldErr("messages", "must be an array of message objects")
-}
-
-// contentText flattens a message's content to the text that is counted: a
-// string as is, an array of parts as the concatenation of its text parts
-// (images and audio carry no text). extra is a canonical encoding of the
-// non-text parts, so that they still count in the prefix fingerprint. Null or
-// absent content is allowed only where OpenAI allows it: an assistant
-// message carrying tool calls.
-func contentText(m wireMessage, role string, i int) (text, extra string, err error) {
-	param := func() string { return messageParam(i) + ".content" }
-	switch c := m.Content.(type) {
-	case nil:
-		hasCalls := (len(m.ToolCalls) > 0 && !isNull(m.ToolCalls)) || (len(m.Function) > 0 && !isNull(m.Function))
-		if role == "assistant" && hasCalls {
-			return "", "", nil
-		}
-		return "", "", fieldErr(param(), "is required")
-	case string:
-		return c, "", nil
-	case []any:
-		var b, x strings.Builder
-		for j, p := range c {
-			pp := func() string { return fmt.Sprintf("%s[%d]", param(), j) }
-			part, ok := p.(map[string]any)
-			if !ok {
-				return "", "", fieldErr(pp(), "must be a content part object")
-			}
-			typ, ok := part["type"].(string)
-			if !ok || typ == "" {
-				return "", "", fieldErr(pp()+".type", "must be a non-empty string")
-			}
-			if typ != "text" {
-				// Maps marshal with sorted keys: a canonical form.
-				enc, _ := json.Marshal(part)
-				x.Write(enc)
-				continue
-			}
-			t, ok := part["text"].(string)
-			if !ok {
-				return "", "", fieldErr(pp()+".text", "must be a string")
-			}
-			b.WriteString(t)
-		}
-		return b.String(), x.String(), nil
-	default:
-		return "", "", fieldErr(param(), "must be a string or an array of content parts")
-	}
-}
-
 func parseStreamOptions(raw json.RawMessage) (bool, error) {
 	if len(raw) == 0 || isNull(raw) {
 		return false, nil
 	}
-	if !isObject(raw) {
-		return false, fieldErr("stream_options", "must be an object")
-	}
-	var opts map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &opts); err != nil {
-		return false, fieldErr("stream_options", "must be an object")
+	opts, ok := objectOf(raw)
+	if !ok {
+		return false, typeErr("stream_options", "an object", raw)
 	}
 	v, err := boolField(opts, "include_usage")
 	if err != nil {
-		return false, fieldErr("stream_options.include_usage", "must be a boolean")
+		return false, typeErr("stream_options.include_usage", "a boolean", opts["include_usage"])
 	}
 	return v, nil
 }
@@ -539,13 +474,13 @@ func stringField(fields map[string]json.RawMessage, name string, required bool) 
 	raw, ok := fields[name]
 	if !ok || isNull(raw) {
 		if required {
-			return "", fieldErr(name, "is required")
+			return "", missingErr(name)
 		}
 		return "", nil
 	}
 	s, ok := asString(raw)
 	if !ok {
-		return "", fieldErr(name, "must be a string")
+		return "", typeErr(name, "a string", raw)
 	}
 	return s, nil
 }
@@ -561,7 +496,7 @@ func boolField(fields map[string]json.RawMessage, name string) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, fieldErr(name, "must be a boolean")
+	return false, typeErr(name, "a boolean", raw)
 }
 
 // checkN accepts only one choice per request. Several choices would need
@@ -573,17 +508,13 @@ func checkN(fields map[string]json.RawMessage) error {
 	if !ok || isNull(raw) {
 		return nil
 	}
-	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
-	switch {
-	case err != nil && !errors.Is(err, strconv.ErrRange):
-		return fieldErr("n", "must be an integer")
-	case err == nil && n < 1:
-		return fieldErr("n", "must be at least 1")
-	case err != nil || n > 1:
-		return &Error{Param: "n", Code: "unsupported_value",
-			Message: "n: only one choice per request is supported (n must be 1); send several requests instead"}
+	_, err := integerIn(raw, "n", 1, 1)
+	var perr *Error
+	if errors.As(err, &perr) && perr.Code == CodeIntegerAboveMax {
+		return &Error{Param: "n", Code: CodeUnsupportedValue,
+			Message: "Unsupported value: 'n' must be 1: only one choice per request is supported; send several requests instead."}
 	}
-	return nil
+	return err
 }
 
 // MaxTokens is the largest max_tokens (or max_completion_tokens) accepted:
@@ -592,23 +523,26 @@ func checkN(fields map[string]json.RawMessage) error {
 // finite and exact.
 const MaxTokens = 1<<31 - 1
 
-// tokenCountField reads a token count: a non-negative integer of at most
-// MaxTokens.
+// tokenCountField reads a token count: an integer from 1 to MaxTokens, 0
+// when absent.
 func tokenCountField(fields map[string]json.RawMessage, name string) (int64, error) {
 	raw, ok := fields[name]
 	if !ok || isNull(raw) {
 		return 0, nil
 	}
-	text := string(bytes.TrimSpace(raw))
-	n, err := strconv.ParseInt(text, 10, 64)
-	switch {
-	case err != nil && errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(text, "-"), err == nil && n > MaxTokens:
-		return 0, &Error{Param: name, Code: "integer_above_max_value", Message: fmt.Sprintf(
-			"Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.", name, MaxTokens, truncateText(text, 40))}
-	case err != nil || n < 0:
-		return 0, fieldErr(name, "must be a non-negative integer")
+	return integerIn(raw, name, 1, MaxTokens)
+}
+
+// utf8Error is the refusal of a body that is not valid UTF-8, naming the
+// top-level field holding the first invalid byte when there is one.
+func utf8Error(body []byte, fields map[string]json.RawMessage) *Error {
+	for _, k := range sortedKeys(fields) {
+		if k != "" && !utf8.Valid(fields[k]) && utf8.ValidString(k) {
+			return &Error{Param: k, Code: CodeInvalidValue, Message: fmt.Sprintf(
+				"Invalid value for '%s': it is not valid UTF-8; the request body must be UTF-8 JSON.", k)}
+		}
 	}
-	return n, nil
+	return &Error{Code: CodeInvalidJSON, Message: "We could not parse the JSON body of your request: it is not valid UTF-8."}
 }
 
 // truncateText shortens s to at most n bytes for an error message.

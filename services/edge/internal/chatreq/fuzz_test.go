@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzParseChatRequest checks that no body makes the parser panic, that every
-// failure is an *Error, and that every accepted body yields a valid JSON
-// upstream body without the provider field.
+// failure is an *Error with a code and a message, naming the field at fault
+// unless the body as a whole is (not JSON, not an object), that every
+// accepted body is valid UTF-8, and that it yields a valid JSON upstream
+// body without the provider field.
 func FuzzParseChatRequest(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
@@ -21,7 +24,17 @@ func FuzzParseChatRequest(f *testing.F) {
 			if !errors.As(err, &perr) {
 				t.Fatalf("error is not *Error: %T %v", err, err)
 			}
+			if perr.Code == "" || perr.Message == "" {
+				t.Fatalf("refusal without a code or message: %+v", perr)
+			}
+			whole := perr.Code == CodeInvalidJSON || (perr.Code == CodeInvalidType && !isObject(body))
+			if perr.Param == "" && !whole {
+				t.Fatalf("refusal of a field without its param: %+v", perr)
+			}
 			return
+		}
+		if !utf8.Valid(body) {
+			t.Fatalf("accepted a body that is not UTF-8: %q", body)
 		}
 		if r.Model == "" || r.InputTokens <= 0 || r.MaxOutputTokens < 0 {
 			t.Fatalf("accepted request with bad view: %+v", r)
@@ -60,4 +73,12 @@ var fuzzSeeds = []string{
 	`null`,
 	``,
 	"{\"model\":\"\xff\",\"messages\":[]}",
+	"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xe9\"}]}",
+	`{"model":"m","messages":[{"role":"wizard","content":"q"}]}`,
+	`{"model":"m","temperature":-5,"top_p":"x","messages":[{"role":"user","content":"q"}]}`,
+	`{"model":"m","max_tokens":0,"stop":["a",1],"messages":[{"role":"user","content":"q"}]}`,
+	`{"model":"m","tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":{"type":"function","function":{"name":"f"}},"messages":[{"role":"user","content":"q"}]}`,
+	`{"model":"m","response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{}}},"messages":[{"role":"user","content":"q"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]},{"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":"r"}]}`,
+	`{"model":"m","logit_bias":{"1":5},"metadata":{"k":"v"},"seed":3,"top_logprobs":2,"logprobs":true,"messages":[{"role":"user","content":"q"}]}`,
 }

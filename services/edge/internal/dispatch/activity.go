@@ -27,6 +27,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		TenantId:   c.TenantID,
 		ApiKeyId:   c.APIKeyID,
 		Grant:      c.Grant,
+		Caps:       c.GrantCaps,
 		Model:      c.Model,
 		Hedge:      s.hedge,
 		Stream:     c.Stream,

@@ -247,6 +247,10 @@ type Call struct {
 	// Grant is the decision's grant (DecideResponse.grant), copied into the
 	// activity record: the decider stores the record only with it.
 	Grant []byte
+	// GrantCaps are the decision's caps (DecideResponse.caps), copied into
+	// the activity record with the grant, which covers them: the decider
+	// stores the record only when its bill is within them.
+	GrantCaps *switchboardv1.DecisionCaps
 	// PromptTokens is the prompt estimate, reported for the size bucket.
 	PromptTokens int64
 	// Stream is whether the client asked for server-sent events.

@@ -81,7 +81,7 @@ func (c Call) rewriter(ep *switchboardv1.Endpoint) rewrite.Rewriter {
 func (c Call) estimatedUsage(ep *switchboardv1.Endpoint) func(deliveredBytes int64) json.RawMessage {
 	price := ep.GetPrice()
 	return func(deliveredBytes int64) json.RawMessage {
-		u := billing.Estimate(c.PromptTokens, deliveredBytes)
+		u := billing.Estimate(c.PromptTokens, deliveredBytes, c.GrantCaps.GetMaxOutputTokens())
 		cost, _ := billing.Charge(u, price, c.Caps)
 		return rewrite.UsageJSON(u, cost)
 	}

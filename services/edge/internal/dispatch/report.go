@@ -80,5 +80,6 @@ func (c Call) bill(l *leg) billing.Attempt {
 		Cancelled:      l.Result.Outcome == switchboardv1.Outcome_OUTCOME_CANCELLED,
 		Usage:          l.Result.Usage,
 		DeliveredBytes: l.Result.Delivered,
+		MaxOutput:      c.GrantCaps.GetMaxOutputTokens(),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -91,7 +92,14 @@ func deciderError(err error) apiError {
 	case codes.NotFound:
 		return apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", message: msg}
 	case codes.InvalidArgument:
-		return apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_value", message: msg}
+		e := apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_value", message: msg}
+		if v := fieldViolation(st); v != nil {
+			e.param = requestParam(v.GetField())
+			if v.GetReason() != "" {
+				e.code = strings.ToLower(v.GetReason())
+			}
+		}
+		return e
 	case codes.PermissionDenied:
 		return apiError{status: http.StatusForbidden, typ: "permission_error", code: "permission_denied", message: msg}
 	case codes.ResourceExhausted:
@@ -113,6 +121,35 @@ func deciderError(err error) apiError {
 		return apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
 			message: "internal error while routing the request"}
 	}
+}
+
+// fieldViolation is the first field a google.rpc.BadRequest attached to
+// the status names, if any: the decider names the DecideRequest field at
+// fault and why (its reason, OpenAI's error code in upper case:
+// CONTEXT_LENGTH_EXCEEDED for a prompt no endpoint's context holds).
+func fieldViolation(st *status.Status) *errdetails.BadRequest_FieldViolation {
+	for _, d := range st.Details() {
+		if v, ok := d.(*errdetails.BadRequest); ok && len(v.GetFieldViolations()) > 0 {
+			return v.GetFieldViolations()[0]
+		}
+	}
+	return nil
+}
+
+// requestParam is the field of the client's chat request a DecideRequest
+// field comes from, the way the client's error names it; empty for fields
+// the edge made up itself. The output bound is named max_tokens here; the
+// chat handler renames it when the client sent max_completion_tokens.
+func requestParam(field string) string {
+	switch {
+	case field == "model", strings.HasPrefix(field, "provider."):
+		return field
+	case field == "tokens.input_tokens":
+		return "messages"
+	case field == "tokens.max_output_tokens":
+		return "max_tokens"
+	}
+	return ""
 }
 
 // unitOf is the limit unit of a Refusal attached to the status, if any.

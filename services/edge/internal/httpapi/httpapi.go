@@ -390,17 +390,11 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest,
 	}
 	req, err := chatreq.Parse(body)
 	if err != nil {
-		var perr *chatreq.Error
-		if errors.As(err, &perr) && perr.Code != "" {
-			// A specific code comes with a message written whole.
-			e := invalidRequest(perr.Param, perr.Message)
-			e.code = perr.Code
-			writeError(w, e)
-		} else if errors.As(err, &perr) {
-			writeError(w, invalidRequest(perr.Param, perr.Error()))
-		} else {
-			writeError(w, invalidRequest("", err.Error()))
+		e := invalidRequest("", err.Error())
+		if perr := (*chatreq.Error)(nil); errors.As(err, &perr) {
+			e.param, e.code = perr.Param, perr.Code
 		}
+		writeError(w, e)
 		return nil, false
 	}
 	return &chatRequest{keyHash: keyHash, identity: identity, req: req}, true
@@ -432,6 +426,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, log reqLog, reqI
 			return nil // the client left; nobody to answer
 		}
 		e := deciderError(err)
+		if e.param == "max_tokens" {
+			e.param = c.req.OutputParam()
+		}
 		if bearer.CallerRefused(err) {
 			log.Error("the decider refused this edge's credentials: check --decider-token-file and the catalog's callers", "error", err)
 		} else {
@@ -525,6 +522,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		TenantID:     resp.GetIdentity().GetTenantId(),
 		APIKeyID:     resp.GetIdentity().GetApiKeyId(),
 		Grant:        resp.GetGrant(),
+		GrantCaps:    resp.GetCaps(),
 		PromptTokens: req.InputTokens,
 		Stream:       req.Stream,
 		IncludeUsage: req.IncludeUsage,

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -63,6 +65,44 @@ func TestRetryAfterFromRefusal(t *testing.T) {
 	require.Equal(t, "2", w.Header().Get("Retry-After"), "rounded up to whole seconds")
 	require.JSONEq(t, `{"error":{"message":"over quota","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, w.Body.String())
 }
+
+// A decider refusal naming a DecideRequest field is answered naming the
+// client's field and OpenAI's code: a prompt no endpoint's context holds is
+// context_length_exceeded on messages.
+func TestInvalidArgumentNamesTheClientsField(t *testing.T) {
+	tests := []struct {
+		name, field, reason string
+		param, code         *string
+	}{
+		{name: "context", field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED", param: ptr("messages"), code: ptr("context_length_exceeded")},
+		{name: "output", field: "tokens.max_output_tokens", reason: "INVALID_VALUE", param: ptr("max_tokens"), code: ptr("invalid_value")},
+		{name: "provider", field: "provider.order", reason: "INVALID_VALUE", param: ptr("provider.order"), code: ptr("invalid_value")},
+		{name: "a field the edge made", field: "request_id", reason: "INVALID_VALUE", code: ptr("invalid_value")},
+		{name: "no details", code: ptr("invalid_value")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := status.New(codes.InvalidArgument, "no endpoint can take this request")
+			if tt.field != "" {
+				var err error
+				st, err = st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+					{Field: tt.field, Reason: tt.reason},
+				}})
+				require.NoError(t, err)
+			}
+			w := httptest.NewRecorder()
+			writeError(w, deciderError(st.Err()))
+			require.Equal(t, http.StatusBadRequest, w.Code)
+			var body errorBody
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+			require.Equal(t, tt.param, body.Error.Param)
+			require.Equal(t, tt.code, body.Error.Code)
+			require.Equal(t, "invalid_request_error", body.Error.Type)
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }
 
 func TestHeaderValue(t *testing.T) {
 	require.Equal(t, "a b c", headerValue("a\nb\rc"))

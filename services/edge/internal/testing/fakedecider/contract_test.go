@@ -177,8 +177,11 @@ var scenarios = []struct {
 		now := time.Now()
 		bad := record(forged, now)
 		bad.Grant = []byte("not the decision's grant")
+		raised := b.decide(t, "c-act-raised", acmeKey)
+		moreCaps := record(raised, now)
+		moreCaps.Caps = &switchboardv1.DecisionCaps{MaxInputTokens: 1 << 30, MaxOutputTokens: 1 << 30, MaxCostUsd: 1e5, MaxAttemptsCostUsd: 1e5}
 		r := openReport(t, b)
-		r.send(t, activityBatch(1, record(mine, now), bad, record(theirs, now)))
+		r.send(t, activityBatch(1, record(mine, now), bad, moreCaps, record(theirs, now)))
 		r.send(t, activityBatch(2, record(mine, now))) // a resend
 		for r.ack(t).GetActivitySequence() != 2 {
 		}
@@ -192,7 +195,7 @@ var scenarios = []struct {
 			}
 			return ids
 		}
-		require.Equal(t, []string{"c-act-mine"}, list(acmeKey), "kept once, the forged one dropped, the other tenant's not shown")
+		require.Equal(t, []string{"c-act-mine"}, list(acmeKey), "kept once, the forged one and the one with other caps dropped, the other tenant's not shown")
 		require.Equal(t, []string{"c-act-theirs"}, list(globexKey))
 
 		get := func(key, id string) error {
@@ -264,7 +267,7 @@ func record(dec *switchboardv1.DecideResponse, at time.Time) *switchboardv1.Acti
 	return &switchboardv1.ActivityRecord{
 		Id: dec.GetRequestId(), CreateTime: timestamppb.New(at), TenantId: dec.GetIdentity().GetTenantId(),
 		ApiKeyId: dec.GetIdentity().GetApiKeyId(), Model: contractModel, EndpointId: dec.GetEndpoint().GetId(),
-		Status: switchboardv1.CallStatus_CALL_STATUS_OK, HttpStatus: 200, Grant: dec.GetGrant(),
+		Status: switchboardv1.CallStatus_CALL_STATUS_OK, HttpStatus: 200, Grant: dec.GetGrant(), Caps: dec.GetCaps(),
 	}
 }
 
@@ -370,6 +373,7 @@ func startFake(t *testing.T) *backend {
 			Endpoint: &switchboardv1.Endpoint{Id: "alpha-endpoint", Provider: "alpha"},
 			Identity: &switchboardv1.Identity{TenantId: tenant, ApiKeyId: "key-" + tenant},
 			Grant:    []byte("grant:" + req.GetRequestId()),
+			Caps:     &switchboardv1.DecisionCaps{MaxInputTokens: 1000, MaxOutputTokens: 1000, MaxCostUsd: 1, MaxAttemptsCostUsd: 2},
 		}, nil
 	})
 	b := &backend{client: dial(t, fd.Addr())}

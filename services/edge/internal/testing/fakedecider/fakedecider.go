@@ -11,8 +11,8 @@
 // the Reconcile call or in an acknowledged reconcile batch; the Report stream
 // opens with a hello, announces the broker owner's term (SetOwnerTerm) and
 // acknowledges batches as the real one does, naming that term; and its
-// activity log keeps, once by id, the reported records whose grant is the
-// one a Decide answer carried for their request, tenant and key, and serves
+// activity log keeps, once by id, the reported records whose grant and caps
+// are the ones a Decide answer carried for their request, tenant and key, and serves
 // them to the caller's tenant only.
 package fakedecider
 
@@ -77,11 +77,12 @@ type Decider struct {
 	reservations map[string]bool
 }
 
-// decision is what an activity record must carry to be kept: the grant of
-// its request's decision and the identity it was issued for.
+// decision is what an activity record must carry to be kept: the grant and
+// caps of its request's decision and the identity it was issued for.
 type decision struct {
 	grant            []byte
 	tenant, apiKeyID string
+	caps             *switchboardv1.DecisionCaps
 }
 
 // Server runs a Decider on 127.0.0.1.
@@ -330,7 +331,7 @@ func (d *Decider) Decide(_ context.Context, req *switchboardv1.DecideRequest) (*
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if g := resp.GetGrant(); len(g) > 0 {
-		d.decisions[resp.GetRequestId()] = decision{grant: g, tenant: resp.GetIdentity().GetTenantId(), apiKeyID: resp.GetIdentity().GetApiKeyId()}
+		d.decisions[resp.GetRequestId()] = decision{grant: g, tenant: resp.GetIdentity().GetTenantId(), apiKeyID: resp.GetIdentity().GetApiKeyId(), caps: resp.GetCaps()}
 	}
 	d.open(resp.GetReservation().GetReservationId())
 	return resp, nil
@@ -495,7 +496,7 @@ func (d *Decider) stored() []*switchboardv1.ActivityRecord {
 	for _, r := range recs {
 		dec, ok := d.decisions[r.GetId()]
 		if !ok || seen[r.GetId()] || !bytes.Equal(dec.grant, r.GetGrant()) ||
-			dec.tenant != r.GetTenantId() || dec.apiKeyID != r.GetApiKeyId() {
+			dec.tenant != r.GetTenantId() || dec.apiKeyID != r.GetApiKeyId() || !proto.Equal(dec.caps, r.GetCaps()) {
 			continue
 		}
 		seen[r.GetId()] = true
