@@ -3030,7 +3030,12 @@ func (x *ReconcileRequest) GetFailureDeferred() bool {
 type ReconcileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// released lists capacity given back per bucket (negative: an overrun charged).
-	Released      []*BucketCharge `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	Released []*BucketCharge `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	// owner_term is the term of the broker's owner that applied it: the
+	// revision of its election key, which grows with every new owner. An
+	// owner of a higher term restored a snapshot that may not hold this
+	// reconciliation (see OwnerTerm). 0 when unknown.
+	OwnerTerm     int64 `protobuf:"varint,2,opt,name=owner_term,json=ownerTerm,proto3" json:"owner_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3070,6 +3075,13 @@ func (x *ReconcileResponse) GetReleased() []*BucketCharge {
 		return x.Released
 	}
 	return nil
+}
+
+func (x *ReconcileResponse) GetOwnerTerm() int64 {
+	if x != nil {
+		return x.OwnerTerm
+	}
+	return 0
 }
 
 // EdgeHello opens a Report stream.
@@ -4269,8 +4281,12 @@ type ReportAck struct {
 	// once the broker's owner applied every reconciliation in it (or knows it
 	// was applied before, or never knew the reservation); 0 otherwise.
 	ReconcileSequence uint64 `protobuf:"varint,3,opt,name=reconcile_sequence,json=reconcileSequence,proto3" json:"reconcile_sequence,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// owner_term is, for a reconcile batch, the lowest term of the broker's
+	// owners that applied its reconciliations (see OwnerTerm); 0 when
+	// unknown, or for another kind of batch.
+	OwnerTerm     int64 `protobuf:"varint,4,opt,name=owner_term,json=ownerTerm,proto3" json:"owner_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportAck) Reset() {
@@ -4324,6 +4340,13 @@ func (x *ReportAck) GetReconcileSequence() uint64 {
 	return 0
 }
 
+func (x *ReportAck) GetOwnerTerm() int64 {
+	if x != nil {
+		return x.OwnerTerm
+	}
+	return 0
+}
+
 // ReportResponse is one message from the decider on the Report stream.
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4336,6 +4359,7 @@ type ReportResponse struct {
 	//	*ReportResponse_Cooldown
 	//	*ReportResponse_Config
 	//	*ReportResponse_KeySet
+	//	*ReportResponse_OwnerTerm
 	Command       isReportResponse_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4423,6 +4447,15 @@ func (x *ReportResponse) GetKeySet() *KeySet {
 	return nil
 }
 
+func (x *ReportResponse) GetOwnerTerm() *OwnerTerm {
+	if x != nil {
+		if x, ok := x.Command.(*ReportResponse_OwnerTerm); ok {
+			return x.OwnerTerm
+		}
+	}
+	return nil
+}
+
 type isReportResponse_Command interface {
 	isReportResponse_Command()
 }
@@ -4453,6 +4486,12 @@ type ReportResponse_KeySet struct {
 	KeySet *KeySet `protobuf:"bytes,5,opt,name=key_set,json=keySet,proto3,oneof"`
 }
 
+type ReportResponse_OwnerTerm struct {
+	// owner_term is the term of the broker's owner, sent when the stream
+	// opens and again whenever a new owner is elected.
+	OwnerTerm *OwnerTerm `protobuf:"bytes,6,opt,name=owner_term,json=ownerTerm,proto3,oneof"`
+}
+
 func (*ReportResponse_Ack) isReportResponse_Command() {}
 
 func (*ReportResponse_Probe) isReportResponse_Command() {}
@@ -4462,6 +4501,59 @@ func (*ReportResponse_Cooldown) isReportResponse_Command() {}
 func (*ReportResponse_Config) isReportResponse_Command() {}
 
 func (*ReportResponse_KeySet) isReportResponse_Command() {}
+
+func (*ReportResponse_OwnerTerm) isReportResponse_Command() {}
+
+// OwnerTerm names the term of the rate-limit broker's owner: the revision of
+// its election key, which grows with every owner elected. A new owner
+// restores the last snapshot of the one before, which may lack what that one
+// applied after it, so an edge sends it again the reconciliations that
+// owners of lower terms applied in its replay window.
+type OwnerTerm struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// term is the owner's election revision; it never decreases on one
+	// etcd cluster.
+	Term          int64 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnerTerm) Reset() {
+	*x = OwnerTerm{}
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnerTerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnerTerm) ProtoMessage() {}
+
+func (x *OwnerTerm) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnerTerm.ProtoReflect.Descriptor instead.
+func (*OwnerTerm) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *OwnerTerm) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
 
 // KeySet is the set of API keys the catalog accepts, each as the first 64
 // bits of its SHA-256: enough for an edge to refuse an unknown key before
@@ -4479,7 +4571,7 @@ type KeySet struct {
 
 func (x *KeySet) Reset() {
 	*x = KeySet{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4491,7 +4583,7 @@ func (x *KeySet) String() string {
 func (*KeySet) ProtoMessage() {}
 
 func (x *KeySet) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[37]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4504,7 +4596,7 @@ func (x *KeySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySet.ProtoReflect.Descriptor instead.
 func (*KeySet) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KeySet) GetKeyPrefixes() []uint64 {
@@ -4536,7 +4628,7 @@ type AcquireHedgeRequest struct {
 
 func (x *AcquireHedgeRequest) Reset() {
 	*x = AcquireHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4548,7 +4640,7 @@ func (x *AcquireHedgeRequest) String() string {
 func (*AcquireHedgeRequest) ProtoMessage() {}
 
 func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[38]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4561,7 +4653,7 @@ func (x *AcquireHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeRequest.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireHedgeRequest) GetRequestId() string {
@@ -4600,7 +4692,7 @@ type AcquireHedgeResponse struct {
 
 func (x *AcquireHedgeResponse) Reset() {
 	*x = AcquireHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4704,7 @@ func (x *AcquireHedgeResponse) String() string {
 func (*AcquireHedgeResponse) ProtoMessage() {}
 
 func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[39]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4717,7 @@ func (x *AcquireHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireHedgeResponse.ProtoReflect.Descriptor instead.
 func (*AcquireHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AcquireHedgeResponse) GetGranted() bool {
@@ -4670,7 +4762,7 @@ type ListActivityRequest struct {
 
 func (x *ListActivityRequest) Reset() {
 	*x = ListActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4774,7 @@ func (x *ListActivityRequest) String() string {
 func (*ListActivityRequest) ProtoMessage() {}
 
 func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[40]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4787,7 @@ func (x *ListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListActivityRequest) GetIdentity() *Identity {
@@ -4753,7 +4845,7 @@ type ListActivityResponse struct {
 
 func (x *ListActivityResponse) Reset() {
 	*x = ListActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +4857,7 @@ func (x *ListActivityResponse) String() string {
 func (*ListActivityResponse) ProtoMessage() {}
 
 func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[41]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +4870,7 @@ func (x *ListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListActivityResponse) GetRecords() []*ActivityRecord {
@@ -4808,7 +4900,7 @@ type GetActivityRequest struct {
 
 func (x *GetActivityRequest) Reset() {
 	*x = GetActivityRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4820,7 +4912,7 @@ func (x *GetActivityRequest) String() string {
 func (*GetActivityRequest) ProtoMessage() {}
 
 func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[42]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4833,7 +4925,7 @@ func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
 func (*GetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetActivityRequest) GetIdentity() *Identity {
@@ -4861,7 +4953,7 @@ type GetActivityResponse struct {
 
 func (x *GetActivityResponse) Reset() {
 	*x = GetActivityResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4873,7 +4965,7 @@ func (x *GetActivityResponse) String() string {
 func (*GetActivityResponse) ProtoMessage() {}
 
 func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[43]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4886,7 +4978,7 @@ func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
 func (*GetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetActivityResponse) GetRecord() *ActivityRecord {
@@ -4907,7 +4999,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5011,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[44]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5024,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelsRequest) GetIdentity() *Identity {
@@ -4959,7 +5051,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4971,7 +5063,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[45]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4984,7 +5076,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Model) GetId() string {
@@ -5026,7 +5118,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5038,7 +5130,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[46]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5051,7 +5143,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{46}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -5074,7 +5166,7 @@ type HedgeSettlement struct {
 
 func (x *HedgeSettlement) Reset() {
 	*x = HedgeSettlement{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5086,7 +5178,7 @@ func (x *HedgeSettlement) String() string {
 func (*HedgeSettlement) ProtoMessage() {}
 
 func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[47]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5099,7 +5191,7 @@ func (x *HedgeSettlement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeSettlement.ProtoReflect.Descriptor instead.
 func (*HedgeSettlement) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{47}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HedgeSettlement) GetRequestId() string {
@@ -5127,7 +5219,7 @@ type SettleHedgeRequest struct {
 
 func (x *SettleHedgeRequest) Reset() {
 	*x = SettleHedgeRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5139,7 +5231,7 @@ func (x *SettleHedgeRequest) String() string {
 func (*SettleHedgeRequest) ProtoMessage() {}
 
 func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[48]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5152,7 +5244,7 @@ func (x *SettleHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeRequest.ProtoReflect.Descriptor instead.
 func (*SettleHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{48}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SettleHedgeRequest) GetSettlements() []*HedgeSettlement {
@@ -5171,7 +5263,7 @@ type SettleHedgeResponse struct {
 
 func (x *SettleHedgeResponse) Reset() {
 	*x = SettleHedgeResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5183,7 +5275,7 @@ func (x *SettleHedgeResponse) String() string {
 func (*SettleHedgeResponse) ProtoMessage() {}
 
 func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[49]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5196,7 +5288,7 @@ func (x *SettleHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleHedgeResponse.ProtoReflect.Descriptor instead.
 func (*SettleHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{49}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
 }
 
 // ReconcileBatch carries reconciliations from an edge on its Report stream.
@@ -5220,7 +5312,7 @@ type ReconcileBatch struct {
 
 func (x *ReconcileBatch) Reset() {
 	*x = ReconcileBatch{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5232,7 +5324,7 @@ func (x *ReconcileBatch) String() string {
 func (*ReconcileBatch) ProtoMessage() {}
 
 func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[50]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5245,7 +5337,7 @@ func (x *ReconcileBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBatch.ProtoReflect.Descriptor instead.
 func (*ReconcileBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{50}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReconcileBatch) GetReconciles() []*ReconcileRequest {
@@ -5275,7 +5367,7 @@ type ReservationHeartbeat struct {
 
 func (x *ReservationHeartbeat) Reset() {
 	*x = ReservationHeartbeat{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5287,7 +5379,7 @@ func (x *ReservationHeartbeat) String() string {
 func (*ReservationHeartbeat) ProtoMessage() {}
 
 func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[51]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5300,7 +5392,7 @@ func (x *ReservationHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationHeartbeat.ProtoReflect.Descriptor instead.
 func (*ReservationHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{51}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReservationHeartbeat) GetReservationIds() []string {
@@ -5321,7 +5413,7 @@ type KeepReservationsRequest struct {
 
 func (x *KeepReservationsRequest) Reset() {
 	*x = KeepReservationsRequest{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5425,7 @@ func (x *KeepReservationsRequest) String() string {
 func (*KeepReservationsRequest) ProtoMessage() {}
 
 func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[52]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5438,7 @@ func (x *KeepReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsRequest.ProtoReflect.Descriptor instead.
 func (*KeepReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{52}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeepReservationsRequest) GetReservationIds() []string {
@@ -5367,7 +5459,7 @@ type KeepReservationsResponse struct {
 
 func (x *KeepReservationsResponse) Reset() {
 	*x = KeepReservationsResponse{}
-	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5379,7 +5471,7 @@ func (x *KeepReservationsResponse) String() string {
 func (*KeepReservationsResponse) ProtoMessage() {}
 
 func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_decider_proto_msgTypes[53]
+	mi := &file_switchboard_v1_decider_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5392,7 +5484,7 @@ func (x *KeepReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepReservationsResponse.ProtoReflect.Descriptor instead.
 func (*KeepReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{53}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeepReservationsResponse) GetKept() int64 {
@@ -5610,9 +5702,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x12rate_limit_headers\x18\x04 \x03(\v2\x16.switchboard.v1.HeaderR\x10rateLimitHeaders\x127\n" +
 	"\afailure\x18\x05 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\afailure\x12.\n" +
 	"\x13provider_error_code\x18\x06 \x01(\tR\x11providerErrorCode\x12)\n" +
-	"\x10failure_deferred\x18\a \x01(\bR\x0ffailureDeferred\"M\n" +
+	"\x10failure_deferred\x18\a \x01(\bR\x0ffailureDeferred\"l\n" +
 	"\x11ReconcileResponse\x128\n" +
-	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\"\x8f\x01\n" +
+	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\x12\x1d\n" +
+	"\n" +
+	"owner_term\x18\x02 \x01(\x03R\townerTerm\"\x8f\x01\n" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
@@ -5719,18 +5813,24 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\":\n" +
 	"\rConfigCommand\x12)\n" +
-	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"\x83\x01\n" +
+	"\x10catalog_revision\x18\x01 \x01(\x03R\x0fcatalogRevision\"\xa2\x01\n" +
 	"\tReportAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x03R\baccepted\x12+\n" +
 	"\x11activity_sequence\x18\x02 \x01(\x04R\x10activitySequence\x12-\n" +
-	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\"\xab\x02\n" +
+	"\x12reconcile_sequence\x18\x03 \x01(\x04R\x11reconcileSequence\x12\x1d\n" +
+	"\n" +
+	"owner_term\x18\x04 \x01(\x03R\townerTerm\"\xe7\x02\n" +
 	"\x0eReportResponse\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchboard.v1.ReportAckH\x00R\x03ack\x124\n" +
 	"\x05probe\x18\x02 \x01(\v2\x1c.switchboard.v1.ProbeCommandH\x00R\x05probe\x12=\n" +
 	"\bcooldown\x18\x03 \x01(\v2\x1f.switchboard.v1.CooldownCommandH\x00R\bcooldown\x127\n" +
 	"\x06config\x18\x04 \x01(\v2\x1d.switchboard.v1.ConfigCommandH\x00R\x06config\x121\n" +
-	"\akey_set\x18\x05 \x01(\v2\x16.switchboard.v1.KeySetH\x00R\x06keySetB\t\n" +
-	"\acommand\"E\n" +
+	"\akey_set\x18\x05 \x01(\v2\x16.switchboard.v1.KeySetH\x00R\x06keySet\x12:\n" +
+	"\n" +
+	"owner_term\x18\x06 \x01(\v2\x19.switchboard.v1.OwnerTermH\x00R\townerTermB\t\n" +
+	"\acommand\"\x1f\n" +
+	"\tOwnerTerm\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x03R\x04term\"E\n" +
 	"\x06KeySet\x12!\n" +
 	"\fkey_prefixes\x18\x01 \x03(\x06R\vkeyPrefixes\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x83\x01\n" +
@@ -5902,7 +6002,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
@@ -5952,31 +6052,32 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(*ConfigCommand)(nil),            // 45: switchboard.v1.ConfigCommand
 	(*ReportAck)(nil),                // 46: switchboard.v1.ReportAck
 	(*ReportResponse)(nil),           // 47: switchboard.v1.ReportResponse
-	(*KeySet)(nil),                   // 48: switchboard.v1.KeySet
-	(*AcquireHedgeRequest)(nil),      // 49: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 50: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 51: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 52: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 53: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 54: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 55: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 56: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 57: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 58: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 59: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 60: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 61: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 62: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 63: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 64: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
-	(*StartExperimentRequest)(nil),   // 67: switchboard.v1.StartExperimentRequest
-	(*StopExperimentRequest)(nil),    // 68: switchboard.v1.StopExperimentRequest
-	(*GetExperimentRequest)(nil),     // 69: switchboard.v1.GetExperimentRequest
-	(*StartExperimentResponse)(nil),  // 70: switchboard.v1.StartExperimentResponse
-	(*StopExperimentResponse)(nil),   // 71: switchboard.v1.StopExperimentResponse
-	(*GetExperimentResponse)(nil),    // 72: switchboard.v1.GetExperimentResponse
+	(*OwnerTerm)(nil),                // 48: switchboard.v1.OwnerTerm
+	(*KeySet)(nil),                   // 49: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 50: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 51: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 52: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 53: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 54: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 55: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 56: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 57: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 58: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 59: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 60: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 61: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 62: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 63: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 64: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 65: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 68: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 69: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 70: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 71: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 72: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 73: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
@@ -5984,19 +6085,19 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	65,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	66,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	65,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	66,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
 	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	65,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	66,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	65,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	66,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	65,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	66,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
 	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
 	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
@@ -6011,23 +6112,23 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	23,  // 29: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
 	11,  // 30: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
 	24,  // 31: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	65,  // 32: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	65,  // 33: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	66,  // 32: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	66,  // 33: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
 	8,   // 34: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
 	0,   // 35: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	65,  // 36: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	65,  // 37: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	66,  // 36: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	66,  // 37: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
 	7,   // 38: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 39: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
 	24,  // 40: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
 	27,  // 41: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	66,  // 42: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	66,  // 43: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	67,  // 42: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	67,  // 43: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	8,   // 44: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	7,   // 45: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 46: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	66,  // 47: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	65,  // 48: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	67,  // 47: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	66,  // 48: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,   // 49: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
 	28,  // 50: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
 	29,  // 51: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
@@ -6037,83 +6138,84 @@ var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	32,  // 55: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
 	8,   // 56: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
 	27,  // 57: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	66,  // 58: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	65,  // 59: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	65,  // 60: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	67,  // 58: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	66,  // 59: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	66,  // 60: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
 	31,  // 61: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
 	9,   // 62: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	65,  // 63: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	66,  // 63: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
 	32,  // 64: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
 	13,  // 65: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
 	36,  // 66: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
 	35,  // 67: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
 	37,  // 68: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
 	42,  // 69: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	61,  // 70: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	62,  // 71: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	62,  // 70: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	63,  // 71: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
 	9,   // 72: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	65,  // 73: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	66,  // 74: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	66,  // 73: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	67,  // 74: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
 	5,   // 75: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	66,  // 76: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	67,  // 76: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
 	39,  // 77: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
 	40,  // 78: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
 	31,  // 79: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
 	10,  // 80: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	65,  // 81: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	65,  // 82: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	66,  // 81: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	66,  // 82: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
 	23,  // 83: switchboard.v1.ActivityRecord.caps:type_name -> switchboard.v1.DecisionCaps
 	41,  // 84: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
 	18,  // 85: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	66,  // 86: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	67,  // 86: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
 	46,  // 87: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
 	43,  // 88: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
 	44,  // 89: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
 	45,  // 90: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	48,  // 91: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	66,  // 92: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 93: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	66,  // 94: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	66,  // 95: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	41,  // 96: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 97: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	41,  // 98: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 99: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 100: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	56,  // 101: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	58,  // 102: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	33,  // 103: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 104: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	25,  // 105: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	33,  // 106: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	38,  // 107: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	55,  // 108: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	49,  // 109: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	51,  // 110: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	53,  // 111: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	59,  // 112: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	63,  // 113: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	67,  // 114: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	68,  // 115: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	69,  // 116: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 117: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	30,  // 118: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	34,  // 119: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	47,  // 120: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	57,  // 121: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	50,  // 122: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	52,  // 123: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	54,  // 124: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	60,  // 125: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	64,  // 126: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	70,  // 127: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	71,  // 128: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	72,  // 129: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	117, // [117:130] is the sub-list for method output_type
-	104, // [104:117] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	49,  // 91: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	48,  // 92: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
+	67,  // 93: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	11,  // 94: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	67,  // 95: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	67,  // 96: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	41,  // 97: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	11,  // 98: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	41,  // 99: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	11,  // 100: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	17,  // 101: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	57,  // 102: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	59,  // 103: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	33,  // 104: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	16,  // 105: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	25,  // 106: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	33,  // 107: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	38,  // 108: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	56,  // 109: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	50,  // 110: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	52,  // 111: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	54,  // 112: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	60,  // 113: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	64,  // 114: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	68,  // 115: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	69,  // 116: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	70,  // 117: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	22,  // 118: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	30,  // 119: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	34,  // 120: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	47,  // 121: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	58,  // 122: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	51,  // 123: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	53,  // 124: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	55,  // 125: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	61,  // 126: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	65,  // 127: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	71,  // 128: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	72,  // 129: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	73,  // 130: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	118, // [118:131] is the sub-list for method output_type
+	105, // [105:118] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -6137,6 +6239,7 @@ func file_switchboard_v1_decider_proto_init() {
 		(*ReportResponse_Cooldown)(nil),
 		(*ReportResponse_Config)(nil),
 		(*ReportResponse_KeySet)(nil),
+		(*ReportResponse_OwnerTerm)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6144,7 +6247,7 @@ func file_switchboard_v1_decider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -93,6 +93,11 @@ type Config struct {
 	// than it costs the owner its ownership. Whole seconds. (Optional)
 	// Defaults to 3s.
 	BrokerSessionTTL time.Duration
+	// BrokerSnapshotInterval is how often the broker's owner saves its state
+	// (only when it changed); an unclean failover loses what came after the
+	// last save but for the reconciliations the edges replay. (Optional)
+	// Defaults to 1s; tests lengthen it to know which state a crash loses.
+	BrokerSnapshotInterval time.Duration
 
 	// ProbeInterval is how often every endpoint is probed at each probe size.
 	// (Optional) 0 disables probes; the flag defaults to 5m.
@@ -689,12 +694,15 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
 		Creds:         peerCreds,
 		LeaseTTL:      int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
+		Every:         cfg.BrokerSnapshotInterval,
 		DialOptions:   dial,
 		MaxWriteBytes: admission.WriteBytesFor(cfg.brokerStateBytes()),
 	})
 	if err != nil {
 		return nil, err
 	}
+	// Edges replay to each new owner what the ones before applied lately.
+	d.wg.Go(func() { d.hub.FollowOwnerTerm(bg, d.adm.OwnerTerm) })
 	if d.metrics.Enabled() {
 		d.admMetrics, err = metrics.New(metrics.Options{
 			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,

@@ -133,8 +133,20 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	stream, err := client.Report(ctx)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "e1", Region: "local"}}}))
+	// The broker owner's term is told as soon as it is known, before
+	// anything but a key set; the other commands come in order.
+	var term int64
+	recv := func() (*switchboardv1.ReportResponse, error) {
+		for {
+			m, err := stream.Recv()
+			if err != nil || m.GetOwnerTerm() == nil {
+				return m, err
+			}
+			term = m.GetOwnerTerm().GetTerm()
+		}
+	}
 	// The first thing an edge is told is the set of valid keys.
-	m, err := stream.Recv()
+	m, err := recv()
 	require.NoError(t, err)
 	require.NotEmpty(t, m.GetKeySet().GetKeyPrefixes())
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{
@@ -145,10 +157,10 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	}}}}))
 	// Three rate-limited calls within a minute bench beta (the default
 	// breaker): every edge is told, then the batch is acknowledged.
-	m, err = stream.Recv()
+	m, err = recv()
 	require.NoError(t, err)
 	require.Equal(t, "beta/vendor/model", m.GetCooldown().GetEndpointId())
-	m, err = stream.Recv()
+	m, err = recv()
 	require.NoError(t, err)
 	require.Equal(t, int64(4), m.GetAck().GetAccepted())
 	require.Equal(t, int64(4), d.ReportsReceived())
@@ -164,12 +176,13 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 	rev, err := st.PutCatalog(ctx, data)
 	require.NoError(t, err)
 	// Edges get the new catalog's keys, then the change itself.
-	m, err = stream.Recv()
+	m, err = recv()
 	require.NoError(t, err)
 	require.Equal(t, uint64(rev), m.GetKeySet().GetVersion())
-	m, err = stream.Recv()
+	m, err = recv()
 	require.NoError(t, err)
 	require.Equal(t, rev, m.GetConfig().GetCatalogRevision())
+	require.Positive(t, term, "the edge was told the broker owner's term")
 	resp, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}, Model: "vendor/model"})
 	require.NoError(t, err)
 	require.Equal(t, "cheapo", resp.Endpoint.Provider)

@@ -93,6 +93,9 @@ type Admission struct {
 	o Options
 
 	owner atomic.Bool
+	// term is the election revision of the term this replica serves as
+	// owner, 0 when it owns nothing; set before owner, cleared after.
+	term atomic.Int64
 
 	// wmu serialises snapshot writes with Close, so no periodic write lands
 	// after the final one.
@@ -122,6 +125,9 @@ type Admission struct {
 	smu     sync.Mutex
 	leader  string        // the owner's address, from the watch; "" when none
 	changed chan struct{} // closed and replaced when leader or owner changes
+	// leaderTerm is the election revision of the latest owner the watch
+	// saw; it only grows, and stays while nobody owns the state.
+	leaderTerm int64
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -250,6 +256,7 @@ func (a *Admission) serveTerm(ctx context.Context) error {
 		a.wmu.Unlock()
 		return nil
 	}
+	a.term.Store(t.rev)
 	a.owner.Store(true)
 	a.wmu.Unlock()
 	a.notify()
@@ -258,6 +265,7 @@ func (a *Admission) serveTerm(ctx context.Context) error {
 	a.snapshots(tctx, t)
 
 	a.owner.Store(false)
+	a.term.Store(0)
 	a.notify()
 	if ctx.Err() == nil {
 		a.resign(t)
@@ -492,34 +500,42 @@ func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveReque
 // reservation's tenant where the reservation lives: here on the owner (nil
 // allows every tenant); a forwarded call is checked by the owner against the
 // caller it names. A reservation of another tenant is PERMISSION_DENIED and
-// left as it was.
+// left as it was. The answer names the owner's term (owner_term).
 func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) (*switchboardv1.ReconcileResponse, error) {
-	return a.reconcile(ctx, req, allow, true)
+	resp, _, err := a.reconcile(ctx, req, allow, true)
+	return resp, err
 }
 
 // reconcile is Reconcile; answer false leaves out the answer of a
 // reconciliation applied here (nil, nil), for a caller that only needs to
-// know it was applied.
-func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow, answer bool) (*switchboardv1.ReconcileResponse, error) {
+// know it was applied. term is the term of the owner that answered: this
+// replica's, read before it applies (so never newer than the state it
+// applied to), or the one a forwarded answer names; 0 when unknown.
+func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow, answer bool) (_ *switchboardv1.ReconcileResponse, term int64, _ error) {
+	term = a.term.Load()
 	if !a.owner.Load() {
 		c, err := a.ownerClient(ctx)
 		if err == nil {
-			return c.Reconcile(ctx, req)
+			resp, err := c.Reconcile(ctx, req)
+			return resp, resp.GetOwnerTerm(), err
 		}
 		if !errors.Is(err, errRetryLocally) {
-			return nil, err
+			return nil, 0, err
 		}
+		term = a.term.Load()
 	}
 	rr := broker.ReconcileRequestFromProto(req)
 	rr.Allow = allow
 	st, err := a.o.Broker.Reconcile(ctx, rr)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, term, toStatus(err)
 	}
 	if !answer {
-		return nil, nil
+		return nil, term, nil
 	}
-	return st.Proto(), nil
+	resp := st.Proto()
+	resp.OwnerTerm = term
+	return resp, term, nil
 }
 
 func toStatus(err error) error {

@@ -362,8 +362,11 @@ func TestTenantCheckedWhereTheReservationLives(t *testing.T) {
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	_, err = b.adm.Keep(globex, []string{id}, everyone)
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-	require.NoError(t, b.adm.ReconcileOnce(globex, &switchboardv1.ReconcileRequest{ReservationId: id}, everyone),
-		"refused for good: not to be retried")
+	term, err := b.adm.ReconcileOnce(globex, &switchboardv1.ReconcileRequest{ReservationId: id}, everyone)
+	require.NoError(t, err, "refused for good: not to be retried")
+	ownerTerm, _ := a.adm.OwnerTerm()
+	require.Positive(t, ownerTerm)
+	require.Equal(t, ownerTerm, term, "a forwarded refusal names the owner's term as the election watch saw it")
 	require.Equal(t, 1, a.broker.Open(), "untouched")
 
 	// On the owner itself, the check given is the one applied.
@@ -373,7 +376,50 @@ func TestTenantCheckedWhereTheReservationLives(t *testing.T) {
 	n, err := b.adm.Keep(acme, []string{id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	_, err = b.adm.Reconcile(acme, &switchboardv1.ReconcileRequest{ReservationId: id}, nil)
+	resp, err := b.adm.Reconcile(acme, &switchboardv1.ReconcileRequest{ReservationId: id}, nil)
 	require.NoError(t, err)
+	require.Equal(t, ownerTerm, resp.GetOwnerTerm(), "the owner's answer names its term")
 	require.Equal(t, 0, a.broker.Open())
+}
+
+// Every replica knows the owner's term, the revision of its election key,
+// from its election watch: it grows with each new owner, and the owner names
+// its own in what it reconciles.
+func TestOwnerTermFollowsTheElection(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	b := startReplica(t, c, nil)
+	require.True(t, a.adm.Owner())
+	_, rev, _ := c.owner(t)
+	for _, r := range []*replica{a, b} {
+		require.Eventually(t, func() bool { term, _ := r.adm.OwnerTerm(); return term == rev }, 10*time.Second, 10*time.Millisecond)
+	}
+	res, err := a.adm.Reserve(t.Context(), reserveReq())
+	require.NoError(t, err)
+	term, err := a.adm.ReconcileOnce(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: res.GetReservation().GetReservationId()}, nil)
+	require.NoError(t, err)
+	require.Equal(t, rev, term, "applied on the owner, under its term")
+
+	_, changed := b.adm.OwnerTerm()
+	_, old := c.revokeOwner(t)
+	newRev := func() int64 { _, r, _ := c.owner(t); return r }
+	require.Equal(t, b.addr, c.newOwner(t, old))
+	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner's change is signalled")
+	}
+	for _, r := range []*replica{a, b} {
+		require.Eventually(t, func() bool { term, _ := r.adm.OwnerTerm(); return term == newRev() && term > rev }, 10*time.Second, 10*time.Millisecond)
+	}
+	// Until the old owner notices its session ended it still applies, and
+	// names its own, older term: what it applies then is replayed to the
+	// new owner. Once it noticed, it forwards.
+	require.Eventually(t, func() bool { return !a.adm.Owner() }, 20*time.Second, 10*time.Millisecond)
+	res, err = a.adm.Reserve(t.Context(), reserveReq())
+	require.NoError(t, err)
+	resp, err := a.adm.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: res.GetReservation().GetReservationId()}, nil)
+	require.NoError(t, err)
+	require.Equal(t, newRev(), resp.GetOwnerTerm(), "forwarded to the new owner, which names its term")
 }

@@ -190,9 +190,9 @@ func TestHealthy(t *testing.T) {
 	require.NoError(t, a.Healthy(), "no owner yet, but not for long")
 	a.leaderSince.Store(time.Now().Add(-4 * time.Second).UnixNano())
 	require.ErrorContains(t, a.Healthy(), "no broker owner known")
-	a.setLeader("10.0.0.2:9090")
+	a.setLeader("10.0.0.2:9090", 2)
 	require.NoError(t, a.Healthy(), "another replica owns the broker")
-	a.setLeader("10.0.0.1:9090")
+	a.setLeader("10.0.0.1:9090", 3)
 	a.leaderSince.Store(time.Now().Add(-4 * time.Second).UnixNano())
 	require.ErrorContains(t, a.Healthy(), "no broker owner known", "this replica has been taking over for too long")
 
@@ -236,7 +236,7 @@ func TestCheckOwner(t *testing.T) {
 		}
 	}()
 	require.NoError(t, a.CheckOwner(t.Context(), time.Second), "no owner known: Healthy answers for that")
-	a.setLeader(ln.Addr().String())
+	a.setLeader(ln.Addr().String(), 1)
 	h.SetServingStatus(readiness.AdmissionService, healthpb.HealthCheckResponse_SERVING)
 	require.NoError(t, a.CheckOwner(t.Context(), time.Second))
 	h.SetServingStatus(readiness.AdmissionService, healthpb.HealthCheckResponse_NOT_SERVING)

@@ -29,15 +29,29 @@ func (a *Admission) notify() {
 	a.smu.Unlock()
 }
 
-// setLeader records the owner's address from the watch and wakes waiters on a change.
-func (a *Admission) setLeader(addr string) {
+// OwnerTerm returns the term of the broker's owner, as this replica's
+// election watch last saw it: the revision of the owner's election key (the
+// revision its writes are fenced with, and TermKey records), 0 before any
+// owner was seen. It only grows, and stays while nobody owns the state. The
+// channel is closed at the next change of owner (or of this replica's
+// ownership); the Report stream tells edges of each new term from it.
+func (a *Admission) OwnerTerm() (int64, <-chan struct{}) {
 	a.smu.Lock()
-	if a.leader == addr {
+	defer a.smu.Unlock()
+	return a.leaderTerm, a.changed
+}
+
+// setLeader records the owner's address and term from the watch and wakes
+// waiters on a change; term 0 (no owner) keeps the last term.
+func (a *Admission) setLeader(addr string, term int64) {
+	a.smu.Lock()
+	if a.leader == addr && term <= a.leaderTerm {
 		a.smu.Unlock()
 		return
 	}
 	a.leader = addr
 	a.leaderSince.Store(time.Now().UnixNano())
+	a.leaderTerm = max(a.leaderTerm, term)
 	close(a.changed)
 	a.changed = make(chan struct{})
 	a.smu.Unlock()
@@ -76,7 +90,7 @@ func (a *Admission) followLeader(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	if len(resp.Kvs) == 0 {
-		a.setLeader("")
+		a.setLeader("", 0)
 		// Wait for the first key under the prefix, then read again.
 		for wr := range a.o.Client.Watch(wctx, ElectionPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 			if err := wr.Err(); err != nil {
@@ -91,17 +105,17 @@ func (a *Admission) followLeader(ctx context.Context) error {
 		return ctx.Err()
 	}
 	kv := resp.Kvs[0]
-	a.setLeader(string(kv.Value))
+	a.setLeader(string(kv.Value), kv.CreateRevision)
 	for wr := range a.o.Client.Watch(wctx, string(kv.Key), clientv3.WithRev(resp.Header.Revision+1)) {
 		if err := wr.Err(); err != nil {
 			return err
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypeDelete {
-				a.setLeader("")
+				a.setLeader("", 0)
 				return nil
 			}
-			a.setLeader(string(ev.Kv.Value))
+			a.setLeader(string(ev.Kv.Value), ev.Kv.CreateRevision)
 		}
 	}
 	return ctx.Err()

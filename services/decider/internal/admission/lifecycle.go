@@ -17,13 +17,23 @@ import (
 // invalid, or the reservation is another tenant's): the edge may then forget
 // it. Any other error (no owner elected yet, an owner still taking over or
 // unreachable) means it must be tried again.
-func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) error {
-	_, err := a.reconcile(ctx, req, allow, false)
+//
+// term is the term of the owner that answered, for the edge's replay window:
+// an owner of a newer term must be sent the reconciliation again. When the
+// owner's answer names none (a forwarded refusal carries no answer), it is
+// the term this replica's election watch saw before the call, never newer
+// than the owner's, so the edge replays rather than misses.
+func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow) (term int64, _ error) {
+	seen, _ := a.OwnerTerm()
+	_, term, err := a.reconcile(ctx, req, allow, false)
+	if term == 0 {
+		term = seen
+	}
 	switch status.Code(err) {
 	case codes.OK, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
-		return nil
+		return term, nil
 	}
-	return err
+	return 0, err
 }
 
 // Keep extends the open reservations among ids by their TTL, on the

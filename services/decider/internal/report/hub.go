@@ -8,6 +8,12 @@
 // broker's owner, retrying while there is none, and acknowledges a reconcile
 // batch only once every reconciliation in it was applied (or can never be).
 // What does not fit in the queue is not acknowledged: the edge sends it again.
+//
+// Every acknowledgement of a reconcile batch names the term of the broker's
+// owner that applied it, and every edge is told the owner's term when its
+// stream opens and whenever a new owner is elected: a new owner restored a
+// snapshot that may lack what its predecessor applied after it, so the edge
+// sends the reconciliations older terms applied again.
 package report
 
 import (
@@ -49,8 +55,10 @@ type ActivitySink func(ctx context.Context, edge *switchboardv1.EdgeHello, recor
 type Reservations interface {
 	// Reconcile applies one reconciliation. nil means it was applied, or
 	// never can be (unknown reservation, already reconciled, invalid):
-	// either way it is done. An error means: try again later.
-	Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) error
+	// either way it is done, by the owner of the term returned (never a
+	// newer term than that owner's; 0 when unknown). An error means: try
+	// again later.
+	Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (term int64, err error)
 	// Keep extends the open reservations among ids by their TTL.
 	Keep(ctx context.Context, ids []string) error
 }
@@ -113,6 +121,9 @@ type Hub struct {
 
 	// keys is the latest set of valid API keys, sent to every edge.
 	keys atomic.Pointer[switchboardv1.KeySet]
+	// term is the latest term of the broker's owner, sent to every edge;
+	// 0 until one is known.
+	term atomic.Int64
 
 	mu     sync.Mutex
 	edges  map[*conn]struct{}
@@ -130,6 +141,9 @@ type conn struct {
 	// set: a new set replaces one not yet sent, never queues behind it,
 	// and is never dropped for a full buffer.
 	keys chan struct{}
+	// term is signalled, like keys, when the edge must be told the
+	// owner's latest term.
+	term chan struct{}
 	jobs chan job
 	// activity holds the activity batches received and not yet stored.
 	activity chan *switchboardv1.ActivityBatch
@@ -174,7 +188,7 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	c := &conn{ctx: ctx, hello: hello, since: time.Now(), out: make(chan *switchboardv1.ReportResponse, sendBuffer),
-		keys: make(chan struct{}, 1), jobs: make(chan job, workQueue), activity: make(chan *switchboardv1.ActivityBatch, activityQueue),
+		keys: make(chan struct{}, 1), term: make(chan struct{}, 1), jobs: make(chan job, workQueue), activity: make(chan *switchboardv1.ActivityBatch, activityQueue),
 		cancel: cancel}
 	if !h.add(c) {
 		return status.Error(codes.Unavailable, "decider is shutting down")
@@ -201,10 +215,19 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 	for {
 		// A new key set goes before anything else waiting: it is the
 		// first thing a new stream is sent, and it precedes the catalog
-		// change announced with it.
+		// change announced with it. A new owner term goes next, before
+		// any ack the new owner's work produces.
 		select {
 		case <-c.keys:
 			if err := h.sendKeys(stream); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		select {
+		case <-c.term:
+			if err := h.sendTerm(stream); err != nil {
 				return err
 			}
 			continue
@@ -235,6 +258,10 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 			if err := h.sendKeys(stream); err != nil {
 				return err
 			}
+		case <-c.term:
+			if err := h.sendTerm(stream); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -246,6 +273,12 @@ func (h *Hub) sendKeys(stream switchboardv1.DeciderService_ReportServer) error {
 		return nil
 	}
 	return stream.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_KeySet{KeySet: ks}})
+}
+
+// sendTerm sends the broker owner's latest term.
+func (h *Hub) sendTerm(stream switchboardv1.DeciderService_ReportServer) error {
+	return stream.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_OwnerTerm{
+		OwnerTerm: &switchboardv1.OwnerTerm{Term: h.term.Load()}}})
 }
 
 // drainTimeout bounds how long a stream the edge closed waits for its
@@ -495,8 +528,19 @@ func (h *Hub) do(c *conn, j job) bool {
 			h.kept.Add(1)
 		}
 	}
+	// The ack names the oldest term that applied any of the batch (0 if
+	// one is unknown): the edge replays the whole batch to a newer owner,
+	// and a reconciliation applied twice is applied once.
+	term := int64(-1)
 	for _, rq := range j.reconciles {
-		done, alive := h.retry(c, "reconcile", h.giveUp, func(ctx context.Context, r Reservations) error { return r.Reconcile(ctx, rq) })
+		var applied int64
+		done, alive := h.retry(c, "reconcile", h.giveUp, func(ctx context.Context, r Reservations) (err error) {
+			applied, err = r.Reconcile(ctx, rq)
+			return err
+		})
+		if term < 0 || applied < term {
+			term = applied
+		}
 		if !alive {
 			return false
 		}
@@ -509,8 +553,12 @@ func (h *Hub) do(c *conn, j job) bool {
 	if j.ack == 0 {
 		return true
 	}
+	if term < 0 {
+		// Nothing to apply (every item was invalid): the owner now.
+		term = h.term.Load()
+	}
 	ack := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
-		Accepted: int64(len(j.reconciles)), ReconcileSequence: j.ack}}}
+		Accepted: int64(len(j.reconciles)), ReconcileSequence: j.ack, OwnerTerm: term}}}
 	select {
 	case c.out <- ack:
 		return true
@@ -572,6 +620,9 @@ func (h *Hub) add(c *conn) bool {
 	if h.keys.Load() != nil {
 		c.keys <- struct{}{} // the first thing a new stream is sent
 	}
+	if h.term.Load() != 0 {
+		c.term <- struct{}{}
+	}
 	h.edges[c] = struct{}{}
 	h.ring = append(h.ring, c)
 	return true
@@ -618,6 +669,40 @@ func (h *Hub) SetKeySet(ks *switchboardv1.KeySet) {
 		select {
 		case c.keys <- struct{}{}:
 		default: // already signalled: the latest set goes
+		}
+	}
+}
+
+// SetOwnerTerm makes term the broker owner's term told to every connected
+// edge and to each edge that connects later, when it is newer than the one
+// told so far. Like the key set it is never dropped for a slow edge: an
+// edge that misses a new term would never replay what the new owner lacks.
+func (h *Hub) SetOwnerTerm(term int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if term <= h.term.Load() {
+		return
+	}
+	h.term.Store(term)
+	for c := range h.edges {
+		select {
+		case c.term <- struct{}{}:
+		default: // already signalled: the latest term goes
+		}
+	}
+}
+
+// FollowOwnerTerm tells edges each new term of the broker's owner, from
+// terms (the term now, and a channel closed when it may have changed:
+// the admission's OwnerTerm), until ctx ends.
+func (h *Hub) FollowOwnerTerm(ctx context.Context, terms func() (int64, <-chan struct{})) {
+	for {
+		term, changed := terms()
+		h.SetOwnerTerm(term)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,10 @@ type fakeReservations struct {
 	poison     string // always fails
 	attempts   int
 	gate       chan struct{}
+	// term is the owner's term reconciliations are applied under, unless
+	// termOf names another for a reservation.
+	term   int64
+	termOf map[string]int64
 }
 
 func (f *fakeReservations) wait(ctx context.Context) error {
@@ -76,22 +81,25 @@ func (f *fakeReservations) wait(ctx context.Context) error {
 	}
 }
 
-func (f *fakeReservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) error {
+func (f *fakeReservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (int64, error) {
 	if err := f.wait(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts++
 	if req.GetReservationId() == f.poison {
-		return status.Error(codes.Internal, "rate-limit broker error")
+		return 0, status.Error(codes.Internal, "rate-limit broker error")
 	}
 	if f.fail > 0 {
 		f.fail--
-		return status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
+		return 0, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
 	}
 	f.reconciled = append(f.reconciled, req)
-	return nil
+	if term, ok := f.termOf[req.GetReservationId()]; ok {
+		return term, nil
+	}
+	return f.term, nil
 }
 
 func (f *fakeReservations) Keep(ctx context.Context, ids []string) error {
@@ -472,4 +480,93 @@ func TestHubSlowActivityWriteDoesNotBlockTheStream(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{2, 8}, writes, "the four batches queued behind the first write share the next")
+}
+
+// recvOwnerTerm returns the next owner term on the stream, skipping other
+// commands.
+func recvOwnerTerm(t *testing.T, stream switchboardv1.DeciderService_ReportClient) int64 {
+	t.Helper()
+	for {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		if ot := m.GetOwnerTerm(); ot != nil {
+			return ot.GetTerm()
+		}
+	}
+}
+
+// Every edge is told the broker owner's term: when its stream opens, and
+// each time a newer one is set; an older or the same term is not sent again,
+// and a newer one is never dropped for a slow edge.
+func TestHubTellsEdgesTheOwnerTerm(t *testing.T) {
+	h := newTestHub(nil, nil)
+	c := serveHub(t, h)
+	early := open(t, c, &switchboardv1.EdgeHello{EdgeId: "early"})
+	require.Eventually(t, func() bool { return len(h.Edges()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	h.SetOwnerTerm(5)
+	require.Equal(t, int64(5), recvOwnerTerm(t, early))
+	h.SetOwnerTerm(5)
+	h.SetOwnerTerm(3) // a watch that lags: not a new owner
+	h.SetOwnerTerm(9)
+	require.Equal(t, int64(9), recvOwnerTerm(t, early), "neither the same term nor an older one is sent")
+	for term := int64(10); term <= 10+2*sendBuffer; term++ {
+		h.SetOwnerTerm(term)
+	}
+	last := int64(10 + 2*sendBuffer)
+	for got := recvOwnerTerm(t, early); got != last; got = recvOwnerTerm(t, early) {
+		require.Less(t, got, last)
+	}
+
+	late := open(t, c, &switchboardv1.EdgeHello{EdgeId: "late"})
+	m, err := late.Recv()
+	require.NoError(t, err)
+	require.Equal(t, last, m.GetOwnerTerm().GetTerm(), "a new stream is told the term at once")
+}
+
+// FollowOwnerTerm tells the edges each term its source reports, as the
+// election watch changes it.
+func TestHubFollowsTheOwnerTerm(t *testing.T) {
+	h := newTestHub(nil, nil)
+	stream := open(t, serveHub(t, h), acked)
+	var mu sync.Mutex
+	term, changed := int64(0), make(chan struct{})
+	set := func(v int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		term = v
+		close(changed)
+		changed = make(chan struct{})
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.FollowOwnerTerm(ctx, func() (int64, <-chan struct{}) { mu.Lock(); defer mu.Unlock(); return term, changed })
+	}()
+	defer func() { cancel(); <-done }()
+	set(41)
+	require.Equal(t, int64(41), recvOwnerTerm(t, stream))
+	set(0) // nobody owns the state for a moment: nothing to tell
+	set(42)
+	require.Equal(t, int64(42), recvOwnerTerm(t, stream))
+}
+
+// A reconcile batch's ack names the lowest term its reconciliations were
+// applied under (0 when one is unknown), so the edge replays the batch to
+// any newer owner; a batch with nothing left to apply names the owner now.
+func TestHubAcksNameTheOwnerTermTheyWereAppliedUnder(t *testing.T) {
+	rsv := &fakeReservations{term: 9, termOf: map[string]int64{"by-the-old-owner": 7, "unknown": 0}}
+	h := newTestHub(nil, nil)
+	h.SetReservations(rsv)
+	h.SetOwnerTerm(11)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
+	require.NoError(t, stream.Send(reconcileBatch(2, "r2", "by-the-old-owner", "r3")))
+	require.NoError(t, stream.Send(reconcileBatch(3, "r4", "unknown")))
+	require.NoError(t, stream.Send(reconcileBatch(4, strings.Repeat("x", 200)))) // invalid: dropped
+	want := map[uint64]int64{1: 9, 2: 7, 3: 0, 4: 11}
+	for range want {
+		a := recvAck(t, stream)
+		require.Equal(t, want[a.GetReconcileSequence()], a.GetOwnerTerm(), "batch %d", a.GetReconcileSequence())
+	}
 }

@@ -98,7 +98,7 @@ func BenchmarkDecideReserveReconcile(b *testing.B) {
 		if d.GetReservation().GetReservationId() == "" {
 			b.Fatalf("no reservation: %v", d.GetRefusal())
 		}
-		if err := rsv.Reconcile(ctx, &switchboardv1.ReconcileRequest{
+		if _, err := rsv.Reconcile(ctx, &switchboardv1.ReconcileRequest{
 			ReservationId: d.GetReservation().GetReservationId(),
 			Usage:         &switchboardv1.Usage{InputTokens: 1200, OutputTokens: 200, CostUsd: 0.0004, Reported: true},
 			Outcome:       switchboardv1.Outcome_OUTCOME_OK,

@@ -459,15 +459,20 @@ func (s *Server) Reservations() report.Reservations { return reservations{s} }
 
 type reservations struct{ s *Server }
 
-func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) error {
+func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (term int64, err error) {
 	a, err := r.s.admission()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if req.GetReservationId() == "" {
-		return nil // nothing to apply, ever
+		term, _ = a.OwnerTerm()
+		return term, nil // nothing to apply, ever
 	}
-	return r.s.reconcileLocal(ctx, a, req, func() error { return a.ReconcileOnce(ctx, req, r.s.allow(ctx)) })
+	err = r.s.reconcileLocal(ctx, a, req, func() (err error) {
+		term, err = a.ReconcileOnce(ctx, req, r.s.allow(ctx))
+		return err
+	})
+	return term, err
 }
 
 func (r reservations) Keep(ctx context.Context, ids []string) error {

@@ -233,7 +233,8 @@ func skipSummary(ref *switchboardv1.Refusal) string {
 // no reservation is reconciled twice.
 func (s *serving) release(ctx context.Context) {
 	for _, id := range s.rsv.unused() {
-		if err := s.d.releaseReservation(ctx, id); err != nil {
+		rq, term, err := s.d.releaseReservation(ctx, id)
+		if err != nil {
 			if s.d.opts.Ledger != nil {
 				// Delivered on the Report stream instead, until applied.
 				s.d.log.Debug("releasing an unused reservation failed; queued", "request_id", s.call.RequestID, "reservation", id, "error", err)
@@ -247,25 +248,29 @@ func (s *serving) release(ctx context.Context) {
 			s.d.log.Warn("releasing an unused reservation failed", "request_id", s.call.RequestID, "reservation", id, "error", err)
 			continue
 		}
-		s.rsv.forget(id)
+		s.rsv.applied(rq, term)
 	}
 }
 
-func (d *Dispatcher) releaseReservation(ctx context.Context, id string) error {
+// releaseReservation reconciles an unused reservation as cancelled with
+// zero usage, and returns that reconciliation and the term of the broker
+// owner that applied it.
+func (d *Dispatcher) releaseReservation(ctx context.Context, id string) (*switchboardv1.ReconcileRequest, int64, error) {
 	if d.opts.Broker == nil {
-		return errNoBroker
+		return nil, 0, errNoBroker
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.ReserveTimeout)
 	defer cancel()
-	_, err := d.opts.Broker.Reconcile(rctx, &switchboardv1.ReconcileRequest{
+	rq := &switchboardv1.ReconcileRequest{
 		ReservationId: id,
 		Usage:         &switchboardv1.Usage{},
 		Outcome:       switchboardv1.Outcome_OUTCOME_CANCELLED,
-	})
-	if err != nil {
-		return fmt.Errorf("release reservation %s: %w", id, err)
 	}
-	return nil
+	resp, err := d.opts.Broker.Reconcile(rctx, rq)
+	if err != nil {
+		return nil, 0, fmt.Errorf("release reservation %s: %w", id, err)
+	}
+	return rq, resp.GetOwnerTerm(), nil
 }
 
 // releaseFailed reconciles a leg that failed before its first token at
@@ -279,7 +284,7 @@ func (s *serving) releaseFailed(l *leg, deferred bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.d.opts.ReserveTimeout)
 	defer cancel()
-	_, err := s.d.opts.Broker.Reconcile(ctx, &switchboardv1.ReconcileRequest{
+	rq := &switchboardv1.ReconcileRequest{
 		ReservationId:     l.reservation,
 		Usage:             &switchboardv1.Usage{},
 		Outcome:           l.Result.Outcome,
@@ -287,13 +292,14 @@ func (s *serving) releaseFailed(l *leg, deferred bool) {
 		Failure:           switchboardv1.RefusalReason(l.Result.Class()),
 		ProviderErrorCode: l.Result.ProviderErrorCode,
 		FailureDeferred:   deferred,
-	})
+	}
+	resp, err := s.d.opts.Broker.Reconcile(ctx, rq)
 	if err != nil {
 		// The call report reconciles it instead.
 		s.d.log.Debug("releasing a failed attempt's reservation", "request_id", s.call.RequestID, "reservation", l.reservation, "error", err)
 		return
 	}
-	s.rsv.closed(l.reservation)
+	s.rsv.closed(rq, resp.GetOwnerTerm())
 	if deferred {
 		l.deferred, l.deferredID = true, l.reservation
 	}

@@ -73,8 +73,10 @@ type Reporter interface {
 type Ledger interface {
 	// Hold declares a reservation in use until it is reconciled or forgotten.
 	Hold(id string)
-	// Forget stops declaring a reservation closed by a Reconcile RPC.
-	Forget(id string)
+	// Applied stops declaring a reservation a Reconcile RPC closed, and
+	// keeps that reconciliation, applied under the broker owner's term the
+	// answer named, to send it again to a newer owner.
+	Applied(r *switchboardv1.ReconcileRequest, term int64)
 	// Reconcile queues a reservation's reconciliation and stops declaring it.
 	Reconcile(r *switchboardv1.ReconcileRequest)
 }

@@ -1,5 +1,7 @@
 package dispatch
 
+import switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+
 // reservations is the reservation bookkeeping of one request: which
 // reservations it holds and on which endpoint, which of them legs were sent
 // under, and which endpoints the broker refused it. Every reservation
@@ -82,17 +84,18 @@ func (r *reservations) markUsed(id string) {
 	r.used[id] = true
 }
 
-// closed marks a used reservation reconciled by a Reconcile RPC, and tells
-// the ledger to stop declaring it.
-func (r *reservations) closed(id string) {
-	r.markUsed(id)
-	r.forget(id)
+// closed marks a used reservation reconciled by a Reconcile RPC (rq,
+// applied under the owner term term), and tells the ledger.
+func (r *reservations) closed(rq *switchboardv1.ReconcileRequest, term int64) {
+	r.markUsed(rq.GetReservationId())
+	r.applied(rq, term)
 }
 
-// forget tells the ledger a reservation was closed by a Reconcile RPC.
-func (r *reservations) forget(id string) {
-	if r.ledger != nil && id != "" {
-		r.ledger.Forget(id)
+// applied tells the ledger a reservation was closed by a Reconcile RPC, rq,
+// applied under the owner term term.
+func (r *reservations) applied(rq *switchboardv1.ReconcileRequest, term int64) {
+	if r.ledger != nil && rq.GetReservationId() != "" {
+		r.ledger.Applied(rq, term)
 	}
 }
 

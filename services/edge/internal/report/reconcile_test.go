@@ -50,16 +50,76 @@ func TestReconcileResentUntilAcknowledged(t *testing.T) {
 
 	fd.WithholdReconcileAcks(false)
 	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
-	n := len(sequencesOf(fd, "r1"))
+	require.Zero(t, s.DroppedReconciles())
+}
+
+// replayed reports how many times the reservation id was sent again
+// unnumbered (a replay), once the fake has seen marker, sent after.
+func replayed(t *testing.T, fd *fakedecider.Server, s *Stream, id string) int {
+	t.Helper()
+	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
+	s.Reconcile(reconcileOf(marker))
+	require.Eventually(t, func() bool { return len(sequencesOf(fd, marker)) == 1 }, 10*time.Second, time.Millisecond)
+	n := 0
+	for _, seq := range sequencesOf(fd, id) {
+		if seq == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// An acknowledged reconciliation is sent again, unnumbered, to each newer
+// owner of the broker the decider announces, on the stream it has (no
+// break needed); not to the owner that applied it, nor again to one it was
+// replayed to, nor because a stream broke and came back to the same owner.
+// A new owner is also declared the reservations held.
+func TestReconcileReplayedToEachNewerOwner(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ResendAfter: time.Hour,
+		HeartbeatInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	run(t, s)
+	s.Hold("in-flight")
+	s.Reconcile(reconcileOf("r1"))
+	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
+	require.Zero(t, replayed(t, fd, s, "r1"), "acknowledged by the owner of term 1")
+
+	fd.SetOwnerTerm(1)
+	require.Zero(t, replayed(t, fd, s, "r1"), "the same owner: nothing to replay")
+
+	beats := len(fd.Heartbeats())
+	fd.SetOwnerTerm(2)
+	require.Eventually(t, func() bool { return replayed(t, fd, s, "r1") == 1 }, 10*time.Second, time.Millisecond,
+		"replayed to the new owner on the same stream")
+	require.Equal(t, 1, fd.Streams(), "no new stream was needed")
+	require.Eventually(t, func() bool { return len(fd.Heartbeats()) > beats }, 10*time.Second, time.Millisecond)
+	require.Equal(t, []string{"in-flight"}, fd.Heartbeats()[len(fd.Heartbeats())-1].GetReservationIds(),
+		"the new owner is declared the reservations in use")
+	require.Equal(t, 1, replayed(t, fd, s, "r1"), "once")
+
+	fd.SetOwnerTerm(3)
+	require.Eventually(t, func() bool { return replayed(t, fd, s, "r1") == 2 }, 10*time.Second, time.Millisecond,
+		"and to the owner after it")
+
 	fd.Restart()
 	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
-	s.Reconcile(reconcileOf("r2"))
-	require.Eventually(t, func() bool { return len(sequencesOf(fd, "r2")) == 1 }, 10*time.Second, time.Millisecond)
-	seqs = sequencesOf(fd, "r1")
-	require.Len(t, seqs, n+1, "an acknowledged reconciliation is replayed once on the next stream...")
-	require.Zero(t, seqs[n], "...without a sequence: nobody waits for its ack")
+	require.Equal(t, 2, replayed(t, fd, s, "r1"), "a new stream to the same owner replays nothing")
+}
+
+// An ack that names an older term than the decider announced (the old
+// owner applied the batch; its ack arrived after the new owner's term) is
+// replayed at once: the new owner may lack it.
+func TestReconcileAckedUnderAnOlderTermIsReplayed(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond, ResendAfter: time.Hour})
+	run(t, s)
+	fd.SetOwnerTerm(5)
+	fd.AckUnderTerm(4)
+	s.Reconcile(reconcileOf("late-ack"))
 	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
-	require.Zero(t, s.DroppedReconciles())
+	fd.AckUnderTerm(0)
+	require.Eventually(t, func() bool { return replayed(t, fd, s, "late-ack") == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, 1, replayed(t, fd, s, "late-ack"), "once")
 }
 
 // What the decider never acknowledged is sent first on the next stream.
@@ -130,13 +190,34 @@ func TestReconcileReplayWindow(t *testing.T) {
 	run(t, s)
 	s.Reconcile(reconcileOf("old"))
 	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
-	s.Reconcile(reconcileOf("pruner")) // its ack prunes what is older than the window
-	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)
-	fd.Restart()
-	require.Eventually(t, func() bool { return s.Sessions() >= 2 }, 10*time.Second, time.Millisecond)
-	s.Reconcile(reconcileOf("new"))
-	require.Eventually(t, func() bool { return len(sequencesOf(fd, "new")) == 1 }, 10*time.Second, time.Millisecond)
-	require.Len(t, sequencesOf(fd, "old"), 1, "not replayed")
+	fd.SetOwnerTerm(2)
+	require.Zero(t, replayed(t, fd, s, "old"), "not replayed")
+}
+
+// The reconciliations kept for a replay are bounded by count as well as by
+// age: the oldest go first.
+func TestReconcileReplayBounded(t *testing.T) {
+	s := New(Options{Client: nil, Hello: hello})
+	for i := range maxRecent/64 + 4 {
+		rs := make([]*switchboardv1.ReconcileRequest, 64)
+		for j := range rs {
+			rs[j] = reconcileOf(fmt.Sprintf("r%d-%d", i, j))
+		}
+		s.ackedReconcile(s.sentReconcile(rs), 1)
+	}
+	s.learnTerm(2)
+	taken, _ := s.takeReplays()
+	var again []*switchboardv1.ReconcileRequest
+	for _, e := range taken {
+		again = append(again, e.reconciles...)
+	}
+	require.Len(t, again, maxRecent)
+	require.Equal(t, "r4-0", again[0].GetReservationId(), "the oldest were dropped")
+	none, _ := s.takeReplays()
+	require.Empty(t, none, "taken once")
+	s.untake(taken[:1]) // the stream broke before it went
+	taken, _ = s.takeReplays()
+	require.Len(t, taken, 1, "taken again on the next stream")
 }
 
 // A reconciliation frees a tenant's slot at the broker, so it is sent the
@@ -165,4 +246,20 @@ func TestReconcileSentAtOnce(t *testing.T) {
 		require.Eventually(t, func() bool { return len(sequencesOf(fd, id)) == 1 }, 10*time.Second, time.Millisecond)
 	}
 	require.Equal(t, eagerReconcileBatches, s.reconcileBatchesInFlight())
+}
+
+// A reconciliation a Reconcile RPC applied (a released reservation) is kept
+// for the replay window too, and sent to a newer owner like one the stream
+// carried.
+func TestReconcileAppliedByRPCIsReplayed(t *testing.T) {
+	fd := fakedecider.Start(t)
+	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 5 * time.Millisecond})
+	run(t, s)
+	require.Eventually(t, func() bool { return s.Sessions() >= 1 }, 10*time.Second, time.Millisecond)
+	s.Hold("released")
+	s.Applied(reconcileOf("released"), 1)
+	require.Empty(t, s.Held(), "no longer declared")
+	require.Zero(t, replayed(t, fd, s, "released"))
+	fd.SetOwnerTerm(2)
+	require.Eventually(t, func() bool { return replayed(t, fd, s, "released") == 1 }, 10*time.Second, time.Millisecond)
 }

@@ -18,6 +18,14 @@
 // again on the next stream (and reconciliations also on the same stream after
 // ResendAfter), so each is delivered at least once and applied once.
 //
+// An acknowledged reconciliation is kept for ReplayWindow with the term of
+// the broker's owner that applied it, which the acknowledgement names. A new
+// owner restores the last snapshot of the one before, which may lack what
+// that one applied after it; the decider tells the stream of every new
+// owner's term, and the stream then sends again, unnumbered, what owners of
+// older terms applied (and declares its held reservations again). It does
+// not matter which replica the stream is connected to, nor whether it broke.
+//
 // The stream also declares the reservations of the calls in flight (Hold):
 // right after each hello and then every HeartbeatInterval, so the broker's
 // owner — a new one after a failover included — keeps them open while their
@@ -86,13 +94,13 @@ type Options struct {
 	// acknowledgement before it is sent again on the same stream
 	// (Optional). Defaults to 10s.
 	ResendAfter time.Duration
-	// ReplayWindow is how long an acknowledged reconciliation is kept to
-	// be sent again on the next stream (Optional). Defaults to 30s. The
-	// broker's owner snapshots its state about once a second: one that
-	// crashed may have applied a reconciliation its last snapshot does not
-	// hold, and its successor, which restored that snapshot, must apply it
-	// again. The broker applies each reservation's reconciliation once, so
-	// a replay is harmless anywhere else.
+	// ReplayWindow is how long after its acknowledgement a reconciliation
+	// is kept to be sent again to a newer owner of the broker (Optional).
+	// Defaults to 30s. The broker's owner snapshots its state about once a
+	// second: one that crashed may have applied a reconciliation its last
+	// snapshot does not hold, and its successor, which restored that
+	// snapshot, must apply it again. The broker applies each reservation's
+	// reconciliation once, so a replay is harmless anywhere else.
 	ReplayWindow time.Duration
 	// FinalFlushTimeout bounds the last flush at shutdown (Optional).
 	// Defaults to 2s.
@@ -130,8 +138,18 @@ type Stream struct {
 	// acknowledged (nor given up).
 	outstanding atomic.Int64
 	// recent are acknowledged reconciliations kept for ReplayWindow, oldest
-	// first, to be replayed on the next stream.
-	recent []ackedReconciles
+	// first, to be replayed to newer owners of the broker.
+	recent  []*ackedReconciles
+	recentN int // the reconciliations in recent
+	// term is the newest term of the broker's owner this stream was told
+	// of or saw in an ack; 0 until the stream's first (each stream starts
+	// again from what its decider says).
+	term int64
+	// replayc tells the session that reconciliations wait to be replayed
+	// (ackedReconciles.replay), or that beat is set: the held reservations
+	// are to be declared to a new owner.
+	replayc chan struct{}
+	beat    bool
 
 	// held are the reservations of the calls in flight, declared in
 	// heartbeats until their reconciliation is queued or they are forgotten.
@@ -142,7 +160,13 @@ type Stream struct {
 // ackedReconciles is an acknowledged reconcile batch, kept for a replay.
 type ackedReconciles struct {
 	reconciles []*switchboardv1.ReconcileRequest
-	at         time.Time
+	at         time.Time // acknowledged
+	// term is the newest owner term it was sent to: the one its ack named,
+	// then each newer one it was replayed to. An owner of a newer term may
+	// lack it.
+	term int64
+	// replay marks it to be sent again, to the owner of term.
+	replay bool
 }
 
 // maxRecent bounds the acknowledged reconciliations kept for a replay.
@@ -235,38 +259,140 @@ func (s *Stream) reconcileBatchesInFlight() int {
 	return len(s.runacked)
 }
 
-// ackedReconcile forgets an acknowledged reconcile batch.
-func (s *Stream) ackedReconcile(seq uint64) {
+// ackedReconcile forgets an acknowledged reconcile batch, applied under the
+// owner term term, and keeps it for the replay window.
+func (s *Stream) ackedReconcile(seq uint64, term int64) {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
-	if b := s.runacked[seq]; b != nil {
-		s.outstanding.Add(-int64(len(b.reconciles)))
-		delete(s.runacked, seq)
-		now := time.Now()
-		s.recent = append(s.recent, ackedReconciles{reconciles: b.reconciles, at: now})
-		n, drop := 0, 0
-		for _, r := range s.recent {
-			n += len(r.reconciles)
+	b := s.runacked[seq]
+	if b == nil {
+		return
+	}
+	s.outstanding.Add(-int64(len(b.reconciles)))
+	delete(s.runacked, seq)
+	s.keepApplied(b.reconciles, term)
+}
+
+// Applied stops declaring a reservation a Reconcile RPC closed, and keeps
+// the reconciliation, applied under the owner term the answer named, for
+// the replay window, as one acknowledged on the stream is kept. It never
+// blocks for long.
+func (s *Stream) Applied(r *switchboardv1.ReconcileRequest, term int64) {
+	s.Forget(r.GetReservationId())
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.keepApplied([]*switchboardv1.ReconcileRequest{r}, term)
+}
+
+// keepApplied keeps reconciliations applied under term for the replay
+// window. ackMu is held.
+func (s *Stream) keepApplied(rs []*switchboardv1.ReconcileRequest, term int64) {
+	now := time.Now()
+	s.newerTerm(term, now)
+	e := &ackedReconciles{reconciles: rs, at: now, term: term}
+	if term < s.term {
+		// Applied by an owner older than the newest this stream knows of
+		// (the ack crossed the new owner's term on its way): the new one
+		// may not have it.
+		e.term, e.replay = s.term, true
+		s.wakeReplay()
+	}
+	s.recent = append(s.recent, e)
+	s.recentN += len(rs)
+	s.prune(now)
+}
+
+// learnTerm records the broker owner's term the decider announced.
+func (s *Stream) learnTerm(term int64) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.newerTerm(term, time.Now())
+}
+
+// newerTerm records an owner term; when it is newer than the stream knew,
+// every kept reconciliation sent to older terms only is marked for a replay,
+// and, unless it is the stream's first term (its hello declared the held
+// reservations already), so are the held reservations. ackMu is held.
+func (s *Stream) newerTerm(term int64, now time.Time) {
+	if term <= s.term {
+		return
+	}
+	first := s.term == 0
+	s.term = term
+	s.prune(now)
+	marked := false
+	for _, e := range s.recent {
+		if e.term < term {
+			e.term, e.replay = term, true
+			marked = true
 		}
-		for drop < len(s.recent) && (now.Sub(s.recent[drop].at) > s.opts.ReplayWindow || n > maxRecent) {
-			n -= len(s.recent[drop].reconciles)
-			drop++
-		}
-		if drop > 0 {
-			s.recent = slices.Delete(s.recent, 0, drop)
-		}
+	}
+	if !first {
+		s.beat = true
+	}
+	if marked || !first {
+		s.log.Info("broker owner changed; replaying what older owners applied lately", "owner_term", term)
+		s.wakeReplay()
 	}
 }
 
-// replay returns the acknowledged reconciliations kept for a replay.
-func (s *Stream) replay() []*switchboardv1.ReconcileRequest {
+// wakeReplay tells the session there is something to replay. ackMu is held.
+func (s *Stream) wakeReplay() {
+	select {
+	case s.replayc <- struct{}{}:
+	default: // already told
+	}
+}
+
+// prune drops the kept reconciliations older than ReplayWindow, and the
+// oldest beyond maxRecent. ackMu is held.
+func (s *Stream) prune(now time.Time) {
+	drop := 0
+	for drop < len(s.recent) && (now.Sub(s.recent[drop].at) > s.opts.ReplayWindow || s.recentN > maxRecent) {
+		s.recentN -= len(s.recent[drop].reconciles)
+		drop++
+	}
+	if drop > 0 {
+		s.recent = slices.Delete(s.recent, 0, drop)
+	}
+}
+
+// newStream starts a stream's view of the owner's term afresh: what its
+// decider announces, or names in its acks, is what counts.
+func (s *Stream) newStream() {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
-	var out []*switchboardv1.ReconcileRequest
-	for _, r := range s.recent {
-		out = append(out, r.reconciles...)
+	s.term = 0
+	s.beat = false
+}
+
+// takeReplays returns the kept batches marked for a replay, within the
+// window, and whether the held reservations are to be declared again; a
+// replay that could not be sent is marked again (untake).
+func (s *Stream) takeReplays() ([]*ackedReconciles, bool) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.prune(time.Now())
+	var out []*ackedReconciles
+	for _, e := range s.recent {
+		if e.replay {
+			out = append(out, e)
+			e.replay = false
+		}
 	}
-	return out
+	beat := s.beat
+	s.beat = false
+	return out, beat
+}
+
+// untake marks batches taken for a replay again, for the next stream: the
+// stream broke before they were sent.
+func (s *Stream) untake(taken []*ackedReconciles) {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	for _, e := range taken {
+		e.replay = true // one pruned meanwhile is gone anyway
+	}
 }
 
 // stale returns the reconcile batches sent before cutoff and not
@@ -388,6 +514,7 @@ func New(o Options) *Stream {
 
 		reconciles: make(chan *switchboardv1.ReconcileRequest, o.ActivityQueueSize),
 		runacked:   map[uint64]*sentReconciles{},
+		replayc:    make(chan struct{}, 1),
 		held:       map[string]struct{}{},
 	}
 }
@@ -489,6 +616,7 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	if err != nil {
 		return err
 	}
+	s.newStream()
 	hello := proto.Clone(s.opts.Hello).(*switchboardv1.EdgeHello)
 	hello.ReconcilesAcknowledged = true
 	if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: hello}}); err != nil {
@@ -563,6 +691,29 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 		p.reconciles = nil
 		return nil
 	}
+	// replay sends the reconciliations marked for a newer owner again,
+	// unnumbered (nobody waits for their ack), and declares the held
+	// reservations to it when asked.
+	replay := func() error {
+		taken, beat := s.takeReplays()
+		var again []*switchboardv1.ReconcileRequest
+		for _, e := range taken {
+			again = append(again, e.reconciles...)
+		}
+		for len(again) > 0 {
+			n := min(len(again), s.opts.BatchSize)
+			if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{
+				Reconcile: &switchboardv1.ReconcileBatch{Reconciles: again[:n]}}}); err != nil {
+				s.untake(taken) // some may have gone: sent twice, applied once
+				return err
+			}
+			again = again[n:]
+		}
+		if beat {
+			return heartbeat()
+		}
+		return nil
+	}
 	// resend sends again the reconcile batches the decider has not
 	// acknowledged for ResendAfter (it may have had no room for them).
 	resend := func() error {
@@ -574,8 +725,12 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 		}
 		return nil
 	}
-	// Reconcile batches the last stream sent and the decider never
-	// acknowledged go first, as they were (same sequence).
+	// Replays the last stream had no time to send, then the reconcile
+	// batches it sent and the decider never acknowledged, as they were
+	// (same sequence).
+	if err := replay(); err != nil {
+		return err
+	}
 	if err := s.resendAll(stream); err != nil {
 		return err
 	}
@@ -654,6 +809,10 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 			if err := heartbeat(); err != nil {
 				return err
 			}
+		case <-s.replayc:
+			if err := replay(); err != nil {
+				return err
+			}
 		case <-ticker.C:
 			if err := flush(); err != nil {
 				return err
@@ -673,19 +832,8 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	}
 }
 
-// resendAll sends the reconciliations acknowledged lately again, without a
-// sequence (nobody waits for their ack), then every unacknowledged
-// reconcile batch, oldest first.
+// resendAll sends every unacknowledged reconcile batch again, oldest first.
 func (s *Stream) resendAll(stream switchboardv1.DeciderService_ReportClient) error {
-	again := s.replay()
-	for len(again) > 0 {
-		n := min(len(again), s.opts.BatchSize)
-		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{
-			Reconcile: &switchboardv1.ReconcileBatch{Reconciles: again[:n]}}}); err != nil {
-			return err
-		}
-		again = again[n:]
-	}
 	now := time.Now()
 	for _, b := range s.stale(now.Add(time.Hour), now) {
 		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}); err != nil {
@@ -722,8 +870,11 @@ func (s *Stream) handle(msg *switchboardv1.ReportResponse) {
 			s.acked(seq)
 		}
 		if seq := c.Ack.GetReconcileSequence(); seq != 0 {
-			s.ackedReconcile(seq)
+			s.ackedReconcile(seq, c.Ack.GetOwnerTerm())
 		}
+	case *switchboardv1.ReportResponse_OwnerTerm:
+		s.log.Debug("broker owner term", "owner_term", c.OwnerTerm.GetTerm())
+		s.learnTerm(c.OwnerTerm.GetTerm())
 	case *switchboardv1.ReportResponse_Probe:
 		s.log.Debug("probe command", "probe_id", c.Probe.GetProbeId(), "endpoint", c.Probe.GetEndpoint().GetId())
 		if s.opts.Handler != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,11 +153,13 @@ var scenarios = []struct {
 		for len(acks) == 0 || acks[len(acks)-1].GetReconcileSequence() != 2 {
 			acks = append(acks, r.ack(t))
 		}
+		term := r.ownerTerm(t)
+		require.Positive(t, term, "the stream is told the broker owner's term")
 		require.ElementsMatch(t, []*switchboardv1.ReportAck{
 			{Accepted: 2},
 			{ActivitySequence: 1},
-			{Accepted: 1, ReconcileSequence: 2},
-		}, acks, "a call-report batch by count, an activity batch and a reconcile batch by sequence; no ack for the replay or the heartbeat")
+			{Accepted: 1, ReconcileSequence: 2, OwnerTerm: term},
+		}, acks, "a call-report batch by count, an activity batch and a reconcile batch by sequence, under the owner's term; no ack for the replay or the heartbeat")
 	}},
 	{"a reservation reconciled in an acknowledged batch is closed", func(t *testing.T, b *backend) {
 		id := reserve(t, b, "c-batch")
@@ -272,6 +275,8 @@ func record(dec *switchboardv1.DecideResponse, at time.Time) *switchboardv1.Acti
 type report struct {
 	stream grpc.BidiStreamingClient[switchboardv1.ReportRequest, switchboardv1.ReportResponse]
 	acks   chan *switchboardv1.ReportAck
+	// term is the latest broker owner term announced on the stream.
+	term atomic.Int64
 }
 
 // openReport opens a Report stream as an edge that has its reconciliations
@@ -290,6 +295,9 @@ func openReport(t *testing.T, b *backend) *report {
 			m, err := stream.Recv()
 			if err != nil {
 				return
+			}
+			if ot := m.GetOwnerTerm(); ot != nil {
+				r.term.Store(ot.GetTerm())
 			}
 			if a := m.GetAck(); a != nil {
 				select {
@@ -310,6 +318,13 @@ func openReport(t *testing.T, b *backend) *report {
 func (r *report) send(t *testing.T, m *switchboardv1.ReportRequest) {
 	t.Helper()
 	require.NoError(t, r.stream.Send(m))
+}
+
+// ownerTerm is the broker owner's term the stream was told, announced
+// before any acknowledgement.
+func (r *report) ownerTerm(t *testing.T) int64 {
+	t.Helper()
+	return r.term.Load()
 }
 
 // ack waits for the next acknowledgement.

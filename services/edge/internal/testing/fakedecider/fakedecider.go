@@ -9,7 +9,8 @@
 // admits every request (unless told to refuse an endpoint), a reservation
 // (granted by Reserve or carried by a Decide answer) is reconciled once, on
 // the Reconcile call or in an acknowledged reconcile batch; the Report stream
-// opens with a hello and acknowledges batches as the real one does; and its
+// opens with a hello, announces the broker owner's term (SetOwnerTerm) and
+// acknowledges batches as the real one does, naming that term; and its
 // activity log keeps, once by id, the reported records whose grant and caps
 // are the ones a Decide answer carried for their request, tenant and key, and serves
 // them to the caller's tenant only.
@@ -61,9 +62,15 @@ type Decider struct {
 	withholdAcks bool
 	// withholdReconcileAcks stops reconcile acks (see WithholdReconcileAcks).
 	withholdReconcileAcks bool
-	received              []*switchboardv1.ReportRequest
-	streams               int
-	commands              chan *switchboardv1.ReportResponse
+	// term is the broker owner's term, announced on every stream and named
+	// in reconcile acks; termChanged is closed and replaced when it changes.
+	term        int64
+	termChanged chan struct{}
+	// ackTerm, when set, is the term reconcile acks name instead of term.
+	ackTerm  int64
+	received []*switchboardv1.ReportRequest
+	streams  int
+	commands chan *switchboardv1.ReportResponse
 	// decisions are the grants Decide answered with, by request id.
 	decisions map[string]decision
 	// reservations are the reservations granted, open (true) or
@@ -97,6 +104,8 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	d := &Decider{
 		commands:     make(chan *switchboardv1.ReportResponse, 16),
+		term:         1,
+		termChanged:  make(chan struct{}),
 		decisions:    map[string]decision{},
 		reservations: map[string]bool{},
 	}
@@ -428,7 +437,7 @@ func (d *Decider) Reconcile(_ context.Context, req *switchboardv1.ReconcileReque
 		return nil, status.Errorf(codes.NotFound, "reconcile %s: reservation already reconciled", id)
 	}
 	d.reservations[id] = false
-	return &switchboardv1.ReconcileResponse{}, nil
+	return &switchboardv1.ReconcileResponse{OwnerTerm: d.term}, nil
 }
 
 func (d *Decider) tenantOf(id *switchboardv1.Identity) (string, error) {
@@ -553,6 +562,12 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 	defer cancel()
 	acks := make(chan *switchboardv1.ReportResponse, 1024)
 	wg.Go(func() {
+		// Like the real decider: the owner's term when the stream opens,
+		// then each new one.
+		term, changed := d.ownerTerm()
+		if err := stream.Send(ownerTermCommand(term)); err != nil {
+			return
+		}
 		for {
 			var cmd *switchboardv1.ReportResponse
 			select {
@@ -560,6 +575,9 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 				return
 			case cmd = <-d.commands:
 			case cmd = <-acks:
+			case <-changed:
+				term, changed = d.ownerTerm()
+				cmd = ownerTermCommand(term)
 			}
 			if err := stream.Send(cmd); err != nil {
 				return
@@ -589,7 +607,10 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 		}
 		if rb := msg.GetReconcile(); rb != nil {
 			d.mu.Lock()
-			withholdR := d.withholdReconcileAcks
+			withholdR, term := d.withholdReconcileAcks, d.term
+			if d.ackTerm != 0 {
+				term = d.ackTerm
+			}
 			if !withholdR {
 				// Applied once, like the real broker: a reservation
 				// reconciled here is closed.
@@ -604,7 +625,7 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 			if !withholdR && rb.GetSequence() != 0 {
 				select {
 				case acks <- &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
-					Accepted: int64(len(rb.GetReconciles())), ReconcileSequence: rb.GetSequence()}}}:
+					Accepted: int64(len(rb.GetReconciles())), ReconcileSequence: rb.GetSequence(), OwnerTerm: term}}}:
 				default:
 				}
 			}
@@ -619,6 +640,36 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 			}
 		}
 	}
+}
+
+// SetOwnerTerm makes term the broker owner's term, announced at once on the
+// open Report streams (as the real decider does when a new owner is
+// elected) and named in later reconcile acks. It starts at 1.
+func (d *Decider) SetOwnerTerm(term int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.term = term
+	close(d.termChanged)
+	d.termChanged = make(chan struct{})
+}
+
+// AckUnderTerm makes reconcile acks name term instead of the owner's (0:
+// the owner's again), as acks of batches an older owner applied that arrive
+// after a newer owner's term was announced do.
+func (d *Decider) AckUnderTerm(term int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ackTerm = term
+}
+
+func (d *Decider) ownerTerm() (int64, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.term, d.termChanged
+}
+
+func ownerTermCommand(term int64) *switchboardv1.ReportResponse {
+	return &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_OwnerTerm{OwnerTerm: &switchboardv1.OwnerTerm{Term: term}}}
 }
 
 // WithholdReconcileAcks makes the fake stop (or resume) acknowledging
