@@ -526,6 +526,7 @@ func requireBilledAsServed(t *testing.T, a answer, rec *switchboardv1.ActivityRe
 func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 	s := startBilling(t, func(c *deciderapp.Config) {
 		c.HedgeBudgetUSD = 100
+		c.HedgeBudgetBurst = 24 * time.Hour // unpaced: the same at any hour
 		c.HedgeDelay = 300 * time.Millisecond
 	})
 	const delayedTokens, immediateTokens = 40 * 1024, 130 * 1024

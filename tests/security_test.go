@@ -83,7 +83,10 @@ func startSecDecider(t *testing.T) *deciderapp.Decider {
 	return startDecider(t, deciderapp.Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "sec",
 		ShutdownTimeout: 5 * time.Second, Exploration: -1, HedgeBudgetUSD: 5,
-		TokenFile: tokenFile(t, secReplicaToken),
+		// Unpaced: the whole day's budget at any hour, so what the tests
+		// grant does not depend on the time of day they run at.
+		HedgeBudgetBurst: 24 * time.Hour,
+		TokenFile:        tokenFile(t, secReplicaToken),
 	})
 }
 

@@ -390,7 +390,9 @@ func runConvReal(t *testing.T, scale float64, trace []convTraceLine) []convServe
 		// rule is the one given to the simulation.
 		ProbeInterval: scaled(convProbeInterval), ProbeSizes: convProbeSizes, HedgeDelay: scaled(time.Second), FastEnough: scaled(time.Second),
 		Cooldown: scaled(convCooldown), CooldownErrors: 1, CooldownWindow: scaled(time.Minute),
-		HedgeBudgetUSD: 5, Exploration: -1, Seed: 1,
+		// Unpaced, as the simulation: its day starts at midnight and the
+		// real one at any hour.
+		HedgeBudgetUSD: 5, HedgeBudgetBurst: 24 * time.Hour, Exploration: -1, Seed: 1,
 	})
 	edge := startEdge(t, d.Addr(), append([]string{"--first-token-timeout=" + scaled(60*time.Second).String(),
 		"--report-flush-interval=20ms"}, rpcGuards...)...)

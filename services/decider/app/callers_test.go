@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +18,11 @@ const (
 	testReplicaToken  = "test-replica-token"
 	testOperatorToken = "test-operator-token"
 )
+
+// unpaced is the hedge budget burst of tests about where the budget lives
+// rather than its pacing: the whole day's budget at any hour, so they do
+// not depend on the time of day they run at.
+const unpaced = 24 * time.Hour
 
 // testCallers is the callers section every test catalog ends with.
 func testCallers() string {

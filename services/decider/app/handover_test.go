@@ -217,16 +217,16 @@ func hedgeRecord(d *Decider, id string, loserUSD float64) *switchboardv1.Activit
 // restored, pending charges included, by the replica that takes over.
 func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	dir := t.TempDir()
-	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5})
+	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer a.Close()
-	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), HedgeBudgetUSD: 5})
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer b.Close()
 	require.True(t, a.adm.Owner())
 
 	acquire := func(id string, usd float64) {
 		resp, err := cb.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: id, EstimatedCostUsd: usd})
 		require.NoError(t, err)
-		require.True(t, resp.Granted)
+		require.True(t, resp.Granted, "%v", resp)
 	}
 	spent := func(d *Decider) float64 { s, _, _, _ := d.HedgeBudget(); return s }
 

@@ -155,9 +155,9 @@ func TestReservationsOfAnotherTenantAreRefused(t *testing.T) {
 // a grant issued by one replica is valid on another, which shares its key.
 func TestForgedHedgeRecordsDoNotSettle(t *testing.T) {
 	dir := t.TempDir()
-	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5})
+	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer a.Close()
-	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), HedgeBudgetUSD: 5})
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer b.Close()
 	require.True(t, a.adm.Owner())
 	spent := func() float64 { s, _, _, _ := a.HedgeBudget(); return s }
