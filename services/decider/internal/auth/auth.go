@@ -95,6 +95,9 @@ type Principal struct {
 	// Via is the replica that forwarded the call, when it came on behalf
 	// of this caller; "" for a direct call.
 	Via string
+	// SharedProviderState is the catalog's trust of a service for what
+	// every tenant sees of a provider (SharesProviderState).
+	SharedProviderState bool
 }
 
 // ActsFor reports whether p may act for tenant: any role but service acts
@@ -187,7 +190,7 @@ func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
 		}
 	}
 	for _, cl := range c.Callers {
-		p := &Principal{ID: cl.ID, Role: cl.Role, Tenants: slices.Clone(cl.Tenants)}
+		p := &Principal{ID: cl.ID, Role: cl.Role, Tenants: slices.Clone(cl.Tenants), SharedProviderState: cl.SharedProviderState}
 		idx.byID[cl.ID] = p
 		for _, h := range cl.TokensSHA256 {
 			b, err := hex.DecodeString(h)

@@ -29,6 +29,8 @@ type Broker struct {
 	// when its own learning mode ended (Unix ns).
 	prevGranted, prevLearn atomic.Int64
 	corr                   sync.Map // corrKey → *correction
+	// paused holds the pauses that apply to one tenant only (scope.go).
+	paused sync.Map // tenantPauseKey → *pause
 
 	retries retries // retry budgets of logical requests (retry.go)
 

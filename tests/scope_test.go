@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+)
+
+// secTrustedToken is a service for acme that the catalog trusts for shared
+// provider state.
+const secTrustedToken = "sec-trusted-service-token"
+
+// TestServiceReconcilePausesOnlyItsTenants: a service scoped to acme
+// reconciles its own reservation as a provider's policy refusal with
+// invented rate-limit headers (retry-after 590). Once, every tenant then
+// got provider_paused on that provider for ten minutes, through every edge.
+// Now the pause is acme's: globex's next request is reserved as usual, while
+// acme's is paused. A service the catalog trusts (shared_provider_state)
+// still pauses the route for everyone.
+func TestServiceReconcilePausesOnlyItsTenants(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "catalog.yaml")
+	cat := secCatalog() + "  - {id: sec-trusted, role: service, tenants: [acme], shared_provider_state: true, tokens_sha256: [" +
+		catalog.HashKey(secTrustedToken) + "]}\n"
+	require.NoError(t, os.WriteFile(p, []byte(cat), 0o600))
+	d := startDecider(t, deciderapp.Config{
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "scope",
+		ShutdownTimeout: 5 * time.Second, Exploration: -1, TokenFile: tokenFile(t, secReplicaToken),
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	edge := dialAs(t, d.Addr(), secEdgeToken)
+
+	reserve := func(svc switchboardv1.DeciderServiceClient) string {
+		t.Helper()
+		res, err := svc.Reserve(ctx, reserveReq(byTenant("acme")))
+		require.NoError(t, err)
+		require.True(t, res.GetAdmitted())
+		return res.GetReservation().GetReservationId()
+	}
+	refuse := func(svc switchboardv1.DeciderServiceClient, id string) {
+		t.Helper()
+		_, err := svc.Reconcile(ctx, &switchboardv1.ReconcileRequest{
+			ReservationId: id, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED,
+			Failure:           switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY,
+			ProviderErrorCode: "insufficient_quota",
+			RateLimitHeaders: []*switchboardv1.Header{{Name: "retry-after", Value: "590"},
+				{Name: "x-ratelimit-limit-requests", Value: "1"}, {Name: "x-ratelimit-remaining-requests", Value: "0"}},
+		})
+		require.NoError(t, err)
+	}
+	// paused reports whether a Decide with reserve, as an edge makes for a
+	// client of tenant key, is refused as provider_paused.
+	paused := func(key string) bool {
+		t.Helper()
+		resp, err := edge.Decide(ctx, decideReserve(byKey(key)))
+		require.NoError(t, err)
+		if r := resp.GetRefusal(); r != nil {
+			require.Equal(t, "provider_paused", r.GetCode(), "refused for another reason: %v", r)
+			return true
+		}
+		require.NotEmpty(t, resp.GetReservation().GetReservationId())
+		return false
+	}
+
+	svc, trusted := dialAs(t, d.Addr(), secServiceToken), dialAs(t, d.Addr(), secTrustedToken)
+	later := reserve(trusted) // before acme is paused
+	refuse(svc, reserve(svc))
+	require.False(t, paused(secGlobexKey), "globex is routed as usual")
+	require.True(t, paused(secAcmeKey), "acme, whose service reported the refusal, is paused")
+
+	refuse(trusted, later)
+	require.True(t, paused(secGlobexKey), "a trusted service's refusal pauses every tenant")
+}
