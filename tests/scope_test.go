@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -79,4 +80,36 @@ func TestServiceReconcilePausesOnlyItsTenants(t *testing.T) {
 
 	refuse(trusted, later)
 	require.True(t, paused(secGlobexKey), "a trusted service's refusal pauses every tenant")
+}
+
+// TestEdgeReportsCannotBenchForYears: an edge's three call reports with a
+// Retry-After of 87,600 hours once benched the endpoint until 2036; the
+// cool-down every edge is told of now ends within 15 minutes. A report of
+// a first token 1 ms after a 40k-token prompt is not believed, and counted.
+func TestEdgeReportsCannotBenchForYears(t *testing.T) {
+	d := startSecDecider(t)
+	edge := dialAs(t, d.Addr(), secEdgeToken)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err := edge.Report(ctx)
+	require.NoError(t, err)
+	require.NoError(t, st.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "edge-1", Region: "local"}}}))
+	refusal := &switchboardv1.CallReport{RequestId: "r", EndpointId: secEndpoint, Model: secModel, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED,
+		HttpStatus: 429, RetryAfter: durationpb.New(87_600 * time.Hour)}
+	fast := &switchboardv1.CallReport{RequestId: "f", EndpointId: secEndpoint, Model: secModel, Outcome: switchboardv1.Outcome_OUTCOME_OK,
+		Stream: true, PromptTokens: 40_000, Ttft: durationpb.New(time.Millisecond), Duration: durationpb.New(2 * time.Second),
+		Usage: &switchboardv1.Usage{InputTokens: 40_000, OutputTokens: 100, Reported: true}}
+	sent := time.Now()
+	require.NoError(t, st.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{
+		Reports: []*switchboardv1.CallReport{fast, refusal, refusal, refusal}}}}))
+	for {
+		m, err := st.Recv()
+		require.NoError(t, err)
+		if c := m.GetCooldown(); c != nil {
+			require.Equal(t, secEndpoint, c.GetEndpointId())
+			require.WithinDuration(t, sent.Add(15*time.Minute), c.GetUntil().AsTime(), 30*time.Second, "benched for 15 minutes, not until 2036")
+			break
+		}
+	}
+	require.Eventually(t, func() bool { return d.ReportsImplausible() == 1 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -1023,6 +1023,17 @@ func (d *Decider) ProbeCost() (int64, float64) {
 	return 0, 0
 }
 
+// ReportsImplausible returns how many call reports' timing was not believed
+// (a first token faster than any provider reads the prompt, generation
+// beyond 5,000 tokens/s, a call of more than an hour), so added no speed
+// sample.
+func (d *Decider) ReportsImplausible() int64 {
+	if ob := d.observer.Load(); ob != nil {
+		return ob.Implausible()
+	}
+	return 0
+}
+
 // LimitStatus is one of a tenant's own quota buckets as this replica's
 // broker holds it (the owner's is the one that admits).
 type LimitStatus struct {
