@@ -56,6 +56,12 @@
 // it: without it, or naming a caller the catalog does not have or another
 // replica, its call is PermissionDenied. The replica credential acts for
 // no tenant of its own.
+//
+// What a caller reports of a provider (a reconciliation's failure and
+// headers) moves what every tenant sees only when SharesProviderState says
+// so: an edge's, the decider's own work, and a service's that the catalog
+// marks shared_provider_state; any other service's applies to its
+// reservation's tenant only.
 package auth
 
 import (

@@ -48,7 +48,10 @@ type Config struct {
 }
 
 // Store holds the statistics of every endpoint and model. It is safe for
-// concurrent use; the zero value is not usable, call [New].
+// concurrent use; the zero value is not usable, call [New]. Its Observe*
+// record samples of one unnamed reporter; [Store.From] names the reporter,
+// whose share of each series is then bounded (see the package
+// documentation, Reporters).
 type Store struct {
 	p         params
 	now       func() time.Time
