@@ -133,11 +133,14 @@ func (m *medianSeries) refresh(p *params, now int64, outliers bool) {
 func (m *medianSeries) insert(p *params, x sample) {
 	if len(m.samples) >= p.maxSamples {
 		// The oldest sample of the reporter holding the most makes room.
-		m.sh = m.sh[:0]
-		for i := range m.samples {
-			m.sh.add(m.samples[i].src, 0)
+		src := x.src
+		if !oneSource(m.samples, func(x sample) uint32 { return x.src }) || m.samples[0].src != x.src {
+			m.sh = m.sh[:0]
+			for i := range m.samples {
+				m.sh.add(m.samples[i].src, 0)
+			}
+			src = m.sh.victim(x.src)
 		}
-		src := m.sh.victim(x.src)
 		oldest := -1
 		for i := range m.samples {
 			if m.samples[i].src == src && (oldest < 0 || m.samples[i].at < m.samples[oldest].at) {
@@ -231,13 +234,13 @@ func weightedMedian(s []sample, p *params, outliers bool, sh *shares) float64 {
 		}
 		return x.w
 	}
-	*sh = (*sh)[:0]
-	for _, x := range s {
-		sh.add(x.src, base(x))
-	}
-	sh.cap()
 	weight := base
-	if len(*sh) > 1 {
+	if !oneSource(s, func(x sample) uint32 { return x.src }) {
+		*sh = (*sh)[:0]
+		for _, x := range s {
+			sh.add(x.src, base(x))
+		}
+		sh.cap()
 		weight = func(x sample) float64 { return base(x) * sh.factorOf(x.src) }
 	}
 	var total float64
@@ -318,11 +321,14 @@ func (r *ratioSeries) refresh(p *params, now int64) {
 // computes its weight. The caller holds r.mu.
 func (r *ratioSeries) insert(p *params, x ratioSample) {
 	if len(r.samples) >= p.maxSamples {
-		r.sh = r.sh[:0]
-		for i := range r.samples {
-			r.sh.add(r.samples[i].src, 0)
+		src := x.src
+		if !oneSource(r.samples, func(x ratioSample) uint32 { return x.src }) || r.samples[0].src != x.src {
+			r.sh = r.sh[:0]
+			for i := range r.samples {
+				r.sh.add(r.samples[i].src, 0)
+			}
+			src = r.sh.victim(x.src)
 		}
-		src := r.sh.victim(x.src)
 		oldest := -1
 		for i := range r.samples {
 			if r.samples[i].src == src && (oldest < 0 || r.samples[i].at < r.samples[oldest].at) {
@@ -381,19 +387,23 @@ func (r *ratioSeries) recompute(p *params, now int64) {
 	}
 	// A reporter's share is of the prompt tokens' weight, the ratio's
 	// denominator: the weight a call has in the ratio.
-	r.sh = r.sh[:0]
-	for _, s := range kept {
-		r.sh.add(s.src, s.w*s.den)
-	}
-	r.sh.cap()
 	var num, den float64
-	for _, s := range kept {
-		f := 1.0
-		if len(r.sh) > 1 {
-			f = r.sh.factorOf(s.src)
+	if oneSource(kept, func(x ratioSample) uint32 { return x.src }) {
+		for _, s := range kept {
+			num += s.w * s.num
+			den += s.w * s.den
 		}
-		num += f * s.w * s.num
-		den += f * s.w * s.den
+	} else {
+		r.sh = r.sh[:0]
+		for _, s := range kept {
+			r.sh.add(s.src, s.w*s.den)
+		}
+		r.sh.cap()
+		for _, s := range kept {
+			f := r.sh.factorOf(s.src)
+			num += f * s.w * s.num
+			den += f * s.w * s.den
+		}
 	}
 	rate := math.NaN()
 	if den > 0 {
