@@ -126,9 +126,7 @@ func (ob *Observer) one(from stats.Reporter, r *switchboardv1.CallReport) {
 	switch r.GetOutcome() {
 	case switchboardv1.Outcome_OUTCOME_OK:
 		if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") && !plausible(r) {
-			ob.mu.Lock()
-			ob.implausible++
-			ob.mu.Unlock()
+			ob.countImplausible()
 		} else if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") {
 			// A first token is observed only on a stream, or on a probe:
 			// probes ask for a handful of tokens, so even a non-streamed
@@ -142,7 +140,13 @@ func (ob *Observer) one(from stats.Reporter, r *switchboardv1.CallReport) {
 				// Tokens after the first over the time after the first: the
 				// generation speed, not polluted by the prompt's read time.
 				// Only streams: a non-streamed answer arrives all at once.
-				from.ObserveThroughput(ep, float64(u.GetOutputTokens()-1)/(d-ttft).Seconds(), at)
+				// Beyond MaxThroughput it is not believed (nor is it a
+				// measure when the rest came in one burst).
+				if tps := float64(u.GetOutputTokens()-1) / (d - ttft).Seconds(); tps > MaxThroughput {
+					ob.countImplausible()
+				} else {
+					from.ObserveThroughput(ep, tps, at)
+				}
 			}
 		}
 		if r.GetProbeId() == "" && u.GetReported() {
@@ -209,7 +213,7 @@ func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 		QualityFailures: r.GetQualityFailures(),
 		RetryAfter:      min(r.GetRetryAfter().AsDuration(), provheaders.MaxRetryAfter),
 	}
-	if !plausible(r) {
+	if d := c.Duration; !plausible(r) || c.Usage.Output > 0 && d > 0 && float64(c.Usage.Output)/d.Seconds() > MaxThroughput {
 		c.Duration = 0 // no speed to learn from
 	}
 	if r.GetRequestFailure() && r.GetOutcome() != switchboardv1.Outcome_OUTCOME_OK {
@@ -233,10 +237,10 @@ func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 	return c
 }
 
-// plausible reports whether r's timing is one a provider could produce:
-// durations within [0, MaxCallDuration], the first token before the end,
-// not faster than MinTTFT after a large uncached prompt, and generation no
-// faster than MaxThroughput.
+// plausible reports whether r's first token is one a provider could
+// produce: durations within [0, MaxCallDuration], the first token before
+// the end and not faster than MinTTFT after a large uncached prompt. (The
+// generation speed is checked against MaxThroughput where it is measured.)
 func plausible(r *switchboardv1.CallReport) bool {
 	d := r.GetDuration().AsDuration()
 	if d < 0 || d > MaxCallDuration {
@@ -254,18 +258,19 @@ func plausible(r *switchboardv1.CallReport) bool {
 	if prompt == 0 {
 		prompt = r.GetPromptTokens()
 	}
-	if prompt-u.GetCachedInputTokens() >= FloorPromptTokens && ttft < MinTTFT {
-		return false
-	}
-	if n := u.GetOutputTokens(); n > 1 && d > ttft && float64(n-1)/(d-ttft).Seconds() > MaxThroughput {
-		return false
-	}
-	return true
+	return prompt-u.GetCachedInputTokens() < FloorPromptTokens || ttft >= MinTTFT
 }
 
-// Implausible returns how many reports' timing was not believed (see
-// plausible), so added no speed sample: a rising count means an edge
-// reports garbage or lies.
+func (ob *Observer) countImplausible() {
+	ob.mu.Lock()
+	ob.implausible++
+	ob.mu.Unlock()
+}
+
+// Implausible returns how many reports' timing was not believed: a first
+// token that plausible refuses (no TTFT nor throughput sample), or a
+// generation speed beyond MaxThroughput (no throughput sample). A rising
+// count means an edge reports garbage or lies.
 func (ob *Observer) Implausible() int64 {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()

@@ -286,6 +286,7 @@ func TestImplausibleTimingIsDropped(t *testing.T) {
 		name      string
 		edit      func(r *switchboardv1.CallReport)
 		plausible bool
+		ttft      bool // the first token is believed, only the speed is not
 	}{
 		{name: "an ordinary stream", edit: func(*switchboardv1.CallReport) {}, plausible: true},
 		{name: "a fast first token after a cached prompt", edit: func(r *switchboardv1.CallReport) {
@@ -297,7 +298,7 @@ func TestImplausibleTimingIsDropped(t *testing.T) {
 		}, plausible: true},
 		{name: "1 ms after 40k uncached tokens", edit: func(r *switchboardv1.CallReport) { r.Ttft = durationpb.New(time.Millisecond) }},
 		{name: "33 ms is believed", edit: func(r *switchboardv1.CallReport) { r.Ttft = durationpb.New(33 * time.Millisecond) }, plausible: true},
-		{name: "100k tokens/s", edit: func(r *switchboardv1.CallReport) { r.Usage.OutputTokens = 200_001 }},
+		{name: "100k tokens/s", edit: func(r *switchboardv1.CallReport) { r.Usage.OutputTokens = 200_001 }, ttft: true},
 		{name: "first token after the end", edit: func(r *switchboardv1.CallReport) { r.Ttft = durationpb.New(4 * time.Second) }},
 		{name: "a week-long call", edit: func(r *switchboardv1.CallReport) { r.Duration = durationpb.New(7 * 24 * time.Hour) }},
 	}
@@ -314,7 +315,11 @@ func TestImplausibleTimingIsDropped(t *testing.T) {
 				require.Zero(t, ob.Implausible())
 				return
 			}
-			require.Zero(t, n, "no TTFT sample")
+			if tt.ttft {
+				require.Equal(t, 1, n, "the first token is believed")
+			} else {
+				require.Zero(t, n, "no TTFT sample")
+			}
 			_, n, _ = st.Throughput("a/m")
 			require.Zero(t, n, "no throughput sample")
 			require.Equal(t, int64(1), ob.Implausible())
