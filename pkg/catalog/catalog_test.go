@@ -297,6 +297,15 @@ callers:
 	}
 }
 
+// shared_provider_state is a service's alone, and its error names its line.
+func TestSharedProviderStateIsAService(t *testing.T) {
+	y := valid + "callers:\n  - id: ops\n    role: operator\n    shared_provider_state: true\n"
+	_, err := Parse([]byte(y))
+	require.Error(t, err)
+	line := strings.Count(valid, "\n") + 4
+	require.Contains(t, err.Error(), fmt.Sprintf("line %d: callers[0].shared_provider_state: only a service caller takes it", line))
+}
+
 func TestKeyPrefix(t *testing.T) {
 	h := HashKey("sk-test")
 	p, err := KeyPrefix(h)
