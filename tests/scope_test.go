@@ -75,6 +75,7 @@ func TestServiceReconcilePausesOnlyItsTenants(t *testing.T) {
 	svc, trusted := dialAs(t, d.Addr(), secServiceToken), dialAs(t, d.Addr(), secTrustedToken)
 	later := reserve(trusted) // before acme is paused
 	refuse(svc, reserve(svc))
+	require.Equal(t, int64(1), d.ReconcilesScoped(), "the service's reconciliation was its tenant's only")
 	require.False(t, paused(secGlobexKey), "globex is routed as usual")
 	require.True(t, paused(secAcmeKey), "acme, whose service reported the refusal, is paused")
 

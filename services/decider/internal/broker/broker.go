@@ -31,6 +31,7 @@ type Broker struct {
 	corr                   sync.Map // corrKey → *correction
 	// paused holds the pauses that apply to one tenant only (scope.go).
 	paused sync.Map // tenantPauseKey → *pause
+	scoped atomic.Int64
 
 	retries retries // retry budgets of logical requests (retry.go)
 

@@ -49,6 +49,9 @@ func ParseHeaders(hs []Header, now time.Time) (ProviderHeaders, error) {
 // the route for res's tenant only and corrects no bucket.
 func (b *Broker) applyHeaders(res *Reservation, req *ReconcileRequest, now int64) (ProviderHeaders, time.Time, error) {
 	endpoint, tenant := res.EndpointID, res.Identity.TenantID
+	if req.Scoped {
+		b.scoped.Add(1)
+	}
 	hs, outcome, failure := req.Headers, req.Outcome, req.Failure
 	if req.FailureDeferred {
 		outcome, failure = OutcomeUnspecified, ReasonUnspecified

@@ -31,3 +31,8 @@ func (b *Broker) tenantPause(endpoint, tenant string, create bool) *pause {
 	v, _ := b.paused.LoadOrStore(k, &pause{})
 	return v.(*pause)
 }
+
+// Scoped returns how many reconciliations were applied for their tenant
+// only: their pauses kept to it, their headers' limits and usage not
+// learned.
+func (b *Broker) Scoped() int64 { return b.scoped.Load() }

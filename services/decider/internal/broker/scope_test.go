@@ -60,6 +60,7 @@ func TestScopedReconcilePausesOnlyItsTenant(t *testing.T) {
 			require.Greater(t, level(t, b, routeReq), 590.0, "the headers' remaining 0 lowered nothing")
 			require.Nil(t, b.tab.Load().byID["model_route:alpha/m1:total_tokens:minute:learned"], "no limit learned")
 			require.Zero(t, b.tab.Load().routes["alpha/m1"].pause.streak.Load(), "the route's back-off is untouched")
+			require.Equal(t, int64(1), b.Scoped(), "and counted")
 		})
 	}
 
