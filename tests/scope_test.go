@@ -114,3 +114,46 @@ func TestEdgeReportsCannotBenchForYears(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return d.ReportsImplausible() == 1 }, 10*time.Second, 10*time.Millisecond)
 }
+
+// TestOneEdgeCannotSetAFigure: an edge credential once made an endpoint
+// look 33 ms fast by inventing first-token times. Now each edge (by its
+// edge_id) holds a bounded share of a figure: two edges measure 800 ms,
+// a third floods 33 ms, and the endpoint's typical first token stays
+// 800 ms.
+func TestOneEdgeCannotSetAFigure(t *testing.T) {
+	d := startSecDecider(t)
+	edge := dialAs(t, d.Addr(), secEdgeToken)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	call := func(ttft time.Duration) *switchboardv1.CallReport {
+		return &switchboardv1.CallReport{RequestId: "r", EndpointId: secEndpoint, Model: secModel, Outcome: switchboardv1.Outcome_OUTCOME_OK,
+			Stream: true, PromptTokens: 40_000, Ttft: durationpb.New(ttft), Duration: durationpb.New(ttft + time.Second),
+			Usage: &switchboardv1.Usage{InputTokens: 40_000, OutputTokens: 50, Reported: true}}
+	}
+	send := func(edgeID string, reports ...*switchboardv1.CallReport) {
+		t.Helper()
+		st, err := edge.Report(ctx)
+		require.NoError(t, err)
+		require.NoError(t, st.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: edgeID, Region: "local"}}}))
+		require.NoError(t, st.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: reports}}}))
+	}
+	honest := 800 * time.Millisecond
+	send("edge-1", call(honest), call(honest), call(honest))
+	send("edge-2", call(honest), call(honest), call(honest))
+	flood := make([]*switchboardv1.CallReport, 60)
+	for i := range flood {
+		flood[i] = call(33 * time.Millisecond)
+	}
+	send("mallory", flood...)
+	ops := dialAs(t, d.Addr(), secOperatorToken)
+	var c *switchboardv1.Candidate
+	require.Eventually(t, func() bool {
+		resp, err := ops.Decide(ctx, &switchboardv1.DecideRequest{Identity: byTenant("acme"), Model: secModel, DryRun: true, Explain: true,
+			Tokens: &switchboardv1.TokenEstimate{InputTokens: 40_000, MaxOutputTokens: 10}})
+		require.NoError(t, err)
+		require.Len(t, resp.GetDecision().GetCandidates(), 1)
+		c = resp.GetDecision().GetCandidates()[0]
+		return d.ReportsReceived() == 66 && c.GetSamples() == 64
+	}, 10*time.Second, 10*time.Millisecond, "every report taken in; the series is full, most of it the flood's")
+	require.Equal(t, honest, c.GetTypicalTtft().AsDuration(), "the flood holds a third of the weight: the median is the others'")
+}
