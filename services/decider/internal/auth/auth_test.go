@@ -256,9 +256,9 @@ func TestResolve(t *testing.T) {
 	require.Equal(t, "resellers", id.GetPartner())
 }
 
-// Only a service the catalog trusts, an edge, a replica acting for itself
-// and the decider's own work move shared provider state; a replica
-// forwarding for a service carries the service's trust, not its own.
+// Only a service the catalog trusts, an edge and the decider's own work
+// move shared provider state; a replica forwarding for a service carries
+// the service's trust, not its own.
 func TestSharesProviderState(t *testing.T) {
 	y := "models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
 		"tenants:\n  - {id: acme, api_keys_sha256: [" + catalog.HashKey("k") + "]}\ncallers:\n" +
@@ -276,7 +276,6 @@ func TestSharesProviderState(t *testing.T) {
 	}{
 		{name: "the decider's own work", p: nil, want: true},
 		{name: "an edge", p: &Principal{ID: "edges", Role: catalog.RoleEdge}, want: true},
-		{name: "a replica for itself", p: &Principal{ID: "deciders", Role: catalog.RoleReplica}, want: true},
 		{name: "a service", p: idx.byID["billing"], want: false},
 		{name: "a trusted service", p: idx.byID["trusted"], want: true},
 		{name: "a service forwarded by a replica", p: &Principal{ID: "billing", Role: catalog.RoleService, Tenants: []string{"acme"}, Via: "deciders"}, want: false},
