@@ -68,6 +68,13 @@ type Caller struct {
 	// rotation without a gap. (Optional) A caller with none authenticates
 	// by certificate only.
 	TokensSHA256 []string `yaml:"tokens_sha256"`
+	// SharedProviderState lets a service's reconciliations move what every
+	// tenant sees of a provider: its route pauses and the limits its
+	// headers teach. (Optional, only for role service) Defaults to false: a
+	// service's provider failures pause the route for the reservation's
+	// tenant only, and its headers' limits are not learned. An edge's
+	// reports always move the shared state.
+	SharedProviderState bool `yaml:"shared_provider_state"`
 }
 
 // Partner is a partner or reseller account.

@@ -259,7 +259,7 @@ func TestCallers(t *testing.T) {
 callers:
   - {id: edges, role: edge, tokens_sha256: ["` + h1 + `"]}
   - {id: billing, role: service, tenants: [acme], tokens_sha256: ["` + h2 + `"]}
-  - {id: all, role: service, tenants: ["*"]}
+  - {id: all, role: service, tenants: ["*"], shared_provider_state: true}
   - {id: replicas, role: replica}
   - {id: ops, role: operator}
 `
@@ -267,6 +267,7 @@ callers:
 	require.NoError(t, err)
 	require.Len(t, c.Callers, 5)
 	require.Equal(t, Caller{ID: "billing", Role: RoleService, Tenants: []string{"acme"}, TokensSHA256: []string{h2}}, c.Callers[1])
+	require.True(t, c.Callers[2].SharedProviderState)
 
 	tests := []struct {
 		name    string
@@ -278,6 +279,8 @@ callers:
 		{"bad role", `[{id: a, role: admin}]`, []string{`callers[0].role: "admin" must be one of edge, service, replica, operator`}},
 		{"service without tenants", `[{id: a, role: service}]`, []string{"callers[0].tenants: a service caller must name the tenants"}},
 		{"tenants on an edge", `[{id: a, role: edge, tenants: [acme]}]`, []string{"callers[0].tenants: only a service caller has tenants"}},
+		{"shared provider state on an edge", `[{id: a, role: edge, shared_provider_state: true}]`,
+			[]string{"callers[0].shared_provider_state: only a service caller takes it"}},
 		{"unknown tenant", `[{id: a, role: service, tenants: [acme, globex]}]`, []string{`callers[0].tenants[1]: "globex" is not a tenant`}},
 		{"not a digest", `[{id: a, role: edge, tokens_sha256: ["ABC"]}]`, []string{"callers[0].tokens_sha256[0]: must be 64 lowercase hex digits"}},
 		{"shared token", `[{id: a, role: edge, tokens_sha256: ["` + h1 + `"]}, {id: b, role: operator, tokens_sha256: ["` + h1 + `"]}]`,
@@ -292,6 +295,15 @@ callers:
 			}
 		})
 	}
+}
+
+// shared_provider_state is a service's alone, and its error names its line.
+func TestSharedProviderStateIsAService(t *testing.T) {
+	y := valid + "callers:\n  - id: ops\n    role: operator\n    shared_provider_state: true\n"
+	_, err := Parse([]byte(y))
+	require.Error(t, err)
+	line := strings.Count(valid, "\n") + 4
+	require.Contains(t, err.Error(), fmt.Sprintf("line %d: callers[0].shared_provider_state: only a service caller takes it", line))
 }
 
 func TestKeyPrefix(t *testing.T) {

@@ -311,6 +311,9 @@ func validateCallers(cs []Caller, tenants map[string]bool, bad func(string, stri
 		case c.Role != RoleService && len(c.Tenants) > 0:
 			bad(cp+".tenants", "only a service caller has tenants; a %s caller is not limited to tenants", c.Role)
 		}
+		if c.SharedProviderState && c.Role != RoleService {
+			bad(cp+".shared_provider_state", "only a service caller takes it; a %s caller's reports are trusted for every tenant or move no provider state", c.Role)
+		}
 		for j, t := range c.Tenants {
 			if t != AllTenants && !tenants[t] {
 				bad(fmt.Sprintf("%s.tenants[%d]", cp, j), "%q is not a tenant (add it under tenants, or use \"*\" for every tenant)", t)

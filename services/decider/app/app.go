@@ -1052,6 +1052,23 @@ func (d *Decider) ProbeCost() (int64, float64) {
 	return 0, 0
 }
 
+// ReconcilesScoped returns how many reconciliations this replica's broker
+// applied for their reservation's tenant only (a service the catalog does
+// not trust for shared provider state): their pauses kept to that tenant,
+// their headers' limits and usage not learned.
+func (d *Decider) ReconcilesScoped() int64 { return d.broker.Scoped() }
+
+// ReportsImplausible returns how many call reports' timing was not believed
+// (a first token faster than any provider reads the prompt, generation
+// beyond 5,000 tokens/s, a call of more than an hour), so added no speed
+// sample.
+func (d *Decider) ReportsImplausible() int64 {
+	if ob := d.observer.Load(); ob != nil {
+		return ob.Implausible()
+	}
+	return 0
+}
+
 // LimitStatus is one of a tenant's own quota buckets as this replica's
 // broker holds it (the owner's is the one that admits).
 type LimitStatus struct {

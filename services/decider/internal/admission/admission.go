@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
@@ -526,6 +527,9 @@ func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 	}
 	rr := broker.ReconcileRequestFromProto(req)
 	rr.Allow = allow
+	// A service moves only what its reservation's tenant sees of the
+	// provider, unless the catalog trusts it for every tenant.
+	rr.Scoped = !auth.SharesProviderState(ctx)
 	st, err := a.o.Broker.Reconcile(ctx, rr)
 	if err != nil {
 		return nil, term, toStatus(err)

@@ -56,6 +56,12 @@
 // it: without it, or naming a caller the catalog does not have or another
 // replica, its call is PermissionDenied. The replica credential acts for
 // no tenant of its own.
+//
+// What a caller reports of a provider (a reconciliation's failure and
+// headers) moves what every tenant sees only when SharesProviderState says
+// so: an edge's, the decider's own work, and a service's that the catalog
+// marks shared_provider_state; any other service's applies to its
+// reservation's tenant only.
 package auth
 
 import (
@@ -95,6 +101,9 @@ type Principal struct {
 	// Via is the replica that forwarded the call, when it came on behalf
 	// of this caller; "" for a direct call.
 	Via string
+	// SharedProviderState is the catalog's trust of a service for what
+	// every tenant sees of a provider (SharesProviderState).
+	SharedProviderState bool
 }
 
 // ActsFor reports whether p may act for tenant: any role but service acts
@@ -187,7 +196,7 @@ func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
 		}
 	}
 	for _, cl := range c.Callers {
-		p := &Principal{ID: cl.ID, Role: cl.Role, Tenants: slices.Clone(cl.Tenants)}
+		p := &Principal{ID: cl.ID, Role: cl.Role, Tenants: slices.Clone(cl.Tenants), SharedProviderState: cl.SharedProviderState}
 		idx.byID[cl.ID] = p
 		for _, h := range cl.TokensSHA256 {
 			b, err := hex.DecodeString(h)

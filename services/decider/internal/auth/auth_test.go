@@ -255,3 +255,38 @@ func TestResolve(t *testing.T) {
 	require.Equal(t, "acme", id.GetTenantId(), "a key names its own tenant, whatever tenant_id says")
 	require.Equal(t, "resellers", id.GetPartner())
 }
+
+// Only a service the catalog trusts, an edge and the decider's own work
+// move shared provider state; a replica forwarding for a service carries
+// the service's trust, not its own.
+func TestSharesProviderState(t *testing.T) {
+	y := "models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
+		"tenants:\n  - {id: acme, api_keys_sha256: [" + catalog.HashKey("k") + "]}\ncallers:\n" +
+		"  - {id: billing, role: service, tenants: [acme]}\n" +
+		"  - {id: trusted, role: service, tenants: [acme], shared_provider_state: true}\n"
+	c, err := catalog.Parse([]byte(y))
+	require.NoError(t, err)
+	a := New()
+	a.SetCatalog(c)
+	idx := a.idx.Load()
+	tests := []struct {
+		name string
+		p    *Principal
+		want bool
+	}{
+		{name: "the decider's own work", p: nil, want: true},
+		{name: "an edge", p: &Principal{ID: "edges", Role: catalog.RoleEdge}, want: true},
+		{name: "a service", p: idx.byID["billing"], want: false},
+		{name: "a trusted service", p: idx.byID["trusted"], want: true},
+		{name: "a service forwarded by a replica", p: &Principal{ID: "billing", Role: catalog.RoleService, Tenants: []string{"acme"}, Via: "deciders"}, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			if tt.p != nil {
+				ctx = NewContext(ctx, tt.p)
+			}
+			require.Equal(t, tt.want, SharesProviderState(ctx))
+		})
+	}
+}

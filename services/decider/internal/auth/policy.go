@@ -210,3 +210,15 @@ func Reservations(ctx context.Context) func(tenant string) bool {
 	}
 	return p.ActsFor
 }
+
+// SharesProviderState reports whether what the caller of ctx reports of a
+// provider (a reconciliation's failure and headers) may move what every
+// tenant sees: route pauses, learned limits, estimate corrections. An
+// edge and the decider's own work may; a service only when the catalog
+// trusts it (shared_provider_state), else what it reports applies to the
+// reservation's tenant only. A forwarded call is judged by the caller it
+// was forwarded for.
+func SharesProviderState(ctx context.Context) bool {
+	p := FromContext(ctx)
+	return p == nil || p.Role != catalog.RoleService || p.SharedProviderState
+}

@@ -29,6 +29,9 @@ type Broker struct {
 	// when its own learning mode ended (Unix ns).
 	prevGranted, prevLearn atomic.Int64
 	corr                   sync.Map // corrKey → *correction
+	// paused holds the pauses that apply to one tenant only (scope.go).
+	paused sync.Map // tenantPauseKey → *pause
+	scoped atomic.Int64
 
 	retries retries // retry budgets of logical requests (retry.go)
 

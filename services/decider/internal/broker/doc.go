@@ -260,7 +260,8 @@
 // capped exponential back-off BackoffBase × 2^(n−1) ≤ BackoffMax for the
 // n-th such failure in a row (reset by a success); else, on a
 // NON_RETRYABLE_POLICY failure (the provider's spend limit, billing or a
-// disabled key), MaxPause. The pause is capped at MaxPause (10 min) so a
+// disabled key), MaxPause. The pause is capped at MaxPause (10 min), and
+// never beyond provheaders.MaxRetryAfter (15 min) whatever MaxPause says, so a
 // bogus header cannot bench an endpoint for days, and a policy refusal is
 // tried again that often rather than never, plus a jitter uniform in [0,
 // min(MaxJitter, JitterFraction × pause)] (1 s, 10%) so edges do not all
@@ -276,7 +277,10 @@
 // model. A reconcile with FailureDeferred pauses nothing: the edge does not
 // know yet whether the failure was the endpoint's or the request's, and a
 // second reconcile of the same reservation applies the pause, once, when
-// it was the endpoint's.
+// it was the endpoint's. A Scoped reconcile (a service the catalog does not
+// trust for shared provider state) pauses the route, or the account's
+// routes, for its reservation's tenant only and corrects no bucket
+// (scope.go).
 //
 // # Retries
 //

@@ -663,7 +663,7 @@ func (b *Broker) probe(t *table, req *ReserveRequest, now int64) *Refusal {
 	for _, bk := range bs {
 		bk.mu.Lock()
 	}
-	ref := b.check(bs, rt, &dem, now, req.Identity.Class)
+	ref := b.check(bs, rt, &dem, now, &req.Identity)
 	for _, bk := range bs {
 		bk.mu.Unlock()
 	}

@@ -42,11 +42,16 @@ func ParseHeaders(hs []Header, now time.Time) (ProviderHeaders, error) {
 }
 
 // applyHeaders folds a provider's answer (req's headers, outcome and
-// failure class) into the route's buckets and pause, and returns the parsed
-// headers, the pause now in force and the headers' problems. A deferred
-// failure pauses nothing; an account refusal pauses every route of the
-// account.
-func (b *Broker) applyHeaders(endpoint string, req *ReconcileRequest, now int64) (ProviderHeaders, time.Time, error) {
+// failure class) for res into the route's buckets and pause, and returns
+// the parsed headers, the pause now in force for res's tenant and the
+// headers' problems. A deferred failure pauses nothing; an account refusal
+// pauses every route of the account. A scoped request (scope.go) pauses
+// the route for res's tenant only and corrects no bucket.
+func (b *Broker) applyHeaders(res *Reservation, req *ReconcileRequest, now int64) (ProviderHeaders, time.Time, error) {
+	endpoint, tenant := res.EndpointID, res.Identity.TenantID
+	if req.Scoped {
+		b.scoped.Add(1)
+	}
 	hs, outcome, failure := req.Headers, req.Outcome, req.Failure
 	if req.FailureDeferred {
 		outcome, failure = OutcomeUnspecified, ReasonUnspecified
@@ -66,11 +71,19 @@ func (b *Broker) applyHeaders(endpoint string, req *ReconcileRequest, now int64)
 		}
 		rt = b.ensureRoute(endpoint)
 	}
+	// pauseOf is the pause this request moves of a route: the route's own,
+	// or, scoped, the tenant's.
+	pauseOf := func(r *route) *pause {
+		if req.Scoped {
+			return b.tenantPause(r.EndpointID, tenant, true)
+		}
+		return r.pause
+	}
 	for _, f := range [...]struct {
 		info *LimitInfo
 		unit Unit
 	}{{&p.Requests, UnitRequests}, {&p.Tokens, UnitTotalTokens}, {&p.InputTokens, UnitInputTokens}, {&p.OutputTokens, UnitOutputTokens}} {
-		if !f.info.Empty() {
+		if !f.info.Empty() && !req.Scoped {
 			rt = b.correct(rt, f.unit, *f.info, now)
 		}
 	}
@@ -95,14 +108,19 @@ func (b *Broker) applyHeaders(endpoint string, req *ReconcileRequest, now int64)
 		// limits above are corrected, nothing is paused.
 		wait = 0
 	case outcome == OutcomeOK:
-		rt.pause.streak.Store(0)
+		switch pz := b.tenantPause(endpoint, tenant, false); {
+		case !req.Scoped:
+			rt.pause.streak.Store(0)
+		case pz != nil:
+			pz.streak.Store(0)
+		}
 	case failure == ReasonNonRetryablePolicy && wait <= 0:
 		// Retrying cannot succeed before the account changes or its
 		// period resets, which the provider did not say: as long as a
 		// pause may last.
 		wait = int64(b.opts.MaxPause)
 	case (outcome == OutcomeRateLimited || backsOff(failure)) && wait <= 0:
-		n := min(rt.pause.streak.Add(1), 31)
+		n := min(pauseOf(rt).streak.Add(1), 31)
 		d := int64(b.opts.BackoffBase) << (n - 1)
 		if d <= 0 || d > int64(b.opts.BackoffMax) {
 			d = int64(b.opts.BackoffMax)
@@ -110,7 +128,9 @@ func (b *Broker) applyHeaders(endpoint string, req *ReconcileRequest, now int64)
 		wait = d
 	}
 	if wait > 0 {
-		wait = min(wait, int64(b.opts.MaxPause))
+		// Whoever reports it, no pause outlasts the longest a provider's
+		// own Retry-After may set.
+		wait = min(wait, int64(b.opts.MaxPause), int64(provheaders.MaxRetryAfter))
 		jmax := min(float64(b.opts.MaxJitter), b.opts.JitterFraction*float64(wait))
 		until := now + wait + int64(b.opts.Rand()*jmax)
 		reason := ReasonRetryableCapacity
@@ -120,17 +140,21 @@ func (b *Broker) applyHeaders(endpoint string, req *ReconcileRequest, now int64)
 		case outcome == OutcomeUpstreamError:
 			reason = ReasonRetryableOverload
 		}
-		rt.pause.extend(until, reason)
+		pauseOf(rt).extend(until, reason)
 		if rt.Account != "" && failure == ReasonNonRetryablePolicy && failclass.IsAccount(failclass.NonRetryablePolicy, req.ProviderErrorCode) {
 			// The provider account refused, not this route: every endpoint
 			// called with that account would refuse too, whatever the model.
 			for _, o := range b.tab.Load().accounts[rt.Account] {
-				o.pause.extend(until, reason)
+				pauseOf(o).extend(until, reason)
 			}
 		}
 	}
 	var pausedUntil time.Time
-	if u := rt.pause.until.Load(); u > now {
+	u := rt.pause.until.Load()
+	if tp := b.tenantPause(endpoint, tenant, false); tp != nil {
+		u = max(u, tp.until.Load())
+	}
+	if u > now {
 		pausedUntil = time.Unix(0, u).UTC()
 	}
 	return p, pausedUntil, perr

@@ -37,6 +37,13 @@ type ReconcileRequest struct {
 	// reservation's tenant before anything changes. (Optional) Nil allows
 	// every tenant.
 	Allow Allow
+	// Scoped says the caller may move only what the reservation's tenant
+	// sees of the provider: a pause its failure or headers ask for applies
+	// to that tenant alone, and its headers' limits and its usage do not
+	// teach the route's buckets nor the estimate correction (scope.go).
+	// (Optional) Defaults to false: what every tenant sees, as an edge's
+	// reconciliation does.
+	Scoped bool
 }
 
 // Settlement is what Reconcile did.
@@ -109,7 +116,7 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 		if err != nil {
 			return nil, err
 		}
-		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation.EndpointID, &req, now)
+		st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(st.Reservation, &req, now)
 		b.wake() // a late settlement may give capacity back
 		return st, nil
 	}
@@ -128,10 +135,10 @@ func (b *Broker) Reconcile(ctx context.Context, req ReconcileRequest) (*Settleme
 		st.Released[i] = Charge{BucketID: c.b.id, Scope: c.b.scope, Unit: c.b.unit, Amount: applied}
 	}
 	sh.mu.Unlock()
-	if req.Outcome == OutcomeOK && req.Usage.Reported {
+	if req.Outcome == OutcomeOK && req.Usage.Reported && !req.Scoped {
 		b.observe(e.res.Model, e.res.EndpointID, e.res.Estimate, req.Usage)
 	}
-	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(e.res.EndpointID, &req, now)
+	st.Headers, st.PausedUntil, st.HeaderErr = b.applyHeaders(&e.res, &req, now)
 	// What was given back (concurrency, unused tokens) may admit queued
 	// requests; every lock above is released.
 	b.wake()

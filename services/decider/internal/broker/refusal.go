@@ -127,14 +127,20 @@ func sharedName(s Scope) string {
 	return "provider"
 }
 
-func (b *Broker) pauseRefusal(rt *route, now int64, cls WorkloadClass) *Refusal {
-	until := rt.pause.until.Load()
+// pauseRefusal is the refusal of rt's pause, or of id's tenant's own pause
+// of rt, whichever ends later; nil when neither is in force.
+func (b *Broker) pauseRefusal(rt *route, now int64, id *Identity) *Refusal {
+	pz := rt.pause
+	until := pz.until.Load()
+	if tp := b.tenantPause(rt.EndpointID, id.TenantID, false); tp != nil && tp.until.Load() > until {
+		pz, until = tp, tp.until.Load()
+	}
 	if now >= until {
 		return nil
 	}
 	return &Refusal{
-		Reason: RefusalReason(rt.pause.reason.Load()), BucketID: "pause:" + rt.EndpointID,
-		Scope: ScopeModelRoute, Unit: UnitRequests, Class: cls,
+		Reason: RefusalReason(pz.reason.Load()), BucketID: "pause:" + rt.EndpointID,
+		Scope: ScopeModelRoute, Unit: UnitRequests, Class: id.Class,
 		Reset: time.Unix(0, until).UTC(), RetryAfter: time.Duration(until - now),
 		Message: "provider capacity: the provider asked to pause this route",
 		Code:    CodeProviderPaused,

@@ -161,7 +161,7 @@ func (b *Broker) reserve(req *ReserveRequest, now int64) (*Reservation, *Refusal
 	for _, bk := range bs {
 		bk.mu.Lock()
 	}
-	if ref := b.check(bs, rt, &dem, now, req.Identity.Class); ref != nil {
+	if ref := b.check(bs, rt, &dem, now, &req.Identity); ref != nil {
 		for _, bk := range bs {
 			bk.mu.Unlock()
 		}
@@ -220,14 +220,16 @@ func (b *Broker) replay(sh *shard, ik idemKey, now int64) *entry {
 
 // check decides, with every bucket of bs locked, whether dem fits them all:
 // nil, or the refusal of the first that does not (narrowest scope first,
-// the route's pause just before its model_route buckets).
-func (b *Broker) check(bs []*bucket, rt *route, dem *Demand, now int64, cls WorkloadClass) *Refusal {
+// the route's pause, and id's tenant's own, just before its model_route
+// buckets).
+func (b *Broker) check(bs []*bucket, rt *route, dem *Demand, now int64, id *Identity) *Refusal {
+	cls := id.Class
 	hold := b.hold(now)
 	pauseChecked := rt == nil // the pause sits just before the model_route buckets
 	for _, bk := range bs {
 		if !pauseChecked && bk.scope >= ScopeModelRoute {
 			pauseChecked = true
-			if ref := b.pauseRefusal(rt, now, cls); ref != nil {
+			if ref := b.pauseRefusal(rt, now, id); ref != nil {
 				return ref
 			}
 		}
@@ -237,7 +239,7 @@ func (b *Broker) check(bs []*bucket, rt *route, dem *Demand, now int64, cls Work
 		}
 	}
 	if !pauseChecked {
-		return b.pauseRefusal(rt, now, cls)
+		return b.pauseRefusal(rt, now, id)
 	}
 	return nil
 }

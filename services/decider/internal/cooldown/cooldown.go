@@ -14,7 +14,8 @@
 //
 // A refusal that carries the provider's Retry-After is told how long to stay
 // away: the endpoint is paused for exactly that long, not benched for the
-// full cool-down. Only when it refuses again within the window (or, with a
+// full cool-down, and never longer than provheaders.MaxRetryAfter (15
+// minutes), whoever reports it. Only when it refuses again within the window (or, with a
 // breaker of more errors, as often as the breaker needs) is it benched like
 // any endpoint that keeps refusing.
 package cooldown
@@ -23,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
 )
 
 // Options tune a Tracker. A zero field takes the default rule's (Breaker).
@@ -92,9 +95,11 @@ func (t *Tracker) Refused(endpointID string, at time.Time) (time.Time, bool) {
 // one within the window (or trips a breaker of more errors), in which case
 // it benches it for the cool-down, or for the Retry-After if longer. A
 // refusal during a running pause or cool-down only extends it to the
-// Retry-After. It returns the end of the pause or cool-down and true when
+// Retry-After. A Retry-After beyond provheaders.MaxRetryAfter counts as
+// that long. It returns the end of the pause or cool-down and true when
 // this refusal started one.
 func (t *Tracker) RefusedFor(endpointID string, at time.Time, retryAfter time.Duration) (time.Time, bool) {
+	retryAfter = min(retryAfter, provheaders.MaxRetryAfter)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if u, ok := t.until[endpointID]; ok && at.Before(u) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
 )
 
 func TestTracker(t *testing.T) {
@@ -63,12 +65,12 @@ func TestRefusedDuringCooldownDoesNotExtend(t *testing.T) {
 func TestRetryAfterLengthensCooldown(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tr := New(Options{Duration: time.Minute})
-	u, started := tr.RefusedFor("a/m", t0, 10*time.Minute)
+	u, started := tr.RefusedFor("a/m", t0, 5*time.Minute)
 	require.True(t, started)
-	require.Equal(t, t0.Add(10*time.Minute), u, "Retry-After is a lower bound")
-	u, _ = tr.RefusedFor("a/m", t0.Add(time.Minute), 20*time.Minute)
-	require.Equal(t, t0.Add(21*time.Minute), u, "a longer Retry-After extends a running cool-down")
-	_, cooling := tr.Until("a/m", t0.Add(20*time.Minute))
+	require.Equal(t, t0.Add(5*time.Minute), u, "Retry-After is a lower bound")
+	u, _ = tr.RefusedFor("a/m", t0.Add(time.Minute), 12*time.Minute)
+	require.Equal(t, t0.Add(13*time.Minute), u, "a longer Retry-After extends a running cool-down")
+	_, cooling := tr.Until("a/m", t0.Add(12*time.Minute))
 	require.True(t, cooling)
 }
 
@@ -120,4 +122,22 @@ func TestRetryAfterPausesForThatLong(t *testing.T) {
 	u, started := tr.RefusedFor("a/m", t0, 0)
 	require.True(t, started)
 	require.Equal(t, t0.Add(15*time.Minute), u)
+}
+
+// A Retry-After is believed up to provheaders.MaxRetryAfter: three reports
+// of 87,600 hours (ten years) pause, bench and extend an endpoint for 15
+// minutes at most.
+func TestRetryAfterIsCapped(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const tenYears = 87_600 * time.Hour
+	tr := New(Options{})
+	for i := range 3 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		u, _ := tr.RefusedFor("a/m", at, tenYears)
+		require.LessOrEqual(t, u.Sub(at), provheaders.MaxRetryAfter, "refusal %d", i)
+	}
+	_, cooling := tr.Until("a/m", t0.Add(2*time.Second+provheaders.MaxRetryAfter))
+	require.False(t, cooling, "usable again 15 minutes after the last report")
+	_, cooling = tr.Until("a/m", t0.Add(provheaders.MaxRetryAfter-time.Second))
+	require.True(t, cooling)
 }

@@ -8,12 +8,21 @@
 // billing policy, pkg/billing, says probes are never billed to a tenant). It
 // never waits on the broker: reservations are reconciled by the report hub's
 // workers.
+//
+// Only edges send call reports (the Report stream is theirs alone), and each
+// edge is one reporter to the statistics: its samples hold a bounded share
+// of any figure (stats.MaxShare), so no one edge sets an endpoint's speed
+// alone. A report whose timing no provider could produce (see the bounds
+// below) adds no speed sample and is counted (Implausible); a Retry-After
+// counts for provheaders.MaxRetryAfter at most.
 package observe
 
 import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -27,6 +36,22 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+)
+
+// Bounds of a plausible call's timing. A report outside them is not a
+// measurement but a bug or a lie: its TTFT and throughput are not recorded.
+const (
+	// MinTTFT is the fastest first token believed after a prompt of at
+	// least FloorPromptTokens uncached tokens: a provider takes longer than
+	// that to read so much (a cached or a short prompt may be faster).
+	MinTTFT = 20 * time.Millisecond
+	// FloorPromptTokens is the uncached prompt size from which MinTTFT holds.
+	FloorPromptTokens = 1000
+	// MaxThroughput is the fastest generation believed, output tokens per
+	// second after the first token.
+	MaxThroughput = 5000.0
+	// MaxCallDuration is the longest call (and first token) believed.
+	MaxCallDuration = time.Hour
 )
 
 // Catalog resolves an endpoint id to its model and price.
@@ -57,10 +82,11 @@ type Options struct {
 type Observer struct {
 	o Options
 
-	mu        sync.Mutex
-	probeCost map[string]float64 // by endpoint, USD
-	probes    int64
-	unknown   int64
+	mu          sync.Mutex
+	probeCost   map[string]float64 // by endpoint, USD
+	probes      int64
+	unknown     int64
+	implausible int64
 }
 
 // New returns an observer.
@@ -71,14 +97,17 @@ func New(o Options) *Observer {
 	return &Observer{o: o, probeCost: map[string]float64{}}
 }
 
-// Ingest takes one batch from one edge. It implements report.Sink.
-func (ob *Observer) Ingest(_ *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
+// Ingest takes one batch from one edge. It implements report.Sink. The
+// edge's id (its hello's edge_id) names it as one reporter to the
+// statistics.
+func (ob *Observer) Ingest(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
+	from := ob.o.Stats.From(edge.GetEdgeId())
 	for _, r := range reports {
-		ob.one(r)
+		ob.one(from, r)
 	}
 }
 
-func (ob *Observer) one(r *switchboardv1.CallReport) {
+func (ob *Observer) one(from stats.Reporter, r *switchboardv1.CallReport) {
 	modelID, rates, ok := ob.o.Catalog.Endpoint(r.GetEndpointId())
 	if !ok {
 		// Only the catalog's endpoints get series, so a confused or hostile
@@ -96,7 +125,9 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 	u := r.GetUsage()
 	switch r.GetOutcome() {
 	case switchboardv1.Outcome_OUTCOME_OK:
-		if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") {
+		if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") && !plausible(r) {
+			ob.countImplausible()
+		} else if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") {
 			// A first token is observed only on a stream, or on a probe:
 			// probes ask for a handful of tokens, so even a non-streamed
 			// one (from an edge that does not stream them) answers about
@@ -104,18 +135,24 @@ func (ob *Observer) one(r *switchboardv1.CallReport) {
 			// arrives whole, so its ttft is when the last token came; it
 			// still counts in the endpoint's outcomes below.
 			ttft := r.GetTtft().AsDuration()
-			ob.o.Stats.ObserveTTFT(ep, tokens.BucketOf(r.GetPromptTokens()), ttft, at)
+			from.ObserveTTFT(ep, tokens.BucketOf(r.GetPromptTokens()), ttft, at)
 			if d := r.GetDuration().AsDuration(); r.GetStream() && u.GetOutputTokens() > 1 && d > ttft {
 				// Tokens after the first over the time after the first: the
 				// generation speed, not polluted by the prompt's read time.
 				// Only streams: a non-streamed answer arrives all at once.
-				ob.o.Stats.ObserveThroughput(ep, float64(u.GetOutputTokens()-1)/(d-ttft).Seconds(), at)
+				// Beyond MaxThroughput it is not believed (nor is it a
+				// measure when the rest came in one burst).
+				if tps := float64(u.GetOutputTokens()-1) / (d - ttft).Seconds(); tps > MaxThroughput {
+					ob.countImplausible()
+				} else {
+					from.ObserveThroughput(ep, tps, at)
+				}
 			}
 		}
 		if r.GetProbeId() == "" && u.GetReported() {
 			// Probes are built to miss the cache; they would skew the rate.
-			ob.o.Stats.ObserveCache(ep, u.GetInputTokens(), u.GetCachedInputTokens(), at)
-			ob.o.Stats.ObserveOutput(modelID, u.GetOutputTokens(), at)
+			from.ObserveCache(ep, u.GetInputTokens(), u.GetCachedInputTokens(), at)
+			from.ObserveOutput(modelID, u.GetOutputTokens(), at)
 		}
 		if h := r.GetPromptHash(); (h != 0 || len(r.GetPrefixes()) > 0) && r.GetProbeId() == "" {
 			n := u.GetInputTokens()
@@ -174,7 +211,10 @@ func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 		Reported:        u.GetReported(),
 		Duration:        r.GetDuration().AsDuration(),
 		QualityFailures: r.GetQualityFailures(),
-		RetryAfter:      r.GetRetryAfter().AsDuration(),
+		RetryAfter:      min(r.GetRetryAfter().AsDuration(), provheaders.MaxRetryAfter),
+	}
+	if d := c.Duration; !plausible(r) || c.Usage.Output > 0 && d > 0 && float64(c.Usage.Output)/d.Seconds() > MaxThroughput {
+		c.Duration = 0 // no speed to learn from
 	}
 	if r.GetRequestFailure() && r.GetOutcome() != switchboardv1.Outcome_OUTCOME_OK {
 		// The request's own failure says nothing of the endpoint.
@@ -195,6 +235,46 @@ func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 		c.Kind = outcomes.KindIgnored
 	}
 	return c
+}
+
+// plausible reports whether r's first token is one a provider could
+// produce: durations within [0, MaxCallDuration], the first token before
+// the end and not faster than MinTTFT after a large uncached prompt. (The
+// generation speed is checked against MaxThroughput where it is measured.)
+func plausible(r *switchboardv1.CallReport) bool {
+	d := r.GetDuration().AsDuration()
+	if d < 0 || d > MaxCallDuration {
+		return false
+	}
+	if r.GetTtft() == nil {
+		return true
+	}
+	ttft := r.GetTtft().AsDuration()
+	if ttft < 0 || ttft > MaxCallDuration || r.GetDuration() != nil && ttft > d {
+		return false
+	}
+	u := r.GetUsage()
+	prompt := u.GetInputTokens()
+	if prompt == 0 {
+		prompt = r.GetPromptTokens()
+	}
+	return prompt-u.GetCachedInputTokens() < FloorPromptTokens || ttft >= MinTTFT
+}
+
+func (ob *Observer) countImplausible() {
+	ob.mu.Lock()
+	ob.implausible++
+	ob.mu.Unlock()
+}
+
+// Implausible returns how many reports' timing was not believed: a first
+// token that plausible refuses (no TTFT nor throughput sample), or a
+// generation speed beyond MaxThroughput (no throughput sample). A rising
+// count means an edge reports garbage or lies.
+func (ob *Observer) Implausible() int64 {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return ob.implausible
 }
 
 // ProbeCost returns the probes seen and what they cost in USD, in total.

@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
@@ -58,11 +59,12 @@ func TestIngest(t *testing.T) {
 	tps, _, _ := st.Throughput("a/m")
 	require.InDelta(t, 50, tps, 1e-9, "100 tokens after the first in 2 s")
 
-	// A refusal benches the endpoint, for at least Retry-After, and tells every edge.
+	// A refusal benches the endpoint, for at least Retry-After, believed up
+	// to provheaders.MaxRetryAfter, and tells every edge.
 	ob.Ingest(nil, []*switchboardv1.CallReport{{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(time.Hour)}})
-	until, cooling := cool.Until("a/m", now.Add(30*time.Minute))
+	until, cooling := cool.Until("a/m", now.Add(10*time.Minute))
 	require.True(t, cooling)
-	require.Equal(t, now.Add(time.Hour), until)
+	require.Equal(t, now.Add(provheaders.MaxRetryAfter), until)
 	require.Len(t, sent, 1)
 	require.Equal(t, "a/m", sent[0].GetCooldown().GetEndpointId())
 
@@ -245,4 +247,82 @@ func TestFirstTokenOnlyWhereObserved(t *testing.T) {
 	require.Equal(t, 5, n)
 	_, n, _ = st.Throughput("a/m")
 	require.Equal(t, 4, n, "a streamed probe measures throughput")
+}
+
+// An edge's three reports of a 87,600-hour Retry-After bench the endpoint
+// for provheaders.MaxRetryAfter, not until 2036.
+func TestRetryAfterIsCapped(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	cool := cooldown.New(cooldown.Options{})
+	var sent []*switchboardv1.ReportResponse
+	ob := New(Options{Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
+		Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
+	refusal := &switchboardv1.CallReport{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(87_600 * time.Hour)}
+	ob.Ingest(&switchboardv1.EdgeHello{EdgeId: "edge-1"}, []*switchboardv1.CallReport{refusal, refusal, refusal})
+	until, cooling := cool.Until("a/m", now)
+	require.True(t, cooling)
+	require.Equal(t, now.Add(provheaders.MaxRetryAfter), until)
+	for _, m := range sent {
+		require.False(t, m.GetCooldown().GetUntil().AsTime().After(now.Add(provheaders.MaxRetryAfter)), "no edge is told longer")
+	}
+}
+
+// Timing no provider produces adds no speed sample and is counted: a first
+// token 1 ms after a 40k-token uncached prompt (an endpoint made to look
+// fast), 100k tokens/s, a first token after the end, a call of a week.
+func TestImplausibleTimingIsDropped(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	report := func(edit func(r *switchboardv1.CallReport)) *switchboardv1.CallReport {
+		r := &switchboardv1.CallReport{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: true,
+			Ttft: durationpb.New(time.Second), Duration: durationpb.New(3 * time.Second),
+			Usage: &switchboardv1.Usage{InputTokens: 40000, OutputTokens: 101, Reported: true}}
+		edit(r)
+		return r
+	}
+	tests := []struct {
+		name      string
+		edit      func(r *switchboardv1.CallReport)
+		plausible bool
+		ttft      bool // the first token is believed, only the speed is not
+	}{
+		{name: "an ordinary stream", edit: func(*switchboardv1.CallReport) {}, plausible: true},
+		{name: "a fast first token after a cached prompt", edit: func(r *switchboardv1.CallReport) {
+			r.Ttft = durationpb.New(5 * time.Millisecond)
+			r.Usage.CachedInputTokens = 39500
+		}, plausible: true},
+		{name: "a fast first token after a short prompt", edit: func(r *switchboardv1.CallReport) {
+			r.Ttft, r.PromptTokens, r.Usage.InputTokens = durationpb.New(5*time.Millisecond), 20, 20
+		}, plausible: true},
+		{name: "1 ms after 40k uncached tokens", edit: func(r *switchboardv1.CallReport) { r.Ttft = durationpb.New(time.Millisecond) }},
+		{name: "33 ms is believed", edit: func(r *switchboardv1.CallReport) { r.Ttft = durationpb.New(33 * time.Millisecond) }, plausible: true},
+		{name: "100k tokens/s", edit: func(r *switchboardv1.CallReport) { r.Usage.OutputTokens = 200_001 }, ttft: true},
+		{name: "first token after the end", edit: func(r *switchboardv1.CallReport) { r.Ttft = durationpb.New(4 * time.Second) }},
+		{name: "a week-long call", edit: func(r *switchboardv1.CallReport) { r.Duration = durationpb.New(7 * 24 * time.Hour) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := stats.New(stats.Config{Now: clock})
+			ob := New(Options{Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cooldown.New(cooldown.Options{}),
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
+			r := report(tt.edit)
+			ob.Ingest(&switchboardv1.EdgeHello{EdgeId: "edge-1"}, []*switchboardv1.CallReport{r})
+			_, n, _ := st.TTFT("a/m", tokens.BucketOf(r.GetPromptTokens()))
+			if tt.plausible {
+				require.Equal(t, 1, n)
+				require.Zero(t, ob.Implausible())
+				return
+			}
+			if tt.ttft {
+				require.Equal(t, 1, n, "the first token is believed")
+			} else {
+				require.Zero(t, n, "no TTFT sample")
+			}
+			_, n, _ = st.Throughput("a/m")
+			require.Zero(t, n, "no throughput sample")
+			require.Equal(t, int64(1), ob.Implausible())
+		})
+	}
 }

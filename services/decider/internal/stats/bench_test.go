@@ -109,12 +109,14 @@ func BenchmarkRefresh(b *testing.B) {
 // observation evicts the oldest sample, inserts the new one and recomputes
 // the summary. Calls end out of order, so the sample times jitter by up to 5s
 // behind the clock; one TTFT in 17 is ten times slower, so that the outlier
-// rule has something to down-weight.
+// rule has something to down-weight. ttft-4-reporters spreads the calls
+// over four edges, whose shares are then computed.
 func BenchmarkObserveFull(b *testing.B) {
-	for _, kind := range []string{"ttft", "throughput", "cache", "output"} {
+	for _, kind := range []string{"ttft", "throughput", "cache", "output", "ttft-4-reporters"} {
 		b.Run(kind, func(b *testing.B) {
 			now := time.Unix(1_800_000_000, 0)
 			s := New(Config{Now: func() time.Time { return now }})
+			edges := []Reporter{s.From("edge-0"), s.From("edge-1"), s.From("edge-2"), s.From("edge-3")}
 			observe := func(i int) {
 				now = now.Add(time.Second)
 				at := now.Add(-time.Duration(i*7919%5000) * time.Millisecond)
@@ -131,6 +133,8 @@ func BenchmarkObserveFull(b *testing.B) {
 					s.ObserveCache("alpha/m", int64(1000+i%7*1000), int64(i%5*200), at)
 				case "output":
 					s.ObserveOutput("m", int64(100+i%31*10), at)
+				case "ttft-4-reporters":
+					edges[i%len(edges)].ObserveTTFT("alpha/m", tokens.BucketUnder8K, time.Duration(1+i%13)*100*time.Millisecond, at)
 				}
 			}
 			for i := range 2 * DefaultMaxSamples {

@@ -55,6 +55,25 @@
 // every sample counts fully. Fast outliers are never down-weighted: a provider
 // that became faster must be seen. The rule applies to TTFT only.
 //
+// # Reporters
+//
+// Each sample carries its reporter ([Store.From]: an edge, by its id; the
+// Store's own Observe* record the unnamed one). When a series is computed,
+// each reporter's weight (its samples' decay, and outlier, weights summed;
+// for the cache rate, weighted prompt tokens) is capped so that none holds
+// more than max([MaxShare], 1/k) of the total of the k reporters: the
+// heaviest are lowered to one common weight, the others kept. With three
+// or more reporters none holds more than a third, so whatever one sends,
+// the typical value stays between the others' quartiles (the median must
+// reach half the weight, and the others hold two thirds); with two, each
+// holds half at most, so neither sets it alone (on an exact tie, the mean
+// of both sides); a sole reporter is taken as it is: there is nobody to
+// weigh it against. When a series is full, the oldest sample of the
+// reporter holding the most samples is evicted, not the oldest of all, so
+// a reporter flooding a series evicts its own samples. Reporters are names
+// the caller gives; the store tells 4095 apart, and every later name is
+// one more reporter.
+//
 // # The other series
 //
 //   - Throughput: the decayed weighted median of output tokens per second of
@@ -78,10 +97,11 @@
 // with the oldest timestamp is evicted (a sample older than all it holds is
 // not stored). Buffers grow on demand, so an idle series costs only its fixed
 // header. The worst case, every series full, is per endpoint
-// (NumBuckets+1)·MaxSamples·24 B + MaxSamples·32 B + about 0.5 KB of headers
-// (a sample is its time, its values and its stored weight): about 10.3 KB
-// with the default 64 samples, so about 205 MB for 1000 models × 20
-// endpoints, plus about 1.6 KB per model for its output series. Realistic
+// (NumBuckets+1)·MaxSamples·32 B + MaxSamples·40 B + about 0.6 KB of headers
+// (a sample is its time, its values, its stored weight and its reporter),
+// plus 24 B per reporter of a series for its scratch: about 13 KB with the
+// default 64 samples, so about 265 MB for 1000 models × 20 endpoints, plus
+// about 2 KB per model for its output series. Realistic
 // traffic fills far less: a bucket that only probes reach holds three samples
 // per Window.
 //
@@ -100,13 +120,15 @@
 //
 // [Store.Snapshot] encodes the state as one blob per model id, so that a blob
 // stays far below etcd's 1.5 MiB value limit: with the default settings at
-// most about 6 KB per endpoint of the model plus 1 KB for the model (120 KB
-// measured for 20 endpoints with every series full), so a model would need
-// about 250 endpoints to reach the limit. The format is binary: a version byte
-// (currently 1), the bucket count, the model id, the model's output series,
+// most about 6.4 KB per endpoint of the model plus 1 KB for the model (127 KB
+// measured for 20 endpoints with every series full, TestSnapshotSize), so a
+// model would need about 240 endpoints to reach the limit. The format is binary: a version byte
+// (currently 2), the bucket count, the model id, the names of the reporters
+// its samples come from (in order of first use), the model's output series,
 // then each endpoint's id and series, and a CRC-32C of everything before it,
 // so that a truncated or damaged blob is refused rather than half-loaded. A
 // series is its sample count, its newest sample time, and each sample as a
-// varint offset from that time and IEEE 754 values, so a round trip is exact
-// and an unchanged state encodes to the same bytes.
+// varint offset from that time, IEEE 754 values and its reporter's index in
+// the blob's names, so a round trip is exact and an unchanged state encodes
+// to the same bytes.
 package stats

@@ -326,7 +326,7 @@ func (e *equivalence) restore() {
 	median := func(m *medianSeries, ref *refMedian, outliers bool) *medianSeries {
 		m.recompute(&e.p, e.now, outliers)
 		ref.recompute(&e.p, e.now, outliers)
-		r := reader{b: m.appendTo(nil, cutoff)}
+		r := reader{b: m.appendTo(nil, cutoff, newSrcTable()), nsrc: 1}
 		xs := r.samples(func(float64) bool { return true })
 		require.NoError(e.t, r.err)
 		fresh := new(medianSeries)
@@ -345,7 +345,7 @@ func (e *equivalence) restore() {
 
 	e.cache.recompute(&e.p, e.now)
 	e.refCache.recompute(&e.p, e.now)
-	r := reader{b: e.cache.appendTo(nil, cutoff)}
+	r := reader{b: e.cache.appendTo(nil, cutoff, newSrcTable()), nsrc: 1}
 	xs := r.ratios()
 	require.NoError(e.t, r.err)
 	fresh := new(ratioSeries)

@@ -85,12 +85,13 @@ func (p *params) weight(at, ref int64) float64 {
 	return math.Exp2(float64(at-ref) / p.halfLife)
 }
 
-// sample is one observation: its time (Unix ns), its value and its decay
-// weight relative to its series' reference time.
+// sample is one observation: its time (Unix ns), its value, its decay
+// weight relative to its series' reference time and its reporter (sources).
 type sample struct {
-	at int64
-	v  float64
-	w  float64
+	at  int64
+	v   float64
+	w   float64
+	src uint32
 }
 
 // medianSeries keeps the samples of one series sorted by value, ties in
@@ -104,6 +105,7 @@ type medianSeries struct {
 	// expires is when the oldest sample leaves the window (Unix ns), the only
 	// moment the summary can change without a new sample; MaxInt64 when empty.
 	expires atomic.Int64
+	sh      shares // scratch of insert and recompute
 }
 
 func (m *medianSeries) init() { m.expires.Store(math.MaxInt64) }
@@ -130,14 +132,23 @@ func (m *medianSeries) refresh(p *params, now int64, outliers bool) {
 // the series is full, and computes its weight. The caller holds m.mu.
 func (m *medianSeries) insert(p *params, x sample) {
 	if len(m.samples) >= p.maxSamples {
-		oldest := 0
+		// The oldest sample of the reporter holding the most makes room.
+		src := x.src
+		if !oneSource(m.samples, func(x sample) uint32 { return x.src }) || m.samples[0].src != x.src {
+			m.sh = m.sh[:0]
+			for i := range m.samples {
+				m.sh.add(m.samples[i].src, 0)
+			}
+			src = m.sh.victim(x.src)
+		}
+		oldest := -1
 		for i := range m.samples {
-			if m.samples[i].at < m.samples[oldest].at {
+			if m.samples[i].src == src && (oldest < 0 || m.samples[i].at < m.samples[oldest].at) {
 				oldest = i
 			}
 		}
-		if x.at <= m.samples[oldest].at {
-			return // older than everything kept: the newer samples matter more
+		if oldest < 0 || x.src == src && x.at <= m.samples[oldest].at {
+			return // older than everything its reporter keeps: the newer samples matter more
 		}
 		copy(m.samples[oldest:], m.samples[oldest+1:])
 		m.samples = m.samples[:len(m.samples)-1]
@@ -202,26 +213,35 @@ func (m *medianSeries) recompute(p *params, now int64, outliers bool) {
 		m.expires.Store(math.MaxInt64)
 		return
 	}
-	v := weightedMedian(kept, p, outliers)
+	v := weightedMedian(kept, p, outliers, &m.sh)
 	m.pub.store(v, len(kept))
 	m.expires.Store(oldest + p.window)
 }
 
 // weightedMedian returns the weighted median of s, which is sorted by value
 // and non-empty (see the package documentation for the weights). The decay
-// weights are the stored ones; only the outlier rule is applied here, since
-// its fence moves with every sample.
-func weightedMedian(s []sample, p *params, outliers bool) float64 {
+// weights are the stored ones; the outlier rule and the reporters' shares
+// are applied here, since both move with every sample. sh is scratch.
+func weightedMedian(s []sample, p *params, outliers bool, sh *shares) float64 {
 	fence := math.Inf(1)
 	if outliers && len(s) >= p.minOutliers {
 		q1, q3 := quantile(s, 0.25), quantile(s, 0.75)
 		fence = q3 + 1.5*(q3-q1)
 	}
-	weight := func(x sample) float64 {
+	base := func(x sample) float64 {
 		if x.v > fence {
 			return x.w * p.outlierWeight
 		}
 		return x.w
+	}
+	weight := base
+	if !oneSource(s, func(x sample) uint32 { return x.src }) {
+		*sh = (*sh)[:0]
+		for _, x := range s {
+			sh.add(x.src, base(x))
+		}
+		sh.cap()
+		weight = func(x sample) float64 { return base(x) * sh.factorOf(x.src) }
 	}
 	var total float64
 	for _, x := range s {
@@ -263,6 +283,7 @@ type ratioSample struct {
 	at       int64
 	num, den float64
 	w        float64 // decay weight relative to the series' reference time
+	src      uint32  // reporter (sources)
 }
 
 // ratioSeries keeps the samples of a decayed ratio Σw·num / Σw·den in arrival
@@ -273,6 +294,7 @@ type ratioSeries struct {
 	ref     int64     // reference time of the samples' weights: refFor(newest sample)
 	pub     published // value is NaN when Σden is 0
 	expires atomic.Int64
+	sh      shares // scratch of insert and recompute
 }
 
 func (r *ratioSeries) init() { r.expires.Store(math.MaxInt64) }
@@ -299,13 +321,21 @@ func (r *ratioSeries) refresh(p *params, now int64) {
 // computes its weight. The caller holds r.mu.
 func (r *ratioSeries) insert(p *params, x ratioSample) {
 	if len(r.samples) >= p.maxSamples {
-		oldest := 0
+		src := x.src
+		if !oneSource(r.samples, func(x ratioSample) uint32 { return x.src }) || r.samples[0].src != x.src {
+			r.sh = r.sh[:0]
+			for i := range r.samples {
+				r.sh.add(r.samples[i].src, 0)
+			}
+			src = r.sh.victim(x.src)
+		}
+		oldest := -1
 		for i := range r.samples {
-			if r.samples[i].at < r.samples[oldest].at {
+			if r.samples[i].src == src && (oldest < 0 || r.samples[i].at < r.samples[oldest].at) {
 				oldest = i
 			}
 		}
-		if x.at <= r.samples[oldest].at {
+		if oldest < 0 || x.src == src && x.at <= r.samples[oldest].at {
 			return
 		}
 		copy(r.samples[oldest:], r.samples[oldest+1:])
@@ -355,10 +385,25 @@ func (r *ratioSeries) recompute(p *params, now int64) {
 		r.expires.Store(math.MaxInt64)
 		return
 	}
+	// A reporter's share is of the prompt tokens' weight, the ratio's
+	// denominator: the weight a call has in the ratio.
 	var num, den float64
-	for _, s := range kept {
-		num += s.w * s.num
-		den += s.w * s.den
+	if oneSource(kept, func(x ratioSample) uint32 { return x.src }) {
+		for _, s := range kept {
+			num += s.w * s.num
+			den += s.w * s.den
+		}
+	} else {
+		r.sh = r.sh[:0]
+		for _, s := range kept {
+			r.sh.add(s.src, s.w*s.den)
+		}
+		r.sh.cap()
+		for _, s := range kept {
+			f := r.sh.factorOf(s.src)
+			num += f * s.w * s.num
+			den += f * s.w * s.den
+		}
 	}
 	rate := math.NaN()
 	if den > 0 {

@@ -15,7 +15,7 @@ import (
 
 // SnapshotVersion is the format version written as the first byte of every
 // blob; [Store.Restore] refuses any other with [ErrVersion].
-const SnapshotVersion = 1
+const SnapshotVersion = 2
 
 // Errors of [Store.Restore], matched with errors.Is.
 var (
@@ -31,11 +31,12 @@ var (
 // hardware-accelerated on amd64 and arm64.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Bytes per sample at least: a one-byte varint time and 8-byte values. Used to
-// refuse a count that the rest of the blob cannot hold before allocating.
+// Bytes per sample at least: a one-byte varint time, 8-byte values and a
+// one-byte reporter. Used to refuse a count that the rest of the blob cannot
+// hold before allocating.
 const (
-	minSampleBytes = 1 + 8
-	minRatioBytes  = 1 + 8 + 8
+	minSampleBytes = 1 + 8 + 1
+	minRatioBytes  = 1 + 8 + 8 + 1
 )
 
 // Snapshot returns the state as one blob per model id (the key; the caller
@@ -75,32 +76,59 @@ func (s *Store) Snapshot() map[string][]byte {
 		// Sorted so that equal states encode to equal bytes (a caller can
 		// skip writing an unchanged shard).
 		slices.SortFunc(sh.endpoints, func(a, b *Endpoint) int { return strings.Compare(a.id, b.id) })
-		out[model] = encodeShard(model, sh.model, sh.endpoints, cutoff)
+		out[model] = encodeShard(&s.srcs, model, sh.model, sh.endpoints, cutoff)
 	}
 	return out
 }
 
 // encodeShard writes one blob; see the package documentation for the layout.
-func encodeShard(model string, m *Model, eps []*Endpoint, cutoff int64) []byte {
-	b := make([]byte, 0, 64+len(eps)*256)
+func encodeShard(srcs *sources, model string, m *Model, eps []*Endpoint, cutoff int64) []byte {
+	tab := newSrcTable()
+	body := make([]byte, 0, 64+len(eps)*256)
+	if m != nil {
+		body = m.output.appendTo(body, cutoff, tab)
+	} else {
+		body = binary.AppendUvarint(body, 0)
+	}
+	body = binary.AppendUvarint(body, uint64(len(eps)))
+	for _, e := range eps {
+		body = appendString(body, e.id)
+		for i := range e.ttft {
+			body = e.ttft[i].appendTo(body, cutoff, tab)
+		}
+		body = e.throughput.appendTo(body, cutoff, tab)
+		body = e.cache.appendTo(body, cutoff, tab)
+	}
+	b := make([]byte, 0, 32+len(model)+len(body))
 	b = append(b, SnapshotVersion)
 	b = binary.AppendUvarint(b, tokens.NumBuckets)
 	b = appendString(b, model)
-	if m != nil {
-		b = m.output.appendTo(b, cutoff)
-	} else {
-		b = binary.AppendUvarint(b, 0)
+	// The reporters the samples name, in order of first use, so that an
+	// unchanged state encodes to the same bytes.
+	b = binary.AppendUvarint(b, uint64(len(tab.order)))
+	for _, src := range tab.order {
+		b = appendString(b, srcs.name(src))
 	}
-	b = binary.AppendUvarint(b, uint64(len(eps)))
-	for _, e := range eps {
-		b = appendString(b, e.id)
-		for i := range e.ttft {
-			b = e.ttft[i].appendTo(b, cutoff)
-		}
-		b = e.throughput.appendTo(b, cutoff)
-		b = e.cache.appendTo(b, cutoff)
-	}
+	b = append(b, body...)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// srcTable numbers the reporters of one blob.
+type srcTable struct {
+	local map[uint32]uint64 // store index → blob index
+	order []uint32          // by blob index
+}
+
+func newSrcTable() *srcTable { return &srcTable{local: map[uint32]uint64{}} }
+
+func (t *srcTable) index(src uint32) uint64 {
+	if i, ok := t.local[src]; ok {
+		return i
+	}
+	i := uint64(len(t.order))
+	t.local[src] = i
+	t.order = append(t.order, src)
+	return i
 }
 
 func appendString(b []byte, s string) []byte {
@@ -113,20 +141,22 @@ func appendString(b []byte, s string) []byte {
 // instead of eight; a base taken from the samples rather than from the clock
 // keeps an unchanged series encoding to the same bytes, so that the caller
 // can skip rewriting a shard that did not change.
-func (m *medianSeries) appendTo(b []byte, cutoff int64) []byte {
+func (m *medianSeries) appendTo(b []byte, cutoff int64, tab *srcTable) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return appendSamples(b, m.samples, cutoff, func(x sample) int64 { return x.at }, func(b []byte, x sample) []byte {
-		return binary.LittleEndian.AppendUint64(b, math.Float64bits(x.v))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.v))
+		return binary.AppendUvarint(b, tab.index(x.src))
 	})
 }
 
-func (r *ratioSeries) appendTo(b []byte, cutoff int64) []byte {
+func (r *ratioSeries) appendTo(b []byte, cutoff int64, tab *srcTable) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return appendSamples(b, r.samples, cutoff, func(x ratioSample) int64 { return x.at }, func(b []byte, x ratioSample) []byte {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.num))
-		return binary.LittleEndian.AppendUint64(b, math.Float64bits(x.den))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.den))
+		return binary.AppendUvarint(b, tab.index(x.src))
 	})
 }
 
@@ -177,6 +207,7 @@ func (s *Store) Restore(shards map[string][]byte) error {
 // decodedShard is a blob decoded and validated, before it touches the store.
 type decodedShard struct {
 	model     string
+	sources   []string // the blob's reporters; samples' src index them
 	output    []sample
 	endpoints []decodedEndpoint
 }
@@ -191,6 +222,11 @@ type decodedEndpoint struct {
 // load installs a decoded shard.
 func (s *Store) load(d *decodedShard) {
 	now := s.now().UnixNano()
+	ids := make([]uint32, len(d.sources))
+	for i, name := range d.sources {
+		ids[i] = s.srcs.id(name)
+	}
+	d.remap(ids)
 	if len(d.output) > 0 {
 		s.Model(d.model).output.replace(&s.p, d.output, now, false)
 	} else if v, ok := s.models.Load(d.model); ok {
@@ -257,6 +293,11 @@ func decodeShard(blob []byte) (*decodedShard, error) {
 		return nil, fmt.Errorf("%w: %d size buckets, this build has %d", ErrVersion, nb, tokens.NumBuckets)
 	}
 	d := &decodedShard{model: r.str()}
+	ns := r.count(1)
+	for range ns {
+		d.sources = append(d.sources, r.str())
+	}
+	r.nsrc = uint64(len(d.sources))
 	d.output = r.samples(validCount)
 	n := r.count(1 + tokens.NumBuckets + 2) // an endpoint takes at least its id length and six counts
 	if r.err == nil {
@@ -294,8 +335,18 @@ func validCount(v float64) bool    { return v >= 0 && v <= math.MaxInt64 }
 
 // reader decodes a blob; the first error sticks and later reads return zero.
 type reader struct {
-	b   []byte
-	err error
+	b    []byte
+	err  error
+	nsrc uint64 // reporters in the blob's table
+}
+
+// src reads a sample's reporter, an index into the blob's table.
+func (r *reader) src() uint32 {
+	i := r.uvarint()
+	if r.err == nil && i >= r.nsrc {
+		r.fail("reporter %d of %d", i, r.nsrc)
+	}
+	return uint32(i)
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -384,7 +435,7 @@ func (r *reader) samples(valid func(float64) bool) []sample {
 	base := r.varint()
 	out := make([]sample, 0, n)
 	for range n {
-		x := sample{at: r.at(base), v: r.float()}
+		x := sample{at: r.at(base), v: r.float(), src: r.src()}
 		if r.err != nil {
 			return nil
 		}
@@ -405,7 +456,7 @@ func (r *reader) ratios() []ratioSample {
 	base := r.varint()
 	out := make([]ratioSample, 0, n)
 	for range n {
-		x := ratioSample{at: r.at(base), num: r.float(), den: r.float()}
+		x := ratioSample{at: r.at(base), num: r.float(), den: r.float(), src: r.src()}
 		if r.err != nil {
 			return nil
 		}
@@ -416,4 +467,24 @@ func (r *reader) ratios() []ratioSample {
 		out = append(out, x)
 	}
 	return out
+}
+
+// remap turns the samples' blob indices into the store's.
+func (d *decodedShard) remap(ids []uint32) {
+	med := func(xs []sample) {
+		for i := range xs {
+			xs[i].src = ids[xs[i].src]
+		}
+	}
+	med(d.output)
+	for ei := range d.endpoints {
+		e := &d.endpoints[ei]
+		for i := range e.ttft {
+			med(e.ttft[i])
+		}
+		med(e.throughput)
+		for i := range e.cache {
+			e.cache[i].src = ids[e.cache[i].src]
+		}
+	}
 }

@@ -164,7 +164,8 @@ func TestRestoreRejectsBadBlobs(t *testing.T) {
 		want error
 	}{
 		{name: "empty", blob: nil, want: ErrCorrupt},
-		{name: "unknown version", blob: mutate(func(b []byte) []byte { b[0] = 2; return b }), want: ErrVersion},
+		{name: "unknown version", blob: mutate(func(b []byte) []byte { b[0] = SnapshotVersion + 1; return b }), want: ErrVersion},
+		{name: "the version before reporters", blob: mutate(func(b []byte) []byte { b[0] = 1; return b }), want: ErrVersion},
 		{name: "JSON", blob: []byte(`{"v":1}`), want: ErrVersion},
 		{name: "too short", blob: []byte{SnapshotVersion, 0}, want: ErrCorrupt},
 		{name: "flipped bit", blob: mutate(func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }), want: ErrCorrupt},
@@ -175,6 +176,7 @@ func TestRestoreRejectsBadBlobs(t *testing.T) {
 		{name: "other bucket count", blob: mutate(func(b []byte) []byte { b[1] = 5; return reseal(b) }), want: ErrVersion},
 		{name: "negative TTFT", blob: encodeRaw(t, "m", "a/m", -1), want: ErrCorrupt},
 		{name: "endpoint of another model", blob: encodeRaw(t, "m", "a/other", 1), want: ErrCorrupt},
+		{name: "reporter not in the table", blob: encodeRawFrom(t, "m", "a/m", 1, 1), want: ErrCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,9 +194,18 @@ func TestRestoreRejectsBadBlobs(t *testing.T) {
 // v, bypassing the store's validation.
 func encodeRaw(t *testing.T, model, id string, v float64) []byte {
 	t.Helper()
+	return encodeRawFrom(t, model, id, v, 0)
+}
+
+// encodeRawFrom is encodeRaw with the sample's reporter index src (the
+// blob's table names one reporter).
+func encodeRawFrom(t *testing.T, model, id string, v float64, src uint64) []byte {
+	t.Helper()
 	b := []byte{SnapshotVersion}
 	b = binary.AppendUvarint(b, tokens.NumBuckets)
 	b = appendString(b, model)
+	b = binary.AppendUvarint(b, 1) // one reporter,
+	b = appendString(b, "edge-1")
 	b = binary.AppendUvarint(b, 0) // output
 	b = binary.AppendUvarint(b, 1)
 	b = appendString(b, id)
@@ -202,6 +213,7 @@ func encodeRaw(t *testing.T, model, id string, v float64) []byte {
 	b = binary.AppendVarint(b, 1_800_000_000e9) // newest at,
 	b = binary.AppendVarint(b, 0)               // at that time,
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	b = binary.AppendUvarint(b, src)
 	for range tokens.NumBuckets + 1 {
 		b = binary.AppendUvarint(b, 0)
 	}
@@ -218,7 +230,7 @@ func FuzzRestore(f *testing.F) {
 	for _, blob := range s.Snapshot() {
 		f.Add(blob, false)
 	}
-	f.Add([]byte{SnapshotVersion, 4, 0, 1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0, 0}, true)
+	f.Add([]byte{SnapshotVersion, 4, 0, 0, 1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0, 0}, true)
 	f.Fuzz(func(t *testing.T, blob []byte, fixSum bool) {
 		if fixSum && len(blob) >= 5 {
 			blob = reseal(blob)

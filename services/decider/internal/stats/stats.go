@@ -48,13 +48,17 @@ type Config struct {
 }
 
 // Store holds the statistics of every endpoint and model. It is safe for
-// concurrent use; the zero value is not usable, call [New].
+// concurrent use; the zero value is not usable, call [New]. Its Observe*
+// record samples of one unnamed reporter; [Store.From] names the reporter,
+// whose share of each series is then bounded (see the package
+// documentation, Reporters).
 type Store struct {
 	p         params
 	now       func() time.Time
 	endpoints sync.Map // endpoint id → *Endpoint
 	models    sync.Map // model id → *Model
 	rejected  atomic.Uint64
+	srcs      sources
 }
 
 // Endpoint is the live statistics of one endpoint: every series, the buckets
@@ -114,7 +118,7 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{
+	s := &Store{
 		p: params{
 			window:        int64(cfg.Window),
 			halfLife:      float64(cfg.HalfLife),
@@ -125,6 +129,8 @@ func New(cfg Config) *Store {
 		},
 		now: cfg.Now,
 	}
+	s.srcs.init()
+	return s
 }
 
 // ModelOf returns the model id of an endpoint id "provider/model": everything
@@ -141,6 +147,10 @@ func ModelOf(endpointID string) string {
 // prompt in bucket b. A negative ttft, an unknown bucket or an empty id is
 // rejected (see [Store.Rejected]).
 func (s *Store) ObserveTTFT(endpointID string, b tokens.Bucket, ttft time.Duration, at time.Time) {
+	s.observeTTFT(0, endpointID, b, ttft, at)
+}
+
+func (s *Store) observeTTFT(src uint32, endpointID string, b tokens.Bucket, ttft time.Duration, at time.Time) {
 	if endpointID == "" || uint(b) >= tokens.NumBuckets || ttft < 0 {
 		s.rejected.Add(1)
 		return
@@ -150,13 +160,17 @@ func (s *Store) ObserveTTFT(endpointID string, b tokens.Bucket, ttft time.Durati
 	if !ok {
 		return
 	}
-	s.Endpoint(endpointID).ttft[b].observe(&s.p, sample{at: t, v: float64(ttft)}, now, true)
+	s.Endpoint(endpointID).ttft[b].observe(&s.p, sample{at: t, v: float64(ttft), src: src}, now, true)
 }
 
 // ObserveThroughput records output tokens per second of one completed call.
 // A value that is not a positive finite number is rejected: a call with no
 // output has no throughput.
 func (s *Store) ObserveThroughput(endpointID string, tokensPerSecond float64, at time.Time) {
+	s.observeThroughput(0, endpointID, tokensPerSecond, at)
+}
+
+func (s *Store) observeThroughput(src uint32, endpointID string, tokensPerSecond float64, at time.Time) {
 	if endpointID == "" || !(tokensPerSecond > 0) || math.IsInf(tokensPerSecond, 1) {
 		s.rejected.Add(1)
 		return
@@ -166,7 +180,7 @@ func (s *Store) ObserveThroughput(endpointID string, tokensPerSecond float64, at
 	if !ok {
 		return
 	}
-	s.Endpoint(endpointID).throughput.observe(&s.p, sample{at: t, v: tokensPerSecond}, now, false)
+	s.Endpoint(endpointID).throughput.observe(&s.p, sample{at: t, v: tokensPerSecond, src: src}, now, false)
 }
 
 // ObserveCache records one call's prompt and cached tokens, for the
@@ -174,6 +188,10 @@ func (s *Store) ObserveThroughput(endpointID string, tokensPerSecond float64, at
 // cached tokens is rejected; cached tokens above the prompt are counted as the
 // whole prompt, so that one bad usage report cannot push the rate above 1.
 func (s *Store) ObserveCache(endpointID string, promptTokens, cachedTokens int64, at time.Time) {
+	s.observeCache(0, endpointID, promptTokens, cachedTokens, at)
+}
+
+func (s *Store) observeCache(src uint32, endpointID string, promptTokens, cachedTokens int64, at time.Time) {
 	if endpointID == "" || promptTokens <= 0 || cachedTokens < 0 {
 		s.rejected.Add(1)
 		return
@@ -183,13 +201,17 @@ func (s *Store) ObserveCache(endpointID string, promptTokens, cachedTokens int64
 	if !ok {
 		return
 	}
-	x := ratioSample{at: t, num: float64(min(cachedTokens, promptTokens)), den: float64(promptTokens)}
+	x := ratioSample{at: t, num: float64(min(cachedTokens, promptTokens)), den: float64(promptTokens), src: src}
 	s.Endpoint(endpointID).cache.observe(&s.p, x, now)
 }
 
 // ObserveOutput records one call's output tokens for the model's typical
 // output. Negative counts and an empty id are rejected.
 func (s *Store) ObserveOutput(modelID string, outputTokens int64, at time.Time) {
+	s.observeOutput(0, modelID, outputTokens, at)
+}
+
+func (s *Store) observeOutput(src uint32, modelID string, outputTokens int64, at time.Time) {
 	if modelID == "" || outputTokens < 0 {
 		s.rejected.Add(1)
 		return
@@ -199,7 +221,7 @@ func (s *Store) ObserveOutput(modelID string, outputTokens int64, at time.Time) 
 	if !ok {
 		return
 	}
-	s.Model(modelID).output.observe(&s.p, sample{at: t, v: float64(outputTokens)}, now, false)
+	s.Model(modelID).output.observe(&s.p, sample{at: t, v: float64(outputTokens), src: src}, now, false)
 }
 
 // stamp turns an observation time into Unix ns: zero means now, the future

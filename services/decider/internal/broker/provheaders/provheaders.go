@@ -56,6 +56,13 @@ const (
 	MaxHorizon = 366 * 24 * time.Hour
 )
 
+// MaxRetryAfter is the longest a provider's own Retry-After (or a reset it
+// says a limit waits for) may pause or bench an endpoint, whoever reports
+// it: the broker's pauses and the cool-downs of call reports are capped
+// at it, so one bogus or invented header cannot bench an endpoint for
+// longer. A header beyond it is well-formed, only not believed further.
+const MaxRetryAfter = 15 * time.Minute
+
 // Parse parses a provider's rate-limit headers, as name and value pairs, as
 // of now. It never
 // fails as a whole: a malformed header is skipped and reported in the error
