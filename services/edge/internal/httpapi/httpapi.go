@@ -151,6 +151,8 @@ func New(o Options) *Server {
 	s := &Server{opts: o, log: o.Logger, keys: newKeyCache(), unverified: make(chan struct{}, o.MaxUnverifiedBodies)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("/v1/messages", s.messages)
+	mux.HandleFunc("/v1/messages/count_tokens", s.countTokens)
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/v1/models/{id...}", s.model)
 	mux.HandleFunc("/v1/activity", s.activity)
@@ -348,6 +350,12 @@ type chatRequest struct {
 // readChat authenticates what it can of a chat request and reads and parses
 // its body. When it cannot, it answers the client and returns false.
 func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest, bool) {
+	return s.readRequest(w, r, chatreq.Parse)
+}
+
+// readRequest is readChat with the body parsed by parse, which makes a
+// chat request of it (the Messages API's translates its own first).
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, parse func([]byte) (*chatreq.Request, error)) (*chatRequest, bool) {
 	// Everything that can refuse the request without its body does so
 	// before reading it, and then does not read it at all.
 	keyHash, aerr := s.clientKey(r)
@@ -388,7 +396,7 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest,
 		writeError(w, *aerr)
 		return nil, false
 	}
-	req, err := chatreq.Parse(body)
+	req, err := parse(body)
 	if err != nil {
 		e := invalidRequest("", err.Error())
 		if perr := (*chatreq.Error)(nil); errors.As(err, &perr) {

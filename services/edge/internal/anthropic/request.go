@@ -1,0 +1,580 @@
+// Package anthropic is the edge's Anthropic Messages API: it translates a
+// Messages request into the chat-completions request the edge routes and
+// serves, and the chat-completions answer (a body or a stream of chunks)
+// back into Anthropic's message, its stream events and its errors. The
+// providers behind the edge speak chat completions; a Messages client
+// (Claude Code, the Anthropic SDKs) sees the Anthropic API.
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+)
+
+// Request is what the answer's translation needs to know of the Messages
+// request it answers.
+type Request struct {
+	// Model is the model the client asked for.
+	Model string
+	// Stream is whether the client asked for a stream of events.
+	Stream bool
+	// StopSequences are the client's stop_sequences, to name the one an
+	// answer stopped on when the provider says which.
+	StopSequences []string
+}
+
+// Options say what ToChat requires of a request.
+type Options struct {
+	// CountOnly accepts a request without max_tokens, as count_tokens
+	// takes one (Optional).
+	CountOnly bool
+}
+
+// wireRequest is the part of a Messages request the edge reads. Every
+// field stays raw and is decoded by the translation of that field, so an
+// error names it. Fields not listed (service_tier, container,
+// context_management...) are ignored: the providers behind the edge have
+// no use for them.
+type wireRequest struct {
+	Model         json.RawMessage `json:"model"`
+	Messages      json.RawMessage `json:"messages"`
+	System        json.RawMessage `json:"system"`
+	MaxTokens     json.RawMessage `json:"max_tokens"`
+	StopSequences json.RawMessage `json:"stop_sequences"`
+	Stream        json.RawMessage `json:"stream"`
+	Temperature   json.RawMessage `json:"temperature"`
+	TopP          json.RawMessage `json:"top_p"`
+	TopK          json.RawMessage `json:"top_k"`
+	Metadata      json.RawMessage `json:"metadata"`
+	Tools         json.RawMessage `json:"tools"`
+	ToolChoice    json.RawMessage `json:"tool_choice"`
+	// Provider is the edge's own routing options, passed on as the chat
+	// API takes them.
+	Provider json.RawMessage `json:"provider"`
+}
+
+// block is one content block of a message, a system prompt or a tool
+// result. Only the fields of the types the edge translates are read.
+type block struct {
+	Type string `json:"type"`
+	// Text is a text block's.
+	Text *string `json:"text"`
+	// Source is an image's or a document's.
+	Source *source `json:"source"`
+	// ID, Name and Input are a tool_use block's.
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+	// ToolUseID, Content and IsError are a tool_result block's.
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
+}
+
+type source struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+	URL       string `json:"url"`
+}
+
+type wireMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type wireTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type wireToolChoice struct {
+	Type                   string `json:"type"`
+	Name                   string `json:"name"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
+}
+
+// Chat-completions shapes the translation writes.
+type (
+	chatMessage struct {
+		Role       string         `json:"role"`
+		Content    any            `json:"content"`
+		ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string         `json:"tool_call_id,omitempty"`
+	}
+	chatPart struct {
+		Type     string        `json:"type"`
+		Text     *string       `json:"text,omitempty"`
+		ImageURL *chatImageURL `json:"image_url,omitempty"`
+	}
+	chatImageURL struct {
+		URL string `json:"url"`
+	}
+	chatToolCall struct {
+		ID       string       `json:"id"`
+		Type     string       `json:"type"`
+		Function chatFunction `json:"function"`
+	}
+	chatFunction struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	chatTool struct {
+		Type     string      `json:"type"`
+		Function chatToolDef `json:"function"`
+	}
+	chatToolDef struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+)
+
+// maxStopSequences bounds stop_sequences; providers take a handful.
+const maxStopSequences = 16
+
+func fieldErr(param, format string, args ...any) *chatreq.Error {
+	return &chatreq.Error{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// ToChat translates a Messages request body into a chat-completions
+// request body, and returns what the answer's translation needs. It never
+// panics; every failure is a *chatreq.Error naming the Messages field.
+// The translation is deterministic, so a conversation's turns translate to
+// chat requests whose prompts extend each other, as the edge's prompt
+// hashes need.
+func ToChat(body []byte, o Options) ([]byte, Request, error) {
+	var req Request
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return nil, req, &chatreq.Error{Message: "the request body must be a JSON object"}
+	}
+	var w wireRequest
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, req, &chatreq.Error{Message: "the request body is not valid JSON: " + err.Error()}
+	}
+	out := map[string]any{}
+	model, ok := str(w.Model)
+	if !ok || model == "" {
+		return nil, req, fieldErr("model", "must be a non-empty string")
+	}
+	req.Model = model
+	out["model"] = model
+
+	var msgs []chatMessage
+	if !null(w.System) {
+		text, err := systemText(w.System)
+		if err != nil {
+			return nil, req, err
+		}
+		msgs = append(msgs, chatMessage{Role: "system", Content: text})
+	}
+	conv, err := messages(w.Messages)
+	if err != nil {
+		return nil, req, err
+	}
+	out["messages"] = append(msgs, conv...)
+
+	switch {
+	case !null(w.MaxTokens):
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(w.MaxTokens)), 10, 64)
+		if err != nil || n < 1 || n > chatreq.MaxTokens {
+			return nil, req, fieldErr("max_tokens", "must be an integer from 1 to %d", chatreq.MaxTokens)
+		}
+		out["max_tokens"] = n
+	case !o.CountOnly:
+		return nil, req, fieldErr("max_tokens", "is required")
+	}
+	if !null(w.Stream) {
+		if err := json.Unmarshal(w.Stream, &req.Stream); err != nil {
+			return nil, req, fieldErr("stream", "must be a boolean")
+		}
+		if req.Stream {
+			out["stream"] = true
+			// The usage chunk is what message_delta's usage is made of.
+			out["stream_options"] = map[string]bool{"include_usage": true}
+		}
+	}
+	if !null(w.StopSequences) {
+		if err := json.Unmarshal(w.StopSequences, &req.StopSequences); err != nil {
+			return nil, req, fieldErr("stop_sequences", "must be an array of strings")
+		}
+		if len(req.StopSequences) > maxStopSequences {
+			return nil, req, fieldErr("stop_sequences", "must hold at most %d strings", maxStopSequences)
+		}
+		if len(req.StopSequences) > 0 {
+			out["stop"] = req.StopSequences
+		}
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"temperature", w.Temperature}, {"top_p", w.TopP}, {"top_k", w.TopK}} {
+		if null(f.raw) {
+			continue
+		}
+		var v float64
+		if err := json.Unmarshal(f.raw, &v); err != nil || v < 0 {
+			return nil, req, fieldErr(f.name, "must be a non-negative number")
+		}
+		out[f.name] = json.RawMessage(bytes.TrimSpace(f.raw))
+	}
+	if !null(w.Metadata) {
+		var md struct {
+			UserID *string `json:"user_id"`
+		}
+		if err := json.Unmarshal(w.Metadata, &md); err != nil {
+			return nil, req, fieldErr("metadata", "must be an object with an optional string user_id")
+		}
+		if md.UserID != nil && *md.UserID != "" {
+			out["user"] = *md.UserID
+		}
+	}
+	if !null(w.Tools) {
+		tools, err := toolsOf(w.Tools)
+		if err != nil {
+			return nil, req, err
+		}
+		if len(tools) > 0 {
+			out["tools"] = tools
+		}
+	}
+	if !null(w.ToolChoice) {
+		if err := toolChoice(w.ToolChoice, out); err != nil {
+			return nil, req, err
+		}
+	}
+	if !null(w.Provider) {
+		out["provider"] = json.RawMessage(bytes.TrimSpace(w.Provider))
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, req, &chatreq.Error{Message: "the request could not be translated: " + err.Error()}
+	}
+	return bytes.TrimSpace(b.Bytes()), req, nil
+}
+
+// systemText is the system prompt, a string or an array of text blocks,
+// as one string: the blocks joined by blank lines, as the model would read
+// them.
+func systemText(raw json.RawMessage) (string, error) {
+	if s, ok := str(raw); ok {
+		return s, nil
+	}
+	var blocks []block
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", fieldErr("system", "must be a string or an array of text blocks")
+	}
+	parts := make([]string, 0, len(blocks))
+	for i, b := range blocks {
+		if b.Type != "text" || b.Text == nil {
+			return "", fieldErr(fmt.Sprintf("system[%d]", i), "must be a text block")
+		}
+		parts = append(parts, *b.Text)
+	}
+	return strings.Join(parts, "\n\n"), nil
+}
+
+// messages translates the conversation. An assistant message becomes one
+// assistant message (its text, its tool_use blocks as tool calls); a user
+// message becomes a tool message per tool_result block, first, as the chat
+// API wants them right after the assistant's calls, then a user message
+// with the rest of its blocks, if any.
+func messages(raw json.RawMessage) ([]chatMessage, error) {
+	if null(raw) {
+		return nil, fieldErr("messages", "is required")
+	}
+	var in []wireMessage
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fieldErr("messages", "must be an array of message objects")
+	}
+	if len(in) == 0 {
+		return nil, fieldErr("messages", "must contain at least one message")
+	}
+	var out []chatMessage
+	for i, m := range in {
+		param := fmt.Sprintf("messages[%d]", i)
+		blocks, text, err := contentBlocks(m.Content, param+".content")
+		if err != nil {
+			return nil, err
+		}
+		switch m.Role {
+		case "user":
+			msgs, err := userMessages(blocks, text, param+".content")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, msgs...)
+		case "assistant":
+			msg, err := assistantMessage(blocks, text, param+".content")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, msg)
+		default:
+			return nil, fieldErr(param+".role", `must be "user" or "assistant"`)
+		}
+	}
+	return out, nil
+}
+
+// contentBlocks reads a message's content: a string (returned as text,
+// blocks nil) or an array of blocks.
+func contentBlocks(raw json.RawMessage, param string) ([]block, *string, error) {
+	if s, ok := str(raw); ok {
+		return nil, &s, nil
+	}
+	var blocks []block
+	if null(raw) || json.Unmarshal(raw, &blocks) != nil {
+		return nil, nil, fieldErr(param, "must be a string or an array of content blocks")
+	}
+	return blocks, nil, nil
+}
+
+func userMessages(blocks []block, text *string, param string) ([]chatMessage, error) {
+	if text != nil {
+		return []chatMessage{{Role: "user", Content: *text}}, nil
+	}
+	var out []chatMessage
+	var parts []chatPart
+	for j, b := range blocks {
+		bp := fmt.Sprintf("%s[%d]", param, j)
+		switch b.Type {
+		case "tool_result":
+			if b.ToolUseID == "" {
+				return nil, fieldErr(bp+".tool_use_id", "must be a non-empty string")
+			}
+			content, images, err := toolResult(b, bp)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, chatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: content})
+			// A tool message carries text only: its images follow in the
+			// user message.
+			parts = append(parts, images...)
+		case "thinking", "redacted_thinking":
+			// Nothing a chat provider can take.
+		default:
+			p, err := part(b, bp)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, p)
+		}
+	}
+	switch {
+	case len(parts) == 1 && parts[0].Type == "text":
+		out = append(out, chatMessage{Role: "user", Content: *parts[0].Text})
+	case len(parts) > 0 || len(out) == 0:
+		if parts == nil {
+			parts = []chatPart{}
+		}
+		out = append(out, chatMessage{Role: "user", Content: parts})
+	}
+	return out, nil
+}
+
+// part translates a text, image or text document block.
+func part(b block, param string) (chatPart, error) {
+	switch b.Type {
+	case "text":
+		if b.Text == nil {
+			return chatPart{}, fieldErr(param+".text", "must be a string")
+		}
+		return chatPart{Type: "text", Text: b.Text}, nil
+	case "image":
+		if b.Source == nil {
+			return chatPart{}, fieldErr(param+".source", "is required")
+		}
+		switch b.Source.Type {
+		case "base64":
+			if b.Source.MediaType == "" || b.Source.Data == "" {
+				return chatPart{}, fieldErr(param+".source", "a base64 image needs media_type and data")
+			}
+			return chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: "data:" + b.Source.MediaType + ";base64," + b.Source.Data}}, nil
+		case "url":
+			if b.Source.URL == "" {
+				return chatPart{}, fieldErr(param+".source.url", "must be a non-empty string")
+			}
+			return chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: b.Source.URL}}, nil
+		}
+		return chatPart{}, fieldErr(param+".source.type", `must be "base64" or "url"`)
+	case "document":
+		if b.Source != nil && b.Source.Type == "text" {
+			t := b.Source.Data
+			return chatPart{Type: "text", Text: &t}, nil
+		}
+		return chatPart{}, fieldErr(param, "only plain-text documents are supported")
+	case "":
+		return chatPart{}, fieldErr(param+".type", "must be a non-empty string")
+	}
+	return chatPart{}, fieldErr(param+".type", "content blocks of type %q are not supported here", truncate(b.Type, 40))
+}
+
+// toolResult is a tool_result's content as the tool message's text, and
+// its images. An error result says so in its text: the chat API has no
+// flag for it.
+func toolResult(b block, param string) (string, []chatPart, error) {
+	var text strings.Builder
+	var images []chatPart
+	if s, ok := str(b.Content); ok {
+		text.WriteString(s)
+	} else if !null(b.Content) {
+		var blocks []block
+		if err := json.Unmarshal(b.Content, &blocks); err != nil {
+			return "", nil, fieldErr(param+".content", "must be a string or an array of content blocks")
+		}
+		for k, c := range blocks {
+			p, err := part(c, fmt.Sprintf("%s.content[%d]", param, k))
+			if err != nil {
+				return "", nil, err
+			}
+			if p.Type != "text" {
+				images = append(images, p)
+				continue
+			}
+			if text.Len() > 0 {
+				text.WriteString("\n")
+			}
+			text.WriteString(*p.Text)
+		}
+	}
+	if b.IsError {
+		return "Error: " + text.String(), images, nil
+	}
+	return text.String(), images, nil
+}
+
+func assistantMessage(blocks []block, text *string, param string) (chatMessage, error) {
+	msg := chatMessage{Role: "assistant"}
+	if text != nil {
+		msg.Content = *text
+		return msg, nil
+	}
+	var b strings.Builder
+	for j, bl := range blocks {
+		bp := fmt.Sprintf("%s[%d]", param, j)
+		switch bl.Type {
+		case "text":
+			if bl.Text == nil {
+				return msg, fieldErr(bp+".text", "must be a string")
+			}
+			b.WriteString(*bl.Text)
+		case "tool_use":
+			if bl.ID == "" || bl.Name == "" {
+				return msg, fieldErr(bp, "a tool_use block needs an id and a name")
+			}
+			args := "{}"
+			if !null(bl.Input) {
+				var c bytes.Buffer
+				if err := json.Compact(&c, bl.Input); err != nil || c.Len() == 0 || c.Bytes()[0] != '{' {
+					return msg, fieldErr(bp+".input", "must be an object")
+				}
+				args = c.String()
+			}
+			msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: bl.ID, Type: "function",
+				Function: chatFunction{Name: bl.Name, Arguments: args}})
+		case "thinking", "redacted_thinking":
+			// The provider's reasoning is not sent back to it.
+		default:
+			return msg, fieldErr(bp+".type", "assistant content blocks of type %q are not supported here", truncate(bl.Type, 40))
+		}
+	}
+	if b.Len() > 0 || len(msg.ToolCalls) == 0 {
+		msg.Content = b.String()
+	}
+	return msg, nil
+}
+
+// toolsOf translates client tools into function tools. Anthropic's own
+// server tools (web search, code execution...) run at Anthropic, which
+// the providers behind the edge are not: they are refused.
+func toolsOf(raw json.RawMessage) ([]chatTool, error) {
+	var in []wireTool
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fieldErr("tools", "must be an array of tool objects")
+	}
+	out := make([]chatTool, 0, len(in))
+	for i, t := range in {
+		param := fmt.Sprintf("tools[%d]", i)
+		if t.Type != "" && t.Type != "custom" {
+			return nil, fieldErr(param+".type", "tool type %q is not supported: only client tools (name, description, input_schema) are", truncate(t.Type, 40))
+		}
+		if t.Name == "" {
+			return nil, fieldErr(param+".name", "must be a non-empty string")
+		}
+		schema := json.RawMessage(`{"type":"object","properties":{}}`)
+		if !null(t.InputSchema) {
+			var c bytes.Buffer
+			if err := json.Compact(&c, t.InputSchema); err != nil || c.Len() == 0 || c.Bytes()[0] != '{' {
+				return nil, fieldErr(param+".input_schema", "must be an object")
+			}
+			schema = c.Bytes()
+		}
+		out = append(out, chatTool{Type: "function", Function: chatToolDef{Name: t.Name, Description: t.Description, Parameters: schema}})
+	}
+	return out, nil
+}
+
+// toolChoice sets the chat request's tool_choice (and parallel_tool_calls)
+// from Anthropic's.
+func toolChoice(raw json.RawMessage, out map[string]any) error {
+	var tc wireToolChoice
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		return fieldErr("tool_choice", "must be an object")
+	}
+	switch tc.Type {
+	case "auto":
+		out["tool_choice"] = "auto"
+	case "any":
+		out["tool_choice"] = "required"
+	case "none":
+		out["tool_choice"] = "none"
+	case "tool":
+		if tc.Name == "" {
+			return fieldErr("tool_choice.name", "must be a non-empty string")
+		}
+		out["tool_choice"] = map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}}
+	default:
+		return fieldErr("tool_choice.type", `must be one of "auto", "any", "tool", "none"`)
+	}
+	if tc.DisableParallelToolUse && tc.Type != "none" {
+		out["parallel_tool_calls"] = false
+	}
+	return nil
+}
+
+// str reads raw as a JSON string.
+func str(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// null reports whether raw is absent or JSON null.
+func null(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,140 @@
+package tests
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/stretchr/testify/require"
+)
+
+// anthropicClient is the official Anthropic SDK pointed at the edge, as
+// Claude Code is by ANTHROPIC_BASE_URL.
+func (s *system) anthropicClient(key string) anthropic.Client {
+	return anthropic.NewClient(option.WithBaseURL(strings.TrimSuffix(s.edge.URL(), "/v1")+"/"), option.WithAPIKey(key),
+		option.WithMaxRetries(0))
+}
+
+func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
+	s := startSystem(t)
+	client := s.anthropicClient(testKey)
+	ctx := t.Context()
+	prompt := longPrompt(600) + " tell me about routing"
+	params := anthropic.MessageNewParams{
+		Model: anthropic.Model(model),
+		// The simulator writes max_tokens tokens and stops for length.
+		MaxTokens: 6,
+		System:    []anthropic.TextBlockParam{{Text: "You are terse."}},
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))},
+	}
+
+	// Non-streaming.
+	msg, err := client.Messages.New(ctx, params)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(msg.ID, "msg_"), msg.ID)
+	require.Equal(t, model, string(msg.Model))
+	require.Len(t, msg.Content, 1)
+	require.Equal(t, "text", msg.Content[0].Type)
+	require.NotEmpty(t, msg.Content[0].Text)
+	require.Equal(t, anthropic.StopReasonMaxTokens, msg.StopReason)
+	require.Equal(t, int64(6), msg.Usage.OutputTokens)
+	require.Positive(t, msg.Usage.InputTokens)
+	require.Zero(t, msg.Usage.CacheReadInputTokens, "first sight of this prompt")
+	firstInput := msg.Usage.InputTokens
+
+	// The same prompt again is read from the provider's cache: Anthropic's
+	// input_tokens leaves the cached tokens out.
+	msg, err = client.Messages.New(ctx, params)
+	require.NoError(t, err)
+	require.Positive(t, msg.Usage.CacheReadInputTokens)
+	require.Equal(t, firstInput, msg.Usage.InputTokens+msg.Usage.CacheReadInputTokens)
+
+	// Streaming: the SDK's accumulator rebuilds the same message.
+	stream := client.Messages.NewStreaming(ctx, params)
+	var acc anthropic.Message
+	var types []string
+	for stream.Next() {
+		ev := stream.Current()
+		types = append(types, ev.Type)
+		require.NoError(t, acc.Accumulate(ev))
+	}
+	require.NoError(t, stream.Err())
+	require.Equal(t, "message_start", types[0])
+	require.Equal(t, "message_stop", types[len(types)-1])
+	require.Contains(t, types, "content_block_delta")
+	require.Len(t, acc.Content, 1)
+	require.NotEmpty(t, acc.Content[0].Text)
+	require.Equal(t, anthropic.StopReasonMaxTokens, acc.StopReason)
+	require.Equal(t, int64(6), acc.Usage.OutputTokens)
+	require.Equal(t, firstInput, acc.Usage.InputTokens+acc.Usage.CacheReadInputTokens)
+
+	// count_tokens answers the edge's own estimate, without max_tokens.
+	count, err := client.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{
+		Model:    anthropic.Model(model),
+		System:   anthropic.MessageCountTokensParamsSystemUnion{OfTextBlockArray: params.System},
+		Messages: params.Messages,
+	})
+	require.NoError(t, err)
+	require.Equal(t, firstInput, count.InputTokens, "the estimate is what the simulator counts")
+}
+
+func TestMessagesToolTurnThroughEdge(t *testing.T) {
+	s := startSystem(t)
+	client := s.anthropicClient(testKey)
+	// A tool turn as Claude Code sends it: tools, the assistant's tool_use
+	// and the user's tool_result, on the beta path with its headers.
+	msg, err := client.Messages.New(t.Context(), anthropic.MessageNewParams{
+		Model:     anthropic.Model(model),
+		MaxTokens: 32,
+		Tools: []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "read_file", Description: anthropic.String("reads a file"),
+			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"path": map[string]any{"type": "string"}}}}}},
+		ToolChoice: anthropic.ToolChoiceUnionParam{OfAuto: &anthropic.ToolChoiceAutoParam{}},
+		Messages: []anthropic.MessageParam{
+			anthropic.NewUserMessage(anthropic.NewTextBlock("read main.go")),
+			anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("toolu_1", map[string]any{"path": "main.go"}, "read_file")),
+			anthropic.NewUserMessage(anthropic.NewToolResultBlock("toolu_1", "package main", false), anthropic.NewTextBlock("now explain")),
+		},
+	}, option.WithQuery("beta", "true"), option.WithHeader("anthropic-beta", "claude-code-20250219,unknown-beta-2099"),
+		option.WithHeader("X-Claude-Code-Session-Id", "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10"))
+	require.NoError(t, err)
+	require.Equal(t, "text", msg.Content[0].Type)
+	require.Equal(t, int64(32), msg.Usage.OutputTokens)
+}
+
+func TestMessagesErrorsThroughEdge(t *testing.T) {
+	s := startSystem(t)
+	ctx := t.Context()
+	params := anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 16,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+
+	bad := s.anthropicClient("sk-not-a-key")
+	_, err := bad.Messages.New(ctx, params)
+	var apiErr *anthropic.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+	require.Equal(t, "authentication_error", string(apiErr.Type()))
+
+	params.Model = "vendor/no-such-model"
+	good := s.anthropicClient(testKey)
+	_, err = good.Messages.New(ctx, params)
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusNotFound, apiErr.StatusCode)
+	require.Equal(t, "not_found_error", string(apiErr.Type()))
+
+	// A request the Messages API refuses (no max_tokens), in raw HTTP.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.edge.URL()+"/messages",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("x-api-key", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: is required"}}`, string(body))
+}
