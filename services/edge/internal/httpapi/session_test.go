@@ -32,3 +32,14 @@ func TestSessionID(t *testing.T) {
 		})
 	}
 }
+
+func TestSessionIDFromClaudeCode(t *testing.T) {
+	r := httptest.NewRequest("POST", "/v1/messages", nil)
+	r.Header.Set(HeaderClaudeCodeSession, "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab")
+	require.Equal(t, "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab", sessionID(r))
+	r.Header.Set(HeaderSession, "mine")
+	require.Equal(t, "mine", sessionID(r), "X-Session-Id wins")
+	r.Header.Del(HeaderSession)
+	r.Header.Set(HeaderClaudeCodeSession, "not valid")
+	require.Empty(t, sessionID(r))
+}
