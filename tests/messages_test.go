@@ -85,24 +85,52 @@ func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
 func TestMessagesToolTurnThroughEdge(t *testing.T) {
 	s := startSystem(t)
 	client := s.anthropicClient(testKey)
-	// A tool turn as Claude Code sends it: tools, the assistant's tool_use
-	// and the user's tool_result, on the beta path with its headers.
-	msg, err := client.Messages.New(t.Context(), anthropic.MessageNewParams{
-		Model:     anthropic.Model(model),
-		MaxTokens: 32,
-		Tools: []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "read_file", Description: anthropic.String("reads a file"),
-			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"path": map[string]any{"type": "string"}}}}}},
+	ctx := t.Context()
+	tools := []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "read_file", Description: anthropic.String("reads a file"),
+		InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"word": map[string]any{"type": "string"}}}}}}
+	// Claude Code's beta path and headers, an unknown beta among them.
+	opts := []option.RequestOption{option.WithQuery("beta", "true"),
+		option.WithHeader("anthropic-beta", "claude-code-20250219,unknown-beta-2099"),
+		option.WithHeader("X-Claude-Code-Session-Id", "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10")}
+	// The simulator calls the tool a directive names.
+	ask := anthropic.NewUserMessage(anthropic.NewTextBlock("open [[provsim:tool=read_file]]"))
+	params := anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 2, Tools: tools,
 		ToolChoice: anthropic.ToolChoiceUnionParam{OfAuto: &anthropic.ToolChoiceAutoParam{}},
-		Messages: []anthropic.MessageParam{
-			anthropic.NewUserMessage(anthropic.NewTextBlock("read main.go")),
-			anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("toolu_1", map[string]any{"path": "main.go"}, "read_file")),
-			anthropic.NewUserMessage(anthropic.NewToolResultBlock("toolu_1", "package main", false), anthropic.NewTextBlock("now explain")),
-		},
-	}, option.WithQuery("beta", "true"), option.WithHeader("anthropic-beta", "claude-code-20250219,unknown-beta-2099"),
-		option.WithHeader("X-Claude-Code-Session-Id", "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10"))
+		Messages:   []anthropic.MessageParam{ask}}
+
+	msg, err := client.Messages.New(ctx, params, opts...)
 	require.NoError(t, err)
+	require.Equal(t, anthropic.StopReasonToolUse, msg.StopReason)
+	require.Len(t, msg.Content, 2)
 	require.Equal(t, "text", msg.Content[0].Type)
-	require.Equal(t, int64(32), msg.Usage.OutputTokens)
+	call := msg.Content[1]
+	require.Equal(t, "tool_use", call.Type)
+	require.Equal(t, "read_file", call.Name)
+	require.NotEmpty(t, call.ID)
+	require.JSONEq(t, `{"word":"open"}`, string(call.Input))
+
+	// Streamed, the tool call is a block of its own after the text.
+	stream := client.Messages.NewStreaming(ctx, params, opts...)
+	var acc anthropic.Message
+	for stream.Next() {
+		require.NoError(t, acc.Accumulate(stream.Current()))
+	}
+	require.NoError(t, stream.Err())
+	require.Equal(t, anthropic.StopReasonToolUse, acc.StopReason)
+	require.Len(t, acc.Content, 2)
+	require.Equal(t, "tool_use", acc.Content[1].Type)
+	require.Equal(t, "read_file", acc.Content[1].Name)
+	require.JSONEq(t, `{"word":"open"}`, string(acc.Content[1].Input))
+
+	// The tool's result goes back, and the answer is text.
+	params.Messages = []anthropic.MessageParam{ask, msg.ToParam(),
+		anthropic.NewUserMessage(anthropic.NewToolResultBlock(call.ID, "package main", false), anthropic.NewTextBlock("now explain"))}
+	msg, err = client.Messages.New(ctx, params, opts...)
+	require.NoError(t, err)
+	require.Equal(t, anthropic.StopReasonMaxTokens, msg.StopReason)
+	require.Len(t, msg.Content, 1)
+	require.Equal(t, "now explain ", msg.Content[0].Text, "the simulator echoes the last user text")
+	require.Equal(t, int64(2), msg.Usage.OutputTokens)
 }
 
 func TestMessagesErrorsThroughEdge(t *testing.T) {

@@ -23,6 +23,10 @@ import (
 // the prompt always gets through, so that is where a test says "fail this one".
 var directiveRE = regexp.MustCompile(`\[\[provsim:fault=([^\]]*)\]\]`)
 
+// toolRE finds a tool directive, [[provsim:tool=NAME]]: a reply that
+// calls the client's tool NAME, for tests of a gateway's tool turns.
+var toolRE = regexp.MustCompile(`\[\[provsim:tool=([A-Za-z0-9_-]{1,64})\]\]`)
+
 // call is one chat-completions request being served.
 type call struct {
 	p     *Provider
@@ -43,6 +47,8 @@ type call struct {
 	n              int64  // output tokens to produce
 	finishReason   string // "stop" or "length"
 	words          []string
+	// tool is the tool the reply calls (a tool directive), "" for none.
+	tool string
 
 	outcome outcome
 	sent    int64 // completion tokens delivered
@@ -78,6 +84,7 @@ func (c *call) serve() {
 	}
 	c.n, c.finishReason = outputLength(c.cfg, c.req.MaxTokens)
 	c.words = outputWords(c.req.LastUserText())
+	c.tool = toolDirective(c.req)
 	c.prompt = c.req.PromptTokens()
 	if c.cache != nil {
 		c.keys = promptcache.Keys(c.req.Messages, c.cache.Config().BlockTokens)
@@ -244,10 +251,16 @@ func (c *call) complete() outcome {
 		content.WriteString(c.token(i))
 	}
 	finish := c.finishReason
+	msg := &chatapi.Message{Role: "assistant", Content: content.String()}
+	if c.tool != "" {
+		msg.ToolCalls = []chatapi.ToolCall{{ID: c.toolCallID(), Type: "function",
+			Function: chatapi.ToolFunction{Name: c.tool, Arguments: c.toolArguments()}}}
+		finish = "tool_calls"
+	}
 	writeJSON(c.w, http.StatusOK, chatapi.Completion{
 		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.cfg.ID,
 		Choices: []chatapi.Choice{{
-			Message:      &chatapi.Message{Role: "assistant", Content: content.String()},
+			Message:      msg,
 			FinishReason: &finish,
 		}},
 		Usage: c.usage(),
@@ -328,6 +341,13 @@ func (c *call) stream() outcome {
 		return outcomeCancelled
 	}
 	finish := c.finishReason
+	if c.tool != "" {
+		if !c.streamToolCall(s) {
+			c.sent = 0
+			return outcomeCancelled
+		}
+		finish = "tool_calls"
+	}
 	if s.event(c.chunk(&chatapi.Delta{}, &finish)) != nil {
 		c.sent = 0
 		return outcomeCancelled
@@ -347,6 +367,46 @@ func (c *call) stream() outcome {
 		return outcomeCancelled
 	}
 	return outcomeOK
+}
+
+// streamToolCall sends the directive's tool call as a stream does: its
+// id and name first, then its arguments in two pieces.
+func (c *call) streamToolCall(s *streamWriter) bool {
+	zero := 0
+	args := c.toolArguments()
+	half := len(args) / 2
+	for _, tc := range []chatapi.ToolCall{
+		{Index: &zero, ID: c.toolCallID(), Type: "function", Function: chatapi.ToolFunction{Name: c.tool}},
+		{Index: &zero, Function: chatapi.ToolFunction{Arguments: args[:half]}},
+		{Index: &zero, Function: chatapi.ToolFunction{Arguments: args[half:]}},
+	} {
+		if s.event(c.chunk(&chatapi.Delta{ToolCalls: []chatapi.ToolCall{tc}}, nil)) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *call) toolCallID() string { return "call_" + c.id }
+
+// toolArguments are the directive's tool call's arguments: the reply's
+// first word, so a test can check they went through.
+func (c *call) toolArguments() string {
+	b, _ := json.Marshal(map[string]string{"word": strings.TrimSpace(c.token(0))})
+	return string(b)
+}
+
+// toolDirective is the tool a [[provsim:tool=NAME]] directive in the
+// request's last message asks to call, "" when there is none. Only the
+// last message counts, and only a user's: once the tool's result follows,
+// the conversation goes on with text.
+func toolDirective(req chatapi.Request) string {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" {
+		if sm := toolRE.FindStringSubmatch(req.Messages[n-1].Content); sm != nil {
+			return sm[1]
+		}
+	}
+	return ""
 }
 
 // drop cuts the connection after a few tokens: mid-stream for a stream, and
@@ -475,7 +535,7 @@ func outputLength(cfg ModelConfig, maxTokens *int64) (int64, string) {
 // user message without directives, or "ok". Echoing the prompt makes replies
 // deterministic and easy to check at the far end of a gateway.
 func outputWords(lastUser string) []string {
-	words := strings.Fields(directiveRE.ReplaceAllString(lastUser, " "))
+	words := strings.Fields(toolRE.ReplaceAllString(directiveRE.ReplaceAllString(lastUser, " "), " "))
 	if len(words) == 0 {
 		return []string{"ok"}
 	}

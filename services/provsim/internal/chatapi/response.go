@@ -25,15 +25,34 @@ type Choice struct {
 
 // Message is the assistant's message in a non-streamed reply.
 type Message struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is a call of one of the client's tools, whole in a reply or a
+// piece of it in a stream chunk.
+type ToolCall struct {
+	// Index is the call's position, set in stream chunks only.
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function ToolFunction `json:"function"`
+}
+
+// ToolFunction names the tool called and carries its arguments (a JSON
+// object as a string, or the next piece of it in a stream chunk).
+type ToolFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // Delta is the increment a stream chunk carries.
 type Delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Usage is the token accounting of a reply.
