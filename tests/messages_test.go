@@ -166,3 +166,41 @@ func TestMessagesErrorsThroughEdge(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: is required"}}`, string(body))
 }
+
+// TestMessagesProviderFailuresThroughEdge: the chat pipeline's refusals and
+// failures reach an Anthropic client in its own terms, as its SDK reads them.
+func TestMessagesProviderFailuresThroughEdge(t *testing.T) {
+	s := startSystem(t)
+	client := s.anthropicClient(testKey)
+	ctx := t.Context()
+	ask := func(text string) anthropic.MessageNewParams {
+		return anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 8,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(text))}}
+	}
+
+	// Every provider answers 429: a rate_limit_error with retry-after.
+	_, err := client.Messages.New(ctx, ask("[[provsim:fault=rate_limit]] hi"))
+	var apiErr *anthropic.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+	require.Equal(t, "rate_limit_error", string(apiErr.Type()))
+	require.NotEmpty(t, apiErr.Response.Header.Get("Retry-After"))
+
+	// Every provider is overloaded: 529 overloaded_error, which Claude Code retries.
+	_, err = client.Messages.New(ctx, ask("[[provsim:fault=overloaded]] hi"))
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, 529, apiErr.StatusCode)
+	require.Equal(t, "overloaded_error", string(apiErr.Type()))
+
+	// A stream cut after its first tokens ends with an error event: the
+	// SDK reports it, not a complete message.
+	stream := client.Messages.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four"))
+	var types []string
+	for stream.Next() {
+		types = append(types, stream.Current().Type)
+	}
+	require.Error(t, stream.Err())
+	require.Contains(t, stream.Err().Error(), "api_error")
+	require.Contains(t, types, "content_block_delta", "the stream had begun")
+	require.NotContains(t, types, "message_stop")
+}
