@@ -1,11 +1,13 @@
 package tests
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -33,8 +35,12 @@ func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
 	}
 
 	// Non-streaming.
-	msg, err := client.Messages.New(ctx, params)
+	var httpResp *http.Response
+	msg, err := client.Messages.New(ctx, params, option.WithResponseInto(&httpResp))
 	require.NoError(t, err)
+	reqID := httpResp.Header.Get("X-Request-Id")
+	require.Equal(t, reqID, httpResp.Header.Get("Request-Id"))
+	require.Equal(t, "msg_"+strings.TrimPrefix(reqID, "gen-"), msg.ID)
 	require.True(t, strings.HasPrefix(msg.ID, "msg_"), msg.ID)
 	require.Equal(t, model, string(msg.Model))
 	require.Len(t, msg.Content, 1)
@@ -80,6 +86,34 @@ func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, firstInput, count.InputTokens, "the estimate is what the simulator counts")
+
+	// The activity record is the chat pipeline's, and says which API the
+	// request came in by.
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.edge.URL()+"/generation?id="+reqID, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		var rec struct {
+			Data struct {
+				ClientAPI string `json:"client_api"`
+				Model     string `json:"model"`
+				Status    string `json:"status"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(body, &rec), string(body))
+		require.Equal(t, "CLIENT_API_MESSAGES", rec.Data.ClientAPI)
+		require.Equal(t, model, rec.Data.Model)
+		require.Equal(t, "CALL_STATUS_OK", rec.Data.Status)
+		return true
+	}, 20*time.Second, 20*time.Millisecond)
 }
 
 func TestMessagesToolTurnThroughEdge(t *testing.T) {

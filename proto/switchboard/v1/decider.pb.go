@@ -746,6 +746,60 @@ func (CallStatus) EnumDescriptor() ([]byte, []int) {
 	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{10}
 }
 
+// ClientApi is the HTTP API a client request came in by.
+type ClientApi int32
+
+const (
+	// CLIENT_API_UNSPECIFIED is unknown.
+	ClientApi_CLIENT_API_UNSPECIFIED ClientApi = 0
+	// CLIENT_API_CHAT_COMPLETIONS: OpenAI's chat completions, POST /v1/chat/completions.
+	ClientApi_CLIENT_API_CHAT_COMPLETIONS ClientApi = 1
+	// CLIENT_API_MESSAGES: Anthropic's Messages API, POST /v1/messages,
+	// translated by the edge into a chat completion.
+	ClientApi_CLIENT_API_MESSAGES ClientApi = 2
+)
+
+// Enum value maps for ClientApi.
+var (
+	ClientApi_name = map[int32]string{
+		0: "CLIENT_API_UNSPECIFIED",
+		1: "CLIENT_API_CHAT_COMPLETIONS",
+		2: "CLIENT_API_MESSAGES",
+	}
+	ClientApi_value = map[string]int32{
+		"CLIENT_API_UNSPECIFIED":      0,
+		"CLIENT_API_CHAT_COMPLETIONS": 1,
+		"CLIENT_API_MESSAGES":         2,
+	}
+)
+
+func (x ClientApi) Enum() *ClientApi {
+	p := new(ClientApi)
+	*p = x
+	return p
+}
+
+func (x ClientApi) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClientApi) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchboard_v1_decider_proto_enumTypes[11].Descriptor()
+}
+
+func (ClientApi) Type() protoreflect.EnumType {
+	return &file_switchboard_v1_decider_proto_enumTypes[11]
+}
+
+func (x ClientApi) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClientApi.Descriptor instead.
+func (ClientApi) EnumDescriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{11}
+}
+
 // Identity says who a request is for. Edges set api_key_sha256 and let the
 // decider resolve the rest; trusted internal callers may set tenant_id directly.
 type Identity struct {
@@ -3844,7 +3898,9 @@ type ActivityRecord struct {
 	Grant []byte `protobuf:"bytes,19,opt,name=grant,proto3" json:"grant,omitempty"`
 	// caps are the DecideResponse.caps of the request's decision, copied as
 	// is. A record whose tokens or costs exceed them is not stored.
-	Caps          *DecisionCaps `protobuf:"bytes,20,opt,name=caps,proto3" json:"caps,omitempty"`
+	Caps *DecisionCaps `protobuf:"bytes,20,opt,name=caps,proto3" json:"caps,omitempty"`
+	// client_api is the HTTP API the request came in by.
+	ClientApi     ClientApi `protobuf:"varint,21,opt,name=client_api,json=clientApi,proto3,enum=switchboard.v1.ClientApi" json:"client_api,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4017,6 +4073,13 @@ func (x *ActivityRecord) GetCaps() *DecisionCaps {
 		return x.Caps
 	}
 	return nil
+}
+
+func (x *ActivityRecord) GetClientApi() ClientApi {
+	if x != nil {
+		return x.ClientApi
+	}
+	return ClientApi_CLIENT_API_UNSPECIFIED
 }
 
 // ActivityBatch carries several activity records at once.
@@ -5770,7 +5833,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12,\n" +
 	"\x12winner_endpoint_id\x18\x03 \x01(\tR\x10winnerEndpointId\x12*\n" +
 	"\x11loser_endpoint_id\x18\x04 \x01(\tR\x0floserEndpointId\x12$\n" +
-	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xeb\x05\n" +
+	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xa5\x06\n" +
 	"\x0eActivityRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -5797,7 +5860,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\bduration\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12-\n" +
 	"\x04ttft\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x04ttft\x12\x14\n" +
 	"\x05grant\x18\x13 \x01(\fR\x05grant\x120\n" +
-	"\x04caps\x18\x14 \x01(\v2\x1c.switchboard.v1.DecisionCapsR\x04caps\"e\n" +
+	"\x04caps\x18\x14 \x01(\v2\x1c.switchboard.v1.DecisionCapsR\x04caps\x128\n" +
+	"\n" +
+	"client_api\x18\x15 \x01(\x0e2\x19.switchboard.v1.ClientApiR\tclientApi\"e\n" +
 	"\rActivityBatch\x128\n" +
 	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xc6\x01\n" +
@@ -5972,7 +6037,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eCALL_STATUS_OK\x10\x01\x12\x16\n" +
 	"\x12CALL_STATUS_FAILED\x10\x02\x12\x1b\n" +
 	"\x17CALL_STATUS_INTERRUPTED\x10\x03\x12 \n" +
-	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x042\x89\t\n" +
+	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x04*a\n" +
+	"\tClientApi\x12\x1a\n" +
+	"\x16CLIENT_API_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bCLIENT_API_CHAT_COMPLETIONS\x10\x01\x12\x17\n" +
+	"\x13CLIENT_API_MESSAGES\x10\x022\x89\t\n" +
 	"\x0eDeciderService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +
@@ -6001,7 +6070,7 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_decider_proto_rawDescData
 }
 
-var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
 var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
@@ -6015,207 +6084,209 @@ var file_switchboard_v1_decider_proto_goTypes = []any{
 	(RefusalReason)(0),               // 8: switchboard.v1.RefusalReason
 	(Outcome)(0),                     // 9: switchboard.v1.Outcome
 	(CallStatus)(0),                  // 10: switchboard.v1.CallStatus
-	(*Identity)(nil),                 // 11: switchboard.v1.Identity
-	(*TokenEstimate)(nil),            // 12: switchboard.v1.TokenEstimate
-	(*PromptPrefix)(nil),             // 13: switchboard.v1.PromptPrefix
-	(*MaxPrice)(nil),                 // 14: switchboard.v1.MaxPrice
-	(*ProviderPreferences)(nil),      // 15: switchboard.v1.ProviderPreferences
-	(*DecideRequest)(nil),            // 16: switchboard.v1.DecideRequest
-	(*Price)(nil),                    // 17: switchboard.v1.Price
-	(*Endpoint)(nil),                 // 18: switchboard.v1.Endpoint
-	(*Candidate)(nil),                // 19: switchboard.v1.Candidate
-	(*Decision)(nil),                 // 20: switchboard.v1.Decision
-	(*HedgePlan)(nil),                // 21: switchboard.v1.HedgePlan
-	(*DecideResponse)(nil),           // 22: switchboard.v1.DecideResponse
-	(*DecisionCaps)(nil),             // 23: switchboard.v1.DecisionCaps
-	(*Demand)(nil),                   // 24: switchboard.v1.Demand
-	(*ReserveRequest)(nil),           // 25: switchboard.v1.ReserveRequest
-	(*QueueDecision)(nil),            // 26: switchboard.v1.QueueDecision
-	(*BucketCharge)(nil),             // 27: switchboard.v1.BucketCharge
-	(*Reservation)(nil),              // 28: switchboard.v1.Reservation
-	(*Refusal)(nil),                  // 29: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),          // 30: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                    // 31: switchboard.v1.Usage
-	(*Header)(nil),                   // 32: switchboard.v1.Header
-	(*ReconcileRequest)(nil),         // 33: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),        // 34: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),                // 35: switchboard.v1.EdgeHello
-	(*CallReport)(nil),               // 36: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),          // 37: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),            // 38: switchboard.v1.ReportRequest
-	(*Attempt)(nil),                  // 39: switchboard.v1.Attempt
-	(*HedgeInfo)(nil),                // 40: switchboard.v1.HedgeInfo
-	(*ActivityRecord)(nil),           // 41: switchboard.v1.ActivityRecord
-	(*ActivityBatch)(nil),            // 42: switchboard.v1.ActivityBatch
-	(*ProbeCommand)(nil),             // 43: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),          // 44: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),            // 45: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),                // 46: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),           // 47: switchboard.v1.ReportResponse
-	(*OwnerTerm)(nil),                // 48: switchboard.v1.OwnerTerm
-	(*KeySet)(nil),                   // 49: switchboard.v1.KeySet
-	(*AcquireHedgeRequest)(nil),      // 50: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 51: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 52: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 53: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 54: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 55: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 56: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 57: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 58: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 59: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 60: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 61: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 62: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 63: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 64: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 65: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
-	(*StartExperimentRequest)(nil),   // 68: switchboard.v1.StartExperimentRequest
-	(*StopExperimentRequest)(nil),    // 69: switchboard.v1.StopExperimentRequest
-	(*GetExperimentRequest)(nil),     // 70: switchboard.v1.GetExperimentRequest
-	(*StartExperimentResponse)(nil),  // 71: switchboard.v1.StartExperimentResponse
-	(*StopExperimentResponse)(nil),   // 72: switchboard.v1.StopExperimentResponse
-	(*GetExperimentResponse)(nil),    // 73: switchboard.v1.GetExperimentResponse
+	(ClientApi)(0),                   // 11: switchboard.v1.ClientApi
+	(*Identity)(nil),                 // 12: switchboard.v1.Identity
+	(*TokenEstimate)(nil),            // 13: switchboard.v1.TokenEstimate
+	(*PromptPrefix)(nil),             // 14: switchboard.v1.PromptPrefix
+	(*MaxPrice)(nil),                 // 15: switchboard.v1.MaxPrice
+	(*ProviderPreferences)(nil),      // 16: switchboard.v1.ProviderPreferences
+	(*DecideRequest)(nil),            // 17: switchboard.v1.DecideRequest
+	(*Price)(nil),                    // 18: switchboard.v1.Price
+	(*Endpoint)(nil),                 // 19: switchboard.v1.Endpoint
+	(*Candidate)(nil),                // 20: switchboard.v1.Candidate
+	(*Decision)(nil),                 // 21: switchboard.v1.Decision
+	(*HedgePlan)(nil),                // 22: switchboard.v1.HedgePlan
+	(*DecideResponse)(nil),           // 23: switchboard.v1.DecideResponse
+	(*DecisionCaps)(nil),             // 24: switchboard.v1.DecisionCaps
+	(*Demand)(nil),                   // 25: switchboard.v1.Demand
+	(*ReserveRequest)(nil),           // 26: switchboard.v1.ReserveRequest
+	(*QueueDecision)(nil),            // 27: switchboard.v1.QueueDecision
+	(*BucketCharge)(nil),             // 28: switchboard.v1.BucketCharge
+	(*Reservation)(nil),              // 29: switchboard.v1.Reservation
+	(*Refusal)(nil),                  // 30: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),          // 31: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                    // 32: switchboard.v1.Usage
+	(*Header)(nil),                   // 33: switchboard.v1.Header
+	(*ReconcileRequest)(nil),         // 34: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),        // 35: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),                // 36: switchboard.v1.EdgeHello
+	(*CallReport)(nil),               // 37: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),          // 38: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),            // 39: switchboard.v1.ReportRequest
+	(*Attempt)(nil),                  // 40: switchboard.v1.Attempt
+	(*HedgeInfo)(nil),                // 41: switchboard.v1.HedgeInfo
+	(*ActivityRecord)(nil),           // 42: switchboard.v1.ActivityRecord
+	(*ActivityBatch)(nil),            // 43: switchboard.v1.ActivityBatch
+	(*ProbeCommand)(nil),             // 44: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),          // 45: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),            // 46: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),                // 47: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),           // 48: switchboard.v1.ReportResponse
+	(*OwnerTerm)(nil),                // 49: switchboard.v1.OwnerTerm
+	(*KeySet)(nil),                   // 50: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 51: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 52: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 53: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 54: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 55: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 56: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 57: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 58: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 59: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 60: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 61: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 62: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 63: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 64: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 65: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 66: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 68: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 69: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 70: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 71: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 72: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 73: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 74: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
-	13,  // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
+	14,  // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
-	14,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
+	15,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	66,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
-	11,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
-	12,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	15,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	66,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
-	17,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	66,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	67,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	12,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
+	13,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	16,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	67,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	18,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
+	67,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
-	19,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	66,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	20,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
+	67,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
 	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	66,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	18,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	18,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	18,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	20,  // 21: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
-	21,  // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	11,  // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
-	14,  // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	28,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
-	29,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
-	24,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
-	26,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
-	23,  // 29: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
-	11,  // 30: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	24,  // 31: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	66,  // 32: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	66,  // 33: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	67,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	19,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	19,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	19,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	21,  // 21: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
+	22,  // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	12,  // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
+	15,  // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	29,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
+	30,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
+	25,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
+	27,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
+	24,  // 29: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
+	12,  // 30: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	25,  // 31: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	67,  // 32: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	67,  // 33: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
 	8,   // 34: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
 	0,   // 35: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	66,  // 36: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	66,  // 37: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	67,  // 36: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	67,  // 37: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
 	7,   // 38: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 39: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	24,  // 40: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	27,  // 41: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	67,  // 42: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	67,  // 43: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	25,  // 40: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	28,  // 41: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	68,  // 42: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 43: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	8,   // 44: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	7,   // 45: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	6,   // 46: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	67,  // 47: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	66,  // 48: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	68,  // 47: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	67,  // 48: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,   // 49: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	28,  // 50: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	29,  // 51: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	26,  // 52: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
-	31,  // 53: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	29,  // 50: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	30,  // 51: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	27,  // 52: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
+	32,  // 53: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
 	9,   // 54: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	32,  // 55: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	33,  // 55: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
 	8,   // 56: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
-	27,  // 57: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	67,  // 58: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	66,  // 59: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	66,  // 60: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	31,  // 61: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	28,  // 57: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	68,  // 58: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	67,  // 59: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	67,  // 60: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	32,  // 61: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
 	9,   // 62: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	66,  // 63: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	32,  // 64: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	13,  // 65: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
-	36,  // 66: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	35,  // 67: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	37,  // 68: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	42,  // 69: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	62,  // 70: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	63,  // 71: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	67,  // 63: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	33,  // 64: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	14,  // 65: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
+	37,  // 66: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	36,  // 67: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	38,  // 68: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	43,  // 69: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	63,  // 70: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	64,  // 71: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
 	9,   // 72: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	66,  // 73: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	67,  // 74: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	67,  // 73: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	68,  // 74: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
 	5,   // 75: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	67,  // 76: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	39,  // 77: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	40,  // 78: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	31,  // 79: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	68,  // 76: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	40,  // 77: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	41,  // 78: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	32,  // 79: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
 	10,  // 80: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	66,  // 81: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	66,  // 82: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	23,  // 83: switchboard.v1.ActivityRecord.caps:type_name -> switchboard.v1.DecisionCaps
-	41,  // 84: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	18,  // 85: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	67,  // 86: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	46,  // 87: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	43,  // 88: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	44,  // 89: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	45,  // 90: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	49,  // 91: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	48,  // 92: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
-	67,  // 93: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	11,  // 94: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	67,  // 95: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	67,  // 96: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	41,  // 97: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	11,  // 98: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	41,  // 99: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	11,  // 100: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	17,  // 101: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	57,  // 102: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	59,  // 103: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	33,  // 104: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	16,  // 105: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	25,  // 106: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	33,  // 107: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	38,  // 108: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	56,  // 109: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	50,  // 110: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	52,  // 111: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	54,  // 112: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	60,  // 113: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	64,  // 114: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	68,  // 115: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	69,  // 116: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	70,  // 117: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	22,  // 118: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	30,  // 119: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	34,  // 120: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	47,  // 121: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	58,  // 122: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	51,  // 123: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	53,  // 124: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	55,  // 125: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	61,  // 126: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	65,  // 127: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	71,  // 128: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	72,  // 129: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	73,  // 130: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	118, // [118:131] is the sub-list for method output_type
-	105, // [105:118] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	67,  // 81: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	67,  // 82: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	24,  // 83: switchboard.v1.ActivityRecord.caps:type_name -> switchboard.v1.DecisionCaps
+	11,  // 84: switchboard.v1.ActivityRecord.client_api:type_name -> switchboard.v1.ClientApi
+	42,  // 85: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	19,  // 86: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	68,  // 87: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	47,  // 88: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	44,  // 89: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	45,  // 90: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	46,  // 91: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	50,  // 92: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	49,  // 93: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
+	68,  // 94: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	12,  // 95: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	68,  // 96: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	68,  // 97: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	42,  // 98: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	12,  // 99: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	42,  // 100: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	12,  // 101: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	18,  // 102: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	58,  // 103: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	60,  // 104: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	34,  // 105: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	17,  // 106: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	26,  // 107: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	34,  // 108: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	39,  // 109: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	57,  // 110: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	51,  // 111: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	53,  // 112: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	55,  // 113: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	61,  // 114: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	65,  // 115: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	69,  // 116: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	70,  // 117: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	71,  // 118: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	23,  // 119: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	31,  // 120: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	35,  // 121: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	48,  // 122: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	59,  // 123: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	52,  // 124: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	54,  // 125: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	56,  // 126: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	62,  // 127: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	66,  // 128: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	72,  // 129: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	73,  // 130: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	74,  // 131: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	119, // [119:132] is the sub-list for method output_type
+	106, // [106:119] is the sub-list for method input_type
+	106, // [106:106] is the sub-list for extension type_name
+	106, // [106:106] is the sub-list for extension extendee
+	0,   // [0:106] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -6246,7 +6317,7 @@ func file_switchboard_v1_decider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
-			NumEnums:      11,
+			NumEnums:      12,
 			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -31,6 +31,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		Model:      c.Model,
 		Hedge:      s.hedge,
 		Stream:     c.Stream,
+		ClientApi:  c.ClientAPI,
 		Duration:   durationpb.New(now.Sub(c.Received)),
 	}
 	r.Attempts = s.attemptRecords()

@@ -221,6 +221,7 @@ func TestActivityRecord(t *testing.T) {
 		d := newDispatcher(rec, nil)
 		call := newCall(t, streamBody)
 		call.APIKeyID = "key-1"
+		call.ClientAPI = switchboardv1.ClientApi_CLIENT_API_MESSAGES
 		call.Received = time.Now().Add(-time.Millisecond)
 		w := httptest.NewRecorder()
 		require.NoError(t, d.Serve(t.Context(), w, call, []*switchboardv1.Endpoint{endpoint("a", first.BaseURL()), endpoint("b", second.BaseURL())}))
@@ -235,6 +236,7 @@ func TestActivityRecord(t *testing.T) {
 		require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_OK, r.GetStatus())
 		require.EqualValues(t, http.StatusOK, r.GetHttpStatus())
 		require.True(t, r.GetStream())
+		require.Equal(t, switchboardv1.ClientApi_CLIENT_API_MESSAGES, r.GetClientApi())
 		require.Empty(t, r.GetError())
 		require.Nil(t, r.GetHedge())
 		require.NotNil(t, r.GetTtft())

@@ -255,6 +255,9 @@ type Call struct {
 	PromptTokens int64
 	// Stream is whether the client asked for server-sent events.
 	Stream bool
+	// ClientAPI is the HTTP API the request came in by, for the activity
+	// record.
+	ClientAPI switchboardv1.ClientApi
 	// IncludeUsage is whether the client asked for the final usage chunk.
 	IncludeUsage bool
 	// Body builds the upstream body for one endpoint's model name.

@@ -345,12 +345,18 @@ type chatRequest struct {
 	keyHash  string
 	identity *switchboardv1.Identity
 	req      *chatreq.Request
+	// api is the HTTP API the request came in by.
+	api switchboardv1.ClientApi
 }
 
 // readChat authenticates what it can of a chat request and reads and parses
 // its body. When it cannot, it answers the client and returns false.
 func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (*chatRequest, bool) {
-	return s.readRequest(w, r, chatreq.Parse)
+	c, ok := s.readRequest(w, r, chatreq.Parse)
+	if ok {
+		c.api = switchboardv1.ClientApi_CLIENT_API_CHAT_COMPLETIONS
+	}
+	return c, ok
 }
 
 // readRequest is readChat with the body parsed by parse, which makes a
@@ -533,6 +539,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		GrantCaps:    resp.GetCaps(),
 		PromptTokens: req.InputTokens,
 		Stream:       req.Stream,
+		ClientAPI:    c.api,
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
 		PromptHash:   req.PromptHash,

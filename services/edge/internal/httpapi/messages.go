@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/anthropic"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 )
@@ -52,6 +53,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	c.api = switchboardv1.ClientApi_CLIENT_API_MESSAGES
 	resp := s.decide(aw, r, log, reqID, c, r.Header.Get(HeaderDebug) == "1")
 	if resp == nil {
 		return
