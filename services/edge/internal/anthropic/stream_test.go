@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -171,4 +172,34 @@ func TestWriterBody(t *testing.T) {
 		w.Finish()
 		require.Empty(t, rec.Body.String())
 	})
+}
+
+// deadlineRecorder records the write deadlines set on it.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	deadlines []time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	d.deadlines = append(d.deadlines, t)
+	return nil
+}
+
+// TestWriterHeldBodyUnderDeadline: the held answer is written under a
+// deadline as long as the one the pipeline wrote it under, then cleared.
+func TestWriterHeldBodyUnderDeadline(t *testing.T) {
+	rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	w := NewWriter(rec, "gen-abc")
+	rc := http.NewResponseController(w)
+	require.NoError(t, rc.SetWriteDeadline(time.Now().Add(time.Hour)))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write([]byte(`{"model":"m","choices":[{"message":{"content":"x"},"finish_reason":"stop"}]}`))
+	require.NoError(t, err)
+	require.NoError(t, rc.SetWriteDeadline(time.Time{}))
+	w.Finish()
+	require.Len(t, rec.deadlines, 4)
+	require.WithinDuration(t, time.Now().Add(time.Hour), rec.deadlines[2], 10*time.Minute)
+	require.True(t, rec.deadlines[3].IsZero())
+	require.Contains(t, rec.Body.String(), `"type":"message"`)
 }

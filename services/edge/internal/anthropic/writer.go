@@ -5,14 +5,16 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Writer is the http.ResponseWriter the chat pipeline answers a Messages
 // request through: it translates what the pipeline writes, in the chat
 // API's format, into Anthropic's. A stream is translated event by event as
 // it is written and flushed; a body (an answer or an error) is held until
-// Finish translates it. http.ResponseController reaches the connection's
-// deadlines through Unwrap.
+// Finish translates it. http.ResponseController reaches the connection
+// through Unwrap; the write deadline the pipeline sets is also remembered,
+// for the held body's write.
 type Writer struct {
 	w     http.ResponseWriter
 	reqID string
@@ -26,6 +28,10 @@ type Writer struct {
 	// whole event.
 	buf      []byte
 	finished bool
+	// writeTimeout is how long the pipeline last gave a write (the
+	// deadline it set, from when it set it): Finish gives the held body's
+	// write as long.
+	writeTimeout time.Duration
 }
 
 // NewWriter returns a Writer answering through w the request with edge
@@ -118,6 +124,16 @@ func (w *Writer) FlushError() error {
 // Flush implements [http.Flusher].
 func (w *Writer) Flush() { _ = w.FlushError() }
 
+// SetWriteDeadline sets the connection's write deadline, as
+// [http.ResponseController.SetWriteDeadline] does, and remembers the time
+// it gives a write for the body Finish writes.
+func (w *Writer) SetWriteDeadline(t time.Time) error {
+	if !t.IsZero() {
+		w.writeTimeout = time.Until(t)
+	}
+	return http.NewResponseController(w.w).SetWriteDeadline(t)
+}
+
 // Unwrap is the writer underneath, for http.ResponseController.
 func (w *Writer) Unwrap() http.ResponseWriter { return w.w }
 
@@ -167,6 +183,14 @@ func (w *Writer) write(status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if w.writeTimeout > 0 {
+		// The pipeline wrote the answer under a deadline; its translation
+		// goes out under one as long, so a client that does not read
+		// cannot hold the request.
+		rc := http.NewResponseController(w.w)
+		_ = rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
 	w.w.WriteHeader(status)
 	_, _ = w.w.Write(body)
 }

@@ -153,6 +153,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("/v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("/v1/messages", s.messages)
 	mux.HandleFunc("/v1/messages/count_tokens", s.countTokens)
+	mux.HandleFunc("/v1/messages/", messagesNotFound)
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/v1/models/{id...}", s.model)
 	mux.HandleFunc("/v1/activity", s.activity)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -86,6 +87,14 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 	// Past the Writer: the answer is Anthropic's already.
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]int64{"input_tokens": c.req.InputTokens})
+}
+
+// messagesNotFound answers the Messages API's paths the edge does not
+// serve (batches...) in Anthropic's shape.
+func messagesNotFound(w http.ResponseWriter, r *http.Request) {
+	aw := anthropic.NewWriter(w, requestID(w))
+	aw.WriteError(anthropic.Error{Status: http.StatusNotFound, Type: "not_found_error",
+		Message: fmt.Sprintf("%s %s is not served by this gateway: only POST /v1/messages and /v1/messages/count_tokens are", r.Method, r.URL.Path)})
 }
 
 // startMessages sets a Messages answer's request id headers and returns

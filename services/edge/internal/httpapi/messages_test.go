@@ -77,6 +77,11 @@ func TestMessagesHandler(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, w.Code)
 		require.Equal(t, "authentication_error", errorOf(t, w))
 	})
+	t.Run("a path not served", func(t *testing.T) {
+		w := do(http.MethodPost, "/v1/messages/batches", "{}", map[string]string{"x-api-key": "k"})
+		require.Equal(t, http.StatusNotFound, w.Code)
+		require.Equal(t, "not_found_error", errorOf(t, w))
+	})
 	t.Run("wrong method", func(t *testing.T) {
 		w := do(http.MethodGet, "/v1/messages", "", map[string]string{"x-api-key": "k"})
 		require.Equal(t, http.StatusMethodNotAllowed, w.Code)
