@@ -87,7 +87,7 @@ func TestFromChatError(t *testing.T) {
 		{"decider timeout", 504, body("timeout_error", "decider_timeout", "late"), 504, "timeout_error", "late"},
 		{"internal", 500, body("server_error", "internal_error", "internal error"), 500, "api_error", "internal error"},
 		{"not JSON", 500, []byte("oops"), 500, "api_error", "oops"},
-		{"empty", 405, nil, 405, "invalid_request_error", http.StatusText(405)},
+		{"empty", http.StatusMethodNotAllowed, nil, http.StatusMethodNotAllowed, "invalid_request_error", http.StatusText(http.StatusMethodNotAllowed)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 // Request headers of Anthropic's clients.
 const (
 	// HeaderAPIKey carries the API key, as Anthropic's SDKs send it.
-	HeaderAPIKey = "X-Api-Key"
+	HeaderAPIKey = "X-Api-Key" //nolint:gosec // a header's name, not a credential
 	// HeaderAnthropicRequestID is Anthropic's request id header, set to
 	// the edge's request id.
 	HeaderAnthropicRequestID = "Request-Id"
