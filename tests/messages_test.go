@@ -238,3 +238,61 @@ func TestMessagesProviderFailuresThroughEdge(t *testing.T) {
 	require.Contains(t, types, "content_block_delta", "the stream had begun")
 	require.NotContains(t, types, "message_stop")
 }
+
+// claudeCodeBody is a request shaped as Claude Code sends it: system
+// blocks with cache_control, tools with cache_control, thinking,
+// context_management, metadata.user_id, a stream.
+const claudeCodeBody = `{"model":"` + model + `","max_tokens":4,"stream":true,
+ "system":[{"type":"text","text":"You are Claude Code.","cache_control":{"type":"ephemeral"}},{"type":"text","text":"Be brief."}],
+ "tools":[{"name":"Bash","description":"runs a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"],"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}},
+  {"name":"Read","description":"reads a file","input_schema":{"type":"object","properties":{"file_path":{"type":"string"}}},"cache_control":{"type":"ephemeral"}}],
+ "thinking":{"type":"enabled","budget_tokens":1024},
+ "context_management":{"edits":[]},
+ "metadata":{"user_id":"user_0123abcd_account__session_3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10"},
+ "messages":[{"role":"user","content":[{"type":"text","text":"<system-reminder>ctx</system-reminder>"},{"type":"text","text":"hello world","cache_control":{"type":"ephemeral"}}]}]}`
+
+// TestMessagesClaudeCodeStreamEvents: a Claude Code request, in raw HTTP,
+// gets Anthropic's event sequence.
+func TestMessagesClaudeCodeStreamEvents(t *testing.T) {
+	s := startSystem(t)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/messages?beta=true", strings.NewReader(claudeCodeBody))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27")
+	req.Header.Set("X-Claude-Code-Session-Id", "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+
+	var names []string
+	var deltas int
+	for ev := range strings.SplitSeq(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
+		name, data, ok := strings.Cut(ev, "\n")
+		require.True(t, ok, ev)
+		name, ok = strings.CutPrefix(name, "event: ")
+		require.True(t, ok, ev)
+		data, ok = strings.CutPrefix(data, "data: ")
+		require.True(t, ok, ev)
+		var v struct {
+			Type string `json:"type"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &v), data)
+		require.Equal(t, name, v.Type, "the event's name is its data's type")
+		if name == "content_block_delta" {
+			deltas++
+			if deltas > 1 {
+				continue
+			}
+		}
+		names = append(names, name)
+	}
+	require.Equal(t, []string{"message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop",
+		"message_delta", "message_stop"}, names)
+	require.Equal(t, 4, deltas, "one delta per token")
+}
