@@ -414,6 +414,7 @@ func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 		Usage("usage", r.GetUsage()),
 		USD("cost_usd", r.GetCostUsd()),
 		Enum("status", r.GetStatus()),
+		Enum("client_api", r.GetClientApi()),
 		HTTPStatus("http_status", r.GetHttpStatus()),
 		str("error", r.GetError(), MaxValueLen),
 		Duration("duration", r.GetDuration(), false),

@@ -43,6 +43,8 @@ func TestNestedFieldsAreNamed(t *testing.T) {
 	require.Equal(t, "caps.max_attempts_cost_usd", field(t, ActivityRecord(rec)))
 	rec.Caps = &switchboardv1.DecisionCaps{MaxInputTokens: -1}
 	require.Equal(t, "caps.max_input_tokens", field(t, ActivityRecord(rec)))
+	rec = &switchboardv1.ActivityRecord{Id: "a", ClientApi: 99}
+	require.Equal(t, "client_api", field(t, ActivityRecord(rec)))
 	d := &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{WorkloadClass: 17}}
 	require.Equal(t, "identity.workload_class", field(t, Decide(d)))
 	d = &switchboardv1.DecideRequest{Provider: &switchboardv1.ProviderPreferences{Order: make([]string, MaxList+1)}}
