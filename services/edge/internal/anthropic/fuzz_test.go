@@ -17,6 +17,8 @@ var fuzzSeeds = []string{
 		{"role":"assistant","content":[{"type":"text","text":"b"},{"type":"tool_use","id":"t","name":"f","input":{"a":1}}]},
 		{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","is_error":true,"content":[{"type":"text","text":"r"}]}]}]}`,
 	`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[]}]}`,
+	`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[]}]}`,
+	`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":""}],"tool_choice":{"type":"none"},"top_p":1.5,"temperature":3}`,
 	`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"x"}]}]}`,
 	`{"model":"","messages":null}`,
 	`[]`,

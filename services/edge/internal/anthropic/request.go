@@ -10,8 +10,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 )
@@ -156,6 +158,10 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 	if len(body) == 0 || body[0] != '{' {
 		return nil, req, &chatreq.Error{Message: "the request body must be a JSON object"}
 	}
+	if !utf8.Valid(body) {
+		// Raw parts (schemas, tool inputs) pass on as they are.
+		return nil, req, &chatreq.Error{Message: "the request body must be UTF-8 JSON"}
+	}
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, req, &chatreq.Error{Message: "the request body is not valid JSON: " + err.Error()}
@@ -213,16 +219,22 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 			out["stop"] = req.StopSequences
 		}
 	}
+	// Anthropic's ranges, narrower than the chat API's.
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
-	}{{"temperature", w.Temperature}, {"top_p", w.TopP}, {"top_k", w.TopK}} {
+		max  float64
+		int  bool
+	}{{"temperature", w.Temperature, 1, false}, {"top_p", w.TopP, 1, false}, {"top_k", w.TopK, chatreq.MaxTokens, true}} {
 		if null(f.raw) {
 			continue
 		}
 		var v float64
-		if err := json.Unmarshal(f.raw, &v); err != nil || v < 0 {
-			return nil, req, fieldErr(f.name, "must be a non-negative number")
+		if err := json.Unmarshal(f.raw, &v); err != nil || v < 0 || v > f.max || f.int && v != math.Trunc(v) {
+			if f.int {
+				return nil, req, fieldErr(f.name, "must be a non-negative integer")
+			}
+			return nil, req, fieldErr(f.name, "must be a number from 0 to %g", f.max)
 		}
 		out[f.name] = json.RawMessage(bytes.TrimSpace(f.raw))
 	}
@@ -250,6 +262,9 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 		if err := toolChoice(w.ToolChoice, out); err != nil {
 			return nil, req, err
 		}
+	}
+	if err := checkToolChoice(out); err != nil {
+		return nil, req, err
 	}
 	if !null(w.Provider) {
 		out["provider"] = json.RawMessage(bytes.TrimSpace(w.Provider))
@@ -374,11 +389,10 @@ func userMessages(blocks []block, text *string, param string) ([]chatMessage, er
 	switch {
 	case len(parts) == 1 && parts[0].Type == "text":
 		out = append(out, chatMessage{Role: "user", Content: *parts[0].Text})
-	case len(parts) > 0 || len(out) == 0:
-		if parts == nil {
-			parts = []chatPart{}
-		}
+	case len(parts) > 0:
 		out = append(out, chatMessage{Role: "user", Content: parts})
+	case len(out) == 0:
+		return nil, fieldErr(param, "must contain at least one content block")
 	}
 	return out, nil
 }
@@ -549,6 +563,28 @@ func toolChoice(raw json.RawMessage, out map[string]any) error {
 	}
 	if tc.DisableParallelToolUse && tc.Type != "none" {
 		out["parallel_tool_calls"] = false
+	}
+	return nil
+}
+
+// checkToolChoice refuses a tool_choice naming a tool the request does not
+// declare, or asking for a tool call without tools, in the Messages API's
+// terms: the chat parser would refuse it in its own.
+func checkToolChoice(out map[string]any) error {
+	tools, _ := out["tools"].([]chatTool)
+	switch tc := out["tool_choice"].(type) {
+	case string:
+		if tc == "required" && len(tools) == 0 {
+			return fieldErr("tool_choice", `"any" needs tools`)
+		}
+	case map[string]any:
+		name := tc["function"].(map[string]string)["name"]
+		for _, t := range tools {
+			if t.Function.Name == name {
+				return nil
+			}
+		}
+		return fieldErr("tool_choice.name", "no tool named %q is declared in tools", truncate(name, 64))
 	}
 	return nil
 }
