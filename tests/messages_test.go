@@ -296,3 +296,50 @@ func TestMessagesClaudeCodeStreamEvents(t *testing.T) {
 		"message_delta", "message_stop"}, names)
 	require.Equal(t, 4, deltas, "one delta per token")
 }
+
+// postMessages sends a Messages request, streamed, with Claude Code's
+// session header, and returns the serving provider and the route summary.
+func (s *stickySystem) postMessages(t *testing.T, body, session string) (provider, route string) {
+	t.Helper()
+	body = strings.Replace(body, "{", `{"stream":true,`, 1)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/messages?beta=true", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("x-api-key", testKey)
+	req.Header.Set("X-Claude-Code-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	require.Contains(t, string(raw), "event: message_stop")
+	return resp.Header.Get("X-Switchboard-Provider"), resp.Header.Get("X-Switchboard-Route")
+}
+
+// TestMessagesStickyByClaudeCodeSession: X-Claude-Code-Session-Id names a
+// Messages conversation as X-Session-Id does: a turn with an unrelated
+// prompt stays on the endpoint of the session's first turn.
+func TestMessagesStickyByClaudeCodeSession(t *testing.T) {
+	s := startSticky(t, "{input: 0.20, cached_input: 0.02, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}")
+	served := map[string]int64{}
+	afterTurn := func(p string) {
+		served[p]++
+		s.learnt(t, p, served[p])
+	}
+	// Both are measured (equally fast), so both qualify for the policy.
+	for _, p := range []string{"warm", "plain"} {
+		got, _ := s.post(t, otherKey, chat("measure-"+p, stickyPromptTokens, `"provider":{"only":["`+p+`"]},`))
+		require.Equal(t, p, got)
+		afterTurn(p)
+	}
+	const session = "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10"
+	p, route := s.postMessages(t, chat("cc-1", stickyPromptTokens, `"provider":{"only":["plain"]},`), session)
+	require.Equal(t, "plain", p)
+	require.Contains(t, route, "sticky=new")
+	p, route = s.postMessages(t, chat("cc-2", stickyPromptTokens, ""), session)
+	require.Equal(t, "plain", p, route)
+	require.Contains(t, route, "sticky=kept")
+	// Another session is another conversation.
+	_, route = s.postMessages(t, chat("cc-3", stickyPromptTokens, ""), "another-session")
+	require.Contains(t, route, "sticky=new")
+}
