@@ -497,8 +497,10 @@ func assistantMessage(blocks []block, text *string, param string) (chatMessage, 
 			}
 			msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: bl.ID, Type: "function",
 				Function: chatFunction{Name: bl.Name, Arguments: args}})
-		case "thinking", "redacted_thinking":
-			// The provider's reasoning is not sent back to it.
+		case "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+			"code_execution_tool_result", "mcp_tool_use", "mcp_tool_result":
+			// The provider's reasoning is not sent back to it; the calls of
+			// Anthropic's own tools and their results were Anthropic's.
 		default:
 			return msg, fieldErr(bp+".type", "assistant content blocks of type %q are not supported here", truncate(bl.Type, 40))
 		}
@@ -510,8 +512,11 @@ func assistantMessage(blocks []block, text *string, param string) (chatMessage, 
 }
 
 // toolsOf translates client tools into function tools. Anthropic's own
-// server tools (web search, code execution...) run at Anthropic, which
-// the providers behind the edge are not: they are refused.
+// tools, named by a type (web search and code execution, which run at
+// Anthropic; bash and the text editor, whose schemas only Anthropic's
+// models know), are dropped: the providers behind the edge can run none
+// of them, and a client that offers one by default (as Claude Code may
+// web search) must still be served.
 func toolsOf(raw json.RawMessage) ([]chatTool, error) {
 	var in []wireTool
 	if err := json.Unmarshal(raw, &in); err != nil {
@@ -521,7 +526,7 @@ func toolsOf(raw json.RawMessage) ([]chatTool, error) {
 	for i, t := range in {
 		param := fmt.Sprintf("tools[%d]", i)
 		if t.Type != "" && t.Type != "custom" {
-			return nil, fieldErr(param+".type", "tool type %q is not supported: only client tools (name, description, input_schema) are", truncate(t.Type, 40))
+			continue
 		}
 		if t.Name == "" {
 			return nil, fieldErr(param+".name", "must be a non-empty string")

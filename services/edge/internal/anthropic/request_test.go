@@ -82,6 +82,15 @@ func TestToChat(t *testing.T) {
 			req: Request{Model: "m"},
 		},
 		{
+			name: "Anthropic's own tools and their calls are dropped",
+			in: `{"model":"m","max_tokens":1,"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":5},{"name":"f","type":"custom"}],
+				"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}},
+				{"type":"web_search_tool_result","tool_use_id":"s","content":[]},{"type":"text","text":"found"}]}]}`,
+			want: `{"model":"m","max_tokens":1,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],
+				"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"found"}]}`,
+			req: Request{Model: "m"},
+		},
+		{
 			name: "tool_choice auto and none",
 			in:   `{"model":"m","max_tokens":1,"tool_choice":{"type":"none"},"messages":[{"role":"user","content":"x"}]}`,
 			want: `{"model":"m","max_tokens":1,"tool_choice":"none","messages":[{"role":"user","content":"x"}]}`,
@@ -132,7 +141,6 @@ func TestToChatErrors(t *testing.T) {
 		{"tool_use without id", `{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"n"}]}]}`, "messages[0].content[0]"},
 		{"tool_use input not an object", `{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"i","name":"n","input":[1]}]}]}`, "messages[0].content[0].input"},
 		{"tool_result without id", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]}`, "messages[0].content[0].tool_use_id"},
-		{"server tool", `{"model":"m","max_tokens":1,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"x"}]}`, "tools[0].type"},
 		{"tool without name", `{"model":"m","max_tokens":1,"tools":[{"input_schema":{}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0].name"},
 		{"tool_choice naming no tool", `{"model":"m","max_tokens":1,"tools":[{"name":"a"}],"tool_choice":{"type":"tool","name":"b"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.name"},
 		{"tool_choice any without tools", `{"model":"m","max_tokens":1,"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
