@@ -9,6 +9,7 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -43,8 +44,11 @@ type Options struct {
 // context_management...) are ignored: the providers behind the edge have
 // no use for them.
 type wireRequest struct {
-	Model         json.RawMessage `json:"model"`
-	Messages      json.RawMessage `json:"messages"`
+	Model json.RawMessage `json:"model"`
+	// Messages is decoded with the body, in the one pass that checks it:
+	// decoding it again from raw JSON would make a long conversation cost
+	// another pass.
+	Messages      []wireMessage   `json:"messages"`
 	System        json.RawMessage `json:"system"`
 	MaxTokens     json.RawMessage `json:"max_tokens"`
 	StopSequences json.RawMessage `json:"stop_sequences"`
@@ -86,7 +90,7 @@ type source struct {
 }
 
 type wireMessage struct {
-	Role    string          `json:"role"`
+	Role    json.RawMessage `json:"role"`
 	Content json.RawMessage `json:"content"`
 }
 
@@ -164,6 +168,10 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 	}
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
+		// Messages is the one field not decoded as raw JSON.
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && strings.HasPrefix(te.Field, "messages") {
+			return nil, req, fieldErr("messages", "must be an array of message objects")
+		}
 		return nil, req, &chatreq.Error{Message: "the request body is not valid JSON: " + err.Error()}
 	}
 	out := map[string]any{}
@@ -304,13 +312,9 @@ func systemText(raw json.RawMessage) (string, error) {
 // message becomes a tool message per tool_result block, first, as the chat
 // API wants them right after the assistant's calls, then a user message
 // with the rest of its blocks, if any.
-func messages(raw json.RawMessage) ([]chatMessage, error) {
-	if null(raw) {
+func messages(in []wireMessage) ([]chatMessage, error) {
+	if in == nil {
 		return nil, fieldErr("messages", "is required")
-	}
-	var in []wireMessage
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, fieldErr("messages", "must be an array of message objects")
 	}
 	if len(in) == 0 {
 		return nil, fieldErr("messages", "must contain at least one message")
@@ -322,7 +326,8 @@ func messages(raw json.RawMessage) ([]chatMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch m.Role {
+		role, _ := str(m.Role)
+		switch role {
 		case "user":
 			msgs, err := userMessages(blocks, text, param+".content")
 			if err != nil {
@@ -594,17 +599,33 @@ func checkToolChoice(out map[string]any) error {
 	return nil
 }
 
-// str reads raw as a JSON string.
+// str reads raw as a JSON string: without decoding when it holds nothing
+// to unescape (ToChat checked the body is UTF-8 JSON), as a model name or
+// a short text does.
 func str(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
+	}
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && !hasControl(inner) {
+		return string(inner), true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
 		return "", false
 	}
 	return s, true
+}
+
+// hasControl reports whether b holds a control character, which a JSON
+// string may not.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // null reports whether raw is absent or JSON null.
