@@ -22,6 +22,7 @@ var fuzzSeeds = []string{
 	`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"x"}]}]}`,
 	`{"model":"","messages":null}`,
 	`[]`,
+	`{"model":"m","max_tokens":1,"stop_sequences":["a","b","c","d"],"tools":[{"name":"a-b_c"}],"messages":[{"role":"user","content":"x"}]}`,
 	`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"\u0000"}],"provider":{"sort":"price"}}`,
 }
 

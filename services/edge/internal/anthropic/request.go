@@ -143,8 +143,31 @@ type (
 	}
 )
 
-// maxStopSequences bounds stop_sequences; providers take a handful.
-const maxStopSequences = 16
+// Bounds of the chat API the translation must fit, checked here so a
+// Messages client hears of them in its own terms.
+const (
+	// maxStopSequences bounds stop_sequences, as the chat API bounds stop.
+	maxStopSequences = 4
+	// maxTools bounds tools.
+	maxTools = 128
+	// maxToolName bounds a tool's name, whose characters are those of
+	// validToolName (Anthropic's own rule as well as the chat API's).
+	maxToolName = 64
+)
+
+// validToolName reports whether name is 1 to maxToolName of A-Z a-z 0-9 _ -.
+func validToolName(name string) bool {
+	if name == "" || len(name) > maxToolName {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func fieldErr(param, format string, args ...any) *chatreq.Error {
 	return &chatreq.Error{Param: param, Message: fmt.Sprintf(format, args...)}
@@ -221,7 +244,7 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 			return nil, req, fieldErr("stop_sequences", "must be an array of strings")
 		}
 		if len(req.StopSequences) > maxStopSequences {
-			return nil, req, fieldErr("stop_sequences", "must hold at most %d strings", maxStopSequences)
+			return nil, req, fieldErr("stop_sequences", "must hold at most %d strings (the most the providers behind this gateway take)", maxStopSequences)
 		}
 		if len(req.StopSequences) > 0 {
 			out["stop"] = req.StopSequences
@@ -492,6 +515,9 @@ func assistantMessage(blocks []block, text *string, param string) (chatMessage, 
 			if bl.ID == "" || bl.Name == "" {
 				return msg, fieldErr(bp, "a tool_use block needs an id and a name")
 			}
+			if !validToolName(bl.Name) {
+				return msg, fieldErr(bp+".name", "must be 1 to %d of A-Z a-z 0-9 _ -", maxToolName)
+			}
 			args := "{}"
 			if !null(bl.Input) {
 				var c bytes.Buffer
@@ -533,8 +559,11 @@ func toolsOf(raw json.RawMessage) ([]chatTool, error) {
 		if t.Type != "" && t.Type != "custom" {
 			continue
 		}
-		if t.Name == "" {
-			return nil, fieldErr(param+".name", "must be a non-empty string")
+		if !validToolName(t.Name) {
+			return nil, fieldErr(param+".name", "must be 1 to %d of A-Z a-z 0-9 _ -", maxToolName)
+		}
+		if len(out) == maxTools {
+			return nil, fieldErr("tools", "must hold at most %d tools (the most the providers behind this gateway take)", maxTools)
 		}
 		schema := json.RawMessage(`{"type":"object","properties":{}}`)
 		if !null(t.InputSchema) {

@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -141,6 +142,10 @@ func TestToChatErrors(t *testing.T) {
 		{"tool_use without id", `{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"n"}]}]}`, "messages[0].content[0]"},
 		{"tool_use input not an object", `{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"i","name":"n","input":[1]}]}]}`, "messages[0].content[0].input"},
 		{"tool_result without id", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]}`, "messages[0].content[0].tool_use_id"},
+		{"five stop sequences", `{"model":"m","max_tokens":1,"stop_sequences":["a","b","c","d","e"],"messages":[{"role":"user","content":"x"}]}`, "stop_sequences"},
+		{"tool name with a dot", `{"model":"m","max_tokens":1,"tools":[{"name":"a.b"}],"messages":[{"role":"user","content":"x"}]}`, "tools[0].name"},
+		{"too many tools", `{"model":"m","max_tokens":1,"tools":[` + strings.TrimSuffix(strings.Repeat(`{"name":"t"},`, maxTools+1), ",") + `],"messages":[{"role":"user","content":"x"}]}`, "tools"},
+		{"tool_use name with a space", `{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"i","name":"a b"}]}]}`, "messages[0].content[0].name"},
 		{"tool without name", `{"model":"m","max_tokens":1,"tools":[{"input_schema":{}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0].name"},
 		{"tool_choice naming no tool", `{"model":"m","max_tokens":1,"tools":[{"name":"a"}],"tool_choice":{"type":"tool","name":"b"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.name"},
 		{"tool_choice any without tools", `{"model":"m","max_tokens":1,"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
