@@ -29,6 +29,10 @@ type Request struct {
 	// StopSequences are the client's stop_sequences, to name the one an
 	// answer stopped on when the provider says which.
 	StopSequences []string
+	// Thinking is whether the client asked for extended thinking: the
+	// provider's reasoning, if it sends any, is then answered as thinking
+	// blocks (without a signature); otherwise it is dropped.
+	Thinking bool
 }
 
 // Options say what ToChat requires of a request.
@@ -59,6 +63,7 @@ type wireRequest struct {
 	Metadata      json.RawMessage `json:"metadata"`
 	Tools         json.RawMessage `json:"tools"`
 	ToolChoice    json.RawMessage `json:"tool_choice"`
+	Thinking      json.RawMessage `json:"thinking"`
 	// Provider is the edge's own routing options, passed on as the chat
 	// API takes them.
 	Provider json.RawMessage `json:"provider"`
@@ -299,6 +304,15 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 	}
 	if !null(w.Provider) {
 		out["provider"] = json.RawMessage(bytes.TrimSpace(w.Provider))
+	}
+	if !null(w.Thinking) {
+		// Not passed on (whether an endpoint reasons is its own), and
+		// never an error: it only says whether reasoning is answered.
+		var th struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(w.Thinking, &th)
+		req.Thinking = th.Type == "enabled" || th.Type == "adaptive"
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -34,12 +34,12 @@ func TestToChat(t *testing.T) {
 			req: Request{Model: "m", Stream: true, StopSequences: []string{"END"}},
 		},
 		{
-			name: "system blocks with cache_control, thinking dropped",
+			name: "system blocks with cache_control; thinking not passed on, but noted",
 			in: `{"model":"m","max_tokens":10,"thinking":{"type":"enabled","budget_tokens":1024},
 				"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"text","text":"b"}],
 				"messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}`,
 			want: `{"model":"m","max_tokens":10,"messages":[{"role":"system","content":"a\n\nb"},{"role":"user","content":"hi"}]}`,
-			req:  Request{Model: "m"},
+			req:  Request{Model: "m", Thinking: true},
 		},
 		{
 			name: "images: base64 and url",

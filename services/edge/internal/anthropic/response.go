@@ -19,10 +19,14 @@ type Message struct {
 	Usage        Usage          `json:"usage"`
 }
 
-// ContentBlock is a text or tool_use block of an answer.
+// ContentBlock is a thinking, text or tool_use block of an answer.
 type ContentBlock struct {
-	Type  string          `json:"type"`
-	Text  *string         `json:"text,omitempty"`
+	Type string `json:"type"`
+	// Thinking and Signature are a thinking block's; the signature is
+	// empty: the reasoning is the provider's, which Anthropic did not sign.
+	Thinking  *string `json:"thinking,omitempty"`
+	Signature *string `json:"signature,omitempty"`
+	Text      *string `json:"text,omitempty"`
 	ID    string          `json:"id,omitempty"`
 	Name  string          `json:"name,omitempty"`
 	Input json.RawMessage `json:"input,omitempty"`
@@ -69,15 +73,30 @@ type chatToolCallDelta struct {
 	} `json:"function"`
 }
 
+// chatMessageOut is a choice's message, or a chunk's delta.
+type chatMessageOut struct {
+	Content *string `json:"content"`
+	// ReasoningContent and Reasoning are the provider's reasoning, under
+	// either name providers give it.
+	ReasoningContent *string             `json:"reasoning_content"`
+	Reasoning        *string             `json:"reasoning"`
+	ToolCalls        []chatToolCallDelta `json:"tool_calls"`
+}
+
+// reasoning is the message's reasoning text, "" when it has none.
+func (m *chatMessageOut) reasoning() string {
+	switch {
+	case m.ReasoningContent != nil && *m.ReasoningContent != "":
+		return *m.ReasoningContent
+	case m.Reasoning != nil:
+		return *m.Reasoning
+	}
+	return ""
+}
+
 type chatChoice struct {
-	Message *struct {
-		Content   *string             `json:"content"`
-		ToolCalls []chatToolCallDelta `json:"tool_calls"`
-	} `json:"message"`
-	Delta *struct {
-		Content   *string             `json:"content"`
-		ToolCalls []chatToolCallDelta `json:"tool_calls"`
-	} `json:"delta"`
+	Message *chatMessageOut `json:"message"`
+	Delta   *chatMessageOut `json:"delta"`
 	FinishReason *string `json:"finish_reason"`
 	// StopReason is the stop string some providers (vLLM) name.
 	StopReason any `json:"stop_reason"`
@@ -148,6 +167,9 @@ func FromChat(body []byte, reqID string, req Request) ([]byte, error) {
 	m := Message{ID: MessageID(reqID), Type: "message", Role: "assistant", Model: a.Model, Content: []ContentBlock{}}
 	if m.Model == "" {
 		m.Model = req.Model
+	}
+	if r := ch.Message.reasoning(); r != "" && req.Thinking {
+		m.Content = append(m.Content, ContentBlock{Type: "thinking", Thinking: &r, Signature: new(string)})
 	}
 	if c := ch.Message.Content; c != nil && *c != "" {
 		m.Content = append(m.Content, ContentBlock{Type: "text", Text: c})

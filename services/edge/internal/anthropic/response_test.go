@@ -46,6 +46,19 @@ func TestFromChat(t *testing.T) {
 				"stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`,
 		},
 		{
+			name: "reasoning is a thinking block when thinking was asked for",
+			in:   `{"model":"m","choices":[{"message":{"content":"42","reasoning_content":"let me think"},"finish_reason":"stop"}]}`,
+			req:  Request{Thinking: true},
+			want: `{"id":"msg_abc","type":"message","role":"assistant","model":"m","content":[{"type":"thinking","thinking":"let me think","signature":""},{"type":"text","text":"42"}],
+				"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`,
+		},
+		{
+			name: "reasoning is dropped when thinking was not asked for",
+			in:   `{"model":"m","choices":[{"message":{"content":"42","reasoning":"let me think"},"finish_reason":"stop"}]}`,
+			want: `{"id":"msg_abc","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"42"}],
+				"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`,
+		},
+		{
 			name: "arguments that are no object are kept under arguments",
 			in:   `{"model":"m","choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"f","arguments":"{\"p\":"}}]},"finish_reason":"stop"}]}`,
 			want: `{"id":"msg_abc","type":"message","role":"assistant","model":"m","content":[{"type":"tool_use","id":"c","name":"f","input":{"arguments":"{\"p\":"}}],

@@ -6,7 +6,8 @@ import (
 )
 
 // Stream translates a chat-completions event stream, event by event, into
-// Anthropic's: message_start and a ping first, then each text run and each
+// Anthropic's: message_start and a ping first, then each text run, each
+// run of reasoning (as thinking, when the client asked for it) and each
 // tool call as a content block of its own (content_block_start, deltas,
 // content_block_stop) with increasing indices, and at the end message_delta
 // (stop_reason, stop_sequence, usage) and message_stop. A stream that fails
@@ -22,7 +23,8 @@ type Stream struct {
 	// open is the index of the block open, -1 when none is; next the
 	// index of the next block.
 	open, next int
-	openText   bool
+	// openKind is the open block's type: text, thinking or tool_use.
+	openKind string
 	// tools maps a chat tool call's index to its block's.
 	tools    map[int]int
 	toolSeen bool
@@ -83,10 +85,18 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	if d == nil {
 		return dst
 	}
-	if d.Content != nil && *d.Content != "" {
-		if s.open < 0 || !s.openText {
+	if r := d.reasoning(); r != "" && s.req.Thinking {
+		if s.open < 0 || s.openKind != "thinking" {
 			dst = s.closeBlock(dst)
-			dst = s.startBlock(dst, map[string]any{"type": "text", "text": ""}, true)
+			dst = s.startBlock(dst, map[string]any{"type": "thinking", "thinking": "", "signature": ""}, "thinking")
+		}
+		dst = event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": s.open,
+			"delta": map[string]any{"type": "thinking_delta", "thinking": r}})
+	}
+	if d.Content != nil && *d.Content != "" {
+		if s.open < 0 || s.openKind != "text" {
+			dst = s.closeBlock(dst)
+			dst = s.startBlock(dst, map[string]any{"type": "text", "text": ""}, "text")
 		}
 		dst = event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": s.open,
 			"delta": map[string]any{"type": "text_delta", "text": *d.Content}})
@@ -99,7 +109,7 @@ func (s *Stream) Event(dst, data []byte) []byte {
 			}
 			dst = s.closeBlock(dst)
 			dst = s.startBlock(dst, map[string]any{"type": "tool_use", "id": toolUseID(tc.ID, s.msgID, len(s.tools)),
-				"name": tc.Function.Name, "input": map[string]any{}}, false)
+				"name": tc.Function.Name, "input": map[string]any{}}, "tool_use")
 			idx = s.open
 			s.tools[tc.Index] = idx
 			s.toolSeen = true
@@ -137,8 +147,8 @@ func (s *Stream) start(dst []byte, model string) []byte {
 	return event(dst, "ping", map[string]string{"type": "ping"})
 }
 
-func (s *Stream) startBlock(dst []byte, block map[string]any, text bool) []byte {
-	s.open, s.openText = s.next, text
+func (s *Stream) startBlock(dst []byte, block map[string]any, kind string) []byte {
+	s.open, s.openKind = s.next, kind
 	s.next++
 	return event(dst, "content_block_start", map[string]any{"type": "content_block_start", "index": s.open, "content_block": block})
 }

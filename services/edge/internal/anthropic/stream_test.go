@@ -84,6 +84,38 @@ func TestStreamGolden(t *testing.T) {
 				"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream was interrupted: timeout\"}}\n\n",
 		},
 		{
+			name: "reasoning is a thinking block before the text, when thinking was asked for",
+			req:  Request{Thinking: true},
+			in: chatStream(
+				`{"model":"vendor/m","choices":[{"delta":{"reasoning_content":"hm"}}]}`,
+				`{"model":"vendor/m","choices":[{"delta":{"reasoning":"m"}}]}`,
+				`{"model":"vendor/m","choices":[{"delta":{"content":"ok"},"finish_reason":"stop"}]}`,
+				`[DONE]`),
+			want: evStart +
+				"event: content_block_start\ndata: {\"content_block\":{\"signature\":\"\",\"thinking\":\"\",\"type\":\"thinking\"},\"index\":0,\"type\":\"content_block_start\"}\n\n" +
+				"event: content_block_delta\ndata: {\"delta\":{\"thinking\":\"hm\",\"type\":\"thinking_delta\"},\"index\":0,\"type\":\"content_block_delta\"}\n\n" +
+				"event: content_block_delta\ndata: {\"delta\":{\"thinking\":\"m\",\"type\":\"thinking_delta\"},\"index\":0,\"type\":\"content_block_delta\"}\n\n" +
+				"event: content_block_stop\ndata: {\"index\":0,\"type\":\"content_block_stop\"}\n\n" +
+				"event: content_block_start\ndata: {\"content_block\":{\"text\":\"\",\"type\":\"text\"},\"index\":1,\"type\":\"content_block_start\"}\n\n" +
+				"event: content_block_delta\ndata: {\"delta\":{\"text\":\"ok\",\"type\":\"text_delta\"},\"index\":1,\"type\":\"content_block_delta\"}\n\n" +
+				"event: content_block_stop\ndata: {\"index\":1,\"type\":\"content_block_stop\"}\n\n" +
+				"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"type\":\"message_delta\",\"usage\":{\"input_tokens\":12,\"output_tokens\":0,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0}}\n\n" +
+				evStop,
+		},
+		{
+			name: "reasoning is dropped when thinking was not asked for",
+			in: chatStream(
+				`{"model":"vendor/m","choices":[{"delta":{"reasoning_content":"hm"}}]}`,
+				`{"model":"vendor/m","choices":[{"delta":{"content":"ok"},"finish_reason":"stop"}]}`,
+				`[DONE]`),
+			want: evStart +
+				"event: content_block_start\ndata: {\"content_block\":{\"text\":\"\",\"type\":\"text\"},\"index\":0,\"type\":\"content_block_start\"}\n\n" +
+				"event: content_block_delta\ndata: {\"delta\":{\"text\":\"ok\",\"type\":\"text_delta\"},\"index\":0,\"type\":\"content_block_delta\"}\n\n" +
+				"event: content_block_stop\ndata: {\"index\":0,\"type\":\"content_block_stop\"}\n\n" +
+				"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"type\":\"message_delta\",\"usage\":{\"input_tokens\":12,\"output_tokens\":0,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0}}\n\n" +
+				evStop,
+		},
+		{
 			name: "an empty answer still starts and stops; length is max_tokens",
 			in:   chatStream(`{"model":"vendor/m","choices":[{"delta":{},"finish_reason":"length"}]}`, `[DONE]`),
 			want: evStart +
