@@ -24,12 +24,12 @@ type ContentBlock struct {
 	Type string `json:"type"`
 	// Thinking and Signature are a thinking block's; the signature is
 	// empty: the reasoning is the provider's, which Anthropic did not sign.
-	Thinking  *string `json:"thinking,omitempty"`
-	Signature *string `json:"signature,omitempty"`
-	Text      *string `json:"text,omitempty"`
-	ID    string          `json:"id,omitempty"`
-	Name  string          `json:"name,omitempty"`
-	Input json.RawMessage `json:"input,omitempty"`
+	Thinking  *string         `json:"thinking,omitempty"`
+	Signature *string         `json:"signature,omitempty"`
+	Text      *string         `json:"text,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
 }
 
 // Usage is Anthropic's token accounting: input_tokens excludes the tokens
@@ -95,9 +95,9 @@ func (m *chatMessageOut) reasoning() string {
 }
 
 type chatChoice struct {
-	Message *chatMessageOut `json:"message"`
-	Delta   *chatMessageOut `json:"delta"`
-	FinishReason *string `json:"finish_reason"`
+	Message      *chatMessageOut `json:"message"`
+	Delta        *chatMessageOut `json:"delta"`
+	FinishReason *string         `json:"finish_reason"`
 	// StopReason is the stop string some providers (vLLM) name.
 	StopReason any `json:"stop_reason"`
 }
