@@ -52,6 +52,11 @@ bench: build ## Run the Go benchmarks, edgebench (BENCHFLAGS), then the rate-lim
 	go build -o $(BIN)/brokerload ./tests/cmd/brokerload
 	$(BIN)/brokerload --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge --provsim-bin $(BIN)/provsim $(LOADFLAGS)
 
+.PHONY: chaos
+chaos: build ## Chaos test: 3 etcd members, 3 deciders, 2 edges under load; kill -9, SIGSTOP, etcd restarts, attacks (CHAOSFLAGS: --duration, --seed).
+	go build -o $(BIN)/chaos ./tests/cmd/chaos
+	$(BIN)/chaos --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge --provsim-bin $(BIN)/provsim $(CHAOSFLAGS)
+
 .PHONY: vegeta
 vegeta: build ## Check edgebench with vegeta, an independent load generator, against the same three targets (WORKERS, DURATION, ROUNDS).
 	go build -o $(BIN)/edgebench ./services/edge/cmd/edgebench

@@ -1,0 +1,226 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Check is one assertion of the run: what was measured against what it
+// must stay within.
+type Check struct {
+	Name     string `json:"name"`
+	Measured string `json:"measured"`
+	Bound    string `json:"bound"`
+	OK       bool   `json:"ok"`
+}
+
+// Event is one fault or observation of the run, at its offset from the
+// start of the load.
+type Event struct {
+	At   time.Duration `json:"at"`
+	What string        `json:"what"`
+}
+
+// Result is what a run measured.
+type Result struct {
+	Seed     int64         `json:"seed"`
+	Duration time.Duration `json:"duration"`
+	Events   []Event       `json:"events"`
+	Checks   []Check       `json:"checks"`
+	// Answers counts the clients' answers by tenant and status.
+	Answers map[string]map[int]int `json:"answers"`
+	// OverAdmission is how far the worst sliding window of the
+	// requests-per-minute tenant went past its bound (0 when within).
+	OverAdmission float64 `json:"over_admission"`
+	// ConcurrencyPeak is the most calls of the 4-concurrent tenant the
+	// provider had in flight at once.
+	ConcurrencyPeak int `json:"concurrency_peak"`
+	// ActivityLost counts answered requests no replica lists.
+	ActivityLost int `json:"activity_lost"`
+	// HedgeSpendUSD is what hedge legs cost at the providers.
+	HedgeSpendUSD float64 `json:"hedge_spend_usd"`
+	// Dir holds the logs when kept.
+	Dir string `json:"dir,omitempty"`
+}
+
+// Passed reports whether every check held.
+func (r *Result) Passed() bool {
+	for _, c := range r.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(r.Checks) > 0
+}
+
+// Failed lists the checks that did not hold.
+func (r *Result) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Print writes the events, the answers and the checks as tables.
+func (r *Result) Print(w io.Writer) {
+	fmt.Fprintf(w, "chaos run: seed %d, load %s\n\nevents:\n", r.Seed, r.Duration.Round(time.Second))
+	for _, e := range r.Events {
+		fmt.Fprintf(w, "  %7.1fs  %s\n", e.At.Seconds(), e.What)
+	}
+	fmt.Fprintln(w, "\nanswers (tenant: status × count):")
+	var tenants []string
+	for t := range r.Answers {
+		tenants = append(tenants, t)
+	}
+	sort.Strings(tenants)
+	for _, t := range tenants {
+		var parts []string
+		var codes []int
+		for c := range r.Answers[t] {
+			codes = append(codes, c)
+		}
+		sort.Ints(codes)
+		for _, c := range codes {
+			parts = append(parts, fmt.Sprintf("%d×%d", c, r.Answers[t][c]))
+		}
+		fmt.Fprintf(w, "  %-8s %s\n", t, strings.Join(parts, "  "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "check\tmeasured\tbound\tok")
+	for _, c := range r.Checks {
+		ok := "ok"
+		if !c.OK {
+			ok = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, c.Measured, c.Bound, ok)
+	}
+	_ = tw.Flush()
+}
+
+// ownerChange is a change of the broker's owner seen in etcd.
+type ownerChange struct {
+	at       time.Time
+	from, to int
+}
+
+// keep is what learning mode holds back of a bucket of limit units (half,
+// but never so much that less than one unit can be taken).
+func keep(limit float64) float64 { return math.Min(0.5*limit, math.Max(limit-1, 0)) }
+
+// lag is the longest a call may take from its reservation to the
+// provider: a window of arrivals of length d was granted within d + lag.
+const lag = time.Second
+
+// snapshotGap is how long before a change of owner the old owner's grants
+// may be missing from its last snapshot: the snapshot interval (about a
+// second) with a second of margin, plus the session TTL during which the
+// old owner may still have served before the change was seen.
+func snapshotGap(ttl time.Duration) time.Duration { return ttl + 2*time.Second }
+
+// rateCheck checks the arrivals of a tenant limited to limit requests a
+// minute against its bound in every window [t_i, t_j]: a token bucket
+// starting full admits at most limit + limit × (d + lag) / 1 min in a
+// window of length d, plus, for each change of owner, what learning mode
+// may let through of the grants the new owner could not know of:
+// max(0, lost − keep(limit)), lost being the arrivals in the snapshot gap
+// before the change (the new owner admits down to keep of what its
+// snapshot says is free, so only grants beyond keep can push past the
+// limit).
+func rateCheck(arrivals []time.Time, changes []ownerChange, limit float64, ttl time.Duration) (Check, float64) {
+	var allowance float64
+	for _, c := range changes {
+		lost := 0
+		for _, a := range arrivals {
+			if !a.Before(c.at.Add(-snapshotGap(ttl))) && !a.After(c.at) {
+				lost++
+			}
+		}
+		allowance += math.Max(0, float64(lost)-keep(limit))
+	}
+	worstExcess, worstCount, worstBound, worstLen := math.Inf(-1), 0, 0.0, time.Duration(0)
+	for i := range arrivals {
+		for j := i; j < len(arrivals); j++ {
+			d := arrivals[j].Sub(arrivals[i])
+			bound := limit + limit*(d+lag).Seconds()/60 + allowance
+			count := j - i + 1
+			if ex := float64(count) - bound; ex > worstExcess {
+				worstExcess, worstCount, worstBound, worstLen = ex, count, bound, d
+			}
+		}
+	}
+	c := Check{Name: fmt.Sprintf("over-admission: tenant %s (%g requests/min) at p-rpm", tenantRPM, limit),
+		Bound: fmt.Sprintf("%g + %g × (d + 1 s)/60 s + learning %g", limit, limit, allowance)}
+	if len(arrivals) == 0 {
+		c.Measured = "no arrivals"
+		return c, 0
+	}
+	c.OK = worstExcess <= 1e-9
+	c.Measured = fmt.Sprintf("closest window: %d in %.1f s vs %.1f (total %d)", worstCount, worstLen.Seconds(), worstBound, len(arrivals))
+	return c, math.Max(0, worstExcess)
+}
+
+// inFlightAt is the number of calls in flight at t.
+func inFlightAt(flight []flightPoint, t time.Time) int {
+	n := 0
+	for _, p := range flight {
+		if p.at.After(t) {
+			break
+		}
+		n = p.n
+	}
+	return n
+}
+
+// concurrencyCheck checks the calls in flight at the provider of a tenant
+// limited to limit in flight: at most limit, plus, for each change of
+// owner, what learning mode may let through beside the old owner's calls
+// the new one could not know of: min(limit − keep, calls in flight when the
+// change was seen) (the new owner fills down to keep of what it thinks
+// free; only calls still running from before can be unknown to it).
+func concurrencyCheck(flight []flightPoint, changes []ownerChange, limit float64) (Check, int) {
+	allowance := 0.0
+	for _, c := range changes {
+		allowance += math.Min(limit-keep(limit), float64(inFlightAt(flight, c.at)))
+	}
+	peak := 0
+	var peakAt time.Time
+	for _, p := range flight {
+		if p.n > peak {
+			peak, peakAt = p.n, p.at
+		}
+	}
+	_ = peakAt
+	bound := limit + allowance
+	return Check{Name: fmt.Sprintf("over-admission: tenant %s (%g in flight) at p-conc", tenantConc, limit),
+		Measured: fmt.Sprintf("peak %d in flight", peak), Bound: fmt.Sprintf("%g + learning %g", limit, allowance),
+		OK: float64(peak) <= bound}, peak
+}
+
+// recovery is the time from t0 until the provider of the concurrency
+// tenant had at least target calls in flight, or -1 if never by until.
+func recovery(flight []flightPoint, t0, until time.Time, target int) time.Duration {
+	if inFlightAt(flight, t0) >= target {
+		return 0
+	}
+	for _, p := range flight {
+		if p.at.Before(t0) {
+			continue
+		}
+		if p.at.After(until) {
+			break
+		}
+		if p.n >= target {
+			return p.at.Sub(t0)
+		}
+	}
+	return -1
+}

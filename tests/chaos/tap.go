@@ -1,0 +1,114 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
+)
+
+// tap stands in front of one simulated provider and records, for every
+// chat call that reaches it, when it arrived and when it ended: the
+// arrivals of any sliding minute and the calls in flight at any moment, as
+// the provider saw them. The provider's own counters (GET /admin/stats)
+// must agree with the tap's count; the run checks they do.
+type tap struct {
+	name string
+	srv  *http.Server
+	ln   net.Listener
+
+	mu       sync.Mutex
+	arrivals []time.Time
+	// flight is every change of the number of calls in flight, in order.
+	flight   []flightPoint
+	inFlight int
+}
+
+// flightPoint is the number of calls in flight from at on.
+type flightPoint struct {
+	at time.Time
+	n  int
+}
+
+// startTap proxies a loopback listener to the provider at target (its base
+// URL without /v1).
+func startTap(name, target string) (*tap, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	t := &tap{name: name, ln: ln}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.FlushInterval = -1 // relay every stream chunk at once
+	t.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		t.enter()
+		defer t.leave()
+		proxy.ServeHTTP(w, r)
+	})}
+	go func() { _ = t.srv.Serve(ln) }()
+	return t, nil
+}
+
+// url is the base URL the catalog gives the endpoint (…/v1).
+func (t *tap) url() string { return "http://" + t.ln.Addr().String() + "/v1" }
+
+func (t *tap) enter() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	t.arrivals = append(t.arrivals, now)
+	t.inFlight++
+	t.flight = append(t.flight, flightPoint{at: now, n: t.inFlight})
+}
+
+func (t *tap) leave() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.inFlight--
+	t.flight = append(t.flight, flightPoint{at: time.Now(), n: t.inFlight})
+}
+
+// record is a copy of what the tap saw.
+func (t *tap) record() ([]time.Time, []flightPoint) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]time.Time(nil), t.arrivals...), append([]flightPoint(nil), t.flight...)
+}
+
+func (t *tap) close() { _ = t.srv.Close() }
+
+// providerStats reads a simulated provider's own counters from its admin
+// endpoint, as any outside observer would.
+func providerStats(ctx context.Context, hc *http.Client, providerURL string) (provsim.Stats, error) {
+	var st provsim.Stats
+	base := strings.TrimSuffix(providerURL, "/v1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/stats", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s/admin/stats: %s", base, resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}

@@ -1,0 +1,63 @@
+// Command chaos runs the chaos test's long form (make chaos): three etcd
+// members, three decider processes, two edges and the provider simulator
+// under steady load, with faults drawn from --seed for --duration and
+// attacks from valid credentials, judged from the providers' side
+// (docs/chaos.md). It prints the events and a table of what was measured,
+// and exits with status 1 when a check failed, 2 on bad flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/switchboard-ai/switchboard/tests/chaos"
+)
+
+func main() {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	var o chaos.Options
+	fs.DurationVar(&o.Duration, "duration", 5*time.Minute, "how long the load runs; faults come every 15-35 s after the first 15 s")
+	fs.Int64Var(&o.Seed, "seed", 0, "seed of the fault schedule (0: from the clock; printed either way)")
+	fs.BoolVar(&o.Short, "short", false, "the fixed schedule of the end-to-end test instead (about 70 s, one of each fault)")
+	fs.DurationVar(&o.SessionTTL, "broker-session-ttl", 3*time.Second, "the deciders' --broker-session-ttl")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, catalog, etcd data)")
+	asJSON := fs.Bool("json", false, "print the result as JSON instead of tables")
+	fs.StringVar(&o.Binaries.Decider, "decider-bin", "bin/decider", "the decider binary (make build)")
+	fs.StringVar(&o.Binaries.Edge, "edge-bin", "bin/edge", "the edge binary")
+	fs.StringVar(&o.Binaries.Provsim, "provsim-bin", "bin/provsim", "the provider simulator binary")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "chaos: unexpected arguments %q\n", fs.Args())
+		os.Exit(2)
+	}
+	o.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	res, err := chaos.Run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else {
+		res.Print(os.Stdout)
+	}
+	if !res.Passed() {
+		os.Exit(1)
+	}
+}
