@@ -109,20 +109,20 @@ func (s *system) attackFill(ctx context.Context, svc switchboardv1.DeciderServic
 	}
 	wg.Wait()
 	c := Check{Name: fmt.Sprintf("attack: service opens %d reservations with 128 B ids and 400 B keys", fillReservations),
-		Bound: "the broker's snapshot is written again within 10 s"}
+		Bound: "the broker's snapshot is written again within 5 s"}
 	// A snapshot encoded before the last reservations may still be
 	// committed after them: the revision to beat is read once the owner had
 	// time to write one with all of them (about a second apart).
 	select {
 	case <-ctx.Done():
-	case <-time.After(2 * time.Second):
+	case <-time.After(1500 * time.Millisecond):
 	}
 	rev0, err := s.snapshotRevision(ctx)
 	if err != nil {
 		c.Measured = err.Error()
 		return c
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if rev, err := s.snapshotRevision(ctx); err == nil && rev > rev0 {
 			c.OK = true
@@ -133,7 +133,7 @@ func (s *system) attackFill(ctx context.Context, svc switchboardv1.DeciderServic
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	state := "not written for 10 s"
+	state := "not written for 5 s"
 	if c.OK {
 		state = "written"
 	}

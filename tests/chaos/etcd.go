@@ -65,7 +65,7 @@ func (m *member) start(initial string) error {
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
 	cfg.Dir = m.dir
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "panic" // a member's own errors show as a start that fails or a member that is not ready
 	cfg.ListenClientUrls = []url.URL{{Scheme: "http", Host: m.client}}
 	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
 	cfg.ListenPeerUrls = []url.URL{{Scheme: "http", Host: m.peer}}

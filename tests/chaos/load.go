@@ -67,11 +67,14 @@ func (r *recorder) all() []answer {
 	return append([]answer(nil), r.answers...)
 }
 
-// runLoad sends every workload through every edge until ctx ends.
+// runLoad sends every workload through every edge until ctx ends; the
+// requests themselves run under reqCtx, so that the end of the load lets
+// the requests in flight finish (one cut would look, at the providers,
+// like a call nobody was answered for).
 // The requests-per-minute tenant's clients wait for rpmGo: its bucket is
 // full when they start, and its first burst is granted in the seconds
 // before the owner is killed.
-func runLoad(ctx context.Context, hc *http.Client, edges []*edge, rec *recorder, rpmGo <-chan struct{}) *sync.WaitGroup {
+func runLoad(ctx, reqCtx context.Context, hc *http.Client, edges []*edge, rec *recorder, rpmGo <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	n := 0
 	for _, w := range workloads() {
@@ -87,8 +90,8 @@ func runLoad(ctx context.Context, hc *http.Client, edges []*edge, rec *recorder,
 						}
 					}
 					for ctx.Err() == nil {
-						a := ask(ctx, hc, e, w.tenant, w.key, w.model, prompt, w.maxTokens, w.stream, "")
-						if ctx.Err() != nil && a.status == 0 {
+						a := ask(reqCtx, hc, e, w.tenant, w.key, w.model, prompt, w.maxTokens, w.stream, "")
+						if reqCtx.Err() != nil && a.status == 0 {
 							return // cut by the end of the run, not answered
 						}
 						rec.add(a)

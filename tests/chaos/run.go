@@ -31,6 +31,9 @@ type Options struct {
 	// SessionTTL is the deciders' --broker-session-ttl. (Optional)
 	// Defaults to 3 s.
 	SessionTTL time.Duration
+	// NoAttacks leaves the attacks out (the faults alone, to tell their
+	// effects apart).
+	NoAttacks bool
 	// Keep keeps the work directory (logs, etcd data).
 	Keep bool
 	// Progress, if set, is told each event as it happens.
@@ -67,7 +70,7 @@ type fault struct {
 // fault every 15-35 s from the seed, with the attacks again half-way.
 func schedule(o Options, rng *rand.Rand) []fault {
 	if o.Short {
-		return []fault{{faultAttacks, 3 * time.Second}, {faultKillOwner, 6 * time.Second}, {faultPauseOwner, 6 * time.Second}, {faultEtcdRestart, 5 * time.Second}}
+		return []fault{{faultAttacks, 3 * time.Second}, {faultKillOwner, 6 * time.Second}, {faultPauseOwner, 4 * time.Second}, {faultEtcdRestart, 4 * time.Second}}
 	}
 	fs := []fault{{faultAttacks, 3 * time.Second}}
 	at := 15 * time.Second
@@ -116,6 +119,9 @@ type run struct {
 	// attacks are over, so that its bucket is full when they end.
 	rpmGo chan struct{}
 	quiet sync.Once
+	// hedgeRecords are the hedge tenant's activity records, for what the
+	// decider says its hedge losers cost.
+	hedgeRecords map[string]*switchboardv1.ActivityRecord
 	// changes are the owner changes seen; faults when each fault began.
 	changes []ownerChange
 	faults  []struct {
@@ -192,7 +198,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	watched := make(chan struct{})
 	go func() { defer close(watched); r.watchOwner(watchCtx) }()
 	r.rpmGo = make(chan struct{})
-	load := runLoad(loadCtx, r.hc, r.s.edges, rec, r.rpmGo)
+	load := runLoad(loadCtx, ctx, r.hc, r.s.edges, rec, r.rpmGo)
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible schedule, not a secret
 	for _, f := range schedule(o, rng) {
 		select {
@@ -202,7 +208,9 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 		if loadCtx.Err() != nil {
 			break
 		}
-		r.inject(loadCtx, f.kind, rng)
+		if f.kind != faultAttacks || !o.NoAttacks {
+			r.inject(loadCtx, f.kind, rng)
+		}
 		if f.kind == faultAttacks {
 			r.quiet.Do(func() { close(r.rpmGo) })
 		}
@@ -210,7 +218,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	if o.Short {
 		select {
 		case <-loadCtx.Done():
-		case <-time.After(8 * time.Second):
+		case <-time.After(6 * time.Second):
 		}
 		stopLoad()
 	}
@@ -339,9 +347,12 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 	case faultEtcdRestart:
 		i := rng.IntN(3)
 		r.event("stopping etcd member %d", i)
+		// A member stops serving at once but takes several seconds to
+		// close (it waits for its clients' requests and watches): that
+		// counts in the time it is down.
 		r.s.etcd.stopMember(i)
 		r.event("etcd member %d stopped", i)
-		sleep(faultLength(k, r.o.SessionTTL))
+		sleep(faultLength(k, r.o.SessionTTL) - time.Since(begin))
 		if err := r.s.etcd.startMember(i); err != nil {
 			r.event("etcd member %d restart: %v", i, err)
 			r.check(Check{Name: fmt.Sprintf("etcd member %d restarts", i), Measured: err.Error(), Bound: "ready"})
@@ -351,9 +362,9 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 	}
 }
 
-// listed is every activity record id any replica lists for tenant.
-func (r *run) listed(ctx context.Context, tenant string) map[string]bool {
-	ids := map[string]bool{}
+// listed is every activity record any replica lists for tenant, by id.
+func (r *run) listed(ctx context.Context, tenant string) map[string]*switchboardv1.ActivityRecord {
+	ids := map[string]*switchboardv1.ActivityRecord{}
 	for i := range r.s.deciders {
 		c, closeRPC, err := r.s.rpc(i, operatorToken)
 		if err != nil {
@@ -368,7 +379,7 @@ func (r *run) listed(ctx context.Context, tenant string) map[string]bool {
 				break
 			}
 			for _, rec := range resp.GetRecords() {
-				ids[rec.GetId()] = true
+				ids[rec.GetId()] = rec
 			}
 			if resp.GetNextCursor() == "" || len(resp.GetRecords()) == 0 {
 				break
@@ -383,6 +394,7 @@ func (r *run) listed(ctx context.Context, tenant string) map[string]bool {
 // activity checks that every answered request has an activity record on
 // some replica, waiting up to 30 s for the edges' last batches.
 func (r *run) activity(ctx context.Context, answers []answer) int {
+	defer func() { r.hedgeRecords = r.listed(ctx, tenantHedge) }()
 	want := map[string]map[string]bool{}
 	total := 0
 	for _, a := range answers {
@@ -401,7 +413,7 @@ func (r *run) activity(ctx context.Context, answers []answer) int {
 		for tenant, ids := range want {
 			have := r.listed(ctx, tenant)
 			for id := range ids {
-				if !have[id] {
+				if have[id] == nil {
 					missing++
 				}
 			}
@@ -528,11 +540,36 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 		spend += float64(stats[p].prompt-served[p][0])*hedgePrices[p][0]/1e6 + float64(stats[p].completion-served[p][1])*hedgePrices[p][1]/1e6
 	}
 	res.HedgeSpendUSD = spend
+	// The budget's spending after the owner's last snapshot is lost in an
+	// unclean takeover (about a second of grants): the hedges started in
+	// the snapshot gap before a change of owner may be granted again.
+	var recorded, lostSpend float64
+	hedged := 0
+	for _, rec := range r.hedgeRecords {
+		if !rec.GetHedge().GetUsed() {
+			continue
+		}
+		hedged++
+		recorded += rec.GetHedge().GetLoserCostUsd()
+		for _, at := range rec.GetAttempts() {
+			if !at.GetHedge() {
+				continue
+			}
+			st := at.GetStartTime().AsTime()
+			for _, ch := range changes {
+				if !st.Before(ch.at.Add(-snapshotGap(ttl))) && !st.After(ch.at) {
+					lostSpend += rec.GetHedge().GetLoserCostUsd()
+					break
+				}
+			}
+		}
+	}
 	days := 1 + dailyResets(r.start, time.Now())
-	budget := hedgeBudgetUSD * float64(days)
+	budget := hedgeBudgetUSD*float64(days) + lostSpend
 	res.Checks = append(res.Checks, Check{Name: "hedge budget: hedge legs' cost at the providers",
-		Measured: fmt.Sprintf("$%.5f over %d extra legs", spend, legs), Bound: fmt.Sprintf("≤ $%g (%d UTC day)", budget, days),
-		OK: spend <= budget+1e-9 && !math.IsNaN(spend)})
+		Measured: fmt.Sprintf("$%.5f over %d extra legs (the records: %d hedged, losers $%.5f)", spend, legs, hedged, recorded),
+		Bound:    fmt.Sprintf("≤ $%g × %d UTC day + $%.5f granted in snapshot gaps", hedgeBudgetUSD, days, lostSpend),
+		OK:       spend <= budget+1e-9 && !math.IsNaN(spend)})
 	for _, c := range res.Checks {
 		if !c.OK && r.o.Progress != nil {
 			fmt.Fprintf(r.o.Progress, "chaos: FAIL %s: %s (bound %s)\n", c.Name, c.Measured, c.Bound)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -52,6 +54,9 @@ func startTap(name, target string) (*tap, error) {
 	t := &tap{name: name, ln: ln}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.FlushInterval = -1 // relay every stream chunk at once
+	// A hedge's losing leg is cancelled by design: its "context canceled"
+	// is not worth a line.
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
 	t.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 			proxy.ServeHTTP(w, r)

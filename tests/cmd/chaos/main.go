@@ -27,6 +27,7 @@ func main() {
 	fs.Int64Var(&o.Seed, "seed", 0, "seed of the fault schedule (0: from the clock; printed either way)")
 	fs.BoolVar(&o.Short, "short", false, "the fixed schedule of the end-to-end test instead (about 70 s, one of each fault)")
 	fs.DurationVar(&o.SessionTTL, "broker-session-ttl", 3*time.Second, "the deciders' --broker-session-ttl")
+	fs.BoolVar(&o.NoAttacks, "no-attacks", false, "leave the attacks out: the faults alone")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, catalog, etcd data)")
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of tables")
 	fs.StringVar(&o.Binaries.Decider, "decider-bin", "bin/decider", "the decider binary (make build)")
