@@ -209,7 +209,9 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 			break
 		}
 		if f.kind != faultAttacks || !o.NoAttacks {
-			r.inject(loadCtx, f.kind, rng)
+			// A fault runs to its end (a paused decider is let go, a
+			// killed one restarted) even when the load ends meanwhile.
+			r.inject(ctx, f.kind, rng)
 		}
 		if f.kind == faultAttacks {
 			r.quiet.Do(func() { close(r.rpmGo) })
@@ -485,6 +487,9 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 			}
 		}
 		limit := ttl + time.Second
+		if t0.Add(limit).After(r.start.Add(res.Duration)) {
+			continue // the load ended before the deadline: nothing to measure
+		}
 		d := recovery(flight, t0, t0.Add(30*time.Second), target)
 		m := "never within 30 s"
 		if d >= 0 {
