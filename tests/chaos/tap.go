@@ -57,17 +57,50 @@ func startTap(name, target string) (*tap, error) {
 	// A hedge's losing leg is cancelled by design: its "context canceled"
 	// is not worth a line.
 	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	// A call ends, for the tap, when the provider's answer has been read to
+	// its end (or the call failed): before the edge can have all of it, so
+	// before the edge can give its slot back. Counting until the handler
+	// returns would let a call overlap, by a few milliseconds, the next one
+	// its slot admits.
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if done, ok := resp.Request.Context().Value(doneKey{}).(func()); ok {
+			resp.Body = &endBody{ReadCloser: resp.Body, done: done}
+		}
+		return nil
+	}
 	t.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 			proxy.ServeHTTP(w, r)
 			return
 		}
 		t.enter()
-		defer t.leave()
-		proxy.ServeHTTP(w, r)
+		done := sync.OnceFunc(t.leave)
+		defer done()
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), doneKey{}, done)))
 	})}
 	go func() { _ = t.srv.Serve(ln) }()
 	return t, nil
+}
+
+type doneKey struct{}
+
+// endBody calls done once the body was read to its end or closed.
+type endBody struct {
+	io.ReadCloser
+	done func()
+}
+
+func (b *endBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done()
+	}
+	return n, err
+}
+
+func (b *endBody) Close() error {
+	b.done()
+	return b.ReadCloser.Close()
 }
 
 // url is the base URL the catalog gives the endpoint (…/v1).
