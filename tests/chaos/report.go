@@ -192,13 +192,9 @@ func concurrencyCheck(flight []flightPoint, changes []ownerChange, limit float64
 		allowance += math.Min(limit-keep(limit), float64(inFlightAt(flight, c.at)))
 	}
 	peak := 0
-	var peakAt time.Time
 	for _, p := range flight {
-		if p.n > peak {
-			peak, peakAt = p.n, p.at
-		}
+		peak = max(peak, p.n)
 	}
-	_ = peakAt
 	bound := limit + allowance
 	return Check{Name: fmt.Sprintf("over-admission: tenant %s (%g in flight) at p-conc", tenantConc, limit),
 		Measured: fmt.Sprintf("peak %d in flight", peak), Bound: fmt.Sprintf("%g + learning %g", limit, allowance),

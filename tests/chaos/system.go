@@ -213,22 +213,22 @@ func (s *system) startSim(ctx context.Context) error {
 
 func (s *system) catalogYAML() string {
 	var b strings.Builder
-	ep := func(provider string, in, out float64, limits string) {
-		fmt.Fprintf(&b, "      - {provider: %s, base_url: %s, upstream_model: %s, price: {input: %g, output: %g}%s}\n",
-			provider, s.taps[provider].url(), upstreamModel, in, out, limits)
+	ep := func(provider string, in, out float64) {
+		fmt.Fprintf(&b, "      - {provider: %s, base_url: %s, upstream_model: %s, price: {input: %g, output: %g}}\n",
+			provider, s.taps[provider].url(), upstreamModel, in, out)
 	}
 	b.WriteString("models:\n")
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelRPM)
-	ep("p-rpm", 1, 2, "")
+	ep("p-rpm", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelConc)
-	ep("p-conc", 1, 2, "")
+	ep("p-conc", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelHedge)
-	ep("p-ha", hedgePrices["p-ha"][0], hedgePrices["p-ha"][1], "")
-	ep("p-hb", hedgePrices["p-hb"][0], hedgePrices["p-hb"][1], "")
+	ep("p-ha", hedgePrices["p-ha"][0], hedgePrices["p-ha"][1])
+	ep("p-hb", hedgePrices["p-hb"][0], hedgePrices["p-hb"][1])
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelSpare)
-	ep("p-spare", 1, 2, "")
+	ep("p-spare", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelSpare2)
-	ep("p-spare", 1, 2, "")
+	ep("p-spare", 1, 2)
 	b.WriteString("tenants:\n")
 	tenant := func(id, key, limits string) {
 		fmt.Fprintf(&b, "  - id: %s\n    api_keys_sha256: [%s]\n", id, catalog.HashKey(key))
