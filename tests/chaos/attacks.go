@@ -46,32 +46,52 @@ func (s *system) attacks(ctx context.Context, hc *http.Client, at int) []Check {
 		return []Check{{Name: "attacks", Measured: err.Error()}}
 	}
 	defer closeOps()
+	// The fill comes last: what it leaves open (reservations with a long
+	// TTL) must not be what refuses the attacks after it.
 	var out []Check
-	out = append(out, attackHugeIDs(ctx, svc)...)
-	out = append(out, s.attackFill(ctx, svc))
 	out = append(out, s.attackServiceHeaders(ctx, hc, svc))
 	out = append(out, attackRetryAfter(ctx, edgeRPC))
 	out = append(out, attackHedgeNaN(ctx, edgeRPC))
 	out = append(out, attackActivity(ctx, edgeRPC, ops))
+	out = append(out, attackHugeIDs(ctx, svc)...)
+	out = append(out, s.attackFill(ctx, svc))
+	out = append(out, s.servedAfterFill(ctx, hc))
 	return out
 }
 
-func reserveReq(requestID, key string, ttl time.Duration) *switchboardv1.ReserveRequest {
+// servedAfterFill: another tenant's request is still served once the
+// attacker's service has filled the broker with reservations.
+func (s *system) servedAfterFill(ctx context.Context, hc *http.Client) Check {
+	c := Check{Name: "after the fill, tenant victim is served", Bound: "200 from p-spare through both edges", OK: true}
+	var got []string
+	for _, e := range s.edges {
+		a := ask(ctx, hc, e, tenantVictim, keyVictim, modelSpare, "still there", 4, false, "")
+		got = append(got, fmt.Sprintf("edge %s: %d %s%s", e.name, a.status, a.provider, a.code))
+		c.OK = c.OK && a.status == http.StatusOK && a.provider == "p-spare"
+	}
+	c.Measured = strings.Join(got, ", ")
+	return c
+}
+
+// reserveReq is a reservation of mallory's on model's endpoint at p-spare.
+func reserveReq(model, requestID, key string, ttl time.Duration) *switchboardv1.ReserveRequest {
 	return &switchboardv1.ReserveRequest{
 		RequestId: requestID, IdempotencyKey: key, Identity: &switchboardv1.Identity{TenantId: tenantMallory},
-		Model: modelSpare, EndpointId: "p-spare/" + modelSpare, Demand: &switchboardv1.Demand{Requests: 1, InputTokens: 10, OutputTokens: 8},
-		Ttl: durationpb.New(ttl),
+		Model: model, EndpointId: "p-spare/" + model, Demand: &switchboardv1.Demand{Requests: 1, InputTokens: 10, OutputTokens: 8},
+		// A refusal is answered at once instead of waiting in the queue.
+		Ttl: durationpb.New(ttl), MaxWait: durationpb.New(-time.Millisecond),
 	}
 }
 
-// attackHugeIDs: the service reserves with a 900 kB request id, then a
+// attackHugeIDs: the service reserves (on chaos/fill, which no pause of
+// the other attacks touches) with a 900 kB request id, then a
 // 900 kB idempotency key; the boundary must refuse both.
 func attackHugeIDs(ctx context.Context, svc switchboardv1.DeciderServiceClient) []Check {
 	huge := strings.Repeat("x", 900_000)
 	var out []Check
 	for _, tc := range []struct{ name, id, key string }{{"request_id", huge, "k"}, {"idempotency_key", "r", huge}} {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := svc.Reserve(cctx, reserveReq(tc.id, tc.key, time.Minute))
+		_, err := svc.Reserve(cctx, reserveReq(modelFill, tc.id, tc.key, time.Minute))
 		cancel()
 		out = append(out, Check{Name: "attack: service reserves with a 900 kB " + tc.name, Bound: "INVALID_ARGUMENT",
 			Measured: status.Code(err).String(), OK: status.Code(err) == codes.InvalidArgument})
@@ -97,7 +117,7 @@ func (s *system) attackFill(ctx context.Context, svc switchboardv1.DeciderServic
 				key := fmt.Sprintf("fill-key-%06d-", i)
 				key += strings.Repeat("k", 400-len(key))
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				resp, err := svc.Reserve(cctx, reserveReq(id, key, 10*time.Minute))
+				resp, err := svc.Reserve(cctx, reserveReq(modelFill, id, key, 10*time.Minute))
 				cancel()
 				if err == nil && resp.GetAdmitted() {
 					admitted.Add(1)
@@ -149,7 +169,7 @@ func (s *system) attackServiceHeaders(ctx context.Context, hc *http.Client, svc 
 	c := Check{Name: "attack: mallory's service reconciles with retry-after: 590", Bound: "victim served on p-spare through both edges"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := svc.Reserve(cctx, reserveReq("scope-1", "scope-1-key", time.Minute))
+	resp, err := svc.Reserve(cctx, reserveReq(modelSpare, "scope-1", "scope-1-key", time.Minute))
 	if err != nil || !resp.GetAdmitted() {
 		c.Measured = fmt.Sprintf("reserve: %v %v", err, resp.GetRefusal())
 		return c

@@ -49,6 +49,9 @@ const (
 	tenantVictim, keyVictim           = "victim", "chaos-key-victim"
 	tenantMallory, keyMallory         = "mallory", "chaos-key-mallory"
 	modelSpare, modelSpare2           = "chaos/spare", "chaos/spare2"
+	// modelFill is the model of the attacker's many reservations, apart
+	// from the spare model whose route its own reconcile pauses for it.
+	modelFill = "chaos/fill"
 )
 
 // The limits under test.
@@ -228,6 +231,8 @@ func (s *system) catalogYAML() string {
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelSpare)
 	ep("p-spare", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelSpare2)
+	ep("p-spare", 1, 2)
+	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelFill)
 	ep("p-spare", 1, 2)
 	b.WriteString("tenants:\n")
 	tenant := func(id, key, limits string) {
