@@ -69,7 +69,7 @@ func (a *Admission) age() time.Duration {
 	if a.failing.Load() == 0 {
 		return 0
 	}
-	return time.Now().Sub(time.Unix(0, a.durableAt.Load()))
+	return time.Since(time.Unix(0, a.durableAt.Load()))
 }
 
 // saved records the outcome of a snapshot write: the broker admits only
@@ -148,7 +148,7 @@ func (a *Admission) CheckOwner(ctx context.Context, timeout time.Duration) error
 	now := time.Now()
 	a.ownerSilentSince.CompareAndSwap(0, now.UnixNano())
 	if d := now.Sub(time.Unix(0, a.ownerSilentSince.Load())); d > time.Duration(a.o.LeaseTTL)*time.Second {
-		return fmt.Errorf("the broker owner %s has not answered its health for %s: %v", leader, d.Round(time.Millisecond), err)
+		return fmt.Errorf("the broker owner %s has not answered its health for %s: %w", leader, d.Round(time.Millisecond), err)
 	}
 	return nil
 }

@@ -22,8 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
-
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-ai/switchboard/pkg/billing"
@@ -32,6 +30,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker/provheaders"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/session"

@@ -135,7 +135,7 @@ func Parse(body []byte) (*Request, error) {
 	}
 	fields := splitObject(body)
 	if !utf8.Valid(body) {
-		return nil, utf8Error(body, fields)
+		return nil, utf8Error(fields)
 	}
 	r := &Request{Fields: fields}
 
@@ -535,7 +535,7 @@ func tokenCountField(fields map[string]json.RawMessage, name string) (int64, err
 
 // utf8Error is the refusal of a body that is not valid UTF-8, naming the
 // top-level field holding the first invalid byte when there is one.
-func utf8Error(body []byte, fields map[string]json.RawMessage) *Error {
+func utf8Error(fields map[string]json.RawMessage) *Error {
 	for _, k := range sortedKeys(fields) {
 		if k != "" && !utf8.Valid(fields[k]) && utf8.ValidString(k) {
 			return &Error{Param: k, Code: CodeInvalidValue, Message: fmt.Sprintf(

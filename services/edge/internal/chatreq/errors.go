@@ -136,7 +136,7 @@ func jsonKind(raw []byte) string {
 	case 'n':
 		return "null"
 	}
-	if _, err := strconv.ParseInt(string(raw), 10, 64); err == nil || bytes.IndexAny(raw, ".eE") < 0 {
+	if _, err := strconv.ParseInt(string(raw), 10, 64); err == nil || !bytes.ContainsAny(raw, ".eE") {
 		return "an integer"
 	}
 	return "a decimal number"

@@ -40,7 +40,7 @@ func checkOptions(fields map[string]json.RawMessage) error {
 		{"temperature", 0, 2}, {"top_p", 0, 1}, {"presence_penalty", -2, 2}, {"frequency_penalty", -2, 2},
 	} {
 		if raw, ok := fields[c.name]; ok && !isNull(raw) {
-			if _, err := numberIn(raw, c.name, c.lo, c.hi); err != nil {
+			if err := numberIn(raw, c.name, c.lo, c.hi); err != nil {
 				return err
 			}
 		}
@@ -104,21 +104,21 @@ const (
 )
 
 // numberIn reads a number in [lo, hi].
-func numberIn(raw []byte, param string, lo, hi float64) (float64, error) {
+func numberIn(raw []byte, param string, lo, hi float64) error {
 	text := string(bytes.TrimSpace(raw))
 	if !isNumber(text) {
-		return 0, typeErr(param, "a decimal", raw)
+		return typeErr(param, "a decimal", raw)
 	}
 	f, err := strconv.ParseFloat(text, 64)
 	switch {
 	case err != nil && !errors.Is(err, strconv.ErrRange):
-		return 0, typeErr(param, "a decimal", raw)
+		return typeErr(param, "a decimal", raw)
 	case f < lo:
-		return 0, boundErr(param, false, true, strconv.FormatFloat(lo, 'g', -1, 64), text)
+		return boundErr(param, false, true, strconv.FormatFloat(lo, 'g', -1, 64), text)
 	case f > hi:
-		return 0, boundErr(param, false, false, strconv.FormatFloat(hi, 'g', -1, 64), text)
+		return boundErr(param, false, false, strconv.FormatFloat(hi, 'g', -1, 64), text)
 	}
-	return f, nil
+	return nil
 }
 
 // integerIn reads an integer in [lo, hi]: a JSON number without fraction
@@ -174,7 +174,7 @@ func checkLogitBias(raw json.RawMessage) error {
 		return typeErr("logit_bias", "an object", raw)
 	}
 	for _, k := range sortedKeys(obj) {
-		if _, err := numberIn(obj[k], "logit_bias."+k, -100, 100); err != nil {
+		if err := numberIn(obj[k], "logit_bias."+k, -100, 100); err != nil {
 			return err
 		}
 	}
@@ -284,7 +284,7 @@ func toolName(obj map[string]json.RawMessage, param string) (string, error) {
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
 			return "", &Error{Param: param, Code: CodeInvalidValue, Message: fmt.Sprintf(
 				"Invalid '%s': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.", param)}
 		}
