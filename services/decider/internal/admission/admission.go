@@ -484,14 +484,13 @@ var errRetryLocally = errors.New("owner now")
 // the owner. The wait holds nothing of the server but the call itself: it
 // ends with the call's context.
 func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	if !a.owner.Load() {
-		c, err := a.ownerClient(ctx)
-		if err == nil {
-			return c.Reserve(ctx, req)
-		}
-		if !errors.Is(err, errRetryLocally) {
-			return nil, err
-		}
+	var resp *switchboardv1.ReserveResponse
+	local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+		resp, err = c.Reserve(ctx, req)
+		return err
+	})
+	if !local {
+		return resp, err
 	}
 	return a.reserve(ctx, req)
 }
@@ -513,18 +512,15 @@ func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 // replica's, read before it applies (so never newer than the state it
 // applied to), or the one a forwarded answer names; 0 when unknown.
 func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow, answer bool) (_ *switchboardv1.ReconcileResponse, term int64, _ error) {
-	term = a.term.Load()
-	if !a.owner.Load() {
-		c, err := a.ownerClient(ctx)
-		if err == nil {
-			resp, err := c.Reconcile(ctx, req)
-			return resp, resp.GetOwnerTerm(), err
-		}
-		if !errors.Is(err, errRetryLocally) {
-			return nil, 0, err
-		}
-		term = a.term.Load()
+	var resp *switchboardv1.ReconcileResponse
+	local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+		resp, err = c.Reconcile(ctx, req)
+		return err
+	})
+	if !local {
+		return resp, resp.GetOwnerTerm(), err
 	}
+	term = a.term.Load()
 	rr := broker.ReconcileRequestFromProto(req)
 	rr.Allow = allow
 	// A service moves only what its reservation's tenant sees of the
@@ -537,7 +533,7 @@ func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 	if !answer {
 		return nil, term, nil
 	}
-	resp := st.Proto()
+	resp = st.Proto()
 	resp.OwnerTerm = term
 	return resp, term, nil
 }

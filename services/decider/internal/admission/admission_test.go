@@ -253,8 +253,8 @@ func TestSurvivorTakesOverAfterSessionLoss(t *testing.T) {
 	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond, "the survivor takes over")
 	// The old owner campaigns again, now behind the new one, and forwards.
 	require.Eventually(t, func() bool {
-		fc, err := a.adm.Forward(t.Context())
-		return err == nil && fc != nil && !a.adm.Owner()
+		local, err := a.adm.OnOwner(t.Context(), func(context.Context, switchboardv1.DeciderServiceClient) error { return nil })
+		return err == nil && !local && !a.adm.Owner()
 	}, 20*time.Second, 20*time.Millisecond)
 	require.True(t, a.admitted(t), "forwarded to the new owner")
 	c.snapshotSaved(t)
@@ -422,4 +422,64 @@ func TestOwnerTermFollowsTheElection(t *testing.T) {
 	resp, err := a.adm.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: res.GetReservation().GetReservationId()}, nil)
 	require.NoError(t, err)
 	require.Equal(t, newRev(), resp.GetOwnerTerm(), "forwarded to the new owner, which names its term")
+}
+
+// stallServer answers nothing: each Reserve waits until its caller gives
+// up, as an owner that is paused or cut off does.
+type stallServer struct {
+	fwdServer
+	entered chan struct{}
+}
+
+func (s *stallServer) Reserve(ctx context.Context, _ *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestForwardedCallMovesToTheNewOwner: a reservation forwarded to an owner
+// that stops answering is not left waiting on it for the rest of its
+// deadline (a queued one's is half an hour): once another replica owns the
+// broker, the call is made to it.
+func TestForwardedCallMovesToTheNewOwner(t *testing.T) {
+	c := newCluster(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	stall := &stallServer{entered: make(chan struct{}, 1)}
+	switchboardv1.RegisterDeciderServiceServer(srv, stall)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	a := &replica{broker: newBroker(t), addr: lis.Addr().String()}
+	a.adm, err = Start(t.Context(), Options{
+		Broker: a.broker, Client: c.client(t, nil), Addr: a.addr, Every: 50 * time.Millisecond, LeaseTTL: 5,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	stall.adm.Store(a.adm)
+	t.Cleanup(a.adm.Close)
+	require.True(t, a.adm.Owner())
+	b := startReplica(t, c, nil)
+	startReplica(t, c, nil)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	type answer struct {
+		resp *switchboardv1.ReserveResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := b.adm.Reserve(ctx, reserveReq())
+		done <- answer{resp, err}
+	}()
+	<-stall.entered
+	_, rev := c.revokeOwner(t)
+	c.newOwner(t, rev)
+	got := <-done
+	require.NoError(t, got.err, "answered by the new owner, not left on the old one")
+	require.True(t, got.resp.GetAdmitted(), "%v", got.resp.GetRefusal())
 }

@@ -121,32 +121,63 @@ func (a *Admission) followLeader(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Forward returns a client of the owner when this replica is not it (nil
-// when it is), so other central decisions that must be atomic across
-// edges — the hedge budget — are taken in one place too.
-func (a *Admission) Forward(ctx context.Context) (switchboardv1.DeciderServiceClient, error) {
-	if a.owner.Load() {
-		return nil, nil
+// OnOwner runs call against the broker's owner when this replica is not
+// it, and reports local when it is (call is then not run: the caller does
+// the work here), so the central decisions that must be atomic across
+// edges — reservations, the hedge budget — are taken in one place.
+//
+// A call to an owner that stops answering (paused, cut off) would wait for
+// as long as the caller's deadline, which for a queued reservation is long:
+// so when the owner changes while call waits, call's context is cancelled
+// and call runs again on the new owner (or here, local). A call cancelled
+// so was not answered; the new owner has the snapshot and learning mode
+// for anything the old one did with it.
+func (a *Admission) OnOwner(ctx context.Context, call func(context.Context, switchboardv1.DeciderServiceClient) error) (local bool, _ error) {
+	for {
+		if a.owner.Load() {
+			return true, nil
+		}
+		c, changed, err := a.ownerClient(ctx)
+		if errors.Is(err, errRetryLocally) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-stop:
+			}
+		}()
+		err = call(cctx, c)
+		close(stop)
+		moved := err != nil && cctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !moved {
+			return false, err
+		}
+		a.o.Logger.Info("the broker owner changed during a forwarded call; calling the new owner")
 	}
-	c, err := a.ownerClient(ctx)
-	if errors.Is(err, errRetryLocally) {
-		return nil, nil
-	}
-	return c, err
 }
 
-// ownerClient returns a client of the owner from the cached address. While
-// nobody owns the state, or this replica is taking over, it waits for a
-// change within the caller's deadline and OwnerWait.
-func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServiceClient, error) {
+// ownerClient returns a client of the owner from the cached address and a
+// channel closed when the owner changes. While nobody owns the state, or
+// this replica is taking over, it waits for a change within the caller's
+// deadline and OwnerWait.
+func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServiceClient, <-chan struct{}, error) {
 	var wait <-chan time.Time
 	for {
 		leader, ch := a.state()
 		if a.owner.Load() {
-			return nil, errRetryLocally
+			return nil, nil, errRetryLocally
 		}
 		if leader != "" && leader != a.o.Addr {
-			return a.client(leader)
+			c, err := a.client(leader)
+			return c, ch, err
 		}
 		if wait == nil {
 			t := time.NewTimer(a.o.OwnerWait)
@@ -157,13 +188,13 @@ func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServi
 		case <-ch:
 			continue
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		case <-wait:
 		}
 		if leader == a.o.Addr {
-			return nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
+			return nil, nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
 		}
-		return nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
+		return nil, nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
 	}
 }
 

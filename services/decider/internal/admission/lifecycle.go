@@ -41,12 +41,12 @@ func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.Reconc
 // owner as [Admission.Reconcile] does: when any of the reservations is
 // another tenant's, none is extended and the error is PERMISSION_DENIED.
 func (a *Admission) Keep(ctx context.Context, ids []string, allow broker.Allow) (int64, error) {
-	c, err := a.Forward(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if c != nil {
-		resp, err := c.KeepReservations(ctx, &switchboardv1.KeepReservationsRequest{ReservationIds: ids})
+	var resp *switchboardv1.KeepReservationsResponse
+	local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+		resp, err = c.KeepReservations(ctx, &switchboardv1.KeepReservationsRequest{ReservationIds: ids})
+		return err
+	})
+	if !local {
 		return resp.GetKept(), err
 	}
 	n, err := a.o.Broker.Extend(ctx, ids, allow)

@@ -263,12 +263,13 @@ func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHed
 		return nil, err
 	}
 	if a := s.adm.Load(); a != nil {
-		c, err := a.Forward(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if c != nil {
-			return c.AcquireHedge(ctx, req)
+		var resp *switchboardv1.AcquireHedgeResponse
+		local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+			resp, err = c.AcquireHedge(ctx, req)
+			return err
+		})
+		if !local {
+			return resp, err
 		}
 	}
 	ok, left, reset := s.budget.Acquire(req.GetRequestId(), req.GetEstimatedCostUsd())
@@ -282,12 +283,13 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 		return nil, err
 	}
 	if a := s.adm.Load(); a != nil {
-		c, err := a.Forward(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if c != nil {
-			return c.SettleHedge(ctx, req)
+		var resp *switchboardv1.SettleHedgeResponse
+		local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+			resp, err = c.SettleHedge(ctx, req)
+			return err
+		})
+		if !local {
+			return resp, err
 		}
 	}
 	for _, st := range req.GetSettlements() {
