@@ -28,6 +28,9 @@ import (
 // processes, so that kill -9 and SIGSTOP are real. All three are required.
 type Binaries struct {
 	Decider, Edge, Provsim string
+	// Etcd, if set, is an etcd binary: the three members run as its
+	// processes instead of embedded in this one. (Optional)
+	Etcd string
 }
 
 // The callers of the catalog: the edges, the deciders among themselves, the
@@ -129,7 +132,7 @@ func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Durat
 		}
 		s.tokens[name] = p
 	}
-	if s.etcd, err = startCluster(dir); err != nil {
+	if s.etcd, err = startCluster(dir, bins.Etcd); err != nil {
 		return nil, err
 	}
 	s.cli, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(s.etcd.endpoints(), ","), DialTimeout: 5 * time.Second})
