@@ -139,15 +139,12 @@ func (m *member) startProcess(bin, logDir, initial string) error {
 		"--listen-peer-urls", "http://"+m.peer, "--initial-advertise-peer-urls", "http://"+m.peer,
 		"--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", "switchboard-chaos",
 		"--logger", "zap", "--log-outputs", "stderr")
-	// Killed with this process, however it ends (a test that times out
-	// exits without running its cleanup).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logName := m.name + ".log"
 	if m.starts > 1 {
 		logName = fmt.Sprintf("%s.%d.log", m.name, m.starts)
 	}
 	logPath := filepath.Join(logDir, logName)
-	p, err := childproc.Start(m.name, cmd, logPath)
+	p, err := childproc.Start(m.name, killedWithUs(cmd), logPath)
 	if err != nil {
 		return fmt.Errorf("etcd member %s: %w", m.name, err)
 	}
