@@ -49,7 +49,7 @@ const memberReady = time.Minute
 
 // startCluster starts three members under dir and waits until each is
 // ready: embedded when bin is empty, else processes of bin.
-func startCluster(dir, bin string) (*cluster, error) {
+func startCluster(ctx context.Context, dir, bin string) (*cluster, error) {
 	c := &cluster{bin: bin, logDir: dir}
 	var initial []string
 	for i := range 3 {
@@ -69,7 +69,7 @@ func startCluster(dir, bin string) (*cluster, error) {
 	errs := make([]error, len(c.members))
 	var wg sync.WaitGroup
 	for i, m := range c.members {
-		wg.Go(func() { errs[i] = c.startLocked(m, strings.Join(initial, ",")) })
+		wg.Go(func() { errs[i] = c.startLocked(ctx, m, strings.Join(initial, ",")) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -95,15 +95,15 @@ func (c *cluster) describe() string {
 
 // startLocked starts m. Members are started one at a time under c.mu,
 // except the first three, which startCluster starts together.
-func (c *cluster) startLocked(m *member, initial string) error {
+func (c *cluster) startLocked(ctx context.Context, m *member, initial string) error {
 	m.starts++
 	if c.bin == "" {
-		return m.startEmbedded(initial)
+		return m.startEmbedded(ctx, initial)
 	}
-	return m.startProcess(c.bin, c.logDir, initial)
+	return m.startProcess(ctx, c.bin, c.logDir, initial)
 }
 
-func (m *member) startEmbedded(initial string) error {
+func (m *member) startEmbedded(ctx context.Context, initial string) error {
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
 	cfg.Dir = m.dir
@@ -123,6 +123,9 @@ func (m *member) startEmbedded(initial string) error {
 	case <-time.After(memberReady):
 		e.Close()
 		return fmt.Errorf("etcd member %s not ready within a minute", m.name)
+	case <-ctx.Done():
+		e.Close()
+		return fmt.Errorf("etcd member %s: %w", m.name, ctx.Err())
 	}
 	m.etcd = e
 	return nil
@@ -132,7 +135,7 @@ func (m *member) startEmbedded(initial string) error {
 // says true (it serves, and its cluster has a leader). A restarted member
 // finds its data directory and rejoins; --initial-cluster-state is then
 // ignored.
-func (m *member) startProcess(bin, logDir, initial string) error {
+func (m *member) startProcess(ctx context.Context, bin, logDir, initial string) error {
 	cmd := exec.Command(bin, //nolint:gosec // G204: the binary the operator named.
 		"--name", m.name, "--data-dir", m.dir,
 		"--listen-client-urls", "http://"+m.client, "--advertise-client-urls", "http://"+m.client,
@@ -148,7 +151,7 @@ func (m *member) startProcess(bin, logDir, initial string) error {
 	if err != nil {
 		return fmt.Errorf("etcd member %s: %w", m.name, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), memberReady)
+	ctx, cancel := context.WithTimeout(ctx, memberReady)
 	defer cancel()
 	hc := &http.Client{Timeout: time.Second}
 	for !healthy(ctx, hc, "http://"+m.client+"/health") {
@@ -157,7 +160,7 @@ func (m *member) startProcess(bin, logDir, initial string) error {
 			return fmt.Errorf("etcd member %s exited: %w (log %s)", m.name, p.Err(), logPath)
 		case <-ctx.Done():
 			p.Stop()
-			return fmt.Errorf("etcd member %s not healthy within a minute (log %s)", m.name, logPath)
+			return fmt.Errorf("etcd member %s not healthy within a minute (log %s): %w", m.name, logPath, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -175,7 +178,7 @@ func healthy(ctx context.Context, hc *http.Client, u string) bool {
 	if err != nil {
 		return false
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var h struct {
 		Health string `json:"health"`
 	}
@@ -232,14 +235,14 @@ func (c *cluster) stopMember(i int) string {
 
 // startMember starts member i again on its ports and data, rejoining the
 // others.
-func (c *cluster) startMember(i int) error {
+func (c *cluster) startMember(ctx context.Context, i int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.members[i]
 	if m.etcd != nil || m.proc != nil {
 		return nil
 	}
-	return c.startLocked(m, c.initial())
+	return c.startLocked(ctx, m, c.initial())
 }
 
 // stop stops every member: embedded ones closed in turn, processes ended

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -23,7 +24,7 @@ func TestClusterRestart(t *testing.T) {
 		bin = ""
 	}
 	t.Logf("etcd binary: %q (empty: embedded)", bin)
-	c, err := startCluster(t.TempDir(), bin)
+	c, err := startCluster(t.Context(), t.TempDir(), bin)
 	require.NoError(t, err)
 	stopped := false
 	defer func() {
@@ -44,23 +45,25 @@ func TestClusterRestart(t *testing.T) {
 	all, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoints(), ","), DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer all.Close()
-	for round, want := range []string{"SIGKILL", "SIGTERM"} {
+	for round, how := range []string{"SIGKILL", "SIGTERM"} {
 		if bin == "" {
-			want = "closed"
+			how = "closed"
 		}
-		require.Equal(t, want, c.stopMember(0), "round %d", round)
+		require.Equal(t, how, c.stopMember(0), "round %d", round)
+		want := fmt.Sprintf("written while member 0 was down (%s, round %d)", how, round)
 		put(t, all, "k", want)
-		require.NoError(t, c.startMember(0))
+		require.NoError(t, c.startMember(t.Context(), 0))
 		record()
 		one, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + c.members[0].client}, DialTimeout: 5 * time.Second})
 		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		resp, err := one.Get(ctx, "k") // linearizable: member 0 has caught up
-		cancel()
+		// Serializable: what member 0 itself holds, once it has caught up.
+		require.Eventually(t, func() bool {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			resp, err := one.Get(ctx, "k", clientv3.WithSerializable())
+			return err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == want
+		}, time.Minute, 50*time.Millisecond, "member 0 serves %q", want)
 		_ = one.Close()
-		require.NoError(t, err)
-		require.Len(t, resp.Kvs, 1)
-		require.Equal(t, want, string(resp.Kvs[0].Value))
 	}
 	c.stop()
 	stopped = true
@@ -73,10 +76,14 @@ func TestClusterRestart(t *testing.T) {
 	}
 }
 
+// put writes k until etcd takes it: a write just after the leader was
+// killed may time out while the other two elect a new one.
 func put(t *testing.T, cli *clientv3.Client, k, v string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err := cli.Put(ctx, k, v)
-	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		_, err := cli.Put(ctx, k, v)
+		return err == nil
+	}, time.Minute, 100*time.Millisecond, "put %s", k)
 }

@@ -361,7 +361,7 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 		how := r.s.etcd.stopMember(i)
 		r.event("etcd member %d stopped (%s)", i, how)
 		sleep(faultLength(k, r.o.SessionTTL) - time.Since(begin))
-		if err := r.s.etcd.startMember(i); err != nil {
+		if err := r.s.etcd.startMember(ctx, i); err != nil {
 			r.event("etcd member %d restart: %v", i, err)
 			r.check(Check{Name: fmt.Sprintf("etcd member %d restarts", i), Measured: err.Error(), Bound: "ready"})
 			return

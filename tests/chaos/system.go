@@ -132,7 +132,7 @@ func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Durat
 		}
 		s.tokens[name] = p
 	}
-	if s.etcd, err = startCluster(dir, bins.Etcd); err != nil {
+	if s.etcd, err = startCluster(ctx, dir, bins.Etcd); err != nil {
 		return nil, err
 	}
 	s.cli, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(s.etcd.endpoints(), ","), DialTimeout: 5 * time.Second})
