@@ -53,7 +53,7 @@ bench: build ## Run the Go benchmarks, edgebench (BENCHFLAGS), then the rate-lim
 	$(BIN)/brokerload --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge --provsim-bin $(BIN)/provsim $(LOADFLAGS)
 
 .PHONY: chaos
-chaos: build ## Chaos test: 3 etcd members, 3 deciders, 2 edges under load; kill -9, SIGSTOP, etcd restarts, attacks (CHAOSFLAGS: --duration, --seed).
+chaos: build ## Chaos test: 3 etcd members, 3 deciders, 2 edges under load; kill -9, SIGSTOP, etcd restarts, attacks (CHAOSFLAGS: --duration, --seed, --etcd-bin /usr/bin/etcd).
 	go build -o $(BIN)/chaos ./tests/cmd/chaos
 	$(BIN)/chaos --decider-bin $(BIN)/decider --edge-bin $(BIN)/edge --provsim-bin $(BIN)/provsim $(CHAOSFLAGS)
 

@@ -20,8 +20,16 @@ import (
 // the providers' side (their counters, and a tap in front of each) and
 // must hold: no over-admission, no ghost slots, no lost activity, the
 // hedge budget never exceeded, each attack refused or without effect.
+// The etcd members are processes of the etcd binary on PATH when there is
+// one (Debian's etcd-server, which .ci/run installs), else embedded.
 func TestChaosShort(t *testing.T) {
 	bins := buildServices(t)
+	if etcd, err := exec.LookPath("etcd"); err == nil {
+		bins.Etcd = etcd
+		t.Logf("etcd members: processes of %s", etcd)
+	} else {
+		t.Logf("etcd members: embedded (no etcd on PATH)")
+	}
 	res, err := chaos.Run(t.Context(), chaos.Options{Binaries: bins, Short: true, Progress: testWriter{t}})
 	require.NoError(t, err)
 	var b strings.Builder

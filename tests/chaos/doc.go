@@ -1,12 +1,12 @@
 // Package chaos is the chaos test: three etcd members (embedded, in this
-// process), three decider processes on them, two edge processes (one in
-// front of the broker's owner, one in front of a replica that forwards to
-// it) and the provider simulator, under steady load against tight tenants
-// (50 requests a minute; 4 requests in flight; large streams that are
-// hedged on a small daily budget), while the owner is killed with SIGKILL,
-// paused with SIGSTOP past its session and its membership lease, an etcd
-// member is restarted, and valid credentials attack the decider's
-// boundary.
+// process, or processes of an etcd binary), three decider processes on
+// them, two edge processes (one in front of the broker's owner, one in
+// front of a replica that forwards to it) and the provider simulator,
+// under steady load against tight tenants (50 requests a minute; 4
+// requests in flight; large streams that are hedged on a small daily
+// budget), while the owner is killed with SIGKILL, paused with SIGSTOP
+// past its session and its membership lease, an etcd member is
+// restarted, and valid credentials attack the decider's boundary.
 //
 // The result is judged from the providers' side: a tap in front of each
 // simulated provider records every call's arrival and end (checked against

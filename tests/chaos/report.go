@@ -30,8 +30,11 @@ type Event struct {
 type Result struct {
 	Seed     int64         `json:"seed"`
 	Duration time.Duration `json:"duration"`
-	Events   []Event       `json:"events"`
-	Checks   []Check       `json:"checks"`
+	// Etcd says which etcd the members were: embedded, or the binary's
+	// processes and its version.
+	Etcd   string  `json:"etcd"`
+	Events []Event `json:"events"`
+	Checks []Check `json:"checks"`
 	// Answers counts the clients' answers by tenant and status.
 	Answers map[string]map[int]int `json:"answers"`
 	// OverAdmission is how far the worst sliding window of the
@@ -71,7 +74,7 @@ func (r *Result) Failed() []Check {
 
 // Print writes the events, the answers and the checks as tables.
 func (r *Result) Print(w io.Writer) {
-	fmt.Fprintf(w, "chaos run: seed %d, load %s\n\nevents:\n", r.Seed, r.Duration.Round(time.Second))
+	fmt.Fprintf(w, "chaos run: seed %d, load %s, etcd: %s\n\nevents:\n", r.Seed, r.Duration.Round(time.Second), r.Etcd)
 	for _, e := range r.Events {
 		fmt.Fprintf(w, "  %7.1fs  %s\n", e.At.Seconds(), e.What)
 	}

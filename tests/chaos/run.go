@@ -187,6 +187,10 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 		return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 	}
 	defer r.s.stop() //nolint:contextcheck // stopping must not depend on the run's context
+	res.Etcd = r.s.etcd.describe()
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "chaos: etcd: %s\n", res.Etcd)
+	}
 	rec := &recorder{}
 	if err := r.warm(ctx, rec); err != nil {
 		return nil, err
@@ -354,10 +358,10 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 		// A member stops serving at once but takes several seconds to
 		// close (it waits for its clients' requests and watches): that
 		// counts in the time it is down.
-		r.s.etcd.stopMember(i)
-		r.event("etcd member %d stopped", i)
+		how := r.s.etcd.stopMember(i)
+		r.event("etcd member %d stopped (%s)", i, how)
 		sleep(faultLength(k, r.o.SessionTTL) - time.Since(begin))
-		if err := r.s.etcd.startMember(i); err != nil {
+		if err := r.s.etcd.startMember(ctx, i); err != nil {
 			r.event("etcd member %d restart: %v", i, err)
 			r.check(Check{Name: fmt.Sprintf("etcd member %d restarts", i), Measured: err.Error(), Bound: "ready"})
 			return

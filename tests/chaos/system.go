@@ -28,6 +28,9 @@ import (
 // processes, so that kill -9 and SIGSTOP are real. All three are required.
 type Binaries struct {
 	Decider, Edge, Provsim string
+	// Etcd, if set, is an etcd binary: the three members run as its
+	// processes instead of embedded in this one. (Optional)
+	Etcd string
 }
 
 // The callers of the catalog: the edges, the deciders among themselves, the
@@ -129,7 +132,7 @@ func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Durat
 		}
 		s.tokens[name] = p
 	}
-	if s.etcd, err = startCluster(dir); err != nil {
+	if s.etcd, err = startCluster(ctx, dir, bins.Etcd); err != nil {
 		return nil, err
 	}
 	s.cli, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(s.etcd.endpoints(), ","), DialTimeout: 5 * time.Second})
@@ -196,7 +199,7 @@ func (s *system) startSim(ctx context.Context) error {
 	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o600); err != nil {
 		return err
 	}
-	sim, err := childproc.Start("provsim", exec.CommandContext(ctx, s.bins.Provsim, "--config", cfgPath), filepath.Join(s.dir, "provsim.log")) //nolint:gosec // G204: the binary the operator named.
+	sim, err := childproc.Start("provsim", killedWithUs(exec.CommandContext(ctx, s.bins.Provsim, "--config", cfgPath)), filepath.Join(s.dir, "provsim.log")) //nolint:gosec // G204: the binary the operator named.
 	if err != nil {
 		return err
 	}
@@ -271,7 +274,7 @@ func (s *system) startDecider(ctx context.Context, i int) error {
 	d.starts++
 	log := filepath.Join(s.dir, fmt.Sprintf("%s.%d.log", d.id, d.starts))
 	d.mu.Unlock()
-	c, err := childproc.Start(d.id, exec.CommandContext(ctx, s.bins.Decider, s.deciderArgs(d)...), log) //nolint:gosec // G204: the binary the operator named.
+	c, err := childproc.Start(d.id, killedWithUs(exec.CommandContext(ctx, s.bins.Decider, s.deciderArgs(d)...)), log) //nolint:gosec // G204: the binary the operator named.
 	if err != nil {
 		return err
 	}
@@ -291,7 +294,7 @@ func (s *system) startEdge(ctx context.Context, name string, deciderIdx int) err
 		"--reserve-timeout=5s", "--hedge-acquire-timeout=5s", "--drain-delay=0s", "--shutdown-grace=2s", "--report-flush-interval=50ms",
 		"--decider-keepalive=5s",
 	}
-	c, err := childproc.Start("edge"+name, exec.CommandContext(ctx, s.bins.Edge, args...), filepath.Join(s.dir, "edge"+name+".log")) //nolint:gosec // G204: the binary the operator named.
+	c, err := childproc.Start("edge"+name, killedWithUs(exec.CommandContext(ctx, s.bins.Edge, args...)), filepath.Join(s.dir, "edge"+name+".log")) //nolint:gosec // G204: the binary the operator named.
 	if err != nil {
 		return err
 	}

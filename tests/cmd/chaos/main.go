@@ -33,6 +33,7 @@ func main() {
 	fs.StringVar(&o.Binaries.Decider, "decider-bin", "bin/decider", "the decider binary (make build)")
 	fs.StringVar(&o.Binaries.Edge, "edge-bin", "bin/edge", "the edge binary")
 	fs.StringVar(&o.Binaries.Provsim, "provsim-bin", "bin/provsim", "the provider simulator binary")
+	fs.StringVar(&o.Binaries.Etcd, "etcd-bin", "", "an etcd binary (e.g. /usr/bin/etcd) to run the three members as its processes; empty: embedded members")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
