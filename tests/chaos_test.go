@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,15 +21,18 @@ import (
 // the providers' side (their counters, and a tap in front of each) and
 // must hold: no over-admission, no ghost slots, no lost activity, the
 // hedge budget never exceeded, each attack refused or without effect.
-// The etcd members are processes of the etcd binary on PATH when there is
-// one (Debian's etcd-server, which .ci/run installs), else embedded.
+// The etcd members are embedded, or processes of the etcd binary that
+// SWITCHBOARD_CHAOS_ETCD names (e.g. Debian's etcd-server, /usr/bin/etcd;
+// `make chaos CHAOSFLAGS=--etcd-bin=...` runs the long form on it).
 func TestChaosShort(t *testing.T) {
 	bins := buildServices(t)
-	if etcd, err := exec.LookPath("etcd"); err == nil {
-		bins.Etcd = etcd
-		t.Logf("etcd members: processes of %s", etcd)
+	if etcd := os.Getenv("SWITCHBOARD_CHAOS_ETCD"); etcd != "" {
+		path, err := exec.LookPath(etcd)
+		require.NoError(t, err, "SWITCHBOARD_CHAOS_ETCD")
+		bins.Etcd = path
+		t.Logf("etcd members: processes of %s", path)
 	} else {
-		t.Logf("etcd members: embedded (no etcd on PATH)")
+		t.Logf("etcd members: embedded (SWITCHBOARD_CHAOS_ETCD unset)")
 	}
 	res, err := chaos.Run(t.Context(), chaos.Options{Binaries: bins, Short: true, Progress: testWriter{t}})
 	require.NoError(t, err)

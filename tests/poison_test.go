@@ -224,6 +224,11 @@ func TestAccountRefusalPausesThatAccountOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	require.Equal(t, "beta", body["provider"], "the next provider serves")
 	require.Equal(t, "1", h.Get("X-Switchboard-Retries"))
+	// The held refusal is charged to alpha's account by a second
+	// reconciliation on the Report stream once the request ended: wait for
+	// it to be applied before asking for the account's other model.
+	require.Eventually(t, func() bool { return s.edge.UnackedReconciles() == 0 }, 10*time.Second, 20*time.Millisecond,
+		"the account's pause is applied")
 
 	// The same account's endpoint of another model is paused too: not even
 	// called.
