@@ -13,6 +13,7 @@ import (
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/tests/loadtest"
 )
 
 // Options configure a run.
@@ -521,7 +522,7 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 	var mismatch []string
 	stats := map[string]struct{ requests, prompt, completion int64 }{}
 	for _, p := range providerNames {
-		st, err := providerStats(ctx, r.hc, r.s.simURLs[p])
+		st, err := loadtest.ProviderStats(ctx, r.hc, r.s.simURLs[p])
 		if err != nil {
 			counted = false
 			mismatch = append(mismatch, p+": "+err.Error())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/childproc"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/tests/loadtest"
 )
 
 // Binaries name the built services (make build) the run starts as child
@@ -205,7 +205,7 @@ func (s *system) startSim(ctx context.Context) error {
 	}
 	s.sim = sim
 	for _, p := range providerNames {
-		if err := waitHTTP(ctx, sim, strings.TrimSuffix(s.simURLs[p], "/v1")+"/healthz"); err != nil {
+		if err := loadtest.WaitHealthy(ctx, sim, strings.TrimSuffix(s.simURLs[p], "/v1")+"/healthz"); err != nil {
 			return fmt.Errorf("provider %s: %w", p, err)
 		}
 		t, err := startTap(p, strings.TrimSuffix(s.simURLs[p], "/v1"))
@@ -300,7 +300,7 @@ func (s *system) startEdge(ctx context.Context, name string, deciderIdx int) err
 	}
 	e := &edge{name: name, url: "http://" + addr + "/v1", child: c, decider: deciderIdx}
 	s.edges = append(s.edges, e)
-	return waitHTTP(ctx, c, "http://"+addr+"/readyz")
+	return loadtest.WaitHealthy(ctx, c, "http://"+addr+"/readyz")
 }
 
 // owner is the index of the decider that owns the broker, from the
@@ -451,32 +451,6 @@ func waitServing(ctx context.Context, c *childproc.Child, addr string) error {
 			return fmt.Errorf("%s exited: %w", c.Name, c.Err())
 		case <-ctx.Done():
 			return fmt.Errorf("%s not serving: %w", c.Name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// waitHTTP polls url until it answers 200, c exits, or a minute passes.
-func waitHTTP(ctx context.Context, c *childproc.Child, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := hc.Do(req); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-c.Exited():
-			return fmt.Errorf("%s exited: %w", c.Name, c.Err())
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w", url, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -13,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // tap stands in front of one simulated provider and records, for every
@@ -130,23 +126,3 @@ func (t *tap) record() ([]time.Time, []flightPoint) {
 }
 
 func (t *tap) close() { _ = t.srv.Close() }
-
-// providerStats reads a simulated provider's own counters from its admin
-// endpoint, as any outside observer would.
-func providerStats(ctx context.Context, hc *http.Client, providerURL string) (provsim.Stats, error) {
-	var st provsim.Stats
-	base := strings.TrimSuffix(providerURL, "/v1")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/stats", nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s/admin/stats: %s", base, resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
-}

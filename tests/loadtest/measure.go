@@ -17,9 +17,9 @@ import (
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
-// providerStats reads a simulated provider's own counters from its admin
+// ProviderStats reads a simulated provider's own counters from its admin
 // endpoint, as any outside observer would.
-func providerStats(ctx context.Context, hc *http.Client, providerURL string) (provsim.Stats, error) {
+func ProviderStats(ctx context.Context, hc *http.Client, providerURL string) (provsim.Stats, error) {
 	var st provsim.Stats
 	base := strings.TrimSuffix(providerURL, "/v1")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/stats", nil)

@@ -327,7 +327,7 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 		m := e.plan.model(mid)
 		for _, ep := range m.endpoints {
 			at := time.Now()
-			st, err := providerStats(ctx, e.admin, e.sys.providerURL(ep.provider))
+			st, err := ProviderStats(ctx, e.admin, e.sys.providerURL(ep.provider))
 			if err != nil {
 				return nil, err
 			}
@@ -373,7 +373,7 @@ func (e *env) run(ctx context.Context, sc scenario) (*ScenarioReport, error) {
 		for _, ep := range m.endpoints {
 			key := ep.provider + "/" + m.upstream
 			at := time.Now()
-			st, err := providerStats(ctx, e.admin, e.sys.providerURL(ep.provider))
+			st, err := ProviderStats(ctx, e.admin, e.sys.providerURL(ep.provider))
 			if err != nil {
 				return nil, err
 			}

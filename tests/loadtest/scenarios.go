@@ -351,7 +351,7 @@ func (s *storm) drive(ctx context.Context, e *env) []result {
 		})
 	}()
 	read := func() provsim.ModelStats {
-		st, err := providerStats(ctx, e.admin, url)
+		st, err := ProviderStats(ctx, e.admin, url)
 		if err != nil && s.err == nil {
 			s.err = err
 		}

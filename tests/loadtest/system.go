@@ -212,7 +212,7 @@ func (s *system) startBinaries(ctx context.Context, p *plan, bins Binaries, repl
 	}
 	s.stops = append(s.stops, sim.Stop)
 	for name, addr := range listen {
-		if err := waitHealthy(ctx, sim, "http://"+addr+"/healthz"); err != nil {
+		if err := WaitHealthy(ctx, sim, "http://"+addr+"/healthz"); err != nil {
 			return fmt.Errorf("provider %s: %w", name, err)
 		}
 	}
@@ -244,8 +244,8 @@ func (s *system) startBinaries(ctx context.Context, p *plan, bins Binaries, repl
 	return nil
 }
 
-// waitHealthy polls url until it answers 200, c exits, or a minute passes.
-func waitHealthy(ctx context.Context, c *childproc.Child, url string) error {
+// WaitHealthy polls url until it answers 200, c exits, or a minute passes.
+func WaitHealthy(ctx context.Context, c *childproc.Child, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	hc := &http.Client{Timeout: 2 * time.Second}

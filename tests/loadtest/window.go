@@ -105,7 +105,7 @@ func startSampler(ctx context.Context, hc *http.Client, urls map[string]string, 
 	take := func() {
 		for provider, url := range urls {
 			at := time.Now()
-			st, err := providerStats(ctx, hc, url)
+			st, err := ProviderStats(ctx, hc, url)
 			end := time.Now()
 			if err != nil {
 				continue // a missed sample only leaves a wider window
