@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -112,9 +113,31 @@ func (c *classSystem) hold(t *testing.T, provider string) (release func()) {
 	ctx, cancel := context.WithCancel(t.Context())
 	before := c.sim.Provider(provider).Stats().Requests
 	done := make(chan classAnswer, 1)
-	go func() { done <- c.chat(ctx, testKey, "", model, "[[provsim:fault=hang]] hold the slot") }()
-	require.Eventually(t, func() bool { return c.sim.Provider(provider).Stats().Requests > before },
-		20*time.Second, 5*time.Millisecond, "the held request reaches %s", provider)
+	pending := 0
+	send := func() {
+		pending++
+		go func() { done <- c.chat(ctx, testKey, "", model, "[[provsim:fault=hang]] hold the slot") }()
+	}
+	send()
+	// The slot may still be held by the previous request until the edge's
+	// reconciliation of it reaches the decider: a refusal then is sent again.
+	var early classAnswer
+	reached := assert.Eventually(t, func() bool {
+		select {
+		case early = <-done:
+			pending--
+			if early.err == nil && early.status == http.StatusTooManyRequests {
+				send()
+			}
+		default:
+		}
+		return c.sim.Provider(provider).Stats().Requests > before
+	}, 20*time.Second, 5*time.Millisecond)
+	if !reached {
+		cancel()
+		require.FailNowf(t, "the held request never reached the provider", "%s; last early answer: %d %v %s",
+			provider, early.status, early.err, early.body)
+	}
 	var once bool
 	release = func() {
 		if once {
@@ -122,7 +145,9 @@ func (c *classSystem) hold(t *testing.T, provider string) (release func()) {
 		}
 		once = true
 		cancel()
-		<-done
+		for ; pending > 0; pending-- {
+			<-done
+		}
 	}
 	t.Cleanup(release)
 	return release

@@ -33,9 +33,14 @@ func startFreezer(t *testing.T, target string) *freezer {
 	f := &freezer{ln: ln, target: target, thaw: make(chan struct{})}
 	close(f.thaw)
 	var conns sync.WaitGroup
-	var open []net.Conn
 	var openMu sync.Mutex
+	var open []net.Conn
+	closed := false
+	// The accept loop is counted too, so that no Add can start from zero
+	// while the cleanup waits.
+	conns.Add(1)
 	go func() {
+		defer conns.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -47,6 +52,12 @@ func startFreezer(t *testing.T, target string) *freezer {
 				continue
 			}
 			openMu.Lock()
+			if closed {
+				openMu.Unlock()
+				_ = c.Close()
+				_ = up.Close()
+				return
+			}
 			open = append(open, c, up)
 			openMu.Unlock()
 			conns.Add(2)
@@ -58,6 +69,7 @@ func startFreezer(t *testing.T, target string) *freezer {
 		_ = ln.Close()
 		f.set(false)
 		openMu.Lock()
+		closed = true
 		for _, c := range open {
 			_ = c.Close()
 		}
