@@ -11,6 +11,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	"github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
@@ -202,4 +203,89 @@ func TestMessagesSDKErrors(t *testing.T) {
 			})
 		}
 	}
+}
+
+func TestMessagesSDKPromptCache(t *testing.T) {
+	t.Parallel()
+	p := start(t, app.ModelConfig{ID: "claude-sim", DefaultOutputTokens: 2, TokensPerSecond: 2000, Cache: app.CacheConfig{Enabled: true}})
+	client := anthropicClient(t, p)
+	long := strings.Repeat("the quick brown fox jumps over the lazy dog ", 120) // > 1024 tokens
+	ephemeral := func(ttl anthropic.CacheControlEphemeralTTL) anthropic.CacheControlEphemeralParam {
+		cc := anthropic.NewCacheControlEphemeralParam()
+		cc.TTL = ttl
+		return cc
+	}
+	userText := func(text string, cached bool) anthropic.MessageParam {
+		b := anthropic.TextBlockParam{Text: text}
+		if cached {
+			b.CacheControl = ephemeral("")
+		}
+		return anthropic.NewUserMessage(anthropic.ContentBlockParamUnion{OfText: &b})
+	}
+	system := func(ttl anthropic.CacheControlEphemeralTTL) []anthropic.TextBlockParam {
+		return []anthropic.TextBlockParam{{Text: long, CacheControl: ephemeral(ttl)}}
+	}
+	// The rule of pkg/tokens on the prompt in chat form, system first.
+	prompt := func(msgs ...tokens.Message) int64 { return tokens.Prompt(msgs) }
+	sys := tokens.Message{Role: "system", Content: long}
+	u1 := tokens.Message{Role: "user", Content: "first question"}
+	a1 := tokens.Message{Role: "assistant", Content: "an answer"}
+	u2 := tokens.Message{Role: "user", Content: "second question"}
+
+	type usage struct{ input, read, create5m, create1h int64 }
+	tests := []struct {
+		name   string
+		stream bool
+		params anthropic.MessageNewParams
+		want   usage
+	}{
+		{
+			name:   "short prefix is never cached",
+			params: anthropic.MessageNewParams{System: []anthropic.TextBlockParam{{Text: "short", CacheControl: ephemeral("")}}, Messages: []anthropic.MessageParam{userText("first question", false)}},
+			want:   usage{input: prompt(tokens.Message{Role: "system", Content: "short"}, u1)},
+		},
+		{
+			name:   "cold: the system prefix is written for 1h",
+			params: anthropic.MessageNewParams{System: system(anthropic.CacheControlEphemeralTTLTTL1h), Messages: []anthropic.MessageParam{userText("first question", false)}},
+			want:   usage{input: prompt(sys, u1) - prompt(sys), create1h: prompt(sys)},
+		},
+		{
+			name:   "warm: the system prefix is read, and the first turn written",
+			stream: true,
+			params: anthropic.MessageNewParams{System: system(""), Messages: []anthropic.MessageParam{userText("first question", true)}},
+			want:   usage{read: prompt(sys), create5m: prompt(sys, u1) - prompt(sys)},
+		},
+		{
+			name: "next turn: the earlier breakpoint is found behind the new one",
+			params: anthropic.MessageNewParams{System: system(""), Messages: []anthropic.MessageParam{
+				userText("first question", false), anthropic.NewAssistantMessage(anthropic.NewTextBlock("an answer")), userText("second question", true),
+			}},
+			want: usage{read: prompt(sys, u1), create5m: prompt(sys, u1, a1, u2) - prompt(sys, u1)},
+		},
+	}
+	var wantReads, wantWrites int64
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.params.Model, tt.params.MaxTokens = "claude-sim", 1024
+			var msg anthropic.Message
+			if tt.stream {
+				var err error
+				msg, _, err = streamed(t, client, tt.params)
+				require.NoError(t, err)
+			} else {
+				got, err := client.Messages.New(t.Context(), tt.params)
+				require.NoError(t, err)
+				msg = *got
+			}
+			u := msg.Usage
+			require.Equal(t, tt.want, usage{u.InputTokens, u.CacheReadInputTokens, u.CacheCreation.Ephemeral5mInputTokens, u.CacheCreation.Ephemeral1hInputTokens})
+			require.Equal(t, tt.want.create5m+tt.want.create1h, u.CacheCreationInputTokens)
+			wantReads += tt.want.read
+			wantWrites += tt.want.create5m + tt.want.create1h
+		})
+	}
+	st := p.Stats()
+	require.Equal(t, int64(len(tests)), st.Messages)
+	require.Equal(t, wantReads, st.Models["claude-sim"].CachedTokens)
+	require.Equal(t, wantWrites, st.Models["claude-sim"].CacheWriteTokens)
 }

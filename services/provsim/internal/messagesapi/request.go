@@ -96,6 +96,8 @@ type wireRequest struct {
 		UserID *string `json:"user_id"`
 	} `json:"metadata"`
 	Stream *bool `json:"stream"`
+	// CacheControl asks for automatic caching: a breakpoint on the last block.
+	CacheControl *wireCacheControl `json:"cache_control"`
 }
 
 type wireMessage struct {
@@ -193,6 +195,7 @@ func ParseRequest(body []byte) (Request, error) {
 	for i, m := range w.Messages {
 		p.message(i, m)
 	}
+	p.automaticBreakpoint(w.CacheControl)
 	if n := breakpoints(p.req.Pieces); n > MaxBreakpoints {
 		p.bad("A maximum of %d blocks with cache_control may be provided. Found %d.", MaxBreakpoints, n)
 	}
@@ -348,8 +351,8 @@ func (p *parser) system(raw json.RawMessage) {
 // message, the other blocks (runs of them) messages of the role.
 func (p *parser) message(i int, m wireMessage) {
 	path := fmt.Sprintf("messages[%d]", i)
-	if m.Role != "user" && m.Role != "assistant" {
-		p.bad("%s.role: must be 'user' or 'assistant', got %q", path, m.Role)
+	if m.Role != "user" && m.Role != "assistant" && m.Role != "system" {
+		p.bad("%s.role: must be 'user', 'assistant' or 'system', got %q", path, m.Role)
 		return
 	}
 	raw := bytes.TrimSpace(m.Content)
@@ -407,6 +410,10 @@ func (p *parser) message(i int, m wireMessage) {
 // document's data; images and binary documents count nothing, as images do
 // in the chat format.
 func (p *parser) blockText(path, role string, b wireBlock) (string, bool) {
+	if role == "system" && b.Type != "text" {
+		p.bad("%s.type: a system message holds only text blocks, got %q", path, b.Type)
+		return "", false
+	}
 	switch b.Type {
 	case "text":
 		return b.Text, true
@@ -491,18 +498,37 @@ func resultText(raw json.RawMessage) (string, error) {
 func (p *parser) piece(path string, pc Piece, raw json.RawMessage, cc *wireCacheControl) {
 	pc.Canonical = canonical(raw)
 	if cc != nil {
-		switch {
-		case cc.Type != "ephemeral":
-			p.bad("%s.cache_control.type: must be 'ephemeral', got %q", path, cc.Type)
-		case cc.TTL == "" || cc.TTL == "5m":
-			pc.TTL = TTL5m
-		case cc.TTL == "1h":
-			pc.TTL = TTL1h
-		default:
-			p.bad("%s.cache_control.ttl: must be '5m' or '1h', got %q", path, cc.TTL)
-		}
+		pc.TTL = p.ttl(path+".cache_control", cc)
 	}
 	p.req.Pieces = append(p.req.Pieces, pc)
+}
+
+// ttl reads a cache_control: the lifetime it asks for, 0 when it is invalid.
+func (p *parser) ttl(path string, cc *wireCacheControl) time.Duration {
+	switch {
+	case cc.Type != "ephemeral":
+		p.bad("%s.type: must be 'ephemeral', got %q", path, cc.Type)
+	case cc.TTL == "" || cc.TTL == "5m":
+		return TTL5m
+	case cc.TTL == "1h":
+		return TTL1h
+	default:
+		p.bad("%s.ttl: must be '5m' or '1h', got %q", path, cc.TTL)
+	}
+	return 0
+}
+
+// automaticBreakpoint applies a top-level cache_control: a breakpoint on the
+// prompt's last block, which moves forward as a conversation grows.
+func (p *parser) automaticBreakpoint(cc *wireCacheControl) {
+	if cc == nil || len(p.req.Pieces) == 0 {
+		return
+	}
+	last := &p.req.Pieces[len(p.req.Pieces)-1]
+	if last.TTL != 0 {
+		return
+	}
+	last.TTL = p.ttl("cache_control", cc)
 }
 
 // canonical is raw without its cache_control, re-encoded with sorted keys,
@@ -556,16 +582,24 @@ func (r Request) ToolsJSON() []byte { return toolsJSON(r.Pieces) }
 
 func chatMessages(pieces []Piece) []tokens.Message {
 	var msgs []tokens.Message
+	var content strings.Builder // of the last message; a message may have many blocks
 	last := -1
 	for _, pc := range pieces {
 		if pc.Kind == "tools" {
 			continue
 		}
 		if pc.Message != last {
+			if len(msgs) > 0 {
+				msgs[len(msgs)-1].Content = content.String()
+				content.Reset()
+			}
 			msgs = append(msgs, tokens.Message{Role: pc.Kind})
 			last = pc.Message
 		}
-		msgs[len(msgs)-1].Content += pc.Text
+		content.WriteString(pc.Text)
+	}
+	if len(msgs) > 0 {
+		msgs[len(msgs)-1].Content = content.String()
 	}
 	return msgs
 }
