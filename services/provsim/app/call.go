@@ -182,6 +182,8 @@ func (c *call) serve() {
 		c.wire.malformed(c)
 	case f != nil && f.Kind == FaultDrop:
 		c.outcome = c.wire.drop(c, f.AfterTokens)
+	case f != nil && f.Kind == FaultStreamError:
+		c.outcome = c.wire.streamError(c, f.AfterTokens)
 	case c.req.Stream:
 		c.outcome = c.wire.stream(c)
 	default:

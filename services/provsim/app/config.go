@@ -191,9 +191,13 @@ const (
 	// FaultOverloaded answers 529 with Anthropic's overloaded_error and
 	// Retry-After.
 	FaultOverloaded FaultKind = "overloaded"
+	// FaultStreamError streams AfterTokens tokens, then an error event (the
+	// client API's own), and ends the stream; non-streamed, it answers 500
+	// after the same time.
+	FaultStreamError FaultKind = "stream_error"
 )
 
-var faultKinds = []FaultKind{FaultRateLimit, FaultUnavailable, FaultHang, FaultDrop, FaultMalformed, FaultSpendLimit, FaultOverloaded}
+var faultKinds = []FaultKind{FaultRateLimit, FaultUnavailable, FaultHang, FaultDrop, FaultMalformed, FaultSpendLimit, FaultOverloaded, FaultStreamError}
 
 // FaultConfig is one injectable fault.
 type FaultConfig struct {
@@ -203,7 +207,7 @@ type FaultConfig struct {
 	// Rate is the probability per request, 0 to 1 (Optional). Defaults to 0:
 	// only a directive triggers it. The rates of a model add up to at most 1.
 	Rate float64 `yaml:"rate" json:"rate"`
-	// AfterTokens is how many tokens a drop sends first (Optional). Defaults to 3.
+	// AfterTokens is how many tokens a drop or stream_error sends first (Optional). Defaults to 3.
 	AfterTokens int64 `yaml:"after_tokens" json:"after_tokens"`
 	// RetryAfter is sent by rate_limit and overloaded, rounded up to
 	// seconds (Optional). Defaults to 1s.

@@ -244,3 +244,27 @@ func (m *messagesCall) malformed(c *call) {
 	_, _ = io.WriteString(s.w, "event: message_start\ndata: {\"id\":\n\n")
 	_ = s.rc.Flush()
 }
+
+// streamError streams a few tokens and then an error event, as Anthropic
+// sends an overload that strikes mid-stream, and ends the stream.
+func (m *messagesCall) streamError(c *call, after int64) outcome {
+	after = min(after, c.n)
+	if !c.req.Stream {
+		if !c.sleep(time.Duration(after) * c.interval()) {
+			return outcomeCancelled
+		}
+		writeMessagesError(c.w, http.StatusInternalServerError, midStreamMessage, "")
+		return outcomeUnavailable
+	}
+	ms := m.newStream(c, after)
+	if err := m.run(c, ms); err != nil && !errors.Is(err, errTokenLimit) {
+		c.sent = 0
+		return outcomeCancelled
+	}
+	body := messagesapi.NewError(messagesapi.ErrOverloadedType, "Overloaded (simulated).", requestID(c.w.Header()))
+	if ms.event("error", body) != nil {
+		c.sent = 0
+		return outcomeCancelled
+	}
+	return outcomeUnavailable
+}

@@ -289,3 +289,14 @@ func TestMessagesSDKPromptCache(t *testing.T) {
 	require.Equal(t, wantReads, st.Models["claude-sim"].CachedTokens)
 	require.Equal(t, wantWrites, st.Models["claude-sim"].CacheWriteTokens)
 }
+
+func TestMessagesSDKErrorMidStream(t *testing.T) {
+	t.Parallel()
+	p := start(t, app.ModelConfig{ID: "claude-sim", TokensPerSecond: 2000})
+	msg, _, err := streamed(t, anthropicClient(t, p), anthropic.MessageNewParams{Model: "claude-sim", MaxTokens: 64,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("one two [[provsim:fault=stream_error]]"))}})
+	var apiErr *anthropic.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, "overloaded_error", string(apiErr.Type()))
+	require.Equal(t, "one two one ", msg.Content[0].Text, "the tokens before the error arrived")
+}

@@ -56,6 +56,8 @@ type wire interface {
 	drop(c *call, after int64) outcome
 	// malformed sends a reply no parser accepts.
 	malformed(c *call)
+	// streamError sends a few tokens, then an error in the stream.
+	streamError(c *call, after int64) outcome
 }
 
 // chatAPI is OpenAI's chat completions. Its calls need no state of their
@@ -127,3 +129,25 @@ func (chatAPI) complete(c *call) outcome          { return c.complete() }
 func (chatAPI) stream(c *call) outcome            { return c.stream() }
 func (chatAPI) drop(c *call, after int64) outcome { return c.drop(after) }
 func (chatAPI) malformed(c *call)                 { c.writeMalformed() }
+
+// streamError streams a few tokens and then an error chunk, as OpenAI sends
+// an error that strikes mid-stream, and ends the stream without [DONE].
+func (chatAPI) streamError(c *call, after int64) outcome {
+	after = min(after, c.n)
+	if !c.req.Stream {
+		if !c.sleep(time.Duration(after) * c.interval()) {
+			return outcomeCancelled
+		}
+		writeError(c.w, http.StatusInternalServerError, midStreamMessage, "server_error", "")
+		return outcomeUnavailable
+	}
+	s := c.startStream()
+	if !c.streamTokens(s, after) || s.event(chatapi.NewError(midStreamMessage, "server_error", "")) != nil {
+		c.sent = 0
+		return outcomeCancelled
+	}
+	return outcomeUnavailable
+}
+
+// midStreamMessage is the message of a stream_error fault.
+const midStreamMessage = "The server had an error while processing your request (simulated)."

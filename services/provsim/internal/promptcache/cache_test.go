@@ -94,3 +94,27 @@ func TestCacheBounded(t *testing.T) {
 	require.Equal(t, int64(8), c.Lookup(other, 100, t0.Add(time.Second)))
 	require.Equal(t, int64(4), c.Lookup(first, 100, t0.Add(time.Second)))
 }
+
+func TestPutKeepsEachEntrysOwnTTL(t *testing.T) {
+	t.Parallel()
+	c := New(Config{BlockTokens: 1, TTL: time.Minute, MaxEntries: 10})
+	t0 := time.Unix(1000, 0)
+	short, long := Key{1}, Key{2}
+	require.True(t, c.Put(short, 5*time.Minute, t0), "a new entry is a write")
+	require.True(t, c.Put(long, time.Hour, t0))
+	require.False(t, c.Put(long, 5*time.Minute, t0.Add(time.Minute)), "a fresh entry is only refreshed")
+	require.True(t, c.Fresh(short, t0.Add(4*time.Minute)))
+	require.False(t, c.Fresh(short, t0.Add(5*time.Minute)))
+	require.True(t, c.Fresh(long, t0.Add(59*time.Minute)), "a shorter refresh does not shorten it")
+	require.True(t, c.Put(short, 5*time.Minute, t0.Add(6*time.Minute)), "an expired entry is written again")
+}
+
+func TestRecordReturnsTheTokensWritten(t *testing.T) {
+	t.Parallel()
+	c := New(Config{BlockTokens: 4, TTL: time.Minute, MaxEntries: 10})
+	t0 := time.Unix(1000, 0)
+	keys := []Key{{1}, {2}, {3}}
+	require.Equal(t, int64(12), c.Record(keys, 20, t0))
+	require.Equal(t, int64(4), c.Record(append(keys[:2:2], Key{4}), 20, t0.Add(time.Second)), "only the new block")
+	require.Equal(t, int64(12), c.Record(keys, 20, t0.Add(2*time.Minute)), "all expired")
+}
