@@ -63,23 +63,23 @@ func (messagesAPI) parse(body []byte) (chatapi.Request, wire, error) {
 
 func (messagesAPI) count(s *Stats) { s.Messages++ }
 
-func (messagesAPI) writeError(w http.ResponseWriter, status int, message, typ, _ string) {
-	writeMessagesError(w, status, message, typ)
+func (messagesAPI) writeError(w http.ResponseWriter, status int, message, typ, code string) {
+	writeMessagesError(w, status, message, typ, code)
 }
 
 func (messagesAPI) writeUnauthorized(w http.ResponseWriter) {
-	writeMessagesError(w, http.StatusUnauthorized, "invalid x-api-key", "")
+	writeMessagesError(w, http.StatusUnauthorized, "invalid x-api-key", "", "")
 }
 
 func (messagesAPI) writeUnknownModel(w http.ResponseWriter, model string) {
-	writeMessagesError(w, http.StatusNotFound, "model: "+model, "")
+	writeMessagesError(w, http.StatusNotFound, "model: "+model, "", "")
 }
 
 // writeMessagesError answers in Anthropic's error format. The type follows
 // the status as on Anthropic's API; an exhausted account (OpenAI's
 // insufficient_quota) is Anthropic's 402 billing_error.
-func writeMessagesError(w http.ResponseWriter, status int, message, typ string) {
-	if typ == "insufficient_quota" {
+func writeMessagesError(w http.ResponseWriter, status int, message, typ, code string) {
+	if typ == "insufficient_quota" || code == "insufficient_quota" {
 		status = http.StatusPaymentRequired
 	}
 	writeJSON(w, status, messagesapi.NewError(messagesapi.ErrorType(status), message, requestID(w.Header())))
@@ -293,19 +293,19 @@ func (m *messagesCall) usage(c *call, output int64) messagesapi.Usage {
 	}
 }
 
-func (m *messagesCall) fail(c *call, status int, message, typ, _ string) {
-	writeMessagesError(c.w, status, message, typ)
+func (m *messagesCall) fail(c *call, status int, message, typ, code string) {
+	writeMessagesError(c.w, status, message, typ, code)
 }
 
 // failRateLimited answers 429 with retry-after in whole seconds, rounded up.
 func (m *messagesCall) failRateLimited(c *call, retry time.Duration, message string) {
 	c.w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(retry.Seconds()))), 10))
-	writeMessagesError(c.w, http.StatusTooManyRequests, message, "")
+	writeMessagesError(c.w, http.StatusTooManyRequests, message, "", "")
 }
 
 func (m *messagesCall) failOverloaded(c *call, retry time.Duration) {
 	c.w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(retry.Seconds()))), 10))
-	writeMessagesError(c.w, messagesapi.StatusOverloaded, "Overloaded (simulated).", "")
+	writeMessagesError(c.w, messagesapi.StatusOverloaded, "Overloaded (simulated).", "", "")
 }
 
 // limitHeaders sets Anthropic's anthropic-ratelimit-* headers for the quotas

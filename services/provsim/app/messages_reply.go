@@ -253,7 +253,7 @@ func (m *messagesCall) streamError(c *call, after int64) outcome {
 		if !c.sleep(time.Duration(after) * c.interval()) {
 			return outcomeCancelled
 		}
-		writeMessagesError(c.w, http.StatusInternalServerError, midStreamMessage, "")
+		writeMessagesError(c.w, http.StatusInternalServerError, midStreamMessage, "", "")
 		return outcomeUnavailable
 	}
 	ms := m.newStream(c, after)

@@ -156,7 +156,8 @@ func TestMessagesSDKAnswers(t *testing.T) {
 
 func TestMessagesSDKErrors(t *testing.T) {
 	t.Parallel()
-	p := start(t, app.ModelConfig{ID: "claude-sim", TokensPerSecond: 2000})
+	p := start(t, app.ModelConfig{ID: "claude-sim", TokensPerSecond: 2000,
+		Refusals: []app.RefusalConfig{{Match: "BROKE", Status: 429, Code: "insufficient_quota"}, {Match: "POISON", Status: 500}}})
 	params := anthropic.MessageNewParams{Model: "claude-sim", MaxTokens: 64,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
 	with := func(text string) anthropic.MessageNewParams {
@@ -181,6 +182,8 @@ func TestMessagesSDKErrors(t *testing.T) {
 		{name: "overloaded", client: anthropicClient(t, p), params: with("[[provsim:fault=overloaded]]"), wantStatus: 529, wantType: "overloaded_error"},
 		{name: "unavailable", client: anthropicClient(t, p), params: with("[[provsim:fault=unavailable]]"), wantStatus: 503, wantType: "api_error"},
 		{name: "spend limit", client: anthropicClient(t, p), params: with("[[provsim:fault=spend_limit]]"), wantStatus: 402, wantType: "billing_error"},
+		{name: "account refusal", client: anthropicClient(t, p), params: with("BROKE"), wantStatus: 402, wantType: "billing_error"},
+		{name: "refusal", client: anthropicClient(t, p), params: with("POISON"), wantStatus: 500, wantType: "api_error"},
 	}
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {

@@ -1,5 +1,5 @@
-// Package app is the provider simulator: OpenAI-compatible HTTP servers that
-// play the upstream LLM providers for the demo and for end-to-end tests of the
+// Package app is the provider simulator: HTTP servers speaking OpenAI's chat
+// completions and Anthropic's Messages API that play the upstream LLM providers for the demo and for end-to-end tests of the
 // gateway, with configurable time to first token by prompt size, output speed,
 // prompt caching, quotas and injected faults.
 //

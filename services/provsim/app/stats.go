@@ -57,7 +57,8 @@ type Outcomes struct {
 	Cancelled int64 `json:"cancelled"`
 	// RateLimited counts 429s, from quotas or the rate_limit fault.
 	RateLimited int64 `json:"rate_limited"`
-	// Unavailable counts 5xx from the unavailable fault.
+	// Unavailable counts 5xx from the unavailable and overloaded faults, and
+	// stream_error faults.
 	Unavailable int64 `json:"unavailable"`
 	// Hang counts hang faults (ended by the client going away).
 	Hang int64 `json:"hang"`
