@@ -166,7 +166,19 @@ func (s *system) client() openai.Client {
 // post sends a raw chat request and returns status, headers and body.
 func (s *system) post(t testing.TB, key string, body string) (int, http.Header, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
+	status, header, raw := s.send(t, key, http.MethodPost, "/chat/completions", body)
+	var out map[string]any
+	if strings.HasPrefix(header.Get("Content-Type"), "application/json") {
+		require.NoError(t, json.Unmarshal(raw, &out), "body: %s", raw)
+	}
+	return status, header, out
+}
+
+// send sends a request to the edge's API path (below /v1) with key, if
+// any, and returns its status, headers and body.
+func (s *system) send(t testing.TB, key, method, path, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, s.edge.URL()+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
@@ -177,11 +189,7 @@ func (s *system) post(t testing.TB, key string, body string) (int, http.Header, 
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	var out map[string]any
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		require.NoError(t, json.Unmarshal(raw, &out), "body: %s", raw)
-	}
-	return resp.StatusCode, resp.Header, out
+	return resp.StatusCode, resp.Header, raw
 }
 
 // lockedWriter lets the edge's goroutines log into one buffer that the test reads.

@@ -111,15 +111,8 @@ func (s *system) activityRecord(t *testing.T, reqID string) activityRecord {
 		Data activityRecord `json:"data"`
 	}
 	require.Eventually(t, func() bool {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.edge.URL()+"/generation?id="+reqID, nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+testKey)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		if resp.StatusCode != http.StatusOK {
+		status, _, body := s.send(t, testKey, http.MethodGet, "/generation?id="+reqID, "")
+		if status != http.StatusOK {
 			return false
 		}
 		require.NoError(t, json.Unmarshal(body, &rec), string(body))

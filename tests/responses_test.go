@@ -3,7 +3,6 @@ package tests
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -246,15 +245,8 @@ func TestResponsesRefusedThroughEdge(t *testing.T) {
 		{"item", `{"model":"` + model + `","input":[{"type":"message","role":"robot","content":"hi"}]}`, "input[0].role", "invalid_value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.edge.URL()+"/responses", strings.NewReader(tt.body))
-			require.NoError(t, err)
-			req.Header.Set("Authorization", "Bearer "+testKey)
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+			status, _, body := s.send(t, testKey, http.MethodPost, "/responses", tt.body)
+			require.Equal(t, http.StatusBadRequest, status, string(body))
 			var e struct {
 				Error struct {
 					Type, Param, Code, Message string
