@@ -8,16 +8,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/ssetest"
 )
 
 // chatStream frames chat chunks as the edge writes them.
-func chatStream(chunks ...string) string {
-	var b strings.Builder
-	for _, c := range chunks {
-		b.WriteString("data: " + c + "\n\n")
-	}
-	return b.String()
-}
+var chatStream = ssetest.Frame
 
 // event is one Responses stream event, read back.
 type event struct {
