@@ -34,7 +34,9 @@ func (api) Stream(reqID string, req Request, inputTokens int64) clientapi.Stream
 }
 
 // Body implements [clientapi.API.Body].
-func (api) Body(body []byte, reqID string, req Request) ([]byte, error) { return FromChat(body, reqID, req) }
+func (api) Body(body []byte, reqID string, req Request) ([]byte, error) {
+	return FromChat(body, reqID, req)
+}
 
 // Error implements [clientapi.API.Error].
 func (api) Error(status int, body []byte, _ bool) (int, []byte) {
