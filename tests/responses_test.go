@@ -287,3 +287,76 @@ func TestResponsesProviderFailuresThroughEdge(t *testing.T) {
 	require.NotEmpty(t, failed.Error.Message)
 	require.Equal(t, responses.ResponseErrorCodeServerError, failed.Error.Code)
 }
+
+// codexBody is a request shaped as Codex CLI sends it to a custom
+// provider: instructions, its environment context as a user message,
+// function tools (and web search, which the gateway drops), reasoning,
+// include, prompt_cache_key, text.verbosity, client_metadata, a stream.
+const codexBody = `{"model":"` + model + `","instructions":"You are Codex, a coding agent.",
+ "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context><cwd>/src</cwd></environment_context>"}]},
+  {"type":"message","role":"user","content":[{"type":"input_text","text":"hello world"}]}],
+ "tools":[{"type":"function","name":"shell","description":"Runs a shell command","strict":false,
+   "parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}},"required":["command"],"additionalProperties":false}},
+  {"type":"web_search"}],
+ "tool_choice":"auto","parallel_tool_calls":false,"reasoning":{"effort":"medium","summary":"auto"},"store":false,"stream":true,
+ "include":["reasoning.encrypted_content"],"prompt_cache_key":"019a9544-7ab1-73c1-837e-1fa681f4462b","text":{"verbosity":"medium"},
+ "client_metadata":{"x-codex-installation-id":"abc"}}`
+
+// TestResponsesCodexStreamEvents: a Codex CLI request, in raw HTTP, gets
+// OpenAI's event sequence, each event named by its data's type and
+// numbered in order.
+func TestResponsesCodexStreamEvents(t *testing.T) {
+	s := startSystem(t)
+	status, header, body := s.send(t, testKey, http.MethodPost, "/responses", codexBody,
+		"OpenAI-Beta", "responses=experimental", "originator", "codex_cli_rs", "session_id", "019a9544-7ab1-73c1-837e-1fa681f4462b")
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Equal(t, "text/event-stream", header.Get("Content-Type"))
+
+	var names []string
+	for i, ev := range sseEvents(t, body) {
+		require.Equal(t, i, ev.seq, "sequence_number of %s", ev.name)
+		names = append(names, ev.name)
+	}
+	require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+		"response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done",
+		"response.completed"}, squeeze(names))
+}
+
+// TestResponsesStickyByCodexSession: Codex CLI's session_id header, and
+// without a header the body's prompt_cache_key, name a Responses
+// conversation as X-Session-Id does: a turn with an unrelated prompt
+// stays on the endpoint of the conversation's first turn.
+func TestResponsesStickyByCodexSession(t *testing.T) {
+	s := startSticky(t, "{input: 0.20, cached_input: 0.02, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}")
+	served := map[string]int64{}
+	// Both are measured (equally fast), so both qualify for the policy.
+	for _, p := range []string{"warm", "plain"} {
+		got, _ := s.post(t, otherKey, chat("measure-"+p, stickyPromptTokens, `"provider":{"only":["`+p+`"]},`))
+		require.Equal(t, p, got)
+		served[p]++
+		s.learnt(t, p, served[p])
+	}
+	ask := func(uniq, extra string, header ...string) (provider, route string) {
+		body := `{"model":"` + model + `",` + extra + `"max_output_tokens":16,"input":"` + uniq + " " + longPrompt(stickyPromptTokens) + `"}`
+		provider, route, stream := s.postTo(t, "/responses", testKey, body, header...)
+		require.Contains(t, stream, "event: response.incomplete")
+		return provider, route
+	}
+	const session = "019a9544-7ab1-73c1-837e-1fa681f4462b"
+	p, route := ask("cx-1", `"provider":{"only":["plain"]},`, "session_id", session)
+	require.Equal(t, "plain", p)
+	require.Contains(t, route, "sticky=new")
+	p, route = ask("cx-2", "", "session_id", session)
+	require.Equal(t, "plain", p, route)
+	require.Contains(t, route, "sticky=kept")
+
+	p, route = ask("pk-1", `"prompt_cache_key":"conv-pk","provider":{"only":["plain"]},`)
+	require.Equal(t, "plain", p)
+	require.Contains(t, route, "sticky=new")
+	p, route = ask("pk-2", `"prompt_cache_key":"conv-pk",`)
+	require.Equal(t, "plain", p, route)
+	require.Contains(t, route, "sticky=kept")
+	// Another key is another conversation.
+	_, route = ask("pk-3", `"prompt_cache_key":"another",`)
+	require.Contains(t, route, "sticky=new")
+}

@@ -69,11 +69,12 @@ var (
 	}
 	// ignored are parameters accepted and not acted on: they tune
 	// OpenAI's own service (its tiers, its truncation and caching, its
-	// hosted tools) and mean nothing to the providers behind the edge.
+	// hosted tools) or describe the client (Codex CLI's client_metadata),
+	// and mean nothing to the providers behind the edge.
 	ignored = map[string]bool{
 		"include": true, "service_tier": true, "truncation": true, "max_tool_calls": true, "top_logprobs": true,
 		"stream_options": true, "prompt_cache_retention": true, "prompt_cache_options": true,
-		"context_management": true, "moderation": true, "image": true, "access_programs": true,
+		"context_management": true, "moderation": true, "image": true, "access_programs": true, "client_metadata": true,
 	}
 	// read are the parameters the translation reads.
 	read = map[string]bool{
