@@ -42,11 +42,8 @@ type Usage struct {
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
-// Chat-completions shapes the answer's translation reads.
-type (
-	chatUsage  = clientapi.ChatUsage
-	chatAnswer = clientapi.ChatAnswer
-)
+// chatUsage is the chat-completions usage the answer's translation reads.
+type chatUsage = clientapi.ChatUsage
 
 // usageOf converts a chat usage: cache reads and writes taken out of the
 // input tokens, none of them below zero.
