@@ -62,3 +62,43 @@ func FuzzParseResponses(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStream checks that no chat stream (a provider's chunks, as the
+// pipeline passes them on) makes the stream translation panic, and that
+// whatever it reads, the client's stream ends once, with
+// response.completed, response.incomplete or response.failed, its events
+// numbered in order.
+func FuzzStream(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"delta":{"content":"Hi"}}]}`), []byte(`{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"name":"f","arguments":"{"}}]},"finish_reason":"length"}]}`))
+	f.Add([]byte(`{"choices":[{"delta":{"reasoning":"r"}}]}`), []byte(`{"error":{"message":"x"}}`))
+	f.Add([]byte(`not json`), []byte(`[DONE]`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		s := NewStream("gen-abc", Request{Model: "m"}, 3)
+		var out []byte
+		for _, data := range [][]byte{a, b, []byte("[DONE]")} {
+			out = s.Event(out, data)
+		}
+		if !s.Ended() {
+			t.Fatalf("the stream did not end")
+		}
+		var seq float64
+		var last string
+		for ev := range strings.SplitSeq(strings.TrimSuffix(string(out), "\n\n"), "\n\n") {
+			_, data, _ := strings.Cut(ev, "\ndata: ")
+			var v map[string]any
+			if err := json.Unmarshal([]byte(data), &v); err != nil {
+				t.Fatalf("event %q is not JSON: %v", ev, err)
+			}
+			if v["sequence_number"] != seq {
+				t.Fatalf("event %q out of order", ev)
+			}
+			seq++
+			last, _ = v["type"].(string)
+		}
+		switch last {
+		case "response.completed", "response.incomplete", "response.failed":
+		default:
+			t.Fatalf("the stream ended with %q", last)
+		}
+	})
+}
