@@ -277,8 +277,23 @@ func TestResponsesProviderFailuresThroughEdge(t *testing.T) {
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
 	require.NotEmpty(t, apiErr.Response.Header.Get("Retry-After"))
+	require.Equal(t, "rate_limit_exceeded", apiErr.Code)
 
-	stream := client.Responses.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four five six seven eight"))
+	// Refused before the stream began: the same error, not a stream.
+	stream := client.Responses.NewStreaming(ctx, ask("[[provsim:fault=rate_limit]] hi"))
+	require.False(t, stream.Next())
+	require.True(t, errors.As(stream.Err(), &apiErr), "%v", stream.Err())
+	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+	require.NotEmpty(t, apiErr.Response.Header.Get("Retry-After"))
+
+	// Every provider overloaded: the chat pipeline's 503, as it is (OpenAI's
+	// clients retry it).
+	_, err = client.Responses.New(ctx, ask("[[provsim:fault=overloaded]] hi"))
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusServiceUnavailable, apiErr.StatusCode)
+	require.NotEmpty(t, apiErr.Message)
+
+	stream = client.Responses.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four five six seven eight"))
 	types, last := streamEvents(t, stream)
 	require.Contains(t, types, "response.output_text.delta", "the stream had begun")
 	require.Equal(t, "response.failed", last.Type)
