@@ -137,13 +137,13 @@ func decodeItems(raw json.RawMessage) ([]item, error) {
 func message(it item, param string) ([]clientapi.ChatMessage, error) {
 	switch it.Role {
 	case "user":
-		parts, err := parts(it.Content, param+".content", true)
+		parts, err := contentParts(it.Content, param+".content", true)
 		if err != nil {
 			return nil, err
 		}
 		return []clientapi.ChatMessage{{Role: "user", Content: userContent(parts)}}, nil
 	case "assistant", "system", "developer":
-		parts, err := parts(it.Content, param+".content", false)
+		parts, err := contentParts(it.Content, param+".content", false)
 		if err != nil {
 			return nil, err
 		}
@@ -158,9 +158,9 @@ func message(it item, param string) ([]clientapi.ChatMessage, error) {
 	return nil, enumErr(param+".role", it.Role, "user", "assistant", "system", "developer")
 }
 
-// parts reads a message's content, a string or an array of parts, as chat
+// contentParts reads a message's content, a string or an array of parts, as chat
 // parts: text, and images when images is set (a user's).
-func parts(raw json.RawMessage, param string, images bool) ([]clientapi.ChatPart, error) {
+func contentParts(raw json.RawMessage, param string, images bool) ([]clientapi.ChatPart, error) {
 	if s, ok := str(raw); ok {
 		return []clientapi.ChatPart{{Type: "text", Text: &s}}, nil
 	}
@@ -255,7 +255,7 @@ func callOutput(it item, param string) ([]clientapi.ChatMessage, error) {
 	if null(it.Output) {
 		return nil, missingErr(param + ".output")
 	}
-	ps, err := parts(it.Output, param+".output", true)
+	ps, err := contentParts(it.Output, param+".output", true)
 	if err != nil {
 		return nil, err
 	}
