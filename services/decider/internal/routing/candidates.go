@@ -104,6 +104,7 @@ func priced(c *candidate) *switchboardv1.Endpoint {
 		Price:            e.Price,
 		ContextLength:    e.ContextLength,
 		EstimatedCostUsd: c.cost,
+		Api:              e.Api,
 	}
 }
 

@@ -59,7 +59,8 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
 			mm.list = &lr
-			lm.ListPrice = &switchboardv1.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output}
+			lm.ListPrice = &switchboardv1.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output,
+				CacheWrite: lr.CacheWrite, CacheWrite_1H: lr.CacheWrite1h}
 		}
 		for _, e := range m.Endpoints {
 			rates := e.Price.Rates()
@@ -86,7 +87,9 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				BaseUrl:       e.BaseURL,
 				UpstreamModel: e.UpstreamModel,
 				ApiKeyEnv:     e.APIKeyEnv,
-				Price:         &switchboardv1.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output},
+				Price: &switchboardv1.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output,
+					CacheWrite: rates.CacheWrite, CacheWrite_1H: rates.CacheWrite1h},
+				Api:           endpointAPI(e.API),
 				ContextLength: e.ContextLength,
 			}
 			mm.endpoints = append(mm.endpoints, ep)
@@ -163,4 +166,12 @@ func (r *Router) Models() []ModelEndpoints {
 type ModelEndpoints struct {
 	Model     string
 	Endpoints []*switchboardv1.Endpoint
+}
+
+// endpointAPI is the catalog's endpoint API as the proto names it.
+func endpointAPI(api string) switchboardv1.EndpointApi {
+	if api == catalog.APIAnthropic {
+		return switchboardv1.EndpointApi_ENDPOINT_API_ANTHROPIC
+	}
+	return switchboardv1.EndpointApi_ENDPOINT_API_OPENAI
 }
