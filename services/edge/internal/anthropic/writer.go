@@ -24,6 +24,11 @@ type Writer struct {
 
 	status int
 	stream *Stream
+	// native is set when the answer is a Messages answer already (an
+	// anthropic endpoint's, relayed): it passes as it is. nativeStream
+	// says it is a stream, nativeEnded that its end (message_stop or an
+	// error event) went out.
+	native, nativeStream, nativeEnded bool
 	// buf holds a body until Finish, or a stream's bytes not yet making a
 	// whole event.
 	buf      []byte
@@ -46,6 +51,10 @@ func (w *Writer) SetRequest(req Request, inputTokens int64) {
 	w.req, w.inputTokens = req, inputTokens
 }
 
+// Native implements [upstream.NativeWriter]: the answer written next is a
+// Messages answer already and goes out untranslated.
+func (w *Writer) Native() { w.native = true }
+
 // Header implements [http.ResponseWriter.Header].
 func (w *Writer) Header() http.Header { return w.w.Header() }
 
@@ -57,6 +66,11 @@ func (w *Writer) WriteHeader(code int) {
 		return
 	}
 	w.status = code
+	if w.native && code == http.StatusOK && strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		w.nativeStream = true
+		w.w.WriteHeader(code)
+		return
+	}
 	if code == http.StatusOK && strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
 		w.stream = NewStream(w.reqID, w.req, w.inputTokens)
 		w.w.WriteHeader(code)
@@ -67,6 +81,12 @@ func (w *Writer) WriteHeader(code int) {
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
+	}
+	if w.nativeStream {
+		// Whole events, as the leg writes them: the last one written
+		// says whether the stream ended.
+		w.nativeEnded = w.nativeEnded || bytes.Contains(p, []byte("event: message_stop\n")) || bytes.Contains(p, []byte("event: error\n"))
+		return w.w.Write(p)
 	}
 	w.buf = append(w.buf, p...)
 	if w.stream == nil {
@@ -115,7 +135,7 @@ func (w *Writer) frame(dst, ev []byte) []byte {
 // FlushError flushes a stream; a held body is not flushed, so its status
 // can still change.
 func (w *Writer) FlushError() error {
-	if w.stream == nil {
+	if w.stream == nil && !w.nativeStream {
 		return nil
 	}
 	return http.NewResponseController(w.w).Flush()
@@ -147,6 +167,13 @@ func (w *Writer) Finish() {
 	}
 	w.finished = true
 	switch {
+	case w.nativeStream:
+		if !w.nativeEnded {
+			_, _ = w.w.Write(event(nil, "error", errorBody{Type: "error", Error: errorDetail{Type: "api_error", Message: "the answer's stream ended early"}}))
+			_ = http.NewResponseController(w.w).Flush()
+		}
+	case w.native && w.status == http.StatusOK:
+		w.write(http.StatusOK, w.buf)
 	case w.stream != nil:
 		if !w.stream.Ended() {
 			_, _ = w.w.Write(w.stream.Fail(nil, "api_error", "the answer's stream ended early"))

@@ -33,6 +33,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
 // Response headers the edge adds.
@@ -348,6 +349,9 @@ type chatRequest struct {
 	req      *chatreq.Request
 	// api is the HTTP API the request came in by.
 	api switchboardv1.ClientApi
+	// messages is a Messages request's own body and headers, for an
+	// endpoint that speaks the Messages API.
+	messages upstream.Messages
 }
 
 // readChat authenticates what it can of a chat request and reads and parses
@@ -543,6 +547,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		ClientAPI:    c.api,
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
+		Messages:     c.messages,
 		PromptHash:   req.PromptHash,
 		Prefixes:     req.Prefixes,
 		Quality:      quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},
