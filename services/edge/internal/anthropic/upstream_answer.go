@@ -408,6 +408,7 @@ func (r *Relay) rename(data []byte, member string) ([]byte, error) {
 	}
 	msg := outer
 	if member != "" {
+		msg = nil
 		if err := json.Unmarshal(outer[member], &msg); err != nil || msg == nil {
 			return nil, errors.New("malformed answer: the message is not an object")
 		}
