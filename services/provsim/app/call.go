@@ -34,6 +34,7 @@ type call struct {
 	cfg   ModelConfig
 	cache *promptcache.Cache
 	req   chatapi.Request
+	wire  wire // the client API's wire format
 	w     http.ResponseWriter
 	r     *http.Request
 	ctx   context.Context
@@ -44,6 +45,7 @@ type call struct {
 
 	prompt, cached int64
 	keys           []promptcache.Key
+	written        int64  // prompt tokens written to the cache
 	n              int64  // output tokens to produce
 	finishReason   string // "stop" or "length"
 	words          []string
@@ -54,11 +56,11 @@ type call struct {
 	sent    int64 // completion tokens delivered
 }
 
-func newCall(p *Provider, ms *modelState, req chatapi.Request, w http.ResponseWriter, r *http.Request) *call {
+func newCall(p *Provider, ms *modelState, req chatapi.Request, wire wire, w http.ResponseWriter, r *http.Request) *call {
 	cfg, cache := ms.snapshot()
 	now := p.now()
 	return &call{
-		p: p, ms: ms, cfg: cfg, cache: cache, req: req, w: w, r: r, ctx: r.Context(),
+		p: p, ms: ms, cfg: cfg, cache: cache, req: req, wire: wire, w: w, r: r, ctx: r.Context(),
 		start:   now,
 		id:      fmt.Sprintf("chatcmpl-provsim-%s-%d", p.name, p.seq.Add(1)),
 		created: now.Unix(),
@@ -68,7 +70,7 @@ func newCall(p *Provider, ms *modelState, req chatapi.Request, w http.ResponseWr
 // finish records the call's outcome; it runs even when the connection was
 // aborted on purpose.
 func (c *call) finish() {
-	c.p.stats.record(c.cfg.ID, c.outcome, c.prompt, c.cached, c.sent)
+	c.p.stats.record(c.cfg.ID, c.outcome, c.prompt, c.cached, c.written, c.sent)
 	c.p.logger.Debug("chat completion",
 		"model", c.cfg.ID, "stream", c.req.Stream, "outcome", c.outcome.String(),
 		"prompt_tokens", c.prompt, "cached_tokens", c.cached, "completion_tokens", c.sent,
@@ -79,24 +81,21 @@ func (c *call) serve() {
 	kind, forced, err := faultDirective(c.req)
 	if err != nil {
 		c.outcome = outcomeBadRequest
-		writeError(c.w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+		c.wire.fail(c, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 		return
 	}
 	c.n, c.finishReason = outputLength(c.cfg, c.req.MaxTokens)
 	c.words = outputWords(c.req.LastUserText())
 	c.tool = toolDirective(c.req)
 	c.prompt = c.req.PromptTokens()
-	if c.cache != nil {
-		c.keys = promptcache.Keys(c.req.Messages, c.cache.Config().BlockTokens)
-		c.cached = c.cache.Lookup(c.keys, c.prompt, c.p.now())
-	}
+	c.wire.prepare(c)
 
 	if rps := c.cfg.Limits.RequestsPerSecond; rps > 0 {
 		// Checked first and counted on its own: a request this refuses is
 		// not counted against the minute's quotas.
 		if d := c.ms.second.Admit(ratelimit.Limits{RequestsPerMinute: rps}, 0, c.p.now()); !d.Allowed {
 			c.outcome = outcomeRateLimited
-			writeRateLimited(c.w, c.p.scaled(d.RetryAfter), "Rate limit reached for requests per second.")
+			c.wire.failRateLimited(c, c.p.scaled(d.RetryAfter), "Rate limit reached for requests per second.")
 			return
 		}
 	}
@@ -107,10 +106,10 @@ func (c *call) serve() {
 			RequestsPerMinute: lim.RequestsPerMinute,
 			TokensPerMinute:   lim.TokensPerMinute,
 		}, c.prompt+c.n, c.p.now())
-		setLimitHeaders(c.w.Header(), lim, d)
+		c.wire.limitHeaders(c, lim, d)
 		if !d.Allowed {
 			c.outcome = outcomeRateLimited
-			writeRateLimited(c.w, c.p.scaled(d.RetryAfter), "Rate limit reached for requests or tokens per minute.")
+			c.wire.failRateLimited(c, c.p.scaled(d.RetryAfter), "Rate limit reached for requests or tokens per minute.")
 			return
 		}
 	}
@@ -121,13 +120,13 @@ func (c *call) serve() {
 		if d := c.ms.capacity.Admit(ratelimit.Limits{RequestsPerMinute: cp.RequestsPerMinute, TokensPerMinute: cp.TokensPerMinute},
 			c.prompt, c.p.now()); !d.Allowed {
 			c.outcome = outcomeRateLimited
-			writeRateLimited(c.w, c.p.scaled(cp.RetryAfter.D()), "The server is at capacity (simulated).")
+			c.wire.failRateLimited(c, c.p.scaled(cp.RetryAfter.D()), "The server is at capacity (simulated).")
 			return
 		}
 	}
 	if r := c.refusal(); r != nil {
 		c.outcome = outcomeRefused
-		writeError(c.w, r.Status, r.Message, r.Type, r.Code)
+		c.wire.fail(c, r.Status, r.Message, r.Type, r.Code)
 		return
 	}
 
@@ -141,20 +140,20 @@ func (c *call) serve() {
 		switch f.Kind {
 		case FaultRateLimit:
 			c.outcome = outcomeRateLimited
-			writeRateLimited(c.w, c.p.scaled(f.RetryAfter.D()), "Rate limit reached (simulated).")
+			c.wire.failRateLimited(c, c.p.scaled(f.RetryAfter.D()), "Rate limit reached (simulated).")
 			return
 		case FaultUnavailable:
 			c.outcome = outcomeUnavailable
-			writeError(c.w, f.Status, "The server is overloaded or not ready yet (simulated).", "server_error", "service_unavailable")
+			c.wire.fail(c, f.Status, "The server is overloaded or not ready yet (simulated).", "server_error", "service_unavailable")
 			return
 		case FaultSpendLimit:
 			c.outcome = outcomeRateLimited
-			writeError(c.w, http.StatusTooManyRequests,
+			c.wire.fail(c, http.StatusTooManyRequests,
 				"You exceeded your current quota, please check your plan and billing details (simulated).", "insufficient_quota", "insufficient_quota")
 			return
 		case FaultOverloaded:
 			c.outcome = outcomeUnavailable
-			writeOverloaded(c.w, c.p.scaled(f.RetryAfter.D()))
+			c.wire.failOverloaded(c, c.p.scaled(f.RetryAfter.D()))
 			return
 		case FaultHang:
 			c.outcome = outcomeHang
@@ -175,20 +174,18 @@ func (c *call) serve() {
 	// The prompt is prefilled once the first token is due, so from here on a
 	// later request can reuse it — even if this one is then cancelled, as a
 	// cancelled hedge leg at a real provider still warms its cache.
-	if c.cache != nil {
-		c.cache.Record(c.keys, c.prompt, c.p.now())
-	}
+	c.wire.recordCache(c)
 
 	switch {
 	case f != nil && f.Kind == FaultMalformed:
 		c.outcome = outcomeMalformed
-		c.writeMalformed()
+		c.wire.malformed(c)
 	case f != nil && f.Kind == FaultDrop:
-		c.outcome = c.drop(f.AfterTokens)
+		c.outcome = c.wire.drop(c, f.AfterTokens)
 	case c.req.Stream:
-		c.outcome = c.stream()
+		c.outcome = c.wire.stream(c)
 	default:
-		c.outcome = c.complete()
+		c.outcome = c.wire.complete(c)
 	}
 }
 

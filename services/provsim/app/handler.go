@@ -19,7 +19,8 @@ const maxBodyBytes = 64 << 20
 
 func (p *Provider) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", p.handleChat)
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { p.serveAPI(w, r, chatAPI{}) })
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { p.serveAPI(w, r, messagesAPI{}) })
 	mux.HandleFunc("GET /v1/models", p.handleModels)
 	mux.HandleFunc("GET /healthz", p.handleHealth)
 	mux.HandleFunc("GET /admin/stats", p.handleStats)
@@ -45,49 +46,61 @@ func (p *Provider) track(next http.Handler) http.Handler {
 	})
 }
 
-// authorized checks the bearer key in constant time. Admin endpoints do not
-// call it: they are for the tests that own the simulator, on loopback.
-func (p *Provider) authorized(r *http.Request) bool {
+// keyMatches checks a presented key in constant time. Admin endpoints do not
+// ask: they are for the tests that own the simulator, on loopback.
+func (p *Provider) keyMatches(got string) bool {
 	if p.apiKey == "" {
 		return true
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(p.apiKey)) == 1
+	return subtle.ConstantTimeCompare([]byte(got), []byte(p.apiKey)) == 1
 }
 
-func (p *Provider) handleChat(w http.ResponseWriter, r *http.Request) {
-	p.stats.update(func(s *Stats) { s.Requests++ })
-	if !p.authorized(r) {
+// bearer returns the key of an "Authorization: Bearer KEY" header.
+func bearer(r *http.Request) (string, bool) {
+	return strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
+// serveAPI serves one call of a client API: the same checks, counters and
+// simulation whichever API it is; only the wire format differs.
+func (p *Provider) serveAPI(w http.ResponseWriter, r *http.Request, api clientAPI) {
+	p.stats.update(func(s *Stats) {
+		s.Requests++
+		api.count(s)
+	})
+	if !api.authorized(p, r) {
 		p.stats.update(func(s *Stats) { s.Unauthorized++ })
-		writeError(w, http.StatusUnauthorized, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+		api.writeUnauthorized(w)
+		return
+	}
+	if err := api.checkHeaders(r); err != nil {
+		p.stats.update(func(s *Stats) { s.BadRequest++ })
+		api.writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		p.stats.update(func(s *Stats) { s.BadRequest++ })
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit), "invalid_request_error", "request_too_large")
+			api.writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit), "invalid_request_error", "request_too_large")
 			return
 		}
-		writeError(w, http.StatusBadRequest, "could not read request body: "+err.Error(), "invalid_request_error", "")
+		api.writeError(w, http.StatusBadRequest, "could not read request body: "+err.Error(), "invalid_request_error", "")
 		return
 	}
-	req, err := chatapi.ParseRequest(body)
+	req, wire, err := api.parse(body)
 	if err != nil {
 		p.stats.update(func(s *Stats) { s.BadRequest++ })
-		writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+		api.writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 		return
 	}
 	ms := p.model(req.Model)
 	if ms == nil {
 		p.stats.update(func(s *Stats) { s.UnknownModel++ })
-		writeError(w, http.StatusNotFound,
-			fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model),
-			"invalid_request_error", "model_not_found")
+		api.writeUnknownModel(w, req.Model)
 		return
 	}
 	p.stats.update(func(s *Stats) { s.Started++ })
-	c := newCall(p, ms, req, w, r)
+	c := newCall(p, ms, req, wire, w, r)
 	// Recorded in a defer because drop and hang end the handler by aborting
 	// the connection, which unwinds through here.
 	defer c.finish()
@@ -95,8 +108,8 @@ func (p *Provider) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Provider) handleModels(w http.ResponseWriter, r *http.Request) {
-	if !p.authorized(r) {
-		writeError(w, http.StatusUnauthorized, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+	if !(chatAPI{}).authorized(p, r) {
+		chatAPI{}.writeUnauthorized(w)
 		return
 	}
 	p.mu.RLock()

@@ -8,9 +8,11 @@ import (
 // Stats is a snapshot of one provider's counters, served as JSON at
 // GET /admin/stats so black-box tests can check what reached the provider.
 type Stats struct {
-	// Requests counts every chat-completions request received, on arrival,
-	// before its body is read.
+	// Requests counts every API request received (chat completions and
+	// Messages), on arrival, before its body is read.
 	Requests int64 `json:"requests"`
+	// Messages counts the Messages API requests among Requests.
+	Messages int64 `json:"messages"`
 	// Started counts the calls the provider began to serve: body read and
 	// parsed, model known. Each is recorded in its model's counters when it
 	// ends; a request whose client left while its body was being read is
@@ -37,6 +39,11 @@ type ModelStats struct {
 	PromptTokens int64 `json:"prompt_tokens"`
 	// CachedTokens sums the cached part of PromptTokens.
 	CachedTokens int64 `json:"cached_tokens"`
+	// CacheWriteTokens sums the prompt tokens written to the cache: the
+	// Messages API's cache_creation_input_tokens, and for chat completions the
+	// tokens of the prefix-cache blocks a prompt added (or renewed after they
+	// expired).
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 	// CompletionTokens sums the tokens delivered: all of a completed call,
 	// what was sent before a drop, nothing of a cancelled call.
 	CompletionTokens int64 `json:"completion_tokens"`
@@ -122,7 +129,7 @@ func (c *counters) update(f func(*Stats)) {
 }
 
 // record adds one finished model request.
-func (c *counters) record(model string, o outcome, prompt, cached, completion int64) {
+func (c *counters) record(model string, o outcome, prompt, cached, written, completion int64) {
 	c.update(func(s *Stats) {
 		m := s.Models[model]
 		m.Requests++
@@ -130,6 +137,7 @@ func (c *counters) record(model string, o outcome, prompt, cached, completion in
 		if o != outcomeBadRequest {
 			m.PromptTokens += prompt
 			m.CachedTokens += cached
+			m.CacheWriteTokens += written
 		}
 		m.CompletionTokens += completion
 		s.Models[model] = m

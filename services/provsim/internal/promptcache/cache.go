@@ -58,7 +58,8 @@ type Cache struct {
 
 type entry struct {
 	key Key
-	at  time.Time
+	// until is when the entry expires: its last recording plus its TTL.
+	until time.Time
 }
 
 // New returns an empty Cache.
@@ -110,7 +111,7 @@ func (c *Cache) Lookup(keys []Key, promptTokens int64, now time.Time) int64 {
 	hits := int64(0)
 	for _, k := range keys {
 		el, ok := c.entries[k]
-		if !ok || now.Sub(el.Value.(*entry).at) >= c.cfg.TTL {
+		if !ok || !now.Before(el.Value.(*entry).until) {
 			break
 		}
 		hits++
@@ -124,26 +125,63 @@ func (c *Cache) Lookup(keys []Key, promptTokens int64, now time.Time) int64 {
 }
 
 // Record stores or refreshes keys at time now, evicting the least recently
-// recorded blocks beyond MaxEntries. Prompts under MinTokens are not recorded,
-// as they could never produce a hit that counts.
-func (c *Cache) Record(keys []Key, promptTokens int64, now time.Time) {
+// recorded blocks beyond MaxEntries, and returns the tokens it wrote: those
+// of the blocks that were absent or expired. Prompts under MinTokens are not
+// recorded, as they could never produce a hit that counts.
+func (c *Cache) Record(keys []Key, promptTokens int64, now time.Time) int64 {
 	if promptTokens < c.cfg.MinTokens {
-		return
+		return 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	written := int64(0)
 	// Record back to front so a prompt's first block ends up the most recent:
 	// eviction then trims prompts from their tails, and never cuts the head of
 	// a chain whose later blocks would be unreachable anyway.
 	for i := len(keys) - 1; i >= 0; i-- {
-		k := keys[i]
-		if el, ok := c.entries[k]; ok {
-			el.Value.(*entry).at = now
-			c.order.MoveToFront(el)
-			continue
+		if c.put(keys[i], c.cfg.TTL, now) {
+			written += c.cfg.BlockTokens
 		}
-		c.entries[k] = c.order.PushFront(&entry{key: k, at: now})
 	}
+	c.evict()
+	return written
+}
+
+// Fresh reports whether k was recorded and has not expired at now.
+func (c *Cache) Fresh(k Key, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[k]
+	return ok && now.Before(el.Value.(*entry).until)
+}
+
+// Put stores or refreshes one key with its own ttl, as an explicit cache
+// breakpoint asks, and reports whether it was absent or expired (a write
+// rather than a refresh). A refresh never shortens an entry's life.
+func (c *Cache) Put(k Key, ttl time.Duration, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wrote := c.put(k, ttl, now)
+	c.evict()
+	return wrote
+}
+
+func (c *Cache) put(k Key, ttl time.Duration, now time.Time) bool {
+	until := now.Add(ttl)
+	if el, ok := c.entries[k]; ok {
+		e := el.Value.(*entry)
+		expired := !now.Before(e.until)
+		if expired || until.After(e.until) {
+			e.until = until
+		}
+		c.order.MoveToFront(el)
+		return expired
+	}
+	c.entries[k] = c.order.PushFront(&entry{key: k, until: until})
+	return true
+}
+
+func (c *Cache) evict() {
 	for c.order.Len() > c.cfg.MaxEntries {
 		back := c.order.Back()
 		c.order.Remove(back)
