@@ -78,6 +78,23 @@ type Request struct {
 	MaxOutputTokens int64
 	// TypicalOutputTokens is the model's typical output; 0 when unknown.
 	TypicalOutputTokens int64
+	// CacheBreakpointTokens is the leading part of the prompt the request
+	// asks the endpoint to cache (up to its last cache breakpoint), and
+	// CacheBreakpoint1hTokens the part of it asked for an hour; 0 when it
+	// asks for none, or the endpoint caches on its own.
+	CacheBreakpointTokens, CacheBreakpoint1hTokens int64
+}
+
+// Writes is what the endpoint is expected to write to its cache for r, by
+// lifetime: the parts of the prompt up to the breakpoints that it does not
+// hold already (CachedTokens), the 1-hour part first, as the breakpoints
+// come in that order.
+func (r Request) Writes() (w5m, w1h int64) {
+	in := max(r.InputTokens, 0)
+	cached := min(max(r.CachedTokens, 0), in)
+	hour := min(max(r.CacheBreakpoint1hTokens, 0), in)
+	all := max(min(max(r.CacheBreakpointTokens, 0), in), hour)
+	return max(all-max(cached, hour), 0), max(hour-cached, 0)
 }
 
 // OutputTokens is the output a request is priced for: its max_tokens when
@@ -93,7 +110,8 @@ func (r Request) OutputTokens() int64 {
 }
 
 // Estimate is what r is expected to cost at p: its uncached input, cached
-// input and output (OutputTokens) priced by Cost.
+// input, cache writes (Writes) and output (OutputTokens) priced by Cost.
 func Estimate(p Price, r Request) float64 {
-	return Cost(p, Usage{Input: r.InputTokens, CachedInput: r.CachedTokens, Output: r.OutputTokens()})
+	w5m, w1h := r.Writes()
+	return Cost(p, Usage{Input: r.InputTokens, CachedInput: r.CachedTokens, Output: r.OutputTokens(), CacheWrite: w5m, CacheWrite1h: w1h})
 }

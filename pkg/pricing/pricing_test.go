@@ -56,6 +56,29 @@ func TestCostWithCacheWrites(t *testing.T) {
 	}
 }
 
+func TestRequestWrites(t *testing.T) {
+	tests := []struct {
+		name     string
+		r        Request
+		w5m, w1h int64
+	}{
+		{"no breakpoints", Request{InputTokens: 100}, 0, 0},
+		{"the prompt up to the breakpoint", Request{InputTokens: 100, CacheBreakpointTokens: 80}, 80, 0},
+		{"less what is cached", Request{InputTokens: 100, CachedTokens: 30, CacheBreakpointTokens: 80}, 50, 0},
+		{"the 1-hour part first", Request{InputTokens: 100, CacheBreakpointTokens: 80, CacheBreakpoint1hTokens: 50}, 30, 50},
+		{"cached beyond the 1-hour part", Request{InputTokens: 100, CachedTokens: 60, CacheBreakpointTokens: 80, CacheBreakpoint1hTokens: 50}, 20, 0},
+		{"breakpoints beyond the prompt are the prompt", Request{InputTokens: 100, CacheBreakpointTokens: 900, CacheBreakpoint1hTokens: 700}, 0, 100},
+		{"a 1-hour part beyond the whole", Request{InputTokens: 100, CacheBreakpointTokens: 10, CacheBreakpoint1hTokens: 40}, 0, 40},
+		{"negative counts are none", Request{InputTokens: 100, CacheBreakpointTokens: -5, CacheBreakpoint1hTokens: -1}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w5m, w1h := tt.r.Writes()
+			require.Equal(t, [2]int64{tt.w5m, tt.w1h}, [2]int64{w5m, w1h})
+		})
+	}
+}
+
 func TestEstimateOutput(t *testing.T) {
 	p := Price{Input: 1, CachedInput: 0.5, Output: 2}
 	tests := []struct {

@@ -979,9 +979,19 @@ type TokenEstimate struct {
 	// what that endpoint has cached (prompt-prefix affinity), so a request is
 	// priced where its cache is, a new question after a shared system prompt
 	// included.
-	Prefixes      []*PromptPrefix `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Prefixes []*PromptPrefix `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// cache_write_tokens is the leading part of the prompt, in tokens, up to
+	// its last explicit cache breakpoint (a Messages request's cache_control):
+	// an endpoint with explicit prompt caching (ENDPOINT_API_ANTHROPIC) writes
+	// what of it it does not hold already, priced at its cache-write price.
+	// 0 when the request marks none.
+	CacheWriteTokens int64 `protobuf:"varint,6,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// cache_write_1h_tokens is the leading part up to the last breakpoint
+	// asking for a 1-hour lifetime, written at the 1-hour price; at most
+	// cache_write_tokens.
+	CacheWrite_1HTokens int64 `protobuf:"varint,7,opt,name=cache_write_1h_tokens,json=cacheWrite1hTokens,proto3" json:"cache_write_1h_tokens,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TokenEstimate) Reset() {
@@ -1048,6 +1058,20 @@ func (x *TokenEstimate) GetPrefixes() []*PromptPrefix {
 		return x.Prefixes
 	}
 	return nil
+}
+
+func (x *TokenEstimate) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *TokenEstimate) GetCacheWrite_1HTokens() int64 {
+	if x != nil {
+		return x.CacheWrite_1HTokens
+	}
+	return 0
 }
 
 // PromptPrefix is one leading part of a prompt.
@@ -5673,13 +5697,15 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12 \n" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x18\n" +
 	"\apartner\x18\x06 \x01(\tR\apartner\x12D\n" +
-	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xfb\x01\n" +
+	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xdc\x02\n" +
 	"\rTokenEstimate\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12*\n" +
 	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x121\n" +
 	"\x12prefix_fingerprint\x18\x04 \x01(\fB\x02\x18\x01R\x11prefixFingerprint\x128\n" +
-	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\":\n" +
+	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\x12,\n" +
+	"\x12cache_write_tokens\x18\x06 \x01(\x03R\x10cacheWriteTokens\x121\n" +
+	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokens\":\n" +
 	"\fPromptPrefix\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"f\n" +

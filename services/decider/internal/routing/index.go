@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -21,6 +22,7 @@ type endpoint struct {
 	zdr            bool
 	params         map[string]bool
 	region         string                  // where it serves, for the fallback policy; "" when unknown
+	explicitCache  bool                    // caches what a request's breakpoints mark, and prices the writes (api: anthropic)
 	proto          *switchboardv1.Endpoint // template without per-request fields; never mutated
 	st             *stats.Endpoint         // resolved once, so Decide skips the map lookup
 	oc             *outcomes.Endpoint      // likewise
@@ -74,6 +76,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				denyCollection: e.DataCollection == "deny",
 				zdr:            e.ZDR,
 				region:         e.Region,
+				explicitCache:  e.API == catalog.APIAnthropic,
 				params:         map[string]bool{},
 				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
 				oc:             r.o.Outcomes.Endpoint(e.ID(m.ID)),
@@ -174,4 +177,13 @@ func endpointAPI(api string) switchboardv1.EndpointApi {
 		return switchboardv1.EndpointApi_ENDPOINT_API_ANTHROPIC
 	}
 	return switchboardv1.EndpointApi_ENDPOINT_API_OPENAI
+}
+
+// priced is est for this endpoint: the cache writes the request's
+// breakpoints ask for count only where the endpoint caches by breakpoint.
+func (e *endpoint) priced(est pricing.Request) pricing.Request {
+	if !e.explicitCache {
+		est.CacheBreakpointTokens, est.CacheBreakpoint1hTokens = 0, 0
+	}
+	return est
 }

@@ -8,11 +8,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
 
@@ -256,4 +258,23 @@ func TestWriterNative(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.Equal(t, body, rec.Body.String())
 	})
+}
+
+// TestCacheBreakpoints: the prompt up to the last breakpoint, in
+// Anthropic's cache order (tools, system, messages), and up to the last
+// 1-hour one, for the decider to price the writes.
+func TestCacheBreakpoints(t *testing.T) {
+	tool := `{"name":"f","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral","ttl":"1h"}}`
+	sys := `{"type":"text","text":"` + strings.Repeat("s", 400) + `","cache_control":{"type":"ephemeral"}}`
+	user := `{"type":"text","text":"` + strings.Repeat("u", 800) + `"}`
+	body := `{"model":"m","max_tokens":5,"tools":[` + tool + `],"system":[` + sys + `],"messages":[{"role":"user","content":[` + user + `]}]}`
+	_, req, err := ToChat([]byte(body), Options{})
+	require.NoError(t, err)
+	hour := tokens.PromptOverhead + tokens.Text(tool)
+	require.Equal(t, hour, req.CacheWrite1hTokens, "up to the tools' 1-hour breakpoint")
+	require.Equal(t, hour+tokens.Text(sys), req.CacheWriteTokens, "up to the system's, the last: the user text after it is not written")
+
+	_, req, err = ToChat([]byte(`{"model":"m","max_tokens":5,"system":"plain","messages":[{"role":"user","content":"hi"}]}`), Options{})
+	require.NoError(t, err)
+	require.Zero(t, req.CacheWriteTokens+req.CacheWrite1hTokens, "no breakpoints, no writes")
 }

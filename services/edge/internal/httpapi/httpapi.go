@@ -352,6 +352,10 @@ type chatRequest struct {
 	// messages is a Messages request's own body and headers, for an
 	// endpoint that speaks the Messages API.
 	messages upstream.Messages
+	// cacheWrite and cacheWrite1h are the prompt up to its last cache
+	// breakpoint and up to its last 1-hour one (anthropic.Request), for
+	// the decider to price the writes of endpoints that cache by them.
+	cacheWrite, cacheWrite1h int64
 }
 
 // readChat authenticates what it can of a chat request and reads and parses
@@ -499,9 +503,11 @@ func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, mode
 		Identity:  c.identity,
 		Model:     model,
 		Tokens: &switchboardv1.TokenEstimate{
-			InputTokens:     req.InputTokens,
-			MaxOutputTokens: req.MaxOutputTokens,
-			Prefixes:        req.Prefixes,
+			InputTokens:         req.InputTokens,
+			MaxOutputTokens:     req.MaxOutputTokens,
+			Prefixes:            req.Prefixes,
+			CacheWriteTokens:    c.cacheWrite,
+			CacheWrite_1HTokens: c.cacheWrite1h,
 		},
 		Stream:     req.Stream,
 		Provider:   req.Provider,

@@ -41,6 +41,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	log := reqLog{ctx: context.Background(), log: s.log, id: reqID}
 	var raw []byte
+	var breakpoints anthropic.Request
 	c, ok := s.readRequest(aw, r, func(body []byte) (*chatreq.Request, error) {
 		chat, areq, err := anthropic.ToChat(body, anthropic.Options{})
 		if err != nil {
@@ -51,7 +52,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		aw.SetRequest(areq, req.InputTokens)
-		raw = body
+		raw, breakpoints = body, areq
 		return req, nil
 	})
 	if !ok {
@@ -61,6 +62,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	// An endpoint that speaks the Messages API is sent the request as the
 	// client sent it, with its Anthropic headers.
 	c.messages = upstream.Messages{Body: raw, Version: r.Header.Get("Anthropic-Version"), Beta: r.Header.Get("Anthropic-Beta")}
+	c.cacheWrite, c.cacheWrite1h = breakpoints.CacheWriteTokens, breakpoints.CacheWrite1hTokens
 	resp := s.decide(aw, r, log, reqID, c, r.Header.Get(HeaderDebug) == "1")
 	if resp == nil {
 		return
