@@ -305,3 +305,27 @@ func (s *system) record(t *testing.T, id string) *switchboardv1.ActivityRecord {
 	t.Helper()
 	return (&billSystem{sim: s.sim, decider: s.decider, edge: s.edge}).record(t, testKey, id)
 }
+
+// TestNativeAnthropicStreamCut: a relayed stream the provider cuts after
+// its first tokens ends with Anthropic's error event: the SDK reports it,
+// not a complete message, and the record says the answer was cut.
+func TestNativeAnthropicStreamCut(t *testing.T) {
+	s, _ := startNative(t)
+	client := s.anthropicClient(testKey)
+	var httpResp *http.Response
+	stream := client.Messages.NewStreaming(t.Context(), anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 8,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("[[provsim:fault=drop]] one two three four"))}},
+		option.WithResponseInto(&httpResp))
+	var types []string
+	for stream.Next() {
+		types = append(types, stream.Current().Type)
+	}
+	require.Error(t, stream.Err())
+	require.Contains(t, stream.Err().Error(), "api_error")
+	require.Contains(t, types, "content_block_delta", "the stream had begun")
+	require.NotContains(t, types, "message_stop")
+	require.Equal(t, "native", httpResp.Header.Get("X-Switchboard-Provider"))
+	rec := s.record(t, httpResp.Header.Get("X-Request-Id"))
+	require.Equal(t, switchboardv1.Outcome_OUTCOME_DROPPED, attemptOf(t, rec, "native").GetOutcome())
+	require.Len(t, rec.GetAttempts(), 1, "no retry once the answer reached the client")
+}

@@ -73,6 +73,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		`{"type":"message_stop"}`, `{"type":"error","error":{"type":"overloaded_error","message":"o"}}`,
 		`{"type":"message","id":"m","content":[{"type":"text","text":"a"},{"type":"tool_use","input":null}],"stop_reason":"max_tokens"}`,
 		`{"type":"message_start","message":[]}`, `null`, `[]`,
+		`{"messages":[{"role":"tool","tool_call_id":"c","content":[{"type":"text","text":"r"}]},{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"x"}}]}],"tools":[{"function":{"name":"f"}}],"tool_choice":"none","parallel_tool_calls":false}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -100,6 +101,9 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		}
 		if chat, err := ChatAnswer(data); err == nil && !json.Valid(chat) {
 			t.Fatalf("answer %q of %q", chat, data)
+		}
+		if m, err := FromChatRequest(data, "m"); err == nil && !json.Valid(m) {
+			t.Fatalf("request %q of %q", m, data)
 		}
 	})
 }

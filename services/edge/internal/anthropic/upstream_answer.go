@@ -311,6 +311,8 @@ type Relay struct {
 
 	usage upstreamUsage
 	ended bool
+	// err is the endpoint's error event, if it sent one.
+	err *errorDetail
 }
 
 // Ended reports whether message_stop was read.
@@ -359,6 +361,7 @@ func (r *Relay) Append(dst, data []byte) ([]byte, rewrite.Info, error) {
 		info.ErrMsg = "provider sent an error"
 		if ev.Error != nil && ev.Error.Message != "" {
 			info.ErrMsg = ev.Error.Type + ": " + ev.Error.Message
+			r.err = ev.Error
 		}
 		return dst, info, nil
 	}
@@ -425,9 +428,14 @@ func (r *Relay) rename(data []byte, member string) ([]byte, error) {
 	return json.Marshal(outer)
 }
 
-// InterruptedEvent is the error event that ends a relayed stream the
-// endpoint broke off, as Anthropic ends a stream that fails.
-func InterruptedEvent(dst []byte, summary string) []byte {
-	return event(dst, "error", errorBody{Type: "error", Error: errorDetail{Type: "api_error",
-		Message: "the provider's stream was interrupted: " + summary}})
+// Interrupted appends the error event that ends a relayed stream that
+// failed, as Anthropic ends one: the endpoint's own error event (its type,
+// overloaded_error..., is what a client retries on), or an api_error saying
+// why the edge ended it.
+func (r *Relay) Interrupted(dst []byte, summary string) []byte {
+	e := errorDetail{Type: "api_error", Message: "the provider's stream was interrupted: " + summary}
+	if r.err != nil {
+		e = *r.err
+	}
+	return event(dst, "error", errorBody{Type: "error", Error: e})
 }

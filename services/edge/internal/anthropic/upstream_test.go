@@ -153,9 +153,14 @@ func TestRelayStream(t *testing.T) {
 	require.Equal(t, 15, bytes.Count(out, []byte("\nevent: "))+1, "every event, ping included")
 
 	// An error event ends the stream for the pipeline, which tells the client.
-	_, info, err := (&Relay{}).Append(nil, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+	failed := &Relay{}
+	require.Equal(t, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream was interrupted: stream idle\"}}\n\n",
+		string(failed.Interrupted(nil, "stream idle")))
+	_, info, err := failed.Append(nil, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
 	require.NoError(t, err)
 	require.Equal(t, "overloaded_error: Overloaded", info.ErrMsg)
+	require.Equal(t, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+		string(failed.Interrupted(nil, "provider sent an error")), "the endpoint's own error goes to the client")
 	_, _, err = (&Relay{}).Append(nil, []byte(`[1]`))
 	require.Error(t, err)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/anthropic"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
 
@@ -92,7 +91,7 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 			if ctx.Err() == nil && l.relay != nil {
 				// Anthropic's clients know a stream's end by message_stop:
 				// an error event ends it instead.
-				cw.send(anthropic.InterruptedEvent(pending[:0], l.Result.Summary))
+				cw.send(l.relay.Interrupted(pending[:0], l.Result.Summary))
 			} else if ctx.Err() == nil {
 				// The client gets an error event and no [DONE], so it
 				// cannot mistake a truncated answer for a complete one.
