@@ -1,9 +1,14 @@
 // Package anthropic is the edge's Anthropic Messages API: it translates a
 // Messages request into the chat-completions request the edge routes and
 // serves, and the chat-completions answer (a body or a stream of chunks)
-// back into Anthropic's message, its stream events and its errors. The
-// providers behind the edge speak chat completions; a Messages client
-// (Claude Code, the Anthropic SDKs) sees the Anthropic API.
+// back into Anthropic's message, its stream events and its errors, so a
+// Messages client (Claude Code, the Anthropic SDKs) sees the Anthropic API
+// whichever provider serves it. For endpoints that speak the Messages API
+// themselves (catalog api: anthropic) it also owns the other direction
+// (upstream_request.go, upstream_answer.go): a Messages client's request
+// relayed as it is and its answer read on the way (Relay), or a chat
+// request translated into a Messages request and the answer back into
+// chat (FromChatRequest, ChatAnswer, ChatStream).
 package anthropic
 
 import (
