@@ -11,6 +11,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -233,7 +234,13 @@ func TestMessagesProviderFailuresThroughEdge(t *testing.T) {
 
 	// A stream cut after its first tokens ends with an error event: the
 	// SDK reports it, not a complete message.
-	stream := client.Messages.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four"))
+	requireCutStream(t, client.Messages.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four")))
+}
+
+// requireCutStream reads a stream cut after its first tokens: it began,
+// and ends with an api_error, not a complete message.
+func requireCutStream(t *testing.T, stream *ssestream.Stream[anthropic.MessageStreamEventUnion]) {
+	t.Helper()
 	var types []string
 	for stream.Next() {
 		types = append(types, stream.Current().Type)

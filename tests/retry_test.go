@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,9 +17,11 @@ import (
 )
 
 // callLog is a reverse proxy in front of one simulated provider that
-// records when each chat call arrived and when its answer left, with its
-// status.
+// records when each chat or Messages call arrived and when its answer
+// left, with its status (and its answer's bytes, with keepBodies).
 type callLog struct {
+	keepBodies bool
+
 	mu    sync.Mutex
 	calls []call
 }
@@ -26,6 +29,9 @@ type callLog struct {
 type call struct {
 	arrived, answered time.Time
 	status            int
+	// path is the call's URL path; answer its answer, with keepBodies.
+	path   string
+	answer []byte
 }
 
 func (l *callLog) proxy(t testing.TB, target string) string {
@@ -33,11 +39,17 @@ func (l *callLog) proxy(t testing.TB, target string) string {
 	require.NoError(t, err)
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := call{arrived: time.Now()}
+		c := call{arrived: time.Now(), path: r.URL.Path}
 		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		if l.keepBodies {
+			rec.body = &bytes.Buffer{}
+		}
 		rp.ServeHTTP(rec, r)
 		c.answered, c.status = time.Now(), rec.status
-		if r.URL.Path == u.Path+"/chat/completions" {
+		if rec.body != nil {
+			c.answer = rec.body.Bytes()
+		}
+		if r.URL.Path == u.Path+"/chat/completions" || r.URL.Path == u.Path+"/messages" {
 			l.mu.Lock()
 			l.calls = append(l.calls, c)
 			l.mu.Unlock()
@@ -56,6 +68,15 @@ func (l *callLog) all() []call {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// body, when set, keeps a copy of what was written.
+	body *bytes.Buffer
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.body != nil {
+		w.body.Write(b)
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -93,22 +93,30 @@ type Caps struct {
 func Charge(p pricing.Price, u pricing.Usage, caps Caps) (cost float64, capped bool) {
 	input := max(u.Input, 0)
 	cached := min(max(u.CachedInput, 0), input)
+	w5 := min(max(u.CacheWrite, 0), input-cached)
+	w1h := min(max(u.CacheWrite1h, 0), input-cached-w5)
 	output := max(u.Output, 0)
 	if caps.MaxOutputTokens > 0 && output > caps.MaxOutputTokens {
 		output, capped = caps.MaxOutputTokens, true
 	}
 	if mp := caps.MaxPrice.Prompt; mp != nil {
-		if p.Input > *mp && input-cached > 0 {
+		if p.Input > *mp && input-cached-w5-w1h > 0 {
 			p.Input, capped = *mp, true
 		}
 		if p.CachedInput > *mp && cached > 0 {
 			p.CachedInput, capped = *mp, true
 		}
+		if p.CacheWrite > *mp && w5 > 0 {
+			p.CacheWrite, capped = *mp, true
+		}
+		if p.CacheWrite1h > *mp && w1h > 0 {
+			p.CacheWrite1h, capped = *mp, true
+		}
 	}
 	if mp := caps.MaxPrice.Completion; mp != nil && p.Output > *mp && output > 0 {
 		p.Output, capped = *mp, true
 	}
-	return pricing.Cost(p, pricing.Usage{Input: input, CachedInput: cached, Output: output}), capped
+	return pricing.Cost(p, pricing.Usage{Input: input, CachedInput: cached, Output: output, CacheWrite: w5, CacheWrite1h: w1h}), capped
 }
 
 // ListCost is what the provider charges for u at its list price p, without

@@ -94,6 +94,13 @@ type Price struct {
 	CachedInput *float64 `yaml:"cached_input"`
 	// Output is the price of output tokens. (Required)
 	Output *float64 `yaml:"output"`
+	// CacheWrite is the price of input tokens written to the provider's
+	// prompt cache for its default lifetime (Anthropic's 5 minutes).
+	// (Optional) Defaults to Input.
+	CacheWrite *float64 `yaml:"cache_write"`
+	// CacheWrite1h is the price of input tokens written to the provider's
+	// prompt cache for an hour. (Optional) Defaults to Input.
+	CacheWrite1h *float64 `yaml:"cache_write_1h"`
 }
 
 // Rates is a Price with every field resolved: the price the one pricing
@@ -103,9 +110,15 @@ type Rates = pricing.Price
 // Rates returns the price with defaults applied. Call it on validated prices only.
 func (p Price) Rates() Rates {
 	r := Rates{Input: deref(p.Input), Output: deref(p.Output)}
-	r.CachedInput = r.Input
+	r.CachedInput, r.CacheWrite, r.CacheWrite1h = r.Input, r.Input, r.Input
 	if p.CachedInput != nil {
 		r.CachedInput = *p.CachedInput
+	}
+	if p.CacheWrite != nil {
+		r.CacheWrite = *p.CacheWrite
+	}
+	if p.CacheWrite1h != nil {
+		r.CacheWrite1h = *p.CacheWrite1h
 	}
 	return r
 }
@@ -130,8 +143,14 @@ type Endpoint struct {
 	// Provider is the provider's name as clients use it in provider.only,
 	// order and ignore: lowercase letters, digits, '-' and '_'. (Required)
 	Provider string `yaml:"provider"`
-	// BaseURL is the OpenAI-compatible upstream, e.g. https://api.example.com/v1. (Required)
+	// BaseURL is the upstream's API root, e.g. https://api.example.com/v1:
+	// the edge posts to BaseURL + "/chat/completions" for API openai and
+	// BaseURL + "/messages" for API anthropic. (Required)
 	BaseURL string `yaml:"base_url"`
+	// API is the HTTP API the upstream speaks: APIOpenAI (chat
+	// completions) or APIAnthropic (Anthropic's Messages API). (Optional)
+	// Defaults to APIOpenAI.
+	API string `yaml:"api"`
 	// UpstreamModel is the model name sent upstream. (Optional) Defaults to the model's ID.
 	UpstreamModel string `yaml:"upstream_model"`
 	// APIKeyEnv names the credential on the edge: an environment variable or
@@ -169,6 +188,17 @@ type Endpoint struct {
 	// residency (fallback.same_region, fallback.regions). (Optional)
 	Region string `yaml:"region"`
 }
+
+// Endpoint APIs.
+const (
+	// APIOpenAI is an OpenAI-compatible chat-completions upstream.
+	APIOpenAI = "openai"
+	// APIAnthropic is an Anthropic-compatible Messages API upstream.
+	APIAnthropic = "anthropic"
+)
+
+// APIs are the valid endpoint APIs.
+var APIs = []string{APIOpenAI, APIAnthropic}
 
 // ID returns the endpoint's stable id, "<provider>/<model id>".
 func (e Endpoint) ID(modelID string) string { return e.Provider + "/" + modelID }

@@ -44,12 +44,29 @@ func TestParseValid(t *testing.T) {
 	require.Len(t, m.Endpoints, 2)
 	require.Equal(t, "deepseek-v4.1-flash", m.Endpoints[0].UpstreamModel)
 	require.Equal(t, m.ID, m.Endpoints[1].UpstreamModel, "upstream_model defaults to the model id")
-	require.Equal(t, Rates{Input: 0.30, CachedInput: 0.30, Output: 1.20}, m.Endpoints[1].Price.Rates(), "cached_input defaults to input")
+	require.Equal(t, Rates{Input: 0.30, CachedInput: 0.30, Output: 1.20, CacheWrite: 0.30, CacheWrite1h: 0.30}, m.Endpoints[1].Price.Rates(),
+		"cached_input and the cache writes default to input")
+	require.Equal(t, APIOpenAI, m.Endpoints[0].API, "api defaults to openai")
 	require.Equal(t, "model_route", m.Endpoints[0].Limits[0].Scope)
 	require.Equal(t, "provider_project", m.Endpoints[0].Limits[1].Scope)
 	require.Equal(t, "alpha/deepseek/deepseek-v4.1-flash", m.Endpoints[0].ID(m.ID))
 	require.Equal(t, "tenant", c.Tenants[0].Limits[0].Scope)
 	require.Equal(t, "allow", m.Endpoints[0].DataCollection)
+}
+
+func TestAnthropicEndpoint(t *testing.T) {
+	c, err := Parse([]byte(`models:
+  - id: m
+    endpoints:
+      - provider: a
+        base_url: https://api.example.com/v1
+        api: anthropic
+        price: {input: 3, cached_input: 0.3, cache_write: 3.75, cache_write_1h: 6, output: 15}
+`))
+	require.NoError(t, err)
+	e := c.Models[0].Endpoints[0]
+	require.Equal(t, APIAnthropic, e.API)
+	require.Equal(t, Rates{Input: 3, CachedInput: 0.3, CacheWrite: 3.75, CacheWrite1h: 6, Output: 15}, e.Price.Rates())
 }
 
 func TestParseErrors(t *testing.T) {
@@ -107,6 +124,16 @@ tenants:
 				`line 10: models[1].id: "m" is already defined at models[0]`,
 				"models[1].endpoints: at least one endpoint is required",
 				"line 14: tenants[0].api_keys_sha256[0]: must be 64 lowercase hex digits",
+			},
+		},
+		{
+			name: "api and cache-write prices",
+			yaml: "models:\n  - id: m\n    endpoints:\n      - provider: a\n        base_url: http://x/v1\n        api: gemini\n" +
+				"        price: {input: 1, output: 1, cache_write: -2, cache_write_1h: .nan}\n",
+			want: []string{
+				`line 6: models[0].endpoints[0].api: "gemini" must be one of openai, anthropic`,
+				"line 7: models[0].endpoints[0].price.cache_write: must be a non-negative number",
+				"line 7: models[0].endpoints[0].price.cache_write_1h: must be a non-negative number",
 			},
 		},
 		{

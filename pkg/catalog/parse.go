@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -192,6 +193,9 @@ func (c *Catalog) validate(lines map[string]int) []error {
 				bad(ep+".api_key_env", "%q (endpoint %s) must be %s followed by A-Z, 0-9 or _: edges read no other credential",
 					e.APIKeyEnv, e.ID(m.ID), ProviderKeyPrefix)
 			}
+			if e.API != "" && !slices.Contains(APIs, e.API) {
+				bad(ep+".api", "%q must be one of %s", e.API, strings.Join(APIs, ", "))
+			}
 			validatePrice(e.Price, ep+".price", bad)
 			if e.ContextLength < 0 {
 				bad(ep+".context_length", "must not be negative")
@@ -346,6 +350,8 @@ func validatePrice(p Price, path string, bad func(string, string, ...any)) {
 	check(p.Input, "input", true)
 	check(p.CachedInput, "cached_input", false)
 	check(p.Output, "output", true)
+	check(p.CacheWrite, "cache_write", false)
+	check(p.CacheWrite1h, "cache_write_1h", false)
 }
 
 func validateLimits(ls []Limit, path string, bad func(string, string, ...any)) {
@@ -402,6 +408,9 @@ func (c *Catalog) applyDefaults() {
 			}
 			if e.DataCollection == "" {
 				e.DataCollection = "allow"
+			}
+			if e.API == "" {
+				e.API = APIOpenAI
 			}
 			for k := range e.Limits {
 				if e.Limits[k].Scope == "" {

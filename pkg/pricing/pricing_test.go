@@ -32,6 +32,53 @@ func TestCost(t *testing.T) {
 	require.Equal(t, 0.0000042, Cost(p, Usage{Input: 21}), "exactly, not 0.0000042000000000000004")
 }
 
+func TestCostWithCacheWrites(t *testing.T) {
+	// Anthropic's own ratios: 5-minute writes at 1.25x input, 1-hour writes at 2x, reads at 0.1x.
+	p := Price{Input: 3, CachedInput: 0.3, CacheWrite: 3.75, CacheWrite1h: 6, Output: 15}
+	tests := []struct {
+		name string
+		u    Usage
+		want float64
+	}{
+		{"5-minute writes at the write price", Usage{Input: 10_000, CacheWrite: 8_000, Output: 100},
+			(2_000*3 + 8_000*3.75 + 100*15) / 1e6},
+		{"1-hour writes at theirs", Usage{Input: 10_000, CacheWrite1h: 8_000}, (2_000*3 + 8_000*6) / 1e6},
+		{"reads, both writes and the rest", Usage{Input: 10_000, CachedInput: 4_000, CacheWrite: 3_000, CacheWrite1h: 2_000, Output: 10},
+			(1_000*3 + 4_000*0.3 + 3_000*3.75 + 2_000*6 + 10*15) / 1e6},
+		{"writes beyond the uncached input are capped to it", Usage{Input: 1_000, CachedInput: 600, CacheWrite: 300, CacheWrite1h: 900},
+			(600*0.3 + 300*3.75 + 100*6) / 1e6},
+		{"negative writes are zero", Usage{Input: 1_000, CacheWrite: -5, CacheWrite1h: -7}, 1_000 * 3 / 1e6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.InDelta(t, tt.want, Cost(p, tt.u), 1e-12)
+		})
+	}
+}
+
+func TestRequestWrites(t *testing.T) {
+	tests := []struct {
+		name     string
+		r        Request
+		w5m, w1h int64
+	}{
+		{"no breakpoints", Request{InputTokens: 100}, 0, 0},
+		{"the prompt up to the breakpoint", Request{InputTokens: 100, CacheBreakpointTokens: 80}, 80, 0},
+		{"less what is cached", Request{InputTokens: 100, CachedTokens: 30, CacheBreakpointTokens: 80}, 50, 0},
+		{"the 1-hour part first", Request{InputTokens: 100, CacheBreakpointTokens: 80, CacheBreakpoint1hTokens: 50}, 30, 50},
+		{"cached beyond the 1-hour part", Request{InputTokens: 100, CachedTokens: 60, CacheBreakpointTokens: 80, CacheBreakpoint1hTokens: 50}, 20, 0},
+		{"breakpoints beyond the prompt are the prompt", Request{InputTokens: 100, CacheBreakpointTokens: 900, CacheBreakpoint1hTokens: 700}, 0, 100},
+		{"a 1-hour part beyond the whole", Request{InputTokens: 100, CacheBreakpointTokens: 10, CacheBreakpoint1hTokens: 40}, 0, 40},
+		{"negative counts are none", Request{InputTokens: 100, CacheBreakpointTokens: -5, CacheBreakpoint1hTokens: -1}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w5m, w1h := tt.r.Writes()
+			require.Equal(t, [2]int64{tt.w5m, tt.w1h}, [2]int64{w5m, w1h})
+		})
+	}
+}
+
 func TestEstimateOutput(t *testing.T) {
 	p := Price{Input: 1, CachedInput: 0.5, Output: 2}
 	tests := []struct {

@@ -195,6 +195,59 @@ func (DataCollection) EnumDescriptor() ([]byte, []int) {
 	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{2}
 }
 
+// EndpointApi is the HTTP API an endpoint's upstream speaks.
+type EndpointApi int32
+
+const (
+	// ENDPOINT_API_UNSPECIFIED is read as ENDPOINT_API_OPENAI.
+	EndpointApi_ENDPOINT_API_UNSPECIFIED EndpointApi = 0
+	// ENDPOINT_API_OPENAI is OpenAI's chat completions, at base_url + "/chat/completions".
+	EndpointApi_ENDPOINT_API_OPENAI EndpointApi = 1
+	// ENDPOINT_API_ANTHROPIC is Anthropic's Messages API, at base_url + "/messages".
+	EndpointApi_ENDPOINT_API_ANTHROPIC EndpointApi = 2
+)
+
+// Enum value maps for EndpointApi.
+var (
+	EndpointApi_name = map[int32]string{
+		0: "ENDPOINT_API_UNSPECIFIED",
+		1: "ENDPOINT_API_OPENAI",
+		2: "ENDPOINT_API_ANTHROPIC",
+	}
+	EndpointApi_value = map[string]int32{
+		"ENDPOINT_API_UNSPECIFIED": 0,
+		"ENDPOINT_API_OPENAI":      1,
+		"ENDPOINT_API_ANTHROPIC":   2,
+	}
+)
+
+func (x EndpointApi) Enum() *EndpointApi {
+	p := new(EndpointApi)
+	*p = x
+	return p
+}
+
+func (x EndpointApi) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EndpointApi) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchboard_v1_decider_proto_enumTypes[3].Descriptor()
+}
+
+func (EndpointApi) Type() protoreflect.EnumType {
+	return &file_switchboard_v1_decider_proto_enumTypes[3]
+}
+
+func (x EndpointApi) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EndpointApi.Descriptor instead.
+func (EndpointApi) EnumDescriptor() ([]byte, []int) {
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{3}
+}
+
 // SizeBucket is a prompt-size bucket (k = 1024 tokens).
 type SizeBucket int32
 
@@ -240,11 +293,11 @@ func (x SizeBucket) String() string {
 }
 
 func (SizeBucket) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[3].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[4].Descriptor()
 }
 
 func (SizeBucket) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[3]
+	return &file_switchboard_v1_decider_proto_enumTypes[4]
 }
 
 func (x SizeBucket) Number() protoreflect.EnumNumber {
@@ -253,7 +306,7 @@ func (x SizeBucket) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SizeBucket.Descriptor instead.
 func (SizeBucket) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{4}
 }
 
 // RouteReason is why the chosen endpoint won.
@@ -324,11 +377,11 @@ func (x RouteReason) String() string {
 }
 
 func (RouteReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[4].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[5].Descriptor()
 }
 
 func (RouteReason) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[4]
+	return &file_switchboard_v1_decider_proto_enumTypes[5]
 }
 
 func (x RouteReason) Number() protoreflect.EnumNumber {
@@ -337,7 +390,7 @@ func (x RouteReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RouteReason.Descriptor instead.
 func (RouteReason) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{5}
 }
 
 // HedgeMode is how a second endpoint backs up a long streaming request.
@@ -381,11 +434,11 @@ func (x HedgeMode) String() string {
 }
 
 func (HedgeMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[5].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[6].Descriptor()
 }
 
 func (HedgeMode) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[5]
+	return &file_switchboard_v1_decider_proto_enumTypes[6]
 }
 
 func (x HedgeMode) Number() protoreflect.EnumNumber {
@@ -394,7 +447,7 @@ func (x HedgeMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HedgeMode.Descriptor instead.
 func (HedgeMode) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{6}
 }
 
 // LimitUnit is what a quota bucket counts.
@@ -450,11 +503,11 @@ func (x LimitUnit) String() string {
 }
 
 func (LimitUnit) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[6].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[7].Descriptor()
 }
 
 func (LimitUnit) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[6]
+	return &file_switchboard_v1_decider_proto_enumTypes[7]
 }
 
 func (x LimitUnit) Number() protoreflect.EnumNumber {
@@ -463,7 +516,7 @@ func (x LimitUnit) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LimitUnit.Descriptor instead.
 func (LimitUnit) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{7}
 }
 
 // LimitScope is the level of the hierarchy a bucket belongs to, narrowest first.
@@ -523,11 +576,11 @@ func (x LimitScope) String() string {
 }
 
 func (LimitScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[7].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[8].Descriptor()
 }
 
 func (LimitScope) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[7]
+	return &file_switchboard_v1_decider_proto_enumTypes[8]
 }
 
 func (x LimitScope) Number() protoreflect.EnumNumber {
@@ -536,7 +589,7 @@ func (x LimitScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LimitScope.Descriptor instead.
 func (LimitScope) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{8}
 }
 
 // RefusalReason classifies a refusal so the caller knows whether to retry.
@@ -588,11 +641,11 @@ func (x RefusalReason) String() string {
 }
 
 func (RefusalReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[8].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[9].Descriptor()
 }
 
 func (RefusalReason) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[8]
+	return &file_switchboard_v1_decider_proto_enumTypes[9]
 }
 
 func (x RefusalReason) Number() protoreflect.EnumNumber {
@@ -601,7 +654,7 @@ func (x RefusalReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefusalReason.Descriptor instead.
 func (RefusalReason) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{9}
 }
 
 // Outcome is how a call to an endpoint ended.
@@ -669,11 +722,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[9].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[10].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[9]
+	return &file_switchboard_v1_decider_proto_enumTypes[10]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -682,7 +735,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{10}
 }
 
 // CallStatus is how a client request ended.
@@ -730,11 +783,11 @@ func (x CallStatus) String() string {
 }
 
 func (CallStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[10].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[11].Descriptor()
 }
 
 func (CallStatus) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[10]
+	return &file_switchboard_v1_decider_proto_enumTypes[11]
 }
 
 func (x CallStatus) Number() protoreflect.EnumNumber {
@@ -743,7 +796,7 @@ func (x CallStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallStatus.Descriptor instead.
 func (CallStatus) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{11}
 }
 
 // ClientApi is the HTTP API a client request came in by.
@@ -789,11 +842,11 @@ func (x ClientApi) String() string {
 }
 
 func (ClientApi) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_decider_proto_enumTypes[11].Descriptor()
+	return file_switchboard_v1_decider_proto_enumTypes[12].Descriptor()
 }
 
 func (ClientApi) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_decider_proto_enumTypes[11]
+	return &file_switchboard_v1_decider_proto_enumTypes[12]
 }
 
 func (x ClientApi) Number() protoreflect.EnumNumber {
@@ -802,7 +855,7 @@ func (x ClientApi) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ClientApi.Descriptor instead.
 func (ClientApi) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_v1_decider_proto_rawDescGZIP(), []int{12}
 }
 
 // Identity says who a request is for. Edges set api_key_sha256 and let the
@@ -931,9 +984,19 @@ type TokenEstimate struct {
 	// what that endpoint has cached (prompt-prefix affinity), so a request is
 	// priced where its cache is, a new question after a shared system prompt
 	// included.
-	Prefixes      []*PromptPrefix `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Prefixes []*PromptPrefix `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// cache_write_tokens is the leading part of the prompt, in tokens, up to
+	// its last explicit cache breakpoint (a Messages request's cache_control):
+	// an endpoint with explicit prompt caching (ENDPOINT_API_ANTHROPIC) writes
+	// what of it it does not hold already, priced at its cache-write price.
+	// 0 when the request marks none.
+	CacheWriteTokens int64 `protobuf:"varint,6,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// cache_write_1h_tokens is the leading part up to the last breakpoint
+	// asking for a 1-hour lifetime, written at the 1-hour price; at most
+	// cache_write_tokens.
+	CacheWrite_1HTokens int64 `protobuf:"varint,7,opt,name=cache_write_1h_tokens,json=cacheWrite1hTokens,proto3" json:"cache_write_1h_tokens,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TokenEstimate) Reset() {
@@ -1000,6 +1063,20 @@ func (x *TokenEstimate) GetPrefixes() []*PromptPrefix {
 		return x.Prefixes
 	}
 	return nil
+}
+
+func (x *TokenEstimate) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *TokenEstimate) GetCacheWrite_1HTokens() int64 {
+	if x != nil {
+		return x.CacheWrite_1HTokens
+	}
+	return 0
 }
 
 // PromptPrefix is one leading part of a prompt.
@@ -1437,7 +1514,13 @@ type Price struct {
 	// cached_input is the price of input tokens read from the provider's cache.
 	CachedInput float64 `protobuf:"fixed64,2,opt,name=cached_input,json=cachedInput,proto3" json:"cached_input,omitempty"`
 	// output is the price of output tokens.
-	Output        float64 `protobuf:"fixed64,3,opt,name=output,proto3" json:"output,omitempty"`
+	Output float64 `protobuf:"fixed64,3,opt,name=output,proto3" json:"output,omitempty"`
+	// cache_write is the price of input tokens written to the provider's
+	// prompt cache for its default lifetime (5 minutes).
+	CacheWrite float64 `protobuf:"fixed64,4,opt,name=cache_write,json=cacheWrite,proto3" json:"cache_write,omitempty"`
+	// cache_write_1h is the price of input tokens written to the provider's
+	// prompt cache for an hour.
+	CacheWrite_1H float64 `protobuf:"fixed64,5,opt,name=cache_write_1h,json=cacheWrite1h,proto3" json:"cache_write_1h,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1493,6 +1576,20 @@ func (x *Price) GetOutput() float64 {
 	return 0
 }
 
+func (x *Price) GetCacheWrite() float64 {
+	if x != nil {
+		return x.CacheWrite
+	}
+	return 0
+}
+
+func (x *Price) GetCacheWrite_1H() float64 {
+	if x != nil {
+		return x.CacheWrite_1H
+	}
+	return 0
+}
+
 // Endpoint is one provider's offer of a model: where to send the request.
 type Endpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1500,7 +1597,8 @@ type Endpoint struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// provider is the provider's name, as used in provider.only/order/ignore.
 	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
-	// base_url is the OpenAI-compatible upstream, e.g. https://api.example.com/v1.
+	// base_url is the upstream's API root, e.g. https://api.example.com/v1;
+	// api says which API it speaks.
 	BaseUrl string `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
 	// upstream_model is the model name to send upstream.
 	UpstreamModel string `protobuf:"bytes,4,opt,name=upstream_model,json=upstreamModel,proto3" json:"upstream_model,omitempty"`
@@ -1515,8 +1613,10 @@ type Endpoint struct {
 	ContextLength int64 `protobuf:"varint,7,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
 	// estimated_cost_usd is this request priced on this endpoint.
 	EstimatedCostUsd float64 `protobuf:"fixed64,8,opt,name=estimated_cost_usd,json=estimatedCostUsd,proto3" json:"estimated_cost_usd,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// api is the HTTP API the upstream speaks.
+	Api           EndpointApi `protobuf:"varint,9,opt,name=api,proto3,enum=switchboard.v1.EndpointApi" json:"api,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -1603,6 +1703,13 @@ func (x *Endpoint) GetEstimatedCostUsd() float64 {
 		return x.EstimatedCostUsd
 	}
 	return 0
+}
+
+func (x *Endpoint) GetApi() EndpointApi {
+	if x != nil {
+		return x.Api
+	}
+	return EndpointApi_ENDPOINT_API_UNSPECIFIED
 }
 
 // Candidate is one endpoint as the decider saw it for this request.
@@ -2851,9 +2958,15 @@ type Usage struct {
 	// cost_usd is the price applied to this usage.
 	CostUsd float64 `protobuf:"fixed64,4,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
 	// reported is false when the provider sent no usage and it was estimated.
-	Reported      bool `protobuf:"varint,5,opt,name=reported,proto3" json:"reported,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reported bool `protobuf:"varint,5,opt,name=reported,proto3" json:"reported,omitempty"`
+	// cache_write_tokens is the part of the prompt written to the provider's
+	// cache for its default lifetime (5 minutes).
+	CacheWriteTokens int64 `protobuf:"varint,6,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// cache_write_1h_tokens is the part of the prompt written to the
+	// provider's cache for an hour.
+	CacheWrite_1HTokens int64 `protobuf:"varint,7,opt,name=cache_write_1h_tokens,json=cacheWrite1hTokens,proto3" json:"cache_write_1h_tokens,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -2919,6 +3032,20 @@ func (x *Usage) GetReported() bool {
 		return x.Reported
 	}
 	return false
+}
+
+func (x *Usage) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWrite_1HTokens() int64 {
+	if x != nil {
+		return x.CacheWrite_1HTokens
+	}
+	return 0
 }
 
 // Header is one HTTP header of a provider's response.
@@ -5575,13 +5702,15 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12 \n" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x18\n" +
 	"\apartner\x18\x06 \x01(\tR\apartner\x12D\n" +
-	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xfb\x01\n" +
+	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xdc\x02\n" +
 	"\rTokenEstimate\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12*\n" +
 	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x121\n" +
 	"\x12prefix_fingerprint\x18\x04 \x01(\fB\x02\x18\x01R\x11prefixFingerprint\x128\n" +
-	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\":\n" +
+	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\x12,\n" +
+	"\x12cache_write_tokens\x18\x06 \x01(\x03R\x10cacheWriteTokens\x121\n" +
+	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokens\":\n" +
 	"\fPromptPrefix\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"f\n" +
@@ -5627,11 +5756,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12B\n" +
 	"\x0freservation_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0ereservationTtl\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x0e \x01(\tR\tsessionId\"X\n" +
+	"session_id\x18\x0e \x01(\tR\tsessionId\"\x9f\x01\n" +
 	"\x05Price\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\x01R\x05input\x12!\n" +
 	"\fcached_input\x18\x02 \x01(\x01R\vcachedInput\x12\x16\n" +
-	"\x06output\x18\x03 \x01(\x01R\x06output\"\x9a\x02\n" +
+	"\x06output\x18\x03 \x01(\x01R\x06output\x12\x1f\n" +
+	"\vcache_write\x18\x04 \x01(\x01R\n" +
+	"cacheWrite\x12$\n" +
+	"\x0ecache_write_1h\x18\x05 \x01(\x01R\fcacheWrite1h\"\xc9\x02\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x19\n" +
@@ -5640,7 +5772,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x05 \x01(\tR\tapiKeyEnv\x12+\n" +
 	"\x05price\x18\x06 \x01(\v2\x15.switchboard.v1.PriceR\x05price\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\x03R\rcontextLength\x12,\n" +
-	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\"\x85\x03\n" +
+	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\x12-\n" +
+	"\x03api\x18\t \x01(\x0e2\x1b.switchboard.v1.EndpointApiR\x03api\"\x85\x03\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x1a\n" +
@@ -5753,13 +5886,15 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\badmitted\x18\x01 \x01(\bR\badmitted\x12=\n" +
 	"\vreservation\x18\x02 \x01(\v2\x1b.switchboard.v1.ReservationR\vreservation\x121\n" +
 	"\arefusal\x18\x03 \x01(\v2\x17.switchboard.v1.RefusalR\arefusal\x123\n" +
-	"\x05queue\x18\x04 \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\"\xb6\x01\n" +
+	"\x05queue\x18\x04 \x01(\v2\x1d.switchboard.v1.QueueDecisionR\x05queue\"\x97\x02\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12#\n" +
 	"\routput_tokens\x18\x03 \x01(\x03R\foutputTokens\x12\x19\n" +
 	"\bcost_usd\x18\x04 \x01(\x01R\acostUsd\x12\x1a\n" +
-	"\breported\x18\x05 \x01(\bR\breported\"2\n" +
+	"\breported\x18\x05 \x01(\bR\breported\x12,\n" +
+	"\x12cache_write_tokens\x18\x06 \x01(\x03R\x10cacheWriteTokens\x121\n" +
+	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokens\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xf3\x02\n" +
@@ -5975,7 +6110,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eDataCollection\x12\x1f\n" +
 	"\x1bDATA_COLLECTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DATA_COLLECTION_ALLOW\x10\x01\x12\x18\n" +
-	"\x14DATA_COLLECTION_DENY\x10\x02*\x96\x01\n" +
+	"\x14DATA_COLLECTION_DENY\x10\x02*`\n" +
+	"\vEndpointApi\x12\x1c\n" +
+	"\x18ENDPOINT_API_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ENDPOINT_API_OPENAI\x10\x01\x12\x1a\n" +
+	"\x16ENDPOINT_API_ANTHROPIC\x10\x02*\x96\x01\n" +
 	"\n" +
 	"SizeBucket\x12\x1b\n" +
 	"\x17SIZE_BUCKET_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -6076,223 +6215,225 @@ func file_switchboard_v1_decider_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_decider_proto_rawDescData
 }
 
-var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_switchboard_v1_decider_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
 var file_switchboard_v1_decider_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_switchboard_v1_decider_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
 	(DataCollection)(0),              // 2: switchboard.v1.DataCollection
-	(SizeBucket)(0),                  // 3: switchboard.v1.SizeBucket
-	(RouteReason)(0),                 // 4: switchboard.v1.RouteReason
-	(HedgeMode)(0),                   // 5: switchboard.v1.HedgeMode
-	(LimitUnit)(0),                   // 6: switchboard.v1.LimitUnit
-	(LimitScope)(0),                  // 7: switchboard.v1.LimitScope
-	(RefusalReason)(0),               // 8: switchboard.v1.RefusalReason
-	(Outcome)(0),                     // 9: switchboard.v1.Outcome
-	(CallStatus)(0),                  // 10: switchboard.v1.CallStatus
-	(ClientApi)(0),                   // 11: switchboard.v1.ClientApi
-	(*Identity)(nil),                 // 12: switchboard.v1.Identity
-	(*TokenEstimate)(nil),            // 13: switchboard.v1.TokenEstimate
-	(*PromptPrefix)(nil),             // 14: switchboard.v1.PromptPrefix
-	(*MaxPrice)(nil),                 // 15: switchboard.v1.MaxPrice
-	(*ProviderPreferences)(nil),      // 16: switchboard.v1.ProviderPreferences
-	(*DecideRequest)(nil),            // 17: switchboard.v1.DecideRequest
-	(*Price)(nil),                    // 18: switchboard.v1.Price
-	(*Endpoint)(nil),                 // 19: switchboard.v1.Endpoint
-	(*Candidate)(nil),                // 20: switchboard.v1.Candidate
-	(*Decision)(nil),                 // 21: switchboard.v1.Decision
-	(*HedgePlan)(nil),                // 22: switchboard.v1.HedgePlan
-	(*DecideResponse)(nil),           // 23: switchboard.v1.DecideResponse
-	(*DecisionCaps)(nil),             // 24: switchboard.v1.DecisionCaps
-	(*Demand)(nil),                   // 25: switchboard.v1.Demand
-	(*ReserveRequest)(nil),           // 26: switchboard.v1.ReserveRequest
-	(*QueueDecision)(nil),            // 27: switchboard.v1.QueueDecision
-	(*BucketCharge)(nil),             // 28: switchboard.v1.BucketCharge
-	(*Reservation)(nil),              // 29: switchboard.v1.Reservation
-	(*Refusal)(nil),                  // 30: switchboard.v1.Refusal
-	(*ReserveResponse)(nil),          // 31: switchboard.v1.ReserveResponse
-	(*Usage)(nil),                    // 32: switchboard.v1.Usage
-	(*Header)(nil),                   // 33: switchboard.v1.Header
-	(*ReconcileRequest)(nil),         // 34: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),        // 35: switchboard.v1.ReconcileResponse
-	(*EdgeHello)(nil),                // 36: switchboard.v1.EdgeHello
-	(*CallReport)(nil),               // 37: switchboard.v1.CallReport
-	(*CallReportBatch)(nil),          // 38: switchboard.v1.CallReportBatch
-	(*ReportRequest)(nil),            // 39: switchboard.v1.ReportRequest
-	(*Attempt)(nil),                  // 40: switchboard.v1.Attempt
-	(*HedgeInfo)(nil),                // 41: switchboard.v1.HedgeInfo
-	(*ActivityRecord)(nil),           // 42: switchboard.v1.ActivityRecord
-	(*ActivityBatch)(nil),            // 43: switchboard.v1.ActivityBatch
-	(*ProbeCommand)(nil),             // 44: switchboard.v1.ProbeCommand
-	(*CooldownCommand)(nil),          // 45: switchboard.v1.CooldownCommand
-	(*ConfigCommand)(nil),            // 46: switchboard.v1.ConfigCommand
-	(*ReportAck)(nil),                // 47: switchboard.v1.ReportAck
-	(*ReportResponse)(nil),           // 48: switchboard.v1.ReportResponse
-	(*OwnerTerm)(nil),                // 49: switchboard.v1.OwnerTerm
-	(*KeySet)(nil),                   // 50: switchboard.v1.KeySet
-	(*AcquireHedgeRequest)(nil),      // 51: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),     // 52: switchboard.v1.AcquireHedgeResponse
-	(*ListActivityRequest)(nil),      // 53: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),     // 54: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),       // 55: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),      // 56: switchboard.v1.GetActivityResponse
-	(*ListModelsRequest)(nil),        // 57: switchboard.v1.ListModelsRequest
-	(*Model)(nil),                    // 58: switchboard.v1.Model
-	(*ListModelsResponse)(nil),       // 59: switchboard.v1.ListModelsResponse
-	(*HedgeSettlement)(nil),          // 60: switchboard.v1.HedgeSettlement
-	(*SettleHedgeRequest)(nil),       // 61: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),      // 62: switchboard.v1.SettleHedgeResponse
-	(*ReconcileBatch)(nil),           // 63: switchboard.v1.ReconcileBatch
-	(*ReservationHeartbeat)(nil),     // 64: switchboard.v1.ReservationHeartbeat
-	(*KeepReservationsRequest)(nil),  // 65: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil), // 66: switchboard.v1.KeepReservationsResponse
-	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 68: google.protobuf.Timestamp
-	(*StartExperimentRequest)(nil),   // 69: switchboard.v1.StartExperimentRequest
-	(*StopExperimentRequest)(nil),    // 70: switchboard.v1.StopExperimentRequest
-	(*GetExperimentRequest)(nil),     // 71: switchboard.v1.GetExperimentRequest
-	(*StartExperimentResponse)(nil),  // 72: switchboard.v1.StartExperimentResponse
-	(*StopExperimentResponse)(nil),   // 73: switchboard.v1.StopExperimentResponse
-	(*GetExperimentResponse)(nil),    // 74: switchboard.v1.GetExperimentResponse
+	(EndpointApi)(0),                 // 3: switchboard.v1.EndpointApi
+	(SizeBucket)(0),                  // 4: switchboard.v1.SizeBucket
+	(RouteReason)(0),                 // 5: switchboard.v1.RouteReason
+	(HedgeMode)(0),                   // 6: switchboard.v1.HedgeMode
+	(LimitUnit)(0),                   // 7: switchboard.v1.LimitUnit
+	(LimitScope)(0),                  // 8: switchboard.v1.LimitScope
+	(RefusalReason)(0),               // 9: switchboard.v1.RefusalReason
+	(Outcome)(0),                     // 10: switchboard.v1.Outcome
+	(CallStatus)(0),                  // 11: switchboard.v1.CallStatus
+	(ClientApi)(0),                   // 12: switchboard.v1.ClientApi
+	(*Identity)(nil),                 // 13: switchboard.v1.Identity
+	(*TokenEstimate)(nil),            // 14: switchboard.v1.TokenEstimate
+	(*PromptPrefix)(nil),             // 15: switchboard.v1.PromptPrefix
+	(*MaxPrice)(nil),                 // 16: switchboard.v1.MaxPrice
+	(*ProviderPreferences)(nil),      // 17: switchboard.v1.ProviderPreferences
+	(*DecideRequest)(nil),            // 18: switchboard.v1.DecideRequest
+	(*Price)(nil),                    // 19: switchboard.v1.Price
+	(*Endpoint)(nil),                 // 20: switchboard.v1.Endpoint
+	(*Candidate)(nil),                // 21: switchboard.v1.Candidate
+	(*Decision)(nil),                 // 22: switchboard.v1.Decision
+	(*HedgePlan)(nil),                // 23: switchboard.v1.HedgePlan
+	(*DecideResponse)(nil),           // 24: switchboard.v1.DecideResponse
+	(*DecisionCaps)(nil),             // 25: switchboard.v1.DecisionCaps
+	(*Demand)(nil),                   // 26: switchboard.v1.Demand
+	(*ReserveRequest)(nil),           // 27: switchboard.v1.ReserveRequest
+	(*QueueDecision)(nil),            // 28: switchboard.v1.QueueDecision
+	(*BucketCharge)(nil),             // 29: switchboard.v1.BucketCharge
+	(*Reservation)(nil),              // 30: switchboard.v1.Reservation
+	(*Refusal)(nil),                  // 31: switchboard.v1.Refusal
+	(*ReserveResponse)(nil),          // 32: switchboard.v1.ReserveResponse
+	(*Usage)(nil),                    // 33: switchboard.v1.Usage
+	(*Header)(nil),                   // 34: switchboard.v1.Header
+	(*ReconcileRequest)(nil),         // 35: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),        // 36: switchboard.v1.ReconcileResponse
+	(*EdgeHello)(nil),                // 37: switchboard.v1.EdgeHello
+	(*CallReport)(nil),               // 38: switchboard.v1.CallReport
+	(*CallReportBatch)(nil),          // 39: switchboard.v1.CallReportBatch
+	(*ReportRequest)(nil),            // 40: switchboard.v1.ReportRequest
+	(*Attempt)(nil),                  // 41: switchboard.v1.Attempt
+	(*HedgeInfo)(nil),                // 42: switchboard.v1.HedgeInfo
+	(*ActivityRecord)(nil),           // 43: switchboard.v1.ActivityRecord
+	(*ActivityBatch)(nil),            // 44: switchboard.v1.ActivityBatch
+	(*ProbeCommand)(nil),             // 45: switchboard.v1.ProbeCommand
+	(*CooldownCommand)(nil),          // 46: switchboard.v1.CooldownCommand
+	(*ConfigCommand)(nil),            // 47: switchboard.v1.ConfigCommand
+	(*ReportAck)(nil),                // 48: switchboard.v1.ReportAck
+	(*ReportResponse)(nil),           // 49: switchboard.v1.ReportResponse
+	(*OwnerTerm)(nil),                // 50: switchboard.v1.OwnerTerm
+	(*KeySet)(nil),                   // 51: switchboard.v1.KeySet
+	(*AcquireHedgeRequest)(nil),      // 52: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),     // 53: switchboard.v1.AcquireHedgeResponse
+	(*ListActivityRequest)(nil),      // 54: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),     // 55: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),       // 56: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),      // 57: switchboard.v1.GetActivityResponse
+	(*ListModelsRequest)(nil),        // 58: switchboard.v1.ListModelsRequest
+	(*Model)(nil),                    // 59: switchboard.v1.Model
+	(*ListModelsResponse)(nil),       // 60: switchboard.v1.ListModelsResponse
+	(*HedgeSettlement)(nil),          // 61: switchboard.v1.HedgeSettlement
+	(*SettleHedgeRequest)(nil),       // 62: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),      // 63: switchboard.v1.SettleHedgeResponse
+	(*ReconcileBatch)(nil),           // 64: switchboard.v1.ReconcileBatch
+	(*ReservationHeartbeat)(nil),     // 65: switchboard.v1.ReservationHeartbeat
+	(*KeepReservationsRequest)(nil),  // 66: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil), // 67: switchboard.v1.KeepReservationsResponse
+	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
+	(*StartExperimentRequest)(nil),   // 70: switchboard.v1.StartExperimentRequest
+	(*StopExperimentRequest)(nil),    // 71: switchboard.v1.StopExperimentRequest
+	(*GetExperimentRequest)(nil),     // 72: switchboard.v1.GetExperimentRequest
+	(*StartExperimentResponse)(nil),  // 73: switchboard.v1.StartExperimentResponse
+	(*StopExperimentResponse)(nil),   // 74: switchboard.v1.StopExperimentResponse
+	(*GetExperimentResponse)(nil),    // 75: switchboard.v1.GetExperimentResponse
 }
 var file_switchboard_v1_decider_proto_depIdxs = []int32{
 	0,   // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
-	14,  // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
+	15,  // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
 	1,   // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
-	15,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
+	16,  // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,   // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	67,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
-	12,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
-	13,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	16,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	67,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
-	18,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
-	67,  // 11: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
-	4,   // 12: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
-	3,   // 13: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
-	20,  // 14: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	67,  // 15: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
-	5,   // 16: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	67,  // 17: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	19,  // 18: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	19,  // 19: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	19,  // 20: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	21,  // 21: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
-	22,  // 22: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	12,  // 23: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
-	15,  // 24: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	29,  // 25: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
-	30,  // 26: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
-	25,  // 27: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
-	27,  // 28: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
-	24,  // 29: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
-	12,  // 30: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
-	25,  // 31: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	67,  // 32: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	67,  // 33: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
-	8,   // 34: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
-	0,   // 35: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	67,  // 36: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	67,  // 37: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
-	7,   // 38: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 39: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
-	25,  // 40: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
-	28,  // 41: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	68,  // 42: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	68,  // 43: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
-	8,   // 44: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
-	7,   // 45: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
-	6,   // 46: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	68,  // 47: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	67,  // 48: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	0,   // 49: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
-	29,  // 50: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
-	30,  // 51: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
-	27,  // 52: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
-	32,  // 53: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	9,   // 54: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	33,  // 55: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
-	8,   // 56: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
-	28,  // 57: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
-	68,  // 58: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
-	67,  // 59: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
-	67,  // 60: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
-	32,  // 61: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
-	9,   // 62: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
-	67,  // 63: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
-	33,  // 64: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
-	14,  // 65: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
-	37,  // 66: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	36,  // 67: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	38,  // 68: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	43,  // 69: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	63,  // 70: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	64,  // 71: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
-	9,   // 72: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
-	67,  // 73: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
-	68,  // 74: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	5,   // 75: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
-	68,  // 76: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
-	40,  // 77: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
-	41,  // 78: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
-	32,  // 79: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
-	10,  // 80: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
-	67,  // 81: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
-	67,  // 82: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
-	24,  // 83: switchboard.v1.ActivityRecord.caps:type_name -> switchboard.v1.DecisionCaps
-	11,  // 84: switchboard.v1.ActivityRecord.client_api:type_name -> switchboard.v1.ClientApi
-	42,  // 85: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	19,  // 86: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	68,  // 87: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	47,  // 88: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	44,  // 89: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	45,  // 90: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	46,  // 91: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	50,  // 92: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	49,  // 93: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
-	68,  // 94: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	12,  // 95: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	68,  // 96: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	68,  // 97: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	42,  // 98: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	12,  // 99: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	42,  // 100: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	12,  // 101: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	18,  // 102: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	58,  // 103: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	60,  // 104: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	34,  // 105: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	17,  // 106: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
-	26,  // 107: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	34,  // 108: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	39,  // 109: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
-	57,  // 110: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	51,  // 111: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	53,  // 112: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	55,  // 113: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	61,  // 114: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	65,  // 115: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	69,  // 116: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	70,  // 117: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	71,  // 118: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	23,  // 119: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
-	31,  // 120: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	35,  // 121: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	48,  // 122: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
-	59,  // 123: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	52,  // 124: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	54,  // 125: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	56,  // 126: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	62,  // 127: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	66,  // 128: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	72,  // 129: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	73,  // 130: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	74,  // 131: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	119, // [119:132] is the sub-list for method output_type
-	106, // [106:119] is the sub-list for method input_type
-	106, // [106:106] is the sub-list for extension type_name
-	106, // [106:106] is the sub-list for extension extendee
-	0,   // [0:106] is the sub-list for field type_name
+	68,  // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	13,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
+	14,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	17,  // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	68,  // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	19,  // 10: switchboard.v1.Endpoint.price:type_name -> switchboard.v1.Price
+	3,   // 11: switchboard.v1.Endpoint.api:type_name -> switchboard.v1.EndpointApi
+	68,  // 12: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	5,   // 13: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
+	4,   // 14: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
+	21,  // 15: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
+	68,  // 16: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	6,   // 17: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
+	68,  // 18: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	20,  // 19: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	20,  // 20: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	20,  // 21: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	22,  // 22: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
+	23,  // 23: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	13,  // 24: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
+	16,  // 25: switchboard.v1.DecideResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	30,  // 26: switchboard.v1.DecideResponse.reservation:type_name -> switchboard.v1.Reservation
+	31,  // 27: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
+	26,  // 28: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
+	28,  // 29: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
+	25,  // 30: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
+	13,  // 31: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
+	26,  // 32: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
+	68,  // 33: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	68,  // 34: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	9,   // 35: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
+	0,   // 36: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
+	68,  // 37: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	68,  // 38: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	8,   // 39: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
+	7,   // 40: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
+	26,  // 41: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
+	29,  // 42: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
+	69,  // 43: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	69,  // 44: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	9,   // 45: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
+	8,   // 46: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
+	7,   // 47: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
+	69,  // 48: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	68,  // 49: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	0,   // 50: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
+	30,  // 51: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
+	31,  // 52: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
+	28,  // 53: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
+	33,  // 54: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	10,  // 55: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	34,  // 56: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	9,   // 57: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
+	29,  // 58: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
+	69,  // 59: switchboard.v1.CallReport.start_time:type_name -> google.protobuf.Timestamp
+	68,  // 60: switchboard.v1.CallReport.ttft:type_name -> google.protobuf.Duration
+	68,  // 61: switchboard.v1.CallReport.duration:type_name -> google.protobuf.Duration
+	33,  // 62: switchboard.v1.CallReport.usage:type_name -> switchboard.v1.Usage
+	10,  // 63: switchboard.v1.CallReport.outcome:type_name -> switchboard.v1.Outcome
+	68,  // 64: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
+	34,  // 65: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
+	15,  // 66: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
+	38,  // 67: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	37,  // 68: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	39,  // 69: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	44,  // 70: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	64,  // 71: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	65,  // 72: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	10,  // 73: switchboard.v1.Attempt.outcome:type_name -> switchboard.v1.Outcome
+	68,  // 74: switchboard.v1.Attempt.ttft:type_name -> google.protobuf.Duration
+	69,  // 75: switchboard.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	6,   // 76: switchboard.v1.HedgeInfo.mode:type_name -> switchboard.v1.HedgeMode
+	69,  // 77: switchboard.v1.ActivityRecord.create_time:type_name -> google.protobuf.Timestamp
+	41,  // 78: switchboard.v1.ActivityRecord.attempts:type_name -> switchboard.v1.Attempt
+	42,  // 79: switchboard.v1.ActivityRecord.hedge:type_name -> switchboard.v1.HedgeInfo
+	33,  // 80: switchboard.v1.ActivityRecord.usage:type_name -> switchboard.v1.Usage
+	11,  // 81: switchboard.v1.ActivityRecord.status:type_name -> switchboard.v1.CallStatus
+	68,  // 82: switchboard.v1.ActivityRecord.duration:type_name -> google.protobuf.Duration
+	68,  // 83: switchboard.v1.ActivityRecord.ttft:type_name -> google.protobuf.Duration
+	25,  // 84: switchboard.v1.ActivityRecord.caps:type_name -> switchboard.v1.DecisionCaps
+	12,  // 85: switchboard.v1.ActivityRecord.client_api:type_name -> switchboard.v1.ClientApi
+	43,  // 86: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	20,  // 87: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	69,  // 88: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	48,  // 89: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	45,  // 90: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	46,  // 91: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	47,  // 92: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	51,  // 93: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	50,  // 94: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
+	69,  // 95: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	13,  // 96: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	69,  // 97: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	69,  // 98: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	43,  // 99: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	13,  // 100: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	43,  // 101: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	13,  // 102: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
+	19,  // 103: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	59,  // 104: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	61,  // 105: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	35,  // 106: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	18,  // 107: switchboard.v1.DeciderService.Decide:input_type -> switchboard.v1.DecideRequest
+	27,  // 108: switchboard.v1.DeciderService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	35,  // 109: switchboard.v1.DeciderService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	40,  // 110: switchboard.v1.DeciderService.Report:input_type -> switchboard.v1.ReportRequest
+	58,  // 111: switchboard.v1.DeciderService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	52,  // 112: switchboard.v1.DeciderService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	54,  // 113: switchboard.v1.DeciderService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	56,  // 114: switchboard.v1.DeciderService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	62,  // 115: switchboard.v1.DeciderService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	66,  // 116: switchboard.v1.DeciderService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	70,  // 117: switchboard.v1.DeciderService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	71,  // 118: switchboard.v1.DeciderService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	72,  // 119: switchboard.v1.DeciderService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	24,  // 120: switchboard.v1.DeciderService.Decide:output_type -> switchboard.v1.DecideResponse
+	32,  // 121: switchboard.v1.DeciderService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	36,  // 122: switchboard.v1.DeciderService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	49,  // 123: switchboard.v1.DeciderService.Report:output_type -> switchboard.v1.ReportResponse
+	60,  // 124: switchboard.v1.DeciderService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	53,  // 125: switchboard.v1.DeciderService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	55,  // 126: switchboard.v1.DeciderService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	57,  // 127: switchboard.v1.DeciderService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	63,  // 128: switchboard.v1.DeciderService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	67,  // 129: switchboard.v1.DeciderService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	73,  // 130: switchboard.v1.DeciderService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	74,  // 131: switchboard.v1.DeciderService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	75,  // 132: switchboard.v1.DeciderService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	120, // [120:133] is the sub-list for method output_type
+	107, // [107:120] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_decider_proto_init() }
@@ -6323,7 +6464,7 @@ func file_switchboard_v1_decider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_decider_proto_rawDesc), len(file_switchboard_v1_decider_proto_rawDesc)),
-			NumEnums:      12,
+			NumEnums:      13,
 			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,

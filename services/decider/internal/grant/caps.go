@@ -57,9 +57,9 @@ func (e Endpoint) output() int64 {
 // (billing.Charge: a provider reporting more output than max_tokens is
 // billed for max_tokens); what the providers charge for all the attempts
 // is at most every endpoint called once for those tokens at its list
-// price. Each price is taken at the higher of its cached and uncached
-// input prices, so no split of the prompt into cached and uncached tokens
-// exceeds it.
+// price. Each price is taken at the highest of its input prices
+// (uncached, cached, cache writes), so no split of the prompt into
+// cached, written and uncached tokens exceeds it.
 func NewCaps(eps []Endpoint, maxPrice billing.MaxPrice, maxTokens, inputTokens int64) *switchboardv1.DecisionCaps {
 	c := &switchboardv1.DecisionCaps{}
 	for _, e := range eps {
@@ -67,7 +67,7 @@ func NewCaps(eps []Endpoint, maxPrice billing.MaxPrice, maxTokens, inputTokens i
 		c.MaxInputTokens = max(c.MaxInputTokens, in)
 		c.MaxOutputTokens = max(c.MaxOutputTokens, out)
 		p := e.Price
-		p.Input = max(p.Input, p.CachedInput)
+		p.Input = max(p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h)
 		u := pricing.Usage{Input: in, Output: out}
 		bill, _ := billing.Charge(p, u, billing.Caps{MaxPrice: maxPrice, MaxOutputTokens: maxTokens})
 		c.MaxCostUsd = max(c.MaxCostUsd, bill)

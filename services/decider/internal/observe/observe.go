@@ -192,7 +192,8 @@ func (ob *Observer) one(from stats.Reporter, r *switchboardv1.CallReport) {
 	if r.GetProbeId() != "" && u != nil {
 		// Probes are never billed to a tenant: the operator pays them, at
 		// the endpoint's list price.
-		cost := billing.ListCost(rates, pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens()})
+		cost := billing.ListCost(rates, pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens(),
+			CacheWrite: u.GetCacheWriteTokens(), CacheWrite1h: u.GetCacheWrite_1HTokens()})
 		ob.mu.Lock()
 		ob.probeCost[ep] += cost
 		ob.probes++
@@ -205,8 +206,9 @@ func (ob *Observer) one(from stats.Reporter, r *switchboardv1.CallReport) {
 func outcomeOf(r *switchboardv1.CallReport) outcomes.Call {
 	u := r.GetUsage()
 	c := outcomes.Call{
-		Probe:           r.GetProbeId() != "",
-		Usage:           pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens()},
+		Probe: r.GetProbeId() != "",
+		Usage: pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens(),
+			CacheWrite: u.GetCacheWriteTokens(), CacheWrite1h: u.GetCacheWrite_1HTokens()},
 		Reported:        u.GetReported(),
 		Duration:        r.GetDuration().AsDuration(),
 		QualityFailures: r.GetQualityFailures(),

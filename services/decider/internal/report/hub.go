@@ -482,7 +482,8 @@ func fromReports(reports []*switchboardv1.CallReport) []*switchboardv1.Reconcile
 		served := billing.ServedFromReport(r.GetOutcome() == switchboardv1.Outcome_OUTCOME_CANCELLED, r.GetTtft() != nil)
 		if !billing.TenantPays(billing.Attempt{Served: served}) && u.GetCostUsd() > 0 {
 			u = &switchboardv1.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
-				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported()}
+				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported(),
+				CacheWriteTokens: u.GetCacheWriteTokens(), CacheWrite_1HTokens: u.GetCacheWrite_1HTokens()}
 		}
 		out = append(out, &switchboardv1.ReconcileRequest{ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders()})
 	}

@@ -104,6 +104,7 @@ func priced(c *candidate) *switchboardv1.Endpoint {
 		Price:            e.Price,
 		ContextLength:    e.ContextLength,
 		EstimatedCostUsd: c.cost,
+		Api:              e.Api,
 	}
 }
 
@@ -135,15 +136,16 @@ func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequ
 		*c = candidate{ep: ep}
 		c.cached = r.cachedEstimate(ep, in, tok.GetCachedInputTokens(), sc.cached[i], len(tok.GetPrefixes()) > 0)
 		est.CachedTokens = c.cached
-		c.cost = pricing.Estimate(ep.rates, est)
+		here := ep.priced(est)
+		c.cost = pricing.Estimate(ep.rates, here)
 		c.value = c.cost
 		if followUps > 0 {
-			next := est
+			next := here
 			next.CachedTokens = in
 			c.value = pricing.Round(c.cost + followUps*pricing.Estimate(ep.rates, next))
 		}
 		if m.list != nil {
-			c.listCost = pricing.Estimate(*m.list, est)
+			c.listCost = pricing.Estimate(*m.list, here)
 		}
 		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
 		c.tps, _, _ = ep.st.Throughput()

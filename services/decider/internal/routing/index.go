@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
@@ -21,6 +22,7 @@ type endpoint struct {
 	zdr            bool
 	params         map[string]bool
 	region         string                  // where it serves, for the fallback policy; "" when unknown
+	explicitCache  bool                    // caches what a request's breakpoints mark, and prices the writes (api: anthropic)
 	proto          *switchboardv1.Endpoint // template without per-request fields; never mutated
 	st             *stats.Endpoint         // resolved once, so Decide skips the map lookup
 	oc             *outcomes.Endpoint      // likewise
@@ -59,7 +61,8 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
 			mm.list = &lr
-			lm.ListPrice = &switchboardv1.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output}
+			lm.ListPrice = &switchboardv1.Price{Input: lr.Input, CachedInput: lr.CachedInput, Output: lr.Output,
+				CacheWrite: lr.CacheWrite, CacheWrite_1H: lr.CacheWrite1h}
 		}
 		for _, e := range m.Endpoints {
 			rates := e.Price.Rates()
@@ -73,6 +76,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				denyCollection: e.DataCollection == "deny",
 				zdr:            e.ZDR,
 				region:         e.Region,
+				explicitCache:  e.API == catalog.APIAnthropic,
 				params:         map[string]bool{},
 				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
 				oc:             r.o.Outcomes.Endpoint(e.ID(m.ID)),
@@ -86,7 +90,9 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				BaseUrl:       e.BaseURL,
 				UpstreamModel: e.UpstreamModel,
 				ApiKeyEnv:     e.APIKeyEnv,
-				Price:         &switchboardv1.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output},
+				Price: &switchboardv1.Price{Input: rates.Input, CachedInput: rates.CachedInput, Output: rates.Output,
+					CacheWrite: rates.CacheWrite, CacheWrite_1H: rates.CacheWrite1h},
+				Api:           endpointAPI(e.API),
 				ContextLength: e.ContextLength,
 			}
 			mm.endpoints = append(mm.endpoints, ep)
@@ -163,4 +169,21 @@ func (r *Router) Models() []ModelEndpoints {
 type ModelEndpoints struct {
 	Model     string
 	Endpoints []*switchboardv1.Endpoint
+}
+
+// endpointAPI is the catalog's endpoint API as the proto names it.
+func endpointAPI(api string) switchboardv1.EndpointApi {
+	if api == catalog.APIAnthropic {
+		return switchboardv1.EndpointApi_ENDPOINT_API_ANTHROPIC
+	}
+	return switchboardv1.EndpointApi_ENDPOINT_API_OPENAI
+}
+
+// priced is est for this endpoint: the cache writes the request's
+// breakpoints ask for count only where the endpoint caches by breakpoint.
+func (e *endpoint) priced(est pricing.Request) pricing.Request {
+	if !e.explicitCache {
+		est.CacheBreakpointTokens, est.CacheBreakpoint1hTokens = 0, 0
+	}
+	return est
 }

@@ -246,7 +246,8 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
-	est := pricing.Request{InputTokens: in, MaxOutputTokens: tok.GetMaxOutputTokens()}
+	est := pricing.Request{InputTokens: in, MaxOutputTokens: tok.GetMaxOutputTokens(),
+		CacheBreakpointTokens: tok.GetCacheWriteTokens(), CacheBreakpoint1hTokens: tok.GetCacheWrite_1HTokens()}
 	if est.MaxOutputTokens <= 0 {
 		if typical, _, ok := m.st.TypicalOutput(); ok {
 			est.TypicalOutputTokens = typical

@@ -311,6 +311,14 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 	mLimited, mFailed, mPoor := median(limited), median(failed), median(poor)
 	out := expectedOutput(m, est)
 	in := est.InputTokens
+	// priceAt is this request on c's endpoint with cached of its prompt
+	// read from cache, the expected output, and the cache writes its
+	// breakpoints ask for where the endpoint prices them.
+	priceAt := func(c *candidate, cached int64) float64 {
+		r := est
+		r.CachedTokens, r.MaxOutputTokens, r.TypicalOutputTokens = cached, out, 0
+		return pricing.Estimate(c.ep.rates, c.ep.priced(r))
+	}
 	for _, c := range cs {
 		f := c.fig
 		x := costInputs{load: f.Load, capRPM: f.Cap}
@@ -325,7 +333,7 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 		// cache-hit rate earned on other conversations says nothing of
 		// this prompt on an endpoint that never saw it.
 		typicalCached := min(in, int64(x.hit*float64(in)))
-		x.price = pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: max(c.cached, typicalCached), MaxOutputTokens: out})
+		x.price = priceAt(c, max(c.cached, typicalCached))
 		if followUp && r.o.FollowUpTurns > 0 {
 			// The conversation's next turns will read this prompt from
 			// the cache of whichever endpoint serves it now, at that
@@ -333,8 +341,7 @@ func (r *Router) costFigures(cs []*candidate, m *model, est pricing.Request, now
 			// one and FollowUpTurns more, staying where cache reads are
 			// dear costs what it really does (as the smart policy's
 			// value, docs/architecture.md).
-			this := pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: c.cached, MaxOutputTokens: out})
-			next := pricing.Estimate(c.ep.rates, pricing.Request{InputTokens: in, CachedTokens: typicalCached, MaxOutputTokens: out})
+			this, next := priceAt(c, c.cached), priceAt(c, typicalCached)
 			x.price = (this + r.o.FollowUpTurns*next) / (1 + r.o.FollowUpTurns)
 		}
 		x.wait = x.ttftSecs

@@ -51,7 +51,8 @@ func decisionCaps(r *routing.Router, req *switchboardv1.DecideRequest, resp *swi
 		}
 		seen[ep.GetId()] = true
 		ge := grant.Endpoint{ContextLength: ep.GetContextLength(), Price: pricing.Price{
-			Input: ep.GetPrice().GetInput(), CachedInput: ep.GetPrice().GetCachedInput(), Output: ep.GetPrice().GetOutput()}}
+			Input: ep.GetPrice().GetInput(), CachedInput: ep.GetPrice().GetCachedInput(), Output: ep.GetPrice().GetOutput(),
+			CacheWrite: ep.GetPrice().GetCacheWrite(), CacheWrite1h: ep.GetPrice().GetCacheWrite_1H()}}
 		if ctx, out, ok := r.Limits(ep.GetId()); ok {
 			ge.ContextLength, ge.MaxOutputTokens = max(ge.ContextLength, ctx), out
 		}

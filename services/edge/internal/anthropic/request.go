@@ -1,9 +1,14 @@
 // Package anthropic is the edge's Anthropic Messages API: it translates a
 // Messages request into the chat-completions request the edge routes and
 // serves, and the chat-completions answer (a body or a stream of chunks)
-// back into Anthropic's message, its stream events and its errors. The
-// providers behind the edge speak chat completions; a Messages client
-// (Claude Code, the Anthropic SDKs) sees the Anthropic API.
+// back into Anthropic's message, its stream events and its errors, so a
+// Messages client (Claude Code, the Anthropic SDKs) sees the Anthropic API
+// whichever provider serves it. For endpoints that speak the Messages API
+// themselves (catalog api: anthropic) it also owns the other direction
+// (upstream_request.go, upstream_answer.go): a Messages client's request
+// relayed as it is and its answer read on the way (Relay), or a chat
+// request translated into a Messages request and the answer back into
+// chat (FromChatRequest, ChatAnswer, ChatStream).
 package anthropic
 
 import (
@@ -16,6 +21,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
@@ -34,6 +40,12 @@ type Request struct {
 	// provider's reasoning, if it sends any, is then answered as thinking
 	// blocks (without a signature); otherwise it is dropped.
 	Thinking bool
+	// CacheWriteTokens is the estimated prompt, in Anthropic's cache order
+	// (tools, system, messages), up to its last cache_control breakpoint,
+	// and CacheWrite1hTokens up to its last breakpoint with ttl 1h: what an
+	// endpoint caching by breakpoint writes when it holds none of it. 0
+	// without breakpoints. (cacheBreakpoints)
+	CacheWriteTokens, CacheWrite1hTokens int64
 }
 
 // Options say what ToChat requires of a request.
@@ -275,6 +287,9 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 		}
 		_ = json.Unmarshal(w.Thinking, &th)
 		req.Thinking = th.Type == "enabled" || th.Type == "adaptive"
+	}
+	if bytes.Contains(body, []byte(`"cache_control"`)) {
+		req.CacheWriteTokens, req.CacheWrite1hTokens = cacheBreakpoints(&w)
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -611,3 +626,50 @@ var (
 	truncate      = clientapi.Truncate
 	validToolName = clientapi.ValidToolName
 )
+
+// cacheMark is the cache_control of a tool, a system block or a content block.
+type cacheMark struct {
+	CacheControl *struct {
+		TTL string `json:"ttl"`
+	} `json:"cache_control"`
+}
+
+// cacheBreakpoints estimates the prompt up to its last cache breakpoint
+// and up to its last 1-hour one, walking it in Anthropic's cache order
+// (tools, system, messages) and counting each tool or block by the shared
+// token rule over its JSON (pkg/tokens: a little more than its text, which
+// the decider bounds by the prompt's estimate), each message with its
+// overhead.
+func cacheBreakpoints(w *wireRequest) (all, hour int64) {
+	total := int64(tokens.PromptOverhead)
+	walk := func(raw json.RawMessage) {
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			// A string: no breakpoint in it.
+			total += tokens.Text(string(raw))
+			return
+		}
+		for _, it := range items {
+			total += tokens.Text(string(it))
+			var m cacheMark
+			if json.Unmarshal(it, &m) != nil || m.CacheControl == nil {
+				continue
+			}
+			all = total
+			if m.CacheControl.TTL == "1h" {
+				hour = total
+			}
+		}
+	}
+	if !null(w.Tools) {
+		walk(w.Tools)
+	}
+	if !null(w.System) {
+		walk(w.System)
+	}
+	for _, m := range w.Messages {
+		total += tokens.MessageOverhead
+		walk(m.Content)
+	}
+	return all, hour
+}

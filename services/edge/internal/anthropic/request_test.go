@@ -39,7 +39,7 @@ func TestToChat(t *testing.T) {
 				"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"text","text":"b"}],
 				"messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}`,
 			want: `{"model":"m","max_tokens":10,"messages":[{"role":"system","content":"a\n\nb"},{"role":"user","content":"hi"}]}`,
-			req:  Request{Model: "m", Thinking: true},
+			req:  Request{Model: "m", Thinking: true, CacheWriteTokens: 46}, // up to the system breakpoint
 		},
 		{
 			name: "images: base64 and url",
@@ -69,7 +69,7 @@ func TestToChat(t *testing.T) {
 				{"role":"tool","tool_call_id":"t1","content":"A"},
 				{"role":"tool","tool_call_id":"t2","content":"Error: no\nsuch"},
 				{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,BB"}},{"type":"text","text":"next?"}]}]}`,
-			req: Request{Model: "m"},
+			req: Request{Model: "m", CacheWriteTokens: 39}, // up to the tool's breakpoint
 		},
 		{
 			name: "assistant with tool calls only has null content; tool_result only gives no user message",

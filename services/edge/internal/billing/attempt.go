@@ -45,6 +45,7 @@ func (a Attempt) Client() (u *switchboardv1.Usage, capped bool) {
 	cost, capped := Charge(b, a.Price, a.Caps)
 	return &switchboardv1.Usage{
 		InputTokens: b.Input, CachedInputTokens: b.CachedInput, OutputTokens: b.Output,
+		CacheWriteTokens: b.CacheWrite, CacheWrite_1HTokens: b.CacheWrite1h,
 		CostUsd: cost, Reported: reported,
 	}, capped
 }
@@ -69,11 +70,13 @@ func (a Attempt) Provider() *switchboardv1.Usage {
 		return &switchboardv1.Usage{}
 	}
 	return &switchboardv1.Usage{
-		InputTokens:       u.Input,
-		CachedInputTokens: u.CachedInput,
-		OutputTokens:      u.Output,
-		CostUsd:           ListCost(u, a.Price),
-		Reported:          reported,
+		InputTokens:         u.Input,
+		CachedInputTokens:   u.CachedInput,
+		OutputTokens:        u.Output,
+		CacheWriteTokens:    u.CacheWrite,
+		CacheWrite_1HTokens: u.CacheWrite1h,
+		CostUsd:             ListCost(u, a.Price),
+		Reported:            reported,
 	}
 }
 

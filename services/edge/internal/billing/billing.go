@@ -56,7 +56,8 @@ func maxPrice(mp *switchboardv1.MaxPrice) policy.MaxPrice {
 }
 
 func price(p *switchboardv1.Price) pricing.Price {
-	return pricing.Price{Input: p.GetInput(), CachedInput: p.GetCachedInput(), Output: p.GetOutput()}
+	return pricing.Price{Input: p.GetInput(), CachedInput: p.GetCachedInput(), Output: p.GetOutput(),
+		CacheWrite: p.GetCacheWrite(), CacheWrite1h: p.GetCacheWrite_1H()}
 }
 
 // Charge is what the tenant is billed for usage u at the serving

@@ -262,6 +262,9 @@ type Call struct {
 	IncludeUsage bool
 	// Body builds the upstream body for one endpoint's model name.
 	Body func(upstreamModel string) ([]byte, error)
+	// Messages is a Messages client's own request, sent as it is to an
+	// endpoint that speaks the Messages API (see upstream.Messages).
+	Messages upstream.Messages
 	// ProbeID marks a synthetic probe; empty for client requests.
 	ProbeID string
 	// PromptHash is the chain hash of the whole prompt (chatreq), reported so

@@ -51,6 +51,7 @@ func (c Call) upstream(ep *switchboardv1.Endpoint) upstream.Request {
 		Rewriter:       c.rewriter(ep),
 		EstimatedUsage: c.estimatedUsage(ep),
 		Quality:        c.Quality,
+		Messages:       c.Messages,
 	}
 }
 

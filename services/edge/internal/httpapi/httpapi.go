@@ -33,6 +33,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
 // Response headers the edge adds.
@@ -353,6 +354,13 @@ type chatRequest struct {
 	// session is the conversation the request's body names (the
 	// Responses API's prompt_cache_key), used when no header names one.
 	session string
+	// messages is a Messages request's own body and headers, for an
+	// endpoint that speaks the Messages API.
+	messages upstream.Messages
+	// cacheWrite and cacheWrite1h are the prompt up to its last cache
+	// breakpoint and up to its last 1-hour one (anthropic.Request), for
+	// the decider to price the writes of endpoints that cache by them.
+	cacheWrite, cacheWrite1h int64
 }
 
 // readChat authenticates what it can of a chat request and reads and parses
@@ -500,9 +508,11 @@ func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, mode
 		Identity:  c.identity,
 		Model:     model,
 		Tokens: &switchboardv1.TokenEstimate{
-			InputTokens:     req.InputTokens,
-			MaxOutputTokens: req.MaxOutputTokens,
-			Prefixes:        req.Prefixes,
+			InputTokens:         req.InputTokens,
+			MaxOutputTokens:     req.MaxOutputTokens,
+			Prefixes:            req.Prefixes,
+			CacheWriteTokens:    c.cacheWrite,
+			CacheWrite_1HTokens: c.cacheWrite1h,
 		},
 		Stream:     req.Stream,
 		Provider:   req.Provider,
@@ -548,6 +558,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		ClientAPI:    c.api,
 		IncludeUsage: req.IncludeUsage,
 		Body:         req.UpstreamBody,
+		Messages:     c.messages,
 		PromptHash:   req.PromptHash,
 		Prefixes:     req.Prefixes,
 		Quality:      quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},

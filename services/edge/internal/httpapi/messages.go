@@ -11,6 +11,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/anthropic"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
 // The Messages API runs the chat pipeline itself: the request is read and
@@ -39,6 +40,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := reqLog{ctx: context.Background(), log: s.log, id: reqID}
+	var raw []byte
+	var breakpoints anthropic.Request
 	c, ok := s.readRequest(aw, r, func(body []byte) (*chatreq.Request, error) {
 		chat, areq, err := anthropic.ToChat(body, anthropic.Options{})
 		if err != nil {
@@ -49,12 +52,17 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		aw.SetRequest(areq, req.InputTokens)
+		raw, breakpoints = body, areq
 		return req, nil
 	})
 	if !ok {
 		return
 	}
 	c.api = switchboardv1.ClientApi_CLIENT_API_MESSAGES
+	// An endpoint that speaks the Messages API is sent the request as the
+	// client sent it, with its Anthropic headers.
+	c.messages = upstream.Messages{Body: raw, Version: r.Header.Get("Anthropic-Version"), Beta: r.Header.Get("Anthropic-Beta")}
+	c.cacheWrite, c.cacheWrite1h = breakpoints.CacheWriteTokens, breakpoints.CacheWrite1hTokens
 	resp := s.decide(aw, r, log, reqID, c, r.Header.Get(HeaderDebug) == "1")
 	if resp == nil {
 		return

@@ -365,7 +365,7 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 		rw.usageMembers = make([]member, 0, 8)
 	}
 	s.pos++
-	var in, out, cached, hit int64
+	var in, out, cached, hit, written, written1h int64
 	var details, hitSet, bad bool
 	for first := true; ; first = false {
 		k, more, ok := s.nextKey(first)
@@ -384,13 +384,13 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 		case s.matches(k, "prompt_tokens_details"):
 			switch s.peek() {
 			case 'n':
-				details, cached = false, 0
+				details, cached, written, written1h = false, 0, 0, 0
 				ok = s.lit("null")
 			case '{':
 				if !details {
-					details, cached = true, 0
+					details, cached, written, written1h = true, 0, 0, 0
 				}
-				ok = s.details(&cached, &bad)
+				ok = s.details(&cached, &written, &written1h, &bad)
 			default:
 				bad = true
 				ok = s.skip(3)
@@ -419,7 +419,11 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 	c.usage = pricing.Usage{Input: in, Output: out}
 	switch {
 	case details:
+		// cache_write_tokens counts every cache write, of which
+		// cache_write_1h_tokens were written for an hour.
 		c.usage.CachedInput = cached
+		c.usage.CacheWrite1h = min(max(written1h, 0), max(written, 0))
+		c.usage.CacheWrite = max(written, 0) - c.usage.CacheWrite1h
 	case hitSet:
 		c.usage.CachedInput = hit
 	}
@@ -427,8 +431,8 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 }
 
 // details scans usage.prompt_tokens_details (an object, depth 3) for its
-// cached_tokens.
-func (s *scanner) details(cached *int64, bad *bool) bool {
+// cached_tokens, cache_write_tokens and cache_write_1h_tokens.
+func (s *scanner) details(cached, written, written1h *int64, bad *bool) bool {
 	s.pos++
 	for first := true; ; first = false {
 		k, more, ok := s.nextKey(first)
@@ -438,9 +442,14 @@ func (s *scanner) details(cached *int64, bad *bool) bool {
 		if !more {
 			return true
 		}
-		if s.matches(k, "cached_tokens") {
+		switch {
+		case s.matches(k, "cached_tokens"):
 			ok = s.intField(cached, bad, 4)
-		} else {
+		case s.matches(k, "cache_write_tokens"):
+			ok = s.intField(written, bad, 4)
+		case s.matches(k, "cache_write_1h_tokens"):
+			ok = s.intField(written1h, bad, 4)
+		default:
 			ok = s.skip(4)
 		}
 		if !ok {

@@ -122,6 +122,20 @@ func BenchmarkAppend(b *testing.B) {
 
 // TestAppendAllocatesNothing: an ordinary content chunk is rewritten into
 // a reused buffer without an allocation.
+// TestCacheWriteUsage: prompt_tokens_details' cache_write_tokens (every
+// cache write) and cache_write_1h_tokens (the hour-long ones among them)
+// are read into the usage priced.
+func TestCacheWriteUsage(t *testing.T) {
+	rw := Rewriter{Model: String("m"), Provider: String("p"), KeepUsage: true}
+	_, info, err := rw.Rewrite([]byte(`{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":3,` +
+		`"prompt_tokens_details":{"cached_tokens":40,"cache_write_tokens":50,"cache_write_1h_tokens":20}}}`))
+	require.NoError(t, err)
+	require.Equal(t, &pricing.Usage{Input: 100, CachedInput: 40, CacheWrite: 30, CacheWrite1h: 20, Output: 3}, info.Usage)
+	_, info, err = rw.Rewrite([]byte(`{"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cache_write_tokens":-5,"cache_write_1h_tokens":9}}}`))
+	require.NoError(t, err)
+	require.Equal(t, &pricing.Usage{Input: 100}, info.Usage, "negative writes are none")
+}
+
 func TestAppendAllocatesNothing(t *testing.T) {
 	rw := benchRewriter()
 	data := []byte(benchChunks[0].chunk)

@@ -19,6 +19,9 @@ import (
 func (l *Leg) Deliver(ctx context.Context, w http.ResponseWriter) {
 	l.Result.Committed = true
 	l.wd.started()
+	if nw, ok := w.(NativeWriter); ok && l.relay != nil {
+		nw.Native()
+	}
 	setAnswerHeaders(w, l.Endpoint, l.req.Stream)
 	l.Result.CommittedAt = time.Now()
 	cw := &clientWriter{w: w, rc: http.NewResponseController(w), wd: l.wd, timeout: l.c.opts.WriteTimeout}
@@ -85,7 +88,11 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 				}
 				l.Result.Delivered += pendingText
 			}
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && l.relay != nil {
+				// Anthropic's clients know a stream's end by message_stop:
+				// an error event ends it instead.
+				cw.send(l.relay.Interrupted(pending[:0], l.Result.Summary))
+			} else if ctx.Err() == nil {
 				// The client gets an error event and no [DONE], so it
 				// cannot mistake a truncated answer for a complete one.
 				ev, _ := json.Marshal(map[string]any{"error": map[string]any{
@@ -117,6 +124,16 @@ func (l *Leg) deliverStream(ctx context.Context, cw *clientWriter) {
 	}
 	// The last chunks, the estimated usage chunk when the client asked for
 	// usage and the provider sent none, and [DONE] go out together.
+	if l.relay != nil {
+		// A Messages stream ends with its message_stop, relayed already.
+		if !cw.send(pending) {
+			l.clientGone(cw.err)
+			return
+		}
+		l.Result.Delivered += pendingText
+		l.completed()
+		return
+	}
 	if l.req.IncludeUsage && l.Result.Usage == nil {
 		// The client asked for usage and the provider sent none: it gets
 		// the estimate it is billed for.

@@ -10,6 +10,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/failclass"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/anthropic"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/sse"
@@ -135,6 +136,13 @@ type Leg struct {
 	resp    *http.Response
 	rd      *sse.Reader
 	rw      rewrite.Rewriter
+	// relay reads an anthropic endpoint's answer to a Messages client,
+	// toChat translates one for any other client into chat chunks
+	// (chunks, reused from event to event); both nil for an openai
+	// endpoint.
+	relay  *anthropic.Relay
+	toChat *anthropic.ChatStream
+	chunks [][]byte
 
 	// q checks the answer's quality as it is read; qc is its chunk,
 	// reused so that checking allocates nothing per chunk.

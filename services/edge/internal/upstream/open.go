@@ -28,12 +28,18 @@ func (l *Leg) Open(ctx context.Context) bool {
 			"endpoint credential refused: "+l.credErr.Error())
 		return false
 	}
-	body, err := l.req.Body(l.Endpoint.GetUpstreamModel())
+	var body []byte
+	var err error
+	target := strings.TrimSuffix(l.Endpoint.GetBaseUrl(), "/") + "/chat/completions"
+	if l.messagesAPI() {
+		body, target, err = l.messagesRequest()
+	} else {
+		body, err = l.req.Body(l.Endpoint.GetUpstreamModel())
+	}
 	if err != nil {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())
 		return false
 	}
-	target := strings.TrimSuffix(l.Endpoint.GetBaseUrl(), "/") + "/chat/completions"
 	req, err := http.NewRequestWithContext(l.ctx, http.MethodPost, target, bytes.NewReader(body)) //nolint:contextcheck // the leg's own context, derived from the client's in NewLeg
 	if err != nil {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_CONNECT_ERROR, "invalid endpoint address", "invalid endpoint address")
@@ -51,6 +57,9 @@ func (l *Leg) Open(ctx context.Context) bool {
 	if l.secret != "" {
 		vals[3] = "Bearer " + l.secret
 		req.Header["Authorization"] = vals[3:4:4]
+	}
+	if l.messagesAPI() {
+		l.messagesHeaders(req.Header)
 	}
 
 	resp, err := l.c.opts.Client.Do(req) //nolint:bodyclose // the leg owns resp and closes its body when it ends
@@ -159,7 +168,13 @@ func (l *Leg) openPlain(ctx context.Context) bool {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "answer too large", fmt.Sprintf("answer over %d bytes", maxResponseBytes))
 		return false
 	}
-	out, info, err := l.rw.Rewrite(raw)
+	var out []byte
+	var info rewrite.Info
+	if l.messagesAPI() {
+		out, info, err = l.plainMessages(raw)
+	} else {
+		out, info, err = l.rw.Rewrite(raw)
+	}
 	switch {
 	case err != nil:
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "malformed answer", err.Error())
@@ -170,7 +185,11 @@ func (l *Leg) openPlain(ctx context.Context) bool {
 	}
 	l.Result.Usage = info.Usage
 	l.sawFinish = info.Finish
-	l.observe(out, info)
+	if l.relay != nil {
+		l.observe(nil, info) // a Messages body: the checks read chat completions
+	} else {
+		l.observe(out, info)
+	}
 	l.held, l.heldText, l.ended = out, info.TextBytes, true
 	return true
 }
@@ -251,10 +270,19 @@ func (l *Leg) step(ctx context.Context, dst []byte) ([]byte, rewrite.Info, stepR
 		}
 		return dst, rewrite.Info{}, stepFail
 	}
+	if l.messagesAPI() {
+		return l.stepMessages(dst, data)
+	}
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
 		l.ended = true
 		return dst, rewrite.Info{}, stepEnd
 	}
+	return l.chunk(dst, data)
+}
+
+// chunk rewrites one chat chunk, appending it to dst framed as the
+// client's event unless the client does not get it.
+func (l *Leg) chunk(dst, data []byte) ([]byte, rewrite.Info, stepResult) {
 	start := len(dst)
 	out, info, forward, err := l.rw.Append(append(dst, eventPrefix...), data)
 	if err != nil {
@@ -272,6 +300,13 @@ func (l *Leg) step(ctx context.Context, dst []byte) ([]byte, rewrite.Info, stepR
 	} else {
 		out = out[:start]
 	}
+	l.took(info)
+	return out, info, stepChunk
+}
+
+// took records what one chunk of the answer said: its usage, its finish,
+// its first token's time.
+func (l *Leg) took(info rewrite.Info) {
 	if info.Usage != nil {
 		l.Result.Usage = info.Usage
 	}
@@ -279,5 +314,4 @@ func (l *Leg) step(ctx context.Context, dst []byte) ([]byte, rewrite.Info, stepR
 	if info.Token && !l.Result.HasTTFT {
 		l.Result.TTFT, l.Result.HasTTFT = time.Since(l.Result.Start), true
 	}
-	return out, info, stepChunk
 }

@@ -54,12 +54,13 @@ const maxPendingBytes = 32 << 10
 const maxErrorText = 512
 
 // rateLimitHeaders keeps the provider headers the decider folds into its
-// quota model: x-ratelimit-* and Retry-After, lowercased, in a stable order.
+// quota model: x-ratelimit-*, Anthropic's anthropic-ratelimit-* and
+// Retry-After, lowercased, in a stable order.
 func rateLimitHeaders(h http.Header) []*switchboardv1.Header {
 	var out []*switchboardv1.Header
 	for name, values := range h {
 		// Only the names kept are lowered: the others cost nothing.
-		if !hasPrefixFold(name, "x-ratelimit-") && !strings.EqualFold(name, "retry-after") {
+		if !hasPrefixFold(name, "x-ratelimit-") && !hasPrefixFold(name, "anthropic-ratelimit-") && !strings.EqualFold(name, "retry-after") {
 			continue
 		}
 		lower := strings.ToLower(name)

@@ -98,4 +98,20 @@ type Request struct {
 	// for it, of a stream whose provider reported none, for the generated
 	// text delivered. Called only when IncludeUsage is set.
 	EstimatedUsage func(deliveredBytes int64) json.RawMessage
+	// Messages is what a Messages client sent, for an endpoint that speaks
+	// the Messages API itself (Optional): without it, such an endpoint is
+	// sent Body's chat request translated.
+	Messages Messages
+}
+
+// Messages is a Messages client's request as an anthropic endpoint is sent
+// it: its own body and Anthropic's headers.
+type Messages struct {
+	// Body is the client's Messages body; nil for a request of another API.
+	Body []byte
+	// Version is the client's anthropic-version header, "" for none
+	// (DefaultAnthropicVersion is sent).
+	Version string
+	// Beta is the client's anthropic-beta header, "" for none.
+	Beta string
 }
