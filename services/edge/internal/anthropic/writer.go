@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
 
 // Writer is the http.ResponseWriter the chat pipeline answers a Messages
@@ -157,7 +159,9 @@ func (w *Writer) Finish() {
 	case w.status == http.StatusOK:
 		body, err := FromChat(w.buf, w.reqID, w.req)
 		if err != nil {
-			w.writeError(Error{Status: http.StatusBadGateway, Type: "api_error", Message: "the provider's answer could not be translated"})
+			// The provider was called and answered: a retry would call it
+			// again for the same answer.
+			w.writeOwnError(Error{Status: http.StatusBadGateway, Type: "api_error", Message: "the provider's answer could not be translated", Final: true})
 			return
 		}
 		w.write(http.StatusOK, body)
@@ -172,6 +176,14 @@ func (w *Writer) WriteError(e Error) {
 		return
 	}
 	w.status, w.finished = e.Status, true
+	w.writeOwnError(e)
+}
+
+// writeOwnError answers an error of the Messages API's own, with the retry
+// advice the chat pipeline gives its errors (an error translated from the
+// pipeline's has it already).
+func (w *Writer) writeOwnError(e Error) {
+	retryadvice.Set(w.Header(), e.Status, 0, e.Final)
 	w.writeError(e)
 }
 
