@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
 
@@ -30,6 +31,9 @@ type Writer struct {
 	// whole event.
 	buf      []byte
 	finished bool
+	// context is set when the pipeline refused a prompt longer than every
+	// endpoint's context: Finish says so in Anthropic's words.
+	context *contextlength.Exceeded
 	// writeTimeout is how long the pipeline last gave a write (the
 	// deadline it set, from when it set it): Finish gives the held body's
 	// write as long.
@@ -47,6 +51,12 @@ func NewWriter(w http.ResponseWriter, reqID string) *Writer {
 func (w *Writer) SetRequest(req Request, inputTokens int64) {
 	w.req, w.inputTokens = req, inputTokens
 }
+
+// ContextExceeded records that the pipeline is refusing the request as
+// longer than every endpoint's context, with its figures: Finish answers
+// Anthropic's invalid_request_error for it rather than the chat error's
+// words.
+func (w *Writer) ContextExceeded(e contextlength.Exceeded) { w.context = &e }
 
 // Header implements [http.ResponseWriter.Header].
 func (w *Writer) Header() http.Header { return w.w.Header() }
@@ -165,6 +175,8 @@ func (w *Writer) Finish() {
 			return
 		}
 		w.write(http.StatusOK, body)
+	case w.status == http.StatusBadRequest && w.context != nil:
+		w.writeError(Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: w.context.AnthropicMessage()})
 	default:
 		w.writeError(FromChatError(w.status, w.buf))
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
@@ -28,6 +29,10 @@ type apiError struct {
 	// retryadvice.Set): a policy refuses the request, or every endpoint
 	// tried failed it.
 	final bool
+	// context holds the figures of a prompt longer than every endpoint's
+	// context, for an API that says it in its own words (see
+	// contextWriter).
+	context *contextlength.Exceeded
 	// header holds extra response headers (a refusal's rate-limit figures).
 	header http.Header
 }
@@ -50,7 +55,17 @@ func optional(s string) *string {
 	return &s
 }
 
+// contextWriter is a ResponseWriter that answers a prompt too long for
+// every endpoint's context in its own API's words (the Messages API's
+// anthropic.Writer), from the figures, rather than as the error body says.
+type contextWriter interface {
+	ContextExceeded(e contextlength.Exceeded)
+}
+
 func writeError(w http.ResponseWriter, e apiError) {
+	if cw, ok := w.(contextWriter); ok && e.context != nil {
+		cw.ContextExceeded(*e.context)
+	}
 	h := w.Header()
 	for k, vs := range e.header {
 		h[k] = vs
@@ -104,6 +119,9 @@ func deciderError(err error) apiError {
 			if v.GetReason() != "" {
 				e.code = strings.ToLower(v.GetReason())
 			}
+		}
+		if c, ok := contextlength.FromStatus(st); ok {
+			e.context = &c
 		}
 		return e
 	case codes.PermissionDenied:
