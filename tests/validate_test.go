@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,6 +80,8 @@ func TestEdgeRefusesWhatOpenAIRefuses(t *testing.T) {
 	}
 	tests := []struct {
 		name, body, param, code string
+		// msg, when set, is a pattern the error's message matches.
+		msg string
 	}{
 		{name: "invalid UTF-8 in a message", body: `{"model":"` + model + `","messages":[{"role":"user","content":"caf` + "\xe9" + `"}]}`,
 			param: "messages", code: "invalid_value"},
@@ -97,15 +100,23 @@ func TestEdgeRefusesWhatOpenAIRefuses(t *testing.T) {
 		{name: "max_tokens 0", body: chat(`,"max_tokens":0`), param: "max_tokens", code: "integer_below_min_value"},
 		{name: "tool message without tool_call_id", body: `{"model":"` + model + `","messages":[{"role":"user","content":"q"},{"role":"tool","content":"r"}]}`,
 			param: "messages[1].tool_call_id", code: "missing_required_parameter"},
+		{name: "max_tokens a string", body: chat(`,"max_tokens":"10"`), param: "max_tokens", code: "invalid_type"},
+		{name: "stream a string", body: chat(`,"stream":"yes"`), param: "stream", code: "invalid_type"},
+		{name: "messages an object", body: `{"model":"` + model + `","messages":{}}`, param: "messages", code: "invalid_type"},
+		{name: "top_p above 1", body: chat(`,"top_p":1.5`), param: "top_p", code: "decimal_above_max_value"},
 		{name: "prompt over every endpoint's context", body: `{"model":"` + model + `","messages":[{"role":"user","content":"` + longPrompt(2*validateContext) + `"}]}`,
-			param: "messages", code: "context_length_exceeded"},
+			param: "messages", code: "context_length_exceeded",
+			msg: `^This model's maximum context length is 4096 tokens\. However, your messages resulted in \d+ tokens\. Please reduce the length of the messages\.$`},
+		{name: "prompt and max_tokens over every endpoint's context", body: `{"model":"` + model + `","max_tokens":2000,"messages":[{"role":"user","content":"` + longPrompt(3000) + `"}]}`,
+			param: "messages", code: "context_length_exceeded",
+			msg: `^This model's maximum context length is 4096 tokens\. However, you requested \d+ tokens \(\d+ in the messages, 2000 in the completion\)\. Please reduce the length of the messages or completion\.$`},
 	}
 	before := s.upstreamCalls()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, hdr, body := s.post(t, tt.body)
 			require.Equal(t, http.StatusBadRequest, code, body)
-			require.NotEqual(t, "true", hdr.Get("X-Should-Retry"))
+			require.Equal(t, "false", hdr.Get("X-Should-Retry"))
 			var e struct {
 				Error struct {
 					Message string  `json:"message"`
@@ -121,6 +132,9 @@ func TestEdgeRefusesWhatOpenAIRefuses(t *testing.T) {
 			require.NotNil(t, e.Error.Code, body)
 			require.Equal(t, tt.code, *e.Error.Code, body)
 			require.NotEmpty(t, e.Error.Message)
+			if tt.msg != "" {
+				require.Regexp(t, tt.msg, e.Error.Message)
+			}
 		})
 	}
 	require.Equal(t, before, s.upstreamCalls(), "no refused request reached a provider")
@@ -160,5 +174,45 @@ func TestSDKDoesNotRetryARefusedRequest(t *testing.T) {
 	require.Equal(t, "decimal_below_min_value", apiErr.Code)
 	require.EqualValues(t, 1, calls.Load(), "a 400 is not retried by the SDK")
 	require.NotEqual(t, "true", retryHeader.Load())
+	require.Zero(t, s.upstreamCalls())
+}
+
+// TestMessagesPromptTooLong: the Messages API refuses a prompt longer than
+// every endpoint's context as Anthropic does — invalid_request_error,
+// "prompt is too long: M tokens > N maximum", or the prompt and max_tokens
+// together — and no provider sees it.
+func TestMessagesPromptTooLong(t *testing.T) {
+	s := startValidationSystem(t)
+	tests := []struct {
+		name, body, msg string
+	}{
+		{name: "prompt", body: `{"model":"` + model + `","max_tokens":16,"messages":[{"role":"user","content":"` + longPrompt(2*validateContext) + `"}]}`,
+			msg: `^prompt is too long: \d+ tokens > 4096 maximum$`},
+		{name: "prompt and max_tokens", body: `{"model":"` + model + `","max_tokens":2000,"messages":[{"role":"user","content":"` + longPrompt(3000) + `"}]}`,
+			msg: "^input length and `max_tokens` exceed context limit: \\d+ \\+ 2000 > 4096, decrease input length or `max_tokens` and try again$"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/messages", strings.NewReader(tt.body))
+			require.NoError(t, err)
+			req.Header.Set("x-api-key", testKey)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var e struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%+v", e)
+			require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+			require.Equal(t, "error", e.Type)
+			require.Equal(t, "invalid_request_error", e.Error.Type)
+			require.Regexp(t, tt.msg, e.Error.Message)
+		})
+	}
 	require.Zero(t, s.upstreamCalls())
 }

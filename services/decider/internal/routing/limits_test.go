@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -92,11 +93,14 @@ tenants:
 		name          string
 		tokens        *switchboardv1.TokenEstimate
 		field, reason string
+		// context are the figures of a request longer than every context:
+		// the largest context length among the endpoints.
+		context *contextlength.Exceeded
 	}{
 		{name: "prompt above every context", tokens: &switchboardv1.TokenEstimate{InputTokens: 9000},
-			field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED"},
+			field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED", context: &contextlength.Exceeded{Limit: 8192, PromptTokens: 9000}},
 		{name: "prompt and output together above every context", tokens: &switchboardv1.TokenEstimate{InputTokens: 7000, MaxOutputTokens: 2000},
-			field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED"},
+			field: "tokens.input_tokens", reason: "CONTEXT_LENGTH_EXCEEDED", context: &contextlength.Exceeded{Limit: 8192, PromptTokens: 7000, OutputTokens: 2000}},
 		{name: "output above every max output", tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 4000},
 			field: "tokens.max_output_tokens", reason: "INVALID_VALUE"},
 	}
@@ -108,6 +112,10 @@ tenants:
 			require.Equal(t, KindInvalid, re.Kind, re.Msg)
 			require.Equal(t, tt.field, re.Field, re.Msg)
 			require.Equal(t, tt.reason, re.Reason)
+			require.Equal(t, tt.context, re.Context)
+			if tt.context != nil {
+				require.Equal(t, tt.context.OpenAIMessage(), re.Msg, "OpenAI's words, which its clients know")
+			}
 		})
 	}
 }

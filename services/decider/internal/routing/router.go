@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -71,6 +72,10 @@ type Error struct {
 	// sends both as a google.rpc.BadRequest field violation, so a caller can
 	// name the field of its own request at fault without parsing Msg.
 	Field, Reason string
+	// Context is set when the prompt (with the output asked for) is longer
+	// than every endpoint's context: the figures, for a caller that says
+	// it in its own API's words.
+	Context *contextlength.Exceeded
 }
 
 // Error implements [error.Error].
@@ -367,10 +372,19 @@ func unavailable(sc *scratch, name string, fitsNone bool) error {
 	e := errorf(KindInvalid, "no endpoint of %s can take this request (%s)", name, strings.Join(why, "; "))
 	e.Field, e.Reason = "tokens.max_output_tokens", "INVALID_VALUE"
 	for _, c := range sc.cands {
-		if c.excluded.why == exclContext {
-			e.Field, e.Reason = "tokens.input_tokens", "CONTEXT_LENGTH_EXCEEDED"
-			break
+		if c.excluded.why != exclContext {
+			continue
 		}
+		// n holds the endpoint's context length, the prompt and the
+		// output asked for.
+		n := c.excluded.n
+		if e.Context == nil {
+			e.Context = &contextlength.Exceeded{PromptTokens: n[1], OutputTokens: n[2]}
+		}
+		e.Context.Limit = max(e.Context.Limit, n[0])
+	}
+	if e.Context != nil {
+		e.Field, e.Reason, e.Msg = "tokens.input_tokens", contextlength.Reason, e.Context.OpenAIMessage()
 	}
 	return e
 }

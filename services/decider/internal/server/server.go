@@ -517,6 +517,9 @@ func toStatus(err error) error {
 	case routing.KindNotFound:
 		return status.Error(codes.NotFound, re.Msg)
 	case routing.KindInvalid:
+		if re.Context != nil {
+			return contextStatus(re)
+		}
 		return fieldStatus(re.Msg, re.Field, re.Reason)
 	case routing.KindUnavailable:
 		return status.Error(codes.FailedPrecondition, re.Msg)
@@ -535,6 +538,23 @@ func fieldStatus(msg, field, reason string) error {
 	d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
 		{Field: field, Description: msg, Reason: reason},
 	}})
+	if err != nil {
+		return st.Err()
+	}
+	return d.Err()
+}
+
+// contextStatus is the INVALID_ARGUMENT of a request longer than every
+// endpoint's context: the field violation, and the figures (see
+// contextlength), so that a caller can say it in its own API's words.
+func contextStatus(re *routing.Error) error {
+	st := status.New(codes.InvalidArgument, re.Msg)
+	d, err := st.WithDetails(
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: re.Field, Description: re.Msg, Reason: re.Reason},
+		}},
+		re.Context.Detail(),
+	)
 	if err != nil {
 		return st.Err()
 	}

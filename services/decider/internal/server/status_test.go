@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
@@ -39,4 +40,16 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 	require.Equal(t, "INVALID_VALUE", v.GetReason())
 
 	require.Nil(t, violation(toStatus(&routing.Error{Kind: routing.KindInvalid, Msg: "model is required"})), "no field, no details")
+
+	// A prompt too long for every context carries its figures too.
+	tooLong := contextlength.Exceeded{Limit: 4096, PromptTokens: 5000, OutputTokens: 16}
+	err := toStatus(&routing.Error{Kind: routing.KindInvalid, Msg: tooLong.OpenAIMessage(), Field: "tokens.input_tokens",
+		Reason: contextlength.Reason, Context: &tooLong})
+	v = violation(err)
+	require.NotNil(t, v)
+	require.Equal(t, "tokens.input_tokens", v.GetField())
+	got, ok := contextlength.FromStatus(status.Convert(err))
+	require.True(t, ok)
+	require.Equal(t, tooLong, got)
+	require.Equal(t, tooLong.OpenAIMessage(), status.Convert(err).Message())
 }

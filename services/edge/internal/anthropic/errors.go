@@ -18,6 +18,9 @@ type Error struct {
 	Type string
 	// Message says what went wrong.
 	Message string
+	// Final says no retry can help, whatever the status (see
+	// retryadvice.Set).
+	Final bool
 }
 
 type errorBody struct {
@@ -50,8 +53,9 @@ type openAIError struct {
 // its OpenAI error body) into Anthropic's. The status keeps its meaning:
 // 4xx as Anthropic's types name them; 503 (no provider available, the
 // routing service unavailable, an edge too busy) becomes 529 overloaded,
-// which Anthropic clients retry; other 5xx stay, as api_error (or
-// timeout_error for 504).
+// which Anthropic clients retry where the pipeline's x-should-retry lets
+// them (the headers are the pipeline's, unchanged); other 5xx stay, as
+// api_error (or timeout_error for 504).
 func FromChatError(status int, body []byte) Error {
 	var oe openAIError
 	msg := strings.TrimSpace(string(body))

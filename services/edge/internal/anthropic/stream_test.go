@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/ssetest"
 )
 
@@ -193,6 +194,25 @@ func TestWriterBody(t *testing.T) {
 		require.NoError(t, err)
 		w.Finish()
 		require.Equal(t, http.StatusBadGateway, rec.Code)
+		require.Equal(t, "false", rec.Header().Get("X-Should-Retry"), "the provider answered: a retry would call it again")
+	})
+	t.Run("a prompt too long in Anthropic's words", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		w := NewWriter(rec, "gen-abc")
+		w.ContextExceeded(contextlength.Exceeded{Limit: 4096, PromptTokens: 9000, OutputTokens: 16})
+		w.WriteHeader(http.StatusBadRequest)
+		_, err := w.Write([]byte(`{"error":{"message":"This model's maximum context length is 4096 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`))
+		require.NoError(t, err)
+		w.Finish()
+		require.Equal(t, http.StatusBadRequest, rec.Code)
+		require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9000 tokens > 4096 maximum"}}`, rec.Body.String())
+	})
+	t.Run("its own errors advise against a retry that cannot help", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		w := NewWriter(rec, "gen-abc")
+		w.WriteError(Error{Status: http.StatusNotFound, Type: "not_found_error", Message: "no such path"})
+		require.Equal(t, http.StatusNotFound, rec.Code)
+		require.Equal(t, "false", rec.Header().Get("X-Should-Retry"))
 	})
 	t.Run("nothing written, nothing answered", func(t *testing.T) {
 		rec := httptest.NewRecorder()

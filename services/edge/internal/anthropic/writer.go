@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
 
 // Writer is the http.ResponseWriter the chat pipeline answers a Messages
@@ -30,8 +32,22 @@ func NewWriter(w http.ResponseWriter, reqID string) *Writer {
 	return &Writer{RequestWriter: clientapi.NewRequestWriter[Request](w, reqID, a), api: a}
 }
 
-// WriteError answers e, unless something was answered already.
-func (w *Writer) WriteError(e Error) { w.RequestWriter.WriteError(e.Status, e.JSON()) }
+// WriteError answers e, an error of the Messages API's own, with the
+// retry advice the chat pipeline gives its errors (an error translated
+// from the pipeline's has it already), unless something was answered
+// already.
+func (w *Writer) WriteError(e Error) {
+	if w.Answered() {
+		return
+	}
+	retryadvice.Set(w.Header(), e.Status, 0, e.Final)
+	w.RequestWriter.WriteError(e.Status, e.JSON())
+}
+
+// ContextExceeded records that the pipeline is refusing the request as
+// longer than every endpoint's context, with its figures: the error is
+// answered in Anthropic's words rather than the chat error's.
+func (w *Writer) ContextExceeded(e contextlength.Exceeded) { w.api.context = &e }
 
 // Native implements [upstream.NativeWriter]: the answer written next is a
 // Messages answer already and goes out untranslated.
@@ -100,8 +116,12 @@ func (w *Writer) Finish() {
 }
 
 // api is the Messages API's clientapi.API. native is set when the answer
-// is a Messages answer already: its body passes as it is.
-type api struct{ native bool }
+// is a Messages answer already: its body passes as it is. context is set
+// when the pipeline refused a prompt longer than every endpoint's context.
+type api struct {
+	native  bool
+	context *contextlength.Exceeded
+}
 
 var _ clientapi.API[Request] = (*api)(nil)
 
@@ -119,7 +139,11 @@ func (a *api) Body(body []byte, reqID string, req Request) ([]byte, error) {
 }
 
 // Error implements [clientapi.API.Error].
-func (*api) Error(status int, body []byte, _ bool) (int, []byte) {
+func (a *api) Error(status int, body []byte, _ bool) (int, []byte) {
+	if status == http.StatusBadRequest && a.context != nil {
+		e := Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: a.context.AnthropicMessage()}
+		return e.Status, e.JSON()
+	}
 	e := FromChatError(status, body)
 	return e.Status, e.JSON()
 }

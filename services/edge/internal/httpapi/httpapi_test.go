@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/switchboard-ai/switchboard/pkg/contextlength"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/anthropic"
 )
 
 func TestAPIKeyHash(t *testing.T) {
@@ -98,8 +100,34 @@ func TestInvalidArgumentNamesTheClientsField(t *testing.T) {
 			require.Equal(t, tt.param, body.Error.Param)
 			require.Equal(t, tt.code, body.Error.Code)
 			require.Equal(t, "invalid_request_error", body.Error.Type)
+			require.Equal(t, "false", w.Header().Get("X-Should-Retry"))
 		})
 	}
+}
+
+// A prompt too long for every endpoint's context keeps the decider's
+// message (OpenAI's words) and hands its figures to a writer that says it
+// in its own API's words.
+func TestContextExceededFigures(t *testing.T) {
+	c := contextlength.Exceeded{Limit: 4096, PromptTokens: 5000}
+	st, err := status.New(codes.InvalidArgument, c.OpenAIMessage()).WithDetails(
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "tokens.input_tokens", Reason: contextlength.Reason}}},
+		c.Detail())
+	require.NoError(t, err)
+	e := deciderError(st.Err())
+	require.Equal(t, &c, e.context)
+
+	w := httptest.NewRecorder()
+	writeError(w, e)
+	require.JSONEq(t, `{"error":{"message":"`+c.OpenAIMessage()+`","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, w.Body.String())
+
+	// The Messages API's writer says it as Anthropic does.
+	rec := httptest.NewRecorder()
+	aw := anthropic.NewWriter(rec, "gen-x")
+	writeError(aw, e)
+	aw.Finish()
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 5000 tokens > 4096 maximum"}}`, rec.Body.String())
 }
 
 func ptr(s string) *string { return &s }

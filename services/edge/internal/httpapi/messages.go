@@ -29,6 +29,9 @@ const (
 	HeaderAnthropicRequestID = "Request-Id"
 )
 
+// The Messages API's writer says a prompt too long in Anthropic's words.
+var _ contextWriter = (*anthropic.Writer)(nil)
+
 // messages serves POST /v1/messages.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
