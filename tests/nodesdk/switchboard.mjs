@@ -1,0 +1,90 @@
+// What the node --test scripts of this folder share: where the Switchboard
+// under test is (from the environment tests/nodesdk_test.go sets), a fetch
+// that counts the HTTP calls an SDK makes, and the providers' own counters.
+import assert from 'node:assert/strict';
+
+function required(name) {
+  const v = process.env[name];
+  assert.ok(v, `${name} is not set: these scripts are run by tests/nodesdk_test.go (go test -run TestNodeSDKs ./tests)`);
+  return v;
+}
+
+/** The edge's root URL (an Anthropic client's base URL; OpenAI's is this + /v1). */
+export const edgeURL = required('SWITCHBOARD_URL');
+/** An API key of a tenant without limits. */
+export const apiKey = required('SWITCHBOARD_API_KEY');
+/** An API key of a tenant limited to one request a second. */
+export const pacedKey = required('SWITCHBOARD_PACED_API_KEY');
+/** A catalog model served by every simulated provider. */
+export const model = required('SWITCHBOARD_MODEL');
+/** The edge's --max-attempts: the most provider calls one client request may cost. */
+export const maxAttempts = Number(required('SWITCHBOARD_MAX_ATTEMPTS'));
+/** The edge's --max-body-bytes. */
+export const maxBodyBytes = Number(required('SWITCHBOARD_MAX_BODY_BYTES'));
+
+const spares = required('SWITCHBOARD_SPARE_MODELS').split(',');
+const statsURLs = required('SWITCHBOARD_PROVSIM_STATS').split(',');
+
+/**
+ * spareModel returns a model no other case of this script uses: the pauses a
+ * case's failures leave on its endpoints stay with it.
+ */
+export function spareModel() {
+  const m = spares.shift();
+  assert.ok(m, 'no spare model left: raise nodeSpareModels in tests/nodesdk_test.go');
+  return m;
+}
+
+/**
+ * countingFetch is a fetch for an SDK's `fetch` option that counts the HTTP
+ * requests the SDK sends, its own retries included.
+ */
+export function countingFetch() {
+  const f = (url, init) => {
+    f.calls++;
+    return fetch(url, init);
+  };
+  f.calls = 0;
+  return f;
+}
+
+/** providerCalls is the number of chat calls every simulated provider has received so far. */
+export async function providerCalls() {
+  let n = 0;
+  for (const url of statsURLs) {
+    const resp = await fetch(url);
+    assert.equal(resp.status, 200, `GET ${url}`);
+    n += (await resp.json()).requests;
+  }
+  return n;
+}
+
+/**
+ * measured runs call (an SDK call) and returns what it returned or threw,
+ * the HTTP calls the SDK made and the provider calls they cost.
+ */
+export async function measured(fetch, call) {
+  const before = await providerCalls();
+  const sent = fetch.calls;
+  let result;
+  let error;
+  try {
+    result = await call();
+  } catch (e) {
+    error = e;
+  }
+  return { result, error, httpCalls: fetch.calls - sent, providerCalls: (await providerCalls()) - before };
+}
+
+/**
+ * assertWithinAttempts asserts that a request that failed on every endpoint
+ * was not retried by the SDK on top of Switchboard's own attempts.
+ */
+export function assertWithinAttempts(m, what) {
+  assert.ok(m.providerCalls >= 1, `${what}: the request reached a provider`);
+  assert.ok(
+    m.providerCalls <= maxAttempts,
+    `${what}: ${m.providerCalls} provider calls in ${m.httpCalls} HTTP calls of the SDK; ` +
+      `Switchboard's own attempts allow ${maxAttempts}: the SDK retried what Switchboard had already retried`,
+  );
+}
