@@ -5,14 +5,15 @@ import { test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import {
   apiKey,
-  assertWithinAttempts,
   countingFetch,
   edgeURL,
   maxBodyBytes,
-  measured,
   model,
   pacedKey,
   spareModel,
+  testFailures,
+  testRefusals,
+  testShortRetryAfter,
 } from './switchboard.mjs';
 
 const fetch = countingFetch();
@@ -165,20 +166,12 @@ const refusals = [
   },
 ];
 
-for (const r of refusals) {
-  test(`refused, not retried: ${r.name}`, async () => {
-    const m = await measured(fetch, r.call);
-    assert.ok(m.error instanceof r.class, `want ${r.class.name}, got ${m.error}`);
-    assert.equal(m.error.status, r.status);
-    assert.equal(m.error.type, r.type);
-    assert.equal(m.error.error?.type, 'error', 'the body is Anthropic error JSON');
-    assert.equal(m.error.error?.error?.type, r.type);
-    if (r.message) assert.match(m.error.apiMessage, r.message);
-    assert.ok(m.error.requestID, 'request-id is set on errors too');
-    assert.equal(m.httpCalls, 1, 'the SDK does not retry it');
-    assert.equal(m.providerCalls, 0);
-  });
-}
+testRefusals(fetch, refusals, (err, r) => {
+  assert.equal(err.type, r.type);
+  assert.equal(err.error?.type, 'error', 'the body is Anthropic error JSON');
+  assert.equal(err.error?.error?.type, r.type);
+  if (r.message) assert.match(err.apiMessage, r.message);
+});
 
 // Failures on every endpoint: Switchboard has already tried each endpoint
 // (and retried within its budget), so the SDK must not multiply that.
@@ -214,33 +207,19 @@ const failures = [
   },
 ];
 
-for (const f of failures) {
-  test(`failed on every endpoint, not retried by the SDK: ${f.name}`, async () => {
-    const m = await measured(fetch, () =>
-      client.messages.create(ask(`[[provsim:fault=${f.fault}]] hi`, { model: spareModel() })),
-    );
-    assert.ok(m.error instanceof f.class, `want ${f.class.name}, got ${m.error}`);
-    assert.equal(m.error.status, f.status);
-    assert.equal(m.error.type, f.type);
-    assert.equal(m.error.error?.error?.type, f.type);
-    f.check?.(m.error);
-    assertWithinAttempts(m, f.name);
-  });
-}
+testFailures(
+  fetch,
+  failures,
+  (text, model) => client.messages.create(ask(text, { model })),
+  (err, f) => {
+    assert.equal(err.type, f.type);
+    assert.equal(err.error?.error?.type, f.type);
+    f.check?.(err);
+  },
+);
 
-test('a short Retry-After of the caller own limit: retried by the SDK, and served', async () => {
-  const paced = new Anthropic({ baseURL: edgeURL, apiKey: pacedKey, fetch });
-  // The first request takes the second's only slot (the SDK may have waited
-  // for it, if a slot was still taken).
-  const first = await measured(fetch, () => paced.messages.create(ask('hi')));
-  assert.ifError(first.error);
-  assert.equal(first.providerCalls, 1);
-  const second = await measured(fetch, () => paced.messages.create(ask('again')));
-  assert.ifError(second.error);
-  assert.equal(second.result.content[0].text, 'again again again again again again ');
-  assert.equal(second.httpCalls, 2, 'refused once with a short Retry-After, then served');
-  assert.equal(second.providerCalls, 1, 'the refusal cost no provider call');
-});
+const paced = new Anthropic({ baseURL: edgeURL, apiKey: pacedKey, fetch });
+testShortRetryAfter(fetch, async (text) => (await paced.messages.create(ask(text))).content[0].text);
 
 test('a stream cut after its first tokens: the SDK reports the error event', async () => {
   const stream = client.messages.stream(ask('[[provsim:fault=drop]] one two three four', { model: spareModel() }));

@@ -2,6 +2,7 @@
 // under test is (from the environment tests/nodesdk_test.go sets), a fetch
 // that counts the HTTP calls an SDK makes, and the providers' own counters.
 import assert from 'node:assert/strict';
+import { test } from 'node:test';
 
 function required(name) {
   const v = process.env[name];
@@ -80,11 +81,70 @@ export async function measured(fetch, call) {
  * assertWithinAttempts asserts that a request that failed on every endpoint
  * was not retried by the SDK on top of Switchboard's own attempts.
  */
-export function assertWithinAttempts(m, what) {
+function assertWithinAttempts(m, what) {
   assert.ok(m.providerCalls >= 1, `${what}: the request reached a provider`);
   assert.ok(
     m.providerCalls <= maxAttempts,
     `${what}: ${m.providerCalls} provider calls in ${m.httpCalls} HTTP calls of the SDK; ` +
       `Switchboard's own attempts allow ${maxAttempts}: the SDK retried what Switchboard had already retried`,
   );
+}
+
+/**
+ * testRefusals adds a test per refusal of the request itself ({name, call,
+ * class, status}): the SDK throws r.class with r.status, checked further by
+ * check(err, r), after one HTTP call and no provider call.
+ */
+export function testRefusals(fetch, refusals, check) {
+  for (const r of refusals) {
+    test(`refused, not retried: ${r.name}`, async () => {
+      const m = await measured(fetch, r.call);
+      assert.ok(m.error instanceof r.class, `want ${r.class.name}, got ${m.error}`);
+      assert.equal(m.error.status, r.status);
+      check(m.error, r);
+      assert.ok(m.error.requestID, 'the request id is set on errors too');
+      assert.equal(m.httpCalls, 1, 'the SDK does not retry it');
+      assert.equal(m.providerCalls, 0);
+    });
+  }
+}
+
+/**
+ * testFailures adds a test per failure on every endpoint ({name, fault,
+ * class, status}): call(text, model) sends text, with the fault's
+ * directive, for a spare model; the SDK throws f.class with f.status,
+ * checked further by check(err, f), and Switchboard's attempts were not
+ * multiplied by the SDK's retries.
+ */
+export function testFailures(fetch, failures, call, check) {
+  for (const f of failures) {
+    test(`failed on every endpoint, not retried by the SDK: ${f.name}`, async () => {
+      const m = await measured(fetch, () => call(`[[provsim:fault=${f.fault}]] hi`, spareModel()));
+      assert.ok(m.error instanceof f.class, `want ${f.class.name}, got ${m.error}`);
+      assert.equal(m.error.status, f.status);
+      check(m.error, f);
+      assertWithinAttempts(m, f.name);
+    });
+  }
+}
+
+/**
+ * testShortRetryAfter adds the test of a short Retry-After: call(text) asks
+ * as the paced tenant and returns the answer's text. Its second request
+ * within a second is refused with Retry-After: 1, which the SDK waits out
+ * and then is served.
+ */
+export function testShortRetryAfter(fetch, call) {
+  test('a short Retry-After of the caller own limit: retried by the SDK, and served', async () => {
+    // The first request takes the second's only slot (the SDK may have
+    // waited for it, if a slot was still taken).
+    const first = await measured(fetch, () => call('hi'));
+    assert.ifError(first.error);
+    assert.equal(first.providerCalls, 1);
+    const second = await measured(fetch, () => call('again'));
+    assert.ifError(second.error);
+    assert.equal(second.result, 'again again again again again again ');
+    assert.equal(second.httpCalls, 2, 'refused once with a short Retry-After, then served');
+    assert.equal(second.providerCalls, 1, 'the refusal cost no provider call');
+  });
 }
