@@ -20,7 +20,12 @@ const examples = [...section.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1])
 const cases = [
   {
     sdk: 'openai',
-    want: [/^(Hello there ){4} (alpha|beta|gamma)$/m, /^(Hello there ){4}$/m, /^404 model_not_found gen-\w+$/m],
+    want: [
+      /^(Hello there ){4} (alpha|beta|gamma)$/m,
+      /^(Hello there ){4}$/m,
+      /^(Hello there ){4} completed$/m,
+      /^404 model_not_found gen-\w+$/m,
+    ],
   },
   {
     sdk: '@anthropic-ai/sdk',

@@ -148,3 +148,15 @@ export function testShortRetryAfter(fetch, call) {
     assert.equal(second.providerCalls, 1, 'the refusal cost no provider call');
   });
 }
+
+/**
+ * openAIErrorFields checks an openai SDK error against a case's type, param
+ * and code (each when the case names it), and the case's own check.
+ */
+export function openAIErrorFields(err, want) {
+  assert.ok(err.error?.message, 'the body is OpenAI error JSON');
+  if (want.type) assert.equal(err.type, want.type);
+  if (want.param) assert.equal(err.param, want.param);
+  if (want.code) assert.equal(err.code, want.code);
+  want.check?.(err);
+}
