@@ -195,6 +195,7 @@ func TestChatRequestErrors(t *testing.T) {
 			r := h.do(t.Context(), method, path, tt.body, tt.header)
 			require.Equal(t, tt.wantStatus, r.status, r.body)
 			require.Equal(t, "application/json", r.header.Get("Content-Type"))
+			require.Equal(t, "false", r.header.Get("X-Should-Retry"), "the request itself is at fault")
 			e := r.errorJSON(t)
 			require.Equal(t, tt.wantCode, e["code"])
 			require.Equal(t, tt.wantParam, e["param"])
@@ -212,18 +213,20 @@ func TestChatDeciderErrors(t *testing.T) {
 		wantStatus int
 		wantCode   string
 		wantRetry  string
+		// wantShould is the answer's x-should-retry.
+		wantShould string
 		wantMsg    string
 	}{
-		{name: "not found", err: status.Error(codes.NotFound, "model org/x does not exist"), wantStatus: 404, wantCode: "model_not_found", wantMsg: "model org/x does not exist"},
-		{name: "invalid argument", err: status.Error(codes.InvalidArgument, "provider.only names no provider of this model"), wantStatus: 400, wantCode: "invalid_value", wantMsg: "provider.only names no provider of this model"},
-		{name: "permission denied", err: status.Error(codes.PermissionDenied, "model not allowed for tenant"), wantStatus: 403, wantCode: "permission_denied", wantMsg: "model not allowed for tenant"},
-		{name: "resource exhausted", err: retryStatus(t), wantStatus: 429, wantCode: "rate_limit_exceeded", wantRetry: "3", wantMsg: "tenant limit reached"},
-		{name: "failed precondition", err: status.Error(codes.FailedPrecondition, "no endpoint can take this request"), wantStatus: 404, wantCode: "no_endpoints_found", wantMsg: "no endpoint can take this request"},
-		{name: "unavailable", err: status.Error(codes.Unavailable, "dial tcp 10.0.0.1:9090: refused"), wantStatus: 503, wantCode: "decider_unavailable"},
-		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "slow"), wantStatus: 504, wantCode: "decider_timeout"},
+		{name: "not found", err: status.Error(codes.NotFound, "model org/x does not exist"), wantStatus: 404, wantCode: "model_not_found", wantShould: "false", wantMsg: "model org/x does not exist"},
+		{name: "invalid argument", err: status.Error(codes.InvalidArgument, "provider.only names no provider of this model"), wantStatus: 400, wantCode: "invalid_value", wantShould: "false", wantMsg: "provider.only names no provider of this model"},
+		{name: "permission denied", err: status.Error(codes.PermissionDenied, "model not allowed for tenant"), wantStatus: 403, wantCode: "permission_denied", wantShould: "false", wantMsg: "model not allowed for tenant"},
+		{name: "resource exhausted", err: retryStatus(t), wantStatus: 429, wantCode: "rate_limit_exceeded", wantRetry: "3", wantShould: "true", wantMsg: "tenant limit reached"},
+		{name: "failed precondition", err: status.Error(codes.FailedPrecondition, "no endpoint can take this request"), wantStatus: 404, wantCode: "no_endpoints_found", wantShould: "false", wantMsg: "no endpoint can take this request"},
+		{name: "unavailable", err: status.Error(codes.Unavailable, "dial tcp 10.0.0.1:9090: refused"), wantStatus: 503, wantCode: "decider_unavailable", wantRetry: "1", wantShould: "true"},
+		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "slow"), wantStatus: 504, wantCode: "decider_timeout", wantRetry: "1", wantShould: "true"},
 		{name: "internal", err: status.Error(codes.Internal, "stack trace here"), wantStatus: 500, wantCode: "internal_error"},
 		// Last: the edge then remembers the key as refused for a while.
-		{name: "unauthenticated", err: status.Error(codes.Unauthenticated, "unknown API key"), wantStatus: 401, wantCode: "invalid_api_key", wantMsg: "unknown API key"},
+		{name: "unauthenticated", err: status.Error(codes.Unauthenticated, "unknown API key"), wantStatus: 401, wantCode: "invalid_api_key", wantShould: "false", wantMsg: "unknown API key"},
 	}
 	h := newHarness(t, 1, nil)
 	for _, tt := range tests {
@@ -234,6 +237,7 @@ func TestChatDeciderErrors(t *testing.T) {
 			e := r.errorJSON(t)
 			require.Equal(t, tt.wantCode, e["code"])
 			require.Equal(t, tt.wantRetry, r.header.Get("Retry-After"))
+			require.Equal(t, tt.wantShould, r.header.Get("X-Should-Retry"))
 			if tt.wantMsg != "" {
 				require.Equal(t, tt.wantMsg, e["message"])
 			} else {

@@ -18,6 +18,9 @@ type Error struct {
 	Type string
 	// Message says what went wrong.
 	Message string
+	// Final says no retry can help, whatever the status (see
+	// retryadvice.Set).
+	Final bool
 }
 
 type errorBody struct {

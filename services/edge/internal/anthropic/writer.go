@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
 
 // Writer is the http.ResponseWriter the chat pipeline answers a Messages
@@ -38,8 +39,17 @@ func (w *Writer) SetRequest(req Request, inputTokens int64) {
 	w.t.req, w.t.inputTokens = req, inputTokens
 }
 
-// WriteError answers e, unless something was answered already.
-func (w *Writer) WriteError(e Error) { w.Writer.WriteError(e.Status, e.JSON()) }
+// WriteError answers e, an error of the Messages API's own, unless
+// something was answered already, with the retry advice the chat pipeline
+// gives its errors (an error translated from the pipeline's has it
+// already).
+func (w *Writer) WriteError(e Error) {
+	if w.Answered() {
+		return
+	}
+	retryadvice.Set(w.Header(), e.Status, 0, e.Final)
+	w.Writer.WriteError(e.Status, e.JSON())
+}
 
 // Stream implements [clientapi.Translation.Stream].
 func (t *translation) Stream() clientapi.Stream { return NewStream(t.reqID, t.req, t.inputTokens) }

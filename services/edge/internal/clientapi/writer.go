@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
 
 // Translation puts the chat pipeline's answers in one client API's shape.
@@ -179,7 +181,11 @@ func (w *Writer) Finish() {
 	case w.status == http.StatusOK:
 		body, err := w.t.Body(w.buf)
 		if err != nil {
-			w.write(w.t.Unreadable())
+			// The provider was called and answered: a retry would call
+			// it again for the same answer.
+			status, body := w.t.Unreadable()
+			retryadvice.Set(w.Header(), status, 0, true)
+			w.write(status, body)
 			return
 		}
 		w.write(http.StatusOK, body)
@@ -188,10 +194,14 @@ func (w *Writer) Finish() {
 	}
 }
 
+// Answered reports whether an answer was begun or written: WriteError
+// would then write nothing.
+func (w *Writer) Answered() bool { return w.status != 0 || w.finished }
+
 // WriteError answers status and body, already in the client API's shape,
 // unless something was answered already.
 func (w *Writer) WriteError(status int, body []byte) {
-	if w.status != 0 || w.finished {
+	if w.Answered() {
 		return
 	}
 	w.status, w.finished = status, true

@@ -144,7 +144,7 @@ func (s *serving) repeatedFailure(l *leg, n int) *Failure {
 		}
 	}
 	return &Failure{
-		Status: status, Type: "upstream_error", Code: codeRepeated,
+		Status: status, Type: "upstream_error", Code: codeRepeated, Final: true,
 		Message: fmt.Sprintf("the request failed on %d providers with the same error (%s), so it is not tried on others: %s",
 			n, l.Result.Summary, strings.Join(tried, "; ")),
 	}

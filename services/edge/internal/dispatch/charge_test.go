@@ -143,6 +143,7 @@ func TestRepeatedFailureAcrossAnother(t *testing.T) {
 	var f *Failure
 	require.ErrorAs(t, err, &f)
 	require.Equal(t, http.StatusInternalServerError, f.Status, f.Message)
+	require.True(t, f.Final, "the request's own failure: a retry fails it again")
 	require.Empty(t, ups[3].Requests())
 	byEndpoint := map[string]bool{}
 	for _, r := range rec.all() {

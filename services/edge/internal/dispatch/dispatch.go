@@ -309,6 +309,12 @@ type Failure struct {
 	Message string
 	// RetryAfter is the provider's Retry-After when rate limited, else 0.
 	RetryAfter time.Duration
+	// Final says the client's retry cannot help: a provider was called
+	// and every endpoint tried failed the request (those attempts were its
+	// retries), or a provider rejected the request itself. Unset when no
+	// provider was called (every endpoint full: RetryAfter says when one
+	// has room).
+	Final bool
 	// Provider is the provider whose answer this is, when there is one.
 	Provider string
 }

@@ -289,6 +289,7 @@ func TestServeFailover(t *testing.T) {
 				var f *Failure
 				require.ErrorAs(t, err, &f)
 				require.Equal(t, tt.wantStatus, f.Status, f.Message)
+				require.True(t, f.Final, "every endpoint tried failed the request")
 				// The soonest Retry-After, from when it was said.
 				require.LessOrEqual(t, f.RetryAfter, tt.wantRetry)
 				require.Greater(t, f.RetryAfter, tt.wantRetry-time.Second)

@@ -66,8 +66,10 @@ func (s *serving) serve(ctx context.Context, endpoints []*switchboardv1.Endpoint
 	plan := d.plan(endpoints)
 	s.plan = plan
 	if len(plan) == 0 {
+		// No endpoint can be called at all (none has a base URL): the
+		// catalog's to fix, not a wait's.
 		return &Failure{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_available_provider",
-			Message: "no provider is available for this request"}
+			Message: "no provider is available for this request", Final: true}
 	}
 	for i, ep := range plan {
 		if s.tried(ep.GetId()) || s.rsv.isRefused(ep.GetId()) {
@@ -288,7 +290,7 @@ func (s *serving) legDone(ctx context.Context, r *race, l *leg) (over bool, winn
 	}
 	if rej := l.Result.Rejection; rej != nil && r.final == nil {
 		r.final = &Failure{Status: rej.Status, Type: rej.Type, Code: rej.Code, Param: rej.Param, Message: rej.Message,
-			Provider: l.Endpoint.GetProvider()}
+			Provider: l.Endpoint.GetProvider(), Final: true}
 	}
 	// A primary that failed before the hedge started is retried on the
 	// fallbacks as usual; the hedge has nothing left to race.
@@ -422,6 +424,8 @@ func (s *serving) failure() *Failure {
 		}
 		return f
 	}
+	// Every endpoint the plan allowed was tried, up to MaxAttempts.
+	f.Final = true
 	switch {
 	case last.Result.Class() == failclass.NonRetryablePolicy:
 		// The provider's account refused (a spend limit, a disabled key):

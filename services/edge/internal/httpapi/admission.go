@@ -172,6 +172,14 @@ func refusalError(ref *switchboardv1.Refusal, now time.Time) apiError {
 	e.header.Set(HeaderRateLimitScope, scope)
 	e.header.Set(HeaderRateLimitReason, reason)
 
+	// A request larger than the bucket never fits, and a used-up daily
+	// quota or spend limit (a policy) admits nothing before its reset: an
+	// SDK's retry within seconds cannot help either.
+	switch ref.GetReason() {
+	case switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST,
+		switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY:
+		e.final = true
+	}
 	// When capacity comes back. A request larger than the bucket never
 	// fits: no Retry-After, since retrying cannot help.
 	var wait time.Duration

@@ -36,7 +36,7 @@ func TestRefusalError(t *testing.T) {
 				Message: "tenant input_tokens limit reached (1200 remaining of 100000); retry after 2.5s",
 			},
 			wantHeader: map[string]string{
-				"Retry-After": "3", "X-Ratelimit-Limit-Input-Tokens": "100000", "X-Ratelimit-Remaining-Input-Tokens": "1200",
+				"Retry-After": "3", "Retry-After-Ms": "2500", "X-Should-Retry": "true", "X-Ratelimit-Limit-Input-Tokens": "100000", "X-Ratelimit-Remaining-Input-Tokens": "1200",
 				"X-Ratelimit-Reset-Input-Tokens": "2.5s", "X-Switchboard-Ratelimit-Scope": "tenant",
 				"X-Switchboard-Ratelimit-Reason": "retryable_capacity",
 			},
@@ -50,7 +50,7 @@ func TestRefusalError(t *testing.T) {
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS, ResetTime: at(4 * time.Second), RetryAfter: durationpb.New(4 * time.Second),
 				Message: "provider capacity for requests is exhausted; retry after 4s",
 			},
-			wantHeader: map[string]string{"Retry-After": "4", "X-Switchboard-Ratelimit-Scope": "provider", "X-Switchboard-Ratelimit-Reason": "retryable_capacity"},
+			wantHeader: map[string]string{"Retry-After": "4", "Retry-After-Ms": "4000", "X-Should-Retry": "true", "X-Switchboard-Ratelimit-Scope": "provider", "X-Switchboard-Ratelimit-Reason": "retryable_capacity"},
 			wantCode:   "retryable_capacity",
 			wantMsg:    "provider capacity for requests is exhausted; retry after 4s",
 		},
@@ -60,7 +60,7 @@ func TestRefusalError(t *testing.T) {
 				Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD, Scope: switchboardv1.LimitScope_LIMIT_SCOPE_MODEL_ROUTE,
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS, RetryAfter: durationpb.New(30 * time.Second),
 			},
-			wantHeader: map[string]string{"Retry-After": "30", "X-Switchboard-Ratelimit-Scope": "provider", "X-Switchboard-Ratelimit-Reason": "retryable_overload"},
+			wantHeader: map[string]string{"Retry-After": "30", "Retry-After-Ms": "30000", "X-Should-Retry": "true", "X-Switchboard-Ratelimit-Scope": "provider", "X-Switchboard-Ratelimit-Reason": "retryable_overload"},
 			wantCode:   "retryable_overload",
 			wantMsg:    "no provider has capacity for this request right now; retry later",
 		},
@@ -72,7 +72,7 @@ func TestRefusalError(t *testing.T) {
 				Message: "the request needs 4096 output_tokens, more than the api_key output_tokens limit of 1000 can ever admit",
 			},
 			wantHeader: map[string]string{
-				"X-Ratelimit-Limit-Output-Tokens": "1000", "X-Ratelimit-Remaining-Output-Tokens": "1000",
+				"X-Ratelimit-Limit-Output-Tokens": "1000", "X-Ratelimit-Remaining-Output-Tokens": "1000", "X-Should-Retry": "false",
 				"X-Switchboard-Ratelimit-Scope": "api_key", "X-Switchboard-Ratelimit-Reason": "non_retryable_request",
 			},
 			wantCode: "non_retryable_request",
@@ -87,7 +87,7 @@ func TestRefusalError(t *testing.T) {
 				ResetTime: at(3 * time.Hour), RetryAfter: durationpb.New(3 * time.Hour), Message: "tenant requests limit reached (0 remaining of 10000); retry after 3h0m0s",
 			},
 			wantHeader: map[string]string{
-				"Retry-After": "10800", "X-Ratelimit-Limit-Requests": "10000", "X-Ratelimit-Remaining-Requests": "0",
+				"Retry-After": "10800", "Retry-After-Ms": "10800000", "X-Should-Retry": "false", "X-Ratelimit-Limit-Requests": "10000", "X-Ratelimit-Remaining-Requests": "0",
 				"X-Ratelimit-Reset-Requests": "3h0m0s", "X-Switchboard-Ratelimit-Scope": "tenant",
 				"X-Switchboard-Ratelimit-Reason": "non_retryable_policy",
 			},
@@ -102,7 +102,7 @@ func TestRefusalError(t *testing.T) {
 				Message: "app concurrent_requests limit reached (0 remaining of 8); retry after 1s",
 			},
 			wantHeader: map[string]string{
-				"Retry-After": "1", "X-Ratelimit-Limit-Concurrent": "8", "X-Ratelimit-Remaining-Concurrent": "0",
+				"Retry-After": "1", "Retry-After-Ms": "1000", "X-Should-Retry": "true", "X-Ratelimit-Limit-Concurrent": "8", "X-Ratelimit-Remaining-Concurrent": "0",
 				"X-Switchboard-Ratelimit-Scope": "app", "X-Switchboard-Ratelimit-Reason": "retryable_capacity",
 			},
 			wantCode: "retryable_capacity",
@@ -116,7 +116,7 @@ func TestRefusalError(t *testing.T) {
 				Message: "tenant usd limit reached",
 			},
 			wantHeader: map[string]string{
-				"Retry-After": "2", "X-Ratelimit-Limit-Usd": "5", "X-Ratelimit-Remaining-Usd": "0.0125", "X-Ratelimit-Reset-Usd": "1.2s",
+				"Retry-After": "2", "Retry-After-Ms": "1200", "X-Should-Retry": "true", "X-Ratelimit-Limit-Usd": "5", "X-Ratelimit-Remaining-Usd": "0.0125", "X-Ratelimit-Reset-Usd": "1.2s",
 				"X-Switchboard-Ratelimit-Scope": "tenant", "X-Switchboard-Ratelimit-Reason": "retryable_capacity",
 			},
 			wantCode: "retryable_capacity",
@@ -129,7 +129,7 @@ func TestRefusalError(t *testing.T) {
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_TOTAL_TOKENS, ResetTime: at(time.Second), RetryAfter: durationpb.New(time.Second),
 				Message: "partner capacity for total_tokens is exhausted; retry after 1s",
 			},
-			wantHeader: map[string]string{"Retry-After": "1", "X-Switchboard-Ratelimit-Scope": "partner", "X-Switchboard-Ratelimit-Reason": "retryable_capacity"},
+			wantHeader: map[string]string{"Retry-After": "1", "Retry-After-Ms": "1000", "X-Should-Retry": "true", "X-Switchboard-Ratelimit-Scope": "partner", "X-Switchboard-Ratelimit-Reason": "retryable_capacity"},
 			wantCode:   "retryable_capacity",
 			wantMsg:    "partner capacity for total_tokens is exhausted; retry after 1s",
 		},
@@ -216,19 +216,21 @@ func TestRefusalCodeAndQueueHeaders(t *testing.T) {
 		name   string
 		ref    *switchboardv1.Refusal
 		status int
+		// retry is the x-should-retry the refusal gets.
+		retry string
 	}{
 		{"queue full", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, Code: "queue_full",
 			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_CONCURRENT_REQUESTS,
-			RetryAfter: durationpb.New(time.Second)}, http.StatusTooManyRequests},
+			RetryAfter: durationpb.New(time.Second)}, http.StatusTooManyRequests, "true"},
 		{"queue deadline", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE, Code: "queue_deadline",
 			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_MODEL_ROUTE, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS,
-			RetryAfter: durationpb.New(1500 * time.Millisecond)}, http.StatusTooManyRequests},
+			RetryAfter: durationpb.New(1500 * time.Millisecond)}, http.StatusTooManyRequests, "true"},
 		{"daily quota", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY, Code: "daily_quota",
 			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS,
-			RetryAfter: durationpb.New(time.Hour)}, http.StatusTooManyRequests},
+			RetryAfter: durationpb.New(time.Hour)}, http.StatusTooManyRequests, "false"},
 		{"provider overloaded", &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD, Code: "provider_paused",
 			Scope: switchboardv1.LimitScope_LIMIT_SCOPE_MODEL_ROUTE, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS,
-			RetryAfter: durationpb.New(20 * time.Second)}, http.StatusServiceUnavailable},
+			RetryAfter: durationpb.New(20 * time.Second)}, http.StatusServiceUnavailable, "true"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -241,6 +243,7 @@ func TestRefusalCodeAndQueueHeaders(t *testing.T) {
 			require.Equal(t, tt.ref.GetCode(), *body.Error.Code)
 			require.Equal(t, tt.ref.GetCode(), w.Header().Get(HeaderReason))
 			require.NotEmpty(t, w.Header().Get("Retry-After"))
+			require.Equal(t, tt.retry, w.Header().Get("X-Should-Retry"))
 			require.Equal(t, "background", w.Header().Get(HeaderWorkloadClass))
 			require.Equal(t, "q-7", w.Header().Get(HeaderQueueID))
 			require.Equal(t, "1234", w.Header().Get(HeaderQueueWait))

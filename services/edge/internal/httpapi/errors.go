@@ -2,9 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/retryadvice"
 )
 
 // apiError is an error in OpenAI's format, the only one OpenAI SDKs know how
@@ -25,6 +24,10 @@ type apiError struct {
 	param      string
 	message    string
 	retryAfter time.Duration
+	// final says no retry can help, whatever retryAfter says (see
+	// retryadvice.Set): a policy refuses the request, or every endpoint
+	// tried failed it.
+	final bool
 	// header holds extra response headers (a refusal's rate-limit figures).
 	header http.Header
 }
@@ -53,16 +56,18 @@ func writeError(w http.ResponseWriter, e apiError) {
 		h[k] = vs
 	}
 	h.Set("Content-Type", "application/json")
-	if e.retryAfter > 0 {
-		// Whole seconds, rounded up: a client waiting the rounded-down value
-		// would come back too early.
-		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.retryAfter.Seconds())), 10))
-	}
+	retryadvice.Set(h, e.status, e.retryAfter, e.final)
 	w.WriteHeader(e.status)
 	_ = json.NewEncoder(w).Encode(errorBody{Error: errorDetail{
 		Message: e.message, Type: e.typ, Param: optional(e.param), Code: optional(e.code),
 	}})
 }
+
+// deciderRetryIn is the Retry-After of an answer the routing service could
+// not give (unavailable, or too slow): long enough for a reconnect or a new
+// leader, short enough that an SDK's retry comes back while the client
+// still waits.
+const deciderRetryIn = time.Second
 
 func invalidRequest(param, msg string) apiError {
 	return apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_value", param: param, message: msg}
@@ -80,9 +85,10 @@ func deciderError(err error) apiError {
 	if bearer.CallerRefused(err) {
 		// The decider refused this edge's own credentials or role: a
 		// deployment fault the client can neither cause nor fix, and whose
-		// message names internal callers.
-		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable",
-			message: "the routing service is unavailable; retry shortly"}
+		// message names internal callers. An operator must fix it: an SDK
+		// retrying within seconds would only be refused again.
+		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable", final: true,
+			message: "the routing service is unavailable"}
 	}
 	st := status.Convert(err)
 	msg := st.Message()
@@ -113,10 +119,10 @@ func deciderError(err error) apiError {
 		return apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "no_endpoints_found", message: msg}
 	case codes.Unavailable:
 		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "decider_unavailable",
-			message: "the routing service is unavailable; retry shortly"}
+			retryAfter: deciderRetryIn, message: "the routing service is unavailable; retry shortly"}
 	case codes.DeadlineExceeded:
 		return apiError{status: http.StatusGatewayTimeout, typ: "timeout_error", code: "decider_timeout",
-			message: "the routing service did not answer in time; retry shortly"}
+			retryAfter: deciderRetryIn, message: "the routing service did not answer in time; retry shortly"}
 	default:
 		return apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
 			message: "internal error while routing the request"}

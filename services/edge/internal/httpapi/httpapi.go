@@ -471,8 +471,10 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, log reqLog, reqI
 	}
 	setQueueHeaders(w.Header(), cls, resp.GetQueue())
 	if resp.GetEndpoint() == nil {
+		// The decider names an endpoint or refuses: an answer with neither
+		// is a routing service not able to route right now.
 		writeError(w, apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_available_provider",
-			message: "no provider is available for model " + resp.GetModel()})
+			retryAfter: deciderRetryIn, message: "no provider is available for model " + resp.GetModel()})
 		return nil
 	}
 	if summary := resp.GetDecision().GetSummary(); summary != "" {
@@ -568,7 +570,8 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 			w.Header().Set(HeaderProvider, f.Provider)
 		}
 		log.Warn("chat completion failed", "model", model, "status", f.Status, "error", f.Message)
-		writeError(w, apiError{status: f.Status, typ: f.Type, code: f.Code, param: f.Param, message: f.Message, retryAfter: f.RetryAfter})
+		writeError(w, apiError{status: f.Status, typ: f.Type, code: f.Code, param: f.Param, message: f.Message, retryAfter: f.RetryAfter,
+			final: f.Final})
 	default:
 		log.Error("chat completion failed", "model", model, "error", err)
 		writeError(w, apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error",
