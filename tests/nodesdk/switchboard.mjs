@@ -113,8 +113,8 @@ export function testRefusals(fetch, refusals, check) {
  * testFailures adds a test per failure on every endpoint ({name, fault,
  * class, status}): call(text, model) sends text, with the fault's
  * directive, for a spare model; the SDK throws f.class with f.status,
- * checked further by check(err, f), and Switchboard's attempts were not
- * multiplied by the SDK's retries.
+ * checked further by check(err, f), after one HTTP call answered
+ * x-should-retry: false and at most Switchboard's attempts in provider calls.
  */
 export function testFailures(fetch, failures, call, check) {
   for (const f of failures) {
@@ -124,6 +124,8 @@ export function testFailures(fetch, failures, call, check) {
       assert.equal(m.error.status, f.status);
       check(m.error, f);
       assertWithinAttempts(m, f.name);
+      assert.equal(m.error.headers.get('x-should-retry'), 'false', 'the answer says no retry can help');
+      assert.equal(m.httpCalls, 1, 'the SDK did not retry it');
     });
   }
 }
