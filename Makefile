@@ -32,8 +32,20 @@ drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider
 	./deploy/local/drill.sh
 
 .PHONY: test
-test: ## Run every test of every module with the race detector.
+test: nodesdk ## Run every test of every module with the race detector.
 	go test -race -count=1 $(PKGS)
+
+# The official Node SDKs tests/nodesdk_test.go drives, at the versions
+# tests/nodesdk/package-lock.json pins; reinstalled only when the lock is
+# newer than what npm ci last installed (its node_modules/.package-lock.json).
+NODESDK := tests/nodesdk
+
+.PHONY: nodesdk
+nodesdk: $(NODESDK)/node_modules/.package-lock.json ## Install the Node SDKs of the tests (npm ci --prefix tests/nodesdk) if missing or older than the lock.
+
+$(NODESDK)/node_modules/.package-lock.json: $(NODESDK)/package.json $(NODESDK)/package-lock.json
+	npm ci --prefix $(NODESDK) --no-audit --no-fund
+	@touch $@
 
 .PHONY: sim
 sim: ## Replay a simulated day through the decider's routing in virtual time; compare policies (SEED, SEEDS, SIMFLAGS).
