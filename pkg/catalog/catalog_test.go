@@ -178,6 +178,7 @@ func TestHashKey(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid))
+	f.Add([]byte(aliasCatalog))
 	f.Add([]byte("models: [{id: m, endpoints: [{provider: a}]}]"))
 	f.Add([]byte("&a [*a]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
