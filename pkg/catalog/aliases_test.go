@@ -55,11 +55,7 @@ func TestResolve(t *testing.T) {
 
 func TestAliasErrors(t *testing.T) {
 	const ep = "\n    endpoints: [{provider: a, base_url: http://x/v1, price: {input: 1, output: 1}}]\n"
-	tests := []struct {
-		name string
-		yaml string
-		want []string
-	}{
+	tests := []parseErrorCase{
 		{
 			name: "two models claim one name",
 			yaml: "models:\n  - id: a\n    aliases: [claude-sonnet-4-5]" + ep + "  - id: b\n    aliases: [x, claude-sonnet-4-5]" + ep,
@@ -98,15 +94,7 @@ func TestAliasErrors(t *testing.T) {
 			want: []string{`workload_classes.batch.fallback_model: "gpt-4o" is not a model of this catalog (nor an alias of one)`},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
-			require.Error(t, err)
-			for _, w := range tt.want {
-				require.Contains(t, err.Error(), w)
-			}
-		})
-	}
+	requireParseErrors(t, tests)
 }
 
 func TestNewResolverOfUnvalidatedModels(t *testing.T) {

@@ -53,11 +53,7 @@ func TestParseValid(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		yaml string
-		want []string // each must appear in the error
-	}{
+	tests := []parseErrorCase{
 		{
 			name: "empty",
 			yaml: "",
@@ -150,12 +146,24 @@ tenants:
 			want: []string{"must not contain spaces or ':'"},
 		},
 	}
+	requireParseErrors(t, tests)
+}
+
+// parseErrorCase is a catalog Parse must refuse and what its error says.
+type parseErrorCase struct {
+	name string
+	yaml string
+	want []string // each must appear in the error
+}
+
+func requireParseErrors(t *testing.T, tests []parseErrorCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.yaml))
 			require.Error(t, err)
 			for _, w := range tt.want {
-				require.Contains(t, err.Error(), w)
+				require.ErrorContains(t, err, w)
 			}
 		})
 	}
