@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,7 +19,7 @@ import (
 
 // callLog is a reverse proxy in front of one simulated provider that
 // records when each chat call arrived and when its answer left, with its
-// status.
+// status and the body it was sent.
 type callLog struct {
 	mu    sync.Mutex
 	calls []call
@@ -26,6 +28,7 @@ type callLog struct {
 type call struct {
 	arrived, answered time.Time
 	status            int
+	body              []byte
 }
 
 func (l *callLog) proxy(t testing.TB, target string) string {
@@ -34,6 +37,12 @@ func (l *callLog) proxy(t testing.TB, target string) string {
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := call{arrived: time.Now()}
+		var err error
+		if c.body, err = io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(c.body))
 		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		rp.ServeHTTP(rec, r)
 		c.answered, c.status = time.Now(), rec.status

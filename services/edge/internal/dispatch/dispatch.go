@@ -266,8 +266,9 @@ type Call struct {
 	ClientAPI switchboardv1.ClientApi
 	// IncludeUsage is whether the client asked for the final usage chunk.
 	IncludeUsage bool
-	// Body builds the upstream body for one endpoint's model name.
-	Body func(upstreamModel string) ([]byte, error)
+	// Body builds the upstream body for one endpoint: its model name, the
+	// parameters it takes.
+	Body func(ep *switchboardv1.Endpoint) ([]byte, error)
 	// ProbeID marks a synthetic probe; empty for client requests.
 	ProbeID string
 	// PromptHash is the chain hash of the whole prompt (chatreq), reported so

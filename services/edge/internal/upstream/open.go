@@ -28,7 +28,7 @@ func (l *Leg) Open(ctx context.Context) bool {
 			"endpoint credential refused: "+l.credErr.Error())
 		return false
 	}
-	body, err := l.req.Body(l.Endpoint.GetUpstreamModel())
+	body, err := l.req.Body(l.Endpoint)
 	if err != nil {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())
 		return false
