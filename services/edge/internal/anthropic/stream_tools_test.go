@@ -234,3 +234,25 @@ func TestStreamParallelToolCallsAnyInterleaving(t *testing.T) {
 		require.Equal(t, want.StopReason, got.StopReason)
 	}
 }
+
+// FuzzStream feeds a provider's stream, one chunk per line, and checks no
+// stream makes the translation panic and every one it translates is a
+// valid Messages stream: blocks one after another, each delta in its own.
+func FuzzStream(f *testing.F) {
+	f.Add("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":\"}},{\"index\":1,\"function\":{\"arguments\":\"[\"}}]}}]}\n" +
+		"{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"]\"}},{\"index\":0,\"function\":{\"arguments\":\"\\\"}\\\"}\"}}]}}]}\n" +
+		"{\"choices\":[{\"delta\":{\"content\":\"x\",\"reasoning\":\"r\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3}}")
+	f.Add(`{"choices":[{"delta":{"tool_calls":[{"index":-1,"function":{"arguments":"\\\"{"}}]}}]}`)
+	f.Add(`{"error":{"message":"boom","type":"x"}}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		s := NewStream("gen-abc", Request{Thinking: true}, 1)
+		var out []byte
+		for _, line := range strings.Split(in, "\n") {
+			out = s.Event(out, []byte(line))
+		}
+		out = s.Event(out, []byte("[DONE]"))
+		if !strings.Contains(string(out), "event: error\n") {
+			assemble(t, string(out))
+		}
+	})
+}
