@@ -70,7 +70,9 @@ func assemble(t *testing.T, events string) Message {
 			}
 			open = -1
 		case "message_delta":
-			var d struct{ StopReason *string `json:"stop_reason"` }
+			var d struct {
+				StopReason *string `json:"stop_reason"`
+			}
 			require.NoError(t, json.Unmarshal(e.Delta, &d))
 			require.Equal(t, -1, open, "message_delta with a block open")
 			m.StopReason = d.StopReason
