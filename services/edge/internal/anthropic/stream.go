@@ -38,6 +38,7 @@ type Stream struct {
 	// that started while openTool was still receiving its arguments, in
 	// the order they started.
 	tools    map[int]*toolCall
+	calls    int // how many calls started
 	openTool *toolCall
 	waiting  []*toolCall
 	toolSeen bool
@@ -116,11 +117,14 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	}
 	for _, tc := range d.ToolCalls {
 		t := s.tools[tc.Index]
-		if t == nil {
+		// Some providers give every call of a turn index 0: a new id is a
+		// new call.
+		if t == nil || tc.ID != "" && t.providerID != "" && tc.ID != t.providerID {
 			if s.tools == nil {
 				s.tools = map[int]*toolCall{}
 			}
-			t = &toolCall{block: -1, id: toolUseID(tc.ID, s.msgID, len(s.tools)), name: tc.Function.Name}
+			t = &toolCall{block: -1, id: toolUseID(tc.ID, s.msgID, s.calls), providerID: tc.ID, name: tc.Function.Name}
+			s.calls++
 			s.tools[tc.Index] = t
 			s.toolSeen = true
 			if s.openTool != nil && !s.openTool.args.whole() {
@@ -138,8 +142,9 @@ func (s *Stream) Event(dst, data []byte) []byte {
 // toolCall is one chat tool call of the answer.
 type toolCall struct {
 	// block is the call's block index, -1 while it waits for one.
-	block    int
-	id, name string
+	block int
+	// id is its tool_use id; providerID the id the provider gave it.
+	id, providerID, name string
 	// kept is what the call sent while it waited.
 	kept []byte
 	// args follows its arguments, to tell when they are whole.

@@ -127,6 +127,18 @@ func TestStreamInterleavedToolCallsWaitForTheEnd(t *testing.T) {
 			},
 		},
 		{
+			name: "calls that all have index 0 are told apart by their ids",
+			chunks: []string{
+				`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}}]}}]}`,
+				`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"g","arguments":"{\"y\":"}}]}}]}`,
+				`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"2}"}}]}}]}`,
+			},
+			want: []ContentBlock{
+				{Type: "tool_use", ID: "a", Name: "f", Input: json.RawMessage(`{"x":1}`)},
+				{Type: "tool_use", ID: "b", Name: "g", Input: json.RawMessage(`{"y":2}`)},
+			},
+		},
+		{
 			name: "until text",
 			chunks: []string{
 				`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"k\":"}}]}}]}`,
