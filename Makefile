@@ -83,6 +83,7 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzParseResponses$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/responses
 	go test -run='^$$' -fuzz='^FuzzStream$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/responses
 	go test -run='^$$' -fuzz='^FuzzUpstreamAnswer$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/anthropic
+	go test -run='^$$' -fuzz='^FuzzStream$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/anthropic
 	go test -run='^$$' -fuzz='^FuzzParseRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/chatapi
 	go test -run='^$$' -fuzz='^FuzzParseMessagesRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/messagesapi
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog

@@ -102,6 +102,10 @@ type systemOptions struct {
 	baseURL func(provider, url string) string
 	// cooldownRule is the decider's --cooldown-rule; "" is the default.
 	cooldownRule string
+	// models are more catalog models, listed after the model, each
+	// formatted with the providers' base URLs: %[1]s alpha's, %[2]s beta's,
+	// %[3]s gamma's, and the simulator's model name %[4]s.
+	models string
 }
 
 func startSystemWith(t testing.TB, o systemOptions, edgeArgs ...string) *system {
@@ -122,6 +126,10 @@ func startSystemWith(t testing.TB, o systemOptions, edgeArgs ...string) *system 
 		}
 		return s.sim.Provider(p).URL()
 	}
+	more := ""
+	if o.models != "" {
+		more = fmt.Sprintf(o.models, url("alpha"), url("beta"), url("gamma"), simModel)
+	}
 	cat := fmt.Sprintf(`
 models:
   - id: %[1]s
@@ -131,9 +139,10 @@ models:
       - {provider: alpha, base_url: %[2]s, upstream_model: %[5]s, api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA, price: {input: 0.10, cached_input: 0.05, output: 0.50}}
       - {provider: beta,  base_url: %[3]s, upstream_model: %[5]s, price: {input: 0.20, cached_input: 0.02, output: 0.60}}
       - {provider: gamma, base_url: %[4]s, upstream_model: %[5]s, price: {input: 0.25, cached_input: 0.10, output: 0.70}}
+%[8]s
 tenants:
   - {id: acme, api_keys_sha256: [%[6]s]}
-`, model, url("alpha"), url("beta"), url("gamma"), simModel, catalog.HashKey(testKey), o.modelYAML)
+`, model, url("alpha"), url("beta"), url("gamma"), simModel, catalog.HashKey(testKey), o.modelYAML, more)
 	catPath := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
 

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,7 +19,8 @@ import (
 
 // callLog is a reverse proxy in front of one simulated provider that
 // records when each chat or Messages call arrived and when its answer
-// left, with its status (and its answer's bytes, with keepBodies).
+// left, with its status, the body it was sent (and its answer's bytes,
+// with keepBodies).
 type callLog struct {
 	keepBodies bool
 
@@ -32,6 +34,7 @@ type call struct {
 	// path is the call's URL path; answer its answer, with keepBodies.
 	path   string
 	answer []byte
+	body   []byte
 }
 
 func (l *callLog) proxy(t testing.TB, target string) string {
@@ -40,6 +43,12 @@ func (l *callLog) proxy(t testing.TB, target string) string {
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := call{arrived: time.Now(), path: r.URL.Path}
+		var err error
+		if c.body, err = io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(c.body))
 		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		if l.keepBodies {
 			rec.body = &bytes.Buffer{}

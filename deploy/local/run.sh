@@ -65,6 +65,8 @@ Try:
 
   OPENAI_BASE_URL=http://$EDGE_ADDR/v1 OPENAI_API_KEY=$KEY <your OpenAI SDK program>
 
+  ANTHROPIC_BASE_URL=http://$EDGE_ADDR ANTHROPIC_AUTH_TOKEN=$KEY claude   # its claude-* names are aliases here
+
   bin/decider explain --decider $DECIDER_ADDR --token-file $DATA/operator-token --tenant demo --model deepseek/deepseek-v4.1-flash
 MSG
 wait -n "${pids[@]}"

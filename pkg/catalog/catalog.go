@@ -127,6 +127,13 @@ func (p Price) Rates() Rates {
 type Model struct {
 	// ID is what clients send as "model", e.g. deepseek/deepseek-v4.1-flash. (Required)
 	ID string `yaml:"id"`
+	// Aliases are other names clients may send for the model, such as the
+	// names coding agents ask for by default: exact names
+	// ("claude-sonnet-4-5") and prefix patterns ending in '*'
+	// ("claude-sonnet-4-5*" is that name and every name it starts). A
+	// request for an alias is served, limited, billed and recorded as one
+	// for the model's id (see Resolver). (Optional)
+	Aliases []string `yaml:"aliases"`
 	// ListPrice is the model maker's official price. (Optional)
 	ListPrice *Price `yaml:"list_price"`
 	// Endpoints are the providers' offers. (Required, at least one)

@@ -70,11 +70,7 @@ func TestAnthropicEndpoint(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		yaml string
-		want []string // each must appear in the error
-	}{
+	tests := []parseErrorCase{
 		{
 			name: "empty",
 			yaml: "",
@@ -177,12 +173,24 @@ tenants:
 			want: []string{"must not contain spaces or ':'"},
 		},
 	}
+	requireParseErrors(t, tests)
+}
+
+// parseErrorCase is a catalog Parse must refuse and what its error says.
+type parseErrorCase struct {
+	name string
+	yaml string
+	want []string // each must appear in the error
+}
+
+func requireParseErrors(t *testing.T, tests []parseErrorCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.yaml))
 			require.Error(t, err)
 			for _, w := range tt.want {
-				require.Contains(t, err.Error(), w)
+				require.ErrorContains(t, err, w)
 			}
 		})
 	}
@@ -205,6 +213,7 @@ func TestHashKey(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid))
+	f.Add([]byte(aliasCatalog))
 	f.Add([]byte("models: [{id: m, endpoints: [{provider: a}]}]"))
 	f.Add([]byte("&a [*a]"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -192,7 +192,7 @@ func (t Tenant) DefaultClassOf(keySHA256 string) string {
 
 // validateClasses checks workload_classes; models are the catalog's model
 // ids, which a fallback_model must name.
-func validateClasses(wcs map[string]WorkloadClass, models map[string]string, bad func(string, string, ...any)) {
+func validateClasses(wcs map[string]WorkloadClass, models *Resolver, bad func(string, string, ...any)) {
 	names := make([]string, 0, len(wcs))
 	for name := range wcs {
 		names = append(names, name)
@@ -221,8 +221,8 @@ func validateClasses(wcs map[string]WorkloadClass, models map[string]string, bad
 			bad(p+".fallback_model", "is required with overload: fallback")
 		case wc.FallbackModel != "" && wc.Overload != OverloadFallback:
 			bad(p+".fallback_model", "is used only with overload: fallback; set it, or remove fallback_model")
-		case wc.FallbackModel != "" && models[wc.FallbackModel] == "":
-			bad(p+".fallback_model", "%q is not a model of this catalog", wc.FallbackModel)
+		case wc.FallbackModel != "" && !resolves(models, wc.FallbackModel):
+			bad(p+".fallback_model", "%q is not a model of this catalog (nor an alias of one)", wc.FallbackModel)
 		}
 		if w := wc.Weight; w != nil && (!(*w > 0) || math.IsInf(*w, 0)) {
 			bad(p+".weight", "must be a positive number")
@@ -276,4 +276,9 @@ func validateTenantClasses(t Tenant, tp string, bad func(string, string, ...any)
 			bad(kp, "%q is not among the tenant's classes (%s)", k.Class, list(allowed))
 		}
 	}
+}
+
+func resolves(r *Resolver, name string) bool {
+	_, ok := r.Resolve(name)
+	return ok
 }

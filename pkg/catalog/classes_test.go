@@ -92,11 +92,7 @@ tenants:
 }
 
 func TestWorkloadClassesErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		yaml string
-		want []string
-	}{
+	tests := []parseErrorCase{
 		{
 			name: "class fields",
 			yaml: classModels + `workload_classes:
@@ -178,13 +174,5 @@ func TestWorkloadClassesErrors(t *testing.T) {
 			want: []string{"tenants[0].api_keys_sha256: at least one key digest is required (here or under api_keys)"},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
-			require.Error(t, err)
-			for _, w := range tt.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
-	}
+	requireParseErrors(t, tests)
 }

@@ -33,11 +33,7 @@ func TestFallback(t *testing.T) {
 	require.False(t, c.Models[1].Fallback.Allows())
 	require.True(t, c.Models[2].Fallback.Allows(), "a model that says nothing moves freely")
 
-	tests := []struct {
-		name string
-		yaml string
-		want []string
-	}{
+	tests := []parseErrorCase{
 		{
 			name: "every problem with its line",
 			yaml: `models:
@@ -71,13 +67,5 @@ func TestFallback(t *testing.T) {
 			want: []string{"line 3: models[0].fallback.alow: unknown field"},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
-			require.Error(t, err)
-			for _, w := range tt.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
-	}
+	requireParseErrors(t, tests)
 }

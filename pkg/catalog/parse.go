@@ -277,8 +277,9 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			bad(fmt.Sprintf("tenants[%d].partner", i), "%q is not a partner (add it under partners)", t.Partner)
 		}
 	}
+	validateAliases(c.Models, models, lines, bad)
 	validateCallers(c.Callers, tenants, bad)
-	validateClasses(c.WorkloadClasses, models, bad)
+	validateClasses(c.WorkloadClasses, c.Resolver(), bad)
 	for i, m := range c.Models {
 		for j, e := range m.Endpoints {
 			for k, l := range e.Limits {
@@ -428,6 +429,15 @@ func (c *Catalog) applyDefaults() {
 			if c.Tenants[i].Limits[k].Scope == "" {
 				c.Tenants[i].Limits[k].Scope = "tenant"
 			}
+		}
+	}
+	// A fallback model named by an alias is stored as its id, which is
+	// what every decision and reservation names.
+	names := c.Resolver()
+	for name, wc := range c.WorkloadClasses {
+		if id, ok := names.Resolve(wc.FallbackModel); ok {
+			wc.FallbackModel = id
+			c.WorkloadClasses[name] = wc
 		}
 	}
 	for i := range c.Partners {

@@ -27,11 +27,7 @@ func TestModelRouting(t *testing.T) {
 	require.Zero(t, none.TimeValue())
 	require.Zero(t, none.Margin())
 
-	tests := []struct {
-		name string
-		yaml string
-		want []string
-	}{
+	tests := []parseErrorCase{
 		{
 			name: "every problem with its line",
 			yaml: `models:
@@ -55,13 +51,5 @@ func TestModelRouting(t *testing.T) {
 			want: []string{"line 3: models[0].routing.polcy: unknown field"},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
-			require.Error(t, err)
-			for _, w := range tt.want {
-				require.Contains(t, err.Error(), w)
-			}
-		})
-	}
+	requireParseErrors(t, tests)
 }

@@ -1614,9 +1614,13 @@ type Endpoint struct {
 	// estimated_cost_usd is this request priced on this endpoint.
 	EstimatedCostUsd float64 `protobuf:"fixed64,8,opt,name=estimated_cost_usd,json=estimatedCostUsd,proto3" json:"estimated_cost_usd,omitempty"`
 	// api is the HTTP API the upstream speaks.
-	Api           EndpointApi `protobuf:"varint,9,opt,name=api,proto3,enum=switchboard.v1.EndpointApi" json:"api,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Api EndpointApi `protobuf:"varint,9,opt,name=api,proto3,enum=switchboard.v1.EndpointApi" json:"api,omitempty"`
+	// supported_parameters are the optional request parameters the endpoint
+	// honours, as the catalog lists them: the edge sends a parameter only some
+	// upstream APIs take (top_k) only to an endpoint that lists it.
+	SupportedParameters []string `protobuf:"bytes,10,rep,name=supported_parameters,json=supportedParameters,proto3" json:"supported_parameters,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -1710,6 +1714,13 @@ func (x *Endpoint) GetApi() EndpointApi {
 		return x.Api
 	}
 	return EndpointApi_ENDPOINT_API_UNSPECIFIED
+}
+
+func (x *Endpoint) GetSupportedParameters() []string {
+	if x != nil {
+		return x.SupportedParameters
+	}
+	return nil
 }
 
 // Candidate is one endpoint as the decider saw it for this request.
@@ -3994,7 +4005,8 @@ type ActivityRecord struct {
 	TenantId string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// api_key_id is the key used.
 	ApiKeyId string `protobuf:"bytes,4,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
-	// model is the model asked for.
+	// model is the catalog id of the model asked for: the model an alias
+	// names, when the client asked by alias.
 	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
 	// endpoint_id is the endpoint that served the answer, empty if none did.
 	EndpointId string `protobuf:"bytes,6,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
@@ -4032,9 +4044,13 @@ type ActivityRecord struct {
 	// is. A record whose tokens or costs exceed them is not stored.
 	Caps *DecisionCaps `protobuf:"bytes,20,opt,name=caps,proto3" json:"caps,omitempty"`
 	// client_api is the HTTP API the request came in by.
-	ClientApi     ClientApi `protobuf:"varint,21,opt,name=client_api,json=clientApi,proto3,enum=switchboard.v1.ClientApi" json:"client_api,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClientApi ClientApi `protobuf:"varint,21,opt,name=client_api,json=clientApi,proto3,enum=switchboard.v1.ClientApi" json:"client_api,omitempty"`
+	// requested_model is the model name the client sent, routing suffix
+	// included, when it is not model itself: an alias, or model with a
+	// suffix such as ":floor".
+	RequestedModel string `protobuf:"bytes,22,opt,name=requested_model,json=requestedModel,proto3" json:"requested_model,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ActivityRecord) Reset() {
@@ -4212,6 +4228,13 @@ func (x *ActivityRecord) GetClientApi() ClientApi {
 		return x.ClientApi
 	}
 	return ClientApi_CLIENT_API_UNSPECIFIED
+}
+
+func (x *ActivityRecord) GetRequestedModel() string {
+	if x != nil {
+		return x.RequestedModel
+	}
+	return ""
 }
 
 // ActivityBatch carries several activity records at once.
@@ -5239,7 +5262,11 @@ type Model struct {
 	// context_length is the largest context of any of its endpoints.
 	ContextLength int64 `protobuf:"varint,3,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
 	// providers names the providers serving it.
-	Providers     []string `protobuf:"bytes,4,rep,name=providers,proto3" json:"providers,omitempty"`
+	Providers []string `protobuf:"bytes,4,rep,name=providers,proto3" json:"providers,omitempty"`
+	// aliases are the other names clients may send for it, as the catalog
+	// lists them: exact names, and prefix patterns ending in '*' (every name
+	// starting with what comes before the '*').
+	Aliases       []string `protobuf:"bytes,5,rep,name=aliases,proto3" json:"aliases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5298,6 +5325,13 @@ func (x *Model) GetContextLength() int64 {
 func (x *Model) GetProviders() []string {
 	if x != nil {
 		return x.Providers
+	}
+	return nil
+}
+
+func (x *Model) GetAliases() []string {
+	if x != nil {
+		return x.Aliases
 	}
 	return nil
 }
@@ -5763,7 +5797,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x06output\x18\x03 \x01(\x01R\x06output\x12\x1f\n" +
 	"\vcache_write\x18\x04 \x01(\x01R\n" +
 	"cacheWrite\x12$\n" +
-	"\x0ecache_write_1h\x18\x05 \x01(\x01R\fcacheWrite1h\"\xc9\x02\n" +
+	"\x0ecache_write_1h\x18\x05 \x01(\x01R\fcacheWrite1h\"\xfc\x02\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x19\n" +
@@ -5773,7 +5807,9 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05price\x18\x06 \x01(\v2\x15.switchboard.v1.PriceR\x05price\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\x03R\rcontextLength\x12,\n" +
 	"\x12estimated_cost_usd\x18\b \x01(\x01R\x10estimatedCostUsd\x12-\n" +
-	"\x03api\x18\t \x01(\x0e2\x1b.switchboard.v1.EndpointApiR\x03api\"\x85\x03\n" +
+	"\x03api\x18\t \x01(\x0e2\x1b.switchboard.v1.EndpointApiR\x03api\x121\n" +
+	"\x14supported_parameters\x18\n" +
+	" \x03(\tR\x13supportedParameters\"\x85\x03\n" +
 	"\tCandidate\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x1a\n" +
@@ -5973,7 +6009,7 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12,\n" +
 	"\x12winner_endpoint_id\x18\x03 \x01(\tR\x10winnerEndpointId\x12*\n" +
 	"\x11loser_endpoint_id\x18\x04 \x01(\tR\x0floserEndpointId\x12$\n" +
-	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xa5\x06\n" +
+	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xce\x06\n" +
 	"\x0eActivityRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -6002,7 +6038,8 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x05grant\x18\x13 \x01(\fR\x05grant\x120\n" +
 	"\x04caps\x18\x14 \x01(\v2\x1c.switchboard.v1.DecisionCapsR\x04caps\x128\n" +
 	"\n" +
-	"client_api\x18\x15 \x01(\x0e2\x19.switchboard.v1.ClientApiR\tclientApi\"e\n" +
+	"client_api\x18\x15 \x01(\x0e2\x19.switchboard.v1.ClientApiR\tclientApi\x12'\n" +
+	"\x0frequested_model\x18\x16 \x01(\tR\x0erequestedModel\"e\n" +
 	"\rActivityBatch\x128\n" +
 	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xc6\x01\n" +
@@ -6068,13 +6105,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x13GetActivityResponse\x126\n" +
 	"\x06record\x18\x01 \x01(\v2\x1e.switchboard.v1.ActivityRecordR\x06record\"I\n" +
 	"\x11ListModelsRequest\x124\n" +
-	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\"\x92\x01\n" +
+	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\"\xac\x01\n" +
 	"\x05Model\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
 	"\n" +
 	"list_price\x18\x02 \x01(\v2\x15.switchboard.v1.PriceR\tlistPrice\x12%\n" +
 	"\x0econtext_length\x18\x03 \x01(\x03R\rcontextLength\x12\x1c\n" +
-	"\tproviders\x18\x04 \x03(\tR\tproviders\"C\n" +
+	"\tproviders\x18\x04 \x03(\tR\tproviders\x12\x18\n" +
+	"\aaliases\x18\x05 \x03(\tR\aaliases\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.switchboard.v1.ModelR\x06models\"V\n" +
 	"\x0fHedgeSettlement\x12\x1d\n" +

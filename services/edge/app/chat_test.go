@@ -477,15 +477,17 @@ func TestModels(t *testing.T) {
 			return nil, status.Error(codes.Unauthenticated, "unknown API key")
 		}
 		return &switchboardv1.ListModelsResponse{Models: []*switchboardv1.Model{
-			{Id: "org/a", ContextLength: 8192, Providers: []string{"alpha", "beta"}},
+			{Id: "org/a", ContextLength: 8192, Providers: []string{"alpha", "beta"}, Aliases: []string{"gpt-5-codex", "claude-*"}},
 			{Id: "org/b"},
 		}}, nil
 	})
 	r := h.do(t.Context(), http.MethodGet, "/v1/models", "", authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
+	// An exact alias is an entry of its own; a pattern is not listed.
 	require.JSONEq(t, `{"object":"list","data":[
 		{"id":"org/a","object":"model","created":0,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"]},
-		{"id":"org/b","object":"model","created":0,"owned_by":"switchboard","context_length":0,"providers":[]}]}`, r.body)
+		{"id":"org/b","object":"model","created":0,"owned_by":"switchboard","context_length":0,"providers":[]},
+		{"id":"gpt-5-codex","object":"model","created":0,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"],"alias_of":"org/a"}]}`, r.body)
 
 	r = h.do(t.Context(), http.MethodGet, "/v1/models", "", nil)
 	require.Equal(t, http.StatusUnauthorized, r.status)

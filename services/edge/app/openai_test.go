@@ -60,13 +60,18 @@ func TestModelByID(t *testing.T) {
 			return nil, status.Error(codes.Unauthenticated, "unknown API key")
 		}
 		return &switchboardv1.ListModelsResponse{Models: []*switchboardv1.Model{
-			{Id: "org/a", ContextLength: 8192, Providers: []string{"alpha", "beta"}},
+			{Id: "org/a", ContextLength: 8192, Providers: []string{"alpha", "beta"}, Aliases: []string{"claude-sonnet-4-5*"}},
 			{Id: "org/b"},
 		}}, nil
 	})
 	r := h.do(t.Context(), http.MethodGet, "/v1/models/org/a", "", authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.JSONEq(t, `{"id":"org/a","object":"model","created":0,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"]}`, r.body)
+	// A name an alias pattern covers is the aliased model, under that name.
+	r = h.do(t.Context(), http.MethodGet, "/v1/models/claude-sonnet-4-5-20250929", "", authed())
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.JSONEq(t, `{"id":"claude-sonnet-4-5-20250929","object":"model","created":0,"owned_by":"switchboard","context_length":8192,
+		"providers":["alpha","beta"],"alias_of":"org/a"}`, r.body)
 
 	r = h.do(t.Context(), http.MethodGet, "/v1/models/org/nope", "", authed())
 	require.Equal(t, http.StatusNotFound, r.status, r.body)

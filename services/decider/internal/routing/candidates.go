@@ -96,15 +96,16 @@ func (r *Router) cachedEstimate(ep *endpoint, in, fromCaller, fromAffinity int64
 func priced(c *candidate) *switchboardv1.Endpoint {
 	e := c.ep.proto
 	return &switchboardv1.Endpoint{
-		Id:               e.Id,
-		Provider:         e.Provider,
-		BaseUrl:          e.BaseUrl,
-		UpstreamModel:    e.UpstreamModel,
-		ApiKeyEnv:        e.ApiKeyEnv,
-		Price:            e.Price,
-		ContextLength:    e.ContextLength,
-		EstimatedCostUsd: c.cost,
-		Api:              e.Api,
+		Id:                  e.Id,
+		Provider:            e.Provider,
+		BaseUrl:             e.BaseUrl,
+		UpstreamModel:       e.UpstreamModel,
+		ApiKeyEnv:           e.ApiKeyEnv,
+		Price:               e.Price,
+		ContextLength:       e.ContextLength,
+		EstimatedCostUsd:    c.cost,
+		SupportedParameters: e.SupportedParameters,
+		Api:                 e.Api,
 	}
 }
 

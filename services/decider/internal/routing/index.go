@@ -41,7 +41,9 @@ type model struct {
 }
 
 type index struct {
-	models    map[string]*model
+	models map[string]*model
+	// names resolves a client's model name (an id or an alias) to its id.
+	names     *catalog.Resolver
 	providers map[string]bool
 	list      []*switchboardv1.Model
 	tenants   map[string]tenantDefaults // tenants with default routing settings
@@ -51,13 +53,14 @@ type index struct {
 func (r *Router) SetCatalog(c *catalog.Catalog) {
 	idx := &index{
 		models:    map[string]*model{},
+		names:     c.Resolver(),
 		providers: map[string]bool{},
 		tenants:   tenantIndex(c),
 	}
 	for _, m := range c.Models {
 		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
 			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin(), fallback: newFallbackPolicy(m.Fallback)}
-		lm := &switchboardv1.Model{Id: m.ID}
+		lm := &switchboardv1.Model{Id: m.ID, Aliases: m.Aliases}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
 			mm.list = &lr
@@ -94,6 +97,8 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 					CacheWrite: rates.CacheWrite, CacheWrite_1H: rates.CacheWrite1h},
 				Api:           endpointAPI(e.API),
 				ContextLength: e.ContextLength,
+				// Shared by every decision's copy (priced), never mutated.
+				SupportedParameters: e.SupportedParameters,
 			}
 			mm.endpoints = append(mm.endpoints, ep)
 			mm.ids = append(mm.ids, ep.id)
@@ -146,6 +151,10 @@ func (r *Router) find(id string) (*endpoint, string) {
 	}
 	return nil, ""
 }
+
+// Resolve returns the id of the catalog model a client's model name (an
+// id or an alias, without a routing suffix) means; false when none.
+func (r *Router) Resolve(name string) (id string, ok bool) { return r.idx.Load().names.Resolve(name) }
 
 // ListModels lists the catalog's models.
 func (r *Router) ListModels() []*switchboardv1.Model { return r.idx.Load().list }

@@ -328,7 +328,8 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 }
 
 // resolve checks the request's model, suffix, routing options and token
-// counts, and returns its model from the current index.
+// counts, and returns its model from the current index and that model's
+// id, which an alias resolves to.
 func (r *Router) resolve(req *switchboardv1.DecideRequest) (m *model, name, suffix string, err error) {
 	idx := r.idx.Load()
 	name, suffix, _ = strings.Cut(req.GetModel(), ":")
@@ -340,10 +341,11 @@ func (r *Router) resolve(req *switchboardv1.DecideRequest) (m *model, name, suff
 		e.Field, e.Reason = "model", "INVALID_VALUE"
 		return nil, "", "", e
 	}
-	m, ok := idx.models[name]
+	id, ok := idx.names.Resolve(name)
 	if !ok {
 		return nil, "", "", errorf(KindNotFound, "model %q does not exist", name)
 	}
+	m, name = idx.models[id], id
 	if err := validatePrefs(req.GetProvider(), idx); err != nil {
 		return nil, "", "", err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -29,9 +30,9 @@ const (
 	small      = "vendor/small"
 )
 
-// classCatalog has a cheap fallback model for interactive requests, a
-// tenant whose nightly key is batch, and one concurrent request per
-// endpoint of the main model.
+// classCatalog has a cheap fallback model for interactive requests (named
+// by one of its aliases), a tenant whose nightly key is batch, and one
+// concurrent request per endpoint of the main model.
 var classCatalog = `
 models:
   - id: ` + model + `
@@ -39,10 +40,11 @@ models:
       - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.2, output: 0.8}, limits: [{unit: concurrent_requests, capacity: 1}]}
       - {provider: beta, base_url: http://127.0.0.1:2/v1, price: {input: 0.3, output: 1.0}, limits: [{unit: concurrent_requests, capacity: 1}]}
   - id: ` + small + `
+    aliases: ["claude-haiku-*"]
     endpoints:
       - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.02, output: 0.08}}
 workload_classes:
-  interactive: {max_wait: 200ms, overload: fallback, fallback_model: ` + small + `}
+  interactive: {max_wait: 200ms, overload: fallback, fallback_model: claude-haiku-4-5}
   background: {max_wait: 100ms}
   batch: {max_wait: 100ms}
 tenants:
@@ -150,11 +152,19 @@ func TestDecideRefusalCarriesCodeAndFallback(t *testing.T) {
 	require.Equal(t, broker.CodeQueueDeadline, ref.GetCode(), "waited its class's max_wait for a slot")
 	require.Positive(t, d.GetQueue().GetWaited().AsDuration())
 	require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, ref.GetWorkloadClass())
-	require.Equal(t, small, ref.GetFallbackModel(), "interactive degrades to its fallback model")
-	f, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: small, Reserve: true,
+	require.Equal(t, small, ref.GetFallbackModel(), "interactive degrades to its fallback model, by its id")
+	f, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: "claude-haiku-4-5-20251001", Reserve: true,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 10}})
 	require.NoError(t, err)
+	require.Equal(t, small, f.GetModel(), "an alias is decided as its model")
 	require.NotEmpty(t, f.GetReservation().GetReservationId(), "the fallback model has room")
+	fr, err := client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(acmeKey), RequestId: "by-alias", Model: "claude-haiku-4-5",
+		EndpointId: "alpha/" + small, Demand: &switchboardv1.Demand{Requests: 1}, MaxWait: admission.NoWait})
+	require.NoError(t, err)
+	require.True(t, fr.GetAdmitted(), "Reserve takes the model by alias")
+	_, err = client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(acmeKey), RequestId: "wrong-alias", Model: "claude-haiku-4-5",
+		EndpointId: "alpha/" + model, Demand: &switchboardv1.Demand{Requests: 1}, MaxWait: admission.NoWait})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "an alias of another model than the endpoint's")
 
 	d = decide(key(nightlyKey))
 	require.Equal(t, broker.CodeQueueDeadline, d.GetRefusal().GetCode())

@@ -47,15 +47,15 @@ func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartEx
 	if err != nil {
 		return nil, err
 	}
-	// A model the catalog does not have would be measured as nothing.
-	known := map[string]bool{}
-	for _, me := range r.Models() {
-		known[me.Model] = true
-	}
-	for _, model := range req.GetExperiment().GetModels() {
-		if !known[model] {
+	// A model the catalog does not have would be measured as nothing; one
+	// named by an alias is measured by its id, which records name.
+	models := req.GetExperiment().GetModels()
+	for i, model := range models {
+		id, ok := r.Resolve(model)
+		if !ok {
 			return nil, status.Errorf(codes.InvalidArgument, "model %q is not in the catalog", model)
 		}
+		models[i] = id
 	}
 	def, err := m.Start(ctx, req)
 	if err != nil {

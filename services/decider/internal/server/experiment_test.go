@@ -36,10 +36,11 @@ func TestExperimentCalls(t *testing.T) {
 	}})
 	requireCode(t, codes.InvalidArgument, err, "a model not in the catalog")
 
-	exp := &switchboardv1.Experiment{Arms: []string{"smart", "routing-cost"}, Block: durationpb.New(time.Hour), BurnIn: durationpb.New(time.Minute), Models: []string{model}}
+	exp := &switchboardv1.Experiment{Arms: []string{"smart", "routing-cost"}, Block: durationpb.New(time.Hour), BurnIn: durationpb.New(time.Minute), Models: []string{"model-alias"}}
 	started, err := f.client.StartExperiment(ctx, &switchboardv1.StartExperimentRequest{Experiment: exp})
 	require.NoError(t, err)
 	require.NotEmpty(t, started.GetExperiment().GetId())
+	require.Equal(t, []string{model}, started.GetExperiment().GetModels(), "a model named by alias is measured by its id")
 	_, err = f.client.StartExperiment(ctx, &switchboardv1.StartExperimentRequest{Experiment: exp})
 	requireCode(t, codes.FailedPrecondition, err, "one is running")
 	got, err := f.client.GetExperiment(ctx, &switchboardv1.GetExperimentRequest{})

@@ -308,6 +308,13 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 		return nil, err
 	}
 	q := activity.Query{Tenant: tenant, Model: req.GetModel(), Limit: int(req.GetLimit()), Cursor: req.GetCursor()}
+	// Records name the catalog id: a filter by an alias finds its model's.
+	// A name the catalog no longer has may still be a past record's.
+	if r := s.router.Load(); r != nil {
+		if id, ok := r.Resolve(q.Model); ok {
+			q.Model = id
+		}
+	}
 	if req.GetLimit() < 0 || req.GetLimit() > 500 {
 		return nil, status.Error(codes.InvalidArgument, "limit must be between 1 and 500")
 	}
@@ -392,10 +399,9 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	}
 	// The model names the tenant's per-model buckets: one that is not the
 	// endpoint's would charge another model's limits, or none.
-	switch req.GetModel() {
-	case "":
+	switch asked, _ := r.Resolve(req.GetModel()); {
+	case req.GetModel() == "", asked == model:
 		req.Model = model
-	case model:
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "model: the endpoint %q serves %q", req.GetEndpointId(), model)
 	}

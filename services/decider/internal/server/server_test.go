@@ -46,6 +46,7 @@ const (
 var testCatalog = `
 models:
   - id: ` + model + `
+    aliases: [model-alias]
     endpoints:
       - {provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 0.2, output: 0.8}}
       - {provider: beta, base_url: http://127.0.0.1:2/v1, price: {input: 0.3, output: 1.0}}

@@ -409,6 +409,7 @@ func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 		Name("tenant_id", r.GetTenantId()),
 		Name("api_key_id", r.GetApiKeyId()),
 		Model("model", r.GetModel()),
+		Model("requested_model", r.GetRequestedModel()),
 		Model("endpoint_id", r.GetEndpointId()),
 		Name("provider", r.GetProvider()),
 		Usage("usage", r.GetUsage()),

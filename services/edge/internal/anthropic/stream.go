@@ -13,6 +13,14 @@ import (
 // content_block_stop) with increasing indices, and at the end message_delta
 // (stop_reason, stop_sequence, usage) and message_stop. A stream that fails
 // ends with an error event instead. A Stream serves one answer.
+//
+// Anthropic's blocks follow one another, while a provider may stream
+// parallel tool calls with their argument deltas interleaved (index 0, 1,
+// 0, 1...). A tool call that starts while another's block is open and its
+// arguments are not yet a whole JSON value waits: its deltas are kept, and
+// it gets its block, with what it sent so far as one delta, once the open
+// call's arguments are whole, or when the open block ends for anything
+// else (text, thinking, the answer's end).
 type Stream struct {
 	msgID string
 	req   Request
@@ -26,8 +34,14 @@ type Stream struct {
 	open, next int
 	// openKind is the open block's type: text, thinking or tool_use.
 	openKind string
-	// tools maps a chat tool call's index to its block's.
-	tools    map[int]int
+	// tools holds the answer's tool calls by their chat index; openTool
+	// is the one whose block is open, nil when none is; waiting are those
+	// that started while openTool was still receiving its arguments, in
+	// the order they started.
+	tools    map[int]*toolCall
+	calls    int // how many calls started
+	openTool *toolCall
+	waiting  []*toolCall
 	toolSeen bool
 	finish   *string
 	named    any
@@ -76,7 +90,7 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	}
 	if r := d.Reasoning(); r != "" && s.req.Thinking {
 		if s.open < 0 || s.openKind != "thinking" {
-			dst = s.closeBlock(dst)
+			dst = s.drain(dst)
 			dst = s.startBlock(dst, map[string]any{"type": "thinking", "thinking": "", "signature": ""}, "thinking")
 		}
 		dst = event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": s.open,
@@ -84,29 +98,32 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	}
 	if d.Content != nil && *d.Content != "" {
 		if s.open < 0 || s.openKind != "text" {
-			dst = s.closeBlock(dst)
+			dst = s.drain(dst)
 			dst = s.startBlock(dst, map[string]any{"type": "text", "text": ""}, "text")
 		}
 		dst = event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": s.open,
 			"delta": map[string]any{"type": "text_delta", "text": *d.Content}})
 	}
 	for _, tc := range d.ToolCalls {
-		idx, ok := s.tools[tc.Index]
-		if !ok {
+		t := s.tools[tc.Index]
+		// Some providers give every call of a turn index 0: a new id is a
+		// new call.
+		if t == nil || tc.ID != "" && t.providerID != "" && tc.ID != t.providerID {
 			if s.tools == nil {
-				s.tools = map[int]int{}
+				s.tools = map[int]*toolCall{}
 			}
-			dst = s.closeBlock(dst)
-			dst = s.startBlock(dst, map[string]any{"type": "tool_use", "id": toolUseID(tc.ID, s.msgID, len(s.tools)),
-				"name": tc.Function.Name, "input": map[string]any{}}, "tool_use")
-			idx = s.open
-			s.tools[tc.Index] = idx
+			t = &toolCall{block: -1, id: toolUseID(tc.ID, s.msgID, s.calls), providerID: tc.ID, name: tc.Function.Name}
+			s.calls++
+			s.tools[tc.Index] = t
 			s.toolSeen = true
+			if s.openTool != nil && !s.openTool.args.whole() {
+				s.waiting = append(s.waiting, t)
+			} else {
+				dst = s.closeBlock(dst)
+				dst = s.startTool(dst, t, "")
+			}
 		}
-		if tc.Function.Arguments != "" {
-			dst = event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": idx,
-				"delta": map[string]any{"type": "input_json_delta", "partial_json": tc.Function.Arguments}})
-		}
+		dst = s.toolArgs(dst, t, tc.Function.Arguments)
 	}
 	return dst
 }
@@ -115,6 +132,116 @@ func (s *Stream) Event(dst, data []byte) []byte {
 func (s *Stream) Cut(dst []byte) []byte {
 	return s.Fail(dst, "api_error", "the answer's stream ended early")
 }
+
+// toolCall is one chat tool call of the answer.
+type toolCall struct {
+	// block is the call's block index, -1 while it waits for one.
+	block int
+	// id is its tool_use id; providerID the id the provider gave it.
+	id, providerID, name string
+	// kept is what the call sent while it waited.
+	kept []byte
+	// args follows its arguments, to tell when they are whole.
+	args jsonValue
+}
+
+// toolArgs appends the delta of args for t: at once when its block is
+// open, kept while it waits. Once the open call's arguments are whole,
+// the calls waiting get their blocks.
+func (s *Stream) toolArgs(dst []byte, t *toolCall, args string) []byte {
+	if args == "" {
+		return dst
+	}
+	switch {
+	case t == s.openTool:
+		t.args.feed(args)
+		dst = argsDelta(dst, t.block, args)
+		for len(s.waiting) > 0 && s.openTool.args.whole() {
+			dst = s.closeBlock(dst)
+			dst = s.startWaiting(dst)
+		}
+	case t.block < 0:
+		t.kept = append(t.kept, args...)
+	default:
+		// The call's block was stopped: its arguments were whole, or text
+		// came after them. Anthropic has no way to add to a stopped block,
+		// and a provider sending past the end of a call's arguments sent
+		// an answer no client could use either.
+	}
+	return dst
+}
+
+// startTool opens t's block, with kept as its first delta.
+func (s *Stream) startTool(dst []byte, t *toolCall, kept string) []byte {
+	dst = s.startBlock(dst, map[string]any{"type": "tool_use", "id": t.id, "name": t.name, "input": map[string]any{}}, "tool_use")
+	t.block, s.openTool = s.open, t
+	if kept != "" {
+		t.args.feed(kept)
+		dst = argsDelta(dst, t.block, kept)
+	}
+	return dst
+}
+
+// startWaiting opens the block of the first call waiting, with what it
+// sent so far.
+func (s *Stream) startWaiting(dst []byte) []byte {
+	t := s.waiting[0]
+	s.waiting = s.waiting[1:]
+	kept := string(t.kept)
+	t.kept = nil
+	return s.startTool(dst, t, kept)
+}
+
+// drain closes the open block and gives each waiting call its block, in
+// turn: what comes next starts a block of its own after them.
+func (s *Stream) drain(dst []byte) []byte {
+	dst = s.closeBlock(dst)
+	for len(s.waiting) > 0 {
+		dst = s.startWaiting(dst)
+		dst = s.closeBlock(dst)
+	}
+	return dst
+}
+
+func argsDelta(dst []byte, block int, args string) []byte {
+	return event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": block,
+		"delta": map[string]any{"type": "input_json_delta", "partial_json": args}})
+}
+
+// jsonValue follows a JSON object or array as it arrives in pieces, to
+// tell when it is whole: its brackets balanced outside strings. It checks
+// nothing else; the client parses the arguments.
+type jsonValue struct {
+	depth            int
+	started, ended   bool
+	inString, escape bool
+}
+
+func (v *jsonValue) feed(s string) {
+	for i := 0; i < len(s) && !v.ended; i++ {
+		c := s[i]
+		switch {
+		case v.inString && v.escape:
+			v.escape = false
+		case v.inString && c == '\\':
+			v.escape = true
+		case v.inString:
+			v.inString = c != '"'
+		case c == '"':
+			v.inString = true
+		case c == '{' || c == '[':
+			v.depth++
+			v.started = true
+		case c == '}' || c == ']':
+			v.depth--
+			v.ended = v.started && v.depth <= 0
+		}
+	}
+}
+
+// whole reports whether the object or array is complete; a value that is
+// neither (a provider's bare string) is never known to be.
+func (v *jsonValue) whole() bool { return v.ended }
 
 // Fail appends an error event of type typ: the stream's end.
 func (s *Stream) Fail(dst []byte, typ, msg string) []byte {
@@ -152,14 +279,15 @@ func (s *Stream) closeBlock(dst []byte) []byte {
 		return dst
 	}
 	dst = event(dst, "content_block_stop", map[string]any{"type": "content_block_stop", "index": s.open})
-	s.open = -1
+	s.open, s.openTool = -1, nil
 	return dst
 }
 
-// end closes the open block and the message.
+// end closes the open block, gives the calls still waiting theirs, and
+// closes the message.
 func (s *Stream) end(dst []byte) []byte {
 	dst = s.start(dst, "")
-	dst = s.closeBlock(dst)
+	dst = s.drain(dst)
 	reason, seq := stopReason(s.finish, s.named, s.req.StopSequences)
 	if s.toolSeen {
 		reason, seq = "tool_use", nil

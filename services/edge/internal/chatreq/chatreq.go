@@ -46,6 +46,13 @@ var OptionalParameters = []string{
 	"parallel_tool_calls",
 }
 
+// EndpointParameters are the optional parameters sent only to an endpoint
+// whose catalog supported_parameters name them: any other endpoint gets the
+// request as if the client had not sent them, never an error. OpenAI's chat
+// API refuses top_k, which Anthropic's API and many open-model servers take
+// (and Messages requests carry).
+var EndpointParameters = []string{"top_k"}
+
 // Request is a validated chat-completions request.
 type Request struct {
 	// Fields holds every top-level field exactly as the client sent it; the
@@ -207,18 +214,19 @@ func Parse(body []byte) (*Request, error) {
 	return r, nil
 }
 
-// UpstreamBody is the body to send to one endpoint: the client's body with
-// model replaced by the endpoint's upstream name and provider (ours, not the
-// provider's business) removed. A stream always asks for the usage chunk,
-// because usage is what the decider learns from; the edge strips it again if
-// the client did not ask for it.
+// UpstreamBody is the body to send to the endpoint ep: the client's body
+// with model replaced by the endpoint's upstream name, provider (ours, not
+// the provider's business) removed, and so are the EndpointParameters the
+// endpoint does not list. A stream always asks for the usage chunk, because
+// usage is what the decider learns from; the edge strips it again if the
+// client did not ask for it.
 //
 // The body is a JSON object with its keys sorted and each value as the
 // client sent it. Everything but the model is laid out once, when the
 // request is parsed; each call only writes the pieces and the model into one
 // buffer. It may be called from several goroutines at once (the legs of a
 // hedge).
-func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
+func (r *Request) UpstreamBody(ep *switchboardv1.Endpoint) ([]byte, error) {
 	t := r.upstream
 	if t == nil {
 		var err error
@@ -226,19 +234,30 @@ func (r *Request) UpstreamBody(upstreamModel string) ([]byte, error) {
 			return nil, err
 		}
 	}
+	upstreamModel := ep.GetUpstreamModel()
 	// Sized for a model with nothing to escape, the common case.
-	size := len(upstreamModel) + 2
-	for _, p := range t.parts {
-		size += len(p)
+	size := len(upstreamModel) + 3
+	for _, f := range t.fields {
+		size += len(f.head) + len(f.value) + 1
 	}
 	buf := make([]byte, 0, size)
-	for i, p := range t.parts {
-		if i == t.modelAt {
-			buf = jsonobj.AppendString(buf, upstreamModel)
+	for _, f := range t.fields {
+		if f.param != "" && !slices.Contains(ep.GetSupportedParameters(), f.param) {
+			continue
 		}
-		buf = append(buf, p...)
+		if len(buf) == 0 {
+			buf = append(buf, '{')
+		} else {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, f.head...)
+		if f.model {
+			buf = jsonobj.AppendString(buf, upstreamModel)
+		} else {
+			buf = append(buf, f.value...)
+		}
 	}
-	return buf, nil
+	return append(buf, '}'), nil
 }
 
 // OutputParam names the field the request bounds its output with, as an
@@ -251,12 +270,22 @@ func (r *Request) OutputParam() string {
 	return "max_tokens"
 }
 
-// bodyTemplate is the upstream body without its model: pieces to write in
-// order, the model's value going before parts[modelAt]. The pieces point
-// into the client's body where they are its values.
+// bodyTemplate is the upstream body without its model: its fields in the
+// order they are written, each with its value but for the model's. The
+// pieces point into the client's body where they are its values.
 type bodyTemplate struct {
-	parts   [][]byte
-	modelAt int
+	fields []templateField
+}
+
+type templateField struct {
+	// head is the key and its colon.
+	head  []byte
+	value []byte
+	// model marks the model's field, whose value each endpoint has its own.
+	model bool
+	// param, when set, is the EndpointParameters name of the field: it is
+	// sent only to endpoints that list it.
+	param string
 }
 
 // upstreamTemplate lays out the upstream body from Fields: the object
@@ -285,34 +314,30 @@ func (r *Request) upstreamTemplate() (*bodyTemplate, error) {
 		keys = append(keys, "stream_options")
 	}
 	slices.Sort(keys)
-	t := &bodyTemplate{parts: make([][]byte, 0, 2*len(keys)+1)}
-	// Each key, with the comma before it and the colon after it, is one
-	// piece; its value, the next.
+	t := &bodyTemplate{fields: make([]templateField, len(keys))}
 	size := 0
 	for _, k := range keys {
-		size += len(k) + 4
+		size += len(k) + 3
 	}
 	heads := make([]byte, 0, size)
 	for i, k := range keys {
 		start := len(heads)
-		if i == 0 {
-			heads = append(heads, '{')
-		} else {
-			heads = append(heads, ',')
-		}
 		heads = jsonobj.AppendString(heads, k)
 		heads = append(heads, ':')
-		t.parts = append(t.parts, heads[start:len(heads):len(heads)])
+		f := &t.fields[i]
+		f.head = heads[start:len(heads):len(heads)]
 		switch {
 		case k == "model":
-			t.modelAt = len(t.parts)
+			f.model = true
 		case k == "stream_options" && r.Stream:
-			t.parts = append(t.parts, opts)
+			f.value = opts
 		default:
-			t.parts = append(t.parts, bytes.TrimSpace(r.Fields[k]))
+			f.value = bytes.TrimSpace(r.Fields[k])
+			if slices.Contains(EndpointParameters, k) {
+				f.param = k
+			}
 		}
 	}
-	t.parts = append(t.parts, []byte("}"))
 	return t, nil
 }
 

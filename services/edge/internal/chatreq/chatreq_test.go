@@ -310,10 +310,30 @@ func manyKeys(n int) string {
 
 func TestUpstreamBody(t *testing.T) {
 	tests := []struct {
-		name  string
-		body  string
-		check func(t *testing.T, got map[string]any)
+		name      string
+		body      string
+		supported []string // the endpoint's supported_parameters
+		check     func(t *testing.T, got map[string]any)
 	}{
+		{
+			name:      "top_k reaches an endpoint that lists it",
+			body:      `{"model":"m","messages":[{"role":"user","content":"q"}],"top_k":40,"top_p":0.9}`,
+			supported: []string{"top_p", "top_k"},
+			check: func(t *testing.T, got map[string]any) {
+				require.Equal(t, 40.0, got["top_k"])
+				require.Equal(t, 0.9, got["top_p"])
+			},
+		},
+		{
+			name:      "top_k is dropped for an endpoint that does not list it; the rest is kept",
+			body:      `{"top_k":40,"model":"m","messages":[{"role":"user","content":"q"}],"top_p":0.9}`,
+			supported: []string{"top_p"},
+			check: func(t *testing.T, got map[string]any) {
+				require.NotContains(t, got, "top_k")
+				require.Equal(t, 0.9, got["top_p"], "a parameter the endpoint does not list is sent as before: only EndpointParameters are dropped")
+				require.Equal(t, "up-m", got["model"])
+			},
+		},
 		{
 			name: "non-stream keeps unknown fields, drops provider",
 			body: `{"model":"m","messages":[{"role":"user","content":"q"}],"provider":{"sort":"price"},"x_custom":{"a":[1,2]},"temperature":0.5}`,
@@ -344,7 +364,7 @@ func TestUpstreamBody(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := Parse([]byte(tt.body))
 			require.NoError(t, err)
-			b, err := r.UpstreamBody("up-m")
+			b, err := r.UpstreamBody(&switchboardv1.Endpoint{UpstreamModel: "up-m", SupportedParameters: tt.supported})
 			require.NoError(t, err)
 			var got map[string]any
 			require.NoError(t, json.Unmarshal(b, &got))
@@ -490,7 +510,7 @@ func BenchmarkParse(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := r.UpstreamBody("up"); err != nil {
+				if _, err := r.UpstreamBody(&switchboardv1.Endpoint{UpstreamModel: "up"}); err != nil {
 					b.Fatal(err)
 				}
 			}

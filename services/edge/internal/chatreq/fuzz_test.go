@@ -6,13 +6,16 @@ import (
 	"errors"
 	"testing"
 	"unicode/utf8"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // FuzzParseChatRequest checks that no body makes the parser panic, that every
 // failure is an *Error with a code and a message, naming the field at fault
 // unless the body as a whole is (not JSON, not an object), that every
 // accepted body is valid UTF-8, and that it yields a valid JSON upstream
-// body without the provider field.
+// body without the provider field (and without top_k for an endpoint that
+// does not list it).
 func FuzzParseChatRequest(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
@@ -39,7 +42,11 @@ func FuzzParseChatRequest(f *testing.F) {
 		if r.Model == "" || r.InputTokens <= 0 || r.MaxOutputTokens < 0 {
 			t.Fatalf("accepted request with bad view: %+v", r)
 		}
-		out, err := r.UpstreamBody("upstream")
+		ep := &switchboardv1.Endpoint{UpstreamModel: "upstream"}
+		if len(body)%2 == 0 {
+			ep.SupportedParameters = EndpointParameters
+		}
+		out, err := r.UpstreamBody(ep)
 		if err != nil {
 			t.Fatalf("upstream body: %v", err)
 		}
@@ -50,7 +57,7 @@ func FuzzParseChatRequest(f *testing.F) {
 		if _, ok := m["provider"]; ok {
 			t.Fatal("provider forwarded upstream")
 		}
-		want, err := referenceUpstreamBody(r, "upstream")
+		want, err := referenceUpstreamBody(r, ep)
 		if err != nil || !bytes.Equal(out, want) {
 			t.Fatalf("upstream body differs from the reference (%v):\n got %s\nwant %s", err, out, want)
 		}

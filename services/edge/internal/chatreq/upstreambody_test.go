@@ -4,25 +4,27 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
 )
 
 // referenceUpstreamBody is the upstream body as the edge first built it,
 // re-encoding the fields for every call: the reference the laid-out body
 // must match byte for byte.
-func referenceUpstreamBody(r *Request, upstreamModel string) ([]byte, error) {
+func referenceUpstreamBody(r *Request, ep *switchboardv1.Endpoint) ([]byte, error) {
 	out := make(map[string]json.RawMessage, len(r.Fields)+1)
 	for k, v := range r.Fields {
-		if k == "provider" {
+		if k == "provider" || slices.Contains(EndpointParameters, k) && !slices.Contains(ep.GetSupportedParameters(), k) {
 			continue
 		}
 		out[k] = v
 	}
-	m, err := json.Marshal(upstreamModel)
+	m, err := json.Marshal(ep.GetUpstreamModel())
 	if err != nil {
 		return nil, fmt.Errorf("encode upstream model: %w", err)
 	}
@@ -55,6 +57,8 @@ func TestUpstreamBodyMatchesReference(t *testing.T) {
 		`{"model":"m","stream":true,"stream_options":{},"messages":[{"role":"user","content":"q"}],"provider":null}`,
 		`{"model":"m","messages":[{"role":"user","content":"q"}],"a<b":1,"\u00e9t\u00e9":2,"tab\there":3,"quo\"te":4,"back\\slash":5,"\u2028":6,"amp&":7}`,
 		`{"messages":[{"role":"user","content":"q"}],"model":"m","{":"}","":0,"~":null}`,
+		`{"top_k":40,"model":"m","messages":[{"role":"user","content":"q"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"q"}],"top_k":null,"zz":1}`,
 	}, fuzzSeeds...)
 	models := []string{"up", "", "org/model-7b:free", `we"ird`, "<html>&", "caf\u00e9", "bad\xffutf8", "line\nbreak", "\u2029"}
 	accepted := 0
@@ -65,13 +69,18 @@ func TestUpstreamBodyMatchesReference(t *testing.T) {
 		}
 		accepted++
 		bare := &Request{Fields: r.Fields, Stream: r.Stream}
-		for _, model := range models {
-			want, err := referenceUpstreamBody(r, model)
+		for i, model := range models {
+			// Every other endpoint takes top_k.
+			ep := &switchboardv1.Endpoint{UpstreamModel: model}
+			if i%2 == 1 {
+				ep.SupportedParameters = []string{"tools", "top_k"}
+			}
+			want, err := referenceUpstreamBody(r, ep)
 			require.NoError(t, err)
-			got, err := r.UpstreamBody(model)
+			got, err := r.UpstreamBody(ep)
 			require.NoError(t, err)
 			require.Equal(t, string(want), string(got), "body %s, model %q", body, model)
-			got, err = bare.UpstreamBody(model)
+			got, err = bare.UpstreamBody(ep)
 			require.NoError(t, err)
 			require.Equal(t, string(want), string(got), "not parsed: body %s, model %q", body, model)
 		}
@@ -85,13 +94,14 @@ func TestUpstreamBodyMatchesReference(t *testing.T) {
 func BenchmarkUpstreamBody(b *testing.B) {
 	r, err := Parse([]byte(`{"model":"org/model","stream":true,"temperature":0.2,"max_tokens":512,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello."}]}`))
 	require.NoError(b, err)
-	for name, build := range map[string]func(string) ([]byte, error){
+	ep := &switchboardv1.Endpoint{UpstreamModel: "up-model"}
+	for name, build := range map[string]func(*switchboardv1.Endpoint) ([]byte, error){
 		"laid-out":  r.UpstreamBody,
-		"reference": func(m string) ([]byte, error) { return referenceUpstreamBody(r, m) },
+		"reference": func(ep *switchboardv1.Endpoint) ([]byte, error) { return referenceUpstreamBody(r, ep) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := build("up-model"); err != nil {
+				if _, err := build(ep); err != nil {
 					b.Fatal(err)
 				}
 			}

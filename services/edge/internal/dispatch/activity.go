@@ -22,17 +22,18 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 	now := time.Now()
 	c := s.call
 	r := &switchboardv1.ActivityRecord{
-		Id:         c.RequestID,
-		CreateTime: timestamppb.New(c.Received),
-		TenantId:   c.TenantID,
-		ApiKeyId:   c.APIKeyID,
-		Grant:      c.Grant,
-		Caps:       c.GrantCaps,
-		Model:      c.Model,
-		Hedge:      s.hedge,
-		Stream:     c.Stream,
-		ClientApi:  c.ClientAPI,
-		Duration:   durationpb.New(now.Sub(c.Received)),
+		Id:             c.RequestID,
+		CreateTime:     timestamppb.New(c.Received),
+		TenantId:       c.TenantID,
+		ApiKeyId:       c.APIKeyID,
+		Grant:          c.Grant,
+		Caps:           c.GrantCaps,
+		Model:          c.Model,
+		RequestedModel: c.RequestedModel,
+		Hedge:          s.hedge,
+		Stream:         c.Stream,
+		ClientApi:      c.ClientAPI,
+		Duration:       durationpb.New(now.Sub(c.Received)),
 	}
 	r.Attempts = s.attemptRecords()
 

@@ -237,9 +237,15 @@ type Call struct {
 	// Received is when the request arrived; the activity record's
 	// create_time, duration and TTFT count from it. Defaults to Serve's start.
 	Received time.Time
-	// Model is the canonical model id; it replaces the provider's model name
-	// in the answer, so clients see the model they asked for.
+	// Model is the catalog's model id, the decision's; it replaces the
+	// provider's model name in the answer, so clients see the model that
+	// served them (the id an alias they asked for names), whatever the
+	// provider calls it.
 	Model string
+	// RequestedModel is the model name the client sent, when it is not
+	// Model: an alias, or a routing suffix. (Optional) The activity record
+	// keeps it.
+	RequestedModel string
 	// TenantID is the tenant billed, from the decider's resolved identity.
 	TenantID string
 	// APIKeyID is the id of the client's key, from the same identity.
@@ -260,8 +266,9 @@ type Call struct {
 	ClientAPI switchboardv1.ClientApi
 	// IncludeUsage is whether the client asked for the final usage chunk.
 	IncludeUsage bool
-	// Body builds the upstream body for one endpoint's model name.
-	Body func(upstreamModel string) ([]byte, error)
+	// Body builds the upstream body for one endpoint: its model name, the
+	// parameters it takes.
+	Body func(ep *switchboardv1.Endpoint) ([]byte, error)
 	// Messages is a Messages client's own request, sent as it is to an
 	// endpoint that speaks the Messages API (see upstream.Messages).
 	Messages upstream.Messages

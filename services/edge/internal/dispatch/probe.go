@@ -54,9 +54,9 @@ func (d *Dispatcher) Probe(ctx context.Context, cmd *switchboardv1.ProbeCommand)
 		ProbeID:      cmd.GetProbeId(),
 		Stream:       true,
 		IncludeUsage: true,
-		Body: func(upstreamModel string) ([]byte, error) {
+		Body: func(ep *switchboardv1.Endpoint) ([]byte, error) {
 			return json.Marshal(map[string]any{
-				"model":          upstreamModel,
+				"model":          ep.GetUpstreamModel(),
 				"messages":       []map[string]string{{"role": "user", "content": text}},
 				"max_tokens":     maxOut,
 				"stream":         true,

@@ -547,26 +547,31 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 	if model == "" {
 		model = req.Model
 	}
+	var asked string
+	if req.Model != model {
+		asked = req.Model
+	}
 	call := dispatch.Call{
-		RequestID:    reqID,
-		Received:     began,
-		Model:        model,
-		TenantID:     resp.GetIdentity().GetTenantId(),
-		APIKeyID:     resp.GetIdentity().GetApiKeyId(),
-		Grant:        resp.GetGrant(),
-		GrantCaps:    resp.GetCaps(),
-		PromptTokens: req.InputTokens,
-		Stream:       req.Stream,
-		ClientAPI:    c.api,
-		IncludeUsage: req.IncludeUsage,
-		Body:         req.UpstreamBody,
-		Messages:     c.messages,
-		PromptHash:   req.PromptHash,
-		Prefixes:     req.Prefixes,
-		Quality:      quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},
-		Hedge:        resp.GetHedge(),
-		Caps:         billing.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
-		Admission:    s.admission(resp, identity, req),
+		RequestID:      reqID,
+		Received:       began,
+		Model:          model,
+		RequestedModel: asked,
+		TenantID:       resp.GetIdentity().GetTenantId(),
+		APIKeyID:       resp.GetIdentity().GetApiKeyId(),
+		Grant:          resp.GetGrant(),
+		GrantCaps:      resp.GetCaps(),
+		PromptTokens:   req.InputTokens,
+		Stream:         req.Stream,
+		ClientAPI:      c.api,
+		IncludeUsage:   req.IncludeUsage,
+		Body:           req.UpstreamBody,
+		Messages:       c.messages,
+		PromptHash:     req.PromptHash,
+		Prefixes:       req.Prefixes,
+		Quality:        quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},
+		Hedge:          resp.GetHedge(),
+		Caps:           billing.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
+		Admission:      s.admission(resp, identity, req),
 	}
 	endpoints := append([]*switchboardv1.Endpoint{resp.GetEndpoint()}, resp.GetFallbacks()...)
 	err := s.opts.Dispatcher.Serve(r.Context(), w, call, endpoints)

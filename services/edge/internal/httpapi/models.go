@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -21,6 +23,8 @@ type modelInfo struct {
 	OwnedBy       string   `json:"owned_by"`
 	ContextLength int64    `json:"context_length"`
 	Providers     []string `json:"providers"`
+	// AliasOf is the catalog id of the model an alias names, for an alias.
+	AliasOf string `json:"alias_of,omitempty"`
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
@@ -30,29 +34,46 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	}
 	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(ms))}
 	for _, m := range ms {
-		out.Data = append(out.Data, modelInfoOf(m))
+		out.Data = append(out.Data, modelInfoOf(m, m.GetId()))
+	}
+	// An exact alias is listed as a model of its own, for clients that
+	// check the name they are set to use is listed; a pattern names no
+	// model a client could pick, so it is not.
+	for _, m := range ms {
+		for _, a := range m.GetAliases() {
+			if !strings.HasSuffix(a, catalog.AliasWildcard) {
+				out.Data = append(out.Data, modelInfoOf(m, a))
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }
 
 // model serves GET /v1/models/{id}: OpenAI's model object for a model the
-// caller may use, else 404 model_not_found.
+// caller may use, by id or alias (a pattern's name too), else 404
+// model_not_found.
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	ms, ok := s.listModels(w, r)
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	for _, m := range ms {
-		if m.GetId() == id {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(modelInfoOf(m))
-			return
+	asked := r.PathValue("id")
+	names := make([]catalog.Model, len(ms))
+	for i, m := range ms {
+		names[i] = catalog.Model{ID: m.GetId(), Aliases: m.GetAliases()}
+	}
+	if id, ok := catalog.NewResolver(names).Resolve(asked); ok {
+		for _, m := range ms {
+			if m.GetId() == id {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(modelInfoOf(m, asked))
+				return
+			}
 		}
 	}
 	writeError(w, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
-		message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", headerValue(id))})
+		message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", headerValue(asked))})
 }
 
 // listModels checks the method and the API key and asks the decider for
@@ -80,13 +101,19 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) ([]*switchbo
 	return resp.GetModels(), true
 }
 
-func modelInfoOf(m *switchboardv1.Model) modelInfo {
+// modelInfoOf is OpenAI's model object for m under the name id: its own,
+// or one of its aliases.
+func modelInfoOf(m *switchboardv1.Model, id string) modelInfo {
 	providers := m.GetProviders()
 	if providers == nil {
 		providers = []string{}
 	}
-	return modelInfo{
-		ID: m.GetId(), Object: "model", OwnedBy: "switchboard",
+	info := modelInfo{
+		ID: id, Object: "model", OwnedBy: "switchboard",
 		ContextLength: m.GetContextLength(), Providers: providers,
 	}
+	if id != m.GetId() {
+		info.AliasOf = m.GetId()
+	}
+	return info
 }

@@ -49,7 +49,7 @@ func (l *Leg) messagesRequest() (body []byte, target string, err error) {
 		l.relay = &anthropic.Relay{ID: anthropic.MessageID(l.req.ID), Model: client}
 	} else {
 		var chat []byte
-		if chat, err = l.req.Body(model); err == nil {
+		if chat, err = l.req.Body(l.Endpoint); err == nil {
 			body, err = anthropic.FromChatRequest(chat, model)
 		}
 		l.toChat = &anthropic.ChatStream{}

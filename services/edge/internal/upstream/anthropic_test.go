@@ -94,7 +94,7 @@ func TestMessagesRelayed(t *testing.T) {
 	client := `{"model":"zai/glm","max_tokens":50,"stream":true,"provider":{"sort":"price"},` +
 		`"system":[{"type":"text","text":"long","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`
 	l, ctx := anthropicLeg(t, srv, Request{ID: "gen-abc", Stream: true, IncludeUsage: true,
-		Body: func(string) ([]byte, error) {
+		Body: func(*switchboardv1.Endpoint) ([]byte, error) {
 			t.Fatal("the chat body is not built for a relayed request")
 			return nil, nil
 		},
@@ -133,8 +133,8 @@ func TestChatTranslatedForMessagesEndpoint(t *testing.T) {
 	srv := messagesServer(t, seen, bodies)
 	price := pricing.Price{Input: 1, CachedInput: 0.1, CacheWrite: 1.25, CacheWrite1h: 2, Output: 5}
 	l, ctx := anthropicLeg(t, srv, Request{ID: "gen-abc", Stream: true, IncludeUsage: true,
-		Body: func(model string) ([]byte, error) {
-			return []byte(`{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`), nil
+		Body: func(ep *switchboardv1.Endpoint) ([]byte, error) {
+			return []byte(`{"model":"` + ep.GetUpstreamModel() + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`), nil
 		},
 		Rewriter: rewrite.Rewriter{ID: rewrite.String("gen-abc"), Model: rewrite.String("zai/glm"), Provider: rewrite.String("alpha"),
 			KeepUsage: true, Cost: func(u pricing.Usage) float64 { return pricing.Cost(price, u) }},

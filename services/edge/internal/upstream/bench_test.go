@@ -47,7 +47,7 @@ func BenchmarkStreamedLeg(b *testing.B) {
 	ep := &switchboardv1.Endpoint{Id: "e", Provider: "alpha", BaseUrl: srv.URL + "/v1", UpstreamModel: "up"}
 	body := []byte(`{"model":"up","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	req := Request{ID: "gen-1", Stream: true, IncludeUsage: true,
-		Body:     func(string) ([]byte, error) { return body, nil },
+		Body:     func(*switchboardv1.Endpoint) ([]byte, error) { return body, nil },
 		Rewriter: rewrite.Rewriter{ID: rewrite.String("gen-1"), Model: rewrite.String("org/model"), Provider: rewrite.String("alpha"), KeepUsage: true},
 	}
 	ctx := context.Background()

@@ -68,7 +68,7 @@ func TestChunkNotHeldWhileProviderIsSilent(t *testing.T) {
 		IdleTimeout: time.Minute, WriteTimeout: time.Minute})
 	ep := &switchboardv1.Endpoint{Id: "e", Provider: "alpha", BaseUrl: srv.URL + "/v1", UpstreamModel: "up"}
 	req := Request{ID: "gen-1", Stream: true,
-		Body:     func(string) ([]byte, error) { return []byte(`{}`), nil },
+		Body:     func(*switchboardv1.Endpoint) ([]byte, error) { return []byte(`{}`), nil },
 		Rewriter: rewrite.Rewriter{Model: rewrite.String("m"), Provider: rewrite.String("alpha")},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang fails instead of blocking the suite
@@ -100,7 +100,7 @@ func TestChunksReadTogetherBeforeAMalformedOne(t *testing.T) {
 		IdleTimeout: time.Minute, WriteTimeout: time.Minute})
 	ep := &switchboardv1.Endpoint{Id: "e", Provider: "alpha", BaseUrl: srv.URL + "/v1", UpstreamModel: "up"}
 	req := Request{ID: "gen-1", Stream: true,
-		Body:     func(string) ([]byte, error) { return []byte(`{}`), nil },
+		Body:     func(*switchboardv1.Endpoint) ([]byte, error) { return []byte(`{}`), nil },
 		Rewriter: rewrite.Rewriter{Model: rewrite.String("m"), Provider: rewrite.String("alpha")},
 	}
 	ctx := context.Background()

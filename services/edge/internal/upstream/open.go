@@ -34,7 +34,7 @@ func (l *Leg) Open(ctx context.Context) bool {
 	if l.messagesAPI() {
 		body, target, err = l.messagesRequest()
 	} else {
-		body, err = l.req.Body(l.Endpoint.GetUpstreamModel())
+		body, err = l.req.Body(l.Endpoint)
 	}
 	if err != nil {
 		l.Result.fail(switchboardv1.Outcome_OUTCOME_MALFORMED, "could not build the request", err.Error())

@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"time"
 
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 )
@@ -87,8 +88,9 @@ type Request struct {
 	Stream bool
 	// IncludeUsage is whether the client asked for the final usage chunk.
 	IncludeUsage bool
-	// Body builds the upstream body for the endpoint's model name.
-	Body func(upstreamModel string) ([]byte, error)
+	// Body builds the upstream body for the endpoint: its model name, the
+	// parameters it takes.
+	Body func(ep *switchboardv1.Endpoint) ([]byte, error)
 	// Rewriter turns the provider's answer into the client's.
 	Rewriter rewrite.Rewriter
 	// Quality is what the answer-quality checks need to know of the
