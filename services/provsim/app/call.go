@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	"github.com/switchboard-ai/switchboard/services/provsim/internal/chatapi"
 	"github.com/switchboard-ai/switchboard/services/provsim/internal/promptcache"
 	"github.com/switchboard-ai/switchboard/services/provsim/internal/ratelimit"
@@ -425,15 +426,16 @@ func (c *call) toolArguments() string {
 // toolDirective is the tool a [[provsim:tool=NAME]] or
 // [[provsim:tool=NAME {...}]] directive in the request's last message asks
 // to call, "" when there is none, with its arguments compacted (nil when
-// it gave none). Only the last message counts, and only a user's: once the
-// tool's result follows, the conversation goes on with text. Arguments
+// it gave none). Only the last message counts (system messages after it
+// aside), and only a user's: once the tool's result follows, the
+// conversation goes on with text. Arguments
 // that are not a JSON object are an error for the client.
 func toolDirective(req chatapi.Request) (string, json.RawMessage, error) {
-	n := len(req.Messages)
-	if n == 0 || req.Messages[n-1].Role != "user" {
+	last, ok := lastTurn(req)
+	if !ok || last.Role != "user" {
 		return "", nil, nil
 	}
-	sm := toolRE.FindStringSubmatch(req.Messages[n-1].Content)
+	sm := toolRE.FindStringSubmatch(last.Content)
 	if sm == nil {
 		return "", nil, nil
 	}
@@ -449,14 +451,27 @@ func toolDirective(req chatapi.Request) (string, json.RawMessage, error) {
 	return sm[1], args.Bytes(), nil
 }
 
+// lastTurn is the conversation's last message that is not a system
+// message: agents put their instructions (a system message, in chat form)
+// after the turn they follow, as Claude Code does after its user's first
+// message.
+func lastTurn(req chatapi.Request) (tokens.Message, bool) {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role != "system" {
+			return req.Messages[i], true
+		}
+	}
+	return tokens.Message{}, false
+}
+
 // replyWords returns the words the reply cycles through, and whether they
 // answer a tool's result. When the last message is a tool's result, the
 // reply quotes it ("tool result: " and its first 200 characters), which
 // shows at the far end of a gateway and an agent that the tool ran and its
 // result came back; otherwise it echoes the last user message.
 func replyWords(req chatapi.Request) ([]string, bool) {
-	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
-		quote := req.Messages[n-1].Content
+	if last, ok := lastTurn(req); ok && last.Role == "tool" {
+		quote := last.Content
 		if r := []rune(quote); len(r) > toolResultQuote {
 			quote = string(r[:toolResultQuote])
 		}

@@ -159,6 +159,19 @@ func TestScriptedToolArguments(t *testing.T) {
 		})
 	}
 
+	// A system message after the user's (Claude Code's instructions, in
+	// chat form) leaves the user's message the last turn.
+	body := map[string]any{"model": "m", "max_tokens": 1, "messages": []any{
+		map[string]any{"role": "user", "content": `[[provsim:tool=Read {"file_path":"/a"}]]`},
+		map[string]any{"role": "system", "content": "# Environment"},
+	}}
+	resp := do(t, c, http.MethodPost, p.URL()+"/chat/completions", chatBody(t, body), nil)
+	require.Equal(t, 200, resp.status, string(resp.body))
+	var got completion
+	require.NoError(t, json.Unmarshal(resp.body, &got))
+	require.Len(t, got.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, `{"file_path":"/a"}`, got.Choices[0].Message.ToolCalls[0].Function.Arguments)
+
 	for _, prompt := range []string{`[[provsim:tool=Bash {"command": }]]`, `[[provsim:tool=Bash {"a":1} {"b":2}]]`} {
 		resp := do(t, c, http.MethodPost, p.URL()+"/chat/completions", chatBody(t, userMsg("m", prompt)), nil)
 		require.Equal(t, http.StatusBadRequest, resp.status, prompt)
@@ -195,6 +208,8 @@ func TestToolResultReply(t *testing.T) {
 				map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": "c1", "type": "function",
 					"function": map[string]any{"name": "Bash", "arguments": `{"command":"echo"}`}}}},
 				map[string]any{"role": "tool", "tool_call_id": "c1", "content": tt.result},
+				// Instructions after the result leave it the last turn.
+				map[string]any{"role": "system", "content": "# Environment"},
 			}}
 			if tt.maxTokens != nil {
 				body["max_tokens"] = tt.maxTokens

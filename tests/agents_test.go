@@ -1,0 +1,239 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// agentTimeout bounds one run of a coding-agent CLI: a turn against the
+// loopback simulator takes a few seconds, so this only guards against a
+// hang (a prompt waiting for a permission, a connection that never ends).
+const agentTimeout = 2 * time.Minute
+
+// agentBin is the path of a coding-agent CLI that `make agents` (a
+// prerequisite of `make test`) installed from tests/agents/package-lock.json.
+func agentBin(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("agents", "node_modules", ".bin", name))
+	require.NoError(t, err)
+	_, err = os.Stat(p)
+	require.NoError(t, err, "%s is not installed: run `make agents` (make test does it first)", name)
+	return p
+}
+
+// egressTrap is an HTTP proxy on loopback that refuses whatever it is
+// asked for, at once, and remembers it. A CLI under test gets it as its
+// HTTPS_PROXY/HTTP_PROXY (with NO_PROXY naming loopback), so any attempt
+// to reach a host other than the gateway fails fast instead of hanging on
+// a network this machine may not have, and the test can say what was tried.
+type egressTrap struct {
+	srv *httptest.Server
+
+	mu    sync.Mutex
+	tried []string
+}
+
+func startEgressTrap(t *testing.T) *egressTrap {
+	t.Helper()
+	e := &egressTrap{}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		target := r.Host
+		if r.Method != http.MethodConnect {
+			target = r.Method + " " + r.URL.String()
+		}
+		e.mu.Lock()
+		e.tried = append(e.tried, target)
+		e.mu.Unlock()
+		http.Error(w, "the test allows loopback only", http.StatusForbidden)
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// env is the proxy settings that send every non-loopback request to the trap.
+func (e *egressTrap) env() []string {
+	u := e.srv.URL
+	return []string{"HTTPS_PROXY=" + u, "HTTP_PROXY=" + u, "https_proxy=" + u, "http_proxy=" + u,
+		"ALL_PROXY=" + u, "NO_PROXY=127.0.0.1,localhost,::1", "no_proxy=127.0.0.1,localhost,::1"}
+}
+
+// attempts is what the CLI tried to reach beyond loopback.
+func (e *egressTrap) attempts() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.tried)
+}
+
+// agentRun is one finished run of a coding-agent CLI.
+type agentRun struct {
+	stdout, stderr string
+	err            error
+}
+
+// runAgent runs bin with args in dir, with env as its whole environment
+// (nothing of the test's own, so no credential of the machine reaches it),
+// bounded by agentTimeout: past it the CLI's process group is killed.
+func runAgent(t *testing.T, dir string, env []string, bin string, args ...string) agentRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), agentTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdin = nil
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Its own process group, so a timeout also ends the shells it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%s did not finish within %s: %w", filepath.Base(bin), agentTimeout, err)
+	}
+	return agentRun{stdout: stdout.String(), stderr: stderr.String(), err: err}
+}
+
+// report is what a failure message shows of a run: the CLI's output, what
+// it tried beyond loopback, and the edge's log.
+func (r agentRun) report(s *system, trap *egressTrap) string {
+	return fmt.Sprintf("exit: %v\n--- stdout\n%s\n--- stderr\n%s\n--- non-loopback attempts\n%q\n--- edge log\n%s",
+		r.err, r.stdout, r.stderr, trap.attempts(), s.logText())
+}
+
+// baseEnv is the environment every agent run starts from: a PATH with
+// the shell its tools run in, a HOME of its own, and the trap's proxy.
+func baseEnv(t *testing.T, trap *egressTrap) (home string, env []string) {
+	home = t.TempDir()
+	env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "TMPDIR=" + home, "LANG=C.UTF-8",
+		"TERM=dumb", "NO_COLOR=1"}, trap.env()...)
+	return home, env
+}
+
+// randomToken is a fresh word for a tool to print: only a run that really
+// executed the tool can show it.
+func randomToken(t *testing.T) string {
+	t.Helper()
+	return strings.ToLower(rand.Text()[:12])
+}
+
+// uuid4 is a random RFC 4122 version-4 id, the form Claude Code's
+// --session-id wants.
+func uuid4(t *testing.T) string {
+	t.Helper()
+	var b [16]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// servedRequests is how many chat completions the simulated providers
+// answered in full, all providers together.
+func (s *system) servedRequests() int64 {
+	var n int64
+	for _, p := range s.sim.Providers() {
+		n += p.Stats().Models[simModel].Outcomes.OK
+	}
+	return n
+}
+
+// activity is the tenant's activity records, newest first.
+func (s *system) activity(t *testing.T) []*switchboardv1.ActivityRecord {
+	t.Helper()
+	resp, err := operatorRPC(t, s.decider.Addr()).ListActivity(t.Context(),
+		&switchboardv1.ListActivityRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Limit: 100})
+	require.NoError(t, err)
+	return resp.GetRecords()
+}
+
+// TestClaudeCodeToolTurnThroughEdge runs Claude Code, unchanged, in print
+// mode against the edge's Messages API: the simulator asks it to run a
+// shell command, Claude Code runs it and sends the result back, and the
+// simulator's answer quoting the command's output is what Claude Code
+// prints. The gateway saw a Messages-API conversation of two turns.
+func TestClaudeCodeToolTurnThroughEdge(t *testing.T) {
+	claude := agentBin(t, "claude")
+	s := startSystem(t)
+	trap := startEgressTrap(t)
+	home, env := baseEnv(t, trap)
+	work := filepath.Join(home, "project")
+	require.NoError(t, os.Mkdir(work, 0o700))
+
+	token := randomToken(t)
+	session := uuid4(t)
+	env = append(env,
+		"ANTHROPIC_BASE_URL="+strings.TrimSuffix(s.edge.URL(), "/v1"),
+		"ANTHROPIC_API_KEY="+testKey,
+		// Every model Claude Code asks for is the catalog's.
+		"ANTHROPIC_MODEL="+model,
+		"ANTHROPIC_SMALL_FAST_MODEL="+model,
+		"ANTHROPIC_DEFAULT_HAIKU_MODEL="+model,
+		"ANTHROPIC_DEFAULT_SONNET_MODEL="+model,
+		"ANTHROPIC_DEFAULT_OPUS_MODEL="+model,
+		// No telemetry, error reports, update checks or other traffic
+		// beyond the API calls themselves.
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"DISABLE_TELEMETRY=1",
+		"DISABLE_ERROR_REPORTING=1",
+		"DISABLE_AUTOUPDATER=1",
+		// The simulator writes max_tokens tokens before a tool call.
+		"CLAUDE_CODE_MAX_OUTPUT_TOKENS=32",
+	)
+	prompt := fmt.Sprintf(`Print the token. [[provsim:tool=Bash {"command":"echo switchboard-%s","description":"Print the token"}]]`, token)
+	run := runAgent(t, work, env, claude, "-p", prompt,
+		"--model", model, "--session-id", session, "--output-format", "text", "--max-turns", "4",
+		// Only this command may run, without asking: print mode cannot ask.
+		"--allowedTools", "Bash(echo:*)")
+	report := run.report(s, trap)
+	require.NoError(t, run.err, report)
+	// The simulator's answer to the tool's result, which only a run of the
+	// command could have produced, is what Claude Code printed.
+	require.Contains(t, run.stdout, "tool result: switchboard-"+token, report)
+	require.Empty(t, trap.attempts(), "Claude Code tried to reach beyond loopback\n%s", report)
+	s.requireAgentTurns(t, switchboardv1.ClientApi_CLIENT_API_MESSAGES, report)
+
+	// Claude Code's session header named the conversation: the decider
+	// keeps its next turn where the last one was served.
+	rpc := operatorRPC(t, s.decider.Addr())
+	require.Contains(t, sessionDryRun(t, rpc, session, 4096), "sticky=kept", report)
+	require.Contains(t, sessionDryRun(t, rpc, uuid4(t), 4096), "sticky=new", "a session nobody used is new")
+}
+
+// requireAgentTurns checks the gateway's side of an agent's tool turn: at
+// least two calls (the one answered by a tool call, the one carrying the
+// tool's result), each with an activity record that came in by api and
+// served, and as many calls served by the simulated providers.
+func (s *system) requireAgentTurns(t *testing.T, api switchboardv1.ClientApi, report string) {
+	t.Helper()
+	var recs []*switchboardv1.ActivityRecord
+	require.Eventually(t, func() bool {
+		recs = s.activity(t)
+		return len(recs) >= 2 && int64(len(recs)) == s.servedRequests()
+	}, 20*time.Second, 20*time.Millisecond, "activity records %d, provider calls served %d\n%s", len(recs), s.servedRequests(), report)
+	for _, r := range recs {
+		require.Equal(t, api, r.GetClientApi(), "record %s", r.GetId())
+		require.Equal(t, switchboardv1.CallStatus_CALL_STATUS_OK, r.GetStatus(), "record %s", r.GetId())
+		require.Equal(t, model, r.GetModel())
+		require.Positive(t, r.GetUsage().GetOutputTokens(), "record %s", r.GetId())
+	}
+}
