@@ -89,8 +89,29 @@ func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
 
 	// The activity record is the chat pipeline's, and says which API the
 	// request came in by.
+	rec := s.activityRecord(t, reqID)
+	require.Equal(t, "CLIENT_API_MESSAGES", rec.ClientAPI)
+	require.Equal(t, model, rec.Model)
+	require.Equal(t, "CALL_STATUS_OK", rec.Status)
+}
+
+// activityRecord is a request's activity record, as GET /v1/generation
+// answers it once the decider has it.
+type activityRecord struct {
+	ClientAPI string `json:"client_api"`
+	Model     string `json:"model"`
+	Status    string `json:"status"`
+}
+
+// activityRecord waits for the activity record of the request with edge
+// request id reqID, and returns it.
+func (s *system) activityRecord(t *testing.T, reqID string) activityRecord {
+	t.Helper()
+	var rec struct {
+		Data activityRecord `json:"data"`
+	}
 	require.Eventually(t, func() bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.edge.URL()+"/generation?id="+reqID, nil)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.edge.URL()+"/generation?id="+reqID, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+testKey)
 		resp, err := http.DefaultClient.Do(req)
@@ -101,19 +122,10 @@ func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			return false
 		}
-		var rec struct {
-			Data struct {
-				ClientAPI string `json:"client_api"`
-				Model     string `json:"model"`
-				Status    string `json:"status"`
-			} `json:"data"`
-		}
 		require.NoError(t, json.Unmarshal(body, &rec), string(body))
-		require.Equal(t, "CLIENT_API_MESSAGES", rec.Data.ClientAPI)
-		require.Equal(t, model, rec.Data.Model)
-		require.Equal(t, "CALL_STATUS_OK", rec.Data.Status)
 		return true
 	}, 20*time.Second, 20*time.Millisecond)
+	return rec.Data
 }
 
 func TestMessagesToolTurnThroughEdge(t *testing.T) {

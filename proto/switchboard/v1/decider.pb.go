@@ -757,6 +757,9 @@ const (
 	// CLIENT_API_MESSAGES: Anthropic's Messages API, POST /v1/messages,
 	// translated by the edge into a chat completion.
 	ClientApi_CLIENT_API_MESSAGES ClientApi = 2
+	// CLIENT_API_RESPONSES: OpenAI's Responses API, POST /v1/responses,
+	// translated by the edge into a chat completion.
+	ClientApi_CLIENT_API_RESPONSES ClientApi = 3
 )
 
 // Enum value maps for ClientApi.
@@ -765,11 +768,13 @@ var (
 		0: "CLIENT_API_UNSPECIFIED",
 		1: "CLIENT_API_CHAT_COMPLETIONS",
 		2: "CLIENT_API_MESSAGES",
+		3: "CLIENT_API_RESPONSES",
 	}
 	ClientApi_value = map[string]int32{
 		"CLIENT_API_UNSPECIFIED":      0,
 		"CLIENT_API_CHAT_COMPLETIONS": 1,
 		"CLIENT_API_MESSAGES":         2,
+		"CLIENT_API_RESPONSES":        3,
 	}
 )
 
@@ -6037,11 +6042,12 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x0eCALL_STATUS_OK\x10\x01\x12\x16\n" +
 	"\x12CALL_STATUS_FAILED\x10\x02\x12\x1b\n" +
 	"\x17CALL_STATUS_INTERRUPTED\x10\x03\x12 \n" +
-	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x04*a\n" +
+	"\x1cCALL_STATUS_CLIENT_CANCELLED\x10\x04*{\n" +
 	"\tClientApi\x12\x1a\n" +
 	"\x16CLIENT_API_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bCLIENT_API_CHAT_COMPLETIONS\x10\x01\x12\x17\n" +
-	"\x13CLIENT_API_MESSAGES\x10\x022\x89\t\n" +
+	"\x13CLIENT_API_MESSAGES\x10\x02\x12\x18\n" +
+	"\x14CLIENT_API_RESPONSES\x10\x032\x89\t\n" +
 	"\x0eDeciderService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +

@@ -122,6 +122,11 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	return dst
 }
 
+// Cut implements [clientapi.Stream.Cut]: an api_error event.
+func (s *Stream) Cut(dst []byte) []byte {
+	return s.Fail(dst, "api_error", "the answer's stream ended early")
+}
+
 // Fail appends an error event of type typ: the stream's end.
 func (s *Stream) Fail(dst []byte, typ, msg string) []byte {
 	if s.ended {

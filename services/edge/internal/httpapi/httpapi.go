@@ -154,6 +154,8 @@ func New(o Options) *Server {
 	mux.HandleFunc("/v1/messages", s.messages)
 	mux.HandleFunc("/v1/messages/count_tokens", s.countTokens)
 	mux.HandleFunc("/v1/messages/", messagesNotFound)
+	mux.HandleFunc("/v1/responses", s.responsesCreate)
+	mux.HandleFunc("/v1/responses/", responsesNotFound)
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/v1/models/{id...}", s.model)
 	mux.HandleFunc("/v1/activity", s.activity)
@@ -348,6 +350,9 @@ type chatRequest struct {
 	req      *chatreq.Request
 	// api is the HTTP API the request came in by.
 	api switchboardv1.ClientApi
+	// session is the conversation the request's body names (the
+	// Responses API's prompt_cache_key), used when no header names one.
+	session string
 }
 
 // readChat authenticates what it can of a chat request and reads and parses
@@ -504,7 +509,7 @@ func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, mode
 		Parameters: req.Parameters,
 		Region:     s.opts.Region,
 		Explain:    debug,
-		SessionId:  sessionID(r),
+		SessionId:  sessionID(r, c.session),
 		// Every dispatch goes through the rate-limit broker: Decide reserves on
 		// the endpoint it picks, skipping full ones, and refuses when the
 		// caller's own limits or every endpoint are full. The request id

@@ -11,18 +11,35 @@ const HeaderSession = "X-Session-Id"
 // request of a session: the conversation, when HeaderSession is absent.
 const HeaderClaudeCodeSession = "X-Claude-Code-Session-Id"
 
+// HeaderCodexSession is the conversation id Codex CLI sends with every
+// request of a conversation (as "session_id"; its older releases sent
+// HeaderCodexConversation too): the conversation, when neither header
+// above is present.
+const (
+	HeaderCodexSession      = "Session_id"
+	HeaderCodexConversation = "Conversation_id"
+)
+
+// sessionHeaders are the headers naming a request's conversation, the
+// first present winning.
+var sessionHeaders = []string{HeaderSession, HeaderClaudeCodeSession, HeaderCodexSession, HeaderCodexConversation}
+
 // maxSessionID bounds a session id's length.
 const maxSessionID = 128
 
-// sessionID is the request's X-Session-Id (else its
-// X-Claude-Code-Session-Id) when it is a valid id: 1 to 128
+// sessionID is the conversation the request names: the first of
+// sessionHeaders present, else fromBody (what the body names, as the
+// Responses API's prompt_cache_key), when it is a valid id: 1 to 128
 // ASCII letters, digits, '-', '_', '.' or ':'. Anything else is ignored,
-// not refused: the header only helps routing, and the conversation is
-// still recognised by its prompt.
-func sessionID(r *http.Request) string {
-	s := r.Header.Get(HeaderSession)
-	if s == "" {
-		s = r.Header.Get(HeaderClaudeCodeSession)
+// not refused: the id only helps routing, and the conversation is still
+// recognised by its prompt.
+func sessionID(r *http.Request, fromBody string) string {
+	s := fromBody
+	for _, h := range sessionHeaders {
+		if v := r.Header.Get(h); v != "" {
+			s = v
+			break
+		}
 	}
 	if len(s) == 0 || len(s) > maxSessionID {
 		return ""

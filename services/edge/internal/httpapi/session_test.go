@@ -28,7 +28,7 @@ func TestSessionID(t *testing.T) {
 			if tt.header != "" {
 				r.Header.Set(HeaderSession, tt.header)
 			}
-			require.Equal(t, tt.want, sessionID(r))
+			require.Equal(t, tt.want, sessionID(r, ""))
 		})
 	}
 }
@@ -36,10 +36,26 @@ func TestSessionID(t *testing.T) {
 func TestSessionIDFromClaudeCode(t *testing.T) {
 	r := httptest.NewRequest("POST", "/v1/messages", nil)
 	r.Header.Set(HeaderClaudeCodeSession, "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab")
-	require.Equal(t, "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab", sessionID(r))
+	require.Equal(t, "3f2b8c1e-9d4a-4b6e-8f00-1234567890ab", sessionID(r, ""))
 	r.Header.Set(HeaderSession, "mine")
-	require.Equal(t, "mine", sessionID(r), "X-Session-Id wins")
+	require.Equal(t, "mine", sessionID(r, ""), "X-Session-Id wins")
 	r.Header.Del(HeaderSession)
 	r.Header.Set(HeaderClaudeCodeSession, "not valid")
-	require.Empty(t, sessionID(r))
+	require.Empty(t, sessionID(r, ""))
+}
+
+// TestSessionIDFromCodex: Codex CLI's session_id header (and its older
+// conversation_id) name the conversation as written, lower case and
+// underscore; the body's id (prompt_cache_key) counts only without a
+// header.
+func TestSessionIDFromCodex(t *testing.T) {
+	r := httptest.NewRequest("POST", "/v1/responses", nil)
+	require.Equal(t, "from-body", sessionID(r, "from-body"))
+	require.Empty(t, sessionID(r, "not valid"))
+	r.Header.Set("conversation_id", "conv-1")
+	require.Equal(t, "conv-1", sessionID(r, "from-body"))
+	r.Header.Set("session_id", "019a9544-7ab1-73c1-837e-1fa681f4462b")
+	require.Equal(t, "019a9544-7ab1-73c1-837e-1fa681f4462b", sessionID(r, "from-body"), "session_id wins over conversation_id")
+	r.Header.Set(HeaderClaudeCodeSession, "cc")
+	require.Equal(t, "cc", sessionID(r, "from-body"))
 }
