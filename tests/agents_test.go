@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -86,6 +87,8 @@ func (e *egressTrap) attempts() []string {
 type agentRun struct {
 	stdout, stderr string
 	err            error
+	// report is what a failure message shows of the run.
+	report string
 }
 
 // runAgent runs bin with args in dir, with env as its whole environment
@@ -112,20 +115,38 @@ func runAgent(t *testing.T, dir string, env []string, bin string, args ...string
 	return agentRun{stdout: stdout.String(), stderr: stderr.String(), err: err}
 }
 
-// report is what a failure message shows of a run: the CLI's output, what
-// it tried beyond loopback, and the edge's log.
-func (r agentRun) report(s *system, trap *egressTrap) string {
-	return fmt.Sprintf("exit: %v\n--- stdout\n%s\n--- stderr\n%s\n--- non-loopback attempts\n%q\n--- edge log\n%s",
-		r.err, r.stdout, r.stderr, trap.attempts(), s.logText())
+// agentStack is a whole Switchboard on loopback for a coding agent to
+// run against: the system, the egress trap, and the agent's own HOME
+// with an empty project directory to work in.
+type agentStack struct {
+	*system
+	trap *egressTrap
+	// home is the agent's HOME; work, below it, its working directory.
+	home, work string
+	// env is the agent's whole environment: a PATH with the shell its
+	// tools run in, its HOME, and the trap's proxy; tests add its own.
+	env []string
 }
 
-// baseEnv is the environment every agent run starts from: a PATH with
-// the shell its tools run in, a HOME of its own, and the trap's proxy.
-func baseEnv(t *testing.T, trap *egressTrap) (home string, env []string) {
-	home = t.TempDir()
-	env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "TMPDIR=" + home, "LANG=C.UTF-8",
-		"TERM=dumb", "NO_COLOR=1"}, trap.env()...)
-	return home, env
+func startAgentStack(t *testing.T) *agentStack {
+	t.Helper()
+	a := &agentStack{system: startSystem(t), trap: startEgressTrap(t), home: t.TempDir()}
+	a.work = filepath.Join(a.home, "project")
+	require.NoError(t, os.Mkdir(a.work, 0o700))
+	a.env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + a.home, "TMPDIR=" + a.home, "LANG=C.UTF-8",
+		"TERM=dumb", "NO_COLOR=1"}, a.trap.env()...)
+	return a
+}
+
+// run runs the agent CLI bin in the project directory and returns what
+// it did, with the report a failure shows: its output, what it tried
+// beyond loopback, and the edge's log.
+func (a *agentStack) run(t *testing.T, bin string, args ...string) agentRun {
+	t.Helper()
+	r := runAgent(t, a.work, a.env, bin, args...)
+	r.report = fmt.Sprintf("exit: %v\n--- stdout\n%s\n--- stderr\n%s\n--- non-loopback attempts\n%q\n--- edge log\n%s",
+		r.err, r.stdout, r.stderr, a.trap.attempts(), a.logText())
+	return r
 }
 
 // randomToken is a fresh word for a tool to print: only a run that really
@@ -173,15 +194,10 @@ func (s *system) activity(t *testing.T) []*switchboardv1.ActivityRecord {
 // prints. The gateway saw a Messages-API conversation of two turns.
 func TestClaudeCodeToolTurnThroughEdge(t *testing.T) {
 	claude := agentBin(t, "claude")
-	s := startSystem(t)
-	trap := startEgressTrap(t)
-	home, env := baseEnv(t, trap)
-	work := filepath.Join(home, "project")
-	require.NoError(t, os.Mkdir(work, 0o700))
-
+	s := startAgentStack(t)
 	token := randomToken(t)
 	session := uuid4(t)
-	env = append(env,
+	s.env = append(s.env,
 		"ANTHROPIC_BASE_URL="+strings.TrimSuffix(s.edge.URL(), "/v1"),
 		"ANTHROPIC_API_KEY="+testKey,
 		// Every model Claude Code asks for is the catalog's.
@@ -200,16 +216,16 @@ func TestClaudeCodeToolTurnThroughEdge(t *testing.T) {
 		"CLAUDE_CODE_MAX_OUTPUT_TOKENS=32",
 	)
 	prompt := fmt.Sprintf(`Print the token. [[provsim:tool=Bash {"command":"echo switchboard-%s","description":"Print the token"}]]`, token)
-	run := runAgent(t, work, env, claude, "-p", prompt,
+	run := s.run(t, claude, "-p", prompt,
 		"--model", model, "--session-id", session, "--output-format", "text", "--max-turns", "4",
 		// Only this command may run, without asking: print mode cannot ask.
 		"--allowedTools", "Bash(echo:*)")
-	report := run.report(s, trap)
+	report := run.report
 	require.NoError(t, run.err, report)
 	// The simulator's answer to the tool's result, which only a run of the
 	// command could have produced, is what Claude Code printed.
 	require.Contains(t, run.stdout, "tool result: switchboard-"+token, report)
-	require.Empty(t, trap.attempts(), "Claude Code tried to reach beyond loopback\n%s", report)
+	require.Empty(t, s.trap.attempts(), "Claude Code tried to reach beyond loopback\n%s", report)
 	s.requireAgentTurns(t, switchboardv1.ClientApi_CLIENT_API_MESSAGES, report)
 
 	// Claude Code's session header named the conversation: the decider
@@ -236,4 +252,113 @@ func (s *system) requireAgentTurns(t *testing.T, api switchboardv1.ClientApi, re
 		require.Equal(t, model, r.GetModel())
 		require.Positive(t, r.GetUsage().GetOutputTokens(), "record %s", r.GetId())
 	}
+}
+
+// codexConfig is Codex CLI's config.toml for the edge at baseURL: a model
+// provider speaking the Responses API with the key in keyEnv, no approvals
+// asked (exec cannot ask), and none of its own services (plugin
+// marketplaces on GitHub, ChatGPT's apps and plugin catalog, update
+// checks, analytics) that would reach beyond the gateway.
+func codexConfig(baseURL, keyEnv string) string {
+	return fmt.Sprintf(`model = %q
+model_provider = "switchboard"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[model_providers.switchboard]
+name = "Switchboard"
+base_url = %q
+env_key = %q
+wire_api = "responses"
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+apps = false
+in_app_updates = false
+`, model, baseURL, keyEnv)
+}
+
+// codexEvent is a line of codex exec --json, as far as these tests read it.
+type codexEvent struct {
+	Type     string `json:"type"`
+	ThreadID string `json:"thread_id"`
+	Item     struct {
+		Type             string `json:"type"`
+		Text             string `json:"text"`
+		Command          string `json:"command"`
+		AggregatedOutput string `json:"aggregated_output"`
+		ExitCode         *int   `json:"exit_code"`
+	} `json:"item"`
+}
+
+// codexEvents decodes codex exec --json's output, one event a line.
+func codexEvents(t *testing.T, stdout, report string) []codexEvent {
+	t.Helper()
+	var evs []codexEvent
+	for line := range strings.Lines(stdout) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var ev codexEvent
+		require.NoError(t, json.Unmarshal([]byte(line), &ev), "%s\n%s", line, report)
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// TestCodexToolTurnThroughEdge runs Codex CLI, unchanged, with codex exec
+// against the edge's Responses API: the simulator asks it to run a shell
+// command (its exec_command tool), Codex runs it and sends the output
+// back, and the simulator's answer quoting it is Codex's last message.
+// The gateway saw a Responses-API conversation of two turns, named by
+// Codex's session header.
+func TestCodexToolTurnThroughEdge(t *testing.T) {
+	codex := agentBin(t, "codex")
+	s := startAgentStack(t)
+	codexHome := filepath.Join(s.home, ".codex")
+	require.NoError(t, os.Mkdir(codexHome, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(codexConfig(s.edge.URL(), "SWITCHBOARD_API_KEY")), 0o600))
+	s.env = append(s.env, "CODEX_HOME="+codexHome, "SWITCHBOARD_API_KEY="+testKey)
+
+	token := randomToken(t)
+	prompt := fmt.Sprintf(`Print the token. [[provsim:tool=exec_command {"cmd":"echo switchboard-%s"}]]`, token)
+	run := s.run(t, codex, "exec", "--skip-git-repo-check", "--ephemeral", "--json", prompt)
+	report := run.report
+	require.NoError(t, run.err, report)
+
+	var thread, answer string
+	var ran bool
+	for _, ev := range codexEvents(t, run.stdout, report) {
+		switch {
+		case ev.Type == "thread.started":
+			thread = ev.ThreadID
+		case ev.Type == "item.completed" && ev.Item.Type == "command_execution":
+			require.Contains(t, ev.Item.Command, "echo switchboard-"+token, report)
+			require.Equal(t, "switchboard-"+token+"\n", ev.Item.AggregatedOutput, report)
+			require.NotNil(t, ev.Item.ExitCode, report)
+			require.Zero(t, *ev.Item.ExitCode, report)
+			ran = true
+		case ev.Type == "item.completed" && ev.Item.Type == "agent_message":
+			answer = ev.Item.Text
+		case ev.Type == "turn.failed" || ev.Type == "error":
+			require.Fail(t, "codex reported an error", report)
+		}
+	}
+	require.True(t, ran, "codex ran no command\n%s", report)
+	// Its last message is the simulator's answer to the command's output
+	// (which Codex prefixes with the run's wall time and exit code).
+	require.True(t, strings.HasPrefix(answer, "tool result: "), "last message %q\n%s", answer, report)
+	require.Contains(t, answer, "Output: switchboard-"+token, report)
+	require.Empty(t, s.trap.attempts(), "Codex tried to reach beyond loopback\n%s", report)
+	s.requireAgentTurns(t, switchboardv1.ClientApi_CLIENT_API_RESPONSES, report)
+
+	// Its session header (the thread id) named the conversation.
+	require.NotEmpty(t, thread, report)
+	require.Contains(t, sessionDryRun(t, operatorRPC(t, s.decider.Addr()), thread, 4096), "sticky=kept", report)
 }

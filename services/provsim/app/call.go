@@ -99,14 +99,20 @@ func (c *call) serve() {
 		writeError(c.w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 		return
 	}
-	c.n, c.finishReason = outputLength(c.cfg, c.req.MaxTokens)
 	var result bool
 	c.words, result = replyWords(c.req)
-	if result && int64(len(c.words)) < c.n {
+	c.n, c.finishReason = outputLength(c.cfg, c.req.MaxTokens)
+	if result {
 		// An answer to a tool's result says what the tool returned, once,
 		// and ends the turn, as a model does once it has what it asked
 		// for: an agent then prints it rather than hitting its token cap.
-		c.n, c.finishReason = int64(len(c.words)), "stop"
+		// Only a cap below the quote cuts it.
+		cfg := c.cfg
+		cfg.DefaultOutputTokens = int64(len(c.words))
+		c.n, c.finishReason = outputLength(cfg, c.req.MaxTokens)
+		if c.n >= cfg.DefaultOutputTokens {
+			c.n, c.finishReason = cfg.DefaultOutputTokens, "stop"
+		}
 	}
 	c.prompt = c.req.PromptTokens()
 	if c.cache != nil {

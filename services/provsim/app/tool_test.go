@@ -187,7 +187,8 @@ func TestScriptedToolArguments(t *testing.T) {
 // turn, unless max_tokens cuts it first.
 func TestToolResultReply(t *testing.T) {
 	t.Parallel()
-	p := startProvider(t, "", ModelConfig{ID: "m", DefaultOutputTokens: 64})
+	// The model's own length is below the quote's: the quote is whole.
+	p := startProvider(t, "", ModelConfig{ID: "m", DefaultOutputTokens: 2})
 	c := newClient(t)
 	long := strings.Repeat("é", 150) + " " + strings.Repeat("x", 100)
 	tests := []struct {
@@ -199,6 +200,7 @@ func TestToolResultReply(t *testing.T) {
 		{name: "first 200 characters", result: long, want: "tool result: " + strings.Repeat("é", 150) + " " + strings.Repeat("x", 49) + " ", finish: "stop"},
 		{name: "empty result", result: "", want: "tool result: ", finish: "stop"},
 		{name: "max_tokens cuts it", result: "a b c d", maxTokens: 3, want: "tool result: a ", finish: "length"},
+		{name: "max_tokens above it", result: "a b c d", maxTokens: 100, want: "tool result: a b c d ", finish: "stop"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

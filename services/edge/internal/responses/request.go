@@ -73,6 +73,9 @@ var (
 		"include": true, "service_tier": true, "truncation": true, "max_tool_calls": true, "top_logprobs": true,
 		"stream_options": true, "prompt_cache_retention": true, "prompt_cache_options": true,
 		"context_management": true, "moderation": true, "image": true, "access_programs": true,
+		// Codex CLI's own bookkeeping (its installation, turn and window
+		// ids), sent with every request.
+		"client_metadata": true,
 	}
 	// read are the parameters the translation reads.
 	read = map[string]bool{
