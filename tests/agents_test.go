@@ -188,51 +188,79 @@ func (s *system) activity(t *testing.T) []*switchboardv1.ActivityRecord {
 }
 
 // TestClaudeCodeToolTurnThroughEdge runs Claude Code, unchanged, in print
-// mode against the edge's Messages API: the simulator asks it to run a
-// shell command, Claude Code runs it and sends the result back, and the
-// simulator's answer quoting the command's output is what Claude Code
-// prints. The gateway saw a Messages-API conversation of two turns.
+// mode against the edge's Messages API, with the tenant key as an API key
+// (x-api-key) and as an auth token (Authorization: Bearer): the simulator
+// asks it to run a shell command, Claude Code runs it and sends the result
+// back, and the simulator's answer quoting the command's output is what
+// Claude Code prints. A command it may not run comes back as an error
+// result, quoted the same way. The gateway saw a Messages-API conversation
+// of two turns, named by Claude Code's session header.
 func TestClaudeCodeToolTurnThroughEdge(t *testing.T) {
 	claude := agentBin(t, "claude")
-	s := startAgentStack(t)
-	token := randomToken(t)
-	session := uuid4(t)
-	s.env = append(s.env,
-		"ANTHROPIC_BASE_URL="+strings.TrimSuffix(s.edge.URL(), "/v1"),
-		"ANTHROPIC_API_KEY="+testKey,
-		// Every model Claude Code asks for is the catalog's.
-		"ANTHROPIC_MODEL="+model,
-		"ANTHROPIC_SMALL_FAST_MODEL="+model,
-		"ANTHROPIC_DEFAULT_HAIKU_MODEL="+model,
-		"ANTHROPIC_DEFAULT_SONNET_MODEL="+model,
-		"ANTHROPIC_DEFAULT_OPUS_MODEL="+model,
-		// No telemetry, error reports, update checks or other traffic
-		// beyond the API calls themselves.
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-		"DISABLE_TELEMETRY=1",
-		"DISABLE_ERROR_REPORTING=1",
-		"DISABLE_AUTOUPDATER=1",
-		// The simulator writes max_tokens tokens before a tool call.
-		"CLAUDE_CODE_MAX_OUTPUT_TOKENS=32",
-	)
-	prompt := fmt.Sprintf(`Print the token. [[provsim:tool=Bash {"command":"echo switchboard-%s","description":"Print the token"}]]`, token)
-	run := s.run(t, claude, "-p", prompt,
-		"--model", model, "--session-id", session, "--output-format", "text", "--max-turns", "4",
-		// Only this command may run, without asking: print mode cannot ask.
-		"--allowedTools", "Bash(echo:*)")
-	report := run.report
-	require.NoError(t, run.err, report)
-	// The simulator's answer to the tool's result, which only a run of the
-	// command could have produced, is what Claude Code printed.
-	require.Contains(t, run.stdout, "tool result: switchboard-"+token, report)
-	require.Empty(t, s.trap.attempts(), "Claude Code tried to reach beyond loopback\n%s", report)
-	s.requireAgentTurns(t, switchboardv1.ClientApi_CLIENT_API_MESSAGES, report)
+	tests := []struct {
+		name, keyEnv string
+		// allow is the --allowedTools rule: print mode cannot ask for a
+		// permission, and a root user may not skip them. echo alone needs
+		// none (Claude Code runs read-only commands freely); tee, which
+		// writes a file, does.
+		allow string
+		ran   bool
+	}{
+		{name: "API key", keyEnv: "ANTHROPIC_API_KEY", allow: "Bash(tee:*)", ran: true},
+		{name: "auth token", keyEnv: "ANTHROPIC_AUTH_TOKEN", allow: "Bash(tee:*)", ran: true},
+		{name: "command not allowed", keyEnv: "ANTHROPIC_API_KEY", allow: "Bash(ls:*)", ran: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startAgentStack(t)
+			token := randomToken(t)
+			session := uuid4(t)
+			s.env = append(s.env,
+				"ANTHROPIC_BASE_URL="+strings.TrimSuffix(s.edge.URL(), "/v1"),
+				tt.keyEnv+"="+testKey,
+				// Every model Claude Code asks for is the catalog's: its
+				// main model and the small, fast one of its side requests.
+				"ANTHROPIC_MODEL="+model,
+				"ANTHROPIC_DEFAULT_HAIKU_MODEL="+model,
+				"ANTHROPIC_DEFAULT_SONNET_MODEL="+model,
+				"ANTHROPIC_DEFAULT_OPUS_MODEL="+model,
+				// No telemetry, error reports, update checks or other
+				// traffic beyond the API calls: without it, it calls
+				// api.anthropic.com three times in a print-mode turn.
+				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+				// The simulator writes max_tokens tokens before a tool call.
+				"CLAUDE_CODE_MAX_OUTPUT_TOKENS=32",
+			)
+			prompt := fmt.Sprintf(`Save the token. [[provsim:tool=Bash {"command":"echo switchboard-%s | tee token.txt","description":"Save the token"}]]`, token)
+			run := s.run(t, claude, "-p", prompt, "--model", model, "--session-id", session,
+				"--output-format", "text", "--max-turns", "4", "--allowedTools", tt.allow)
+			report := run.report
+			require.NoError(t, run.err, report)
+			saved, err := os.ReadFile(filepath.Join(s.work, "token.txt"))
+			if tt.ran {
+				// The simulator's answer to the tool's result, which only a
+				// run of the command could have produced, is what Claude
+				// Code printed; the command's file is there.
+				require.Contains(t, run.stdout, "tool result: switchboard-"+token, report)
+				require.NoError(t, err, report)
+				require.Equal(t, "switchboard-"+token+"\n", string(saved))
+			} else {
+				// The refusal went back as an error result, and nothing ran.
+				require.Contains(t, run.stdout, "tool result: Error:", report)
+				require.Contains(t, run.stdout, "requires approval", report)
+				require.NotContains(t, run.stdout, "switchboard-"+token, report)
+				require.ErrorIs(t, err, os.ErrNotExist)
+			}
+			require.Empty(t, s.trap.attempts(), "Claude Code tried to reach beyond loopback\n%s", report)
+			s.requireAgentTurns(t, switchboardv1.ClientApi_CLIENT_API_MESSAGES, report)
 
-	// Claude Code's session header named the conversation: the decider
-	// keeps its next turn where the last one was served.
-	rpc := operatorRPC(t, s.decider.Addr())
-	require.Contains(t, sessionDryRun(t, rpc, session, 4096), "sticky=kept", report)
-	require.Contains(t, sessionDryRun(t, rpc, uuid4(t), 4096), "sticky=new", "a session nobody used is new")
+			// Claude Code's session header named the conversation: the
+			// decider keeps its next turn where the last one was served.
+			rpc := operatorRPC(t, s.decider.Addr())
+			require.Contains(t, sessionDryRun(t, rpc, session, 4096), "sticky=kept", report)
+			require.Contains(t, sessionDryRun(t, rpc, uuid4(t), 4096), "sticky=new", "a session nobody used is new")
+		})
+	}
 }
 
 // requireAgentTurns checks the gateway's side of an agent's tool turn: at
@@ -256,9 +284,11 @@ func (s *system) requireAgentTurns(t *testing.T, api switchboardv1.ClientApi, re
 
 // codexConfig is Codex CLI's config.toml for the edge at baseURL: a model
 // provider speaking the Responses API with the key in keyEnv, no approvals
-// asked (exec cannot ask), and none of its own services (plugin
-// marketplaces on GitHub, ChatGPT's apps and plugin catalog, update
-// checks, analytics) that would reach beyond the gateway.
+// asked (exec cannot ask), and none of its own services that would reach
+// beyond the gateway: with plugins on, codex exec fetches its plugin
+// marketplace from github.com and api.github.com and its plugin catalog
+// from chatgpt.com at start; with analytics on, it reports to
+// ab.chatgpt.com (the update check is the interactive UI's).
 func codexConfig(baseURL, keyEnv string) string {
 	return fmt.Sprintf(`model = %q
 model_provider = "switchboard"
@@ -277,10 +307,6 @@ enabled = false
 
 [features]
 plugins = false
-remote_plugin = false
-plugin_sharing = false
-apps = false
-in_app_updates = false
 `, model, baseURL, keyEnv)
 }
 
