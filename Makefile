@@ -81,6 +81,8 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzSplitObject$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/chatreq
 	go test -run='^$$' -fuzz='^FuzzDecodeMessages$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/chatreq
 	go test -run='^$$' -fuzz='^FuzzParseMessages$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/anthropic
+	go test -run='^$$' -fuzz='^FuzzParseResponses$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/responses
+	go test -run='^$$' -fuzz='^FuzzStream$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/responses
 	go test -run='^$$' -fuzz='^FuzzParseRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/chatapi
 	go test -run='^$$' -fuzz='^FuzzToolDirective$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/app
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog

@@ -166,22 +166,67 @@ func (s *system) client() openai.Client {
 // post sends a raw chat request and returns status, headers and body.
 func (s *system) post(t testing.TB, key string, body string) (int, http.Header, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
+	status, header, raw := s.send(t, key, http.MethodPost, "/chat/completions", body)
+	var out map[string]any
+	if strings.HasPrefix(header.Get("Content-Type"), "application/json") {
+		require.NoError(t, json.Unmarshal(raw, &out), "body: %s", raw)
+	}
+	return status, header, out
+}
+
+// send sends a request to the edge's API path (below /v1) with key, if
+// any, and the header pairs, and returns its status, headers and body.
+func (s *system) send(t testing.TB, key, method, path, body string, header ...string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, s.edge.URL()+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	var out map[string]any
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		require.NoError(t, json.Unmarshal(raw, &out), "body: %s", raw)
+	return resp.StatusCode, resp.Header, raw
+}
+
+// sseEvent is one event of a stream the edge answered, with its data's
+// type and sequence number (-1 when it has none).
+type sseEvent struct {
+	name, data string
+	seq        int
+}
+
+// sseEvents splits a stream into its events, checking each is an event
+// line and a data line whose type is the event's name.
+func sseEvents(t *testing.T, stream []byte) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	for ev := range strings.SplitSeq(strings.TrimSuffix(string(stream), "\n\n"), "\n\n") {
+		name, data, ok := strings.Cut(ev, "\n")
+		require.True(t, ok, ev)
+		name, ok = strings.CutPrefix(name, "event: ")
+		require.True(t, ok, ev)
+		data, ok = strings.CutPrefix(data, "data: ")
+		require.True(t, ok, ev)
+		v := struct {
+			Type           string `json:"type"`
+			SequenceNumber *int   `json:"sequence_number"`
+		}{}
+		require.NoError(t, json.Unmarshal([]byte(data), &v), data)
+		require.Equal(t, name, v.Type, "the event's name is its data's type")
+		seq := -1
+		if v.SequenceNumber != nil {
+			seq = *v.SequenceNumber
+		}
+		out = append(out, sseEvent{name: name, data: data, seq: seq})
 	}
-	return resp.StatusCode, resp.Header, out
+	return out
 }
 
 // lockedWriter lets the edge's goroutines log into one buffer that the test reads.

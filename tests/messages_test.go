@@ -111,15 +111,8 @@ func (s *system) activityRecord(t *testing.T, reqID string) activityRecord {
 		Data activityRecord `json:"data"`
 	}
 	require.Eventually(t, func() bool {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.edge.URL()+"/generation?id="+reqID, nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+testKey)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		if resp.StatusCode != http.StatusOK {
+		status, _, body := s.send(t, testKey, http.MethodGet, "/generation?id="+reqID, "")
+		if status != http.StatusOK {
 			return false
 		}
 		require.NoError(t, json.Unmarshal(body, &rec), string(body))
@@ -267,35 +260,17 @@ const claudeCodeBody = `{"model":"` + model + `","max_tokens":4,"stream":true,
 // gets Anthropic's event sequence.
 func TestMessagesClaudeCodeStreamEvents(t *testing.T) {
 	s := startSystem(t)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/messages?beta=true", strings.NewReader(claudeCodeBody))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+testKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("anthropic-version", "2023-06-01")
-	req.Header.Set("anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27")
-	req.Header.Set("X-Claude-Code-Session-Id", "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	status, header, body := s.send(t, testKey, http.MethodPost, "/messages?beta=true", claudeCodeBody,
+		"anthropic-version", "2023-06-01",
+		"anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27",
+		"X-Claude-Code-Session-Id", "3f1e6c2a-9a7e-4a53-a0a5-5f3c4a1c2b10")
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Equal(t, "text/event-stream", header.Get("Content-Type"))
 
 	var names []string
 	var deltas int
-	for ev := range strings.SplitSeq(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
-		name, data, ok := strings.Cut(ev, "\n")
-		require.True(t, ok, ev)
-		name, ok = strings.CutPrefix(name, "event: ")
-		require.True(t, ok, ev)
-		data, ok = strings.CutPrefix(data, "data: ")
-		require.True(t, ok, ev)
-		var v struct {
-			Type string `json:"type"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(data), &v), data)
-		require.Equal(t, name, v.Type, "the event's name is its data's type")
+	for _, ev := range sseEvents(t, body) {
+		name := ev.name
 		if name == "content_block_delta" {
 			deltas++
 			if deltas > 1 {
@@ -313,19 +288,9 @@ func TestMessagesClaudeCodeStreamEvents(t *testing.T) {
 // session header, and returns the serving provider and the route summary.
 func (s *stickySystem) postMessages(t *testing.T, body, session string) (provider, route string) {
 	t.Helper()
-	body = strings.Replace(body, "{", `{"stream":true,`, 1)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/messages?beta=true", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("x-api-key", testKey)
-	req.Header.Set("X-Claude-Code-Session-Id", session)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
-	require.Contains(t, string(raw), "event: message_stop")
-	return resp.Header.Get("X-Switchboard-Provider"), resp.Header.Get("X-Switchboard-Route")
+	provider, route, stream := s.postTo(t, "/messages?beta=true", testKey, body, "X-Claude-Code-Session-Id", session)
+	require.Contains(t, stream, "event: message_stop")
+	return provider, route
 }
 
 // TestMessagesStickyByClaudeCodeSession: X-Claude-Code-Session-Id names a

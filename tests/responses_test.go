@@ -3,7 +3,6 @@ package tests
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -246,15 +245,8 @@ func TestResponsesRefusedThroughEdge(t *testing.T) {
 		{"item", `{"model":"` + model + `","input":[{"type":"message","role":"robot","content":"hi"}]}`, "input[0].role", "invalid_value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.edge.URL()+"/responses", strings.NewReader(tt.body))
-			require.NoError(t, err)
-			req.Header.Set("Authorization", "Bearer "+testKey)
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+			status, _, body := s.send(t, testKey, http.MethodPost, "/responses", tt.body)
+			require.Equal(t, http.StatusBadRequest, status, string(body))
 			var e struct {
 				Error struct {
 					Type, Param, Code, Message string
@@ -285,8 +277,23 @@ func TestResponsesProviderFailuresThroughEdge(t *testing.T) {
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
 	require.NotEmpty(t, apiErr.Response.Header.Get("Retry-After"))
+	require.Equal(t, "rate_limit_exceeded", apiErr.Code)
 
-	stream := client.Responses.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four five six seven eight"))
+	// Refused before the stream began: the same error, not a stream.
+	stream := client.Responses.NewStreaming(ctx, ask("[[provsim:fault=rate_limit]] hi"))
+	require.False(t, stream.Next())
+	require.True(t, errors.As(stream.Err(), &apiErr), "%v", stream.Err())
+	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+	require.NotEmpty(t, apiErr.Response.Header.Get("Retry-After"))
+
+	// Every provider overloaded: the chat pipeline's 503, as it is (OpenAI's
+	// clients retry it).
+	_, err = client.Responses.New(ctx, ask("[[provsim:fault=overloaded]] hi"))
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusServiceUnavailable, apiErr.StatusCode)
+	require.NotEmpty(t, apiErr.Message)
+
+	stream = client.Responses.NewStreaming(ctx, ask("[[provsim:fault=drop]] one two three four five six seven eight"))
 	types, last := streamEvents(t, stream)
 	require.Contains(t, types, "response.output_text.delta", "the stream had begun")
 	require.Equal(t, "response.failed", last.Type)
@@ -294,4 +301,77 @@ func TestResponsesProviderFailuresThroughEdge(t *testing.T) {
 	require.Equal(t, responses.ResponseStatusFailed, failed.Status)
 	require.NotEmpty(t, failed.Error.Message)
 	require.Equal(t, responses.ResponseErrorCodeServerError, failed.Error.Code)
+}
+
+// codexBody is a request shaped as Codex CLI sends it to a custom
+// provider: instructions, its environment context as a user message,
+// function tools (and web search, which the gateway drops), reasoning,
+// include, prompt_cache_key, text.verbosity, client_metadata, a stream.
+const codexBody = `{"model":"` + model + `","instructions":"You are Codex, a coding agent.",
+ "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context><cwd>/src</cwd></environment_context>"}]},
+  {"type":"message","role":"user","content":[{"type":"input_text","text":"hello world"}]}],
+ "tools":[{"type":"function","name":"shell","description":"Runs a shell command","strict":false,
+   "parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}},"required":["command"],"additionalProperties":false}},
+  {"type":"web_search"}],
+ "tool_choice":"auto","parallel_tool_calls":false,"reasoning":{"effort":"medium","summary":"auto"},"store":false,"stream":true,
+ "include":["reasoning.encrypted_content"],"prompt_cache_key":"019a9544-7ab1-73c1-837e-1fa681f4462b","text":{"verbosity":"medium"},
+ "client_metadata":{"x-codex-installation-id":"abc"}}`
+
+// TestResponsesCodexStreamEvents: a Codex CLI request, in raw HTTP, gets
+// OpenAI's event sequence, each event named by its data's type and
+// numbered in order.
+func TestResponsesCodexStreamEvents(t *testing.T) {
+	s := startSystem(t)
+	status, header, body := s.send(t, testKey, http.MethodPost, "/responses", codexBody,
+		"OpenAI-Beta", "responses=experimental", "originator", "codex_cli_rs", "session_id", "019a9544-7ab1-73c1-837e-1fa681f4462b")
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Equal(t, "text/event-stream", header.Get("Content-Type"))
+
+	var names []string
+	for i, ev := range sseEvents(t, body) {
+		require.Equal(t, i, ev.seq, "sequence_number of %s", ev.name)
+		names = append(names, ev.name)
+	}
+	require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+		"response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done",
+		"response.completed"}, squeeze(names))
+}
+
+// TestResponsesStickyByCodexSession: Codex CLI's session_id header, and
+// without a header the body's prompt_cache_key, name a Responses
+// conversation as X-Session-Id does: a turn with an unrelated prompt
+// stays on the endpoint of the conversation's first turn.
+func TestResponsesStickyByCodexSession(t *testing.T) {
+	s := startSticky(t, "{input: 0.20, cached_input: 0.02, output: 0.80}", "{input: 0.12, cached_input: 0.03, output: 0.80}")
+	served := map[string]int64{}
+	// Both are measured (equally fast), so both qualify for the policy.
+	for _, p := range []string{"warm", "plain"} {
+		got, _ := s.post(t, otherKey, chat("measure-"+p, stickyPromptTokens, `"provider":{"only":["`+p+`"]},`))
+		require.Equal(t, p, got)
+		served[p]++
+		s.learnt(t, p, served[p])
+	}
+	ask := func(uniq, extra string, header ...string) (provider, route string) {
+		body := `{"model":"` + model + `",` + extra + `"max_output_tokens":16,"input":"` + uniq + " " + longPrompt(stickyPromptTokens) + `"}`
+		provider, route, stream := s.postTo(t, "/responses", testKey, body, header...)
+		require.Contains(t, stream, "event: response.incomplete")
+		return provider, route
+	}
+	const session = "019a9544-7ab1-73c1-837e-1fa681f4462b"
+	p, route := ask("cx-1", `"provider":{"only":["plain"]},`, "session_id", session)
+	require.Equal(t, "plain", p)
+	require.Contains(t, route, "sticky=new")
+	p, route = ask("cx-2", "", "session_id", session)
+	require.Equal(t, "plain", p, route)
+	require.Contains(t, route, "sticky=kept")
+
+	p, route = ask("pk-1", `"prompt_cache_key":"conv-pk","provider":{"only":["plain"]},`)
+	require.Equal(t, "plain", p)
+	require.Contains(t, route, "sticky=new")
+	p, route = ask("pk-2", `"prompt_cache_key":"conv-pk",`)
+	require.Equal(t, "plain", p, route)
+	require.Contains(t, route, "sticky=kept")
+	// Another key is another conversation.
+	_, route = ask("pk-3", `"prompt_cache_key":"another",`)
+	require.Contains(t, route, "sticky=new")
 }

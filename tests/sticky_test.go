@@ -75,8 +75,17 @@ func startSticky(t *testing.T, warmPrice, plainPrice string) *stickySystem {
 // summary.
 func (s *stickySystem) post(t *testing.T, key, body string, header ...string) (provider, route string) {
 	t.Helper()
+	provider, route, _ = s.postTo(t, "/chat/completions", key, body, header...)
+	return provider, route
+}
+
+// postTo sends a request to the API path, streamed, with key and the
+// header pairs, and returns the serving provider, the route summary and
+// the stream.
+func (s *stickySystem) postTo(t *testing.T, path, key, body string, header ...string) (provider, route, stream string) {
+	t.Helper()
 	body = strings.Replace(body, "{", `{"stream":true,`, 1)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -89,7 +98,7 @@ func (s *stickySystem) post(t *testing.T, key, body string, header ...string) (p
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
-	return resp.Header.Get("X-Switchboard-Provider"), resp.Header.Get("X-Switchboard-Route")
+	return resp.Header.Get("X-Switchboard-Provider"), resp.Header.Get("X-Switchboard-Route"), string(raw)
 }
 
 // dryRun is what the decider would do for a request of the session, without

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // Request is what the answer's translation needs to know of the Messages
@@ -114,38 +115,13 @@ type wireToolChoice struct {
 
 // Chat-completions shapes the translation writes.
 type (
-	chatMessage struct {
-		Role       string         `json:"role"`
-		Content    any            `json:"content"`
-		ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
-		ToolCallID string         `json:"tool_call_id,omitempty"`
-	}
-	chatPart struct {
-		Type     string        `json:"type"`
-		Text     *string       `json:"text,omitempty"`
-		ImageURL *chatImageURL `json:"image_url,omitempty"`
-	}
-	chatImageURL struct {
-		URL string `json:"url"`
-	}
-	chatToolCall struct {
-		ID       string       `json:"id"`
-		Type     string       `json:"type"`
-		Function chatFunction `json:"function"`
-	}
-	chatFunction struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	}
-	chatTool struct {
-		Type     string      `json:"type"`
-		Function chatToolDef `json:"function"`
-	}
-	chatToolDef struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Parameters  json.RawMessage `json:"parameters"`
-	}
+	chatMessage  = clientapi.ChatMessage
+	chatPart     = clientapi.ChatPart
+	chatImageURL = clientapi.ChatImageURL
+	chatToolCall = clientapi.ChatToolCall
+	chatFunction = clientapi.ChatFunction
+	chatTool     = clientapi.ChatTool
+	chatToolDef  = clientapi.ChatToolDef
 )
 
 // Bounds of the chat API the translation must fit, checked here so a
@@ -157,23 +133,8 @@ const (
 	maxTools = 128
 	// maxToolName bounds a tool's name, whose characters are those of
 	// validToolName (Anthropic's own rule as well as the chat API's).
-	maxToolName = 64
+	maxToolName = clientapi.MaxToolName
 )
-
-// validToolName reports whether name is 1 to maxToolName of A-Z a-z 0-9 _ -.
-func validToolName(name string) bool {
-	if name == "" || len(name) > maxToolName {
-		return false
-	}
-	for i := range len(name) {
-		switch c := name[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 func fieldErr(param, format string, args ...any) *chatreq.Error {
 	return &chatreq.Error{Param: param, Message: fmt.Sprintf(format, args...)}
@@ -652,44 +613,10 @@ func checkToolChoice(out map[string]any) error {
 	return nil
 }
 
-// str reads raw as a JSON string: without decoding when it holds nothing
-// to unescape (ToChat checked the body is UTF-8 JSON), as a model name or
-// a short text does.
-func str(raw json.RawMessage) (string, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) < 2 || raw[0] != '"' {
-		return "", false
-	}
-	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && !hasControl(inner) {
-		return string(inner), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// hasControl reports whether b holds a control character, which a JSON
-// string may not.
-func hasControl(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 {
-			return true
-		}
-	}
-	return false
-}
-
-// null reports whether raw is absent or JSON null.
-func null(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || string(raw) == "null"
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
+// JSON helpers shared with the other client API translations.
+var (
+	str           = chatreq.String
+	null          = clientapi.Null
+	truncate      = clientapi.Truncate
+	validToolName = clientapi.ValidToolName
+)

@@ -2,9 +2,10 @@ package anthropic
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // Message is Anthropic's non-streamed answer.
@@ -41,20 +42,12 @@ type Usage struct {
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
-// chatUsage is a chat-completions usage object. Its prompt_tokens include
-// the cached ones.
-type chatUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens     int64 `json:"cached_tokens"`
-		CacheWriteTokens int64 `json:"cache_write_tokens"`
-	} `json:"prompt_tokens_details"`
-}
+// chatUsage is the chat-completions usage the answer's translation reads.
+type chatUsage = clientapi.ChatUsage
 
-// usage converts a chat usage: cache reads and writes taken out of the
+// usageOf converts a chat usage: cache reads and writes taken out of the
 // input tokens, none of them below zero.
-func (u chatUsage) usage() Usage {
+func usageOf(u *chatUsage) Usage {
 	out := Usage{InputTokens: max(u.PromptTokens, 0), OutputTokens: max(u.CompletionTokens, 0)}
 	if d := u.PromptTokensDetails; d != nil {
 		out.CacheReadInputTokens = min(max(d.CachedTokens, 0), out.InputTokens)
@@ -62,53 +55,6 @@ func (u chatUsage) usage() Usage {
 		out.InputTokens -= out.CacheReadInputTokens + out.CacheCreationInputTokens
 	}
 	return out
-}
-
-type chatToolCallDelta struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// chatMessageOut is a choice's message, or a chunk's delta.
-type chatMessageOut struct {
-	Content *string `json:"content"`
-	// ReasoningContent and Reasoning are the provider's reasoning, under
-	// either name providers give it.
-	ReasoningContent *string             `json:"reasoning_content"`
-	Reasoning        *string             `json:"reasoning"`
-	ToolCalls        []chatToolCallDelta `json:"tool_calls"`
-}
-
-// reasoning is the message's reasoning text, "" when it has none.
-func (m *chatMessageOut) reasoning() string {
-	switch {
-	case m.ReasoningContent != nil && *m.ReasoningContent != "":
-		return *m.ReasoningContent
-	case m.Reasoning != nil:
-		return *m.Reasoning
-	}
-	return ""
-}
-
-type chatChoice struct {
-	Message      *chatMessageOut `json:"message"`
-	Delta        *chatMessageOut `json:"delta"`
-	FinishReason *string         `json:"finish_reason"`
-	// StopReason is the stop string some providers (vLLM) name.
-	StopReason any `json:"stop_reason"`
-}
-
-// chatAnswer is a chat completion or one chunk of its stream.
-type chatAnswer struct {
-	ID      string       `json:"id"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *chatUsage   `json:"usage"`
-	Error   any          `json:"error"`
 }
 
 // MessageID is the Anthropic id of the answer to the request with the
@@ -156,19 +102,15 @@ func stopReason(finish *string, named any, stops []string) (reason string, seq *
 
 // FromChat translates a chat completion body into Anthropic's message.
 func FromChat(body []byte, reqID string, req Request) ([]byte, error) {
-	var a chatAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, fmt.Errorf("decode chat completion: %w", err)
+	a, ch, err := clientapi.ReadCompletion(body)
+	if err != nil {
+		return nil, err
 	}
-	if len(a.Choices) == 0 || a.Choices[0].Message == nil {
-		return nil, errors.New("decode chat completion: no choice")
-	}
-	ch := a.Choices[0]
 	m := Message{ID: MessageID(reqID), Type: "message", Role: "assistant", Model: a.Model, Content: []ContentBlock{}}
 	if m.Model == "" {
 		m.Model = req.Model
 	}
-	if r := ch.Message.reasoning(); r != "" && req.Thinking {
+	if r := ch.Message.Reasoning(); r != "" && req.Thinking {
 		m.Content = append(m.Content, ContentBlock{Type: "thinking", Thinking: &r, Signature: new(string)})
 	}
 	if c := ch.Message.Content; c != nil && *c != "" {
@@ -185,7 +127,7 @@ func FromChat(body []byte, reqID string, req Request) ([]byte, error) {
 	}
 	m.StopReason, m.StopSequence = &reason, seq
 	if a.Usage != nil {
-		m.Usage = a.Usage.usage()
+		m.Usage = usageOf(a.Usage)
 	}
 	return json.Marshal(m)
 }

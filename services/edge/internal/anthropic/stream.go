@@ -1,8 +1,9 @@
 package anthropic
 
 import (
-	"bytes"
 	"encoding/json"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // Stream translates a chat-completions event stream, event by event, into
@@ -50,26 +51,14 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	if s.ended {
 		return dst
 	}
-	data = bytes.TrimSpace(data)
-	if string(data) == "[DONE]" {
+	c := clientapi.ReadChunk(data)
+	switch {
+	case c.Done:
 		return s.end(dst)
+	case c.Failed:
+		return s.Fail(dst, streamErrorType(c.ErrType), c.ErrMessage)
 	}
-	var a chatAnswer
-	if err := json.Unmarshal(data, &a); err != nil {
-		return s.Fail(dst, "api_error", "the provider's answer could not be read")
-	}
-	if a.Error != nil && len(a.Choices) == 0 {
-		typ, msg := "api_error", "the provider's stream failed"
-		if m, ok := a.Error.(map[string]any); ok {
-			if v, ok := m["message"].(string); ok && v != "" {
-				msg = v
-			}
-			if v, ok := m["type"].(string); ok {
-				typ = streamErrorType(v)
-			}
-		}
-		return s.Fail(dst, typ, msg)
-	}
+	a := &c.Answer
 	dst = s.start(dst, a.Model)
 	if a.Usage != nil {
 		s.usage = a.Usage
@@ -85,7 +74,7 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	if d == nil {
 		return dst
 	}
-	if r := d.reasoning(); r != "" && s.req.Thinking {
+	if r := d.Reasoning(); r != "" && s.req.Thinking {
 		if s.open < 0 || s.openKind != "thinking" {
 			dst = s.closeBlock(dst)
 			dst = s.startBlock(dst, map[string]any{"type": "thinking", "thinking": "", "signature": ""}, "thinking")
@@ -177,7 +166,7 @@ func (s *Stream) end(dst []byte) []byte {
 	}
 	u := Usage{InputTokens: s.inputTokens}
 	if s.usage != nil {
-		u = s.usage.usage()
+		u = usageOf(s.usage)
 	}
 	dst = event(dst, "message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq}, "usage": u})

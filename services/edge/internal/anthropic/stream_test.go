@@ -8,16 +8,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/ssetest"
 )
 
 // chatStream frames chat chunks as the edge writes them.
-func chatStream(chunks ...string) string {
-	var b strings.Builder
-	for _, c := range chunks {
-		b.WriteString("data: " + c + "\n\n")
-	}
-	return b.String()
-}
+var chatStream = ssetest.Frame
 
 const (
 	evStart = "event: message_start\ndata: {\"message\":{\"content\":[],\"id\":\"msg_abc\",\"model\":\"vendor/m\",\"role\":\"assistant\",\"stop_reason\":null,\"stop_sequence\":null,\"type\":\"message\",\"usage\":{\"input_tokens\":12,\"output_tokens\":0,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0}},\"type\":\"message_start\"}\n\n" +

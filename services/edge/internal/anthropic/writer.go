@@ -11,50 +11,41 @@ import (
 // in Anthropic's shape (a stream event by event, a held body or error at
 // Finish, whose status may change: 503 becomes 529).
 type Writer struct {
-	*clientapi.Writer
-	t *translation
+	*clientapi.RequestWriter[Request]
 }
-
-// translation is the Messages API's clientapi.Translation.
-type translation struct {
-	reqID string
-	// req and inputTokens are set by SetRequest once the request is read.
-	req         Request
-	inputTokens int64
-}
-
-var _ clientapi.Translation = (*translation)(nil)
 
 // NewWriter returns a Writer answering through w the request with edge
 // request id reqID.
 func NewWriter(w http.ResponseWriter, reqID string) *Writer {
-	t := &translation{reqID: reqID}
-	return &Writer{Writer: clientapi.NewWriter(w, t), t: t}
-}
-
-// SetRequest records the request being answered and the edge's estimate
-// of its prompt's tokens.
-func (w *Writer) SetRequest(req Request, inputTokens int64) {
-	w.t.req, w.t.inputTokens = req, inputTokens
+	return &Writer{clientapi.NewRequestWriter[Request](w, reqID, api{})}
 }
 
 // WriteError answers e, unless something was answered already.
-func (w *Writer) WriteError(e Error) { w.Writer.WriteError(e.Status, e.JSON()) }
+func (w *Writer) WriteError(e Error) { w.RequestWriter.WriteError(e.Status, e.JSON()) }
 
-// Stream implements [clientapi.Translation.Stream].
-func (t *translation) Stream() clientapi.Stream { return NewStream(t.reqID, t.req, t.inputTokens) }
+// api is the Messages API's clientapi.API.
+type api struct{}
 
-// Body implements [clientapi.Translation.Body].
-func (t *translation) Body(body []byte) ([]byte, error) { return FromChat(body, t.reqID, t.req) }
+var _ clientapi.API[Request] = api{}
 
-// Error implements [clientapi.Translation.Error].
-func (t *translation) Error(status int, body []byte) (int, []byte) {
+// Stream implements [clientapi.API.Stream].
+func (api) Stream(reqID string, req Request, inputTokens int64) clientapi.Stream {
+	return NewStream(reqID, req, inputTokens)
+}
+
+// Body implements [clientapi.API.Body].
+func (api) Body(body []byte, reqID string, req Request) ([]byte, error) {
+	return FromChat(body, reqID, req)
+}
+
+// Error implements [clientapi.API.Error].
+func (api) Error(status int, body []byte, _ bool) (int, []byte) {
 	e := FromChatError(status, body)
 	return e.Status, e.JSON()
 }
 
-// Unreadable implements [clientapi.Translation.Unreadable].
-func (t *translation) Unreadable() (int, []byte) {
+// Unreadable implements [clientapi.API.Unreadable].
+func (api) Unreadable() (int, []byte) {
 	e := Error{Status: http.StatusBadGateway, Type: "api_error", Message: "the provider's answer could not be translated"}
 	return e.Status, e.JSON()
 }

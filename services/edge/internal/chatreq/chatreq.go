@@ -562,6 +562,10 @@ func isObject(raw json.RawMessage) bool {
 	return len(raw) > 0 && raw[0] == '{'
 }
 
+// String reads raw as a JSON string, without decoding when it holds
+// nothing to unescape, as a model name or a short text does.
+func String(raw json.RawMessage) (string, bool) { return asString(raw) }
+
 func asString(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '"' {

@@ -213,3 +213,62 @@ func (w *Writer) write(status int, body []byte) {
 	w.w.WriteHeader(status)
 	_, _ = w.w.Write(body)
 }
+
+// API is a client API's translation of the answers to its requests, R
+// being what it needs to know of the request answered.
+type API[R any] interface {
+	// Stream returns the translation of the stream answering req, whose
+	// edge request id is reqID and whose prompt the edge estimated at
+	// inputTokens.
+	Stream(reqID string, req R, inputTokens int64) Stream
+	// Body translates a chat completion body answering req.
+	Body(body []byte, reqID string, req R) ([]byte, error)
+	// Error translates an error the pipeline answered (its status and
+	// OpenAI error body); translated says whether the request had been
+	// read and translated when it was.
+	Error(status int, body []byte, translated bool) (int, []byte)
+	// Unreadable is the status and body answered for a chat completion
+	// Body could not translate.
+	Unreadable() (int, []byte)
+}
+
+// RequestWriter is a Writer answering in an API's shape the request
+// SetRequest names.
+type RequestWriter[R any] struct {
+	*Writer
+	t *requestTranslation[R]
+}
+
+// NewRequestWriter returns a RequestWriter answering through w, in api's
+// shape, the request with edge request id reqID.
+func NewRequestWriter[R any](w http.ResponseWriter, reqID string, api API[R]) *RequestWriter[R] {
+	t := &requestTranslation[R]{api: api, reqID: reqID}
+	return &RequestWriter[R]{Writer: NewWriter(w, t), t: t}
+}
+
+// SetRequest records the request being answered, once read and
+// translated, and the edge's estimate of its prompt's tokens.
+func (w *RequestWriter[R]) SetRequest(req R, inputTokens int64) {
+	w.t.req, w.t.inputTokens, w.t.translated = req, inputTokens, true
+}
+
+// requestTranslation is the Translation of an API for one request.
+type requestTranslation[R any] struct {
+	api         API[R]
+	reqID       string
+	req         R
+	inputTokens int64
+	translated  bool
+}
+
+func (t *requestTranslation[R]) Stream() Stream { return t.api.Stream(t.reqID, t.req, t.inputTokens) }
+
+func (t *requestTranslation[R]) Body(body []byte) ([]byte, error) {
+	return t.api.Body(body, t.reqID, t.req)
+}
+
+func (t *requestTranslation[R]) Error(status int, body []byte) (int, []byte) {
+	return t.api.Error(status, body, t.translated)
+}
+
+func (t *requestTranslation[R]) Unreadable() (int, []byte) { return t.api.Unreadable() }

@@ -11,18 +11,21 @@ const HeaderSession = "X-Session-Id"
 // request of a session: the conversation, when HeaderSession is absent.
 const HeaderClaudeCodeSession = "X-Claude-Code-Session-Id"
 
-// HeaderCodexSession is the conversation id Codex CLI sends with every
-// request of a conversation (as "session_id"; its older releases sent
-// HeaderCodexConversation too): the conversation, when neither header
-// above is present.
+// The headers Codex CLI names its conversation by, with every request of
+// it: "session_id" (with "conversation_id", the same id, in its older
+// releases), or "session-id" and "thread-id" in its newer ones. They name
+// the conversation when neither header above is present.
 const (
 	HeaderCodexSession      = "Session_id"
+	HeaderCodexSessionID    = "Session-Id"
+	HeaderCodexThread       = "Thread-Id"
 	HeaderCodexConversation = "Conversation_id"
 )
 
 // sessionHeaders are the headers naming a request's conversation, the
 // first present winning.
-var sessionHeaders = []string{HeaderSession, HeaderClaudeCodeSession, HeaderCodexSession, HeaderCodexConversation}
+var sessionHeaders = []string{HeaderSession, HeaderClaudeCodeSession, HeaderCodexSession, HeaderCodexSessionID,
+	HeaderCodexThread, HeaderCodexConversation}
 
 // maxSessionID bounds a session id's length.
 const maxSessionID = 128

@@ -58,4 +58,11 @@ func TestSessionIDFromCodex(t *testing.T) {
 	require.Equal(t, "019a9544-7ab1-73c1-837e-1fa681f4462b", sessionID(r, "from-body"), "session_id wins over conversation_id")
 	r.Header.Set(HeaderClaudeCodeSession, "cc")
 	require.Equal(t, "cc", sessionID(r, "from-body"))
+
+	// Codex's newer releases.
+	r = httptest.NewRequest("POST", "/v1/responses", nil)
+	r.Header.Set("thread-id", "t-1")
+	require.Equal(t, "t-1", sessionID(r, "from-body"))
+	r.Header.Set("session-id", "s-1")
+	require.Equal(t, "s-1", sessionID(r, "from-body"))
 }

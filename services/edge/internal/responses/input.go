@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // item is one input item. Only the fields of the types the edge
@@ -39,18 +40,18 @@ type part struct {
 // it (or starts one), as the chat API wants an answer's tool calls on one
 // message; a function_call_output is a tool message. Reasoning items are
 // dropped: the provider's reasoning is not sent back to it.
-func input(raw json.RawMessage) ([]chatMessage, error) {
+func input(raw json.RawMessage) ([]clientapi.ChatMessage, error) {
 	if null(raw) {
 		return nil, missingErr("input")
 	}
 	if s, ok := str(raw); ok {
-		return []chatMessage{{Role: "user", Content: s}}, nil
+		return []clientapi.ChatMessage{{Role: "user", Content: s}}, nil
 	}
 	items, err := decodeItems(raw)
 	if err != nil {
 		return nil, err
 	}
-	var out []chatMessage
+	var out []clientapi.ChatMessage
 	// calls is the index in out of the assistant message a function_call
 	// joins, -1 when the last item was not a function_call or an
 	// assistant message.
@@ -78,7 +79,7 @@ func input(raw json.RawMessage) ([]chatMessage, error) {
 				return nil, err
 			}
 			if calls < 0 {
-				out = append(out, chatMessage{Role: "assistant"})
+				out = append(out, clientapi.ChatMessage{Role: "assistant"})
 				calls = len(out) - 1
 			}
 			out[calls].ToolCalls = append(out[calls].ToolCalls, tc)
@@ -133,16 +134,16 @@ func decodeItems(raw json.RawMessage) ([]item, error) {
 // message translates a message item: system and developer messages are
 // system messages (the providers behind the edge know that role), user
 // and assistant ones keep theirs.
-func message(it item, param string) ([]chatMessage, error) {
+func message(it item, param string) ([]clientapi.ChatMessage, error) {
 	switch it.Role {
 	case "user":
-		parts, err := parts(it.Content, param+".content", true)
+		parts, err := contentParts(it.Content, param+".content", true)
 		if err != nil {
 			return nil, err
 		}
-		return []chatMessage{{Role: "user", Content: userContent(parts)}}, nil
+		return []clientapi.ChatMessage{{Role: "user", Content: userContent(parts)}}, nil
 	case "assistant", "system", "developer":
-		parts, err := parts(it.Content, param+".content", false)
+		parts, err := contentParts(it.Content, param+".content", false)
 		if err != nil {
 			return nil, err
 		}
@@ -150,24 +151,24 @@ func message(it item, param string) ([]chatMessage, error) {
 		if role == "developer" {
 			role = "system"
 		}
-		return []chatMessage{{Role: role, Content: joinText(parts)}}, nil
+		return []clientapi.ChatMessage{{Role: role, Content: joinText(parts)}}, nil
 	case "":
 		return nil, missingErr(param + ".role")
 	}
 	return nil, enumErr(param+".role", it.Role, "user", "assistant", "system", "developer")
 }
 
-// parts reads a message's content, a string or an array of parts, as chat
+// contentParts reads a message's content, a string or an array of parts, as chat
 // parts: text, and images when images is set (a user's).
-func parts(raw json.RawMessage, param string, images bool) ([]chatPart, error) {
+func contentParts(raw json.RawMessage, param string, images bool) ([]clientapi.ChatPart, error) {
 	if s, ok := str(raw); ok {
-		return []chatPart{{Type: "text", Text: &s}}, nil
+		return []clientapi.ChatPart{{Type: "text", Text: &s}}, nil
 	}
 	var in []part
 	if null(raw) || json.Unmarshal(raw, &in) != nil {
 		return nil, typeErr(param, "a string or an array of content parts")
 	}
-	out := make([]chatPart, 0, len(in))
+	out := make([]clientapi.ChatPart, 0, len(in))
 	for j, p := range in {
 		pp := fmt.Sprintf("%s[%d]", param, j)
 		switch p.Type {
@@ -179,7 +180,7 @@ func parts(raw json.RawMessage, param string, images bool) ([]chatPart, error) {
 			if text == nil {
 				return nil, missingErr(pp + ".text")
 			}
-			out = append(out, chatPart{Type: "text", Text: text})
+			out = append(out, clientapi.ChatPart{Type: "text", Text: text})
 		case "input_image":
 			if !images {
 				return nil, valueErr(pp+".type", "images are only accepted in user messages and function call outputs")
@@ -195,7 +196,7 @@ func parts(raw json.RawMessage, param string, images bool) ([]chatPart, error) {
 			if detail == "auto" {
 				detail = ""
 			}
-			out = append(out, chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: *p.ImageURL, Detail: detail}})
+			out = append(out, clientapi.ChatPart{Type: "image_url", ImageURL: &clientapi.ChatImageURL{URL: *p.ImageURL, Detail: detail}})
 		case "":
 			return nil, missingErr(pp + ".type")
 		default:
@@ -208,7 +209,7 @@ func parts(raw json.RawMessage, param string, images bool) ([]chatPart, error) {
 
 // userContent is a user message's content: its text alone when it is one
 // text part, else its parts.
-func userContent(parts []chatPart) any {
+func userContent(parts []clientapi.ChatPart) any {
 	if len(parts) == 1 && parts[0].Type == "text" {
 		return *parts[0].Text
 	}
@@ -216,7 +217,7 @@ func userContent(parts []chatPart) any {
 }
 
 // joinText is the text of parts, joined as the model would read them.
-func joinText(parts []chatPart) string {
+func joinText(parts []clientapi.ChatPart) string {
 	if len(parts) == 1 {
 		return *parts[0].Text
 	}
@@ -227,39 +228,39 @@ func joinText(parts []chatPart) string {
 	return b.String()
 }
 
-func functionCall(it item, param string) (chatToolCall, error) {
+func functionCall(it item, param string) (clientapi.ChatToolCall, error) {
 	if it.CallID == "" {
-		return chatToolCall{}, missingErr(param + ".call_id")
+		return clientapi.ChatToolCall{}, missingErr(param + ".call_id")
 	}
 	if !validName(it.Name) {
-		return chatToolCall{}, valueErr(param+".name", "must be 1 to %d of A-Z a-z 0-9 _ -", maxToolName)
+		return clientapi.ChatToolCall{}, valueErr(param+".name", "must be 1 to %d of A-Z a-z 0-9 _ -", maxToolName)
 	}
 	if it.Arguments == nil {
-		return chatToolCall{}, missingErr(param + ".arguments")
+		return clientapi.ChatToolCall{}, missingErr(param + ".arguments")
 	}
 	args := strings.TrimSpace(*it.Arguments)
 	if args == "" {
 		args = "{}"
 	}
-	return chatToolCall{ID: it.CallID, Type: "function", Function: chatFunction{Name: it.Name, Arguments: args}}, nil
+	return clientapi.ChatToolCall{ID: it.CallID, Type: "function", Function: clientapi.ChatFunction{Name: it.Name, Arguments: args}}, nil
 }
 
 // callOutput translates a function_call_output into a tool message, its
 // output's text; the images it holds follow in a user message, as a tool
 // message carries text only.
-func callOutput(it item, param string) ([]chatMessage, error) {
+func callOutput(it item, param string) ([]clientapi.ChatMessage, error) {
 	if it.CallID == "" {
 		return nil, missingErr(param + ".call_id")
 	}
 	if null(it.Output) {
 		return nil, missingErr(param + ".output")
 	}
-	ps, err := parts(it.Output, param+".output", true)
+	ps, err := contentParts(it.Output, param+".output", true)
 	if err != nil {
 		return nil, err
 	}
 	var text strings.Builder
-	var images []chatPart
+	var images []clientapi.ChatPart
 	for _, p := range ps {
 		if p.Type != "text" {
 			images = append(images, p)
@@ -267,9 +268,9 @@ func callOutput(it item, param string) ([]chatMessage, error) {
 		}
 		text.WriteString(*p.Text)
 	}
-	out := []chatMessage{{Role: "tool", ToolCallID: it.CallID, Content: text.String()}}
+	out := []clientapi.ChatMessage{{Role: "tool", ToolCallID: it.CallID, Content: text.String()}}
 	if len(images) > 0 {
-		out = append(out, chatMessage{Role: "user", Content: images})
+		out = append(out, clientapi.ChatMessage{Role: "user", Content: images})
 	}
 	return out, nil
 }
@@ -296,7 +297,7 @@ var webSearch = map[string]bool{"web_search": true, "web_search_preview": true,
 // tool type (file search, code interpreter, computer use, MCP, custom
 // tools with grammars...) is refused, naming tools[i].type: the model
 // would be offered a tool nobody can run.
-func toolsOf(raw json.RawMessage, e *echo) ([]chatTool, error) {
+func toolsOf(raw json.RawMessage, e *echo) ([]clientapi.ChatTool, error) {
 	e.Tools = []any{}
 	if null(raw) {
 		return nil, nil
@@ -305,7 +306,7 @@ func toolsOf(raw json.RawMessage, e *echo) ([]chatTool, error) {
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, typeErr("tools", "an array of tool objects")
 	}
-	out := make([]chatTool, 0, len(in))
+	out := make([]clientapi.ChatTool, 0, len(in))
 	for i, t := range in {
 		param := fmt.Sprintf("tools[%d]", i)
 		switch {
@@ -331,7 +332,7 @@ func toolsOf(raw json.RawMessage, e *echo) ([]chatTool, error) {
 		if schema == nil {
 			schema = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		out = append(out, chatTool{Type: "function", Function: chatToolDef{Name: t.Name, Description: t.Description,
+		out = append(out, clientapi.ChatTool{Type: "function", Function: clientapi.ChatToolDef{Name: t.Name, Description: t.Description,
 			Parameters: schema, Strict: t.Strict}})
 		echoed := map[string]any{"type": "function", "name": t.Name, "parameters": schema, "strict": t.Strict != nil && *t.Strict}
 		if t.Description != "" {
@@ -344,7 +345,7 @@ func toolsOf(raw json.RawMessage, e *echo) ([]chatTool, error) {
 
 // toolChoice sets the chat request's tool_choice from the Responses
 // API's: "auto", "none", "required" or a function named.
-func toolChoice(raw json.RawMessage, tools []chatTool, out map[string]any, e *echo) error {
+func toolChoice(raw json.RawMessage, tools []clientapi.ChatTool, out map[string]any, e *echo) error {
 	e.ToolChoice = "auto"
 	if null(raw) {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // Request is what the answer's translation needs to know of the Responses
@@ -68,14 +69,12 @@ var (
 	}
 	// ignored are parameters accepted and not acted on: they tune
 	// OpenAI's own service (its tiers, its truncation and caching, its
-	// hosted tools) and mean nothing to the providers behind the edge.
+	// hosted tools) or describe the client (Codex CLI's client_metadata),
+	// and mean nothing to the providers behind the edge.
 	ignored = map[string]bool{
 		"include": true, "service_tier": true, "truncation": true, "max_tool_calls": true, "top_logprobs": true,
 		"stream_options": true, "prompt_cache_retention": true, "prompt_cache_options": true,
-		"context_management": true, "moderation": true, "image": true, "access_programs": true,
-		// Codex CLI's own bookkeeping (its installation, turn and window
-		// ids), sent with every request.
-		"client_metadata": true,
+		"context_management": true, "moderation": true, "image": true, "access_programs": true, "client_metadata": true,
 	}
 	// read are the parameters the translation reads.
 	read = map[string]bool{
@@ -83,44 +82,6 @@ var (
 		"parallel_tool_calls": true, "max_output_tokens": true, "temperature": true, "top_p": true,
 		"reasoning": true, "text": true, "store": true, "metadata": true, "user": true, "safety_identifier": true,
 		"prompt_cache_key": true, "stream": true, "background": true, "provider": true,
-	}
-)
-
-// Chat-completions shapes the translation writes.
-type (
-	chatMessage struct {
-		Role       string         `json:"role"`
-		Content    any            `json:"content"`
-		ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
-		ToolCallID string         `json:"tool_call_id,omitempty"`
-	}
-	chatPart struct {
-		Type     string        `json:"type"`
-		Text     *string       `json:"text,omitempty"`
-		ImageURL *chatImageURL `json:"image_url,omitempty"`
-	}
-	chatImageURL struct {
-		URL    string `json:"url"`
-		Detail string `json:"detail,omitempty"`
-	}
-	chatToolCall struct {
-		ID       string       `json:"id"`
-		Type     string       `json:"type"`
-		Function chatFunction `json:"function"`
-	}
-	chatFunction struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	}
-	chatTool struct {
-		Type     string      `json:"type"`
-		Function chatToolDef `json:"function"`
-	}
-	chatToolDef struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Parameters  json.RawMessage `json:"parameters"`
-		Strict      *bool           `json:"strict,omitempty"`
 	}
 )
 
@@ -133,7 +94,7 @@ const (
 	maxTools = 128
 	// maxToolName bounds a function's name, whose characters are those
 	// of validName.
-	maxToolName = 64
+	maxToolName = clientapi.MaxToolName
 	// maxMetadata bounds metadata's keys, and maxMetadataKey and
 	// maxMetadataValue their lengths, as OpenAI does.
 	maxMetadata      = 16
@@ -181,7 +142,7 @@ func ToChat(body []byte) ([]byte, Request, error) {
 	req.Model = model
 	out["model"] = model
 
-	var msgs []chatMessage
+	var msgs []clientapi.ChatMessage
 	if raw := w["instructions"]; !null(raw) {
 		s, ok := str(raw)
 		if !ok {
@@ -189,7 +150,7 @@ func ToChat(body []byte) ([]byte, Request, error) {
 		}
 		req.echo.Instructions = &s
 		if s != "" {
-			msgs = append(msgs, chatMessage{Role: "system", Content: s})
+			msgs = append(msgs, clientapi.ChatMessage{Role: "system", Content: s})
 		}
 	}
 	conv, err := input(w["input"])
@@ -462,50 +423,17 @@ func object(raw json.RawMessage, param string) (json.RawMessage, error) {
 	if null(raw) {
 		return nil, nil
 	}
-	var c bytes.Buffer
-	if err := json.Compact(&c, raw); err != nil || c.Len() == 0 || c.Bytes()[0] != '{' {
+	c, ok := clientapi.Object(raw)
+	if !ok {
 		return nil, typeErr(param, "an object")
 	}
-	return c.Bytes(), nil
+	return c, nil
 }
 
-// validName reports whether name is 1 to maxToolName of A-Z a-z 0-9 _ -.
-func validName(name string) bool {
-	if name == "" || len(name) > maxToolName {
-		return false
-	}
-	for i := range len(name) {
-		switch c := name[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// str reads raw as a JSON string.
-func str(raw json.RawMessage) (string, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) < 2 || raw[0] != '"' {
-		return "", false
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// null reports whether raw is absent or JSON null.
-func null(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || string(raw) == "null"
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
+// JSON helpers shared with the other client API translations.
+var (
+	str       = chatreq.String
+	null      = clientapi.Null
+	truncate  = clientapi.Truncate
+	validName = clientapi.ValidToolName
+)

@@ -2,9 +2,10 @@ package responses
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // Response is the Responses API's Response object: the non-streamed
@@ -151,22 +152,8 @@ func reasoningPart(text string) map[string]any {
 	return map[string]any{"type": "reasoning_text", "text": text}
 }
 
-// chatUsage is a chat-completions usage object: prompt_tokens include the
-// cached ones, and cost is the edge's.
-type chatUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	CompletionTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-	} `json:"completion_tokens_details"`
-	Cost json.RawMessage `json:"cost"`
-}
-
-// usage converts a chat usage, none of its counts below zero.
-func (u *chatUsage) usage() *Usage {
+// usageOf converts a chat usage, none of its counts below zero.
+func usageOf(u *clientapi.ChatUsage) *Usage {
 	out := &Usage{InputTokens: max(u.PromptTokens, 0), OutputTokens: max(u.CompletionTokens, 0)}
 	if d := u.PromptTokensDetails; d != nil {
 		out.InputTokensDetails.CachedTokens = min(max(d.CachedTokens, 0), out.InputTokens)
@@ -179,51 +166,6 @@ func (u *chatUsage) usage() *Usage {
 		out.Cost = u.Cost
 	}
 	return out
-}
-
-type chatToolCallDelta struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// chatMessageOut is a choice's message, or a chunk's delta.
-type chatMessageOut struct {
-	Content *string `json:"content"`
-	// ReasoningContent and Reasoning are the provider's reasoning, under
-	// either name providers give it.
-	ReasoningContent *string             `json:"reasoning_content"`
-	Reasoning        *string             `json:"reasoning"`
-	ToolCalls        []chatToolCallDelta `json:"tool_calls"`
-}
-
-// reasoningText is the message's reasoning, "" when it has none.
-func (m *chatMessageOut) reasoningText() string {
-	switch {
-	case m.ReasoningContent != nil && *m.ReasoningContent != "":
-		return *m.ReasoningContent
-	case m.Reasoning != nil:
-		return *m.Reasoning
-	}
-	return ""
-}
-
-type chatChoice struct {
-	Message      *chatMessageOut `json:"message"`
-	Delta        *chatMessageOut `json:"delta"`
-	FinishReason *string         `json:"finish_reason"`
-}
-
-// chatAnswer is a chat completion or one chunk of its stream.
-type chatAnswer struct {
-	Model    string       `json:"model"`
-	Provider string       `json:"provider"`
-	Choices  []chatChoice `json:"choices"`
-	Usage    *chatUsage   `json:"usage"`
-	Error    any          `json:"error"`
 }
 
 // ResponseID is the id of the response to the request with the edge's
@@ -302,14 +244,10 @@ func (r *Response) finish(finish *string) {
 
 // FromChat translates a chat completion body into the Response object.
 func FromChat(body []byte, reqID string, req Request) ([]byte, error) {
-	var a chatAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, fmt.Errorf("decode chat completion: %w", err)
+	a, ch, err := clientapi.ReadCompletion(body)
+	if err != nil {
+		return nil, err
 	}
-	if len(a.Choices) == 0 || a.Choices[0].Message == nil {
-		return nil, errors.New("decode chat completion: no choice")
-	}
-	ch := a.Choices[0]
 	r := newResponse(ResponseID(reqID), req, a.Model)
 	r.Provider = a.Provider
 	add := func(kind string) *Item {
@@ -317,7 +255,7 @@ func FromChat(body []byte, reqID string, req Request) ([]byte, error) {
 		r.Output = append(r.Output, it)
 		return it
 	}
-	if text := ch.Message.reasoningText(); text != "" {
+	if text := ch.Message.Reasoning(); text != "" {
 		add(kindReasoning).Text.WriteString(text)
 	}
 	if c := ch.Message.Content; c != nil && *c != "" || len(ch.Message.ToolCalls) == 0 {
@@ -333,7 +271,7 @@ func FromChat(body []byte, reqID string, req Request) ([]byte, error) {
 	}
 	r.finish(ch.FinishReason)
 	if a.Usage != nil {
-		r.Usage = a.Usage.usage()
+		r.Usage = usageOf(a.Usage)
 	}
 	return json.Marshal(r)
 }

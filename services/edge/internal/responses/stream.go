@@ -1,9 +1,10 @@
 package responses
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
 )
 
 // Stream translates a chat-completions event stream, event by event, into
@@ -31,7 +32,7 @@ type Stream struct {
 	// calls maps a chat tool call's index to its item.
 	calls  map[int]*Item
 	finish *string
-	usage  *chatUsage
+	usage  *clientapi.ChatUsage
 	ended  bool
 }
 
@@ -51,26 +52,18 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	if s.ended {
 		return dst
 	}
-	data = bytes.TrimSpace(data)
-	if string(data) == "[DONE]" {
+	c := clientapi.ReadChunk(data)
+	switch {
+	case c.Done:
 		return s.end(dst)
-	}
-	var a chatAnswer
-	if err := json.Unmarshal(data, &a); err != nil {
-		return s.Fail(dst, "server_error", "the provider's answer could not be read")
-	}
-	if a.Error != nil && len(a.Choices) == 0 {
-		code, msg := "server_error", "the provider's stream failed"
-		if m, ok := a.Error.(map[string]any); ok {
-			if v, ok := m["message"].(string); ok && v != "" {
-				msg = v
-			}
-			if v, ok := m["type"].(string); ok && (v == "rate_limit_error" || v == "rate_limit_exceeded") {
-				code = "rate_limit_exceeded"
-			}
+	case c.Failed:
+		code := "server_error"
+		if c.ErrType == "rate_limit_error" || c.ErrType == "rate_limit_exceeded" {
+			code = "rate_limit_exceeded"
 		}
-		return s.Fail(dst, code, msg)
+		return s.Fail(dst, code, c.ErrMessage)
 	}
+	a := &c.Answer
 	if a.Provider != "" {
 		s.resp.Provider = a.Provider
 	}
@@ -89,7 +82,7 @@ func (s *Stream) Event(dst, data []byte) []byte {
 	if d == nil {
 		return dst
 	}
-	if r := d.reasoningText(); r != "" {
+	if r := d.Reasoning(); r != "" {
 		if s.reasoning == nil {
 			dst = s.closeText(dst)
 			s.reasoning = s.add(kindReasoning)
@@ -253,7 +246,7 @@ func (s *Stream) end(dst []byte) []byte {
 		}
 	}
 	if s.usage != nil {
-		s.resp.Usage = s.usage.usage()
+		s.resp.Usage = usageOf(s.usage)
 	} else {
 		s.resp.Usage = &Usage{InputTokens: s.inputTokens, TotalTokens: s.inputTokens}
 	}

@@ -14,52 +14,38 @@ import (
 // Response object; an error, OpenAI's already, with its param named as
 // the Responses API names it). Status and headers (Retry-After...) go out
 // as the pipeline set them.
-type Writer struct {
-	*clientapi.Writer
-	t *translation
-}
-
-// translation is the Responses API's clientapi.Translation.
-type translation struct {
-	reqID string
-	// req and inputTokens are set by SetRequest once the request is read
-	// and translated; translated says they were.
-	req         Request
-	inputTokens int64
-	translated  bool
-}
-
-var _ clientapi.Translation = (*translation)(nil)
+type Writer = clientapi.RequestWriter[Request]
 
 // NewWriter returns a Writer answering through w the request with edge
 // request id reqID.
 func NewWriter(w http.ResponseWriter, reqID string) *Writer {
-	t := &translation{reqID: reqID}
-	return &Writer{Writer: clientapi.NewWriter(w, t), t: t}
+	return clientapi.NewRequestWriter[Request](w, reqID, api{})
 }
 
-// SetRequest records the request being answered and the edge's estimate
-// of its prompt's tokens.
-func (w *Writer) SetRequest(req Request, inputTokens int64) {
-	w.t.req, w.t.inputTokens, w.t.translated = req, inputTokens, true
+// api is the Responses API's clientapi.API.
+type api struct{}
+
+var _ clientapi.API[Request] = api{}
+
+// Stream implements [clientapi.API.Stream].
+func (api) Stream(reqID string, req Request, inputTokens int64) clientapi.Stream {
+	return NewStream(reqID, req, inputTokens)
 }
 
-// Stream implements [clientapi.Translation.Stream].
-func (t *translation) Stream() clientapi.Stream { return NewStream(t.reqID, t.req, t.inputTokens) }
-
-// Body implements [clientapi.Translation.Body].
-func (t *translation) Body(body []byte) ([]byte, error) { return FromChat(body, t.reqID, t.req) }
-
-// Error implements [clientapi.Translation.Error]: the status as it is,
-// the body OpenAI's, with its param renamed once the request was
-// translated (an error of the translation names the Responses field
-// already).
-func (t *translation) Error(status int, body []byte) (int, []byte) {
-	return status, FromChatError(status, body, t.translated)
+// Body implements [clientapi.API.Body].
+func (api) Body(body []byte, reqID string, req Request) ([]byte, error) {
+	return FromChat(body, reqID, req)
 }
 
-// Unreadable implements [clientapi.Translation.Unreadable].
-func (t *translation) Unreadable() (int, []byte) {
+// Error implements [clientapi.API.Error]: the status as it is, the body
+// OpenAI's, with its param renamed once the request was translated (an
+// error of the translation names the Responses field already).
+func (api) Error(status int, body []byte, translated bool) (int, []byte) {
+	return status, FromChatError(status, body, translated)
+}
+
+// Unreadable implements [clientapi.API.Unreadable].
+func (api) Unreadable() (int, []byte) {
 	return http.StatusBadGateway, errorJSON("the provider's answer could not be translated", "server_error", "", "bad_gateway")
 }
 
