@@ -31,9 +31,22 @@ run: build ## Run the whole system on loopback: embedded etcd, decider, edge, th
 drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider, hostile input to the edge.
 	./deploy/local/drill.sh
 
+# The coding-agent CLIs the tests module runs (Claude Code, Codex CLI),
+# pinned by tests/agents/package-lock.json. npm ci runs again only when the
+# lock is newer than the last install (or node_modules is gone).
+AGENTS := tests/agents
+AGENTS_STAMP := $(AGENTS)/node_modules/.installed
+
+$(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
+	npm ci --prefix $(AGENTS) --no-audit --no-fund
+	touch $@
+
+.PHONY: agents
+agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci of tests/agents, when its lock changed).
+
 .PHONY: test
-test: nodesdk ## Run every test of every module with the race detector.
-	go test -race -count=1 $(PKGS)
+test: nodesdk agents ## Run every test of every module with the race detector (installs the Node SDKs and agent CLIs first).
+	go test -race -count=1 -timeout=30m $(PKGS)
 
 # The official Node SDKs tests/nodesdk_test.go drives, at the versions
 # tests/nodesdk/package-lock.json pins; reinstalled only when the lock is
@@ -86,6 +99,7 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzStream$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/anthropic
 	go test -run='^$$' -fuzz='^FuzzParseRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/chatapi
 	go test -run='^$$' -fuzz='^FuzzParseMessagesRequest$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/internal/messagesapi
+	go test -run='^$$' -fuzz='^FuzzToolDirective$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/provsim/app
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog
 	go test -run='^$$' -fuzz='^FuzzRewrite$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/dispatch
 	go test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/sse

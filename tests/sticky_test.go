@@ -108,10 +108,18 @@ func (s *stickySystem) postTo(t *testing.T, path, key, body string, header ...st
 // cache-hit rate over other conversations, which moves as reports arrive.
 func (s *stickySystem) dryRun(t *testing.T, session string) string {
 	t.Helper()
-	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
+	return sessionDryRun(t, s.rpc, session, stickyPromptTokens)
+}
+
+// sessionDryRun is the summary of what the decider would do for a request
+// of promptTokens in the session, without recording anything: its
+// "sticky=" word says whether it knows the session as a conversation.
+func sessionDryRun(t *testing.T, rpc switchboardv1.DeciderServiceClient, session string, promptTokens int64) string {
+	t.Helper()
+	resp, err := rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, SessionId: session,
-		Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4,
-			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 0x5e55, Tokens: stickyPromptTokens}}},
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: promptTokens, MaxOutputTokens: 4,
+			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 0x5e55, Tokens: promptTokens}}},
 	})
 	require.NoError(t, err)
 	return resp.GetDecision().GetSummary()

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	"github.com/switchboard-ai/switchboard/services/provsim/internal/chatapi"
 	"github.com/switchboard-ai/switchboard/services/provsim/internal/promptcache"
 	"github.com/switchboard-ai/switchboard/services/provsim/internal/ratelimit"
@@ -23,9 +25,15 @@ import (
 // the prompt always gets through, so that is where a test says "fail this one".
 var directiveRE = regexp.MustCompile(`\[\[provsim:fault=([^\]]*)\]\]`)
 
-// toolRE finds a tool directive, [[provsim:tool=NAME]]: a reply that
-// calls the client's tool NAME, for tests of a gateway's tool turns.
-var toolRE = regexp.MustCompile(`\[\[provsim:tool=([A-Za-z0-9_-]{1,64})\]\]`)
+// toolRE finds a tool directive, [[provsim:tool=NAME]] or
+// [[provsim:tool=NAME {"json":"args"}]]: a reply that calls the client's
+// tool NAME (with those arguments), for tests of a gateway's tool turns and
+// of coding agents that run the tool. The arguments run up to the first
+// "}]]", so a JSON object may hold "]]" inside.
+var toolRE = regexp.MustCompile(`\[\[provsim:tool=([A-Za-z0-9_-]{1,64})(?: (\{[\s\S]*?\}))?\]\]`)
+
+// toolResultQuote bounds how much of a tool's result the reply quotes.
+const toolResultQuote = 200
 
 // call is one chat-completions request being served.
 type call struct {
@@ -51,6 +59,9 @@ type call struct {
 	words          []string
 	// tool is the tool the reply calls (a tool directive), "" for none.
 	tool string
+	// toolArgs are the directive's arguments, a JSON object; nil when it
+	// gave none.
+	toolArgs json.RawMessage
 
 	outcome outcome
 	sent    int64 // completion tokens delivered
@@ -84,9 +95,27 @@ func (c *call) serve() {
 		c.wire.fail(c, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 		return
 	}
+	c.tool, c.toolArgs, err = toolDirective(c.req)
+	if err != nil {
+		c.outcome = outcomeBadRequest
+		writeError(c.w, http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+		return
+	}
+	var result bool
+	c.words, result = replyWords(c.req)
 	c.n, c.finishReason = outputLength(c.cfg, c.req.MaxTokens)
-	c.words = outputWords(c.req.LastUserText())
-	c.tool = toolDirective(c.req)
+	if result {
+		// An answer to a tool's result says what the tool returned, once,
+		// and ends the turn, as a model does once it has what it asked
+		// for: an agent then prints it rather than hitting its token cap.
+		// Only a cap below the quote cuts it.
+		cfg := c.cfg
+		cfg.DefaultOutputTokens = int64(len(c.words))
+		c.n, c.finishReason = outputLength(cfg, c.req.MaxTokens)
+		if c.n >= cfg.DefaultOutputTokens {
+			c.n, c.finishReason = cfg.DefaultOutputTokens, "stop"
+		}
+	}
 	c.prompt = c.req.PromptTokens()
 	c.wire.prepare(c)
 
@@ -388,24 +417,72 @@ func (c *call) streamToolCall(s *streamWriter) bool {
 
 func (c *call) toolCallID() string { return "call_" + c.id }
 
-// toolArguments are the directive's tool call's arguments: the reply's
-// first word, so a test can check they went through.
+// toolArguments are the directive's tool call's arguments: those it
+// scripted, or else the reply's first word, so a test can check they went
+// through.
 func (c *call) toolArguments() string {
+	if c.toolArgs != nil {
+		return string(c.toolArgs)
+	}
 	b, _ := json.Marshal(map[string]string{"word": strings.TrimSpace(c.token(0))})
 	return string(b)
 }
 
-// toolDirective is the tool a [[provsim:tool=NAME]] directive in the
-// request's last message asks to call, "" when there is none. Only the
-// last message counts, and only a user's: once the tool's result follows,
-// the conversation goes on with text.
-func toolDirective(req chatapi.Request) string {
-	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" {
-		if sm := toolRE.FindStringSubmatch(req.Messages[n-1].Content); sm != nil {
-			return sm[1]
+// toolDirective is the tool a [[provsim:tool=NAME]] or
+// [[provsim:tool=NAME {...}]] directive in the request's last message asks
+// to call, "" when there is none, with its arguments compacted (nil when
+// it gave none). Only the last message counts (system messages after it
+// aside), and only a user's: once the tool's result follows, the
+// conversation goes on with text. Arguments
+// that are not a JSON object are an error for the client.
+func toolDirective(req chatapi.Request) (string, json.RawMessage, error) {
+	last, ok := lastTurn(req)
+	if !ok || last.Role != "user" {
+		return "", nil, nil
+	}
+	sm := toolRE.FindStringSubmatch(last.Content)
+	if sm == nil {
+		return "", nil, nil
+	}
+	if sm[2] == "" {
+		return sm[1], nil, nil
+	}
+	// The match starts with '{', so valid JSON is an object; compacted, it
+	// is on one line, as a provider writes arguments.
+	var args bytes.Buffer
+	if err := json.Compact(&args, []byte(sm[2])); err != nil {
+		return "", nil, fmt.Errorf("provsim tool directive for %q: arguments %.80q are not a JSON object: %w", sm[1], sm[2], err)
+	}
+	return sm[1], args.Bytes(), nil
+}
+
+// lastTurn is the conversation's last message that is not a system
+// message: agents put their instructions (a system message, in chat form)
+// after the turn they follow, as Claude Code does after its user's first
+// message.
+func lastTurn(req chatapi.Request) (tokens.Message, bool) {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role != "system" {
+			return req.Messages[i], true
 		}
 	}
-	return ""
+	return tokens.Message{}, false
+}
+
+// replyWords returns the words the reply cycles through, and whether they
+// answer a tool's result. When the last message is a tool's result, the
+// reply quotes it ("tool result: " and its first 200 characters), which
+// shows at the far end of a gateway and an agent that the tool ran and its
+// result came back; otherwise it echoes the last user message.
+func replyWords(req chatapi.Request) ([]string, bool) {
+	if last, ok := lastTurn(req); ok && last.Role == "tool" {
+		quote := last.Content
+		if r := []rune(quote); len(r) > toolResultQuote {
+			quote = string(r[:toolResultQuote])
+		}
+		return strings.Fields("tool result: " + quote), true
+	}
+	return outputWords(req.LastUserText()), false
 }
 
 // drop cuts the connection after a few tokens: mid-stream for a stream, and

@@ -186,7 +186,7 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 
 	var msgs []chatMessage
 	if !null(w.System) {
-		text, err := systemText(w.System)
+		text, err := systemText(w.System, "system")
 		if err != nil {
 			return nil, req, err
 		}
@@ -300,21 +300,21 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 	return bytes.TrimSpace(b.Bytes()), req, nil
 }
 
-// systemText is the system prompt, a string or an array of text blocks,
-// as one string: the blocks joined by blank lines, as the model would read
-// them.
-func systemText(raw json.RawMessage) (string, error) {
+// systemText is a system prompt (the request's, or a system message's
+// content at param), a string or an array of text blocks, as one string:
+// the blocks joined by blank lines, as the model would read them.
+func systemText(raw json.RawMessage, param string) (string, error) {
 	if s, ok := str(raw); ok {
 		return s, nil
 	}
 	var blocks []block
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", fieldErr("system", "must be a string or an array of text blocks")
+		return "", fieldErr(param, "must be a string or an array of text blocks")
 	}
 	parts := make([]string, 0, len(blocks))
 	for i, b := range blocks {
 		if b.Type != "text" || b.Text == nil {
-			return "", fieldErr(fmt.Sprintf("system[%d]", i), "must be a text block")
+			return "", fieldErr(fmt.Sprintf("%s[%d]", param, i), "must be a text block")
 		}
 		parts = append(parts, *b.Text)
 	}
@@ -325,7 +325,10 @@ func systemText(raw json.RawMessage) (string, error) {
 // assistant message (its text, its tool_use blocks as tool calls); a user
 // message becomes a tool message per tool_result block, first, as the chat
 // API wants them right after the assistant's calls, then a user message
-// with the rest of its blocks, if any.
+// with the rest of its blocks, if any; a system message (the Messages
+// API's mid-conversation instructions, which Claude Code sends after its
+// first user turn) becomes a system message where it stands, as the chat
+// API takes them anywhere.
 func messages(in []wireMessage) ([]chatMessage, error) {
 	if in == nil {
 		return nil, fieldErr("messages", "is required")
@@ -354,8 +357,14 @@ func messages(in []wireMessage) ([]chatMessage, error) {
 				return nil, err
 			}
 			out = append(out, msg)
+		case "system":
+			sys, err := systemText(m.Content, param+".content")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, chatMessage{Role: "system", Content: sys})
 		default:
-			return nil, fieldErr(param+".role", `must be "user" or "assistant"`)
+			return nil, fieldErr(param+".role", `must be "user", "assistant" or "system"`)
 		}
 	}
 	return out, nil

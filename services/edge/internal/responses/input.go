@@ -290,10 +290,13 @@ type wireTool struct {
 var webSearch = map[string]bool{"web_search": true, "web_search_preview": true,
 	"web_search_2025_08_26": true, "web_search_preview_2025_03_11": true}
 
-// toolsOf translates function tools. A web search tool is dropped; any
-// other tool type (file search, code interpreter, computer use, MCP,
-// custom tools with grammars...) is refused, naming tools[i].type: the
-// model would be offered a tool nobody can run.
+// toolsOf translates function tools. A web search tool is dropped, and so
+// is a namespace of tools (Codex CLI offers its sub-agent tools as one, on
+// every request): chat tools have no namespaces, and a call the model made
+// by a flattened name could not be answered as the namespace's. Any other
+// tool type (file search, code interpreter, computer use, MCP, custom
+// tools with grammars...) is refused, naming tools[i].type: the model
+// would be offered a tool nobody can run.
 func toolsOf(raw json.RawMessage, e *echo) ([]clientapi.ChatTool, error) {
 	e.Tools = []any{}
 	if null(raw) {
@@ -307,7 +310,7 @@ func toolsOf(raw json.RawMessage, e *echo) ([]clientapi.ChatTool, error) {
 	for i, t := range in {
 		param := fmt.Sprintf("tools[%d]", i)
 		switch {
-		case webSearch[t.Type]:
+		case webSearch[t.Type], t.Type == "namespace":
 			continue
 		case t.Type == "":
 			return nil, missingErr(param + ".type")

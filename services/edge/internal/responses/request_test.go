@@ -65,6 +65,16 @@ func TestToChat(t *testing.T) {
 			want: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		},
 		{
+			name: "Codex CLI's namespace of sub-agent tools is dropped, its function tools kept",
+			in: `{"model":"m","input":"hi","tool_choice":"auto","tools":[
+				{"type":"function","name":"exec_command","strict":false,"parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}},
+				{"type":"namespace","name":"multi_agent_v1","description":"Sub-agents","tools":[{"type":"function","name":"close_agent",
+					"parameters":{"type":"object","properties":{}}}]},
+				{"type":"web_search","external_web_access":true}]}`,
+			want: `{"model":"m","messages":[{"role":"user","content":"hi"}],"tool_choice":"auto",
+				"tools":[{"type":"function","function":{"name":"exec_command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}},"strict":false}}]}`,
+		},
+		{
 			name: "json_schema",
 			in: `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"out","schema":{"type":"object"},"strict":true},
 				"verbosity":"low"}}`,
