@@ -99,7 +99,9 @@ func TestToChat(t *testing.T) {
 			want: `{"model":"m","max_tokens":1,"messages":[{"role":"system","content":"top"},{"role":"user","content":"x"},
 				{"role":"system","content":"# Environment\n\ncwd /p"},{"role":"assistant","content":"y"},{"role":"user","content":"z"},
 				{"role":"system","content":"later"}]}`,
-			req: Request{Model: "m"},
+			// The breakpoint in the system message ends a prompt of 41 tokens
+			// (cacheBreakpoints), which the endpoints that cache by breakpoints write.
+			req: Request{Model: "m", CacheWriteTokens: 41},
 		},
 		{
 			name: "tool_choice auto and none",
