@@ -24,7 +24,7 @@ build: ## Build bin/decider, bin/edge and bin/provsim.
 	go build -o $(BIN)/provsim ./services/provsim/cmd/provsim
 
 .PHONY: run
-run: build ## Run the whole system on loopback: embedded etcd, decider, edge, three simulated providers.
+run: build ## Run the whole system on loopback: embedded etcd, decider, edge, four simulated providers.
 	./deploy/local/run.sh
 
 .PHONY: drill

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole system on loopback: three simulated providers, a decider with
+# Runs the whole system on loopback: four simulated providers, a decider with
 # embedded etcd, and an edge. Ctrl-C stops everything. Used by `make run`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +26,7 @@ sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@
   deploy/local/catalog.yaml > "$DATA/catalog.yaml"
 
 # The simulated providers accept any credential; real ones read these.
-export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma
+export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma SWITCHBOARD_PROVIDER_KEY_DELTA=sim-delta
 
 pids=()
 cleanup() {

@@ -32,6 +32,9 @@ var directiveRE = regexp.MustCompile(`\[\[provsim:fault=([^\]]*)\]\]`)
 // "}]]", so a JSON object may hold "]]" inside.
 var toolRE = regexp.MustCompile(`\[\[provsim:tool=([A-Za-z0-9_-]{1,64})(?: (\{[\s\S]*?\}))?\]\]`)
 
+// toolPreambleTokens bounds the text a scripted tool call follows.
+const toolPreambleTokens = 8
+
 // toolResultQuote bounds how much of a tool's result the reply quotes.
 const toolResultQuote = 200
 
@@ -115,6 +118,12 @@ func (c *call) serve() {
 		if c.n >= cfg.DefaultOutputTokens {
 			c.n, c.finishReason = cfg.DefaultOutputTokens, "stop"
 		}
+	}
+	if c.tool != "" && c.n > toolPreambleTokens {
+		// A model calling a tool says a few words first, not its whole
+		// token cap: an agent asking for a large max_tokens gets its tool
+		// call at once.
+		c.n = toolPreambleTokens
 	}
 	c.prompt = c.req.PromptTokens()
 	c.wire.prepare(c)

@@ -160,8 +160,9 @@ func TestDemoConfig(t *testing.T) {
 	t.Parallel()
 	cfg, err := LoadConfig("../demo.yaml")
 	require.NoError(t, err)
-	require.Len(t, cfg.Providers, 3)
-	for i, want := range []struct{ name, listen string }{{"alpha", "127.0.0.1:9101"}, {"beta", "127.0.0.1:9102"}, {"gamma", "127.0.0.1:9103"}} {
+	require.Len(t, cfg.Providers, 4)
+	for i, want := range []struct{ name, listen string }{{"alpha", "127.0.0.1:9101"}, {"beta", "127.0.0.1:9102"},
+		{"gamma", "127.0.0.1:9103"}, {"delta", "127.0.0.1:9104"}} {
 		p := cfg.Providers[i]
 		require.Equal(t, want.name, p.Name)
 		require.Equal(t, want.listen, p.Listen)

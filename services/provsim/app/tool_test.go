@@ -172,6 +172,17 @@ func TestScriptedToolArguments(t *testing.T) {
 	require.Len(t, got.Choices[0].Message.ToolCalls, 1)
 	require.Equal(t, `{"file_path":"/a"}`, got.Choices[0].Message.ToolCalls[0].Function.Arguments)
 
+	// An agent's large max_tokens does not delay the call: a few words
+	// come first, not the whole cap.
+	body = userMsg("m", "run it now please [[provsim:tool=Bash {\"command\":\"ls\"}]]")
+	body["max_tokens"] = 32000
+	resp = do(t, c, http.MethodPost, p.URL()+"/chat/completions", chatBody(t, body), nil)
+	require.Equal(t, 200, resp.status, string(resp.body))
+	got = completion{}
+	require.NoError(t, json.Unmarshal(resp.body, &got))
+	require.Len(t, got.Choices[0].Message.ToolCalls, 1)
+	require.LessOrEqual(t, len(strings.Fields(got.Choices[0].Message.Content)), toolPreambleTokens)
+
 	for _, prompt := range []string{`[[provsim:tool=Bash {"command": }]]`, `[[provsim:tool=Bash {"a":1} {"b":2}]]`} {
 		resp := do(t, c, http.MethodPost, p.URL()+"/chat/completions", chatBody(t, userMsg("m", prompt)), nil)
 		require.Equal(t, http.StatusBadRequest, resp.status, prompt)
