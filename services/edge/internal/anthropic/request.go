@@ -291,13 +291,8 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 	if bytes.Contains(body, []byte(`"cache_control"`)) {
 		req.CacheWriteTokens, req.CacheWrite1hTokens = cacheBreakpoints(&w)
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(out); err != nil {
-		return nil, req, &chatreq.Error{Message: "the request could not be translated: " + err.Error()}
-	}
-	return bytes.TrimSpace(b.Bytes()), req, nil
+	chat, err := clientapi.EncodeChat(out)
+	return chat, req, err
 }
 
 // systemText is a system prompt (the request's, or a system message's

@@ -5,7 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 )
+
+// EncodeChat writes a translated chat request body: JSON without HTML
+// escaping (a prompt's "<" stays as the client sent it), no trailing
+// newline.
+func EncodeChat(out map[string]any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, &chatreq.Error{Message: "the request could not be translated: " + err.Error()}
+	}
+	return bytes.TrimSpace(b.Bytes()), nil
+}
 
 // The chat-completions shapes a client API's translation writes (the
 // request) and reads (the answer and its chunks), and the JSON helpers

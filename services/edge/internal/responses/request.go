@@ -187,13 +187,8 @@ func ToChat(body []byte) ([]byte, Request, error) {
 	if raw := w["provider"]; !null(raw) {
 		out["provider"] = json.RawMessage(bytes.TrimSpace(raw))
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(out); err != nil {
-		return nil, req, &chatreq.Error{Message: "the request could not be translated: " + err.Error()}
-	}
-	return bytes.TrimSpace(b.Bytes()), req, nil
+	chat, err := clientapi.EncodeChat(out)
+	return chat, req, err
 }
 
 // checkNames refuses an unknown parameter, a parameter needing state the
