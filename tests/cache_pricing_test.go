@@ -43,7 +43,7 @@ type pairSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     switchboardv1.DeciderServiceClient
+	rpc     deciderClient
 	sys     *system
 }
 

@@ -1323,7 +1323,8 @@ func checkDeployPorts(b *deployBundle) error {
 					errs = append(errs, fmt.Errorf("%s: %s must be a grpc probe (grpc.health.v1)", p, kind))
 				case pr.GRPC.Port != p.healthPort:
 					errs = append(errs, fmt.Errorf("%s: %s checks port %d, the decider serves health on %d", p, kind, pr.GRPC.Port, p.healthPort))
-				case pr.GRPC.Service != nil && *pr.GRPC.Service != "" && *pr.GRPC.Service != switchboardv1.DeciderService_ServiceDesc.ServiceName:
+				case pr.GRPC.Service != nil && *pr.GRPC.Service != "" && *pr.GRPC.Service != switchboardv1.RouterService_ServiceDesc.ServiceName &&
+					*pr.GRPC.Service != switchboardv1.EdgeService_ServiceDesc.ServiceName && *pr.GRPC.Service != switchboardv1.OperatorService_ServiceDesc.ServiceName:
 					errs = append(errs, fmt.Errorf("%s: %s asks for health of %q, which the decider does not report", p, kind, *pr.GRPC.Service))
 				}
 			case "edge":

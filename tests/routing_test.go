@@ -54,7 +54,7 @@ type smartSystem struct {
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
 	dcfg    deciderapp.Config
-	client  switchboardv1.DeciderServiceClient
+	client  deciderClient
 	post    func(t *testing.T, body string) (int, http.Header, map[string]any)
 }
 

@@ -27,7 +27,7 @@ type costSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	client  switchboardv1.DeciderServiceClient
+	client  deciderClient
 }
 
 // startCost starts simYAML's providers and a decider whose catalog serves

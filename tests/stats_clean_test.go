@@ -19,7 +19,7 @@ import (
 type statsSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
-	rpc     switchboardv1.DeciderServiceClient
+	rpc     deciderClient
 	sys     *system
 }
 

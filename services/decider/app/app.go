@@ -576,15 +576,17 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{
 		HotMethods: []string{
-			switchboardv1.DeciderService_Decide_FullMethodName, switchboardv1.DeciderService_Reserve_FullMethodName,
-			switchboardv1.DeciderService_Reconcile_FullMethodName, switchboardv1.DeciderService_AcquireHedge_FullMethodName,
+			switchboardv1.RouterService_Decide_FullMethodName, switchboardv1.RouterService_Reserve_FullMethodName,
+			switchboardv1.RouterService_Reconcile_FullMethodName, switchboardv1.EdgeService_AcquireHedge_FullMethodName,
 		},
 		Unary:      []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
 		Stream:     []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
 		Creds:      creds,
 		Reflection: cfg.GRPCReflection,
 	})
-	switchboardv1.RegisterDeciderServiceServer(d.srv.GRPC, svc)
+	switchboardv1.RegisterRouterServiceServer(d.srv.GRPC, svc)
+	switchboardv1.RegisterEdgeServiceServer(d.srv.GRPC, svc)
+	switchboardv1.RegisterOperatorServiceServer(d.srv.GRPC, svc)
 	d.serveErr = make(chan error, 2)
 	d.wg.Go(func() {
 		if err := d.srv.GRPC.Serve(d.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -742,7 +744,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err := d.store.Register(bg, cfg.ID, d.lis.Addr().String(), 10); err != nil {
 		return nil, err
 	}
-	d.srv.SetServing(true, switchboardv1.DeciderService_ServiceDesc.ServiceName)
+	d.srv.SetServing(true, switchboardv1.RouterService_ServiceDesc.ServiceName,
+		switchboardv1.EdgeService_ServiceDesc.ServiceName, switchboardv1.OperatorService_ServiceDesc.ServiceName)
 	d.watchAdmission(bg)
 	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
 	return d, nil

@@ -53,7 +53,21 @@ models:
 	return p
 }
 
-func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderServiceClient) {
+// deciderClient is a client of every service the decider serves, on one
+// connection: the tests play every role.
+type deciderClient struct {
+	switchboardv1.RouterServiceClient
+	switchboardv1.EdgeServiceClient
+	switchboardv1.OperatorServiceClient
+}
+
+func newDeciderClient(conn grpc.ClientConnInterface) deciderClient {
+	return deciderClient{
+		switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn), switchboardv1.NewOperatorServiceClient(conn),
+	}
+}
+
+func startDecider(t *testing.T, cfg Config) (*Decider, deciderClient) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"
@@ -69,7 +83,7 @@ func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderServ
 	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return d, switchboardv1.NewDeciderServiceClient(conn)
+	return d, newDeciderClient(conn)
 }
 
 func TestDeciderOverRealGRPC(t *testing.T) {
@@ -81,9 +95,11 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
-	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "switchboard.v1.DeciderService"})
-	require.NoError(t, err)
-	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	for _, svc := range []string{"switchboard.v1.RouterService", "switchboard.v1.EdgeService", "switchboard.v1.OperatorService"} {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status, svc)
+	}
 
 	key := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey)}
 	resp, err := client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key, Model: "vendor/model", Tokens: &switchboardv1.TokenEstimate{InputTokens: 10}})

@@ -59,7 +59,7 @@ func ExperimentCommand(ctx context.Context, args []string, stdout io.Writer) err
 		return err
 	}
 	defer closeConn()
-	client := switchboardv1.NewDeciderServiceClient(conn)
+	client := switchboardv1.NewOperatorServiceClient(conn)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var resp proto.Message

@@ -69,7 +69,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	defer closeConn()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := switchboardv1.NewDeciderServiceClient(conn).Decide(ctx, req)
+	resp, err := switchboardv1.NewRouterServiceClient(conn).Decide(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -64,7 +64,7 @@ func (l *lockedBuffer) String() string {
 
 // runDecider runs the decider as main does, until the returned stop is
 // called (as SIGTERM cancels main's context); stop waits for Run to return.
-func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderServiceClient, *lockedBuffer, func()) {
+func runDecider(t *testing.T, args ...string) (deciderClient, *lockedBuffer, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
@@ -93,7 +93,7 @@ func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderServiceClien
 		})
 	}
 	t.Cleanup(stop)
-	return switchboardv1.NewDeciderServiceClient(conn), logs, stop
+	return newDeciderClient(conn), logs, stop
 }
 
 // TestCleanStopHandsOverAtFullCapacity stops a decider the way SIGTERM does
@@ -124,7 +124,7 @@ func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
 
 // firstAdmission retries a reserving Decide until one is admitted and
 // returns how long that took from start.
-func firstAdmission(t *testing.T, c switchboardv1.DeciderServiceClient, start time.Time, n int) time.Duration {
+func firstAdmission(t *testing.T, c deciderClient, start time.Time, n int) time.Duration {
 	t.Helper()
 	var took time.Duration
 	require.Eventually(t, func() bool {
@@ -186,7 +186,7 @@ func TestFailoverToFirstAdmission(t *testing.T) {
 
 // sendActivity sends one activity batch on a Report stream of c and waits
 // for its acknowledgement.
-func sendActivity(t *testing.T, c switchboardv1.DeciderServiceClient, seq uint64, records ...*switchboardv1.ActivityRecord) {
+func sendActivity(t *testing.T, c deciderClient, seq uint64, records ...*switchboardv1.ActivityRecord) {
 	t.Helper()
 	stream, err := c.Report(t.Context())
 	require.NoError(t, err)

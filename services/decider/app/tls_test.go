@@ -62,8 +62,8 @@ func (p *testPKI) tlsConfig(cfg Config) Config {
 	return cfg
 }
 
-// client returns a DeciderService client to addr with creds.
-func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentials) (switchboardv1.DeciderServiceClient, *grpc.ClientConn) {
+// dialDecider returns a client of the decider's services at addr with creds.
+func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentials) (deciderClient, *grpc.ClientConn) {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if creds.Info().SecurityProtocol == "insecure" {
@@ -73,7 +73,7 @@ func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentia
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return switchboardv1.NewDeciderServiceClient(conn), conn
+	return newDeciderClient(conn), conn
 }
 
 func clientCreds(t *testing.T, c tlsfiles.Client) credentials.TransportCredentials {
@@ -235,7 +235,9 @@ func TestReflectionOnlyWithTheFlag(t *testing.T) {
 				for _, s := range resp.GetListServicesResponse().GetService() {
 					names = append(names, s.GetName())
 				}
-				require.Contains(t, names, switchboardv1.DeciderService_ServiceDesc.ServiceName)
+				require.Contains(t, names, switchboardv1.RouterService_ServiceDesc.ServiceName)
+				require.Contains(t, names, switchboardv1.EdgeService_ServiceDesc.ServiceName)
+				require.Contains(t, names, switchboardv1.OperatorService_ServiceDesc.ServiceName)
 			}
 		})
 	}
@@ -262,7 +264,7 @@ func TestHealthListener(t *testing.T) {
 	require.NotEmpty(t, d.HealthAddr())
 	c, conn := dialDecider(t, d.HealthAddr(), insecure.NewCredentials())
 	health := healthpb.NewHealthClient(conn)
-	for _, svc := range []string{"", switchboardv1.DeciderService_ServiceDesc.ServiceName} {
+	for _, svc := range []string{"", switchboardv1.RouterService_ServiceDesc.ServiceName, switchboardv1.EdgeService_ServiceDesc.ServiceName} {
 		h, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
 		require.NoError(t, err)
 		require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus(), svc)

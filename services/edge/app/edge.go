@@ -119,7 +119,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		tlsCreds.Close()
 		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
 	}
-	decider := switchboardv1.NewDeciderServiceClient(conn)
+	decider := switchboardv1.NewRouterServiceClient(conn)
+	edgeService := switchboardv1.NewEdgeServiceClient(conn)
 
 	transport := &http.Transport{
 		Proxy:             http.ProxyFromEnvironment,
@@ -153,7 +154,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
-		Client:            decider,
+		Client:            edgeService,
 		Hello:             &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
 		Handler:           commands,
 		FlushInterval:     cfg.ReportFlushInterval,
@@ -167,7 +168,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Cooldowns:         cooldowns,
 		Reporter:          reports,
 		Ledger:            reports,
-		Hedges:            decider,
+		Hedges:            edgeService,
 		HedgeTimeout:      cfg.HedgeAcquireTimeout,
 		Broker:            decider,
 		ReserveTimeout:    cfg.ReserveTimeout,
@@ -373,7 +374,7 @@ func (e *Edge) wait(ctx context.Context) error {
 // never on a request's path.
 func deciderReady(hc healthpb.HealthClient) func(context.Context) error {
 	services := [...]struct{ name, what string }{
-		{switchboardv1.DeciderService_ServiceDesc.ServiceName, "decider"},
+		{switchboardv1.RouterService_ServiceDesc.ServiceName, "decider"},
 		{readiness.AdmissionService, "decider admission"},
 	}
 	return func(ctx context.Context) error {

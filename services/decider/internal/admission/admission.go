@@ -485,7 +485,7 @@ var errRetryLocally = errors.New("owner now")
 // ends with the call's context.
 func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
 	var resp *switchboardv1.ReserveResponse
-	local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.Reserve(ctx, req)
 		return err
 	})
@@ -513,7 +513,7 @@ func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 // applied to), or the one a forwarded answer names; 0 when unknown.
 func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow, answer bool) (_ *switchboardv1.ReconcileResponse, term int64, _ error) {
 	var resp *switchboardv1.ReconcileResponse
-	local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.Reconcile(ctx, req)
 		return err
 	})

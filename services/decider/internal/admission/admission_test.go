@@ -118,7 +118,7 @@ type replica struct {
 }
 
 type fwdServer struct {
-	switchboardv1.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedRouterServiceServer
 	adm atomic.Pointer[Admission]
 }
 
@@ -172,7 +172,7 @@ func startReplica(t *testing.T, c *cluster, cli *clientv3.Client) *replica {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	fs := &fwdServer{}
-	switchboardv1.RegisterDeciderServiceServer(srv, fs)
+	switchboardv1.RegisterRouterServiceServer(srv, fs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	r := &replica{broker: newBroker(t), addr: lis.Addr().String()}
@@ -253,7 +253,7 @@ func TestSurvivorTakesOverAfterSessionLoss(t *testing.T) {
 	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond, "the survivor takes over")
 	// The old owner campaigns again, now behind the new one, and forwards.
 	require.Eventually(t, func() bool {
-		local, err := a.adm.OnOwner(t.Context(), func(context.Context, switchboardv1.DeciderServiceClient) error { return nil })
+		local, err := a.adm.OnOwner(t.Context(), func(context.Context, OwnerClient) error { return nil })
 		return err == nil && !local && !a.adm.Owner()
 	}, 20*time.Second, 20*time.Millisecond)
 	require.True(t, a.admitted(t), "forwarded to the new owner")
@@ -450,7 +450,7 @@ func TestForwardedCallMovesToTheNewOwner(t *testing.T) {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	stall := &stallServer{entered: make(chan struct{}, 1)}
-	switchboardv1.RegisterDeciderServiceServer(srv, stall)
+	switchboardv1.RegisterRouterServiceServer(srv, stall)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	a := &replica{broker: newBroker(t), addr: lis.Addr().String()}

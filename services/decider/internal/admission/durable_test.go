@@ -52,7 +52,7 @@ func startWith(t *testing.T, c *cluster, cli *clientv3.Client, b *broker.Broker,
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	fs := &fwdServer{}
-	switchboardv1.RegisterDeciderServiceServer(srv, fs)
+	switchboardv1.RegisterRouterServiceServer(srv, fs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	r := &replica{broker: b, addr: lis.Addr().String()}

@@ -132,7 +132,7 @@ func (a *Admission) followLeader(ctx context.Context) error {
 // and call runs again on the new owner (or here, local). A call cancelled
 // so was not answered; the new owner has the snapshot and learning mode
 // for anything the old one did with it.
-func (a *Admission) OnOwner(ctx context.Context, call func(context.Context, switchboardv1.DeciderServiceClient) error) (local bool, _ error) {
+func (a *Admission) OnOwner(ctx context.Context, call func(context.Context, OwnerClient) error) (local bool, _ error) {
 	for {
 		if a.owner.Load() {
 			return true, nil
@@ -168,12 +168,12 @@ func (a *Admission) OnOwner(ctx context.Context, call func(context.Context, swit
 // channel closed when the owner changes. While nobody owns the state, or
 // this replica is taking over, it waits for a change within the caller's
 // deadline and OwnerWait.
-func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServiceClient, <-chan struct{}, error) {
+func (a *Admission) ownerClient(ctx context.Context) (OwnerClient, <-chan struct{}, error) {
 	var wait <-chan time.Time
 	for {
 		leader, ch := a.state()
 		if a.owner.Load() {
-			return nil, nil, errRetryLocally
+			return OwnerClient{}, nil, errRetryLocally
 		}
 		if leader != "" && leader != a.o.Addr {
 			c, err := a.client(leader)
@@ -188,22 +188,30 @@ func (a *Admission) ownerClient(ctx context.Context) (switchboardv1.DeciderServi
 		case <-ch:
 			continue
 		case <-ctx.Done():
-			return nil, nil, status.FromContextError(ctx.Err()).Err()
+			return OwnerClient{}, nil, status.FromContextError(ctx.Err()).Err()
 		case <-wait:
 		}
 		if leader == a.o.Addr {
-			return nil, nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
+			return OwnerClient{}, nil, status.Error(codes.Unavailable, "this replica is taking over the rate-limit broker")
 		}
-		return nil, nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
+		return OwnerClient{}, nil, status.Error(codes.Unavailable, "no rate-limit broker owner is elected")
 	}
 }
 
-func (a *Admission) client(addr string) (switchboardv1.DeciderServiceClient, error) {
+// OwnerClient is a client of the services a replica forwards to the
+// broker's owner: the reservations (RouterService) and the hedge budget
+// (EdgeService).
+type OwnerClient struct {
+	switchboardv1.RouterServiceClient
+	switchboardv1.EdgeServiceClient
+}
+
+func (a *Admission) client(addr string) (OwnerClient, error) {
 	conn, err := a.conn(addr)
 	if err != nil {
-		return nil, err
+		return OwnerClient{}, err
 	}
-	return switchboardv1.NewDeciderServiceClient(conn), nil
+	return OwnerClient{switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn)}, nil
 }
 
 // conn is the connection to the replica at addr, made once.

@@ -42,7 +42,7 @@ func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.Reconc
 // another tenant's, none is extended and the error is PERMISSION_DENIED.
 func (a *Admission) Keep(ctx context.Context, ids []string, allow broker.Allow) (int64, error) {
 	var resp *switchboardv1.KeepReservationsResponse
-	local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.KeepReservations(ctx, &switchboardv1.KeepReservationsRequest{ReservationIds: ids})
 		return err
 	})

@@ -95,7 +95,7 @@ func TestForwardedReserveKeepsTheDeadline(t *testing.T) {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	ds := &deadlineServer{deadlines: make(chan time.Time, 16)}
-	switchboardv1.RegisterDeciderServiceServer(srv, ds)
+	switchboardv1.RegisterRouterServiceServer(srv, ds)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	owner, err := Start(t.Context(), Options{

@@ -24,7 +24,10 @@
 // # Authorization
 //
 // What a caller may do is one table, role × RPC (policy below); anything not
-// in it is refused with PermissionDenied:
+// in it is refused with PermissionDenied. The API is split by audience:
+// RouterService holds Decide, Reserve, Reconcile, KeepReservations,
+// ListModels and the activity calls; EdgeService Report and the hedge
+// budget; OperatorService the experiments.
 //
 //	RPC               edge        service          replica     operator
 //	Decide            by key      own tenants      -           dry run, any tenant

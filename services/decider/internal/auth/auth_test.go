@@ -31,7 +31,7 @@ import (
 // whoami answers ListModels with the caller's id and role as the only
 // model, and Report with the caller's role in an error.
 type whoami struct {
-	switchboardv1.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedRouterServiceServer
 }
 
 func (whoami) ListModels(ctx context.Context, _ *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
@@ -61,7 +61,7 @@ func serve(t *testing.T, a *Authenticator, creds credentials.TransportCredential
 		opts = append(opts, grpc.Creds(creds))
 	}
 	s := grpc.NewServer(opts...)
-	switchboardv1.RegisterDeciderServiceServer(s, whoami{})
+	switchboardv1.RegisterRouterServiceServer(s, whoami{})
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
@@ -73,7 +73,7 @@ func whoAmI(t *testing.T, addr string, opts ...grpc.DialOption) (string, error) 
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
 	defer conn.Close()
-	resp, err := switchboardv1.NewDeciderServiceClient(conn).ListModels(t.Context(), &switchboardv1.ListModelsRequest{})
+	resp, err := switchboardv1.NewRouterServiceClient(conn).ListModels(t.Context(), &switchboardv1.ListModelsRequest{})
 	if err != nil {
 		return "", err
 	}
@@ -189,24 +189,28 @@ func TestClientCertificates(t *testing.T) {
 }
 
 func TestPolicyTableCoversEveryRPC(t *testing.T) {
-	for _, m := range switchboardv1.DeciderService_ServiceDesc.Methods {
-		require.Contains(t, policy, "/"+switchboardv1.DeciderService_ServiceDesc.ServiceName+"/"+m.MethodName)
+	for _, desc := range []grpc.ServiceDesc{
+		switchboardv1.RouterService_ServiceDesc, switchboardv1.EdgeService_ServiceDesc, switchboardv1.OperatorService_ServiceDesc,
+	} {
+		for _, m := range desc.Methods {
+			require.Contains(t, policy, "/"+desc.ServiceName+"/"+m.MethodName)
+		}
+		for _, s := range desc.Streams {
+			require.Contains(t, policy, "/"+desc.ServiceName+"/"+s.StreamName)
+		}
 	}
-	for _, s := range switchboardv1.DeciderService_ServiceDesc.Streams {
-		require.Contains(t, policy, "/"+switchboardv1.DeciderService_ServiceDesc.ServiceName+"/"+s.StreamName)
-	}
-	require.True(t, Allowed(catalog.RoleEdge, switchboardv1.DeciderService_Report_FullMethodName))
-	require.False(t, Allowed(catalog.RoleService, switchboardv1.DeciderService_Report_FullMethodName))
-	require.False(t, Allowed(catalog.RoleOperator, "/switchboard.v1.DeciderService/SomethingNew"), "an RPC not in the table is refused")
+	require.True(t, Allowed(catalog.RoleEdge, switchboardv1.EdgeService_Report_FullMethodName))
+	require.False(t, Allowed(catalog.RoleService, switchboardv1.EdgeService_Report_FullMethodName))
+	require.False(t, Allowed(catalog.RoleOperator, "/switchboard.v1.OperatorService/SomethingNew"), "an RPC not in the table is refused")
 }
 
 // TestExperimentsAreForOperators checks only operators start, stop and
 // read switchback experiments.
 func TestExperimentsAreForOperators(t *testing.T) {
 	for _, m := range []string{
-		switchboardv1.DeciderService_StartExperiment_FullMethodName,
-		switchboardv1.DeciderService_StopExperiment_FullMethodName,
-		switchboardv1.DeciderService_GetExperiment_FullMethodName,
+		switchboardv1.OperatorService_StartExperiment_FullMethodName,
+		switchboardv1.OperatorService_StopExperiment_FullMethodName,
+		switchboardv1.OperatorService_GetExperiment_FullMethodName,
 	} {
 		for _, role := range []string{catalog.RoleEdge, catalog.RoleService, catalog.RoleReplica, catalog.RoleOperator} {
 			require.Equal(t, role == catalog.RoleOperator, Allowed(role, m), "%s by %s", m, role)

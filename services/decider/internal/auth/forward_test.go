@@ -22,12 +22,13 @@ import (
 // and answers with the caller it acted as ("id/role/via") in the refusal's
 // code; AcquireHedge only answers.
 type forwardee struct {
-	switchboardv1.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedRouterServiceServer
+	switchboardv1.UnimplementedEdgeServiceServer
 	a *Authenticator
 }
 
 func (f forwardee) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	if _, err := f.a.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false); err != nil {
+	if _, err := f.a.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity(), false); err != nil {
 		return nil, err
 	}
 	p := FromContext(ctx)
@@ -65,7 +66,8 @@ func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 	conn, err := grpc.NewClient(lis, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token("replica-token")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	c := switchboardv1.NewDeciderServiceClient(conn)
+	c := switchboardv1.NewRouterServiceClient(conn)
+	edge := switchboardv1.NewEdgeServiceClient(conn)
 	byKey := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}
 	byTenant := func(tenant string) *switchboardv1.Identity { return &switchboardv1.Identity{TenantId: tenant} }
 	for _, tc := range []struct {
@@ -104,11 +106,11 @@ func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 	}
 
 	// AcquireHedge: an edge's, never a service's, and never the replica's own.
-	_, err = c.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	_, err = edge.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-	_, err = c.AcquireHedge(metadata.AppendToOutgoingContext(t.Context(), OnBehalfOf, "billing"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	_, err = edge.AcquireHedge(metadata.AppendToOutgoingContext(t.Context(), OnBehalfOf, "billing"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a service may not spend the hedge budget: %v", err)
-	resp, err := c.AcquireHedge(metadata.AppendToOutgoingContext(t.Context(), OnBehalfOf, "edges"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	resp, err := edge.AcquireHedge(metadata.AppendToOutgoingContext(t.Context(), OnBehalfOf, "edges"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
 	require.NoError(t, err)
 	require.True(t, resp.GetGranted())
 }
@@ -132,12 +134,13 @@ func TestForwardInterceptorNamesTheCaller(t *testing.T) {
 
 // serveWith starts a plaintext gRPC server of impl with the authenticator
 // on 127.0.0.1:0.
-func serveWith(t *testing.T, a *Authenticator, impl switchboardv1.DeciderServiceServer) string {
+func serveWith(t *testing.T, a *Authenticator, impl forwardee) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s := grpc.NewServer(grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor()))
-	switchboardv1.RegisterDeciderServiceServer(s, impl)
+	switchboardv1.RegisterRouterServiceServer(s, impl)
+	switchboardv1.RegisterEdgeServiceServer(s, impl)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()

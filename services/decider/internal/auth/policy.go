@@ -26,39 +26,39 @@ const (
 
 // policy is the role × RPC table the package documentation shows.
 var policy = map[string]map[string]access{
-	switchboardv1.DeciderService_Decide_FullMethodName: {
+	switchboardv1.RouterService_Decide_FullMethodName: {
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: dryRun,
 	},
-	switchboardv1.DeciderService_Reserve_FullMethodName: {
+	switchboardv1.RouterService_Reserve_FullMethodName: {
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
 	},
-	switchboardv1.DeciderService_ListModels_FullMethodName: {
+	switchboardv1.RouterService_ListModels_FullMethodName: {
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
 	},
-	switchboardv1.DeciderService_ListActivity_FullMethodName: {
+	switchboardv1.RouterService_ListActivity_FullMethodName: {
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
 	},
-	switchboardv1.DeciderService_GetActivity_FullMethodName: {
+	switchboardv1.RouterService_GetActivity_FullMethodName: {
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
 	},
-	switchboardv1.DeciderService_Reconcile_FullMethodName: {
+	switchboardv1.RouterService_Reconcile_FullMethodName: {
 		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
 	},
-	switchboardv1.DeciderService_KeepReservations_FullMethodName: {
+	switchboardv1.RouterService_KeepReservations_FullMethodName: {
 		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
 	},
-	switchboardv1.DeciderService_Report_FullMethodName: {
+	switchboardv1.EdgeService_Report_FullMethodName: {
 		catalog.RoleEdge: anyTenant,
 	},
-	switchboardv1.DeciderService_AcquireHedge_FullMethodName: {
+	switchboardv1.EdgeService_AcquireHedge_FullMethodName: {
 		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
 	},
-	switchboardv1.DeciderService_SettleHedge_FullMethodName: {
+	switchboardv1.EdgeService_SettleHedge_FullMethodName: {
 		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
 	},
-	switchboardv1.DeciderService_StartExperiment_FullMethodName: {catalog.RoleOperator: anyTenant},
-	switchboardv1.DeciderService_StopExperiment_FullMethodName:  {catalog.RoleOperator: anyTenant},
-	switchboardv1.DeciderService_GetExperiment_FullMethodName:   {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_StartExperiment_FullMethodName: {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_StopExperiment_FullMethodName:  {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_GetExperiment_FullMethodName:   {catalog.RoleOperator: anyTenant},
 }
 
 // Allowed reports whether the policy lets role call method at all, for

@@ -172,7 +172,7 @@ func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
 }
 
 // Serve runs one edge's stream until it ends. The first message must be a hello.
-func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
+func (h *Hub) Serve(stream switchboardv1.EdgeService_ReportServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -267,7 +267,7 @@ func (h *Hub) Serve(stream switchboardv1.DeciderService_ReportServer) error {
 }
 
 // sendKeys sends the latest key set.
-func (h *Hub) sendKeys(stream switchboardv1.DeciderService_ReportServer) error {
+func (h *Hub) sendKeys(stream switchboardv1.EdgeService_ReportServer) error {
 	ks := h.keys.Load()
 	if ks == nil {
 		return nil
@@ -276,7 +276,7 @@ func (h *Hub) sendKeys(stream switchboardv1.DeciderService_ReportServer) error {
 }
 
 // sendTerm sends the broker owner's latest term.
-func (h *Hub) sendTerm(stream switchboardv1.DeciderService_ReportServer) error {
+func (h *Hub) sendTerm(stream switchboardv1.EdgeService_ReportServer) error {
 	return stream.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_OwnerTerm{
 		OwnerTerm: &switchboardv1.OwnerTerm{Term: h.term.Load()}}})
 }
@@ -287,7 +287,7 @@ const drainTimeout = 5 * time.Second
 
 // drain waits, after the edge's half-close, until the worker has applied
 // what was queued, sending its acks, within drainTimeout.
-func (h *Hub) drain(stream switchboardv1.DeciderService_ReportServer, c *conn, worked <-chan struct{}) error {
+func (h *Hub) drain(stream switchboardv1.EdgeService_ReportServer, c *conn, worked <-chan struct{}) error {
 	t := time.NewTimer(drainTimeout)
 	defer t.Stop()
 	for {
@@ -316,7 +316,7 @@ func (h *Hub) drain(stream switchboardv1.DeciderService_ReportServer, c *conn, w
 	}
 }
 
-func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn) error {
+func (h *Hub) receive(stream switchboardv1.EdgeService_ReportServer, c *conn) error {
 	for {
 		m, err := stream.Recv()
 		if err != nil {

@@ -22,21 +22,21 @@ import (
 )
 
 type hubService struct {
-	switchboardv1.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedEdgeServiceServer
 	h *Hub
 }
 
-func (s hubService) Report(stream switchboardv1.DeciderService_ReportServer) error {
+func (s hubService) Report(stream switchboardv1.EdgeService_ReportServer) error {
 	return s.h.Serve(stream)
 }
 
 // serveHub serves h on a real gRPC server on loopback and returns a client.
-func serveHub(t *testing.T, h *Hub) switchboardv1.DeciderServiceClient {
+func serveHub(t *testing.T, h *Hub) switchboardv1.EdgeServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
-	switchboardv1.RegisterDeciderServiceServer(srv, hubService{h: h})
+	switchboardv1.RegisterEdgeServiceServer(srv, hubService{h: h})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -47,7 +47,7 @@ func serveHub(t *testing.T, h *Hub) switchboardv1.DeciderServiceClient {
 		srv.Stop()
 		<-done
 	})
-	return switchboardv1.NewDeciderServiceClient(conn)
+	return switchboardv1.NewEdgeServiceClient(conn)
 }
 
 // fakeReservations records what the hub applies; gate, when set, holds
@@ -128,7 +128,7 @@ func newTestHub(sink Sink, activity ActivitySink) *Hub {
 	return h
 }
 
-func open(t *testing.T, c switchboardv1.DeciderServiceClient, hello *switchboardv1.EdgeHello) switchboardv1.DeciderService_ReportClient {
+func open(t *testing.T, c switchboardv1.EdgeServiceClient, hello *switchboardv1.EdgeHello) switchboardv1.EdgeService_ReportClient {
 	t.Helper()
 	stream, err := c.Report(t.Context())
 	require.NoError(t, err)
@@ -147,7 +147,7 @@ func reconcileBatch(seq uint64, ids ...string) *switchboardv1.ReportRequest {
 }
 
 // recvAck returns the next ack on the stream, skipping other commands.
-func recvAck(t *testing.T, stream switchboardv1.DeciderService_ReportClient) *switchboardv1.ReportAck {
+func recvAck(t *testing.T, stream switchboardv1.EdgeService_ReportClient) *switchboardv1.ReportAck {
 	t.Helper()
 	for {
 		m, err := stream.Recv()
@@ -399,7 +399,7 @@ func TestHubAppliesTheLastBatchesOfAClosingEdge(t *testing.T) {
 }
 
 // recvKeySet returns the next key set on the stream, skipping other commands.
-func recvKeySet(t *testing.T, stream switchboardv1.DeciderService_ReportClient) *switchboardv1.KeySet {
+func recvKeySet(t *testing.T, stream switchboardv1.EdgeService_ReportClient) *switchboardv1.KeySet {
 	t.Helper()
 	for {
 		m, err := stream.Recv()
@@ -484,7 +484,7 @@ func TestHubSlowActivityWriteDoesNotBlockTheStream(t *testing.T) {
 
 // recvOwnerTerm returns the next owner term on the stream, skipping other
 // commands.
-func recvOwnerTerm(t *testing.T, stream switchboardv1.DeciderService_ReportClient) int64 {
+func recvOwnerTerm(t *testing.T, stream switchboardv1.EdgeService_ReportClient) int64 {
 	t.Helper()
 	for {
 		m, err := stream.Recv()

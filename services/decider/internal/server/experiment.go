@@ -37,7 +37,7 @@ func experimentStatus(err error) error {
 	return status.Error(codes.Unavailable, "the experiment store is not reachable")
 }
 
-// StartExperiment implements [switchboardv1.DeciderServiceServer.StartExperiment].
+// StartExperiment implements [switchboardv1.OperatorServiceServer.StartExperiment].
 func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartExperimentRequest) (*switchboardv1.StartExperimentResponse, error) {
 	m, err := s.experimentManager()
 	if err != nil {
@@ -64,7 +64,7 @@ func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartEx
 	return &switchboardv1.StartExperimentResponse{Experiment: def}, nil
 }
 
-// StopExperiment implements [switchboardv1.DeciderServiceServer.StopExperiment].
+// StopExperiment implements [switchboardv1.OperatorServiceServer.StopExperiment].
 func (s *Server) StopExperiment(ctx context.Context, _ *switchboardv1.StopExperimentRequest) (*switchboardv1.StopExperimentResponse, error) {
 	m, err := s.experimentManager()
 	if err != nil {
@@ -77,7 +77,7 @@ func (s *Server) StopExperiment(ctx context.Context, _ *switchboardv1.StopExperi
 	return &switchboardv1.StopExperimentResponse{Experiment: def}, nil
 }
 
-// GetExperiment implements [switchboardv1.DeciderServiceServer.GetExperiment].
+// GetExperiment implements [switchboardv1.OperatorServiceServer.GetExperiment].
 func (s *Server) GetExperiment(ctx context.Context, _ *switchboardv1.GetExperimentRequest) (*switchboardv1.GetExperimentResponse, error) {
 	m, err := s.experimentManager()
 	if err != nil {

@@ -1,5 +1,5 @@
-// Package server is the DeciderService gRPC boundary: it turns requests into
-// calls on routing and report, and their errors into gRPC statuses.
+// Package server is the decider's gRPC boundary (RouterService, EdgeService
+// and OperatorService): it turns requests into calls on routing and report, and their errors into gRPC statuses.
 package server
 
 import (
@@ -28,9 +28,13 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
-// Server implements switchboardv1.DeciderServiceServer.
+// Server implements every service of the decider:
+// switchboardv1.RouterServiceServer, switchboardv1.EdgeServiceServer and
+// switchboardv1.OperatorServiceServer.
 type Server struct {
-	switchboardv1.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedRouterServiceServer
+	switchboardv1.UnimplementedEdgeServiceServer
+	switchboardv1.UnimplementedOperatorServiceServer
 	router   atomic.Pointer[routing.Router]
 	hub      *report.Hub
 	budget   *hedge.Budget
@@ -55,7 +59,11 @@ func (s *Server) admission() (*admission.Admission, error) {
 	return a, nil
 }
 
-var _ switchboardv1.DeciderServiceServer = (*Server)(nil)
+var (
+	_ switchboardv1.RouterServiceServer   = (*Server)(nil)
+	_ switchboardv1.EdgeServiceServer     = (*Server)(nil)
+	_ switchboardv1.OperatorServiceServer = (*Server)(nil)
+)
 
 // New returns a server that answers UNAVAILABLE until SetRouter is called.
 // authn resolves and checks the identities requests carry.
@@ -77,7 +85,7 @@ func (s *Server) ready() (*routing.Router, error) {
 	return r, nil
 }
 
-// Decide implements [switchboardv1.DeciderServiceServer.Decide].
+// Decide implements [switchboardv1.RouterServiceServer.Decide].
 func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 	r, err := s.ready()
 	if err != nil {
@@ -86,7 +94,7 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err := invalid(validate.Decide(req)); err != nil {
 		return nil, err
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun())
+	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun())
 	if err != nil {
 		return nil, err
 	}
@@ -243,19 +251,19 @@ func earlier(a, b *switchboardv1.Refusal) bool {
 	return b.GetRetryAfter() == nil || a.GetRetryAfter().AsDuration() < b.GetRetryAfter().AsDuration()
 }
 
-// ListModels implements [switchboardv1.DeciderServiceServer.ListModels].
+// ListModels implements [switchboardv1.RouterServiceServer.ListModels].
 func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
 	r, err := s.ready()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.authn.Identity(ctx, switchboardv1.DeciderService_ListModels_FullMethodName, req.GetIdentity(), false); err != nil {
+	if _, err := s.authn.Identity(ctx, switchboardv1.RouterService_ListModels_FullMethodName, req.GetIdentity(), false); err != nil {
 		return nil, err
 	}
 	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
 }
 
-// AcquireHedge implements [switchboardv1.DeciderServiceServer.AcquireHedge].
+// AcquireHedge implements [switchboardv1.EdgeServiceServer.AcquireHedge].
 // The budget is held by the replica that owns the rate-limit broker, so the
 // decision is atomic across every edge and replica; others forward.
 func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
@@ -264,7 +272,7 @@ func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHed
 	}
 	if a := s.adm.Load(); a != nil {
 		var resp *switchboardv1.AcquireHedgeResponse
-		local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+		local, err := a.OnOwner(ctx, func(ctx context.Context, c admission.OwnerClient) (err error) {
 			resp, err = c.AcquireHedge(ctx, req)
 			return err
 		})
@@ -276,7 +284,7 @@ func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHed
 	return &switchboardv1.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
 }
 
-// SettleHedge implements [switchboardv1.DeciderServiceServer.SettleHedge]: settled
+// SettleHedge implements [switchboardv1.EdgeServiceServer.SettleHedge]: settled
 // where the budget is held, like AcquireHedge.
 func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedgeRequest) (*switchboardv1.SettleHedgeResponse, error) {
 	if err := invalid(validate.SettleHedge(req)); err != nil {
@@ -284,7 +292,7 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 	}
 	if a := s.adm.Load(); a != nil {
 		var resp *switchboardv1.SettleHedgeResponse
-		local, err := a.OnOwner(ctx, func(ctx context.Context, c switchboardv1.DeciderServiceClient) (err error) {
+		local, err := a.OnOwner(ctx, func(ctx context.Context, c admission.OwnerClient) (err error) {
 			resp, err = c.SettleHedge(ctx, req)
 			return err
 		})
@@ -298,9 +306,9 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 	return &switchboardv1.SettleHedgeResponse{}, nil
 }
 
-// ListActivity implements [switchboardv1.DeciderServiceServer.ListActivity].
+// ListActivity implements [switchboardv1.RouterServiceServer.ListActivity].
 func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
-	tenant, store, err := s.activityFor(ctx, switchboardv1.DeciderService_ListActivity_FullMethodName, req.GetIdentity())
+	tenant, store, err := s.activityFor(ctx, switchboardv1.RouterService_ListActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -334,9 +342,9 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 	return &switchboardv1.ListActivityResponse{Records: recs, NextCursor: next}, nil
 }
 
-// GetActivity implements [switchboardv1.DeciderServiceServer.GetActivity].
+// GetActivity implements [switchboardv1.RouterServiceServer.GetActivity].
 func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
-	tenant, store, err := s.activityFor(ctx, switchboardv1.DeciderService_GetActivity_FullMethodName, req.GetIdentity())
+	tenant, store, err := s.activityFor(ctx, switchboardv1.RouterService_GetActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +381,7 @@ func (s *Server) activityFor(ctx context.Context, method string, id *switchboard
 	return who.GetTenantId(), store, nil
 }
 
-// Reserve implements [switchboardv1.DeciderServiceServer.Reserve]. A caller that sends
+// Reserve implements [switchboardv1.RouterServiceServer.Reserve]. A caller that sends
 // api_key_sha256 is authenticated and its identity resolved; a trusted
 // caller's tenant_id must name a tenant.
 func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
@@ -405,7 +413,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "model: the endpoint %q serves %q", req.GetEndpointId(), model)
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.DeciderService_Reserve_FullMethodName, req.GetIdentity(), false)
+	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +426,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	return resp, nil
 }
 
-// Reconcile implements [switchboardv1.DeciderServiceServer.Reconcile].
+// Reconcile implements [switchboardv1.RouterServiceServer.Reconcile].
 func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
 	a, err := s.admission()
 	if err != nil {
@@ -441,7 +449,7 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 // maxKeep bounds the ids of one KeepReservations call.
 const maxKeep = 100_000
 
-// KeepReservations implements [switchboardv1.DeciderServiceServer.KeepReservations].
+// KeepReservations implements [switchboardv1.RouterServiceServer.KeepReservations].
 func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
 	a, err := s.admission()
 	if err != nil {
@@ -495,9 +503,9 @@ func (r reservations) Keep(ctx context.Context, ids []string) error {
 	return err
 }
 
-// Report implements [switchboardv1.DeciderServiceServer.Report]. Only
+// Report implements [switchboardv1.EdgeServiceServer.Report]. Only
 // edges reach it (the auth interceptor refuses every other role).
-func (s *Server) Report(stream switchboardv1.DeciderService_ReportServer) error {
+func (s *Server) Report(stream switchboardv1.EdgeService_ReportServer) error {
 	return s.hub.Serve(stream)
 }
 

@@ -61,7 +61,7 @@ func logger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil
 // Set* installs kept so a test can install them when it wants.
 type fixture struct {
 	srv    *server.Server
-	client switchboardv1.DeciderServiceClient
+	client deciderClient
 	router *routing.Router
 	act    *activity.Store
 	adm    *admission.Admission
@@ -343,12 +343,22 @@ func TestActivityIsTenantScoped(t *testing.T) {
 	require.Equal(t, "gen-1", next.GetRecords()[0].GetId())
 }
 
+// deciderClient is a client of every service the Server implements, on one
+// connection: the tests call them all.
+type deciderClient struct {
+	switchboardv1.RouterServiceClient
+	switchboardv1.EdgeServiceClient
+	switchboardv1.OperatorServiceClient
+}
+
 // serve registers srv on gs, serves it over bufconn until the test ends and
 // returns a client of it.
-func serve(t testing.TB, gs *grpc.Server, srv *server.Server) switchboardv1.DeciderServiceClient {
+func serve(t testing.TB, gs *grpc.Server, srv *server.Server) deciderClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	switchboardv1.RegisterDeciderServiceServer(gs, srv)
+	switchboardv1.RegisterRouterServiceServer(gs, srv)
+	switchboardv1.RegisterEdgeServiceServer(gs, srv)
+	switchboardv1.RegisterOperatorServiceServer(gs, srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -363,5 +373,7 @@ func serve(t testing.TB, gs *grpc.Server, srv *server.Server) switchboardv1.Deci
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return switchboardv1.NewDeciderServiceClient(conn)
+	return deciderClient{
+		switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn), switchboardv1.NewOperatorServiceClient(conn),
+	}
 }

@@ -37,7 +37,7 @@ var rpcKinds = []rpcKind{
 		// client does not send.
 		name: "Decide, as the edge asks it, without reserving",
 		call: func(ctx context.Context, conn *grpc.ClientConn, s *system) error {
-			_, err := switchboardv1.NewDeciderServiceClient(conn).Decide(ctx, &switchboardv1.DecideRequest{
+			_, err := switchboardv1.NewRouterServiceClient(conn).Decide(ctx, &switchboardv1.DecideRequest{
 				RequestId: "gen-" + randomHex(14),
 				Identity:  &switchboardv1.Identity{ApiKeySha256: sha256Hex(s.key)},
 				Model:     benchModel,

@@ -20,7 +20,7 @@ import (
 // benchDecider answers every Decide with one endpoint, reserved, as the
 // decider answers a request it serves.
 type benchDecider struct {
-	switchboardv1.DeciderServiceClient
+	switchboardv1.RouterServiceClient
 	endpoint *switchboardv1.Endpoint
 }
 

@@ -22,7 +22,7 @@ import (
 // stubDecider answers Decide with decide and records each call's model
 // and deadline; nothing else of the decider is used here.
 type stubDecider struct {
-	switchboardv1.DeciderServiceClient
+	switchboardv1.RouterServiceClient
 	decide func(model string) (*switchboardv1.DecideResponse, error)
 
 	mu        sync.Mutex

@@ -65,7 +65,7 @@ const DefaultQueueWait = 30 * time.Minute
 type Options struct {
 	// Decider answers Decide, ListModels, ListActivity and GetActivity
 	// (Required).
-	Decider switchboardv1.DeciderServiceClient
+	Decider switchboardv1.RouterServiceClient
 	// Dispatcher runs the upstream attempts (Required).
 	Dispatcher *dispatch.Dispatcher
 	// Region is the edge's region, sent with every Decide (Optional).

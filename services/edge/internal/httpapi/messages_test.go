@@ -22,7 +22,7 @@ import (
 // recordingDecider refuses every Decide for lack of capacity and records
 // the requests.
 type recordingDecider struct {
-	switchboardv1.DeciderServiceClient
+	switchboardv1.RouterServiceClient
 	mu   sync.Mutex
 	reqs []*switchboardv1.DecideRequest
 }

@@ -65,7 +65,7 @@ type Handler interface {
 // Options configure a Stream.
 type Options struct {
 	// Client is the decider client (Required).
-	Client switchboardv1.DeciderServiceClient
+	Client switchboardv1.EdgeServiceClient
 	// Hello opens every stream (Required).
 	Hello *switchboardv1.EdgeHello
 	// Handler receives commands (Optional). Defaults to ignoring them.
@@ -833,7 +833,7 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 }
 
 // resendAll sends every unacknowledged reconcile batch again, oldest first.
-func (s *Stream) resendAll(stream switchboardv1.DeciderService_ReportClient) error {
+func (s *Stream) resendAll(stream switchboardv1.EdgeService_ReportClient) error {
 	now := time.Now()
 	for _, b := range s.stale(now.Add(time.Hour), now) {
 		if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: b}}); err != nil {

@@ -48,7 +48,7 @@ func (h *handler) counts() (int, int) {
 	return len(h.probes), len(h.cooldowns)
 }
 
-func dial(t *testing.T, addr string) switchboardv1.DeciderServiceClient {
+func dial(t *testing.T, addr string) switchboardv1.EdgeServiceClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -58,7 +58,7 @@ func dial(t *testing.T, addr string) switchboardv1.DeciderServiceClient {
 	)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return switchboardv1.NewDeciderServiceClient(conn)
+	return switchboardv1.NewEdgeServiceClient(conn)
 }
 
 // run starts s in the background and returns a function that stops it and
@@ -260,7 +260,7 @@ func TestRunWithoutDecider(t *testing.T) {
 	fd := fakedecider.Start(t)
 	addr := fd.Addr()
 	fd.Stop()
-	client := &countingClient{DeciderServiceClient: dial(t, addr)}
+	client := &countingClient{EdgeServiceClient: dial(t, addr)}
 	s := New(Options{Client: client, Hello: hello, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	stop := run(t, s)
 	require.Eventually(t, func() bool { return client.opened.Load() >= 3 }, 20*time.Second, 5*time.Millisecond, "Run keeps retrying")
@@ -279,13 +279,13 @@ func TestRunWithoutDecider(t *testing.T) {
 
 // countingClient counts the Report streams Run tries to open.
 type countingClient struct {
-	switchboardv1.DeciderServiceClient
+	switchboardv1.EdgeServiceClient
 	opened atomic.Int64
 }
 
 func (c *countingClient) Report(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[switchboardv1.ReportRequest, switchboardv1.ReportResponse], error) {
 	c.opened.Add(1)
-	return c.DeciderServiceClient.Report(ctx, opts...)
+	return c.EdgeServiceClient.Report(ctx, opts...)
 }
 
 // TestUnacknowledgedActivityIsResent: a batch the decider never confirmed

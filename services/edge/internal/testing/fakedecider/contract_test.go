@@ -45,9 +45,9 @@ const (
 	waitFor = 10 * time.Second
 )
 
-// backend is one DeciderService the table runs against.
+// backend is one decider the table runs against.
 type backend struct {
-	client switchboardv1.DeciderServiceClient
+	client edgeClient
 	// decide asks for a decision for requestID as the client with key, as
 	// the edge does before it reserves and reports.
 	decide func(t *testing.T, requestID, key string) *switchboardv1.DecideResponse
@@ -339,13 +339,19 @@ func (r *report) ack(t *testing.T) *switchboardv1.ReportAck {
 	}
 }
 
+// edgeClient is a client of the decider's services an edge calls.
+type edgeClient struct {
+	switchboardv1.RouterServiceClient
+	switchboardv1.EdgeServiceClient
+}
+
 // dial connects as the edge, with its bearer token.
-func dial(t *testing.T, addr string) switchboardv1.DeciderServiceClient {
+func dial(t *testing.T, addr string) edgeClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(edgeToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return switchboardv1.NewDeciderServiceClient(conn)
+	return edgeClient{switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn)}
 }
 
 // startFake is the fake, scripted as the edge's tests script it: Decide
@@ -438,7 +444,7 @@ func decideWith(b *backend) func(t *testing.T, requestID, key string) *switchboa
 	}
 }
 
-func decide(t *testing.T, c switchboardv1.DeciderServiceClient, requestID, key string) *switchboardv1.DecideResponse {
+func decide(t *testing.T, c switchboardv1.RouterServiceClient, requestID, key string) *switchboardv1.DecideResponse {
 	t.Helper()
 	resp, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{
 		RequestId: requestID, Identity: clientIdentity(key), Model: contractModel,

@@ -1,4 +1,5 @@
-// Package fakedecider is a real gRPC DeciderService on loopback whose answers
+// Package fakedecider is a real gRPC decider (the RouterService and the
+// EdgeService an edge calls) on loopback whose answers
 // a test sets, recording every Decide, AcquireHedge, Reserve and Reconcile
 // call and everything an edge sends on the Report stream. It exists for the
 // edge's tests only.
@@ -38,12 +39,16 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-var _ switchboardv1.DeciderServiceServer = (*Decider)(nil)
+var (
+	_ switchboardv1.RouterServiceServer = (*Decider)(nil)
+	_ switchboardv1.EdgeServiceServer   = (*Decider)(nil)
+)
 
-// Decider implements switchboardv1.DeciderServiceServer with programmable
-// answers.
+// Decider implements switchboardv1.RouterServiceServer and
+// switchboardv1.EdgeServiceServer with programmable answers.
 type Decider struct {
-	switchboardv1.UnimplementedDeciderServiceServer
+	switchboardv1.UnimplementedRouterServiceServer
+	switchboardv1.UnimplementedEdgeServiceServer
 
 	mu         sync.Mutex
 	decide     func(*switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error)
@@ -94,7 +99,7 @@ type Server struct {
 
 	mu  sync.Mutex
 	srv *grpc.Server
-	// health is grpc.health.v1, reporting the DeciderService SERVING
+	// health is grpc.health.v1, reporting the decider's services SERVING
 	// unless SetServing(false); it outlives Restart.
 	health *health.Server
 }
@@ -132,7 +137,8 @@ func (s *Server) serve() {
 	}
 	s.addr = lis.Addr().String()
 	srv := grpc.NewServer()
-	switchboardv1.RegisterDeciderServiceServer(srv, s.Decider)
+	switchboardv1.RegisterRouterServiceServer(srv, s.Decider)
+	switchboardv1.RegisterEdgeServiceServer(srv, s.Decider)
 	healthpb.RegisterHealthServer(srv, s.health)
 	s.mu.Lock()
 	s.srv = srv
@@ -162,7 +168,8 @@ func (s *Server) SetServing(serving bool) {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(switchboardv1.DeciderService_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus(switchboardv1.RouterService_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus(switchboardv1.EdgeService_ServiceDesc.ServiceName, st)
 	s.health.SetServingStatus(readiness.AdmissionService, st)
 }
 
@@ -328,7 +335,7 @@ func (d *Decider) Send(cmd *switchboardv1.ReportResponse) {
 	d.commands <- cmd
 }
 
-// Decide implements [switchboardv1.DeciderServiceServer.Decide].
+// Decide implements [switchboardv1.RouterServiceServer.Decide].
 func (d *Decider) Decide(_ context.Context, req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 	d.mu.Lock()
 	d.decideReqs = append(d.decideReqs, proto.Clone(req).(*switchboardv1.DecideRequest))
@@ -358,7 +365,7 @@ func (d *Decider) open(id string) {
 	}
 }
 
-// ListModels implements [switchboardv1.DeciderServiceServer.ListModels].
+// ListModels implements [switchboardv1.RouterServiceServer.ListModels].
 func (d *Decider) ListModels(_ context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
 	d.mu.Lock()
 	f := d.listModels
@@ -369,7 +376,7 @@ func (d *Decider) ListModels(_ context.Context, req *switchboardv1.ListModelsReq
 	return f(req)
 }
 
-// AcquireHedge implements [switchboardv1.DeciderServiceServer.AcquireHedge].
+// AcquireHedge implements [switchboardv1.EdgeServiceServer.AcquireHedge].
 func (d *Decider) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
 	d.mu.Lock()
 	d.hedgeReqs = append(d.hedgeReqs, proto.Clone(req).(*switchboardv1.AcquireHedgeRequest))
@@ -381,7 +388,7 @@ func (d *Decider) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHe
 	return f(ctx, req)
 }
 
-// Reserve implements [switchboardv1.DeciderServiceServer.Reserve]: by
+// Reserve implements [switchboardv1.RouterServiceServer.Reserve]: by
 // default it admits with id ReservationID(idempotency_key), or answers the
 // refusal RefuseReserve set for the endpoint. Like the real decider, it
 // refuses a request without an endpoint as invalid.
@@ -418,7 +425,7 @@ func (d *Decider) answerReserve(ctx context.Context, f func(context.Context, *sw
 	}}, nil
 }
 
-// Reconcile implements [switchboardv1.DeciderServiceServer.Reconcile]: it
+// Reconcile implements [switchboardv1.RouterServiceServer.Reconcile]: it
 // records the request and closes the reservation, as the real decider does:
 // NOT_FOUND for a reservation never granted, an error for one reconciled
 // already.
@@ -450,7 +457,7 @@ func (d *Decider) tenantOf(id *switchboardv1.Identity) (string, error) {
 	return f(id)
 }
 
-// ListActivity implements [switchboardv1.DeciderServiceServer.ListActivity]:
+// ListActivity implements [switchboardv1.RouterServiceServer.ListActivity]:
 // the caller's tenant's records, newest first, filtered, paged by an offset
 // cursor.
 func (d *Decider) ListActivity(_ context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
@@ -518,7 +525,7 @@ func (d *Decider) stored() []*switchboardv1.ActivityRecord {
 	return out
 }
 
-// GetActivity implements [switchboardv1.DeciderServiceServer.GetActivity]:
+// GetActivity implements [switchboardv1.RouterServiceServer.GetActivity]:
 // NOT_FOUND for an unknown id and for another tenant's.
 func (d *Decider) GetActivity(_ context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
 	d.mu.Lock()
@@ -539,7 +546,7 @@ func (d *Decider) GetActivity(_ context.Context, req *switchboardv1.GetActivityR
 	return nil, status.Errorf(codes.NotFound, "no activity %q", req.GetId())
 }
 
-// Report implements [switchboardv1.DeciderServiceServer.Report]: it records
+// Report implements [switchboardv1.EdgeServiceServer.Report]: it records
 // what the edge sends and forwards queued commands. As on the real decider,
 // the first message must be a hello with an edge id.
 func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportRequest, switchboardv1.ReportResponse]) error {

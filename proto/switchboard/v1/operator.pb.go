@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12-devel
 // 	protoc        (unknown)
-// source: switchboard/v1/experiment.proto
+// source: switchboard/v1/operator.proto
 
 package switchboardv1
 
@@ -64,11 +64,11 @@ func (x ExperimentSchedule) String() string {
 }
 
 func (ExperimentSchedule) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchboard_v1_experiment_proto_enumTypes[0].Descriptor()
+	return file_switchboard_v1_operator_proto_enumTypes[0].Descriptor()
 }
 
 func (ExperimentSchedule) Type() protoreflect.EnumType {
-	return &file_switchboard_v1_experiment_proto_enumTypes[0]
+	return &file_switchboard_v1_operator_proto_enumTypes[0]
 }
 
 func (x ExperimentSchedule) Number() protoreflect.EnumNumber {
@@ -77,7 +77,7 @@ func (x ExperimentSchedule) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExperimentSchedule.Descriptor instead.
 func (ExperimentSchedule) EnumDescriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{0}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
 }
 
 // Experiment is a switchback experiment's definition.
@@ -112,7 +112,7 @@ type Experiment struct {
 
 func (x *Experiment) Reset() {
 	*x = Experiment{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[0]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +124,7 @@ func (x *Experiment) String() string {
 func (*Experiment) ProtoMessage() {}
 
 func (x *Experiment) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[0]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +137,7 @@ func (x *Experiment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Experiment.ProtoReflect.Descriptor instead.
 func (*Experiment) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{0}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Experiment) GetId() string {
@@ -232,7 +232,7 @@ type StartExperimentRequest struct {
 
 func (x *StartExperimentRequest) Reset() {
 	*x = StartExperimentRequest{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[1]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +244,7 @@ func (x *StartExperimentRequest) String() string {
 func (*StartExperimentRequest) ProtoMessage() {}
 
 func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[1]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +257,7 @@ func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StartExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{1}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *StartExperimentRequest) GetExperiment() *Experiment {
@@ -285,7 +285,7 @@ type StartExperimentResponse struct {
 
 func (x *StartExperimentResponse) Reset() {
 	*x = StartExperimentResponse{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[2]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +297,7 @@ func (x *StartExperimentResponse) String() string {
 func (*StartExperimentResponse) ProtoMessage() {}
 
 func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[2]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +310,7 @@ func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StartExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StartExperimentResponse) GetExperiment() *Experiment {
@@ -329,7 +329,7 @@ type StopExperimentRequest struct {
 
 func (x *StopExperimentRequest) Reset() {
 	*x = StopExperimentRequest{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[3]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +341,7 @@ func (x *StopExperimentRequest) String() string {
 func (*StopExperimentRequest) ProtoMessage() {}
 
 func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[3]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +354,7 @@ func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StopExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{3}
 }
 
 // StopExperimentResponse is the stopped experiment.
@@ -368,7 +368,7 @@ type StopExperimentResponse struct {
 
 func (x *StopExperimentResponse) Reset() {
 	*x = StopExperimentResponse{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[4]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +380,7 @@ func (x *StopExperimentResponse) String() string {
 func (*StopExperimentResponse) ProtoMessage() {}
 
 func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[4]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +393,7 @@ func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StopExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StopExperimentResponse) GetExperiment() *Experiment {
@@ -412,7 +412,7 @@ type GetExperimentRequest struct {
 
 func (x *GetExperimentRequest) Reset() {
 	*x = GetExperimentRequest{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[5]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +424,7 @@ func (x *GetExperimentRequest) String() string {
 func (*GetExperimentRequest) ProtoMessage() {}
 
 func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[5]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +437,7 @@ func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentRequest.ProtoReflect.Descriptor instead.
 func (*GetExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{5}
 }
 
 // GetExperimentResponse is the experiment and its figures.
@@ -462,7 +462,7 @@ type GetExperimentResponse struct {
 
 func (x *GetExperimentResponse) Reset() {
 	*x = GetExperimentResponse{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[6]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +474,7 @@ func (x *GetExperimentResponse) String() string {
 func (*GetExperimentResponse) ProtoMessage() {}
 
 func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[6]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +487,7 @@ func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentResponse.ProtoReflect.Descriptor instead.
 func (*GetExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetExperimentResponse) GetExperiment() *Experiment {
@@ -552,7 +552,7 @@ type ArmReport struct {
 
 func (x *ArmReport) Reset() {
 	*x = ArmReport{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[7]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +564,7 @@ func (x *ArmReport) String() string {
 func (*ArmReport) ProtoMessage() {}
 
 func (x *ArmReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[7]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +577,7 @@ func (x *ArmReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmReport.ProtoReflect.Descriptor instead.
 func (*ArmReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ArmReport) GetPolicy() string {
@@ -646,7 +646,7 @@ type MetricEstimate struct {
 
 func (x *MetricEstimate) Reset() {
 	*x = MetricEstimate{}
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +658,7 @@ func (x *MetricEstimate) String() string {
 func (*MetricEstimate) ProtoMessage() {}
 
 func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_experiment_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +671,7 @@ func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricEstimate.ProtoReflect.Descriptor instead.
 func (*MetricEstimate) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_experiment_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MetricEstimate) GetName() string {
@@ -730,11 +730,11 @@ func (x *MetricEstimate) GetBlocks() int64 {
 	return 0
 }
 
-var File_switchboard_v1_experiment_proto protoreflect.FileDescriptor
+var File_switchboard_v1_operator_proto protoreflect.FileDescriptor
 
-const file_switchboard_v1_experiment_proto_rawDesc = "" +
+const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1fswitchboard/v1/experiment.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x03\n" +
+	"\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x03\n" +
 	"\n" +
 	"Experiment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -794,23 +794,27 @@ const file_switchboard_v1_experiment_proto_rawDesc = "" +
 	"\x12ExperimentSchedule\x12#\n" +
 	"\x1fEXPERIMENT_SCHEDULE_UNSPECIFIED\x10\x00\x12%\n" +
 	"!EXPERIMENT_SCHEDULE_PAIRED_RANDOM\x10\x01\x12#\n" +
-	"\x1fEXPERIMENT_SCHEDULE_ALTERNATING\x10\x02BJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\x1fEXPERIMENT_SCHEDULE_ALTERNATING\x10\x022\xb4\x02\n" +
+	"\x0fOperatorService\x12b\n" +
+	"\x0fStartExperiment\x12&.switchboard.v1.StartExperimentRequest\x1a'.switchboard.v1.StartExperimentResponse\x12_\n" +
+	"\x0eStopExperiment\x12%.switchboard.v1.StopExperimentRequest\x1a&.switchboard.v1.StopExperimentResponse\x12\\\n" +
+	"\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
-	file_switchboard_v1_experiment_proto_rawDescOnce sync.Once
-	file_switchboard_v1_experiment_proto_rawDescData []byte
+	file_switchboard_v1_operator_proto_rawDescOnce sync.Once
+	file_switchboard_v1_operator_proto_rawDescData []byte
 )
 
-func file_switchboard_v1_experiment_proto_rawDescGZIP() []byte {
-	file_switchboard_v1_experiment_proto_rawDescOnce.Do(func() {
-		file_switchboard_v1_experiment_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_switchboard_v1_experiment_proto_rawDesc), len(file_switchboard_v1_experiment_proto_rawDesc)))
+func file_switchboard_v1_operator_proto_rawDescGZIP() []byte {
+	file_switchboard_v1_operator_proto_rawDescOnce.Do(func() {
+		file_switchboard_v1_operator_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_switchboard_v1_operator_proto_rawDesc), len(file_switchboard_v1_operator_proto_rawDesc)))
 	})
-	return file_switchboard_v1_experiment_proto_rawDescData
+	return file_switchboard_v1_operator_proto_rawDescData
 }
 
-var file_switchboard_v1_experiment_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_v1_experiment_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
-var file_switchboard_v1_experiment_proto_goTypes = []any{
+var file_switchboard_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_switchboard_v1_operator_proto_goTypes = []any{
 	(ExperimentSchedule)(0),         // 0: switchboard.v1.ExperimentSchedule
 	(*Experiment)(nil),              // 1: switchboard.v1.Experiment
 	(*StartExperimentRequest)(nil),  // 2: switchboard.v1.StartExperimentRequest
@@ -824,7 +828,7 @@ var file_switchboard_v1_experiment_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),     // 11: google.protobuf.Duration
 }
-var file_switchboard_v1_experiment_proto_depIdxs = []int32{
+var file_switchboard_v1_operator_proto_depIdxs = []int32{
 	10, // 0: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
 	11, // 1: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
 	11, // 2: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
@@ -839,34 +843,40 @@ var file_switchboard_v1_experiment_proto_depIdxs = []int32{
 	8,  // 11: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
 	9,  // 12: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
 	9,  // 13: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
+	2,  // 14: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	4,  // 15: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	6,  // 16: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	3,  // 17: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	5,  // 18: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	7,  // 19: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	17, // [17:20] is the sub-list for method output_type
+	14, // [14:17] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
 }
 
-func init() { file_switchboard_v1_experiment_proto_init() }
-func file_switchboard_v1_experiment_proto_init() {
-	if File_switchboard_v1_experiment_proto != nil {
+func init() { file_switchboard_v1_operator_proto_init() }
+func file_switchboard_v1_operator_proto_init() {
+	if File_switchboard_v1_operator_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_experiment_proto_rawDesc), len(file_switchboard_v1_experiment_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_operator_proto_rawDesc), len(file_switchboard_v1_operator_proto_rawDesc)),
 			NumEnums:      1,
 			NumMessages:   9,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
-		GoTypes:           file_switchboard_v1_experiment_proto_goTypes,
-		DependencyIndexes: file_switchboard_v1_experiment_proto_depIdxs,
-		EnumInfos:         file_switchboard_v1_experiment_proto_enumTypes,
-		MessageInfos:      file_switchboard_v1_experiment_proto_msgTypes,
+		GoTypes:           file_switchboard_v1_operator_proto_goTypes,
+		DependencyIndexes: file_switchboard_v1_operator_proto_depIdxs,
+		EnumInfos:         file_switchboard_v1_operator_proto_enumTypes,
+		MessageInfos:      file_switchboard_v1_operator_proto_msgTypes,
 	}.Build()
-	File_switchboard_v1_experiment_proto = out.File
-	file_switchboard_v1_experiment_proto_goTypes = nil
-	file_switchboard_v1_experiment_proto_depIdxs = nil
+	File_switchboard_v1_operator_proto = out.File
+	file_switchboard_v1_operator_proto_goTypes = nil
+	file_switchboard_v1_operator_proto_depIdxs = nil
 }
