@@ -61,7 +61,7 @@ var billPrices = map[string]simPrice{
 
 var providers = []string{"alpha", "beta", "gamma"}
 
-// bill is what an endpoint charges for a usage (the edge's README):
+// bill is what an endpoint charges for a usage (docs/api.md, "Billing"):
 // uncached input, cached input and output, each at its own price.
 func bill(p simPrice, in, cached, out int64) float64 {
 	return (float64(in-cached)*p.in + float64(cached)*p.cached + float64(out)*p.out) / 1e6
@@ -580,7 +580,7 @@ func TestHedgingBacksUpASlowPrimary(t *testing.T) {
 		require.Equal(t, hedge.GetEndpointId(), h.GetWinnerEndpointId())
 		require.Equal(t, primary.GetEndpointId(), h.GetLoserEndpointId())
 		require.Positive(t, h.GetLoserCostUsd())
-		// The edge's README: a cancelled leg counts as its prompt at the
+		// docs/routing.md, "Hedging": a cancelled leg counts as its prompt at the
 		// endpoint's uncached input price, paid from the hedge budget.
 		require.InDelta(t, bill(billPrices["alpha"], promptTokens(content), 0, 0), h.GetLoserCostUsd(), exactUSD)
 		require.InDelta(t, h.GetLoserCostUsd(), primary.GetCostUsd(), exactUSD)

@@ -2,7 +2,7 @@
 // edge's estimator and the provider simulator, and maps a prompt size to the
 // size buckets that routing keeps statistics for.
 //
-// The rule (documented in the README, relied upon by tests that aim at a size
+// The rule (documented in docs/routing.md, relied upon by tests that aim at a size
 // bucket):
 //
 //   - text costs ceil(len(utf8 bytes) / 4) tokens (0 for empty text);

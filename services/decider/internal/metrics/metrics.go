@@ -4,7 +4,7 @@
 // Retry-After, estimate accuracy), plus gauges read from the broker's state
 // when scraped (queue depth, concurrency saturation, capacity used, daily
 // quota and spend headroom). The decider exports them for Prometheus on its
-// debug listener; the README's "Metrics" section lists them.
+// debug listener; docs/operations.md's "Metrics" section lists them.
 //
 // Metrics are recorded where the broker decides: on the replica that owns
 // it. The gRPC layer calls [Admission.Reserved] and [Admission.Reconciled]
