@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/reservation"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
@@ -104,9 +105,13 @@ func (p Policy) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest, 
 // the client. resp is rewritten to what was admitted: the endpoint reserved
 // on and the fallbacks after it, or the refusal and no endpoint.
 //
-// This walk is the one that chooses. An edge walks the fallbacks Decide
-// leaves it only as it calls them, each reserved without a wait (the
-// request waited here once), skipping one that is refused.
+// This walk is the one that chooses where a request is admitted, and the
+// only one that waits. The edge's dispatch walks the fallbacks this leaves
+// it only as it calls them, after a failure or for a hedge: each is reserved
+// then, with the same key (pkg/reservation) and this demand priced for that
+// endpoint, without a wait (the request waited here once, and a client
+// already being served must not wait again), and one refused is skipped for
+// the next.
 func (p Policy) Decide(ctx context.Context, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) error {
 	if err := p.Ready(); err != nil {
 		return err
@@ -178,7 +183,7 @@ func (w walk) ask(ctx context.Context, i int, wait *durationpb.Duration) (*switc
 	d := &switchboardv1.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
 	key := ""
 	if k := req.GetIdempotencyKey(); k != "" {
-		key = k + "|" + ep.GetId()
+		key = reservation.Key(k, ep.GetId())
 	}
 	rr, err := w.p.reserve(ctx, &switchboardv1.ReserveRequest{
 		RequestId: w.resp.GetRequestId(), IdempotencyKey: key, Identity: withKeyHash(w.resp.GetIdentity(), req.GetIdentity()),
