@@ -58,13 +58,6 @@ type ledger struct {
 	beat    bool
 }
 
-// init makes an empty ledger that keeps reconciliations for window.
-func (l *ledger) init(window time.Duration, log *slog.Logger) {
-	l.window, l.log = window, log
-	l.unacked, l.runacked = map[uint64][]*switchboardv1.ActivityRecord{}, map[uint64]*sentReconciles{}
-	l.replayc = make(chan struct{}, 1)
-}
-
 // ackedReconciles is an acknowledged reconcile batch, kept for a replay.
 type ackedReconciles struct {
 	reconciles []*switchboardv1.ReconcileRequest

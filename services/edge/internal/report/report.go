@@ -186,14 +186,14 @@ func New(o Options) *Stream {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stream{
+	return &Stream{
 		opts: o, log: o.Logger,
 		queue:      make(chan *switchboardv1.CallReport, o.QueueSize),
 		activity:   make(chan *switchboardv1.ActivityRecord, o.ActivityQueueSize),
 		reconciles: make(chan *switchboardv1.ReconcileRequest, o.ActivityQueueSize),
+		ledger: ledger{window: o.ReplayWindow, log: o.Logger, replayc: make(chan struct{}, 1),
+			unacked: map[uint64][]*switchboardv1.ActivityRecord{}, runacked: map[uint64]*sentReconciles{}},
 	}
-	s.ledger.init(o.ReplayWindow, o.Logger)
-	return s
 }
 
 // Report queues a call report without ever blocking; when the queue is full
