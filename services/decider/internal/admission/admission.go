@@ -11,6 +11,10 @@
 // until every reservation the old owner could have granted has expired, so a
 // failover never over-admits. Nothing here writes to etcd per request, and
 // forwarding reads the owner's address from a watch, not from etcd.
+//
+// Policy (policy.go) is the admission policy on top of it: the walk over a
+// decision's endpoints, the queue it waits in, the degrade to a class's
+// fallback model, and the hedge budget's forwarding (hedge.go).
 package admission
 
 import (

@@ -7,14 +7,15 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/switchboard-ai/switchboard/pkg/reservation"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 )
 
 // NoWait is the max_wait that asks for an answer at once, never a place in
-// the class's queue: what Decide uses to find the endpoint that can take a
-// request now before it waits for one.
-var NoWait = durationpb.New(-time.Nanosecond)
+// the class's queue (reservation.NoWait): what Decide uses to find the
+// endpoint that can take a request now before it waits for one.
+var NoWait = durationpb.New(reservation.NoWait)
 
 // maxReplyMargin bounds the part of a call's deadline kept for the answer
 // to travel back: a wait ends that long before the deadline, so the caller

@@ -1,5 +1,7 @@
 // Package server is the decider's gRPC boundary (RouterService, EdgeService
-// and OperatorService): it turns requests into calls on routing and report, and their errors into gRPC statuses.
+// and OperatorService): it turns requests into calls on routing, admission
+// (whose Policy owns every admission rule) and report, and their errors into
+// gRPC statuses.
 package server
 
 import (
@@ -12,10 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
@@ -51,12 +50,9 @@ type Server struct {
 // SetAdmission enables Reserve, Reconcile and Decide's reserve option.
 func (s *Server) SetAdmission(a *admission.Admission) { s.adm.Store(a) }
 
-func (s *Server) admission() (*admission.Admission, error) {
-	a := s.adm.Load()
-	if a == nil {
-		return nil, status.Error(codes.Unavailable, "the rate-limit broker is starting")
-	}
-	return a, nil
+// policy is the admission policy as this server holds it now.
+func (s *Server) policy() admission.Policy {
+	return admission.Policy{Admission: s.adm.Load(), Budget: s.budget, Contracts: s.authn, Metrics: s.metrics.Load()}
 }
 
 var (
@@ -106,149 +102,12 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 		return nil, toStatus(err)
 	}
 	if req.GetReserve() && !req.GetDryRun() {
-		if err := s.reserve(ctx, req, resp); err != nil {
+		if err := s.policy().Decide(ctx, req, resp); err != nil {
 			return nil, err
 		}
 	}
 	s.grant(r, req, resp)
 	return resp, nil
-}
-
-// reserve walks the decided order and reserves on the first endpoint whose
-// limits can take the request now: an endpoint whose own provider limits
-// are full is skipped — the request goes to the next one, not back to the
-// client. When none can take it now, the request waits in its workload
-// class's queue, within the call's deadline, for the endpoint that refused
-// it by the caller's own limit (API key, app, tenant, partner), or else for
-// the one whose capacity comes back first; only what that wait ends with
-// refuses the client.
-func (s *Server) reserve(ctx context.Context, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) error {
-	a, err := s.admission()
-	if err != nil {
-		return err
-	}
-	out := req.GetTokens().GetMaxOutputTokens()
-	if out <= 0 {
-		out = routing.DefaultOutputTokens
-	}
-	// The decided order: the endpoint, then its fallbacks.
-	first, fallbacks := resp.GetEndpoint(), resp.GetFallbacks()
-	n := 1 + len(fallbacks)
-	endpoint := func(i int) *switchboardv1.Endpoint {
-		if i == 0 {
-			return first
-		}
-		return fallbacks[i-1]
-	}
-	ask := func(ep *switchboardv1.Endpoint, wait *durationpb.Duration) (*switchboardv1.ReserveResponse, *switchboardv1.Demand, error) {
-		d := &switchboardv1.Demand{InputTokens: req.GetTokens().GetInputTokens(), OutputTokens: out, Usd: ep.GetEstimatedCostUsd(), Requests: 1}
-		key := ""
-		if k := req.GetIdempotencyKey(); k != "" {
-			key = k + "|" + ep.GetId()
-		}
-		rr, err := s.reserveLocal(ctx, a, &switchboardv1.ReserveRequest{
-			RequestId: resp.GetRequestId(), IdempotencyKey: key, Identity: withKeyHash(resp.GetIdentity(), req.GetIdentity()),
-			Model: resp.GetModel(), EndpointId: ep.GetId(), Demand: d, Ttl: req.GetReservationTtl(), MaxWait: wait,
-		})
-		return rr, d, err
-	}
-	admit := func(i int, rr *switchboardv1.ReserveResponse, d *switchboardv1.Demand) {
-		ep := endpoint(i)
-		resp.Endpoint, resp.Fallbacks = ep, fallbacks[i:]
-		resp.Reservation, resp.Demand, resp.Queue = rr.GetReservation(), d, rr.GetQueue()
-		if h := resp.GetHedge(); h.GetEndpoint().GetId() == ep.GetId() {
-			resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
-		}
-	}
-	var refusal *switchboardv1.Refusal
-	at := -1 // the endpoint to wait for
-	for i := range n {
-		rr, d, err := ask(endpoint(i), admission.NoWait)
-		if err != nil {
-			return err
-		}
-		if rr.GetAdmitted() {
-			admit(i, rr, d)
-			return nil
-		}
-		ref := rr.GetRefusal()
-		if callerScope(ref.GetScope()) {
-			refusal, at = ref, i
-			break
-		}
-		if refusal == nil || earlier(ref, refusal) {
-			refusal, at = ref, i
-		}
-	}
-	var queue *switchboardv1.QueueDecision
-	if at >= 0 && retryable(refusal) {
-		rr, d, err := ask(endpoint(at), nil)
-		if err != nil {
-			return err
-		}
-		if rr.GetAdmitted() {
-			admit(at, rr, d)
-			return nil
-		}
-		refusal, queue = rr.GetRefusal(), rr.GetQueue()
-	}
-	s.degrade(ctx, refusal, resp.GetModel(), resp.GetIdentity())
-	resp.Endpoint, resp.Fallbacks, resp.Refusal, resp.Queue = nil, nil, refusal, queue
-	resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
-	return nil
-}
-
-// retryable reports whether capacity may come back for a refused request
-// while it waits: a bucket that refills, or a provider's pause that ends.
-func retryable(ref *switchboardv1.Refusal) bool {
-	switch ref.GetReason() {
-	case switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD:
-		return true
-	}
-	return false
-}
-
-// degrade names the fallback model of the class's contract on a refusal
-// for capacity on the provider's side, when the class's overload action is
-// fallback: the caller serves the request with that model instead. A
-// refusal by the caller's own limits is kept as it is, since another model
-// counts against the same limits, and so is one that cannot be retried
-// (a daily quota, a request too large) or already names a model. A
-// fallback named here is counted in the admission metrics.
-func (s *Server) degrade(ctx context.Context, ref *switchboardv1.Refusal, model string, id *switchboardv1.Identity) {
-	if ref == nil || ref.GetFallbackModel() != "" || callerScope(ref.GetScope()) {
-		return
-	}
-	switch ref.GetReason() {
-	case switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD,
-		switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE:
-	default:
-		return
-	}
-	k, ok := s.authn.Contract(id.GetWorkloadClass())
-	if !ok || k.Overload != catalog.OverloadFallback || k.FallbackModel == "" || k.FallbackModel == model {
-		return
-	}
-	ref.FallbackModel = k.FallbackModel
-	s.metrics.Load().Degraded(ctx, id, k.FallbackModel)
-}
-
-// callerScope reports whether a bucket belongs to the caller (its own
-// limits) rather than to a provider.
-func callerScope(sc switchboardv1.LimitScope) bool {
-	switch sc {
-	case switchboardv1.LimitScope_LIMIT_SCOPE_API_KEY, switchboardv1.LimitScope_LIMIT_SCOPE_APP, switchboardv1.LimitScope_LIMIT_SCOPE_TENANT, switchboardv1.LimitScope_LIMIT_SCOPE_PARTNER:
-		return true
-	}
-	return false
-}
-
-// earlier prefers the refusal whose capacity comes back first.
-func earlier(a, b *switchboardv1.Refusal) bool {
-	if a.GetRetryAfter() == nil {
-		return false
-	}
-	return b.GetRetryAfter() == nil || a.GetRetryAfter().AsDuration() < b.GetRetryAfter().AsDuration()
 }
 
 // ListModels implements [switchboardv1.RouterServiceServer.ListModels].
@@ -263,47 +122,22 @@ func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRe
 	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
 }
 
-// AcquireHedge implements [switchboardv1.EdgeServiceServer.AcquireHedge].
-// The budget is held by the replica that owns the rate-limit broker, so the
-// decision is atomic across every edge and replica; others forward.
+// AcquireHedge implements [switchboardv1.EdgeServiceServer.AcquireHedge]
+// (see admission.Policy.AcquireHedge).
 func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
 	if err := invalid(validate.AcquireHedge(req)); err != nil {
 		return nil, err
 	}
-	if a := s.adm.Load(); a != nil {
-		var resp *switchboardv1.AcquireHedgeResponse
-		local, err := a.OnOwner(ctx, func(ctx context.Context, c admission.OwnerClient) (err error) {
-			resp, err = c.AcquireHedge(ctx, req)
-			return err
-		})
-		if !local {
-			return resp, err
-		}
-	}
-	ok, left, reset := s.budget.Acquire(req.GetRequestId(), req.GetEstimatedCostUsd())
-	return &switchboardv1.AcquireHedgeResponse{Granted: ok, RemainingUsd: left, ResetTime: timestamppb.New(reset)}, nil
+	return s.policy().AcquireHedge(ctx, req)
 }
 
-// SettleHedge implements [switchboardv1.EdgeServiceServer.SettleHedge]: settled
-// where the budget is held, like AcquireHedge.
+// SettleHedge implements [switchboardv1.EdgeServiceServer.SettleHedge]
+// (see admission.Policy.SettleHedge).
 func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedgeRequest) (*switchboardv1.SettleHedgeResponse, error) {
 	if err := invalid(validate.SettleHedge(req)); err != nil {
 		return nil, err
 	}
-	if a := s.adm.Load(); a != nil {
-		var resp *switchboardv1.SettleHedgeResponse
-		local, err := a.OnOwner(ctx, func(ctx context.Context, c admission.OwnerClient) (err error) {
-			resp, err = c.SettleHedge(ctx, req)
-			return err
-		})
-		if !local {
-			return resp, err
-		}
-	}
-	for _, st := range req.GetSettlements() {
-		s.budget.Settle(st.GetRequestId(), st.GetLoserCostUsd())
-	}
-	return &switchboardv1.SettleHedgeResponse{}, nil
+	return s.policy().SettleHedge(ctx, req)
 }
 
 // ListActivity implements [switchboardv1.RouterServiceServer.ListActivity].
@@ -389,8 +223,8 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.admission()
-	if err != nil {
+	p := s.policy()
+	if err := p.Ready(); err != nil {
 		return nil, err
 	}
 	if req.GetEndpointId() == "" {
@@ -417,19 +251,13 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if err != nil {
 		return nil, err
 	}
-	req.Identity = withKeyHash(id, req.GetIdentity())
-	resp, err := s.reserveLocal(ctx, a, req)
-	if err != nil {
-		return nil, err
-	}
-	s.degrade(ctx, resp.GetRefusal(), req.GetModel(), id)
-	return resp, nil
+	return p.Reserve(ctx, req, id)
 }
 
 // Reconcile implements [switchboardv1.RouterServiceServer.Reconcile].
 func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
-	a, err := s.admission()
-	if err != nil {
+	p := s.policy()
+	if err := p.Ready(); err != nil {
 		return nil, err
 	}
 	if req.GetReservationId() == "" {
@@ -438,12 +266,7 @@ func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequ
 	if err := invalid(validate.Reconcile(req)); err != nil {
 		return nil, err
 	}
-	var resp *switchboardv1.ReconcileResponse
-	err = s.reconcileLocal(ctx, a, req, func() (err error) {
-		resp, err = a.Reconcile(ctx, req, s.allow(ctx))
-		return err
-	})
-	return resp, err
+	return p.Reconcile(ctx, req, s.allow(ctx))
 }
 
 // maxKeep bounds the ids of one KeepReservations call.
@@ -451,8 +274,8 @@ const maxKeep = 100_000
 
 // KeepReservations implements [switchboardv1.RouterServiceServer.KeepReservations].
 func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
-	a, err := s.admission()
-	if err != nil {
+	p := s.policy()
+	if err := p.Ready(); err != nil {
 		return nil, err
 	}
 	if len(req.GetReservationIds()) > maxKeep {
@@ -461,7 +284,7 @@ func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepRe
 	if err := invalid(validate.ReservationIDs(req.GetReservationIds())); err != nil {
 		return nil, err
 	}
-	n, err := a.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
+	n, err := p.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -476,27 +299,11 @@ func (s *Server) Reservations() report.Reservations { return reservations{s} }
 type reservations struct{ s *Server }
 
 func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (term int64, err error) {
-	a, err := r.s.admission()
-	if err != nil {
-		return 0, err
-	}
-	if req.GetReservationId() == "" {
-		term, _ = a.OwnerTerm()
-		return term, nil // nothing to apply, ever
-	}
-	err = r.s.reconcileLocal(ctx, a, req, func() (err error) {
-		term, err = a.ReconcileOnce(ctx, req, r.s.allow(ctx))
-		return err
-	})
-	return term, err
+	return r.s.policy().ReconcileOnce(ctx, req, r.s.allow(ctx))
 }
 
 func (r reservations) Keep(ctx context.Context, ids []string) error {
-	a, err := r.s.admission()
-	if err != nil {
-		return err
-	}
-	_, err = a.Keep(ctx, ids, r.s.allow(ctx))
+	_, err := r.s.policy().Keep(ctx, ids, r.s.allow(ctx))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // an owner of an older version: nothing to keep them with
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -63,22 +61,6 @@ func decisionCaps(r *routing.Router, req *switchboardv1.DecideRequest, resp *swi
 		mp = billing.MaxPrice{Prompt: p.Prompt, Completion: p.Completion}
 	}
 	return grant.NewCaps(eps, mp, req.GetTokens().GetMaxOutputTokens(), req.GetTokens().GetInputTokens())
-}
-
-// withKeyHash is the resolved identity a reservation is asked with, with
-// the key hash the caller sent (if any): the broker reads only the
-// resolved fields, but a replica forwards the request to the broker's
-// owner, which checks it by the caller's own rules again, and an edge acts
-// only for an identity carrying api_key_sha256. resolved itself, which
-// Decide answers with, is left as it was.
-func withKeyHash(resolved, asked *switchboardv1.Identity) *switchboardv1.Identity {
-	h := asked.GetApiKeySha256()
-	if h == "" || resolved == nil {
-		return resolved
-	}
-	id := proto.CloneOf(resolved)
-	id.ApiKeySha256 = h
-	return id
 }
 
 // allow is the caller's authorisation for operations on existing

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/switchboard-ai/switchboard/pkg/reservation"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -56,7 +57,7 @@ var errNoBroker = errors.New("no rate-limit broker configured")
 
 // noWait is the max_wait of a Reserve that must be answered at once,
 // without a place in the class's admission queue.
-var noWait = durationpb.New(-time.Nanosecond)
+var noWait = durationpb.New(reservation.NoWait)
 
 // skip is an endpoint that was not called because no reservation could be
 // made on it. It is an attempt in the activity record, not a provider call:
@@ -153,6 +154,15 @@ func (d *Dispatcher) reserve(ctx context.Context, call Call, ep *switchboardv1.E
 // for its endpoint, else a new one. A non-nil skip means ep must not be
 // called; the caller records it among the attempts. It runs on the request's
 // goroutine.
+//
+// The walk that chooses where a request is admitted is the decider's
+// (admission.Policy.Decide): it reserves on the first endpoint that can take
+// the request and is the only one that waits in the class's queue. This one
+// follows the order that decision left (its endpoint, then its fallbacks,
+// and the hedge) as it calls each, because a further endpoint is only needed
+// once a call failed or a hedge starts: reserving them all up front would
+// hold capacity the request mostly never uses. Each is keyed as the decider
+// keys its own (pkg/reservation), never waits, and is skipped when refused.
 func (s *serving) reservation(ctx context.Context, ep *switchboardv1.Endpoint, hedge bool) (string, *skip) {
 	if s.call.Admission == nil {
 		return "", nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/failclass"
+	"github.com/switchboard-ai/switchboard/pkg/reservation"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -63,11 +64,10 @@ var hedgeAttempt = attemptNo{}
 // Decide's own reservation on an endpoint is keyed, and the attempt number
 // too for an endpoint tried again, whose first reservation was closed.
 func (a attemptNo) key(requestID, endpointID string) string {
-	k := requestID + "|" + endpointID
 	if a.again {
-		k += "|" + strconv.Itoa(int(a.n))
+		return reservation.KeyAgain(requestID, endpointID, a.n)
 	}
-	return k
+	return reservation.Key(requestID, endpointID)
 }
 
 // calls is how many provider calls the request made, hedge legs apart.
