@@ -8,7 +8,7 @@
 // A leg, one call to one endpoint with its first-token and idle deadlines,
 // is the upstream package's (which also defines time to first token); what
 // the provider's chunks become for the client is the rewrite package's;
-// what the client is billed, the billing package's. This package decides
+// what the client is billed, the invoice package's. This package decides
 // which legs run, under which reservation, and reports them.
 //
 // Hedging: when the decider's plan says so, a streamed
@@ -33,7 +33,7 @@
 // Billing: the client pays the serving endpoint's price for the usage its
 // provider reported (or, without one, for an estimate of what was
 // delivered), capped by the request's max_price and max_tokens (see the
-// billing package); a request every attempt failed costs nothing. The bill
+// invoice package); a request every attempt failed costs nothing. The bill
 // is returned as usage.cost and, with every attempt and the hedge, in the
 // request's activity record.
 package dispatch
@@ -50,9 +50,9 @@ import (
 	"google.golang.org/grpc"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
@@ -289,7 +289,7 @@ type Call struct {
 	// Only streamed requests are hedged.
 	Hedge *switchboardv1.HedgePlan
 	// Caps bound the client's bill.
-	Caps billing.Caps
+	Caps invoice.Caps
 	// Admission is the reservation Decide made with the rate-limit broker.
 	// When set, every endpoint called has its own reservation, named
 	// in its CallReport: Decide's for the endpoint it reserved, a new one

@@ -5,7 +5,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 // report hands the decider what this attempt taught about the endpoint.
@@ -71,8 +71,8 @@ func (d *Dispatcher) report(call Call, l *leg) {
 }
 
 // bill is the leg as billing sees it once it ended.
-func (c Call) bill(l *leg) billing.Attempt {
-	return billing.Attempt{
+func (c Call) bill(l *leg) invoice.Attempt {
+	return invoice.Attempt{
 		PromptTokens:   c.PromptTokens,
 		Price:          l.Endpoint.GetPrice(),
 		Caps:           c.Caps,
