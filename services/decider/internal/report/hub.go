@@ -14,6 +14,9 @@
 // stream opens and whenever a new owner is elected: a new owner restored a
 // snapshot that may lack what its predecessor applied after it, so the edge
 // sends the reconciliations older terms applied again.
+//
+// This is the decider's end of the Report stream; the edge's end is
+// services/edge/internal/report.
 package report
 
 import (

@@ -30,6 +30,9 @@
 // right after each hello and then every HeartbeatInterval, so the broker's
 // owner — a new one after a failover included — keeps them open while their
 // calls run, however long.
+//
+// This is the edge's end of the Report stream; the decider's end is
+// services/decider/internal/report.
 package report
 
 import (
