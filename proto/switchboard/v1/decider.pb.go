@@ -970,11 +970,6 @@ type TokenEstimate struct {
 	CachedInputTokens int64 `protobuf:"varint,2,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"`
 	// max_output_tokens is the request's max_tokens; 0 means not set.
 	MaxOutputTokens int64 `protobuf:"varint,3,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
-	// prefix_fingerprint identifies the conversation prefix (every message but
-	// the last). Superseded by prefixes, which also match a prefix of a prefix.
-	//
-	// Deprecated: Marked as deprecated in switchboard/v1/decider.proto.
-	PrefixFingerprint []byte `protobuf:"bytes,4,opt,name=prefix_fingerprint,json=prefixFingerprint,proto3" json:"prefix_fingerprint,omitempty"`
 	// prefixes are chain hashes of the prompt's leading parts at its natural
 	// cache boundaries, longest last, at most 32 of them, each with its token
 	// count: the tool block alone (when the request has tools), the end of the
@@ -1048,14 +1043,6 @@ func (x *TokenEstimate) GetMaxOutputTokens() int64 {
 		return x.MaxOutputTokens
 	}
 	return 0
-}
-
-// Deprecated: Marked as deprecated in switchboard/v1/decider.proto.
-func (x *TokenEstimate) GetPrefixFingerprint() []byte {
-	if x != nil {
-		return x.PrefixFingerprint
-	}
-	return nil
 }
 
 func (x *TokenEstimate) GetPrefixes() []*PromptPrefix {
@@ -3289,15 +3276,9 @@ type EdgeHello struct {
 	// region is the edge's region.
 	Region string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
 	// version is the edge's build version.
-	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	// reconciles_acknowledged says the edge sends every reconciliation in
-	// ReconcileBatch messages, acknowledged and resent until applied; the
-	// decider then reconciles nothing from this edge's call reports (their
-	// reservation_id only names the reservation). Unset (older edges): each
-	// call report's reservation_id is reconciled from the report.
-	ReconcilesAcknowledged bool `protobuf:"varint,4,opt,name=reconciles_acknowledged,json=reconcilesAcknowledged,proto3" json:"reconciles_acknowledged,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EdgeHello) Reset() {
@@ -3351,13 +3332,6 @@ func (x *EdgeHello) GetVersion() string {
 	return ""
 }
 
-func (x *EdgeHello) GetReconcilesAcknowledged() bool {
-	if x != nil {
-		return x.ReconcilesAcknowledged
-	}
-	return false
-}
-
 // CallReport is what an edge observed of one call to one endpoint.
 type CallReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3396,10 +3370,9 @@ type CallReport struct {
 	PromptHash uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
 	// hedge marks the second endpoint of a hedged request.
 	Hedge bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
-	// reservation_id is the reservation this call used. Unless the edge's
-	// hello set reconciles_acknowledged (it then sends the reconciliation in a
-	// ReconcileBatch), the decider reconciles it from this report (usage,
-	// outcome, rate-limit headers), so an edge needs no Reconcile RPC per call.
+	// reservation_id is the reservation this call used. It only names the
+	// reservation: the edge sends the reservation's reconciliation in a
+	// ReconcileBatch, acknowledged and resent until applied.
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	// stream is whether the call was streamed: only a stream's timing after
 	// the first token measures the endpoint's output speed.
@@ -5736,15 +5709,14 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12 \n" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x18\n" +
 	"\apartner\x18\x06 \x01(\tR\apartner\x12D\n" +
-	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xdc\x02\n" +
+	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xc3\x02\n" +
 	"\rTokenEstimate\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12*\n" +
-	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x121\n" +
-	"\x12prefix_fingerprint\x18\x04 \x01(\fB\x02\x18\x01R\x11prefixFingerprint\x128\n" +
+	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x128\n" +
 	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\x12,\n" +
 	"\x12cache_write_tokens\x18\x06 \x01(\x03R\x10cacheWriteTokens\x121\n" +
-	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokens\":\n" +
+	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokensJ\x04\b\x04\x10\x05R\x12prefix_fingerprint\":\n" +
 	"\fPromptPrefix\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"f\n" +
@@ -5945,12 +5917,11 @@ const file_switchboard_v1_decider_proto_rawDesc = "" +
 	"\x11ReconcileResponse\x128\n" +
 	"\breleased\x18\x01 \x03(\v2\x1c.switchboard.v1.BucketChargeR\breleased\x12\x1d\n" +
 	"\n" +
-	"owner_term\x18\x02 \x01(\x03R\townerTerm\"\x8f\x01\n" +
+	"owner_term\x18\x02 \x01(\x03R\townerTerm\"u\n" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
-	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xfd\x06\n" +
+	"\aversion\x18\x03 \x01(\tR\aversionJ\x04\b\x04\x10\x05R\x17reconciles_acknowledged\"\xfd\x06\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +

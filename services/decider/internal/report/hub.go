@@ -32,7 +32,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchboard-ai/switchboard/pkg/billing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
@@ -72,9 +71,8 @@ const sendBuffer = 256
 
 // Defaults of the reservation work of one stream.
 const (
-	// workQueue is how many batches (reconcile batches, heartbeats, the
-	// reconciliations of an older edge's call reports) wait for a stream's
-	// worker; more are not taken (and not acknowledged).
+	// workQueue is how many batches (reconcile batches, heartbeats) wait
+	// for a stream's worker; more are not taken (and not acknowledged).
 	workQueue = 64
 	// activityQueue bounds the activity batches a stream holds before they
 	// are stored; beyond it the stream is not read (back-pressure).
@@ -367,13 +365,6 @@ func (h *Hub) receive(stream switchboardv1.DeciderService_ReportServer, c *conn)
 		if h.sink != nil && n > 0 {
 			h.sink(c.hello, reports)
 		}
-		if !c.hello.GetReconcilesAcknowledged() {
-			// An older edge: its reservations are reconciled from its call
-			// reports, best effort, still off this loop.
-			if rs := fromReports(reports); len(rs) > 0 {
-				h.queue(c, job{reconciles: rs})
-			}
-		}
 		h.trySend(c, &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n}}})
 	}
 }
@@ -467,30 +458,6 @@ func (h *Hub) ackActivity(c *conn, a *switchboardv1.ActivityBatch) error {
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-}
-
-// fromReports is the reconciliation each call report naming a reservation
-// stands for. The cost is the tenant's spend only for a call the billing
-// policy bills the tenant for: one cancelled before its first token (a lost
-// hedge, a client that left before the answer started) is not billed, so it
-// spends nothing; its tokens still count against quotas.
-func fromReports(reports []*switchboardv1.CallReport) []*switchboardv1.ReconcileRequest {
-	var out []*switchboardv1.ReconcileRequest
-	for _, r := range reports {
-		id := r.GetReservationId()
-		if id == "" {
-			continue
-		}
-		u := r.GetUsage()
-		served := billing.ServedFromReport(r.GetOutcome() == switchboardv1.Outcome_OUTCOME_CANCELLED, r.GetTtft() != nil)
-		if !billing.TenantPays(billing.Attempt{Served: served}) && u.GetCostUsd() > 0 {
-			u = &switchboardv1.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
-				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported(),
-				CacheWriteTokens: u.GetCacheWriteTokens(), CacheWrite_1HTokens: u.GetCacheWrite_1HTokens()}
-		}
-		out = append(out, &switchboardv1.ReconcileRequest{ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders()})
-	}
-	return out
 }
 
 // queue hands reservation work to the stream's worker without waiting.

@@ -621,7 +621,6 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	}
 	s.newStream()
 	hello := proto.Clone(s.opts.Hello).(*switchboardv1.EdgeHello)
-	hello.ReconcilesAcknowledged = true
 	if err := stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: hello}}); err != nil {
 		return recvStatus(stream, err)
 	}
