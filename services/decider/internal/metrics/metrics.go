@@ -333,8 +333,9 @@ func reasonName(r switchboardv1.RefusalReason) string {
 	return broker.RefusalReason(r).String()
 }
 
-// refusalCode is the refusal's code, or, from a broker that does not name
-// one, the code its reason, scope and unit imply.
+// refusalCode is the refusal's code (a code that is not one is "other"),
+// or, from a broker that does not name one, the code its reason and unit
+// imply (broker.CodeOf, the one derivation).
 func refusalCode(ref *switchboardv1.Refusal) string {
 	if c := ref.GetCode(); c != "" {
 		if len(c) > 32 || strings.ContainsFunc(c, func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' }) {
@@ -342,21 +343,7 @@ func refusalCode(ref *switchboardv1.Refusal) string {
 		}
 		return c
 	}
-	switch {
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE:
-		return broker.CodeQueueDeadline
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST:
-		return broker.CodeTooLarge
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD:
-		return broker.CodeProviderPaused
-	case ref.GetUnit() == switchboardv1.LimitUnit_LIMIT_UNIT_CONCURRENT_REQUESTS:
-		return broker.CodeConcurrency
-	case ref.GetUnit() == switchboardv1.LimitUnit_LIMIT_UNIT_USD:
-		return broker.CodeSpendLimit
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY:
-		return broker.CodeDailyQuota
-	}
-	return broker.CodeRateLimit
+	return broker.CodeOf(&broker.Refusal{Reason: broker.RefusalReason(ref.GetReason()), Unit: broker.Unit(ref.GetUnit())})
 }
 
 // reservationKey is one series of switchboard_reservations.
