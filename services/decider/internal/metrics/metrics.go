@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
@@ -316,13 +317,20 @@ func (m *Admission) route(id string) string {
 	return id
 }
 
-var classNames = [...]string{"interactive", "interactive", "background", "partner", "batch"}
-
-// className is a workload class's label: unspecified counts as
-// interactive, as the broker treats it.
+// className is a workload class's label (switchboardv1.EnumName):
+// unspecified counts as interactive, as the broker treats it.
 func className(c switchboardv1.WorkloadClass) string {
-	if c >= 0 && int(c) < len(classNames) {
-		return classNames[c]
+	if c == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		c = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	}
+	return labelOf(c)
+}
+
+// labelOf is an enum value's label, switchboardv1.EnumName, or "other"
+// for a number the API does not define.
+func labelOf(e protoreflect.Enum) string {
+	if n := switchboardv1.EnumName(e); n != "" {
+		return n
 	}
 	return "other"
 }
@@ -430,14 +438,7 @@ func (m *Admission) Lookup(id string) (broker.ReservationInfo, bool) {
 	return m.o.Reservations.ReservationInfo(id)
 }
 
-var outcomeNames = [...]string{"unspecified", "ok", "rate_limited", "upstream_error", "connect_error", "timeout", "malformed", "dropped", "cancelled", "client_error"}
-
-func outcomeName(o switchboardv1.Outcome) string {
-	if o >= 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "other"
-}
+func outcomeName(o switchboardv1.Outcome) string { return labelOf(o) }
 
 // Reconciled records one reconciliation the broker applied: req, the
 // reservation as [Admission.Lookup] found it just before (ok false when it
