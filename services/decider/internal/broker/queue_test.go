@@ -894,3 +894,27 @@ func TestCodeOf(t *testing.T) {
 		require.Equal(t, tt.want, CodeOf(&tt.ref), "%+v", tt.ref)
 	}
 }
+
+// TestDegrades pins which refusals may name a fallback model: capacity on
+// the provider's side, never the caller's own limits nor a refusal that
+// cannot be retried.
+func TestDegrades(t *testing.T) {
+	for _, tt := range []struct {
+		reason RefusalReason
+		scope  Scope
+		want   bool
+	}{
+		{ReasonRetryableCapacity, ScopeModelRoute, true},
+		{ReasonRetryableOverload, ScopeProviderProject, true},
+		{ReasonDeadline, ScopeProviderWorkspace, true},
+		{ReasonRetryableCapacity, ScopeUnspecified, true},
+		{ReasonRetryableCapacity, ScopeTenant, false},
+		{ReasonDeadline, ScopeAPIKey, false},
+		{ReasonRetryableOverload, ScopePartner, false},
+		{ReasonNonRetryablePolicy, ScopeModelRoute, false},
+		{ReasonNonRetryableRequest, ScopeModelRoute, false},
+		{ReasonUnspecified, ScopeModelRoute, false},
+	} {
+		require.Equal(t, tt.want, Degrades(tt.reason, tt.scope), "%v %v", tt.reason, tt.scope)
+	}
+}
