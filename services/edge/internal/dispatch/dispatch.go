@@ -25,10 +25,9 @@
 // made; every other one (a fallback, a hedge leg) is reserved first and
 // skipped when the broker refuses. Each attempt's reservation is reconciled
 // when its leg ends — through the Ledger, acknowledged and resent until
-// applied, with what the tenant is billed for it; without a Ledger, from the
-// CallReport that names it — and declared to the Ledger while in use, so it
-// stays open however long the call runs; a reservation granted but never
-// used is released when the request ends.
+// applied, with what the tenant is billed for it — and declared to the
+// Ledger while in use, so it stays open however long the call runs; a
+// reservation granted but never used is released when the request ends.
 //
 // Billing: the client pays the serving endpoint's price for the usage its
 // provider reported (or, without one, for an estimate of what was
@@ -112,8 +111,8 @@ type Options struct {
 	// Defaults to dropping them.
 	Reporter Reporter
 	// Ledger declares held reservations and delivers their reconciliations
-	// (Optional). Without it, the decider reconciles each reservation from
-	// the call report that names it, best effort.
+	// (Optional; the edge always sets it). Without it, a used reservation is
+	// not reconciled: it expires at its TTL, which can only under-admit.
 	Ledger Ledger
 	// Hedges grants hedges (Optional). Defaults to none: no request is hedged.
 	Hedges HedgeBudget

@@ -27,9 +27,8 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		Usage:            call.bill(l).Provider(),
 		PromptHash:       call.PromptHash,
 		Hedge:            l.hedge,
-		// The reservation, for the record; with a Ledger it is reconciled
-		// below, else the decider reconciles it from this report. Every leg
-		// is reported once, whatever ended it.
+		// The reservation, for the record; it is reconciled below, through
+		// the Ledger. Every leg is reported once, whatever ended it.
 		ReservationId: l.reservation,
 		Stream:        call.Stream,
 		// The answer-quality checks a completed answer failed.
