@@ -111,8 +111,8 @@ type Options struct {
 	// Defaults to dropping them.
 	Reporter Reporter
 	// Ledger declares held reservations and delivers their reconciliations
-	// (Optional; the edge always sets it). Without it, a used reservation is
-	// not reconciled: it expires at its TTL, which can only under-admit.
+	// (Optional; the edge always sets it). Defaults to dropping them: a used
+	// reservation then expires at its TTL, which can only under-admit.
 	Ledger Ledger
 	// Hedges grants hedges (Optional). Defaults to none: no request is hedged.
 	Hedges HedgeBudget
@@ -180,6 +180,9 @@ func New(o Options) *Dispatcher {
 	if o.Reporter == nil {
 		o.Reporter = discardReporter{}
 	}
+	if o.Ledger == nil {
+		o.Ledger = discardLedger{}
+	}
 	if o.HedgeTimeout <= 0 {
 		o.HedgeTimeout = 200 * time.Millisecond
 	}
@@ -226,6 +229,19 @@ func (discardReporter) Report(*switchboardv1.CallReport) {}
 
 // Activity implements [Reporter.Activity].
 func (discardReporter) Activity(*switchboardv1.ActivityRecord) {}
+
+// discardLedger is the Ledger of a Dispatcher given none: it drops
+// everything.
+type discardLedger struct{}
+
+// Hold implements [Ledger.Hold].
+func (discardLedger) Hold(string) {}
+
+// Applied implements [Ledger.Applied].
+func (discardLedger) Applied(*switchboardv1.ReconcileRequest, int64) {}
+
+// Reconcile implements [Ledger.Reconcile].
+func (discardLedger) Reconcile(*switchboardv1.ReconcileRequest) {}
 
 // Call is one client request to serve.
 type Call struct {

@@ -50,7 +50,7 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		r.RetryAfter = durationpb.New(res.RetryAfter)
 	}
 	d.opts.Reporter.Report(r)
-	if l.reservation != "" && d.opts.Ledger != nil {
+	if l.reservation != "" {
 		rr := &switchboardv1.ReconcileRequest{
 			ReservationId:     l.reservation,
 			Usage:             call.bill(l).Tenant(),
