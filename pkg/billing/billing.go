@@ -43,13 +43,6 @@ type Attempt struct {
 // attempt that served it, and never for a probe.
 func TenantPays(a Attempt) bool { return a.Served && !a.Probe }
 
-// ServedFromReport is whether a call served the client as far as its call
-// report alone tells, for reports that do not say: a call cancelled before
-// its first token (a lost hedge, a client that left before the answer
-// started) did not; any other is taken as served (a failed call reports no
-// cost, so taking it as served bills nothing).
-func ServedFromReport(cancelled, firstToken bool) bool { return !cancelled || firstToken }
-
 // MaxPrice caps per-token prices, USD per million tokens: Prompt caps the
 // price of every input token, cached ones included, Completion the price of
 // output tokens. A nil field caps nothing.

@@ -81,20 +81,18 @@ func TestLower(t *testing.T) {
 
 func TestTenantPays(t *testing.T) {
 	tests := []struct {
-		name      string
-		cancelled bool
-		first     bool
-		probe     bool
-		want      bool
+		name   string
+		served bool
+		probe  bool
+		want   bool
 	}{
-		{name: "answered", first: true, want: true},
-		{name: "client left mid-answer pays for what it got", cancelled: true, first: true, want: true},
-		{name: "cancelled before its first token (lost hedge)", cancelled: true},
-		{name: "probe", first: true, probe: true},
+		{name: "answered", served: true, want: true},
+		{name: "did not serve (lost hedge, failed)"},
+		{name: "probe", served: true, probe: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := Attempt{Served: ServedFromReport(tt.cancelled, tt.first), Probe: tt.probe}
+			a := Attempt{Served: tt.served, Probe: tt.probe}
 			require.Equal(t, tt.want, TenantPays(a))
 		})
 	}

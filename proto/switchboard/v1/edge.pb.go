@@ -31,15 +31,9 @@ type EdgeHello struct {
 	// region is the edge's region.
 	Region string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
 	// version is the edge's build version.
-	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	// reconciles_acknowledged says the edge sends every reconciliation in
-	// ReconcileBatch messages, acknowledged and resent until applied; the
-	// decider then reconciles nothing from this edge's call reports (their
-	// reservation_id only names the reservation). Unset (older edges): each
-	// call report's reservation_id is reconciled from the report.
-	ReconcilesAcknowledged bool `protobuf:"varint,4,opt,name=reconciles_acknowledged,json=reconcilesAcknowledged,proto3" json:"reconciles_acknowledged,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EdgeHello) Reset() {
@@ -93,13 +87,6 @@ func (x *EdgeHello) GetVersion() string {
 	return ""
 }
 
-func (x *EdgeHello) GetReconcilesAcknowledged() bool {
-	if x != nil {
-		return x.ReconcilesAcknowledged
-	}
-	return false
-}
-
 // CallReport is what an edge observed of one call to one endpoint.
 type CallReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -138,10 +125,9 @@ type CallReport struct {
 	PromptHash uint64 `protobuf:"fixed64,16,opt,name=prompt_hash,json=promptHash,proto3" json:"prompt_hash,omitempty"`
 	// hedge marks the second endpoint of a hedged request.
 	Hedge bool `protobuf:"varint,17,opt,name=hedge,proto3" json:"hedge,omitempty"`
-	// reservation_id is the reservation this call used. Unless the edge's
-	// hello set reconciles_acknowledged (it then sends the reconciliation in a
-	// ReconcileBatch), the decider reconciles it from this report (usage,
-	// outcome, rate-limit headers), so an edge needs no Reconcile RPC per call.
+	// reservation_id is the reservation this call used. It only names the
+	// reservation: the edge sends the reservation's reconciliation in a
+	// ReconcileBatch, acknowledged and resent until applied.
 	ReservationId string `protobuf:"bytes,18,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	// stream is whether the call was streamed: only a stream's timing after
 	// the first token measures the endpoint's output speed.
@@ -1509,12 +1495,11 @@ var File_switchboard_v1_edge_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_edge_proto_rawDesc = "" +
 	"\n" +
-	"\x19switchboard/v1/edge.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"\x8f\x01\n" +
+	"\x19switchboard/v1/edge.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"u\n" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\x127\n" +
-	"\x17reconciles_acknowledged\x18\x04 \x01(\bR\x16reconcilesAcknowledged\"\xfd\x06\n" +
+	"\aversion\x18\x03 \x01(\tR\aversionJ\x04\b\x04\x10\x05R\x17reconciles_acknowledged\"\xfd\x06\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +

@@ -659,11 +659,6 @@ type TokenEstimate struct {
 	CachedInputTokens int64 `protobuf:"varint,2,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"`
 	// max_output_tokens is the request's max_tokens; 0 means not set.
 	MaxOutputTokens int64 `protobuf:"varint,3,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
-	// prefix_fingerprint identifies the conversation prefix (every message but
-	// the last). Superseded by prefixes, which also match a prefix of a prefix.
-	//
-	// Deprecated: Marked as deprecated in switchboard/v1/router.proto.
-	PrefixFingerprint []byte `protobuf:"bytes,4,opt,name=prefix_fingerprint,json=prefixFingerprint,proto3" json:"prefix_fingerprint,omitempty"`
 	// prefixes are chain hashes of the prompt's leading parts at its natural
 	// cache boundaries, longest last, at most 32 of them, each with its token
 	// count: the tool block alone (when the request has tools), the end of the
@@ -737,14 +732,6 @@ func (x *TokenEstimate) GetMaxOutputTokens() int64 {
 		return x.MaxOutputTokens
 	}
 	return 0
-}
-
-// Deprecated: Marked as deprecated in switchboard/v1/router.proto.
-func (x *TokenEstimate) GetPrefixFingerprint() []byte {
-	if x != nil {
-		return x.PrefixFingerprint
-	}
-	return nil
 }
 
 func (x *TokenEstimate) GetPrefixes() []*PromptPrefix {
@@ -2985,15 +2972,14 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12 \n" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x18\n" +
 	"\apartner\x18\x06 \x01(\tR\apartner\x12D\n" +
-	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xdc\x02\n" +
+	"\x0eworkload_class\x18\a \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\"\xc3\x02\n" +
 	"\rTokenEstimate\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\x03R\x11cachedInputTokens\x12*\n" +
-	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x121\n" +
-	"\x12prefix_fingerprint\x18\x04 \x01(\fB\x02\x18\x01R\x11prefixFingerprint\x128\n" +
+	"\x11max_output_tokens\x18\x03 \x01(\x03R\x0fmaxOutputTokens\x128\n" +
 	"\bprefixes\x18\x05 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\x12,\n" +
 	"\x12cache_write_tokens\x18\x06 \x01(\x03R\x10cacheWriteTokens\x121\n" +
-	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokens\"f\n" +
+	"\x15cache_write_1h_tokens\x18\a \x01(\x03R\x12cacheWrite1hTokensJ\x04\b\x04\x10\x05R\x12prefix_fingerprint\"f\n" +
 	"\bMaxPrice\x12\x1b\n" +
 	"\x06prompt\x18\x01 \x01(\x01H\x00R\x06prompt\x88\x01\x01\x12#\n" +
 	"\n" +

@@ -170,7 +170,7 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 	stream, err := c.Report(ctx)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{
-		Hello: &switchboardv1.EdgeHello{EdgeId: "e", ReconcilesAcknowledged: true}}}))
+		Hello: &switchboardv1.EdgeHello{EdgeId: "e"}}}))
 	batch := func(seq uint64, rs ...*switchboardv1.ReconcileRequest) {
 		t.Helper()
 		require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{

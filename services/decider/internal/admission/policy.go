@@ -213,20 +213,13 @@ func retryable(ref *switchboardv1.Refusal) bool {
 }
 
 // degrade names the fallback model of the class's contract on a refusal
-// for capacity on the provider's side, when the class's overload action is
-// fallback: the caller serves the request with that model instead. A
-// refusal by the caller's own limits is kept as it is, since another model
-// counts against the same limits, and so is one that cannot be retried
-// (a daily quota, a request too large) or already names a model. A
-// fallback named here is counted in the admission metrics.
+// the broker's rule lets degrade (broker.Degrades: capacity on the
+// provider's side), when the class's overload action is fallback: the
+// caller serves the request with that model instead. A refusal that
+// already names a model is kept as it is. A fallback named here is counted
+// in the admission metrics.
 func (p Policy) degrade(ctx context.Context, ref *switchboardv1.Refusal, model string, id *switchboardv1.Identity) {
-	if ref == nil || ref.GetFallbackModel() != "" || callerScope(ref.GetScope()) {
-		return
-	}
-	switch ref.GetReason() {
-	case switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD,
-		switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE:
-	default:
+	if ref == nil || ref.GetFallbackModel() != "" || !broker.Degrades(broker.RefusalReason(ref.GetReason()), broker.Scope(ref.GetScope())) {
 		return
 	}
 	k, ok := p.Contracts.Contract(id.GetWorkloadClass())

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -87,41 +86,9 @@ func (a *Admission) reserve(ctx context.Context, req *switchboardv1.ReserveReque
 // fallback model its class degrades to, if any.
 func RefusalProto(ref *broker.Refusal) *switchboardv1.Refusal {
 	out := ref.Proto()
-	out.Code = RefusalCode(ref)
+	out.Code = broker.CodeOf(ref)
 	out.FallbackModel = ref.FallbackModel
 	return out
-}
-
-// RefusalCode is the refusal's stable, machine-readable reason (the
-// broker.Code* constants).
-func RefusalCode(ref *broker.Refusal) string {
-	if ref.Code != "" {
-		return ref.Code
-	}
-	switch ref.Reason {
-	case broker.ReasonNonRetryableRequest:
-		return broker.CodeTooLarge
-	case broker.ReasonNonRetryablePolicy:
-		if ref.Unit == broker.UnitUSD {
-			return broker.CodeSpendLimit
-		}
-		return broker.CodeDailyQuota
-	case broker.ReasonDeadline:
-		return broker.CodeQueueDeadline
-	case broker.ReasonRetryableOverload:
-		return broker.CodeProviderPaused
-	}
-	switch {
-	case strings.HasPrefix(ref.BucketID, "pause:"):
-		return broker.CodeProviderPaused
-	case strings.HasSuffix(ref.BucketID, ":ramp"):
-		return broker.CodeRamp
-	case ref.Unit == broker.UnitConcurrentRequests:
-		return broker.CodeConcurrency
-	case ref.Unit == broker.UnitUSD:
-		return broker.CodeSpendLimit
-	}
-	return broker.CodeRateLimit
 }
 
 // QueueProto is a queue decision as Reserve and Decide answer it; nil for

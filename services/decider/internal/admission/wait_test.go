@@ -43,25 +43,7 @@ func TestWaitFor(t *testing.T) {
 	}
 }
 
-func TestRefusalCode(t *testing.T) {
-	for _, tt := range []struct {
-		ref  broker.Refusal
-		want string
-	}{
-		{broker.Refusal{Code: broker.CodeQueueFull, Reason: broker.ReasonRetryableCapacity}, broker.CodeQueueFull},
-		{broker.Refusal{Reason: broker.ReasonNonRetryableRequest, Unit: broker.UnitInputTokens}, broker.CodeTooLarge},
-		{broker.Refusal{Reason: broker.ReasonNonRetryablePolicy, Unit: broker.UnitRequests}, broker.CodeDailyQuota},
-		{broker.Refusal{Reason: broker.ReasonNonRetryablePolicy, Unit: broker.UnitUSD}, broker.CodeSpendLimit},
-		{broker.Refusal{Reason: broker.ReasonDeadline}, broker.CodeQueueDeadline},
-		{broker.Refusal{Reason: broker.ReasonRetryableOverload, BucketID: "pause:a/m"}, broker.CodeProviderPaused},
-		{broker.Refusal{Reason: broker.ReasonRetryableCapacity, BucketID: "pause:a/m"}, broker.CodeProviderPaused},
-		{broker.Refusal{Reason: broker.ReasonRetryableCapacity, BucketID: "tenant:t:requests:ramp", Unit: broker.UnitRequests}, broker.CodeRamp},
-		{broker.Refusal{Reason: broker.ReasonRetryableCapacity, Unit: broker.UnitConcurrentRequests}, broker.CodeConcurrency},
-		{broker.Refusal{Reason: broker.ReasonRetryableCapacity, Unit: broker.UnitUSD}, broker.CodeSpendLimit},
-		{broker.Refusal{Reason: broker.ReasonRetryableCapacity, Unit: broker.UnitInputTokens}, broker.CodeRateLimit},
-	} {
-		require.Equal(t, tt.want, RefusalCode(&tt.ref), "%+v", tt.ref)
-	}
+func TestRefusalProto(t *testing.T) {
 	p := RefusalProto(&broker.Refusal{Reason: broker.ReasonRetryableCapacity, Unit: broker.UnitConcurrentRequests, FallbackModel: "m"})
 	require.Equal(t, broker.CodeConcurrency, p.GetCode())
 	require.Equal(t, "m", p.GetFallbackModel())

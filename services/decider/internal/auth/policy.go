@@ -158,8 +158,8 @@ func ClassName(cls switchboardv1.WorkloadClass) string {
 	if cls == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
 		return catalog.ClassInteractive
 	}
-	if i := int(cls) - 1; i >= 0 && i < len(catalog.Classes) {
-		return catalog.Classes[i]
+	if n := switchboardv1.EnumName(cls); n != "" {
+		return n
 	}
 	return cls.String()
 }

@@ -680,12 +680,31 @@ func mayComeBack(ref *Refusal, wait time.Duration) bool {
 	return ref.Unit == UnitConcurrentRequests || ref.RetryAfter <= wait
 }
 
+// Degrades reports whether a refusal of reason by a bucket of scope may
+// name its class's fallback model (when the class's overload action is
+// fallback), for the caller to serve the request with that model instead:
+// one for capacity on the provider's side that waiting could have fixed
+// (capacity, an overload, a passed queue deadline). A refusal by the
+// caller's own limits (API key, app, tenant, partner) does not, since
+// another model counts against the same limits, nor does one that cannot
+// be retried (a daily quota, a request too large). It is the one rule for
+// a fallback model: the broker's queue and the decider's Decide and
+// Reserve answers both follow it.
+func Degrades(reason RefusalReason, scope Scope) bool {
+	if scope.callers() {
+		return false
+	}
+	switch reason {
+	case ReasonRetryableCapacity, ReasonRetryableOverload, ReasonDeadline:
+		return true
+	}
+	return false
+}
+
 // withFallback returns ref naming the fallback model, when the class
-// degrades instead of refusing and the bucket in the way is a provider's:
-// a refusal by the caller's own limits (API key, app, tenant, partner)
-// stays as it is, since another model counts against the same limits.
+// degrades instead of refusing and the refusal Degrades.
 func withFallback(ref *Refusal, model string) *Refusal {
-	if model == "" || ref.Scope.callers() {
+	if model == "" || !Degrades(ref.Reason, ref.Scope) {
 		return ref
 	}
 	out := *ref

@@ -868,3 +868,53 @@ func TestQueueSurvivesFailover(t *testing.T) {
 	require.Empty(t, b.QueueDepths())
 	require.Equal(t, QueueStats{Queued: 3, Admitted: 2, Cancelled: 1}, b.QueueStats())
 }
+
+// TestCodeOf pins the order in which a refusal's code is derived: its own
+// code, then its reason, its bucket and its unit.
+func TestCodeOf(t *testing.T) {
+	for _, tt := range []struct {
+		ref  Refusal
+		want string
+	}{
+		{Refusal{Code: CodeQueueFull, Reason: ReasonRetryableCapacity}, CodeQueueFull},
+		{Refusal{Reason: ReasonNonRetryableRequest, Unit: UnitInputTokens}, CodeTooLarge},
+		{Refusal{Reason: ReasonNonRetryablePolicy, Unit: UnitRequests}, CodeDailyQuota},
+		{Refusal{Reason: ReasonNonRetryablePolicy, Unit: UnitUSD}, CodeSpendLimit},
+		{Refusal{Reason: ReasonDeadline}, CodeQueueDeadline},
+		{Refusal{Reason: ReasonRetryableOverload, BucketID: "pause:a/m"}, CodeProviderPaused},
+		{Refusal{Reason: ReasonRetryableCapacity, BucketID: "pause:a/m"}, CodeProviderPaused},
+		{Refusal{Reason: ReasonRetryableCapacity, BucketID: "tenant:t:requests:ramp", Unit: UnitRequests}, CodeRamp},
+		{Refusal{Reason: ReasonRetryableCapacity, Unit: UnitConcurrentRequests}, CodeConcurrency},
+		{Refusal{Reason: ReasonRetryableCapacity, Unit: UnitUSD}, CodeSpendLimit},
+		{Refusal{Reason: ReasonRetryableCapacity, Unit: UnitInputTokens}, CodeRateLimit},
+		{Refusal{Reason: ReasonNonRetryablePolicy, Unit: UnitConcurrentRequests}, CodeDailyQuota},
+		{Refusal{Reason: ReasonDeadline, BucketID: "pause:a/m", Unit: UnitUSD}, CodeQueueDeadline},
+		{Refusal{Reason: ReasonRetryableCapacity, BucketID: "pause:a/m", Unit: UnitConcurrentRequests}, CodeProviderPaused},
+	} {
+		require.Equal(t, tt.want, CodeOf(&tt.ref), "%+v", tt.ref)
+	}
+}
+
+// TestDegrades pins which refusals may name a fallback model: capacity on
+// the provider's side, never the caller's own limits nor a refusal that
+// cannot be retried.
+func TestDegrades(t *testing.T) {
+	for _, tt := range []struct {
+		reason RefusalReason
+		scope  Scope
+		want   bool
+	}{
+		{ReasonRetryableCapacity, ScopeModelRoute, true},
+		{ReasonRetryableOverload, ScopeProviderProject, true},
+		{ReasonDeadline, ScopeProviderWorkspace, true},
+		{ReasonRetryableCapacity, ScopeUnspecified, true},
+		{ReasonRetryableCapacity, ScopeTenant, false},
+		{ReasonDeadline, ScopeAPIKey, false},
+		{ReasonRetryableOverload, ScopePartner, false},
+		{ReasonNonRetryablePolicy, ScopeModelRoute, false},
+		{ReasonNonRetryableRequest, ScopeModelRoute, false},
+		{ReasonUnspecified, ScopeModelRoute, false},
+	} {
+		require.Equal(t, tt.want, Degrades(tt.reason, tt.scope), "%v %v", tt.reason, tt.scope)
+	}
+}

@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -145,6 +146,45 @@ func (b *Broker) pauseRefusal(rt *route, now int64, id *Identity) *Refusal {
 		Message: "provider capacity: the provider asked to pause this route",
 		Code:    CodeProviderPaused,
 	}
+}
+
+// CodeOf is a refusal's stable, machine-readable reason (the Code*
+// constants): its Code, or for a refusal that names none the code its
+// reason, bucket and unit imply, in this order: the reason (too_large for a
+// request that can never fit; for a policy, spend_limit in USD, else
+// daily_quota; queue_deadline; provider_paused for an overloaded
+// provider), then the bucket (provider_paused for a paused route, ramp),
+// then the unit (concurrency, spend_limit), else rate_limit. It is the one
+// derivation of a refusal's code: the decider's answers and its metrics
+// both use it.
+func CodeOf(ref *Refusal) string {
+	if ref.Code != "" {
+		return ref.Code
+	}
+	switch ref.Reason {
+	case ReasonNonRetryableRequest:
+		return CodeTooLarge
+	case ReasonNonRetryablePolicy:
+		if ref.Unit == UnitUSD {
+			return CodeSpendLimit
+		}
+		return CodeDailyQuota
+	case ReasonDeadline:
+		return CodeQueueDeadline
+	case ReasonRetryableOverload:
+		return CodeProviderPaused
+	}
+	switch {
+	case strings.HasPrefix(ref.BucketID, "pause:"):
+		return CodeProviderPaused
+	case strings.HasSuffix(ref.BucketID, ":ramp"):
+		return CodeRamp
+	case ref.Unit == UnitConcurrentRequests:
+		return CodeConcurrency
+	case ref.Unit == UnitUSD:
+		return CodeSpendLimit
+	}
+	return CodeRateLimit
 }
 
 // refusalCode is the stable code of a refusal by bk of amount: too_large

@@ -18,6 +18,10 @@
 // minutes), whoever reports it. Only when it refuses again within the window (or, with a
 // breaker of more errors, as often as the breaker needs) is it benched like
 // any endpoint that keeps refusing.
+//
+// This is the decider's side of the cool-down; the edge's side,
+// services/edge/internal/cooldown, remembers the benches the decider sends
+// it over the Report stream until they end.
 package cooldown
 
 import (

@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
@@ -316,13 +317,20 @@ func (m *Admission) route(id string) string {
 	return id
 }
 
-var classNames = [...]string{"interactive", "interactive", "background", "partner", "batch"}
-
-// className is a workload class's label: unspecified counts as
-// interactive, as the broker treats it.
+// className is a workload class's label (switchboardv1.EnumName):
+// unspecified counts as interactive, as the broker treats it.
 func className(c switchboardv1.WorkloadClass) string {
-	if c >= 0 && int(c) < len(classNames) {
-		return classNames[c]
+	if c == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		c = switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE
+	}
+	return labelOf(c)
+}
+
+// labelOf is an enum value's label, switchboardv1.EnumName, or "other"
+// for a number the API does not define.
+func labelOf(e protoreflect.Enum) string {
+	if n := switchboardv1.EnumName(e); n != "" {
+		return n
 	}
 	return "other"
 }
@@ -333,8 +341,9 @@ func reasonName(r switchboardv1.RefusalReason) string {
 	return broker.RefusalReason(r).String()
 }
 
-// refusalCode is the refusal's code, or, from a broker that does not name
-// one, the code its reason, scope and unit imply.
+// refusalCode is the refusal's code (a code that is not one is "other"),
+// or, from a broker that does not name one, the code its reason and unit
+// imply (broker.CodeOf, the one derivation).
 func refusalCode(ref *switchboardv1.Refusal) string {
 	if c := ref.GetCode(); c != "" {
 		if len(c) > 32 || strings.ContainsFunc(c, func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' }) {
@@ -342,21 +351,7 @@ func refusalCode(ref *switchboardv1.Refusal) string {
 		}
 		return c
 	}
-	switch {
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_DEADLINE:
-		return broker.CodeQueueDeadline
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST:
-		return broker.CodeTooLarge
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_OVERLOAD:
-		return broker.CodeProviderPaused
-	case ref.GetUnit() == switchboardv1.LimitUnit_LIMIT_UNIT_CONCURRENT_REQUESTS:
-		return broker.CodeConcurrency
-	case ref.GetUnit() == switchboardv1.LimitUnit_LIMIT_UNIT_USD:
-		return broker.CodeSpendLimit
-	case ref.GetReason() == switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY:
-		return broker.CodeDailyQuota
-	}
-	return broker.CodeRateLimit
+	return broker.CodeOf(&broker.Refusal{Reason: broker.RefusalReason(ref.GetReason()), Unit: broker.Unit(ref.GetUnit())})
 }
 
 // reservationKey is one series of switchboard_reservations.
@@ -443,14 +438,7 @@ func (m *Admission) Lookup(id string) (broker.ReservationInfo, bool) {
 	return m.o.Reservations.ReservationInfo(id)
 }
 
-var outcomeNames = [...]string{"unspecified", "ok", "rate_limited", "upstream_error", "connect_error", "timeout", "malformed", "dropped", "cancelled", "client_error"}
-
-func outcomeName(o switchboardv1.Outcome) string {
-	if o >= 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "other"
-}
+func outcomeName(o switchboardv1.Outcome) string { return labelOf(o) }
 
 // Reconciled records one reconciliation the broker applied: req, the
 // reservation as [Admission.Lookup] found it just before (ok false when it

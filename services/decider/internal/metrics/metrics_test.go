@@ -182,6 +182,11 @@ func TestQueueWaitDeadlineCancellationFallbackRamp(t *testing.T) {
 }
 
 func TestRefusalCodeWithoutOne(t *testing.T) {
+	// The decider's answers and its metrics derive a code in one order
+	// (broker.CodeOf): a policy refusal is daily_quota whatever its unit
+	// but USD, also when that unit is concurrency.
+	policyConcurrency := &switchboardv1.Refusal{Reason: switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY, Unit: switchboardv1.LimitUnit_LIMIT_UNIT_CONCURRENT_REQUESTS}
+	require.Equal(t, "daily_quota", refusalCode(policyConcurrency))
 	for want, ref := range map[string]*switchboardv1.Refusal{
 		"ramp":            {Code: "ramp", Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY},
 		"other":           {Code: "Free text, not a code"},

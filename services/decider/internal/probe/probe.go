@@ -6,6 +6,9 @@
 // probe per edge in turn, spread evenly over the interval so they neither
 // burst nor land on one edge. Probes are never billed to a tenant (the
 // billing policy, pkg/billing); the observe package accounts their cost.
+//
+// This is the decider's side of the probes; the edge's side,
+// services/edge/internal/probe, runs the probes planned here.
 package probe
 
 import (

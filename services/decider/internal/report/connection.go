@@ -255,13 +255,6 @@ func (h *Hub) takeReports(c *conn, batch *switchboardv1.CallReportBatch) {
 	if h.sink != nil && n > 0 {
 		h.sink(c.hello, reports)
 	}
-	if !c.hello.GetReconcilesAcknowledged() {
-		// An older edge: its reservations are reconciled from its call
-		// reports, best effort, still off this loop.
-		if rs := fromReports(reports); len(rs) > 0 {
-			h.queue(c, job{reconciles: rs})
-		}
-	}
 	h.trySend(c, &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n}}})
 }
 

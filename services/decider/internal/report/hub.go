@@ -18,6 +18,9 @@
 // The hub's parts, one file each: a stream's life (connection.go), its
 // reservation worker (worker.go), its activity writer (activity.go), and
 // what is sent to every edge (broadcast.go).
+//
+// This is the decider's end of the Report stream; the edge's end is
+// services/edge/internal/report.
 package report
 
 import (
@@ -65,9 +68,8 @@ const sendBuffer = 256
 
 // Defaults of the reservation work of one stream.
 const (
-	// workQueue is how many batches (reconcile batches, heartbeats, the
-	// reconciliations of an older edge's call reports) wait for a stream's
-	// worker; more are not taken (and not acknowledged).
+	// workQueue is how many batches (reconcile batches, heartbeats) wait
+	// for a stream's worker; more are not taken (and not acknowledged).
 	workQueue = 64
 	// activityQueue bounds the activity batches a stream holds before they
 	// are stored; beyond it the stream is not read (back-pressure).

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -136,7 +135,7 @@ func open(t *testing.T, c switchboardv1.EdgeServiceClient, hello *switchboardv1.
 	return stream
 }
 
-var acked = &switchboardv1.EdgeHello{EdgeId: "edge-1", ReconcilesAcknowledged: true}
+var acked = &switchboardv1.EdgeHello{EdgeId: "edge-1"}
 
 func reconcileBatch(seq uint64, ids ...string) *switchboardv1.ReportRequest {
 	b := &switchboardv1.ReconcileBatch{Sequence: seq}
@@ -305,29 +304,6 @@ func TestHubRefusesWorkBeyondItsQueue(t *testing.T) {
 		seen[recvAck(t, stream).GetReconcileSequence()] = true
 	}
 	require.Less(t, len(seen), n, "what was refused is not acknowledged")
-}
-
-// An older edge's reservations are reconciled from its call reports; the
-// cost of a call cancelled before its first token is not the tenant's, a
-// committed call's is.
-func TestHubReconcilesAnOlderEdgesCallReports(t *testing.T) {
-	rsv := &fakeReservations{}
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
-	stream := open(t, serveHub(t, h), &switchboardv1.EdgeHello{EdgeId: "old-edge"})
-	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{Reports: []*switchboardv1.CallReport{
-		{ReservationId: "lost", Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED, Usage: &switchboardv1.Usage{InputTokens: 10, CostUsd: 0.5}},
-		{ReservationId: "left", Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED, Ttft: durationpb.New(time.Second), Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5, CostUsd: 0.7}},
-		{EndpointId: "no reservation"},
-	}}}}))
-	require.Eventually(t, func() bool { return len(rsv.reconciledIDs()) == 2 }, 10*time.Second, time.Millisecond)
-	rsv.mu.Lock()
-	defer rsv.mu.Unlock()
-	require.Equal(t, "lost", rsv.reconciled[0].GetReservationId())
-	require.Zero(t, rsv.reconciled[0].GetUsage().GetCostUsd())
-	require.Equal(t, int64(10), rsv.reconciled[0].GetUsage().GetInputTokens())
-	require.Equal(t, "left", rsv.reconciled[1].GetReservationId())
-	require.Equal(t, 0.7, rsv.reconciled[1].GetUsage().GetCostUsd(), "what reached the client is paid for")
 }
 
 func TestHubCloseEndsStreams(t *testing.T) {

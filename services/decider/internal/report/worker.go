@@ -9,7 +9,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/switchboard-ai/switchboard/pkg/billing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -134,28 +133,4 @@ func (h *Hub) retry(c *conn, what string, giveUp time.Duration, f func(context.C
 		}
 		delay = min(2*delay, h.retryMax)
 	}
-}
-
-// fromReports is the reconciliation each call report naming a reservation
-// stands for. The cost is the tenant's spend only for a call the billing
-// policy bills the tenant for: one cancelled before its first token (a lost
-// hedge, a client that left before the answer started) is not billed, so it
-// spends nothing; its tokens still count against quotas.
-func fromReports(reports []*switchboardv1.CallReport) []*switchboardv1.ReconcileRequest {
-	var out []*switchboardv1.ReconcileRequest
-	for _, r := range reports {
-		id := r.GetReservationId()
-		if id == "" {
-			continue
-		}
-		u := r.GetUsage()
-		served := billing.ServedFromReport(r.GetOutcome() == switchboardv1.Outcome_OUTCOME_CANCELLED, r.GetTtft() != nil)
-		if !billing.TenantPays(billing.Attempt{Served: served}) && u.GetCostUsd() > 0 {
-			u = &switchboardv1.Usage{InputTokens: u.GetInputTokens(), CachedInputTokens: u.GetCachedInputTokens(),
-				OutputTokens: u.GetOutputTokens(), Reported: u.GetReported(),
-				CacheWriteTokens: u.GetCacheWriteTokens(), CacheWrite_1HTokens: u.GetCacheWrite_1HTokens()}
-		}
-		out = append(out, &switchboardv1.ReconcileRequest{ReservationId: id, Usage: u, Outcome: r.GetOutcome(), RateLimitHeaders: r.GetRateLimitHeaders()})
-	}
-	return out
 }

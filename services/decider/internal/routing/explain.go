@@ -169,29 +169,13 @@ func checksText(checks map[string]float64) string {
 	return " [" + strings.Join(parts, ", ") + "]"
 }
 
-// reasonWords are the route reasons as the summary names them, e.g.
-// "cheapest_qualifying" for ROUTE_REASON_CHEAPEST_QUALIFYING, by number:
-// built once, not on every decision.
-var reasonWords = func() []string {
-	var n int32
-	for v := range switchboardv1.RouteReason_name {
-		n = max(n, v+1)
-	}
-	words := make([]string, n)
-	for v, name := range switchboardv1.RouteReason_name {
-		if v >= 0 {
-			words[v] = strings.ToLower(strings.TrimPrefix(name, "ROUTE_REASON_"))
-		}
-	}
-	return words
-}()
-
-// reasonWord is reason as the summary names it.
+// reasonWord is reason as the summary names it
+// (switchboardv1.EnumName, e.g. "cheapest_qualifying").
 func reasonWord(reason switchboardv1.RouteReason) string {
-	if reason >= 0 && int(reason) < len(reasonWords) && reasonWords[reason] != "" {
-		return reasonWords[reason]
+	if n := switchboardv1.EnumName(reason); n != "" {
+		return n
 	}
-	return strings.ToLower(strings.TrimPrefix(reason.String(), "ROUTE_REASON_"))
+	return reason.String()
 }
 
 // summary is the one-line explanation sent in the x-switchboard-route header.

@@ -237,7 +237,6 @@ func Decide(r *switchboardv1.DecideRequest) error {
 		Tokens("tokens.input_tokens", t.GetInputTokens()),
 		Tokens("tokens.cached_input_tokens", t.GetCachedInputTokens()),
 		Tokens("tokens.max_output_tokens", t.GetMaxOutputTokens()),
-		str("tokens.prefix_fingerprint", string(t.GetPrefixFingerprint()), MaxIDLen), //nolint:staticcheck // still bounded while callers may send it
 		prefixes("tokens.prefixes", t.GetPrefixes()),
 		Duration("reservation_ttl", r.GetReservationTtl(), false),
 		List("provider.only", p.GetOnly(), Name),

@@ -2,6 +2,9 @@
 // when, so the edge skips them among a request's fallbacks. The decider
 // already leaves cooled-down endpoints out of new decisions; this covers the
 // window between its command and decisions made before it.
+//
+// This is the edge's side of the cool-down; the decider's side,
+// services/decider/internal/cooldown, decides which endpoints are benched.
 package cooldown
 
 import (

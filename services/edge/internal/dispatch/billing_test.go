@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
@@ -69,13 +69,13 @@ func usageOf(t *testing.T, stream bool, body string) map[string]any {
 }
 
 func TestServeBilling(t *testing.T) {
-	delivered := billing.TextTokens(int64(len(fakeupstream.Content)))
+	delivered := invoice.TextTokens(int64(len(fakeupstream.Content)))
 	tests := []struct {
 		name      string
 		body      string
 		mode      fakeupstream.Mode
 		usage     *fakeupstream.Usage
-		caps      billing.Caps
+		caps      invoice.Caps
 		wantCost  float64
 		wantUsage *switchboardv1.Usage // billed, without cost
 		capped    bool
@@ -100,14 +100,14 @@ func TestServeBilling(t *testing.T) {
 		},
 		{
 			name: "capped by max_price", body: streamUsageBody, usage: &billUsage,
-			caps:     billing.Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.10), Completion: ptr(0.50)}},
+			caps:     invoice.Caps{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.10), Completion: ptr(0.50)}},
 			wantCost: 0.06 + 0.02 + 0.005, capped: true,
 			wantUsage: &switchboardv1.Usage{InputTokens: 1_000_000, CachedInputTokens: 400_000, OutputTokens: 10_000, Reported: true},
 			status:    switchboardv1.CallStatus_CALL_STATUS_OK, wantClientUsage: true,
 		},
 		{
 			name: "capped by max_tokens", body: plainBody, usage: &billUsage,
-			caps:     billing.Caps{MaxOutputTokens: 100},
+			caps:     invoice.Caps{MaxOutputTokens: 100},
 			wantCost: 0.12 + 0.02 + 100*0.8/1e6, capped: true,
 			wantUsage: &switchboardv1.Usage{InputTokens: 1_000_000, CachedInputTokens: 400_000, OutputTokens: 10_000, Reported: true},
 			status:    switchboardv1.CallStatus_CALL_STATUS_OK, wantClientUsage: true,
@@ -124,7 +124,7 @@ func TestServeBilling(t *testing.T) {
 		},
 		{
 			name: "mid-stream failure: what was delivered", body: streamUsageBody, mode: fakeupstream.DropMidStream, usage: &billUsage,
-			wantUsage: &switchboardv1.Usage{InputTokens: -1, OutputTokens: billing.TextTokens(int64(len(fakeupstream.DeliveredBeforeDrop)))},
+			wantUsage: &switchboardv1.Usage{InputTokens: -1, OutputTokens: invoice.TextTokens(int64(len(fakeupstream.DeliveredBeforeDrop)))},
 			status:    switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED,
 		},
 		{
@@ -307,7 +307,7 @@ func TestActivityRecord(t *testing.T) {
 		require.Equal(t, switchboardv1.Outcome_OUTCOME_TIMEOUT, r.GetAttempts()[0].GetOutcome())
 		require.Equal(t, "a/m", r.GetEndpointId())
 		require.False(t, r.GetUsage().GetReported())
-		require.EqualValues(t, billing.TextTokens(int64(len(fakeupstream.DeliveredBeforeDrop))), r.GetUsage().GetOutputTokens())
+		require.EqualValues(t, invoice.TextTokens(int64(len(fakeupstream.DeliveredBeforeDrop))), r.GetUsage().GetOutputTokens())
 	})
 	t.Run("client cancelled before any answer", func(t *testing.T) {
 		up := fakeupstream.Start(t)

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -167,10 +166,8 @@ func (s *serving) charge() {
 	}
 }
 
-// chargeDeferred applies the failure a leg's reconcile deferred: through
-// the Ledger, delivered at least once, when there is one; else by a
-// Reconcile RPC of its own, off the request's goroutine, bounded by
-// ReserveTimeout. The broker applies it once.
+// chargeDeferred applies the failure a leg's reconcile deferred, through
+// the Ledger, delivered at least once. The broker applies it once.
 func (d *Dispatcher) chargeDeferred(l *leg) {
 	req := &switchboardv1.ReconcileRequest{
 		ReservationId:     l.deferredID,
@@ -180,20 +177,7 @@ func (d *Dispatcher) chargeDeferred(l *leg) {
 		Failure:           switchboardv1.RefusalReason(l.Result.Class()),
 		ProviderErrorCode: l.Result.ProviderErrorCode,
 	}
-	if d.opts.Ledger != nil {
-		d.opts.Ledger.Reconcile(req)
-		return
-	}
-	if d.opts.Broker == nil {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d.opts.ReserveTimeout)
-		defer cancel()
-		if _, err := d.opts.Broker.Reconcile(ctx, req); err != nil {
-			d.log.Debug("charging a deferred failure", "reservation", req.GetReservationId(), "error", err)
-		}
-	}()
+	d.opts.Ledger.Reconcile(req)
 }
 
 // withoutRetryAfter is a provider's rate-limit headers without its

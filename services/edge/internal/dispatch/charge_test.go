@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,7 +18,17 @@ import (
 // pauses nor counts retries.
 func chargeDispatcher(rec *recorder, b *broker) *Dispatcher {
 	return New(Options{Client: &http.Client{}, Getenv: func(string) string { return secret }, Reporter: rec,
-		Broker: b, ReserveTimeout: time.Minute, FirstTokenTimeout: time.Second, MaxAttempts: 4, RetryWait: -1})
+		Broker: b, Ledger: chargeLedger{b}, ReserveTimeout: time.Minute, FirstTokenTimeout: time.Second, MaxAttempts: 4, RetryWait: -1})
+}
+
+// chargeLedger is a Ledger that delivers reconciliations to the fake
+// broker, as the Report stream does.
+type chargeLedger struct{ b *broker }
+
+func (chargeLedger) Hold(string)                                    {}
+func (chargeLedger) Applied(*switchboardv1.ReconcileRequest, int64) {}
+func (l chargeLedger) Reconcile(r *switchboardv1.ReconcileRequest) {
+	_, _ = l.b.Reconcile(context.Background(), r)
 }
 
 // deferredAndCharged counts the broker's reconciles by endpoint id (the

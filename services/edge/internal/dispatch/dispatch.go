@@ -8,7 +8,7 @@
 // A leg, one call to one endpoint with its first-token and idle deadlines,
 // is the upstream package's (which also defines time to first token); what
 // the provider's chunks become for the client is the rewrite package's;
-// what the client is billed, the billing package's. This package decides
+// what the client is billed, the invoice package's. This package decides
 // which legs run, under which reservation, and reports them.
 //
 // Hedging: when the decider's plan says so, a streamed
@@ -25,15 +25,14 @@
 // made; every other one (a fallback, a hedge leg) is reserved first and
 // skipped when the broker refuses. Each attempt's reservation is reconciled
 // when its leg ends — through the Ledger, acknowledged and resent until
-// applied, with what the tenant is billed for it; without a Ledger, from the
-// CallReport that names it — and declared to the Ledger while in use, so it
-// stays open however long the call runs; a reservation granted but never
-// used is released when the request ends.
+// applied, with what the tenant is billed for it — and declared to the
+// Ledger while in use, so it stays open however long the call runs; a
+// reservation granted but never used is released when the request ends.
 //
 // Billing: the client pays the serving endpoint's price for the usage its
 // provider reported (or, without one, for an estimate of what was
 // delivered), capped by the request's max_price and max_tokens (see the
-// billing package); a request every attempt failed costs nothing. The bill
+// invoice package); a request every attempt failed costs nothing. The bill
 // is returned as usage.cost and, with every attempt and the hedge, in the
 // request's activity record.
 package dispatch
@@ -50,9 +49,9 @@ import (
 	"google.golang.org/grpc"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
@@ -112,8 +111,8 @@ type Options struct {
 	// Defaults to dropping them.
 	Reporter Reporter
 	// Ledger declares held reservations and delivers their reconciliations
-	// (Optional). Without it, the decider reconciles each reservation from
-	// the call report that names it, best effort.
+	// (Optional; the edge always sets it). Defaults to dropping them: a used
+	// reservation then expires at its TTL, which can only under-admit.
 	Ledger Ledger
 	// Hedges grants hedges (Optional). Defaults to none: no request is hedged.
 	Hedges HedgeBudget
@@ -181,6 +180,9 @@ func New(o Options) *Dispatcher {
 	if o.Reporter == nil {
 		o.Reporter = discardReporter{}
 	}
+	if o.Ledger == nil {
+		o.Ledger = discardLedger{}
+	}
 	if o.HedgeTimeout <= 0 {
 		o.HedgeTimeout = 200 * time.Millisecond
 	}
@@ -227,6 +229,19 @@ func (discardReporter) Report(*switchboardv1.CallReport) {}
 
 // Activity implements [Reporter.Activity].
 func (discardReporter) Activity(*switchboardv1.ActivityRecord) {}
+
+// discardLedger is the Ledger of a Dispatcher given none: it drops
+// everything.
+type discardLedger struct{}
+
+// Hold implements [Ledger.Hold].
+func (discardLedger) Hold(string) {}
+
+// Applied implements [Ledger.Applied].
+func (discardLedger) Applied(*switchboardv1.ReconcileRequest, int64) {}
+
+// Reconcile implements [Ledger.Reconcile].
+func (discardLedger) Reconcile(*switchboardv1.ReconcileRequest) {}
 
 // Call is one client request to serve.
 type Call struct {
@@ -289,7 +304,7 @@ type Call struct {
 	// Only streamed requests are hedged.
 	Hedge *switchboardv1.HedgePlan
 	// Caps bound the client's bill.
-	Caps billing.Caps
+	Caps invoice.Caps
 	// Admission is the reservation Decide made with the rate-limit broker.
 	// When set, every endpoint called has its own reservation, named
 	// in its CallReport: Decide's for the endpoint it reserved, a new one

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 // defaultHedgeDelay is how long a delayed hedge waits for a first token,
@@ -43,8 +43,8 @@ func (s *serving) acquire(ctx context.Context, primary, ep *switchboardv1.Endpoi
 	resp, err := s.d.opts.Hedges.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{
 		RequestId:  s.call.RequestID,
 		EndpointId: ep.GetId(),
-		EstimatedCostUsd: max(billing.LoserCost(s.call.PromptTokens, ep.GetPrice()),
-			billing.LoserCost(s.call.PromptTokens, primary.GetPrice())),
+		EstimatedCostUsd: max(invoice.LoserCost(s.call.PromptTokens, ep.GetPrice()),
+			invoice.LoserCost(s.call.PromptTokens, primary.GetPrice())),
 	})
 	if err != nil {
 		s.d.log.Debug("hedge not granted", "request_id", s.call.RequestID, "endpoint", ep.GetId(), "error", err)

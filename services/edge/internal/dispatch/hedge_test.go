@@ -16,7 +16,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
@@ -203,7 +203,7 @@ func TestHedgeDelayed(t *testing.T) {
 	require.Equal(t, "b/m", r.GetAttempts()[1].GetEndpointId())
 	require.True(t, r.GetAttempts()[1].GetHedge())
 	// The client pays the winner's usage only, never the cancelled leg.
-	wantBill, _ := billing.Charge(pricing.Usage{Input: fakeupstream.PromptTokens, CachedInput: fakeupstream.CachedTokens, Output: fakeupstream.CompletionTokens}, eps[1].GetPrice(), billing.Caps{})
+	wantBill, _ := invoice.Charge(pricing.Usage{Input: fakeupstream.PromptTokens, CachedInput: fakeupstream.CachedTokens, Output: fakeupstream.CompletionTokens}, eps[1].GetPrice(), invoice.Caps{})
 	require.InDelta(t, wantBill, r.GetCostUsd(), 1e-12)
 }
 

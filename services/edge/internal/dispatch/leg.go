@@ -6,7 +6,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/rewrite"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
@@ -63,7 +63,7 @@ func (c Call) rewriter(ep *switchboardv1.Endpoint) rewrite.Rewriter {
 		Provider:  rewrite.String(ep.GetProvider()),
 		KeepUsage: !c.Stream || c.IncludeUsage,
 		Cost: func(u pricing.Usage) float64 {
-			cost, _ := billing.Charge(u, price, c.Caps)
+			cost, _ := invoice.Charge(u, price, c.Caps)
 			return cost
 		},
 	}
@@ -82,8 +82,8 @@ func (c Call) rewriter(ep *switchboardv1.Endpoint) rewrite.Rewriter {
 func (c Call) estimatedUsage(ep *switchboardv1.Endpoint) func(deliveredBytes int64) json.RawMessage {
 	price := ep.GetPrice()
 	return func(deliveredBytes int64) json.RawMessage {
-		u := billing.Estimate(c.PromptTokens, deliveredBytes, c.GrantCaps.GetMaxOutputTokens())
-		cost, _ := billing.Charge(u, price, c.Caps)
+		u := invoice.Estimate(c.PromptTokens, deliveredBytes, c.GrantCaps.GetMaxOutputTokens())
+		cost, _ := invoice.Charge(u, price, c.Caps)
 		return rewrite.UsageJSON(u, cost)
 	}
 }

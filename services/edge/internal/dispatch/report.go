@@ -5,7 +5,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 // report hands the decider what this attempt taught about the endpoint.
@@ -27,9 +27,8 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		Usage:            call.bill(l).Provider(),
 		PromptHash:       call.PromptHash,
 		Hedge:            l.hedge,
-		// The reservation, for the record; with a Ledger it is reconciled
-		// below, else the decider reconciles it from this report. Every leg
-		// is reported once, whatever ended it.
+		// The reservation, for the record; it is reconciled below, through
+		// the Ledger. Every leg is reported once, whatever ended it.
 		ReservationId: l.reservation,
 		Stream:        call.Stream,
 		// The answer-quality checks a completed answer failed.
@@ -51,7 +50,7 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		r.RetryAfter = durationpb.New(res.RetryAfter)
 	}
 	d.opts.Reporter.Report(r)
-	if l.reservation != "" && d.opts.Ledger != nil {
+	if l.reservation != "" {
 		rr := &switchboardv1.ReconcileRequest{
 			ReservationId:     l.reservation,
 			Usage:             call.bill(l).Tenant(),
@@ -71,8 +70,8 @@ func (d *Dispatcher) report(call Call, l *leg) {
 }
 
 // bill is the leg as billing sees it once it ended.
-func (c Call) bill(l *leg) billing.Attempt {
-	return billing.Attempt{
+func (c Call) bill(l *leg) invoice.Attempt {
+	return invoice.Attempt{
 		PromptTokens:   c.PromptTokens,
 		Price:          l.Endpoint.GetPrice(),
 		Caps:           c.Caps,

@@ -36,10 +36,10 @@ func newReservations(ledger Ledger, a *Admission) *reservations {
 	return r
 }
 
-// granted declares a reservation the broker granted to the ledger, if any,
+// granted declares a reservation the broker granted to the ledger,
 // so it stays open however long the request runs.
 func (r *reservations) granted(id string) {
-	if r.ledger != nil && id != "" {
+	if id != "" {
 		r.ledger.Hold(id)
 	}
 }
@@ -94,7 +94,7 @@ func (r *reservations) closed(rq *switchboardv1.ReconcileRequest, term int64) {
 // applied tells the ledger a reservation was closed by a Reconcile RPC, rq,
 // applied under the owner term term.
 func (r *reservations) applied(rq *switchboardv1.ReconcileRequest, term int64) {
-	if r.ledger != nil && rq.GetReservationId() != "" {
+	if rq.GetReservationId() != "" {
 		r.ledger.Applied(rq, term)
 	}
 }

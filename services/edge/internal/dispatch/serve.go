@@ -9,7 +9,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/failclass"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 // serving is one client request in progress: every leg started for it, in
@@ -376,7 +376,7 @@ func (s *serving) settle(l *leg) {
 	}
 	if cancelled && s.hedge != nil && (l.Lost() || l.hedge) {
 		s.hedge.LoserEndpointId = l.Endpoint.GetId()
-		s.hedge.LoserCostUsd = billing.LoserCost(s.call.PromptTokens, l.Endpoint.GetPrice())
+		s.hedge.LoserCostUsd = invoice.LoserCost(s.call.PromptTokens, l.Endpoint.GetPrice())
 	}
 	if l.reported {
 		return // reported by reapAsync already

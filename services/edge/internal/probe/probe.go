@@ -2,6 +2,9 @@
 // (every endpoint, at several prompt sizes) in the background, a few at a time, and stops them all when the
 // edge shuts down. A probe at 150k tokens can take minutes on a slow endpoint;
 // running it on the Report stream's receive goroutine would stall commands.
+//
+// This is the edge's side of the probes; the decider's side,
+// services/decider/internal/probe, plans them.
 package probe
 
 import (

@@ -46,7 +46,6 @@ func TestReconcileResentUntilAcknowledged(t *testing.T) {
 	seqs := sequencesOf(fd, "r1")
 	require.Equal(t, seqs[0], seqs[len(seqs)-1], "the same batch, by its sequence")
 	require.Equal(t, 1, s.UnackedReconciles())
-	require.True(t, fd.Received()[0].GetHello().GetReconcilesAcknowledged(), "the hello says reconciliations come acknowledged")
 
 	fd.WithholdReconcileAcks(false)
 	require.Eventually(t, func() bool { return s.UnackedReconciles() == 0 }, 10*time.Second, time.Millisecond)

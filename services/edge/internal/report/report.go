@@ -35,6 +35,9 @@
 // was confirmed lately for replays by owner term (ledger.go); the
 // reservations held by calls in flight (holds.go); one stream's life, from
 // its hello to its send loop and the commands it receives (session.go).
+//
+// This is the edge's end of the Report stream; the decider's end is
+// services/decider/internal/report.
 package report
 
 import (

@@ -95,7 +95,6 @@ func (ss *session) open() error {
 	s := ss.s
 	s.newStream()
 	hello := proto.Clone(s.opts.Hello).(*switchboardv1.EdgeHello)
-	hello.ReconcilesAcknowledged = true
 	if err := ss.stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: hello}}); err != nil {
 		return recvStatus(ss.stream, err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 // differentialSeeds are answers and chunks that exercise what the rewriting
@@ -158,13 +158,13 @@ func checkAgainstReference(t *testing.T, data []byte, opts uint8) {
 	}
 	if opts&4 != 0 {
 		rw.Cost = func(u pricing.Usage) float64 {
-			c, _ := billing.Charge(u, price, billing.Caps{MaxOutputTokens: 5})
+			c, _ := invoice.Charge(u, price, invoice.Caps{MaxOutputTokens: 5})
 			return c
 		}
 	}
 	if opts&8 != 0 {
 		rw.AddUsage = func(n int64) json.RawMessage {
-			return UsageJSON(pricing.Usage{Input: 1, Output: billing.TextTokens(n)}, 0.5)
+			return UsageJSON(pricing.Usage{Input: 1, Output: invoice.TextTokens(n)}, 0.5)
 		}
 	}
 	want, wantInfo, wantErr := rw.referenceRewrite(bytes.Clone(data))

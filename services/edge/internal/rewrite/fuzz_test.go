@@ -6,7 +6,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 // FuzzRewrite feeds provider answers and chunks, which the edge does not
@@ -31,11 +31,11 @@ func FuzzRewrite(f *testing.F) {
 		rw := Rewriter{
 			ID: String("gen-1"), Model: String("m"), Provider: String("p"), KeepUsage: keepUsage,
 			Cost: func(u pricing.Usage) float64 {
-				c, _ := billing.Charge(u, price, billing.Caps{MaxOutputTokens: 5})
+				c, _ := invoice.Charge(u, price, invoice.Caps{MaxOutputTokens: 5})
 				return c
 			},
 			AddUsage: func(n int64) json.RawMessage {
-				return UsageJSON(pricing.Usage{Input: 1, Output: billing.TextTokens(n)}, 0.5)
+				return UsageJSON(pricing.Usage{Input: 1, Output: invoice.TextTokens(n)}, 0.5)
 			},
 		}
 		out, info, err := rw.Rewrite(data)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/edge/internal/billing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 )
 
 func TestRewrite(t *testing.T) {
@@ -71,7 +71,7 @@ func BenchmarkRewrite(b *testing.B) {
 			data := []byte(c.chunk)
 			rw := Rewriter{ID: String("gen-abc"), Model: model, Provider: prov, KeepUsage: true,
 				Cost: func(u pricing.Usage) float64 {
-					c, _ := billing.Charge(u, &switchboardv1.Price{Input: 1, CachedInput: 0.1, Output: 2}, billing.Caps{})
+					c, _ := invoice.Charge(u, &switchboardv1.Price{Input: 1, CachedInput: 0.1, Output: 2}, invoice.Caps{})
 					return c
 				}}
 			for b.Loop() {
@@ -97,7 +97,7 @@ func benchRewriter() Rewriter {
 	price := &switchboardv1.Price{Input: 1, CachedInput: 0.1, Output: 2}
 	return Rewriter{ID: String("gen-abc"), Model: String("org/model"), Provider: String("alpha"), KeepUsage: true,
 		Cost: func(u pricing.Usage) float64 {
-			c, _ := billing.Charge(u, price, billing.Caps{})
+			c, _ := invoice.Charge(u, price, invoice.Caps{})
 			return c
 		}}
 }

@@ -287,7 +287,7 @@ func openReport(t *testing.T, b *backend) *report {
 	stream, err := b.client.Report(t.Context())
 	require.NoError(t, err)
 	r := &report{stream: stream, acks: make(chan *switchboardv1.ReportAck, 64)}
-	r.send(t, &switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "contract", ReconcilesAcknowledged: true}}})
+	r.send(t, &switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Hello{Hello: &switchboardv1.EdgeHello{EdgeId: "contract"}}})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -245,17 +245,11 @@ func (s *serving) release(ctx context.Context) {
 	for _, id := range s.rsv.unused() {
 		rq, term, err := s.d.releaseReservation(ctx, id)
 		if err != nil {
-			if s.d.opts.Ledger != nil {
-				// Delivered on the Report stream instead, until applied.
-				s.d.log.Debug("releasing an unused reservation failed; queued", "request_id", s.call.RequestID, "reservation", id, "error", err)
-				s.d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
-					ReservationId: id, Usage: &switchboardv1.Usage{}, Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED,
-				})
-				continue
-			}
-			// It expires at its TTL: its concurrency slot is back then,
-			// its tokens stay counted, which can only under-admit.
-			s.d.log.Warn("releasing an unused reservation failed", "request_id", s.call.RequestID, "reservation", id, "error", err)
+			// Delivered on the Report stream instead, until applied.
+			s.d.log.Debug("releasing an unused reservation failed; queued", "request_id", s.call.RequestID, "reservation", id, "error", err)
+			s.d.opts.Ledger.Reconcile(&switchboardv1.ReconcileRequest{
+				ReservationId: id, Usage: &switchboardv1.Usage{}, Outcome: switchboardv1.Outcome_OUTCOME_CANCELLED,
+			})
 			continue
 		}
 		s.rsv.applied(rq, term)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -49,19 +50,19 @@ const (
 	HeaderFallbackModel = "X-Switchboard-Fallback-Model"
 )
 
-// classNames are the workload classes as clients name them, by value.
-var classNames = map[switchboardv1.WorkloadClass]string{
-	switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED: "interactive",
-	switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE: "interactive",
-	switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND:  "background",
-	switchboardv1.WorkloadClass_WORKLOAD_CLASS_PARTNER:     "partner",
-	switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH:       "batch",
+// className is a workload class as clients name it (switchboardv1.EnumName),
+// interactive for unspecified; "" for a number the API does not define.
+func className(cls switchboardv1.WorkloadClass) string {
+	if cls == switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+		return catalog.ClassInteractive
+	}
+	return switchboardv1.EnumName(cls)
 }
 
 // setQueueHeaders says which class the request went through and, when it
 // waited in that class's queue, its place's id and how long it waited.
 func setQueueHeaders(h http.Header, cls switchboardv1.WorkloadClass, q *switchboardv1.QueueDecision) {
-	if name, ok := classNames[cls]; ok {
+	if name := className(cls); name != "" {
 		h.Set(HeaderWorkloadClass, name)
 	}
 	if q == nil {

@@ -1,4 +1,4 @@
-// Package billing applies the billing policy (pkg/billing: who pays for
+// Package invoice applies the billing policy (pkg/billing: who pays for
 // which attempt, the caps) to the edge's calls, in the API's types: what a
 // client is billed for a chat request and what each provider call costs —
 // the serving endpoint's price for the usage its provider reported (or,
@@ -7,10 +7,10 @@
 // token as its prompt at the uncached input price; a failed call as
 // nothing. Every amount is priced by the one price formula, pkg/pricing.
 // See docs/architecture.md.
-package billing
+package invoice
 
 import (
-	policy "github.com/switchboard-ai/switchboard/pkg/billing"
+	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -37,22 +37,22 @@ func NewCaps(decider, client *switchboardv1.MaxPrice, maxOutputTokens int64) Cap
 
 // capPrice is the bill cap in force: the decider's (DecideResponse.max_price)
 // and the client's own provider.max_price, field by field the lower
-// (policy.Lower). The decider's normally already includes the client's,
+// (billing.Lower). The decider's normally already includes the client's,
 // but the client was promised never to pay above its cap whatever the
 // decider answers.
 func capPrice(decider, client *switchboardv1.MaxPrice) *switchboardv1.MaxPrice {
 	if decider == nil && client == nil {
 		return nil
 	}
-	mp := policy.Lower(maxPrice(decider), maxPrice(client))
+	mp := billing.Lower(maxPrice(decider), maxPrice(client))
 	return &switchboardv1.MaxPrice{Prompt: mp.Prompt, Completion: mp.Completion}
 }
 
-func maxPrice(mp *switchboardv1.MaxPrice) policy.MaxPrice {
+func maxPrice(mp *switchboardv1.MaxPrice) billing.MaxPrice {
 	if mp == nil {
-		return policy.MaxPrice{}
+		return billing.MaxPrice{}
 	}
-	return policy.MaxPrice{Prompt: mp.Prompt, Completion: mp.Completion}
+	return billing.MaxPrice{Prompt: mp.Prompt, Completion: mp.Completion}
 }
 
 func price(p *switchboardv1.Price) pricing.Price {
@@ -61,24 +61,24 @@ func price(p *switchboardv1.Price) pricing.Price {
 }
 
 // Charge is what the tenant is billed for usage u at the serving
-// endpoint's price under caps (policy.Charge: the per-token prices and the
+// endpoint's price under caps (billing.Charge: the per-token prices and the
 // output tokens lowered to the caps, then the one price formula); capped
 // says whether the caps changed anything.
 func Charge(u pricing.Usage, p *switchboardv1.Price, caps Caps) (cost float64, capped bool) {
-	return policy.Charge(price(p), u, policy.Caps{MaxPrice: maxPrice(caps.MaxPrice), MaxOutputTokens: caps.MaxOutputTokens})
+	return billing.Charge(price(p), u, billing.Caps{MaxPrice: maxPrice(caps.MaxPrice), MaxOutputTokens: caps.MaxOutputTokens})
 }
 
 // ListCost is what the endpoint charges for u, without the client's caps:
 // the provider's side of the bill, reported per attempt.
 func ListCost(u pricing.Usage, p *switchboardv1.Price) float64 {
-	return policy.ListCost(price(p), u)
+	return billing.ListCost(price(p), u)
 }
 
 // LoserCost is what a call cancelled before its first token costs
-// (policy.AbandonedCost): the prompt it was sent (the edge's estimate) at
+// (billing.AbandonedCost): the prompt it was sent (the edge's estimate) at
 // the endpoint's uncached input price.
 func LoserCost(promptTokens int64, p *switchboardv1.Price) float64 {
-	return policy.AbandonedCost(price(p), promptTokens)
+	return billing.AbandonedCost(price(p), promptTokens)
 }
 
 // TextTokens is the pkg/tokens count of a text of n bytes: counting bytes as

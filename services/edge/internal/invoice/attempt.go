@@ -1,7 +1,7 @@
-package billing
+package invoice
 
 import (
-	policy "github.com/switchboard-ai/switchboard/pkg/billing"
+	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -99,7 +99,7 @@ func (a Attempt) ProviderCost() float64 {
 // other call (a failed one, a lost hedge, one the client left before it
 // started).
 func (a Attempt) Tenant() *switchboardv1.Usage {
-	if !policy.TenantPays(policy.Attempt{Served: a.Served}) {
+	if !billing.TenantPays(billing.Attempt{Served: a.Served}) {
 		u := a.Provider()
 		u.CostUsd = 0
 		return u
