@@ -10,14 +10,8 @@ import (
 // one's own reservation ids tells nothing about anyone else's, so an id
 // cannot be guessed, only learned from the broker.
 //
-// The current format is "s", the shard in 2 hex digits and 32 random hex
-// digits. The previous one was "r", a 12-hex per-broker prefix, the shard in
-// 2 hex digits and a 16-hex sequence number (31 characters); such ids may
-// still come from a snapshot its owner wrote, and are still found.
-const (
-	idLen    = 1 + 2 + 32
-	oldIDLen = 1 + 12 + 2 + 16
-)
+// The format is "s", the shard in 2 hex digits and 32 random hex digits.
+const idLen = 1 + 2 + 32
 
 // newID returns a new reservation id in shard si.
 func newID(si int) string {
@@ -31,19 +25,13 @@ func newID(si int) string {
 	return string(buf[:])
 }
 
-// shardOf parses the shard out of a reservation id, of either format.
+// shardOf parses the shard out of a reservation id.
 func shardOf(id string) (int, bool) {
-	var at int
-	switch {
-	case len(id) == idLen && id[0] == 's':
-		at = 1
-	case len(id) == oldIDLen && id[0] == 'r':
-		at = 13
-	default:
+	if len(id) != idLen || id[0] != 's' {
 		return 0, false
 	}
-	hi, ok1 := unhex(id[at])
-	lo, ok2 := unhex(id[at+1])
+	hi, ok1 := unhex(id[1])
+	lo, ok2 := unhex(id[2])
 	si := hi<<4 | lo
 	return si, ok1 && ok2 && si < nShards
 }

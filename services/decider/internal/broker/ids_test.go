@@ -59,7 +59,7 @@ func TestReservationIDsAreUnguessable(t *testing.T) {
 }
 
 // oldID is the reservation in testdata/snapshot-sequential-ids.hex, a
-// snapshot written by the broker before ids became random: one open
+// snapshot of a format that never shipped (version 2, ids sequential): one open
 // reservation of 100 input, 200 output tokens, 0.5 USD and one request for
 // who, taken at t0 for 10 minutes, with a fixed prefix and sequence.
 const oldID = "r0123456789ab010000000000000001"
@@ -73,32 +73,20 @@ func oldSnapshot(t *testing.T) []byte {
 	return blob
 }
 
-// TestOldFormatIDsRestoreAndReconcile: a snapshot written by the previous
-// version, with a sequential id, restores; the reservation is extended,
-// checked against its tenant, and reconciled by that id.
-func TestOldFormatIDsRestoreAndReconcile(t *testing.T) {
+// TestOldFormatRefused: a snapshot of a format that never shipped (version
+// 2, with sequential reservation ids) is refused whole and restores
+// nothing, and a sequential id is no reservation's.
+func TestOldFormatRefused(t *testing.T) {
 	const partnerCC = "partner:resell:concurrent_requests"
 	b, c := newBroker(t, snapshotSpecs())
 	full := level(t, b, partnerCC)
-	require.NoError(t, b.Restore(oldSnapshot(t), c.Now()))
-	require.Equal(t, 1, b.Open())
-	require.Equal(t, full-1, level(t, b, partnerCC), "its concurrency is held")
-
-	n, err := b.Extend(t.Context(), []string{oldID}, nil)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-
-	_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: oldID, Allow: only("globex")})
-	require.ErrorIs(t, err, ErrForbidden)
-	require.Equal(t, full-1, level(t, b, partnerCC), "untouched")
-
-	st, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: oldID, Allow: only(tenant), Outcome: OutcomeOK,
-		Usage: Usage{InputTokens: 50, OutputTokens: 50, Reported: true}})
-	require.NoError(t, err)
-	require.Equal(t, oldID, st.Reservation.ID)
-	require.False(t, st.Late)
-	require.Equal(t, full, level(t, b, partnerCC), "released")
+	require.ErrorIs(t, b.Restore(oldSnapshot(t), c.Now()), ErrSnapshotVersion)
 	require.Equal(t, 0, b.Open())
+	require.Equal(t, full, level(t, b, partnerCC), "nothing held")
+	_, ok := shardOf(oldID)
+	require.False(t, ok)
+	_, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: oldID, Allow: only(tenant), Outcome: OutcomeOK})
+	require.ErrorIs(t, err, ErrNotFound)
 }
 
 // only allows one tenant.
