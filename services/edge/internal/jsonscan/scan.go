@@ -113,9 +113,11 @@ func (s *Scanner) Peek() byte {
 // StrFlags say what a string holds beyond plain ASCII text.
 type StrFlags uint8
 
+// The flags of a string: StrEscape for a backslash escape, StrNonASCII
+// for a byte of 0x80 or more.
 const (
-	StrEscape   StrFlags = 1 << iota // a backslash escape
-	StrNonASCII                      // a byte of 0x80 or more
+	StrEscape StrFlags = 1 << iota
+	StrNonASCII
 )
 
 // Str scans the string at the position (a '"'), saying what it holds.
