@@ -103,6 +103,8 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(or $(FUZZTIME),20s) ./pkg/catalog
 	go test -run='^$$' -fuzz='^FuzzRewrite$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/dispatch
 	go test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/sse
+	go test -run='^$$' -fuzz='^FuzzScanner$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/jsonscan
+	go test -run='^$$' -fuzz='^FuzzPieces$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/edge/internal/jsonscan
 	go test -run='^$$' -fuzz='^FuzzParseHeaders$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/broker
 	go test -run='^$$' -fuzz='^FuzzParseTrace$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/sim
 	go test -run='^$$' -fuzz='^FuzzRPCs$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/server

@@ -1,14 +1,15 @@
 package admission
 
 import (
-	"encoding/json"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 )
 
@@ -41,7 +42,7 @@ func TestUnreadableBudgetRefusesHedges(t *testing.T) {
 	require.Eventually(t, func() bool {
 		get, err := cli.Get(t.Context(), BudgetKey)
 		require.NoError(t, err)
-		var s hedge.State
-		return len(get.Kvs) == 1 && json.Unmarshal(get.Kvs[0].Value, &s) == nil && s.Day == "2026-11-30" && s.Spent == 5
+		var s statev1.HedgeBudgetState
+		return len(get.Kvs) == 1 && proto.Unmarshal(get.Kvs[0].Value, &s) == nil && s.GetDay() == "2026-11-30" && s.GetSpentUsd() == 5
 	}, 10*time.Second, 10*time.Millisecond, "the spent day is saved")
 }

@@ -25,7 +25,7 @@ type Broker struct {
 	// granted is the longest TTL reserved since New or the last Restore, ns.
 	granted atomic.Int64
 	// prevGranted and prevLearn are what the restored snapshot said of its
-	// owner: the longest TTL it granted (-1 when its format did not say) and
+	// owner: the longest TTL it granted (-1 before any Restore) and
 	// when its own learning mode ended (Unix ns).
 	prevGranted, prevLearn atomic.Int64
 	corr                   sync.Map // corrKey → *correction
@@ -98,8 +98,8 @@ func (b *Broker) noteTTL(ttl time.Duration) {
 // a snapshot at now after an unclean stop: once every reservation the old
 // owner could have granted after its last snapshot has expired. Those were
 // granted before now and live at most the longest TTL the old owner granted
-// (recorded in the snapshot; at least DefaultTTL, and MaxTTL for a snapshot
-// that does not record it); and learning mode never ends before the old
+// (recorded in the snapshot; at least DefaultTTL, and MaxTTL when no
+// snapshot was restored); and learning mode never ends before the old
 // owner's own did, for what its predecessor may have granted.
 func (b *Broker) LearningUntil(now time.Time) time.Time {
 	ttl := time.Duration(b.prevGranted.Load())

@@ -8,9 +8,7 @@ import (
 )
 
 // SnapshotVersion is the format version written after the magic of every
-// snapshot; Restore also reads versions 1 (which did not record the longest
-// TTL granted) and 2 (which did not carry queued requests) and refuses any
-// other with ErrSnapshotVersion.
+// snapshot; Restore refuses any other with ErrSnapshotVersion.
 const SnapshotVersion = 3
 
 const snapshotMagic = "SBRK"
@@ -55,8 +53,8 @@ func (b *Broker) Snapshot() []byte {
 	w = append(w, snapshotMagic...)
 	w = append(w, SnapshotVersion)
 	w = binary.AppendVarint(w, now)
-	// Since version 2: for learning mode after a failover, the longest TTL
-	// granted since New or Restore, and when this owner's learning mode ends.
+	// For learning mode after a failover: the longest TTL granted since New
+	// or Restore, and when this owner's learning mode ends.
 	w = binary.AppendVarint(w, b.granted.Load())
 	w = binary.AppendVarint(w, b.consUntil.Load())
 	w = binary.AppendUvarint(w, uint64(len(order)))
@@ -70,7 +68,7 @@ func (b *Broker) Snapshot() []byte {
 	n1 := len(w)
 	w = b.appendCorrections(w)
 	n2 := len(w)
-	w = appendQueue(w, sq) // since version 3
+	w = appendQueue(w, sq)
 	// What the snapshot takes but for the open reservations and the queue:
 	// the room left for reservations (entryRoom) is what remains of the
 	// limit. Buckets, routes and corrections follow the catalog.

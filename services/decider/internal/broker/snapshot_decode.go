@@ -132,7 +132,7 @@ type snapCorr struct {
 }
 
 type snapshot struct {
-	granted int64 // longest TTL granted, ns; -1 when not recorded
+	granted int64 // longest TTL granted, ns
 	learn   int64 // the owner's learning mode ends, Unix ns
 	buckets []snapBucket
 	routes  []snapRoute
@@ -146,7 +146,7 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 		return nil, fmt.Errorf("%w: no broker snapshot magic", ErrSnapshotVersion)
 	}
 	v := blob[len(snapshotMagic)]
-	if v < 1 || v > SnapshotVersion {
+	if v != SnapshotVersion {
 		return nil, fmt.Errorf("%w: %d", ErrSnapshotVersion, v)
 	}
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
@@ -154,13 +154,11 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrSnapshotCorrupt)
 	}
 	r := &reader{b: body[len(snapshotMagic)+1:]}
-	s := &snapshot{granted: -1}
+	s := &snapshot{}
 	r.varint() // taken at, for humans and future use
-	if v >= 2 {
-		s.granted, s.learn = r.varint(), r.varint()
-		if s.granted < 0 {
-			r.fail("bad granted TTL")
-		}
+	s.granted, s.learn = r.varint(), r.varint()
+	if s.granted < 0 {
+		r.fail("bad granted TTL")
 	}
 	var names []string
 	for n := r.count(1); n > 0 && r.err == nil; n-- {
@@ -180,9 +178,7 @@ func decodeSnapshot(blob []byte) (*snapshot, error) {
 		}
 		s.corr = append(s.corr, c)
 	}
-	if v >= 3 {
-		s.queue = r.queue()
-	}
+	s.queue = r.queue()
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")
 	}

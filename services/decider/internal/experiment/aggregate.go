@@ -1,12 +1,14 @@
 package experiment
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -268,38 +270,25 @@ func mergeBlocks(dst, src map[int]*block) {
 	}
 }
 
-// storedBlock is a block as kept in etcd; histograms are sparse.
-type storedBlock struct {
-	Requests    int64    `json:"requests"`
-	BurnIn      int64    `json:"burn_in"`
-	CostUSD     float64  `json:"cost_usd"`
-	Tokens      int64    `json:"tokens"`
-	RateLimited int64    `json:"rate_limited"`
-	Retried     int64    `json:"retried"`
-	FailedMS    float64  `json:"failed_ms"`
-	TTFT        []uint64 `json:"ttft,omitempty"`
-	CallerTTFT  []uint64 `json:"caller_ttft,omitempty"`
-	Throughput  []uint64 `json:"throughput,omitempty"`
-	E2E         []uint64 `json:"e2e,omitempty"`
-}
-
+// encodeBlock writes a block as kept in etcd, a statev1.ExperimentBlock;
+// histograms are sparse.
 func encodeBlock(b *block) ([]byte, error) {
-	return json.Marshal(storedBlock{
-		Requests: b.requests, BurnIn: b.burnIn, CostUSD: b.costUSD, Tokens: b.tokens,
-		RateLimited: b.rateLimited, Retried: b.retried, FailedMS: b.failedMS,
-		TTFT: b.ttft.sparse(), CallerTTFT: b.callerTTFT.sparse(), Throughput: b.throughput.sparse(), E2E: b.e2e.sparse(),
+	return proto.Marshal(&statev1.ExperimentBlock{
+		Requests: b.requests, BurnIn: b.burnIn, CostUsd: b.costUSD, Tokens: b.tokens,
+		RateLimited: b.rateLimited, Retried: b.retried, FailedMs: b.failedMS,
+		Ttft: b.ttft.sparse(), CallerTtft: b.callerTTFT.sparse(), Throughput: b.throughput.sparse(), E2E: b.e2e.sparse(),
 	})
 }
 
 func decodeBlock(data []byte) (*block, error) {
-	var s storedBlock
-	if err := json.Unmarshal(data, &s); err != nil {
+	var s statev1.ExperimentBlock
+	if err := proto.Unmarshal(data, &s); err != nil {
 		return nil, err
 	}
 	return &block{
-		requests: s.Requests, burnIn: s.BurnIn, costUSD: s.CostUSD, tokens: s.Tokens,
-		rateLimited: s.RateLimited, retried: s.Retried, failedMS: s.FailedMS,
-		ttft: fromSparse(s.TTFT), callerTTFT: fromSparse(s.CallerTTFT), throughput: fromSparse(s.Throughput), e2e: fromSparse(s.E2E),
+		requests: s.GetRequests(), burnIn: s.GetBurnIn(), costUSD: s.GetCostUsd(), tokens: s.GetTokens(),
+		rateLimited: s.GetRateLimited(), retried: s.GetRetried(), failedMS: s.GetFailedMs(),
+		ttft: fromSparse(s.GetTtft()), callerTTFT: fromSparse(s.GetCallerTtft()), throughput: fromSparse(s.GetThroughput()), e2e: fromSparse(s.GetE2E()),
 	}, nil
 }
 

@@ -29,13 +29,17 @@
 package hedge
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
@@ -140,7 +144,7 @@ func (b *Budget) Acquire(requestID string, estimateUSD float64) (granted bool, r
 		size = pendingSize(requestID)
 	}
 	if !amount(estimateUSD) || b.unwritable || b.spent+estimateUSD > b.allowance(now) || b.spent >= b.daily ||
-		len(requestID) > validate.MaxIDLen || b.pendingBytes+size > MaxStateBytes-stateOverhead {
+		len(requestID) > validate.MaxIDLen || !utf8.ValidString(requestID) || b.pendingBytes+size > MaxStateBytes-stateOverhead {
 		b.refused++
 		return false, max(b.daily-b.spent, 0), reset
 	}
@@ -173,23 +177,17 @@ func (b *Budget) Settle(requestID string, actualUSD float64) {
 	b.dirty = true
 }
 
-// State is what survives a restart or a change of owner.
-type State struct {
-	Day   string  `json:"day"`
-	Spent float64 `json:"spent_usd"`
-	// Pending are today's estimates not settled yet, by request id, so the
-	// next owner settles them with the actual cost.
-	Pending map[string]float64 `json:"pending_usd,omitempty"`
-}
-
-// Snapshot returns the state and whether it changed since the last call, so
-// the caller saves only changes.
+// Snapshot returns the state, a statev1.HedgeBudgetState (the day, its
+// spend and its pending estimates, which survive a restart or a change of
+// owner), and whether it changed since the last call, so the caller saves
+// only changes.
 func (b *Budget) Snapshot() ([]byte, bool) {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.roll(now)
-	data, err := json.Marshal(State{Day: b.day, Spent: b.spent, Pending: b.pending})
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(&statev1.HedgeBudgetState{
+		Day: b.day, SpentUsd: b.spent, PendingUsd: b.pending})
 	if err != nil {
 		// Never written: an empty or partial state would restart the day.
 		return nil, false
@@ -204,14 +202,14 @@ var errState = errors.New("hedge budget state: not a day and a finite, non-negat
 
 // Restore replaces today's spend and pending estimates with a saved state;
 // a state of an earlier day is ignored. A state that cannot be read (empty,
-// not JSON, a spend that is not an amount) counts today as spent: the
+// not a HedgeBudgetState, a spend that is not an amount) counts today as spent: the
 // budget refuses hedges until the next UTC day rather than granting a
 // budget that may already be gone.
 func (b *Budget) Restore(data []byte) error {
-	var s State
-	err := json.Unmarshal(data, &s)
+	var s statev1.HedgeBudgetState
+	err := proto.Unmarshal(data, &s)
 	if err == nil {
-		if _, perr := time.Parse(time.DateOnly, s.Day); perr != nil || !amount(s.Spent) {
+		if _, perr := time.Parse(time.DateOnly, s.GetDay()); perr != nil || !amount(s.GetSpentUsd()) {
 			err = errState
 		}
 	}
@@ -225,11 +223,11 @@ func (b *Budget) Restore(data []byte) error {
 		b.pendingBytes = 0
 		return fmt.Errorf("hedge budget state unreadable, today counted as spent: %w", err)
 	}
-	if s.Day == b.day {
-		b.spent = max(s.Spent, 0)
+	if s.GetDay() == b.day {
+		b.spent = max(s.GetSpentUsd(), 0)
 		clear(b.pending)
 		b.pendingBytes = 0
-		for id, est := range s.Pending {
+		for id, est := range s.GetPendingUsd() {
 			if est > 0 && amount(est) {
 				b.pending[id] = est
 				b.pendingBytes += pendingSize(id)
@@ -254,15 +252,15 @@ func (b *Budget) Durable(ok bool) {
 // limit.
 const MaxStateBytes = 256 << 10
 
-// stateOverhead bounds the state's JSON but for its pending estimates.
+// stateOverhead bounds the saved state but for its pending estimates: the
+// day and the spend take 21 bytes.
 const stateOverhead = 128
 
-// pendingSize bounds what one pending estimate takes in the state's JSON:
-// the id as JSON encodes it, a colon, a float64 (at most 24 characters)
-// and a comma.
+// pendingSize bounds what one pending estimate takes in the saved state:
+// its map entry (field 3) holding the id (field 1) and a double (field 2).
 func pendingSize(id string) int {
-	q, _ := json.Marshal(id) // a string always encodes
-	return len(q) + 26
+	entry := protowire.SizeTag(1) + protowire.SizeBytes(len(id)) + protowire.SizeTag(2) + protowire.SizeFixed64()
+	return protowire.SizeTag(3) + protowire.SizeBytes(entry)
 }
 
 // amount reports whether v is an amount of money: finite, not negative.

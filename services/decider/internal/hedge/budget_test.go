@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
@@ -113,7 +115,7 @@ func TestRestoreCarriesPendingEstimates(t *testing.T) {
 	require.NoError(t, b.Restore(data))
 	spent, _, _, _ = b.Status()
 	require.InDelta(t, 2, spent, 1e-12)
-	require.NoError(t, b.Restore([]byte(`{"day":"2026-11-30","spent_usd":1}`)))
+	require.NoError(t, b.Restore(state(t, "2026-11-30", 1)))
 	b.Settle("r1", 0)
 	spent, _, _, _ = b.Status()
 	require.InDelta(t, 1, spent, 1e-12, "no pending estimate left to settle")
@@ -240,4 +242,26 @@ func TestPendingEstimatesStayWithinTheStateLimit(t *testing.T) {
 	require.True(t, ok, "a settlement made room")
 	ok, _, _ = b.Acquire(strings.Repeat("r", validate.MaxIDLen+1), 0.01)
 	require.False(t, ok)
+}
+
+// state is a saved state of day with spent and no pending estimate.
+func state(t *testing.T, day string, spent float64) []byte {
+	t.Helper()
+	data, err := proto.Marshal(&statev1.HedgeBudgetState{Day: day, SpentUsd: spent})
+	require.NoError(t, err)
+	return data
+}
+
+// TestRequestIDNotUTF8Refused: an id the saved state cannot hold (a
+// protobuf string is UTF-8) is refused, and the state stays writable.
+func TestRequestIDNotUTF8Refused(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	b := New(5, func() time.Time { return now })
+	ok, _, _ := b.Acquire("r\xff", 1)
+	require.False(t, ok)
+	ok, _, _ = b.Acquire("r1", 1)
+	require.True(t, ok)
+	data, changed := b.Snapshot()
+	require.True(t, changed)
+	require.NotEmpty(t, data)
 }

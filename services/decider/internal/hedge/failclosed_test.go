@@ -59,7 +59,7 @@ func TestSettleNeverGivesBackMoreThanWasTaken(t *testing.T) {
 func TestUnreadableStateCountsTheDayAsSpent(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	for _, data := range []string{"", "{", `{"day":"2026-11-30","spent_usd":-1}`, `null`} {
+	for _, data := range []string{"", "{", string(state(t, "2026-11-30", -1)), "2026-11-30", `null`} {
 		b := New(5, clock)
 		require.Error(t, b.Restore([]byte(data)), "%q", data)
 		ok, left, _ := b.Acquire("r1", 0.01)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonscan"
 )
 
 // Stream translates a chat-completions event stream, event by event, into
@@ -116,7 +117,7 @@ func (s *Stream) Event(dst, data []byte) []byte {
 			s.calls++
 			s.tools[tc.Index] = t
 			s.toolSeen = true
-			if s.openTool != nil && !s.openTool.args.whole() {
+			if s.openTool != nil && !s.openTool.args.Whole() {
 				s.waiting = append(s.waiting, t)
 			} else {
 				dst = s.closeBlock(dst)
@@ -142,7 +143,7 @@ type toolCall struct {
 	// kept is what the call sent while it waited.
 	kept []byte
 	// args follows its arguments, to tell when they are whole.
-	args jsonValue
+	args jsonscan.Pieces
 }
 
 // toolArgs appends the delta of args for t: at once when its block is
@@ -154,9 +155,9 @@ func (s *Stream) toolArgs(dst []byte, t *toolCall, args string) []byte {
 	}
 	switch {
 	case t == s.openTool:
-		t.args.feed(args)
+		t.args.Feed(args)
 		dst = argsDelta(dst, t.block, args)
-		for len(s.waiting) > 0 && s.openTool.args.whole() {
+		for len(s.waiting) > 0 && s.openTool.args.Whole() {
 			dst = s.closeBlock(dst)
 			dst = s.startWaiting(dst)
 		}
@@ -176,7 +177,7 @@ func (s *Stream) startTool(dst []byte, t *toolCall, kept string) []byte {
 	dst = s.startBlock(dst, map[string]any{"type": "tool_use", "id": t.id, "name": t.name, "input": map[string]any{}}, "tool_use")
 	t.block, s.openTool = s.open, t
 	if kept != "" {
-		t.args.feed(kept)
+		t.args.Feed(kept)
 		dst = argsDelta(dst, t.block, kept)
 	}
 	return dst
@@ -207,41 +208,6 @@ func argsDelta(dst []byte, block int, args string) []byte {
 	return event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": block,
 		"delta": map[string]any{"type": "input_json_delta", "partial_json": args}})
 }
-
-// jsonValue follows a JSON object or array as it arrives in pieces, to
-// tell when it is whole: its brackets balanced outside strings. It checks
-// nothing else; the client parses the arguments.
-type jsonValue struct {
-	depth            int
-	started, ended   bool
-	inString, escape bool
-}
-
-func (v *jsonValue) feed(s string) {
-	for i := 0; i < len(s) && !v.ended; i++ {
-		c := s[i]
-		switch {
-		case v.inString && v.escape:
-			v.escape = false
-		case v.inString && c == '\\':
-			v.escape = true
-		case v.inString:
-			v.inString = c != '"'
-		case c == '"':
-			v.inString = true
-		case c == '{' || c == '[':
-			v.depth++
-			v.started = true
-		case c == '}' || c == ']':
-			v.depth--
-			v.ended = v.started && v.depth <= 0
-		}
-	}
-}
-
-// whole reports whether the object or array is complete; a value that is
-// neither (a provider's bare string) is never known to be.
-func (v *jsonValue) whole() bool { return v.ended }
 
 // Fail appends an error event of type typ: the stream's end.
 func (s *Stream) Fail(dst []byte, typ, msg string) []byte {

@@ -18,6 +18,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonscan"
 )
 
 // Error is a validation failure fit to show the client, in the terms of
@@ -129,7 +130,7 @@ type wireMessage struct {
 // while the Request is in use.
 func Parse(body []byte) (*Request, error) {
 	body = bytes.TrimSpace(body)
-	if !json.Valid(body) {
+	if !jsonscan.Valid(body) {
 		var v map[string]json.RawMessage
 		err := json.Unmarshal(body, &v)
 		if err == nil {
@@ -591,35 +592,7 @@ func isObject(raw json.RawMessage) bool {
 // nothing to unescape, as a model name or a short text does.
 func String(raw json.RawMessage) (string, bool) { return asString(raw) }
 
-func asString(raw json.RawMessage) (string, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '"' {
-		return "", false
-	}
-	if len(raw) >= 2 && raw[len(raw)-1] == '"' {
-		inner := raw[1 : len(raw)-1]
-		if bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && utf8.Valid(inner) && !hasControl(inner) {
-			// Nothing to unescape or replace: the string is its bytes.
-			return string(inner), true
-		}
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// hasControl reports whether b holds a control character, which a JSON
-// string may not.
-func hasControl(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 {
-			return true
-		}
-	}
-	return false
-}
+func asString(raw json.RawMessage) (string, bool) { return jsonscan.Unquote(raw) }
 
 // compact returns raw JSON without insignificant whitespace, so the token
 // estimate of tools and schemas does not depend on the client's formatting

@@ -1,10 +1,9 @@
 package chatreq
 
 import (
-	"bytes"
 	"encoding/json"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonscan"
 )
 
 // splitObject returns the members of body, a JSON object already known to
@@ -15,87 +14,21 @@ import (
 // messages, is decoded on its own.
 func splitObject(body []byte) map[string]json.RawMessage {
 	fields := make(map[string]json.RawMessage, 8)
-	i := skipSpace(body, 1)
-	if body[i] == '}' {
-		return fields
-	}
-	for {
-		end := skipString(body, i)
-		name := memberName(body[i:end])
-		i = skipSpace(body, end) // at the colon
-		i = skipSpace(body, i+1)
-		end = skipValue(body, i)
-		fields[name] = body[i:end:end]
-		i = skipSpace(body, end) // at a comma or the closing brace
-		if body[i] == '}' {
+	s := jsonscan.New(body)
+	s.Peek()
+	s.Step() // the '{'
+	var buf []byte
+	for first := true; ; first = false {
+		k, more, ok := s.NextKey(first)
+		if !ok || !more {
 			return fields
 		}
-		i = skipSpace(body, i+1)
+		start := s.Pos()
+		s.Skip(2)
+		var name []byte
+		name, buf = s.Name(k, buf[:0])
+		fields[string(name)] = body[start:s.Pos():s.Pos()]
 	}
-}
-
-// memberName unquotes a member's name: its bytes when there is nothing to
-// unescape or replace, else as encoding/json decodes it.
-func memberName(quoted []byte) string {
-	inner := quoted[1 : len(quoted)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner)
-	}
-	var name string
-	_ = json.Unmarshal(quoted, &name) // valid: checked with the body
-	return name
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just past the string starting at b[i].
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// skipValue returns the index just past the value starting at b[i].
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return i
-	}
-	// A number, true, false or null: up to the next delimiter.
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
 }
 
 // wireFields are wireMessage's JSON names, in its field order.
@@ -109,53 +42,58 @@ var wireFields = [...]string{"role", "name", "content", "tool_calls", "function_
 // element is neither an object nor null, or a number does not fit a
 // float64. It walks raw once, decoding only the values kept.
 func decodeMessages(raw []byte, msgs []wireMessage) ([]wireMessage, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '[' {
+	s := jsonscan.New(raw)
+	if s.Peek() != '[' {
 		return nil, false
 	}
+	s.Step()
 	if msgs == nil {
 		msgs = []wireMessage{} // as json.Unmarshal leaves an empty array
 	}
-	i = skipSpace(raw, i+1)
-	if raw[i] == ']' {
-		return msgs, true
-	}
-	for {
-		end := skipValue(raw, i)
+	for first := true; ; first = false {
+		more, ok := s.NextElem(first)
+		if !ok {
+			return nil, false
+		}
+		if !more {
+			return msgs, true
+		}
 		var m wireMessage
-		switch raw[i] {
+		switch s.Peek() {
 		case 'n': // null: a zero message
+			ok = s.Literal("null")
 		case '{':
-			if !decodeMessage(raw[i:end], &m) {
-				return nil, false
-			}
+			ok = decodeMessage(&s, &m)
 		default:
 			return nil, false
 		}
-		msgs = append(msgs, m)
-		i = skipSpace(raw, end) // at a comma or the closing bracket
-		if raw[i] == ']' {
-			return msgs, true
+		if !ok {
+			return nil, false
 		}
-		i = skipSpace(raw, i+1)
+		msgs = append(msgs, m)
 	}
 }
 
-// decodeMessage decodes one message object into m (see decodeMessages).
-func decodeMessage(obj []byte, m *wireMessage) bool {
-	i := skipSpace(obj, 1)
-	if obj[i] == '}' {
-		return true
-	}
-	for {
-		end := skipString(obj, i)
-		name := memberName(obj[i:end])
-		i = skipSpace(obj, end) // at the colon
-		i = skipSpace(obj, i+1)
-		end = skipValue(obj, i)
-		v := obj[i:end:end]
+// decodeMessage decodes the message object at s's position into m (see
+// decodeMessages).
+func decodeMessage(s *jsonscan.Scanner, m *wireMessage) bool {
+	s.Step() // the '{'
+	data := s.Data()
+	for first := true; ; first = false {
+		k, more, ok := s.NextKey(first)
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+		start := s.Pos()
+		if !s.Skip(3) {
+			return false
+		}
+		v := data[start:s.Pos():s.Pos()]
 		var err error
-		switch wireField(name) {
+		switch wireField(s, k) {
 		case 0:
 			m.Role, err = decodeAny(v)
 		case 1:
@@ -172,24 +110,15 @@ func decodeMessage(obj []byte, m *wireMessage) bool {
 		if err != nil {
 			return false
 		}
-		i = skipSpace(obj, end) // at a comma or the closing brace
-		if obj[i] == '}' {
-			return true
-		}
-		i = skipSpace(obj, i+1)
 	}
 }
 
-// wireField is the index in wireFields of the field a member name sets, as
-// encoding/json matches it; -1 for none.
-func wireField(name string) int {
+// wireField is the index in wireFields of the field the member named k
+// sets, as encoding/json matches it (no two of the names fold to the same
+// one, so the first that matches is the field); -1 for none.
+func wireField(s *jsonscan.Scanner, k jsonscan.Key) int {
 	for i, f := range wireFields {
-		if name == f {
-			return i
-		}
-	}
-	for i, f := range wireFields {
-		if strings.EqualFold(name, f) {
+		if s.Matches(k, f) {
 			return i
 		}
 	}

@@ -2,7 +2,12 @@ package rewrite
 
 import (
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonscan"
 )
+
+// scanner is the JSON scanner with the rewriting's readers of an answer's
+// members.
+type scanner struct{ jsonscan.Scanner }
 
 // chunk is what one answer or chunk says, as scanned.
 type chunk struct {
@@ -27,19 +32,19 @@ type chunk struct {
 
 // scanTop scans a whole answer or chunk, an object, recording its members.
 func (rw *Rewriter) scanTop(s *scanner, c *chunk) bool {
-	if s.peek() != '{' {
+	if s.Peek() != '{' {
 		return false
 	}
-	s.pos++
+	s.Step()
 	for first := true; ; first = false {
-		k, more, ok := s.nextKey(first)
+		k, more, ok := s.NextKey(first)
 		if !ok {
 			return false
 		}
 		if !more {
 			break
 		}
-		m := member{key: k, val: span{start: s.pos}, role: s.role(k)}
+		m := member{key: k, val: jsonscan.Span{Start: s.Pos()}, role: s.role(k)}
 		switch m.role {
 		case roleChoices:
 			c.hasChoices = true
@@ -47,27 +52,27 @@ func (rw *Rewriter) scanTop(s *scanner, c *chunk) bool {
 		case roleUsage:
 			ok = rw.usage(s, c)
 		case roleError:
-			c.hasError, c.errNull = true, s.peek() == 'n'
-			ok = s.skip(2)
+			c.hasError, c.errNull = true, s.Peek() == 'n'
+			ok = s.Skip(2)
 		default:
-			ok = s.skip(2)
+			ok = s.Skip(2)
 		}
 		if !ok {
 			return false
 		}
-		m.val.end = s.pos
+		m.val.End = s.Pos()
 		rw.members = rw.keep(rw.members, s, m)
 	}
-	s.ws()
+	s.Space()
 	if c.hasError && c.errNull {
 		c.hasError = false
 	}
-	return s.pos == len(s.data)
+	return s.AtEnd()
 }
 
 // role is what a top-level member is.
-func (s *scanner) role(k key) role {
-	switch string(s.exact(k)) {
+func (s *scanner) role(k jsonscan.Key) role {
+	switch string(s.Exact(k)) {
 	case "id":
 		return roleID
 	case "model":
@@ -87,17 +92,17 @@ func (s *scanner) role(k key) role {
 // choices scans the choices list, which the last one named replaces.
 func (rw *Rewriter) choices(s *scanner, c *chunk) bool {
 	c.choicesBad, c.nChoices, c.finish, c.token, c.text = false, 0, false, false, 0
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
-		return s.lit("null")
+		return s.Literal("null")
 	case '[':
 	default:
 		c.choicesBad = true
-		return s.skip(2)
+		return s.Skip(2)
 	}
-	s.pos++
+	s.Step()
 	for first := true; ; first = false {
-		more, ok := s.nextElem(first)
+		more, ok := s.NextElem(first)
 		if !ok {
 			return false
 		}
@@ -124,25 +129,25 @@ type delta struct {
 	content, reasoningC, reason text
 	// tools is the tool_calls value, toolText the size of its generated
 	// text.
-	tools    span
+	tools    jsonscan.Span
 	toolText int64
 }
 
 // choice scans one choice and adds what it says to c.
 func (s *scanner) choice(c *chunk) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
-		return s.lit("null")
+		return s.Literal("null")
 	case '{':
 	default:
 		c.choicesBad = true
-		return s.skip(3)
+		return s.Skip(3)
 	}
-	s.pos++
+	s.Step()
 	var d, m delta
 	var finish text
 	for first := true; ; first = false {
-		k, more, ok := s.nextKey(first)
+		k, more, ok := s.NextKey(first)
 		if !ok {
 			return false
 		}
@@ -150,14 +155,14 @@ func (s *scanner) choice(c *chunk) bool {
 			break
 		}
 		switch {
-		case s.matches(k, "delta"):
+		case s.Matches(k, "delta"):
 			ok = s.delta(c, &d, false)
-		case s.matches(k, "message"):
+		case s.Matches(k, "message"):
 			ok = s.delta(c, &m, true)
-		case s.matches(k, "finish_reason"):
+		case s.Matches(k, "finish_reason"):
 			ok = s.strField(&finish, &c.choicesBad, 4)
 		default:
-			ok = s.skip(4)
+			ok = s.Skip(4)
 		}
 		if !ok {
 			return false
@@ -170,7 +175,7 @@ func (s *scanner) choice(c *chunk) bool {
 		c.text += m.content.n + m.reasoningC.n + m.reason.n + m.toolText
 	}
 	if d.there {
-		tools := s.data[d.tools.start:d.tools.end]
+		tools := s.Data()[d.tools.Start:d.tools.End]
 		hasTools := len(tools) > 0 && string(tools) != "null" && string(tools) != "[]"
 		if d.content.n > 0 || d.reasoningC.n > 0 || d.reason.n > 0 || hasTools {
 			c.token = true
@@ -186,14 +191,14 @@ func (s *scanner) choice(c *chunk) bool {
 // delta scans a choice's delta or (lenient) message into d, which a delta
 // or message named again adds to, and null clears.
 func (s *scanner) delta(c *chunk, d *delta, lenient bool) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
 		*d = delta{}
-		return s.lit("null")
+		return s.Literal("null")
 	case '{':
 	default:
 		c.choicesBad = true
-		return s.skip(4)
+		return s.Skip(4)
 	}
 	if !d.there {
 		*d = delta{there: true}
@@ -202,9 +207,9 @@ func (s *scanner) delta(c *chunk, d *delta, lenient bool) bool {
 	if lenient {
 		bad = nil
 	}
-	s.pos++
+	s.Step()
 	for first := true; ; first = false {
-		k, more, ok := s.nextKey(first)
+		k, more, ok := s.NextKey(first)
 		if !ok {
 			return false
 		}
@@ -212,18 +217,18 @@ func (s *scanner) delta(c *chunk, d *delta, lenient bool) bool {
 			return true
 		}
 		switch {
-		case s.matches(k, "content"):
+		case s.Matches(k, "content"):
 			ok = s.strField(&d.content, bad, 5)
-		case s.matches(k, "reasoning_content"):
+		case s.Matches(k, "reasoning_content"):
 			ok = s.strField(&d.reasoningC, bad, 5)
-		case s.matches(k, "reasoning"):
+		case s.Matches(k, "reasoning"):
 			ok = s.strField(&d.reason, bad, 5)
-		case s.matches(k, "tool_calls"):
-			start := s.pos
+		case s.Matches(k, "tool_calls"):
+			start := s.Pos()
 			d.toolText, ok = s.toolCalls()
-			d.tools = span{start, s.pos}
+			d.tools = jsonscan.Span{Start: start, End: s.Pos()}
 		default:
-			ok = s.skip(5)
+			ok = s.Skip(5)
 		}
 		if !ok {
 			return false
@@ -235,54 +240,54 @@ func (s *scanner) delta(c *chunk, d *delta, lenient bool) bool {
 // null unsets it; anything else sets bad, or, when bad is nil (a lenient
 // member), leaves t as it was.
 func (s *scanner) strField(t *text, bad *bool, depth int) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
 		*t = text{}
-		return s.lit("null")
+		return s.Literal("null")
 	case '"':
-		start := s.pos
-		f, ok := s.str()
+		start := s.Pos()
+		f, ok := s.Str()
 		if ok {
-			*t = text{set: true, n: decodedLen(s.data[start:s.pos], f)}
+			*t = text{set: true, n: jsonscan.DecodedLen(s.Data()[start:s.Pos()], f)}
 		}
 		return ok
 	}
 	if bad != nil {
 		*bad = true
 	}
-	return s.skip(depth)
+	return s.Skip(depth)
 }
 
 // toolCalls scans a tool_calls list (depth 5) and returns the size of its
 // generated text: every function name and arguments string. Anything
 // unreadable in it makes the size 0.
 func (s *scanner) toolCalls() (int64, bool) {
-	switch s.peek() {
+	switch s.Peek() {
 	case '[':
 	default:
-		return 0, s.skip(5)
+		return 0, s.Skip(5)
 	}
-	s.pos++
+	s.Step()
 	var n int64
 	bad := false
 	for first := true; ; first = false {
-		more, ok := s.nextElem(first)
+		more, ok := s.NextElem(first)
 		if !ok {
 			return 0, false
 		}
 		if !more {
 			break
 		}
-		switch s.peek() {
+		switch s.Peek() {
 		case 'n':
-			ok = s.lit("null")
+			ok = s.Literal("null")
 		case '{':
 			var name, args text
 			ok = s.toolCall(&name, &args, &bad)
 			n += name.n + args.n
 		default:
 			bad = true
-			ok = s.skip(6)
+			ok = s.Skip(6)
 		}
 		if !ok {
 			return 0, false
@@ -297,28 +302,28 @@ func (s *scanner) toolCalls() (int64, bool) {
 // toolCall scans one tool call (an object, depth 6) for its function's
 // name and arguments; bad is set when it does not read as a tool call.
 func (s *scanner) toolCall(name, args *text, bad *bool) bool {
-	s.pos++
+	s.Step()
 	for first := true; ; first = false {
-		k, more, ok := s.nextKey(first)
+		k, more, ok := s.NextKey(first)
 		if !ok {
 			return false
 		}
 		if !more {
 			return true
 		}
-		if !s.matches(k, "function") {
-			if !s.skip(7) {
+		if !s.Matches(k, "function") {
+			if !s.Skip(7) {
 				return false
 			}
 			continue
 		}
-		switch s.peek() {
+		switch s.Peek() {
 		case 'n':
-			ok = s.lit("null")
+			ok = s.Literal("null")
 		case '{':
-			s.pos++
+			s.Step()
 			for first := true; ; first = false {
-				k, more, ok := s.nextKey(first)
+				k, more, ok := s.NextKey(first)
 				if !ok {
 					return false
 				}
@@ -326,12 +331,12 @@ func (s *scanner) toolCall(name, args *text, bad *bool) bool {
 					break
 				}
 				switch {
-				case s.matches(k, "name"):
+				case s.Matches(k, "name"):
 					ok = s.strField(name, nil, 8)
-				case s.matches(k, "arguments"):
+				case s.Matches(k, "arguments"):
 					ok = s.strField(args, nil, 8)
 				default:
-					ok = s.skip(8)
+					ok = s.Skip(8)
 				}
 				if !ok {
 					return false
@@ -339,7 +344,7 @@ func (s *scanner) toolCall(name, args *text, bad *bool) bool {
 			}
 		default:
 			*bad = true
-			ok = s.skip(7)
+			ok = s.Skip(7)
 		}
 		if !ok {
 			return false
@@ -351,41 +356,41 @@ func (s *scanner) toolCall(name, args *text, bad *bool) bool {
 func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 	c.hasUsage, c.usageOK, c.usage = false, false, pricing.Usage{}
 	rw.usageMembers = rw.usageMembers[:0]
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
-		return s.lit("null")
+		return s.Literal("null")
 	case '{':
 	default:
 		c.hasUsage = true
-		return s.skip(2)
+		return s.Skip(2)
 	}
 	c.hasUsage = true
 	if rw.usageMembers == nil {
 		// A usage has a handful of members: room for them at once.
 		rw.usageMembers = make([]member, 0, 8)
 	}
-	s.pos++
+	s.Step()
 	var in, out, cached, hit, written, written1h int64
 	var details, hitSet, bad bool
 	for first := true; ; first = false {
-		k, more, ok := s.nextKey(first)
+		k, more, ok := s.NextKey(first)
 		if !ok {
 			return false
 		}
 		if !more {
 			break
 		}
-		m := member{key: k, val: span{start: s.pos}}
+		m := member{key: k, val: jsonscan.Span{Start: s.Pos()}}
 		switch {
-		case s.matches(k, "prompt_tokens"):
+		case s.Matches(k, "prompt_tokens"):
 			ok = s.intField(&in, &bad, 3)
-		case s.matches(k, "completion_tokens"):
+		case s.Matches(k, "completion_tokens"):
 			ok = s.intField(&out, &bad, 3)
-		case s.matches(k, "prompt_tokens_details"):
-			switch s.peek() {
+		case s.Matches(k, "prompt_tokens_details"):
+			switch s.Peek() {
 			case 'n':
 				details, cached, written, written1h = false, 0, 0, 0
-				ok = s.lit("null")
+				ok = s.Literal("null")
 			case '{':
 				if !details {
 					details, cached, written, written1h = true, 0, 0, 0
@@ -393,24 +398,24 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 				ok = s.details(&cached, &written, &written1h, &bad)
 			default:
 				bad = true
-				ok = s.skip(3)
+				ok = s.Skip(3)
 			}
-		case s.matches(k, "prompt_cache_hit_tokens"):
-			if s.peek() == 'n' {
+		case s.Matches(k, "prompt_cache_hit_tokens"):
+			if s.Peek() == 'n' {
 				hitSet, hit = false, 0
-				ok = s.lit("null")
+				ok = s.Literal("null")
 				break
 			}
 			hitSet = true
 			ok = s.intField(&hit, &bad, 3)
 		default:
-			ok = s.skip(3)
+			ok = s.Skip(3)
 		}
 		if !ok {
 			return false
 		}
-		m.val.end = s.pos
-		if s.is(k, "cost") {
+		m.val.End = s.Pos()
+		if s.Is(k, "cost") {
 			m.role = roleCost
 		}
 		rw.usageMembers = rw.keep(rw.usageMembers, s, m)
@@ -433,9 +438,9 @@ func (rw *Rewriter) usage(s *scanner, c *chunk) bool {
 // details scans usage.prompt_tokens_details (an object, depth 3) for its
 // cached_tokens, cache_write_tokens and cache_write_1h_tokens.
 func (s *scanner) details(cached, written, written1h *int64, bad *bool) bool {
-	s.pos++
+	s.Step()
 	for first := true; ; first = false {
-		k, more, ok := s.nextKey(first)
+		k, more, ok := s.NextKey(first)
 		if !ok {
 			return false
 		}
@@ -443,14 +448,14 @@ func (s *scanner) details(cached, written, written1h *int64, bad *bool) bool {
 			return true
 		}
 		switch {
-		case s.matches(k, "cached_tokens"):
+		case s.Matches(k, "cached_tokens"):
 			ok = s.intField(cached, bad, 4)
-		case s.matches(k, "cache_write_tokens"):
+		case s.Matches(k, "cache_write_tokens"):
 			ok = s.intField(written, bad, 4)
-		case s.matches(k, "cache_write_1h_tokens"):
+		case s.Matches(k, "cache_write_1h_tokens"):
 			ok = s.intField(written1h, bad, 4)
 		default:
-			ok = s.skip(4)
+			ok = s.Skip(4)
 		}
 		if !ok {
 			return false
@@ -461,15 +466,15 @@ func (s *scanner) details(cached, written, written1h *int64, bad *bool) bool {
 // intField scans a member read as an int64 (at depth, a number or null):
 // an integer in range sets n, null leaves it; anything else sets bad.
 func (s *scanner) intField(n *int64, bad *bool, depth int) bool {
-	switch c := s.peek(); {
+	switch c := s.Peek(); {
 	case c == 'n':
-		return s.lit("null")
-	case c == '-' || isDigit(c):
-		start := s.pos
-		if !s.num() {
+		return s.Literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		start := s.Pos()
+		if !s.Number() {
 			return false
 		}
-		if v, ok := parseInt64(s.data[start:s.pos]); ok {
+		if v, ok := jsonscan.ParseInt64(s.Data()[start:s.Pos()]); ok {
 			*n = v
 		} else {
 			*bad = true
@@ -477,5 +482,5 @@ func (s *scanner) intField(n *int64, bad *bool, depth int) bool {
 		return true
 	}
 	*bad = true
-	return s.skip(depth)
+	return s.Skip(depth)
 }

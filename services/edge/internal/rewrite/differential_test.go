@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonscan"
 )
 
 // differentialSeeds are answers and chunks that exercise what the rewriting
@@ -126,7 +127,7 @@ func TestRewriteMatchesReference(t *testing.T) {
 		}
 	}
 	var inputs []string
-	for _, depth := range []int{maxDepth - 8, maxDepth - 7, maxDepth - 2, maxDepth - 1, maxDepth, maxDepth + 1} {
+	for _, depth := range []int{jsonscan.MaxDepth - 8, jsonscan.MaxDepth - 7, jsonscan.MaxDepth - 2, jsonscan.MaxDepth - 1, jsonscan.MaxDepth, jsonscan.MaxDepth + 1} {
 		nested := strings.Repeat("[", depth) + strings.Repeat("]", depth)
 		for _, tmpl := range []string{
 			`{"x":%s}`,
@@ -229,21 +230,4 @@ func canonical(t *testing.T, b []byte) any {
 		t.Fatalf("output is not JSON: %v\n%q", err, b)
 	}
 	return v
-}
-
-// FuzzScannerValid holds the scanner to encoding/json's grammar: it
-// accepts a text exactly when json.Valid does.
-func FuzzScannerValid(f *testing.F) {
-	for _, s := range differentialSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s := scanner{data: data}
-		ok := s.skip(1)
-		s.ws()
-		ok = ok && s.pos == len(data)
-		if ok != json.Valid(data) {
-			t.Fatalf("%q: scanner says valid %v, encoding/json %v", data, ok, !ok)
-		}
-	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonobj"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/jsonscan"
 )
 
 // Info is what the edge learns from one answer or stream chunk.
@@ -83,7 +84,7 @@ func (rw *Rewriter) Rewrite(data []byte) ([]byte, Info, error) {
 // twice keeps its last value, as a decoder would read it. The Rewriter
 // keeps scratch space between calls: it serves one answer at a time.
 func (rw *Rewriter) Append(dst, data []byte) (out []byte, info Info, forward bool, err error) {
-	s := scanner{data: data}
+	s := scanner{jsonscan.New(data)}
 	var c chunk
 	if cap(rw.members)+cap(rw.usageMembers) > maxKeptMembers || cap(rw.names) > maxKeptMembers*8 {
 		// A chunk of thousands of members does not make every later one
@@ -156,7 +157,7 @@ func (rw *Rewriter) write(dst, data []byte, mode usageMode, cost float64, added 
 		if m.repeated {
 			continue
 		}
-		val := data[m.val.start:m.val.end]
+		val := data[m.val.Start:m.val.End]
 		switch m.role {
 		case roleID:
 			seenID = true
@@ -175,13 +176,13 @@ func (rw *Rewriter) write(dst, data []byte, mode usageMode, cost float64, added 
 			case usageAdd:
 				val = added
 			case usageCost:
-				dst = rw.member(dst, n, data[m.key.raw.start:m.key.raw.end], nil)
+				dst = rw.member(dst, n, data[m.key.Raw.Start:m.key.Raw.End], nil)
 				dst = rw.usageWithCost(dst, data, cost)
 				n++
 				continue
 			}
 		}
-		dst = rw.member(dst, n, data[m.key.raw.start:m.key.raw.end], val)
+		dst = rw.member(dst, n, data[m.key.Raw.Start:m.key.Raw.End], val)
 		n++
 	}
 	if !seenID && rw.ID != nil {
@@ -223,7 +224,7 @@ func (rw *Rewriter) usageWithCost(dst, data []byte, cost float64) []byte {
 		if m.repeated || m.role == roleCost {
 			continue
 		}
-		dst = rw.member(dst, n, data[m.key.raw.start:m.key.raw.end], data[m.val.start:m.val.end])
+		dst = rw.member(dst, n, data[m.key.Raw.Start:m.key.Raw.End], data[m.val.Start:m.val.End])
 		n++
 	}
 	dst = rw.member(dst, n, []byte(`"cost"`), nil)
@@ -247,34 +248,34 @@ const (
 
 // member is one member of an object as scanned.
 type member struct {
-	key key
-	val span
+	key jsonscan.Key
+	val jsonscan.Span
 	// name is the decoded name in Rewriter.names, for a key that is not
 	// plain.
-	name     span
+	name     jsonscan.Span
 	role     role
 	repeated bool
 }
 
 // nameOf is m's decoded name.
 func (rw *Rewriter) nameOf(data []byte, m *member) []byte {
-	if m.key.plain() {
-		return data[m.key.raw.start+1 : m.key.raw.end-1]
+	if m.key.Plain() {
+		return data[m.key.Raw.Start+1 : m.key.Raw.End-1]
 	}
-	return rw.names[m.name.start:m.name.end]
+	return rw.names[m.name.Start:m.name.End]
 }
 
 // keep records a scanned member, its decoded name kept when it is not
 // plain.
 func (rw *Rewriter) keep(ms []member, s *scanner, m member) []member {
-	if !m.key.plain() {
+	if !m.key.Plain() {
 		start := len(rw.names)
 		var name []byte
-		name, rw.names = s.name(m.key, rw.names)
+		name, rw.names = s.Name(m.key, rw.names)
 		if len(rw.names) == start { // plain text after all, in data
 			rw.names = append(rw.names, name...)
 		}
-		m.name = span{start, len(rw.names)}
+		m.name = jsonscan.Span{Start: start, End: len(rw.names)}
 	}
 	return append(ms, m)
 }

@@ -1,4 +1,12 @@
-package rewrite
+// Package jsonscan is the edge's one reader of raw JSON text: a Scanner
+// that walks a text in place, accepting exactly what encoding/json accepts
+// and reading member names as it does, the helpers that decode what it
+// scanned (names, strings, lengths, integers) without a second pass, and
+// Pieces, which follows a value arriving in pieces on a stream. The
+// rewriting of providers' answers (rewrite), the splitting of clients'
+// request bodies (chatreq) and the Messages stream's tool arguments
+// (anthropic) all read JSON through it.
+package jsonscan
 
 import (
 	"strings"
@@ -6,33 +14,83 @@ import (
 	"unicode/utf8"
 )
 
-// scanner walks JSON text in place. It accepts exactly what encoding/json
+// Scanner walks JSON text in place. It accepts exactly what encoding/json
 // accepts (the same grammar, the same escapes, control characters refused
 // in strings, invalid UTF-8 let through, containers nested at most
-// maxDepth deep), so that a chunk the rewriting refuses is one
-// json.Unmarshal refused before. Every method that scans a value leaves pos
-// just past it and reports false on a syntax error; a false anywhere makes
-// the whole text malformed.
+// MaxDepth deep), so that a text it refuses is one json.Unmarshal
+// refuses. Every method that scans a value leaves the position just past
+// it and reports false on a syntax error; a false anywhere makes the whole
+// text malformed. The zero Scanner scans an empty text.
 //
-// A hand scanner rather than a library: the rewriting must refuse exactly
+// A hand scanner rather than a library: its callers must refuse exactly
 // the texts encoding/json refuses, read duplicate keys (last one wins) and
 // struct field names (case-insensitively) as encoding/json reads them, and
-// learn all it needs while it validates, in one pass with no allocation. The
-// JSON libraries at hand either parse into a tree, validate in a second pass
-// with rules of their own, or copy on every edit.
-type scanner struct {
+// learn all they need while it validates, in one pass with no allocation.
+// The JSON libraries at hand either parse into a tree, validate in a second
+// pass with rules of their own, or copy on every edit.
+type Scanner struct {
 	data []byte
 	pos  int
 }
 
-// maxDepth is encoding/json's limit on nested objects and arrays.
-const maxDepth = 10000
+// New returns a Scanner at the start of data.
+func New(data []byte) Scanner { return Scanner{data: data} }
 
-// span is data[start:end].
-type span struct{ start, end int }
+// Data is the text scanned.
+func (s *Scanner) Data() []byte { return s.data }
 
-// ws skips white space.
-func (s *scanner) ws() {
+// Pos is the offset of the next byte to scan.
+func (s *Scanner) Pos() int { return s.pos }
+
+// Step consumes the byte Peek returned: the '{' or '[' of a container the
+// caller walks with NextKey or NextElem.
+func (s *Scanner) Step() { s.pos++ }
+
+// AtEnd skips white space and reports whether the text ends there.
+func (s *Scanner) AtEnd() bool {
+	s.Space()
+	return s.pos == len(s.data)
+}
+
+// Valid reports whether data is one JSON value, white space around it
+// allowed: json.Valid, in one pass of the Scanner.
+func Valid(data []byte) bool {
+	s := Scanner{data: data}
+	return s.Skip(1) && s.AtEnd()
+}
+
+// Unquote decodes raw, a JSON string with white space around it allowed,
+// as json.Unmarshal into a string does; false when raw is not one string.
+// A string with nothing to unescape or replace is its bytes, copied once.
+func Unquote(raw []byte) (string, bool) {
+	s := Scanner{data: raw}
+	if s.Peek() != '"' {
+		return "", false
+	}
+	start := s.pos
+	f, ok := s.Str()
+	if !ok {
+		return "", false
+	}
+	end := s.pos
+	if !s.AtEnd() {
+		return "", false
+	}
+	inner := raw[start+1 : end-1]
+	if f&StrEscape == 0 && (f&StrNonASCII == 0 || utf8.Valid(inner)) {
+		return string(inner), true
+	}
+	return string(AppendUnquoted(make([]byte, 0, len(inner)), inner)), true
+}
+
+// MaxDepth is encoding/json's limit on nested objects and arrays.
+const MaxDepth = 10000
+
+// Span is data[Start:End].
+type Span struct{ Start, End int }
+
+// Space skips white space.
+func (s *Scanner) Space() {
 	for s.pos < len(s.data) {
 		switch s.data[s.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -43,26 +101,28 @@ func (s *scanner) ws() {
 	}
 }
 
-// peek returns the next byte after white space, 0 at the end.
-func (s *scanner) peek() byte {
-	s.ws()
+// Peek returns the next byte after white space, 0 at the end.
+func (s *Scanner) Peek() byte {
+	s.Space()
 	if s.pos < len(s.data) {
 		return s.data[s.pos]
 	}
 	return 0
 }
 
-// strFlags say what a string holds beyond plain ASCII text.
-type strFlags uint8
+// StrFlags say what a string holds beyond plain ASCII text.
+type StrFlags uint8
 
+// The flags of a string: StrEscape for a backslash escape, StrNonASCII
+// for a byte of 0x80 or more.
 const (
-	strEscape   strFlags = 1 << iota // a backslash escape
-	strNonASCII                      // a byte of 0x80 or more
+	StrEscape StrFlags = 1 << iota
+	StrNonASCII
 )
 
-// str scans the string at pos (a '"').
-func (s *scanner) str() (strFlags, bool) {
-	var f strFlags
+// Str scans the string at the position (a '"'), saying what it holds.
+func (s *Scanner) Str() (StrFlags, bool) {
+	var f StrFlags
 	d := s.data
 	i := s.pos + 1
 	for i < len(d) {
@@ -78,7 +138,7 @@ func (s *scanner) str() (strFlags, bool) {
 			s.pos = i + 1
 			return f, true
 		case c == '\\':
-			f |= strEscape
+			f |= StrEscape
 			if i+1 >= len(d) {
 				return f, false
 			}
@@ -97,7 +157,7 @@ func (s *scanner) str() (strFlags, bool) {
 			return f, false
 		default:
 			if c >= 0x80 {
-				f |= strNonASCII
+				f |= StrNonASCII
 			}
 			i++
 		}
@@ -133,8 +193,8 @@ func hex4(b []byte) rune {
 	return r
 }
 
-// num scans the number at pos: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (s *scanner) num() bool {
+// Number scans the number at the position: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *Scanner) Number() bool {
 	d := s.data
 	i := s.pos
 	if i < len(d) && d[i] == '-' {
@@ -177,8 +237,8 @@ func (s *scanner) num() bool {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// lit scans the literal word (true, false or null) at pos.
-func (s *scanner) lit(word string) bool {
+// Literal scans the literal word (true, false or null) at the position.
+func (s *Scanner) Literal(word string) bool {
 	if len(s.data)-s.pos < len(word) || string(s.data[s.pos:s.pos+len(word)]) != word {
 		return false
 	}
@@ -186,68 +246,69 @@ func (s *scanner) lit(word string) bool {
 	return true
 }
 
-// skip scans the value at pos (after white space) at nesting depth depth.
-func (s *scanner) skip(depth int) bool {
-	switch s.peek() {
+// Skip scans the value at the position (after white space) at nesting
+// depth depth: 1 for a whole text, one more inside each container.
+func (s *Scanner) Skip(depth int) bool {
+	switch s.Peek() {
 	case '{':
-		if depth > maxDepth {
+		if depth > MaxDepth {
 			return false
 		}
 		s.pos++
 		for first := true; ; first = false {
-			_, more, ok := s.nextKey(first)
+			_, more, ok := s.NextKey(first)
 			if !ok {
 				return false
 			}
 			if !more {
 				return true
 			}
-			if !s.skip(depth + 1) {
+			if !s.Skip(depth + 1) {
 				return false
 			}
 		}
 	case '[':
-		if depth > maxDepth {
+		if depth > MaxDepth {
 			return false
 		}
 		s.pos++
 		for first := true; ; first = false {
-			more, ok := s.nextElem(first)
+			more, ok := s.NextElem(first)
 			if !ok {
 				return false
 			}
 			if !more {
 				return true
 			}
-			if !s.skip(depth + 1) {
+			if !s.Skip(depth + 1) {
 				return false
 			}
 		}
 	case '"':
-		_, ok := s.str()
+		_, ok := s.Str()
 		return ok
 	case 't':
-		return s.lit("true")
+		return s.Literal("true")
 	case 'f':
-		return s.lit("false")
+		return s.Literal("false")
 	case 'n':
-		return s.lit("null")
+		return s.Literal("null")
 	default:
-		return s.num()
+		return s.Number()
 	}
 }
 
-// key is an object member's name as scanned.
-type key struct {
-	raw   span // with its quotes
-	flags strFlags
+// Key is an object member's name as scanned.
+type Key struct {
+	Raw   Span // with its quotes
+	Flags StrFlags
 }
 
-// nextKey steps to the next member of the object whose '{' was consumed:
+// NextKey steps to the next member of the object whose '{' was consumed:
 // first says no member was read yet. It returns the member's name with pos
 // at its value, or more false once the object's '}' was consumed.
-func (s *scanner) nextKey(first bool) (k key, more, ok bool) {
-	c := s.peek()
+func (s *Scanner) NextKey(first bool) (k Key, more, ok bool) {
+	c := s.Peek()
 	if c == '}' {
 		s.pos++
 		return k, false, true
@@ -257,28 +318,28 @@ func (s *scanner) nextKey(first bool) (k key, more, ok bool) {
 			return k, false, false
 		}
 		s.pos++
-		c = s.peek()
+		c = s.Peek()
 	}
 	if c != '"' {
 		return k, false, false
 	}
-	k.raw.start = s.pos
-	if k.flags, ok = s.str(); !ok {
+	k.Raw.Start = s.pos
+	if k.Flags, ok = s.Str(); !ok {
 		return k, false, false
 	}
-	k.raw.end = s.pos
-	if s.peek() != ':' {
+	k.Raw.End = s.pos
+	if s.Peek() != ':' {
 		return k, false, false
 	}
 	s.pos++
-	s.ws()
+	s.Space()
 	return k, true, true
 }
 
-// nextElem steps to the next element of the array whose '[' was consumed,
-// as nextKey does for objects.
-func (s *scanner) nextElem(first bool) (more, ok bool) {
-	c := s.peek()
+// NextElem steps to the next element of the array whose '[' was consumed,
+// as NextKey does for objects.
+func (s *Scanner) NextElem(first bool) (more, ok bool) {
+	c := s.Peek()
 	if c == ']' {
 		s.pos++
 		return false, true
@@ -289,49 +350,49 @@ func (s *scanner) nextElem(first bool) (more, ok bool) {
 		}
 		s.pos++
 	}
-	s.ws()
+	s.Space()
 	return true, true
 }
 
-// plain reports whether the key's text is its name as is.
-func (k key) plain() bool { return k.flags == 0 }
+// Plain reports whether the key's text is its name as is.
+func (k Key) Plain() bool { return k.Flags == 0 }
 
-// name is the key's decoded name: in data when plain, else appended to buf.
-func (s *scanner) name(k key, buf []byte) (name, newBuf []byte) {
-	raw := s.data[k.raw.start+1 : k.raw.end-1]
-	if k.flags&strEscape == 0 {
+// Name is k's decoded name: in data when plain, else appended to buf.
+func (s *Scanner) Name(k Key, buf []byte) (name, newBuf []byte) {
+	raw := s.data[k.Raw.Start+1 : k.Raw.End-1]
+	if k.Flags&StrEscape == 0 {
 		// Without escapes the name is the text, invalid UTF-8 aside, which
 		// decodes to U+FFFD: equal to no ASCII name either way, and equal
-		// to another key's exactly when its decoded text is.
-		if k.flags&strNonASCII == 0 || utf8.Valid(raw) {
+		// to another Key's exactly when its decoded text is.
+		if k.Flags&StrNonASCII == 0 || utf8.Valid(raw) {
 			return raw, buf
 		}
 	}
 	start := len(buf)
-	buf = appendUnquoted(buf, raw)
+	buf = AppendUnquoted(buf, raw)
 	return buf[start:], buf
 }
 
-// is reports whether the key is exactly name (a map key).
-func (s *scanner) is(k key, name string) bool {
-	return string(s.exact(k)) == name
+// Is reports whether k is exactly name (a map key).
+func (s *Scanner) Is(k Key, name string) bool {
+	return string(s.Exact(k)) == name
 }
 
-// exact is the key's name for comparing with an ASCII name: its text, or
+// Exact is k's name for comparing with an ASCII name: its text, or
 // its decoded name when escaped (on the stack when short).
-func (s *scanner) exact(k key) []byte {
-	if k.flags&strEscape == 0 {
-		return s.data[k.raw.start+1 : k.raw.end-1]
+func (s *Scanner) Exact(k Key) []byte {
+	if k.Flags&StrEscape == 0 {
+		return s.data[k.Raw.Start+1 : k.Raw.End-1]
 	}
-	n, _ := s.name(k, nil)
+	n, _ := s.Name(k, nil)
 	return n
 }
 
-// matches reports whether the key names the struct field name, as
+// Matches reports whether k names the struct field name, as
 // encoding/json matches them: exactly or under Unicode case folding.
-func (s *scanner) matches(k key, name string) bool {
-	raw := s.data[k.raw.start+1 : k.raw.end-1]
-	if k.plain() {
+func (s *Scanner) Matches(k Key, name string) bool {
+	raw := s.data[k.Raw.Start+1 : k.Raw.End-1]
+	if k.Plain() {
 		if len(raw) != len(name) {
 			return false
 		}
@@ -347,14 +408,14 @@ func (s *scanner) matches(k key, name string) bool {
 		return true
 	}
 	var arr [32]byte
-	n, _ := s.name(k, arr[:0])
+	n, _ := s.Name(k, arr[:0])
 	return strings.EqualFold(string(n), name)
 }
 
-// decodedLen is the length of the string raw (with its quotes, already
+// DecodedLen is the length of the string raw (with its quotes, already
 // scanned) as encoding/json decodes it: escapes resolved, invalid UTF-8
 // and unpaired surrogates each turned into U+FFFD.
-func decodedLen(raw []byte, f strFlags) int64 {
+func DecodedLen(raw []byte, f StrFlags) int64 {
 	b := raw[1 : len(raw)-1]
 	if f == 0 {
 		return int64(len(b))
@@ -398,9 +459,9 @@ func decodedLen(raw []byte, f strFlags) int64 {
 	return n
 }
 
-// appendUnquoted appends the text of the string body b (scanned, without
+// AppendUnquoted appends the text of the string body b (scanned, without
 // its quotes) as encoding/json decodes it.
-func appendUnquoted(dst, b []byte) []byte {
+func AppendUnquoted(dst, b []byte) []byte {
 	for i := 0; i < len(b); {
 		c := b[i]
 		switch {
@@ -451,9 +512,9 @@ func appendUnquoted(dst, b []byte) []byte {
 	return dst
 }
 
-// parseInt64 reads a scanned JSON number as encoding/json reads one into an
+// ParseInt64 reads a scanned JSON number as encoding/json reads one into an
 // int64: an integer in range, or not at all.
-func parseInt64(b []byte) (int64, bool) {
+func ParseInt64(b []byte) (int64, bool) {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {
 		b = b[1:]
