@@ -44,9 +44,39 @@ $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
 .PHONY: agents
 agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci of tests/agents, when its lock changed).
 
+# make test is the short run: every behaviour test, with the race detector
+# and -short. A test that is long and asserts nothing a short one does not
+# (a load test, a smoke build of the binaries, a run that only prints
+# figures, the chaos test's short form) skips under -short
+# (testing.Short()) and is named in LONG_TESTS, which make test-long runs.
+# The tests module runs in SHARDS processes at once (tests/shards.sh), while
+# the other modules' tests run: its tests mostly wait on the systems they
+# start. COVERPROFILE=file writes
+# the coverage of every module but tests (the end-to-end module measures
+# no package of its own).
+UNIT_PKGS := $(filter-out ./tests/...,$(PKGS))
+SHARDS ?= 4
+LONG_TESTS := \
+	./services/edge/cmd/edgebench:TestSmoke \
+	./services/decider/app:TestRestartToFirstAdmission \
+	./services/decider/app:TestFailoverToFirstAdmission \
+	./tests:TestBrokerLoadShort \
+	./tests:TestChaosShort
+
 .PHONY: test
-test: nodesdk agents ## Run every test of every module with the race detector (installs the Node SDKs and agent CLIs first).
-	go test -race -count=1 -timeout=30m $(PKGS)
+test: nodesdk agents ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
+	@# The modules' own tests, CPU-bound, run while the tests module's shards
+	@# mostly wait: both at once, each's failure failing the run.
+	go test -race -count=1 -short -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
+	  SHARDS=$(SHARDS) ./tests/shards.sh -test.short; e2e=$$?; wait $$unit; u=$$?; \
+	  [ $$u -eq 0 ] || echo "make test: the modules' own tests FAILED"; [ $$e2e -eq 0 ] || echo "make test: the tests module FAILED"; \
+	  [ $$u -eq 0 ] && [ $$e2e -eq 0 ]
+
+.PHONY: test-long
+test-long: ## The long tests only (LONG_TESTS, -v so figure-only runs print): load test, smoke builds, handover figures, the chaos short form.
+	@for pt in $(LONG_TESTS); do pkg=$${pt%%:*}; name=$${pt##*:}; \
+	  echo "go test -race -count=1 -v -run '^$$name\$$' $$pkg"; \
+	  go test -race -count=1 -timeout=30m -v -run "^$$name\$$" $$pkg || exit 1; done
 
 # The official Node SDKs tests/nodesdk_test.go drives, at the versions
 # tests/nodesdk/package-lock.json pins; reinstalled only when the lock is

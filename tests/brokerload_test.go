@@ -16,6 +16,9 @@ import (
 // error, every scenario's own checks held (the production tenant's floor
 // among them), and every scenario sent traffic.
 func TestBrokerLoadShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long (a load test, about 50 s): make test-long runs it")
+	}
 	rep, err := loadtest.Run(t.Context(), loadtest.Options{Short: true, Classes: true})
 	require.NoError(t, err)
 	var b strings.Builder

@@ -25,6 +25,9 @@ import (
 // SWITCHBOARD_CHAOS_ETCD names (e.g. Debian's etcd-server, /usr/bin/etcd;
 // `make chaos CHAOSFLAGS=--etcd-bin=...` runs the long form on it).
 func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long (builds the services, about 90 s): make test-long runs it")
+	}
 	bins := buildServices(t)
 	if etcd := os.Getenv("SWITCHBOARD_CHAOS_ETCD"); etcd != "" {
 		path, err := exec.LookPath(etcd)

@@ -141,6 +141,9 @@ func firstAdmission(t *testing.T, c deciderClient, start time.Time, n int) time.
 // (bounded by the old election session's TTL). Figures, not assertions:
 // go test -run TestRestartToFirstAdmission -v ./services/decider/app/
 func TestRestartToFirstAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long (figures only, no assertion): make test-long runs it")
+	}
 	for _, crash := range []bool{false, true} {
 		dir := t.TempDir()
 		d, c := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
@@ -165,6 +168,9 @@ func TestRestartToFirstAdmission(t *testing.T) {
 // or crashed (no restart involved). Figures, not assertions:
 // go test -run TestFailoverToFirstAdmission -v ./services/decider/app/
 func TestFailoverToFirstAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long (figures only, no assertion): make test-long runs it")
+	}
 	for _, crash := range []bool{false, true} {
 		dir := t.TempDir()
 		a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakedecider"
 )
 
 // rawRequest opens a connection and sends a chat request's headers,
@@ -83,7 +84,7 @@ func TestUnverifiedBodiesAreCapped(t *testing.T) {
 	probe := 0
 	require.Eventually(t, func() bool {
 		probe++
-		conn := rawRequest(t, h.edge.Addr(), fmt.Sprintf("sk-unknown-probe-%d", probe), len(plainReq), plainReq)
+		conn := rawRequest(t, h.edge.Addr(), fakedecider.TestKey(probe), len(plainReq), plainReq)
 		resp := readResponse(t, conn)
 		return resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && resp.Close
 	}, 60*time.Second, 20*time.Millisecond) // a bound on waiting, generous for a machine busy building other tests' binaries

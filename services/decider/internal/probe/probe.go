@@ -44,6 +44,10 @@ type Options struct {
 	Send func(*switchboardv1.ReportResponse) bool
 	// Logger (Required)
 	Logger *slog.Logger
+	// After is the clock Run waits on: a channel that receives once d has
+	// passed. (Optional) Defaults to a timer of the real clock; tests step
+	// Run with their own.
+	After func(d time.Duration) <-chan time.Time
 }
 
 // Prober plans probes.
@@ -91,14 +95,14 @@ func (p *Prober) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		plan := p.Plan()
 		if len(plan) == 0 {
-			if !sleep(ctx, p.o.Interval) {
+			if !p.sleep(ctx, p.o.Interval) {
 				return
 			}
 			continue
 		}
 		gap := p.o.Interval / time.Duration(len(plan))
 		for _, cmd := range plan {
-			if !sleep(ctx, gap) {
+			if !p.sleep(ctx, gap) {
 				return
 			}
 			if p.o.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Probe{Probe: cmd}}) {
@@ -111,13 +115,20 @@ func (p *Prober) Run(ctx context.Context) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// sleep waits d, false when ctx ended first.
+func (p *Prober) sleep(ctx context.Context, d time.Duration) bool {
+	var after <-chan time.Time
+	if p.o.After != nil {
+		after = p.o.After(d)
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		after = t.C
+	}
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-after:
 		return true
 	}
 }

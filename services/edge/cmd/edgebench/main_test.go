@@ -61,6 +61,9 @@ func TestParseFlags(t *testing.T) {
 // for a fraction of a second per phase: every target gets a row with
 // requests served, and the profiles are written. It asserts no speed.
 func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long (go build of the decider and the edge, about 65 s): make test-long runs it")
+	}
 	bin := t.TempDir()
 	for _, pkg := range []string{"services/decider/cmd/decider", "services/edge/cmd/edge"} {
 		out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, //nolint:gosec // G204: fixed packages of this repository.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,6 +162,26 @@ var scenarios = []struct {
 			{Accepted: 1, ReconcileSequence: 2, OwnerTerm: term},
 		}, acks, "a call-report batch by count, an activity batch and a reconcile batch by sequence, under the owner's term; no ack for the replay or the heartbeat")
 	}},
+	{"the Report stream is sent the key set first, then the owner's term, then acks", func(t *testing.T, b *backend) {
+		r := openReport(t, b)
+		r.send(t, reconcileBatch(1, "never-granted-order"))
+		for r.ack(t).GetReconcileSequence() != 1 {
+		}
+		got := r.commands()
+		require.GreaterOrEqual(t, len(got), 3, "%v", got)
+		require.Equal(t, []string{"key_set", "owner_term"}, got[:2], "the key set before anything else, the owner's term before any ack: %v", got)
+		require.Contains(t, got[2:], "ack")
+		ks := r.firstKeySet()
+		require.Positive(t, ks.GetVersion())
+		for _, key := range []string{acmeKey, globexKey, tightKey} {
+			p, err := catalog.KeyPrefix(catalog.HashKey(key))
+			require.NoError(t, err)
+			require.Contains(t, ks.GetKeyPrefixes(), p, "the key set holds the catalog's keys")
+		}
+		p, err := catalog.KeyPrefix(catalog.HashKey("sk-unknown"))
+		require.NoError(t, err)
+		require.NotContains(t, ks.GetKeyPrefixes(), p, "and no other")
+	}},
 	{"a reservation reconciled in an acknowledged batch is closed", func(t *testing.T, b *backend) {
 		id := reserve(t, b, "c-batch")
 		r := openReport(t, b)
@@ -277,11 +298,40 @@ type report struct {
 	acks   chan *switchboardv1.ReportAck
 	// term is the latest broker owner term announced on the stream.
 	term atomic.Int64
+
+	mu sync.Mutex
+	// kinds are the kinds of the messages received, in order (commandKind).
+	kinds []string
+	// keys is the first key set received.
+	keys *switchboardv1.KeySet
+}
+
+// commandKind is the name of the command field a ReportResponse sets.
+func commandKind(m *switchboardv1.ReportResponse) string {
+	pm := m.ProtoReflect()
+	if f := pm.WhichOneof(pm.Descriptor().Oneofs().ByName("command")); f != nil {
+		return string(f.Name())
+	}
+	return ""
+}
+
+// commands returns the kinds of the messages received so far, in order.
+func (r *report) commands() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.kinds...)
+}
+
+// firstKeySet returns the first key set received, nil before one.
+func (r *report) firstKeySet() *switchboardv1.KeySet {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keys
 }
 
 // openReport opens a Report stream as an edge that has its reconciliations
-// acknowledged, and collects the acks it receives (key sets and commands
-// are no part of the contract).
+// acknowledged, and collects the acks it receives and the kind of every
+// message, in order (what other commands say is no part of the contract).
 func openReport(t *testing.T, b *backend) *report {
 	t.Helper()
 	stream, err := b.client.Report(t.Context())
@@ -296,6 +346,12 @@ func openReport(t *testing.T, b *backend) *report {
 			if err != nil {
 				return
 			}
+			r.mu.Lock()
+			r.kinds = append(r.kinds, commandKind(m))
+			if ks := m.GetKeySet(); ks != nil && r.keys == nil {
+				r.keys = ks
+			}
+			r.mu.Unlock()
 			if ot := m.GetOwnerTerm(); ot != nil {
 				r.term.Store(ot.GetTerm())
 			}
@@ -359,6 +415,7 @@ func dial(t *testing.T, addr string) edgeClient {
 // log knows the catalog's keys.
 func startFake(t *testing.T) *backend {
 	fd := fakedecider.Start(t)
+	fd.SetKeySet(fakedecider.KeySetOf(1, acmeKey, globexKey, tightKey))
 	tenants := map[string]string{
 		catalog.HashKey(acmeKey): "acme", catalog.HashKey(globexKey): "globex", catalog.HashKey(tightKey): "tight",
 	}
@@ -433,6 +490,12 @@ callers:
 		require.NoError(t, err)
 		require.True(t, resp.GetAdmitted())
 	}
+	// The broker's owner is elected after Start returns; until then a new
+	// stream is told no owner term and acks may come before one. The
+	// contract is the decider's once it has an owner, as an edge's steady
+	// state: wait for a stream to be told its term.
+	r := openReport(t, b)
+	require.Eventually(t, func() bool { return r.ownerTerm(t) > 0 }, waitFor, 10*time.Millisecond, "no broker owner elected")
 	return b
 }
 

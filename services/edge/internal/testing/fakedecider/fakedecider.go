@@ -10,8 +10,9 @@
 // admits every request (unless told to refuse an endpoint), a reservation
 // (granted by Reserve or carried by a Decide answer) is reconciled once, on
 // the Reconcile call or in an acknowledged reconcile batch; the Report stream
-// opens with a hello, announces the broker owner's term (SetOwnerTerm) and
-// acknowledges batches as the real one does, naming that term; and its
+// opens with a hello, is sent the key set first (SetKeySet) and the broker
+// owner's term next (SetOwnerTerm), and acknowledges batches as the real
+// one does, naming that term; and its
 // activity log keeps, once by id, the reported records whose grant and caps
 // are the ones a Decide answer carried for their request, tenant and key, and serves
 // them to the caller's tenant only.
@@ -21,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -35,6 +37,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
@@ -72,10 +75,15 @@ type Decider struct {
 	term        int64
 	termChanged chan struct{}
 	// ackTerm, when set, is the term reconcile acks name instead of term.
-	ackTerm  int64
-	received []*switchboardv1.ReportRequest
-	streams  int
-	commands chan *switchboardv1.ReportResponse
+	ackTerm int64
+	// keys is the set of valid API keys, sent first on every stream and
+	// again on the open ones when it changes (keysChanged is closed and
+	// replaced then); nil sends none.
+	keys        *switchboardv1.KeySet
+	keysChanged chan struct{}
+	received    []*switchboardv1.ReportRequest
+	streams     int
+	commands    chan *switchboardv1.ReportResponse
 	// decisions are the grants Decide answered with, by request id.
 	decisions map[string]decision
 	// reservations are the reservations granted, open (true) or
@@ -111,6 +119,8 @@ func Start(t testing.TB) *Server {
 		commands:     make(chan *switchboardv1.ReportResponse, 16),
 		term:         1,
 		termChanged:  make(chan struct{}),
+		keys:         DefaultKeySet(),
+		keysChanged:  make(chan struct{}),
 		decisions:    map[string]decision{},
 		reservations: map[string]bool{},
 	}
@@ -569,8 +579,15 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 	defer cancel()
 	acks := make(chan *switchboardv1.ReportResponse, 1024)
 	wg.Go(func() {
-		// Like the real decider: the owner's term when the stream opens,
-		// then each new one.
+		// Like the real decider: the key set when the stream opens, then
+		// the owner's term, then each new one of either, a new key set
+		// before anything else waiting.
+		ks, keysChanged := d.keySet()
+		if ks != nil {
+			if err := stream.Send(keySetCommand(ks)); err != nil {
+				return
+			}
+		}
 		term, changed := d.ownerTerm()
 		if err := stream.Send(ownerTermCommand(term)); err != nil {
 			return
@@ -578,13 +595,24 @@ func (d *Decider) Report(stream grpc.BidiStreamingServer[switchboardv1.ReportReq
 		for {
 			var cmd *switchboardv1.ReportResponse
 			select {
-			case <-ctx.Done():
-				return
-			case cmd = <-d.commands:
-			case cmd = <-acks:
-			case <-changed:
-				term, changed = d.ownerTerm()
-				cmd = ownerTermCommand(term)
+			case <-keysChanged:
+			default:
+				select {
+				case <-ctx.Done():
+					return
+				case cmd = <-d.commands:
+				case cmd = <-acks:
+				case <-changed:
+					term, changed = d.ownerTerm()
+					cmd = ownerTermCommand(term)
+				case <-keysChanged:
+				}
+			}
+			if cmd == nil { // the key set changed
+				if ks, keysChanged = d.keySet(); ks == nil {
+					continue // withdrawn: none to send
+				}
+				cmd = keySetCommand(ks)
 			}
 			if err := stream.Send(cmd); err != nil {
 				return
@@ -658,6 +686,69 @@ func (d *Decider) SetOwnerTerm(term int64) {
 	d.term = term
 	close(d.termChanged)
 	d.termChanged = make(chan struct{})
+}
+
+// TestKeys are API keys the edge's tests send, which DefaultKeySet holds:
+// the client keys of the edge's test harnesses, including those its tests
+// expect the decider (not the key set) to refuse. TestKey draws more.
+var TestKeys = []string{
+	"sk-client-key-do-not-log-0001", "sk-other-tenant", "sk-revoked", "other",
+	"sk-unknown-1", "sk-unknown-2", "sk-unknown-3",
+}
+
+// testKeyCount is how many keys TestKey draws from.
+const testKeyCount = 4096
+
+// TestKey is the n-th (from 1) of the fresh keys DefaultKeySet holds
+// besides TestKeys, for a test that needs a key no request has used yet.
+func TestKey(n int) string { return fmt.Sprintf("sk-unknown-probe-%d", n) }
+
+// DefaultKeySet is the key set a fake sends unless told otherwise: version
+// 1, holding TestKeys and the first 4096 TestKey keys, so that an edge under
+// test has a key set, as every edge of the real decider has, that refuses on
+// the headers only keys the edge's tests never send.
+func DefaultKeySet() *switchboardv1.KeySet {
+	keys := append([]string(nil), TestKeys...)
+	for n := 1; n <= testKeyCount; n++ {
+		keys = append(keys, TestKey(n))
+	}
+	return KeySetOf(1, keys...)
+}
+
+// KeySetOf is the key set of version holding keys, as the real decider
+// derives it from its catalog's keys.
+func KeySetOf(version uint64, keys ...string) *switchboardv1.KeySet {
+	ks := &switchboardv1.KeySet{Version: version}
+	for _, k := range keys {
+		p, err := catalog.KeyPrefix(catalog.HashKey(k))
+		if err != nil {
+			panic(err) // a SHA-256 in hex is always long enough
+		}
+		ks.KeyPrefixes = append(ks.KeyPrefixes, p)
+	}
+	return ks
+}
+
+// SetKeySet makes ks the set of valid API keys, sent first on every Report
+// stream and at once on the open ones (as the real decider does when its
+// catalog changes). nil sends none from then on, which the real decider
+// never does. It starts as DefaultKeySet.
+func (d *Decider) SetKeySet(ks *switchboardv1.KeySet) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.keys = ks
+	close(d.keysChanged)
+	d.keysChanged = make(chan struct{})
+}
+
+func (d *Decider) keySet() (*switchboardv1.KeySet, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.keys, d.keysChanged
+}
+
+func keySetCommand(ks *switchboardv1.KeySet) *switchboardv1.ReportResponse {
+	return &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_KeySet{KeySet: ks}}
 }
 
 // AckUnderTerm makes reconcile acks name term instead of the owner's (0:
