@@ -302,7 +302,7 @@ func TestStressQueue(t *testing.T) {
 				runtime.Gosched()
 				inFlight[tn].Add(-1)
 				total.Add(-1)
-				if _, err := b.Reconcile(t.Context(), ReconcileRequest{ReservationID: res.ID, Outcome: OutcomeOK}); err != nil {
+				if _, err := b.Reconcile(context.WithoutCancel(ctx), ReconcileRequest{ReservationID: res.ID, Outcome: OutcomeOK}); err != nil {
 					mu.Lock()
 					bad = append(bad, err.Error())
 					mu.Unlock()
