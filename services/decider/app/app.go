@@ -27,7 +27,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
-	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/gotune"
@@ -42,6 +41,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/gate"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
@@ -501,6 +501,10 @@ type Decider struct {
 	metrics *telemetry.Metrics
 	// admMetrics records the admission metrics, nil without --debug-listen.
 	admMetrics *metrics.Admission
+	// views is the catalog applied and its derived views; refused counts
+	// the catalog changes the gate refused.
+	views   atomic.Pointer[gate.Views]
+	refused atomic.Int64
 }
 
 // Start starts a decider and returns once it serves: etcd reachable and the
@@ -629,10 +633,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		return nil, err
 	}
 
-	c, rev, err := d.loadCatalog(ctx)
+	views, err := d.loadCatalog(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c, rev := views.Catalog, views.Revision
 	d.authn.SetCatalog(c)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -678,11 +683,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		FastEnough: cfg.FastEnough, Arm: d.exps.Arm,
 		NoSticky: cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
 	})
-	bcfg, err := broker.FromCatalog(c)
-	if err != nil {
-		return nil, fmt.Errorf("catalog limits: %w", err)
-	}
-	d.broker, err = broker.New(bcfg, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes()})
+	d.broker, err = broker.New(views.Broker, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes()})
 	if err != nil {
 		return nil, fmt.Errorf("rate-limit broker: %w", err)
 	}
@@ -727,7 +728,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	}))
 	svc.SetRouter(d.router)
 	svc.SetExperiments(d.exps)
-	d.hub.SetKeySet(keySet(c, rev))
+	d.hub.SetKeySet(views.Keys)
+	d.views.Store(views)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
 	d.wg.Go(func() { d.maintain(bg) })
 	d.wg.Go(func() { d.settleHedges(bg, svc) })
@@ -932,67 +934,6 @@ func (d *Decider) maintain(ctx context.Context) {
 			save(ctx)
 		}
 	}
-}
-
-// loadCatalog parses and validates the --catalog file and stores it, or
-// reads and parses the stored one; either way the catalog is parsed once.
-func (d *Decider) loadCatalog(ctx context.Context) (*catalog.Catalog, int64, error) {
-	if d.cfg.Catalog == "" {
-		data, rev, err := d.store.GetCatalog(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
-		c, err := catalog.Parse(data)
-		if err != nil {
-			return nil, 0, fmt.Errorf("stored catalog: %w", err)
-		}
-		return c, rev, nil
-	}
-	data, err := os.ReadFile(d.cfg.Catalog)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read catalog: %w", err)
-	}
-	c, err := catalog.Parse(data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("catalog %s: %w", d.cfg.Catalog, err)
-	}
-	rev, err := d.store.PutCatalog(ctx, data)
-	return c, rev, err
-}
-
-// onCatalog applies a catalog another replica or an operator stored; an
-// invalid one is refused and the current one kept.
-func (d *Decider) onCatalog(data []byte, rev int64) {
-	c, err := catalog.Parse(data)
-	if err != nil {
-		d.logger.Error("stored catalog is invalid; keeping the current one", "revision", rev, "err", err)
-		return
-	}
-	if bcfg, err := broker.FromCatalog(c); err != nil {
-		d.logger.Error("catalog limits invalid; keeping the current ones", "revision", rev, "err", err)
-	} else if err := d.broker.Reconfigure(bcfg); err != nil {
-		d.logger.Error("reconfiguring the broker", "revision", rev, "err", err)
-	}
-	d.router.SetCatalog(c)
-	d.authn.SetCatalog(c)
-	d.hub.SetKeySet(keySet(c, rev))
-	d.hub.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: rev}}})
-	d.logger.Info("catalog updated", "revision", rev, "models", len(c.Models))
-}
-
-// keySet is what edges are told of the catalog's API keys: the first 64
-// bits of each key's SHA-256, so they refuse an unknown key before reading
-// its request without learning enough to present a valid one.
-func keySet(c *catalog.Catalog, rev int64) *switchboardv1.KeySet {
-	ks := &switchboardv1.KeySet{Version: uint64(max(rev, 0))}
-	for _, t := range c.Tenants {
-		for _, k := range t.APIKeysSHA256 {
-			if p, err := catalog.KeyPrefix(k); err == nil { // validated: always
-				ks.KeyPrefixes = append(ks.KeyPrefixes, p)
-			}
-		}
-	}
-	return ks
 }
 
 // Kill stops the decider the way a crash would, as far as the broker is
