@@ -139,6 +139,7 @@ fuzz: ## Fuzz every parser of untrusted input for FUZZTIME each (default 20s).
 	go test -run='^$$' -fuzz='^FuzzParseTrace$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/sim
 	go test -run='^$$' -fuzz='^FuzzRPCs$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/server
 	go test -run='^$$' -fuzz='^FuzzReportItems$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/validate
+	go test -run='^$$' -fuzz='^FuzzCatalogParts$$' -fuzztime=$(or $(FUZZTIME),20s) ./services/decider/internal/gate
 
 $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc: tools/go.mod tools/go.sum
 	$(TOOLS) build -o $(TOOLBIN)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc

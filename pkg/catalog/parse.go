@@ -210,6 +210,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 		}
 	}
 	keys := map[string]string{}
+	keyIDs := map[string]string{} // by KeyID, which keys an api_key bucket
 	tenants := map[string]bool{}
 	for i, t := range c.Tenants {
 		tp := fmt.Sprintf("tenants[%d]", i)
@@ -229,8 +230,11 @@ func (c *Catalog) validate(lines map[string]int) []error {
 				bad(kp, "must be 64 lowercase hex digits (sha256 of the key, e.g. `printf %%s \"$KEY\" | sha256sum`)")
 			case keys[k] != "":
 				bad(kp, "key is already used by %s", keys[k])
+			case keyIDs[KeyID(k)] != "":
+				bad(kp, "key id %s (the digest's first 12 hex digits) is already another key's, at %s", KeyID(k), keyIDs[KeyID(k)])
 			default:
 				keys[k] = tp
+				keyIDs[KeyID(k)] = kp
 			}
 		}
 		for j, k := range t.APIKeysSHA256 {
@@ -277,6 +281,7 @@ func (c *Catalog) validate(lines map[string]int) []error {
 			bad(fmt.Sprintf("tenants[%d].partner", i), "%q is not a partner (add it under partners)", t.Partner)
 		}
 	}
+	c.validateBuckets(bad)
 	validateAliases(c.Models, models, lines, bad)
 	validateCallers(c.Callers, tenants, bad)
 	validateClasses(c.WorkloadClasses, c.Resolver(), bad)
@@ -383,18 +388,8 @@ func validateLimits(ls []Limit, path string, bad func(string, string, ...any)) {
 				bad(lp+".reset_at", "%q must be a UTC time of day, HH:MM", l.ResetAt)
 			}
 		}
-		if r := l.Ramp; r != nil {
-			if !(r.MaxIncrease > 0) || math.IsInf(r.MaxIncrease, 0) {
-				bad(lp+".ramp.max_increase", "must be a positive fraction, e.g. 0.5 for +50%% per period")
-			}
-			if r.Floor < 0 || math.IsNaN(r.Floor) {
-				bad(lp+".ramp.floor", "must not be negative")
-			}
-			if r.Period != "" {
-				if d, err := time.ParseDuration(r.Period); err != nil || d <= 0 {
-					bad(lp+".ramp.period", "%q must be a positive duration such as 1m", r.Period)
-				}
-			}
+		if l.Ramp != nil {
+			validateRamp(l, lp, bad)
 		}
 	}
 }

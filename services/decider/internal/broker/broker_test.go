@@ -535,11 +535,34 @@ tenants:
 	require.Len(t, b.tab.Load().routes["beta/m2"].buckets, 0)
 
 	t.Run("conflicting shared limits", func(t *testing.T) {
-		c2, err := catalog.Parse([]byte(strings.Replace(yaml, "capacity: 2000000, scope", "capacity: 1000000, scope", 1)))
+		// catalog.Parse refuses them with their line; FromCatalog, given
+		// them anyway, refuses them too.
+		conflict := strings.Replace(yaml, "capacity: 2000000, scope", "capacity: 1000000, scope", 1)
+		_, err := catalog.Parse([]byte(conflict))
+		require.ErrorContains(t, err, "differs")
+		c2, err := catalog.Parse([]byte(yaml))
 		require.NoError(t, err)
+		c2.Models[0].Endpoints[0].Limits[1].Capacity = 1000000
 		_, err = FromCatalog(c2)
 		require.ErrorIs(t, err, ErrInvalid)
 		require.ErrorContains(t, err, "differs")
+	})
+	t.Run("a shared limit with a ramp and a refund rule repeated alike is one bucket", func(t *testing.T) {
+		alike := strings.ReplaceAll(yaml, "capacity: 2000000, scope: provider_project}",
+			"capacity: 2000000, scope: provider_project, refund_on_expiry: false, ramp: {max_increase: 0.5}}")
+		c4, err := catalog.Parse([]byte(alike))
+		require.NoError(t, err)
+		cfg, err := FromCatalog(c4)
+		require.NoError(t, err)
+		b, err := New(cfg, Options{})
+		require.NoError(t, err)
+		var shared []string
+		for _, bk := range b.tab.Load().buckets {
+			if strings.HasPrefix(bk.id, "provider_project:") {
+				shared = append(shared, bk.id)
+			}
+		}
+		require.ElementsMatch(t, []string{"provider_project:alpha:input_tokens:minute", "provider_project:alpha:input_tokens:ramp"}, shared)
 	})
 	t.Run("an app limit is keyed by tenant and scope_key", func(t *testing.T) {
 		c3, err := catalog.Parse([]byte(strings.Replace(yaml, "capacity: 5, burst: 5, scope: api_key", "capacity: 5, scope: app, scope_key: chat/prod", 1)))

@@ -219,10 +219,8 @@ func checkSpec(s Spec, bad func(format string, args ...any)) {
 	if s.Key == "" {
 		bad("%s scope needs a key", s.Scope)
 	}
-	if s.Scope == ScopeApp {
-		if parts := strings.Split(s.Key, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
-			bad("app key %q must be <tenant>/<app> or <tenant>/<app>/<environment>", s.Key)
-		}
+	if s.Scope == ScopeApp && !catalog.ValidAppKey(s.Key) {
+		bad("app key %q must be <tenant>/<app> or <tenant>/<app>/<environment>", s.Key)
 	}
 	if s.Unit < UnitRequests || s.Unit > UnitConcurrentRequests {
 		bad("unknown unit %d", s.Unit)
@@ -269,14 +267,32 @@ func checkRamp(s Spec, bad func(format string, args ...any)) (floor float64, per
 	if !(floor > 0) || math.IsInf(floor, 0) {
 		bad("ramp floor must be a positive number")
 	}
-	period = int64(r.Period)
-	if period == 0 {
-		period = int64(time.Minute)
-	}
-	if period < int64(time.Second) || period > day {
-		bad("ramp period must be between 1s and 24h")
+	period = int64(rampPeriod(r))
+	if period < int64(catalog.MinRampPeriod) || period > int64(catalog.MaxRampPeriod) {
+		bad("ramp period must be between %s and %s", catalog.MinRampPeriod, catalog.MaxRampPeriod)
 	}
 	return floor, period
+}
+
+// rampPeriod is r's period, or the default.
+func rampPeriod(r *Ramp) time.Duration {
+	if r.Period == 0 {
+		return catalog.DefaultRampPeriod
+	}
+	return r.Period
+}
+
+// sameSpec reports whether two specs configure the same buckets alike: a
+// shared provider limit repeated on several endpoints.
+func sameSpec(a, b Spec) bool {
+	ar, br := a.Ramp, b.Ramp
+	a.Ramp, b.Ramp = nil, nil
+	ae, be := refundOf(a.RefundOnExpiry), refundOf(b.RefundOnExpiry)
+	a.RefundOnExpiry, b.RefundOnExpiry = nil, nil
+	if a != b || ae != be || (ar == nil) != (br == nil) {
+		return false
+	}
+	return ar == nil || (ar.MaxIncrease == br.MaxIncrease && ar.Floor == br.Floor && rampPeriod(ar) == rampPeriod(br))
 }
 
 // specDefs is the buckets a valid spec gives: one by its window or
@@ -335,6 +351,8 @@ func Account(e catalog.Endpoint) string {
 //     catalog cannot express yet and are an error;
 //   - every workload class gets its contract (ClassesFromCatalog), and
 //     every tenant its fair-share weight and burst.
+//
+// A configuration it returns is one New and Reconfigure take.
 func FromCatalog(c *catalog.Catalog) (Config, error) {
 	cfg := Config{Classes: ClassesFromCatalog(c)}
 	var errs []error
@@ -370,6 +388,9 @@ func FromCatalog(c *catalog.Catalog) (Config, error) {
 		return Config{}, errors.Join(errs...)
 	}
 	if _, err := defs(cfg.Buckets); err != nil {
+		return Config{}, err
+	}
+	if _, err := newQueueConfig(cfg); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
@@ -433,7 +454,7 @@ func endpointSpecs(cfg *Config, shared map[string]Spec, model string, e catalog.
 			}
 			id := bucketID(s.Scope, s.Key, s.Unit, s.Window, RuleTokenBucket, SourceConfigured)
 			if prev, ok := shared[id]; ok {
-				if prev != s {
+				if !sameSpec(prev, s) {
 					errs = append(errs, fmt.Errorf("%s: %w: %s limit on %s differs from the one given on another endpoint", path, ErrInvalid, s.Scope, s.Key))
 				}
 				continue
@@ -471,7 +492,7 @@ func tenantSpecs(cfg *Config, t catalog.Tenant) []error {
 				errs = append(errs, fmt.Errorf("%s: %w: scope app needs scope_key", path, ErrInvalid))
 				continue
 			}
-			s.Key = t.ID + "/" + l.ScopeKey
+			s.Key = catalog.AppKey(t.ID, l.ScopeKey)
 			cfg.Buckets = append(cfg.Buckets, s)
 		default:
 			errs = append(errs, fmt.Errorf("%s: %w: scope %s needs a key the catalog cannot give yet", path, ErrInvalid, s.Scope))

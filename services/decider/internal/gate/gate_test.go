@@ -1,0 +1,97 @@
+package gate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+)
+
+// FuzzCatalogParts holds every part of the decider to the catalog's
+// validation: whatever catalog.Parse accepts, the gate accepts (the
+// broker's configuration, the key set), the broker is built from it, and
+// the routing and auth indexes take it.
+func FuzzCatalogParts(f *testing.F) {
+	for _, p := range []string{"../../../../deploy/local/catalog.yaml"} {
+		if data, err := os.ReadFile(filepath.Clean(p)); err == nil {
+			f.Add(data)
+		}
+	}
+	key := func(c string) string { return strings.Repeat(c, 64) }
+	f.Add([]byte(`models:
+  - id: m
+    endpoints:
+      - {provider: a, base_url: http://x/v1, price: {input: 1, output: 1}, provider_project: p,
+         limits: [{unit: requests, per: minute, capacity: 1, scope: provider_project, ramp: {max_increase: 1, period: 1s}},
+                  {unit: concurrent_requests, capacity: 3}]}
+  - id: n
+    endpoints:
+      - {provider: a, base_url: http://x/v1, price: {input: 1, output: 1}, provider_project: p,
+         limits: [{unit: requests, per: minute, capacity: 1, scope: provider_project, ramp: {max_increase: 1, period: 1s}}]}
+partners:
+  - {id: r, limits: [{unit: usd, per: day, capacity: 5, ramp: {max_increase: 0.5, period: 24h}}]}
+tenants:
+  - id: t
+    partner: r
+    weight: 2
+    api_keys_sha256: [` + key("a") + `]
+    api_keys: [{sha256: ` + key("b") + `, class: batch}]
+    limits:
+      - {unit: requests, per: day, capacity: 100, ramp: {max_increase: 0.5, period: 500ms}}
+      - {unit: usd, per: day, capacity: 1, reset_at: "07:00", scope: api_key}
+      - {unit: requests, per: minute, capacity: 10, scope: app, scope_key: web/prod}
+workload_classes:
+  batch: {max_wait: 1m, max_depth: 10, overload: fallback, fallback_model: n, weight: 1}
+`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := catalog.Parse(data)
+		if err != nil {
+			return
+		}
+		v, err := Prepare(data)
+		if err != nil {
+			t.Fatalf("catalog.Parse accepts what the gate refuses: %v", err)
+		}
+		if _, err := broker.New(v.Broker, broker.Options{}); err != nil {
+			t.Fatalf("the broker refuses what the gate accepts: %v", err)
+		}
+		if _, err := broker.FromCatalog(c); err != nil {
+			t.Fatalf("catalog.Parse accepts what the broker refuses: %v", err)
+		}
+		routing.New(v.Catalog, routing.Options{})
+		auth.New().SetCatalog(v.Catalog)
+	})
+}
+
+// TestCatalogGate: a catalog one part refuses is refused whole, before
+// anything derived from it is kept, and a valid one yields every view.
+func TestPrepare(t *testing.T) {
+	const ok = `models:
+  - id: m
+    endpoints: [{provider: a, base_url: http://x/v1, price: {input: 1, output: 1}}]
+tenants:
+  - id: t
+    api_keys_sha256: [` + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + `]
+    limits: [{unit: requests, per: day, capacity: 100, ramp: {max_increase: 0.5, period: 1m}}]
+`
+	v, err := Prepare([]byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.At(7)
+	if v.Revision != 7 || v.Keys.Version != 7 || len(v.Keys.KeyPrefixes) != 1 || v.Keys.KeyPrefixes[0] != 0x0123456789abcdef {
+		t.Fatalf("views %+v, key set %v", v, v.Keys)
+	}
+	if len(v.Broker.Buckets) != 1 || v.Broker.Buckets[0].Ramp == nil {
+		t.Fatalf("broker config %+v", v.Broker)
+	}
+	_, err = Prepare([]byte(strings.Replace(ok, "period: 1m", "period: 500ms", 1)))
+	if err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits[0].ramp.period") {
+		t.Fatalf("err = %v, want the ramp period's line", err)
+	}
+}
