@@ -249,7 +249,7 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	require.Eventually(t, func() bool {
 		get, err := b.store.Client().Get(t.Context(), admission.BudgetKey)
 		require.NoError(t, err)
-		return len(get.Kvs) == 1 && strings.Contains(string(get.Kvs[0].Value), `"h2"`)
+		return len(get.Kvs) == 1 && strings.Contains(string(get.Kvs[0].Value), "h2") // the pending estimate's request id, in the saved protobuf
 	}, 10*time.Second, 10*time.Millisecond)
 	a.adm.Abandon()
 	require.Eventually(t, b.adm.Owner, 20*time.Second, 10*time.Millisecond)
