@@ -231,6 +231,324 @@ func (x *ExperimentBlock) GetE2E() []uint64 {
 	return nil
 }
 
+// StatsShard is one model's routing statistics as one replica saw them
+// (/switchboard/v1/stats/<model>): the model's output series and every series
+// of the model's endpoints, only samples inside the statistics window.
+type StatsShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size_buckets is the writer's number of prompt-size buckets (one TTFT
+	// series each); a reader with another number refuses the shard.
+	SizeBuckets uint32 `protobuf:"varint,1,opt,name=size_buckets,json=sizeBuckets,proto3" json:"size_buckets,omitempty"`
+	// model is the model id every endpoint belongs to.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// reporters are the names of the reporters the samples come from, in order
+	// of first use; a sample names its reporter by index in this list.
+	Reporters []string `protobuf:"bytes,3,rep,name=reporters,proto3" json:"reporters,omitempty"`
+	// output is the model's typical-output series (tokens).
+	Output *StatsSeries `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	// endpoints are the model's endpoints, by id.
+	Endpoints     []*StatsEndpoint `protobuf:"bytes,5,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsShard) Reset() {
+	*x = StatsShard{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsShard) ProtoMessage() {}
+
+func (x *StatsShard) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsShard.ProtoReflect.Descriptor instead.
+func (*StatsShard) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatsShard) GetSizeBuckets() uint32 {
+	if x != nil {
+		return x.SizeBuckets
+	}
+	return 0
+}
+
+func (x *StatsShard) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *StatsShard) GetReporters() []string {
+	if x != nil {
+		return x.Reporters
+	}
+	return nil
+}
+
+func (x *StatsShard) GetOutput() *StatsSeries {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *StatsShard) GetEndpoints() []*StatsEndpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// StatsEndpoint is the series of one endpoint of a StatsShard's model.
+type StatsEndpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the endpoint id, <provider>/<model>.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// ttft is one time-to-first-token series (ns) per prompt-size bucket,
+	// exactly size_buckets of them, smallest bucket first.
+	Ttft []*StatsSeries `protobuf:"bytes,2,rep,name=ttft,proto3" json:"ttft,omitempty"`
+	// throughput is the output tokens/s series.
+	Throughput *StatsSeries `protobuf:"bytes,3,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	// cache is the cache-hit series: cached and total prompt tokens.
+	Cache         *StatsRatioSeries `protobuf:"bytes,4,opt,name=cache,proto3" json:"cache,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsEndpoint) Reset() {
+	*x = StatsEndpoint{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsEndpoint) ProtoMessage() {}
+
+func (x *StatsEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsEndpoint.ProtoReflect.Descriptor instead.
+func (*StatsEndpoint) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatsEndpoint) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StatsEndpoint) GetTtft() []*StatsSeries {
+	if x != nil {
+		return x.Ttft
+	}
+	return nil
+}
+
+func (x *StatsEndpoint) GetThroughput() *StatsSeries {
+	if x != nil {
+		return x.Throughput
+	}
+	return nil
+}
+
+func (x *StatsEndpoint) GetCache() *StatsRatioSeries {
+	if x != nil {
+		return x.Cache
+	}
+	return nil
+}
+
+// StatsSeries is a series of samples in their stored order, as parallel
+// lists of equal length. Times are offsets from the newest sample's time, so
+// that an unchanged series encodes to the same bytes whatever the clock says.
+type StatsSeries struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// newest_unix_nano is the newest sample's time, ns since the Unix epoch.
+	NewestUnixNano int64 `protobuf:"varint,1,opt,name=newest_unix_nano,json=newestUnixNano,proto3" json:"newest_unix_nano,omitempty"`
+	// offsets_nano are the samples' times minus newest_unix_nano.
+	OffsetsNano []int64 `protobuf:"zigzag64,2,rep,packed,name=offsets_nano,json=offsetsNano,proto3" json:"offsets_nano,omitempty"`
+	// values are the samples' values.
+	Values []float64 `protobuf:"fixed64,3,rep,packed,name=values,proto3" json:"values,omitempty"`
+	// reporters are the samples' reporters, as indexes into StatsShard.reporters.
+	Reporters     []uint32 `protobuf:"varint,4,rep,packed,name=reporters,proto3" json:"reporters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsSeries) Reset() {
+	*x = StatsSeries{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsSeries) ProtoMessage() {}
+
+func (x *StatsSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsSeries.ProtoReflect.Descriptor instead.
+func (*StatsSeries) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StatsSeries) GetNewestUnixNano() int64 {
+	if x != nil {
+		return x.NewestUnixNano
+	}
+	return 0
+}
+
+func (x *StatsSeries) GetOffsetsNano() []int64 {
+	if x != nil {
+		return x.OffsetsNano
+	}
+	return nil
+}
+
+func (x *StatsSeries) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *StatsSeries) GetReporters() []uint32 {
+	if x != nil {
+		return x.Reporters
+	}
+	return nil
+}
+
+// StatsRatioSeries is a series of (part, whole) samples, laid out as
+// StatsSeries.
+type StatsRatioSeries struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// newest_unix_nano is the newest sample's time, ns since the Unix epoch.
+	NewestUnixNano int64 `protobuf:"varint,1,opt,name=newest_unix_nano,json=newestUnixNano,proto3" json:"newest_unix_nano,omitempty"`
+	// offsets_nano are the samples' times minus newest_unix_nano.
+	OffsetsNano []int64 `protobuf:"zigzag64,2,rep,packed,name=offsets_nano,json=offsetsNano,proto3" json:"offsets_nano,omitempty"`
+	// parts are the samples' numerators, at most their whole.
+	Parts []float64 `protobuf:"fixed64,3,rep,packed,name=parts,proto3" json:"parts,omitempty"`
+	// wholes are the samples' denominators, above zero.
+	Wholes []float64 `protobuf:"fixed64,4,rep,packed,name=wholes,proto3" json:"wholes,omitempty"`
+	// reporters are the samples' reporters, as indexes into StatsShard.reporters.
+	Reporters     []uint32 `protobuf:"varint,5,rep,packed,name=reporters,proto3" json:"reporters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRatioSeries) Reset() {
+	*x = StatsRatioSeries{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRatioSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRatioSeries) ProtoMessage() {}
+
+func (x *StatsRatioSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRatioSeries.ProtoReflect.Descriptor instead.
+func (*StatsRatioSeries) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StatsRatioSeries) GetNewestUnixNano() int64 {
+	if x != nil {
+		return x.NewestUnixNano
+	}
+	return 0
+}
+
+func (x *StatsRatioSeries) GetOffsetsNano() []int64 {
+	if x != nil {
+		return x.OffsetsNano
+	}
+	return nil
+}
+
+func (x *StatsRatioSeries) GetParts() []float64 {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *StatsRatioSeries) GetWholes() []float64 {
+	if x != nil {
+		return x.Wholes
+	}
+	return nil
+}
+
+func (x *StatsRatioSeries) GetReporters() []uint32 {
+	if x != nil {
+		return x.Reporters
+	}
+	return nil
+}
+
 var File_switchboard_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_switchboard_state_v1_state_proto_rawDesc = "" +
@@ -259,7 +577,32 @@ const file_switchboard_state_v1_state_proto_rawDesc = "" +
 	"throughput\x18\n" +
 	" \x03(\x04R\n" +
 	"throughput\x12\x10\n" +
-	"\x03e2e\x18\v \x03(\x04R\x03e2eBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/state/v1;statev1b\x06proto3"
+	"\x03e2e\x18\v \x03(\x04R\x03e2e\"\xe1\x01\n" +
+	"\n" +
+	"StatsShard\x12!\n" +
+	"\fsize_buckets\x18\x01 \x01(\rR\vsizeBuckets\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1c\n" +
+	"\treporters\x18\x03 \x03(\tR\treporters\x129\n" +
+	"\x06output\x18\x04 \x01(\v2!.switchboard.state.v1.StatsSeriesR\x06output\x12A\n" +
+	"\tendpoints\x18\x05 \x03(\v2#.switchboard.state.v1.StatsEndpointR\tendpoints\"\xd7\x01\n" +
+	"\rStatsEndpoint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\x04ttft\x18\x02 \x03(\v2!.switchboard.state.v1.StatsSeriesR\x04ttft\x12A\n" +
+	"\n" +
+	"throughput\x18\x03 \x01(\v2!.switchboard.state.v1.StatsSeriesR\n" +
+	"throughput\x12<\n" +
+	"\x05cache\x18\x04 \x01(\v2&.switchboard.state.v1.StatsRatioSeriesR\x05cache\"\x90\x01\n" +
+	"\vStatsSeries\x12(\n" +
+	"\x10newest_unix_nano\x18\x01 \x01(\x03R\x0enewestUnixNano\x12!\n" +
+	"\foffsets_nano\x18\x02 \x03(\x12R\voffsetsNano\x12\x16\n" +
+	"\x06values\x18\x03 \x03(\x01R\x06values\x12\x1c\n" +
+	"\treporters\x18\x04 \x03(\rR\treporters\"\xab\x01\n" +
+	"\x10StatsRatioSeries\x12(\n" +
+	"\x10newest_unix_nano\x18\x01 \x01(\x03R\x0enewestUnixNano\x12!\n" +
+	"\foffsets_nano\x18\x02 \x03(\x12R\voffsetsNano\x12\x14\n" +
+	"\x05parts\x18\x03 \x03(\x01R\x05parts\x12\x16\n" +
+	"\x06wholes\x18\x04 \x03(\x01R\x06wholes\x12\x1c\n" +
+	"\treporters\x18\x05 \x03(\rR\treportersBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/state/v1;statev1b\x06proto3"
 
 var (
 	file_switchboard_state_v1_state_proto_rawDescOnce sync.Once
@@ -273,19 +616,28 @@ func file_switchboard_state_v1_state_proto_rawDescGZIP() []byte {
 	return file_switchboard_state_v1_state_proto_rawDescData
 }
 
-var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_switchboard_state_v1_state_proto_goTypes = []any{
 	(*HedgeBudgetState)(nil), // 0: switchboard.state.v1.HedgeBudgetState
 	(*ExperimentBlock)(nil),  // 1: switchboard.state.v1.ExperimentBlock
-	nil,                      // 2: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	(*StatsShard)(nil),       // 2: switchboard.state.v1.StatsShard
+	(*StatsEndpoint)(nil),    // 3: switchboard.state.v1.StatsEndpoint
+	(*StatsSeries)(nil),      // 4: switchboard.state.v1.StatsSeries
+	(*StatsRatioSeries)(nil), // 5: switchboard.state.v1.StatsRatioSeries
+	nil,                      // 6: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
 }
 var file_switchboard_state_v1_state_proto_depIdxs = []int32{
-	2, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	6, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	4, // 1: switchboard.state.v1.StatsShard.output:type_name -> switchboard.state.v1.StatsSeries
+	3, // 2: switchboard.state.v1.StatsShard.endpoints:type_name -> switchboard.state.v1.StatsEndpoint
+	4, // 3: switchboard.state.v1.StatsEndpoint.ttft:type_name -> switchboard.state.v1.StatsSeries
+	4, // 4: switchboard.state.v1.StatsEndpoint.throughput:type_name -> switchboard.state.v1.StatsSeries
+	5, // 5: switchboard.state.v1.StatsEndpoint.cache:type_name -> switchboard.state.v1.StatsRatioSeries
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_state_v1_state_proto_init() }
@@ -299,7 +651,7 @@ func file_switchboard_state_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_state_v1_state_proto_rawDesc), len(file_switchboard_state_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
