@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
-
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 

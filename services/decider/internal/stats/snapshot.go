@@ -10,9 +10,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
-
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
 
 // Errors of [Store.Restore], matched with errors.Is.

@@ -12,9 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
-
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
 
 func nan() float64 { return math.NaN() }
