@@ -231,6 +231,1530 @@ func (x *ExperimentBlock) GetE2E() []uint64 {
 	return nil
 }
 
+// StatsShard is one model's routing statistics as one replica saw them
+// (/switchboard/v1/stats/<model>): the model's output series and every series
+// of the model's endpoints, only samples inside the statistics window.
+type StatsShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size_buckets is the writer's number of prompt-size buckets (one TTFT
+	// series each); a reader with another number refuses the shard.
+	SizeBuckets uint32 `protobuf:"varint,1,opt,name=size_buckets,json=sizeBuckets,proto3" json:"size_buckets,omitempty"`
+	// model is the model id every endpoint belongs to.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// reporters are the names of the reporters the samples come from, in order
+	// of first use; a sample names its reporter by index in this list.
+	Reporters []string `protobuf:"bytes,3,rep,name=reporters,proto3" json:"reporters,omitempty"`
+	// output is the model's typical-output series (tokens).
+	Output *StatsSeries `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	// endpoints are the model's endpoints, by id.
+	Endpoints     []*StatsEndpoint `protobuf:"bytes,5,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsShard) Reset() {
+	*x = StatsShard{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsShard) ProtoMessage() {}
+
+func (x *StatsShard) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsShard.ProtoReflect.Descriptor instead.
+func (*StatsShard) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatsShard) GetSizeBuckets() uint32 {
+	if x != nil {
+		return x.SizeBuckets
+	}
+	return 0
+}
+
+func (x *StatsShard) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *StatsShard) GetReporters() []string {
+	if x != nil {
+		return x.Reporters
+	}
+	return nil
+}
+
+func (x *StatsShard) GetOutput() *StatsSeries {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *StatsShard) GetEndpoints() []*StatsEndpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// StatsEndpoint is the series of one endpoint of a StatsShard's model.
+type StatsEndpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the endpoint id, <provider>/<model>.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// ttft is one time-to-first-token series (ns) per prompt-size bucket,
+	// exactly size_buckets of them, smallest bucket first.
+	Ttft []*StatsSeries `protobuf:"bytes,2,rep,name=ttft,proto3" json:"ttft,omitempty"`
+	// throughput is the output tokens/s series.
+	Throughput *StatsSeries `protobuf:"bytes,3,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	// cache is the cache-hit series: cached and total prompt tokens.
+	Cache         *StatsRatioSeries `protobuf:"bytes,4,opt,name=cache,proto3" json:"cache,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsEndpoint) Reset() {
+	*x = StatsEndpoint{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsEndpoint) ProtoMessage() {}
+
+func (x *StatsEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsEndpoint.ProtoReflect.Descriptor instead.
+func (*StatsEndpoint) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatsEndpoint) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StatsEndpoint) GetTtft() []*StatsSeries {
+	if x != nil {
+		return x.Ttft
+	}
+	return nil
+}
+
+func (x *StatsEndpoint) GetThroughput() *StatsSeries {
+	if x != nil {
+		return x.Throughput
+	}
+	return nil
+}
+
+func (x *StatsEndpoint) GetCache() *StatsRatioSeries {
+	if x != nil {
+		return x.Cache
+	}
+	return nil
+}
+
+// StatsSeries is a series of samples in their stored order, as parallel
+// lists of equal length. Times are offsets from the newest sample's time, so
+// that an unchanged series encodes to the same bytes whatever the clock says.
+type StatsSeries struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// newest_unix_nano is the newest sample's time, ns since the Unix epoch.
+	NewestUnixNano int64 `protobuf:"varint,1,opt,name=newest_unix_nano,json=newestUnixNano,proto3" json:"newest_unix_nano,omitempty"`
+	// offsets_nano are the samples' times minus newest_unix_nano.
+	OffsetsNano []int64 `protobuf:"zigzag64,2,rep,packed,name=offsets_nano,json=offsetsNano,proto3" json:"offsets_nano,omitempty"`
+	// values are the samples' values.
+	Values []float64 `protobuf:"fixed64,3,rep,packed,name=values,proto3" json:"values,omitempty"`
+	// reporters are the samples' reporters, as indexes into StatsShard.reporters.
+	Reporters     []uint32 `protobuf:"varint,4,rep,packed,name=reporters,proto3" json:"reporters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsSeries) Reset() {
+	*x = StatsSeries{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsSeries) ProtoMessage() {}
+
+func (x *StatsSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsSeries.ProtoReflect.Descriptor instead.
+func (*StatsSeries) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StatsSeries) GetNewestUnixNano() int64 {
+	if x != nil {
+		return x.NewestUnixNano
+	}
+	return 0
+}
+
+func (x *StatsSeries) GetOffsetsNano() []int64 {
+	if x != nil {
+		return x.OffsetsNano
+	}
+	return nil
+}
+
+func (x *StatsSeries) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *StatsSeries) GetReporters() []uint32 {
+	if x != nil {
+		return x.Reporters
+	}
+	return nil
+}
+
+// StatsRatioSeries is a series of (part, whole) samples, laid out as
+// StatsSeries.
+type StatsRatioSeries struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// newest_unix_nano is the newest sample's time, ns since the Unix epoch.
+	NewestUnixNano int64 `protobuf:"varint,1,opt,name=newest_unix_nano,json=newestUnixNano,proto3" json:"newest_unix_nano,omitempty"`
+	// offsets_nano are the samples' times minus newest_unix_nano.
+	OffsetsNano []int64 `protobuf:"zigzag64,2,rep,packed,name=offsets_nano,json=offsetsNano,proto3" json:"offsets_nano,omitempty"`
+	// parts are the samples' numerators, at most their whole.
+	Parts []float64 `protobuf:"fixed64,3,rep,packed,name=parts,proto3" json:"parts,omitempty"`
+	// wholes are the samples' denominators, above zero.
+	Wholes []float64 `protobuf:"fixed64,4,rep,packed,name=wholes,proto3" json:"wholes,omitempty"`
+	// reporters are the samples' reporters, as indexes into StatsShard.reporters.
+	Reporters     []uint32 `protobuf:"varint,5,rep,packed,name=reporters,proto3" json:"reporters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRatioSeries) Reset() {
+	*x = StatsRatioSeries{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRatioSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRatioSeries) ProtoMessage() {}
+
+func (x *StatsRatioSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRatioSeries.ProtoReflect.Descriptor instead.
+func (*StatsRatioSeries) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StatsRatioSeries) GetNewestUnixNano() int64 {
+	if x != nil {
+		return x.NewestUnixNano
+	}
+	return 0
+}
+
+func (x *StatsRatioSeries) GetOffsetsNano() []int64 {
+	if x != nil {
+		return x.OffsetsNano
+	}
+	return nil
+}
+
+func (x *StatsRatioSeries) GetParts() []float64 {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *StatsRatioSeries) GetWholes() []float64 {
+	if x != nil {
+		return x.Wholes
+	}
+	return nil
+}
+
+func (x *StatsRatioSeries) GetReporters() []uint32 {
+	if x != nil {
+		return x.Reporters
+	}
+	return nil
+}
+
+// BrokerSnapshot is the rate-limit broker's state as its owner saves it
+// (/switchboard/v1/broker/snapshot) for the next owner: bucket levels,
+// route pauses, open reservations, estimate corrections and the queued
+// requests that have an idempotency key. Its size is bounded by the broker
+// (its MaxStateBytes option).
+type BrokerSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// taken_unix_nano is when the snapshot was taken, ns since the Unix epoch.
+	TakenUnixNano int64 `protobuf:"varint,1,opt,name=taken_unix_nano,json=takenUnixNano,proto3" json:"taken_unix_nano,omitempty"`
+	// granted_ttl_nano is the longest reservation lifetime granted since the
+	// owner started or restored, in ns: a next owner's learning mode lasts it.
+	GrantedTtlNano int64 `protobuf:"varint,2,opt,name=granted_ttl_nano,json=grantedTtlNano,proto3" json:"granted_ttl_nano,omitempty"`
+	// learning_until_unix_nano is when the owner's own learning mode ends.
+	LearningUntilUnixNano int64 `protobuf:"varint,3,opt,name=learning_until_unix_nano,json=learningUntilUnixNano,proto3" json:"learning_until_unix_nano,omitempty"`
+	// bucket_ids are the ids of the buckets the snapshot names: first those
+	// of the table (their states follow in buckets, in the same order), then
+	// buckets no longer configured that open reservations still charge.
+	BucketIds []string `protobuf:"bytes,4,rep,name=bucket_ids,json=bucketIds,proto3" json:"bucket_ids,omitempty"`
+	// buckets are the states of the first len(buckets) of bucket_ids.
+	Buckets []*BrokerBucket `protobuf:"bytes,5,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	// routes are the routes and their pauses.
+	Routes []*BrokerRoute `protobuf:"bytes,6,rep,name=routes,proto3" json:"routes,omitempty"`
+	// reservations are the open reservations.
+	Reservations []*BrokerReservation `protobuf:"bytes,7,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	// corrections are the estimate correction factors, by model and route.
+	Corrections []*BrokerCorrection `protobuf:"bytes,8,rep,name=corrections,proto3" json:"corrections,omitempty"`
+	// queue is what the snapshot carries of the admission queues.
+	Queue         *BrokerQueue `protobuf:"bytes,9,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerSnapshot) Reset() {
+	*x = BrokerSnapshot{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerSnapshot) ProtoMessage() {}
+
+func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
+func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BrokerSnapshot) GetTakenUnixNano() int64 {
+	if x != nil {
+		return x.TakenUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerSnapshot) GetGrantedTtlNano() int64 {
+	if x != nil {
+		return x.GrantedTtlNano
+	}
+	return 0
+}
+
+func (x *BrokerSnapshot) GetLearningUntilUnixNano() int64 {
+	if x != nil {
+		return x.LearningUntilUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerSnapshot) GetBucketIds() []string {
+	if x != nil {
+		return x.BucketIds
+	}
+	return nil
+}
+
+func (x *BrokerSnapshot) GetBuckets() []*BrokerBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *BrokerSnapshot) GetRoutes() []*BrokerRoute {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *BrokerSnapshot) GetReservations() []*BrokerReservation {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+func (x *BrokerSnapshot) GetCorrections() []*BrokerCorrection {
+	if x != nil {
+		return x.Corrections
+	}
+	return nil
+}
+
+func (x *BrokerSnapshot) GetQueue() *BrokerQueue {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+// BrokerBucket is one bucket's level.
+type BrokerBucket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is where the bucket's limit comes from: 0 the catalog, 1 learned
+	// from a provider's headers.
+	Source uint32 `protobuf:"varint,1,opt,name=source,proto3" json:"source,omitempty"`
+	// learned is the definition of a learned bucket (source 1).
+	Learned *BrokerLearnedBucket `protobuf:"bytes,2,opt,name=learned,proto3" json:"learned,omitempty"`
+	// level is the bucket's level.
+	Level float64 `protobuf:"fixed64,3,opt,name=level,proto3" json:"level,omitempty"`
+	// prev is the previous window's count of a sliding-window bucket.
+	Prev float64 `protobuf:"fixed64,4,opt,name=prev,proto3" json:"prev,omitempty"`
+	// last_unix_nano is when the level was last brought up to date.
+	LastUnixNano int64 `protobuf:"varint,5,opt,name=last_unix_nano,json=lastUnixNano,proto3" json:"last_unix_nano,omitempty"`
+	// epoch is the bucket's window number.
+	Epoch         int64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerBucket) Reset() {
+	*x = BrokerBucket{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerBucket) ProtoMessage() {}
+
+func (x *BrokerBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerBucket.ProtoReflect.Descriptor instead.
+func (*BrokerBucket) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BrokerBucket) GetSource() uint32 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *BrokerBucket) GetLearned() *BrokerLearnedBucket {
+	if x != nil {
+		return x.Learned
+	}
+	return nil
+}
+
+func (x *BrokerBucket) GetLevel() float64 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *BrokerBucket) GetPrev() float64 {
+	if x != nil {
+		return x.Prev
+	}
+	return 0
+}
+
+func (x *BrokerBucket) GetLastUnixNano() int64 {
+	if x != nil {
+		return x.LastUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerBucket) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// BrokerLearnedBucket is the definition of a bucket learned from a
+// provider's headers; its id is derived from it.
+type BrokerLearnedBucket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scope is the broker's scope number.
+	Scope uint32 `protobuf:"varint,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// unit is the broker's unit number.
+	Unit uint32 `protobuf:"varint,2,opt,name=unit,proto3" json:"unit,omitempty"`
+	// window is the broker's window number.
+	Window uint32 `protobuf:"varint,3,opt,name=window,proto3" json:"window,omitempty"`
+	// key is what the scope limits (an endpoint id, a tenant).
+	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// capacity is the learned limit, above zero.
+	Capacity      float64 `protobuf:"fixed64,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerLearnedBucket) Reset() {
+	*x = BrokerLearnedBucket{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerLearnedBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerLearnedBucket) ProtoMessage() {}
+
+func (x *BrokerLearnedBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerLearnedBucket.ProtoReflect.Descriptor instead.
+func (*BrokerLearnedBucket) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BrokerLearnedBucket) GetScope() uint32 {
+	if x != nil {
+		return x.Scope
+	}
+	return 0
+}
+
+func (x *BrokerLearnedBucket) GetUnit() uint32 {
+	if x != nil {
+		return x.Unit
+	}
+	return 0
+}
+
+func (x *BrokerLearnedBucket) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+func (x *BrokerLearnedBucket) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *BrokerLearnedBucket) GetCapacity() float64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+// BrokerRoute is a route and its pause.
+type BrokerRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the route's endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// dynamic is true for a route the broker created for an endpoint the
+	// configuration does not name.
+	Dynamic bool `protobuf:"varint,2,opt,name=dynamic,proto3" json:"dynamic,omitempty"`
+	// paused_until_unix_nano is when the route's pause ends.
+	PausedUntilUnixNano int64 `protobuf:"varint,3,opt,name=paused_until_unix_nano,json=pausedUntilUnixNano,proto3" json:"paused_until_unix_nano,omitempty"`
+	// pause_reason is the broker's refusal reason of the pause.
+	PauseReason int32 `protobuf:"varint,4,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// pause_streak counts the route's pauses in a row.
+	PauseStreak   int32 `protobuf:"varint,5,opt,name=pause_streak,json=pauseStreak,proto3" json:"pause_streak,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerRoute) Reset() {
+	*x = BrokerRoute{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerRoute) ProtoMessage() {}
+
+func (x *BrokerRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerRoute.ProtoReflect.Descriptor instead.
+func (*BrokerRoute) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BrokerRoute) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *BrokerRoute) GetDynamic() bool {
+	if x != nil {
+		return x.Dynamic
+	}
+	return false
+}
+
+func (x *BrokerRoute) GetPausedUntilUnixNano() int64 {
+	if x != nil {
+		return x.PausedUntilUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerRoute) GetPauseReason() int32 {
+	if x != nil {
+		return x.PauseReason
+	}
+	return 0
+}
+
+func (x *BrokerRoute) GetPauseStreak() int32 {
+	if x != nil {
+		return x.PauseStreak
+	}
+	return 0
+}
+
+// BrokerIdentity is who a reservation or queued request is for.
+type BrokerIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant_id is the tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// api_key_id is the API key's id.
+	ApiKeyId string `protobuf:"bytes,2,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
+	// app is the application.
+	App string `protobuf:"bytes,3,opt,name=app,proto3" json:"app,omitempty"`
+	// environment is the environment.
+	Environment string `protobuf:"bytes,4,opt,name=environment,proto3" json:"environment,omitempty"`
+	// partner is the partner.
+	Partner string `protobuf:"bytes,5,opt,name=partner,proto3" json:"partner,omitempty"`
+	// class is the broker's workload class number.
+	Class         int32 `protobuf:"varint,6,opt,name=class,proto3" json:"class,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerIdentity) Reset() {
+	*x = BrokerIdentity{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerIdentity) ProtoMessage() {}
+
+func (x *BrokerIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerIdentity.ProtoReflect.Descriptor instead.
+func (*BrokerIdentity) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BrokerIdentity) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *BrokerIdentity) GetApiKeyId() string {
+	if x != nil {
+		return x.ApiKeyId
+	}
+	return ""
+}
+
+func (x *BrokerIdentity) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *BrokerIdentity) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *BrokerIdentity) GetPartner() string {
+	if x != nil {
+		return x.Partner
+	}
+	return ""
+}
+
+func (x *BrokerIdentity) GetClass() int32 {
+	if x != nil {
+		return x.Class
+	}
+	return 0
+}
+
+// BrokerDemand is an amount of every unit a request takes.
+type BrokerDemand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// input_tokens is the input tokens.
+	InputTokens int64 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// output_tokens is the output tokens.
+	OutputTokens int64 `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// usd is the cost in US dollars.
+	Usd float64 `protobuf:"fixed64,3,opt,name=usd,proto3" json:"usd,omitempty"`
+	// requests is the requests.
+	Requests      int64 `protobuf:"varint,4,opt,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerDemand) Reset() {
+	*x = BrokerDemand{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerDemand) ProtoMessage() {}
+
+func (x *BrokerDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerDemand.ProtoReflect.Descriptor instead.
+func (*BrokerDemand) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BrokerDemand) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *BrokerDemand) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *BrokerDemand) GetUsd() float64 {
+	if x != nil {
+		return x.Usd
+	}
+	return 0
+}
+
+func (x *BrokerDemand) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+// BrokerReservation is an open reservation.
+type BrokerReservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the reservation id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// request_id is the caller's request id.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// idempotency_key is the caller's idempotency key, if any.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// identity is who the reservation is for.
+	Identity *BrokerIdentity `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// model is the model requested.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// endpoint_id is the endpoint reserved.
+	EndpointId string `protobuf:"bytes,6,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// estimate is the demand estimated before corrections.
+	Estimate *BrokerDemand `protobuf:"bytes,7,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	// demand is the demand reserved.
+	Demand *BrokerDemand `protobuf:"bytes,8,opt,name=demand,proto3" json:"demand,omitempty"`
+	// created_unix_nano is when the reservation was granted.
+	CreatedUnixNano int64 `protobuf:"varint,9,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	// expires_unix_nano is when the reservation expires.
+	ExpiresUnixNano int64 `protobuf:"varint,10,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	// charges are what the reservation holds of each bucket.
+	Charges       []*BrokerCharge `protobuf:"bytes,11,rep,name=charges,proto3" json:"charges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerReservation) Reset() {
+	*x = BrokerReservation{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerReservation) ProtoMessage() {}
+
+func (x *BrokerReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerReservation.ProtoReflect.Descriptor instead.
+func (*BrokerReservation) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BrokerReservation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BrokerReservation) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *BrokerReservation) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *BrokerReservation) GetIdentity() *BrokerIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *BrokerReservation) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BrokerReservation) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *BrokerReservation) GetEstimate() *BrokerDemand {
+	if x != nil {
+		return x.Estimate
+	}
+	return nil
+}
+
+func (x *BrokerReservation) GetDemand() *BrokerDemand {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
+func (x *BrokerReservation) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerReservation) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerReservation) GetCharges() []*BrokerCharge {
+	if x != nil {
+		return x.Charges
+	}
+	return nil
+}
+
+// BrokerCharge is what a reservation holds of one bucket.
+type BrokerCharge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bucket is the bucket's index in BrokerSnapshot.bucket_ids.
+	Bucket uint32 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// amount is the amount held, at least zero.
+	Amount float64 `protobuf:"fixed64,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	// epoch is the bucket's window number when charged.
+	Epoch         int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerCharge) Reset() {
+	*x = BrokerCharge{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerCharge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerCharge) ProtoMessage() {}
+
+func (x *BrokerCharge) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerCharge.ProtoReflect.Descriptor instead.
+func (*BrokerCharge) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BrokerCharge) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *BrokerCharge) GetAmount() float64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *BrokerCharge) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// BrokerCorrection is the correction factors of estimates for one model on
+// one route.
+type BrokerCorrection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// route is the route's endpoint.
+	Route string `protobuf:"bytes,2,opt,name=route,proto3" json:"route,omitempty"`
+	// input is the factor of input tokens, above zero.
+	Input float64 `protobuf:"fixed64,3,opt,name=input,proto3" json:"input,omitempty"`
+	// output is the factor of output tokens, above zero.
+	Output float64 `protobuf:"fixed64,4,opt,name=output,proto3" json:"output,omitempty"`
+	// usd is the factor of cost, above zero.
+	Usd float64 `protobuf:"fixed64,5,opt,name=usd,proto3" json:"usd,omitempty"`
+	// count is how many reconciliations the factors learned from.
+	Count         int64 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerCorrection) Reset() {
+	*x = BrokerCorrection{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerCorrection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerCorrection) ProtoMessage() {}
+
+func (x *BrokerCorrection) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerCorrection.ProtoReflect.Descriptor instead.
+func (*BrokerCorrection) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BrokerCorrection) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BrokerCorrection) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
+}
+
+func (x *BrokerCorrection) GetInput() float64 {
+	if x != nil {
+		return x.Input
+	}
+	return 0
+}
+
+func (x *BrokerCorrection) GetOutput() float64 {
+	if x != nil {
+		return x.Output
+	}
+	return 0
+}
+
+func (x *BrokerCorrection) GetUsd() float64 {
+	if x != nil {
+		return x.Usd
+	}
+	return 0
+}
+
+func (x *BrokerCorrection) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// BrokerQueue is what a snapshot carries of the admission queues.
+type BrokerQueue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// virtual_time is the queues' virtual time.
+	VirtualTime float64 `protobuf:"fixed64,1,opt,name=virtual_time,json=virtualTime,proto3" json:"virtual_time,omitempty"`
+	// flows are the flows and their virtual finish.
+	Flows []*BrokerFlow `protobuf:"bytes,2,rep,name=flows,proto3" json:"flows,omitempty"`
+	// requests are the waiting requests that have an idempotency key, in
+	// arrival order.
+	Requests      []*BrokerQueued `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerQueue) Reset() {
+	*x = BrokerQueue{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerQueue) ProtoMessage() {}
+
+func (x *BrokerQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerQueue.ProtoReflect.Descriptor instead.
+func (*BrokerQueue) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BrokerQueue) GetVirtualTime() float64 {
+	if x != nil {
+		return x.VirtualTime
+	}
+	return 0
+}
+
+func (x *BrokerQueue) GetFlows() []*BrokerFlow {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+func (x *BrokerQueue) GetRequests() []*BrokerQueued {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BrokerFlow is one flow of the admission queues: a class and a tenant.
+type BrokerFlow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// class is the broker's workload class number.
+	Class int32 `protobuf:"varint,1,opt,name=class,proto3" json:"class,omitempty"`
+	// tenant_id is the tenant.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// virtual_finish is the flow's virtual finish, absent before its first
+	// admission.
+	VirtualFinish *float64 `protobuf:"fixed64,3,opt,name=virtual_finish,json=virtualFinish,proto3,oneof" json:"virtual_finish,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerFlow) Reset() {
+	*x = BrokerFlow{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerFlow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerFlow) ProtoMessage() {}
+
+func (x *BrokerFlow) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerFlow.ProtoReflect.Descriptor instead.
+func (*BrokerFlow) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BrokerFlow) GetClass() int32 {
+	if x != nil {
+		return x.Class
+	}
+	return 0
+}
+
+func (x *BrokerFlow) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *BrokerFlow) GetVirtualFinish() float64 {
+	if x != nil && x.VirtualFinish != nil {
+		return *x.VirtualFinish
+	}
+	return 0
+}
+
+// BrokerQueued is a request waiting in the admission queues.
+type BrokerQueued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id is the caller's request id.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// idempotency_key is the caller's idempotency key.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// identity is who the request is for.
+	Identity *BrokerIdentity `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	// model is the model requested.
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// endpoint_id is the endpoint requested.
+	EndpointId string `protobuf:"bytes,5,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// fallback_model is the model the request falls back to, if any.
+	FallbackModel string `protobuf:"bytes,6,opt,name=fallback_model,json=fallbackModel,proto3" json:"fallback_model,omitempty"`
+	// queue_class is the workload class number of the queue it waits in.
+	QueueClass int32 `protobuf:"varint,7,opt,name=queue_class,json=queueClass,proto3" json:"queue_class,omitempty"`
+	// demand is the demand requested.
+	Demand *BrokerDemand `protobuf:"bytes,8,opt,name=demand,proto3" json:"demand,omitempty"`
+	// ttl_nano is the reservation lifetime requested, in ns.
+	TtlNano int64 `protobuf:"varint,9,opt,name=ttl_nano,json=ttlNano,proto3" json:"ttl_nano,omitempty"`
+	// max_wait_nano is the longest the caller waits, in ns.
+	MaxWaitNano int64 `protobuf:"varint,10,opt,name=max_wait_nano,json=maxWaitNano,proto3" json:"max_wait_nano,omitempty"`
+	// attempt is the caller's attempt number.
+	Attempt int64 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// previous_failure is the broker's refusal reason of the previous attempt.
+	PreviousFailure int32 `protobuf:"varint,12,opt,name=previous_failure,json=previousFailure,proto3" json:"previous_failure,omitempty"`
+	// enqueued_unix_nano is when the request was queued.
+	EnqueuedUnixNano int64 `protobuf:"varint,13,opt,name=enqueued_unix_nano,json=enqueuedUnixNano,proto3" json:"enqueued_unix_nano,omitempty"`
+	// deadline_unix_nano is when the request stops waiting.
+	DeadlineUnixNano int64 `protobuf:"varint,14,opt,name=deadline_unix_nano,json=deadlineUnixNano,proto3" json:"deadline_unix_nano,omitempty"`
+	// decision is the queue decision the caller was told.
+	Decision      *BrokerQueueDecision `protobuf:"bytes,15,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerQueued) Reset() {
+	*x = BrokerQueued{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerQueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerQueued) ProtoMessage() {}
+
+func (x *BrokerQueued) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerQueued.ProtoReflect.Descriptor instead.
+func (*BrokerQueued) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BrokerQueued) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *BrokerQueued) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *BrokerQueued) GetIdentity() *BrokerIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *BrokerQueued) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BrokerQueued) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *BrokerQueued) GetFallbackModel() string {
+	if x != nil {
+		return x.FallbackModel
+	}
+	return ""
+}
+
+func (x *BrokerQueued) GetQueueClass() int32 {
+	if x != nil {
+		return x.QueueClass
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetDemand() *BrokerDemand {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
+func (x *BrokerQueued) GetTtlNano() int64 {
+	if x != nil {
+		return x.TtlNano
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetMaxWaitNano() int64 {
+	if x != nil {
+		return x.MaxWaitNano
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetPreviousFailure() int32 {
+	if x != nil {
+		return x.PreviousFailure
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetEnqueuedUnixNano() int64 {
+	if x != nil {
+		return x.EnqueuedUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetDeadlineUnixNano() int64 {
+	if x != nil {
+		return x.DeadlineUnixNano
+	}
+	return 0
+}
+
+func (x *BrokerQueued) GetDecision() *BrokerQueueDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+// BrokerQueueDecision is the queue decision a queued request's caller was
+// told.
+type BrokerQueueDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the decision's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// position is the request's place in its queue.
+	Position int64 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// estimated_wait_nano is the wait estimated, in ns.
+	EstimatedWaitNano int64 `protobuf:"varint,3,opt,name=estimated_wait_nano,json=estimatedWaitNano,proto3" json:"estimated_wait_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BrokerQueueDecision) Reset() {
+	*x = BrokerQueueDecision{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerQueueDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerQueueDecision) ProtoMessage() {}
+
+func (x *BrokerQueueDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerQueueDecision.ProtoReflect.Descriptor instead.
+func (*BrokerQueueDecision) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BrokerQueueDecision) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BrokerQueueDecision) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *BrokerQueueDecision) GetEstimatedWaitNano() int64 {
+	if x != nil {
+		return x.EstimatedWaitNano
+	}
+	return 0
+}
+
 var File_switchboard_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_switchboard_state_v1_state_proto_rawDesc = "" +
@@ -259,7 +1783,136 @@ const file_switchboard_state_v1_state_proto_rawDesc = "" +
 	"throughput\x18\n" +
 	" \x03(\x04R\n" +
 	"throughput\x12\x10\n" +
-	"\x03e2e\x18\v \x03(\x04R\x03e2eBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/state/v1;statev1b\x06proto3"
+	"\x03e2e\x18\v \x03(\x04R\x03e2e\"\xe1\x01\n" +
+	"\n" +
+	"StatsShard\x12!\n" +
+	"\fsize_buckets\x18\x01 \x01(\rR\vsizeBuckets\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1c\n" +
+	"\treporters\x18\x03 \x03(\tR\treporters\x129\n" +
+	"\x06output\x18\x04 \x01(\v2!.switchboard.state.v1.StatsSeriesR\x06output\x12A\n" +
+	"\tendpoints\x18\x05 \x03(\v2#.switchboard.state.v1.StatsEndpointR\tendpoints\"\xd7\x01\n" +
+	"\rStatsEndpoint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\x04ttft\x18\x02 \x03(\v2!.switchboard.state.v1.StatsSeriesR\x04ttft\x12A\n" +
+	"\n" +
+	"throughput\x18\x03 \x01(\v2!.switchboard.state.v1.StatsSeriesR\n" +
+	"throughput\x12<\n" +
+	"\x05cache\x18\x04 \x01(\v2&.switchboard.state.v1.StatsRatioSeriesR\x05cache\"\x90\x01\n" +
+	"\vStatsSeries\x12(\n" +
+	"\x10newest_unix_nano\x18\x01 \x01(\x03R\x0enewestUnixNano\x12!\n" +
+	"\foffsets_nano\x18\x02 \x03(\x12R\voffsetsNano\x12\x16\n" +
+	"\x06values\x18\x03 \x03(\x01R\x06values\x12\x1c\n" +
+	"\treporters\x18\x04 \x03(\rR\treporters\"\xab\x01\n" +
+	"\x10StatsRatioSeries\x12(\n" +
+	"\x10newest_unix_nano\x18\x01 \x01(\x03R\x0enewestUnixNano\x12!\n" +
+	"\foffsets_nano\x18\x02 \x03(\x12R\voffsetsNano\x12\x14\n" +
+	"\x05parts\x18\x03 \x03(\x01R\x05parts\x12\x16\n" +
+	"\x06wholes\x18\x04 \x03(\x01R\x06wholes\x12\x1c\n" +
+	"\treporters\x18\x05 \x03(\rR\treporters\"\x83\x04\n" +
+	"\x0eBrokerSnapshot\x12&\n" +
+	"\x0ftaken_unix_nano\x18\x01 \x01(\x03R\rtakenUnixNano\x12(\n" +
+	"\x10granted_ttl_nano\x18\x02 \x01(\x03R\x0egrantedTtlNano\x127\n" +
+	"\x18learning_until_unix_nano\x18\x03 \x01(\x03R\x15learningUntilUnixNano\x12\x1d\n" +
+	"\n" +
+	"bucket_ids\x18\x04 \x03(\tR\tbucketIds\x12<\n" +
+	"\abuckets\x18\x05 \x03(\v2\".switchboard.state.v1.BrokerBucketR\abuckets\x129\n" +
+	"\x06routes\x18\x06 \x03(\v2!.switchboard.state.v1.BrokerRouteR\x06routes\x12K\n" +
+	"\freservations\x18\a \x03(\v2'.switchboard.state.v1.BrokerReservationR\freservations\x12H\n" +
+	"\vcorrections\x18\b \x03(\v2&.switchboard.state.v1.BrokerCorrectionR\vcorrections\x127\n" +
+	"\x05queue\x18\t \x01(\v2!.switchboard.state.v1.BrokerQueueR\x05queue\"\xd1\x01\n" +
+	"\fBrokerBucket\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\rR\x06source\x12C\n" +
+	"\alearned\x18\x02 \x01(\v2).switchboard.state.v1.BrokerLearnedBucketR\alearned\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\x01R\x05level\x12\x12\n" +
+	"\x04prev\x18\x04 \x01(\x01R\x04prev\x12$\n" +
+	"\x0elast_unix_nano\x18\x05 \x01(\x03R\flastUnixNano\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\"\x85\x01\n" +
+	"\x13BrokerLearnedBucket\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\rR\x05scope\x12\x12\n" +
+	"\x04unit\x18\x02 \x01(\rR\x04unit\x12\x16\n" +
+	"\x06window\x18\x03 \x01(\rR\x06window\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x1a\n" +
+	"\bcapacity\x18\x05 \x01(\x01R\bcapacity\"\xc3\x01\n" +
+	"\vBrokerRoute\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x18\n" +
+	"\adynamic\x18\x02 \x01(\bR\adynamic\x123\n" +
+	"\x16paused_until_unix_nano\x18\x03 \x01(\x03R\x13pausedUntilUnixNano\x12!\n" +
+	"\fpause_reason\x18\x04 \x01(\x05R\vpauseReason\x12!\n" +
+	"\fpause_streak\x18\x05 \x01(\x05R\vpauseStreak\"\xaf\x01\n" +
+	"\x0eBrokerIdentity\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1c\n" +
+	"\n" +
+	"api_key_id\x18\x02 \x01(\tR\bapiKeyId\x12\x10\n" +
+	"\x03app\x18\x03 \x01(\tR\x03app\x12 \n" +
+	"\venvironment\x18\x04 \x01(\tR\venvironment\x12\x18\n" +
+	"\apartner\x18\x05 \x01(\tR\apartner\x12\x14\n" +
+	"\x05class\x18\x06 \x01(\x05R\x05class\"\x84\x01\n" +
+	"\fBrokerDemand\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x10\n" +
+	"\x03usd\x18\x03 \x01(\x01R\x03usd\x12\x1a\n" +
+	"\brequests\x18\x04 \x01(\x03R\brequests\"\xf6\x03\n" +
+	"\x11BrokerReservation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12@\n" +
+	"\bidentity\x18\x04 \x01(\v2$.switchboard.state.v1.BrokerIdentityR\bidentity\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1f\n" +
+	"\vendpoint_id\x18\x06 \x01(\tR\n" +
+	"endpointId\x12>\n" +
+	"\bestimate\x18\a \x01(\v2\".switchboard.state.v1.BrokerDemandR\bestimate\x12:\n" +
+	"\x06demand\x18\b \x01(\v2\".switchboard.state.v1.BrokerDemandR\x06demand\x12*\n" +
+	"\x11created_unix_nano\x18\t \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
+	"\x11expires_unix_nano\x18\n" +
+	" \x01(\x03R\x0fexpiresUnixNano\x12<\n" +
+	"\acharges\x18\v \x03(\v2\".switchboard.state.v1.BrokerChargeR\acharges\"T\n" +
+	"\fBrokerCharge\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\x01R\x06amount\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\x94\x01\n" +
+	"\x10BrokerCorrection\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05route\x18\x02 \x01(\tR\x05route\x12\x14\n" +
+	"\x05input\x18\x03 \x01(\x01R\x05input\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\x01R\x06output\x12\x10\n" +
+	"\x03usd\x18\x05 \x01(\x01R\x03usd\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x03R\x05count\"\xa8\x01\n" +
+	"\vBrokerQueue\x12!\n" +
+	"\fvirtual_time\x18\x01 \x01(\x01R\vvirtualTime\x126\n" +
+	"\x05flows\x18\x02 \x03(\v2 .switchboard.state.v1.BrokerFlowR\x05flows\x12>\n" +
+	"\brequests\x18\x03 \x03(\v2\".switchboard.state.v1.BrokerQueuedR\brequests\"~\n" +
+	"\n" +
+	"BrokerFlow\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\x05R\x05class\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12*\n" +
+	"\x0evirtual_finish\x18\x03 \x01(\x01H\x00R\rvirtualFinish\x88\x01\x01B\x11\n" +
+	"\x0f_virtual_finish\"\xfa\x04\n" +
+	"\fBrokerQueued\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12@\n" +
+	"\bidentity\x18\x03 \x01(\v2$.switchboard.state.v1.BrokerIdentityR\bidentity\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1f\n" +
+	"\vendpoint_id\x18\x05 \x01(\tR\n" +
+	"endpointId\x12%\n" +
+	"\x0efallback_model\x18\x06 \x01(\tR\rfallbackModel\x12\x1f\n" +
+	"\vqueue_class\x18\a \x01(\x05R\n" +
+	"queueClass\x12:\n" +
+	"\x06demand\x18\b \x01(\v2\".switchboard.state.v1.BrokerDemandR\x06demand\x12\x19\n" +
+	"\bttl_nano\x18\t \x01(\x03R\attlNano\x12\"\n" +
+	"\rmax_wait_nano\x18\n" +
+	" \x01(\x03R\vmaxWaitNano\x12\x18\n" +
+	"\aattempt\x18\v \x01(\x03R\aattempt\x12)\n" +
+	"\x10previous_failure\x18\f \x01(\x05R\x0fpreviousFailure\x12,\n" +
+	"\x12enqueued_unix_nano\x18\r \x01(\x03R\x10enqueuedUnixNano\x12,\n" +
+	"\x12deadline_unix_nano\x18\x0e \x01(\x03R\x10deadlineUnixNano\x12E\n" +
+	"\bdecision\x18\x0f \x01(\v2).switchboard.state.v1.BrokerQueueDecisionR\bdecision\"q\n" +
+	"\x13BrokerQueueDecision\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\x03R\bposition\x12.\n" +
+	"\x13estimated_wait_nano\x18\x03 \x01(\x03R\x11estimatedWaitNanoBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/state/v1;statev1b\x06proto3"
 
 var (
 	file_switchboard_state_v1_state_proto_rawDescOnce sync.Once
@@ -273,19 +1926,56 @@ func file_switchboard_state_v1_state_proto_rawDescGZIP() []byte {
 	return file_switchboard_state_v1_state_proto_rawDescData
 }
 
-var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_switchboard_state_v1_state_proto_goTypes = []any{
-	(*HedgeBudgetState)(nil), // 0: switchboard.state.v1.HedgeBudgetState
-	(*ExperimentBlock)(nil),  // 1: switchboard.state.v1.ExperimentBlock
-	nil,                      // 2: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	(*HedgeBudgetState)(nil),    // 0: switchboard.state.v1.HedgeBudgetState
+	(*ExperimentBlock)(nil),     // 1: switchboard.state.v1.ExperimentBlock
+	(*StatsShard)(nil),          // 2: switchboard.state.v1.StatsShard
+	(*StatsEndpoint)(nil),       // 3: switchboard.state.v1.StatsEndpoint
+	(*StatsSeries)(nil),         // 4: switchboard.state.v1.StatsSeries
+	(*StatsRatioSeries)(nil),    // 5: switchboard.state.v1.StatsRatioSeries
+	(*BrokerSnapshot)(nil),      // 6: switchboard.state.v1.BrokerSnapshot
+	(*BrokerBucket)(nil),        // 7: switchboard.state.v1.BrokerBucket
+	(*BrokerLearnedBucket)(nil), // 8: switchboard.state.v1.BrokerLearnedBucket
+	(*BrokerRoute)(nil),         // 9: switchboard.state.v1.BrokerRoute
+	(*BrokerIdentity)(nil),      // 10: switchboard.state.v1.BrokerIdentity
+	(*BrokerDemand)(nil),        // 11: switchboard.state.v1.BrokerDemand
+	(*BrokerReservation)(nil),   // 12: switchboard.state.v1.BrokerReservation
+	(*BrokerCharge)(nil),        // 13: switchboard.state.v1.BrokerCharge
+	(*BrokerCorrection)(nil),    // 14: switchboard.state.v1.BrokerCorrection
+	(*BrokerQueue)(nil),         // 15: switchboard.state.v1.BrokerQueue
+	(*BrokerFlow)(nil),          // 16: switchboard.state.v1.BrokerFlow
+	(*BrokerQueued)(nil),        // 17: switchboard.state.v1.BrokerQueued
+	(*BrokerQueueDecision)(nil), // 18: switchboard.state.v1.BrokerQueueDecision
+	nil,                         // 19: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
 }
 var file_switchboard_state_v1_state_proto_depIdxs = []int32{
-	2, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	19, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	4,  // 1: switchboard.state.v1.StatsShard.output:type_name -> switchboard.state.v1.StatsSeries
+	3,  // 2: switchboard.state.v1.StatsShard.endpoints:type_name -> switchboard.state.v1.StatsEndpoint
+	4,  // 3: switchboard.state.v1.StatsEndpoint.ttft:type_name -> switchboard.state.v1.StatsSeries
+	4,  // 4: switchboard.state.v1.StatsEndpoint.throughput:type_name -> switchboard.state.v1.StatsSeries
+	5,  // 5: switchboard.state.v1.StatsEndpoint.cache:type_name -> switchboard.state.v1.StatsRatioSeries
+	7,  // 6: switchboard.state.v1.BrokerSnapshot.buckets:type_name -> switchboard.state.v1.BrokerBucket
+	9,  // 7: switchboard.state.v1.BrokerSnapshot.routes:type_name -> switchboard.state.v1.BrokerRoute
+	12, // 8: switchboard.state.v1.BrokerSnapshot.reservations:type_name -> switchboard.state.v1.BrokerReservation
+	14, // 9: switchboard.state.v1.BrokerSnapshot.corrections:type_name -> switchboard.state.v1.BrokerCorrection
+	15, // 10: switchboard.state.v1.BrokerSnapshot.queue:type_name -> switchboard.state.v1.BrokerQueue
+	8,  // 11: switchboard.state.v1.BrokerBucket.learned:type_name -> switchboard.state.v1.BrokerLearnedBucket
+	10, // 12: switchboard.state.v1.BrokerReservation.identity:type_name -> switchboard.state.v1.BrokerIdentity
+	11, // 13: switchboard.state.v1.BrokerReservation.estimate:type_name -> switchboard.state.v1.BrokerDemand
+	11, // 14: switchboard.state.v1.BrokerReservation.demand:type_name -> switchboard.state.v1.BrokerDemand
+	13, // 15: switchboard.state.v1.BrokerReservation.charges:type_name -> switchboard.state.v1.BrokerCharge
+	16, // 16: switchboard.state.v1.BrokerQueue.flows:type_name -> switchboard.state.v1.BrokerFlow
+	17, // 17: switchboard.state.v1.BrokerQueue.requests:type_name -> switchboard.state.v1.BrokerQueued
+	10, // 18: switchboard.state.v1.BrokerQueued.identity:type_name -> switchboard.state.v1.BrokerIdentity
+	11, // 19: switchboard.state.v1.BrokerQueued.demand:type_name -> switchboard.state.v1.BrokerDemand
+	18, // 20: switchboard.state.v1.BrokerQueued.decision:type_name -> switchboard.state.v1.BrokerQueueDecision
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_state_v1_state_proto_init() }
@@ -293,13 +1983,14 @@ func file_switchboard_state_v1_state_proto_init() {
 	if File_switchboard_state_v1_state_proto != nil {
 		return
 	}
+	file_switchboard_state_v1_state_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_state_v1_state_proto_rawDesc), len(file_switchboard_state_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

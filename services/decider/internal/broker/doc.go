@@ -126,8 +126,9 @@
 //   - retry.go: the retry budget of logical requests and the deadline of a
 //     retry (its own small sharded map; a leaf lock);
 //   - snapshot.go, restore.go: Snapshot and Restore (table mutex, every
-//     shard ascending, then buckets); snapshot_decode.go: the format read
-//     back, with no lock;
+//     shard ascending, then buckets); snapshot_decode.go: the snapshot
+//     read back and validated, with no lock; state.go: what a snapshot
+//     may hold and what each part takes of it;
 //   - limits.go: the Limits view; correct.go: estimate correction;
 //     spec.go: bucket specs from the catalog; ids.go: reservation ids.
 //
@@ -323,8 +324,9 @@
 // # Snapshots and learning mode
 //
 // Snapshot encodes bucket levels, learned limits, route pauses, open
-// reservations, correction factors and queued requests in a versioned,
-// checksummed blob, consistent between reservations and levels. Restore
+// reservations, correction factors and queued requests as a protobuf
+// switchboard.state.v1.BrokerSnapshot, consistent between reservations and
+// levels; a snapshot holding one impossible value is refused whole. Restore
 // loads one into a broker built from today's configuration. A new owner
 // does not know what the old owner granted after its last snapshot, so
 // after an unclean stop it calls SetConservative(LearningUntil(now)):

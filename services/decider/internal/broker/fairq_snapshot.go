@@ -2,10 +2,13 @@ package broker
 
 import (
 	"cmp"
-	"encoding/binary"
 	"math"
 	"slices"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
 
 // maxSnapQueued bounds the queued requests a snapshot carries, the
@@ -56,9 +59,9 @@ func (b *Broker) captureQueue() snapQueue {
 	es = es[:min(len(es), maxSnapQueued)]
 	// Queued requests are carried while they fit in their part of the
 	// state; those beyond only lose their place after a failover.
-	size := int64(8 + binary.MaxVarintLen64) // the virtual time, the flow count
+	size := queueBaseSize
 	for _, f := range sq.flows {
-		size += binary.MaxVarintLen64 + strSize(len(f.key.tenant)) + 1 + 8
+		size += flowSize(f)
 	}
 	for i, e := range es {
 		if size += queuedSize(e); size > maxQueueSnapBytes {
@@ -73,91 +76,101 @@ func (b *Broker) captureQueue() snapQueue {
 	return sq
 }
 
-// queuedSize bounds what appendQueue writes for e.
+// queueBaseSize bounds what the queue takes in a snapshot without its
+// flows and requests: its field's tag and length, and the virtual time.
+var queueBaseSize = 1 + int64(uvarintLen(maxQueueSnapBytes)) + dblField
+
+// flowSize bounds what f takes in a snapshot.
+func flowSize(f snapFlow) int64 {
+	return msgField(intField + strField(len(f.key.tenant)) + dblField)
+}
+
+// queuedSize bounds what e takes in a snapshot.
 func queuedSize(e *qentry) int64 {
 	r := &e.req
-	n := int64(0)
-	for _, s := range [...]string{r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
-		r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID, e.fallback, e.decision.ID} {
-		n += strSize(len(s))
+	n := identitySize(&r.Identity)
+	for _, s := range [...]string{r.RequestID, r.IdempotencyKey, r.Model, r.EndpointID, e.fallback} {
+		n += strField(len(s))
 	}
-	const v = binary.MaxVarintLen64
-	return n + 2*v + (3*v + 8) + 8*v
+	n += intField + demandField + 6*intField // the queue's class, the demand, ttl … deadline
+	n += msgField(strField(len(e.decision.ID)) + 2*intField)
+	return msgField(n)
 }
 
-func appendQueue(w []byte, sq snapQueue) []byte {
-	w = appendFloat(w, sq.vt)
-	w = binary.AppendUvarint(w, uint64(len(sq.flows)))
-	for _, f := range sq.flows {
-		w = binary.AppendVarint(w, int64(f.key.class))
-		w = appendString(w, f.key.tenant)
-		w = appendBool(w, !math.IsInf(f.vfin, -1))
+func encodeQueue(sq snapQueue) *statev1.BrokerQueue {
+	pq := &statev1.BrokerQueue{VirtualTime: sq.vt, Flows: make([]*statev1.BrokerFlow, len(sq.flows))}
+	for i, f := range sq.flows {
+		pf := &statev1.BrokerFlow{Class: int32(f.key.class), TenantId: safe(f.key.tenant)}
 		if !math.IsInf(f.vfin, -1) {
-			w = appendFloat(w, f.vfin)
+			pf.VirtualFinish = proto.Float64(f.vfin)
 		}
+		pq.Flows[i] = pf
 	}
-	w = binary.AppendUvarint(w, uint64(len(sq.entries)))
-	for _, e := range sq.entries {
+	pq.Requests = make([]*statev1.BrokerQueued, len(sq.entries))
+	for i, e := range sq.entries {
 		r := &e.req
-		for _, s := range [...]string{r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
-			r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID, e.fallback, e.decision.ID} {
-			w = appendString(w, s)
+		pq.Requests[i] = &statev1.BrokerQueued{
+			RequestId: safe(r.RequestID), IdempotencyKey: safe(r.IdempotencyKey), Identity: encodeIdentity(r.Identity),
+			Model: safe(r.Model), EndpointId: safe(r.EndpointID), FallbackModel: safe(e.fallback),
+			QueueClass: int32(e.class), Demand: encodeDemand(r.Demand),
+			TtlNano: int64(r.TTL), MaxWaitNano: int64(r.MaxWait), Attempt: int64(r.Attempt),
+			PreviousFailure: int32(r.PreviousFailure), EnqueuedUnixNano: e.enq, DeadlineUnixNano: e.deadline,
+			Decision: &statev1.BrokerQueueDecision{
+				Id: safe(e.decision.ID), Position: int64(e.decision.Position), EstimatedWaitNano: int64(e.decision.EstimatedWait),
+			},
 		}
-		w = binary.AppendVarint(w, int64(r.Identity.Class))
-		w = binary.AppendVarint(w, int64(e.class))
-		w = appendDemand(w, r.Demand)
-		w = binary.AppendVarint(w, int64(r.TTL))
-		w = binary.AppendVarint(w, int64(r.MaxWait))
-		w = binary.AppendVarint(w, int64(r.Attempt))
-		w = binary.AppendVarint(w, int64(r.PreviousFailure))
-		w = binary.AppendVarint(w, e.enq)
-		w = binary.AppendVarint(w, e.deadline)
-		w = binary.AppendVarint(w, int64(e.decision.Position))
-		w = binary.AppendVarint(w, int64(e.decision.EstimatedWait))
 	}
-	return w
+	return pq
 }
 
-// queue reads the queue section.
-func (r *reader) queue() snapQueue {
-	sq := snapQueue{vt: r.float()}
-	for n := r.count(1 + 1 + 1); n > 0 && r.err == nil; n-- {
-		f := snapFlow{key: flowKey{class: r.class(), tenant: r.str()}, vfin: math.Inf(-1)}
-		if r.byte1() != 0 {
-			f.vfin = r.float()
+// decodeQueue reads the queue's part of a snapshot.
+func decodeQueue(pq *statev1.BrokerQueue) (snapQueue, error) {
+	sq := snapQueue{vt: pq.GetVirtualTime()}
+	if !finite(sq.vt) {
+		return sq, corrupt("non-finite number")
+	}
+	for _, pf := range pq.GetFlows() {
+		cls, err := decodeClass(pf.GetClass())
+		if err != nil {
+			return sq, err
+		}
+		f := snapFlow{key: flowKey{class: cls, tenant: pf.GetTenantId()}, vfin: math.Inf(-1)}
+		if pf.VirtualFinish != nil {
+			if f.vfin = pf.GetVirtualFinish(); !finite(f.vfin) {
+				return sq, corrupt("non-finite number")
+			}
 		}
 		sq.flows = append(sq.flows, f)
 	}
-	for n := r.count(11 + 2 + 11 + 8); n > 0 && r.err == nil; n-- {
+	for _, pr := range pq.GetRequests() {
 		var e snapQueued
 		rq := &e.req
-		for _, p := range [...]*string{&rq.RequestID, &rq.IdempotencyKey, &rq.Identity.TenantID, &rq.Identity.APIKeyID,
-			&rq.Identity.App, &rq.Identity.Environment, &rq.Identity.Partner, &rq.Model, &rq.EndpointID, &e.fallback, &e.decision.ID} {
-			*p = r.str()
+		rq.RequestID, rq.IdempotencyKey = pr.GetRequestId(), pr.GetIdempotencyKey()
+		rq.Model, rq.EndpointID, e.fallback = pr.GetModel(), pr.GetEndpointId(), pr.GetFallbackModel()
+		var err error
+		if rq.Identity, err = decodeIdentity(pr.GetIdentity()); err != nil {
+			return sq, err
 		}
-		rq.Identity.Class, e.class = r.class(), r.class()
-		rq.Demand = r.demand()
-		rq.TTL, rq.MaxWait = time.Duration(r.varint()), time.Duration(r.varint())
-		rq.Attempt, rq.PreviousFailure = int(r.varint()), RefusalReason(r.varint())
-		e.enq, e.deadline = r.varint(), r.varint()
-		e.decision.Position, e.decision.EstimatedWait = int(r.varint()), time.Duration(r.varint())
+		if e.class, err = decodeClass(pr.GetQueueClass()); err != nil {
+			return sq, err
+		}
+		if rq.Demand, err = decodeDemand(pr.GetDemand()); err != nil {
+			return sq, err
+		}
+		rq.TTL, rq.MaxWait = time.Duration(pr.GetTtlNano()), time.Duration(pr.GetMaxWaitNano())
+		rq.Attempt, rq.PreviousFailure = int(pr.GetAttempt()), RefusalReason(pr.GetPreviousFailure())
+		e.enq, e.deadline = pr.GetEnqueuedUnixNano(), pr.GetDeadlineUnixNano()
+		pd := pr.GetDecision()
+		e.decision.ID, e.decision.Position, e.decision.EstimatedWait = pd.GetId(), int(pd.GetPosition()), time.Duration(pd.GetEstimatedWaitNano())
 		e.decision.Class = e.class
 		if rq.IdempotencyKey == "" || rq.TTL < 0 || rq.MaxWait < 0 || e.decision.Position < 0 || e.decision.EstimatedWait < 0 ||
-			rq.PreviousFailure < 0 || rq.PreviousFailure > ReasonDeadline {
-			r.fail("bad queued request")
+			rq.PreviousFailure < 0 || rq.PreviousFailure > ReasonDeadline || pd.GetPosition() > math.MaxInt32 ||
+			pr.GetAttempt() < math.MinInt32 || pr.GetAttempt() > math.MaxInt32 {
+			return sq, corrupt("bad queued request")
 		}
 		sq.entries = append(sq.entries, e)
 	}
-	return sq
-}
-
-// class reads a workload class.
-func (r *reader) class() WorkloadClass {
-	c := r.varint()
-	if c < 0 || c > int64(ClassBatch) {
-		r.fail("bad workload class")
-	}
-	return WorkloadClass(c)
+	return sq, nil
 }
 
 // restoreQueue adds the snapshot's queued requests, as of now, orphaned:

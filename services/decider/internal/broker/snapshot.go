@@ -1,34 +1,29 @@
 package broker
 
 import (
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
-	"math"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
-
-// SnapshotVersion is the format version written after the magic of every
-// snapshot; Restore refuses any other with ErrSnapshotVersion.
-const SnapshotVersion = 3
-
-const snapshotMagic = "SBRK"
 
 // Errors of [Broker.Restore], matched with errors.Is.
 var (
-	// ErrSnapshotVersion is returned for a snapshot of a format this build
-	// does not know, or not a broker snapshot at all.
-	ErrSnapshotVersion = errors.New("unknown broker snapshot version")
-	// ErrSnapshotCorrupt is returned for a snapshot that is truncated, fails
-	// its checksum or holds impossible values.
+	// ErrSnapshotVersion is returned for an empty value: not a broker
+	// snapshot at all.
+	ErrSnapshotVersion = errors.New("not a broker snapshot")
+	// ErrSnapshotCorrupt is returned for a snapshot that does not decode or
+	// holds impossible values.
 	ErrSnapshotCorrupt = errors.New("corrupt broker snapshot")
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // Snapshot returns the broker's state: bucket levels (and learned buckets'
 // limits), route pauses, open reservations, correction factors and the
-// queued requests that have an idempotency key, as "SBRK", a version byte,
-// the body and a CRC-32C of everything before it.
+// queued requests that have an idempotency key, as a protobuf
+// switchboard.state.v1.BrokerSnapshot (proto/switchboard/state/v1/
+// state.proto), encoded deterministically.
 //
 // The cut is consistent between reservations and bucket levels: every
 // operation that changes both (reserve, reconcile, expiry) holds its
@@ -46,35 +41,40 @@ func (b *Broker) Snapshot() []byte {
 	defer b.cfgMu.Unlock()
 	t := b.tab.Load()
 	bst, entries, expires := b.capture(t)
-	now := b.nowNS()
 
 	names, order := bucketNames(bst, entries)
-	w := make([]byte, 0, 64+len(order)*48+len(bst)*40+len(entries)*(160+len(e0(entries))*12))
-	w = append(w, snapshotMagic...)
-	w = append(w, SnapshotVersion)
-	w = binary.AppendVarint(w, now)
-	// For learning mode after a failover: the longest TTL granted since New
-	// or Restore, and when this owner's learning mode ends.
-	w = binary.AppendVarint(w, b.granted.Load())
-	w = binary.AppendVarint(w, b.consUntil.Load())
-	w = binary.AppendUvarint(w, uint64(len(order)))
-	for _, bk := range order {
-		w = appendString(w, bk.id)
+	msg := &statev1.BrokerSnapshot{
+		TakenUnixNano: b.nowNS(),
+		// For learning mode after a failover: the longest TTL granted since
+		// New or Restore, and when this owner's learning mode ends.
+		GrantedTtlNano:        b.granted.Load(),
+		LearningUntilUnixNano: b.consUntil.Load(),
+		BucketIds:             make([]string, len(order)),
 	}
-	w = appendBucketStates(w, bst)
-	w = appendRoutes(w, t)
-	n0 := len(w)
-	w = appendEntries(w, entries, expires, names)
-	n1 := len(w)
-	w = b.appendCorrections(w)
-	n2 := len(w)
-	w = appendQueue(w, sq)
+	for i, bk := range order {
+		msg.BucketIds[i] = safe(bk.id)
+	}
+	msg.Buckets = encodeBucketStates(bst)
+	msg.Routes = encodeRoutes(t)
+	msg.Corrections = b.encodeCorrections()
 	// What the snapshot takes but for the open reservations and the queue:
 	// the room left for reservations (entryRoom) is what remains of the
 	// limit. Buckets, routes and corrections follow the catalog.
-	b.baseBytes.Store(int64(n0 + (n2 - n1) + 4))
-	return binary.LittleEndian.AppendUint32(w, crc32.Checksum(w, castagnoli))
+	b.baseBytes.Store(int64(proto.Size(msg)))
+	msg.Reservations = encodeEntries(entries, expires, names)
+	msg.Queue = encodeQueue(sq)
+	w, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		// Unreachable: every string is valid UTF-8 (safe).
+		panic("broker: encode snapshot: " + err.Error())
+	}
+	return w
 }
+
+// safe returns s as a protobuf string must be, valid UTF-8. The strings of
+// requests are refused otherwise (checkFields) and the catalog's are UTF-8,
+// so it returns s unchanged.
+func safe(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // bucketState is a bucket's state as Snapshot copies it.
 type bucketState struct {
@@ -133,104 +133,74 @@ func bucketNames(bst []bucketState, entries []*entry) (map[*bucket]int, []*bucke
 	return names, order
 }
 
-func appendBucketStates(w []byte, bst []bucketState) []byte {
-	w = binary.AppendUvarint(w, uint64(len(bst)))
-	for _, s := range bst {
-		w = append(w, byte(s.bk.source))
-		if s.bk.source == SourceLearned {
-			w = append(w, byte(s.bk.scope), byte(s.bk.unit), byte(s.bk.window))
-			w = appendString(w, s.bk.key)
-			w = appendFloat(w, s.p.capacity)
+func encodeBucketStates(bst []bucketState) []*statev1.BrokerBucket {
+	out := make([]*statev1.BrokerBucket, len(bst))
+	for i, s := range bst {
+		pb := &statev1.BrokerBucket{
+			Source: uint32(s.bk.source), Level: s.level, Prev: s.prev, LastUnixNano: s.last, Epoch: s.epoch,
 		}
-		w = appendFloat(w, s.level)
-		w = appendFloat(w, s.prev)
-		w = binary.AppendVarint(w, s.last)
-		w = binary.AppendVarint(w, s.epoch)
+		if s.bk.source == SourceLearned {
+			pb.Learned = &statev1.BrokerLearnedBucket{
+				Scope: uint32(s.bk.scope), Unit: uint32(s.bk.unit), Window: uint32(s.bk.window),
+				Key: safe(s.bk.key), Capacity: s.p.capacity,
+			}
+		}
+		out[i] = pb
 	}
-	return w
+	return out
 }
 
-func appendRoutes(w []byte, t *table) []byte {
-	w = binary.AppendUvarint(w, uint64(len(t.routeDefs)))
-	for _, r := range t.routeDefs {
+func encodeRoutes(t *table) []*statev1.BrokerRoute {
+	out := make([]*statev1.BrokerRoute, len(t.routeDefs))
+	for i, r := range t.routeDefs {
 		rt := t.routes[r.EndpointID]
-		w = appendString(w, r.EndpointID)
-		w = appendBool(w, r.dynamic)
-		w = binary.AppendVarint(w, rt.pause.until.Load())
-		w = binary.AppendVarint(w, int64(rt.pause.reason.Load()))
-		w = binary.AppendVarint(w, int64(rt.pause.streak.Load()))
+		out[i] = &statev1.BrokerRoute{
+			EndpointId: safe(r.EndpointID), Dynamic: r.dynamic, PausedUntilUnixNano: rt.pause.until.Load(),
+			PauseReason: rt.pause.reason.Load(), PauseStreak: rt.pause.streak.Load(),
+		}
 	}
-	return w
+	return out
 }
 
-func appendEntries(w []byte, entries []*entry, expires []int64, names map[*bucket]int) []byte {
-	w = binary.AppendUvarint(w, uint64(len(entries)))
+func encodeIdentity(id Identity) *statev1.BrokerIdentity {
+	return &statev1.BrokerIdentity{
+		TenantId: safe(id.TenantID), ApiKeyId: safe(id.APIKeyID), App: safe(id.App),
+		Environment: safe(id.Environment), Partner: safe(id.Partner), Class: int32(id.Class),
+	}
+}
+
+func encodeDemand(d Demand) *statev1.BrokerDemand {
+	return &statev1.BrokerDemand{InputTokens: d.InputTokens, OutputTokens: d.OutputTokens, Usd: d.USD, Requests: d.Requests}
+}
+
+func encodeEntries(entries []*entry, expires []int64, names map[*bucket]int) []*statev1.BrokerReservation {
+	out := make([]*statev1.BrokerReservation, len(entries))
 	for ei, e := range entries {
 		r := &e.res
-		for _, s := range [...]string{r.ID, r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
-			r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID} {
-			w = appendString(w, s)
+		pr := &statev1.BrokerReservation{
+			Id: safe(r.ID), RequestId: safe(r.RequestID), IdempotencyKey: safe(r.IdempotencyKey),
+			Identity: encodeIdentity(r.Identity), Model: safe(r.Model), EndpointId: safe(r.EndpointID),
+			Estimate: encodeDemand(r.Estimate), Demand: encodeDemand(r.Demand),
+			CreatedUnixNano: r.Created.UnixNano(), ExpiresUnixNano: expires[ei],
+			Charges: make([]*statev1.BrokerCharge, len(e.recs)),
 		}
-		w = binary.AppendVarint(w, int64(r.Identity.Class))
-		w = appendDemand(w, r.Estimate)
-		w = appendDemand(w, r.Demand)
-		w = binary.AppendVarint(w, r.Created.UnixNano())
-		w = binary.AppendVarint(w, expires[ei])
-		w = binary.AppendUvarint(w, uint64(len(e.recs)))
-		for _, c := range e.recs {
-			w = binary.AppendUvarint(w, uint64(names[c.b]))
-			w = appendFloat(w, c.amount)
-			w = binary.AppendVarint(w, c.epoch)
+		for i, c := range e.recs {
+			pr.Charges[i] = &statev1.BrokerCharge{Bucket: uint32(names[c.b]), Amount: c.amount, Epoch: c.epoch}
 		}
+		out[ei] = pr
 	}
-	return w
+	return out
 }
 
-func (b *Broker) appendCorrections(w []byte) []byte {
-	var corr []byte
-	n := 0
+func (b *Broker) encodeCorrections() []*statev1.BrokerCorrection {
+	var out []*statev1.BrokerCorrection
 	b.corr.Range(func(k, v any) bool {
 		key, c := k.(corrKey), v.(*correction)
-		corr = appendString(corr, key.model)
-		corr = appendString(corr, key.route)
-		corr = appendFloat(corr, load(&c.in))
-		corr = appendFloat(corr, load(&c.out))
-		corr = appendFloat(corr, load(&c.usd))
-		corr = binary.AppendVarint(corr, c.n.Load())
-		n++
+		out = append(out, &statev1.BrokerCorrection{
+			Model: safe(key.model), Route: safe(key.route),
+			Input: load(&c.in), Output: load(&c.out), Usd: load(&c.usd), Count: c.n.Load(),
+		})
 		return true
 	})
-	w = binary.AppendUvarint(w, uint64(n))
-	return append(w, corr...)
-}
-
-// e0 is the charges of the first entry, for a size estimate.
-func e0(es []*entry) []charge {
-	if len(es) == 0 {
-		return nil
-	}
-	return es[0].recs
-}
-
-func appendString(w []byte, s string) []byte {
-	w = binary.AppendUvarint(w, uint64(len(s)))
-	return append(w, s...)
-}
-
-func appendFloat(w []byte, f float64) []byte {
-	return binary.LittleEndian.AppendUint64(w, math.Float64bits(f))
-}
-
-func appendBool(w []byte, v bool) []byte {
-	if v {
-		return append(w, 1)
-	}
-	return append(w, 0)
-}
-
-func appendDemand(w []byte, d Demand) []byte {
-	w = binary.AppendVarint(w, d.InputTokens)
-	w = binary.AppendVarint(w, d.OutputTokens)
-	w = appendFloat(w, d.USD)
-	return binary.AppendVarint(w, d.Requests)
+	return out
 }

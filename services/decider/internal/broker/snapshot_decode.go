@@ -1,102 +1,14 @@
 package broker
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
-
-// reader decodes a snapshot body; the first error sticks.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrSnapshotCorrupt, what)
-	}
-	r.b = nil
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// count reads a count of items of at least min bytes each, refusing one the
-// rest of the snapshot cannot hold before anything is allocated for it. With
-// min 0 it reads a plain index, bounded by the caller.
-func (r *reader) count(min int) int {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad count")
-		return 0
-	}
-	r.b = r.b[n:]
-	if min == 0 {
-		if v > math.MaxInt32 {
-			r.fail("index out of range")
-			return 0
-		}
-		return int(v)
-	}
-	if v > uint64(len(r.b)/min) {
-		r.fail("count larger than the snapshot")
-		return 0
-	}
-	return int(v)
-}
-
-func (r *reader) byte1() byte {
-	if len(r.b) < 1 {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) str() string {
-	n := r.count(1)
-	if r.err != nil {
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// float reads a finite float.
-func (r *reader) float() float64 {
-	if len(r.b) < 8 {
-		r.fail("truncated")
-		return 0
-	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		r.fail("non-finite number")
-		return 0
-	}
-	return f
-}
-
-func (r *reader) demand() Demand {
-	d := Demand{InputTokens: r.varint(), OutputTokens: r.varint(), USD: r.float(), Requests: r.varint()}
-	if d.validate() != nil {
-		r.fail("negative demand")
-	}
-	return d
-}
 
 type snapBucket struct {
 	id          string
@@ -141,134 +53,171 @@ type snapshot struct {
 	queue   snapQueue
 }
 
+// corrupt is the error of a snapshot holding an impossible value.
+func corrupt(what string) error { return fmt.Errorf("%w: %s", ErrSnapshotCorrupt, what) }
+
+// finite reports whether every f is neither NaN nor infinite.
+func finite(fs ...float64) bool {
+	for _, f := range fs {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeSnapshot parses and validates a snapshot without touching the
+// broker: a snapshot holding one impossible value is refused whole.
 func decodeSnapshot(blob []byte) (*snapshot, error) {
-	if len(blob) < len(snapshotMagic)+1+4 || string(blob[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, fmt.Errorf("%w: no broker snapshot magic", ErrSnapshotVersion)
+	if len(blob) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrSnapshotVersion)
 	}
-	v := blob[len(snapshotMagic)]
-	if v != SnapshotVersion {
-		return nil, fmt.Errorf("%w: %d", ErrSnapshotVersion, v)
+	var msg statev1.BrokerSnapshot
+	if err := proto.Unmarshal(blob, &msg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
 	}
-	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrSnapshotCorrupt)
-	}
-	r := &reader{b: body[len(snapshotMagic)+1:]}
-	s := &snapshot{}
-	r.varint() // taken at, for humans and future use
-	s.granted, s.learn = r.varint(), r.varint()
+	s := &snapshot{granted: msg.GetGrantedTtlNano(), learn: msg.GetLearningUntilUnixNano()}
 	if s.granted < 0 {
-		r.fail("bad granted TTL")
+		return nil, corrupt("bad granted TTL")
 	}
-	var names []string
-	for n := r.count(1); n > 0 && r.err == nil; n-- {
-		names = append(names, r.str())
+	names := msg.GetBucketIds()
+	var err error
+	if s.buckets, err = decodeBuckets(msg.GetBuckets(), names); err != nil {
+		return nil, err
 	}
-	s.buckets = r.buckets(names)
-	for n := r.count(1 + 1 + 3); n > 0 && r.err == nil; n-- {
-		s.routes = append(s.routes, r.route())
+	for _, pr := range msg.GetRoutes() {
+		if pr.GetPauseReason() < 0 || pr.GetPauseReason() > int32(ReasonDeadline) || pr.GetPauseStreak() < 0 {
+			return nil, corrupt("bad route pause")
+		}
+		s.routes = append(s.routes, snapRoute{endpoint: pr.GetEndpointId(), dynamic: pr.GetDynamic(),
+			until: pr.GetPausedUntilUnixNano(), reason: pr.GetPauseReason(), streak: pr.GetPauseStreak()})
 	}
-	for n := r.count(10 + 1 + 2*11 + 3); n > 0 && r.err == nil; n-- {
-		s.entries = append(s.entries, r.entry(names))
+	s.entries = make([]snapEntry, 0, len(msg.GetReservations()))
+	for _, pr := range msg.GetReservations() {
+		se, err := decodeEntry(pr, names)
+		if err != nil {
+			return nil, err
+		}
+		s.entries = append(s.entries, se)
 	}
-	for n := r.count(2 + 24 + 1); n > 0 && r.err == nil; n-- {
-		c := snapCorr{key: corrKey{model: r.str(), route: r.str()}, in: r.float(), out: r.float(), us: r.float(), n: r.varint()}
-		if !(c.in > 0 && c.out > 0 && c.us > 0) || c.n < 0 {
-			r.fail("bad correction")
+	for _, pc := range msg.GetCorrections() {
+		c := snapCorr{key: corrKey{model: pc.GetModel(), route: pc.GetRoute()},
+			in: pc.GetInput(), out: pc.GetOutput(), us: pc.GetUsd(), n: pc.GetCount()}
+		if !finite(c.in, c.out, c.us) || !(c.in > 0 && c.out > 0 && c.us > 0) || c.n < 0 {
+			return nil, corrupt("bad correction")
 		}
 		s.corr = append(s.corr, c)
 	}
-	s.queue = r.queue()
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("trailing bytes")
-	}
-	if r.err != nil {
-		return nil, r.err
+	if s.queue, err = decodeQueue(msg.GetQueue()); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// buckets reads the bucket states, the first of names in order.
-func (r *reader) buckets(names []string) []snapBucket {
-	var out []snapBucket
-	states := r.count(1 + 8 + 8 + 1 + 1)
-	if states > len(names) {
-		r.fail("more bucket states than buckets")
+// decodeBuckets reads the bucket states, the first of names in order.
+func decodeBuckets(pbs []*statev1.BrokerBucket, names []string) ([]snapBucket, error) {
+	if len(pbs) > len(names) {
+		return nil, corrupt("more bucket states than buckets")
 	}
-	for i := 0; i < states && r.err == nil; i++ {
-		sb := snapBucket{id: names[i], source: Source(r.byte1())}
-		switch sb.source {
-		case SourceConfigured:
-		case SourceLearned:
-			sb.learned = r.learned(sb.id)
+	out := make([]snapBucket, 0, len(pbs))
+	for i, pb := range pbs {
+		sb := snapBucket{id: names[i], level: pb.GetLevel(), prev: pb.GetPrev(), last: pb.GetLastUnixNano(), epoch: pb.GetEpoch()}
+		switch pb.GetSource() {
+		case uint32(SourceConfigured):
+			sb.source = SourceConfigured
+		case uint32(SourceLearned):
+			sb.source = SourceLearned
+			d, err := decodeLearned(pb.GetLearned(), sb.id)
+			if err != nil {
+				return nil, err
+			}
+			sb.learned = d
 		default:
-			r.fail("bad bucket source")
+			return nil, corrupt("bad bucket source")
 		}
-		sb.level, sb.prev = r.float(), r.float()
-		sb.last, sb.epoch = r.varint(), r.varint()
+		if !finite(sb.level, sb.prev) {
+			return nil, corrupt("non-finite number")
+		}
 		out = append(out, sb)
 	}
-	return out
+	return out, nil
 }
 
-// learned reads the definition of the learned bucket named id.
-func (r *reader) learned(id string) def {
-	d := def{scope: Scope(r.byte1()), unit: Unit(r.byte1()), window: Window(r.byte1()), rule: RuleTokenBucket, source: SourceLearned}
-	d.key = r.str()
-	d.capacity = r.float()
-	d.period = int64(d.window.Duration())
-	if d.scope < ScopeAPIKey || d.scope > ScopeModelRoute || d.unit < UnitRequests || d.unit >= UnitConcurrentRequests ||
-		d.window < WindowSecond || d.window > WindowHour || !(d.capacity > 0) {
-		r.fail("bad learned bucket")
+// decodeLearned reads the definition of the learned bucket named id.
+func decodeLearned(pl *statev1.BrokerLearnedBucket, id string) (def, error) {
+	if pl == nil || pl.GetScope() < uint32(ScopeAPIKey) || pl.GetScope() > uint32(ScopeModelRoute) ||
+		pl.GetUnit() < uint32(UnitRequests) || pl.GetUnit() >= uint32(UnitConcurrentRequests) ||
+		pl.GetWindow() < uint32(WindowSecond) || pl.GetWindow() > uint32(WindowHour) ||
+		!finite(pl.GetCapacity()) || !(pl.GetCapacity() > 0) {
+		return def{}, corrupt("bad learned bucket")
 	}
+	d := def{scope: Scope(pl.GetScope()), unit: Unit(pl.GetUnit()), window: Window(pl.GetWindow()),
+		rule: RuleTokenBucket, source: SourceLearned, key: pl.GetKey(), capacity: pl.GetCapacity()}
+	d.period = int64(d.window.Duration())
 	d.id = bucketID(d.scope, d.key, d.unit, d.window, d.rule, d.source)
 	if d.id != id {
-		r.fail("learned bucket id mismatch")
+		return def{}, corrupt("learned bucket id mismatch")
 	}
-	return d
+	return d, nil
 }
 
-// route reads a route and its pause.
-func (r *reader) route() snapRoute {
-	sr := snapRoute{endpoint: r.str(), dynamic: r.byte1() != 0, until: r.varint()}
-	reason, streak := r.varint(), r.varint()
-	if reason < 0 || reason > int64(ReasonDeadline) || streak < 0 || streak > math.MaxInt32 {
-		r.fail("bad route pause")
+// decodeClass reads a workload class.
+func decodeClass(c int32) (WorkloadClass, error) {
+	if c < 0 || c > int32(ClassBatch) {
+		return 0, corrupt("bad workload class")
 	}
-	sr.reason, sr.streak = int32(reason), int32(streak)
-	return sr
+	return WorkloadClass(c), nil
 }
 
-// entry reads an open reservation, its charges naming buckets by their
-// index in names.
-func (r *reader) entry(names []string) snapEntry {
+// decodeIdentity reads who a reservation or a queued request is for.
+func decodeIdentity(pi *statev1.BrokerIdentity) (Identity, error) {
+	cls, err := decodeClass(pi.GetClass())
+	return Identity{TenantID: pi.GetTenantId(), APIKeyID: pi.GetApiKeyId(), App: pi.GetApp(),
+		Environment: pi.GetEnvironment(), Partner: pi.GetPartner(), Class: cls}, err
+}
+
+// decodeDemand reads a demand, refusing a negative or non-finite one.
+func decodeDemand(pd *statev1.BrokerDemand) (Demand, error) {
+	d := Demand{InputTokens: pd.GetInputTokens(), OutputTokens: pd.GetOutputTokens(), USD: pd.GetUsd(), Requests: pd.GetRequests()}
+	if !finite(d.USD) {
+		return Demand{}, corrupt("non-finite number")
+	}
+	if d.validate() != nil {
+		return Demand{}, corrupt("negative demand")
+	}
+	return d, nil
+}
+
+// decodeEntry reads an open reservation, its charges naming buckets by
+// their index in names.
+func decodeEntry(pr *statev1.BrokerReservation, names []string) (snapEntry, error) {
 	var se snapEntry
 	res := &se.res
-	for _, p := range [...]*string{&res.ID, &res.RequestID, &res.IdempotencyKey, &res.Identity.TenantID, &res.Identity.APIKeyID,
-		&res.Identity.App, &res.Identity.Environment, &res.Identity.Partner, &res.Model, &res.EndpointID} {
-		*p = r.str()
+	res.ID, res.RequestID, res.IdempotencyKey = pr.GetId(), pr.GetRequestId(), pr.GetIdempotencyKey()
+	res.Model, res.EndpointID = pr.GetModel(), pr.GetEndpointId()
+	if _, ok := shardOf(res.ID); !ok {
+		return se, corrupt("bad reservation id")
 	}
-	if _, ok := shardOf(res.ID); !ok && r.err == nil {
-		r.fail("bad reservation id")
+	var err error
+	if res.Identity, err = decodeIdentity(pr.GetIdentity()); err != nil {
+		return se, err
 	}
-	class := r.varint()
-	if class < 0 || class > int64(ClassBatch) {
-		r.fail("bad workload class")
+	if res.Estimate, err = decodeDemand(pr.GetEstimate()); err != nil {
+		return se, err
 	}
-	res.Identity.Class = WorkloadClass(class)
-	res.Estimate, res.Demand = r.demand(), r.demand()
-	created := r.varint()
-	se.expires = r.varint()
-	res.Created, res.Expires = time.Unix(0, created).UTC(), time.Unix(0, se.expires).UTC()
-	for m := r.count(1 + 8 + 1); m > 0 && r.err == nil; m-- {
-		i := r.count(0)
-		c := snapCharge{amount: r.float(), epoch: r.varint()}
-		if i >= len(names) || c.amount < 0 {
-			r.fail("bad charge")
-			break
+	if res.Demand, err = decodeDemand(pr.GetDemand()); err != nil {
+		return se, err
+	}
+	se.expires = pr.GetExpiresUnixNano()
+	res.Created, res.Expires = time.Unix(0, pr.GetCreatedUnixNano()).UTC(), time.Unix(0, se.expires).UTC()
+	se.charges = make([]snapCharge, 0, len(pr.GetCharges()))
+	for _, pc := range pr.GetCharges() {
+		c := snapCharge{amount: pc.GetAmount(), epoch: pc.GetEpoch()}
+		if int64(pc.GetBucket()) >= int64(len(names)) || !finite(c.amount) || c.amount < 0 {
+			return se, corrupt("bad charge")
 		}
-		c.bucket = names[i]
+		c.bucket = names[pc.GetBucket()]
 		se.charges = append(se.charges, c)
 	}
-	return se
+	return se, nil
 }

@@ -1,12 +1,16 @@
 package broker
 
 import (
-	"encoding/binary"
-	"hash/crc32"
+	"bytes"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
 
 // snapshotSpecs covers every rule.
@@ -132,34 +136,77 @@ func TestRestoreIntoChangedConfig(t *testing.T) {
 }
 
 func TestRestoreErrors(t *testing.T) {
-	b, _ := newBroker(t, snapshotSpecs())
-	_, _, err := b.Reserve(t.Context(), req(one))
+	// A reservation open, one reconciled (a correction, a learned bucket).
+	b, _ := newBroker(t, snapshotSpecs(), func(o *Options) { o.DisableCorrection = false })
+	rq := req(one)
+	rq.IdempotencyKey = "k"
+	_, _, err := b.Reserve(t.Context(), rq)
+	require.NoError(t, err)
+	r, _, err := b.Reserve(t.Context(), req(Demand{InputTokens: 100, OutputTokens: 200, USD: 0.5}))
+	require.NoError(t, err)
+	_, err = b.Reconcile(t.Context(), ReconcileRequest{ReservationID: r.ID, Outcome: OutcomeOK,
+		Usage:   Usage{InputTokens: 150, OutputTokens: 20, CostUSD: 0.1, Reported: true},
+		Headers: []Header{{"x-ratelimit-limit-tokens", "90000"}, {"x-ratelimit-remaining-tokens", "80000"}}})
 	require.NoError(t, err)
 	good := b.Snapshot()
-	flip := func(i int) []byte {
-		c := append([]byte(nil), good...)
-		c[i] ^= 0x40
-		return c
+	var m statev1.BrokerSnapshot
+	require.NoError(t, proto.Unmarshal(good, &m))
+	require.NotEmpty(t, m.Corrections, "the corrections are covered")
+	// edit is good with f applied to its message.
+	edit := func(f func(m *statev1.BrokerSnapshot)) []byte {
+		c := proto.Clone(&m).(*statev1.BrokerSnapshot)
+		f(c)
+		blob, err := proto.Marshal(c)
+		require.NoError(t, err)
+		return blob
 	}
-	// version is good marked as version v, its checksum right.
-	version := func(good []byte, v byte) []byte {
-		c := append([]byte(nil), good[:len(good)-4]...)
-		c[len(snapshotMagic)] = v
-		return binary.LittleEndian.AppendUint32(c, crc32.Checksum(c, castagnoli))
+	var learned *statev1.BrokerBucket
+	for _, pb := range m.Buckets {
+		if pb.Learned != nil {
+			learned = pb
+		}
 	}
+	require.NotNil(t, learned, "a learned bucket is covered")
+	li := slices.Index(m.Buckets, learned)
+	res := func(m *statev1.BrokerSnapshot) *statev1.BrokerReservation { return m.Reservations[0] }
 	tests := []struct {
 		name string
 		blob []byte
 		want error
 	}{
 		{name: "empty", blob: nil, want: ErrSnapshotVersion},
-		{name: "not a broker snapshot", blob: []byte("{\"json\":true}"), want: ErrSnapshotVersion},
-		{name: "another version", blob: append([]byte("SBRK\x09"), good[5:]...), want: ErrSnapshotVersion},
-		// Versions 1 and 2 never shipped: refused, not read.
-		{name: "version 1", blob: version(good, 1), want: ErrSnapshotVersion},
-		{name: "version 2", blob: version(good, 2), want: ErrSnapshotVersion},
-		{name: "a flipped bit", blob: flip(len(good) / 2), want: ErrSnapshotCorrupt},
+		{name: "not a broker snapshot", blob: []byte("{\"json\":true}"), want: ErrSnapshotCorrupt},
+		{name: "the old binary format", blob: []byte("SBRK\x03\x00\x00\x00\x00"), want: ErrSnapshotCorrupt},
 		{name: "truncated", blob: good[:len(good)-7], want: ErrSnapshotCorrupt},
+		{name: "trailing bytes", blob: append(append([]byte(nil), good...), 0, 0), want: ErrSnapshotCorrupt},
+		{name: "negative granted TTL", blob: edit(func(m *statev1.BrokerSnapshot) { m.GrantedTtlNano = -1 }), want: ErrSnapshotCorrupt},
+		{name: "more states than buckets", blob: edit(func(m *statev1.BrokerSnapshot) { m.BucketIds = m.BucketIds[:1] }), want: ErrSnapshotCorrupt},
+		{name: "bad bucket source", blob: edit(func(m *statev1.BrokerSnapshot) { m.Buckets[0].Source = 7 }), want: ErrSnapshotCorrupt},
+		{name: "non-finite level", blob: edit(func(m *statev1.BrokerSnapshot) { m.Buckets[0].Level = math.NaN() }), want: ErrSnapshotCorrupt},
+		{name: "learned bucket without its definition", blob: edit(func(m *statev1.BrokerSnapshot) { m.Buckets[li].Learned = nil }), want: ErrSnapshotCorrupt},
+		{name: "learned bucket of another id", blob: edit(func(m *statev1.BrokerSnapshot) { m.Buckets[li].Learned.Key += "x" }), want: ErrSnapshotCorrupt},
+		{name: "learned window out of range", blob: edit(func(m *statev1.BrokerSnapshot) { m.Buckets[li].Learned.Window += 256 }), want: ErrSnapshotCorrupt},
+		{name: "bad route pause", blob: edit(func(m *statev1.BrokerSnapshot) { m.Routes[0].PauseReason = 99 }), want: ErrSnapshotCorrupt},
+		{name: "bad reservation id", blob: edit(func(m *statev1.BrokerSnapshot) { res(m).Id = "r1" }), want: ErrSnapshotCorrupt},
+		{name: "bad workload class", blob: edit(func(m *statev1.BrokerSnapshot) { res(m).Identity.Class = 9 }), want: ErrSnapshotCorrupt},
+		{name: "negative demand", blob: edit(func(m *statev1.BrokerSnapshot) { res(m).Demand.InputTokens = -1 }), want: ErrSnapshotCorrupt},
+		{name: "infinite cost", blob: edit(func(m *statev1.BrokerSnapshot) { res(m).Estimate.Usd = math.Inf(1) }), want: ErrSnapshotCorrupt},
+		{name: "charge of no bucket", blob: edit(func(m *statev1.BrokerSnapshot) { res(m).Charges[0].Bucket = uint32(len(m.BucketIds)) }), want: ErrSnapshotCorrupt},
+		{name: "negative charge", blob: edit(func(m *statev1.BrokerSnapshot) { res(m).Charges[0].Amount = -1 }), want: ErrSnapshotCorrupt},
+		{name: "bad correction", blob: edit(func(m *statev1.BrokerSnapshot) { m.Corrections[0].Input = 0 }), want: ErrSnapshotCorrupt},
+		{name: "bad queue time", blob: edit(func(m *statev1.BrokerSnapshot) {
+			m.Queue = &statev1.BrokerQueue{VirtualTime: math.Inf(-1)}
+		}), want: ErrSnapshotCorrupt},
+		{name: "queued request without a key", blob: edit(func(m *statev1.BrokerSnapshot) {
+			m.Queue = &statev1.BrokerQueue{Requests: []*statev1.BrokerQueued{{RequestId: "r"}}}
+		}), want: ErrSnapshotCorrupt},
+		{name: "invalid UTF-8", blob: func() []byte {
+			c := append([]byte(nil), good...)
+			i := bytes.Index(c, []byte(tenant))
+			require.Positive(t, i)
+			c[i] = 0xff
+			return c
+		}(), want: ErrSnapshotCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

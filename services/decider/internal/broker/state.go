@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
@@ -30,8 +31,9 @@ const (
 )
 
 // checkFields refuses a request whose strings exceed the limits the
-// gRPC boundary applies (services/decider/internal/validate): the broker
-// holds them in its snapshot, so it bounds them itself, whoever calls it.
+// gRPC boundary applies (services/decider/internal/validate), or are not
+// UTF-8 as protobuf strings are: the broker holds them in its snapshot, so
+// it bounds them itself, whoever calls it.
 func (r *ReserveRequest) checkFields() error {
 	for _, f := range [...]struct {
 		name string
@@ -51,42 +53,67 @@ func (r *ReserveRequest) checkFields() error {
 		if len(f.v) > f.max {
 			return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, f.name, f.max)
 		}
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf("%w: %s is not UTF-8", ErrInvalid, f.name)
+		}
 	}
 	return nil
 }
 
-// strSize is what appendString writes for a string of n bytes.
-func strSize(n int) int64 { return int64(uvarintLen(uint64(n)) + n) }
+// Bounds of what fields take in a snapshot's protobuf encoding: every tag
+// takes one byte (field numbers below 16), a number its longest varint (a
+// negative int32 or int64 takes ten bytes), a double eight.
+const (
+	intField    = 1 + binary.MaxVarintLen64
+	dblField    = 1 + 8
+	demandField = 1 + 1 + 3*intField + dblField // its length takes one byte
+	chargeField = 1 + 1 + (1 + binary.MaxVarintLen32) + dblField + intField
+)
+
+// strField is what a string field of n bytes takes at most.
+func strField(n int) int64 { return 1 + int64(uvarintLen(uint64(n))+n) }
+
+// msgField is what a message field whose content takes n bytes takes.
+func msgField(n int64) int64 { return 1 + int64(uvarintLen(uint64(n))) + n }
 
 func uvarintLen(v uint64) int {
 	var a [binary.MaxVarintLen64]byte
 	return binary.PutUvarint(a[:], v)
 }
 
-// entrySize bounds what appendEntries writes for e: its strings exactly,
-// every number at its longest varint.
+// identitySize bounds what id takes in a snapshot.
+func identitySize(id *Identity) int64 {
+	n := int64(intField) // the class
+	for _, s := range [...]string{id.TenantID, id.APIKeyID, id.App, id.Environment, id.Partner} {
+		n += strField(len(s))
+	}
+	return msgField(n)
+}
+
+// entrySize bounds what the snapshot takes for e: its strings exactly,
+// every number at its longest.
 func entrySize(e *entry) int64 {
 	r := &e.res
-	n := int64(0)
-	for _, s := range [...]string{r.ID, r.RequestID, r.IdempotencyKey, r.Identity.TenantID, r.Identity.APIKeyID,
-		r.Identity.App, r.Identity.Environment, r.Identity.Partner, r.Model, r.EndpointID} {
-		n += strSize(len(s))
+	return reservationSize(identitySize(&r.Identity), len(e.recs), len(r.ID), len(r.RequestID), len(r.IdempotencyKey),
+		len(r.Model), len(r.EndpointID))
+}
+
+// reservationSize is what a reservation takes whose identity takes id
+// bytes, with n charges and strings of the lengths given.
+func reservationSize(id int64, n int, strs ...int) int64 {
+	c := id + 2*demandField + 2*intField + int64(n)*chargeField // created, expires
+	for _, l := range strs {
+		c += strField(l)
 	}
-	const v = binary.MaxVarintLen64
-	n += v                                // class
-	n += 2 * (3*v + 8)                    // estimate and demand
-	n += 2*v + v                          // created, expires, charge count
-	n += int64(len(e.recs)) * (v + 8 + v) // bucket index, amount, epoch
-	return n
+	return msgField(c)
 }
 
 // MaxEntryBytes is the most one open reservation takes in a snapshot with
 // charges on n buckets, when every string is as long as the broker allows.
 func MaxEntryBytes(n int) int64 {
-	const v = binary.MaxVarintLen64
-	id := strSize(len(newID(0)))
-	return id + strSize(validate.MaxIDLen) + strSize(validate.MaxKeyLen) + 5*strSize(validate.MaxNameLen) +
-		2*strSize(validate.MaxModelLen) + v + 2*(3*v+8) + 3*v + int64(n)*(v+8+v)
+	id := intField + 5*strField(validate.MaxNameLen)
+	return reservationSize(msgField(int64(id)), n, len(newID(0)), validate.MaxIDLen, validate.MaxKeyLen,
+		validate.MaxModelLen, validate.MaxModelLen)
 }
 
 // entryRoom is how many bytes open reservations may take: the state's

@@ -1,12 +1,16 @@
 package broker
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
@@ -83,6 +87,21 @@ func TestLongFieldsAreRefused(t *testing.T) {
 	require.Zero(t, b.Open())
 }
 
+// TestFieldsNotUTF8AreRefused: the snapshot's protobuf strings hold only
+// UTF-8, so the broker refuses other strings rather than fail to save.
+func TestFieldsNotUTF8AreRefused(t *testing.T) {
+	b, _ := newBroker(t, hierarchy())
+	r := req(one)
+	r.RequestID = "req-\xff"
+	_, _, err := b.Reserve(t.Context(), r)
+	require.ErrorIs(t, err, ErrInvalid)
+	r = req(one)
+	r.IdempotencyKey = "\xc3("
+	_, _, _, err = b.ReserveWait(t.Context(), r)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Zero(t, b.Open())
+}
+
 // TestNothingIsAdmittedWhileTheStateIsNotDurable: while the owner cannot
 // save its state the broker refuses (broker_not_durable) and admits again
 // once it can.
@@ -99,4 +118,40 @@ func TestNothingIsAdmittedWhileTheStateIsNotDurable(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, ref)
 	require.NotNil(t, r)
+}
+
+// TestSizesBoundTheEncoding: what entrySize and queuedSize count for a
+// reservation and a queued request whose every string is as long as the
+// broker allows and every number at its longest is at least what the
+// snapshot's protobuf encoding takes for them, and MaxEntryBytes is that.
+func TestSizesBoundTheEncoding(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("x", n) }
+	id := Identity{TenantID: long(validate.MaxNameLen), APIKeyID: long(validate.MaxNameLen), App: long(validate.MaxNameLen),
+		Environment: long(validate.MaxNameLen), Partner: long(validate.MaxNameLen), Class: -1}
+	worst := Demand{InputTokens: -1, OutputTokens: -1, USD: math.MaxFloat64, Requests: -1}
+	bk := &bucket{}
+	const charges = 4
+	e := &entry{res: Reservation{ID: newID(0), RequestID: long(validate.MaxIDLen), IdempotencyKey: long(validate.MaxKeyLen),
+		Identity: id, Model: long(validate.MaxModelLen), EndpointID: long(validate.MaxModelLen),
+		Estimate: worst, Demand: worst, Created: time.Unix(0, -1)}}
+	for range charges {
+		e.recs = append(e.recs, charge{b: bk, amount: math.MaxFloat64, epoch: -1})
+	}
+	names := map[*bucket]int{bk: math.MaxUint32}
+	got := proto.Size(&statev1.BrokerSnapshot{Reservations: encodeEntries([]*entry{e}, []int64{-1}, names)})
+	require.LessOrEqual(t, int64(got), entrySize(e))
+	require.Equal(t, entrySize(e), MaxEntryBytes(charges))
+	t.Logf("a reservation with %d charges: %d bytes encoded, %d counted", charges, got, entrySize(e))
+
+	qe := &qentry{req: ReserveRequest{RequestID: long(validate.MaxIDLen), IdempotencyKey: long(validate.MaxKeyLen), Identity: id,
+		Model: long(validate.MaxModelLen), EndpointID: long(validate.MaxModelLen), Demand: worst,
+		TTL: -1, MaxWait: -1, Attempt: -1, PreviousFailure: -1},
+		fallback: long(validate.MaxModelLen), enq: -1, deadline: -1,
+		decision: QueueDecision{ID: long(64), Position: -1, EstimatedWait: -1}}
+	sq := snapQueue{vt: math.MaxFloat64,
+		flows: []snapFlow{{key: flowKey{class: -1, tenant: long(validate.MaxNameLen)}, vfin: math.MaxFloat64}},
+		entries: []snapQueued{{req: qe.req, class: -1, enq: qe.enq, deadline: qe.deadline, fallback: qe.fallback,
+			decision: qe.decision}}}
+	got = proto.Size(&statev1.BrokerSnapshot{Queue: encodeQueue(sq)})
+	require.LessOrEqual(t, int64(got), queueBaseSize+flowSize(sq.flows[0])+queuedSize(qe))
 }

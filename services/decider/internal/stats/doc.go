@@ -120,15 +120,18 @@
 //
 // [Store.Snapshot] encodes the state as one blob per model id, so that a blob
 // stays far below etcd's 1.5 MiB value limit: with the default settings at
-// most about 6.4 KB per endpoint of the model plus 1 KB for the model (127 KB
+// most about 6.4 KB per endpoint of the model plus 1 KB for the model (129 KB
 // measured for 20 endpoints with every series full, TestSnapshotSize), so a
-// model would need about 240 endpoints to reach the limit. The format is binary: a version byte
-// (currently 2), the bucket count, the model id, the names of the reporters
-// its samples come from (in order of first use), the model's output series,
-// then each endpoint's id and series, and a CRC-32C of everything before it,
-// so that a truncated or damaged blob is refused rather than half-loaded. A
-// series is its sample count, its newest sample time, and each sample as a
-// varint offset from that time, IEEE 754 values and its reporter's index in
-// the blob's names, so a round trip is exact and an unchanged state encodes
-// to the same bytes.
+// model would need about 240 endpoints to reach the limit. A blob is a
+// protobuf switchboard.state.v1.StatsShard (proto/switchboard/state/v1/
+// state.proto), encoded deterministically: the bucket count, the model id,
+// the names of the reporters its samples come from (in order of first use),
+// the model's output series, then each endpoint's id and series. A series is
+// its newest sample's time and, as parallel lists, each sample's offset from
+// that time, its IEEE 754 values and its reporter's index in the blob's
+// names, so a round trip is exact and an unchanged state encodes to the same
+// bytes. A blob that does not decode, has another bucket count or holds an
+// impossible value (a reporter not in its names, a time out of range, a
+// negative TTFT, a cache hit above its total, an endpoint of another model) is
+// refused whole rather than half-loaded.
 package stats

@@ -326,9 +326,8 @@ func (e *equivalence) restore() {
 	median := func(m *medianSeries, ref *refMedian, outliers bool) *medianSeries {
 		m.recompute(&e.p, e.now, outliers)
 		ref.recompute(&e.p, e.now, outliers)
-		r := reader{b: m.appendTo(nil, cutoff, newSrcTable()), nsrc: 1}
-		xs := r.samples(func(float64) bool { return true })
-		require.NoError(e.t, r.err)
+		xs, err := decodeSamples(m.encode(cutoff, newSrcTable()), 1, func(float64) bool { return true })
+		require.NoError(e.t, err)
 		fresh := new(medianSeries)
 		fresh.init()
 		fresh.replace(&e.p, xs, e.now, outliers)
@@ -345,9 +344,8 @@ func (e *equivalence) restore() {
 
 	e.cache.recompute(&e.p, e.now)
 	e.refCache.recompute(&e.p, e.now)
-	r := reader{b: e.cache.appendTo(nil, cutoff, newSrcTable()), nsrc: 1}
-	xs := r.ratios()
-	require.NoError(e.t, r.err)
+	xs, err := decodeRatios(e.cache.encode(cutoff, newSrcTable()), 1)
+	require.NoError(e.t, err)
 	fresh := new(ratioSeries)
 	fresh.init()
 	fresh.replace(&e.p, xs, e.now)

@@ -1,42 +1,27 @@
 package stats
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"math"
 	"slices"
 	"strings"
 
-	"github.com/switchboard-ai/switchboard/pkg/tokens"
-)
+	"google.golang.org/protobuf/proto"
 
-// SnapshotVersion is the format version written as the first byte of every
-// blob; [Store.Restore] refuses any other with [ErrVersion].
-const SnapshotVersion = 2
+	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
+)
 
 // Errors of [Store.Restore], matched with errors.Is.
 var (
-	// ErrVersion is returned for a blob written in a format this build does
-	// not know (a newer decider, or not a stats blob at all).
-	ErrVersion = errors.New("unknown stats snapshot version")
-	// ErrCorrupt is returned for a blob that is truncated, fails its
-	// checksum or holds impossible values.
+	// ErrVersion is returned for a shard written by a build with another
+	// number of prompt-size buckets.
+	ErrVersion = errors.New("stats snapshot of another version")
+	// ErrCorrupt is returned for a shard that does not decode or holds
+	// impossible values.
 	ErrCorrupt = errors.New("corrupt stats snapshot")
-)
-
-// castagnoli is CRC-32C, the checksum etcd and most storage formats use;
-// hardware-accelerated on amd64 and arm64.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Bytes per sample at least: a one-byte varint time, 8-byte values and a
-// one-byte reporter. Used to refuse a count that the rest of the blob cannot
-// hold before allocating.
-const (
-	minSampleBytes = 1 + 8 + 1
-	minRatioBytes  = 1 + 8 + 8 + 1
 )
 
 // Snapshot returns the state as one blob per model id (the key; the caller
@@ -76,113 +61,128 @@ func (s *Store) Snapshot() map[string][]byte {
 		// Sorted so that equal states encode to equal bytes (a caller can
 		// skip writing an unchanged shard).
 		slices.SortFunc(sh.endpoints, func(a, b *Endpoint) int { return strings.Compare(a.id, b.id) })
-		out[model] = encodeShard(&s.srcs, model, sh.model, sh.endpoints, cutoff)
+		if b := encodeShard(&s.srcs, model, sh.model, sh.endpoints, cutoff); b != nil {
+			out[model] = b
+		}
 	}
 	return out
 }
 
-// encodeShard writes one blob; see the package documentation for the layout.
+// encodeShard writes one shard, a statev1.StatsShard.
 func encodeShard(srcs *sources, model string, m *Model, eps []*Endpoint, cutoff int64) []byte {
 	tab := newSrcTable()
-	body := make([]byte, 0, 64+len(eps)*256)
+	msg := &statev1.StatsShard{SizeBuckets: tokens.NumBuckets, Model: utf8Safe(model)}
 	if m != nil {
-		body = m.output.appendTo(body, cutoff, tab)
-	} else {
-		body = binary.AppendUvarint(body, 0)
+		msg.Output = m.output.encode(cutoff, tab)
 	}
-	body = binary.AppendUvarint(body, uint64(len(eps)))
+	msg.Endpoints = make([]*statev1.StatsEndpoint, 0, len(eps))
 	for _, e := range eps {
-		body = appendString(body, e.id)
+		pe := &statev1.StatsEndpoint{Id: utf8Safe(e.id), Ttft: make([]*statev1.StatsSeries, len(e.ttft))}
 		for i := range e.ttft {
-			body = e.ttft[i].appendTo(body, cutoff, tab)
+			pe.Ttft[i] = e.ttft[i].encode(cutoff, tab)
 		}
-		body = e.throughput.appendTo(body, cutoff, tab)
-		body = e.cache.appendTo(body, cutoff, tab)
+		pe.Throughput = e.throughput.encode(cutoff, tab)
+		pe.Cache = e.cache.encode(cutoff, tab)
+		msg.Endpoints = append(msg.Endpoints, pe)
 	}
-	b := make([]byte, 0, 32+len(model)+len(body))
-	b = append(b, SnapshotVersion)
-	b = binary.AppendUvarint(b, tokens.NumBuckets)
-	b = appendString(b, model)
 	// The reporters the samples name, in order of first use, so that an
 	// unchanged state encodes to the same bytes.
-	b = binary.AppendUvarint(b, uint64(len(tab.order)))
-	for _, src := range tab.order {
-		b = appendString(b, srcs.name(src))
+	msg.Reporters = make([]string, len(tab.order))
+	for i, src := range tab.order {
+		msg.Reporters[i] = utf8Safe(srcs.name(src))
 	}
-	b = append(b, body...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil // unreachable: every string is valid UTF-8 (utf8Safe)
+	}
+	return b
 }
+
+// utf8Safe returns s with any invalid UTF-8 replaced, as a protobuf string
+// must be; ids of the catalog and reporter names never need it, and the
+// replacement keeps an endpoint id's model (the '/' is never replaced).
+func utf8Safe(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // srcTable numbers the reporters of one blob.
 type srcTable struct {
-	local map[uint32]uint64 // store index → blob index
+	local map[uint32]uint32 // store index → blob index
 	order []uint32          // by blob index
 }
 
-func newSrcTable() *srcTable { return &srcTable{local: map[uint32]uint64{}} }
+func newSrcTable() *srcTable { return &srcTable{local: map[uint32]uint32{}} }
 
-func (t *srcTable) index(src uint32) uint64 {
+func (t *srcTable) index(src uint32) uint32 {
 	if i, ok := t.local[src]; ok {
 		return i
 	}
-	i := uint64(len(t.order))
+	i := uint32(len(t.order))
 	t.local[src] = i
 	t.order = append(t.order, src)
 	return i
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// appendTo writes the samples inside the window in their stored order
+// encode returns the samples inside the window in their stored order
 // (by value). Times are offsets from the series' newest sample, a few bytes
 // instead of eight; a base taken from the samples rather than from the clock
 // keeps an unchanged series encoding to the same bytes, so that the caller
 // can skip rewriting a shard that did not change.
-func (m *medianSeries) appendTo(b []byte, cutoff int64, tab *srcTable) []byte {
+func (m *medianSeries) encode(cutoff int64, tab *srcTable) *statev1.StatsSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return appendSamples(b, m.samples, cutoff, func(x sample) int64 { return x.at }, func(b []byte, x sample) []byte {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.v))
-		return binary.AppendUvarint(b, tab.index(x.src))
-	})
+	out := &statev1.StatsSeries{}
+	base, n := newest(m.samples, cutoff, func(x sample) int64 { return x.at })
+	if n == 0 {
+		return out
+	}
+	out.NewestUnixNano = base
+	out.OffsetsNano = make([]int64, 0, n)
+	out.Values = make([]float64, 0, n)
+	out.Reporters = make([]uint32, 0, n)
+	for _, x := range m.samples {
+		if x.at > cutoff {
+			out.OffsetsNano = append(out.OffsetsNano, x.at-base)
+			out.Values = append(out.Values, x.v)
+			out.Reporters = append(out.Reporters, tab.index(x.src))
+		}
+	}
+	return out
 }
 
-func (r *ratioSeries) appendTo(b []byte, cutoff int64, tab *srcTable) []byte {
+func (r *ratioSeries) encode(cutoff int64, tab *srcTable) *statev1.StatsRatioSeries {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return appendSamples(b, r.samples, cutoff, func(x ratioSample) int64 { return x.at }, func(b []byte, x ratioSample) []byte {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.num))
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x.den))
-		return binary.AppendUvarint(b, tab.index(x.src))
-	})
+	out := &statev1.StatsRatioSeries{}
+	base, n := newest(r.samples, cutoff, func(x ratioSample) int64 { return x.at })
+	if n == 0 {
+		return out
+	}
+	out.NewestUnixNano = base
+	out.OffsetsNano = make([]int64, 0, n)
+	out.Parts = make([]float64, 0, n)
+	out.Wholes = make([]float64, 0, n)
+	out.Reporters = make([]uint32, 0, n)
+	for _, x := range r.samples {
+		if x.at > cutoff {
+			out.OffsetsNano = append(out.OffsetsNano, x.at-base)
+			out.Parts = append(out.Parts, x.num)
+			out.Wholes = append(out.Wholes, x.den)
+			out.Reporters = append(out.Reporters, tab.index(x.src))
+		}
+	}
+	return out
 }
 
-// appendSamples writes the count of samples newer than cutoff, the newest
-// one's time as the base, then each such sample as its time offset and
-// values; both series kinds share the layout, only their values differ.
-func appendSamples[S any](b []byte, samples []S, cutoff int64, at func(S) int64, values func([]byte, S) []byte) []byte {
-	n, base := 0, int64(math.MinInt64)
+// newest returns the newest time of the samples newer than cutoff and their
+// number.
+func newest[S any](samples []S, cutoff int64, at func(S) int64) (base int64, n int) {
+	base = math.MinInt64
 	for _, x := range samples {
 		if t := at(x); t > cutoff {
 			n++
 			base = max(base, t)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(n))
-	if n == 0 {
-		return b
-	}
-	b = binary.AppendVarint(b, base)
-	for _, x := range samples {
-		if t := at(x); t > cutoff {
-			b = binary.AppendVarint(b, t-base)
-			b = values(b, x)
-		}
-	}
-	return b
+	return base, n
 }
 
 // Restore loads blobs written by [Store.Snapshot]. Every series present in a
@@ -272,201 +272,116 @@ func (r *ratioSeries) replace(p *params, xs []ratioSample, now int64) {
 	r.recompute(p, now)
 }
 
-// decodeShard parses and validates one blob without touching the store.
+// decodeShard parses and validates one shard without touching the store.
 func decodeShard(blob []byte) (*decodedShard, error) {
 	if len(blob) == 0 {
-		return nil, fmt.Errorf("%w: empty blob", ErrCorrupt)
+		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
-	// The version first: a future format may move or drop the checksum.
-	if blob[0] != SnapshotVersion {
-		return nil, fmt.Errorf("%w %d", ErrVersion, blob[0])
+	var msg statev1.StatsShard
+	if err := proto.Unmarshal(blob, &msg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	if len(blob) < 1+4 {
-		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(blob))
+	if msg.GetSizeBuckets() != tokens.NumBuckets {
+		return nil, fmt.Errorf("%w: %d size buckets, this build has %d", ErrVersion, msg.GetSizeBuckets(), tokens.NumBuckets)
 	}
-	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	d := &decodedShard{model: msg.GetModel(), sources: msg.GetReporters()}
+	nsrc := len(d.sources)
+	var err error
+	if d.output, err = decodeSamples(msg.GetOutput(), nsrc, validCount); err != nil {
+		return nil, fmt.Errorf("output: %w", err)
 	}
-	r := reader{b: body[1:]}
-	if nb := r.uvarint(); r.err == nil && nb != tokens.NumBuckets {
-		return nil, fmt.Errorf("%w: %d size buckets, this build has %d", ErrVersion, nb, tokens.NumBuckets)
-	}
-	d := &decodedShard{model: r.str()}
-	ns := r.count(1)
-	for range ns {
-		d.sources = append(d.sources, r.str())
-	}
-	r.nsrc = uint64(len(d.sources))
-	d.output = r.samples(validCount)
-	n := r.count(1 + tokens.NumBuckets + 2) // an endpoint takes at least its id length and six counts
-	if r.err == nil {
-		d.endpoints = make([]decodedEndpoint, 0, n)
-	}
-	for range n {
-		if r.err != nil {
-			break
+	d.endpoints = make([]decodedEndpoint, 0, len(msg.GetEndpoints()))
+	for _, pe := range msg.GetEndpoints() {
+		e := decodedEndpoint{id: pe.GetId()}
+		if e.id == "" || ModelOf(e.id) != d.model {
+			return nil, fmt.Errorf("%w: endpoint %q does not belong to model %q", ErrCorrupt, e.id, d.model)
 		}
-		e := decodedEndpoint{id: r.str()}
-		if r.err == nil && (e.id == "" || ModelOf(e.id) != d.model) {
-			r.fail("endpoint %q does not belong to model %q", e.id, d.model)
+		if len(pe.GetTtft()) != len(e.ttft) {
+			return nil, fmt.Errorf("%w: endpoint %q has %d TTFT series, not %d", ErrCorrupt, e.id, len(pe.GetTtft()), len(e.ttft))
 		}
-		for i := range e.ttft {
-			e.ttft[i] = r.samples(validDuration)
+		for i, ps := range pe.GetTtft() {
+			if e.ttft[i], err = decodeSamples(ps, nsrc, validDuration); err != nil {
+				return nil, fmt.Errorf("endpoint %q ttft: %w", e.id, err)
+			}
 		}
-		e.throughput = r.samples(validRate)
-		e.cache = r.ratios()
+		if e.throughput, err = decodeSamples(pe.GetThroughput(), nsrc, validRate); err != nil {
+			return nil, fmt.Errorf("endpoint %q throughput: %w", e.id, err)
+		}
+		if e.cache, err = decodeRatios(pe.GetCache(), nsrc); err != nil {
+			return nil, fmt.Errorf("endpoint %q cache: %w", e.id, err)
+		}
 		d.endpoints = append(d.endpoints, e)
-	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return nil, r.err
 	}
 	return d, nil
 }
 
-// Value checks per series, so that a blob from a buggy writer cannot publish
+// Value checks per series, so that a shard from a buggy writer cannot publish
 // a negative TTFT or a rate above 1.
 func validDuration(v float64) bool { return v >= 0 && v <= math.MaxInt64 }
 func validRate(v float64) bool     { return v > 0 && !math.IsInf(v, 1) }
 func validCount(v float64) bool    { return v >= 0 && v <= math.MaxInt64 }
 
-// reader decodes a blob; the first error sticks and later reads return zero.
-type reader struct {
-	b    []byte
-	err  error
-	nsrc uint64 // reporters in the blob's table
-}
-
-// src reads a sample's reporter, an index into the blob's table.
-func (r *reader) src() uint32 {
-	i := r.uvarint()
-	if r.err == nil && i >= r.nsrc {
-		r.fail("reporter %d of %d", i, r.nsrc)
-	}
-	return uint32(i)
-}
-
-func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
-	}
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) float() float64 {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) < 8 {
-		r.fail("truncated")
-		return 0
-	}
-	v := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	return v
-}
-
-// count reads an element count and refuses one the remaining bytes cannot
-// hold at minBytes each, so a damaged count cannot trigger a huge allocation.
-func (r *reader) count(minBytes int) int {
-	n := r.uvarint()
-	if r.err == nil && n > uint64(len(r.b)/minBytes) {
-		r.fail("count %d exceeds the %d remaining bytes", n, len(r.b))
-	}
-	if r.err != nil {
-		return 0
-	}
-	return int(n)
-}
-
-func (r *reader) str() string {
-	n := r.count(1)
-	if r.err != nil {
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// at reads a sample time: an offset from base, checked for overflow.
-func (r *reader) at(base int64) int64 {
-	off := r.varint()
+// sampleTime checks a sample's reporter index and returns its time, refusing
+// an offset that overflows.
+func sampleTime(base, off int64, src uint32, nsrc int) (int64, error) {
 	t := base + off
-	if r.err == nil && (off > 0 && t < base || off < 0 && t > base) {
-		r.fail("time out of range")
+	if off > 0 && t < base || off < 0 && t > base {
+		return 0, fmt.Errorf("%w: time out of range", ErrCorrupt)
 	}
-	return t
+	if int64(src) >= int64(nsrc) {
+		return 0, fmt.Errorf("%w: reporter %d of %d", ErrCorrupt, src, nsrc)
+	}
+	return t, nil
 }
 
-func (r *reader) samples(valid func(float64) bool) []sample {
-	n := r.count(minSampleBytes)
-	if n == 0 {
-		return nil
+// decodeSamples validates a series; nsrc is the number of the shard's
+// reporters. A nil or empty series is no samples.
+func decodeSamples(ps *statev1.StatsSeries, nsrc int, valid func(float64) bool) ([]sample, error) {
+	n := len(ps.GetOffsetsNano())
+	if len(ps.GetValues()) != n || len(ps.GetReporters()) != n {
+		return nil, fmt.Errorf("%w: %d times, %d values, %d reporters", ErrCorrupt, n, len(ps.GetValues()), len(ps.GetReporters()))
 	}
-	base := r.varint()
+	if n == 0 {
+		return nil, nil
+	}
 	out := make([]sample, 0, n)
-	for range n {
-		x := sample{at: r.at(base), v: r.float(), src: r.src()}
-		if r.err != nil {
-			return nil
+	for i, off := range ps.GetOffsetsNano() {
+		at, err := sampleTime(ps.GetNewestUnixNano(), off, ps.GetReporters()[i], nsrc)
+		if err != nil {
+			return nil, err
 		}
-		if !valid(x.v) {
-			r.fail("invalid sample value %v", x.v)
-			return nil
+		v := ps.GetValues()[i]
+		if !valid(v) {
+			return nil, fmt.Errorf("%w: invalid sample value %v", ErrCorrupt, v)
 		}
-		out = append(out, x)
+		out = append(out, sample{at: at, v: v, src: ps.GetReporters()[i]})
 	}
-	return out
+	return out, nil
 }
 
-func (r *reader) ratios() []ratioSample {
-	n := r.count(minRatioBytes)
-	if n == 0 {
-		return nil
+// decodeRatios is decodeSamples for a cache series.
+func decodeRatios(ps *statev1.StatsRatioSeries, nsrc int) ([]ratioSample, error) {
+	n := len(ps.GetOffsetsNano())
+	if len(ps.GetParts()) != n || len(ps.GetWholes()) != n || len(ps.GetReporters()) != n {
+		return nil, fmt.Errorf("%w: %d times, %d parts, %d wholes, %d reporters",
+			ErrCorrupt, n, len(ps.GetParts()), len(ps.GetWholes()), len(ps.GetReporters()))
 	}
-	base := r.varint()
+	if n == 0 {
+		return nil, nil
+	}
 	out := make([]ratioSample, 0, n)
-	for range n {
-		x := ratioSample{at: r.at(base), num: r.float(), den: r.float(), src: r.src()}
-		if r.err != nil {
-			return nil
+	for i, off := range ps.GetOffsetsNano() {
+		at, err := sampleTime(ps.GetNewestUnixNano(), off, ps.GetReporters()[i], nsrc)
+		if err != nil {
+			return nil, err
 		}
+		x := ratioSample{at: at, num: ps.GetParts()[i], den: ps.GetWholes()[i], src: ps.GetReporters()[i]}
 		if !(x.den > 0) || math.IsInf(x.den, 1) || !(x.num >= 0) || x.num > x.den {
-			r.fail("invalid cache sample %v/%v", x.num, x.den)
-			return nil
+			return nil, fmt.Errorf("%w: invalid cache sample %v/%v", ErrCorrupt, x.num, x.den)
 		}
 		out = append(out, x)
 	}
-	return out
+	return out, nil
 }
 
 // remap turns the samples' blob indices into the store's.

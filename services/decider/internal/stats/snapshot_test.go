@@ -1,18 +1,19 @@
 package stats
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 )
 
 func nan() float64 { return math.NaN() }
@@ -77,7 +78,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.Len(t, snap, 3)
 	for key, blob := range snap {
 		require.Contains(t, key, "vendor/model-")
-		require.Equal(t, byte(SnapshotVersion), blob[0])
+		require.Equal(t, key, decodeMsg(t, blob).GetModel())
 	}
 
 	dst := New(Config{Now: clk.Now})
@@ -141,11 +142,19 @@ func TestSnapshotSize(t *testing.T) {
 	require.Less(t, len(blob), 20*6500+1500)
 }
 
-// reseal recomputes the checksum of a blob edited by a test, so that the
-// decoder's other checks are reached.
-func reseal(b []byte) []byte {
-	body := b[:len(b)-4]
-	return binary.LittleEndian.AppendUint32(append([]byte(nil), body...), crc32.Checksum(body, castagnoli))
+// decodeMsg parses a shard for a test to edit it.
+func decodeMsg(t *testing.T, b []byte) *statev1.StatsShard {
+	t.Helper()
+	var m statev1.StatsShard
+	require.NoError(t, proto.Unmarshal(b, &m))
+	return &m
+}
+
+func encodeMsg(t testing.TB, m *statev1.StatsShard) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	require.NoError(t, err)
+	return b
 }
 
 func TestRestoreRejectsBadBlobs(t *testing.T) {
@@ -155,8 +164,14 @@ func TestRestoreRejectsBadBlobs(t *testing.T) {
 	s.ObserveCache("a/m", 10, 5, time.Time{})
 	good := s.Snapshot()["m"]
 	_, err := decodeShard(encodeRaw(t, "m", "a/m", 1))
-	require.NoError(t, err, "the raw encoder of these tests writes valid blobs")
+	require.NoError(t, err, "the raw encoder of these tests writes valid shards")
 	mutate := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	edit := func(f func(m *statev1.StatsShard)) []byte {
+		m := decodeMsg(t, good)
+		f(m)
+		return encodeMsg(t, m)
+	}
+	huge := int64(math.MaxInt64)
 
 	tests := []struct {
 		name string
@@ -164,18 +179,30 @@ func TestRestoreRejectsBadBlobs(t *testing.T) {
 		want error
 	}{
 		{name: "empty", blob: nil, want: ErrCorrupt},
-		{name: "unknown version", blob: mutate(func(b []byte) []byte { b[0] = SnapshotVersion + 1; return b }), want: ErrVersion},
-		{name: "the version before reporters", blob: mutate(func(b []byte) []byte { b[0] = 1; return b }), want: ErrVersion},
-		{name: "JSON", blob: []byte(`{"v":1}`), want: ErrVersion},
-		{name: "too short", blob: []byte{SnapshotVersion, 0}, want: ErrCorrupt},
-		{name: "flipped bit", blob: mutate(func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }), want: ErrCorrupt},
+		{name: "JSON", blob: []byte(`{"v":1}`), want: ErrCorrupt},
+		{name: "not a shard", blob: []byte{0x0a, 0x02, 'h', 'i'}, want: ErrVersion},
 		{name: "truncated", blob: mutate(func(b []byte) []byte { return b[:len(b)-5] }), want: ErrCorrupt},
-		{name: "trailing bytes", blob: mutate(func(b []byte) []byte {
-			return reseal(append(b[:len(b)-4], 0, 0, 0, 0, 0))
+		{name: "trailing bytes", blob: mutate(func(b []byte) []byte { return append(b, 0, 0, 0, 0, 0) }), want: ErrCorrupt},
+		{name: "other bucket count", blob: edit(func(m *statev1.StatsShard) { m.SizeBuckets = 5 }), want: ErrVersion},
+		{name: "a TTFT series missing", blob: edit(func(m *statev1.StatsShard) {
+			m.Endpoints[0].Ttft = m.Endpoints[0].Ttft[:tokens.NumBuckets-1]
 		}), want: ErrCorrupt},
-		{name: "other bucket count", blob: mutate(func(b []byte) []byte { b[1] = 5; return reseal(b) }), want: ErrVersion},
+		{name: "a value missing", blob: edit(func(m *statev1.StatsShard) { m.Endpoints[0].Ttft[0].Values = nil }), want: ErrCorrupt},
+		{name: "a cache part missing", blob: edit(func(m *statev1.StatsShard) { m.Endpoints[0].Cache.Parts = nil }), want: ErrCorrupt},
+		{name: "cache part above its whole", blob: edit(func(m *statev1.StatsShard) { m.Endpoints[0].Cache.Parts[0] = 11 }), want: ErrCorrupt},
+		{name: "time out of range", blob: edit(func(m *statev1.StatsShard) {
+			m.Endpoints[0].Ttft[0].NewestUnixNano = huge
+			m.Endpoints[0].Ttft[0].OffsetsNano[0] = 1
+		}), want: ErrCorrupt},
+		{name: "invalid UTF-8", blob: mutate(func(b []byte) []byte {
+			i := bytes.Index(b, []byte("a/m"))
+			b[i] = 0xff
+			return b
+		}), want: ErrCorrupt},
 		{name: "negative TTFT", blob: encodeRaw(t, "m", "a/m", -1), want: ErrCorrupt},
+		{name: "NaN TTFT", blob: encodeRaw(t, "m", "a/m", nan()), want: ErrCorrupt},
 		{name: "endpoint of another model", blob: encodeRaw(t, "m", "a/other", 1), want: ErrCorrupt},
+		{name: "endpoint without an id", blob: encodeRaw(t, "m", "", 1), want: ErrCorrupt},
 		{name: "reporter not in the table", blob: encodeRawFrom(t, "m", "a/m", 1, 1), want: ErrCorrupt},
 	}
 	for _, tt := range tests {
@@ -190,54 +217,77 @@ func TestRestoreRejectsBadBlobs(t *testing.T) {
 	}
 }
 
-// encodeRaw writes a blob with one endpoint holding one TTFT sample of value
-// v, bypassing the store's validation.
-func encodeRaw(t *testing.T, model, id string, v float64) []byte {
+// TestRestoreRefusesWhole checks that a shard with one bad sample, after
+// valid endpoints, loads nothing: the earlier endpoints are not half loaded.
+func TestRestoreRefusesWhole(t *testing.T) {
+	clk := newClock()
+	src := New(Config{Now: clk.Now})
+	src.ObserveTTFT("a/m", 0, time.Second, time.Time{})
+	src.ObserveTTFT("b/m", 0, time.Second, time.Time{})
+	m := decodeMsg(t, src.Snapshot()["m"])
+	require.Len(t, m.Endpoints, 2)
+	m.Endpoints[1].Ttft[0].Values[0] = -1
+	dst := New(Config{Now: clk.Now})
+	require.ErrorIs(t, dst.Restore(map[string][]byte{"m": encodeMsg(t, m)}), ErrCorrupt)
+	_, _, ok := dst.TTFT("a/m", 0)
+	require.False(t, ok, "the valid endpoint before the bad one is not loaded")
+	require.Empty(t, dst.Snapshot())
+}
+
+// encodeRaw writes a shard with one endpoint holding one TTFT sample of
+// value v, bypassing the store's validation.
+func encodeRaw(t testing.TB, model, id string, v float64) []byte {
 	t.Helper()
 	return encodeRawFrom(t, model, id, v, 0)
 }
 
 // encodeRawFrom is encodeRaw with the sample's reporter index src (the
-// blob's table names one reporter).
-func encodeRawFrom(t *testing.T, model, id string, v float64, src uint64) []byte {
+// shard's table names one reporter).
+func encodeRawFrom(t testing.TB, model, id string, v float64, src uint32) []byte {
 	t.Helper()
-	b := []byte{SnapshotVersion}
-	b = binary.AppendUvarint(b, tokens.NumBuckets)
-	b = appendString(b, model)
-	b = binary.AppendUvarint(b, 1) // one reporter,
-	b = appendString(b, "edge-1")
-	b = binary.AppendUvarint(b, 0) // output
-	b = binary.AppendUvarint(b, 1)
-	b = appendString(b, id)
-	b = binary.AppendUvarint(b, 1)              // one TTFT sample in the first bucket,
-	b = binary.AppendVarint(b, 1_800_000_000e9) // newest at,
-	b = binary.AppendVarint(b, 0)               // at that time,
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	b = binary.AppendUvarint(b, src)
-	for range tokens.NumBuckets + 1 {
-		b = binary.AppendUvarint(b, 0)
+	e := &statev1.StatsEndpoint{
+		Id:         id,
+		Throughput: &statev1.StatsSeries{},
+		Cache:      &statev1.StatsRatioSeries{},
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	for range tokens.NumBuckets {
+		e.Ttft = append(e.Ttft, &statev1.StatsSeries{})
+	}
+	e.Ttft[0] = &statev1.StatsSeries{
+		NewestUnixNano: 1_800_000_000e9,
+		OffsetsNano:    []int64{0},
+		Values:         []float64{v},
+		Reporters:      []uint32{src},
+	}
+	return encodeMsg(t, &statev1.StatsShard{
+		SizeBuckets: tokens.NumBuckets,
+		Model:       model,
+		Reporters:   []string{"edge-1"},
+		Endpoints:   []*statev1.StatsEndpoint{e},
+	})
 }
 
-// FuzzRestore feeds arbitrary bytes to Restore: it must return an error or
-// load something, never panic or allocate without bound. The checksum is
-// recomputed on half the inputs so the fuzzer reaches the parser.
+// FuzzRestore feeds arbitrary bytes to Restore: it must return an error of
+// a known kind or load something, never panic or allocate without bound, and
+// what it loads re-encodes to a shard that restores without error.
 func FuzzRestore(f *testing.F) {
 	clk := newClock()
 	s := New(Config{Now: clk.Now})
 	populate(s, clk, 1, 2, 3)
 	for _, blob := range s.Snapshot() {
-		f.Add(blob, false)
+		f.Add(blob)
 	}
-	f.Add([]byte{SnapshotVersion, 4, 0, 0, 1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0, 0}, true)
-	f.Fuzz(func(t *testing.T, blob []byte, fixSum bool) {
-		if fixSum && len(blob) >= 5 {
-			blob = reseal(blob)
-		}
-		err := New(Config{Now: clk.Now}).Restore(map[string][]byte{"k": blob})
+	f.Add(encodeRaw(f, "m", "a/m", 1))
+	f.Add(encodeRawFrom(f, "m", "a/m", 1, 7))
+	f.Add([]byte{0x08, 0x04, 0x12, 0x01, 'm', 0x2a, 0x02, 0x0a, 0xff})
+	f.Fuzz(func(t *testing.T, blob []byte) {
+		dst := New(Config{Now: clk.Now})
+		err := dst.Restore(map[string][]byte{"k": blob})
 		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
 			t.Fatalf("unexpected error kind: %v", err)
+		}
+		if err := New(Config{Now: clk.Now}).Restore(dst.Snapshot()); err != nil {
+			t.Fatalf("a restored store's snapshot does not restore: %v", err)
 		}
 	})
 }
