@@ -609,5 +609,6 @@ func (a *Admission) shutdown() {
 	for _, c := range a.conns {
 		_ = c.Close()
 	}
+	a.conns = nil // conn makes no connection after this: none would be closed
 	a.mu.Unlock()
 }

@@ -16,8 +16,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -248,4 +250,19 @@ func TestCheckOwner(t *testing.T) {
 	require.NoError(t, a.CheckOwner(t.Context(), 100*time.Millisecond), "an owner just gone: its successor is on the way")
 	a.ownerSilentSince.Store(time.Now().Add(-4 * time.Second).UnixNano())
 	require.ErrorContains(t, a.CheckOwner(t.Context(), 100*time.Millisecond), "has not answered its health")
+}
+
+// TestNoConnectionAfterShutdown: a forwarded call or a health check racing
+// the replica's stop makes no connection to the owner, which nothing would
+// close (a connection dialled after shutdown closed the others leaked its
+// goroutines past the decider's Close).
+func TestNoConnectionAfterShutdown(t *testing.T) {
+	a := &Admission{o: Options{Addr: "10.0.0.1:9090", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		changed: make(chan struct{}), conns: map[string]*grpc.ClientConn{}, cancel: func() {}}
+	_, err := a.conn("127.0.0.1:1")
+	require.NoError(t, err)
+	a.shutdown()
+	_, err = a.conn("127.0.0.1:2")
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Empty(t, a.conns, "the connection made before shutdown was closed and forgotten")
 }

@@ -218,6 +218,9 @@ func (a *Admission) client(addr string) (OwnerClient, error) {
 func (a *Admission) conn(addr string) (*grpc.ClientConn, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.conns == nil {
+		return nil, status.Error(codes.Unavailable, "this replica is stopping")
+	}
 	conn, ok := a.conns[addr]
 	if !ok {
 		var err error
