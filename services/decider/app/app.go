@@ -106,8 +106,10 @@ type Decider struct {
 }
 
 // Start starts a decider and returns once it serves: etcd reachable and the
-// catalog loaded. On error everything started is stopped again.
+// catalog loaded. Every field of cfg left zero takes DefaultConfig's value.
+// On error everything started is stopped again.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, err error) {
+	cfg = cfg.withDefaults()
 	d := &Decider{cfg: cfg, logger: logger}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
