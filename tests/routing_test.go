@@ -101,6 +101,9 @@ tenants:
 		ProbeInterval: time.Second, ProbeSizes: []int64{40 * 1024, 130 * 1024},
 		Exploration: -1, Seed: 1, Cooldown: 15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
 		StatsSnapshotInterval: time.Hour, // only the final save on shutdown: the restart test proves it
+		// Stop at once: probes answered during a drain delay would change
+		// the statistics after the restart test read them.
+		NoDrainDelay: true,
 	}
 	s.decider = startDeciderOnPicked(t, &s.dcfg)
 	s.edge = startEdge(t, s.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, rpcGuards...)...)
@@ -245,7 +248,7 @@ func TestRoutingStatsSurviveDeciderRestart(t *testing.T) {
 	// it knows after the restart comes from the snapshot saved in etcd.
 	s.decider.Close()
 	cfg := s.dcfg
-	cfg.ProbeInterval = 0
+	cfg.NoProbes = true
 	cfg.Catalog = "" // the catalog comes back from etcd too
 	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
 	require.NoError(t, err)

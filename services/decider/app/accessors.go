@@ -22,12 +22,22 @@ func (d *Decider) EtcdEndpoint() string {
 
 // ActivityRejected returns how many activity records were dropped because
 // their grant did not match their request, tenant and key (or was missing).
-func (d *Decider) ActivityRejected() int64 { return d.forged.Load() }
+func (d *Decider) ActivityRejected() int64 {
+	if s := d.sink.Load(); s != nil {
+		return s.Rejected()
+	}
+	return 0
+}
 
 // ActivityOverCaps returns how many activity records were dropped because,
 // with a valid grant, their tokens or costs exceeded the caps of the
 // decision it names.
-func (d *Decider) ActivityOverCaps() int64 { return d.overCaps.Load() }
+func (d *Decider) ActivityOverCaps() int64 {
+	if s := d.sink.Load(); s != nil {
+		return s.OverCaps()
+	}
+	return 0
+}
 
 // ReportsInvalid returns how many call reports, reconciliations,
 // reservation ids and activity records the Report stream dropped for

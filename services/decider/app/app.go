@@ -3,8 +3,9 @@
 //
 // By file: config.go is the configuration, its flags and validation;
 // app.go the start-up order and shutdown; catalog.go applies what the
-// catalog gate takes; activity.go stores activity and settles hedges;
-// maintain.go is the statistics' upkeep; accessors.go reads a running
+// catalog gate takes; activity.go hands activity to its sink
+// (activity.Sink, which settles hedges through admission.Settler); the
+// statistics' upkeep is stats.Store.Keep; accessors.go reads a running
 // decider for operators and tests.
 package app
 
@@ -72,17 +73,15 @@ type Decider struct {
 	authn    *auth.Authenticator
 	stats    *stats.Store
 	budget   *hedge.Budget
-	actLog   atomic.Pointer[activity.Store] // read by Report streams that may start before it opens
-	grants   atomic.Pointer[grant.Signer]   // set before actLog
-	forged   atomic.Int64                   // activity records dropped for want of a valid grant
-	overCaps atomic.Int64                   // activity records dropped for a bill beyond their decision's caps
+	act      *activity.Store
+	sink     atomic.Pointer[activity.Sink] // read by Report streams that may start before it exists
+	grants   *grant.Signer
+	settler  *admission.Settler // settles hedges where the budget is held
 	broker   *broker.Broker
 	adm      *admission.Admission
-	admP     atomic.Pointer[admission.Admission] // adm, for activity batches that may arrive before it is set
 	observer atomic.Pointer[observe.Observer]
 	cool     *cooldown.Tracker
 	exps     *experiment.Manager
-	settleQ  chan settlement // from activity batches to the budget's owner
 	tlsSrv   *tlsfiles.Creds // the server's credentials, nil in plaintext
 	tlsPeer  *tlsfiles.Creds // the client credentials to other replicas, nil in plaintext
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
@@ -107,9 +106,11 @@ type Decider struct {
 }
 
 // Start starts a decider and returns once it serves: etcd reachable and the
-// catalog loaded. On error everything started is stopped again.
+// catalog loaded. Every field of cfg left zero takes DefaultConfig's value.
+// On error everything started is stopped again.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, err error) {
-	d := &Decider{cfg: cfg, logger: logger, settleQ: make(chan settlement, 4096)}
+	cfg = cfg.withDefaults()
+	d := &Decider{cfg: cfg, logger: logger}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	defer func() {
@@ -165,6 +166,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		}
 	}, d.onActivity)
 	d.budget = hedge.NewPaced(hedge.Options{DailyUSD: cfg.HedgeBudgetUSD, Burst: cfg.HedgeBudgetBurst, Now: cfg.Now})
+	d.settler = admission.NewSettler(d.budget, logger.With("component", "hedge"))
 	d.authn = auth.New()
 	svc := server.New(d.hub, d.budget, d.authn)
 	d.svc = svc
@@ -247,7 +249,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, err
 	}
-	d.grants.Store(g)
+	d.grants = g
 	svc.SetGrants(g)
 	expRev, err := d.loadExperiments(ctx)
 	if err != nil {
@@ -261,11 +263,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err != nil {
 		return nil, err
 	}
-	d.actLog.Store(act)
+	d.act = act
 	svc.SetActivity(act)
 	d.stats = stats.New(stats.Config{Now: cfg.Now})
-	if err := d.restoreStats(ctx); err != nil {
+	if n, err := d.stats.Load(ctx, d.store); err != nil {
 		logger.Warn("routing statistics not restored", "err", err)
+	} else {
+		logger.Info("routing statistics restored", "models", n)
 	}
 	aff := affinity.New(affinity.Options{})
 	sessions := session.New(session.Options{})
@@ -322,7 +326,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		svc.SetMetrics(d.admMetrics)
 	}
 	svc.SetAdmission(d.adm)
-	d.admP.Store(d.adm)
+	d.settler.SetAdmission(d.adm)
+	d.sink.Store(activity.NewSink(act, g, d.settler, logger.With("component", "activity")))
 	d.observer.Store(observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
@@ -332,8 +337,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.hub.SetKeySet(views.Keys)
 	d.views.Store(views)
 	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
-	d.wg.Go(func() { d.maintain(bg) })
-	d.wg.Go(func() { d.settleHedges(bg, svc) })
+	d.wg.Go(func() {
+		d.stats.Keep(bg, stats.KeepOptions{
+			Saver: d.store, Every: cfg.StatsSnapshotInterval, Now: cfg.Now, Logger: logger.With("component", "stats"),
+			Expire: []func(time.Time){d.cool.Expire, func(now time.Time) { d.broker.Expire(now) }},
+		})
+	})
+	d.wg.Go(func() { d.settler.Run(bg) })
 	d.wg.Go(func() { d.exps.Run(bg, expRev) })
 	if cfg.ProbeInterval > 0 {
 		p := probe.New(probe.Options{
@@ -391,8 +401,8 @@ func (d *Decider) Close() {
 		}
 		d.cancel()
 		d.wg.Wait()
-		if act := d.actLog.Load(); act != nil {
-			_ = act.Close()
+		if d.act != nil {
+			_ = d.act.Close()
 		}
 		if d.store != nil {
 			_ = d.store.Close()

@@ -72,6 +72,7 @@ func startDecider(t *testing.T, cfg Config) (*Decider, deciderClient) {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.NoDrainDelay = true // production settings otherwise; a test need not wait for load balancers
 	cfg.ID = "test"
 	cfg.Exploration = -1 // deterministic choices
 	if cfg.TokenFile == "" {

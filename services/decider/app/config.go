@@ -52,6 +52,8 @@ type Config struct {
 	// DrainDelay is how long health reports NOT_SERVING before the server
 	// stops, so load balancers move away first. (Optional) Defaults to 2s.
 	DrainDelay time.Duration
+	// NoDrainDelay stops at once, without DrainDelay. (Optional)
+	NoDrainDelay bool
 	// ShutdownTimeout bounds the graceful stop. (Optional) Defaults to 10s.
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error. (Optional) Defaults to info.
@@ -70,8 +72,10 @@ type Config struct {
 	BrokerSnapshotInterval time.Duration
 
 	// ProbeInterval is how often every endpoint is probed at each probe size.
-	// (Optional) 0 disables probes; the flag defaults to 5m.
+	// (Optional) Defaults to 5m.
 	ProbeInterval time.Duration
+	// NoProbes turns synthetic probes off. (Optional)
+	NoProbes bool
 	// ProbeSizes are the probe prompt sizes in tokens. (Optional) Defaults to 2k, 20k, 60k, 150k: one in each size bucket.
 	ProbeSizes []int64
 	// Exploration is the share of requests sent to endpoints with too little
@@ -84,11 +88,11 @@ type Config struct {
 	// Defaults to smart.
 	RoutingPolicy string
 	// RoutingCostMargin is the routing-cost policy's competitive margin.
-	// (Optional) The flag defaults to 0.10.
+	// (Optional) Defaults to 0.10.
 	RoutingCostMargin float64
 	// RoutingCostFloor is the share of traffic every endpoint keeps under
-	// the routing-cost policy. (Optional) The flag defaults to 0.02;
-	// negative disables.
+	// the routing-cost policy. (Optional) Defaults to 0.02; negative
+	// disables.
 	RoutingCostFloor float64
 	// RoutingCostHalfLife is the age at which a call weighs half in the
 	// routing-cost policy's rates (429s, errors, quality, price charged,
@@ -119,8 +123,10 @@ type Config struct {
 	// much. (Optional) Defaults to 30s.
 	ExperimentSaveInterval time.Duration
 	// HedgeBudgetUSD is the daily hedge budget shared by all edges. (Optional)
-	// The flag defaults to 5; 0 means no hedging.
+	// Defaults to 5.
 	HedgeBudgetUSD float64
+	// NoHedging turns hedging off: no budget, and edges never ask. (Optional)
+	NoHedging bool
 	// HedgeBudgetBurst paces the hedge budget over the UTC day: at time t of
 	// the day hedges may have spent HedgeBudgetUSD × (t + HedgeBudgetBurst) /
 	// (24h + HedgeBudgetBurst), so the budget lasts through the busy hours.
@@ -221,7 +227,8 @@ type Config struct {
 	EtcdCAFile, EtcdCertFile, EtcdKeyFile string
 }
 
-// DefaultConfig is the decider's defaults: every flag's default value.
+// DefaultConfig is the decider's defaults: every flag's default value, and
+// what Start takes for every field left zero.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
@@ -254,6 +261,62 @@ func DefaultConfig() Config {
 		ActivityRetention:      30 * 24 * time.Hour,
 		TLSRefresh:             tlsfiles.DefaultRefresh,
 		ProbeSizes:             slices.Clone(probe.DefaultSizes),
+	}
+}
+
+// withDefaults is c with DefaultConfig's value in every field left zero,
+// so that Start(Config{}) runs what the binary runs; NoDrainDelay,
+// NoProbes and NoHedging turn off what is on by default.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	orDefault(&c.Listen, def.Listen)
+	orDefault(&c.DataDir, def.DataDir)
+	orDefault(&c.EtcdListen, def.EtcdListen)
+	orDefault(&c.ID, def.ID)
+	orDefault(&c.DrainDelay, def.DrainDelay)
+	orDefault(&c.ShutdownTimeout, def.ShutdownTimeout)
+	orDefault(&c.LogLevel, def.LogLevel)
+	orDefault(&c.BrokerSessionTTL, def.BrokerSessionTTL)
+	orDefault(&c.ProbeInterval, def.ProbeInterval)
+	orDefault(&c.RoutingPolicy, def.RoutingPolicy)
+	orDefault(&c.RoutingCostMargin, def.RoutingCostMargin)
+	orDefault(&c.RoutingCostFloor, def.RoutingCostFloor)
+	orDefault(&c.RoutingCostHalfLife, def.RoutingCostHalfLife)
+	orDefault(&c.RoutingCostLoadWindow, def.RoutingCostLoadWindow)
+	orDefault(&c.CooldownRule, def.CooldownRule)
+	orDefault(&c.StatsSnapshotInterval, def.StatsSnapshotInterval)
+	orDefault(&c.ExperimentMinBlock, def.ExperimentMinBlock)
+	orDefault(&c.ExperimentSaveInterval, def.ExperimentSaveInterval)
+	orDefault(&c.HedgeBudgetUSD, def.HedgeBudgetUSD)
+	orDefault(&c.HedgeBudgetBurst, def.HedgeBudgetBurst)
+	orDefault(&c.HedgeDelay, def.HedgeDelay)
+	orDefault(&c.FastEnough, def.FastEnough)
+	orDefault(&c.BrokerStateBytes, def.BrokerStateBytes)
+	orDefault(&c.StickyTTL, def.StickyTTL)
+	orDefault(&c.HedgeFrom, def.HedgeFrom)
+	orDefault(&c.HedgeImmediateFrom, def.HedgeImmediateFrom)
+	orDefault(&c.ActivityRetention, def.ActivityRetention)
+	orDefault(&c.TLSRefresh, def.TLSRefresh)
+	if len(c.ProbeSizes) == 0 {
+		c.ProbeSizes = def.ProbeSizes
+	}
+	if c.NoDrainDelay {
+		c.DrainDelay = 0
+	}
+	if c.NoProbes {
+		c.ProbeInterval = 0
+	}
+	if c.NoHedging {
+		c.HedgeBudgetUSD = 0
+	}
+	return c
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
@@ -332,6 +395,11 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		return cfg, parseErr
 	}
 	cfg.NoSticky = !*sticky
+	// A flag's 0 that turns a feature off says so to Start, which reads
+	// zero as the default.
+	cfg.NoDrainDelay = cfg.DrainDelay == 0
+	cfg.NoProbes = cfg.ProbeInterval == 0
+	cfg.NoHedging = cfg.HedgeBudgetUSD == 0
 	var sizeErr error
 	cfg.ProbeSizes, sizeErr = parseSizes(*probeSizes)
 	for _, e := range strings.Split(etcd, ",") {

@@ -18,3 +18,25 @@ func TestDefaultConfigIsTheFlags(t *testing.T) {
 	}
 	require.Equal(t, def, cfg)
 }
+
+// TestStartDefaultsAreTheBinary: Start fills every field left zero from
+// DefaultConfig, so Start(Config{}) runs what the binary runs, and a flag's
+// 0 that turns a feature off reaches Start as its switch.
+func TestStartDefaultsAreTheBinary(t *testing.T) {
+	bin, err := ParseFlags(nil, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	zero := Config{}.withDefaults()
+	zero.ID = bin.ID // validation names a replica without a host name
+	require.Equal(t, bin, zero)
+
+	off, err := ParseFlags([]string{"--drain-delay=0", "--probe-interval=0", "--hedge-budget-usd=0"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	off = off.withDefaults()
+	require.Zero(t, off.DrainDelay)
+	require.Zero(t, off.ProbeInterval)
+	require.Zero(t, off.HedgeBudgetUSD)
+	require.Equal(t, Config{NoDrainDelay: true, NoProbes: true, NoHedging: true}.withDefaults(), func() Config {
+		off.ID = DefaultConfig().ID
+		return off
+	}())
+}

@@ -57,7 +57,7 @@ func TestExperimentCommandSurvivesRestart(t *testing.T) {
 				Ttft: durationpb.New(ttft), StartTime: timestamppb.New(t0.Add(at))}},
 			Status: switchboardv1.CallStatus_CALL_STATUS_OK, Duration: durationpb.New(time.Second), Ttft: durationpb.New(ttft),
 			Usage: &switchboardv1.Usage{InputTokens: 100, OutputTokens: 50}, CostUsd: 0.001,
-			Caps: testCaps, Grant: d.grants.Load().Issue(id, "acme", "", testCaps),
+			Caps: testCaps, Grant: d.grants.Issue(id, "acme", "", testCaps),
 		}
 	}
 	batch := []*switchboardv1.ActivityRecord{
@@ -154,7 +154,7 @@ func TestExperimentAcrossReplicas(t *testing.T) {
 		"the other replica follows the experiment")
 	record := func(d *Decider, id string) *switchboardv1.ActivityRecord {
 		return &switchboardv1.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
-			Status: switchboardv1.CallStatus_CALL_STATUS_OK, CostUsd: 0.001, Caps: testCaps, Grant: d.grants.Load().Issue(id, "acme", "", testCaps)}
+			Status: switchboardv1.CallStatus_CALL_STATUS_OK, CostUsd: 0.001, Caps: testCaps, Grant: d.grants.Issue(id, "acme", "", testCaps)}
 	}
 	sendActivity(t, edgeA, 1, record(a, "on-a"))
 	sendActivity(t, edgeB, 1, record(b, "on-b-1"), record(b, "on-b-2"))

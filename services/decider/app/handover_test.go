@@ -15,9 +15,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	statev1 "github.com/switchboard-ai/switchboard/proto/switchboard/state/v1"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 )
@@ -215,7 +217,7 @@ var testCaps = &switchboardv1.DecisionCaps{MaxInputTokens: 1 << 20, MaxOutputTok
 
 func hedgeRecord(d *Decider, id string, loserUSD float64) *switchboardv1.ActivityRecord {
 	return &switchboardv1.ActivityRecord{Id: id, CreateTime: timestamppb.Now(), TenantId: "acme", Model: "vendor/model",
-		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}, Caps: testCaps, Grant: d.grants.Load().Issue(id, "acme", "", testCaps)}
+		Hedge: &switchboardv1.HedgeInfo{Used: true, LoserCostUsd: loserUSD}, Caps: testCaps, Grant: d.grants.Issue(id, "acme", "", testCaps)}
 }
 
 // TestHedgeBudgetLivesWithTheOwner: the hedge budget is charged on the owner
@@ -249,7 +251,12 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 	require.Eventually(t, func() bool {
 		get, err := b.store.Client().Get(t.Context(), admission.BudgetKey)
 		require.NoError(t, err)
-		return len(get.Kvs) == 1 && strings.Contains(string(get.Kvs[0].Value), "h2") // the pending estimate's request id, in the saved protobuf
+		var st statev1.HedgeBudgetState
+		if len(get.Kvs) != 1 || proto.Unmarshal(get.Kvs[0].Value, &st) != nil {
+			return false
+		}
+		_, ok := st.GetPendingUsd()["h2"]
+		return ok
 	}, 10*time.Second, 10*time.Millisecond)
 	a.adm.Abandon()
 	require.Eventually(t, b.adm.Owner, 20*time.Second, 10*time.Millisecond)
