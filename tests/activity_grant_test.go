@@ -13,7 +13,7 @@ import (
 
 // sendActivity sends activity records on a Report stream of its own, as an
 // edge would, and waits for the decider to acknowledge them (processed).
-func sendActivity(t *testing.T, rpc deciderClient, records ...*switchboardv1.ActivityRecord) {
+func sendActivity(t *testing.T, rpc switchboardv1.DeciderClient, records ...*switchboardv1.ActivityRecord) {
 	t.Helper()
 	stream, err := rpc.Report(t.Context())
 	require.NoError(t, err)

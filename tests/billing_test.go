@@ -82,7 +82,7 @@ type billSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     deciderClient
+	rpc     switchboardv1.DeciderClient
 }
 
 // startBilling starts a system; tune adjusts the decider's configuration

@@ -43,7 +43,7 @@ type pairSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     deciderClient
+	rpc     switchboardv1.DeciderClient
 	sys     *system
 }
 

@@ -29,7 +29,7 @@ type limitSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     deciderClient
+	rpc     switchboardv1.DeciderClient
 }
 
 const (

@@ -21,7 +21,7 @@ func candidates(t *testing.T, addr string) map[string]*switchboardv1.Candidate {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	defer conn.Close()
-	resp, err := newDeciderClient(conn).Decide(t.Context(), &switchboardv1.DecideRequest{
+	resp, err := switchboardv1.NewDeciderClient(conn).Decide(t.Context(), &switchboardv1.DecideRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100},
 	})

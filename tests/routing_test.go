@@ -54,7 +54,7 @@ type smartSystem struct {
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
 	dcfg    deciderapp.Config
-	client  deciderClient
+	client  switchboardv1.DeciderClient
 	post    func(t *testing.T, body string) (int, http.Header, map[string]any)
 }
 

@@ -27,7 +27,7 @@ type costSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	client  deciderClient
+	client  switchboardv1.DeciderClient
 }
 
 // startCost starts simYAML's providers and a decider whose catalog serves

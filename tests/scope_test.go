@@ -40,14 +40,14 @@ func TestServiceReconcilePausesOnlyItsTenants(t *testing.T) {
 	defer cancel()
 	edge := dialAs(t, d.Addr(), secEdgeToken)
 
-	reserve := func(svc deciderClient) string {
+	reserve := func(svc switchboardv1.DeciderClient) string {
 		t.Helper()
 		res, err := svc.Reserve(ctx, reserveReq(byTenant("acme")))
 		require.NoError(t, err)
 		require.True(t, res.GetAdmitted())
 		return res.GetReservation().GetReservationId()
 	}
-	refuse := func(svc deciderClient, id string) {
+	refuse := func(svc switchboardv1.DeciderClient, id string) {
 		t.Helper()
 		_, err := svc.Reconcile(ctx, &switchboardv1.ReconcileRequest{
 			ReservationId: id, Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED,

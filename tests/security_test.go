@@ -91,7 +91,7 @@ func startSecDecider(t *testing.T) *deciderapp.Decider {
 }
 
 // dialAs returns a client of addr calling with token; "" sends no credentials.
-func dialAs(t *testing.T, addr, token string, onBehalfOf ...string) deciderClient {
+func dialAs(t *testing.T, addr, token string, onBehalfOf ...string) switchboardv1.DeciderClient {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if token != "" {
@@ -111,7 +111,7 @@ func dialAs(t *testing.T, addr, token string, onBehalfOf ...string) deciderClien
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return newDeciderClient(conn)
+	return switchboardv1.NewDeciderClient(conn)
 }
 
 func byTenant(tenant string) *switchboardv1.Identity {
@@ -146,7 +146,7 @@ func requestsLeft(t *testing.T, d *deciderapp.Decider, tenant string) float64 {
 
 // report opens a Report stream, says hello and sends reports, and returns
 // the first answer's error (nil when the decider accepted the stream).
-func report(ctx context.Context, c deciderClient, reports ...*switchboardv1.CallReport) error {
+func report(ctx context.Context, c switchboardv1.DeciderClient, reports ...*switchboardv1.CallReport) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := c.Report(ctx)
@@ -171,7 +171,7 @@ func TestAttacksWithoutCredentialsAreRefused(t *testing.T) {
 	ctx := t.Context()
 	before := requestsLeft(t, d, "globex")
 
-	for name, c := range map[string]deciderClient{"no credentials": anon, "unknown token": forged} {
+	for name, c := range map[string]switchboardv1.DeciderClient{"no credentials": anon, "unknown token": forged} {
 		t.Run(name, func(t *testing.T) {
 			_, err := c.Decide(ctx, decideReserve(byTenant("globex")))
 			require.Equal(t, codes.Unauthenticated, status.Code(err), "Decide as another tenant with reserve: %v", err)
@@ -252,7 +252,7 @@ func TestAttacksOutsideTheRoleAreRefused(t *testing.T) {
 	require.Equal(t, before-1, requestsLeft(t, d, "globex"), "only the edge's reservation was admitted, and it is still held")
 
 	// Only edges spend the hedge budget and report calls.
-	for _, c := range []deciderClient{service, operator} {
+	for _, c := range []switchboardv1.DeciderClient{service, operator} {
 		for range 3 {
 			_, err = c.AcquireHedge(ctx, &switchboardv1.AcquireHedgeRequest{RequestId: "hedge", EstimatedCostUsd: 2.5})
 			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
@@ -319,7 +319,7 @@ func TestOnBehalfOfIsHonouredOnlyFromAReplica(t *testing.T) {
 
 // rpcCall is one RPC of the matrix, called for the identity or the
 // reservation of the given tenant; it returns the call's error.
-type rpcCall func(t *testing.T, c deciderClient, v variant) error
+type rpcCall func(t *testing.T, c switchboardv1.DeciderClient, v variant) error
 
 // variant is which identity a call carries: a key hash or a bare tenant
 // id, of the service's own tenant (acme) or another (globex). Calls about a
@@ -394,46 +394,46 @@ func TestRoleRPCTenantMatrix(t *testing.T) {
 		return r.GetReservation().GetReservationId()
 	}
 	rpcs := map[string]rpcCall{
-		"Decide": func(t *testing.T, c deciderClient, v variant) error {
+		"Decide": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: v.identity(), Model: secModel})
 			return err
 		},
-		"Decide dry run": func(t *testing.T, c deciderClient, v variant) error {
+		"Decide dry run": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: v.identity(), Model: secModel, DryRun: true, Explain: true})
 			return err
 		},
-		"Reserve": func(t *testing.T, c deciderClient, v variant) error {
+		"Reserve": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.Reserve(t.Context(), reserveReq(v.identity()))
 			return err
 		},
-		"ListModels": func(t *testing.T, c deciderClient, v variant) error {
+		"ListModels": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.ListModels(t.Context(), &switchboardv1.ListModelsRequest{Identity: v.identity()})
 			return err
 		},
-		"ListActivity": func(t *testing.T, c deciderClient, v variant) error {
+		"ListActivity": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.ListActivity(t.Context(), &switchboardv1.ListActivityRequest{Identity: v.identity()})
 			return err
 		},
-		"GetActivity": func(t *testing.T, c deciderClient, v variant) error {
+		"GetActivity": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.GetActivity(t.Context(), &switchboardv1.GetActivityRequest{Identity: v.identity(), Id: "gen-none"})
 			return err
 		},
-		"Reconcile": func(t *testing.T, c deciderClient, v variant) error {
+		"Reconcile": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: reservation(t, v.tenant)})
 			return err
 		},
-		"KeepReservations": func(t *testing.T, c deciderClient, v variant) error {
+		"KeepReservations": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.KeepReservations(t.Context(), &switchboardv1.KeepReservationsRequest{ReservationIds: []string{reservation(t, v.tenant)}})
 			return err
 		},
-		"Report": func(t *testing.T, c deciderClient, _ variant) error {
+		"Report": func(t *testing.T, c switchboardv1.DeciderClient, _ variant) error {
 			return report(t.Context(), c)
 		},
-		"AcquireHedge": func(t *testing.T, c deciderClient, v variant) error {
+		"AcquireHedge": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: "matrix-" + v.name, EstimatedCostUsd: 0.01})
 			return err
 		},
-		"SettleHedge": func(t *testing.T, c deciderClient, v variant) error {
+		"SettleHedge": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
 			_, err := c.SettleHedge(t.Context(), &switchboardv1.SettleHedgeRequest{Settlements: []*switchboardv1.HedgeSettlement{{RequestId: "matrix-" + v.name}}})
 			return err
 		},
@@ -507,7 +507,7 @@ func TestTokenRotationWithoutRestart(t *testing.T) {
 	d := startSecDecider(t)
 	const newToken = "sec-edge-token-2"
 	oldC, newC := dialAs(t, d.Addr(), secEdgeToken), dialAs(t, d.Addr(), newToken)
-	list := func(c deciderClient) error {
+	list := func(c switchboardv1.DeciderClient) error {
 		_, err := c.ListModels(t.Context(), &switchboardv1.ListModelsRequest{Identity: byKey(secAcmeKey)})
 		return err
 	}

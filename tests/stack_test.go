@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
@@ -115,12 +116,12 @@ func startDeciderOnPicked(t *testing.T, cfg *deciderapp.Config) *deciderapp.Deci
 
 // operatorRPC is a client of the decider at addr calling as the test
 // operator, closed when the test ends.
-func operatorRPC(t *testing.T, addr string) deciderClient {
+func operatorRPC(t *testing.T, addr string) switchboardv1.DeciderClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return newDeciderClient(conn)
+	return switchboardv1.NewDeciderClient(conn)
 }
 
 // startEdge starts an edge on a free port in front of the decider at

@@ -19,7 +19,7 @@ import (
 type statsSystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
-	rpc     deciderClient
+	rpc     switchboardv1.DeciderClient
 	sys     *system
 }
 

@@ -28,7 +28,7 @@ type stickySystem struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	edge    *edgeapp.Edge
-	rpc     deciderClient
+	rpc     switchboardv1.DeciderClient
 	etcd    *clientv3.Client
 	// offset is added to the decider's clock: how the test lets time pass.
 	offset atomic.Int64
@@ -114,7 +114,7 @@ func (s *stickySystem) dryRun(t *testing.T, session string) string {
 // sessionDryRun is the summary of what the decider would do for a request
 // of promptTokens in the session, without recording anything: its
 // "sticky=" word says whether it knows the session as a conversation.
-func sessionDryRun(t *testing.T, rpc deciderClient, session string, promptTokens int64) string {
+func sessionDryRun(t *testing.T, rpc switchboardv1.DeciderClient, session string, promptTokens int64) string {
 	t.Helper()
 	resp, err := rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, SessionId: session,

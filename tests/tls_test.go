@@ -152,7 +152,7 @@ func TestChatCompletionOverMutualTLS(t *testing.T) {
 		conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(creds))
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		_, err = newDeciderClient(conn).ListModels(ctx, &switchboardv1.ListModelsRequest{})
+		_, err = switchboardv1.NewDeciderClient(conn).ListModels(ctx, &switchboardv1.ListModelsRequest{})
 		cancel()
 		_ = conn.Close()
 		require.Equal(t, codes.Unavailable, status.Code(err), "%s: %v", name, err)

@@ -87,7 +87,7 @@ func reserveReq(model, requestID, key string, ttl time.Duration) *switchboardv1.
 // attackHugeIDs: the service reserves (on chaos/fill, which no pause of
 // the other attacks touches) with a 900 kB request id, then a
 // 900 kB idempotency key; the boundary must refuse both.
-func attackHugeIDs(ctx context.Context, svc deciderClient) []Check {
+func attackHugeIDs(ctx context.Context, svc switchboardv1.DeciderClient) []Check {
 	huge := strings.Repeat("x", 900_000)
 	var out []Check
 	for _, tc := range []struct{ name, id, key string }{{"request_id", huge, "k"}, {"idempotency_key", "r", huge}} {
@@ -102,7 +102,7 @@ func attackHugeIDs(ctx context.Context, svc deciderClient) []Check {
 
 // attackFill: the service opens many reservations with ids of the largest
 // size the boundary accepts; the broker's snapshot must still be written.
-func (s *system) attackFill(ctx context.Context, svc deciderClient) Check {
+func (s *system) attackFill(ctx context.Context, svc switchboardv1.DeciderClient) Check {
 	var admitted, refused atomic.Int64
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -166,7 +166,7 @@ func (s *system) attackFill(ctx context.Context, svc deciderClient) Check {
 // reservation on p-spare as a provider policy refusal with retry-after 590;
 // tenant victim's next requests on that endpoint, through either edge, must
 // be served by it, not refused as paused.
-func (s *system) attackServiceHeaders(ctx context.Context, hc *http.Client, svc deciderClient) Check {
+func (s *system) attackServiceHeaders(ctx context.Context, hc *http.Client, svc switchboardv1.DeciderClient) Check {
 	c := Check{Name: "attack: mallory's service reconciles with retry-after: 590", Bound: "victim served on p-spare through both edges"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -195,7 +195,7 @@ func (s *system) attackServiceHeaders(ctx context.Context, hc *http.Client, svc 
 // attackRetryAfter: the edge credential reports three 429s with
 // retry_after 87,600 h on spare2's endpoint; a cool-down it causes must end
 // within maxPause.
-func attackRetryAfter(ctx context.Context, edgeRPC deciderClient) Check {
+func attackRetryAfter(ctx context.Context, edgeRPC switchboardv1.DeciderClient) Check {
 	c := Check{Name: "attack: edge reports 3 × 429 with retry_after 87,600 h", Bound: fmt.Sprintf("any cool-down ≤ %s", maxPause)}
 	ep := "p-spare/" + modelSpare2
 	sctx, cancel := context.WithTimeout(ctx, 6*time.Second)
@@ -238,7 +238,7 @@ func attackRetryAfter(ctx context.Context, edgeRPC deciderClient) Check {
 }
 
 // attackHedgeNaN: the edge credential asks for a hedge costing NaN.
-func attackHedgeNaN(ctx context.Context, edgeRPC deciderClient) Check {
+func attackHedgeNaN(ctx context.Context, edgeRPC switchboardv1.DeciderClient) Check {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := edgeRPC.AcquireHedge(cctx, &switchboardv1.AcquireHedgeRequest{RequestId: "chaos-nan", EndpointId: "p-hb/" + modelHedge, EstimatedCostUsd: math.NaN()})
@@ -253,7 +253,7 @@ func attackHedgeNaN(ctx context.Context, edgeRPC deciderClient) Check {
 // attackActivity: the edge credential takes a real grant from a Decide it
 // never dispatches and writes an activity record of $999 and 10⁹ output
 // tokens under it; no replica may list it with that bill.
-func attackActivity(ctx context.Context, edgeRPC, ops deciderClient) Check {
+func attackActivity(ctx context.Context, edgeRPC, ops switchboardv1.DeciderClient) Check {
 	c := Check{Name: "attack: edge writes a $999 activity record under a real grant", Bound: "not stored with that bill"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

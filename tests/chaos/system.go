@@ -385,21 +385,14 @@ func (s *system) snapshotRevision(ctx context.Context) (int64, error) {
 	return resp.Kvs[0].ModRevision, nil
 }
 
-// deciderClient is a client of the decider's services an attack calls, on
-// one connection.
-type deciderClient struct {
-	switchboardv1.RouterServiceClient
-	switchboardv1.EdgeServiceClient
-}
-
 // rpc is a client of decider i calling with token.
-func (s *system) rpc(i int, token string) (deciderClient, func(), error) {
+func (s *system) rpc(i int, token string) (switchboardv1.DeciderClient, func(), error) {
 	conn, err := grpc.NewClient(s.deciders[i].addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(bearer.Token(token)))
 	if err != nil {
-		return deciderClient{}, nil, err
+		return switchboardv1.DeciderClient{}, nil, err
 	}
-	return deciderClient{switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn)}, func() { _ = conn.Close() }, nil
+	return switchboardv1.NewDeciderClient(conn), func() { _ = conn.Close() }, nil
 }
 
 // stop stops everything: edges first (their last reports reach the

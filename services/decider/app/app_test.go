@@ -53,21 +53,7 @@ models:
 	return p
 }
 
-// deciderClient is a client of every service the decider serves, on one
-// connection: the tests play every role.
-type deciderClient struct {
-	switchboardv1.RouterServiceClient
-	switchboardv1.EdgeServiceClient
-	switchboardv1.OperatorServiceClient
-}
-
-func newDeciderClient(conn grpc.ClientConnInterface) deciderClient {
-	return deciderClient{
-		switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn), switchboardv1.NewOperatorServiceClient(conn),
-	}
-}
-
-func startDecider(t *testing.T, cfg Config) (*Decider, deciderClient) {
+func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderClient) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"
@@ -84,7 +70,7 @@ func startDecider(t *testing.T, cfg Config) (*Decider, deciderClient) {
 	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return d, newDeciderClient(conn)
+	return d, switchboardv1.NewDeciderClient(conn)
 }
 
 func TestDeciderOverRealGRPC(t *testing.T) {

@@ -71,14 +71,14 @@ func benchReserveReconcile(b *testing.B, debugListen string) {
 	defer d.Close()
 	// One connection, multiplexed by every caller (more connections measured
 	// no faster on 2 cores: they only add loopy writers competing for them).
-	var clients []deciderClient
+	var clients []switchboardv1.DeciderClient
 	for range 1 {
 		conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer conn.Close()
-		clients = append(clients, newDeciderClient(conn))
+		clients = append(clients, switchboardv1.NewDeciderClient(conn))
 	}
 	var next atomic.Int64
 	id := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(demoKey), App: "chat", Environment: "prod"}

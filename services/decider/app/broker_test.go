@@ -48,7 +48,7 @@ func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
 	return p
 }
 
-func decideReserve(t *testing.T, c deciderClient, n int) *switchboardv1.DecideResponse {
+func decideReserve(t *testing.T, c switchboardv1.DeciderClient, n int) *switchboardv1.DecideResponse {
 	t.Helper()
 	resp, err := c.Decide(t.Context(), decideRequest(n))
 	require.NoError(t, err)

@@ -143,7 +143,7 @@ func TestExperimentAcrossReplicas(t *testing.T) {
 	conn, err := grpc.NewClient(b.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(testEdgeToken)))
 	require.NoError(t, err)
 	defer conn.Close()
-	edgeB := newDeciderClient(conn)
+	edgeB := switchboardv1.NewDeciderClient(conn)
 
 	ops := "--token-file=" + writeToken(t, testOperatorToken)
 	var out strings.Builder

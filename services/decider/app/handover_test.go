@@ -66,7 +66,7 @@ func (l *lockedBuffer) String() string {
 
 // runDecider runs the decider as main does, until the returned stop is
 // called (as SIGTERM cancels main's context); stop waits for Run to return.
-func runDecider(t *testing.T, args ...string) (deciderClient, *lockedBuffer, func()) {
+func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderClient, *lockedBuffer, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
@@ -95,7 +95,7 @@ func runDecider(t *testing.T, args ...string) (deciderClient, *lockedBuffer, fun
 		})
 	}
 	t.Cleanup(stop)
-	return newDeciderClient(conn), logs, stop
+	return switchboardv1.NewDeciderClient(conn), logs, stop
 }
 
 // TestCleanStopHandsOverAtFullCapacity stops a decider the way SIGTERM does
@@ -126,7 +126,7 @@ func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
 
 // firstAdmission retries a reserving Decide until one is admitted and
 // returns how long that took from start.
-func firstAdmission(t *testing.T, c deciderClient, start time.Time, n int) time.Duration {
+func firstAdmission(t *testing.T, c switchboardv1.DeciderClient, start time.Time, n int) time.Duration {
 	t.Helper()
 	var took time.Duration
 	require.Eventually(t, func() bool {
@@ -194,7 +194,7 @@ func TestFailoverToFirstAdmission(t *testing.T) {
 
 // sendActivity sends one activity batch on a Report stream of c and waits
 // for its acknowledgement.
-func sendActivity(t *testing.T, c deciderClient, seq uint64, records ...*switchboardv1.ActivityRecord) {
+func sendActivity(t *testing.T, c switchboardv1.DeciderClient, seq uint64, records ...*switchboardv1.ActivityRecord) {
 	t.Helper()
 	stream, err := c.Report(t.Context())
 	require.NoError(t, err)

@@ -63,7 +63,7 @@ func (p *testPKI) tlsConfig(cfg Config) Config {
 }
 
 // dialDecider returns a client of the decider's services at addr with creds.
-func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentials) (deciderClient, *grpc.ClientConn) {
+func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentials) (switchboardv1.DeciderClient, *grpc.ClientConn) {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if creds.Info().SecurityProtocol == "insecure" {
@@ -73,7 +73,7 @@ func dialDecider(t *testing.T, addr string, creds credentials.TransportCredentia
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return newDeciderClient(conn), conn
+	return switchboardv1.NewDeciderClient(conn), conn
 }
 
 func clientCreds(t *testing.T, c tlsfiles.Client) credentials.TransportCredentials {

@@ -50,7 +50,7 @@ tenants:
 }
 
 // decideAs decides and reserves one request for the tenant of key.
-func decideAs(t *testing.T, c deciderClient, key, requestID string) *switchboardv1.DecideResponse {
+func decideAs(t *testing.T, c switchboardv1.DeciderClient, key, requestID string) *switchboardv1.DecideResponse {
 	t.Helper()
 	resp, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{
 		RequestId: requestID, Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(key)}, Model: "vendor/model",
@@ -109,12 +109,12 @@ func TestReservationIDsCannotBeEnumerated(t *testing.T) {
 }
 
 // dialAs is a client of d calling with token.
-func dialAs(t *testing.T, d *Decider, token string) deciderClient {
+func dialAs(t *testing.T, d *Decider, token string) switchboardv1.DeciderClient {
 	t.Helper()
 	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(token)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return newDeciderClient(conn)
+	return switchboardv1.NewDeciderClient(conn)
 }
 
 // TestReservationsOfAnotherTenantAreRefused: a caller allowed one tenant

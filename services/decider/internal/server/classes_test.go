@@ -60,7 +60,7 @@ tenants:
 
 // startWith serves a ready Server for catalog yaml over bufconn, with
 // admission on embedded etcd.
-func startWith(t *testing.T, yaml string) deciderClient {
+func startWith(t *testing.T, yaml string) switchboardv1.DeciderClient {
 	t.Helper()
 	c, err := catalog.Parse([]byte(yaml))
 	require.NoError(t, err)

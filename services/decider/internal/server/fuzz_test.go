@@ -30,41 +30,41 @@ const maxBlowUp = 1 << 20
 var fuzzRPCs = []struct {
 	name string
 	req  func() proto.Message
-	call func(context.Context, deciderClient, proto.Message) error
+	call func(context.Context, switchboardv1.DeciderClient, proto.Message) error
 }{
-	{"Decide", func() proto.Message { return &switchboardv1.DecideRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"Decide", func() proto.Message { return &switchboardv1.DecideRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.Decide(ctx, m.(*switchboardv1.DecideRequest))
 		return err
 	}},
-	{"Reserve", func() proto.Message { return &switchboardv1.ReserveRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"Reserve", func() proto.Message { return &switchboardv1.ReserveRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.Reserve(ctx, m.(*switchboardv1.ReserveRequest))
 		return err
 	}},
-	{"Reconcile", func() proto.Message { return &switchboardv1.ReconcileRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"Reconcile", func() proto.Message { return &switchboardv1.ReconcileRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.Reconcile(ctx, m.(*switchboardv1.ReconcileRequest))
 		return err
 	}},
-	{"KeepReservations", func() proto.Message { return &switchboardv1.KeepReservationsRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"KeepReservations", func() proto.Message { return &switchboardv1.KeepReservationsRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.KeepReservations(ctx, m.(*switchboardv1.KeepReservationsRequest))
 		return err
 	}},
-	{"AcquireHedge", func() proto.Message { return &switchboardv1.AcquireHedgeRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"AcquireHedge", func() proto.Message { return &switchboardv1.AcquireHedgeRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.AcquireHedge(ctx, m.(*switchboardv1.AcquireHedgeRequest))
 		return err
 	}},
-	{"SettleHedge", func() proto.Message { return &switchboardv1.SettleHedgeRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"SettleHedge", func() proto.Message { return &switchboardv1.SettleHedgeRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.SettleHedge(ctx, m.(*switchboardv1.SettleHedgeRequest))
 		return err
 	}},
-	{"ListActivity", func() proto.Message { return &switchboardv1.ListActivityRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"ListActivity", func() proto.Message { return &switchboardv1.ListActivityRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.ListActivity(ctx, m.(*switchboardv1.ListActivityRequest))
 		return err
 	}},
-	{"GetActivity", func() proto.Message { return &switchboardv1.GetActivityRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"GetActivity", func() proto.Message { return &switchboardv1.GetActivityRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.GetActivity(ctx, m.(*switchboardv1.GetActivityRequest))
 		return err
 	}},
-	{"ListModels", func() proto.Message { return &switchboardv1.ListModelsRequest{} }, func(ctx context.Context, c deciderClient, m proto.Message) error {
+	{"ListModels", func() proto.Message { return &switchboardv1.ListModelsRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.ListModels(ctx, m.(*switchboardv1.ListModelsRequest))
 		return err
 	}},

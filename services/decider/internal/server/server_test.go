@@ -61,7 +61,7 @@ func logger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil
 // Set* installs kept so a test can install them when it wants.
 type fixture struct {
 	srv    *server.Server
-	client deciderClient
+	client switchboardv1.DeciderClient
 	router *routing.Router
 	act    *activity.Store
 	adm    *admission.Admission
@@ -343,17 +343,9 @@ func TestActivityIsTenantScoped(t *testing.T) {
 	require.Equal(t, "gen-1", next.GetRecords()[0].GetId())
 }
 
-// deciderClient is a client of every service the Server implements, on one
-// connection: the tests call them all.
-type deciderClient struct {
-	switchboardv1.RouterServiceClient
-	switchboardv1.EdgeServiceClient
-	switchboardv1.OperatorServiceClient
-}
-
 // serve registers srv on gs, serves it over bufconn until the test ends and
 // returns a client of it.
-func serve(t testing.TB, gs *grpc.Server, srv *server.Server) deciderClient {
+func serve(t testing.TB, gs *grpc.Server, srv *server.Server) switchboardv1.DeciderClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	switchboardv1.RegisterRouterServiceServer(gs, srv)
@@ -373,7 +365,5 @@ func serve(t testing.TB, gs *grpc.Server, srv *server.Server) deciderClient {
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return deciderClient{
-		switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn), switchboardv1.NewOperatorServiceClient(conn),
-	}
+	return switchboardv1.NewDeciderClient(conn)
 }
