@@ -98,10 +98,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		// the interval instead of at their deadline. The decider accepts
 		// pings every 5 s (pkg/grpcserver).
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.DeciderKeepalive, Timeout: cfg.DeciderKeepalive}),
-		// The decider is on the local network: reconnect quickly after a
-		// restart (the default starts at 1s and grows to 2 minutes).
+		// The decider is on the local network: reconnect within a second of
+		// a restart (the default starts at 1s and grows to 2 minutes; a
+		// restarted decider's slots come back only once its edges have
+		// reconnected and replayed), at one dial a second while it is down.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}

@@ -1,12 +1,17 @@
 package report
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakedecider"
@@ -261,4 +266,62 @@ func TestReconcileAppliedByRPCIsReplayed(t *testing.T) {
 	require.Zero(t, replayed(t, fd, s, "released"))
 	fd.SetOwnerTerm(2)
 	require.Eventually(t, func() bool { return replayed(t, fd, s, "released") == 1 }, 10*time.Second, time.Millisecond)
+}
+
+// A batch whose send fails is sent again on the next stream as it was
+// numbered: not also as a new batch from what was pending. (The reconcile
+// batch, numbered before its send, stayed pending too and went out twice,
+// as sequences 1 and 2; so did an activity batch.)
+func TestFailedSendIsSentAgainOnce(t *testing.T) {
+	fd := fakedecider.Start(t)
+	client := &failingClient{EdgeServiceClient: dial(t, fd.Addr())}
+	client.failActivity.Store(true)
+	client.failReconcile.Store(true)
+	s := New(Options{Client: client, Hello: hello, FlushInterval: 5 * time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	s.Activity(&switchboardv1.ActivityRecord{Id: "a1"})
+	s.Reconcile(reconcileOf("r1"))
+	run(t, s)
+	count := func(id string) int { return activityCount(fd, id) }
+	require.Eventually(t, func() bool {
+		return !client.failActivity.Load() && !client.failReconcile.Load() && count("a1") > 0 && len(sequencesOf(fd, "r1")) > 0
+	}, 10*time.Second, time.Millisecond)
+	// Sent after any copy on the same stream: once these are in, so is
+	// every copy.
+	s.Activity(&switchboardv1.ActivityRecord{Id: "a2"})
+	s.Reconcile(reconcileOf("r2"))
+	require.Eventually(t, func() bool { return count("a2") > 0 && len(sequencesOf(fd, "r2")) > 0 }, 10*time.Second, time.Millisecond)
+	// An unacknowledged batch the stream's break cut off is sent again as
+	// it was, under its sequence, which the decider applies once.
+	seqs := slices.Compact(sequencesOf(fd, "r1"))
+	require.Len(t, seqs, 1, "r1 reached the decider in one batch: %v", sequencesOf(fd, "r1"))
+	require.Equal(t, 1, count("a1"), "a1 reached the decider once")
+}
+
+// failingClient's streams fail the first send of an activity batch and of a
+// reconcile batch, without sending it.
+type failingClient struct {
+	switchboardv1.EdgeServiceClient
+	failActivity, failReconcile atomic.Bool
+}
+
+func (c *failingClient) Report(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[switchboardv1.ReportRequest, switchboardv1.ReportResponse], error) {
+	st, err := c.EdgeServiceClient.Report(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &failingStream{BidiStreamingClient: st, c: c}, nil
+}
+
+type failingStream struct {
+	grpc.BidiStreamingClient[switchboardv1.ReportRequest, switchboardv1.ReportResponse]
+	c *failingClient
+}
+
+func (s *failingStream) Send(m *switchboardv1.ReportRequest) error {
+	if (m.GetActivity() != nil && s.c.failActivity.CompareAndSwap(true, false)) ||
+		(m.GetReconcile().GetSequence() != 0 && s.c.failReconcile.CompareAndSwap(true, false)) {
+		return status.Error(codes.Unavailable, "send failed")
+	}
+	return s.BidiStreamingClient.Send(m)
 }

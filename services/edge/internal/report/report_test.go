@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,15 +51,20 @@ func (h *handler) counts() (int, int) {
 
 func dial(t *testing.T, addr string) switchboardv1.EdgeServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr,
+	return switchboardv1.NewEdgeServiceClient(dialConn(t, addr))
+}
+
+func dialConn(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond,
 		}, MinConnectTimeout: time.Second}),
-	)
+	}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return switchboardv1.NewEdgeServiceClient(conn)
+	return conn
 }
 
 // run starts s in the background and returns a function that stops it and
@@ -255,15 +261,16 @@ func TestActivityNeverBlocks(t *testing.T) {
 }
 
 func TestRunWithoutDecider(t *testing.T) {
-	// A closed port: every connect fails; Run must keep retrying and stop
-	// promptly when asked.
+	// A closed port: every connect fails; Run must wait for the decider
+	// and stop promptly when asked.
 	fd := fakedecider.Start(t)
 	addr := fd.Addr()
 	fd.Stop()
 	client := &countingClient{EdgeServiceClient: dial(t, addr)}
-	s := New(Options{Client: client, Hello: hello, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	s := New(Options{Client: client, Hello: hello, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		FinalFlushTimeout: 100 * time.Millisecond})
 	stop := run(t, s)
-	require.Eventually(t, func() bool { return client.opened.Load() >= 3 }, 20*time.Second, 5*time.Millisecond, "Run keeps retrying")
+	require.Eventually(t, func() bool { return client.opened.Load() >= 1 }, 20*time.Second, 5*time.Millisecond, "Run opens a stream")
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -272,9 +279,40 @@ func TestRunWithoutDecider(t *testing.T) {
 	select {
 	case <-stopped:
 	case <-time.After(30 * time.Second): // a hang guard, not a timing
-		t.Fatal("Run did not stop while reconnecting")
+		t.Fatal("Run did not stop while waiting for the decider")
 	}
 	require.Zero(t, s.Sessions())
+}
+
+// TestStreamOpensWhenTheDeciderIsBack: while the decider is down the stream
+// waits for the connection instead of failing and backing off on a clock of
+// its own, so it opens as soon as the decider serves again. (It used to fail
+// fast on a connection in TRANSIENT_FAILURE and double its own delay each
+// time: after a decider restart an edge could wait both back-offs, ~7 s,
+// before its reconciliations gave the restarted decider its slots back.)
+func TestStreamOpensWhenTheDeciderIsBack(t *testing.T) {
+	fd := fakedecider.Start(t)
+	fd.Stop()
+	var dials atomic.Int64
+	conn := dialConn(t, fd.Addr(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		defer dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}))
+	conn.Connect()
+	require.Eventually(t, func() bool { return dials.Load() >= 1 }, 20*time.Second, time.Millisecond)
+	client := &countingClient{EdgeServiceClient: switchboardv1.NewEdgeServiceClient(conn)}
+	s := New(Options{Client: client, Hello: hello, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		FinalFlushTimeout: 100 * time.Millisecond})
+	run(t, s)
+	require.Eventually(t, func() bool { return client.opened.Load() >= 1 }, 20*time.Second, time.Millisecond)
+	// Two more reconnection attempts of the connection's (≥ 50 ms apart):
+	// a stream failing fast would have been tried again many times at its
+	// 1–2 ms delays meanwhile.
+	seen := dials.Load()
+	require.Eventually(t, func() bool { return dials.Load() >= seen+2 }, 20*time.Second, time.Millisecond)
+	fd.Restart()
+	require.Eventually(t, func() bool { return s.Sessions() == 1 }, 20*time.Second, time.Millisecond)
+	require.EqualValues(t, 1, client.opened.Load(), "streams tried while the decider was down")
 }
 
 // countingClient counts the Report streams Run tries to open.
@@ -294,15 +332,7 @@ func TestUnacknowledgedActivityIsResent(t *testing.T) {
 	fd := fakedecider.Start(t)
 	s := New(Options{Client: dial(t, fd.Addr()), Hello: hello, FlushInterval: 10 * time.Millisecond})
 	run(t, s)
-	count := func(id string) int {
-		n := 0
-		for _, r := range fd.ActivityRecords() {
-			if r.GetId() == id {
-				n++
-			}
-		}
-		return n
-	}
+	count := func(id string) int { return activityCount(fd, id) }
 	s.Activity(&switchboardv1.ActivityRecord{Id: "acked"})
 	require.Eventually(t, func() bool { return count("acked") == 1 && s.Unacked() == 0 }, 5*time.Second, 10*time.Millisecond)
 
@@ -316,4 +346,15 @@ func TestUnacknowledgedActivityIsResent(t *testing.T) {
 	require.Eventually(t, func() bool { return count("lost-ack") == 2 && s.Unacked() == 0 }, 10*time.Second, 10*time.Millisecond,
 		"resent on the new stream, then acknowledged")
 	require.Equal(t, 1, count("acked"), "an acknowledged batch is not resent")
+}
+
+// activityCount returns how many activity records with id the decider got.
+func activityCount(fd *fakedecider.Server, id string) int {
+	n := 0
+	for _, r := range fd.ActivityRecords() {
+		if r.GetId() == id {
+			n++
+		}
+	}
+	return n
 }

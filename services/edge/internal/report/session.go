@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -43,7 +44,12 @@ func (s *Stream) session(ctx context.Context, p *pending) error {
 	defer cancel()
 	defer graceAfter(ctx, s.opts.FinalFlushTimeout, cancel)()
 
-	stream, err := s.opts.Client.Report(sctx)
+	// Wait for the connection rather than fail fast while the decider is
+	// down: the stream opens the moment it is back (after a restart, the
+	// reconciliations it replays give back the slots of the calls that
+	// ended meanwhile), not after a back-off of its own on top of the
+	// connection's.
+	stream, err := s.opts.Client.Report(sctx, grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
@@ -268,10 +274,12 @@ func (ss *session) flush() error {
 		n := min(len(p.activity), s.opts.BatchSize)
 		records := slices.Clone(p.activity[:n])
 		batch := &switchboardv1.ActivityBatch{Records: records, Sequence: s.sent(records)}
-		if err := ss.stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: batch}}); err != nil {
-			return err // the batch stays unacknowledged: sent again next stream
-		}
+		// Numbered, the batch is the ledger's until acknowledged; a failed
+		// send is requeued from there for the next stream, once.
 		p.activity = p.activity[n:]
+		if err := ss.stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: batch}}); err != nil {
+			return err
+		}
 	}
 	p.activity = nil
 	return ss.flushReconciles()
@@ -284,10 +292,14 @@ func (ss *session) flushReconciles() error {
 		n := min(len(p.reconciles), s.opts.BatchSize)
 		rs := slices.Clone(p.reconciles[:n])
 		batch := &switchboardv1.ReconcileBatch{Reconciles: rs, Sequence: s.sentReconcile(rs)}
-		if err := ss.stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: batch}}); err != nil {
-			return err // unacknowledged: sent again next stream
-		}
+		// Numbered, the batch is the ledger's until acknowledged: a failed
+		// send is sent again, as it was, on the next stream (resendAll), so
+		// it leaves the pending list either way (not sent twice, as two
+		// batches).
 		p.reconciles = p.reconciles[n:]
+		if err := ss.stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Reconcile{Reconcile: batch}}); err != nil {
+			return err
+		}
 	}
 	p.reconciles = nil
 	return nil
