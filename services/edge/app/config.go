@@ -15,7 +15,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
-	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 )
 
@@ -80,7 +79,11 @@ type Config struct {
 	// Listen is the host:port the HTTP API listens on; port 0 picks a free
 	// port (Optional). Defaults to "127.0.0.1:8080". Flag --listen.
 	Listen string
-	// Decider is the decider's gRPC address (Optional). Defaults to
+	// Decider names the decider replicas (Optional): a host:port, a
+	// comma-separated list of them, or a gRPC target resolved to every
+	// replica, such as dns:///decider.ns.svc:9090 for a Kubernetes headless
+	// Service. The edge spreads its calls over the replicas that are ready
+	// and moves its Report stream to one when its own goes. Defaults to
 	// "127.0.0.1:9090". Flag --decider.
 	Decider string
 	// DeciderTokenFile holds the edge's bearer token for the decider (a
@@ -198,7 +201,8 @@ type Config struct {
 	// --decider-key-file.
 	DeciderCertFile, DeciderKeyFile string
 	// DeciderServerName is the name the decider's certificate must carry
-	// (Optional). Defaults to the host of Decider. Flag --decider-server-name.
+	// (Optional). Defaults to the host of Decider, of each address when it
+	// lists several. Flag --decider-server-name.
 	DeciderServerName string
 	// DeciderPlaintext connects to a non-loopback decider without TLS, which
 	// must be chosen explicitly; a loopback decider may be plaintext without
@@ -316,8 +320,8 @@ func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
 	}
-	if strings.TrimSpace(c.Decider) == "" {
-		errs = append(errs, errors.New("--decider: required"))
+	if _, err := parseDeciders(c.Decider); err != nil {
+		errs = append(errs, fmt.Errorf("--decider: %w", err))
 	}
 	if strings.TrimSpace(c.Region) == "" {
 		errs = append(errs, errors.New("--region: required"))
@@ -393,10 +397,10 @@ func (c Config) deciderTLS() bool {
 // checkPlaintext refuses, at start, a plaintext connection to a decider on
 // another machine unless it was chosen explicitly.
 func (c Config) checkPlaintext() error {
-	if c.DeciderPlaintext || c.deciderTLS() || tlsfiles.Loopback(c.Decider) {
-		return nil
+	if d, err := parseDeciders(c.Decider); err != nil || c.DeciderPlaintext || c.deciderTLS() || d.loopback() {
+		return nil // a malformed --decider is validate's to report
 	}
-	return fmt.Errorf("--decider %s is not a loopback address: connect with TLS (--decider-ca-file, and "+
+	return fmt.Errorf("--decider %s names a decider off this machine (not loopback): connect with TLS (--decider-ca-file, and "+
 		"--decider-cert-file with --decider-key-file for mutual TLS) or choose plaintext explicitly with --decider-plaintext", c.Decider)
 }
 
@@ -431,7 +435,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port of the HTTP API")
-	fs.StringVar(&cfg.Decider, "decider", cfg.Decider, "gRPC address of the decider")
+	fs.StringVar(&cfg.Decider, "decider", cfg.Decider, "the decider replicas: host:port, a comma-separated list of them, or a gRPC target resolved to every replica (dns:///decider.ns.svc:9090, a headless Service); calls go to the ready ones")
 	fs.StringVar(&cfg.DeciderTokenFile, "decider-token-file", cfg.DeciderTokenFile, "file holding the edge's bearer token for the decider; re-read when it changes")
 	fs.StringVar(&cfg.Region, "region", cfg.Region, "region of this edge")
 	fs.StringVar(&cfg.EdgeID, "edge-id", cfg.EdgeID, "unique id of this edge (default hostname-pid)")

@@ -22,13 +22,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/gotune"
 	"github.com/switchboard-ai/switchboard/pkg/logbuf"
-	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -89,9 +87,6 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(deciderCreds),
-		// With a dns:/// target naming a headless Service, spread RPCs over
-		// every decider replica rather than pinning one connection.
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		// Pings while calls are open: a decider that stops answering (a
 		// paused process, a cut network) fails the calls waiting on it,
 		// among them requests waiting in an admission queue, within twice
@@ -116,7 +111,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		}
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tok))
 	}
-	conn, err := grpc.NewClient(cfg.Decider, dialOpts...)
+	conn, err := dialDeciders(cfg.Decider, dialOpts...)
 	if err != nil {
 		tlsCreds.Close()
 		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
@@ -365,31 +360,6 @@ func (e *Edge) wait(ctx context.Context) error {
 		return e.Close()
 	case err := <-e.serveErr:
 		return errors.Join(fmt.Errorf("edge: http server: %w", err), e.Close())
-	}
-}
-
-// deciderReady is the edge's readiness: it can serve only when the decider
-// answers its health check as SERVING, which it does once its catalog is
-// loaded, and can admit requests (readiness.AdmissionService: etcd
-// reachable, a rate-limit broker owner known, the owner's state saved),
-// since every chat request reserves. The check is two small RPCs per probe,
-// never on a request's path.
-func deciderReady(hc healthpb.HealthClient) func(context.Context) error {
-	services := [...]struct{ name, what string }{
-		{switchboardv1.RouterService_ServiceDesc.ServiceName, "decider"},
-		{readiness.AdmissionService, "decider admission"},
-	}
-	return func(ctx context.Context) error {
-		for _, s := range services {
-			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: s.name})
-			if err != nil {
-				return fmt.Errorf("%s unreachable: %s", s.what, status.Code(err))
-			}
-			if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-				return fmt.Errorf("%s %s", s.what, st)
-			}
-		}
-		return nil
 	}
 }
 

@@ -64,7 +64,8 @@ func TestReadiness(t *testing.T) {
 	// not saved): every chat would be refused, so not ready.
 	h.fd.SetAdmitting(false)
 	body = waitReady(http.StatusServiceUnavailable)
-	require.Contains(t, body["reason"], "decider admission NOT_SERVING")
+	require.Contains(t, body["reason"], "admission")
+	require.Contains(t, body["reason"], "NOT_SERVING")
 	h.fd.SetAdmitting(true)
 	waitReady(http.StatusOK)
 
