@@ -104,7 +104,8 @@ func dialDeciders(spec string, opts ...grpc.DialOption) (*grpc.ClientConn, error
 	if err != nil {
 		return nil, fmt.Errorf("--decider: %w", err)
 	}
-	opts = append(opts, grpc.WithDefaultServiceConfig(deciderServiceConfig))
+	// The edge's own service config, never one from DNS (TXT records).
+	opts = append(opts, grpc.WithDefaultServiceConfig(deciderServiceConfig), grpc.WithDisableServiceConfig())
 	target := d.target
 	if d.addrs != nil {
 		// Each address is verified, over TLS, against its own host name
