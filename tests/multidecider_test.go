@@ -189,13 +189,26 @@ func (l *steadyLoad) okSince(t time.Time) int {
 
 // TestEdgeKeepsServingWhenTwoOfThreeDecidersDie: three deciders on one
 // etcd, an edge given all three. Under steady load, with calls in flight
-// and the edge's Report stream on a replica that dies, two replicas die at
-// once (their connections cut, then killed). The edge keeps serving from the
-// third, moves its Report stream there with the reservations its calls
-// hold and what the dead replicas never acknowledged, and every slot is
-// given back and every call is in the activity log afterwards. Before, an
-// edge took one address and answered 503 until that replica came back.
+// and the edge's Report stream on a replica that goes, two replicas go at
+// once: crashed (their connections cut, then killed) or stopped cleanly
+// (health NOT_SERVING, then a graceful stop). The edge keeps serving from
+// the third, moves its Report stream there with the reservations its calls
+// hold and what the others never acknowledged, and every slot is given back
+// and every call is in the activity log afterwards. Before, an edge took
+// one address and answered 503 until that replica came back.
 func TestEdgeKeepsServingWhenTwoOfThreeDecidersDie(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		crash bool
+	}{
+		{name: "crash", crash: true},
+		{name: "clean stop", crash: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) { twoOfThreeDeciders(t, tt.crash) })
+	}
+}
+
+func twoOfThreeDeciders(t *testing.T, crash bool) {
 	const capacity = 64
 	sim := startSim(t, slowSimConfig)
 	dir := t.TempDir()
@@ -219,7 +232,7 @@ tenants:
 	replica := func(id string) deciderapp.Config {
 		return deciderapp.Config{
 			Listen: "127.0.0.1:0", Etcd: []string{first.EtcdEndpoint()}, DataDir: t.TempDir(), ID: id,
-			ShutdownTimeout: 5 * time.Second, Exploration: -1, NoDrainDelay: true,
+			ShutdownTimeout: 5 * time.Second, Exploration: -1, NoDrainDelay: crash, // a clean stop drains for the default delay
 		}
 	}
 	doomedCfg := []deciderapp.Config{replica("second"), replica("third")}
@@ -265,11 +278,19 @@ tenants:
 	require.Empty(t, first.Edges(), "the stream is still on a doomed replica")
 
 	kill := time.Now()
-	for _, rl := range relays {
-		rl.cut()
-	}
-	for _, d := range doomed {
-		d.Kill()
+	if crash {
+		for _, rl := range relays {
+			rl.cut()
+		}
+		for _, d := range doomed {
+			d.Kill()
+		}
+	} else {
+		var stops sync.WaitGroup
+		for _, d := range doomed {
+			stops.Go(d.Close)
+		}
+		stops.Wait()
 	}
 
 	// Serving again: requests sent after the deaths succeed.
