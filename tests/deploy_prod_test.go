@@ -176,6 +176,8 @@ func deployOnClaim(w deployWorkload, c *corev1.Container, dir string) error {
 		return errors.New("on no volume: the read-only root filesystem")
 	case !slices.Contains(w.claims, best.Name):
 		return fmt.Errorf("on volume %s, which is no PersistentVolumeClaim of the StatefulSet (volumeClaimTemplates %v)", best.Name, w.claims)
+	case w.pod.SecurityContext == nil || w.pod.SecurityContext.FSGroup == nil:
+		return fmt.Errorf("on claim %s without the pod's fsGroup: a new volume is root's, and the non-root program cannot write it", best.Name)
 	}
 	for _, v := range w.pod.Volumes {
 		if v.Name == best.Name {

@@ -994,6 +994,11 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "the activity log",
 		},
 		{
+			name:    "decider volume not writable by its user",
+			mutate:  func(b *deployBundle) { b.statefulSets["decider"].Spec.Template.Spec.SecurityContext.FSGroup = nil },
+			wantErr: "without the pod's fsGroup",
+		},
+		{
 			name:    "two deciders in production",
 			mutate:  func(b *deployBundle) { b.statefulSets["decider"].Spec.Replicas = new(int32(2)) },
 			wantErr: "production runs 3 deciders",
