@@ -1,7 +1,8 @@
 package tests
 
 // The Kubernetes manifests in deploy/k8s are validated here, without a
-// cluster: every document decodes strictly into its Kubernetes API type (a
+// cluster, as each overlay renders them (deploy_render_test.go): every
+// document decodes strictly into its Kubernetes API type (a
 // misspelled field fails), and the settings that must agree across files —
 // the programs' flags, the ports they listen on, probes, Services, the
 // catalog and the credentials it names, etcd's membership — are checked
