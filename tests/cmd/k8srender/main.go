@@ -46,7 +46,7 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(*out, 0o750); err != nil {
 		return err
 	}
 	for _, name := range names {
@@ -55,7 +55,7 @@ func run(args []string, stdout io.Writer) error {
 			return err
 		}
 		path := filepath.Join(*out, name+".yaml")
-		if err := os.WriteFile(path, y, 0o644); err != nil {
+		if err := os.WriteFile(path, y, 0o600); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, path)
