@@ -31,6 +31,10 @@ run: build ## Run the whole system on loopback: embedded etcd, decider, edge, fo
 drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider, hostile input to the edge.
 	./deploy/local/drill.sh
 
+.PHONY: k8s
+k8s: ## Render every Kubernetes overlay (deploy/k8s/overlays) with kustomize's Go API to build/k8s/<overlay>.yaml.
+	go run ./tests/cmd/k8srender -out build/k8s deploy/k8s
+
 # The coding-agent CLIs the tests module runs (Claude Code, Codex CLI),
 # pinned by tests/agents/package-lock.json. npm ci runs again only when the
 # lock is newer than the last install (or node_modules is gone).

@@ -155,23 +155,17 @@ func checkDeployNetworkPolicies(b *deployBundle) error {
 	if len(b.netpols) == 0 {
 		return errors.New("no NetworkPolicy: every pod would accept connections from anywhere")
 	}
-	tmpl := func(kind, name string) (netEnd, error) {
-		var t *corev1.PodTemplateSpec
-		if kind == "Deployment" {
-			if d, ok := b.deployments[name]; ok {
-				t = &d.Spec.Template
+	tmpl := func(program string) (netEnd, error) {
+		for _, w := range b.workloads() {
+			if w.labels[deployNameLabel] == program {
+				return netEnd{name: w.name, ns: deployNamespace, nsLabels: map[string]string{"kubernetes.io/metadata.name": deployNamespace}, pod: w.labels}, nil
 			}
-		} else if s, ok := b.statefulSets[name]; ok {
-			t = &s.Spec.Template
 		}
-		if t == nil {
-			return netEnd{}, fmt.Errorf("no %s %s", kind, name)
-		}
-		return netEnd{name: name, ns: deployNamespace, nsLabels: map[string]string{"kubernetes.io/metadata.name": deployNamespace}, pod: t.Labels}, nil
+		return netEnd{}, fmt.Errorf("no workload runs %s", program)
 	}
-	edge, err1 := tmpl("Deployment", "edge-us-east")
-	decider, err2 := tmpl("Deployment", "decider")
-	etcd, err3 := tmpl("StatefulSet", "etcd")
+	edge, err1 := tmpl("edge")
+	decider, err2 := tmpl("decider")
+	etcd, err3 := tmpl("etcd")
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
@@ -184,15 +178,16 @@ func checkDeployNetworkPolicies(b *deployBundle) error {
 	}
 	clientNS := ns("billing", map[string]string{"switchboard.ai/decider-clients": "true"})
 	var (
-		internet  = netEnd{name: "internet", ip: "203.0.113.10"}
-		metadata  = netEnd{name: "cloud metadata", ip: "169.254.169.254"}
-		private   = netEnd{name: "a private address", ip: "10.1.2.3"}
-		dns       = netEnd{name: "kube-dns", ns: "kube-system", nsLabels: ns("kube-system", nil), pod: map[string]string{"k8s-app": "kube-dns"}}
-		stranger  = netEnd{name: "another pod of the namespace", ns: deployNamespace, nsLabels: ns(deployNamespace, nil), pod: map[string]string{"app": "other"}}
-		outsider  = netEnd{name: "a pod of another namespace", ns: "default", nsLabels: ns("default", nil), pod: map[string]string{"switchboard.ai/decider-client": "true"}}
-		localCall = netEnd{name: "a labelled caller of the namespace", ns: deployNamespace, nsLabels: ns(deployNamespace, nil), pod: map[string]string{"switchboard.ai/decider-client": "true"}}
-		farCall   = netEnd{name: "a labelled caller of a labelled namespace", ns: "billing", nsLabels: clientNS, pod: map[string]string{"switchboard.ai/decider-client": "true"}}
-		farPlain  = netEnd{name: "an unlabelled pod of a labelled namespace", ns: "billing", nsLabels: clientNS, pod: map[string]string{"app": "web"}}
+		internet   = netEnd{name: "internet", ip: "203.0.113.10"}
+		metadata   = netEnd{name: "cloud metadata", ip: "169.254.169.254"}
+		private    = netEnd{name: "a private address", ip: "10.1.2.3"}
+		dns        = netEnd{name: "kube-dns", ns: "kube-system", nsLabels: ns("kube-system", nil), pod: map[string]string{"k8s-app": "kube-dns"}}
+		stranger   = netEnd{name: "another pod of the namespace", ns: deployNamespace, nsLabels: ns(deployNamespace, nil), pod: map[string]string{"app": "other"}}
+		outsider   = netEnd{name: "a pod of another namespace", ns: "default", nsLabels: ns("default", nil), pod: map[string]string{"switchboard.ai/decider-client": "true"}}
+		localCall  = netEnd{name: "a labelled caller of the namespace", ns: deployNamespace, nsLabels: ns(deployNamespace, nil), pod: map[string]string{"switchboard.ai/decider-client": "true"}}
+		farCall    = netEnd{name: "a labelled caller of a labelled namespace", ns: "billing", nsLabels: clientNS, pod: map[string]string{"switchboard.ai/decider-client": "true"}}
+		farPlain   = netEnd{name: "an unlabelled pod of a labelled namespace", ns: "billing", nsLabels: clientNS, pod: map[string]string{"app": "web"}}
+		prometheus = netEnd{name: "Prometheus", ns: "monitoring", nsLabels: ns("monitoring", nil), pod: map[string]string{"app.kubernetes.io/name": "prometheus"}}
 	)
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	flows := []netFlow{
@@ -221,6 +216,13 @@ func checkDeployNetworkPolicies(b *deployBundle) error {
 		{farPlain, decider, 9090, tcp, false},
 		{localCall, etcd, 2379, tcp, false},
 		{etcd, internet, 443, tcp, false},
+		// The debug listener (metrics and Go profiles) is for the scraper only.
+		{internet, edge, 6060, tcp, false},
+		{stranger, edge, 6060, tcp, false},
+	}
+	if b.spec.production {
+		// Production scrapes the edges for their autoscaler's metric.
+		flows = append(flows, netFlow{prometheus, edge, 6060, tcp, true})
 	}
 	var errs []error
 	for _, f := range flows {

@@ -1,7 +1,8 @@
 package tests
 
 // The Kubernetes manifests in deploy/k8s are validated here, without a
-// cluster: every document decodes strictly into its Kubernetes API type (a
+// cluster, as each overlay renders them (deploy_render_test.go): every
+// document decodes strictly into its Kubernetes API type (a
 // misspelled field fails), and the settings that must agree across files —
 // the programs' flags, the ports they listen on, probes, Services, the
 // catalog and the credentials it names, etcd's membership — are checked
@@ -13,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -132,27 +132,21 @@ func (d deployDoc) String() string {
 	return fmt.Sprintf("%s#%d %s/%s", d.file, d.index, d.kind, d.name)
 }
 
-// deployKustomization is the part of kustomization.yaml the checks read.
-type deployKustomization struct {
-	APIVersion string   `yaml:"apiVersion"`
-	Kind       string   `yaml:"kind"`
-	Resources  []string `yaml:"resources"`
-}
-
-// deployBundle is every manifest of deploy/k8s, decoded.
+// deployBundle is what one overlay of deploy/k8s renders to, decoded.
 type deployBundle struct {
-	manifestFiles []string
-	kustomization *deployKustomization
-	docs          []deployDoc
-	namespaces    map[string]*corev1.Namespace
-	configMaps    map[string]*corev1.ConfigMap
-	secrets       map[string]*corev1.Secret
-	services      map[string]*corev1.Service
-	statefulSets  map[string]*appsv1.StatefulSet
-	deployments   map[string]*appsv1.Deployment
-	pdbs          map[string]*policyv1.PodDisruptionBudget
-	hpas          map[string]*autoscalingv2.HorizontalPodAutoscaler
-	netpols       map[string]*networkingv1.NetworkPolicy
+	overlay      string
+	spec         deployOverlaySpec
+	tree         *deployTree // every kustomization of deploy/k8s, for checkDeployKustomization
+	docs         []deployDoc
+	namespaces   map[string]*corev1.Namespace
+	configMaps   map[string]*corev1.ConfigMap
+	secrets      map[string]*corev1.Secret
+	services     map[string]*corev1.Service
+	statefulSets map[string]*appsv1.StatefulSet
+	deployments  map[string]*appsv1.Deployment
+	pdbs         map[string]*policyv1.PodDisruptionBudget
+	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
+	netpols      map[string]*networkingv1.NetworkPolicy
 
 	// parsed memoizes programs: every check reads them, one reports errors.
 	parsed    bool
@@ -160,9 +154,16 @@ type deployBundle struct {
 	progsErrs error
 }
 
-// loadDeployBundle reads and strictly decodes every file under dir.
-func loadDeployBundle(dir string) (*deployBundle, error) {
+// loadDeployBundle renders overlay (a folder of deploy/k8s/overlays) with
+// kustomize and strictly decodes every document it renders.
+func loadDeployBundle(overlay string) (*deployBundle, error) {
+	spec, ok := deployOverlays[overlay]
+	if !ok {
+		return nil, fmt.Errorf("overlay %s is not in deployOverlays", overlay)
+	}
 	b := &deployBundle{
+		overlay:      overlay,
+		spec:         spec,
 		namespaces:   map[string]*corev1.Namespace{},
 		configMaps:   map[string]*corev1.ConfigMap{},
 		secrets:      map[string]*corev1.Secret{},
@@ -173,47 +174,16 @@ func loadDeployBundle(dir string) (*deployBundle, error) {
 		hpas:         map[string]*autoscalingv2.HorizontalPodAutoscaler{},
 		netpols:      map[string]*networkingv1.NetworkPolicy{},
 	}
-	var errs []error
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if rel == "README.md" {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		switch {
-		case rel == "kustomization.yaml":
-			var k deployKustomization
-			if err := yaml.Unmarshal(data, &k); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", rel, err))
-			}
-			b.kustomization = &k
-		case strings.HasSuffix(rel, ".yaml"):
-			b.manifestFiles = append(b.manifestFiles, rel)
-			if err := b.addFile(rel, data); err != nil {
-				errs = append(errs, err)
-			}
-		default:
-			errs = append(errs, fmt.Errorf("%s: unexpected file: manifests end in .yaml, documentation goes in README.md", rel))
-		}
-		return nil
-	})
+	tree, err := loadDeployTree(deployDir)
 	if err != nil {
-		errs = append(errs, err)
+		return nil, err
 	}
-	if b.kustomization == nil {
-		errs = append(errs, errors.New("kustomization.yaml is missing"))
+	b.tree = tree
+	data, err := renderDeployOverlay(overlay)
+	if err != nil {
+		return nil, err
 	}
-	return b, errors.Join(errs...)
+	return b, b.addFile("overlays/"+overlay, data)
 }
 
 // addFile decodes every document of a manifest file.
@@ -406,6 +376,7 @@ type deployProgram struct {
 	env        map[string]deployEnvVar
 	listenPort int32
 	healthPort int32 // where its probes look: the health listener, else listenPort
+	debugPort  int32 // its --debug-listen (metrics) when reachable from outside the pod, else 0
 	cfg        any   // deciderapp.Config or edgeapp.Config
 }
 
@@ -413,8 +384,8 @@ func (p deployProgram) String() string {
 	return fmt.Sprintf("%s container %s", p.workload, p.container.Name)
 }
 
-// programs parses every container of every Deployment, which must each run
-// one of deployPrograms, once; mutate the bundle before the first call.
+// programs parses every container of every workload but etcd's, which must
+// each run one of deployPrograms, once; mutate the bundle before the first call.
 // Errors name the container and the problem; the containers returned are the
 // ones that parsed. Only checkDeployFlags reports the errors, so a broken
 // flag is reported once, and the other checks look at what parsed.
@@ -430,10 +401,10 @@ func (b *deployBundle) parsePrograms() ([]deployProgram, error) {
 	var out []deployProgram
 	var errs []error
 	for _, w := range b.workloads() {
-		if w.kind != "Deployment" {
-			continue
-		}
 		name := w.labels[deployNameLabel]
+		if name == "etcd" {
+			continue // not ours: checkDeployEtcd reads its flags
+		}
 		spec, ok := deployPrograms[name]
 		if !ok {
 			errs = append(errs, fmt.Errorf("%s: label %s=%q is none of our programs, so nothing checks its flags", w, deployNameLabel, name))
@@ -514,6 +485,17 @@ func (p *deployProgram) parse() error {
 		if p.healthPort, err = deployListenPort("health-listen", health); err != nil {
 			return err
 		}
+	}
+	var debug string
+	switch c := cfg.(type) {
+	case deciderapp.Config:
+		debug = c.DebugListen
+	case edgeapp.Config:
+		debug = c.DebugListen
+	}
+	if debug != "" {
+		// A port alone listens on loopback: no containerPort may name it.
+		p.debugPort, _ = deployListenPort("debug-listen", debug)
 	}
 	if d, ok := cfg.(deciderapp.Config); ok && d.TLSCertFile != "" && health == "" {
 		return errors.New("serves TLS without --health-listen: kubelet's gRPC probes cannot do TLS, so they would never pass")
@@ -719,6 +701,9 @@ func (b *deployBundle) listeningPorts(w deployWorkload, programs []deployProgram
 			if p.workload.name == w.name && p.container.Name == c.Name {
 				ports[p.listenPort] = true
 				ports[p.healthPort] = true
+				if p.debugPort != 0 {
+					ports[p.debugPort] = true
+				}
 			}
 		}
 		if len(ports) == 0 {
@@ -762,29 +747,22 @@ var deployChecks = []struct {
 	{"committed credentials are placeholders", checkDeployPlaceholders},
 	{"grace periods cover shutdown", checkDeployGrace},
 	{"etcd membership", checkDeployEtcd},
+	{"statefulsets and their services", checkDeployStatefulSets},
+	{"scheduling selectors", checkDeployScheduling},
+	{"state on persistent volumes", checkDeployState},
+	{"images built by the dockerfiles", checkDeployImages},
 	{"disruption budgets", checkDeployPDBs},
 	{"edge autoscaling and regions", checkDeployEdges},
 	{"network policies", checkDeployNetworkPolicies},
 	{"external secrets documented", checkDeployExternalSecrets},
 }
 
-func TestDeploy(t *testing.T) {
-	b, err := loadDeployBundle(deployDir)
-	require.NoError(t, err, "every file in deploy/k8s must decode strictly into its Kubernetes type")
-	require.NotEmpty(t, b.docs)
-	for _, tt := range deployChecks {
-		t.Run(tt.name, func(t *testing.T) {
-			require.NoError(t, tt.check(b))
-		})
-	}
-}
-
-// TestDeployChecksCatchBreakage breaks a freshly loaded copy of the manifests
-// in one way each and requires the checks to notice, so a check that passes
+// TestDeployChecksCatchBreakage breaks a freshly decoded copy of the
+// production overlay in one way each and requires the checks to notice, so a check that passes
 // vacuously (matching nothing) cannot hide.
 func TestDeployChecksCatchBreakage(t *testing.T) {
 	decider := func(b *deployBundle) *corev1.Container {
-		return &b.deployments["decider"].Spec.Template.Spec.Containers[0]
+		return &b.statefulSets["decider"].Spec.Template.Spec.Containers[0]
 	}
 	edge := func(b *deployBundle) *corev1.Container {
 		return &b.deployments["edge-us-east"].Spec.Template.Spec.Containers[0]
@@ -885,7 +863,7 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 		{
 			name: "grace period shorter than drain plus shutdown",
 			mutate: func(b *deployBundle) {
-				b.deployments["decider"].Spec.Template.Spec.TerminationGracePeriodSeconds = new(int64(25))
+				b.statefulSets["decider"].Spec.Template.Spec.TerminationGracePeriodSeconds = new(int64(25))
 			},
 			wantErr: "terminationGracePeriodSeconds",
 		},
@@ -962,9 +940,136 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "quorum",
 		},
 		{
-			name:    "manifest missing from kustomization",
-			mutate:  func(b *deployBundle) { b.kustomization.Resources = b.kustomization.Resources[1:] },
-			wantErr: "not listed",
+			name: "manifest missing from kustomization",
+			mutate: func(b *deployBundle) {
+				k := b.tree.kusts["base/central"]
+				k.Resources = k.Resources[1:]
+			},
+			wantErr: "base/central/namespace.yaml is not listed",
+		},
+		{
+			name:    "patch missing from kustomization",
+			mutate:  func(b *deployBundle) { b.tree.kusts["overlays/production"].Patches = nil },
+			wantErr: "overlays/production/etcd.yaml is not listed",
+		},
+		{
+			name: "kustomization no overlay includes",
+			mutate: func(b *deployBundle) {
+				b.tree.kusts["regions/ap-south"] = &deployKustomization{APIVersion: "kustomize.config.k8s.io/v1beta1", Kind: "Kustomization"}
+			},
+			wantErr: "regions/ap-south: no overlay includes",
+		},
+		{
+			name: "etcd members may share a node",
+			mutate: func(b *deployBundle) {
+				b.statefulSets["etcd"].Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = nil
+			},
+			wantErr: "required podAntiAffinity on kubernetes.io/hostname",
+		},
+		{
+			name: "anti-affinity selecting other pods",
+			mutate: func(b *deployBundle) {
+				aa := b.statefulSets["etcd"].Spec.Template.Spec.Affinity.PodAntiAffinity
+				aa.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels = map[string]string{deployNameLabel: "decider"}
+			},
+			wantErr: "does not select its own pods",
+		},
+		{
+			name: "spread constraint of another region",
+			mutate: func(b *deployBundle) {
+				b.deployments["edge-us-east"].Spec.Template.Spec.TopologySpreadConstraints[0].LabelSelector.MatchLabels[deployRegionLabel] = "eu-west"
+			},
+			wantErr: "topologySpreadConstraint topology.kubernetes.io/zone selector",
+		},
+		{
+			name: "etcd data on an emptyDir",
+			mutate: func(b *deployBundle) {
+				sts := b.statefulSets["etcd"]
+				sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			},
+			wantErr: "volume data is also a pod volume",
+		},
+		{
+			name:    "decider activity log without a claim",
+			mutate:  func(b *deployBundle) { b.statefulSets["decider"].Spec.VolumeClaimTemplates = nil },
+			wantErr: "the activity log",
+		},
+		{
+			name:    "decider volume not writable by its user",
+			mutate:  func(b *deployBundle) { b.statefulSets["decider"].Spec.Template.Spec.SecurityContext.FSGroup = nil },
+			wantErr: "without the pod's fsGroup",
+		},
+		{
+			name:    "two deciders in production",
+			mutate:  func(b *deployBundle) { b.statefulSets["decider"].Spec.Replicas = new(int32(2)) },
+			wantErr: "production runs 3 deciders",
+		},
+		{
+			name:    "StatefulSet without its Service",
+			mutate:  func(b *deployBundle) { b.statefulSets["decider"].Spec.ServiceName = "deciders" },
+			wantErr: `serviceName "deciders" is not a Service`,
+		},
+		{
+			name:    "StatefulSet Service not headless",
+			mutate:  func(b *deployBundle) { b.services["decider"].Spec.ClusterIP = "" },
+			wantErr: "must be headless",
+		},
+		{
+			name:    "decider Service publishes pods not ready",
+			mutate:  func(b *deployBundle) { b.services["decider"].Spec.PublishNotReadyAddresses = true },
+			wantErr: "publishes pods that are not ready",
+		},
+		{
+			name: "edges scaled on CPU only in production",
+			mutate: func(b *deployBundle) {
+				h := b.hpas["edge-eu-west"]
+				h.Spec.Metrics = h.Spec.Metrics[:1]
+			},
+			wantErr: "HorizontalPodAutoscaler edge-eu-west: production scales edges on " + deployStreamsMetric,
+		},
+		{
+			name:    "HPA scales a Deployment that is not here",
+			mutate:  func(b *deployBundle) { b.hpas["edge-eu-west"].Spec.ScaleTargetRef.Name = "edge" },
+			wantErr: "scaleTargetRef apps/v1 Deployment/edge is not a Deployment here",
+		},
+		{
+			name:    "PDB selecting nothing",
+			mutate:  func(b *deployBundle) { b.pdbs["decider"].Spec.Selector.MatchLabels[deployNameLabel] = "deciders" },
+			wantErr: "PodDisruptionBudget decider: selects 0 workloads",
+		},
+		{
+			name:    "an overlay without a region",
+			mutate:  func(b *deployBundle) { b.spec.regions = slices.Concat(b.spec.regions, []string{"ap-south"}) },
+			wantErr: "must serve [eu-west us-east ap-south]",
+		},
+		{
+			name:    "edge runs the decider's image",
+			mutate:  func(b *deployBundle) { edge(b).Image = "ghcr.io/switchboard-ai/decider:latest" },
+			wantErr: "is not the edge image",
+		},
+		{
+			name: "pod user is not the image's",
+			mutate: func(b *deployBundle) {
+				b.statefulSets["decider"].Spec.Template.Spec.SecurityContext.RunAsUser = new(int64(1000))
+			},
+			wantErr: "runAsUser 1000, the image's USER is 65532",
+		},
+		{
+			name: "metrics port the edge does not listen on",
+			mutate: func(b *deployBundle) {
+				c := edge(b)
+				for i := range c.Ports {
+					if c.Ports[i].Name == "metrics" {
+						c.Ports[i].ContainerPort = 6061
+					}
+				}
+			},
+			wantErr: "containerPort 6061",
+		},
+		{
+			name:    "edge metrics open to the namespace",
+			mutate:  func(b *deployBundle) { b.netpols["edge-metrics"].Spec.Ingress[0].From = nil },
+			wantErr: "internet must not reach edge-us-east on TCP/6060",
 		},
 		{
 			name:    "writable root filesystem",
@@ -1004,7 +1109,7 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := loadDeployBundle(deployDir)
+			b, err := loadDeployBundle("production")
 			require.NoError(t, err)
 			tt.mutate(b)
 			var errs []error
@@ -1067,30 +1172,6 @@ func TestDeployStrictDecoding(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
-}
-
-func checkDeployKustomization(b *deployBundle) error {
-	k := b.kustomization
-	var errs []error
-	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
-		errs = append(errs, fmt.Errorf("kustomization.yaml: apiVersion/kind %s/%s, want kustomize.config.k8s.io/v1beta1/Kustomization", k.APIVersion, k.Kind))
-	}
-	listed := map[string]bool{}
-	for _, r := range k.Resources {
-		if listed[r] {
-			errs = append(errs, fmt.Errorf("kustomization.yaml: %s is listed twice", r))
-		}
-		listed[r] = true
-		if !slices.Contains(b.manifestFiles, r) {
-			errs = append(errs, fmt.Errorf("kustomization.yaml: resource %s is not a manifest file in deploy/k8s", r))
-		}
-	}
-	for _, f := range b.manifestFiles {
-		if !listed[f] {
-			errs = append(errs, fmt.Errorf("%s is not listed in kustomization.yaml resources, so kubectl apply -k skips it", f))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func checkDeployMetadata(b *deployBundle) error {
@@ -1276,7 +1357,7 @@ func checkDeployFlags(b *deployBundle) error {
 	var errs []error
 	for name := range deployPrograms {
 		if !seen[name] {
-			errs = append(errs, fmt.Errorf("no Deployment runs %s", name))
+			errs = append(errs, fmt.Errorf("no workload runs %s", name))
 		}
 	}
 	return errors.Join(errs...)
@@ -1645,10 +1726,16 @@ func checkDeployGrace(b *deployBundle) error {
 // advertises.
 func checkDeployEtcd(b *deployBundle) error {
 	var errs []error
-	if len(b.statefulSets) == 0 {
-		return errors.New("no etcd StatefulSet")
-	}
+	var etcds []*appsv1.StatefulSet
 	for _, sts := range b.statefulSets {
+		if sts.Spec.Template.Labels[deployNameLabel] == "etcd" {
+			etcds = append(etcds, sts)
+		}
+	}
+	if len(etcds) != 1 {
+		return fmt.Errorf("%d etcd StatefulSets, want 1", len(etcds))
+	}
+	for _, sts := range etcds {
 		w := fmt.Sprintf("StatefulSet %s", sts.Name)
 		replicas := deployReplicas(sts.Spec.Replicas)
 		if replicas < 3 || replicas%2 == 0 {
@@ -1827,20 +1914,16 @@ func checkDeployEdges(b *deployBundle) error {
 			if got := p.workload.labels[deployRegionLabel]; got != cfg.Region {
 				errs = append(errs, fmt.Errorf("%s: --region %s but pod label %s=%s", p.workload, cfg.Region, deployRegionLabel, got))
 			}
-			if b.deployments[p.workload.name].Spec.Replicas != nil {
-				errs = append(errs, fmt.Errorf("%s: leave replicas unset, the HorizontalPodAutoscaler owns it", p.workload))
+			if d, ok := b.deployments[p.workload.name]; !ok || d.Spec.Replicas != nil {
+				errs = append(errs, fmt.Errorf("%s: a Deployment without replicas, the HorizontalPodAutoscaler owns it", p.workload))
 			}
 			h := b.hpaFor(p.workload.name)
 			if h == nil {
 				errs = append(errs, fmt.Errorf("%s: no HorizontalPodAutoscaler", p.workload))
 				continue
 			}
-			cpu70 := len(h.Spec.Metrics) == 1 && h.Spec.Metrics[0].Resource != nil &&
-				h.Spec.Metrics[0].Resource.Name == corev1.ResourceCPU &&
-				h.Spec.Metrics[0].Resource.Target.Type == autoscalingv2.UtilizationMetricType &&
-				h.Spec.Metrics[0].Resource.Target.AverageUtilization != nil && *h.Spec.Metrics[0].Resource.Target.AverageUtilization == 70
-			if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas != 2 || h.Spec.MaxReplicas != 20 || !cpu70 {
-				errs = append(errs, fmt.Errorf("HorizontalPodAutoscaler %s: want 2-20 replicas on 70%% CPU", h.Name))
+			if err := checkDeployEdgeHPA(h, b.spec.production); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -1849,8 +1932,8 @@ func checkDeployEdges(b *deployBundle) error {
 			errs = append(errs, fmt.Errorf("HorizontalPodAutoscaler %s: scaleTargetRef %s %s/%s is not a Deployment here", name, t.APIVersion, t.Kind, t.Name))
 		}
 	}
-	if len(regions) == 0 {
-		errs = append(errs, errors.New("no edge Deployment"))
+	if got := deploySorted(deployKeys(regions)); !slices.Equal(got, b.spec.regions) {
+		errs = append(errs, fmt.Errorf("edges serve regions %v, overlay %s must serve %v", got, b.overlay, b.spec.regions))
 	}
 	return errors.Join(errs...)
 }
