@@ -449,9 +449,9 @@ func (s *billSystem) waitCalls(t *testing.T, want int64) map[string]provsim.Mode
 
 // plan asks the decider, without side effects, what it would do with a
 // streamed request of in prompt tokens.
-func (s *billSystem) plan(t *testing.T, in int64) (*switchboardv1.DecideResponse, error) {
-	return s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Stream: true,
+func (s *billSystem) plan(t *testing.T, in int64) (*switchboardv1.ExplainResponse, error) {
+	return s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, Stream: true,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in},
 	})
 }

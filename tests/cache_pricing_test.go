@@ -121,8 +121,8 @@ func TestFreshPromptIsNotPricedAsCachedElsewhere(t *testing.T) {
 	// The decider learnt warm's hit rate: a caller that sends no prefixes
 	// gets it as the estimate.
 	require.Eventually(t, func() bool {
-		resp, err := p.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+		resp, err := p.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: size, MaxOutputTokens: 4},
 		})
 		require.NoError(t, err)

@@ -132,14 +132,14 @@ func TestHugeMaxTokensIsRefused(t *testing.T) {
 
 	// The decider is safe on its own against any caller: a max output near
 	// 2^63 cannot wrap its context check or be priced.
-	_, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+	_, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens:   &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt64},
 		Provider: &switchboardv1.ProviderPreferences{Only: []string{"alpha"}},
 	})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: math.MaxInt32},
 	})
 	require.NoError(t, err)
@@ -170,8 +170,8 @@ func TestUnsatisfiableRequestIsNotRetried(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load(), "a non-retryable status is not retried by the SDK")
 
 	// The decider's side: a distinct status for constraints nobody meets.
-	_, err = s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+	_, err = s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens:   &switchboardv1.TokenEstimate{InputTokens: 10},
 		Provider: &switchboardv1.ProviderPreferences{MaxPrice: &switchboardv1.MaxPrice{Prompt: ptr(0.01)}},
 	})

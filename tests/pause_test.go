@@ -21,8 +21,8 @@ func candidates(t *testing.T, addr string) map[string]*switchboardv1.Candidate {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)
 	defer conn.Close()
-	resp, err := switchboardv1.NewDeciderClient(conn).Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+	resp, err := switchboardv1.NewDeciderClient(conn).Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100},
 	})
 	require.NoError(t, err)

@@ -117,8 +117,8 @@ tenants:
 // explain asks the decider what it would do, without side effects.
 func (s *smartSystem) explain(t *testing.T, in int64, prefixes ...*switchboardv1.PromptPrefix) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	resp, err := s.client.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+	resp, err := s.client.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in, Prefixes: prefixes},
 	})
 	require.NoError(t, err)

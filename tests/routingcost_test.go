@@ -71,8 +71,8 @@ func startCost(t *testing.T, simYAML, routing, endpoints string, names []string,
 // explain is the decider's dry-run view of a request of in prompt tokens.
 func (s *costSystem) explain(t *testing.T, in int64) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	resp, err := s.client.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+	resp, err := s.client.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in},
 	})
 	require.NoError(t, err)

@@ -148,7 +148,7 @@ func TestOneEdgeCannotSetAFigure(t *testing.T) {
 	ops := dialAs(t, d.Addr(), secOperatorToken)
 	var c *switchboardv1.Candidate
 	require.Eventually(t, func() bool {
-		resp, err := ops.Decide(ctx, &switchboardv1.DecideRequest{Identity: byTenant("acme"), Model: secModel, DryRun: true, Explain: true,
+		resp, err := ops.Explain(ctx, &switchboardv1.ExplainRequest{Identity: byTenant("acme"), Model: secModel,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: 40_000, MaxOutputTokens: 10}})
 		require.NoError(t, err)
 		require.Len(t, resp.GetDecision().GetCandidates(), 1)

@@ -98,7 +98,8 @@ func dialAs(t *testing.T, addr, token string, onBehalfOf ...string) switchboardv
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer.Token(token)))
 	}
 	if len(onBehalfOf) > 0 && onBehalfOf[0] != "" {
-		// Every call names the caller, as a replica forwarding names its own.
+		// Every call names the caller in the metadata replicas once
+		// forwarded with, which no RPC honours now.
 		who := onBehalfOf[0]
 		opts = append(opts,
 			grpc.WithChainUnaryInterceptor(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
@@ -269,50 +270,97 @@ func TestAttacksOutsideTheRoleAreRefused(t *testing.T) {
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	_, err = operator.Reserve(ctx, reserveReq(byTenant("globex")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-	dry := decideReserve(byTenant("globex"))
-	dry.DryRun = true
-	_, err = operator.Decide(ctx, dry)
+	explained, err := operator.Explain(ctx, &switchboardv1.ExplainRequest{Identity: byTenant("globex"), Model: secModel,
+		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}})
 	require.NoError(t, err)
-	require.Equal(t, before-1, requestsLeft(t, d, "globex"), "a dry run reserves nothing")
+	require.Equal(t, "alpha", explained.GetEndpoint().GetProvider())
+	require.Equal(t, "globex", explained.GetIdentity().GetTenantId())
+	require.Equal(t, before-1, requestsLeft(t, d, "globex"), "an explanation reserves nothing")
+	// Explaining is an operator's: an edge or a service may not, even for
+	// a client or tenant of its own.
+	for _, c := range []struct {
+		who string
+		c   switchboardv1.DeciderClient
+		id  *switchboardv1.Identity
+	}{{"edge", edge, byKey(secAcmeKey)}, {"service", service, byTenant("acme")}} {
+		_, err = c.c.Explain(ctx, &switchboardv1.ExplainRequest{Identity: c.id, Model: secModel})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", c.who, err)
+	}
+	// Decide's dry_run is no longer served, to anyone.
+	dry := decideReserve(byKey(secAcmeKey))
+	dry.DryRun = true
+	_, err = edge.Decide(ctx, dry)
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 }
 
-// TestOnBehalfOfIsHonouredOnlyFromAReplica: a caller cannot borrow another
-// caller's rights by naming it in the forwarding metadata; a replica can
-// (it forwards what it admitted), and the named caller's tenants apply.
-func TestOnBehalfOfIsHonouredOnlyFromAReplica(t *testing.T) {
+// TestReplicaForwardsOnlyForTheCallerItNames: a replica forwards through
+// ReplicaService, naming the caller in the request; the named caller's
+// rules and tenants apply, and the replica credential alone acts for
+// nobody. A caller cannot borrow another caller's rights: no credential
+// but a replica's reaches ReplicaService, and the forwarding metadata
+// replicas once sent on the public RPCs is honoured from nobody.
+func TestReplicaForwardsOnlyForTheCallerItNames(t *testing.T) {
 	d := startSecDecider(t)
 	onBehalf := func(who string) context.Context {
 		return metadata.AppendToOutgoingContext(t.Context(), "switchboard-on-behalf-of", who)
 	}
+	forward := func(c switchboardv1.DeciderClient, caller string, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+		resp, err := c.ForwardReserve(t.Context(), &switchboardv1.ForwardReserveRequest{CallerId: caller, Request: req})
+		return resp.GetResponse(), err
+	}
 	service := dialAs(t, d.Addr(), secServiceToken)
 	_, err := service.AcquireHedge(onBehalf("sec-edges"), &switchboardv1.AcquireHedgeRequest{RequestId: "h", EstimatedCostUsd: 1})
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a service naming the edge is still a service: %v", err)
+	edge := dialAs(t, d.Addr(), secEdgeToken)
 	operator := dialAs(t, d.Addr(), secOperatorToken)
-	_, err = operator.Reserve(onBehalf("sec-replicas"), reserveReq(byTenant("acme")))
-	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	for _, c := range []switchboardv1.DeciderClient{edge, service, operator} {
+		_, err = forward(c, "sec-billing", reserveReq(byTenant("acme")))
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "only a replica forwards: %v", err)
+		_, err = c.ForwardAcquireHedge(t.Context(), &switchboardv1.ForwardAcquireHedgeRequest{CallerId: "sec-edges",
+			Request: &switchboardv1.AcquireHedgeRequest{RequestId: "h", EstimatedCostUsd: 1}})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "only a replica forwards: %v", err)
+	}
 
 	replica := dialAs(t, d.Addr(), secReplicaToken)
-	_, err = replica.Reserve(onBehalf("sec-billing"), reserveReq(byTenant("globex")))
+	before := requestsLeft(t, d, "globex")
+	// The public RPCs are not the replica's, whoever it names.
+	_, err = replica.Reserve(onBehalf("sec-edges"), reserveReq(byKey(secGlobexKey)))
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica on RouterService: %v", err)
+	_, err = replica.Reserve(onBehalf("sec-billing"), reserveReq(byTenant("acme")))
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica on RouterService: %v", err)
+	_, err = replica.AcquireHedge(onBehalf("sec-edges"), &switchboardv1.AcquireHedgeRequest{RequestId: "h", EstimatedCostUsd: 1})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica on EdgeService: %v", err)
+
+	_, err = forward(replica, "sec-billing", reserveReq(byTenant("globex")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "forwarded for the service: its tenants apply: %v", err)
-	r, err := replica.Reserve(onBehalf("sec-billing"), reserveReq(byTenant("acme")))
+	r, err := forward(replica, "sec-billing", reserveReq(byTenant("acme")))
 	require.NoError(t, err)
 	require.True(t, r.GetAdmitted())
-	_, err = replica.Reserve(onBehalf("nobody"), reserveReq(byTenant("acme")))
+	_, err = forward(replica, "nobody", reserveReq(byTenant("acme")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	// The replica credential acts for no tenant of its own: naming nobody,
 	// or itself, it reserves for nobody, even by a tenant id.
-	before := requestsLeft(t, d, "globex")
-	_, err = replica.Reserve(t.Context(), reserveReq(byTenant("globex")))
+	_, err = forward(replica, "", reserveReq(byTenant("globex")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica naming no caller: %v", err)
-	_, err = replica.Reserve(onBehalf("sec-replicas"), reserveReq(byTenant("globex")))
+	_, err = forward(replica, "sec-replicas", reserveReq(byTenant("globex")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica naming a replica: %v", err)
 	require.Equal(t, before, requestsLeft(t, d, "globex"), "nothing was reserved")
 	// Forwarded for the edge, the edge's rules: by key only.
-	_, err = replica.Reserve(onBehalf("sec-edges"), reserveReq(byTenant("globex")))
+	_, err = forward(replica, "sec-edges", reserveReq(byTenant("globex")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "forwarded for the edge, a bare tenant id: %v", err)
-	r, err = replica.Reserve(onBehalf("sec-edges"), reserveReq(byKey(secGlobexKey)))
+	r, err = forward(replica, "sec-edges", reserveReq(byKey(secGlobexKey)))
 	require.NoError(t, err)
 	require.True(t, r.GetAdmitted())
+	require.Equal(t, before-1, requestsLeft(t, d, "globex"))
+	_, err = forward(replica, "sec-edges", nil)
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "a forwarded call without its request: %v", err)
+	h, err := replica.ForwardAcquireHedge(t.Context(), &switchboardv1.ForwardAcquireHedgeRequest{CallerId: "sec-edges",
+		Request: &switchboardv1.AcquireHedgeRequest{RequestId: "h", EstimatedCostUsd: 1}})
+	require.NoError(t, err)
+	require.True(t, h.GetResponse().GetGranted(), "forwarded for the edge, the hedge budget is the edge's")
+	_, err = replica.ForwardAcquireHedge(t.Context(), &switchboardv1.ForwardAcquireHedgeRequest{CallerId: "sec-billing",
+		Request: &switchboardv1.AcquireHedgeRequest{RequestId: "h2", EstimatedCostUsd: 1}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a service does not spend the hedge budget: %v", err)
 	_, err = replica.Decide(t.Context(), decideReserve(byTenant("globex")))
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica does not route: %v", err)
 }
@@ -398,8 +446,8 @@ func TestRoleRPCTenantMatrix(t *testing.T) {
 			_, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: v.identity(), Model: secModel})
 			return err
 		},
-		"Decide dry run": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
-			_, err := c.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: v.identity(), Model: secModel, DryRun: true, Explain: true})
+		"Explain": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
+			_, err := c.Explain(t.Context(), &switchboardv1.ExplainRequest{Identity: v.identity(), Model: secModel})
 			return err
 		},
 		"Reserve": func(t *testing.T, c switchboardv1.DeciderClient, v variant) error {
@@ -445,38 +493,39 @@ func TestRoleRPCTenantMatrix(t *testing.T) {
 		rules map[string]rule
 	}{
 		{"none", "", map[string]rule{
-			"Decide": unauth, "Decide dry run": unauth, "Reserve": unauth, "ListModels": unauth, "ListActivity": unauth, "GetActivity": unauth,
+			"Decide": unauth, "Explain": unauth, "Reserve": unauth, "ListModels": unauth, "ListActivity": unauth, "GetActivity": unauth,
 			"Reconcile": unauth, "KeepReservations": unauth, "Report": unauth, "AcquireHedge": unauth, "SettleHedge": unauth,
 		}},
 		{"edge", secEdgeToken, map[string]rule{
-			"Decide": keyOnly, "Decide dry run": keyOnly, "Reserve": keyOnly, "ListModels": keyOnly, "ListActivity": keyOnly, "GetActivity": keyOnly,
+			"Decide": keyOnly, "Explain": denied, "Reserve": keyOnly, "ListModels": keyOnly, "ListActivity": keyOnly, "GetActivity": keyOnly,
 			"Reconcile": anyone, "KeepReservations": anyone, "Report": anyone, "AcquireHedge": anyone, "SettleHedge": anyone,
 		}},
 		{"service", secServiceToken, map[string]rule{
-			"Decide": ownOnly, "Decide dry run": ownOnly, "Reserve": ownOnly, "ListModels": ownOnly, "ListActivity": ownOnly, "GetActivity": ownOnly,
+			"Decide": ownOnly, "Explain": denied, "Reserve": ownOnly, "ListModels": ownOnly, "ListActivity": ownOnly, "GetActivity": ownOnly,
 			"Reconcile": ownOnly, "KeepReservations": ownOnly,
 			"Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
 		{"operator", secOperatorToken, map[string]rule{
-			"Decide": denied, "Decide dry run": anyone, "Reserve": denied, "ListModels": anyone, "ListActivity": anyone, "GetActivity": anyone,
+			"Decide": denied, "Explain": anyone, "Reserve": denied, "ListModels": anyone, "ListActivity": anyone, "GetActivity": anyone,
 			"Reconcile": denied, "KeepReservations": denied, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
-		// A replica naming no caller acts for nobody.
+		// A replica calls none of the public RPCs (it forwards through
+		// ReplicaService: TestReplicaForwardsOnlyForTheCallerItNames),
+		// whoever the forwarding metadata it once sent names.
 		{"replica", secReplicaToken, map[string]rule{
-			"Decide": denied, "Decide dry run": denied, "Reserve": denied, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
+			"Decide": denied, "Explain": denied, "Reserve": denied, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
 			"Reconcile": denied, "KeepReservations": denied, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
-		// Naming one, that caller's rules, on what a replica forwards.
-		{"replica for the edge", secReplicaToken, map[string]rule{
-			"Decide": denied, "Decide dry run": denied, "Reserve": keyOnly, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
-			"Reconcile": anyone, "KeepReservations": anyone, "Report": denied, "AcquireHedge": anyone, "SettleHedge": anyone,
+		{"replica naming the edge", secReplicaToken, map[string]rule{
+			"Decide": denied, "Explain": denied, "Reserve": denied, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
+			"Reconcile": denied, "KeepReservations": denied, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
-		{"replica for the service", secReplicaToken, map[string]rule{
-			"Decide": denied, "Decide dry run": denied, "Reserve": ownOnly, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
-			"Reconcile": ownOnly, "KeepReservations": ownOnly, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
+		{"replica naming the service", secReplicaToken, map[string]rule{
+			"Decide": denied, "Explain": denied, "Reserve": denied, "ListModels": denied, "ListActivity": denied, "GetActivity": denied,
+			"Reconcile": denied, "KeepReservations": denied, "Report": denied, "AcquireHedge": denied, "SettleHedge": denied,
 		}},
 	}
-	forWhom := map[string]string{"replica for the edge": "sec-edges", "replica for the service": "sec-billing"}
+	forWhom := map[string]string{"replica naming the edge": "sec-edges", "replica naming the service": "sec-billing"}
 	for _, role := range roles {
 		c := dialAs(t, d.Addr(), role.token, forWhom[role.name])
 		require.Len(t, role.rules, len(rpcs), "role %s: a rule for every RPC", role.name)

@@ -19,8 +19,8 @@ const sharedPrefixTokens = 20000
 // learnt from, per provider.
 func (s *stickySystem) samplesAt(t *testing.T, n int64) map[string]int64 {
 	t.Helper()
-	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: n, MaxOutputTokens: 4},
 	})
 	require.NoError(t, err)

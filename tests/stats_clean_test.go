@@ -53,8 +53,8 @@ func startStats(t *testing.T, simYAML string, probeInterval time.Duration, provi
 // tokens with the given routing preferences, by provider.
 func (s *statsSystem) candidates(t *testing.T, in int64, prefs *switchboardv1.ProviderPreferences) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true, Provider: prefs,
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, Provider: prefs,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in, MaxOutputTokens: 4},
 	})
 	require.NoError(t, err)
@@ -200,8 +200,8 @@ providers:
 	require.Greater(t, cs["quick"].GetThroughput(), cs["plodding"].GetThroughput())
 	require.Zero(t, cs["unseen"].GetThroughput(), "unseen has served no stream")
 
-	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Provider: &switchboardv1.ProviderPreferences{Sort: switchboardv1.Sort_SORT_THROUGHPUT},
 		Tokens:   &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 4},
 	})

@@ -116,8 +116,8 @@ func (s *stickySystem) dryRun(t *testing.T, session string) string {
 // "sticky=" word says whether it knows the session as a conversation.
 func sessionDryRun(t *testing.T, rpc switchboardv1.DeciderClient, session string, promptTokens int64) string {
 	t.Helper()
-	resp, err := rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, SessionId: session,
+	resp, err := rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, SessionId: session,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: promptTokens, MaxOutputTokens: 4,
 			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 0x5e55, Tokens: promptTokens}}},
 	})
@@ -128,8 +128,8 @@ func sessionDryRun(t *testing.T, rpc switchboardv1.DeciderClient, session string
 // samples is how many calls of this size the decider has learnt from, per provider.
 func (s *stickySystem) samples(t *testing.T) map[string]int64 {
 	t.Helper()
-	resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true, Explain: true,
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4},
 	})
 	require.NoError(t, err)
@@ -155,8 +155,8 @@ func (s *stickySystem) setCatalog(t *testing.T, warmPrice, plainPrice, fresh str
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		// A prompt nobody served: priced uncached everywhere.
-		resp, err := s.rpc.Decide(t.Context(), &switchboardv1.DecideRequest{
-			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, DryRun: true,
+		resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
+			Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: stickyPromptTokens, MaxOutputTokens: 4,
 				Prefixes: []*switchboardv1.PromptPrefix{{Hash: 0x5eed, Tokens: stickyPromptTokens}}},
 		})

@@ -32,7 +32,7 @@ const (
 // timings, activity and reconciliations back and receive commands, and the
 // daily hedge budget shared by all edges. A replica that does not own the
 // rate-limit broker forwards AcquireHedge and SettleHedge to the one that
-// does, on behalf of its edge.
+// does through ReplicaService, on behalf of its edge.
 type EdgeServiceClient interface {
 	// Report is the long-lived stream between an edge and the decider: the edge
 	// sends a hello and then batches of call reports (timings, usage, errors,
@@ -100,7 +100,7 @@ func (c *edgeServiceClient) SettleHedge(ctx context.Context, in *SettleHedgeRequ
 // timings, activity and reconciliations back and receive commands, and the
 // daily hedge budget shared by all edges. A replica that does not own the
 // rate-limit broker forwards AcquireHedge and SettleHedge to the one that
-// does, on behalf of its edge.
+// does through ReplicaService, on behalf of its edge.
 type EdgeServiceServer interface {
 	// Report is the long-lived stream between an edge and the decider: the edge
 	// sends a hello and then batches of call reports (timings, usage, errors,

@@ -80,6 +80,220 @@ func (ExperimentSchedule) EnumDescriptor() ([]byte, []int) {
 	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
 }
 
+// ExplainRequest is the hypothetical request to explain; its fields mean
+// what DecideRequest's of the same names do.
+type ExplainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity is who the request would be for: an api_key_sha256 (resolved
+	// as an edge's would be) or a tenant_id.
+	Identity *Identity `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// model is the model as a client would send it, with an optional :floor
+	// or :nitro suffix.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// tokens is the request's estimated token mix.
+	Tokens *TokenEstimate `protobuf:"bytes,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// stream is whether the client would ask for a streamed answer.
+	Stream bool `protobuf:"varint,4,opt,name=stream,proto3" json:"stream,omitempty"`
+	// provider holds the client's routing options.
+	Provider *ProviderPreferences `protobuf:"bytes,5,opt,name=provider,proto3" json:"provider,omitempty"`
+	// parameters names the optional request parameters sent (tools,
+	// response_format...), for require_parameters.
+	Parameters []string `protobuf:"bytes,6,rep,name=parameters,proto3" json:"parameters,omitempty"`
+	// region is the calling edge's region.
+	Region string `protobuf:"bytes,7,opt,name=region,proto3" json:"region,omitempty"`
+	// session_id names a conversation: the answer says whether its next turn
+	// stays on the endpoint holding its prompt cache.
+	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExplainRequest) GetIdentity() *Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExplainRequest) GetTokens() *TokenEstimate {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+func (x *ExplainRequest) GetProvider() *ProviderPreferences {
+	if x != nil {
+		return x.Provider
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetParameters() []string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *ExplainRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// ExplainResponse is what Decide would answer, and why.
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the canonical model id, without suffix.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// endpoint is the endpoint that would be chosen.
+	Endpoint *Endpoint `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// fallbacks are the endpoints that would be tried next, in order.
+	Fallbacks []*Endpoint `protobuf:"bytes,3,rep,name=fallbacks,proto3" json:"fallbacks,omitempty"`
+	// decision explains the choice, with every candidate's figures.
+	Decision *Decision `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
+	// hedge says whether the request would be hedged.
+	Hedge *HedgePlan `protobuf:"bytes,5,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	// identity is the resolved identity (tenant_id and api_key_id filled in).
+	Identity *Identity `protobuf:"bytes,6,opt,name=identity,proto3" json:"identity,omitempty"`
+	// max_price is the bill cap that would be in force, if any.
+	MaxPrice      *MaxPrice `protobuf:"bytes,7,opt,name=max_price,json=maxPrice,proto3" json:"max_price,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExplainResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetEndpoint() *Endpoint {
+	if x != nil {
+		return x.Endpoint
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetFallbacks() []*Endpoint {
+	if x != nil {
+		return x.Fallbacks
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetHedge() *HedgePlan {
+	if x != nil {
+		return x.Hedge
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetIdentity() *Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetMaxPrice() *MaxPrice {
+	if x != nil {
+		return x.MaxPrice
+	}
+	return nil
+}
+
 // Experiment is a switchback experiment's definition.
 type Experiment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -112,7 +326,7 @@ type Experiment struct {
 
 func (x *Experiment) Reset() {
 	*x = Experiment{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +338,7 @@ func (x *Experiment) String() string {
 func (*Experiment) ProtoMessage() {}
 
 func (x *Experiment) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +351,7 @@ func (x *Experiment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Experiment.ProtoReflect.Descriptor instead.
 func (*Experiment) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Experiment) GetId() string {
@@ -232,7 +446,7 @@ type StartExperimentRequest struct {
 
 func (x *StartExperimentRequest) Reset() {
 	*x = StartExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +458,7 @@ func (x *StartExperimentRequest) String() string {
 func (*StartExperimentRequest) ProtoMessage() {}
 
 func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +471,7 @@ func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StartExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{1}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StartExperimentRequest) GetExperiment() *Experiment {
@@ -285,7 +499,7 @@ type StartExperimentResponse struct {
 
 func (x *StartExperimentResponse) Reset() {
 	*x = StartExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +511,7 @@ func (x *StartExperimentResponse) String() string {
 func (*StartExperimentResponse) ProtoMessage() {}
 
 func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +524,7 @@ func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StartExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StartExperimentResponse) GetExperiment() *Experiment {
@@ -329,7 +543,7 @@ type StopExperimentRequest struct {
 
 func (x *StopExperimentRequest) Reset() {
 	*x = StopExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +555,7 @@ func (x *StopExperimentRequest) String() string {
 func (*StopExperimentRequest) ProtoMessage() {}
 
 func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +568,7 @@ func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StopExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{5}
 }
 
 // StopExperimentResponse is the stopped experiment.
@@ -368,7 +582,7 @@ type StopExperimentResponse struct {
 
 func (x *StopExperimentResponse) Reset() {
 	*x = StopExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +594,7 @@ func (x *StopExperimentResponse) String() string {
 func (*StopExperimentResponse) ProtoMessage() {}
 
 func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +607,7 @@ func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StopExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StopExperimentResponse) GetExperiment() *Experiment {
@@ -412,7 +626,7 @@ type GetExperimentRequest struct {
 
 func (x *GetExperimentRequest) Reset() {
 	*x = GetExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +638,7 @@ func (x *GetExperimentRequest) String() string {
 func (*GetExperimentRequest) ProtoMessage() {}
 
 func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +651,7 @@ func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentRequest.ProtoReflect.Descriptor instead.
 func (*GetExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{7}
 }
 
 // GetExperimentResponse is the experiment and its figures.
@@ -462,7 +676,7 @@ type GetExperimentResponse struct {
 
 func (x *GetExperimentResponse) Reset() {
 	*x = GetExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +688,7 @@ func (x *GetExperimentResponse) String() string {
 func (*GetExperimentResponse) ProtoMessage() {}
 
 func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +701,7 @@ func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentResponse.ProtoReflect.Descriptor instead.
 func (*GetExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetExperimentResponse) GetExperiment() *Experiment {
@@ -552,7 +766,7 @@ type ArmReport struct {
 
 func (x *ArmReport) Reset() {
 	*x = ArmReport{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +778,7 @@ func (x *ArmReport) String() string {
 func (*ArmReport) ProtoMessage() {}
 
 func (x *ArmReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +791,7 @@ func (x *ArmReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmReport.ProtoReflect.Descriptor instead.
 func (*ArmReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ArmReport) GetPolicy() string {
@@ -646,7 +860,7 @@ type MetricEstimate struct {
 
 func (x *MetricEstimate) Reset() {
 	*x = MetricEstimate{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +872,7 @@ func (x *MetricEstimate) String() string {
 func (*MetricEstimate) ProtoMessage() {}
 
 func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +885,7 @@ func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricEstimate.ProtoReflect.Descriptor instead.
 func (*MetricEstimate) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MetricEstimate) GetName() string {
@@ -734,7 +948,27 @@ var File_switchboard_v1_operator_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x03\n" +
+	"\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"\xc3\x02\n" +
+	"\x0eExplainRequest\x124\n" +
+	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x125\n" +
+	"\x06tokens\x18\x03 \x01(\v2\x1d.switchboard.v1.TokenEstimateR\x06tokens\x12\x16\n" +
+	"\x06stream\x18\x04 \x01(\bR\x06stream\x12?\n" +
+	"\bprovider\x18\x05 \x01(\v2#.switchboard.v1.ProviderPreferencesR\bprovider\x12\x1e\n" +
+	"\n" +
+	"parameters\x18\x06 \x03(\tR\n" +
+	"parameters\x12\x16\n" +
+	"\x06region\x18\a \x01(\tR\x06region\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\"\xe9\x02\n" +
+	"\x0fExplainResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x124\n" +
+	"\bendpoint\x18\x02 \x01(\v2\x18.switchboard.v1.EndpointR\bendpoint\x126\n" +
+	"\tfallbacks\x18\x03 \x03(\v2\x18.switchboard.v1.EndpointR\tfallbacks\x124\n" +
+	"\bdecision\x18\x04 \x01(\v2\x18.switchboard.v1.DecisionR\bdecision\x12/\n" +
+	"\x05hedge\x18\x05 \x01(\v2\x19.switchboard.v1.HedgePlanR\x05hedge\x124\n" +
+	"\bidentity\x18\x06 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x125\n" +
+	"\tmax_price\x18\a \x01(\v2\x18.switchboard.v1.MaxPriceR\bmaxPrice\"\xe9\x03\n" +
 	"\n" +
 	"Experiment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -794,11 +1028,12 @@ const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\x12ExperimentSchedule\x12#\n" +
 	"\x1fEXPERIMENT_SCHEDULE_UNSPECIFIED\x10\x00\x12%\n" +
 	"!EXPERIMENT_SCHEDULE_PAIRED_RANDOM\x10\x01\x12#\n" +
-	"\x1fEXPERIMENT_SCHEDULE_ALTERNATING\x10\x022\xb4\x02\n" +
+	"\x1fEXPERIMENT_SCHEDULE_ALTERNATING\x10\x022\x80\x03\n" +
 	"\x0fOperatorService\x12b\n" +
 	"\x0fStartExperiment\x12&.switchboard.v1.StartExperimentRequest\x1a'.switchboard.v1.StartExperimentResponse\x12_\n" +
 	"\x0eStopExperiment\x12%.switchboard.v1.StopExperimentRequest\x1a&.switchboard.v1.StopExperimentResponse\x12\\\n" +
-	"\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponse\x12J\n" +
+	"\aExplain\x12\x1e.switchboard.v1.ExplainRequest\x1a\x1f.switchboard.v1.ExplainResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_operator_proto_rawDescOnce sync.Once
@@ -813,47 +1048,67 @@ func file_switchboard_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_switchboard_v1_operator_proto_goTypes = []any{
 	(ExperimentSchedule)(0),         // 0: switchboard.v1.ExperimentSchedule
-	(*Experiment)(nil),              // 1: switchboard.v1.Experiment
-	(*StartExperimentRequest)(nil),  // 2: switchboard.v1.StartExperimentRequest
-	(*StartExperimentResponse)(nil), // 3: switchboard.v1.StartExperimentResponse
-	(*StopExperimentRequest)(nil),   // 4: switchboard.v1.StopExperimentRequest
-	(*StopExperimentResponse)(nil),  // 5: switchboard.v1.StopExperimentResponse
-	(*GetExperimentRequest)(nil),    // 6: switchboard.v1.GetExperimentRequest
-	(*GetExperimentResponse)(nil),   // 7: switchboard.v1.GetExperimentResponse
-	(*ArmReport)(nil),               // 8: switchboard.v1.ArmReport
-	(*MetricEstimate)(nil),          // 9: switchboard.v1.MetricEstimate
-	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 11: google.protobuf.Duration
+	(*ExplainRequest)(nil),          // 1: switchboard.v1.ExplainRequest
+	(*ExplainResponse)(nil),         // 2: switchboard.v1.ExplainResponse
+	(*Experiment)(nil),              // 3: switchboard.v1.Experiment
+	(*StartExperimentRequest)(nil),  // 4: switchboard.v1.StartExperimentRequest
+	(*StartExperimentResponse)(nil), // 5: switchboard.v1.StartExperimentResponse
+	(*StopExperimentRequest)(nil),   // 6: switchboard.v1.StopExperimentRequest
+	(*StopExperimentResponse)(nil),  // 7: switchboard.v1.StopExperimentResponse
+	(*GetExperimentRequest)(nil),    // 8: switchboard.v1.GetExperimentRequest
+	(*GetExperimentResponse)(nil),   // 9: switchboard.v1.GetExperimentResponse
+	(*ArmReport)(nil),               // 10: switchboard.v1.ArmReport
+	(*MetricEstimate)(nil),          // 11: switchboard.v1.MetricEstimate
+	(*Identity)(nil),                // 12: switchboard.v1.Identity
+	(*TokenEstimate)(nil),           // 13: switchboard.v1.TokenEstimate
+	(*ProviderPreferences)(nil),     // 14: switchboard.v1.ProviderPreferences
+	(*Endpoint)(nil),                // 15: switchboard.v1.Endpoint
+	(*Decision)(nil),                // 16: switchboard.v1.Decision
+	(*HedgePlan)(nil),               // 17: switchboard.v1.HedgePlan
+	(*MaxPrice)(nil),                // 18: switchboard.v1.MaxPrice
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 20: google.protobuf.Duration
 }
 var file_switchboard_v1_operator_proto_depIdxs = []int32{
-	10, // 0: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
-	11, // 1: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
-	11, // 2: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
-	0,  // 3: switchboard.v1.Experiment.schedule:type_name -> switchboard.v1.ExperimentSchedule
-	10, // 4: switchboard.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
-	10, // 5: switchboard.v1.Experiment.stop_time:type_name -> google.protobuf.Timestamp
-	10, // 6: switchboard.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: switchboard.v1.StartExperimentRequest.experiment:type_name -> switchboard.v1.Experiment
-	1,  // 8: switchboard.v1.StartExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	1,  // 9: switchboard.v1.StopExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	1,  // 10: switchboard.v1.GetExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	8,  // 11: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
-	9,  // 12: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
-	9,  // 13: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
-	2,  // 14: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	4,  // 15: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	6,  // 16: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	3,  // 17: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	5,  // 18: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	7,  // 19: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	17, // [17:20] is the sub-list for method output_type
-	14, // [14:17] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	12, // 0: switchboard.v1.ExplainRequest.identity:type_name -> switchboard.v1.Identity
+	13, // 1: switchboard.v1.ExplainRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	14, // 2: switchboard.v1.ExplainRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	15, // 3: switchboard.v1.ExplainResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	15, // 4: switchboard.v1.ExplainResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	16, // 5: switchboard.v1.ExplainResponse.decision:type_name -> switchboard.v1.Decision
+	17, // 6: switchboard.v1.ExplainResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	12, // 7: switchboard.v1.ExplainResponse.identity:type_name -> switchboard.v1.Identity
+	18, // 8: switchboard.v1.ExplainResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	19, // 9: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
+	20, // 10: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
+	20, // 11: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
+	0,  // 12: switchboard.v1.Experiment.schedule:type_name -> switchboard.v1.ExperimentSchedule
+	19, // 13: switchboard.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
+	19, // 14: switchboard.v1.Experiment.stop_time:type_name -> google.protobuf.Timestamp
+	19, // 15: switchboard.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 16: switchboard.v1.StartExperimentRequest.experiment:type_name -> switchboard.v1.Experiment
+	3,  // 17: switchboard.v1.StartExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	3,  // 18: switchboard.v1.StopExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	3,  // 19: switchboard.v1.GetExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	10, // 20: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
+	11, // 21: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
+	11, // 22: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
+	4,  // 23: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	6,  // 24: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	8,  // 25: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	1,  // 26: switchboard.v1.OperatorService.Explain:input_type -> switchboard.v1.ExplainRequest
+	5,  // 27: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	7,  // 28: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	9,  // 29: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	2,  // 30: switchboard.v1.OperatorService.Explain:output_type -> switchboard.v1.ExplainResponse
+	27, // [27:31] is the sub-list for method output_type
+	23, // [23:27] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_operator_proto_init() }
@@ -861,13 +1116,15 @@ func file_switchboard_v1_operator_proto_init() {
 	if File_switchboard_v1_operator_proto != nil {
 		return
 	}
+	file_switchboard_v1_common_proto_init()
+	file_switchboard_v1_router_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_operator_proto_rawDesc), len(file_switchboard_v1_operator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	OperatorService_StartExperiment_FullMethodName = "/switchboard.v1.OperatorService/StartExperiment"
 	OperatorService_StopExperiment_FullMethodName  = "/switchboard.v1.OperatorService/StopExperiment"
 	OperatorService_GetExperiment_FullMethodName   = "/switchboard.v1.OperatorService/GetExperiment"
+	OperatorService_Explain_FullMethodName         = "/switchboard.v1.OperatorService/Explain"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -29,7 +30,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // OperatorService is what operators call: switchback experiments, started,
-// stopped and read.
+// stopped and read, and the explanation of what the decider would choose.
 type OperatorServiceClient interface {
 	// StartExperiment starts a switchback experiment: two routing policies
 	// alternate in fixed time blocks. Operators only. FAILED_PRECONDITION when
@@ -43,6 +44,14 @@ type OperatorServiceClient interface {
 	// figures per arm, merged over every replica. Operators only. NOT_FOUND
 	// when there is none.
 	GetExperiment(ctx context.Context, in *GetExperimentRequest, opts ...grpc.CallOption) (*GetExperimentResponse, error)
+	// Explain says what Decide would choose for a hypothetical request, for
+	// any tenant, with every candidate's figures: nothing is reserved,
+	// explored or recorded, and a conversation's session is read but not
+	// moved. Operators only. It answers as Decide does for a bad request
+	// (UNAUTHENTICATED for an unknown key or tenant, NOT_FOUND for an unknown
+	// model, INVALID_ARGUMENT, FAILED_PRECONDITION when no endpoint can take
+	// it).
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -83,12 +92,22 @@ func (c *operatorServiceClient) GetExperiment(ctx context.Context, in *GetExperi
 	return out, nil
 }
 
+func (c *operatorServiceClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, OperatorService_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
 //
 // OperatorService is what operators call: switchback experiments, started,
-// stopped and read.
+// stopped and read, and the explanation of what the decider would choose.
 type OperatorServiceServer interface {
 	// StartExperiment starts a switchback experiment: two routing policies
 	// alternate in fixed time blocks. Operators only. FAILED_PRECONDITION when
@@ -102,6 +121,14 @@ type OperatorServiceServer interface {
 	// figures per arm, merged over every replica. Operators only. NOT_FOUND
 	// when there is none.
 	GetExperiment(context.Context, *GetExperimentRequest) (*GetExperimentResponse, error)
+	// Explain says what Decide would choose for a hypothetical request, for
+	// any tenant, with every candidate's figures: nothing is reserved,
+	// explored or recorded, and a conversation's session is read but not
+	// moved. Operators only. It answers as Decide does for a bad request
+	// (UNAUTHENTICATED for an unknown key or tenant, NOT_FOUND for an unknown
+	// model, INVALID_ARGUMENT, FAILED_PRECONDITION when no endpoint can take
+	// it).
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -120,6 +147,9 @@ func (UnimplementedOperatorServiceServer) StopExperiment(context.Context, *StopE
 }
 func (UnimplementedOperatorServiceServer) GetExperiment(context.Context, *GetExperimentRequest) (*GetExperimentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetExperiment not implemented")
+}
+func (UnimplementedOperatorServiceServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -196,6 +226,24 @@ func _OperatorService_GetExperiment_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -214,6 +262,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetExperiment",
 			Handler:    _OperatorService_GetExperiment_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _OperatorService_Explain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -979,8 +979,9 @@ type DecideRequest struct {
 	Region string `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`
 	// explain asks for every candidate's figures in the answer, not only the winner's.
 	Explain bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
-	// dry_run asks what would be chosen for a hypothetical request: no
-	// exploration, nothing recorded. For operators and the explain command.
+	// dry_run is no longer served: Decide refuses a request that sets it
+	// with INVALID_ARGUMENT. An operator asks what would be chosen for a
+	// hypothetical request with OperatorService.Explain.
 	DryRun bool `protobuf:"varint,10,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// reserve asks Decide to also reserve capacity on the chosen endpoint in
 	// the same call: endpoints whose own limits cannot take the request are

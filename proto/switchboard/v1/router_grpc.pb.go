@@ -36,10 +36,11 @@ const (
 // before every chat request, Reserve, KeepReservations and Reconcile around
 // every dispatch, ListModels, and the caller's own activity. An edge calls
 // it for the clients it authenticated by API key, a service for its own
-// tenants, and an operator to explain a decision (Decide's dry_run). A
-// replica that does not own the rate-limit broker forwards Reserve,
-// Reconcile and KeepReservations to the one that does, on behalf of its
-// caller.
+// tenants; an operator lists models and reads activity for any tenant (it
+// explains a decision with OperatorService.Explain). A replica that does
+// not own the rate-limit broker forwards Reserve, Reconcile and
+// KeepReservations to the one that does through ReplicaService, never
+// through this service.
 type RouterServiceClient interface {
 	// Decide picks the endpoint that should serve one chat request, the order of
 	// fallbacks to try if it fails, and says why. It authenticates the caller when
@@ -155,10 +156,11 @@ func (c *routerServiceClient) GetActivity(ctx context.Context, in *GetActivityRe
 // before every chat request, Reserve, KeepReservations and Reconcile around
 // every dispatch, ListModels, and the caller's own activity. An edge calls
 // it for the clients it authenticated by API key, a service for its own
-// tenants, and an operator to explain a decision (Decide's dry_run). A
-// replica that does not own the rate-limit broker forwards Reserve,
-// Reconcile and KeepReservations to the one that does, on behalf of its
-// caller.
+// tenants; an operator lists models and reads activity for any tenant (it
+// explains a decision with OperatorService.Explain). A replica that does
+// not own the rate-limit broker forwards Reserve, Reconcile and
+// KeepReservations to the one that does through ReplicaService, never
+// through this service.
 type RouterServiceServer interface {
 	// Decide picks the endpoint that should serve one chat request, the order of
 	// fallbacks to try if it fails, and says why. It authenticates the caller when

@@ -171,7 +171,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	svc := server.New(d.hub, d.budget, d.authn)
 	d.svc = svc
 	d.hub.SetReservations(svc.Reservations())
-	dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(auth.ForwardInterceptor())}
+	var dial []grpc.DialOption
 	if cfg.TokenFile != "" {
 		tok, err := bearer.NewFile(cfg.TokenFile, bearer.Options{})
 		if err != nil {
@@ -180,18 +180,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		dial = append(dial, grpc.WithPerRPCCredentials(tok))
 	}
 	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{
-		HotMethods: []string{
-			switchboardv1.RouterService_Decide_FullMethodName, switchboardv1.RouterService_Reserve_FullMethodName,
-			switchboardv1.RouterService_Reconcile_FullMethodName, switchboardv1.EdgeService_AcquireHedge_FullMethodName,
-		},
+		HotMethods: server.HotMethods,
 		Unary:      []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
 		Stream:     []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
 		Creds:      creds,
 		Reflection: cfg.GRPCReflection,
 	})
-	switchboardv1.RegisterRouterServiceServer(d.srv.GRPC, svc)
-	switchboardv1.RegisterEdgeServiceServer(d.srv.GRPC, svc)
-	switchboardv1.RegisterOperatorServiceServer(d.srv.GRPC, svc)
+	server.Register(d.srv.GRPC, svc)
 	d.serveErr = make(chan error, 2)
 	d.wg.Go(func() {
 		if err := d.srv.GRPC.Serve(d.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -355,8 +350,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err := d.store.Register(bg, cfg.ID, d.lis.Addr().String(), 10); err != nil {
 		return nil, err
 	}
-	d.srv.SetServing(true, switchboardv1.RouterService_ServiceDesc.ServiceName,
-		switchboardv1.EdgeService_ServiceDesc.ServiceName, switchboardv1.OperatorService_ServiceDesc.ServiceName)
+	d.srv.SetServing(true, server.Services...)
 	d.watchAdmission(bg)
 	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
 	return d, nil

@@ -82,7 +82,7 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
-	for _, svc := range []string{"switchboard.v1.RouterService", "switchboard.v1.EdgeService", "switchboard.v1.OperatorService"} {
+	for _, svc := range []string{"switchboard.v1.RouterService", "switchboard.v1.EdgeService", "switchboard.v1.OperatorService", "switchboard.v1.ReplicaService"} {
 		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		require.NoError(t, err)
 		require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status, svc)
@@ -296,8 +296,11 @@ func TestExplainCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out.String(), "sticky=new", "a conversation the decider has not seen")
 	require.Error(t, Explain(t.Context(), []string{"--decider=" + d.Addr()}, &out), "--model is required")
-	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=wrong"}, &out)
-	require.Equal(t, codes.Unauthenticated, status.Code(err))
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--token-file=" + writeToken(t, testOperatorToken), "--model=vendor/model", "--api-key=wrong"}, &out)
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "an unknown API key: %v", err)
+	require.ErrorContains(t, err, "invalid API key")
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--token-file=" + writeToken(t, testEdgeToken), "--model=vendor/model", "--api-key=" + demoKey}, &out)
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "explaining is an operator's, not an edge's: %v", err)
 }
 
 func TestParseFlagsSticky(t *testing.T) {

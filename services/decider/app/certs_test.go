@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func readCert(t *testing.T, path string) *x509.Certificate {
@@ -68,8 +69,7 @@ func TestCertsCommand(t *testing.T) {
 	c, _ := dialDecider(t, d.Addr(), clientCreds(t, tlsfiles.Client{
 		CAFile: filepath.Join(out, "ca.crt"), CertFile: filepath.Join(out, "ops.crt"), KeyFile: filepath.Join(out, "ops.key"),
 	}))
-	explain := decideRequest(0)
-	explain.DryRun = true // what an operator may do
-	_, err = c.Decide(t.Context(), explain)
+	d0 := decideRequest(0) // explained, what an operator may do
+	_, err = c.Explain(t.Context(), &switchboardv1.ExplainRequest{Identity: d0.GetIdentity(), Model: d0.GetModel(), Tokens: d0.GetTokens()})
 	require.NoError(t, err, "dialled by IP, which the decider's certificate names")
 }

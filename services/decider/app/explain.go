@@ -22,9 +22,10 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// Explain is the `decider explain` command: it asks a running decider what
-// it would do with a hypothetical request (a dry run: no exploration, nothing
-// recorded) and prints every candidate's figures.
+// Explain is the `decider explain` command: it asks a running decider, as
+// an operator (OperatorService.Explain), what it would do with a
+// hypothetical request (nothing reserved, explored or recorded) and prints
+// every candidate's figures.
 func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("decider explain", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -47,8 +48,8 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if *model == "" {
 		return errors.New("--model is required")
 	}
-	req := &switchboardv1.DecideRequest{
-		Model: *model, Stream: *stream, DryRun: true, Explain: true, SessionId: *session,
+	req := &switchboardv1.ExplainRequest{
+		Model: *model, Stream: *stream, SessionId: *session,
 		Identity: &switchboardv1.Identity{TenantId: *tenant},
 		Tokens:   &switchboardv1.TokenEstimate{InputTokens: *in, CachedInputTokens: *cached, MaxOutputTokens: *maxOut},
 	}
@@ -69,7 +70,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	defer closeConn()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := switchboardv1.NewRouterServiceClient(conn).Decide(ctx, req)
+	resp, err := switchboardv1.NewOperatorServiceClient(conn).Explain(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -144,8 +145,8 @@ func dialCreds(addr string, c tlsfiles.Client, plaintext bool) (credentials.Tran
 		"with --key-file for mutual TLS) or choose plaintext explicitly with --plaintext", addr)
 }
 
-// PrintDecision writes a decision as a table, one candidate a row.
-func PrintDecision(w io.Writer, resp *switchboardv1.DecideResponse) {
+// PrintDecision writes an explained decision as a table, one candidate a row.
+func PrintDecision(w io.Writer, resp *switchboardv1.ExplainResponse) {
 	d := resp.GetDecision()
 	fmt.Fprintf(w, "model %s, bucket %s, reason %s\n%s\n\n", resp.GetModel(), d.GetBucket(), d.GetReason(), d.GetSummary())
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

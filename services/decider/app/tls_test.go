@@ -135,10 +135,17 @@ func TestMutualTLSDecider(t *testing.T) {
 	require.Equal(t, "alpha", resp.GetEndpoint().GetProvider())
 
 	// decider explain, an operator's client, has the same TLS flags.
+	ops, err := p.ca.Issue("ops", tlstest.ClientAuth, time.Hour)
+	require.NoError(t, err)
+	opsCert, opsKey, err := ops.Write(dir, "ops")
+	require.NoError(t, err)
 	var out strings.Builder
 	require.NoError(t, Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey,
-		"--ca-file=" + p.caFile, "--cert-file=" + p.edgeCert, "--key-file=" + p.edgeKey, "--server-name=" + deciderName}, &out))
+		"--ca-file=" + p.caFile, "--cert-file=" + opsCert, "--key-file=" + opsKey, "--server-name=" + deciderName}, &out))
 	require.Contains(t, out.String(), "alpha")
+	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey,
+		"--ca-file=" + p.caFile, "--cert-file=" + p.edgeCert, "--key-file=" + p.edgeKey, "--server-name=" + deciderName}, &out)
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "explaining is an operator's: %v", err)
 	err = Explain(t.Context(), []string{"--decider=" + d.Addr(), "--model=vendor/model", "--api-key=" + demoKey}, &out)
 	require.Equal(t, codes.Unavailable, status.Code(err), "plaintext to a TLS decider: %v", err)
 	err = Explain(t.Context(), []string{"--decider=decider.example:9090", "--model=vendor/model", "--api-key=" + demoKey}, &out)
@@ -238,6 +245,7 @@ func TestReflectionOnlyWithTheFlag(t *testing.T) {
 				require.Contains(t, names, switchboardv1.RouterService_ServiceDesc.ServiceName)
 				require.Contains(t, names, switchboardv1.EdgeService_ServiceDesc.ServiceName)
 				require.Contains(t, names, switchboardv1.OperatorService_ServiceDesc.ServiceName)
+				require.Contains(t, names, switchboardv1.ReplicaService_ServiceDesc.ServiceName)
 			}
 		})
 	}

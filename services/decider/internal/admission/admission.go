@@ -1,16 +1,17 @@
 // Package admission puts the decider's singleton state — the rate-limit
 // broker and the daily hedge budget — under one owner: one replica owns them
 // (an etcd election), the others forward Reserve, Reconcile and hedge calls
-// to it. The owner keeps everything in memory and snapshots it to etcd about
-// once a second, each write fenced by its election revision so a stale owner
-// cannot overwrite a newer one's state. Every replica campaigns for the life
-// of the process: when its election session ends (a pause longer than the
-// session's TTL, an etcd outage) it stops admitting, opens a new session and
-// campaigns again. A new owner restores the last snapshot and, unless the
-// previous owner stopped cleanly, admits conservatively ("learning mode")
-// until every reservation the old owner could have granted has expired, so a
-// failover never over-admits. Nothing here writes to etcd per request, and
-// forwarding reads the owner's address from a watch, not from etcd.
+// to its ReplicaService (OwnerClient). The owner keeps everything in memory
+// and snapshots it to etcd about once a second, each write fenced by its
+// election revision so a stale owner cannot overwrite a newer one's state.
+// Every replica campaigns for the life of the process: when its election
+// session ends (a pause longer than the session's TTL, an etcd outage) it
+// stops admitting, opens a new session and campaigns again. A new owner
+// restores the last snapshot and, unless the previous owner stopped
+// cleanly, admits conservatively ("learning mode") until every reservation
+// the old owner could have granted has expired, so a failover never
+// over-admits. Nothing here writes to etcd per request, and forwarding reads
+// the owner's address from a watch, not from etcd.
 //
 // Policy (policy.go) is the admission policy on top of it: the walk over a
 // decision's endpoints, the queue it waits in, the degrade to a class's
@@ -72,8 +73,8 @@ type Options struct {
 	// before it fails as Unavailable. (Optional) Defaults to 2s.
 	OwnerWait time.Duration
 	// DialOptions are added to the options of the connections to the
-	// owner: this replica's credentials, and what names the caller a call
-	// is forwarded for. (Optional) Without them the owner refuses.
+	// owner: this replica's credentials (a caller of role replica).
+	// (Optional) Without them the owner refuses.
 	DialOptions []grpc.DialOption
 	// Creds secure the connections to the owner (TLS, with this replica's
 	// certificate as client certificate). (Optional) Nil connects in plaintext.

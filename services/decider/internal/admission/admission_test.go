@@ -118,24 +118,32 @@ type replica struct {
 }
 
 type fwdServer struct {
-	switchboardv1.UnimplementedRouterServiceServer
+	switchboardv1.UnimplementedReplicaServiceServer
 	adm atomic.Pointer[Admission]
 }
 
-func (s *fwdServer) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	return s.adm.Load().Reserve(ctx, req)
-}
-
-func (s *fwdServer) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
-	return s.adm.Load().Reconcile(ctx, req, callerTenant(ctx))
-}
-
-func (s *fwdServer) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
-	n, err := s.adm.Load().Keep(ctx, req.GetReservationIds(), callerTenant(ctx))
+func (s *fwdServer) ForwardReserve(ctx context.Context, req *switchboardv1.ForwardReserveRequest) (*switchboardv1.ForwardReserveResponse, error) {
+	resp, err := s.adm.Load().Reserve(ctx, req.GetRequest())
 	if err != nil {
 		return nil, err
 	}
-	return &switchboardv1.KeepReservationsResponse{Kept: n}, nil
+	return &switchboardv1.ForwardReserveResponse{Response: resp}, nil
+}
+
+func (s *fwdServer) ForwardReconcile(ctx context.Context, req *switchboardv1.ForwardReconcileRequest) (*switchboardv1.ForwardReconcileResponse, error) {
+	resp, err := s.adm.Load().Reconcile(ctx, req.GetRequest(), callerTenant(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &switchboardv1.ForwardReconcileResponse{Response: resp}, nil
+}
+
+func (s *fwdServer) ForwardKeepReservations(ctx context.Context, req *switchboardv1.ForwardKeepReservationsRequest) (*switchboardv1.ForwardKeepReservationsResponse, error) {
+	n, err := s.adm.Load().Keep(ctx, req.GetRequest().GetReservationIds(), callerTenant(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &switchboardv1.ForwardKeepReservationsResponse{Response: &switchboardv1.KeepReservationsResponse{Kept: n}}, nil
 }
 
 // callerTenant stands for the caller's principal, which travels in the
@@ -172,7 +180,7 @@ func startReplica(t *testing.T, c *cluster, cli *clientv3.Client) *replica {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	fs := &fwdServer{}
-	switchboardv1.RegisterRouterServiceServer(srv, fs)
+	switchboardv1.RegisterReplicaServiceServer(srv, fs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	r := &replica{broker: newBroker(t), addr: lis.Addr().String()}
@@ -431,7 +439,7 @@ type stallServer struct {
 	entered chan struct{}
 }
 
-func (s *stallServer) Reserve(ctx context.Context, _ *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+func (s *stallServer) ForwardReserve(ctx context.Context, _ *switchboardv1.ForwardReserveRequest) (*switchboardv1.ForwardReserveResponse, error) {
 	select {
 	case s.entered <- struct{}{}:
 	default:
@@ -450,7 +458,7 @@ func TestForwardedCallMovesToTheNewOwner(t *testing.T) {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	stall := &stallServer{entered: make(chan struct{}, 1)}
-	switchboardv1.RegisterRouterServiceServer(srv, stall)
+	switchboardv1.RegisterReplicaServiceServer(srv, stall)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	a := &replica{broker: newBroker(t), addr: lis.Addr().String()}

@@ -54,7 +54,7 @@ func startWith(t *testing.T, c *cluster, cli *clientv3.Client, b *broker.Broker,
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	fs := &fwdServer{}
-	switchboardv1.RegisterRouterServiceServer(srv, fs)
+	switchboardv1.RegisterReplicaServiceServer(srv, fs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	r := &replica{broker: b, addr: lis.Addr().String()}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 )
 
 // state returns the known owner's address and a channel closed at the next change.
@@ -198,12 +199,44 @@ func (a *Admission) ownerClient(ctx context.Context) (OwnerClient, <-chan struct
 	}
 }
 
-// OwnerClient is a client of the services a replica forwards to the
-// broker's owner: the reservations (RouterService) and the hedge budget
-// (EdgeService).
+// OwnerClient is a client of the broker's owner's ReplicaService: the
+// reservations and the hedge budget a replica forwards there. Each call is
+// forwarded on behalf of the caller of its context (auth.FromContext), whom
+// it names in caller_id: work a replica does on its own behalf must carry
+// the caller it is done for (auth.NewContext), since the owner refuses a
+// call naming nobody.
 type OwnerClient struct {
-	switchboardv1.RouterServiceClient
-	switchboardv1.EdgeServiceClient
+	c switchboardv1.ReplicaServiceClient
+}
+
+// Reserve forwards a Reserve.
+func (o OwnerClient) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+	resp, err := o.c.ForwardReserve(ctx, &switchboardv1.ForwardReserveRequest{CallerId: auth.CallerID(ctx), Request: req})
+	return resp.GetResponse(), err
+}
+
+// Reconcile forwards a Reconcile.
+func (o OwnerClient) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
+	resp, err := o.c.ForwardReconcile(ctx, &switchboardv1.ForwardReconcileRequest{CallerId: auth.CallerID(ctx), Request: req})
+	return resp.GetResponse(), err
+}
+
+// KeepReservations forwards a KeepReservations.
+func (o OwnerClient) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
+	resp, err := o.c.ForwardKeepReservations(ctx, &switchboardv1.ForwardKeepReservationsRequest{CallerId: auth.CallerID(ctx), Request: req})
+	return resp.GetResponse(), err
+}
+
+// AcquireHedge forwards an AcquireHedge.
+func (o OwnerClient) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
+	resp, err := o.c.ForwardAcquireHedge(ctx, &switchboardv1.ForwardAcquireHedgeRequest{CallerId: auth.CallerID(ctx), Request: req})
+	return resp.GetResponse(), err
+}
+
+// SettleHedge forwards a SettleHedge.
+func (o OwnerClient) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedgeRequest) (*switchboardv1.SettleHedgeResponse, error) {
+	resp, err := o.c.ForwardSettleHedge(ctx, &switchboardv1.ForwardSettleHedgeRequest{CallerId: auth.CallerID(ctx), Request: req})
+	return resp.GetResponse(), err
 }
 
 func (a *Admission) client(addr string) (OwnerClient, error) {
@@ -211,7 +244,7 @@ func (a *Admission) client(addr string) (OwnerClient, error) {
 	if err != nil {
 		return OwnerClient{}, err
 	}
-	return OwnerClient{switchboardv1.NewRouterServiceClient(conn), switchboardv1.NewEdgeServiceClient(conn)}, nil
+	return OwnerClient{switchboardv1.NewReplicaServiceClient(conn)}, nil
 }
 
 // conn is the connection to the replica at addr, made once.

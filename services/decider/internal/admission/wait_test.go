@@ -61,10 +61,10 @@ type deadlineServer struct {
 	deadlines chan time.Time
 }
 
-func (s *deadlineServer) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+func (s *deadlineServer) ForwardReserve(ctx context.Context, req *switchboardv1.ForwardReserveRequest) (*switchboardv1.ForwardReserveResponse, error) {
 	dl, _ := ctx.Deadline() // zero when the forwarded call has none
 	s.deadlines <- dl
-	return s.fwdServer.Reserve(ctx, req)
+	return s.fwdServer.ForwardReserve(ctx, req)
 }
 
 // TestForwardedReserveKeepsTheDeadline: a Reserve forwarded to the
@@ -77,7 +77,7 @@ func TestForwardedReserveKeepsTheDeadline(t *testing.T) {
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	ds := &deadlineServer{deadlines: make(chan time.Time, 16)}
-	switchboardv1.RegisterRouterServiceServer(srv, ds)
+	switchboardv1.RegisterReplicaServiceServer(srv, ds)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	owner, err := Start(t.Context(), Options{

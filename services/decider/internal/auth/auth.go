@@ -27,38 +27,45 @@
 // in it is refused with PermissionDenied. The API is split by audience:
 // RouterService holds Decide, Reserve, Reconcile, KeepReservations,
 // ListModels and the activity calls; EdgeService Report and the hedge
-// budget; OperatorService the experiments.
+// budget; OperatorService the experiments and Explain; ReplicaService what
+// one decider replica forwards to another.
 //
-//	RPC               edge        service          replica     operator
-//	Decide            by key      own tenants      -           dry run, any tenant
-//	Reserve           by key      own tenants      forwarded   -
-//	ListModels        by key      own tenants      -           any tenant
-//	ListActivity      by key      own tenants      -           any tenant
-//	GetActivity       by key      own tenants      -           any tenant
-//	Reconcile         any         own tenants      forwarded   -
-//	KeepReservations  any         own tenants      forwarded   -
-//	Report            any         -                -           -
-//	AcquireHedge      any         -                forwarded   -
-//	SettleHedge       any         -                forwarded   -
-//	StartExperiment   -           -                -           yes
-//	StopExperiment    -           -                -           yes
-//	GetExperiment     -           -                -           yes
+//	RPC                      edge        service          replica     operator
+//	Decide                   by key      own tenants      -           -
+//	Reserve                  by key      own tenants      -           -
+//	ListModels               by key      own tenants      -           any tenant
+//	ListActivity             by key      own tenants      -           any tenant
+//	GetActivity              by key      own tenants      -           any tenant
+//	Reconcile                any         own tenants      -           -
+//	KeepReservations         any         own tenants      -           -
+//	Report                   any         -                -           -
+//	AcquireHedge             any         -                -           -
+//	SettleHedge              any         -                -           -
+//	StartExperiment          -           -                -           yes
+//	StopExperiment           -           -                -           yes
+//	GetExperiment            -           -                -           yes
+//	Explain                  -           -                -           any tenant
+//	ForwardReserve           -           -                forwarded   -
+//	ForwardReconcile         -           -                forwarded   -
+//	ForwardKeepReservations  -           -                forwarded   -
+//	ForwardAcquireHedge      -           -                forwarded   -
+//	ForwardSettleHedge       -           -                forwarded   -
 //
 // "By key": an edge decides for clients it authenticated by API key, so the
 // request's identity must carry api_key_sha256; a bare tenant_id is refused.
 // "Own tenants": a service acts for the tenants the catalog lists for it
 // (["*"] is every tenant): the identity's tenant_id, or the tenant its key
 // hash resolves to, must be one of them, and for Reconcile and
-// KeepReservations the reservation must belong to one of them. "Forwarded":
-// a replica forwards to the broker's owner what it admitted for its own
-// caller, whose caller id travels in the metadata "switchboard-on-behalf-of";
-// the owner then acts as that caller, by that caller's row of the table —
-// an edge's forwarded Reserve still needs api_key_sha256, a service's still
-// only its tenants, and an RPC the caller's role may not call is refused.
-// That metadata is honoured only from a replica, and a replica must send
-// it: without it, or naming a caller the catalog does not have or another
-// replica, its call is PermissionDenied. The replica credential acts for
-// no tenant of its own.
+// KeepReservations the reservation must belong to one of them.
+// "Forwarded": a replica forwards to the broker's owner what it admitted
+// for its own caller, named in the request's caller_id (Forwarded); the
+// owner then acts as that caller, by that caller's row of the public RPC
+// forwarded — an edge's forwarded Reserve still needs api_key_sha256, a
+// service's still only its tenants, and an RPC the caller's role may not
+// call is refused. A caller_id naming nobody, a caller the catalog does not
+// have or another replica is PermissionDenied. The replica credential acts
+// for no tenant of its own and calls nothing of the public services: no
+// metadata or field of theirs makes a call count as another caller's.
 //
 // What a caller reports of a provider (a reconciliation's failure and
 // headers) moves what every tenant sees only when SharesProviderState says
@@ -89,9 +96,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
-
-// OnBehalfOf is the metadata key a replica names its original caller in.
-const OnBehalfOf = "switchboard-on-behalf-of"
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -231,33 +235,34 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 	if policy[method][p.Role] == deny {
 		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("caller %q (role %s) may not call %s", p.ID, p.Role, method))
 	}
-	if p.Role == catalog.RoleReplica {
-		fwd, err := idx.forwarded(ctx, p, method)
-		if err != nil {
-			return nil, err
-		}
-		p = fwd
-	}
 	return NewContext(ctx, p), nil
 }
 
-// forwarded is the caller a replica's call is made for: the one it names
-// in OnBehalfOf, with that caller's own role and tenants. A replica only
-// forwards what it admitted for a caller of its own, so a call naming
-// nobody, naming a caller the catalog does not have, naming another
-// replica (forwarding does not chain) or naming a caller whose role may
-// not call method is PermissionDenied: the replica credential alone acts
-// for no tenant.
-func (idx *index) forwarded(ctx context.Context, replica *Principal, method string) (*Principal, error) {
-	vals := metadata.ValueFromIncomingContext(ctx, OnBehalfOf)
-	if len(vals) != 1 || vals[0] == "" {
-		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf(
-			"replica %q may call %s only on behalf of one caller it names in %s", replica.ID, method, OnBehalfOf))
+// Forwarded returns ctx acting for the caller a replica's ReplicaService
+// call names, callerID, with that caller's own role and tenants, for the
+// public RPC method it forwards: the owner then handles the call as that
+// caller's own call of method. A replica only forwards what it admitted for
+// a caller of its own, so a call naming nobody, naming a caller the catalog
+// does not have, naming another replica (forwarding does not chain) or
+// naming a caller whose role may not call method is PermissionDenied, as
+// is one whose own caller is not a replica: the replica credential alone
+// acts for no tenant.
+func (a *Authenticator) Forwarded(ctx context.Context, callerID, method string) (context.Context, error) {
+	idx := a.idx.Load()
+	if idx == nil {
+		return nil, status.Error(codes.Unavailable, "decider is starting: callers not loaded yet")
 	}
-	orig, ok := idx.byID[vals[0]]
+	replica := FromContext(ctx)
+	switch {
+	case replica == nil || replica.Role != catalog.RoleReplica:
+		return nil, status.Error(codes.PermissionDenied, "only a replica forwards a call for another caller")
+	case callerID == "":
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q may call %s only on behalf of the caller it names in caller_id", replica.ID, method))
+	}
+	orig, ok := idx.byID[callerID]
 	switch {
 	case !ok:
-		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for unknown caller %q", replica.ID, vals[0]))
+		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for unknown caller %q", replica.ID, callerID))
 	case orig.Role == catalog.RoleReplica:
 		return nil, bearer.CallerError(codes.PermissionDenied, fmt.Sprintf("replica %q forwarded for replica %q: a replica forwards only for its own callers", replica.ID, orig.ID))
 	case policy[method][orig.Role] == deny:
@@ -265,7 +270,16 @@ func (idx *index) forwarded(ctx context.Context, replica *Principal, method stri
 	}
 	fwd := *orig
 	fwd.Via = replica.ID
-	return &fwd, nil
+	return NewContext(ctx, &fwd), nil
+}
+
+// CallerID is the catalog id of the caller of ctx, the one a replica
+// forwards a call for; "" for work the decider does on its own.
+func CallerID(ctx context.Context) string {
+	if p := FromContext(ctx); p != nil {
+		return p.ID
+	}
+	return ""
 }
 
 func (idx *index) authenticate(ctx context.Context) (*Principal, error) {
@@ -329,19 +343,5 @@ func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
 			return h(srv, ss)
 		}
 		return in(srv, ss, info, h)
-	}
-}
-
-// ForwardInterceptor is the client interceptor of a replica's connections
-// to the broker's owner: it names the caller the forwarded call is made
-// for, so the owner applies that caller's rules. Work a replica does on
-// its own behalf must carry the caller it is done for (NewContext): a call
-// naming nobody is refused by the owner.
-func ForwardInterceptor() grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if p := FromContext(ctx); p != nil {
-			ctx = metadata.AppendToOutgoingContext(ctx, OnBehalfOf, p.ID)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }

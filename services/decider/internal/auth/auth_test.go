@@ -191,6 +191,7 @@ func TestClientCertificates(t *testing.T) {
 func TestPolicyTableCoversEveryRPC(t *testing.T) {
 	for _, desc := range []grpc.ServiceDesc{
 		switchboardv1.RouterService_ServiceDesc, switchboardv1.EdgeService_ServiceDesc, switchboardv1.OperatorService_ServiceDesc,
+		switchboardv1.ReplicaService_ServiceDesc,
 	} {
 		for _, m := range desc.Methods {
 			require.Contains(t, policy, "/"+desc.ServiceName+"/"+m.MethodName)
@@ -204,17 +205,35 @@ func TestPolicyTableCoversEveryRPC(t *testing.T) {
 	require.False(t, Allowed(catalog.RoleOperator, "/switchboard.v1.OperatorService/SomethingNew"), "an RPC not in the table is refused")
 }
 
-// TestExperimentsAreForOperators checks only operators start, stop and
-// read switchback experiments.
-func TestExperimentsAreForOperators(t *testing.T) {
+// TestOperatorServiceIsForOperators checks only operators start, stop and
+// read switchback experiments and explain decisions, and an operator no
+// longer calls Decide.
+func TestOperatorServiceIsForOperators(t *testing.T) {
 	for _, m := range []string{
 		switchboardv1.OperatorService_StartExperiment_FullMethodName,
 		switchboardv1.OperatorService_StopExperiment_FullMethodName,
 		switchboardv1.OperatorService_GetExperiment_FullMethodName,
+		switchboardv1.OperatorService_Explain_FullMethodName,
 	} {
 		for _, role := range []string{catalog.RoleEdge, catalog.RoleService, catalog.RoleReplica, catalog.RoleOperator} {
 			require.Equal(t, role == catalog.RoleOperator, Allowed(role, m), "%s by %s", m, role)
 		}
+	}
+	require.False(t, Allowed(catalog.RoleOperator, switchboardv1.RouterService_Decide_FullMethodName), "an operator explains, it does not decide")
+}
+
+// TestReplicaCallsOnlyReplicaService: the replica role calls every RPC of
+// ReplicaService and nothing of the public services; no other role calls
+// ReplicaService.
+func TestReplicaCallsOnlyReplicaService(t *testing.T) {
+	for m := range policy {
+		replicas := strings.HasPrefix(m, "/"+switchboardv1.ReplicaService_ServiceDesc.ServiceName+"/")
+		for _, role := range []string{catalog.RoleEdge, catalog.RoleService, catalog.RoleOperator} {
+			if replicas {
+				require.False(t, Allowed(role, m), "%s by %s", m, role)
+			}
+		}
+		require.Equal(t, replicas, Allowed(catalog.RoleReplica, m), "%s by a replica", m)
 	}
 }
 

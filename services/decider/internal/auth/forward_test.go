@@ -18,25 +18,46 @@ import (
 )
 
 // forwardee answers Reserve and AcquireHedge as the broker's owner would
-// check them: Reserve checks the identity by the caller's rules (Identity)
-// and answers with the caller it acted as ("id/role/via") in the refusal's
-// code; AcquireHedge only answers.
+// check them, directly (RouterService, EdgeService) and forwarded by a
+// replica (ReplicaService, acting as the caller it names: Forwarded):
+// Reserve checks the identity by the caller's rules (Identity) and answers
+// with the caller it acted as ("id/role/via") in the refusal's code;
+// AcquireHedge only answers.
 type forwardee struct {
 	switchboardv1.UnimplementedRouterServiceServer
 	switchboardv1.UnimplementedEdgeServiceServer
+	switchboardv1.UnimplementedReplicaServiceServer
 	a *Authenticator
 }
 
 func (f forwardee) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	if _, err := f.a.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity(), false); err != nil {
+	if _, err := f.a.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity()); err != nil {
 		return nil, err
 	}
 	p := FromContext(ctx)
 	return &switchboardv1.ReserveResponse{Refusal: &switchboardv1.Refusal{Code: p.ID + "/" + p.Role + "/" + p.Via}}, nil
 }
 
+func (f forwardee) ForwardReserve(ctx context.Context, req *switchboardv1.ForwardReserveRequest) (*switchboardv1.ForwardReserveResponse, error) {
+	ctx, err := f.a.Forwarded(ctx, req.GetCallerId(), switchboardv1.RouterService_Reserve_FullMethodName)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.Reserve(ctx, req.GetRequest())
+	return &switchboardv1.ForwardReserveResponse{Response: resp}, err
+}
+
 func (forwardee) AcquireHedge(context.Context, *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
 	return &switchboardv1.AcquireHedgeResponse{Granted: true}, nil
+}
+
+func (f forwardee) ForwardAcquireHedge(ctx context.Context, req *switchboardv1.ForwardAcquireHedgeRequest) (*switchboardv1.ForwardAcquireHedgeResponse, error) {
+	ctx, err := f.a.Forwarded(ctx, req.GetCallerId(), switchboardv1.EdgeService_AcquireHedge_FullMethodName)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.AcquireHedge(ctx, req.GetRequest())
+	return &switchboardv1.ForwardAcquireHedgeResponse{Response: resp}, err
 }
 
 // forwardCatalog is testCatalog's callers and a replica, "peers", and a
@@ -55,81 +76,120 @@ func forwardCatalog(t *testing.T) *catalog.Catalog {
 	return c
 }
 
+// dialForward connects to the forwardee at addr with token.
+func dialForward(t *testing.T, addr, token string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token(token)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // TestReplicaActsOnlyForTheCallerItNames: the replica credential reserves
-// or spends the hedge budget only on behalf of a caller it names, and then
-// by that caller's own rules; naming nobody, an unknown caller, another
-// replica or a caller whose role may not call the RPC is PermissionDenied.
+// or spends the hedge budget, through ReplicaService, only on behalf of
+// the caller its request names, and then by that caller's own rules;
+// naming nobody, an unknown caller, another replica or a caller whose role
+// may not call the RPC is PermissionDenied.
 func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 	a := New()
 	a.SetCatalog(forwardCatalog(t))
-	lis := serveWith(t, a, forwardee{a: a})
-	conn, err := grpc.NewClient(lis, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token("replica-token")))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	c := switchboardv1.NewRouterServiceClient(conn)
-	edge := switchboardv1.NewEdgeServiceClient(conn)
+	replica := switchboardv1.NewReplicaServiceClient(dialForward(t, serveWith(t, a, forwardee{a: a}), "replica-token"))
 	byKey := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}
 	byTenant := func(tenant string) *switchboardv1.Identity { return &switchboardv1.Identity{TenantId: tenant} }
 	for _, tc := range []struct {
 		name   string
-		behalf []string // the OnBehalfOf values sent
+		caller string // the caller_id sent
 		id     *switchboardv1.Identity
 		want   codes.Code
 		as     string // the caller acted as, when allowed
 	}{
 		{name: "naming nobody", id: byTenant("globex"), want: codes.PermissionDenied},
 		{name: "naming nobody, own tenant", id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "empty name", behalf: []string{""}, id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "two names", behalf: []string{"billing", "edges"}, id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "unknown caller", behalf: []string{"nobody"}, id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "itself", behalf: []string{"peers"}, id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "another replica", behalf: []string{"peers-b"}, id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "an operator, who may not reserve", behalf: []string{"ops"}, id: byTenant("acme"), want: codes.PermissionDenied},
-		{name: "service, its tenant", behalf: []string{"billing"}, id: byTenant("acme"), as: "billing/service/peers"},
-		{name: "service, another tenant", behalf: []string{"billing"}, id: byTenant("globex"), want: codes.PermissionDenied},
-		{name: "edge, by key", behalf: []string{"edges"}, id: byKey, as: "edges/edge/peers"},
-		{name: "edge, by bare tenant id", behalf: []string{"edges"}, id: byTenant("globex"), want: codes.PermissionDenied},
+		{name: "unknown caller", caller: "nobody", id: byTenant("acme"), want: codes.PermissionDenied},
+		{name: "itself", caller: "peers", id: byTenant("acme"), want: codes.PermissionDenied},
+		{name: "another replica", caller: "peers-b", id: byTenant("acme"), want: codes.PermissionDenied},
+		{name: "an operator, who may not reserve", caller: "ops", id: byTenant("acme"), want: codes.PermissionDenied},
+		{name: "service, its tenant", caller: "billing", id: byTenant("acme"), as: "billing/service/peers"},
+		{name: "service, another tenant", caller: "billing", id: byTenant("globex"), want: codes.PermissionDenied},
+		{name: "edge, by key", caller: "edges", id: byKey, as: "edges/edge/peers"},
+		{name: "edge, by bare tenant id", caller: "edges", id: byTenant("globex"), want: codes.PermissionDenied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			for _, b := range tc.behalf {
-				ctx = metadata.AppendToOutgoingContext(ctx, OnBehalfOf, b)
-			}
-			resp, err := c.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: tc.id})
+			resp, err := replica.ForwardReserve(t.Context(), &switchboardv1.ForwardReserveRequest{
+				CallerId: tc.caller, Request: &switchboardv1.ReserveRequest{Identity: tc.id},
+			})
 			if tc.want != codes.OK {
 				require.Equal(t, tc.want, status.Code(err), "%v", err)
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tc.as, resp.GetRefusal().GetCode())
+			require.Equal(t, tc.as, resp.GetResponse().GetRefusal().GetCode())
 		})
 	}
 
 	// AcquireHedge: an edge's, never a service's, and never the replica's own.
-	_, err = edge.AcquireHedge(t.Context(), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	hedge := func(caller string) (*switchboardv1.ForwardAcquireHedgeResponse, error) {
+		return replica.ForwardAcquireHedge(t.Context(), &switchboardv1.ForwardAcquireHedgeRequest{
+			CallerId: caller, Request: &switchboardv1.AcquireHedgeRequest{RequestId: "h"},
+		})
+	}
+	_, err := hedge("")
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-	_, err = edge.AcquireHedge(metadata.AppendToOutgoingContext(t.Context(), OnBehalfOf, "billing"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	_, err = hedge("billing")
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a service may not spend the hedge budget: %v", err)
-	resp, err := edge.AcquireHedge(metadata.AppendToOutgoingContext(t.Context(), OnBehalfOf, "edges"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	resp, err := hedge("edges")
 	require.NoError(t, err)
-	require.True(t, resp.GetGranted())
+	require.True(t, resp.GetResponse().GetGranted())
 }
 
-// TestForwardInterceptorNamesTheCaller: a replica's forwarded call names
-// the caller of the call it forwards, and one made with no caller in its
-// context names nobody (the owner refuses it).
-func TestForwardInterceptorNamesTheCaller(t *testing.T) {
-	var got []string
-	invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
-		md, _ := metadata.FromOutgoingContext(ctx)
-		got = md.Get(OnBehalfOf)
-		return nil
+// TestOnBehalfOfIsNotHonouredOnPublicRPCs: the public services know no
+// forwarding. A replica credential may call none of their RPCs, whatever
+// caller its metadata names, and another caller's metadata naming someone
+// else changes nothing: it acts as itself.
+func TestOnBehalfOfIsNotHonouredOnPublicRPCs(t *testing.T) {
+	a := New()
+	a.SetCatalog(forwardCatalog(t))
+	addr := serveWith(t, a, forwardee{a: a})
+	const onBehalfOf = "switchboard-on-behalf-of" // the metadata replicas once named their caller in
+	naming := func(caller string) context.Context {
+		return metadata.AppendToOutgoingContext(t.Context(), onBehalfOf, caller)
 	}
-	in := ForwardInterceptor()
-	require.NoError(t, in(NewContext(t.Context(), &Principal{ID: "edges", Role: catalog.RoleEdge}), "/m", nil, nil, nil, invoker))
-	require.Equal(t, []string{"edges"}, got)
-	require.NoError(t, in(t.Context(), "/m", nil, nil, nil, invoker))
-	require.Empty(t, got)
+	replica := switchboardv1.NewDeciderClient(dialForward(t, addr, "replica-token"))
+	byKey := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}
+	_, err := replica.Reserve(naming("edges"), &switchboardv1.ReserveRequest{Identity: byKey})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica naming an edge: %v", err)
+	_, err = replica.Reserve(naming("billing"), &switchboardv1.ReserveRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "a replica naming a service: %v", err)
+	_, err = replica.AcquireHedge(naming("edges"), &switchboardv1.AcquireHedgeRequest{RequestId: "h"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	_, err = replica.Reconcile(naming("edges"), &switchboardv1.ReconcileRequest{ReservationId: "r"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	_, err = replica.KeepReservations(naming("edges"), &switchboardv1.KeepReservationsRequest{ReservationIds: []string{"r"}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	_, err = replica.SettleHedge(naming("edges"), &switchboardv1.SettleHedgeRequest{})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+
+	edge := switchboardv1.NewRouterServiceClient(dialForward(t, addr, "edge-token"))
+	resp, err := edge.Reserve(naming("billing"), &switchboardv1.ReserveRequest{Identity: byKey})
+	require.NoError(t, err)
+	require.Equal(t, "edges/edge/", resp.GetRefusal().GetCode(), "an edge naming a service still acts as itself")
+}
+
+// TestReplicaServiceIsForReplicas: an edge's or a service's credential is
+// refused on ReplicaService, whichever caller it names.
+func TestReplicaServiceIsForReplicas(t *testing.T) {
+	a := New()
+	a.SetCatalog(forwardCatalog(t))
+	addr := serveWith(t, a, forwardee{a: a})
+	for _, token := range []string{"edge-token", "billing-token"} {
+		c := switchboardv1.NewReplicaServiceClient(dialForward(t, addr, token))
+		_, err := c.ForwardReserve(t.Context(), &switchboardv1.ForwardReserveRequest{
+			CallerId: "edges", Request: &switchboardv1.ReserveRequest{Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}},
+		})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", token, err)
+		_, err = c.ForwardAcquireHedge(t.Context(), &switchboardv1.ForwardAcquireHedgeRequest{CallerId: "edges", Request: &switchboardv1.AcquireHedgeRequest{RequestId: "h"}})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", token, err)
+	}
 }
 
 // serveWith starts a plaintext gRPC server of impl with the authenticator
@@ -141,6 +201,7 @@ func serveWith(t *testing.T, a *Authenticator, impl forwardee) string {
 	s := grpc.NewServer(grpc.ChainUnaryInterceptor(a.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.StreamInterceptor()))
 	switchboardv1.RegisterRouterServiceServer(s, impl)
 	switchboardv1.RegisterEdgeServiceServer(s, impl)
+	switchboardv1.RegisterReplicaServiceServer(s, impl)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()

@@ -20,17 +20,16 @@ const (
 	byKey                    // for an identity carrying api_key_sha256
 	ownTenants               // for the caller's tenants only
 	anyTenant                // for every tenant
-	dryRun                   // Decide as a dry run, for every tenant
-	forwarded                // as the caller a replica forwards for
+	forwarded                // as the caller a replica forwards for (Forwarded)
 )
 
 // policy is the role × RPC table the package documentation shows.
 var policy = map[string]map[string]access{
 	switchboardv1.RouterService_Decide_FullMethodName: {
-		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: dryRun,
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants,
 	},
 	switchboardv1.RouterService_Reserve_FullMethodName: {
-		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
+		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants,
 	},
 	switchboardv1.RouterService_ListModels_FullMethodName: {
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
@@ -42,23 +41,26 @@ var policy = map[string]map[string]access{
 		catalog.RoleEdge: byKey, catalog.RoleService: ownTenants, catalog.RoleOperator: anyTenant,
 	},
 	switchboardv1.RouterService_Reconcile_FullMethodName: {
-		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
+		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants,
 	},
 	switchboardv1.RouterService_KeepReservations_FullMethodName: {
-		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants, catalog.RoleReplica: forwarded,
+		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants,
 	},
 	switchboardv1.EdgeService_Report_FullMethodName: {
 		catalog.RoleEdge: anyTenant,
 	},
-	switchboardv1.EdgeService_AcquireHedge_FullMethodName: {
-		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
-	},
-	switchboardv1.EdgeService_SettleHedge_FullMethodName: {
-		catalog.RoleEdge: anyTenant, catalog.RoleReplica: forwarded,
-	},
+	switchboardv1.EdgeService_AcquireHedge_FullMethodName:        {catalog.RoleEdge: anyTenant},
+	switchboardv1.EdgeService_SettleHedge_FullMethodName:         {catalog.RoleEdge: anyTenant},
 	switchboardv1.OperatorService_StartExperiment_FullMethodName: {catalog.RoleOperator: anyTenant},
 	switchboardv1.OperatorService_StopExperiment_FullMethodName:  {catalog.RoleOperator: anyTenant},
 	switchboardv1.OperatorService_GetExperiment_FullMethodName:   {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_Explain_FullMethodName:         {catalog.RoleOperator: anyTenant},
+
+	switchboardv1.ReplicaService_ForwardReserve_FullMethodName:          {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardReconcile_FullMethodName:        {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardKeepReservations_FullMethodName: {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardAcquireHedge_FullMethodName:     {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardSettleHedge_FullMethodName:      {catalog.RoleReplica: forwarded},
 }
 
 // Allowed reports whether the policy lets role call method at all, for
@@ -165,26 +167,21 @@ func ClassName(cls switchboardv1.WorkloadClass) string {
 }
 
 // Identity checks that the caller of ctx may send method with id, and
-// returns id resolved (Resolve). dry says the call is a dry run (Decide's
-// dry_run). Work the decider does on its own (no caller in ctx) is only
-// resolved.
-func (a *Authenticator) Identity(ctx context.Context, method string, id *switchboardv1.Identity, dry bool) (*switchboardv1.Identity, error) {
+// returns id resolved (Resolve). Work the decider does on its own (no
+// caller in ctx) is only resolved.
+func (a *Authenticator) Identity(ctx context.Context, method string, id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	p := FromContext(ctx)
 	if p == nil {
 		return a.Resolve(id)
 	}
-	// A forwarded call is the named caller's (Authenticate): its row of
-	// the table applies as if it had called the owner itself.
+	// A forwarded call is the named caller's (Forwarded): its row of the
+	// table applies as if it had called the owner itself.
 	switch policy[method][p.Role] {
 	case deny:
 		return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) may not call %s", p.ID, p.Role, method)
 	case byKey:
 		if id.GetApiKeySha256() == "" && id.GetTenantId() != "" {
 			return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) acts only for a client it authenticated by API key: send identity.api_key_sha256", p.ID, p.Role)
-		}
-	case dryRun:
-		if !dry {
-			return nil, status.Errorf(codes.PermissionDenied, "caller %q (role %s) may only explain (dry_run)", p.ID, p.Role)
 		}
 	case ownTenants:
 		if t := id.GetTenantId(); t != "" && id.GetApiKeySha256() == "" && !p.ActsFor(t) {

@@ -1,7 +1,7 @@
-// Package server is the decider's gRPC boundary (RouterService, EdgeService
-// and OperatorService): it turns requests into calls on routing, admission
-// (whose Policy owns every admission rule) and report, and their errors into
-// gRPC statuses.
+// Package server is the decider's gRPC boundary (RouterService,
+// EdgeService, OperatorService and ReplicaService): it turns requests into
+// calls on routing, admission (whose Policy owns every admission rule) and
+// report, and their errors into gRPC statuses.
 package server
 
 import (
@@ -28,12 +28,13 @@ import (
 )
 
 // Server implements every service of the decider:
-// switchboardv1.RouterServiceServer, switchboardv1.EdgeServiceServer and
-// switchboardv1.OperatorServiceServer.
+// switchboardv1.RouterServiceServer, switchboardv1.EdgeServiceServer,
+// switchboardv1.OperatorServiceServer and switchboardv1.ReplicaServiceServer.
 type Server struct {
 	switchboardv1.UnimplementedRouterServiceServer
 	switchboardv1.UnimplementedEdgeServiceServer
 	switchboardv1.UnimplementedOperatorServiceServer
+	switchboardv1.UnimplementedReplicaServiceServer
 	router   atomic.Pointer[routing.Router]
 	hub      *report.Hub
 	budget   *hedge.Budget
@@ -90,7 +91,10 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err := invalid(validate.Decide(req)); err != nil {
 		return nil, err
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Decide_FullMethodName, req.GetIdentity(), req.GetDryRun())
+	if req.GetDryRun() {
+		return nil, fieldStatus("dry_run is not served: an operator explains a decision with OperatorService.Explain", "dry_run", "UNSUPPORTED")
+	}
+	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Decide_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +105,7 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if req.GetReserve() && !req.GetDryRun() {
+	if req.GetReserve() {
 		if err := s.policy().Decide(ctx, req, resp); err != nil {
 			return nil, err
 		}
@@ -116,7 +120,7 @@ func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRe
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.authn.Identity(ctx, switchboardv1.RouterService_ListModels_FullMethodName, req.GetIdentity(), false); err != nil {
+	if _, err := s.authn.Identity(ctx, switchboardv1.RouterService_ListModels_FullMethodName, req.GetIdentity()); err != nil {
 		return nil, err
 	}
 	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
@@ -204,7 +208,7 @@ func (s *Server) activityFor(ctx context.Context, method string, id *switchboard
 	if _, err := s.ready(); err != nil {
 		return "", nil, err
 	}
-	who, err := s.authn.Identity(ctx, method, id, false)
+	who, err := s.authn.Identity(ctx, method, id)
 	if err != nil {
 		return "", nil, err
 	}
@@ -247,7 +251,7 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "model: the endpoint %q serves %q", req.GetEndpointId(), model)
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity(), false)
+	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}

@@ -348,9 +348,7 @@ func TestActivityIsTenantScoped(t *testing.T) {
 func serve(t testing.TB, gs *grpc.Server, srv *server.Server) switchboardv1.DeciderClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	switchboardv1.RegisterRouterServiceServer(gs, srv)
-	switchboardv1.RegisterEdgeServiceServer(gs, srv)
-	switchboardv1.RegisterOperatorServiceServer(gs, srv)
+	server.Register(gs, srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -66,8 +66,8 @@ func decisionCaps(r *routing.Router, req *switchboardv1.DecideRequest, resp *swi
 // allow is the caller's authorisation for operations on existing
 // reservations: which tenants' reservations it may reconcile or keep (nil:
 // every tenant). It is evaluated where the reservation lives, on the
-// broker's owner, to which a replica forwards the caller's identity (see
-// auth.ForwardInterceptor); a reservation of a tenant it refuses is
+// broker's owner, to which a replica forwards the caller's identity
+// (ReplicaService, see replica.go); a reservation of a tenant it refuses is
 // PERMISSION_DENIED and left as it was.
 func (s *Server) allow(ctx context.Context) broker.Allow {
 	return auth.Reservations(ctx)
