@@ -62,7 +62,8 @@ LONG_TESTS := \
 	./services/decider/app:TestFailoverToFirstAdmission \
 	./tests:TestBrokerLoadShort \
 	./tests:TestChaosShort \
-	./tests:TestLocalRunStopsCleanly
+	./tests:TestLocalRunStopsCleanly \
+	./tests:TestBinariesVersionAndHelp
 
 .PHONY: test
 test: nodesdk agents ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.

@@ -33,15 +33,7 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "run.sh needs %s", tool)
 	}
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	bin := t.TempDir()
-	for _, cmd := range []string{"decider", "edge", "provsim"} {
-		build := exec.CommandContext(t.Context(), "go", "build", "-o", filepath.Join(bin, cmd), "./services/"+cmd+"/cmd/"+cmd)
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		require.NoError(t, err, "go build %s: %s", cmd, out)
-	}
+	root, bin := buildBinaries(t, "")
 
 	// A child inherits an ignored SIGINT (a shell's background job has it
 	// ignored, and bash cannot trap a signal ignored on entry), while a
@@ -125,6 +117,68 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 					_ = c.Close()
 				}
 				require.Error(t, err, "%s still listening after run.sh exited", addr)
+			}
+		})
+	}
+}
+
+// buildBinaries builds bin/decider, bin/edge and bin/provsim as make build
+// does, with version as their Version when it is not empty, into a
+// temporary directory; it returns the repository's root and that directory.
+func buildBinaries(t *testing.T, version string) (root, bin string) {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	bin = t.TempDir()
+	for _, cmd := range []string{"decider", "edge", "provsim"} {
+		args := []string{"build", "-o", filepath.Join(bin, cmd)}
+		if version != "" && cmd != "provsim" {
+			args = append(args, "-ldflags", "-X github.com/switchboard-ai/switchboard/services/"+cmd+"/app.Version="+version)
+		}
+		build := exec.CommandContext(t.Context(), "go", append(args, "./services/"+cmd+"/cmd/"+cmd)...)
+		build.Dir = root
+		out, err := build.CombinedOutput()
+		require.NoError(t, err, "go build %s: %s", cmd, out)
+	}
+	return root, bin
+}
+
+// TestBinariesVersionAndHelp: the edge and the decider print the version
+// make build stamps them with and exit 0; decider --help lists its
+// subcommands, and experiment --help its own, exiting 0. Long: it builds
+// the binaries.
+func TestBinariesVersionAndHelp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: builds the binaries")
+	}
+	const version = "v1.2.3-test"
+	_, bin := buildBinaries(t, version)
+	tests := []struct {
+		name       string
+		args       []string
+		wantStdout string
+		wantStderr []string
+	}{
+		{name: "edge --version", args: []string{"edge", "--version"}, wantStdout: "edge " + version + "\n"},
+		{name: "edge -version", args: []string{"edge", "-version"}, wantStdout: "edge " + version + "\n"},
+		{name: "decider --version", args: []string{"decider", "--version"}, wantStdout: "decider " + version + "\n"},
+		{name: "decider --help", args: []string{"decider", "--help"},
+			wantStderr: []string{"decider explain", "decider experiment start|stop|show", "decider certs", "decider --version", "-listen"}},
+		{name: "decider experiment --help", args: []string{"decider", "experiment", "--help"},
+			wantStdout: "usage: decider experiment start|stop|show [flags] (each with -help)\n"},
+		{name: "edge --help", args: []string{"edge", "--help"}, wantStderr: []string{"edge --version", "-listen"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(t.Context(), filepath.Join(bin, tt.args[0]), tt.args[1:]...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "exit 0; stderr: %s", stderr.String())
+			if tt.wantStdout != "" {
+				require.Equal(t, tt.wantStdout, stdout.String())
+			}
+			for _, w := range tt.wantStderr {
+				require.Contains(t, stderr.String(), w)
 			}
 		})
 	}
