@@ -24,7 +24,7 @@ build: ## Build bin/decider, bin/edge and bin/provsim.
 	go build -o $(BIN)/provsim ./services/provsim/cmd/provsim
 
 .PHONY: run
-run: build ## Run the whole system on loopback: embedded etcd, decider, edge, four simulated providers.
+run: build ## Run the whole system on loopback: embedded etcd, decider, edge, four simulated providers; Ctrl-C stops it.
 	./deploy/local/run.sh
 
 .PHONY: drill
@@ -65,7 +65,9 @@ LONG_TESTS := \
 	./services/decider/app:TestRestartToFirstAdmission \
 	./services/decider/app:TestFailoverToFirstAdmission \
 	./tests:TestBrokerLoadShort \
-	./tests:TestChaosShort
+	./tests:TestChaosShort \
+	./tests:TestLocalRunStopsCleanly \
+	./tests:TestBinariesVersionAndHelp
 
 .PHONY: test
 test: nodesdk agents ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.

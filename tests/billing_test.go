@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
@@ -33,6 +32,7 @@ import (
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
+	"github.com/switchboard-ai/switchboard/tests/loadtest"
 )
 
 const (
@@ -349,8 +349,6 @@ func (s *billSystem) get(key, pathAndQuery string) (int, []byte, error) {
 	return resp.StatusCode, raw, err
 }
 
-var recordJSON = protojson.UnmarshalOptions{DiscardUnknown: true}
-
 // generation is GET /v1/generation?id=: the status and, on 200, the record.
 func (s *billSystem) generation(key, id string) (int, *switchboardv1.ActivityRecord, error) {
 	code, raw, err := s.get(key, "/generation?id="+url.QueryEscape(id))
@@ -363,8 +361,8 @@ func (s *billSystem) generation(key, id string) (int, *switchboardv1.ActivityRec
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return code, nil, err
 	}
-	rec := &switchboardv1.ActivityRecord{}
-	return code, rec, recordJSON.Unmarshal(out.Data, rec)
+	rec, err := loadtest.ParseGeneration(out.Data)
+	return code, rec, err
 }
 
 // record waits until the activity log has the call and returns it.
@@ -386,26 +384,8 @@ func (s *billSystem) activity(key, query string) (int, []*switchboardv1.Activity
 	if err != nil || code != http.StatusOK {
 		return code, nil, "", err
 	}
-	var out struct {
-		Object     string            `json:"object"`
-		Data       []json.RawMessage `json:"data"`
-		NextCursor string            `json:"next_cursor"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return code, nil, "", err
-	}
-	if out.Object != "list" {
-		return code, nil, "", fmt.Errorf("object %q", out.Object)
-	}
-	recs := make([]*switchboardv1.ActivityRecord, 0, len(out.Data))
-	for _, d := range out.Data {
-		r := &switchboardv1.ActivityRecord{}
-		if err := recordJSON.Unmarshal(d, r); err != nil {
-			return code, nil, "", err
-		}
-		recs = append(recs, r)
-	}
-	return code, recs, out.NextCursor, nil
+	recs, next, err := loadtest.ParseActivityPage(raw)
+	return code, recs, next, err
 }
 
 // waitActivity waits until the tenant's listing holds n calls and returns them.

@@ -250,6 +250,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// String is what was written so far.
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
 func (s *system) logText() string {
 	s.logW.mu.Lock()
 	defer s.logW.mu.Unlock()
@@ -262,6 +269,7 @@ func longPrompt(nTokens int) string {
 }
 
 func TestChatThroughEdgeWithOpenAISDK(t *testing.T) {
+	began := time.Now().Truncate(time.Second)
 	s := startSystem(t)
 	client := s.client()
 	ctx := t.Context()
@@ -338,6 +346,10 @@ func TestChatThroughEdgeWithOpenAISDK(t *testing.T) {
 	models, err := client.Models.List(ctx)
 	require.NoError(t, err)
 	require.Equal(t, model, models.Data[0].ID)
+	// created is a real time: when the decider first served the model (its
+	// catalog was loaded after the test began), not 0.
+	require.GreaterOrEqual(t, models.Data[0].Created, began.Unix())
+	require.LessOrEqual(t, models.Data[0].Created, time.Now().Unix())
 
 	// The credential never shows up in the edge's logs.
 	require.NotContains(t, s.logText(), alphaCred)

@@ -91,17 +91,17 @@ func TestMessagesThroughEdgeWithAnthropicSDK(t *testing.T) {
 	// The activity record is the chat pipeline's, and says which API the
 	// request came in by.
 	rec := s.activityRecord(t, reqID)
-	require.Equal(t, "CLIENT_API_MESSAGES", rec.ClientAPI)
+	require.Equal(t, "messages", rec.APIType)
 	require.Equal(t, model, rec.Model)
-	require.Equal(t, "CALL_STATUS_OK", rec.Status)
+	require.Equal(t, "ok", rec.Status)
 }
 
 // activityRecord is a request's activity record, as GET /v1/generation
 // answers it once the decider has it.
 type activityRecord struct {
-	ClientAPI string `json:"client_api"`
-	Model     string `json:"model"`
-	Status    string `json:"status"`
+	APIType string `json:"api_type"`
+	Model   string `json:"model"`
+	Status  string `json:"status"`
 }
 
 // activityRecord waits for the activity record of the request with edge

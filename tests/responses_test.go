@@ -132,9 +132,9 @@ func TestResponsesThroughEdgeWithOpenAISDK(t *testing.T) {
 	// The activity record is the chat pipeline's, and says which API the
 	// request came in by.
 	rec := s.activityRecord(t, reqID)
-	require.Equal(t, "CLIENT_API_RESPONSES", rec.ClientAPI)
+	require.Equal(t, "responses", rec.APIType)
 	require.Equal(t, model, rec.Model)
-	require.Equal(t, "CALL_STATUS_OK", rec.Status)
+	require.Equal(t, "ok", rec.Status)
 }
 
 func TestResponsesToolTurnThroughEdge(t *testing.T) {

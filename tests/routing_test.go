@@ -229,7 +229,7 @@ func TestSmartRoutingScenario(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	dbg := resp.Header.Get("x-switchboard-route-debug")
-	for _, want := range []string{"typicalTtft", "costUsd", "too slow", "cheap", "fast", "reseller"} {
+	for _, want := range []string{`"typical_ttft":`, `"cost":`, `"reason":"`, "too slow", "cheap", "fast", "reseller"} {
 		require.Contains(t, dbg, want)
 	}
 

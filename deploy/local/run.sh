@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Runs the whole system on loopback: four simulated providers, a decider with
-# embedded etcd, and an edge. Ctrl-C stops everything. Used by `make run`.
+# embedded etcd, and an edge. Ctrl-C (or SIGTERM) stops everything and exits
+# 0; a component that exits by itself is an error (exit 1). Used by `make run`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+BIN=${SWITCHBOARD_BIN:-bin}
 DATA=${SWITCHBOARD_DATA:-.data}
 EDGE_ADDR=${EDGE_ADDR:-127.0.0.1:8080}
 DECIDER_ADDR=${DECIDER_ADDR:-127.0.0.1:9090}
+# Each binary's debug listener: Prometheus metrics at /metrics, Go profiles.
+DECIDER_DEBUG_ADDR=${DECIDER_DEBUG_ADDR:-127.0.0.1:9190}
+EDGE_DEBUG_ADDR=${EDGE_DEBUG_ADDR:-127.0.0.1:9191}
 mkdir -p "$DATA"
 
 # A fresh demo key each run; only its SHA-256 goes into the catalog.
@@ -29,22 +34,37 @@ sed -e "s/@DEMO_KEY_SHA256@/$SHA/" -e "s/@EDGE_TOKEN_SHA256@/$EDGE_SHA/" -e "s/@
 export SWITCHBOARD_PROVIDER_KEY_ALPHA=sim-alpha SWITCHBOARD_PROVIDER_KEY_BETA=sim-beta SWITCHBOARD_PROVIDER_KEY_GAMMA=sim-gamma SWITCHBOARD_PROVIDER_KEY_DELTA=sim-delta
 
 pids=()
-cleanup() {
+# stop sends every component SIGTERM (each treats it, as SIGINT, as a clean
+# stop) and waits until all have exited: none outlives the script. Ctrl-C
+# reaches the components too (they share the terminal's process group);
+# SIGTERM covers a signal sent to the script alone.
+stop() {
   trap - INT TERM EXIT
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 }
-trap cleanup INT TERM EXIT
+# A stop asked for is not an error: exit 0, whatever the components' own
+# statuses on the way down.
+stopped() {
+  stop
+  echo "Switchboard stopped." >&2
+  exit 0
+}
+trap stopped INT TERM
+# Any other way out (a start that failed) stops what was started.
+trap stop EXIT
 
 wait_http() { # url
   for _ in $(seq 1 300); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "not ready: $1" >&2; return 1
 }
 
-bin/provsim --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($!)
+"$BIN/provsim" --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($!)
 # Probes every 30s (default 5m) so the demo learns per-size speeds quickly.
-bin/decider --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s --probe-interval 30s 2>"$DATA/decider.log" & pids+=($!)
-bin/edge --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" --decider-token-file "$DATA/edge-token" 2>"$DATA/edge.log" & pids+=($!)
+"$BIN/decider" --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s --probe-interval 30s \
+  --debug-listen "$DECIDER_DEBUG_ADDR" 2>"$DATA/decider.log" & pids+=($!)
+"$BIN/edge" --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" --decider-token-file "$DATA/edge-token" \
+  --debug-listen "$EDGE_DEBUG_ADDR" 2>"$DATA/edge.log" & pids+=($!)
 
 wait_http http://127.0.0.1:9101/healthz
 # Ready: the edge reaches the decider and the decider serves its catalog.
@@ -55,8 +75,10 @@ cat <<MSG
 Switchboard is running (logs in $DATA/*.log). Ctrl-C stops it.
 
   API key:  $KEY
-  Base URL: http://$EDGE_ADDR/v1
+  Base URL: http://$EDGE_ADDR/v1   (the edge; readiness http://$EDGE_ADDR/readyz)
   Decider:  $DECIDER_ADDR (gRPC; tokens: service $DATA/service-token, operator $DATA/operator-token)
+  Metrics:  http://$EDGE_DEBUG_ADDR/metrics (edge), http://$DECIDER_DEBUG_ADDR/metrics (decider)
+  Providers (simulated): http://127.0.0.1:9101/v1 … 9104
 
 Try:
   curl -s http://$EDGE_ADDR/v1/chat/completions \\
@@ -67,8 +89,11 @@ Try:
 
   ANTHROPIC_BASE_URL=http://$EDGE_ADDR ANTHROPIC_AUTH_TOKEN=$KEY claude   # its claude-* names are aliases here
 
-  bin/decider explain --decider $DECIDER_ADDR --token-file $DATA/operator-token --tenant demo --model deepseek/deepseek-v4.1-flash
+  $BIN/decider explain --decider $DECIDER_ADDR --token-file $DATA/operator-token --tenant demo --model deepseek/deepseek-v4.1-flash
 MSG
-wait -n "${pids[@]}"
-echo "a component exited; see $DATA/*.log" >&2
+# Returns when a component exits by itself, or at once on Ctrl-C/SIGTERM,
+# whose trap (stopped) then runs and exits 0 before the lines below.
+status=0
+wait -n "${pids[@]}" || status=$?
+echo "a component exited unasked (status $status); see $DATA/*.log" >&2
 exit 1

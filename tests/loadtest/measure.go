@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
@@ -106,24 +104,15 @@ func activity(ctx context.Context, hc *http.Client, edgeURL, key string, start t
 		if resp.StatusCode != http.StatusOK {
 			return nil, fmt.Errorf("GET /v1/activity: %s: %s", resp.Status, raw)
 		}
-		var page struct {
-			Data       []json.RawMessage `json:"data"`
-			NextCursor string            `json:"next_cursor"`
+		recs, next, err := ParseActivityPage(raw)
+		if err != nil {
+			return nil, fmt.Errorf("GET /v1/activity: %w", err)
 		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, err
-		}
-		for _, d := range page.Data {
-			rec := &switchboardv1.ActivityRecord{}
-			if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(d, rec); err != nil {
-				return nil, fmt.Errorf("activity record: %w", err)
-			}
-			out = append(out, rec)
-		}
-		if page.NextCursor == "" || len(page.Data) == 0 {
+		out = append(out, recs...)
+		if next == "" || len(recs) == 0 {
 			return out, nil
 		}
-		cursor = page.NextCursor
+		cursor = next
 	}
 }
 

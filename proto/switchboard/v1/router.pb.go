@@ -2597,7 +2597,11 @@ type Model struct {
 	// aliases are the other names clients may send for it, as the catalog
 	// lists them: exact names, and prefix patterns ending in '*' (every name
 	// starting with what comes before the '*').
-	Aliases       []string `protobuf:"bytes,5,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	Aliases []string `protobuf:"bytes,5,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	// create_time is when this decider first served the model: when it loaded
+	// the first catalog that listed it (a catalog reload keeps the time of a
+	// model it already served). OpenAI's model object calls it "created".
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2663,6 +2667,13 @@ func (x *Model) GetProviders() []string {
 func (x *Model) GetAliases() []string {
 	if x != nil {
 		return x.Aliases
+	}
+	return nil
+}
+
+func (x *Model) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
 	}
 	return nil
 }
@@ -3148,14 +3159,16 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\x18KeepReservationsResponse\x12\x12\n" +
 	"\x04kept\x18\x01 \x01(\x03R\x04kept\"I\n" +
 	"\x11ListModelsRequest\x124\n" +
-	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\"\xac\x01\n" +
+	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\"\xe9\x01\n" +
 	"\x05Model\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
 	"\n" +
 	"list_price\x18\x02 \x01(\v2\x15.switchboard.v1.PriceR\tlistPrice\x12%\n" +
 	"\x0econtext_length\x18\x03 \x01(\x03R\rcontextLength\x12\x1c\n" +
 	"\tproviders\x18\x04 \x03(\tR\tproviders\x12\x18\n" +
-	"\aaliases\x18\x05 \x03(\tR\aaliases\"C\n" +
+	"\aaliases\x18\x05 \x03(\tR\aaliases\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.switchboard.v1.ModelR\x06models\"\x81\x02\n" +
 	"\x13ListActivityRequest\x124\n" +
@@ -3366,32 +3379,33 @@ var file_switchboard_v1_router_proto_depIdxs = []int32{
 	20, // 56: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
 	8,  // 57: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
 	44, // 58: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	29, // 59: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
-	8,  // 60: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	40, // 61: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	40, // 62: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	45, // 63: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
-	8,  // 64: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	45, // 65: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	12, // 66: switchboard.v1.RouterService.Decide:input_type -> switchboard.v1.DecideRequest
-	18, // 67: switchboard.v1.RouterService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	24, // 68: switchboard.v1.RouterService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	26, // 69: switchboard.v1.RouterService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	28, // 70: switchboard.v1.RouterService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	31, // 71: switchboard.v1.RouterService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	33, // 72: switchboard.v1.RouterService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	16, // 73: switchboard.v1.RouterService.Decide:output_type -> switchboard.v1.DecideResponse
-	23, // 74: switchboard.v1.RouterService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	25, // 75: switchboard.v1.RouterService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	27, // 76: switchboard.v1.RouterService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	30, // 77: switchboard.v1.RouterService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	32, // 78: switchboard.v1.RouterService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	34, // 79: switchboard.v1.RouterService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	73, // [73:80] is the sub-list for method output_type
-	66, // [66:73] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	40, // 59: switchboard.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	29, // 60: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
+	8,  // 61: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
+	40, // 62: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	40, // 63: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	45, // 64: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	8,  // 65: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
+	45, // 66: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	12, // 67: switchboard.v1.RouterService.Decide:input_type -> switchboard.v1.DecideRequest
+	18, // 68: switchboard.v1.RouterService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	24, // 69: switchboard.v1.RouterService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	26, // 70: switchboard.v1.RouterService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	28, // 71: switchboard.v1.RouterService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	31, // 72: switchboard.v1.RouterService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	33, // 73: switchboard.v1.RouterService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	16, // 74: switchboard.v1.RouterService.Decide:output_type -> switchboard.v1.DecideResponse
+	23, // 75: switchboard.v1.RouterService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	25, // 76: switchboard.v1.RouterService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	27, // 77: switchboard.v1.RouterService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	30, // 78: switchboard.v1.RouterService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	32, // 79: switchboard.v1.RouterService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	34, // 80: switchboard.v1.RouterService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	74, // [74:81] is the sub-list for method output_type
+	67, // [67:74] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_router_proto_init() }

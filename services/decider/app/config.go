@@ -337,6 +337,20 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	var etcd string
 	fs := flag.NewFlagSet("decider", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: decider [flags]            serve: routing, admission, the activity log
+       decider explain [flags]    show how a request would be routed (an operator's call)
+       decider experiment start|stop|show [flags]
+                                  run a switchback experiment on a running decider
+       decider certs [flags]      write a CA and certificates for mutual TLS
+       decider --version          print the version
+
+Each command takes -help. Every serve flag falls back to SWITCHBOARD_DECIDER_<FLAG>.
+
+Serve flags:
+`)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cfg.Listen, "listen", def.Listen, "gRPC listen address")
 	fs.StringVar(&cfg.Catalog, "catalog", "", "YAML catalog file; validated and stored in etcd (empty: use the stored catalog)")
 	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints (empty: embedded etcd under --data-dir)")

@@ -24,10 +24,16 @@ import (
 // starts, stops and reads a switchback experiment on a running decider
 // (an operator's call).
 func ExperimentCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	const usage = "usage: decider experiment start|stop|show [flags] (each with -help)"
 	if len(args) == 0 {
-		return errors.New("usage: decider experiment start|stop|show [flags]")
+		return errors.New(usage)
 	}
 	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	}
 	fs := flag.NewFlagSet("decider experiment "+sub, flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	dial := addDialFlags(fs)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -103,24 +104,142 @@ func TestChatHedgeDelayed(t *testing.T) {
 	wantLoser := float64(h.fd.DecideRequests()[0].GetTokens().GetInputTokens()) * h.eps[0].GetPrice().GetInput() / 1e6
 	require.InDelta(t, wantLoser, rec.GetHedge().GetLoserCostUsd(), 1e-12)
 
-	// The client finds the call by the id it got, in snake_case.
-	g := h.do(t.Context(), http.MethodGet, "/v1/generation?id="+id, "", authed())
+	// The client finds the call by the id it got, in the HTTP API's dialect.
+	got := h.generation(t, id)
+	require.Equal(t, id, got["id"])
+	require.Equal(t, h.eps[1].GetId(), got["endpoint_id"])
+	require.Equal(t, "beta", got["provider_name"])
+	require.Equal(t, "ok", got["status"])
+	require.IsType(t, float64(0), got["total_cost"])
+	hedge := got["hedge"].(map[string]any)
+	require.Equal(t, "delayed", hedge["mode"])
+	require.Equal(t, h.eps[0].GetId(), hedge["loser_endpoint_id"])
+	require.Equal(t, h.eps[1].GetId(), hedge["winner_endpoint_id"])
+	attempts := got["provider_responses"].([]any)
+	require.Len(t, attempts, 2)
+	require.Equal(t, false, attempts[0].(map[string]any)["is_hedge"])
+	require.Equal(t, "cancelled", attempts[0].(map[string]any)["outcome"])
+	require.Equal(t, true, attempts[1].(map[string]any)["is_hedge"])
+	require.Equal(t, "ok", attempts[1].(map[string]any)["outcome"])
+}
+
+// generation is GET /v1/generation?id=id's data, decoded as a client
+// would: JSON numbers are float64, strings strings. Every key of it, at
+// any depth, is snake_case.
+func (h *harness) generation(t *testing.T, id string) map[string]any {
+	t.Helper()
+	g := h.do(t.Context(), http.MethodGet, "/v1/generation?id="+url.QueryEscape(id), "", authed())
 	require.Equal(t, http.StatusOK, g.status, g.body)
-	var got struct {
+	var body struct {
 		Data map[string]any `json:"data"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(g.body), &got))
-	require.Equal(t, id, got.Data["id"])
-	require.Equal(t, h.eps[1].GetId(), got.Data["endpoint_id"])
-	require.Equal(t, "CALL_STATUS_OK", got.Data["status"])
-	require.Contains(t, got.Data, "cost_usd")
-	hedge := got.Data["hedge"].(map[string]any)
-	require.Equal(t, h.eps[0].GetId(), hedge["loser_endpoint_id"])
-	require.Equal(t, true, hedge["used"])
-	attempts := got.Data["attempts"].([]any)
-	require.Len(t, attempts, 2)
-	require.Equal(t, true, attempts[1].(map[string]any)["hedge"])
-	require.NotContains(t, attempts[0].(map[string]any), "hedge", "empty fields left out")
+	require.NoError(t, json.Unmarshal([]byte(g.body), &body))
+	requireSnakeCase(t, body.Data, "data")
+	return body.Data
+}
+
+// requireSnakeCase fails for a key of v (an object, an array of them, at
+// any depth) that is not snake_case: no camelCase leaks from protobuf's JSON.
+func requireSnakeCase(t *testing.T, v any, path string) {
+	t.Helper()
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			require.Regexp(t, `^[a-z][a-z0-9_]*$`, k, "%s.%s", path, k)
+			requireSnakeCase(t, e, path+"."+k)
+		}
+	case []any:
+		for i, e := range v {
+			requireSnakeCase(t, e, fmt.Sprintf("%s[%d]", path, i))
+		}
+	}
+}
+
+// TestGenerationOfHedgedRetriedCall: a call whose hedged first attempt
+// failed on both legs (503 on the primary, 429 on the hedge) and whose
+// fallback served it lists all three calls in provider_responses, in
+// order, with counts, statuses, latencies and costs as JSON numbers and
+// enums as lower-case words, not protobuf's JSON ("0.7085s", "1234",
+// CLIENT_API_CHAT_COMPLETIONS).
+func TestGenerationOfHedgedRetriedCall(t *testing.T) {
+	h := newHarness(t, 3, nil)
+	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
+		resp := h.decision(req)
+		resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, Endpoint: h.eps[1]}
+		return resp, nil
+	})
+	h.fd.SetHedgeGrant(true)
+	h.ups[0].SetMode(fakeupstream.Unavailable)
+	h.ups[1].SetMode(fakeupstream.RateLimited)
+
+	r := h.chat(streamReq, authed())
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "gamma", r.header.Get("X-Switchboard-Provider"))
+	id := r.header.Get("X-Switchboard-Request-Id")
+	rec := h.waitRecord(id)
+	require.Len(t, rec.GetAttempts(), 3, "%v", rec.GetAttempts())
+
+	got := h.generation(t, id)
+	require.Equal(t, id, got["id"])
+	require.Equal(t, "chat_completions", got["api_type"])
+	require.Equal(t, "ok", got["status"])
+	require.Equal(t, 200.0, got["http_status"])
+	require.Equal(t, "gamma", got["provider_name"])
+	require.Equal(t, h.eps[2].GetId(), got["endpoint_id"])
+	require.Equal(t, true, got["streamed"])
+	require.Equal(t, float64(rec.GetUsage().GetInputTokens()), got["native_tokens_prompt"])
+	require.Positive(t, got["native_tokens_prompt"])
+	require.Equal(t, float64(rec.GetUsage().GetOutputTokens()), got["native_tokens_completion"])
+	require.Equal(t, float64(rec.GetUsage().GetCachedInputTokens()), got["native_tokens_cached"])
+	require.InDelta(t, rec.GetCostUsd(), got["total_cost"], 1e-15)
+	require.Positive(t, got["total_cost"])
+	require.Equal(t, float64(rec.GetTtft().AsDuration().Milliseconds()), got["latency"], "milliseconds to the first token")
+	require.Equal(t, float64(rec.GetDuration().AsDuration().Milliseconds()), got["generation_time"], "milliseconds")
+	createdAt, err := time.Parse(time.RFC3339Nano, got["created_at"].(string))
+	require.NoError(t, err)
+	require.Equal(t, rec.GetCreateTime().AsTime().UTC(), createdAt.UTC())
+	hedge := got["hedge"].(map[string]any)
+	require.Equal(t, "immediate", hedge["mode"])
+	require.Equal(t, h.eps[2].GetId(), hedge["winner_endpoint_id"])
+
+	type want struct {
+		endpoint, provider string
+		status             any
+		outcome            string
+		hedge              bool
+	}
+	wants := []want{
+		{h.eps[0].GetId(), "alpha", 503.0, "upstream_error", false},
+		{h.eps[1].GetId(), "beta", 429.0, "rate_limited", true},
+		{h.eps[2].GetId(), "gamma", 200.0, "ok", false},
+	}
+	prs := got["provider_responses"].([]any)
+	require.Len(t, prs, len(wants))
+	for i, w := range wants {
+		p := prs[i].(map[string]any)
+		require.Equal(t, w.endpoint, p["endpoint_id"], i)
+		require.Equal(t, w.provider, p["provider_name"], i)
+		require.Equal(t, w.status, p["status"], i)
+		require.Equal(t, w.outcome, p["outcome"], i)
+		require.Equal(t, w.hedge, p["is_hedge"], i)
+		require.IsType(t, float64(0), p["cost"], i)
+		require.InDelta(t, rec.GetAttempts()[i].GetCostUsd(), p["cost"], 1e-15, i)
+		_, err := time.Parse(time.RFC3339Nano, p["started_at"].(string))
+		require.NoError(t, err, i)
+	}
+	require.Nil(t, prs[0].(map[string]any)["latency"], "no first token: null")
+	require.Equal(t, float64(rec.GetAttempts()[2].GetTtft().AsDuration().Milliseconds()), prs[2].(map[string]any)["latency"])
+	require.Positive(t, prs[2].(map[string]any)["cost"], "the served call costs")
+
+	// GET /v1/activity lists the call in the same shape.
+	a := h.do(t.Context(), http.MethodGet, "/v1/activity?limit=1", "", authed())
+	require.Equal(t, http.StatusOK, a.status, a.body)
+	var list struct {
+		Data []map[string]any `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(a.body), &list))
+	require.Len(t, list.Data, 1)
+	require.Equal(t, got, list.Data[0])
 }
 
 func TestChatHedgeImmediateOver128k(t *testing.T) {
@@ -337,9 +456,10 @@ func TestActivityList(t *testing.T) {
 	require.Len(t, data, 3)
 	first := data[0].(map[string]any)
 	require.Equal(t, ids[2], first["id"], "newest first")
-	for _, k := range []string{"create_time", "tenant_id", "endpoint_id", "cost_usd", "http_status", "attempts", "usage"} {
+	for _, k := range []string{"created_at", "tenant_id", "endpoint_id", "total_cost", "http_status", "provider_responses", "native_tokens_prompt"} {
 		require.Contains(t, first, k)
 	}
+	requireSnakeCase(t, body, "")
 	lr := h.fd.ListActivityRequests()
 	require.EqualValues(t, 50, lr[len(lr)-1].GetLimit(), "default page")
 	require.Equal(t, clientKeyHash(), lr[len(lr)-1].GetIdentity().GetApiKeySha256())
@@ -370,15 +490,19 @@ func TestActivityList(t *testing.T) {
 	require.Empty(t, body["data"])
 
 	bad := []struct {
-		query, param string
+		query, param, code string
 	}{
-		{"?start=yesterday", "start"},
-		{"?end=2026-13-01T00:00:00Z", "end"},
-		{"?start=1700000000&end=1600000000", "end"},
-		{"?limit=0", "limit"},
-		{"?limit=501", "limit"},
-		{"?limit=ten", "limit"},
-		{"?cursor=" + strings.Repeat("x", 2000), "cursor"},
+		{"?start=yesterday", "start", "invalid_value"},
+		{"?end=2026-13-01T00:00:00Z", "end", "invalid_value"},
+		{"?start=1700000000&end=1600000000", "end", "invalid_value"},
+		{"?limit=0", "limit", "invalid_value"},
+		{"?limit=501", "limit", "invalid_value"},
+		{"?limit=ten", "limit", "invalid_value"},
+		{"?cursor=" + strings.Repeat("x", 2000), "cursor", "invalid_value"},
+		// A misspelt filter would otherwise list everything.
+		{"?modle=org/model", "modle", "unknown_parameter"},
+		{"?limit=2&after=gen-1", "after", "unknown_parameter"},
+		{"?limit=2&limit=3", "limit", "invalid_value"},
 	}
 	before := len(h.fd.ListActivityRequests())
 	for _, b := range bad {
@@ -386,7 +510,11 @@ func TestActivityList(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, b.query)
 		e := r.errorJSON(t)
 		require.Equal(t, b.param, e["param"], b.query)
-		require.Equal(t, "invalid_value", e["code"])
+		require.Equal(t, b.code, e["code"], b.query)
+		require.Equal(t, "invalid_request_error", e["type"], b.query)
+		if b.code == "unknown_parameter" {
+			require.Contains(t, e["message"], "'"+b.param+"'", b.query)
+		}
 	}
 	require.Len(t, h.fd.ListActivityRequests(), before, "bad parameters never reach the decider")
 
@@ -421,7 +549,7 @@ func TestGeneration(t *testing.T) {
 	var body map[string]map[string]any
 	require.NoError(t, json.Unmarshal([]byte(g.body), &body))
 	require.Equal(t, id, body["data"]["id"])
-	require.Equal(t, "alpha", body["data"]["provider"])
+	require.Equal(t, "alpha", body["data"]["provider_name"])
 	require.Equal(t, "key-1", body["data"]["api_key_id"])
 
 	tests := []struct {
@@ -437,6 +565,8 @@ func TestGeneration(t *testing.T) {
 		{name: "unknown id", query: "?id=gen-nope", key: clientKey, wantStatus: 404, wantCode: "not_found", wantParam: "id"},
 		{name: "another tenant's id", query: "?id=" + id, key: otherKey, wantStatus: 404, wantCode: "not_found", wantParam: "id"},
 		{name: "no key", query: "?id=" + id, wantStatus: 401, wantCode: "invalid_api_key", wantParam: nil},
+		{name: "unknown parameter", query: "?id=" + id + "&format=full", key: clientKey, wantStatus: 400, wantCode: "unknown_parameter", wantParam: "format"},
+		{name: "id twice", query: "?id=" + id + "&id=" + id, key: clientKey, wantStatus: 400, wantCode: "invalid_value", wantParam: "id"},
 	}
 	var notFound []string
 	for _, tt := range tests {

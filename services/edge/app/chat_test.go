@@ -156,7 +156,18 @@ func TestChatDebugHeader(t *testing.T) {
 	var decision map[string]any
 	require.NoError(t, json.Unmarshal([]byte(dbg), &decision))
 	require.Equal(t, "cheapest-qualifying alpha <8k", decision["summary"])
+	require.Contains(t, dbg, "alpha <8k", "not HTML-escaped")
+	// The HTTP API's dialect, not protobuf's JSON: snake_case, enums as
+	// lower-case words, numbers as numbers.
+	requireSnakeCase(t, decision, "")
+	require.Equal(t, "cheapest_qualifying", decision["reason"])
+	require.Equal(t, "under_8k", decision["bucket"])
 	require.Len(t, decision["candidates"], 1)
+	c := decision["candidates"].([]any)[0].(map[string]any)
+	require.Equal(t, "alpha", c["provider_name"])
+	require.Equal(t, true, c["qualified"])
+	require.Equal(t, 0.0, c["samples"])
+	require.Nil(t, c["typical_ttft"], "no data: null")
 }
 
 func TestChatRequestErrors(t *testing.T) {
@@ -477,17 +488,19 @@ func TestModels(t *testing.T) {
 			return nil, status.Error(codes.Unauthenticated, "unknown API key")
 		}
 		return &switchboardv1.ListModelsResponse{Models: []*switchboardv1.Model{
-			{Id: "org/a", ContextLength: 8192, Providers: []string{"alpha", "beta"}, Aliases: []string{"gpt-5-codex", "claude-*"}},
-			{Id: "org/b"},
+			{Id: "org/a", ContextLength: 8192, Providers: []string{"alpha", "beta"}, Aliases: []string{"gpt-5-codex", "claude-*"},
+				CreateTime: timestamppb.New(time.Unix(1_790_000_000, 0))},
+			{Id: "org/b", CreateTime: timestamppb.New(time.Unix(1_790_000_500, 0))},
 		}}, nil
 	})
 	r := h.do(t.Context(), http.MethodGet, "/v1/models", "", authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	// An exact alias is an entry of its own; a pattern is not listed.
+	// created is when the decider first served the model, in unix seconds.
 	require.JSONEq(t, `{"object":"list","data":[
-		{"id":"org/a","object":"model","created":0,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"]},
-		{"id":"org/b","object":"model","created":0,"owned_by":"switchboard","context_length":0,"providers":[]},
-		{"id":"gpt-5-codex","object":"model","created":0,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"],"alias_of":"org/a"}]}`, r.body)
+		{"id":"org/a","object":"model","created":1790000000,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"]},
+		{"id":"org/b","object":"model","created":1790000500,"owned_by":"switchboard","context_length":0,"providers":[]},
+		{"id":"gpt-5-codex","object":"model","created":1790000000,"owned_by":"switchboard","context_length":8192,"providers":["alpha","beta"],"alias_of":"org/a"}]}`, r.body)
 
 	r = h.do(t.Context(), http.MethodGet, "/v1/models", "", nil)
 	require.Equal(t, http.StatusUnauthorized, r.status)

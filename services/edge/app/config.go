@@ -480,6 +480,6 @@ func usage(w io.Writer) {
 	cfg := Config{}.withDefaults()
 	fs := newFlagSet(&cfg)
 	fs.SetOutput(w)
-	fmt.Fprintf(w, "Usage: edge [flags]\n\nEvery flag falls back to %s<FLAG> (dashes as underscores, upper case).\n\n", envPrefix)
+	fmt.Fprintf(w, "Usage: edge [flags]\n       edge --version\n\nEvery flag falls back to %s<FLAG> (dashes as underscores, upper case).\n\n", envPrefix)
 	fs.PrintDefaults()
 }

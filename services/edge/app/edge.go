@@ -152,7 +152,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
 		Client:            edgeService,
-		Hello:             &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: version()},
+		Hello:             &switchboardv1.EdgeHello{EdgeId: cfg.EdgeID, Region: cfg.Region, Version: BuildVersion()},
 		Handler:           commands,
 		FlushInterval:     cfg.ReportFlushInterval,
 		HeartbeatInterval: cfg.ReservationHeartbeat,
@@ -174,7 +174,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		WriteTimeout:      cfg.WriteTimeout,
 		MaxAttempts:       cfg.MaxAttempts,
 		RetryWait:         cfg.RetryWait,
-		UserAgent:         "switchboard-edge/" + version(),
+		UserAgent:         "switchboard-edge/" + BuildVersion(),
 		Logger:            logger.With("component", "dispatch"),
 	})
 	probes := probe.New(probe.Options{Prober: dispatcher, Logger: logger.With("component", "probe")})
@@ -385,9 +385,10 @@ func (h *commandHandler) Cooldown(cmd *switchboardv1.CooldownCommand) {
 // Version is the build version, set with -ldflags "-X …/services/edge/app.Version=…".
 var Version = "dev"
 
-// version is the edge's build version for the Report hello and User-Agent:
-// Version when the build set it, else the module version of the binary.
-func version() string {
+// BuildVersion is the edge's version, for the Report hello, the User-Agent
+// and --version: Version when the build set it (make build does), else the
+// binary's module version, else "dev".
+func BuildVersion() string {
 	if Version != "dev" && Version != "" {
 		return Version
 	}

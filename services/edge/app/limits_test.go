@@ -56,7 +56,7 @@ func TestChatAdmissionRefused(t *testing.T) {
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_INPUT_TOKENS, Limit: 100000, Remaining: 40,
 				ResetTime:  timestamppb.New(time.Now().Add(1500 * time.Millisecond)),
 				RetryAfter: durationpb.New(1500 * time.Millisecond),
-				Message:    "tenant input_tokens limit reached (40 remaining of 100000); retry after 1.5s",
+				Message:    "tenant input_tokens limit reached (40 remaining of 100,000); retry after 1.5s",
 			},
 			wantHeader: map[string]string{
 				"Retry-After":                        "2",
@@ -67,7 +67,7 @@ func TestChatAdmissionRefused(t *testing.T) {
 				"X-Switchboard-Ratelimit-Reason":     "retryable_capacity",
 			},
 			wantCode: "retryable_capacity",
-			wantMsg:  "tenant input_tokens limit reached (40 remaining of 100000); retry after 1.5s",
+			wantMsg:  "tenant input_tokens limit reached (40 remaining of 100,000); retry after 1.5s",
 		},
 		{
 			name: "every endpoint full",
@@ -89,7 +89,7 @@ func TestChatAdmissionRefused(t *testing.T) {
 			ref: &switchboardv1.Refusal{
 				Reason: switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST, Scope: switchboardv1.LimitScope_LIMIT_SCOPE_API_KEY,
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_TOTAL_TOKENS, Limit: 2000, Remaining: 2000,
-				Message: "the request needs 4106 total_tokens, more than the api_key total_tokens limit of 2000 can ever admit",
+				Message: "the request needs 4,106 total_tokens, more than the api_key total_tokens limit of 2,000 can ever admit",
 			},
 			wantHeader: map[string]string{
 				"X-Ratelimit-Limit-Tokens":       "2000",
@@ -98,7 +98,7 @@ func TestChatAdmissionRefused(t *testing.T) {
 				"X-Switchboard-Ratelimit-Reason": "non_retryable_request",
 			},
 			wantCode: "non_retryable_request",
-			wantMsg: "the request needs 4106 total_tokens, more than the api_key total_tokens limit of 2000 can ever admit; " +
+			wantMsg: "the request needs 4,106 total_tokens, more than the api_key total_tokens limit of 2,000 can ever admit; " +
 				"it can never fit, so retrying will not help: reduce the prompt or max_tokens",
 		},
 	}

@@ -28,7 +28,7 @@ func TestVersionFromLinker(t *testing.T) {
 	old := Version
 	t.Cleanup(func() { Version = old })
 	Version = "v9.9.9-test"
-	require.Equal(t, "v9.9.9-test", version())
+	require.Equal(t, "v9.9.9-test", BuildVersion())
 	Version = "dev"
-	require.NotEmpty(t, version())
+	require.NotEmpty(t, BuildVersion())
 }

@@ -23,6 +23,8 @@ func main() {
 			run = func() error { return app.ExperimentCommand(ctx, os.Args[2:], os.Stdout) }
 		case "certs":
 			run = func() error { return app.Certs(os.Args[2:], os.Stdout) }
+		case "-version", "--version", "version":
+			run = func() error { _, err := fmt.Println("decider", app.Version); return err }
 		}
 	}
 	if err := run(); err != nil {

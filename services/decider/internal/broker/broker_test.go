@@ -450,8 +450,24 @@ func TestSafeMetadata(t *testing.T) {
 	require.Equal(t, ScopeTenant, ref.Scope)
 	require.Equal(t, ReasonNonRetryableRequest, ref.Reason)
 	require.Equal(t, 50000.0, ref.Limit)
-	require.Contains(t, ref.Message, "60000 input_tokens")
+	require.Equal(t, "the request needs 60,000 input_tokens, more than the tenant input_tokens limit of 50,000 can ever admit", ref.Message)
 	require.Nil(t, ref.Proto().GetResetTime())
+}
+
+// TestRefusalMessageFigures: a refusal's message writes its figures as
+// people do, with thousands separators, never in exponent form (%g wrote a
+// million tokens as 1e+06).
+func TestRefusalMessageFigures(t *testing.T) {
+	b, _ := newBroker(t, []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitInputTokens, Window: WindowMinute, Capacity: 1_000_000}})
+	_, ref, err := b.Reserve(t.Context(), req(Demand{InputTokens: 956_138}))
+	require.NoError(t, err)
+	require.Nil(t, ref)
+	_, ref, err = b.Reserve(t.Context(), req(Demand{InputTokens: 50_000}))
+	require.NoError(t, err)
+	require.NotNil(t, ref)
+	require.Equal(t, 1e6, ref.Limit)
+	require.Regexp(t, `^tenant input_tokens limit reached \(43,862 remaining of 1,000,000\); retry after `, ref.Message)
+	require.NotContains(t, ref.Message, "e+")
 }
 
 func TestReconfigure(t *testing.T) {

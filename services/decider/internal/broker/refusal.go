@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/switchboard-ai/switchboard/pkg/numfmt"
 )
 
 // Refusal says why a reservation was refused, in terms safe to show the
@@ -92,13 +94,13 @@ func (r *Refusal) finish() {
 	what := r.Scope.String() + " " + r.Unit.String()
 	switch {
 	case r.Scope.own() && r.Reason == ReasonNonRetryableRequest:
-		r.Message = fmt.Sprintf("the request needs %g %s, more than the %s limit of %g can ever admit", r.need, r.Unit, what, r.Limit)
+		r.Message = fmt.Sprintf("the request needs %s %s, more than the %s limit of %s can ever admit", numfmt.Number(r.need), r.Unit, what, numfmt.Number(r.Limit))
 		return
 	case r.Reason == ReasonNonRetryableRequest:
 		r.Message = fmt.Sprintf("the request needs more %s than the %s capacity can ever admit", r.Unit, sharedName(r.Scope))
 		return
 	case r.Scope.own():
-		r.Message = fmt.Sprintf("%s limit reached (%g remaining of %g)", what, r.Remaining, r.Limit)
+		r.Message = fmt.Sprintf("%s limit reached (%s remaining of %s)", what, numfmt.Number(r.Remaining), numfmt.Number(r.Limit))
 	case r.Message != "":
 		// A pause: pauseRefusal wrote it.
 	default:

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/switchboard-ai/switchboard/pkg/numfmt"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -88,9 +89,9 @@ func (x exclusion) String() string {
 	case exclIgnored:
 		return "in provider.ignore"
 	case exclPromptPrice:
-		return fmt.Sprintf("input price %g above max_price.prompt %g", x.a, x.b)
+		return fmt.Sprintf("input price %s above max_price.prompt %s", numfmt.Number(x.a), numfmt.Number(x.b))
 	case exclCompletionPrice:
-		return fmt.Sprintf("output price %g above max_price.completion %g", x.a, x.b)
+		return fmt.Sprintf("output price %s above max_price.completion %s", numfmt.Number(x.a), numfmt.Number(x.b))
 	case exclCollects:
 		return "collects data (data_collection=deny)"
 	case exclNotZDR:

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -50,7 +52,16 @@ type index struct {
 }
 
 // SetCatalog replaces the catalog; requests in flight finish on the old one.
+// A model listed for the first time is stamped with the clock's time, one
+// the previous catalog listed keeps its stamp: ListModels' create_time.
 func (r *Router) SetCatalog(c *catalog.Catalog) {
+	created := map[string]*timestamppb.Timestamp{}
+	if prev := r.idx.Load(); prev != nil {
+		for _, m := range prev.list {
+			created[m.GetId()] = m.GetCreateTime()
+		}
+	}
+	now := timestamppb.New(r.o.Now())
 	idx := &index{
 		models:    map[string]*model{},
 		names:     c.Resolver(),
@@ -60,7 +71,10 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 	for _, m := range c.Models {
 		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
 			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin(), fallback: newFallbackPolicy(m.Fallback)}
-		lm := &switchboardv1.Model{Id: m.ID, Aliases: m.Aliases}
+		lm := &switchboardv1.Model{Id: m.ID, Aliases: m.Aliases, CreateTime: now}
+		if t := created[m.ID]; t != nil {
+			lm.CreateTime = t
+		}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
 			mm.list = &lr

@@ -3,6 +3,7 @@ package routing
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -229,5 +230,43 @@ models:
 	_, err = r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model"}, nil)
 	require.Equal(t, KindNotFound, err.(*Error).Kind)
 	require.Len(t, r.ListModels(), 1)
-	require.True(t, proto.Equal(&switchboardv1.Model{Id: "other", Providers: []string{"delta"}}, r.ListModels()[0]))
+	got := proto.CloneOf(r.ListModels()[0])
+	require.NotNil(t, got.GetCreateTime(), "a model listed for the first time is stamped")
+	got.CreateTime = nil
+	require.True(t, proto.Equal(&switchboardv1.Model{Id: "other", Providers: []string{"delta"}}, got))
+}
+
+// TestListModelsCreateTime: a model's create_time is when the router first
+// listed it; a reload keeps it for the models it listed already and stamps
+// the new ones with the reload's time.
+func TestListModelsCreateTime(t *testing.T) {
+	t0 := time.Date(2026, 10, 28, 9, 0, 0, 0, time.UTC)
+	now := t0
+	parse := func(ids ...string) *catalog.Catalog {
+		var b strings.Builder
+		b.WriteString("models:\n")
+		for _, id := range ids {
+			b.WriteString("  - id: " + id + "\n    endpoints: [{provider: delta, base_url: http://x/v1, price: {input: 1, output: 1}}]\n")
+		}
+		c, err := catalog.Parse([]byte(b.String()))
+		require.NoError(t, err)
+		return c
+	}
+	created := func(r *Router) map[string]time.Time {
+		out := map[string]time.Time{}
+		for _, m := range r.ListModels() {
+			out[m.GetId()] = m.GetCreateTime().AsTime()
+		}
+		return out
+	}
+	r := New(parse("org/a", "org/b"), Options{Exploration: -1, Now: func() time.Time { return now }})
+	require.Equal(t, map[string]time.Time{"org/a": t0, "org/b": t0}, created(r))
+
+	now = t0.Add(time.Hour)
+	r.SetCatalog(parse("org/a", "org/c"))
+	require.Equal(t, map[string]time.Time{"org/a": t0, "org/c": t0.Add(time.Hour)}, created(r), "org/a kept, org/c new")
+
+	now = t0.Add(2 * time.Hour)
+	r.SetCatalog(parse("org/a", "org/b"))
+	require.Equal(t, t0.Add(2*time.Hour), created(r)["org/b"], "a model dropped and listed again is new again")
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/numfmt"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -282,7 +283,7 @@ func (r *Router) stickyNote(s stickyState, fastest time.Duration) string {
 	case stickyCooling:
 		why = "cooling down"
 	case stickyNoDiscount:
-		why = fmt.Sprintf("its cached input (%g) is no cheaper than its input (%g)", c.ep.rates.CachedInput, c.ep.rates.Input)
+		why = fmt.Sprintf("its cached input (%s) is no cheaper than its input (%s)", numfmt.Number(c.ep.rates.CachedInput), numfmt.Number(c.ep.rates.Input))
 	case stickyTooSlow:
 		why = fmt.Sprintf("too slow for this prompt size (%s, the bar is %s)", c.ttft.Round(time.Millisecond), r.speedBar(fastest).Round(time.Millisecond))
 	case stickyDeprioritised:
@@ -296,8 +297,8 @@ func (r *Router) stickyNote(s stickyState, fastest time.Duration) string {
 			why = fmt.Sprintf("%s holds this prompt's prefix too and is cheaper (%s %.6g USD against %.6g here)",
 				a.ep.provider, measure, stickyCost(a, s.cost), stickyCost(c, s.cost))
 		} else {
-			why = fmt.Sprintf("%s is cheaper beyond the %g%% competitive margin (%s %.6g USD against %.6g here)",
-				a.ep.provider, s.margin*100, measure, stickyCost(a, s.cost), stickyCost(c, s.cost))
+			why = fmt.Sprintf("%s is cheaper beyond the %s%% competitive margin (%s %.6g USD against %.6g here)",
+				a.ep.provider, numfmt.Number(s.margin*100), measure, stickyCost(a, s.cost), stickyCost(c, s.cost))
 		}
 	}
 	return fmt.Sprintf("served this conversation's last turn (recognised %s, %s ago) but not kept: %s", how, s.age.Round(time.Second), why)

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/switchboard-ai/switchboard/pkg/numfmt"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/clientapi"
@@ -244,7 +245,7 @@ func ToChat(body []byte, o Options) ([]byte, Request, error) {
 			if f.int {
 				return nil, req, fieldErr(f.name, "must be a non-negative integer")
 			}
-			return nil, req, fieldErr(f.name, "must be a number from 0 to %g", f.max)
+			return nil, req, fieldErr(f.name, "must be a number from 0 to %s", numfmt.Number(f.max))
 		}
 		out[f.name] = json.RawMessage(bytes.TrimSpace(f.raw))
 	}

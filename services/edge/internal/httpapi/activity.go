@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -28,13 +28,16 @@ const (
 	maxIDBytes = 256
 )
 
-// recordJSON renders activity records with their proto field names
-// (cost_usd, endpoint_id, ...), leaving out empty fields.
-var recordJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false}
+// Query parameters of GET /v1/activity and GET /v1/generation: any other
+// is refused, so a misspelt filter (?modle=) does not list everything.
+var (
+	activityParams   = []string{"start", "end", "model", "limit", "cursor"}
+	generationParams = []string{"id"}
+)
 
 type activityList struct {
 	Object     string            `json:"object"`
-	Data       []json.RawMessage `json:"data"`
+	Data       []generationStats `json:"data"`
 	NextCursor string            `json:"next_cursor"`
 }
 
@@ -49,7 +52,12 @@ func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, *aerr)
 		return
 	}
-	req, aerr := parseActivityQuery(r.URL.Query())
+	q, aerr := queryOf(r, activityParams)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	req, aerr := parseActivityQuery(q)
 	if aerr != nil {
 		writeError(w, *aerr)
 		return
@@ -65,15 +73,9 @@ func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, activityError(err))
 		return
 	}
-	out := activityList{Object: "list", Data: make([]json.RawMessage, 0, len(resp.GetRecords())), NextCursor: resp.GetNextCursor()}
+	out := activityList{Object: "list", Data: make([]generationStats, 0, len(resp.GetRecords())), NextCursor: resp.GetNextCursor()}
 	for _, rec := range resp.GetRecords() {
-		b, err := recordJSON.Marshal(rec)
-		if err != nil {
-			s.log.Error("render activity record", "id", rec.GetId(), "error", err)
-			writeError(w, apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error", message: "internal error"})
-			return
-		}
-		out.Data = append(out.Data, b)
+		out.Data = append(out.Data, generationOf(rec))
 	}
 	writeJSON(w, out)
 }
@@ -90,7 +92,12 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, *aerr)
 		return
 	}
-	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	q, aerr := queryOf(r, generationParams)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	id := strings.TrimSpace(q.Get("id"))
 	switch {
 	case id == "":
 		writeError(w, invalidRequest("id", "id is required: the id of a chat completion (e.g. gen-...)"))
@@ -119,15 +126,40 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, activityError(err))
 		return
 	}
-	b, err := recordJSON.Marshal(resp.GetRecord())
-	if err != nil {
-		s.log.Error("render activity record", "id", id, "error", err)
-		writeError(w, apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error", message: "internal error"})
-		return
-	}
 	writeJSON(w, struct {
-		Data json.RawMessage `json:"data"`
-	}{Data: b})
+		Data generationStats `json:"data"`
+	}{Data: generationOf(resp.GetRecord())})
+}
+
+// queryOf is the request's query, refused (400, OpenAI's format, param
+// naming it) when it has a parameter other than known or one given twice.
+func queryOf(r *http.Request, known []string) (url.Values, *apiError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		e := invalidRequest("", "the query string is malformed: "+err.Error())
+		return nil, &e
+	}
+	names := make([]string, 0, len(q))
+	for k := range q {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if !slices.Contains(known, k) {
+			name := k
+			if len(name) > 64 {
+				name = name[:64] + "..."
+			}
+			e := invalidRequest(name, fmt.Sprintf("Unknown parameter: '%s'. %s takes %s.", name, r.URL.Path, strings.Join(known, ", ")))
+			e.code = "unknown_parameter"
+			return nil, &e
+		}
+		if len(q[k]) > 1 {
+			e := invalidRequest(k, k+" must be given at most once")
+			return nil, &e
+		}
+	}
+	return q, nil
 }
 
 // activityError maps a ListActivity or GetActivity failure; unlike for

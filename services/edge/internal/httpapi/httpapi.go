@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +25,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
@@ -489,8 +489,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, log reqLog, reqI
 		w.Header().Set(HeaderRoute, headerValue(summary))
 	}
 	if debug && resp.GetDecision() != nil {
-		if b, err := (protojson.MarshalOptions{Multiline: false}).Marshal(resp.GetDecision()); err == nil {
-			w.Header().Set(HeaderRouteDebug, headerValue(string(b)))
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // "<8k" as is: a header, not HTML
+		if err := enc.Encode(routeDebugOf(resp.GetDecision())); err == nil {
+			w.Header().Set(HeaderRouteDebug, headerValue(strings.TrimSuffix(b.String(), "\n")))
 		}
 	}
 	return resp

@@ -33,7 +33,7 @@ func TestRefusalError(t *testing.T) {
 				Reason: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY, Scope: switchboardv1.LimitScope_LIMIT_SCOPE_TENANT,
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_INPUT_TOKENS, Limit: 100000, Remaining: 1200,
 				ResetTime: at(2500 * time.Millisecond), RetryAfter: durationpb.New(2500 * time.Millisecond),
-				Message: "tenant input_tokens limit reached (1200 remaining of 100000); retry after 2.5s",
+				Message: "tenant input_tokens limit reached (1,200 remaining of 100,000); retry after 2.5s",
 			},
 			wantHeader: map[string]string{
 				"Retry-After": "3", "Retry-After-Ms": "2500", "X-Should-Retry": "true", "X-Ratelimit-Limit-Input-Tokens": "100000", "X-Ratelimit-Remaining-Input-Tokens": "1200",
@@ -41,7 +41,7 @@ func TestRefusalError(t *testing.T) {
 				"X-Switchboard-Ratelimit-Reason": "retryable_capacity",
 			},
 			wantCode: "retryable_capacity",
-			wantMsg:  "tenant input_tokens limit reached (1200 remaining of 100000); retry after 2.5s",
+			wantMsg:  "tenant input_tokens limit reached (1,200 remaining of 100,000); retry after 2.5s",
 		},
 		{
 			name: "every provider full",
@@ -69,14 +69,14 @@ func TestRefusalError(t *testing.T) {
 			ref: &switchboardv1.Refusal{
 				Reason: switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_REQUEST, Scope: switchboardv1.LimitScope_LIMIT_SCOPE_API_KEY,
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_OUTPUT_TOKENS, Limit: 1000, Remaining: 1000,
-				Message: "the request needs 4096 output_tokens, more than the api_key output_tokens limit of 1000 can ever admit",
+				Message: "the request needs 4,096 output_tokens, more than the api_key output_tokens limit of 1,000 can ever admit",
 			},
 			wantHeader: map[string]string{
 				"X-Ratelimit-Limit-Output-Tokens": "1000", "X-Ratelimit-Remaining-Output-Tokens": "1000", "X-Should-Retry": "false",
 				"X-Switchboard-Ratelimit-Scope": "api_key", "X-Switchboard-Ratelimit-Reason": "non_retryable_request",
 			},
 			wantCode: "non_retryable_request",
-			wantMsg: "the request needs 4096 output_tokens, more than the api_key output_tokens limit of 1000 can ever admit; " +
+			wantMsg: "the request needs 4,096 output_tokens, more than the api_key output_tokens limit of 1,000 can ever admit; " +
 				"it can never fit, so retrying will not help: reduce the prompt or max_tokens",
 		},
 		{
@@ -84,7 +84,7 @@ func TestRefusalError(t *testing.T) {
 			ref: &switchboardv1.Refusal{
 				Reason: switchboardv1.RefusalReason_REFUSAL_REASON_NON_RETRYABLE_POLICY, Scope: switchboardv1.LimitScope_LIMIT_SCOPE_TENANT,
 				Unit: switchboardv1.LimitUnit_LIMIT_UNIT_REQUESTS, Limit: 10000, Remaining: 0,
-				ResetTime: at(3 * time.Hour), RetryAfter: durationpb.New(3 * time.Hour), Message: "tenant requests limit reached (0 remaining of 10000); retry after 3h0m0s",
+				ResetTime: at(3 * time.Hour), RetryAfter: durationpb.New(3 * time.Hour), Message: "tenant requests limit reached (0 remaining of 10,000); retry after 3h0m0s",
 			},
 			wantHeader: map[string]string{
 				"Retry-After": "10800", "Retry-After-Ms": "10800000", "X-Should-Retry": "false", "X-Ratelimit-Limit-Requests": "10000", "X-Ratelimit-Remaining-Requests": "0",
@@ -92,7 +92,7 @@ func TestRefusalError(t *testing.T) {
 				"X-Switchboard-Ratelimit-Reason": "non_retryable_policy",
 			},
 			wantCode: "non_retryable_policy",
-			wantMsg:  "tenant requests limit reached (0 remaining of 10000); retry after 3h0m0s",
+			wantMsg:  "tenant requests limit reached (0 remaining of 10,000); retry after 3h0m0s",
 		},
 		{
 			name: "concurrency: reset unknown",

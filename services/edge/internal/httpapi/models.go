@@ -112,6 +112,11 @@ func modelInfoOf(m *switchboardv1.Model, id string) modelInfo {
 		ID: id, Object: "model", OwnedBy: "switchboard",
 		ContextLength: m.GetContextLength(), Providers: providers,
 	}
+	if t := m.GetCreateTime(); t != nil {
+		// When the decider first served the model: OpenAI's "created", unix
+		// seconds.
+		info.Created = t.GetSeconds()
+	}
 	if id != m.GetId() {
 		info.AliasOf = m.GetId()
 	}
