@@ -25,7 +25,10 @@ build: ## Build bin/decider, bin/edge and bin/provsim.
 
 .PHONY: run
 run: build ## Run the whole system on loopback: embedded etcd, decider, edge, four simulated providers; Ctrl-C stops it.
-	./deploy/local/run.sh
+	@# Job control (set -m) runs run.sh as the terminal's foreground process
+	@# group, so Ctrl-C reaches run.sh and its components, which stop and exit
+	@# 0, and not make, which would otherwise die by the signal (status 130).
+	set -m; ./deploy/local/run.sh; status=$$?; exit $$status
 
 .PHONY: drill
 drill: build ## Fault drills on loopback: pause, SIGTERM and kill -9 the decider, hostile input to the edge.
