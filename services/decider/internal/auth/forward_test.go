@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,8 +61,9 @@ func forwardCatalog(t *testing.T) *catalog.Catalog {
 // by that caller's own rules; naming nobody, an unknown caller, another
 // replica or a caller whose role may not call the RPC is PermissionDenied.
 func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
-	a := New()
-	a.SetCatalog(forwardCatalog(t))
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(forwardCatalog(t)))
 	lis := serveWith(t, a, forwardee{a: a})
 	conn, err := grpc.NewClient(lis, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer.Token("replica-token")))
 	require.NoError(t, err)

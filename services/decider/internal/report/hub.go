@@ -108,8 +108,9 @@ type Hub struct {
 	// try; giveUp bounds the retries of one reconciliation.
 	retryMin, retryMax, attempt, giveUp time.Duration
 
-	// keys is the latest set of valid API keys, sent to every edge.
-	keys atomic.Pointer[switchboardv1.KeySet]
+	// keys returns the current set of valid API keys, sent to every edge:
+	// the one in the decider's catalog snapshot; nil sends none.
+	keys func() *switchboardv1.KeySet
 	// term is the latest term of the broker's owner, sent to every edge;
 	// 0 until one is known.
 	term atomic.Int64
@@ -136,9 +137,13 @@ func (h *Hub) SetRetry(minDelay, maxDelay, giveUp time.Duration) {
 }
 
 // NewHub returns a hub that hands reports to sink and activity records to
-// activity (nil: they are only counted).
-func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
-	return &Hub{logger: logger, sink: sink, activity: activity, edges: map[*conn]struct{}{},
+// activity (nil: they are only counted), and tells every edge the key set
+// keys returns (nil, or a nil set: none), again on each KeysChanged.
+func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink, keys func() *switchboardv1.KeySet) *Hub {
+	if keys == nil {
+		keys = func() *switchboardv1.KeySet { return nil }
+	}
+	return &Hub{logger: logger, sink: sink, activity: activity, keys: keys, edges: map[*conn]struct{}{},
 		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout, giveUp: reconcileGiveUp}
 }
 
@@ -148,7 +153,7 @@ func (h *Hub) add(c *conn) bool {
 	if h.closed {
 		return false
 	}
-	if h.keys.Load() != nil {
+	if h.keys() != nil {
 		c.keys <- struct{}{} // the first thing a new stream is sent
 	}
 	if h.term.Load() != 0 {

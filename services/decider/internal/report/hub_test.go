@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,7 +123,7 @@ func (f *fakeReservations) reconciledIDs() []string {
 }
 
 func newTestHub(sink Sink, activity ActivitySink) *Hub {
-	h := NewHub(slog.New(slog.DiscardHandler), sink, activity)
+	h := NewHub(slog.New(slog.DiscardHandler), sink, activity, nil)
 	h.SetRetry(time.Millisecond, 5*time.Millisecond, time.Minute)
 	return h
 }
@@ -387,18 +388,20 @@ func recvKeySet(t *testing.T, stream switchboardv1.EdgeService_ReportClient) *sw
 }
 
 func TestHubSendsKeySets(t *testing.T) {
-	h := newTestHub(nil, nil)
+	var keys atomic.Pointer[switchboardv1.KeySet]
+	h := NewHub(slog.New(slog.DiscardHandler), nil, nil, keys.Load)
 	c := serveHub(t, h)
 	// A stream opened before there is a set gets it when it comes, then
 	// every newer set; one opened later gets the latest first.
 	early := open(t, c, &switchboardv1.EdgeHello{EdgeId: "early"})
 	require.Eventually(t, func() bool { return len(h.Edges()) == 1 }, 5*time.Second, 5*time.Millisecond)
-	h.SetKeySet(&switchboardv1.KeySet{KeyPrefixes: []uint64{1, 2}, Version: 7})
+	setKeys := func(ks *switchboardv1.KeySet) { keys.Store(ks); h.KeysChanged() }
+	setKeys(&switchboardv1.KeySet{KeyPrefixes: []uint64{1, 2}, Version: 7})
 	require.Equal(t, uint64(7), recvKeySet(t, early).GetVersion())
 	// Sets are never dropped for a slow edge: many in a row leave the
 	// latest as the last one sent.
 	for v := uint64(8); v <= 8+2*sendBuffer; v++ {
-		h.SetKeySet(&switchboardv1.KeySet{KeyPrefixes: []uint64{v}, Version: v})
+		setKeys(&switchboardv1.KeySet{KeyPrefixes: []uint64{v}, Version: v})
 	}
 	last := uint64(8 + 2*sendBuffer)
 	for got := recvKeySet(t, early); got.GetVersion() != last; got = recvKeySet(t, early) {

@@ -40,7 +40,11 @@ type model struct {
 	fallback  fallbackPolicy
 }
 
-type index struct {
+// Index is the routing view of one catalog: its models, endpoints,
+// providers and tenants' defaults, each bound once to its live statistics.
+// Immutable once built; the decider's one catalog snapshot holds it
+// (gate.Views), and a Router reads the current one on every call.
+type Index struct {
 	models map[string]*model
 	// names resolves a client's model name (an id or an alias) to its id.
 	names     *catalog.Resolver
@@ -49,16 +53,31 @@ type index struct {
 	tenants   map[string]tenantDefaults // tenants with default routing settings
 }
 
-// SetCatalog replaces the catalog; requests in flight finish on the old one.
-func (r *Router) SetCatalog(c *catalog.Catalog) {
-	idx := &index{
+// Sources are the live statistics an index binds the catalog's models and
+// endpoints to.
+type Sources struct {
+	// Stats holds the measured speeds. (Optional) Defaults to a new store.
+	Stats *stats.Store
+	// Outcomes holds the endpoints' recent outcomes. (Optional) Defaults to a new tracker.
+	Outcomes *outcomes.Tracker
+}
+
+// NewIndex builds c's routing index, bound to src.
+func NewIndex(c *catalog.Catalog, src Sources) *Index {
+	if src.Stats == nil {
+		src.Stats = stats.New(stats.Config{})
+	}
+	if src.Outcomes == nil {
+		src.Outcomes = outcomes.New(outcomes.Config{})
+	}
+	idx := &Index{
 		models:    map[string]*model{},
 		names:     c.Resolver(),
 		providers: map[string]bool{},
 		tenants:   tenantIndex(c),
 	}
 	for _, m := range c.Models {
-		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
+		mm := &model{id: m.ID, st: src.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
 			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin(), fallback: newFallbackPolicy(m.Fallback)}
 		lm := &switchboardv1.Model{Id: m.ID, Aliases: m.Aliases}
 		if m.ListPrice != nil {
@@ -81,8 +100,8 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				region:         e.Region,
 				explicitCache:  e.API == catalog.APIAnthropic,
 				params:         map[string]bool{},
-				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
-				oc:             r.o.Outcomes.Endpoint(e.ID(m.ID)),
+				st:             src.Stats.Endpoint(e.ID(m.ID)),
+				oc:             src.Outcomes.Endpoint(e.ID(m.ID)),
 			}
 			for _, p := range e.SupportedParameters {
 				ep.params[p] = true
@@ -110,7 +129,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		idx.list = append(idx.list, lm)
 	}
 	slices.SortFunc(idx.list, func(a, b *switchboardv1.Model) int { return strings.Compare(a.Id, b.Id) })
-	r.idx.Store(idx)
+	return idx
 }
 
 // Endpoint returns the catalog's endpoint by id: its model and rates.
@@ -140,7 +159,7 @@ func (r *Router) find(id string) (*endpoint, string) {
 	if !found {
 		return nil, ""
 	}
-	m := r.idx.Load().models[modelID]
+	m := r.o.Catalog().models[modelID]
 	if m == nil {
 		return nil, ""
 	}
@@ -154,14 +173,14 @@ func (r *Router) find(id string) (*endpoint, string) {
 
 // Resolve returns the id of the catalog model a client's model name (an
 // id or an alias, without a routing suffix) means; false when none.
-func (r *Router) Resolve(name string) (id string, ok bool) { return r.idx.Load().names.Resolve(name) }
+func (r *Router) Resolve(name string) (id string, ok bool) { return r.o.Catalog().names.Resolve(name) }
 
 // ListModels lists the catalog's models.
-func (r *Router) ListModels() []*switchboardv1.Model { return r.idx.Load().list }
+func (r *Router) ListModels() []*switchboardv1.Model { return r.o.Catalog().list }
 
 // Models returns the catalog's models and their endpoints, for the prober.
 func (r *Router) Models() []ModelEndpoints {
-	idx := r.idx.Load()
+	idx := r.o.Catalog()
 	out := make([]ModelEndpoints, 0, len(idx.models))
 	for _, m := range idx.models {
 		me := ModelEndpoints{Model: m.id}

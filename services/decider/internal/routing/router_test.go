@@ -2,6 +2,7 @@ package routing
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -217,15 +218,18 @@ func TestDecideExplainAndCredentials(t *testing.T) {
 	require.Equal(t, "http://127.0.0.1:1/v1", again.Endpoint.BaseUrl)
 }
 
-func TestSetCatalogSwaps(t *testing.T) {
+func TestCatalogSwaps(t *testing.T) {
+	var cur atomic.Pointer[Index]
 	r := newTestRouter(t)
+	cur.Store(r.o.Catalog())
+	r.o.Catalog = cur.Load
 	c, err := catalog.Parse([]byte(`
 models:
   - id: other
     endpoints: [{provider: delta, base_url: http://x/v1, price: {input: 1, output: 1}}]
 `))
 	require.NoError(t, err)
-	r.SetCatalog(c)
+	cur.Store(NewIndex(c, Sources{Stats: r.o.Stats, Outcomes: r.o.Outcomes}))
 	_, err = r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model"}, nil)
 	require.Equal(t, KindNotFound, err.(*Error).Kind)
 	require.Len(t, r.ListModels(), 1)
