@@ -363,10 +363,13 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	// cool-downs through the hub: ob is set before anything is served, so
 	// before any Report stream can bring a report.
 	var ob *observe.Observer
-	d.hub = report.NewHub(logger.With("component", "report"),
-		func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) { ob.Ingest(e, rs) },
-		d.sink.Add, d.catalog.Keys)
-	d.hub.SetReservations(server.Reservations(admit))
+	d.hub = report.NewHub(report.Options{
+		Logger:       logger.With("component", "report"),
+		Sink:         func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) { ob.Ingest(e, rs) },
+		Activity:     d.sink.Add,
+		Keys:         d.catalog.Keys,
+		Reservations: server.Reservations(admit),
+	})
 	ob = observe.New(observe.Options{
 		Catalog: d.router, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,

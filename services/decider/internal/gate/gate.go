@@ -121,5 +121,5 @@ func (c *Current) Routing() *routing.Index { return c.v.Load().Routing }
 // Auth returns the auth index of the catalog applied (auth.New).
 func (c *Current) Auth() *auth.Index { return c.v.Load().Auth }
 
-// Keys returns the key set of the catalog applied (report.NewHub).
+// Keys returns the key set of the catalog applied (report.Options.Keys).
 func (c *Current) Keys() *switchboardv1.KeySet { return c.v.Load().Keys }

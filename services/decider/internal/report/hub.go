@@ -94,9 +94,9 @@ type Hub struct {
 	activity ActivitySink
 	received atomic.Int64
 	dropped  atomic.Int64
-	// rsv applies reconciliations and heartbeats; nil until set (they then
-	// wait in the worker's retries).
-	rsv atomic.Pointer[reservationsBox]
+	// rsv applies reconciliations and heartbeats; nil fails every attempt
+	// (they wait in the worker's retries).
+	rsv Reservations
 	// refused counts reservation work not queued because a stream's queue
 	// was full; retried counts failed attempts that were retried.
 	refused atomic.Int64
@@ -122,12 +122,6 @@ type Hub struct {
 	closed bool
 }
 
-type reservationsBox struct{ r Reservations }
-
-// SetReservations sets what applies the edges' reconciliations and
-// heartbeats. Work that arrives before it is set is retried until it is.
-func (h *Hub) SetReservations(r Reservations) { h.rsv.Store(&reservationsBox{r: r}) }
-
 // SetRetry changes the back-off between failed reservation attempts
 // (defaults 50ms doubling to 1s) and how long one reconciliation is retried
 // before its batch is left to the edge (default 15s), for tests. Call it
@@ -136,14 +130,31 @@ func (h *Hub) SetRetry(minDelay, maxDelay, giveUp time.Duration) {
 	h.retryMin, h.retryMax, h.giveUp = minDelay, maxDelay, giveUp
 }
 
-// NewHub returns a hub that hands reports to sink and activity records to
-// activity (nil: they are only counted), and tells every edge the key set
-// keys returns (nil, or a nil set: none), again on each KeysChanged.
-func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink, keys func() *switchboardv1.KeySet) *Hub {
+// Options are what a Hub hands the edges' streams to.
+type Options struct {
+	// Logger logs the streams' failures. (Required)
+	Logger *slog.Logger
+	// Sink takes the call reports. (Optional) nil: they are only counted.
+	Sink Sink
+	// Activity takes the activity records. (Optional) nil: they are only counted.
+	Activity ActivitySink
+	// Keys returns the current set of valid API keys, told to every edge
+	// when its stream opens and again on each KeysChanged. (Optional) nil,
+	// or a nil set: none.
+	Keys func() *switchboardv1.KeySet
+	// Reservations applies the edges' reconciliations and heartbeats on
+	// the broker's owner. (Optional) nil fails every attempt: the work is
+	// retried, then left to the edge to send again.
+	Reservations Reservations
+}
+
+// NewHub returns a hub of o.
+func NewHub(o Options) *Hub {
+	keys := o.Keys
 	if keys == nil {
 		keys = func() *switchboardv1.KeySet { return nil }
 	}
-	return &Hub{logger: logger, sink: sink, activity: activity, keys: keys, edges: map[*conn]struct{}{},
+	return &Hub{logger: o.Logger, sink: o.Sink, activity: o.Activity, keys: keys, rsv: o.Reservations, edges: map[*conn]struct{}{},
 		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout, giveUp: reconcileGiveUp}
 }
 

@@ -101,9 +101,11 @@ func build(t testing.TB, yaml string) parts {
 	t.Cleanup(func() { _ = p.act.Close() })
 	p.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
 	policy := admission.Policy{Admission: p.adm, Budget: p.budget, Contracts: authn}
-	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {},
-		func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil }, nil)
-	hub.SetReservations(server.Reservations(policy))
+	hub := report.NewHub(report.Options{
+		Logger: logger(), Sink: func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {},
+		Activity:     func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil },
+		Reservations: server.Reservations(policy),
+	})
 	p.Deps = server.Deps{
 		Router: p.router, Auth: authn, Hub: hub, Policy: policy, Activity: p.act,
 		Experiments: experiment.New(experiment.Options{Client: st.Client(), Replica: "r1", Logger: logger(), Limits: experiment.Limits{MinBlock: time.Second}}),
