@@ -46,6 +46,11 @@ type Options struct {
 	// Reflection registers gRPC server reflection. (Optional) Off by default:
 	// it lists every service and message to whoever can connect.
 	Reflection bool
+	// Health is the health service to register, for a process that
+	// answers health checks before this server exists (from a server of
+	// its own while it starts). (Optional) Defaults to a new one,
+	// NOT_SERVING.
+	Health *health.Server
 	// Unary and Stream are interceptors run after logging and panic
 	// recovery, in order, e.g. authentication. (Optional)
 	Unary  []grpc.UnaryServerInterceptor
@@ -128,8 +133,11 @@ func New(logger *slog.Logger, opts Options) *Server {
 		sopts = append(sopts, grpc.Creds(opts.Creds))
 	}
 	s := grpc.NewServer(sopts...)
-	h := health.NewServer()
-	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	h := opts.Health
+	if h == nil {
+		h = health.NewServer()
+		h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 	healthpb.RegisterHealthServer(s, h)
 	if opts.Reflection {
 		reflection.Register(s)

@@ -22,22 +22,12 @@ func (d *Decider) EtcdEndpoint() string {
 
 // ActivityRejected returns how many activity records were dropped because
 // their grant did not match their request, tenant and key (or was missing).
-func (d *Decider) ActivityRejected() int64 {
-	if s := d.sink.Load(); s != nil {
-		return s.Rejected()
-	}
-	return 0
-}
+func (d *Decider) ActivityRejected() int64 { return d.sink.Rejected() }
 
 // ActivityOverCaps returns how many activity records were dropped because,
 // with a valid grant, their tokens or costs exceeded the caps of the
 // decision it names.
-func (d *Decider) ActivityOverCaps() int64 {
-	if s := d.sink.Load(); s != nil {
-		return s.OverCaps()
-	}
-	return 0
-}
+func (d *Decider) ActivityOverCaps() int64 { return d.sink.OverCaps() }
 
 // ReportsInvalid returns how many call reports, reconciliations,
 // reservation ids and activity records the Report stream dropped for
@@ -58,12 +48,7 @@ func (d *Decider) HedgeBudget() (spent, daily float64, granted, refused int64) {
 }
 
 // ProbeCost returns how many probes reported back and what they cost, USD.
-func (d *Decider) ProbeCost() (int64, float64) {
-	if ob := d.observer.Load(); ob != nil {
-		return ob.ProbeCost()
-	}
-	return 0, 0
-}
+func (d *Decider) ProbeCost() (int64, float64) { return d.observer.ProbeCost() }
 
 // ReconcilesScoped returns how many reconciliations this replica's broker
 // applied for their reservation's tenant only (a service the catalog does
@@ -75,12 +60,7 @@ func (d *Decider) ReconcilesScoped() int64 { return d.broker.Scoped() }
 // (a first token faster than any provider reads the prompt, generation
 // beyond 5,000 tokens/s, a call of more than an hour), so added no speed
 // sample.
-func (d *Decider) ReportsImplausible() int64 {
-	if ob := d.observer.Load(); ob != nil {
-		return ob.Implausible()
-	}
-	return 0
-}
+func (d *Decider) ReportsImplausible() int64 { return d.observer.Implausible() }
 
 // LimitStatus is one of a tenant's own quota buckets as this replica's
 // broker holds it (the owner's is the one that admits).

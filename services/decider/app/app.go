@@ -2,11 +2,14 @@
 // cmd/decider is a thin main around Run; tests start a decider with Start.
 //
 // By file: config.go is the configuration, its flags and validation;
-// app.go the start-up order and shutdown; catalog.go applies what the
-// catalog gate takes; activity.go hands activity to its sink
-// (activity.Sink, which settles hedges through admission.Settler); the
-// statistics' upkeep is stats.Store.Keep; accessors.go reads a running
-// decider for operators and tests.
+// app.go the start-up order and shutdown: build.go builds every component,
+// each with what it needs, before app.go registers and serves the services;
+// listener.go the listener a start-up server answers health checks on
+// until the real server takes it over; catalog.go applies what the catalog
+// gate takes; the edges' activity goes to activity.Sink, which settles
+// hedges through admission.Settler; the statistics' upkeep is
+// stats.Store.Keep; accessors.go reads a running decider for operators and
+// tests.
 package app
 
 import (
@@ -18,25 +21,24 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
-	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/gotune"
 	"github.com/switchboard-ai/switchboard/pkg/grpcserver"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
-	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
@@ -46,12 +48,9 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
@@ -64,22 +63,29 @@ type Decider struct {
 	cfg      Config
 	logger   *slog.Logger
 	lis      net.Listener
+	handoff  *handoff
+	health   *health.Server // the one health service every server of this decider answers from
+	starting *grpc.Server   // serves the listener while the decider starts (serveStarting)
 	srv      *grpcserver.Server
 	svc      *server.Server
 	hub      *report.Hub
 	embedded *store.Embedded
 	store    *store.Store
+	// gate prepares every catalog; catalog is the one applied, its views
+	// swapped whole (gate.Current) and read by router, authn and hub.
+	gate     *gate.Gate
+	catalog  *gate.Current
 	router   *routing.Router
 	authn    *auth.Authenticator
 	stats    *stats.Store
 	budget   *hedge.Budget
 	act      *activity.Store
-	sink     atomic.Pointer[activity.Sink] // read by Report streams that may start before it exists
+	sink     *activity.Sink
 	grants   *grant.Signer
 	settler  *admission.Settler // settles hedges where the budget is held
 	broker   *broker.Broker
 	adm      *admission.Admission
-	observer atomic.Pointer[observe.Observer]
+	observer *observe.Observer
 	cool     *cooldown.Tracker
 	exps     *experiment.Manager
 	tlsSrv   *tlsfiles.Creds // the server's credentials, nil in plaintext
@@ -92,25 +98,33 @@ type Decider struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
-	// serveErr carries the gRPC server's failure, if it stops on its own.
+	// serveErr carries the failure of a gRPC server that stopped on its own.
 	serveErr chan error
 	// metrics is the meter provider: exported at the debug listener's
 	// /metrics with --debug-listen, no-op without.
 	metrics *telemetry.Metrics
 	// admMetrics records the admission metrics, nil without --debug-listen.
 	admMetrics *metrics.Admission
-	// views is the catalog applied and its derived views; refused counts
-	// the catalog changes the gate refused.
-	views   atomic.Pointer[gate.Views]
+	// refused counts the catalog changes the gate refused.
 	refused atomic.Int64
 }
 
 // Start starts a decider and returns once it serves: etcd reachable and the
 // catalog loaded. Every field of cfg left zero takes DefaultConfig's value.
 // On error everything started is stopped again.
+//
+// The order is the composition: the listener first, served by a start-up
+// server that answers health checks with NOT_SERVING (and anything else
+// with UNAVAILABLE) from the decider's one health service; then every
+// component, each given what it needs when it is built (build); only then
+// the real gRPC server, its services registered, which the listener is
+// handed to (serve).
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, err error) {
 	cfg = cfg.withDefaults()
-	d := &Decider{cfg: cfg, logger: logger}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	d := &Decider{cfg: cfg, logger: logger, serveErr: make(chan error, 1)}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	defer func() {
@@ -122,78 +136,18 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	if err := cfg.checkPlaintext(); err != nil {
 		return nil, err
 	}
-	var creds, peerCreds credentials.TransportCredentials
-	if cfg.TLSCertFile != "" {
-		d.tlsSrv, err = tlsfiles.NewServer(tlsfiles.Server{
-			CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile, Refresh: cfg.TLSRefresh,
-		})
-		if err != nil {
-			return nil, err
-		}
-		peerCA := cfg.TLSCAFile
-		if peerCA == "" {
-			peerCA = cfg.TLSClientCAFile
-		}
-		peerName := cfg.PeerServerName
-		if peerName == "" {
-			if peerName, err = firstDNSName(cfg.TLSCertFile); err != nil {
-				return nil, err
-			}
-		}
-		d.tlsPeer, err = tlsfiles.NewClient(tlsfiles.Client{
-			CAFile: peerCA, CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ServerName: peerName, Refresh: cfg.TLSRefresh,
-		})
-		if err != nil {
-			return nil, err
-		}
-		creds, peerCreds = d.tlsSrv.TransportCredentials(), d.tlsPeer.TransportCredentials()
+	creds, peerCreds, err := d.loadTLS()
+	if err != nil {
+		return nil, err
 	}
-
-	// Serve first so health checks get answers (NOT_SERVING) while etcd starts.
 	d.lis, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	d.cfg = cfg
-	// Reports that arrive before the catalog is loaded are dropped: there is
-	// nothing to attribute them to yet.
-	d.hub = report.NewHub(logger.With("component", "report"), func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {
-		if ob := d.observer.Load(); ob != nil {
-			ob.Ingest(e, rs)
-		}
-	}, d.onActivity)
-	d.budget = hedge.NewPaced(hedge.Options{DailyUSD: cfg.HedgeBudgetUSD, Burst: cfg.HedgeBudgetBurst, Now: cfg.Now})
-	d.settler = admission.NewSettler(d.budget, logger.With("component", "hedge"))
-	d.authn = auth.New()
-	svc := server.New(d.hub, d.budget, d.authn)
-	d.svc = svc
-	d.hub.SetReservations(svc.Reservations())
-	var dial []grpc.DialOption
-	if cfg.TokenFile != "" {
-		tok, err := bearer.NewFile(cfg.TokenFile, bearer.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		dial = append(dial, grpc.WithPerRPCCredentials(tok))
-	}
-	d.srv = grpcserver.New(logger.With("component", "grpc"), grpcserver.Options{
-		HotMethods: server.HotMethods,
-		Unary:      []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
-		Stream:     []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
-		Creds:      creds,
-		Reflection: cfg.GRPCReflection,
-	})
-	server.Register(d.srv.GRPC, svc)
-	d.serveErr = make(chan error, 2)
-	d.wg.Go(func() {
-		if err := d.srv.GRPC.Serve(d.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			logger.Error("grpc serve", "err", err)
-			d.serveErr <- err
-		}
-	})
+	d.handoff = newHandoff(d.lis)
+	d.health = health.NewServer()
+	d.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	d.serveStarting(creds)
 	if cfg.HealthListen != "" {
 		if err := d.serveHealth(cfg.HealthListen); err != nil {
 			return nil, err
@@ -209,151 +163,102 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			return nil, err
 		}
 	}
-
-	endpoints := cfg.Etcd
-	if len(endpoints) == 0 {
-		dir, _ := filepath.Abs(filepath.Join(cfg.DataDir, "etcd"))
-		d.embedded, err = store.StartEmbedded(ctx, store.EmbeddedOptions{DataDir: dir, ClientAddr: cfg.EtcdListen,
-			MaxRequestBytes: admission.WriteBytesFor(cfg.brokerStateBytes()) + etcdRequestSlack})
-		if err != nil {
-			return nil, err
-		}
-		endpoints = []string{d.embedded.Endpoint()}
-		logger.Info("embedded etcd started", "endpoint", d.embedded.Endpoint(), "dir", dir)
-	}
-	etcdTLS, err := cfg.etcdTLS()
-	if err != nil {
+	if err := d.build(ctx, bg, peerCreds); err != nil {
 		return nil, err
 	}
-	d.store, err = store.ConnectTLSWith(ctx, endpoints, etcdTLS, logger.With("component", "store"),
-		admission.WriteBytesFor(cfg.brokerStateBytes())+etcdRequestSlack)
-	if err != nil {
-		return nil, err
-	}
-
-	views, err := d.loadCatalog(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c, rev := views.Catalog, views.Revision
-	d.authn.SetCatalog(c)
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	g, err := grant.Load(ctx, d.store.Client())
-	if err != nil {
-		return nil, err
-	}
-	d.grants = g
-	svc.SetGrants(g)
-	expRev, err := d.loadExperiments(ctx)
-	if err != nil {
-		return nil, err
-	}
-	act, err := activity.Open(activity.Options{
-		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
-		Logger: logger.With("component", "activity"), Now: cfg.Now,
-		Stored: d.exps.Observe,
-	})
-	if err != nil {
-		return nil, err
-	}
-	d.act = act
-	svc.SetActivity(act)
-	d.stats = stats.New(stats.Config{Now: cfg.Now})
-	if n, err := d.stats.Load(ctx, d.store); err != nil {
-		logger.Warn("routing statistics not restored", "err", err)
-	} else {
-		logger.Info("routing statistics restored", "models", n)
-	}
-	aff := affinity.New(affinity.Options{})
-	sessions := session.New(session.Options{})
-	d.cool = cooldown.New(cfg.cooldownOptions())
-	hedgeFrom := cfg.HedgeFrom
-	if cfg.HedgeBudgetUSD == 0 {
-		hedgeFrom = -1 // no budget, no hedges: do not make edges ask
-	}
-	policy, _ := routing.ParsePolicy(cfg.RoutingPolicy) // validated with the flags
-	oc := outcomes.New(outcomes.Config{HalfLife: cfg.RoutingCostHalfLife, LoadWindow: cfg.RoutingCostLoadWindow, Now: cfg.Now})
-	d.router = routing.New(c, routing.Options{
-		Stats: d.stats, Affinity: aff, Cooldown: d.cool,
-		Policy: policy, Outcomes: oc, Cost: routing.CostOptions{Margin: cfg.RoutingCostMargin, Floor: cfg.RoutingCostFloor},
-		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
-		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
-		FastEnough: cfg.FastEnough, Arm: d.exps.Arm,
-		NoSticky: cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
-	})
-	d.broker, err = broker.New(views.Broker, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes()})
-	if err != nil {
-		return nil, fmt.Errorf("rate-limit broker: %w", err)
-	}
-	advertise := cfg.Advertise
-	if advertise == "" {
-		advertise = d.lis.Addr().String()
-	}
-	d.adm, err = admission.Start(ctx, admission.Options{
-		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
-		Creds:         peerCreds,
-		LeaseTTL:      int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
-		Every:         cfg.BrokerSnapshotInterval,
-		DialOptions:   dial,
-		MaxWriteBytes: admission.WriteBytesFor(cfg.brokerStateBytes()),
-	})
-	if err != nil {
-		return nil, err
-	}
-	// Edges replay to each new owner what the ones before applied lately.
-	d.wg.Go(func() { d.hub.FollowOwnerTerm(bg, d.adm.OwnerTerm) })
-	if d.metrics.Enabled() {
-		d.admMetrics, err = metrics.New(metrics.Options{
-			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,
-			KnownRoute: func(id string) bool { _, _, ok := d.router.Endpoint(id); return ok },
-			Owner:      d.adm.Owner,
-			Snapshots: func() metrics.Snapshots {
-				s := d.adm.Snapshots()
-				return metrics.Snapshots{Owner: s.Owner, Failures: s.Failures, Age: s.Age}
-			},
-			State: d.broker.StateBytes,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("admission metrics: %w", err)
-		}
-		svc.SetMetrics(d.admMetrics)
-	}
-	svc.SetAdmission(d.adm)
-	d.settler.SetAdmission(d.adm)
-	d.sink.Store(activity.NewSink(act, g, d.settler, logger.With("component", "activity")))
-	d.observer.Store(observe.New(observe.Options{
-		Catalog: d.router, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
-		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
-	}))
-	svc.SetRouter(d.router)
-	svc.SetExperiments(d.exps)
-	d.hub.SetKeySet(views.Keys)
-	d.views.Store(views)
-	d.wg.Go(func() { d.store.WatchCatalog(bg, rev, d.onCatalog) })
-	d.wg.Go(func() {
-		d.stats.Keep(bg, stats.KeepOptions{
-			Saver: d.store, Every: cfg.StatsSnapshotInterval, Now: cfg.Now, Logger: logger.With("component", "stats"),
-			Expire: []func(time.Time){d.cool.Expire, func(now time.Time) { d.broker.Expire(now) }},
-		})
-	})
-	d.wg.Go(func() { d.settler.Run(bg) })
-	d.wg.Go(func() { d.exps.Run(bg, expRev) })
-	if cfg.ProbeInterval > 0 {
-		p := probe.New(probe.Options{
-			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes, Models: d.router.Models,
-			Send: d.hub.SendOne, Logger: logger.With("component", "probe"),
-		})
-		d.wg.Go(func() { p.Run(bg) })
-	}
+	d.serve(creds)
 	if err := d.store.Register(bg, cfg.ID, d.lis.Addr().String(), 10); err != nil {
 		return nil, err
 	}
 	d.srv.SetServing(true, server.Services...)
 	d.watchAdmission(bg)
-	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(c.Models), "tenants", len(c.Tenants), "catalog_revision", rev)
+	v := d.catalog.Load()
+	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(v.Catalog.Models), "tenants", len(v.Catalog.Tenants), "catalog_revision", v.Revision)
 	return d, nil
+}
+
+// loadTLS reads the server's credentials and the client credentials to
+// other replicas; both nil in plaintext.
+func (d *Decider) loadTLS() (creds, peerCreds credentials.TransportCredentials, err error) {
+	cfg := d.cfg
+	if cfg.TLSCertFile == "" {
+		return nil, nil, nil
+	}
+	d.tlsSrv, err = tlsfiles.NewServer(tlsfiles.Server{
+		CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile, Refresh: cfg.TLSRefresh,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	peerCA := cfg.TLSCAFile
+	if peerCA == "" {
+		peerCA = cfg.TLSClientCAFile
+	}
+	peerName := cfg.PeerServerName
+	if peerName == "" {
+		if peerName, err = firstDNSName(cfg.TLSCertFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	d.tlsPeer, err = tlsfiles.NewClient(tlsfiles.Client{
+		CAFile: peerCA, CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ServerName: peerName, Refresh: cfg.TLSRefresh,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.tlsSrv.TransportCredentials(), d.tlsPeer.TransportCredentials(), nil
+}
+
+// serveStarting serves the listener while the decider starts: the
+// decider's health service, NOT_SERVING, and UNAVAILABLE for every other
+// call (a replica forwarding to this one, an edge already dialling), which
+// callers retry, as they would a replica that is down.
+func (d *Decider) serveStarting(creds credentials.TransportCredentials) {
+	opts := []grpc.ServerOption{grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		return status.Error(codes.Unavailable, "decider is starting")
+	})}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	d.starting = grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(d.starting, d.health)
+	d.goServe("grpc start-up", d.starting, d.handoff.Serve())
+}
+
+// serve builds the real gRPC server on the decider's health service,
+// registers the decider's services, stops the start-up server and hands
+// it the listener.
+func (d *Decider) serve(creds credentials.TransportCredentials) {
+	d.srv = grpcserver.New(d.logger.With("component", "grpc"), grpcserver.Options{
+		HotMethods: server.HotMethods,
+		Unary:      []grpc.UnaryServerInterceptor{d.authn.UnaryInterceptor()},
+		Stream:     []grpc.StreamServerInterceptor{d.authn.StreamInterceptor()},
+		Creds:      creds,
+		Reflection: d.cfg.GRPCReflection,
+		Health:     d.health,
+	})
+	d.register(d.srv.GRPC)
+	d.starting.Stop()
+	d.goServe("grpc", d.srv.GRPC, d.handoff.Serve())
+}
+
+// register registers the decider's services on gs.
+func (d *Decider) register(gs *grpc.Server) {
+	server.Register(gs, d.svc)
+}
+
+// goServe serves lis with gs until gs stops; a server that stops on its
+// own (its listener broke) is logged and reported to wait.
+func (d *Decider) goServe(name string, gs *grpc.Server, lis net.Listener) {
+	d.wg.Go(func() {
+		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			d.logger.Error(name+" serve", "err", err)
+			select {
+			case d.serveErr <- err:
+			default: // one failure is enough to stop
+			}
+		}
+	})
 }
 
 // Kill stops the decider the way a crash would, as far as the broker is
@@ -371,27 +276,32 @@ func (d *Decider) Kill() {
 // stops the server gracefully, and then etcd.
 func (d *Decider) Close() {
 	d.once.Do(func() {
+		if d.health != nil {
+			d.health.Shutdown()
+		}
 		if d.srv != nil {
-			d.srv.Health.Shutdown()
 			if d.cfg.DrainDelay > 0 {
 				time.Sleep(d.cfg.DrainDelay)
 			}
 			d.hub.Close()
 			d.srv.Shutdown(0, max(d.cfg.ShutdownTimeout, time.Second))
-			if d.healthSrv != nil {
-				d.healthSrv.Stop() // after the main server: probes saw NOT_SERVING while it drained
-			}
-			if d.adm != nil {
-				// After the server stopped admitting: the final snapshot of
-				// the broker and the hedge budget is complete, so the next
-				// owner needs no learning mode.
-				d.adm.Close()
-			}
+		}
+		if d.starting != nil {
+			d.starting.Stop() // a no-op once the real server took over
+		}
+		if d.handoff != nil {
+			_ = d.handoff.Close()
 		} else if d.lis != nil {
 			_ = d.lis.Close()
 		}
+		if d.healthSrv != nil {
+			d.healthSrv.Stop() // after the main server: probes saw NOT_SERVING while it drained
+		}
 		if d.adm != nil {
-			d.adm.Close() // no-op when already closed above
+			// After the server stopped admitting: the final snapshot of
+			// the broker and the hedge budget is complete, so the next
+			// owner needs no learning mode.
+			d.adm.Close()
 		}
 		d.cancel()
 		d.wg.Wait()
@@ -413,7 +323,7 @@ func (d *Decider) Close() {
 }
 
 // serveHealth serves grpc.health.v1, alone and in plaintext, on addr: the
-// main server's health service, so both report the same status.
+// decider's one health service, so it reports what the main listener does.
 func (d *Decider) serveHealth(addr string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -421,13 +331,8 @@ func (d *Decider) serveHealth(addr string) error {
 	}
 	d.healthLis = lis
 	d.healthSrv = grpc.NewServer()
-	healthpb.RegisterHealthServer(d.healthSrv, d.srv.Health)
-	d.wg.Go(func() {
-		if err := d.healthSrv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			d.logger.Error("grpc health serve", "err", err)
-			d.serveErr <- err
-		}
-	})
+	healthpb.RegisterHealthServer(d.healthSrv, d.health)
+	d.goServe("grpc health", d.healthSrv, lis)
 	return nil
 }
 

@@ -18,7 +18,7 @@ func (d *Decider) loadCatalog(ctx context.Context) (*gate.Views, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err := gate.Prepare(data)
+		v, err := d.gate.Prepare(data)
 		if err != nil {
 			return nil, fmt.Errorf("stored catalog: %w", err)
 		}
@@ -28,7 +28,7 @@ func (d *Decider) loadCatalog(ctx context.Context) (*gate.Views, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read catalog: %w", err)
 	}
-	v, err := gate.Prepare(data)
+	v, err := d.gate.Prepare(data)
 	if err != nil {
 		return nil, fmt.Errorf("catalog %s: %w", d.cfg.Catalog, err)
 	}
@@ -41,10 +41,11 @@ func (d *Decider) loadCatalog(ctx context.Context) (*gate.Views, error) {
 
 // onCatalog applies a catalog another replica or an operator stored, once
 // the gate took it whole: the broker first (the one part that checks
-// again), then routing, auth and the key set. A catalog the gate refuses is
-// counted and logged, and the current one kept in every part.
+// again), then routing, auth and the key set together, with one store of
+// their views (gate.Current). A catalog the gate refuses is counted and
+// logged, and the current one kept in every part.
 func (d *Decider) onCatalog(data []byte, rev int64) {
-	v, err := gate.Prepare(data)
+	v, err := d.gate.Prepare(data)
 	if err == nil {
 		err = d.broker.Reconfigure(v.Broker) // checked by the gate: does not fail
 	}
@@ -53,11 +54,8 @@ func (d *Decider) onCatalog(data []byte, rev int64) {
 		d.logger.Error("catalog refused; keeping the current one in every part", "revision", rev, "err", err)
 		return
 	}
-	v.At(rev)
-	d.router.SetCatalog(v.Catalog)
-	d.authn.SetCatalog(v.Catalog)
-	d.hub.SetKeySet(v.Keys)
-	d.views.Store(v)
+	d.catalog.Store(v.At(rev))
+	d.hub.KeysChanged()
 	d.hub.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: rev}}})
 	d.logger.Info("catalog updated", "revision", rev, "models", len(v.Catalog.Models))
 }
@@ -68,4 +66,4 @@ func (d *Decider) CatalogsRefused() int64 { return d.refused.Load() }
 
 // KeySetVersion returns the version of the key set edges are told: the
 // etcd revision of the catalog applied.
-func (d *Decider) KeySetVersion() uint64 { return d.views.Load().Keys.Version }
+func (d *Decider) KeySetVersion() uint64 { return d.catalog.Keys().Version }

@@ -40,20 +40,17 @@ import (
 
 // Edge is a running edge.
 type Edge struct {
-	cfg       Config
-	log       *slog.Logger
-	ln        net.Listener
-	srv       *http.Server
-	api       *httpapi.Server
-	conn      *grpc.ClientConn
-	tls       *tlsfiles.Creds // the decider connection's TLS files, nil in plaintext
-	transport *http.Transport
-	reports   *report.Stream
-	probes    *probe.Runner
-	debug     *debugserver.Server // nil without DebugListen
-	metrics   *telemetry.Metrics  // served by debug; nil without DebugListen
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	cfg     Config
+	log     *slog.Logger
+	ln      net.Listener
+	srv     *http.Server
+	api     *httpapi.Server
+	reports *report.Stream
+	debug   *debugserver.Server // nil without DebugListen
+	// stack is what Start opened, each part's cleanup registered once as it
+	// is opened: run in reverse on a start that fails, and by Close.
+	stack closers
+	wg    sync.WaitGroup
 	// serveErr carries the HTTP server's failure, if it stops on its own.
 	serveErr chan error
 
@@ -65,7 +62,12 @@ type Edge struct {
 // start-up only; the edge runs until Close. Start does not wait for the
 // decider: while it is unreachable, requests are answered 503 and the
 // Report stream keeps reconnecting in the background.
-func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) {
+//
+// Each part is built in order, and what it opened is registered once, as
+// it is opened, on one stack of cleanups: a step that fails runs the stack
+// (listeners closed, goroutines stopped) and returns its error; Close runs
+// it after the drain.
+func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err error) {
 	cfg = cfg.withDefaults()
 	if err := errors.Join(cfg.validate(), cfg.checkPlaintext()); err != nil {
 		return nil, fmt.Errorf("edge config: %w", err)
@@ -73,16 +75,21 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var stack closers
+	defer func() {
+		if err != nil {
+			_ = stack.close()
+		}
+	}()
 	deciderCreds := insecure.NewCredentials()
-	var tlsCreds *tlsfiles.Creds // reloads the files until Close
 	if cfg.deciderTLS() {
-		var err error
-		tlsCreds, err = tlsfiles.NewClient(tlsfiles.Client{
+		tlsCreds, err := tlsfiles.NewClient(tlsfiles.Client{
 			CAFile: cfg.DeciderCAFile, CertFile: cfg.DeciderCertFile, KeyFile: cfg.DeciderKeyFile, ServerName: cfg.DeciderServerName,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("decider TLS: %w", err)
 		}
+		stack.add(func() error { tlsCreds.Close(); return nil }) // it reloads the files until then
 		deciderCreds = tlsCreds.TransportCredentials()
 	}
 	dialOpts := []grpc.DialOption{
@@ -106,16 +113,20 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 	if cfg.DeciderTokenFile != "" {
 		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
 		if err != nil {
-			tlsCreds.Close()
 			return nil, fmt.Errorf("--decider-token-file: %w", err)
 		}
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tok))
 	}
 	conn, err := dialDeciders(cfg.Decider, dialOpts...)
 	if err != nil {
-		tlsCreds.Close()
 		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
 	}
+	stack.add(func() error {
+		if err := conn.Close(); err != nil {
+			return fmt.Errorf("close decider connection: %w", err)
+		}
+		return nil
+	})
 	decider := switchboardv1.NewRouterServiceClient(conn)
 	edgeService := switchboardv1.NewEdgeServiceClient(conn)
 
@@ -137,7 +148,6 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 
 	pins, err := credentials.ParsePins(cfg.ProviderKeyHosts)
 	if err != nil {
-		_ = conn.Close()
 		return nil, fmt.Errorf("--provider-key-hosts: %w", err)
 	}
 	creds, err := credentials.New(credentials.Options{
@@ -145,9 +155,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		Reload: cfg.ProviderKeyReload, Logger: logger.With("component", "credentials"),
 	})
 	if err != nil {
-		_ = conn.Close()
 		return nil, err
 	}
+	stack.add(func() error { transport.CloseIdleConnections(); return nil })
 
 	commands := &commandHandler{}
 	reports := report.New(report.Options{
@@ -199,33 +209,28 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
-		probes.Close()
-		_ = conn.Close()
-		tlsCreds.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	stack.add(func() error { _ = ln.Close(); return nil }) // closed already once the server shut down
 	var debug *debugserver.Server
 	var metrics *telemetry.Metrics
 	handler := api.Handler()
 	if cfg.DebugListen != "" {
 		var em *edgeMetrics
-		metrics, em, err = startMetrics()
-		if err == nil {
-			handler = em.handler(handler)
-			debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
-				debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()})
-		}
-		if err != nil {
-			_ = ln.Close()
-			probes.Close()
-			_ = conn.Close()
-			tlsCreds.Close()
+		if metrics, em, err = startMetrics(); err != nil {
 			return nil, err
 		}
+		stack.add(func() error { _ = metrics.Shutdown(context.Background()); return nil })
+		handler = em.handler(handler)
+		debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
+			debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()})
+		if err != nil {
+			return nil, err
+		}
+		stack.add(func() error { debug.Close(); return nil })
 	}
 	e := &Edge{
-		cfg: cfg, log: logger, ln: ln, api: api, conn: conn, tls: tlsCreds, transport: transport,
-		reports: reports, probes: probes, debug: debug, metrics: metrics,
+		cfg: cfg, log: logger, ln: ln, api: api, reports: reports, debug: debug,
 		srv: &http.Server{
 			Handler:           telemetry.HTTPHandler(handler, "edge"),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -234,9 +239,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		},
 	}
 	// Background work lives until Close, not until the start-up context
-	// ends, so Close can drain requests before the Report stream stops.
+	// ends, so Close can drain requests before the Report stream stops;
+	// probes stop first, so that what they report is still sent.
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel = cancel
+	stack.add(func() error { cancel(); e.wg.Wait(); return nil })
+	stack.add(func() error { probes.Close(); return nil })
 	e.wg.Go(func() { reports.Run(bg) })
 	e.wg.Go(func() { creds.Run(bg) })
 	e.serveErr = make(chan error, 1)
@@ -247,6 +254,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Edge, error) 
 		}
 	})
 	conn.Connect()
+	e.stack = stack
 	logger.Info("edge listening", "addr", e.Addr(), "decider", cfg.Decider, "region", cfg.Region, "edge_id", cfg.EdgeID)
 	return e, nil
 }
@@ -296,16 +304,9 @@ func (e *Edge) Close() error {
 			_ = e.srv.Close()
 		}
 		cancel()
-		e.probes.Close()
-		e.cancel()
-		e.wg.Wait()
-		e.transport.CloseIdleConnections()
-		if err := e.conn.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close decider connection: %w", err))
+		if err := e.stack.close(); err != nil {
+			errs = append(errs, err)
 		}
-		e.tls.Close()
-		e.debug.Close()
-		_ = e.metrics.Shutdown(context.Background())
 		if d := e.reports.Dropped(); d > 0 {
 			e.log.Warn("call reports dropped during this run", "dropped", d)
 		}
@@ -316,6 +317,22 @@ func (e *Edge) Close() error {
 		e.log.Info("edge stopped")
 	})
 	return e.closeErr
+}
+
+// closers are cleanups, run last first.
+type closers []func() error
+
+// add registers a cleanup, run before every one added earlier.
+func (c *closers) add(f func() error) { *c = append(*c, f) }
+
+// close runs every cleanup, last added first, once, and joins their errors.
+func (c *closers) close() error {
+	var errs []error
+	for i := len(*c) - 1; i >= 0; i-- {
+		errs = append(errs, (*c)[i]())
+	}
+	*c = nil
+	return errors.Join(errs...)
 }
 
 // Run parses args, starts the edge, and serves until ctx ends, then shuts

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -19,7 +18,7 @@ import (
 type Settler struct {
 	budget *hedge.Budget
 	logger *slog.Logger
-	adm    atomic.Pointer[Admission] // nil while the broker is starting
+	adm    *Admission // nil: the budget is this replica's alone
 	q      chan settlement
 }
 
@@ -27,14 +26,11 @@ type Settler struct {
 const settlerQueue = 4096
 
 // NewSettler returns a settler of budget, the hedge budget as this replica
-// holds it. Until SetAdmission it queues every settlement.
-func NewSettler(budget *hedge.Budget, logger *slog.Logger) *Settler {
-	return &Settler{budget: budget, logger: logger, q: make(chan settlement, settlerQueue)}
+// holds it, held where adm's broker is owned (nil: on this replica, every
+// settlement queued for Run).
+func NewSettler(budget *hedge.Budget, adm *Admission, logger *slog.Logger) *Settler {
+	return &Settler{budget: budget, adm: adm, logger: logger, q: make(chan settlement, settlerQueue)}
 }
-
-// SetAdmission names the broker and its owner, whose replica holds the
-// budget; call it once, before Run.
-func (s *Settler) SetAdmission(a *Admission) { s.adm.Store(a) }
 
 // settlement is a hedge settlement waiting to be sent to the budget's
 // owner, with the caller (the edge whose activity record it comes from) it
@@ -48,7 +44,7 @@ type settlement struct {
 // ctx: in memory when this replica holds the budget, else queued. A hedge
 // granted but never started settles at 0; the budget ignores unknown ids.
 func (s *Settler) Settle(ctx context.Context, id string, loserUSD float64) {
-	if a := s.adm.Load(); a != nil && a.Owner() {
+	if s.adm != nil && s.adm.Owner() {
 		s.budget.Settle(id, loserUSD)
 		return
 	}
@@ -114,7 +110,7 @@ func settlementBatches(queued []settlement) []settlementBatch {
 // send settles one caller's settlements where the budget is held, retrying
 // a few times; false when ctx ended.
 func (s *Settler) send(ctx context.Context, caller *auth.Principal, batch []*switchboardv1.HedgeSettlement) bool {
-	p := Policy{Admission: s.adm.Load(), Budget: s.budget}
+	p := Policy{Admission: s.adm, Budget: s.budget}
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if caller != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 )
 
-// Before the broker starts a settlement is queued, and Run settles it
+// Without a broker's owner a settlement is queued, and Run settles it
 // through the policy on the budget this replica holds.
 func TestSettlerQueuesUntilRun(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -20,7 +20,7 @@ func TestSettlerQueuesUntilRun(t *testing.T) {
 	if ok, _, _ := b.Acquire("r1", 1); !ok {
 		t.Fatal("hedge not granted")
 	}
-	s := NewSettler(b, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := NewSettler(b, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.Settle(context.Background(), "r1", 0.25)
 	if spent, _, _, _ := b.Status(); spent != 1 {
 		t.Fatalf("spent %v before Run, want the estimate 1", spent)

@@ -82,7 +82,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc"
@@ -141,7 +140,10 @@ type token struct {
 	p   *Principal
 }
 
-type index struct {
+// Index is the auth view of one catalog: its callers and their tokens, its
+// tenants, API keys and workload classes. Immutable once built; the
+// decider's one catalog snapshot holds it (gate.Views).
+type Index struct {
 	tokens []token
 	byID   map[string]*Principal
 	// The clients' side: API key digest → tenant and key id, the tenants,
@@ -170,16 +172,19 @@ type tenantClasses struct {
 
 // Authenticator authenticates calls against the catalog's callers.
 type Authenticator struct {
-	idx atomic.Pointer[index]
+	// current returns the current catalog's index, read once per call.
+	current func() *Index
 }
 
-// New returns an authenticator that answers Unavailable until SetCatalog.
-func New() *Authenticator { return &Authenticator{} }
+// New returns an authenticator of the catalog current returns on each
+// call: the decider's one catalog snapshot, so a caller or token added or
+// removed applies to the next call. While current returns nil it answers
+// Unavailable.
+func New(current func() *Index) *Authenticator { return &Authenticator{current: current} }
 
-// SetCatalog makes c's callers, tenants and API keys the ones accepted,
-// from the next call on.
-func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
-	idx := &index{byID: map[string]*Principal{}, keys: map[string]keyInfo{}, tenants: map[string]bool{}, partner: map[string]string{},
+// NewIndex builds c's auth index: its callers, tenants and API keys.
+func NewIndex(c *catalog.Catalog) *Index {
+	idx := &Index{byID: map[string]*Principal{}, keys: map[string]keyInfo{}, tenants: map[string]bool{}, partner: map[string]string{},
 		classes: map[string]tenantClasses{}, contracts: map[switchboardv1.WorkloadClass]catalog.Contract{}}
 	for _, k := range c.Contracts() {
 		idx.contracts[ClassOf(k.Class)] = k
@@ -215,7 +220,7 @@ func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
 			idx.tokens = append(idx.tokens, t)
 		}
 	}
-	a.idx.Store(idx)
+	return idx
 }
 
 // Authenticate is the go-grpc-middleware auth function: it returns ctx
@@ -223,7 +228,7 @@ func (a *Authenticator) SetCatalog(c *catalog.Catalog) {
 // (a role the policy does not allow the RPC) or Unavailable (the catalog is
 // not loaded yet).
 func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
-	idx := a.idx.Load()
+	idx := a.current()
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: callers not loaded yet")
 	}
@@ -248,7 +253,7 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 // is one whose own caller is not a replica: the replica credential alone
 // acts for no tenant.
 func (a *Authenticator) Forwarded(ctx context.Context, callerID, method string) (context.Context, error) {
-	idx := a.idx.Load()
+	idx := a.current()
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: callers not loaded yet")
 	}
@@ -282,7 +287,7 @@ func CallerID(ctx context.Context) string {
 	return ""
 }
 
-func (idx *index) authenticate(ctx context.Context) (*Principal, error) {
+func (idx *Index) authenticate(ctx context.Context) (*Principal, error) {
 	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 0 {
 		tok, err := grpcauth.AuthFromMD(ctx, "bearer")
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,13 +82,14 @@ func whoAmI(t *testing.T, addr string, opts ...grpc.DialOption) (string, error) 
 }
 
 func TestBearerTokens(t *testing.T) {
-	a := New()
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
 	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
 	addr := serve(t, a, nil)
 	_, err := whoAmI(t, addr, plain)
 	require.Equal(t, codes.Unavailable, status.Code(err), "no catalog yet: %v", err)
 
-	a.SetCatalog(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"}))
+	cur.Store(NewIndex(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"})))
 	who, err := whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token")))
 	require.NoError(t, err)
 	require.Equal(t, "edges/edge", who)
@@ -111,7 +113,7 @@ func TestBearerTokens(t *testing.T) {
 	require.NoError(t, err)
 
 	// A new catalog rotates tokens at once.
-	a.SetCatalog(testCatalog(t, map[string]string{"edges": "edge-token-2", "billing": "billing-token"}))
+	cur.Store(NewIndex(testCatalog(t, map[string]string{"edges": "edge-token-2", "billing": "billing-token"})))
 	_, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token")))
 	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 	who, err = whoAmI(t, addr, plain, grpc.WithPerRPCCredentials(bearer.Token("edge-token-2")))
@@ -161,8 +163,9 @@ func (ca *pki) issue(t *testing.T, cn string, usage x509.ExtKeyUsage) tls.Certif
 
 func TestClientCertificates(t *testing.T) {
 	ca := newCA(t)
-	a := New()
-	a.SetCatalog(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"}))
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"})))
 	server := credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{ca.issue(t, "decider", x509.ExtKeyUsageServerAuth)},
 		ClientCAs:    ca.pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13,
@@ -238,13 +241,14 @@ func TestReplicaCallsOnlyReplicaService(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
-	a := New()
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
 	_, err := a.Resolve(&switchboardv1.Identity{TenantId: "acme"})
 	require.Equal(t, codes.Unavailable, status.Code(err), "no catalog yet")
 	c, err := catalog.Parse([]byte("models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
 		"partners: [{id: resellers}]\ntenants:\n  - {id: acme, partner: resellers, api_keys_sha256: [" + catalog.HashKey("k") + "]}\n"))
 	require.NoError(t, err)
-	a.SetCatalog(c)
+	cur.Store(NewIndex(c))
 	keyA := catalog.HashKey("k")
 	tests := []struct {
 		name    string
@@ -289,9 +293,10 @@ func TestSharesProviderState(t *testing.T) {
 		"  - {id: trusted, role: service, tenants: [acme], shared_provider_state: true}\n"
 	c, err := catalog.Parse([]byte(y))
 	require.NoError(t, err)
-	a := New()
-	a.SetCatalog(c)
-	idx := a.idx.Load()
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(c))
+	idx := a.current()
 	tests := []struct {
 		name string
 		p    *Principal

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,8 +45,9 @@ tenants:
     api_keys_sha256: [` + resold + `]
 `))
 	require.NoError(t, err)
-	a := New()
-	a.SetCatalog(c)
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(c))
 	tests := []struct {
 		name  string
 		id    *switchboardv1.Identity

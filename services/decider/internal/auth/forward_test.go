@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -91,8 +92,9 @@ func dialForward(t *testing.T, addr, token string) *grpc.ClientConn {
 // naming nobody, an unknown caller, another replica or a caller whose role
 // may not call the RPC is PermissionDenied.
 func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
-	a := New()
-	a.SetCatalog(forwardCatalog(t))
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(forwardCatalog(t)))
 	replica := switchboardv1.NewReplicaServiceClient(dialForward(t, serveWith(t, a, forwardee{a: a}), "replica-token"))
 	byKey := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}
 	byTenant := func(tenant string) *switchboardv1.Identity { return &switchboardv1.Identity{TenantId: tenant} }
@@ -147,8 +149,9 @@ func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 // caller its metadata names, and another caller's metadata naming someone
 // else changes nothing: it acts as itself.
 func TestOnBehalfOfIsNotHonouredOnPublicRPCs(t *testing.T) {
-	a := New()
-	a.SetCatalog(forwardCatalog(t))
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(forwardCatalog(t)))
 	addr := serveWith(t, a, forwardee{a: a})
 	const onBehalfOf = "switchboard-on-behalf-of" // the metadata replicas once named their caller in
 	naming := func(caller string) context.Context {
@@ -178,8 +181,9 @@ func TestOnBehalfOfIsNotHonouredOnPublicRPCs(t *testing.T) {
 // TestReplicaServiceIsForReplicas: an edge's or a service's credential is
 // refused on ReplicaService, whichever caller it names.
 func TestReplicaServiceIsForReplicas(t *testing.T) {
-	a := New()
-	a.SetCatalog(forwardCatalog(t))
+	var cur atomic.Pointer[Index]
+	a := New(cur.Load)
+	cur.Store(NewIndex(forwardCatalog(t)))
 	addr := serveWith(t, a, forwardee{a: a})
 	for _, token := range []string{"edge-token", "billing-token"} {
 		c := switchboardv1.NewReplicaServiceClient(dialForward(t, addr, token))

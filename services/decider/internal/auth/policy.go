@@ -78,7 +78,7 @@ func Allowed(role, method string) bool { return policy[method][role] != deny }
 // key's class, else its tenant's default class, else interactive. A class
 // that is none of the known ones is InvalidArgument.
 func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
-	idx := a.idx.Load()
+	idx := a.current()
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: catalog not loaded yet")
 	}
@@ -134,7 +134,7 @@ func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Iden
 // catalog sets it (interactive for unspecified); false before the catalog
 // is loaded or for an unknown class.
 func (a *Authenticator) Contract(cls switchboardv1.WorkloadClass) (catalog.Contract, bool) {
-	idx := a.idx.Load()
+	idx := a.current()
 	if idx == nil {
 		return catalog.Contract{}, false
 	}

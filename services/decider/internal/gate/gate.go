@@ -1,20 +1,25 @@
 // Package gate is the decider's one catalog gate: it parses a catalog and
 // derives and checks every view the decider keeps of it before any is
 // stored or applied, so a catalog is taken whole or refused whole, at
-// start-up and on a change from etcd alike.
+// start-up and on a change from etcd alike; and Current publishes the
+// views of the catalog applied, together, with one atomic store.
 package gate
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
 
-// Views is one catalog with the views derived from it that can refuse it:
-// the rate-limit broker's configuration and the key set edges are told.
-// The routing and auth indexes are built from Catalog and take whatever
+// Views is one catalog with every view the decider derives from it: the
+// routing index, the auth index, the rate-limit broker's configuration
+// and the key set edges are told. The broker's configuration and the key
+// set can refuse a catalog; the routing and auth indexes take whatever
 // catalog.Parse accepts (FuzzCatalogParts holds every part to that).
 // Immutable once prepared and versioned (At).
 type Views struct {
@@ -27,11 +32,24 @@ type Views struct {
 	Broker broker.Config
 	// Keys is the key set edges are told, versioned by Revision.
 	Keys *switchboardv1.KeySet
+	// Routing is the routing index routing.Router reads.
+	Routing *routing.Index
+	// Auth is the index of callers, tenants and API keys auth.Authenticator reads.
+	Auth *auth.Index
 }
+
+// Gate prepares catalogs for one decider: its routing indexes are bound to
+// that decider's statistics.
+type Gate struct {
+	src routing.Sources
+}
+
+// New returns a gate whose routing indexes are bound to src.
+func New(src routing.Sources) *Gate { return &Gate{src: src} }
 
 // Prepare parses data and derives and checks every view. Parse errors name
 // their line; a view's refusal refuses the catalog.
-func Prepare(data []byte) (*Views, error) {
+func (g *Gate) Prepare(data []byte) (*Views, error) {
 	c, err := catalog.Parse(data)
 	if err != nil {
 		return nil, err
@@ -44,7 +62,7 @@ func Prepare(data []byte) (*Views, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Views{Catalog: c, Broker: bcfg, Keys: keys}, nil
+	return &Views{Catalog: c, Broker: bcfg, Keys: keys, Routing: routing.NewIndex(c, g.src), Auth: auth.NewIndex(c)}, nil
 }
 
 // At sets the etcd revision the catalog was stored at, which versions the
@@ -72,3 +90,36 @@ func KeySet(c *catalog.Catalog) (*switchboardv1.KeySet, error) {
 	}
 	return ks, nil
 }
+
+// Current is the catalog a decider applies: one Views, replaced whole by
+// one atomic store, from which routing (Routing), auth (Auth) and the
+// report hub (Keys) each read. No reader can see the routes of one catalog
+// with the callers or keys of another, as it could when each part kept its
+// own pointer, stored one after the other.
+type Current struct {
+	v atomic.Pointer[Views]
+}
+
+// NewCurrent returns the holder of the catalog applied, v.
+func NewCurrent(v *Views) *Current {
+	c := &Current{}
+	c.v.Store(v)
+	return c
+}
+
+// Load returns the views of the catalog applied.
+func (c *Current) Load() *Views { return c.v.Load() }
+
+// Store applies v: every part reads it from the next call on; calls in
+// flight finish on the views they loaded.
+func (c *Current) Store(v *Views) { c.v.Store(v) }
+
+// Routing returns the routing index of the catalog applied
+// (routing.Options.Catalog).
+func (c *Current) Routing() *routing.Index { return c.v.Load().Routing }
+
+// Auth returns the auth index of the catalog applied (auth.New).
+func (c *Current) Auth() *auth.Index { return c.v.Load().Auth }
+
+// Keys returns the key set of the catalog applied (report.Options.Keys).
+func (c *Current) Keys() *switchboardv1.KeySet { return c.v.Load().Keys }

@@ -53,7 +53,7 @@ workload_classes:
 		if err != nil {
 			return
 		}
-		v, err := Prepare(data)
+		v, err := New(routing.Sources{}).Prepare(data)
 		if err != nil {
 			t.Fatalf("catalog.Parse accepts what the gate refuses: %v", err)
 		}
@@ -63,8 +63,9 @@ workload_classes:
 		if _, err := broker.FromCatalog(c); err != nil {
 			t.Fatalf("catalog.Parse accepts what the broker refuses: %v", err)
 		}
-		routing.New(v.Catalog, routing.Options{})
-		auth.New().SetCatalog(v.Catalog)
+		cur := NewCurrent(v)
+		routing.New(nil, routing.Options{Catalog: cur.Routing}).ListModels()
+		_, _ = auth.New(cur.Auth).Resolve(nil)
 	})
 }
 
@@ -79,7 +80,8 @@ tenants:
     api_keys_sha256: [` + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + `]
     limits: [{unit: requests, per: day, capacity: 100, ramp: {max_increase: 0.5, period: 1m}}]
 `
-	v, err := Prepare([]byte(ok))
+	g := New(routing.Sources{})
+	v, err := g.Prepare([]byte(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ tenants:
 	if len(v.Broker.Buckets) != 1 || v.Broker.Buckets[0].Ramp == nil {
 		t.Fatalf("broker config %+v", v.Broker)
 	}
-	_, err = Prepare([]byte(strings.Replace(ok, "period: 1m", "period: 500ms", 1)))
+	_, err = g.Prepare([]byte(strings.Replace(ok, "period: 1m", "period: 500ms", 1)))
 	if err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits[0].ramp.period") {
 		t.Fatalf("err = %v, want the ramp period's line", err)
 	}

@@ -26,14 +26,13 @@ func (h *Hub) SendOne(m *switchboardv1.ReportResponse) bool {
 	return false
 }
 
-// SetKeySet makes ks the set of valid API keys, sent to every connected
-// edge and to each edge that connects later. Edges refuse keys outside it
-// before reading their requests, so it is never dropped for a slow edge: a
-// set not yet sent is replaced by the newer one.
-func (h *Hub) SetKeySet(ks *switchboardv1.KeySet) {
+// KeysChanged sends the key set NewHub's keys returns now to every
+// connected edge (each edge that connects later gets it first). Edges
+// refuse keys outside it before reading their requests, so it is never
+// dropped for a slow edge: a set not yet sent is replaced by the newer one.
+func (h *Hub) KeysChanged() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.keys.Store(ks)
 	for c := range h.edges {
 		select {
 		case c.keys <- struct{}{}:

@@ -164,7 +164,7 @@ func (h *Hub) ended(stream switchboardv1.EdgeService_ReportServer, c *conn, err 
 
 // sendKeys sends the latest key set.
 func (h *Hub) sendKeys(stream switchboardv1.EdgeService_ReportServer) error {
-	ks := h.keys.Load()
+	ks := h.keys()
 	if ks == nil {
 		return nil
 	}

@@ -94,9 +94,9 @@ type Hub struct {
 	activity ActivitySink
 	received atomic.Int64
 	dropped  atomic.Int64
-	// rsv applies reconciliations and heartbeats; nil until set (they then
-	// wait in the worker's retries).
-	rsv atomic.Pointer[reservationsBox]
+	// rsv applies reconciliations and heartbeats; nil fails every attempt
+	// (they wait in the worker's retries).
+	rsv Reservations
 	// refused counts reservation work not queued because a stream's queue
 	// was full; retried counts failed attempts that were retried.
 	refused atomic.Int64
@@ -108,8 +108,9 @@ type Hub struct {
 	// try; giveUp bounds the retries of one reconciliation.
 	retryMin, retryMax, attempt, giveUp time.Duration
 
-	// keys is the latest set of valid API keys, sent to every edge.
-	keys atomic.Pointer[switchboardv1.KeySet]
+	// keys returns the current set of valid API keys, sent to every edge:
+	// the one in the decider's catalog snapshot; nil sends none.
+	keys func() *switchboardv1.KeySet
 	// term is the latest term of the broker's owner, sent to every edge;
 	// 0 until one is known.
 	term atomic.Int64
@@ -121,12 +122,6 @@ type Hub struct {
 	closed bool
 }
 
-type reservationsBox struct{ r Reservations }
-
-// SetReservations sets what applies the edges' reconciliations and
-// heartbeats. Work that arrives before it is set is retried until it is.
-func (h *Hub) SetReservations(r Reservations) { h.rsv.Store(&reservationsBox{r: r}) }
-
 // SetRetry changes the back-off between failed reservation attempts
 // (defaults 50ms doubling to 1s) and how long one reconciliation is retried
 // before its batch is left to the edge (default 15s), for tests. Call it
@@ -135,10 +130,31 @@ func (h *Hub) SetRetry(minDelay, maxDelay, giveUp time.Duration) {
 	h.retryMin, h.retryMax, h.giveUp = minDelay, maxDelay, giveUp
 }
 
-// NewHub returns a hub that hands reports to sink and activity records to
-// activity (nil: they are only counted).
-func NewHub(logger *slog.Logger, sink Sink, activity ActivitySink) *Hub {
-	return &Hub{logger: logger, sink: sink, activity: activity, edges: map[*conn]struct{}{},
+// Options are what a Hub hands the edges' streams to.
+type Options struct {
+	// Logger logs the streams' failures. (Required)
+	Logger *slog.Logger
+	// Sink takes the call reports. (Optional) nil: they are only counted.
+	Sink Sink
+	// Activity takes the activity records. (Optional) nil: they are only counted.
+	Activity ActivitySink
+	// Keys returns the current set of valid API keys, told to every edge
+	// when its stream opens and again on each KeysChanged. (Optional) nil,
+	// or a nil set: none.
+	Keys func() *switchboardv1.KeySet
+	// Reservations applies the edges' reconciliations and heartbeats on
+	// the broker's owner. (Optional) nil fails every attempt: the work is
+	// retried, then left to the edge to send again.
+	Reservations Reservations
+}
+
+// NewHub returns a hub of o.
+func NewHub(o Options) *Hub {
+	keys := o.Keys
+	if keys == nil {
+		keys = func() *switchboardv1.KeySet { return nil }
+	}
+	return &Hub{logger: o.Logger, sink: o.Sink, activity: o.Activity, keys: keys, rsv: o.Reservations, edges: map[*conn]struct{}{},
 		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout, giveUp: reconcileGiveUp}
 }
 
@@ -148,7 +164,7 @@ func (h *Hub) add(c *conn) bool {
 	if h.closed {
 		return false
 	}
-	if h.keys.Load() != nil {
+	if h.keys() != nil {
 		c.keys <- struct{}{} // the first thing a new stream is sent
 	}
 	if h.term.Load() != 0 {

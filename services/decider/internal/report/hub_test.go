@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,8 +122,12 @@ func (f *fakeReservations) reconciledIDs() []string {
 	return ids
 }
 
-func newTestHub(sink Sink, activity ActivitySink) *Hub {
-	h := NewHub(slog.New(slog.DiscardHandler), sink, activity)
+func newTestHub(sink Sink, activity ActivitySink, rsv ...Reservations) *Hub {
+	o := Options{Logger: slog.New(slog.DiscardHandler), Sink: sink, Activity: activity}
+	if len(rsv) > 0 {
+		o.Reservations = rsv[0]
+	}
+	h := NewHub(o)
 	h.SetRetry(time.Millisecond, 5*time.Millisecond, time.Minute)
 	return h
 }
@@ -210,8 +215,7 @@ func TestHubAcknowledgesActivityOnlyWhenStored(t *testing.T) {
 
 func TestHubAcknowledgesReconcilesOnceApplied(t *testing.T) {
 	rsv := &fakeReservations{fail: 3} // no owner yet for the first three attempts
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
+	h := newTestHub(nil, nil, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(reconcileBatch(7, "r1", "r2")))
 	a := recvAck(t, stream)
@@ -221,19 +225,6 @@ func TestHubAcknowledgesReconcilesOnceApplied(t *testing.T) {
 	require.Equal(t, int64(3), h.Retried(), "failures are retried, not dropped")
 }
 
-func TestHubRetriesUntilReservationsAreSet(t *testing.T) {
-	h := newTestHub(nil, nil)
-	stream := open(t, serveHub(t, h), acked)
-	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
-	require.Eventually(t, func() bool { return h.Retried() > 0 }, 10*time.Second, time.Millisecond)
-	rsv := &fakeReservations{}
-	h.SetReservations(rsv) // the broker became ready
-	require.Equal(t, uint64(1), recvAck(t, stream).GetReconcileSequence())
-	require.Equal(t, []string{"r1"}, rsv.reconciledIDs())
-}
-
-// A broker that takes its time never stalls the stream: call reports and
-// activity records are taken and acknowledged meanwhile.
 func TestHubSlowReservationsDoNotBlockReceiving(t *testing.T) {
 	gate := make(chan struct{})
 	rsv := &fakeReservations{gate: gate}
@@ -243,8 +234,7 @@ func TestHubSlowReservationsDoNotBlockReceiving(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		reports += len(rs)
-	}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
-	h.SetReservations(rsv)
+	}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil }, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Heartbeat{Heartbeat: &switchboardv1.ReservationHeartbeat{ReservationIds: []string{"r0"}}}}))
 	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
@@ -284,8 +274,7 @@ func TestHubSlowReservationsDoNotBlockReceiving(t *testing.T) {
 func TestHubRefusesWorkBeyondItsQueue(t *testing.T) {
 	gate := make(chan struct{})
 	rsv := &fakeReservations{gate: gate}
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
+	h := newTestHub(nil, nil, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	n := workQueue + 10
 	for i := range n {
@@ -310,8 +299,7 @@ func TestHubCloseEndsStreams(t *testing.T) {
 	gate := make(chan struct{}) // a worker stuck on the broker must not hold Close up either
 	defer close(gate)
 	rsv := &fakeReservations{gate: gate}
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
+	h := newTestHub(nil, nil, rsv)
 	c := serveHub(t, h)
 	stream := open(t, c, acked)
 	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
@@ -334,8 +322,7 @@ func TestHubCloseEndsStreams(t *testing.T) {
 // A replay (sequence 0) is applied like any batch and never acknowledged.
 func TestHubAppliesReplaysWithoutAck(t *testing.T) {
 	rsv := &fakeReservations{}
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
+	h := newTestHub(nil, nil, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(reconcileBatch(0, "replayed")))
 	require.NoError(t, stream.Send(reconcileBatch(5, "new")))
@@ -347,9 +334,8 @@ func TestHubAppliesReplaysWithoutAck(t *testing.T) {
 // left unacknowledged for the edge to send again; the work behind it goes on.
 func TestHubGivesUpAPoisonedBatch(t *testing.T) {
 	rsv := &fakeReservations{poison: "poison"}
-	h := newTestHub(nil, nil)
+	h := newTestHub(nil, nil, rsv)
 	h.SetRetry(time.Millisecond, 5*time.Millisecond, 50*time.Millisecond)
-	h.SetReservations(rsv)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(reconcileBatch(1, "poison", "after-poison")))
 	require.NoError(t, stream.Send(reconcileBatch(2, "fine")))
@@ -362,8 +348,7 @@ func TestHubGivesUpAPoisonedBatch(t *testing.T) {
 func TestHubAppliesTheLastBatchesOfAClosingEdge(t *testing.T) {
 	gate := make(chan struct{})
 	rsv := &fakeReservations{gate: gate}
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
+	h := newTestHub(nil, nil, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(reconcileBatch(1, "last")))
 	require.NoError(t, stream.CloseSend())
@@ -387,18 +372,20 @@ func recvKeySet(t *testing.T, stream switchboardv1.EdgeService_ReportClient) *sw
 }
 
 func TestHubSendsKeySets(t *testing.T) {
-	h := newTestHub(nil, nil)
+	var keys atomic.Pointer[switchboardv1.KeySet]
+	h := NewHub(Options{Logger: slog.New(slog.DiscardHandler), Keys: keys.Load})
 	c := serveHub(t, h)
 	// A stream opened before there is a set gets it when it comes, then
 	// every newer set; one opened later gets the latest first.
 	early := open(t, c, &switchboardv1.EdgeHello{EdgeId: "early"})
 	require.Eventually(t, func() bool { return len(h.Edges()) == 1 }, 5*time.Second, 5*time.Millisecond)
-	h.SetKeySet(&switchboardv1.KeySet{KeyPrefixes: []uint64{1, 2}, Version: 7})
+	setKeys := func(ks *switchboardv1.KeySet) { keys.Store(ks); h.KeysChanged() }
+	setKeys(&switchboardv1.KeySet{KeyPrefixes: []uint64{1, 2}, Version: 7})
 	require.Equal(t, uint64(7), recvKeySet(t, early).GetVersion())
 	// Sets are never dropped for a slow edge: many in a row leave the
 	// latest as the last one sent.
 	for v := uint64(8); v <= 8+2*sendBuffer; v++ {
-		h.SetKeySet(&switchboardv1.KeySet{KeyPrefixes: []uint64{v}, Version: v})
+		setKeys(&switchboardv1.KeySet{KeyPrefixes: []uint64{v}, Version: v})
 	}
 	last := uint64(8 + 2*sendBuffer)
 	for got := recvKeySet(t, early); got.GetVersion() != last; got = recvKeySet(t, early) {
@@ -419,6 +406,7 @@ func TestHubSlowActivityWriteDoesNotBlockTheStream(t *testing.T) {
 	gate, writing := make(chan struct{}), make(chan struct{}, 8)
 	var mu sync.Mutex
 	var writes []int // records per write
+	rsv := &fakeReservations{}
 	h := newTestHub(nil, func(_ context.Context, _ *switchboardv1.EdgeHello, rs []*switchboardv1.ActivityRecord) error {
 		writing <- struct{}{}
 		<-gate
@@ -426,9 +414,7 @@ func TestHubSlowActivityWriteDoesNotBlockTheStream(t *testing.T) {
 		defer mu.Unlock()
 		writes = append(writes, len(rs))
 		return nil
-	})
-	rsv := &fakeReservations{}
-	h.SetReservations(rsv)
+	}, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	activity := func(seq uint64) *switchboardv1.ReportRequest {
 		return &switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: &switchboardv1.ActivityBatch{
@@ -532,8 +518,7 @@ func TestHubFollowsTheOwnerTerm(t *testing.T) {
 // any newer owner; a batch with nothing left to apply names the owner now.
 func TestHubAcksNameTheOwnerTermTheyWereAppliedUnder(t *testing.T) {
 	rsv := &fakeReservations{term: 9, termOf: map[string]int64{"by-the-old-owner": 7, "unknown": 0}}
-	h := newTestHub(nil, nil)
-	h.SetReservations(rsv)
+	h := newTestHub(nil, nil, rsv)
 	h.SetOwnerTerm(11)
 	stream := open(t, serveHub(t, h), acked)
 	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))

@@ -17,6 +17,7 @@ import (
 func TestHubDropsAndCountsInvalidItems(t *testing.T) {
 	var mu sync.Mutex
 	var reports, stored []string
+	rsv := &fakeReservations{}
 	h := newTestHub(func(_ *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -30,9 +31,7 @@ func TestHubDropsAndCountsInvalidItems(t *testing.T) {
 			stored = append(stored, r.GetId())
 		}
 		return nil
-	})
-	rsv := &fakeReservations{}
-	h.SetReservations(rsv)
+	}, rsv)
 	stream := open(t, serveHub(t, h), acked)
 	huge := strings.Repeat("x", 900_000)
 

@@ -106,15 +106,15 @@ func (h *Hub) retry(c *conn, what string, giveUp time.Duration, f func(context.C
 	deadline := time.Now().Add(giveUp)
 	for {
 		var err error
-		if box := h.rsv.Load(); box != nil {
+		if h.rsv != nil {
 			ctx, cancel := context.WithTimeout(c.ctx, h.attempt)
-			err = f(ctx, box.r)
+			err = f(ctx, h.rsv)
 			cancel()
 			if err == nil {
 				return true, true
 			}
 		} else {
-			err = errors.New("the rate-limit broker is not ready yet")
+			err = errors.New("no reservations to apply it with")
 		}
 		if c.ctx.Err() != nil {
 			return false, false

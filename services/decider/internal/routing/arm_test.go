@@ -24,8 +24,9 @@ func TestPolicyOfExperimentArm(t *testing.T) {
 		}
 		return PolicyRoutingCost, true
 	}})
-	m := r.idx.Load().models["vendor/model"]
-	require.Equal(t, PolicySmart, r.policyOf(m, nil, t0.Add(-time.Second)), "outside the experiment: the deployment default")
-	require.Equal(t, PolicyRoutingCost, r.policyOf(m, nil, t0), "inside: the arm")
+	idx := r.o.Catalog()
+	m := idx.models["vendor/model"]
+	require.Equal(t, PolicySmart, r.policyOf(idx, m, nil, t0.Add(-time.Second)), "outside the experiment: the deployment default")
+	require.Equal(t, PolicyRoutingCost, r.policyOf(idx, m, nil, t0), "inside: the arm")
 	require.Equal(t, []string{"vendor/model", "vendor/model"}, asked)
 }

@@ -152,7 +152,7 @@ func exclude(ep *endpoint, p *switchboardv1.ProviderPreferences, params []string
 	return exclusion{}
 }
 
-func validatePrefs(p *switchboardv1.ProviderPreferences, idx *index) error {
+func validatePrefs(p *switchboardv1.ProviderPreferences, idx *Index) error {
 	if p == nil {
 		return nil
 	}

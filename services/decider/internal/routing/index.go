@@ -3,6 +3,8 @@ package routing
 import (
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -42,7 +44,11 @@ type model struct {
 	fallback  fallbackPolicy
 }
 
-type index struct {
+// Index is the routing view of one catalog: its models, endpoints,
+// providers and tenants' defaults, each bound once to its live statistics.
+// Immutable once built; the decider's one catalog snapshot holds it
+// (gate.Views), and a Router reads the current one on every call.
+type Index struct {
 	models map[string]*model
 	// names resolves a client's model name (an id or an alias) to its id.
 	names     *catalog.Resolver
@@ -51,30 +57,76 @@ type index struct {
 	tenants   map[string]tenantDefaults // tenants with default routing settings
 }
 
-// SetCatalog replaces the catalog; requests in flight finish on the old one.
-// A model listed for the first time is stamped with the clock's time, one
-// the previous catalog listed keeps its stamp: ListModels' create_time.
-func (r *Router) SetCatalog(c *catalog.Catalog) {
-	created := map[string]*timestamppb.Timestamp{}
-	if prev := r.idx.Load(); prev != nil {
-		for _, m := range prev.list {
-			created[m.GetId()] = m.GetCreateTime()
+// Sources are the live statistics an index binds the catalog's models and
+// endpoints to.
+type Sources struct {
+	// Stats holds the measured speeds. (Optional) Defaults to a new store.
+	Stats *stats.Store
+	// Outcomes holds the endpoints' recent outcomes. (Optional) Defaults to a new tracker.
+	Outcomes *outcomes.Tracker
+	// Stamps dates each model's first listing (ListModels' create_time)
+	// across the indexes built from it. (Optional) Defaults to stamping
+	// every model of this index with the time it is built.
+	Stamps *Stamps
+}
+
+// Stamps remembers when each model of the last index built was first
+// listed: a model the previous catalog listed keeps its stamp, a new one
+// (or one dropped and listed again) is stamped with the clock's time.
+type Stamps struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	last map[string]*timestamppb.Timestamp
+}
+
+// NewStamps returns stamps taken from now. (Optional) now defaults to
+// time.Now.
+func NewStamps(now func() time.Time) *Stamps {
+	if now == nil {
+		now = time.Now
+	}
+	return &Stamps{now: now}
+}
+
+// of returns the stamps of c's models and keeps them for the next call.
+func (s *Stamps) of(c *catalog.Catalog) map[string]*timestamppb.Timestamp {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := timestamppb.New(s.now())
+	next := make(map[string]*timestamppb.Timestamp, len(c.Models))
+	for _, m := range c.Models {
+		if t := s.last[m.ID]; t != nil {
+			next[m.ID] = t
+		} else {
+			next[m.ID] = now
 		}
 	}
-	now := timestamppb.New(r.o.Now())
-	idx := &index{
+	s.last = next
+	return next
+}
+
+// NewIndex builds c's routing index, bound to src.
+func NewIndex(c *catalog.Catalog, src Sources) *Index {
+	if src.Stats == nil {
+		src.Stats = stats.New(stats.Config{})
+	}
+	if src.Outcomes == nil {
+		src.Outcomes = outcomes.New(outcomes.Config{})
+	}
+	if src.Stamps == nil {
+		src.Stamps = NewStamps(nil)
+	}
+	created := src.Stamps.of(c)
+	idx := &Index{
 		models:    map[string]*model{},
 		names:     c.Resolver(),
 		providers: map[string]bool{},
 		tenants:   tenantIndex(c),
 	}
 	for _, m := range c.Models {
-		mm := &model{id: m.ID, st: r.o.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
+		mm := &model{id: m.ID, st: src.Stats.Model(m.ID), policy: Policy(m.Routing.PolicyName()),
 			timeValue: m.Routing.TimeValue(), margin: m.Routing.Margin(), fallback: newFallbackPolicy(m.Fallback)}
-		lm := &switchboardv1.Model{Id: m.ID, Aliases: m.Aliases, CreateTime: now}
-		if t := created[m.ID]; t != nil {
-			lm.CreateTime = t
-		}
+		lm := &switchboardv1.Model{Id: m.ID, Aliases: m.Aliases, CreateTime: created[m.ID]}
 		if m.ListPrice != nil {
 			lr := m.ListPrice.Rates()
 			mm.list = &lr
@@ -95,8 +147,8 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 				region:         e.Region,
 				explicitCache:  e.API == catalog.APIAnthropic,
 				params:         map[string]bool{},
-				st:             r.o.Stats.Endpoint(e.ID(m.ID)),
-				oc:             r.o.Outcomes.Endpoint(e.ID(m.ID)),
+				st:             src.Stats.Endpoint(e.ID(m.ID)),
+				oc:             src.Outcomes.Endpoint(e.ID(m.ID)),
 			}
 			for _, p := range e.SupportedParameters {
 				ep.params[p] = true
@@ -124,7 +176,7 @@ func (r *Router) SetCatalog(c *catalog.Catalog) {
 		idx.list = append(idx.list, lm)
 	}
 	slices.SortFunc(idx.list, func(a, b *switchboardv1.Model) int { return strings.Compare(a.Id, b.Id) })
-	r.idx.Store(idx)
+	return idx
 }
 
 // Endpoint returns the catalog's endpoint by id: its model and rates.
@@ -154,7 +206,7 @@ func (r *Router) find(id string) (*endpoint, string) {
 	if !found {
 		return nil, ""
 	}
-	m := r.idx.Load().models[modelID]
+	m := r.o.Catalog().models[modelID]
 	if m == nil {
 		return nil, ""
 	}
@@ -168,14 +220,14 @@ func (r *Router) find(id string) (*endpoint, string) {
 
 // Resolve returns the id of the catalog model a client's model name (an
 // id or an alias, without a routing suffix) means; false when none.
-func (r *Router) Resolve(name string) (id string, ok bool) { return r.idx.Load().names.Resolve(name) }
+func (r *Router) Resolve(name string) (id string, ok bool) { return r.o.Catalog().names.Resolve(name) }
 
 // ListModels lists the catalog's models.
-func (r *Router) ListModels() []*switchboardv1.Model { return r.idx.Load().list }
+func (r *Router) ListModels() []*switchboardv1.Model { return r.o.Catalog().list }
 
 // Models returns the catalog's models and their endpoints, for the prober.
 func (r *Router) Models() []ModelEndpoints {
-	idx := r.idx.Load()
+	idx := r.o.Catalog()
 	out := make([]ModelEndpoints, 0, len(idx.models))
 	for _, m := range idx.models {
 		me := ModelEndpoints{Model: m.id}

@@ -43,8 +43,8 @@ func ParsePolicy(s string) (Policy, error) {
 // least: the tenant's default, a running experiment's arm (Options.Arm),
 // the model's catalog setting, then the deployment default
 // (Options.Policy).
-func (r *Router) policyOf(m *model, id *switchboardv1.Identity, now time.Time) Policy {
-	if p, ok := r.tenantPolicy(id); ok {
+func (r *Router) policyOf(idx *Index, m *model, id *switchboardv1.Identity, now time.Time) Policy {
+	if p, ok := r.tenantPolicy(idx, id); ok {
 		return p
 	}
 	if r.o.Arm != nil {

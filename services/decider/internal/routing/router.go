@@ -165,17 +165,23 @@ type Options struct {
 	// policy of the request's own, so it must be cheap and safe for
 	// concurrent use. (Optional)
 	Arm func(model string, now time.Time) (p Policy, ok bool)
+	// Catalog returns the current catalog's index, read on every call:
+	// the decider's one catalog snapshot, swapped whole (gate.Current),
+	// built with NewIndex on the same Stats and Outcomes. (Optional)
+	// Defaults to New's catalog, fixed.
+	Catalog func() *Index
 }
 
-// Router answers Decide and ListModels from the current catalog.
+// Router answers Decide and ListModels from the current catalog, which
+// Options.Catalog returns. Decide reads it once and works on that index
+// throughout, so one decision never mixes two catalogs.
 type Router struct {
 	o    Options
-	idx  atomic.Pointer[index]
 	seq  atomic.Uint64
 	pool sync.Pool // *scratch
 }
 
-// New returns a router serving c.
+// New returns a router serving o.Catalog, or c when o.Catalog is nil.
 func New(c *catalog.Catalog, o Options) *Router {
 	if o.Stats == nil {
 		o.Stats = stats.New(stats.Config{})
@@ -235,19 +241,23 @@ func New(c *catalog.Catalog, o Options) *Router {
 	if o.HedgeDelay <= 0 {
 		o.HedgeDelay = time.Second
 	}
+	if o.Catalog == nil {
+		idx := NewIndex(c, Sources{Stats: o.Stats, Outcomes: o.Outcomes, Stamps: NewStamps(o.Now)})
+		o.Catalog = func() *Index { return idx }
+	}
 	r := &Router{o: o}
 	r.pool.New = func() any { return &scratch{} }
-	r.SetCatalog(c)
 	return r
 }
 
 // Decide picks the endpoint for req. The identity must already be resolved.
 func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Identity) (*switchboardv1.DecideResponse, error) {
-	m, name, suffix, err := r.resolve(req)
+	idx := r.o.Catalog()
+	m, name, suffix, err := r.resolve(idx, req)
 	if err != nil {
 		return nil, err
 	}
-	prefs := r.withTenantSort(req.GetProvider(), suffix, id)
+	prefs := r.withTenantSort(idx, req.GetProvider(), suffix, id)
 	now := r.o.Now()
 	tok := req.GetTokens()
 	in := max(tok.GetInputTokens(), 0)
@@ -264,7 +274,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 	// sort of their own; it does its own back-off, so cool-downs do not
 	// bench endpoints under it.
 	chose := userChose(suffix, prefs)
-	costPolicy := r.policyOf(m, id, now) == PolicyRoutingCost && !chose
+	costPolicy := r.policyOf(idx, m, id, now) == PolicyRoutingCost && !chose
 
 	sc := r.pool.Get().(*scratch)
 	defer r.pool.Put(sc)
@@ -330,8 +340,7 @@ func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Iden
 // resolve checks the request's model, suffix, routing options and token
 // counts, and returns its model from the current index and that model's
 // id, which an alias resolves to.
-func (r *Router) resolve(req *switchboardv1.DecideRequest) (m *model, name, suffix string, err error) {
-	idx := r.idx.Load()
+func (r *Router) resolve(idx *Index, req *switchboardv1.DecideRequest) (m *model, name, suffix string, err error) {
 	name, suffix, _ = strings.Cut(req.GetModel(), ":")
 	if name == "" {
 		return nil, "", "", errorf(KindInvalid, "model is required")

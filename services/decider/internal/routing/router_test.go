@@ -2,6 +2,7 @@ package routing
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,15 +219,18 @@ func TestDecideExplainAndCredentials(t *testing.T) {
 	require.Equal(t, "http://127.0.0.1:1/v1", again.Endpoint.BaseUrl)
 }
 
-func TestSetCatalogSwaps(t *testing.T) {
+func TestCatalogSwaps(t *testing.T) {
+	var cur atomic.Pointer[Index]
 	r := newTestRouter(t)
+	cur.Store(r.o.Catalog())
+	r.o.Catalog = cur.Load
 	c, err := catalog.Parse([]byte(`
 models:
   - id: other
     endpoints: [{provider: delta, base_url: http://x/v1, price: {input: 1, output: 1}}]
 `))
 	require.NoError(t, err)
-	r.SetCatalog(c)
+	cur.Store(NewIndex(c, Sources{Stats: r.o.Stats, Outcomes: r.o.Outcomes}))
 	_, err = r.Decide(&switchboardv1.DecideRequest{Model: "vendor/model"}, nil)
 	require.Equal(t, KindNotFound, err.(*Error).Kind)
 	require.Len(t, r.ListModels(), 1)
@@ -259,14 +263,18 @@ func TestListModelsCreateTime(t *testing.T) {
 		}
 		return out
 	}
-	r := New(parse("org/a", "org/b"), Options{Exploration: -1, Now: func() time.Time { return now }})
+	clock := func() time.Time { return now }
+	src := Sources{Stamps: NewStamps(clock)}
+	var cur atomic.Pointer[Index]
+	cur.Store(NewIndex(parse("org/a", "org/b"), src))
+	r := New(nil, Options{Exploration: -1, Now: clock, Catalog: cur.Load})
 	require.Equal(t, map[string]time.Time{"org/a": t0, "org/b": t0}, created(r))
 
 	now = t0.Add(time.Hour)
-	r.SetCatalog(parse("org/a", "org/c"))
+	cur.Store(NewIndex(parse("org/a", "org/c"), src))
 	require.Equal(t, map[string]time.Time{"org/a": t0, "org/c": t0.Add(time.Hour)}, created(r), "org/a kept, org/c new")
 
 	now = t0.Add(2 * time.Hour)
-	r.SetCatalog(parse("org/a", "org/b"))
+	cur.Store(NewIndex(parse("org/a", "org/b"), src))
 	require.Equal(t, t0.Add(2*time.Hour), created(r)["org/b"], "a model dropped and listed again is new again")
 }

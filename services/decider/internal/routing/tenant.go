@@ -43,8 +43,8 @@ func tenantIndex(c *catalog.Catalog) map[string]tenantDefaults {
 }
 
 // tenantPolicy is the tenant's default policy; ok is false when it names none.
-func (r *Router) tenantPolicy(id *switchboardv1.Identity) (p Policy, ok bool) {
-	d := r.idx.Load().tenants[id.GetTenantId()]
+func (r *Router) tenantPolicy(idx *Index, id *switchboardv1.Identity) (p Policy, ok bool) {
+	d := idx.tenants[id.GetTenantId()]
 	return d.policy, d.policy != ""
 }
 
@@ -54,8 +54,8 @@ func (r *Router) tenantPolicy(id *switchboardv1.Identity) (p Policy, ok bool) {
 // explicit choice always wins over the account's default; only/ignore and
 // the other options are kept as they are. prefs is never modified: a copy
 // is made when the default applies.
-func (r *Router) withTenantSort(prefs *switchboardv1.ProviderPreferences, suffix string, id *switchboardv1.Identity) *switchboardv1.ProviderPreferences {
-	d := r.idx.Load().tenants[id.GetTenantId()]
+func (r *Router) withTenantSort(idx *Index, prefs *switchboardv1.ProviderPreferences, suffix string, id *switchboardv1.Identity) *switchboardv1.ProviderPreferences {
+	d := idx.tenants[id.GetTenantId()]
 	if d.sort == switchboardv1.Sort_SORT_UNSPECIFIED || suffix != "" ||
 		prefs.GetSort() != switchboardv1.Sort_SORT_UNSPECIFIED || len(prefs.GetOrder()) > 0 {
 		return prefs

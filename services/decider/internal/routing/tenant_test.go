@@ -104,10 +104,10 @@ func TestPolicyOf(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newPolicy(t, tenantCatalog, tt.o)
-			m := e.r.idx.Load().models["m"]
-			require.Equal(t, tt.want, e.r.policyOf(m, &switchboardv1.Identity{TenantId: tt.tenant}, e.now))
+			m := e.r.o.Catalog().models["m"]
+			require.Equal(t, tt.want, e.r.policyOf(e.r.o.Catalog(), m, &switchboardv1.Identity{TenantId: tt.tenant}, e.now))
 		})
 	}
 	e := newPolicy(t, tenantCatalog, Options{})
-	require.Equal(t, PolicySmart, e.r.policyOf(e.r.idx.Load().models["m"], nil, e.now), "no identity")
+	require.Equal(t, PolicySmart, e.r.policyOf(e.r.o.Catalog(), e.r.o.Catalog().models["m"], nil, e.now), "no identity")
 }

@@ -11,17 +11,10 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/etcdtest"
 )
 
 // BenchmarkDecideReserveReconcile measures the decider's own work for one
@@ -32,37 +25,13 @@ import (
 // admission metrics recorded as the decider records them. It leaves out the
 // transport, the interceptors and the call report's statistics.
 func BenchmarkDecideReserveReconcile(b *testing.B) {
-	c, err := catalog.Parse([]byte(testCatalog))
-	if err != nil {
-		b.Fatal(err)
-	}
-	authn := auth.New()
-	authn.SetCatalog(c)
-	hub := report.NewHub(logger(), nil, nil)
-	srv := server.New(hub, hedge.New(1, nil), authn)
-	srv.SetRouter(routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1}))
+	p := build(b, testCatalog)
 	signer, err := grant.New(make([]byte, 32))
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv.SetGrants(signer)
-	bcfg, err := broker.FromCatalog(c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	br, err := broker.New(bcfg, broker.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	st := etcdtest.Connect(b, etcdtest.Start(b))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	adm, err := admission.Start(ctx, admission.Options{Broker: br, Client: st.Client(), Addr: "bench", Logger: logger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(adm.Close)
-	if !adm.Owner() {
+	p.Grants = signer
+	if !p.adm.Owner() {
 		b.Fatal("a lone replica owns the broker once Start returns")
 	}
 	tm, err := telemetry.NewMetrics("bench", "v0", true)
@@ -70,18 +39,19 @@ func BenchmarkDecideReserveReconcile(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = tm.Shutdown(context.Background()) })
-	m, err := metrics.New(metrics.Options{Provider: tm.MeterProvider(), Buckets: br, Queues: br, Reservations: br, Owner: adm.Owner})
+	m, err := metrics.New(metrics.Options{Provider: tm.MeterProvider(), Buckets: p.broker, Queues: p.broker, Reservations: p.broker, Owner: p.adm.Owner})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = m.Close() })
-	srv.SetMetrics(m)
-	srv.SetAdmission(adm)
+	p.Policy.Metrics = m
+	srv := server.New(p.Deps)
+	ctx := context.Background()
 
 	ctx = auth.NewContext(ctx, &auth.Principal{ID: "edge", Role: catalog.RoleEdge})
 	id := key(acmeKey)
 	ttl := durationpb.New(5 * time.Minute)
-	rsv := srv.Reservations()
+	rsv := server.Reservations(p.Policy)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {

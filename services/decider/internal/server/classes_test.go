@@ -1,10 +1,7 @@
 package server_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -13,16 +10,9 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/etcdtest"
 )
 
 const (
@@ -62,29 +52,7 @@ tenants:
 // admission on embedded etcd.
 func startWith(t *testing.T, yaml string) switchboardv1.DeciderClient {
 	t.Helper()
-	c, err := catalog.Parse([]byte(yaml))
-	require.NoError(t, err)
-	authn := auth.New()
-	authn.SetCatalog(c)
-	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
-	srv := server.New(hub, hedge.New(1, nil), authn)
-	bcfg, err := broker.FromCatalog(c)
-	require.NoError(t, err)
-	b, err := broker.New(bcfg, broker.Options{})
-	require.NoError(t, err)
-	st := etcdtest.Connect(t, etcdtest.Start(t))
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	adm, err := admission.Start(ctx, admission.Options{Broker: b, Client: st.Client(), Addr: "bufnet", Logger: logger()})
-	require.NoError(t, err)
-	t.Cleanup(adm.Close)
-	act, err := activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = act.Close() })
-	srv.SetAdmission(adm)
-	srv.SetActivity(act)
-	srv.SetRouter(routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1}))
-
+	srv := server.New(build(t, yaml).Deps)
 	return serve(t, grpc.NewServer(), srv)
 }
 

@@ -11,17 +11,6 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
 )
 
-// SetExperiments enables the switchback experiment calls.
-func (s *Server) SetExperiments(m *experiment.Manager) { s.experiments.Store(m) }
-
-func (s *Server) experimentManager() (*experiment.Manager, error) {
-	m := s.experiments.Load()
-	if m == nil {
-		return nil, status.Error(codes.Unavailable, "decider is starting: experiments not loaded yet")
-	}
-	return m, nil
-}
-
 // experimentStatus turns the experiment package's errors into statuses.
 func experimentStatus(err error) error {
 	switch {
@@ -39,14 +28,7 @@ func experimentStatus(err error) error {
 
 // StartExperiment implements [switchboardv1.OperatorServiceServer.StartExperiment].
 func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartExperimentRequest) (*switchboardv1.StartExperimentResponse, error) {
-	m, err := s.experimentManager()
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.ready()
-	if err != nil {
-		return nil, err
-	}
+	m, r := s.experiments, s.router
 	// A model the catalog does not have would be measured as nothing; one
 	// named by an alias is measured by its id, which records name.
 	models := req.GetExperiment().GetModels()
@@ -66,11 +48,7 @@ func (s *Server) StartExperiment(ctx context.Context, req *switchboardv1.StartEx
 
 // StopExperiment implements [switchboardv1.OperatorServiceServer.StopExperiment].
 func (s *Server) StopExperiment(ctx context.Context, _ *switchboardv1.StopExperimentRequest) (*switchboardv1.StopExperimentResponse, error) {
-	m, err := s.experimentManager()
-	if err != nil {
-		return nil, err
-	}
-	def, err := m.Stop(ctx)
+	def, err := s.experiments.Stop(ctx)
 	if err != nil {
 		return nil, experimentStatus(err)
 	}
@@ -79,11 +57,7 @@ func (s *Server) StopExperiment(ctx context.Context, _ *switchboardv1.StopExperi
 
 // GetExperiment implements [switchboardv1.OperatorServiceServer.GetExperiment].
 func (s *Server) GetExperiment(ctx context.Context, _ *switchboardv1.GetExperimentRequest) (*switchboardv1.GetExperimentResponse, error) {
-	m, err := s.experimentManager()
-	if err != nil {
-		return nil, err
-	}
-	resp, err := m.Get(ctx)
+	resp, err := s.experiments.Get(ctx)
 	if err != nil {
 		return nil, experimentStatus(err)
 	}

@@ -9,21 +9,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/etcdtest"
 )
 
 func TestExperimentCalls(t *testing.T) {
-	f := start(t, false)
+	f := start(t)
 	ctx := t.Context()
 	_, err := f.client.GetExperiment(ctx, &switchboardv1.GetExperimentRequest{})
-	requireCode(t, codes.Unavailable, err, "before start-up finished")
-
-	st := etcdtest.Connect(t, etcdtest.Start(t))
-	m := experiment.New(experiment.Options{Client: st.Client(), Replica: "r1", Logger: logger(), Limits: experiment.Limits{MinBlock: time.Second}})
-	f.srv.SetExperiments(m)
-	f.srv.SetRouter(f.router)
-	_, err = f.client.GetExperiment(ctx, &switchboardv1.GetExperimentRequest{})
 	requireCode(t, codes.NotFound, err, "no experiment yet")
 	_, err = f.client.StopExperiment(ctx, &switchboardv1.StopExperimentRequest{})
 	requireCode(t, codes.NotFound, err, "nothing to stop")

@@ -12,10 +12,7 @@ import (
 // recorded, no session moved, nothing reserved, no grant), with every
 // candidate's figures.
 func (s *Server) Explain(ctx context.Context, req *switchboardv1.ExplainRequest) (*switchboardv1.ExplainResponse, error) {
-	r, err := s.ready()
-	if err != nil {
-		return nil, err
-	}
+	r := s.router
 	dreq := &switchboardv1.DecideRequest{
 		RequestId: newID(), Identity: req.GetIdentity(), Model: req.GetModel(), Tokens: req.GetTokens(), Stream: req.GetStream(),
 		Provider: req.GetProvider(), Parameters: req.GetParameters(), Region: req.GetRegion(), SessionId: req.GetSessionId(),

@@ -143,7 +143,7 @@ func FuzzRPCs(f *testing.F) {
 			f.Add(append([]byte{byte(i), 255, byte(field)}, data...))
 		}
 	}
-	fx := start(f, true)
+	fx := start(f)
 	c, err := catalog.Parse([]byte(testCatalog))
 	require.NoError(f, err)
 	bcfg, err := broker.FromCatalog(c)

@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -20,8 +19,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
@@ -30,30 +28,43 @@ import (
 // Server implements every service of the decider:
 // switchboardv1.RouterServiceServer, switchboardv1.EdgeServiceServer,
 // switchboardv1.OperatorServiceServer and switchboardv1.ReplicaServiceServer.
+// It is built once every part it answers with is (Deps), and only then
+// registered and served: there is no "not ready yet" state to answer from.
 type Server struct {
 	switchboardv1.UnimplementedRouterServiceServer
 	switchboardv1.UnimplementedEdgeServiceServer
 	switchboardv1.UnimplementedOperatorServiceServer
 	switchboardv1.UnimplementedReplicaServiceServer
-	router   atomic.Pointer[routing.Router]
-	hub      *report.Hub
-	budget   *hedge.Budget
-	activity atomic.Pointer[activity.Store]
-	adm      atomic.Pointer[admission.Admission]
-	authn    *auth.Authenticator
+	router *routing.Router
+	hub    *report.Hub
+	authn  *auth.Authenticator
+	// policy owns every admission rule (Reserve, Reconcile, the hedge budget).
+	policy   admission.Policy
+	activity *activity.Store
 	// experiments answers the switchback experiment calls (experiment.go).
-	experiments atomic.Pointer[experiment.Manager]
-	// metrics records admission decisions (metrics.go); nil records none.
-	metrics atomic.Pointer[metrics.Admission]
+	experiments *experiment.Manager
 	trust
 }
 
-// SetAdmission enables Reserve, Reconcile and Decide's reserve option.
-func (s *Server) SetAdmission(a *admission.Admission) { s.adm.Store(a) }
-
-// policy is the admission policy as this server holds it now.
-func (s *Server) policy() admission.Policy {
-	return admission.Policy{Admission: s.adm.Load(), Budget: s.budget, Contracts: s.authn, Metrics: s.metrics.Load()}
+// Deps are the parts a Server answers with, each built before it.
+type Deps struct {
+	// Router answers Decide and ListModels from the current catalog. (Required)
+	Router *routing.Router
+	// Auth resolves and checks the identities requests carry. (Required)
+	Auth *auth.Authenticator
+	// Hub serves the edges' Report streams. (Required)
+	Hub *report.Hub
+	// Policy owns the admission rules: Reserve, Reconcile, KeepReservations,
+	// Decide's reserve option and the hedge budget. (Required)
+	Policy admission.Policy
+	// Activity is the activity log ListActivity and GetActivity read. (Required)
+	Activity *activity.Store
+	// Experiments answers the switchback experiment calls. (Required)
+	Experiments *experiment.Manager
+	// Grants makes Decide issue a grant with each decision, which the edge
+	// copies into the request's activity record so the record can be
+	// checked against the decision. (Optional) Without it Decide issues none.
+	Grants *grant.Signer
 }
 
 var (
@@ -62,32 +73,15 @@ var (
 	_ switchboardv1.OperatorServiceServer = (*Server)(nil)
 )
 
-// New returns a server that answers UNAVAILABLE until SetRouter is called.
-// authn resolves and checks the identities requests carry.
-func New(hub *report.Hub, budget *hedge.Budget, authn *auth.Authenticator) *Server {
-	return &Server{hub: hub, budget: budget, authn: authn}
-}
-
-// SetActivity makes the activity log queryable.
-func (s *Server) SetActivity(a *activity.Store) { s.activity.Store(a) }
-
-// SetRouter makes the server ready.
-func (s *Server) SetRouter(r *routing.Router) { s.router.Store(r) }
-
-func (s *Server) ready() (*routing.Router, error) {
-	r := s.router.Load()
-	if r == nil {
-		return nil, status.Error(codes.Unavailable, "decider is starting: catalog not loaded yet")
-	}
-	return r, nil
+// New returns a server of d.
+func New(d Deps) *Server {
+	return &Server{router: d.Router, hub: d.Hub, authn: d.Auth, policy: d.Policy, activity: d.Activity,
+		experiments: d.Experiments, trust: trust{grants: d.Grants}}
 }
 
 // Decide implements [switchboardv1.RouterServiceServer.Decide].
 func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
-	r, err := s.ready()
-	if err != nil {
-		return nil, err
-	}
+	r := s.router
 	if err := invalid(validate.Decide(req)); err != nil {
 		return nil, err
 	}
@@ -106,7 +100,7 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 		return nil, toStatus(err)
 	}
 	if req.GetReserve() {
-		if err := s.policy().Decide(ctx, req, resp); err != nil {
+		if err := s.policy.Decide(ctx, req, resp); err != nil {
 			return nil, err
 		}
 	}
@@ -116,14 +110,10 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 
 // ListModels implements [switchboardv1.RouterServiceServer.ListModels].
 func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
-	r, err := s.ready()
-	if err != nil {
-		return nil, err
-	}
 	if _, err := s.authn.Identity(ctx, switchboardv1.RouterService_ListModels_FullMethodName, req.GetIdentity()); err != nil {
 		return nil, err
 	}
-	return &switchboardv1.ListModelsResponse{Models: r.ListModels()}, nil
+	return &switchboardv1.ListModelsResponse{Models: s.router.ListModels()}, nil
 }
 
 // AcquireHedge implements [switchboardv1.EdgeServiceServer.AcquireHedge]
@@ -132,7 +122,7 @@ func (s *Server) AcquireHedge(ctx context.Context, req *switchboardv1.AcquireHed
 	if err := invalid(validate.AcquireHedge(req)); err != nil {
 		return nil, err
 	}
-	return s.policy().AcquireHedge(ctx, req)
+	return s.policy.AcquireHedge(ctx, req)
 }
 
 // SettleHedge implements [switchboardv1.EdgeServiceServer.SettleHedge]
@@ -141,7 +131,7 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 	if err := invalid(validate.SettleHedge(req)); err != nil {
 		return nil, err
 	}
-	return s.policy().SettleHedge(ctx, req)
+	return s.policy.SettleHedge(ctx, req)
 }
 
 // ListActivity implements [switchboardv1.RouterServiceServer.ListActivity].
@@ -156,10 +146,8 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 	q := activity.Query{Tenant: tenant, Model: req.GetModel(), Limit: int(req.GetLimit()), Cursor: req.GetCursor()}
 	// Records name the catalog id: a filter by an alias finds its model's.
 	// A name the catalog no longer has may still be a past record's.
-	if r := s.router.Load(); r != nil {
-		if id, ok := r.Resolve(q.Model); ok {
-			q.Model = id
-		}
+	if id, ok := s.router.Resolve(q.Model); ok {
+		q.Model = id
 	}
 	if req.GetLimit() < 0 || req.GetLimit() > 500 {
 		return nil, status.Error(codes.InvalidArgument, "limit must be between 1 and 500")
@@ -205,32 +193,18 @@ func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivity
 // activityFor resolves whose records are read: only the identity's tenant's,
 // and only a tenant the caller may act for.
 func (s *Server) activityFor(ctx context.Context, method string, id *switchboardv1.Identity) (string, *activity.Store, error) {
-	if _, err := s.ready(); err != nil {
-		return "", nil, err
-	}
 	who, err := s.authn.Identity(ctx, method, id)
 	if err != nil {
 		return "", nil, err
 	}
-	store := s.activity.Load()
-	if store == nil {
-		return "", nil, status.Error(codes.Unavailable, "the activity log is not open yet")
-	}
-	return who.GetTenantId(), store, nil
+	return who.GetTenantId(), s.activity, nil
 }
 
 // Reserve implements [switchboardv1.RouterServiceServer.Reserve]. A caller that sends
 // api_key_sha256 is authenticated and its identity resolved; a trusted
 // caller's tenant_id must name a tenant.
 func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	r, err := s.ready()
-	if err != nil {
-		return nil, err
-	}
-	p := s.policy()
-	if err := p.Ready(); err != nil {
-		return nil, err
-	}
+	r := s.router
 	if req.GetEndpointId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
 	}
@@ -255,22 +229,18 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	if err != nil {
 		return nil, err
 	}
-	return p.Reserve(ctx, req, id)
+	return s.policy.Reserve(ctx, req, id)
 }
 
 // Reconcile implements [switchboardv1.RouterServiceServer.Reconcile].
 func (s *Server) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (*switchboardv1.ReconcileResponse, error) {
-	p := s.policy()
-	if err := p.Ready(); err != nil {
-		return nil, err
-	}
 	if req.GetReservationId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "reservation_id is required")
 	}
 	if err := invalid(validate.Reconcile(req)); err != nil {
 		return nil, err
 	}
-	return p.Reconcile(ctx, req, s.allow(ctx))
+	return s.policy.Reconcile(ctx, req, s.allow(ctx))
 }
 
 // maxKeep bounds the ids of one KeepReservations call.
@@ -278,17 +248,13 @@ const maxKeep = 100_000
 
 // KeepReservations implements [switchboardv1.RouterServiceServer.KeepReservations].
 func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepReservationsRequest) (*switchboardv1.KeepReservationsResponse, error) {
-	p := s.policy()
-	if err := p.Ready(); err != nil {
-		return nil, err
-	}
 	if len(req.GetReservationIds()) > maxKeep {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d reservation ids per call", maxKeep)
 	}
 	if err := invalid(validate.ReservationIDs(req.GetReservationIds())); err != nil {
 		return nil, err
 	}
-	n, err := p.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
+	n, err := s.policy.Keep(ctx, req.GetReservationIds(), s.allow(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -296,18 +262,18 @@ func (s *Server) KeepReservations(ctx context.Context, req *switchboardv1.KeepRe
 }
 
 // Reservations is what the report hub applies the edges' reconciliations
-// and heartbeats with: the broker's owner, through this replica's
-// admission once it is set (until then, every attempt fails and is retried).
-func (s *Server) Reservations() report.Reservations { return reservations{s} }
+// and heartbeats with: the broker's owner, through p, on behalf of the
+// edge whose stream carried them.
+func Reservations(p admission.Policy) report.Reservations { return reservations{p} }
 
-type reservations struct{ s *Server }
+type reservations struct{ p admission.Policy }
 
 func (r reservations) Reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest) (term int64, err error) {
-	return r.s.policy().ReconcileOnce(ctx, req, r.s.allow(ctx))
+	return r.p.ReconcileOnce(ctx, req, auth.Reservations(ctx))
 }
 
 func (r reservations) Keep(ctx context.Context, ids []string) error {
-	_, err := r.s.policy().Keep(ctx, ids, r.s.allow(ctx))
+	_, err := r.p.Keep(ctx, ids, auth.Reservations(ctx))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // an owner of an older version: nothing to keep them with
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
@@ -57,32 +58,70 @@ tenants:
 
 func logger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// fixture is a Server on an in-process gRPC connection, with the parts
-// Set* installs kept so a test can install them when it wants.
+// fixture is a Server on an in-process gRPC connection, with its parts.
 type fixture struct {
 	srv    *server.Server
 	client switchboardv1.DeciderClient
+	parts
+	caller atomic.Pointer[auth.Principal]
+}
+
+// parts are a Server's dependencies as the decider builds them, for a
+// catalog: admission and the experiments on embedded etcd, the activity
+// log in a temporary directory.
+type parts struct {
+	server.Deps
 	router *routing.Router
 	act    *activity.Store
 	adm    *admission.Admission
 	broker *broker.Broker
 	budget *hedge.Budget
-	caller atomic.Pointer[auth.Principal]
 }
 
-// start serves a Server over bufconn. ready installs the router, the
-// activity log and admission (on embedded etcd); otherwise the server is as
-// at start-up, before the catalog is loaded.
-func start(t testing.TB, ready bool) *fixture {
+// build builds the parts of a Server for catalog yaml.
+func build(t testing.TB, yaml string) parts {
 	t.Helper()
-	hub := report.NewHub(logger(), func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {}, func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil })
-	c, err := catalog.Parse([]byte(testCatalog))
+	c, err := catalog.Parse([]byte(yaml))
 	require.NoError(t, err)
-	authn := auth.New()
-	authn.SetCatalog(c)
-	f := &fixture{budget: hedge.New(1, nil)}
-	f.srv = server.New(hub, f.budget, authn)
+	idx := auth.NewIndex(c)
+	authn := auth.New(func() *auth.Index { return idx })
+	bcfg, err := broker.FromCatalog(c)
+	require.NoError(t, err)
+	p := parts{budget: hedge.New(1, nil)}
+	p.broker, err = broker.New(bcfg, broker.Options{})
+	require.NoError(t, err)
+	st := etcdtest.Connect(t, etcdtest.Start(t))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p.adm, err = admission.Start(ctx, admission.Options{Broker: p.broker, Client: st.Client(), Addr: "bufnet", Logger: logger()})
+	require.NoError(t, err)
+	t.Cleanup(p.adm.Close)
+	p.act, err = activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.act.Close() })
+	p.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
+	policy := admission.Policy{Admission: p.adm, Budget: p.budget, Contracts: authn}
+	hub := report.NewHub(report.Options{
+		Logger: logger(), Sink: func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {},
+		Activity:     func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil },
+		Reservations: server.Reservations(policy),
+	})
+	p.Deps = server.Deps{
+		Router: p.router, Auth: authn, Hub: hub, Policy: policy, Activity: p.act,
+		Experiments: experiment.New(experiment.Options{Client: st.Client(), Replica: "r1", Logger: logger(), Limits: experiment.Limits{MinBlock: time.Second}}),
+	}
+	return p
+}
 
+// start serves a Server of testCatalog over bufconn, its Deps changed by
+// with.
+func start(t testing.TB, with ...func(*server.Deps)) *fixture {
+	t.Helper()
+	f := &fixture{parts: build(t, testCatalog)}
+	for _, w := range with {
+		w(&f.Deps)
+	}
+	f.srv = server.New(f.Deps)
 	// Calls are made as f.caller, as the authentication interceptor would
 	// have found it (none: as a caller of every tenant).
 	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -92,36 +131,7 @@ func start(t testing.TB, ready bool) *fixture {
 		return h(ctx, req)
 	}))
 	f.client = serve(t, gs, f.srv)
-
-	f.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
-	f.act, err = activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = f.act.Close() })
-	if ready {
-		f.install(t)
-	}
 	return f
-}
-
-// install makes the server ready: router, activity log and admission.
-func (f *fixture) install(t testing.TB) {
-	t.Helper()
-	c, err := catalog.Parse([]byte(testCatalog))
-	require.NoError(t, err)
-	bcfg, err := broker.FromCatalog(c)
-	require.NoError(t, err)
-	b, err := broker.New(bcfg, broker.Options{})
-	require.NoError(t, err)
-	f.broker = b
-	st := etcdtest.Connect(t, etcdtest.Start(t))
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	f.adm, err = admission.Start(ctx, admission.Options{Broker: b, Client: st.Client(), Addr: "bufnet", Logger: logger()})
-	require.NoError(t, err)
-	t.Cleanup(f.adm.Close)
-	f.srv.SetAdmission(f.adm)
-	f.srv.SetActivity(f.act)
-	f.srv.SetRouter(f.router)
 }
 
 func key(k string) *switchboardv1.Identity {
@@ -134,55 +144,8 @@ func requireCode(t *testing.T, want codes.Code, err error, msg string) {
 	require.Equal(t, want, status.Code(err), "%s: %v", msg, err)
 }
 
-func TestNotReadyAnswersUnavailable(t *testing.T) {
-	f := start(t, false)
-	ctx := t.Context()
-	calls := []struct {
-		name string
-		call func() error
-	}{
-		{"Decide", func() error {
-			_, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model})
-			return err
-		}},
-		{"ListModels", func() error {
-			_, err := f.client.ListModels(ctx, &switchboardv1.ListModelsRequest{Identity: key(acmeKey)})
-			return err
-		}},
-		{"Reserve", func() error {
-			_, err := f.client.Reserve(ctx, &switchboardv1.ReserveRequest{Identity: key(acmeKey), EndpointId: "alpha/" + model})
-			return err
-		}},
-		{"Reconcile", func() error {
-			_, err := f.client.Reconcile(ctx, &switchboardv1.ReconcileRequest{ReservationId: "r"})
-			return err
-		}},
-		{"ListActivity", func() error {
-			_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey)})
-			return err
-		}},
-		{"GetActivity", func() error {
-			_, err := f.client.GetActivity(ctx, &switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "x"})
-			return err
-		}},
-	}
-	for _, c := range calls {
-		t.Run(c.name, func(t *testing.T) { requireCode(t, codes.Unavailable, c.call(), "before start-up finished") })
-	}
-
-	// The router alone: the activity log is still opening.
-	f.srv.SetRouter(f.router)
-	_, err := f.client.ListActivity(ctx, &switchboardv1.ListActivityRequest{Identity: key(acmeKey)})
-	requireCode(t, codes.Unavailable, err, "activity log not open")
-	_, err = f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true})
-	requireCode(t, codes.Unavailable, err, "a reserving Decide before the broker is up")
-	d, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model})
-	require.NoError(t, err, "a plain Decide needs only the catalog")
-	require.Equal(t, "alpha", d.GetEndpoint().GetProvider())
-}
-
 func TestArgumentValidation(t *testing.T) {
-	f := start(t, true)
+	f := start(t)
 	ctx := t.Context()
 	tests := []struct {
 		name string
@@ -260,7 +223,7 @@ func TestArgumentValidation(t *testing.T) {
 }
 
 func TestDecideReserveReconcile(t *testing.T) {
-	f := start(t, true)
+	f := start(t)
 	ctx := t.Context()
 
 	d, err := f.client.Decide(ctx, &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true,
@@ -296,7 +259,7 @@ func TestDecideReserveReconcile(t *testing.T) {
 // TestActivityIsTenantScoped: a tenant reads its own records only, found by
 // key, even when another tenant's record has the same id.
 func TestActivityIsTenantScoped(t *testing.T) {
-	f := start(t, true)
+	f := start(t)
 	ctx := t.Context()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	rec := func(tenant, id string, min int) *switchboardv1.ActivityRecord {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/switchboard-ai/switchboard/pkg/billing"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
@@ -15,20 +14,16 @@ import (
 
 // trust is what the server checks records with.
 type trust struct {
-	grants atomic.Pointer[grant.Signer]
+	// grants signs each decision's grant; nil issues none (Deps.Grants).
+	grants *grant.Signer
 }
-
-// SetGrants makes Decide issue a grant with each decision, which the edge
-// copies into the request's activity record so the record can be checked
-// against the decision. Without it Decide issues none.
-func (s *Server) SetGrants(g *grant.Signer) { s.grants.Store(g) }
 
 // grant sets the decision's caps and its grant, for its request id,
 // resolved identity and caps. The caps are those of the endpoints the
 // answer leaves the caller — the chosen one, its fallbacks and the hedge
 // endpoint, as they stand once reserving has picked among them.
 func (s *Server) grant(r *routing.Router, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) {
-	g := s.grants.Load()
+	g := s.grants
 	if g == nil {
 		return
 	}

@@ -11,12 +11,13 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
 )
 
 // TestDecideIssuesAGrant: with a signer, every decision carries the grant
 // of its request id and resolved identity; without one, none.
 func TestDecideIssuesAGrant(t *testing.T) {
-	f := start(t, true)
+	f := start(t)
 	decide := func() *switchboardv1.DecideResponse {
 		d, err := f.client.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}})
@@ -27,7 +28,7 @@ func TestDecideIssuesAGrant(t *testing.T) {
 
 	g, err := grant.New(bytes.Repeat([]byte{7}, 32))
 	require.NoError(t, err)
-	f.srv.SetGrants(g)
+	f = start(t, func(d *server.Deps) { d.Grants = g })
 	d := decide()
 	require.Len(t, d.GetGrant(), grant.Size)
 	// The caps of both endpoints (neither has a context_length: the
@@ -48,7 +49,7 @@ func TestDecideIssuesAGrant(t *testing.T) {
 // tenant is refused a reservation with PERMISSION_DENIED and the
 // reservation stays open.
 func TestTenantCheckOnReservations(t *testing.T) {
-	f := start(t, true)
+	f := start(t)
 	d, err := f.client.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: key(acmeKey), Model: model, Reserve: true,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: 100, MaxOutputTokens: 10}})
 	require.NoError(t, err)

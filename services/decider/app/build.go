@@ -1,0 +1,201 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/affinity"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/gate"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
+)
+
+// build builds every component, in the order they need each other, and
+// starts their background work on bg. Nothing is served from them yet.
+func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.TransportCredentials) error {
+	cfg, logger := d.cfg, d.logger
+	var err error
+	endpoints := cfg.Etcd
+	if len(endpoints) == 0 {
+		dir, _ := filepath.Abs(filepath.Join(cfg.DataDir, "etcd"))
+		d.embedded, err = store.StartEmbedded(ctx, store.EmbeddedOptions{DataDir: dir, ClientAddr: cfg.EtcdListen,
+			MaxRequestBytes: admission.WriteBytesFor(cfg.brokerStateBytes()) + etcdRequestSlack})
+		if err != nil {
+			return err
+		}
+		endpoints = []string{d.embedded.Endpoint()}
+		logger.Info("embedded etcd started", "endpoint", d.embedded.Endpoint(), "dir", dir)
+	}
+	etcdTLS, err := cfg.etcdTLS()
+	if err != nil {
+		return err
+	}
+	d.store, err = store.ConnectTLSWith(ctx, endpoints, etcdTLS, logger.With("component", "store"),
+		admission.WriteBytesFor(cfg.brokerStateBytes())+etcdRequestSlack)
+	if err != nil {
+		return err
+	}
+
+	// The statistics first: every catalog's routing index is bound to them.
+	d.stats = stats.New(stats.Config{Now: cfg.Now})
+	if n, err := d.stats.Load(ctx, d.store); err != nil {
+		logger.Warn("routing statistics not restored", "err", err)
+	} else {
+		logger.Info("routing statistics restored", "models", n)
+	}
+	oc := outcomes.New(outcomes.Config{HalfLife: cfg.RoutingCostHalfLife, LoadWindow: cfg.RoutingCostLoadWindow, Now: cfg.Now})
+	d.gate = gate.New(routing.Sources{Stats: d.stats, Outcomes: oc, Stamps: routing.NewStamps(cfg.Now)})
+	views, err := d.loadCatalog(ctx)
+	if err != nil {
+		return err
+	}
+	d.catalog = gate.NewCurrent(views)
+	d.authn = auth.New(d.catalog.Auth)
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if d.grants, err = grant.Load(ctx, d.store.Client()); err != nil {
+		return err
+	}
+	expRev, err := d.loadExperiments(ctx)
+	if err != nil {
+		return err
+	}
+	d.act, err = activity.Open(activity.Options{
+		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
+		Logger: logger.With("component", "activity"), Now: cfg.Now,
+		Stored: d.exps.Observe,
+	})
+	if err != nil {
+		return err
+	}
+
+	aff := affinity.New(affinity.Options{})
+	sessions := session.New(session.Options{})
+	d.cool = cooldown.New(cfg.cooldownOptions())
+	hedgeFrom := cfg.HedgeFrom
+	if cfg.HedgeBudgetUSD == 0 {
+		hedgeFrom = -1 // no budget, no hedges: do not make edges ask
+	}
+	policy, _ := routing.ParsePolicy(cfg.RoutingPolicy) // validated with the flags
+	d.router = routing.New(nil, routing.Options{
+		Catalog: d.catalog.Routing,
+		Stats:   d.stats, Affinity: aff, Cooldown: d.cool,
+		Policy: policy, Outcomes: oc, Cost: routing.CostOptions{Margin: cfg.RoutingCostMargin, Floor: cfg.RoutingCostFloor},
+		Exploration: cfg.Exploration, Seed: cfg.Seed, Now: cfg.Now,
+		HedgeFrom: hedgeFrom, HedgeImmediateFrom: cfg.HedgeImmediateFrom, HedgeDelay: cfg.HedgeDelay,
+		FastEnough: cfg.FastEnough, Arm: d.exps.Arm,
+		NoSticky: cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
+	})
+
+	d.broker, err = broker.New(views.Broker, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes()})
+	if err != nil {
+		return fmt.Errorf("rate-limit broker: %w", err)
+	}
+	d.budget = hedge.NewPaced(hedge.Options{DailyUSD: cfg.HedgeBudgetUSD, Burst: cfg.HedgeBudgetBurst, Now: cfg.Now})
+	var dial []grpc.DialOption
+	if cfg.TokenFile != "" {
+		tok, err := bearer.NewFile(cfg.TokenFile, bearer.Options{})
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		dial = append(dial, grpc.WithPerRPCCredentials(tok))
+	}
+	advertise := cfg.Advertise
+	if advertise == "" {
+		advertise = d.lis.Addr().String()
+	}
+	d.adm, err = admission.Start(ctx, admission.Options{
+		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
+		Creds:         peerCreds,
+		LeaseTTL:      int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
+		Every:         cfg.BrokerSnapshotInterval,
+		DialOptions:   dial,
+		MaxWriteBytes: admission.WriteBytesFor(cfg.brokerStateBytes()),
+	})
+	if err != nil {
+		return err
+	}
+	if d.metrics.Enabled() {
+		d.admMetrics, err = metrics.New(metrics.Options{
+			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,
+			KnownRoute: func(id string) bool { _, _, ok := d.router.Endpoint(id); return ok },
+			Owner:      d.adm.Owner,
+			Snapshots: func() metrics.Snapshots {
+				s := d.adm.Snapshots()
+				return metrics.Snapshots{Owner: s.Owner, Failures: s.Failures, Age: s.Age}
+			},
+			State: d.broker.StateBytes,
+		})
+		if err != nil {
+			return fmt.Errorf("admission metrics: %w", err)
+		}
+	}
+	admit := admission.Policy{Admission: d.adm, Budget: d.budget, Contracts: d.authn, Metrics: d.admMetrics}
+	d.settler = admission.NewSettler(d.budget, d.adm, logger.With("component", "hedge"))
+	d.sink = activity.NewSink(d.act, d.grants, d.settler, logger.With("component", "activity"))
+
+	// The hub hands call reports to the observer, which tells edges of
+	// cool-downs through the hub: ob is set before anything is served, so
+	// before any Report stream can bring a report.
+	var ob *observe.Observer
+	d.hub = report.NewHub(report.Options{
+		Logger:       logger.With("component", "report"),
+		Sink:         func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) { ob.Ingest(e, rs) },
+		Activity:     d.sink.Add,
+		Keys:         d.catalog.Keys,
+		Reservations: server.Reservations(admit),
+	})
+	ob = observe.New(observe.Options{
+		Catalog: d.router, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
+		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
+	})
+	d.observer = ob
+	d.svc = server.New(server.Deps{
+		Router: d.router, Auth: d.authn, Hub: d.hub, Policy: admit, Activity: d.act, Experiments: d.exps, Grants: d.grants,
+	})
+
+	// Edges replay to each new owner what the ones before applied lately.
+	d.wg.Go(func() { d.hub.FollowOwnerTerm(bg, d.adm.OwnerTerm) })
+	d.wg.Go(func() { d.store.WatchCatalog(bg, views.Revision, d.onCatalog) })
+	d.wg.Go(func() {
+		d.stats.Keep(bg, stats.KeepOptions{
+			Saver: d.store, Every: cfg.StatsSnapshotInterval, Now: cfg.Now, Logger: logger.With("component", "stats"),
+			Expire: []func(time.Time){d.cool.Expire, func(now time.Time) { d.broker.Expire(now) }},
+		})
+	})
+	d.wg.Go(func() { d.settler.Run(bg) })
+	d.wg.Go(func() { d.exps.Run(bg, expRev) })
+	if cfg.ProbeInterval > 0 {
+		p := probe.New(probe.Options{
+			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes, Models: d.router.Models,
+			Send: d.hub.SendOne, Logger: logger.With("component", "probe"),
+		})
+		d.wg.Go(func() { p.Run(bg) })
+	}
+	return nil
+}
