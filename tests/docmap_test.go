@@ -59,10 +59,7 @@ func goPackageDirs(root string) ([]string, error) {
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if p != root && (name == "testdata" || name == "node_modules" || name == "bin" || strings.HasPrefix(name, ".")) {
-				return filepath.SkipDir
-			}
-			return nil
+			return skipNonSource(root, p, name)
 		}
 		if strings.HasSuffix(name, ".go") {
 			rel, err := filepath.Rel(root, filepath.Dir(p))
@@ -82,6 +79,16 @@ func goPackageDirs(root string) ([]string, error) {
 	}
 	slices.Sort(dirs)
 	return dirs, nil
+}
+
+// skipNonSource is filepath.SkipDir for a directory of root's tree that
+// holds no package (test data, installed Node modules, built binaries and
+// hidden directories: .git, .bin, .data), nil for any other.
+func skipNonSource(root, dir, name string) error {
+	if dir != root && (name == "testdata" || name == "node_modules" || name == "bin" || strings.HasPrefix(name, ".")) {
+		return filepath.SkipDir
+	}
+	return nil
 }
 
 // codeSpan is one `code` span of a table cell.

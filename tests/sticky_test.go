@@ -142,7 +142,9 @@ func (s *stickySystem) samples(t *testing.T) map[string]int64 {
 
 // learnt waits until the decider has taken in the report of provider's
 // call number n at this size: where a conversation was served is known
-// from its reports.
+// from its reports. It counts the samples inside the statistics' window,
+// timed by the edge's clock: only while the test has moved the decider's
+// clock less than a window ahead of it.
 func (s *stickySystem) learnt(t *testing.T, provider string, n int64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return s.samples(t)[provider] >= n }, waitFor, tick, "%s's call %d reported", provider, n)
@@ -271,8 +273,15 @@ func TestStickyConversations(t *testing.T) {
 		require.Contains(t, s.dryRun(t, session), "sticky=new")
 		p, _ = s.post(t, testKey, chat("session-4", stickyPromptTokens, ""), "X-Session-Id", session)
 		require.Equal(t, "warm", p)
-		afterTurn(p) // its report is in, whenever the dry run below comes
-		require.Contains(t, s.dryRun(t, session), "provider=warm")
+		// Its report is in once the conversation is known on warm. (Not
+		// by learnt: the decider's clock is now 20 minutes ahead of the
+		// edge's, whose start times the statistics take as their
+		// samples': a window, 15 minutes, behind, they are dropped as
+		// they arrive, and the earlier ones at the next refresh.)
+		require.Eventually(t, func() bool {
+			sum := s.dryRun(t, session)
+			return strings.Contains(sum, "provider=warm") && strings.Contains(sum, "sticky=kept")
+		}, waitFor, tick, "warm's turn of the conversation reported")
 
 		// warm fails: the turn is answered by plain, warm cools down, and
 		// the conversation follows plain, where its prompt now is.

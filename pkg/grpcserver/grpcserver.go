@@ -63,6 +63,8 @@ type Server struct {
 	GRPC *grpc.Server
 	// Health is the grpc.health.v1 service; the overall status ("") starts NOT_SERVING.
 	Health *health.Server
+	// watches serves Health, ending its Watch streams on Shutdown.
+	watches *healthService
 }
 
 // New returns a server whose overall health is NOT_SERVING until the caller
@@ -138,11 +140,12 @@ func New(logger *slog.Logger, opts Options) *Server {
 		h = health.NewServer()
 		h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	healthpb.RegisterHealthServer(s, h)
+	watches := newHealthService(h)
+	healthpb.RegisterHealthServer(s, watches)
 	if opts.Reflection {
 		reflection.Register(s)
 	}
-	return &Server{GRPC: s, Health: h}
+	return &Server{GRPC: s, Health: h, watches: watches}
 }
 
 // SetServing sets the overall status and that of every named service.
@@ -158,13 +161,15 @@ func (s *Server) SetServing(serving bool, services ...string) {
 }
 
 // Shutdown reports NOT_SERVING, waits drain so load balancers notice before
-// connections close, then stops gracefully; past timeout it stops hard so a
-// stuck stream cannot hold the process.
+// connections close, ends the health Watch streams (their watchers would
+// hold GracefulStop for good), then stops gracefully; past timeout it stops
+// hard so a stuck stream cannot hold the process.
 func (s *Server) Shutdown(drain, timeout time.Duration) {
 	s.Health.Shutdown()
 	if drain > 0 {
 		time.Sleep(drain)
 	}
+	s.watches.end()
 	done := make(chan struct{})
 	go func() {
 		s.GRPC.GracefulStop()

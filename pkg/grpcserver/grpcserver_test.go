@@ -235,8 +235,7 @@ func TestShutdownDrains(t *testing.T) {
 	s := serve(t, Options{})
 	s.srv.SetServing(true)
 	// A watch sees the NOT_SERVING Shutdown reports before anything stops.
-	// (A watch is a stream GracefulStop waits for like any other: the
-	// watcher ends it once told, as a load balancer moving away would.)
+	// (The server then ends the watch itself: TestShutdownEndsHealthWatches.)
 	watchCtx, endWatch := context.WithCancel(t.Context())
 	defer endWatch()
 	watch, err := healthpb.NewHealthClient(s.conn).Watch(watchCtx, &healthpb.HealthCheckRequest{})
@@ -288,4 +287,50 @@ func TestShutdownTimeoutStopsHard(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	<-s.done
+}
+
+// An open health Watch does not hold Shutdown until its timeout: the
+// watcher is told NOT_SERVING, then the server ends the stream itself
+// (Unavailable, "shutting down") and GracefulStop returns. Before, the
+// watch lasted until the hard stop cut the connection under it.
+func TestShutdownEndsHealthWatches(t *testing.T) {
+	s := serve(t, Options{})
+	s.srv.SetServing(true)
+	watch, err := healthpb.NewHealthClient(s.conn).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
+
+	stopped := make(chan struct{})
+	go func() {
+		// A timeout long enough that a hard stop shows in the stream's
+		// end (a transport error) rather than in a slow test passing.
+		s.srv.Shutdown(0, 20*time.Second)
+		close(stopped)
+	}()
+	next, err := watch.Recv()
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next.GetStatus())
+	_, err = watch.Recv()
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Contains(t, status.Convert(err).Message(), shuttingDown, "the server ended the watch, not the hard stop")
+	<-stopped
+	require.NoError(t, <-s.done, "Serve returned, as after GracefulStop")
+}
+
+// A watch opened once Shutdown began is told NOT_SERVING and ended at once.
+func TestHealthWatchAfterShutdown(t *testing.T) {
+	s := serve(t, Options{})
+	s.srv.SetServing(true)
+	s.srv.Health.Shutdown()
+	s.srv.watches.end()
+	watch, err := healthpb.NewHealthClient(s.conn).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, first.GetStatus())
+	_, err = watch.Recv()
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Contains(t, status.Convert(err).Message(), shuttingDown)
 }

@@ -97,12 +97,21 @@ func newConn(ctx context.Context, cancel context.CancelFunc, hello *switchboardv
 
 // send is the stream's only sender: commands, acks, the key set and the
 // owner's term, until the receive loop ends (recvErr) or the hub closes
-// the stream.
+// the stream. Nothing but the key set goes before the stream was told an
+// owner's term: the edge reads every ack against the owner it was told
+// (before the first election there is none), so a stream's first messages
+// are the key set and the owner's term, whatever else waits. Meanwhile
+// out fills: a call-report ack or a command past its buffer is dropped,
+// as for a slow edge, and the activity and reconcile acks wait.
 func (h *Hub) send(stream switchboardv1.EdgeService_ReportServer, c *conn, recvErr <-chan error, worked <-chan struct{}) error {
+	var out <-chan *switchboardv1.ReportResponse // c.out once a term was sent
 	for {
-		if sent, err := h.sendFirst(stream, c); err != nil {
+		if sent, term, err := h.sendFirst(stream, c); err != nil {
 			return err
 		} else if sent {
+			if term {
+				out = c.out
+			}
 			continue
 		}
 		select {
@@ -110,7 +119,7 @@ func (h *Hub) send(stream switchboardv1.EdgeService_ReportServer, c *conn, recvE
 			return h.ended(stream, c, err, worked)
 		case <-c.ctx.Done():
 			return status.Error(codes.Unavailable, "decider is shutting down")
-		case m := <-c.out:
+		case m := <-out:
 			if err := stream.Send(m); err != nil {
 				return err
 			}
@@ -122,27 +131,28 @@ func (h *Hub) send(stream switchboardv1.EdgeService_ReportServer, c *conn, recvE
 			if err := h.sendTerm(stream); err != nil {
 				return err
 			}
+			out = c.out
 		}
 	}
 }
 
 // sendFirst sends a new key set or owner term when one waits, and reports
-// whether it sent one. A new key set goes before anything else waiting: it
-// is the first thing a new stream is sent, and it precedes the catalog
-// change announced with it. A new owner term goes next, before any ack the
-// new owner's work produces.
-func (h *Hub) sendFirst(stream switchboardv1.EdgeService_ReportServer, c *conn) (bool, error) {
+// whether it sent one, and whether that was a term. A new key set goes
+// before anything else waiting: it is the first thing a new stream is
+// sent, and it precedes the catalog change announced with it. A new owner
+// term goes next, before any ack the new owner's work produces.
+func (h *Hub) sendFirst(stream switchboardv1.EdgeService_ReportServer, c *conn) (sent, term bool, _ error) {
 	select {
 	case <-c.keys:
-		return true, h.sendKeys(stream)
+		return true, false, h.sendKeys(stream)
 	default:
 	}
 	select {
 	case <-c.term:
-		return true, h.sendTerm(stream)
+		return true, true, h.sendTerm(stream)
 	default:
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // ended is how the stream ends once its receive loop returned err.
@@ -182,13 +192,21 @@ func (h *Hub) sendTerm(stream switchboardv1.EdgeService_ReportServer) error {
 const drainTimeout = 5 * time.Second
 
 // drain waits, after the edge's half-close, until the worker has applied
-// what was queued, sending its acks, within drainTimeout.
+// what was queued, sending its acks, within drainTimeout. A new owner's
+// term still goes before the acks its work produced; the acks of a
+// stream never told a term go without one, as the edge is stopping.
 func (h *Hub) drain(stream switchboardv1.EdgeService_ReportServer, c *conn, worked <-chan struct{}) error {
 	t := time.NewTimer(drainTimeout)
 	defer t.Stop()
 	for {
+		if _, _, err := h.sendFirst(stream, c); err != nil {
+			return nil // the edge is gone
+		}
 		select {
 		case <-worked:
+			if _, _, err := h.sendFirst(stream, c); err != nil {
+				return nil
+			}
 			for {
 				select {
 				case m := <-c.out:
@@ -202,6 +220,10 @@ func (h *Hub) drain(stream switchboardv1.EdgeService_ReportServer, c *conn, work
 		case m := <-c.out:
 			if err := stream.Send(m); err != nil {
 				return nil // the edge is gone
+			}
+		case <-c.term:
+			if err := h.sendTerm(stream); err != nil {
+				return nil
 			}
 		case <-t.C:
 			h.logger.Warn("reservation work left undone at the end of a stream", "edge", c.hello.GetEdgeId(), "queued", len(c.jobs))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -122,7 +123,16 @@ func (f *fakeReservations) reconciledIDs() []string {
 	return ids
 }
 
+// newTestHub is a hub whose broker has an owner, of term 1: a stream is
+// sent nothing but its key set before it was told an owner's term.
 func newTestHub(sink Sink, activity ActivitySink, rsv ...Reservations) *Hub {
+	h := newOwnerlessHub(sink, activity, rsv...)
+	h.SetOwnerTerm(1)
+	return h
+}
+
+// newOwnerlessHub is a hub before the broker's first owner is elected.
+func newOwnerlessHub(sink Sink, activity ActivitySink, rsv ...Reservations) *Hub {
 	o := Options{Logger: slog.New(slog.DiscardHandler), Sink: sink, Activity: activity}
 	if len(rsv) > 0 {
 		o.Reservations = rsv[0]
@@ -461,7 +471,7 @@ func recvOwnerTerm(t *testing.T, stream switchboardv1.EdgeService_ReportClient) 
 // each time a newer one is set; an older or the same term is not sent again,
 // and a newer one is never dropped for a slow edge.
 func TestHubTellsEdgesTheOwnerTerm(t *testing.T) {
-	h := newTestHub(nil, nil)
+	h := newOwnerlessHub(nil, nil)
 	c := serveHub(t, h)
 	early := open(t, c, &switchboardv1.EdgeHello{EdgeId: "early"})
 	require.Eventually(t, func() bool { return len(h.Edges()) == 1 }, 5*time.Second, 5*time.Millisecond)
@@ -488,7 +498,7 @@ func TestHubTellsEdgesTheOwnerTerm(t *testing.T) {
 // FollowOwnerTerm tells the edges each term its source reports, as the
 // election watch changes it.
 func TestHubFollowsTheOwnerTerm(t *testing.T) {
-	h := newTestHub(nil, nil)
+	h := newOwnerlessHub(nil, nil)
 	stream := open(t, serveHub(t, h), acked)
 	var mu sync.Mutex
 	term, changed := int64(0), make(chan struct{})
@@ -530,4 +540,52 @@ func TestHubAcksNameTheOwnerTermTheyWereAppliedUnder(t *testing.T) {
 		a := recvAck(t, stream)
 		require.Equal(t, want[a.GetReconcileSequence()], a.GetOwnerTerm(), "batch %d", a.GetReconcileSequence())
 	}
+}
+
+// Before a broker owner is elected a stream is sent its key set and
+// nothing else: an ack, of whatever kind, comes after the owner's term,
+// as the edge reads a reconcile ack against the owner it was told. The
+// reconciliation that the first owner applies tells the stream its term
+// before its ack, even before the election watch does.
+func TestHubSendsNoAckBeforeAnOwnerTerm(t *testing.T) {
+	rsv := &fakeReservations{term: 4, fail: math.MaxInt} // no owner until fail is 0
+	h := NewHub(Options{Logger: slog.New(slog.DiscardHandler),
+		Sink:         func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {},
+		Activity:     func(context.Context, *switchboardv1.EdgeHello, []*switchboardv1.ActivityRecord) error { return nil },
+		Reservations: rsv,
+		Keys:         func() *switchboardv1.KeySet { return &switchboardv1.KeySet{KeyPrefixes: []uint64{1}, Version: 1} },
+	})
+	h.SetRetry(time.Millisecond, 5*time.Millisecond, time.Minute)
+	stream := open(t, serveHub(t, h), acked)
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Batch{Batch: &switchboardv1.CallReportBatch{
+		Reports: []*switchboardv1.CallReport{{RequestId: "r", Model: "m", EndpointId: "e", Outcome: switchboardv1.Outcome_OUTCOME_OK}}}}}))
+	require.NoError(t, stream.Send(&switchboardv1.ReportRequest{Kind: &switchboardv1.ReportRequest_Activity{Activity: &switchboardv1.ActivityBatch{
+		Sequence: 1, Records: []*switchboardv1.ActivityRecord{{Id: "a"}}}}}))
+	require.NoError(t, stream.Send(reconcileBatch(1, "r1")))
+	// No owner: the reconciliation is retried, and nothing is acknowledged.
+	require.Eventually(t, func() bool { return h.Retried() > 0 }, 10*time.Second, time.Millisecond)
+	rsv.mu.Lock()
+	rsv.fail = 0 // the first owner, of term 4
+	rsv.mu.Unlock()
+
+	var kinds []string
+	acks := 0
+	for acks < 3 {
+		m, err := stream.Recv()
+		require.NoError(t, err)
+		switch {
+		case m.GetKeySet() != nil:
+			kinds = append(kinds, "key_set")
+		case m.GetOwnerTerm() != nil:
+			require.Equal(t, int64(4), m.GetOwnerTerm().GetTerm())
+			kinds = append(kinds, "owner_term")
+		case m.GetAck() != nil:
+			acks++
+			kinds = append(kinds, "ack")
+			if m.GetAck().GetReconcileSequence() == 1 {
+				require.Equal(t, int64(4), m.GetAck().GetOwnerTerm())
+			}
+		}
+	}
+	require.Equal(t, []string{"key_set", "owner_term", "ack", "ack", "ack"}, kinds)
 }

@@ -89,6 +89,10 @@ func (h *Hub) do(c *conn, j job) bool {
 		// Nothing to apply (every item was invalid): the owner now.
 		term = h.term.Load()
 	}
+	// The owner that applied the batch may be newer than the election
+	// watch has told the hub yet (or the first one): the edges are told
+	// its term before the ack that names it.
+	h.SetOwnerTerm(term)
 	ack := &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{
 		Accepted: int64(len(j.reconciles)), ReconcileSequence: j.ack, OwnerTerm: term}}}
 	select {

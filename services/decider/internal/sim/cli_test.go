@@ -15,6 +15,7 @@ import (
 )
 
 func TestCommandTable(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	err := Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
 		"--requests", "500", "--policies", "cheapest-input,smart", "--seed", "3"}, &out, &errOut)
@@ -25,6 +26,7 @@ func TestCommandTable(t *testing.T) {
 }
 
 func TestCommandRecords(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "records.csv")
 	var out, errOut bytes.Buffer
 	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
@@ -40,6 +42,7 @@ func TestCommandRecords(t *testing.T) {
 }
 
 func TestCommandPlots(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
 	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
@@ -64,6 +67,7 @@ func TestCommandPlots(t *testing.T) {
 }
 
 func TestCommandErrors(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	err := Main([]string{"--profile", "nope.yaml", "--traffic", "../../../../sim/traffic.yaml", "--seeds", "0",
 		"--policies", "smart,fastest"}, &out, &errOut)
@@ -74,6 +78,7 @@ func TestCommandErrors(t *testing.T) {
 }
 
 func TestCommandProbeInterval(t *testing.T) {
+	t.Parallel()
 	probeCost := func(args ...string) string {
 		var out, errOut bytes.Buffer
 		require.NoError(t, Main(append([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
@@ -87,19 +92,21 @@ func TestCommandProbeInterval(t *testing.T) {
 		return ""
 	}
 	require.Equal(t, "0.000", probeCost("--probe-interval", "0"))
-	require.NotEqual(t, "0.000", probeCost())
+	byDefault := probeCost() // a whole run: once, for both assertions
+	require.NotEqual(t, "0.000", byDefault)
 	var out, errOut bytes.Buffer
 	require.ErrorContains(t, Main([]string{"--probe-interval", "-1s"}, &out, &errOut), "--probe-interval must not be negative")
 	require.ErrorContains(t, Main([]string{"--probe-sizes", "2048,x"}, &out, &errOut), `--probe-sizes: "x" is not a positive number`)
 	small := probeCost("--probe-sizes", "1024")
 	require.NotEqual(t, "0.000", small)
-	require.NotEqual(t, probeCost(), small, "one small probe size costs less than the three default ones")
+	require.NotEqual(t, byDefault, small, "one small probe size costs less than the three default ones")
 }
 
 // TestCommandOracleRegret: with the oracle among the policies the table
 // has the regret rows, the oracle's own differences are zero, and every
 // hedging policy has a line of hedged shares per hour.
 func TestCommandOracleRegret(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
 		"--requests", "2000", "--policies", "cheapest-input,smart,oracle", "--seeds", "2"}, &out, &errOut))
@@ -124,6 +131,7 @@ func TestCommandOracleRegret(t *testing.T) {
 }
 
 func TestRegret(t *testing.T) {
+	t.Parallel()
 	oracle := Summary{Policy: "oracle", Runs: []*Result{
 		{figures: map[string]float64{regretCost: 1, regretP50: 2, regretP90: 5}},
 		{figures: map[string]float64{regretCost: 2, regretP50: 3, regretP90: 6}}}}

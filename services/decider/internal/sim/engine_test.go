@@ -25,6 +25,7 @@ func shipped(t testing.TB) (*Profile, *Traffic) {
 // TestDeterministic runs the same day twice with the same seed: the tables
 // must be identical byte for byte; another seed must change them.
 func TestDeterministic(t *testing.T) {
+	t.Parallel()
 	p, tr := shipped(t)
 	tr.Requests = 3000
 	table := func(seed uint64) string {
@@ -48,6 +49,7 @@ func TestDeterministic(t *testing.T) {
 // without the test waiting for them, and events run in time order, those
 // at the same time in the order they were scheduled.
 func TestVirtualClock(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
 	e := &engine{now: start}
 	var got []int
@@ -81,6 +83,7 @@ func TestVirtualClock(t *testing.T) {
 // prompts to the fast one and short ones, where the cheap one is fast
 // enough, to the cheap one.
 func TestSmartPicksFastForLongPrompts(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(`models:
   - id: m
     providers:
@@ -130,6 +133,7 @@ one_off:
 // TestCapacityAndCooldown: a provider over its capacity answers 429 with
 // Retry-After; the decider pauses it and requests go elsewhere.
 func TestCapacityAndCooldown(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(`models:
   - id: m
     providers:
@@ -167,6 +171,7 @@ one_off: {share: 1, sizes: [{share: 1, min: 100, max: 1000}]}
 // TestTrace replays a recorded trace: a conversation's turns read the
 // previous turn from the provider's cache.
 func TestTrace(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(`models:
   - id: m
     providers:

@@ -24,6 +24,7 @@ func summaryOf(name string, seeds ...map[string]float64) Summary {
 }
 
 func TestDominatesNeedsNoWorseEverywhereAndBetterBeyondTheInterval(t *testing.T) {
+	t.Parallel()
 	base := summaryOf("base",
 		map[string]float64{"usd_per_1k_requests": 1.00, "ttft_p50_under_8k": 1.0},
 		map[string]float64{"usd_per_1k_requests": 1.20, "ttft_p50_under_8k": 1.1},
@@ -71,6 +72,7 @@ func TestDominatesNeedsNoWorseEverywhereAndBetterBeyondTheInterval(t *testing.T)
 }
 
 func TestPinnedPolicyRoutesToItsProviderFirst(t *testing.T) {
+	t.Parallel()
 	p, ok := PolicyNamed("only:steady")
 	if !ok || p.Pin != "steady" {
 		t.Fatalf("PolicyNamed(only:steady) = %+v, %v", p, ok)

@@ -14,6 +14,7 @@ import (
 // 3 calls in flight takes (3 + 1) / 2 = 2 times as long; a 429 is never in
 // flight, and a call that ended leaves the queue.
 func TestTTFTGrowsWithLoad(t *testing.T) {
+	t.Parallel()
 	p := newProvider(priced(Provider{Queue: Queue{Concurrency: 2, Slope: 1},
 		Capacity: Capacity{RequestsPerMinute: 4, RetryAfter: Duration(time.Second)},
 		TTFT:     TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
@@ -44,6 +45,7 @@ func TestTTFTGrowsWithLoad(t *testing.T) {
 // provider's calls in flight return to zero; a queue makes the day's TTFT
 // worse than the same provider without one.
 func TestQueueInARun(t *testing.T) {
+	t.Parallel()
 	profile := func(queue string) *Profile {
 		p, err := ParseProfile([]byte(`models:
   - id: m
@@ -83,6 +85,7 @@ one_off: {share: 1, sizes: [{share: 1, min: 40000, max: 100000}]}
 // the seed alone: two policies meet the same ones, another seed others;
 // during one, TTFT is the factor times slower; a group shares them.
 func TestRandomSlowdownsSameForEveryPolicy(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(`models:
   - id: m
     providers:
@@ -141,6 +144,7 @@ func TestRandomSlowdownsSameForEveryPolicy(t *testing.T) {
 // provider holds the conversation's prompt in cache and which is slow right
 // now, and routes to the cheapest among those within twice the fastest.
 func TestOraclePicksTheTrulyCheapestQualifying(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(`models:
   - id: m
     providers:
@@ -208,6 +212,7 @@ func TestOraclePicksTheTrulyCheapestQualifying(t *testing.T) {
 // leaves the prompt in its provider's cache, so the conversation's next
 // turn there reads it; without it, only the winner's cache is warm.
 func TestHedgeLoserWarmsCache(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(`models:
   - id: m
     providers:

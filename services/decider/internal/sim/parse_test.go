@@ -25,6 +25,7 @@ const goodProfile = `models:
 `
 
 func TestParseProfile(t *testing.T) {
+	t.Parallel()
 	p, err := ParseProfile([]byte(goodProfile))
 	require.NoError(t, err)
 	pr := p.Models[0].Providers[0]
@@ -54,6 +55,7 @@ func TestParseProfile(t *testing.T) {
 // TestParseProfileErrors checks that each mistake is reported with its line
 // and field, every one at once.
 func TestParseProfileErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		edit func(string) string
@@ -141,6 +143,7 @@ conversations:
 `
 
 func TestParseTraffic(t *testing.T) {
+	t.Parallel()
 	tr, err := ParseTraffic([]byte(goodTraffic))
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, tr.Duration.D())
@@ -150,6 +153,7 @@ func TestParseTraffic(t *testing.T) {
 }
 
 func TestParseTrafficSharedSystem(t *testing.T) {
+	t.Parallel()
 	tr, err := ParseTraffic([]byte(goodTraffic + "  shared_system: {share: 0.8, prompts: 3, tokens: 20k}\n"))
 	require.NoError(t, err)
 	require.Equal(t, &SharedSystem{Share: 0.8, Prompts: 3, Tokens: 20 * 1024}, tr.Conversations.SharedSystem)
@@ -168,6 +172,7 @@ func TestParseTrafficSharedSystem(t *testing.T) {
 }
 
 func TestParseTrafficErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		edit func(string) string
@@ -196,6 +201,7 @@ func TestParseTrafficErrors(t *testing.T) {
 }
 
 func TestParseTrace(t *testing.T) {
+	t.Parallel()
 	recs, err := ParseTrace(strings.NewReader(`{"at": 5, "conversation": "a", "prompt_tokens": 60000, "output_tokens": 300, "stream": true}
 
 {"at": 1.5, "prompt_tokens": "2k", "output_tokens": 10, "sort": "latency"}
@@ -208,6 +214,7 @@ func TestParseTrace(t *testing.T) {
 }
 
 func TestParseTraceErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in, want string
 		line           int
@@ -233,6 +240,7 @@ func TestParseTraceErrors(t *testing.T) {
 
 // TestShippedInputs parses the profile and traffic make sim runs.
 func TestShippedInputs(t *testing.T) {
+	t.Parallel()
 	pd, err := os.ReadFile("../../../../sim/profile.yaml")
 	require.NoError(t, err)
 	td, err := os.ReadFile("../../../../sim/traffic.yaml")

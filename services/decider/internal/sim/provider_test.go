@@ -9,6 +9,7 @@ import (
 )
 
 func TestMedianCurve(t *testing.T) {
+	t.Parallel()
 	curve := []CurvePoint{{Tokens: 31, TTFT: Duration(1700 * time.Millisecond)}, {Tokens: 105000, TTFT: Duration(15500 * time.Millisecond)}}
 	tests := []struct {
 		name string
@@ -30,6 +31,7 @@ func TestMedianCurve(t *testing.T) {
 }
 
 func TestSlowEpisodes(t *testing.T) {
+	t.Parallel()
 	p := newProvider(priced(Provider{Slow: []Episode{
 		{From: ClockTime(23 * time.Hour), Duration: Duration(2 * time.Hour), Factor: 2},
 		{From: ClockTime(0), Duration: Duration(30 * time.Minute), Factor: 3},
@@ -42,6 +44,7 @@ func TestSlowEpisodes(t *testing.T) {
 }
 
 func TestCapacitySlidingMinute(t *testing.T) {
+	t.Parallel()
 	p := newProvider(priced(Provider{Capacity: Capacity{RequestsPerMinute: 2, TokensPerMinute: 1000, RetryAfter: Duration(7 * time.Second)},
 		TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
 	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
@@ -56,6 +59,7 @@ func TestCapacitySlidingMinute(t *testing.T) {
 }
 
 func TestPromptCache(t *testing.T) {
+	t.Parallel()
 	p := newProvider(priced(Provider{Cache: CacheModel{HitRate: 1, Lifetime: Duration(5 * time.Minute)},
 		TTFT: TTFTModel{Curve: []CurvePoint{{Tokens: 0, TTFT: Duration(100 * time.Millisecond)}, {Tokens: 100000, TTFT: Duration(10 * time.Second)}}}}), "p/m")
 	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
@@ -88,6 +92,7 @@ func priced(cfg Provider) Provider {
 }
 
 func TestScriptedOutage(t *testing.T) {
+	t.Parallel()
 	p := newProvider(priced(Provider{Errors: Errors{Outages: []Outage{{From: ClockTime(40 * time.Second), Duration: Duration(20 * time.Second)}}},
 		TTFT: TTFTModel{Curve: []CurvePoint{{TTFT: Duration(time.Second)}}}}), "p/m")
 	t0 := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
