@@ -26,7 +26,7 @@
 // What a caller may do is one table, role × RPC (policy below); anything not
 // in it is refused with PermissionDenied. The API is split by audience:
 // RouterService holds Decide, Reserve, Reconcile, KeepReservations,
-// ListModels and the activity calls; EdgeService Report and the hedge
+// ListModels, the activity calls and ReportCall; EdgeService Report and the hedge
 // budget; OperatorService the experiments.
 //
 //	RPC               edge        service          replica     operator
@@ -37,6 +37,7 @@
 //	GetActivity       by key      own tenants      -           any tenant
 //	Reconcile         any         own tenants      forwarded   -
 //	KeepReservations  any         own tenants      forwarded   -
+//	ReportCall        any         own tenants      -           -
 //	Report            any         -                -           -
 //	AcquireHedge      any         -                forwarded   -
 //	SettleHedge       any         -                forwarded   -
@@ -49,7 +50,8 @@
 // "Own tenants": a service acts for the tenants the catalog lists for it
 // (["*"] is every tenant): the identity's tenant_id, or the tenant its key
 // hash resolves to, must be one of them, and for Reconcile and
-// KeepReservations the reservation must belong to one of them. "Forwarded":
+// KeepReservations the reservation must belong to one of them (for
+// ReportCall, the record's tenant and every reservation it reconciles). "Forwarded":
 // a replica forwards to the broker's owner what it admitted for its own
 // caller, whose caller id travels in the metadata "switchboard-on-behalf-of";
 // the owner then acts as that caller, by that caller's row of the table —
