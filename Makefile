@@ -64,7 +64,7 @@ LONG_TESTS := \
 	./tests:TestChaosShort
 
 .PHONY: test
-test: nodesdk agents ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
+test: nodesdk agents clients ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
 	@# The modules' own tests, CPU-bound, run while the tests module's shards
 	@# mostly wait: both at once, each's failure failing the run.
 	go test -race -count=1 -short -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
@@ -89,6 +89,24 @@ nodesdk: $(NODESDK)/node_modules/.package-lock.json ## Install the Node SDKs of 
 $(NODESDK)/node_modules/.package-lock.json: $(NODESDK)/package.json $(NODESDK)/package-lock.json
 	npm ci --prefix $(NODESDK) --no-audit --no-fund
 	@touch $@
+
+# The TypeScript client's packages (clients/typescript/package-lock.json:
+# protobuf-es, connect-node, tsc), for its tests and its code generation;
+# npm ci again only when the lock changes. The Python client needs no
+# install but Debian's python3-grpcio and python3-protobuf (.ci/run).
+CLIENTS_TS := clients/typescript
+
+.PHONY: clients
+clients: $(CLIENTS_TS)/node_modules/.package-lock.json ## Install the TypeScript client's packages (npm ci --prefix clients/typescript) if missing or older than the lock.
+
+$(CLIENTS_TS)/node_modules/.package-lock.json: $(CLIENTS_TS)/package.json $(CLIENTS_TS)/package-lock.json
+	npm ci --prefix $(CLIENTS_TS) --no-audit --no-fund
+	@touch $@
+
+.PHONY: clients-proto
+clients-proto: tools clients ## Regenerate the clients' stubs: TypeScript with buf and protoc-gen-es, Python with Debian's protoc.
+	$(BUF) generate --template buf.gen.clients.yaml
+	./clients/python/generate.sh
 
 .PHONY: sim
 sim: ## Replay a simulated day through the decider's routing in virtual time; compare policies (SEED, SEEDS, SIMFLAGS).
