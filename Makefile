@@ -174,7 +174,7 @@ proto: tools ## Regenerate the Go code of proto/ with buf.
 	$(BUF) generate
 
 .PHONY: lint
-lint: tools ## buf lint, buf format, buf breaking against main, go vet, golangci-lint, gofmt, generated code current.
+lint: tools clients ## buf lint, buf format, buf breaking against main, go vet, golangci-lint, gofmt, generated code current (the clients' too).
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	@if git rev-parse -q --verify main >/dev/null; then echo "buf breaking --against main"; $(BUF) breaking --against ".git#branch=main"; fi
@@ -183,6 +183,9 @@ lint: tools ## buf lint, buf format, buf breaking against main, go vet, golangci
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; $(BUF) generate; \
 	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run make proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp
+	@tmp=$$(mktemp -d); cp -r $(CLIENTS_TS)/src/gen clients/python/switchboard $$tmp/; $(BUF) generate --template buf.gen.clients.yaml; ./clients/python/generate.sh; \
+	  if ! diff -r -x __pycache__ $$tmp/gen $(CLIENTS_TS)/src/gen >/dev/null || ! diff -r -x __pycache__ $$tmp/switchboard clients/python/switchboard >/dev/null; then \
+	  echo "the clients' generated code is stale: run make clients-proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp
 	@echo lint ok
 
 .PHONY: tidy
