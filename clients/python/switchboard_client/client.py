@@ -108,6 +108,8 @@ class Attempt:
     and, for a stream, stream_options.include_usage); json is the body encoded. Call
     first_token() when the first token arrives (a stream's first content chunk) and set
     usage from the provider's answer; raise errors.ProviderError for an HTTP error answer.
+    An OSError (a connection refused or reset, a timeout: urllib's URLError, requests'
+    ConnectionError) before the first token is tried on the next endpoint too.
     """
 
     endpoint: Any
@@ -353,8 +355,8 @@ class _Run:
                     raise
                 previous = cls
                 continue
-            except (ConnectionError, TimeoutError) as e:
-                timeout = isinstance(e, TimeoutError)
+            except OSError as e:  # the connection (urllib's URLError, requests' ConnectionError...) or a timeout
+                timeout = isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError)
                 outcome = common_pb2.OUTCOME_TIMEOUT if timeout else common_pb2.OUTCOME_CONNECT_ERROR
                 self.attempts.append((a, reservation, outcome, 0, str(e), "", router_pb2.REFUSAL_REASON_RETRYABLE_OVERLOAD, {}))
                 failures.append(e)
@@ -407,7 +409,7 @@ class _Run:
             self.cost = min(self.cost, caps.max_cost_usd)
         if self.served is not None:
             status, http = pb.CALL_STATUS_OK, 200
-        elif error is not None and not isinstance(error, (errors.ProviderError, errors.AllEndpointsFailed, ConnectionError, TimeoutError)):
+        elif error is not None and not isinstance(error, (errors.ProviderError, errors.AllEndpointsFailed, OSError)):
             status = pb.CALL_STATUS_INTERRUPTED if last is not None and last.ttft is not None else pb.CALL_STATUS_CLIENT_CANCELLED
             http = 0
         else:
