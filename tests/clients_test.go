@@ -211,7 +211,7 @@ func checkClientsState(t *testing.T, d *deciderapp.Decider, r clientsResults) {
 	var interrupted int
 	for _, rec := range acts.GetRecords() {
 		byID[rec.GetId()] = rec
-		if rec.GetStatus() != switchboardv1.CallStatus_CALL_STATUS_OK {
+		if rec.GetStatus() == switchboardv1.CallStatus_CALL_STATUS_INTERRUPTED {
 			interrupted++
 		}
 	}

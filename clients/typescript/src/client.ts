@@ -12,7 +12,7 @@ import { readFileSync, statSync } from "node:fs";
 import { randomUUID, createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
 import {
@@ -128,8 +128,10 @@ export type IdentityInit = { tenantId?: string; apiKey?: string; apiKeySha256?: 
 export interface CallOptions {
   provider?: MessageInitShape<typeof ProviderPreferencesSchema>;
   sessionId?: string;
-  /** Aborts the request: the current attempt's signal, then its report. */
+  /** Aborts the request: the current attempt's signal (its report is still sent). */
   signal?: AbortSignal;
+  /** Bounds the whole request, in milliseconds: past it, DeadlineExceeded (the request is reported). */
+  timeoutMs?: number;
 }
 
 const retryNext = new Set([401, 402, 403, 404, 408, 409, 425, 429, 500, 502, 503, 504, 529]);
@@ -233,15 +235,20 @@ export class Router {
   async call<T>(body: Record<string, unknown>, send: (a: Attempt) => Promise<T>, identity: Identity, opts: CallOptions = {}): Promise<Result<T>> {
     const created = Date.now();
     const f = figures(body);
-    const resp = await this.decide(body, identity, opts, f);
+    const signals = [opts.signal, opts.timeoutMs !== undefined ? AbortSignal.timeout(opts.timeoutMs) : undefined].filter((s) => s !== undefined);
+    const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
+    const resp = await this.decide(body, identity, { ...opts, signal }, f);
     const tried: Tried[] = [];
     const unused: Reservation[] = [];
     let served: Attempt | undefined;
     let value: T;
     try {
-      value = await this.dispatch(body, resp, identity, send, tried, unused, opts.signal, (a) => { served = a; });
+      value = await this.dispatch(body, resp, identity, send, tried, unused, signal, (a) => { served = a; });
     } catch (e) {
       await this.report(body, resp, f, created, tried, unused, served, e);
+      if (signal?.aborted && (signal.reason as Error)?.name === "TimeoutError") {
+        throw new DeadlineExceeded("the request's deadline passed", Code.DeadlineExceeded, { cause: e });
+      }
       throw e;
     }
     const c = await this.report(body, resp, f, created, tried, unused, served);

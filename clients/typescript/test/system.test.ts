@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { create } from "@bufbuild/protobuf";
 import {
-  Attempt, PermissionDenied, ProviderError, RateLimited, Router, Unauthenticated, usageFromOpenAI,
+  Attempt, DeadlineExceeded, PermissionDenied, ProviderError, RateLimited, Router, Unauthenticated, usageFromOpenAI,
 } from "../src/index.js";
 import { ListModelsRequestSchema } from "../src/gen/switchboard/v1/router_pb.js";
 
@@ -100,6 +100,18 @@ test("caller crashes mid-stream", async () => {
   };
   await assert.rejects(router.call(body(true), crash, tenant(), { provider: alpha }), /mid-stream/);
   results.crash = "crashed";
+});
+
+test("deadline", async () => {
+  // A provider that never answers: the request's deadline aborts the attempt, and it is still reported.
+  const hang = (a: Attempt) => new Promise<string>((_, reject) => {
+    const never = setTimeout(() => reject(new Error("the deadline never aborted the attempt")), 30_000);
+    a.signal!.addEventListener("abort", () => {
+      clearTimeout(never);
+      reject(a.signal!.reason);
+    });
+  });
+  await assert.rejects(router.call(body(), hang, tenant(), { provider: alpha, timeoutMs: 1000 }), DeadlineExceeded);
 });
 
 test("refusal", async () => {
