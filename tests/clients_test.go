@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/tlsfiles/tlstest"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 )
@@ -79,29 +80,94 @@ func TestClients(t *testing.T) {
 		checkClientsState(t, d, readResults(t, results))
 	})
 	t.Run("typescript", func(t *testing.T) {
-		node, err := exec.LookPath("node")
-		require.NoError(t, err, "the TypeScript client's tests need node (v20 or later) on PATH")
-		dir := filepath.Join("..", "clients", "typescript")
-		_, err = os.Stat(filepath.Join(dir, "node_modules", "typescript", "bin", "tsc"))
-		require.NoError(t, err, "the TypeScript client's packages are not installed: run make clients (npm ci --prefix clients/typescript)")
-		tsc := exec.CommandContext(t.Context(), node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".")
-		tsc.Dir = dir
-		out, err := tsc.CombinedOutput()
-		require.NoError(t, err, "tsc:\n%s", out)
-
+		node, dir, dist := buildTypeScriptClient(t)
 		d, env := startClientsSystem(t)
 		results := filepath.Join(t.TempDir(), "results.json")
 		cmd := exec.CommandContext(t.Context(), node, "--test", "--test-concurrency=1", "--test-reporter=spec",
-			filepath.Join("dist", "test", "prompt.test.js"), filepath.Join("dist", "test", "system.test.js"))
+			filepath.Join(dist, "test", "prompt.test.js"), filepath.Join(dist, "test", "system.test.js"))
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), append(env, "SWITCHBOARD_RESULTS="+results, "SWITCHBOARD_PROMPT_FIGURES="+figures)...)
 		cmd.WaitDelay = 5 * time.Second
-		out, err = cmd.CombinedOutput()
+		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "node --test:\n%s", out)
 		t.Logf("node --test:\n%s", out)
-		runReadmeExample(t, dir, env, node, filepath.Join("dist", "examples", "readme.js"), filepath.Join("examples", "readme.ts"))
+		runReadmeExample(t, dir, env, node, filepath.Join(dist, "examples", "readme.js"), filepath.Join("examples", "readme.ts"))
 		checkClientsState(t, d, readResults(t, results))
 	})
+}
+
+// buildTypeScriptClient compiles the TypeScript client (its tsc, pinned by
+// its lock) into a directory of the test's own beside dist, removed when
+// the test ends (tests in other processes may compile it at the same time),
+// and returns node, the client's directory and that output directory's
+// name in it.
+func buildTypeScriptClient(t *testing.T) (node, dir, outDir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "the TypeScript client's tests need node (v20 or later) on PATH")
+	dir = filepath.Join("..", "clients", "typescript")
+	_, err = os.Stat(filepath.Join(dir, "node_modules", "typescript", "bin", "tsc"))
+	require.NoError(t, err, "the TypeScript client's packages are not installed: run make clients (npm ci --prefix clients/typescript)")
+	tmp, err := os.MkdirTemp(dir, "dist-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	outDir = filepath.Base(tmp)
+	tsc := exec.CommandContext(t.Context(), node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".", "--outDir", outDir)
+	tsc.Dir = dir
+	out, err := tsc.CombinedOutput()
+	require.NoError(t, err, "tsc:\n%s", out)
+	return node, dir, outDir
+}
+
+// TestClientsOverMutualTLS: each client reaches a decider serving mutual
+// TLS with the options the edge's --decider-ca-file, --decider-cert-file,
+// --decider-key-file and --decider-server-name name, as the service its
+// certificate names, and is answered.
+func TestClientsOverMutualTLS(t *testing.T) {
+	s := startMTLSStack(t, "  - {id: clients, role: service, tenants: [acme]}\n")
+	svc, err := s.ca.Issue("clients", tlstest.ClientAuth, time.Hour)
+	require.NoError(t, err)
+	cert, key, err := svc.Write(s.dir, "clients")
+	require.NoError(t, err)
+	env := []string{"SWITCHBOARD_DECIDER=" + s.decider.Addr(), "SWITCHBOARD_CA=" + s.caFile, "SWITCHBOARD_CERT=" + cert,
+		"SWITCHBOARD_KEY=" + key, "SWITCHBOARD_SERVER_NAME=" + deciderDNS, "SWITCHBOARD_MODEL=" + model}
+	programs := []struct {
+		name, dir string
+		args      []string
+	}{
+		{"python", filepath.Join("..", "clients", "python"), []string{"/usr/bin/python3", "-B", "-c", `
+import os
+from switchboard.v1 import router_pb2
+from switchboard_client import Router
+e = os.environ
+with Router(e["SWITCHBOARD_DECIDER"], ca_file=e["SWITCHBOARD_CA"], cert_file=e["SWITCHBOARD_CERT"], key_file=e["SWITCHBOARD_KEY"],
+            server_name=e["SWITCHBOARD_SERVER_NAME"]) as r:
+    print([m.id for m in r.stub.ListModels(router_pb2.ListModelsRequest(identity=Router.identity(tenant_id="acme")), timeout=10).models])
+`}},
+		{"typescript", filepath.Join("..", "clients", "typescript"), []string{"node", "--input-type=module", "-e", `
+import { Router } from "./${DIST}/src/index.js";
+const e = process.env;
+const r = new Router({ target: e.SWITCHBOARD_DECIDER, caFile: e.SWITCHBOARD_CA, certFile: e.SWITCHBOARD_CERT, keyFile: e.SWITCHBOARD_KEY,
+  serverName: e.SWITCHBOARD_SERVER_NAME });
+console.log((await r.rpc.listModels({ identity: Router.identity({ tenantId: "acme" }) })).models.map((m) => m.id));
+`}},
+	}
+	for _, p := range programs {
+		t.Run(p.name, func(t *testing.T) {
+			args := p.args
+			if p.name == "typescript" {
+				_, _, dist := buildTypeScriptClient(t)
+				args = append(args[:len(args)-1:len(args)-1], strings.ReplaceAll(args[len(args)-1], "${DIST}", dist))
+			}
+			cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
+			cmd.Dir = p.dir
+			cmd.Env = append(os.Environ(), env...)
+			cmd.WaitDelay = 5 * time.Second
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s:\n%s", p.name, out)
+			require.Contains(t, string(out), model, "%s listed the model over mutual TLS", p.name)
+		})
+	}
 }
 
 // promptFigures writes the edge's figures (services/edge/cmd/promptfigures)

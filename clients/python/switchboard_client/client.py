@@ -19,6 +19,7 @@ The generated stubs stay available: `Router.stub` is the RouterService stub, and
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -64,12 +65,30 @@ class TokenFile:
         return self._token
 
 
+def loopback(target: str) -> bool:
+    """Whether target (host:port) is on this machine: localhost, 127.0.0.0/8 or ::1."""
+    host = target.rsplit(":", 1)[0].strip("[]") if ":" in target else target
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def channel(target: str, *, ca_file: Optional[str] = None, cert_file: Optional[str] = None,
-            key_file: Optional[str] = None, server_name: Optional[str] = None) -> grpc.Channel:
-    """A channel to the decider: plaintext without ca_file, else TLS verified against
-    ca_file, with a client certificate when cert_file and key_file are given."""
-    if not ca_file:
+            key_file: Optional[str] = None, server_name: Optional[str] = None, plaintext: bool = False) -> grpc.Channel:
+    """A channel to the decider, as the edge's --decider-* flags make it: any TLS option turns
+    TLS on (without ca_file, the system's roots verify the decider), cert_file and key_file
+    add a client certificate; a target off this machine needs TLS unless plaintext says so."""
+    tls = bool(ca_file or cert_file or key_file or server_name)
+    if plaintext and tls:
+        raise ValueError("plaintext and TLS options together")
+    if not tls:
+        if not plaintext and not loopback(target):
+            raise ValueError(f"{target} is not a loopback address: connect with TLS (ca_file, and cert_file with "
+                             "key_file for mutual TLS) or choose plaintext=True explicitly")
         return grpc.insecure_channel(target)
+    if bool(cert_file) != bool(key_file):
+        raise ValueError("cert_file and key_file go together")
 
     def read(p: Optional[str]) -> Optional[bytes]:
         if not p:
@@ -185,22 +204,23 @@ class Router:
     """A caller of the decider's RouterService (a catalog caller of role service).
 
     target is host:port; token (or token_file, re-read when it changes) the caller's
-    bearer token; ca_file, cert_file, key_file and server_name set up TLS as the edge's
-    --decider-tls-* flags do. timeout bounds each RPC, in seconds. apis are the endpoint
+    bearer token; ca_file, cert_file, key_file, server_name and plaintext set up the
+    connection as the edge's --decider-* flags do (see channel). timeout bounds each RPC, in seconds. apis are the endpoint
     APIs the caller's send function speaks (default: OpenAI chat completions); an
     endpoint of another API (an Anthropic Messages one) is passed over for the next.
     """
 
     def __init__(self, target: str, *, token: Optional[str] = None, token_file: Optional[str] = None,
                  ca_file: Optional[str] = None, cert_file: Optional[str] = None, key_file: Optional[str] = None,
-                 server_name: Optional[str] = None, timeout: float = 10.0, region: str = "",
+                 server_name: Optional[str] = None, plaintext: bool = False, timeout: float = 10.0, region: str = "",
                  apis: tuple = (common_pb2.ENDPOINT_API_UNSPECIFIED, common_pb2.ENDPOINT_API_OPENAI),
                  ch: Optional[grpc.Channel] = None):
         if token and token_file:
             raise ValueError("give token or token_file, not both")
         self._token = token
         self._token_file = TokenFile(token_file) if token_file else None
-        self.channel = ch or channel(target, ca_file=ca_file, cert_file=cert_file, key_file=key_file, server_name=server_name)
+        self.channel = ch or channel(target, ca_file=ca_file, cert_file=cert_file, key_file=key_file,
+                                     server_name=server_name, plaintext=plaintext)
         self.stub = router_pb2_grpc.RouterServiceStub(self.channel)
         self.timeout = timeout
         self.region = region

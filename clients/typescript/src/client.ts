@@ -10,6 +10,7 @@
 
 import { readFileSync, statSync } from "node:fs";
 import { randomUUID, createHash } from "node:crypto";
+import { isIP } from "node:net";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
@@ -47,7 +48,11 @@ export class TokenFile {
   }
 }
 
-/** How to reach the decider: TLS as the edge's --decider-tls-* flags, and the caller's token. */
+/**
+ * How to reach the decider, as the edge's --decider-* flags say it: any TLS
+ * option turns TLS on (without caFile, Node's roots verify the decider), a
+ * target off this machine needs TLS unless plaintext says so.
+ */
 export interface RouterOptions {
   /** host:port of the decider. */
   target: string;
@@ -60,6 +65,8 @@ export interface RouterOptions {
   keyFile?: string;
   /** The name the decider's certificate must carry, when not the target's host. */
   serverName?: string;
+  /** Connects to a decider off this machine without TLS. */
+  plaintext?: boolean;
   /** Bounds each RPC, in milliseconds. Defaults to 10 s. */
   timeoutMs?: number;
   /**
@@ -69,6 +76,14 @@ export interface RouterOptions {
    */
   apis?: EndpointApi[];
   region?: string;
+}
+
+/** Whether target (host:port) is on this machine: localhost, 127.0.0.0/8 or ::1. */
+export function loopback(target: string): boolean {
+  const host = target.includes(":") ? target.slice(0, target.lastIndexOf(":")).replace(/^\[|\]$/g, "") : target;
+  if (host === "localhost" || host === "::1") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return false;
 }
 
 /** What the provider reported of one answer. */
@@ -185,12 +200,17 @@ export class Router {
       if (tok) req.header.set("authorization", `Bearer ${tok}`);
       return next(req);
     };
-    const tls = Boolean(opts.caFile);
+    const tls = Boolean(opts.caFile || opts.certFile || opts.keyFile || opts.serverName);
+    if (tls && opts.plaintext) throw new Error("plaintext and TLS options together");
+    if (Boolean(opts.certFile) !== Boolean(opts.keyFile)) throw new Error("certFile and keyFile go together");
+    if (!tls && !opts.plaintext && !transport && !loopback(opts.target)) {
+      throw new Error(`${opts.target} is not a loopback address: connect with TLS (caFile, and certFile with keyFile for mutual TLS) or choose plaintext: true explicitly`);
+    }
     transport ??= createGrpcTransport({
       baseUrl: `${tls ? "https" : "http"}://${opts.target}`,
       interceptors: [auth],
       nodeOptions: tls ? {
-        ca: readFileSync(opts.caFile!), cert: opts.certFile ? readFileSync(opts.certFile) : undefined,
+        ca: opts.caFile ? readFileSync(opts.caFile) : undefined, cert: opts.certFile ? readFileSync(opts.certFile) : undefined,
         key: opts.keyFile ? readFileSync(opts.keyFile) : undefined, servername: opts.serverName,
       } : undefined,
     });
