@@ -73,7 +73,7 @@ LONG_TESTS := \
 	./tests:TestBinariesVersionAndHelp
 
 .PHONY: test
-test: nodesdk agents ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
+test: nodesdk agents clients ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
 	@# The modules' own tests, CPU-bound, run while the tests module's shards
 	@# mostly wait: both at once, each's failure failing the run.
 	go test -race -count=1 -short -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
@@ -98,6 +98,24 @@ nodesdk: $(NODESDK)/node_modules/.package-lock.json ## Install the Node SDKs of 
 $(NODESDK)/node_modules/.package-lock.json: $(NODESDK)/package.json $(NODESDK)/package-lock.json
 	npm ci --prefix $(NODESDK) --no-audit --no-fund
 	@touch $@
+
+# The TypeScript client's packages (clients/typescript/package-lock.json:
+# protobuf-es, connect-node, tsc), for its tests and its code generation;
+# npm ci again only when the lock changes. The Python client needs no
+# install but Debian's python3-grpcio and python3-protobuf (.ci/run).
+CLIENTS_TS := clients/typescript
+
+.PHONY: clients
+clients: $(CLIENTS_TS)/node_modules/.package-lock.json ## Install the TypeScript client's packages (npm ci --prefix clients/typescript) if missing or older than the lock.
+
+$(CLIENTS_TS)/node_modules/.package-lock.json: $(CLIENTS_TS)/package.json $(CLIENTS_TS)/package-lock.json
+	npm ci --prefix $(CLIENTS_TS) --no-audit --no-fund
+	@touch $@
+
+.PHONY: clients-proto
+clients-proto: tools clients ## Regenerate the clients' stubs: TypeScript with buf and protoc-gen-es, Python with Debian's protoc.
+	$(BUF) generate --template buf.gen.clients.yaml
+	./clients/python/generate.sh
 
 .PHONY: sim
 sim: ## Replay a simulated day through the decider's routing in virtual time; compare policies (SEED, SEEDS, SIMFLAGS).
@@ -165,7 +183,7 @@ proto: tools ## Regenerate the Go code of proto/ with buf.
 	$(BUF) generate
 
 .PHONY: lint
-lint: tools ## buf lint, buf format, buf breaking against main, go vet, golangci-lint, gofmt, generated code current.
+lint: tools clients ## buf lint, buf format, buf breaking against main, go vet, golangci-lint, gofmt, generated code current (the clients' too).
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	@if git rev-parse -q --verify main >/dev/null; then echo "buf breaking --against main"; $(BUF) breaking --against ".git#branch=main"; fi
@@ -174,6 +192,9 @@ lint: tools ## buf lint, buf format, buf breaking against main, go vet, golangci
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; $(BUF) generate; \
 	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run make proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp
+	@tmp=$$(mktemp -d); cp -r $(CLIENTS_TS)/src/gen clients/python/switchboard $$tmp/; $(BUF) generate --template buf.gen.clients.yaml; ./clients/python/generate.sh; \
+	  if ! diff -r -x __pycache__ $$tmp/gen $(CLIENTS_TS)/src/gen >/dev/null || ! diff -r -x __pycache__ $$tmp/switchboard clients/python/switchboard >/dev/null; then \
+	  echo "the clients' generated code is stale: run make clients-proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp
 	@echo lint ok
 
 .PHONY: tidy

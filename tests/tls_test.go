@@ -40,7 +40,8 @@ type mtlsStack struct {
 	decider                 *deciderapp.Decider
 }
 
-func startMTLSStack(t *testing.T) *mtlsStack {
+// startMTLSStack starts it; callers are more catalog rows of callers:.
+func startMTLSStack(t *testing.T, callers ...string) *mtlsStack {
 	t.Helper()
 	s := &mtlsStack{dir: t.TempDir()}
 	var err error
@@ -74,7 +75,7 @@ tenants:
   - {id: acme, api_keys_sha256: [%s]}
 `, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey))
 	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: s.dir, Catalog: writeCatalog(t, s.dir, cat),
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: s.dir, Catalog: writeCatalog(t, s.dir, withCallers(cat)+strings.Join(callers, "")),
 		ID: "e2e-tls", ShutdownTimeout: 5 * time.Second, Exploration: -1,
 		TLSCertFile: s.deciderCert, TLSKeyFile: s.deciderKey, TLSClientCAFile: s.caFile,
 		TLSRefresh: 20 * time.Millisecond,

@@ -2971,6 +2971,136 @@ func (x *GetActivityResponse) GetRecord() *ActivityRecord {
 	return nil
 }
 
+// ReportCallRequest is one request a caller dispatched itself, once it ended.
+type ReportCallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// record is the request as the activity log keeps it: id is Decide's
+	// request_id; tenant_id and api_key_id are the resolved identity Decide
+	// answered; grant and caps are copied from the DecideResponse (a record
+	// without a matching grant is not stored); attempts hold each endpoint
+	// tried, in order, with its start time, time to first token and outcome;
+	// create_time and duration span the whole request, and the usage is what
+	// the provider reported for the attempt that served it.
+	Record *ActivityRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// reconciles close the reservations the request held (Decide's, and one
+	// per fallback reserved with Reserve), at most one each.
+	Reconciles []*ReconcileRequest `protobuf:"bytes,2,rep,name=reconciles,proto3" json:"reconciles,omitempty"`
+	// prompt_tokens is the prompt's size as sent in Decide
+	// (tokens.input_tokens): the size bucket the timings are counted in.
+	PromptTokens int64 `protobuf:"varint,3,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// prefixes are the prompt's prefixes as sent in Decide
+	// (tokens.prefixes): the endpoint that served the request now holds
+	// them in cache.
+	Prefixes      []*PromptPrefix `protobuf:"bytes,4,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportCallRequest) Reset() {
+	*x = ReportCallRequest{}
+	mi := &file_switchboard_v1_router_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportCallRequest) ProtoMessage() {}
+
+func (x *ReportCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_router_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportCallRequest.ProtoReflect.Descriptor instead.
+func (*ReportCallRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_router_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReportCallRequest) GetRecord() *ActivityRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *ReportCallRequest) GetReconciles() []*ReconcileRequest {
+	if x != nil {
+		return x.Reconciles
+	}
+	return nil
+}
+
+func (x *ReportCallRequest) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *ReportCallRequest) GetPrefixes() []*PromptPrefix {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+// ReportCallResponse says what ReportCall applied.
+type ReportCallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reconciled is how many of the reconciliations were applied now; one
+	// applied before (a retried ReportCall) is not counted.
+	Reconciled    int64 `protobuf:"varint,1,opt,name=reconciled,proto3" json:"reconciled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportCallResponse) Reset() {
+	*x = ReportCallResponse{}
+	mi := &file_switchboard_v1_router_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportCallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportCallResponse) ProtoMessage() {}
+
+func (x *ReportCallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_router_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportCallResponse.ProtoReflect.Descriptor instead.
+func (*ReportCallResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_router_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReportCallResponse) GetReconciled() int64 {
+	if x != nil {
+		return x.Reconciled
+	}
+	return 0
+}
+
 var File_switchboard_v1_router_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_router_proto_rawDesc = "" +
@@ -3187,7 +3317,18 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"M\n" +
 	"\x13GetActivityResponse\x126\n" +
-	"\x06record\x18\x01 \x01(\v2\x1e.switchboard.v1.ActivityRecordR\x06record*\xa4\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x1e.switchboard.v1.ActivityRecordR\x06record\"\xec\x01\n" +
+	"\x11ReportCallRequest\x126\n" +
+	"\x06record\x18\x01 \x01(\v2\x1e.switchboard.v1.ActivityRecordR\x06record\x12@\n" +
+	"\n" +
+	"reconciles\x18\x02 \x03(\v2 .switchboard.v1.ReconcileRequestR\n" +
+	"reconciles\x12#\n" +
+	"\rprompt_tokens\x18\x03 \x01(\x03R\fpromptTokens\x128\n" +
+	"\bprefixes\x18\x04 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\"4\n" +
+	"\x12ReportCallResponse\x12\x1e\n" +
+	"\n" +
+	"reconciled\x18\x01 \x01(\x03R\n" +
+	"reconciled*\xa4\x01\n" +
 	"\rWorkloadClass\x12\x1e\n" +
 	"\x1aWORKLOAD_CLASS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aWORKLOAD_CLASS_INTERACTIVE\x10\x01\x12\x1d\n" +
@@ -3246,7 +3387,7 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"!REFUSAL_REASON_RETRYABLE_OVERLOAD\x10\x02\x12'\n" +
 	"#REFUSAL_REASON_NON_RETRYABLE_POLICY\x10\x03\x12(\n" +
 	"$REFUSAL_REASON_NON_RETRYABLE_REQUEST\x10\x04\x12\x1b\n" +
-	"\x17REFUSAL_REASON_DEADLINE\x10\x052\xe5\x04\n" +
+	"\x17REFUSAL_REASON_DEADLINE\x10\x052\xba\x05\n" +
 	"\rRouterService\x12G\n" +
 	"\x06Decide\x12\x1d.switchboard.v1.DecideRequest\x1a\x1e.switchboard.v1.DecideResponse\x12J\n" +
 	"\aReserve\x12\x1e.switchboard.v1.ReserveRequest\x1a\x1f.switchboard.v1.ReserveResponse\x12P\n" +
@@ -3255,7 +3396,9 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"ListModels\x12!.switchboard.v1.ListModelsRequest\x1a\".switchboard.v1.ListModelsResponse\x12Y\n" +
 	"\fListActivity\x12#.switchboard.v1.ListActivityRequest\x1a$.switchboard.v1.ListActivityResponse\x12V\n" +
-	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\vGetActivity\x12\".switchboard.v1.GetActivityRequest\x1a#.switchboard.v1.GetActivityResponse\x12S\n" +
+	"\n" +
+	"ReportCall\x12!.switchboard.v1.ReportCallRequest\x1a\".switchboard.v1.ReportCallResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_router_proto_rawDescOnce sync.Once
@@ -3270,7 +3413,7 @@ func file_switchboard_v1_router_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_router_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_switchboard_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_switchboard_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_switchboard_v1_router_proto_goTypes = []any{
 	(WorkloadClass)(0),               // 0: switchboard.v1.WorkloadClass
 	(Sort)(0),                        // 1: switchboard.v1.Sort
@@ -3307,39 +3450,41 @@ var file_switchboard_v1_router_proto_goTypes = []any{
 	(*ListActivityResponse)(nil),     // 32: switchboard.v1.ListActivityResponse
 	(*GetActivityRequest)(nil),       // 33: switchboard.v1.GetActivityRequest
 	(*GetActivityResponse)(nil),      // 34: switchboard.v1.GetActivityResponse
-	(*PromptPrefix)(nil),             // 35: switchboard.v1.PromptPrefix
-	(*durationpb.Duration)(nil),      // 36: google.protobuf.Duration
-	(HedgeMode)(0),                   // 37: switchboard.v1.HedgeMode
-	(*Endpoint)(nil),                 // 38: switchboard.v1.Endpoint
-	(*DecisionCaps)(nil),             // 39: switchboard.v1.DecisionCaps
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(*Usage)(nil),                    // 41: switchboard.v1.Usage
-	(Outcome)(0),                     // 42: switchboard.v1.Outcome
-	(*Header)(nil),                   // 43: switchboard.v1.Header
-	(*Price)(nil),                    // 44: switchboard.v1.Price
-	(*ActivityRecord)(nil),           // 45: switchboard.v1.ActivityRecord
+	(*ReportCallRequest)(nil),        // 35: switchboard.v1.ReportCallRequest
+	(*ReportCallResponse)(nil),       // 36: switchboard.v1.ReportCallResponse
+	(*PromptPrefix)(nil),             // 37: switchboard.v1.PromptPrefix
+	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
+	(HedgeMode)(0),                   // 39: switchboard.v1.HedgeMode
+	(*Endpoint)(nil),                 // 40: switchboard.v1.Endpoint
+	(*DecisionCaps)(nil),             // 41: switchboard.v1.DecisionCaps
+	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
+	(*Usage)(nil),                    // 43: switchboard.v1.Usage
+	(Outcome)(0),                     // 44: switchboard.v1.Outcome
+	(*Header)(nil),                   // 45: switchboard.v1.Header
+	(*Price)(nil),                    // 46: switchboard.v1.Price
+	(*ActivityRecord)(nil),           // 47: switchboard.v1.ActivityRecord
 }
 var file_switchboard_v1_router_proto_depIdxs = []int32{
 	0,  // 0: switchboard.v1.Identity.workload_class:type_name -> switchboard.v1.WorkloadClass
-	35, // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
+	37, // 1: switchboard.v1.TokenEstimate.prefixes:type_name -> switchboard.v1.PromptPrefix
 	1,  // 2: switchboard.v1.ProviderPreferences.sort:type_name -> switchboard.v1.Sort
 	10, // 3: switchboard.v1.ProviderPreferences.max_price:type_name -> switchboard.v1.MaxPrice
 	2,  // 4: switchboard.v1.ProviderPreferences.data_collection:type_name -> switchboard.v1.DataCollection
-	36, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
+	38, // 5: switchboard.v1.ProviderPreferences.preferred_max_latency:type_name -> google.protobuf.Duration
 	8,  // 6: switchboard.v1.DecideRequest.identity:type_name -> switchboard.v1.Identity
 	9,  // 7: switchboard.v1.DecideRequest.tokens:type_name -> switchboard.v1.TokenEstimate
 	11, // 8: switchboard.v1.DecideRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	36, // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
-	36, // 10: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
+	38, // 9: switchboard.v1.DecideRequest.reservation_ttl:type_name -> google.protobuf.Duration
+	38, // 10: switchboard.v1.Candidate.typical_ttft:type_name -> google.protobuf.Duration
 	4,  // 11: switchboard.v1.Decision.reason:type_name -> switchboard.v1.RouteReason
 	3,  // 12: switchboard.v1.Decision.bucket:type_name -> switchboard.v1.SizeBucket
 	13, // 13: switchboard.v1.Decision.candidates:type_name -> switchboard.v1.Candidate
-	36, // 14: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
-	37, // 15: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
-	36, // 16: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
-	38, // 17: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
-	38, // 18: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	38, // 19: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	38, // 14: switchboard.v1.Decision.fastest_ttft:type_name -> google.protobuf.Duration
+	39, // 15: switchboard.v1.HedgePlan.mode:type_name -> switchboard.v1.HedgeMode
+	38, // 16: switchboard.v1.HedgePlan.delay:type_name -> google.protobuf.Duration
+	40, // 17: switchboard.v1.HedgePlan.endpoint:type_name -> switchboard.v1.Endpoint
+	40, // 18: switchboard.v1.DecideResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	40, // 19: switchboard.v1.DecideResponse.fallbacks:type_name -> switchboard.v1.Endpoint
 	14, // 20: switchboard.v1.DecideResponse.decision:type_name -> switchboard.v1.Decision
 	15, // 21: switchboard.v1.DecideResponse.hedge:type_name -> switchboard.v1.HedgePlan
 	8,  // 22: switchboard.v1.DecideResponse.identity:type_name -> switchboard.v1.Identity
@@ -3348,64 +3493,69 @@ var file_switchboard_v1_router_proto_depIdxs = []int32{
 	22, // 25: switchboard.v1.DecideResponse.refusal:type_name -> switchboard.v1.Refusal
 	17, // 26: switchboard.v1.DecideResponse.demand:type_name -> switchboard.v1.Demand
 	19, // 27: switchboard.v1.DecideResponse.queue:type_name -> switchboard.v1.QueueDecision
-	39, // 28: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
+	41, // 28: switchboard.v1.DecideResponse.caps:type_name -> switchboard.v1.DecisionCaps
 	8,  // 29: switchboard.v1.ReserveRequest.identity:type_name -> switchboard.v1.Identity
 	17, // 30: switchboard.v1.ReserveRequest.demand:type_name -> switchboard.v1.Demand
-	36, // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	38, // 31: switchboard.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 32: switchboard.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
 	7,  // 33: switchboard.v1.ReserveRequest.previous_failure:type_name -> switchboard.v1.RefusalReason
 	0,  // 34: switchboard.v1.QueueDecision.workload_class:type_name -> switchboard.v1.WorkloadClass
-	36, // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
-	36, // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
+	38, // 35: switchboard.v1.QueueDecision.waited:type_name -> google.protobuf.Duration
+	38, // 36: switchboard.v1.QueueDecision.estimated_wait:type_name -> google.protobuf.Duration
 	6,  // 37: switchboard.v1.BucketCharge.scope:type_name -> switchboard.v1.LimitScope
 	5,  // 38: switchboard.v1.BucketCharge.unit:type_name -> switchboard.v1.LimitUnit
 	17, // 39: switchboard.v1.Reservation.demand:type_name -> switchboard.v1.Demand
 	20, // 40: switchboard.v1.Reservation.charges:type_name -> switchboard.v1.BucketCharge
-	40, // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
-	40, // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
+	42, // 41: switchboard.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	42, // 42: switchboard.v1.Reservation.expire_time:type_name -> google.protobuf.Timestamp
 	7,  // 43: switchboard.v1.Refusal.reason:type_name -> switchboard.v1.RefusalReason
 	6,  // 44: switchboard.v1.Refusal.scope:type_name -> switchboard.v1.LimitScope
 	5,  // 45: switchboard.v1.Refusal.unit:type_name -> switchboard.v1.LimitUnit
-	40, // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
-	36, // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	42, // 46: switchboard.v1.Refusal.reset_time:type_name -> google.protobuf.Timestamp
+	38, // 47: switchboard.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
 	0,  // 48: switchboard.v1.Refusal.workload_class:type_name -> switchboard.v1.WorkloadClass
 	21, // 49: switchboard.v1.ReserveResponse.reservation:type_name -> switchboard.v1.Reservation
 	22, // 50: switchboard.v1.ReserveResponse.refusal:type_name -> switchboard.v1.Refusal
 	19, // 51: switchboard.v1.ReserveResponse.queue:type_name -> switchboard.v1.QueueDecision
-	41, // 52: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
-	42, // 53: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
-	43, // 54: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
+	43, // 52: switchboard.v1.ReconcileRequest.usage:type_name -> switchboard.v1.Usage
+	44, // 53: switchboard.v1.ReconcileRequest.outcome:type_name -> switchboard.v1.Outcome
+	45, // 54: switchboard.v1.ReconcileRequest.rate_limit_headers:type_name -> switchboard.v1.Header
 	7,  // 55: switchboard.v1.ReconcileRequest.failure:type_name -> switchboard.v1.RefusalReason
 	20, // 56: switchboard.v1.ReconcileResponse.released:type_name -> switchboard.v1.BucketCharge
 	8,  // 57: switchboard.v1.ListModelsRequest.identity:type_name -> switchboard.v1.Identity
-	44, // 58: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
-	40, // 59: switchboard.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	46, // 58: switchboard.v1.Model.list_price:type_name -> switchboard.v1.Price
+	42, // 59: switchboard.v1.Model.create_time:type_name -> google.protobuf.Timestamp
 	29, // 60: switchboard.v1.ListModelsResponse.models:type_name -> switchboard.v1.Model
 	8,  // 61: switchboard.v1.ListActivityRequest.identity:type_name -> switchboard.v1.Identity
-	40, // 62: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
-	40, // 63: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
-	45, // 64: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
+	42, // 62: switchboard.v1.ListActivityRequest.start_time:type_name -> google.protobuf.Timestamp
+	42, // 63: switchboard.v1.ListActivityRequest.end_time:type_name -> google.protobuf.Timestamp
+	47, // 64: switchboard.v1.ListActivityResponse.records:type_name -> switchboard.v1.ActivityRecord
 	8,  // 65: switchboard.v1.GetActivityRequest.identity:type_name -> switchboard.v1.Identity
-	45, // 66: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
-	12, // 67: switchboard.v1.RouterService.Decide:input_type -> switchboard.v1.DecideRequest
-	18, // 68: switchboard.v1.RouterService.Reserve:input_type -> switchboard.v1.ReserveRequest
-	24, // 69: switchboard.v1.RouterService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
-	26, // 70: switchboard.v1.RouterService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
-	28, // 71: switchboard.v1.RouterService.ListModels:input_type -> switchboard.v1.ListModelsRequest
-	31, // 72: switchboard.v1.RouterService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
-	33, // 73: switchboard.v1.RouterService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
-	16, // 74: switchboard.v1.RouterService.Decide:output_type -> switchboard.v1.DecideResponse
-	23, // 75: switchboard.v1.RouterService.Reserve:output_type -> switchboard.v1.ReserveResponse
-	25, // 76: switchboard.v1.RouterService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
-	27, // 77: switchboard.v1.RouterService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
-	30, // 78: switchboard.v1.RouterService.ListModels:output_type -> switchboard.v1.ListModelsResponse
-	32, // 79: switchboard.v1.RouterService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
-	34, // 80: switchboard.v1.RouterService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
-	74, // [74:81] is the sub-list for method output_type
-	67, // [67:74] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	47, // 66: switchboard.v1.GetActivityResponse.record:type_name -> switchboard.v1.ActivityRecord
+	47, // 67: switchboard.v1.ReportCallRequest.record:type_name -> switchboard.v1.ActivityRecord
+	24, // 68: switchboard.v1.ReportCallRequest.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	37, // 69: switchboard.v1.ReportCallRequest.prefixes:type_name -> switchboard.v1.PromptPrefix
+	12, // 70: switchboard.v1.RouterService.Decide:input_type -> switchboard.v1.DecideRequest
+	18, // 71: switchboard.v1.RouterService.Reserve:input_type -> switchboard.v1.ReserveRequest
+	24, // 72: switchboard.v1.RouterService.Reconcile:input_type -> switchboard.v1.ReconcileRequest
+	26, // 73: switchboard.v1.RouterService.KeepReservations:input_type -> switchboard.v1.KeepReservationsRequest
+	28, // 74: switchboard.v1.RouterService.ListModels:input_type -> switchboard.v1.ListModelsRequest
+	31, // 75: switchboard.v1.RouterService.ListActivity:input_type -> switchboard.v1.ListActivityRequest
+	33, // 76: switchboard.v1.RouterService.GetActivity:input_type -> switchboard.v1.GetActivityRequest
+	35, // 77: switchboard.v1.RouterService.ReportCall:input_type -> switchboard.v1.ReportCallRequest
+	16, // 78: switchboard.v1.RouterService.Decide:output_type -> switchboard.v1.DecideResponse
+	23, // 79: switchboard.v1.RouterService.Reserve:output_type -> switchboard.v1.ReserveResponse
+	25, // 80: switchboard.v1.RouterService.Reconcile:output_type -> switchboard.v1.ReconcileResponse
+	27, // 81: switchboard.v1.RouterService.KeepReservations:output_type -> switchboard.v1.KeepReservationsResponse
+	30, // 82: switchboard.v1.RouterService.ListModels:output_type -> switchboard.v1.ListModelsResponse
+	32, // 83: switchboard.v1.RouterService.ListActivity:output_type -> switchboard.v1.ListActivityResponse
+	34, // 84: switchboard.v1.RouterService.GetActivity:output_type -> switchboard.v1.GetActivityResponse
+	36, // 85: switchboard.v1.RouterService.ReportCall:output_type -> switchboard.v1.ReportCallResponse
+	78, // [78:86] is the sub-list for method output_type
+	70, // [70:78] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_router_proto_init() }
@@ -3422,7 +3572,7 @@ func file_switchboard_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_router_proto_rawDesc), len(file_switchboard_v1_router_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

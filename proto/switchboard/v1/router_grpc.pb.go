@@ -26,6 +26,7 @@ const (
 	RouterService_ListModels_FullMethodName       = "/switchboard.v1.RouterService/ListModels"
 	RouterService_ListActivity_FullMethodName     = "/switchboard.v1.RouterService/ListActivity"
 	RouterService_GetActivity_FullMethodName      = "/switchboard.v1.RouterService/GetActivity"
+	RouterService_ReportCall_FullMethodName       = "/switchboard.v1.RouterService/ReportCall"
 )
 
 // RouterServiceClient is the client API for RouterService service.
@@ -68,6 +69,18 @@ type RouterServiceClient interface {
 	// GetActivity returns one of the caller's own calls by its id (the
 	// completion id the client received). NOT_FOUND for another tenant's call.
 	GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error)
+	// ReportCall is what a caller that dispatches to the provider itself
+	// sends once a request it decided has ended, as an edge does on its
+	// Report stream: the reconciliation of every reservation the request
+	// held, and its activity record, whose attempts are also the timings the
+	// decider learns each endpoint's speed from. It is due for every
+	// request, failed or cancelled too: until then the reservation holds the
+	// tenant's capacity (until its time to live) and the router learns
+	// nothing. A reservation already reconciled, or a record already stored,
+	// changes nothing, so the call may be retried. A service reports only
+	// for its own tenants; the failures it reports move what other tenants
+	// see only when the catalog trusts it (shared_provider_state).
+	ReportCall(ctx context.Context, in *ReportCallRequest, opts ...grpc.CallOption) (*ReportCallResponse, error)
 }
 
 type routerServiceClient struct {
@@ -148,6 +161,16 @@ func (c *routerServiceClient) GetActivity(ctx context.Context, in *GetActivityRe
 	return out, nil
 }
 
+func (c *routerServiceClient) ReportCall(ctx context.Context, in *ReportCallRequest, opts ...grpc.CallOption) (*ReportCallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportCallResponse)
+	err := c.cc.Invoke(ctx, RouterService_ReportCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RouterServiceServer is the server API for RouterService service.
 // All implementations must embed UnimplementedRouterServiceServer
 // for forward compatibility.
@@ -188,6 +211,18 @@ type RouterServiceServer interface {
 	// GetActivity returns one of the caller's own calls by its id (the
 	// completion id the client received). NOT_FOUND for another tenant's call.
 	GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error)
+	// ReportCall is what a caller that dispatches to the provider itself
+	// sends once a request it decided has ended, as an edge does on its
+	// Report stream: the reconciliation of every reservation the request
+	// held, and its activity record, whose attempts are also the timings the
+	// decider learns each endpoint's speed from. It is due for every
+	// request, failed or cancelled too: until then the reservation holds the
+	// tenant's capacity (until its time to live) and the router learns
+	// nothing. A reservation already reconciled, or a record already stored,
+	// changes nothing, so the call may be retried. A service reports only
+	// for its own tenants; the failures it reports move what other tenants
+	// see only when the catalog trusts it (shared_provider_state).
+	ReportCall(context.Context, *ReportCallRequest) (*ReportCallResponse, error)
 	mustEmbedUnimplementedRouterServiceServer()
 }
 
@@ -218,6 +253,9 @@ func (UnimplementedRouterServiceServer) ListActivity(context.Context, *ListActiv
 }
 func (UnimplementedRouterServiceServer) GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetActivity not implemented")
+}
+func (UnimplementedRouterServiceServer) ReportCall(context.Context, *ReportCallRequest) (*ReportCallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportCall not implemented")
 }
 func (UnimplementedRouterServiceServer) mustEmbedUnimplementedRouterServiceServer() {}
 func (UnimplementedRouterServiceServer) testEmbeddedByValue()                       {}
@@ -366,6 +404,24 @@ func _RouterService_GetActivity_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RouterService_ReportCall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportCallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RouterServiceServer).ReportCall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RouterService_ReportCall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RouterServiceServer).ReportCall(ctx, req.(*ReportCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RouterService_ServiceDesc is the grpc.ServiceDesc for RouterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -400,6 +456,10 @@ var RouterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetActivity",
 			Handler:    _RouterService_GetActivity_Handler,
+		},
+		{
+			MethodName: "ReportCall",
+			Handler:    _RouterService_ReportCall_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -26,7 +26,7 @@
 // What a caller may do is one table, role × RPC (policy below); anything not
 // in it is refused with PermissionDenied. The API is split by audience:
 // RouterService holds Decide, Reserve, Reconcile, KeepReservations,
-// ListModels and the activity calls; EdgeService Report and the hedge
+// ListModels, the activity calls and ReportCall; EdgeService Report and the hedge
 // budget; OperatorService the experiments and Explain; ReplicaService what
 // one decider replica forwards to another.
 //
@@ -38,6 +38,7 @@
 //	GetActivity              by key      own tenants      -           any tenant
 //	Reconcile                any         own tenants      -           -
 //	KeepReservations         any         own tenants      -           -
+//	ReportCall               any         own tenants      -           -
 //	Report                   any         -                -           -
 //	AcquireHedge             any         -                -           -
 //	SettleHedge              any         -                -           -
@@ -56,7 +57,8 @@
 // "Own tenants": a service acts for the tenants the catalog lists for it
 // (["*"] is every tenant): the identity's tenant_id, or the tenant its key
 // hash resolves to, must be one of them, and for Reconcile and
-// KeepReservations the reservation must belong to one of them.
+// KeepReservations the reservation must belong to one of them (for
+// ReportCall, the record's tenant and every reservation it reconciles).
 // "Forwarded": a replica forwards to the broker's owner what it admitted
 // for its own caller, named in the request's caller_id (Forwarded); the
 // owner then acts as that caller, by that caller's row of the public RPC

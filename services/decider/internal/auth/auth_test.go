@@ -261,7 +261,7 @@ func TestResolve(t *testing.T) {
 		{name: "unknown key", id: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("nope")}, wantErr: "invalid API key"},
 		{name: "tenant id", id: &switchboardv1.Identity{TenantId: "acme"}, tenant: "acme"},
 		{name: "unknown tenant", id: &switchboardv1.Identity{TenantId: "evil"}, wantErr: "unknown tenant"},
-		{name: "nothing", id: nil, wantErr: "no API key"},
+		{name: "nothing", id: nil, wantErr: "no identity: send identity.api_key_sha256 (the SHA-256 of the client's API key) or identity.tenant_id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

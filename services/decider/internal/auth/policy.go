@@ -46,6 +46,9 @@ var policy = map[string]map[string]access{
 	switchboardv1.RouterService_KeepReservations_FullMethodName: {
 		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants,
 	},
+	switchboardv1.RouterService_ReportCall_FullMethodName: {
+		catalog.RoleEdge: anyTenant, catalog.RoleService: ownTenants,
+	},
 	switchboardv1.EdgeService_Report_FullMethodName: {
 		catalog.RoleEdge: anyTenant,
 	},
@@ -105,7 +108,8 @@ func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Iden
 		}
 		out.TenantId, out.ApiKeyId = id.GetTenantId(), id.GetApiKeyId()
 	default:
-		return nil, status.Error(codes.Unauthenticated, "no API key: send Authorization: Bearer <key>")
+		return nil, status.Error(codes.Unauthenticated,
+			"no identity: send identity.api_key_sha256 (the SHA-256 of the client's API key) or identity.tenant_id")
 	}
 	out.Partner = idx.partner[out.TenantId]
 	tc := idx.classes[out.TenantId]

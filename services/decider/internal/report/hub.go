@@ -225,3 +225,20 @@ func (h *Hub) Close() {
 		c.cancel()
 	}
 }
+
+// Take hands the call reports and activity records of one request that a
+// caller reports by a unary call (RouterService.ReportCall, which checks
+// them first) to the sinks a stream's batches go to: reports at once,
+// records once durable. from names the caller as an edge's hello does:
+// what it reports of an endpoint's speed is bounded per caller, as an
+// edge's is per edge.
+func (h *Hub) Take(ctx context.Context, from *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport, records []*switchboardv1.ActivityRecord) error {
+	h.received.Add(int64(len(reports)))
+	if h.sink != nil && len(reports) > 0 {
+		h.sink(from, reports)
+	}
+	if h.activity == nil || len(records) == 0 {
+		return nil
+	}
+	return h.activity(ctx, from, records)
+}

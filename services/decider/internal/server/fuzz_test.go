@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -66,6 +67,10 @@ var fuzzRPCs = []struct {
 	}},
 	{"ListModels", func() proto.Message { return &switchboardv1.ListModelsRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
 		_, err := c.ListModels(ctx, m.(*switchboardv1.ListModelsRequest))
+		return err
+	}},
+	{"ReportCall", func() proto.Message { return &switchboardv1.ReportCallRequest{} }, func(ctx context.Context, c switchboardv1.DeciderClient, m proto.Message) error {
+		_, err := c.ReportCall(ctx, m.(*switchboardv1.ReportCallRequest))
 		return err
 	}},
 }
@@ -134,6 +139,11 @@ func FuzzRPCs(f *testing.F) {
 		&switchboardv1.ListActivityRequest{Identity: key(acmeKey), Model: model, Limit: 5},
 		&switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "gen-1"},
 		&switchboardv1.ListModelsRequest{Identity: key(acmeKey)},
+		&switchboardv1.ReportCallRequest{Record: &switchboardv1.ActivityRecord{Id: "gen-2", TenantId: "acme", Model: model, EndpointId: "alpha/" + model,
+			Status: switchboardv1.CallStatus_CALL_STATUS_OK, Attempts: []*switchboardv1.Attempt{{EndpointId: "alpha/" + model, Outcome: switchboardv1.Outcome_OUTCOME_OK,
+				Ttft: durationpb.New(time.Second), StartTime: timestamppb.Now()}}, Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5}},
+			Reconciles: []*switchboardv1.ReconcileRequest{{ReservationId: "res", Outcome: switchboardv1.Outcome_OUTCOME_OK}}, PromptTokens: 10,
+			Prefixes: []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 10}}},
 	}
 	for i, m := range valid {
 		data, err := proto.Marshal(m)
