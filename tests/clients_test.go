@@ -257,8 +257,8 @@ func checkClientsState(t *testing.T, d *deciderapp.Decider, r clientsResults) {
 	require.InDelta(t, float64(clientsConcurrency), limits[0].Remaining, 1e-9, "every reservation of acme released, the crashed stream's too")
 
 	op := dialAs(t, d.Addr(), testOperatorToken)
-	explain, err := op.Decide(ctx, &switchboardv1.DecideRequest{
-		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: clientsModel, DryRun: true, Explain: true,
+	explain, err := op.Explain(ctx, &switchboardv1.ExplainRequest{
+		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: clientsModel,
 		Stream: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 30},
 	})
 	require.NoError(t, err)
