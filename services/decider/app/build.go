@@ -73,7 +73,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		return err
 	}
 	d.catalog = gate.NewCurrent(views)
-	d.authn = auth.New(d.catalog.Auth)
+	d.authn = auth.New(d.catalog.PinAuth)
 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -176,7 +176,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	})
 	d.observer = ob
 	d.svc = server.New(server.Deps{
-		Router: d.router, Auth: d.authn, Hub: d.hub, Policy: admit, Activity: d.act, Experiments: d.exps, Grants: d.grants,
+		Router: d.router, Catalog: d.catalog, Auth: d.authn, Hub: d.hub, Policy: admit, Activity: d.act, Experiments: d.exps, Grants: d.grants,
 	})
 
 	// Edges replay to each new owner what the ones before applied lately.

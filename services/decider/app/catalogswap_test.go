@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -43,27 +44,91 @@ func TestCatalogSwapIsOneSnapshot(t *testing.T) {
 	catalogs := [2][]byte{swapCatalog("a"), swapCatalog("b")}
 	const swaps = 400
 
-	var stop atomic.Bool
 	var torn atomic.Int64
 	var checked atomic.Int64
+	swapping(d, catalogs, swaps, 2, func() bool {
+		before := d.KeySetVersion()
+		models := d.router.ListModels()
+		_, errA := d.authn.Resolve(&switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-a")})
+		after := d.KeySetVersion()
+		if before != after {
+			return true
+		}
+		checked.Add(1)
+		want := "a"
+		if (int64(before)-base)%2 == 1 {
+			want = "b"
+		}
+		if models[0].GetId() != "model-"+want || (errA == nil) != (want == "a") {
+			torn.Add(1)
+		}
+		return true
+	})
+	require.Positive(t, checked.Load(), "no read fell between two swaps")
+	require.Zero(t, torn.Load(), "reads that saw routing and auth of one catalog with the key set of another (of %d)", checked.Load())
+}
+
+// tornCatalog is catalog A or B of TestDecideIsOneCatalog: the same API
+// key, the same model, but A gives the key to tenant-a and routes the
+// model to provider alpha, B gives it to tenant-b and routes it to beta.
+func tornCatalog(name, provider string) []byte {
+	return []byte(fmt.Sprintf(`
+models:
+  - id: model-m
+    endpoints: [{provider: %[2]s, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]
+tenants:
+  - {id: tenant-%[1]s, api_keys_sha256: [%[3]s]}
+`, name, provider, catalog.HashKey("key-m")) + testCallers())
+}
+
+// TestDecideIsOneCatalog: while catalogs A and B replace each other, every
+// Decide answers wholly from one of them: the tenant its identity resolved
+// to and the endpoint it chose come from the same catalog, never tenant-a
+// routed to beta or tenant-b to alpha. Authentication, identity and
+// routing each reading the catalog applied at that instant would let a
+// swap land between them.
+func TestDecideIsOneCatalog(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "catalog.yaml")
+	require.NoError(t, os.WriteFile(p, tornCatalog("a", "alpha"), 0o600))
+	d, client := startDecider(t, Config{Catalog: p, DataDir: dir})
+	t.Cleanup(d.Close)
+	catalogs := [2][]byte{tornCatalog("a", "alpha"), tornCatalog("b", "beta")}
+	want := map[string]string{"tenant-a": "alpha/model-m", "tenant-b": "beta/model-m"}
+	const swaps = 2000
+
+	var torn, answered atomic.Int64
+	swapping(d, catalogs, swaps, 8, func() bool {
+		resp, err := client.Decide(t.Context(), &switchboardv1.DecideRequest{
+			Model: "model-m", Identity: &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-m")},
+		})
+		if !assert.NoError(t, err) {
+			return false
+		}
+		answered.Add(1)
+		if want[resp.GetIdentity().GetTenantId()] != resp.GetEndpoint().GetId() {
+			torn.Add(1)
+		}
+		return true
+	})
+	t.Logf("%d Decide answers, %d torn, over %d swaps", answered.Load(), torn.Load(), swaps)
+	require.Positive(t, answered.Load())
+	require.Zero(t, torn.Load(), "Decide answers whose tenant and endpoint came from different catalogs (of %d)", answered.Load())
+}
+
+// swapping applies catalogs[1] and catalogs[0] to d in turn, swaps times,
+// at the revisions after d's, while readers goroutines each call read
+// until the swaps are done or it returns false; it returns once every
+// reader stopped.
+func swapping(d *Decider, catalogs [2][]byte, swaps, readers int, read func() bool) {
+	base := int64(d.KeySetVersion())
+	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for range 2 {
+	for range readers {
 		wg.Go(func() {
 			for !stop.Load() {
-				before := d.KeySetVersion()
-				models := d.router.ListModels()
-				_, errA := d.authn.Resolve(&switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-a")})
-				after := d.KeySetVersion()
-				if before != after {
-					continue
-				}
-				checked.Add(1)
-				want := "a"
-				if (int64(before)-base)%2 == 1 {
-					want = "b"
-				}
-				if models[0].GetId() != "model-"+want || (errA == nil) != (want == "a") {
-					torn.Add(1)
+				if !read() {
+					return
 				}
 			}
 		})
@@ -74,6 +139,4 @@ func TestCatalogSwapIsOneSnapshot(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	require.Positive(t, checked.Load(), "no read fell between two swaps")
-	require.Zero(t, torn.Load(), "reads that saw routing and auth of one catalog with the key set of another (of %d)", checked.Load())
 }

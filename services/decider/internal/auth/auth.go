@@ -174,15 +174,28 @@ type tenantClasses struct {
 
 // Authenticator authenticates calls against the catalog's callers.
 type Authenticator struct {
-	// current returns the current catalog's index, read once per call.
-	current func() *Index
+	// pin returns the index of the catalog snapshot a call works on, and
+	// ctx carrying that snapshot.
+	pin func(ctx context.Context) (context.Context, *Index)
 }
 
-// New returns an authenticator of the catalog current returns on each
-// call: the decider's one catalog snapshot, so a caller or token added or
-// removed applies to the next call. While current returns nil it answers
-// Unavailable.
-func New(current func() *Index) *Authenticator { return &Authenticator{current: current} }
+// New returns an authenticator of the catalog pin gives each call: the
+// decider's one catalog snapshot, so a caller or token added or removed
+// applies to the next call. pin returns the snapshot ctx already carries,
+// else the one applied now with ctx carrying it (gate.Current.PinAuth):
+// the unary interceptor authenticates by it and hands the handler that
+// ctx, so one call reads one catalog from its credentials to its route.
+// While pin returns nil it answers Unavailable.
+func New(pin func(ctx context.Context) (context.Context, *Index)) *Authenticator {
+	return &Authenticator{pin: pin}
+}
+
+// index is the index of the snapshot ctx carries, else of the catalog
+// applied now.
+func (a *Authenticator) index(ctx context.Context) *Index {
+	_, idx := a.pin(ctx)
+	return idx
+}
 
 // NewIndex builds c's auth index: its callers, tenants and API keys.
 func NewIndex(c *catalog.Catalog) *Index {
@@ -230,7 +243,7 @@ func NewIndex(c *catalog.Catalog) *Index {
 // (a role the policy does not allow the RPC) or Unavailable (the catalog is
 // not loaded yet).
 func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
-	idx := a.current()
+	ctx, idx := a.pin(ctx)
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: callers not loaded yet")
 	}
@@ -255,7 +268,7 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 // is one whose own caller is not a replica: the replica credential alone
 // acts for no tenant.
 func (a *Authenticator) Forwarded(ctx context.Context, callerID, method string) (context.Context, error) {
-	idx := a.current()
+	idx := a.index(ctx)
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: callers not loaded yet")
 	}
@@ -342,9 +355,19 @@ func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamInterceptor authenticates and authorises every stream but the exempt ones.
+// StreamInterceptor authenticates and authorises every stream but the
+// exempt ones. A stream (Report) lives across many catalogs: it is
+// authenticated by the one applied when it opens, but its context does
+// not carry that snapshot, so its later work reads the catalog applied
+// then rather than one pinned for its life.
 func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
-	in := grpcauth.StreamServerInterceptor(a.Authenticate)
+	in := grpcauth.StreamServerInterceptor(func(ctx context.Context) (context.Context, error) {
+		pinned, err := a.Authenticate(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return NewContext(ctx, FromContext(pinned)), nil
+	})
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		if !needsAuth(info.FullMethod) {
 			return h(srv, ss)

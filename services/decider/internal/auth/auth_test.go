@@ -83,7 +83,7 @@ func whoAmI(t *testing.T, addr string, opts ...grpc.DialOption) (string, error) 
 
 func TestBearerTokens(t *testing.T) {
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
 	addr := serve(t, a, nil)
 	_, err := whoAmI(t, addr, plain)
@@ -164,7 +164,7 @@ func (ca *pki) issue(t *testing.T, cn string, usage x509.ExtKeyUsage) tls.Certif
 func TestClientCertificates(t *testing.T) {
 	ca := newCA(t)
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	cur.Store(NewIndex(testCatalog(t, map[string]string{"edges": "edge-token", "billing": "billing-token"})))
 	server := credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{ca.issue(t, "decider", x509.ExtKeyUsageServerAuth)},
@@ -242,7 +242,7 @@ func TestReplicaCallsOnlyReplicaService(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	_, err := a.Resolve(&switchboardv1.Identity{TenantId: "acme"})
 	require.Equal(t, codes.Unavailable, status.Code(err), "no catalog yet")
 	c, err := catalog.Parse([]byte("models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
@@ -294,9 +294,9 @@ func TestSharesProviderState(t *testing.T) {
 	c, err := catalog.Parse([]byte(y))
 	require.NoError(t, err)
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	cur.Store(NewIndex(c))
-	idx := a.current()
+	idx := a.index(t.Context())
 	tests := []struct {
 		name string
 		p    *Principal
@@ -317,4 +317,10 @@ func TestSharesProviderState(t *testing.T) {
 			require.Equal(t, tt.want, SharesProviderState(ctx))
 		})
 	}
+}
+
+// reads is a pin (New) that reads load on each call and pins nothing: the
+// tests here swap the index under a running server themselves.
+func reads(load func() *Index) func(context.Context) (context.Context, *Index) {
+	return func(ctx context.Context) (context.Context, *Index) { return ctx, load() }
 }

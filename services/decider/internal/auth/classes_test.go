@@ -46,7 +46,7 @@ tenants:
 `))
 	require.NoError(t, err)
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	cur.Store(NewIndex(c))
 	tests := []struct {
 		name  string

@@ -93,7 +93,7 @@ func dialForward(t *testing.T, addr, token string) *grpc.ClientConn {
 // may not call the RPC is PermissionDenied.
 func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	cur.Store(NewIndex(forwardCatalog(t)))
 	replica := switchboardv1.NewReplicaServiceClient(dialForward(t, serveWith(t, a, forwardee{a: a}), "replica-token"))
 	byKey := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}
@@ -150,7 +150,7 @@ func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 // else changes nothing: it acts as itself.
 func TestOnBehalfOfIsNotHonouredOnPublicRPCs(t *testing.T) {
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	cur.Store(NewIndex(forwardCatalog(t)))
 	addr := serveWith(t, a, forwardee{a: a})
 	const onBehalfOf = "switchboard-on-behalf-of" // the metadata replicas once named their caller in
@@ -182,7 +182,7 @@ func TestOnBehalfOfIsNotHonouredOnPublicRPCs(t *testing.T) {
 // refused on ReplicaService, whichever caller it names.
 func TestReplicaServiceIsForReplicas(t *testing.T) {
 	var cur atomic.Pointer[Index]
-	a := New(cur.Load)
+	a := New(reads(cur.Load))
 	cur.Store(NewIndex(forwardCatalog(t)))
 	addr := serveWith(t, a, forwardee{a: a})
 	for _, token := range []string{"edge-token", "billing-token"} {

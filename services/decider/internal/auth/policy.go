@@ -81,7 +81,11 @@ func Allowed(role, method string) bool { return policy[method][role] != deny }
 // key's class, else its tenant's default class, else interactive. A class
 // that is none of the known ones is InvalidArgument.
 func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
-	idx := a.current()
+	return a.index(context.Background()).Resolve(id)
+}
+
+// Resolve is [Authenticator.Resolve] by idx's catalog.
+func (idx *Index) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: catalog not loaded yet")
 	}
@@ -138,7 +142,13 @@ func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Iden
 // catalog sets it (interactive for unspecified); false before the catalog
 // is loaded or for an unknown class.
 func (a *Authenticator) Contract(cls switchboardv1.WorkloadClass) (catalog.Contract, bool) {
-	idx := a.current()
+	return a.index(context.Background()).Contract(cls)
+}
+
+// Contract is [Authenticator.Contract] by idx's catalog: a call's
+// admission reads the contracts of the catalog it resolved its identity by
+// (admission.Policy.Contracts).
+func (idx *Index) Contract(cls switchboardv1.WorkloadClass) (catalog.Contract, bool) {
 	if idx == nil {
 		return catalog.Contract{}, false
 	}
@@ -171,12 +181,20 @@ func ClassName(cls switchboardv1.WorkloadClass) string {
 }
 
 // Identity checks that the caller of ctx may send method with id, and
-// returns id resolved (Resolve). Work the decider does on its own (no
-// caller in ctx) is only resolved.
+// returns id resolved (Resolve), by the catalog snapshot ctx carries (else
+// the one applied now). Work the decider does on its own (no caller in
+// ctx) is only resolved.
 func (a *Authenticator) Identity(ctx context.Context, method string, id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
+	return a.index(ctx).Identity(ctx, method, id)
+}
+
+// Identity is [Authenticator.Identity] by idx's catalog: a handler passes
+// the index of the snapshot its call was authenticated by, and routes by
+// the same snapshot.
+func (idx *Index) Identity(ctx context.Context, method string, id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	p := FromContext(ctx)
 	if p == nil {
-		return a.Resolve(id)
+		return idx.Resolve(id)
 	}
 	// A forwarded call is the named caller's (Forwarded): its row of the
 	// table applies as if it had called the owner itself.
@@ -192,7 +210,7 @@ func (a *Authenticator) Identity(ctx context.Context, method string, id *switchb
 			return nil, status.Errorf(codes.PermissionDenied, "caller %q may not act for tenant %q", p.ID, t)
 		}
 	}
-	out, err := a.Resolve(id)
+	out, err := idx.Resolve(id)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@
 package gate
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 
@@ -92,10 +93,11 @@ func KeySet(c *catalog.Catalog) (*switchboardv1.KeySet, error) {
 }
 
 // Current is the catalog a decider applies: one Views, replaced whole by
-// one atomic store, from which routing (Routing), auth (Auth) and the
+// one atomic store, from which routing (Routing), auth (PinAuth) and the
 // report hub (Keys) each read. No reader can see the routes of one catalog
 // with the callers or keys of another, as it could when each part kept its
-// own pointer, stored one after the other.
+// own pointer, stored one after the other; and one RPC reads one Views
+// throughout (Pin).
 type Current struct {
 	v atomic.Pointer[Views]
 }
@@ -118,8 +120,40 @@ func (c *Current) Store(v *Views) { c.v.Store(v) }
 // (routing.Options.Catalog).
 func (c *Current) Routing() *routing.Index { return c.v.Load().Routing }
 
-// Auth returns the auth index of the catalog applied (auth.New).
-func (c *Current) Auth() *auth.Index { return c.v.Load().Auth }
+type viewsKey struct{}
+
+// FromContext returns the views a call pinned (Current.Pin); nil when ctx
+// carries none.
+func FromContext(ctx context.Context) *Views {
+	v, _ := ctx.Value(viewsKey{}).(*Views)
+	return v
+}
+
+// Pin returns the views ctx carries, when a part of the same call pinned
+// them already, else the views of the catalog applied now, with ctx
+// carrying them: each part of one call that reads the catalog through Pin
+// (the authentication interceptor, then the handler) reads the same one,
+// so a catalog applied while the call runs cannot give it its caller or
+// identity from one catalog and its route from the next.
+func (c *Current) Pin(ctx context.Context) (context.Context, *Views) {
+	if v := FromContext(ctx); v != nil {
+		return ctx, v
+	}
+	v := c.v.Load()
+	if v == nil {
+		return ctx, nil
+	}
+	return context.WithValue(ctx, viewsKey{}, v), v
+}
+
+// PinAuth is Pin for auth.New: the auth index of the views pinned.
+func (c *Current) PinAuth(ctx context.Context) (context.Context, *auth.Index) {
+	ctx, v := c.Pin(ctx)
+	if v == nil {
+		return ctx, nil
+	}
+	return ctx, v.Auth
+}
 
 // Keys returns the key set of the catalog applied (report.Options.Keys).
 func (c *Current) Keys() *switchboardv1.KeySet { return c.v.Load().Keys }

@@ -65,7 +65,7 @@ workload_classes:
 		}
 		cur := NewCurrent(v)
 		routing.New(nil, routing.Options{Catalog: cur.Routing}).ListModels()
-		_, _ = auth.New(cur.Auth).Resolve(nil)
+		_, _ = auth.New(cur.PinAuth).Resolve(nil)
 	})
 }
 
@@ -95,5 +95,40 @@ tenants:
 	_, err = g.Prepare([]byte(strings.Replace(ok, "period: 1m", "period: 500ms", 1)))
 	if err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits[0].ramp.period") {
 		t.Fatalf("err = %v, want the ramp period's line", err)
+	}
+}
+
+// TestPin: the first Pin of a call reads the views applied and its context
+// carries them; a later Pin of that context returns the same views though
+// another catalog was applied in between, and an unpinned context reads
+// the new one.
+func TestPin(t *testing.T) {
+	const yaml = "models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://x/v1, price: {input: 1, output: 1}}]\n"
+	g := New(routing.Sources{})
+	a, err := g.Prepare([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := g.Prepare([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := NewCurrent(a)
+	if FromContext(t.Context()) != nil {
+		t.Fatal("a context no one pinned carries views")
+	}
+	ctx, v := cur.Pin(t.Context())
+	if v != a || FromContext(ctx) != a {
+		t.Fatalf("pinned %p, context carries %p, want A %p", v, FromContext(ctx), a)
+	}
+	cur.Store(b)
+	if _, idx := cur.PinAuth(ctx); idx != a.Auth {
+		t.Fatal("a pinned call read the auth index of the catalog applied after it was pinned")
+	}
+	if _, v := cur.Pin(t.Context()); v != b {
+		t.Fatal("a new call did not read the catalog applied")
+	}
+	if _, idx := NewCurrent(nil).PinAuth(t.Context()); idx != nil {
+		t.Fatal("no catalog applied, yet an auth index")
 	}
 }

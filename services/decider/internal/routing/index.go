@@ -180,8 +180,8 @@ func NewIndex(c *catalog.Catalog, src Sources) *Index {
 }
 
 // Endpoint returns the catalog's endpoint by id: its model and rates.
-func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bool) {
-	e, modelID := r.find(id)
+func (idx *Index) Endpoint(id string) (modelID string, rates catalog.Rates, ok bool) {
+	e, modelID := idx.find(id)
 	if e == nil {
 		return "", catalog.Rates{}, false
 	}
@@ -191,8 +191,8 @@ func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bo
 // Limits returns the catalog's context window and largest output of the
 // endpoint id (each 0 when the catalog gives none); false when the catalog
 // has no such endpoint.
-func (r *Router) Limits(id string) (contextLength, maxOutput int64, ok bool) {
-	e, _ := r.find(id)
+func (idx *Index) Limits(id string) (contextLength, maxOutput int64, ok bool) {
+	e, _ := idx.find(id)
 	if e == nil {
 		return 0, 0, false
 	}
@@ -201,12 +201,12 @@ func (r *Router) Limits(id string) (contextLength, maxOutput int64, ok bool) {
 
 // find returns the catalog's endpoint by id and its model id; nil when
 // there is none.
-func (r *Router) find(id string) (*endpoint, string) {
+func (idx *Index) find(id string) (*endpoint, string) {
 	provider, modelID, found := strings.Cut(id, "/")
 	if !found {
 		return nil, ""
 	}
-	m := r.o.Catalog().models[modelID]
+	m := idx.models[modelID]
 	if m == nil {
 		return nil, ""
 	}
@@ -220,10 +220,26 @@ func (r *Router) find(id string) (*endpoint, string) {
 
 // Resolve returns the id of the catalog model a client's model name (an
 // id or an alias, without a routing suffix) means; false when none.
-func (r *Router) Resolve(name string) (id string, ok bool) { return r.o.Catalog().names.Resolve(name) }
+func (idx *Index) Resolve(name string) (id string, ok bool) { return idx.names.Resolve(name) }
 
 // ListModels lists the catalog's models.
-func (r *Router) ListModels() []*switchboardv1.Model { return r.o.Catalog().list }
+func (idx *Index) ListModels() []*switchboardv1.Model { return idx.list }
+
+// Endpoint is [Index.Endpoint] of the current catalog.
+func (r *Router) Endpoint(id string) (modelID string, rates catalog.Rates, ok bool) {
+	return r.o.Catalog().Endpoint(id)
+}
+
+// Limits is [Index.Limits] of the current catalog.
+func (r *Router) Limits(id string) (contextLength, maxOutput int64, ok bool) {
+	return r.o.Catalog().Limits(id)
+}
+
+// Resolve is [Index.Resolve] of the current catalog.
+func (r *Router) Resolve(name string) (id string, ok bool) { return r.o.Catalog().Resolve(name) }
+
+// ListModels is [Index.ListModels] of the current catalog.
+func (r *Router) ListModels() []*switchboardv1.Model { return r.o.Catalog().ListModels() }
 
 // Models returns the catalog's models and their endpoints, for the prober.
 func (r *Router) Models() []ModelEndpoints {

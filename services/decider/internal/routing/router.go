@@ -250,9 +250,18 @@ func New(c *catalog.Catalog, o Options) *Router {
 	return r
 }
 
-// Decide picks the endpoint for req. The identity must already be resolved.
+// Decide picks the endpoint for req from the current catalog. The
+// identity must already be resolved.
 func (r *Router) Decide(req *switchboardv1.DecideRequest, id *switchboardv1.Identity) (*switchboardv1.DecideResponse, error) {
-	idx := r.o.Catalog()
+	return r.DecideIn(r.o.Catalog(), req, id)
+}
+
+// DecideIn picks the endpoint for req from idx, an index built on the
+// router's Stats and Outcomes: a call that resolved id from one catalog
+// snapshot routes with that snapshot's index, so a catalog applied
+// meanwhile cannot give it its identity from one catalog and its route
+// from the next.
+func (r *Router) DecideIn(idx *Index, req *switchboardv1.DecideRequest, id *switchboardv1.Identity) (*switchboardv1.DecideResponse, error) {
 	m, name, suffix, err := r.resolve(idx, req)
 	if err != nil {
 		return nil, err

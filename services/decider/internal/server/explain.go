@@ -12,7 +12,6 @@ import (
 // recorded, no session moved, nothing reserved, no grant), with every
 // candidate's figures.
 func (s *Server) Explain(ctx context.Context, req *switchboardv1.ExplainRequest) (*switchboardv1.ExplainResponse, error) {
-	r := s.router
 	dreq := &switchboardv1.DecideRequest{
 		RequestId: newID(), Identity: req.GetIdentity(), Model: req.GetModel(), Tokens: req.GetTokens(), Stream: req.GetStream(),
 		Provider: req.GetProvider(), Parameters: req.GetParameters(), Region: req.GetRegion(), SessionId: req.GetSessionId(),
@@ -21,11 +20,12 @@ func (s *Server) Explain(ctx context.Context, req *switchboardv1.ExplainRequest)
 	if err := invalid(validate.Decide(dreq)); err != nil {
 		return nil, err
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.OperatorService_Explain_FullMethodName, req.GetIdentity())
+	v := s.views(ctx)
+	id, err := v.Auth.Identity(ctx, switchboardv1.OperatorService_Explain_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
-	resp, err := r.Decide(dreq, id)
+	resp, err := s.router.DecideIn(v.Routing, dreq, id)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/gate"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/grant"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
@@ -36,8 +37,10 @@ type Server struct {
 	switchboardv1.UnimplementedOperatorServiceServer
 	switchboardv1.UnimplementedReplicaServiceServer
 	router *routing.Router
-	hub    *report.Hub
-	authn  *auth.Authenticator
+	// catalog is the catalog applied; each call reads it once (views).
+	catalog *gate.Current
+	hub     *report.Hub
+	authn   *auth.Authenticator
 	// policy owns every admission rule (Reserve, Reconcile, the hedge budget).
 	policy   admission.Policy
 	activity *activity.Store
@@ -48,8 +51,13 @@ type Server struct {
 
 // Deps are the parts a Server answers with, each built before it.
 type Deps struct {
-	// Router answers Decide and ListModels from the current catalog. (Required)
+	// Router answers Decide from the routing index of the call's catalog. (Required)
 	Router *routing.Router
+	// Catalog is the catalog applied, whose views a call reads once, where
+	// the authentication interceptor pinned them (gate.Current.Pin), and
+	// works on throughout: its identity, route and admission contracts
+	// come from one catalog. (Required)
+	Catalog *gate.Current
 	// Auth resolves and checks the identities requests carry. (Required)
 	Auth *auth.Authenticator
 	// Hub serves the edges' Report streams. (Required)
@@ -75,8 +83,24 @@ var (
 
 // New returns a server of d.
 func New(d Deps) *Server {
-	return &Server{router: d.Router, hub: d.Hub, authn: d.Auth, policy: d.Policy, activity: d.Activity,
+	return &Server{router: d.Router, catalog: d.Catalog, hub: d.Hub, authn: d.Auth, policy: d.Policy, activity: d.Activity,
 		experiments: d.Experiments, trust: trust{grants: d.Grants}}
+}
+
+// views returns the catalog views the call of ctx works on: those the
+// authentication interceptor pinned, else (a call no interceptor saw) the
+// ones applied now.
+func (s *Server) views(ctx context.Context) *gate.Views {
+	_, v := s.catalog.Pin(ctx)
+	return v
+}
+
+// admission is the admission policy of one call: the workload classes'
+// contracts of the catalog it resolved its identity by.
+func (s *Server) admission(v *gate.Views) admission.Policy {
+	p := s.policy
+	p.Contracts = v.Auth
+	return p
 }
 
 // Decide implements [switchboardv1.RouterServiceServer.Decide].
@@ -88,32 +112,34 @@ func (s *Server) Decide(ctx context.Context, req *switchboardv1.DecideRequest) (
 	if req.GetDryRun() {
 		return nil, fieldStatus("dry_run is not served: an operator explains a decision with OperatorService.Explain", "dry_run", "UNSUPPORTED")
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Decide_FullMethodName, req.GetIdentity())
+	v := s.views(ctx)
+	id, err := v.Auth.Identity(ctx, switchboardv1.RouterService_Decide_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
 	if req.GetRequestId() == "" {
 		req.RequestId = newID()
 	}
-	resp, err := r.Decide(req, id)
+	resp, err := r.DecideIn(v.Routing, req, id)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if req.GetReserve() {
-		if err := s.policy.Decide(ctx, req, resp); err != nil {
+		if err := s.admission(v).Decide(ctx, req, resp); err != nil {
 			return nil, err
 		}
 	}
-	s.grant(r, req, resp)
+	s.grant(v.Routing, req, resp)
 	return resp, nil
 }
 
 // ListModels implements [switchboardv1.RouterServiceServer.ListModels].
 func (s *Server) ListModels(ctx context.Context, req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
-	if _, err := s.authn.Identity(ctx, switchboardv1.RouterService_ListModels_FullMethodName, req.GetIdentity()); err != nil {
+	v := s.views(ctx)
+	if _, err := v.Auth.Identity(ctx, switchboardv1.RouterService_ListModels_FullMethodName, req.GetIdentity()); err != nil {
 		return nil, err
 	}
-	return &switchboardv1.ListModelsResponse{Models: s.router.ListModels()}, nil
+	return &switchboardv1.ListModelsResponse{Models: v.Routing.ListModels()}, nil
 }
 
 // AcquireHedge implements [switchboardv1.EdgeServiceServer.AcquireHedge]
@@ -136,7 +162,8 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 
 // ListActivity implements [switchboardv1.RouterServiceServer.ListActivity].
 func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
-	tenant, store, err := s.activityFor(ctx, switchboardv1.RouterService_ListActivity_FullMethodName, req.GetIdentity())
+	v := s.views(ctx)
+	tenant, store, err := s.activityFor(ctx, v, switchboardv1.RouterService_ListActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +173,7 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 	q := activity.Query{Tenant: tenant, Model: req.GetModel(), Limit: int(req.GetLimit()), Cursor: req.GetCursor()}
 	// Records name the catalog id: a filter by an alias finds its model's.
 	// A name the catalog no longer has may still be a past record's.
-	if id, ok := s.router.Resolve(q.Model); ok {
+	if id, ok := v.Routing.Resolve(q.Model); ok {
 		q.Model = id
 	}
 	if req.GetLimit() < 0 || req.GetLimit() > 500 {
@@ -170,7 +197,7 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 
 // GetActivity implements [switchboardv1.RouterServiceServer.GetActivity].
 func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
-	tenant, store, err := s.activityFor(ctx, switchboardv1.RouterService_GetActivity_FullMethodName, req.GetIdentity())
+	tenant, store, err := s.activityFor(ctx, s.views(ctx), switchboardv1.RouterService_GetActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
@@ -192,8 +219,8 @@ func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivity
 
 // activityFor resolves whose records are read: only the identity's tenant's,
 // and only a tenant the caller may act for.
-func (s *Server) activityFor(ctx context.Context, method string, id *switchboardv1.Identity) (string, *activity.Store, error) {
-	who, err := s.authn.Identity(ctx, method, id)
+func (s *Server) activityFor(ctx context.Context, v *gate.Views, method string, id *switchboardv1.Identity) (string, *activity.Store, error) {
+	who, err := v.Auth.Identity(ctx, method, id)
 	if err != nil {
 		return "", nil, err
 	}
@@ -204,7 +231,8 @@ func (s *Server) activityFor(ctx context.Context, method string, id *switchboard
 // api_key_sha256 is authenticated and its identity resolved; a trusted
 // caller's tenant_id must name a tenant.
 func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	r := s.router
+	v := s.views(ctx)
+	r := v.Routing
 	if req.GetEndpointId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "endpoint_id is required")
 	}
@@ -225,11 +253,11 @@ func (s *Server) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest)
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "model: the endpoint %q serves %q", req.GetEndpointId(), model)
 	}
-	id, err := s.authn.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity())
+	id, err := v.Auth.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err
 	}
-	return s.policy.Reserve(ctx, req, id)
+	return s.admission(v).Reserve(ctx, req, id)
 }
 
 // Reconcile implements [switchboardv1.RouterServiceServer.Reconcile].

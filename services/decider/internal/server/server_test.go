@@ -26,7 +26,9 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/experiment"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/gate"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
@@ -81,25 +83,24 @@ type parts struct {
 // build builds the parts of a Server for catalog yaml.
 func build(t testing.TB, yaml string) parts {
 	t.Helper()
-	c, err := catalog.Parse([]byte(yaml))
+	st, oc := stats.New(stats.Config{}), outcomes.New(outcomes.Config{})
+	v, err := gate.New(routing.Sources{Stats: st, Outcomes: oc}).Prepare([]byte(yaml))
 	require.NoError(t, err)
-	idx := auth.NewIndex(c)
-	authn := auth.New(func() *auth.Index { return idx })
-	bcfg, err := broker.FromCatalog(c)
-	require.NoError(t, err)
+	cur := gate.NewCurrent(v)
+	authn := auth.New(cur.PinAuth)
 	p := parts{budget: hedge.New(1, nil)}
-	p.broker, err = broker.New(bcfg, broker.Options{})
+	p.broker, err = broker.New(v.Broker, broker.Options{})
 	require.NoError(t, err)
-	st := etcdtest.Connect(t, etcdtest.Start(t))
+	etcd := etcdtest.Connect(t, etcdtest.Start(t))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	p.adm, err = admission.Start(ctx, admission.Options{Broker: p.broker, Client: st.Client(), Addr: "bufnet", Logger: logger()})
+	p.adm, err = admission.Start(ctx, admission.Options{Broker: p.broker, Client: etcd.Client(), Addr: "bufnet", Logger: logger()})
 	require.NoError(t, err)
 	t.Cleanup(p.adm.Close)
 	p.act, err = activity.Open(activity.Options{Path: filepath.Join(t.TempDir(), "activity.db"), Logger: logger()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.act.Close() })
-	p.router = routing.New(c, routing.Options{Stats: stats.New(stats.Config{}), Exploration: -1})
+	p.router = routing.New(nil, routing.Options{Catalog: cur.Routing, Stats: st, Outcomes: oc, Exploration: -1})
 	policy := admission.Policy{Admission: p.adm, Budget: p.budget, Contracts: authn}
 	hub := report.NewHub(report.Options{
 		Logger: logger(), Sink: func(*switchboardv1.EdgeHello, []*switchboardv1.CallReport) {},
@@ -107,8 +108,8 @@ func build(t testing.TB, yaml string) parts {
 		Reservations: server.Reservations(policy),
 	})
 	p.Deps = server.Deps{
-		Router: p.router, Auth: authn, Hub: hub, Policy: policy, Activity: p.act,
-		Experiments: experiment.New(experiment.Options{Client: st.Client(), Replica: "r1", Logger: logger(), Limits: experiment.Limits{MinBlock: time.Second}}),
+		Router: p.router, Catalog: cur, Auth: authn, Hub: hub, Policy: policy, Activity: p.act,
+		Experiments: experiment.New(experiment.Options{Client: etcd.Client(), Replica: "r1", Logger: logger(), Limits: experiment.Limits{MinBlock: time.Second}}),
 	}
 	return p
 }

@@ -22,7 +22,7 @@ type trust struct {
 // resolved identity and caps. The caps are those of the endpoints the
 // answer leaves the caller — the chosen one, its fallbacks and the hedge
 // endpoint, as they stand once reserving has picked among them.
-func (s *Server) grant(r *routing.Router, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) {
+func (s *Server) grant(r *routing.Index, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) {
 	g := s.grants
 	if g == nil {
 		return
@@ -33,7 +33,7 @@ func (s *Server) grant(r *routing.Router, req *switchboardv1.DecideRequest, resp
 
 // decisionCaps are the caps (grant.NewCaps) of resp's endpoints, each
 // once, billed under resp's max_price and req's max_tokens.
-func decisionCaps(r *routing.Router, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) *switchboardv1.DecisionCaps {
+func decisionCaps(r *routing.Index, req *switchboardv1.DecideRequest, resp *switchboardv1.DecideResponse) *switchboardv1.DecisionCaps {
 	all := make([]*switchboardv1.Endpoint, 0, 2+len(resp.GetFallbacks()))
 	all = append(append(append(all, resp.GetEndpoint()), resp.GetFallbacks()...), resp.GetHedge().GetEndpoint())
 	eps := make([]grant.Endpoint, 0, len(all))
