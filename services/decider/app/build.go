@@ -171,7 +171,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		Reservations: server.Reservations(admit),
 	})
 	ob = observe.New(observe.Options{
-		Catalog: d.router, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
+		Catalog: func() observe.Catalog { return d.catalog.Routing() }, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	})
 	d.observer = ob

@@ -60,7 +60,10 @@ type Catalog interface {
 
 // Options wire an Observer.
 type Options struct {
-	Catalog  Catalog         // (Required)
+	// Catalog returns the catalog applied, read once per batch: one
+	// batch's reports are resolved by one catalog, not by whichever is
+	// applied as each report is taken. (Required)
+	Catalog  func() Catalog
 	Stats    *stats.Store    // (Required)
 	Affinity *affinity.Table // (Required)
 	// Sessions learns which endpoint answered a named conversation's turn. (Optional)
@@ -101,13 +104,14 @@ func New(o Options) *Observer {
 // statistics.
 func (ob *Observer) Ingest(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
 	from := ob.o.Stats.From(edge.GetEdgeId())
+	cat := ob.o.Catalog()
 	for _, r := range reports {
-		ob.one(from, r)
+		ob.one(cat, from, r)
 	}
 }
 
-func (ob *Observer) one(from stats.Reporter, r *switchboardv1.CallReport) {
-	modelID, rates, ok := ob.o.Catalog.Endpoint(r.GetEndpointId())
+func (ob *Observer) one(cat Catalog, from stats.Reporter, r *switchboardv1.CallReport) {
+	modelID, rates, ok := cat.Endpoint(r.GetEndpointId())
 	if !ok {
 		// Only the catalog's endpoints get series, so a confused or hostile
 		// edge cannot grow the decider's memory.

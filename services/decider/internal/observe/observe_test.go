@@ -31,6 +31,9 @@ func (fakeCatalog) Endpoint(id string) (string, catalog.Rates, bool) {
 
 var _ Catalog = fakeCatalog{}
 
+// current is the fake as Options.Catalog returns it.
+func (f fakeCatalog) current() Catalog { return f }
+
 func TestIngest(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
@@ -38,7 +41,7 @@ func TestIngest(t *testing.T) {
 	cool := cooldown.New(cooldown.FirstRefusal)
 	var sent []*switchboardv1.ReportResponse
 	ob := New(Options{
-		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
+		Catalog: fakeCatalog{}.current, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
 		Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
@@ -86,7 +89,7 @@ func TestIngestOutcomes(t *testing.T) {
 	clock := func() time.Time { return now }
 	oc := outcomes.New(outcomes.Config{Now: clock})
 	ob := New(Options{
-		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
+		Catalog: fakeCatalog{}.current, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
 		Cooldown: cooldown.New(cooldown.Options{}), Outcomes: oc,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
@@ -128,7 +131,7 @@ func TestSessionsFollowTheAnsweringEndpoint(t *testing.T) {
 	clock := func() time.Time { return now }
 	sessions := session.New(session.Options{})
 	ob := New(Options{
-		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
+		Catalog: fakeCatalog{}.current, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
 		Sessions: sessions, Cooldown: cooldown.New(cooldown.Options{}),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
@@ -153,7 +156,7 @@ func TestRequestFailureBenchesNothing(t *testing.T) {
 	oc := outcomes.New(outcomes.Config{Now: clock})
 	var sent []*switchboardv1.ReportResponse
 	ob := New(Options{
-		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
+		Catalog: fakeCatalog{}.current, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}),
 		Cooldown: cool, Outcomes: oc, Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
@@ -185,7 +188,7 @@ func TestIngestRecordsPrefixes(t *testing.T) {
 	clock := func() time.Time { return now }
 	aff := affinity.New(affinity.Options{})
 	ob := New(Options{
-		Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: aff, Cooldown: cooldown.New(cooldown.Options{}),
+		Catalog: fakeCatalog{}.current, Stats: stats.New(stats.Config{Now: clock}), Affinity: aff, Cooldown: cooldown.New(cooldown.Options{}),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
 	prefixes := []*switchboardv1.PromptPrefix{{Hash: 1, Tokens: 300}, {Hash: 2, Tokens: 20000}, {Hash: 3, Tokens: 20100}}
@@ -216,7 +219,7 @@ func TestFirstTokenOnlyWhereObserved(t *testing.T) {
 	st := stats.New(stats.Config{Now: clock})
 	oc := outcomes.New(outcomes.Config{Now: clock})
 	ob := New(Options{
-		Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cooldown.New(cooldown.Options{}),
+		Catalog: fakeCatalog{}.current, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cooldown.New(cooldown.Options{}),
 		Outcomes: oc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
 	call := func(stream bool, probe string, ttft, d time.Duration, out int64) *switchboardv1.CallReport {
@@ -256,7 +259,7 @@ func TestRetryAfterIsCapped(t *testing.T) {
 	clock := func() time.Time { return now }
 	cool := cooldown.New(cooldown.Options{})
 	var sent []*switchboardv1.ReportResponse
-	ob := New(Options{Catalog: fakeCatalog{}, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
+	ob := New(Options{Catalog: fakeCatalog{}.current, Stats: stats.New(stats.Config{Now: clock}), Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
 		Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
 	refusal := &switchboardv1.CallReport{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(87_600 * time.Hour)}
@@ -305,7 +308,7 @@ func TestImplausibleTimingIsDropped(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := stats.New(stats.Config{Now: clock})
-			ob := New(Options{Catalog: fakeCatalog{}, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cooldown.New(cooldown.Options{}),
+			ob := New(Options{Catalog: fakeCatalog{}.current, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cooldown.New(cooldown.Options{}),
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
 			r := report(tt.edit)
 			ob.Ingest(&switchboardv1.EdgeHello{EdgeId: "edge-1"}, []*switchboardv1.CallReport{r})

@@ -173,7 +173,7 @@ func (e *engine) wire(p *Profile) {
 		Exploration: e.pol.Exploration, FollowUpTurns: e.pol.FollowUpTurns, ExploreFollowUps: e.pol.ExploreFollowUps, Seed: e.seed*2 + 1, Now: clock, HedgeFrom: hedgeFrom,
 		NoSticky: e.pol.NoSticky, StickyTTL: e.pol.StickyTTL,
 	})
-	e.observer = observe.New(observe.Options{Catalog: e.router, Stats: e.stats, Affinity: aff, Cooldown: e.cool, Outcomes: oc,
+	e.observer = observe.New(observe.Options{Catalog: func() observe.Catalog { return e.router }, Stats: e.stats, Affinity: aff, Cooldown: e.cool, Outcomes: oc,
 		Logger: slog.New(slog.DiscardHandler), Now: clock})
 	e.budget = hedge.NewPaced(hedge.Options{DailyUSD: max(e.o.HedgeBudgetUSD, 0), Burst: e.o.HedgeBudgetBurst, Now: clock})
 	e.prober = probe.New(probe.Options{Interval: max(e.o.ProbeInterval, time.Second), Sizes: e.o.ProbeSizes, Models: e.router.Models,
