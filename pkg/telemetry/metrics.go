@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -49,6 +50,15 @@ func NewMetrics(service, version string, on bool) (*Metrics, error) {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	// The Go runtime's metrics (go_*: goroutines, heap, GC pauses,
+	// scheduler latency) and the process's (process_*: CPU seconds,
+	// resident memory, open file descriptors), beside the service's own.
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("process collector: %w", err)
+	}
 	// Names follow the Prometheus conventions (unit and _total suffixes);
 	// the instrumentation scope is left out of the labels: every series of
 	// a Switchboard process comes from its own code.
