@@ -1,18 +1,22 @@
 package app
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/testing/fakeupstream"
 )
 
@@ -121,7 +125,7 @@ func TestRequestMetricsScraped(t *testing.T) {
 	ok := func(r reply) {
 		t.Helper()
 		require.Equal(t, http.StatusOK, r.status, r.body)
-		ids = append(ids, r.header.Get("x-request-id"))
+		ids = append(ids, r.header.Get("X-Switchboard-Request-Id"))
 	}
 	ok(h.chat(body, authed()))
 	ok(h.chat(streamed, authed()))
@@ -214,4 +218,42 @@ func TestStreamCountedInFlight(t *testing.T) {
 	close(gate)
 	require.Equal(t, http.StatusOK, (<-done).status)
 	require.InDelta(t, 0, counterSum(scrape(t, h), "switchboard_edge_requests_in_flight", nil), 0)
+}
+
+// A hedged request whose hedge wins is counted as started, won and its
+// slow primary cancelled.
+func TestHedgeMetrics(t *testing.T) {
+	h := newHarness(t, 2, func(c *Config) {
+		c.DebugListen = ":0"
+		c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait
+	})
+	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
+		resp := h.decision(req)
+		resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, Delay: durationpb.New(time.Millisecond), Endpoint: h.eps[1]}
+		return resp, nil
+	})
+	// Granted once the primary reached its provider (see TestChatHedgeDelayed).
+	h.fd.SetAcquireHedge(func(ctx context.Context, _ *switchboardv1.AcquireHedgeRequest) (*switchboardv1.AcquireHedgeResponse, error) {
+		select {
+		case <-h.ups[0].Arrived():
+		case <-ctx.Done():
+		}
+		return &switchboardv1.AcquireHedgeResponse{Granted: true}, nil
+	})
+	h.ups[0].SetMode(fakeupstream.HangAfterHeaders)
+	r := h.chat(streamReq, authed())
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "beta", r.header.Get("X-Switchboard-Provider"))
+	rec := h.waitRecord(r.header.Get("X-Switchboard-Request-Id"))
+	require.Equal(t, h.eps[0].GetId(), rec.GetHedge().GetLoserEndpointId())
+
+	fams := scrape(t, h)
+	for _, event := range []string{"started", "won", "cancelled"} {
+		require.InDelta(t, 1, counterSum(fams, "switchboard_edge_hedges_total", map[string]string{"event": event}), 0, event)
+	}
+	attempts := series(fams, "switchboard_edge_request_attempts", nil)
+	require.Len(t, attempts, 1)
+	require.InDelta(t, 1, attempts[0].GetHistogram().GetSampleSum(), 0, "the hedge leg is no retry")
+	n, _ := histogramTotals(fams, "gen_ai_client_operation_time_to_first_chunk_seconds", map[string]string{"gen_ai_provider_name": "beta"})
+	require.Equal(t, uint64(1), n)
 }
