@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -185,7 +187,10 @@ func TestRequestMetricsScraped(t *testing.T) {
 	require.Positive(t, counterSum(fams, "switchboard_edge_cost_usd_total", map[string]string{"tenant": "acme", "model": model}))
 
 	inFlight := fams["switchboard_edge_requests_in_flight"]
-	require.NotNil(t, inFlight, "the name the HorizontalPodAutoscaler reads")
+	require.NotNil(t, inFlight)
+	hpa, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "k8s", "overlays", "production", "edge-hpa.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(hpa), "name: "+inFlight.GetName(), "the name the production HorizontalPodAutoscaler reads")
 	require.Equal(t, dto.MetricType_GAUGE, inFlight.GetType())
 	require.InDelta(t, 0, counterSum(fams, "switchboard_edge_requests_in_flight", nil), 0)
 
