@@ -26,7 +26,7 @@ const (
 	attrProvider      = "gen_ai.provider.name"
 	attrRequestModel  = "gen_ai.request.model"
 	attrResponseModel = "gen_ai.response.model"
-	attrTokenType     = "gen_ai.token.type"
+	attrTokenType     = "gen_ai.token.type" //nolint:gosec // G101: an attribute name, not a credential.
 	attrErrorType     = "error.type"
 )
 
