@@ -239,13 +239,14 @@ func clientAPILabel(path string) string {
 	return ""
 }
 
-// routeReasonLabel is the decider's route reason without its enum prefix,
-// lower case: cheapest_qualifying, exploration, ...
+// routeReasonLabel is the decider's route reason by its one name
+// (switchboardv1.EnumName: cheapest_qualifying, exploration, ...), "other"
+// for a number this edge does not know.
 func routeReasonLabel(r switchboardv1.RouteReason) string {
-	if r == switchboardv1.RouteReason_ROUTE_REASON_UNSPECIFIED {
-		return "unspecified"
+	if n := switchboardv1.EnumName(r); n != "" {
+		return n
 	}
-	return strings.ToLower(strings.TrimPrefix(r.String(), "ROUTE_REASON_"))
+	return "other"
 }
 
 // statusWriter remembers the status a handler answered with.
