@@ -55,6 +55,9 @@ type Options struct {
 	// recovery, in order, e.g. authentication. (Optional)
 	Unary  []grpc.UnaryServerInterceptor
 	Stream []grpc.StreamServerInterceptor
+	// ServerOptions are added to the server's own, e.g. a stats handler
+	// measuring its calls (telemetry.Metrics.GRPCServer). (Optional)
+	ServerOptions []grpc.ServerOption
 }
 
 // Server is a gRPC server with its health service.
@@ -134,6 +137,7 @@ func New(logger *slog.Logger, opts Options) *Server {
 	if opts.Creds != nil {
 		sopts = append(sopts, grpc.Creds(opts.Creds))
 	}
+	sopts = append(sopts, opts.ServerOptions...)
 	s := grpc.NewServer(sopts...)
 	h := opts.Health
 	if h == nil {

@@ -6,7 +6,9 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -14,6 +16,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
 )
 
 // Metrics is a process's OpenTelemetry meter provider and, when metrics are
@@ -49,6 +53,15 @@ func NewMetrics(service, version string, on bool) (*Metrics, error) {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	// The Go runtime's metrics (go_*: goroutines, heap, GC pauses,
+	// scheduler latency) and the process's (process_*: CPU seconds,
+	// resident memory, open file descriptors), beside the service's own.
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("process collector: %w", err)
+	}
 	// Names follow the Prometheus conventions (unit and _total suffixes);
 	// the instrumentation scope is left out of the labels: every series of
 	// a Switchboard process comes from its own code.
@@ -89,6 +102,19 @@ func (m *Metrics) Handler() http.Handler {
 		return nil
 	}
 	return m.handler
+}
+
+// GRPCServer measures a gRPC server's calls when metrics are on: the
+// OpenTelemetry RPC conventions' rpc.server.call.duration (seconds, by
+// method and status code), served as rpc_server_call_duration_seconds.
+// It makes no spans (the package's GRPCServer does, when exporting). Nil
+// when metrics are off.
+func (m *Metrics) GRPCServer() []grpc.ServerOption {
+	if !m.Enabled() {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithMeterProvider(m.provider), otelgrpc.WithTracerProvider(tracenoop.NewTracerProvider())))}
 }
 
 // Shutdown stops the provider: later recordings are dropped. It is safe on a

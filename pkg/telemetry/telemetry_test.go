@@ -89,6 +89,9 @@ func TestMetrics(t *testing.T) {
 	require.Contains(t, body, `switchboard_wait_seconds_count 1`)
 	require.Contains(t, body, `service_name="switchboard-test"`)
 	require.NotContains(t, body, "otel_scope_name", "no scope labels")
+	for _, runtime := range []string{"go_goroutines ", "go_gc_duration_seconds", "process_cpu_seconds_total"} {
+		require.Contains(t, body, runtime, "the Go runtime's and the process's metrics")
+	}
 
 	// A second provider has its own registry: nothing of the first.
 	other, err := NewMetrics("switchboard-other", "v0", true)

@@ -236,6 +236,8 @@ func (d *Decider) serve(creds credentials.TransportCredentials) {
 		Creds:      creds,
 		Reflection: d.cfg.GRPCReflection,
 		Health:     d.health,
+		// The calls' count and duration by method, with a debug listener.
+		ServerOptions: d.metrics.GRPCServer(),
 	})
 	d.register(d.srv.GRPC)
 	d.starting.Stop()

@@ -300,6 +300,9 @@ type Call struct {
 	// Quality is what the answer-quality checks need to know of the
 	// request: whether it offered tools, and its max_tokens.
 	Quality quality.Request
+	// RouteReason is why the decider chose the first endpoint, for the
+	// request's observer (WithObserver).
+	RouteReason switchboardv1.RouteReason
 	// Hedge is the decider's hedging plan; nil or mode NONE means no hedge.
 	// Only streamed requests are hedged.
 	Hedge *switchboardv1.HedgePlan
@@ -368,7 +371,9 @@ func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call
 	}
 	s.drainHedge()
 	s.release(ctx)
-	d.opts.Reporter.Activity(s.record(err))
+	rec := s.record(err)
+	observe(ctx, Finished{Record: rec, RouteReason: call.RouteReason})
+	d.opts.Reporter.Activity(rec)
 	return err
 }
 

@@ -573,6 +573,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		Prefixes:       req.Prefixes,
 		Quality:        quality.Request{Tools: slices.Contains(req.Parameters, "tools"), MaxTokens: req.MaxOutputTokens},
 		Hedge:          resp.GetHedge(),
+		RouteReason:    resp.GetDecision().GetReason(),
 		Caps:           invoice.NewCaps(resp.GetMaxPrice(), req.Provider.GetMaxPrice(), req.MaxOutputTokens),
 		Admission:      s.admission(resp, identity, req),
 	}

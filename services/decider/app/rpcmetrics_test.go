@@ -1,0 +1,25 @@
+package app
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// With a debug listener the decider measures its gRPC calls by method and
+// status code, beside the Go runtime's and the process's metrics.
+func TestRPCMetricsScraped(t *testing.T) {
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, DebugListen: "127.0.0.1:0"})
+	t.Cleanup(d.Close)
+	decideReserve(t, c, 0)
+	decideReserve(t, c, 1)
+
+	fams := scrape(t, d.DebugAddr())
+	decides := series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": "switchboard.v1.RouterService/Decide", "rpc_response_status_code": "OK"})
+	require.Len(t, decides, 1, "%v", fams["rpc_server_call_duration_seconds"].GetMetric())
+	require.Equal(t, uint64(2), decides[0].GetHistogram().GetSampleCount())
+	for _, name := range []string{"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total"} {
+		require.Contains(t, fams, name)
+	}
+}
