@@ -121,6 +121,7 @@ type Admission struct {
 	// was last known saved, loggedAt when a failure was last logged (Unix
 	// ns, wall clock).
 	failures, failing   atomic.Int64
+	slow                atomic.Int64 // failures that ran out of writeTimeout
 	durableAt, loggedAt atomic.Int64
 	// leaderSince is when the known owner last changed (Unix ns, wall clock).
 	leaderSince atomic.Int64

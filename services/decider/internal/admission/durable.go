@@ -2,10 +2,13 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-ai/switchboard/pkg/readiness"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
@@ -52,6 +55,9 @@ type SnapshotStats struct {
 	// Failures counts failed snapshot writes since Start (refused as too
 	// large, or failed in etcd).
 	Failures int64
+	// Slow counts the failures among them that ran out of their time
+	// (writeTimeout: etcd slow or frozen) rather than being refused.
+	Slow int64
 	// Age is how old the state's last durable copy is: 0 while every
 	// change is saved.
 	Age time.Duration
@@ -59,7 +65,7 @@ type SnapshotStats struct {
 
 // Snapshots reports the snapshot figures.
 func (a *Admission) Snapshots() SnapshotStats {
-	return SnapshotStats{Owner: a.owner.Load(), Failures: a.failures.Load(), Age: a.age()}
+	return SnapshotStats{Owner: a.owner.Load(), Failures: a.failures.Load(), Slow: a.slow.Load(), Age: a.age()}
 }
 
 // age is how long since the state held in memory was last known durable.
@@ -86,6 +92,9 @@ func (a *Admission) saved(err error) {
 	}
 	a.o.Broker.SetDurable(false)
 	a.failures.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+		a.slow.Add(1)
+	}
 	n := a.failing.Add(1)
 	now := time.Now()
 	if last := a.loggedAt.Load(); n == 1 || now.Sub(time.Unix(0, last)) >= logEvery {
