@@ -197,7 +197,7 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 				if tt.model != "" {
 					modelID = tt.model
 				}
-				before := providerCalls(&stack{sim: l.sim}, simModel)
+				before := providerCalls(l, simModel)
 				var log httpLog
 				status := sdk.call(t, l.edge.URL(), log.client(), modelID, tt.prompt, tt.only)
 				answers := log.all()
@@ -205,7 +205,7 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 				require.Len(t, answers, 1, "one SDK call, one HTTP call: %v", answers)
 				h := answers[0].header
 				require.Equal(t, "false", h.Get("X-Should-Retry"))
-				calls := providerCalls(&stack{sim: l.sim}, simModel) - before
+				calls := providerCalls(l, simModel) - before
 				t.Logf("%d HTTP call, %d provider calls, status %d, Retry-After %q", len(answers), calls, status, h.Get("Retry-After"))
 				require.LessOrEqual(t, calls, int64(edgeapp.DefaultMaxAttempts), "no more provider calls than the edge's own attempts")
 				if tt.minRetryAfter > 0 {
