@@ -119,7 +119,7 @@ func runAgent(t *testing.T, dir string, env []string, bin string, args ...string
 // run against: the system, the egress trap, and the agent's own HOME
 // with an empty project directory to work in.
 type agentStack struct {
-	*system
+	*stack
 	trap *egressTrap
 	// home is the agent's HOME; work, below it, its working directory.
 	home, work string
@@ -130,7 +130,7 @@ type agentStack struct {
 
 func startAgentStack(t *testing.T) *agentStack {
 	t.Helper()
-	a := &agentStack{system: startSystem(t), trap: startEgressTrap(t), home: t.TempDir()}
+	a := &agentStack{stack: startSystem(t), trap: startEgressTrap(t), home: t.TempDir()}
 	a.work = filepath.Join(a.home, "project")
 	require.NoError(t, os.Mkdir(a.work, 0o700))
 	a.env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + a.home, "TMPDIR=" + a.home, "LANG=C.UTF-8",
@@ -170,7 +170,7 @@ func uuid4(t *testing.T) string {
 
 // servedRequests is how many chat completions the simulated providers
 // answered in full, all providers together.
-func (s *system) servedRequests() int64 {
+func (s *stack) servedRequests() int64 {
 	var n int64
 	for _, p := range s.sim.Providers() {
 		n += p.Stats().Models[simModel].Outcomes.OK
@@ -178,8 +178,8 @@ func (s *system) servedRequests() int64 {
 	return n
 }
 
-// activity is the tenant's activity records, newest first.
-func (s *system) activity(t *testing.T) []*switchboardv1.ActivityRecord {
+// acmeActivity is the tenant's activity records, newest first.
+func (s *stack) acmeActivity(t *testing.T) []*switchboardv1.ActivityRecord {
 	t.Helper()
 	resp, err := operatorRPC(t, s.decider.Addr()).ListActivity(t.Context(),
 		&switchboardv1.ListActivityRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Limit: 100})
@@ -267,11 +267,11 @@ func TestClaudeCodeToolTurnThroughEdge(t *testing.T) {
 // least two calls (the one answered by a tool call, the one carrying the
 // tool's result), each with an activity record that came in by api and
 // served, and as many calls served by the simulated providers.
-func (s *system) requireAgentTurns(t *testing.T, api switchboardv1.ClientApi, report string) {
+func (s *stack) requireAgentTurns(t *testing.T, api switchboardv1.ClientApi, report string) {
 	t.Helper()
 	var recs []*switchboardv1.ActivityRecord
 	require.Eventually(t, func() bool {
-		recs = s.activity(t)
+		recs = s.acmeActivity(t)
 		return len(recs) >= 2 && int64(len(recs)) == s.servedRequests()
 	}, 20*time.Second, 20*time.Millisecond, "activity records %d, provider calls served %d\n%s", len(recs), s.servedRequests(), report)
 	for _, r := range recs {

@@ -26,7 +26,7 @@ const coderYAML = `  - id: ` + coderModel + `
 
 // startAliasSystem starts a system whose model also answers "gpt-5*", and
 // whose coder model answers Claude Code's and Codex's default names.
-func startAliasSystem(t *testing.T) *system {
+func startAliasSystem(t *testing.T) *stack {
 	t.Helper()
 	return startSystemWith(t, systemOptions{modelYAML: `    aliases: ["gpt-5*"]`, models: coderYAML},
 		"--report-flush-interval=20ms")
@@ -47,7 +47,7 @@ func TestMessagesForAnAgentsModelNameServedByItsAlias(t *testing.T) {
 	require.Equal(t, "gamma", httpResp.Header.Get("X-Switchboard-Provider"), "the coder model's only endpoint")
 	require.NotEmpty(t, msg.Content)
 
-	rec := (&billSystem{edge: s.edge}).record(t, testKey, httpResp.Header.Get("X-Request-Id"))
+	rec := s.record(t, testKey, httpResp.Header.Get("X-Request-Id"))
 	require.Equal(t, coderModel, rec.GetModel())
 	require.Equal(t, "claude-sonnet-4-5-20250929", rec.GetRequestedModel())
 	require.Equal(t, "gamma/"+coderModel, rec.GetEndpointId())
@@ -88,7 +88,7 @@ func TestChatForAnAliasServedByTheAliasedModel(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.served, resp.Model)
 			require.Equal(t, `"`+tt.provider+`"`, resp.JSON.ExtraFields["provider"].Raw())
-			rec := (&billSystem{edge: s.edge}).record(t, testKey, resp.ID)
+			rec := s.record(t, testKey, resp.ID)
 			require.Equal(t, tt.served, rec.GetModel())
 			if tt.asked != tt.served {
 				require.Equal(t, tt.asked, rec.GetRequestedModel())

@@ -16,8 +16,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +28,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 	"github.com/switchboard-ai/switchboard/tests/loadtest"
 )
@@ -75,43 +72,28 @@ func promptTokens(content string) int64 {
 	return tokens.Prompt([]tokens.Message{{Role: "user", Content: content}})
 }
 
-// billSystem is one Switchboard on loopback with the three simulated
-// providers of simConfig, two tenants (acme: testKey, globex: otherKey),
-// and a gRPC client of the decider to ask what it would decide.
-type billSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	rpc     switchboardv1.DeciderClient
-}
-
-// startBilling starts a system; tune adjusts the decider's configuration
-// (hedge budget, clock...). By default there are no probes (so the providers'
-// counters only see client calls), no exploration and no hedging.
-func startBilling(t *testing.T, tune func(*deciderapp.Config)) *billSystem {
+// startBilling starts the three simulated providers of simConfig behind a
+// catalog of two tenants (acme: testKey, globex: otherKey); tune adjusts
+// the decider's configuration (hedge budget, clock...). By default there
+// are no probes (so the providers' counters only see client calls), no
+// exploration and no hedging.
+func startBilling(t *testing.T, tune func(*deciderapp.Config)) *stack {
 	t.Helper()
-	ctx := t.Context()
-	s := &billSystem{}
-	cfg, err := provsim.ParseConfig([]byte(simConfig))
-	require.NoError(t, err)
-	s.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.sim.Close() })
-
-	var eps strings.Builder
-	for _, p := range providers {
-		pr := billPrices[p]
-		cred := ""
-		if p == "alpha" {
-			cred = ", api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA"
+	return startStack(t, stackOptions{sim: simConfig, tune: tune, catalog: func(url func(string) string) string {
+		var eps strings.Builder
+		for _, p := range providers {
+			pr := billPrices[p]
+			cred := ""
+			if p == "alpha" {
+				cred = ", api_key_env: SWITCHBOARD_PROVIDER_KEY_ALPHA"
+			}
+			fmt.Fprintf(&eps, "      - {provider: %s, base_url: %s, upstream_model: %s, context_length: 200000%s, price: {input: %g, cached_input: %g, output: %g}}\n",
+				p, url(p), simModel, cred, pr.in, pr.cached, pr.out)
 		}
-		fmt.Fprintf(&eps, "      - {provider: %s, base_url: %s, upstream_model: %s, context_length: 200000%s, price: {input: %g, cached_input: %g, output: %g}}\n",
-			p, s.sim.Provider(p).URL(), simModel, cred, pr.in, pr.cached, pr.out)
-	}
-	// A list price well above every endpoint's, so the price guard
-	// (above the usual price, a fast endpoint must cost at most half the
-	// list price to win for speed) never takes a fast endpoint out of the hedge's choice.
-	cat := fmt.Sprintf(`
+		// A list price well above every endpoint's, so the price guard
+		// (above the usual price, a fast endpoint must cost at most half the
+		// list price to win for speed) never takes a fast endpoint out of the hedge's choice.
+		return fmt.Sprintf(`
 models:
   - id: %s
     list_price: {input: 1.00, cached_input: 0.25, output: 4.00}
@@ -120,36 +102,7 @@ models:
   - {id: acme, api_keys_sha256: [%s]}
   - {id: globex, api_keys_sha256: [%s]}
 `, model, eps.String(), catalog.HashKey(testKey), catalog.HashKey(otherKey))
-	dir := t.TempDir()
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
-
-	dcfg := deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e-billing",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
-	}
-	if tune != nil {
-		tune(&dcfg)
-	}
-	s.decider = startDecider(t, dcfg)
-
-	// Generous decider-call deadlines: a refusal by timeout under -race
-	// would look like an exhausted budget or a full endpoint.
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t),
-		"--report-flush-interval=20ms"}, rpcGuards...), func(string) string { return "" })
-	require.NoError(t, err)
-	ecfg.Getenv = func(k string) string {
-		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
-			return alphaCred
-		}
-		return ""
-	}
-	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.edge.Close() })
-
-	s.rpc = operatorRPC(t, s.decider.Addr())
-	return s
+	}})
 }
 
 // chatReq is one chat request to the edge.
@@ -199,7 +152,7 @@ type answer struct {
 	done bool
 }
 
-func (s *billSystem) chat(t *testing.T, key string, r chatReq) answer {
+func (s *stack) chat(t *testing.T, key string, r chatReq) answer {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(r.body()))
 	require.NoError(t, err)
@@ -332,7 +285,7 @@ func (a answer) usage(t *testing.T) (clientUsage, bool) {
 
 // get sends an authenticated GET to the edge. It does not use t, so it may
 // run inside require.Eventually.
-func (s *billSystem) get(key, pathAndQuery string) (int, []byte, error) {
+func (s *stack) get(key, pathAndQuery string) (int, []byte, error) {
 	req, err := http.NewRequest(http.MethodGet, s.edge.URL()+pathAndQuery, nil)
 	if err != nil {
 		return 0, nil, err
@@ -350,7 +303,7 @@ func (s *billSystem) get(key, pathAndQuery string) (int, []byte, error) {
 }
 
 // generation is GET /v1/generation?id=: the status and, on 200, the record.
-func (s *billSystem) generation(key, id string) (int, *switchboardv1.ActivityRecord, error) {
+func (s *stack) generation(key, id string) (int, *switchboardv1.ActivityRecord, error) {
 	code, raw, err := s.get(key, "/generation?id="+url.QueryEscape(id))
 	if err != nil || code != http.StatusOK {
 		return code, nil, err
@@ -366,7 +319,7 @@ func (s *billSystem) generation(key, id string) (int, *switchboardv1.ActivityRec
 }
 
 // record waits until the activity log has the call and returns it.
-func (s *billSystem) record(t *testing.T, key, id string) *switchboardv1.ActivityRecord {
+func (s *stack) record(t *testing.T, key, id string) *switchboardv1.ActivityRecord {
 	t.Helper()
 	var rec *switchboardv1.ActivityRecord
 	require.Eventually(t, func() bool {
@@ -379,7 +332,7 @@ func (s *billSystem) record(t *testing.T, key, id string) *switchboardv1.Activit
 }
 
 // activity is one page of GET /v1/activity.
-func (s *billSystem) activity(key, query string) (int, []*switchboardv1.ActivityRecord, string, error) {
+func (s *stack) activity(key, query string) (int, []*switchboardv1.ActivityRecord, string, error) {
 	code, raw, err := s.get(key, "/activity?"+query)
 	if err != nil || code != http.StatusOK {
 		return code, nil, "", err
@@ -389,7 +342,7 @@ func (s *billSystem) activity(key, query string) (int, []*switchboardv1.Activity
 }
 
 // waitActivity waits until the tenant's listing holds n calls and returns them.
-func (s *billSystem) waitActivity(t *testing.T, key string, n int) []*switchboardv1.ActivityRecord {
+func (s *stack) waitActivity(t *testing.T, key string, n int) []*switchboardv1.ActivityRecord {
 	t.Helper()
 	var recs []*switchboardv1.ActivityRecord
 	require.Eventually(t, func() bool {
@@ -402,7 +355,7 @@ func (s *billSystem) waitActivity(t *testing.T, key string, n int) []*switchboar
 }
 
 // counts are one provider's counters for the simulated model.
-func (s *billSystem) counts(p string) provsim.ModelStats {
+func (s *stack) counts(p string) provsim.ModelStats {
 	return s.sim.Provider(p).Stats().Models[simModel]
 }
 
@@ -410,7 +363,7 @@ func (s *billSystem) counts(p string) provsim.ModelStats {
 // returns their counters. A provider counts a call when its handler returns,
 // which may be just after the client got the answer, or, for a call the edge
 // cancelled, when the provider noticed.
-func (s *billSystem) waitCalls(t *testing.T, want int64) map[string]provsim.ModelStats {
+func (s *stack) waitCalls(t *testing.T, want int64) map[string]provsim.ModelStats {
 	t.Helper()
 	var got map[string]provsim.ModelStats
 	total := func() int64 {
@@ -429,7 +382,7 @@ func (s *billSystem) waitCalls(t *testing.T, want int64) map[string]provsim.Mode
 
 // plan asks the decider, without side effects, what it would do with a
 // streamed request of in prompt tokens.
-func (s *billSystem) plan(t *testing.T, in int64) (*switchboardv1.ExplainResponse, error) {
+func (s *stack) plan(t *testing.T, in int64) (*switchboardv1.ExplainResponse, error) {
 	return s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, Stream: true,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in},
@@ -441,7 +394,7 @@ func (s *billSystem) plan(t *testing.T, in int64) (*switchboardv1.ExplainRespons
 // policy only backs up a fast endpoint with another one measured fast. The
 // call is streamed (only a stream measures a first token) and limited to
 // its provider (provider.only), so it is never hedged.
-func (s *billSystem) warm(t *testing.T, n int, ps ...string) {
+func (s *stack) warm(t *testing.T, n int, ps ...string) {
 	t.Helper()
 	for _, p := range ps {
 		a := s.chat(t, testKey, chatReq{content: "warm " + p + " " + longPrompt(n), maxTokens: 2, stream: true, provider: `{"only":["` + p + `"]}`})
@@ -452,7 +405,7 @@ func (s *billSystem) warm(t *testing.T, n int, ps ...string) {
 
 // waitForHedgePlan waits until the decider would send a streamed request of
 // in tokens to primary with a hedge of the given mode on hedge.
-func (s *billSystem) waitForHedgePlan(t *testing.T, in int64, mode switchboardv1.HedgeMode, primary, hedge string) {
+func (s *stack) waitForHedgePlan(t *testing.T, in int64, mode switchboardv1.HedgeMode, primary, hedge string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		r, err := s.plan(t, in)

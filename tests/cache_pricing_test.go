@@ -5,15 +5,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // pairSim is two simulated providers of the same model, equally fast, both
@@ -38,25 +35,13 @@ providers:
         cache: {enabled: true, min_tokens: 256}
 `
 
-// pairSystem is a whole Switchboard in front of pairSim.
-type pairSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	rpc     switchboardv1.DeciderClient
-	sys     *system
-}
-
 // startPair starts pairSim, a decider whose catalog prices warm and plain
 // as given (YAML flow maps of input, cached_input, output), and an edge.
 // tune adjusts the decider's configuration.
-func startPair(t *testing.T, warmPrice, plainPrice string, tune func(*deciderapp.Config)) *pairSystem {
+func startPair(t *testing.T, warmPrice, plainPrice string, tune func(*deciderapp.Config)) *stack {
 	t.Helper()
-	p := &pairSystem{}
-	p.sim = startSim(t, pairSim)
-
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: pairSim, tune: tune, catalog: func(url func(string) string) string {
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -65,27 +50,8 @@ models:
 tenants:
   - {id: acme, api_keys_sha256: [%[6]s]}
   - {id: globex, api_keys_sha256: [%[7]s]}
-`, model, p.sim.Provider("warm").URL(), warmPrice, p.sim.Provider("plain").URL(), plainPrice,
-		catalog.HashKey(testKey), catalog.HashKey(otherKey))
-	catPath := writeCatalog(t, dir, cat)
-	dcfg := deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e-pair",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
-	}
-	if tune != nil {
-		tune(&dcfg)
-	}
-	p.decider = startDecider(t, dcfg)
-	p.edge = startEdge(t, p.decider.Addr(), "--report-flush-interval=20ms")
-
-	p.rpc = operatorRPC(t, p.decider.Addr())
-	p.sys = &system{edge: p.edge}
-	return p
-}
-
-func (p *pairSystem) post(t *testing.T, key, body string) (int, http.Header, map[string]any) {
-	t.Helper()
-	return p.sys.post(t, key, body)
+`, model, url("warm"), warmPrice, url("plain"), plainPrice, catalog.HashKey(testKey), catalog.HashKey(otherKey))
+	}})
 }
 
 // TestFreshPromptIsNotPricedAsCachedElsewhere reproduces a cached-token

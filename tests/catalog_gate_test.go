@@ -80,16 +80,8 @@ func gateRampLine(t *testing.T) int {
 // logging into logs.
 func startGateDecider(t *testing.T, logs *lockedWriter) *deciderapp.Decider {
 	t.Helper()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(gateOld()), 0o600))
-	d, err := deciderapp.Start(t.Context(), deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "gate",
-		ShutdownTimeout: 5 * time.Second, TokenFile: tokenFile(t, testReplicaToken),
-	}, quietLogger(logs))
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	return d
+	return startStack(t, stackOptions{catalog: func(func(string) string) string { return gateOld() }, noEdge: true, deciderLog: logs,
+		tune: func(c *deciderapp.Config) { c.ID = "gate" }}).decider
 }
 
 // modelIDs lists the models the decider offers the key's tenant.

@@ -15,30 +15,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // smallModel is the cheaper model of the workload class tests, the
 // fallback of a class whose overload action is fallback.
 const smallModel = "vendor/sim-small"
 
-// classSystem is a whole Switchboard whose catalog sets workload classes.
-type classSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	sys     *system
-}
-
 // startClasses starts a system serving model on alpha (with alphaLimits)
 // and smallModel on gamma, with the catalog's workload_classes and acme's
 // tenant limits as given; globex may use batch only.
-func startClasses(t *testing.T, classes, tenantLimits, alphaLimits string) *classSystem {
+func startClasses(t *testing.T, classes, tenantLimits, alphaLimits string) *stack {
 	t.Helper()
-	c := &classSystem{sim: startSim(t, simConfig)}
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: simConfig, catalog: func(url func(string) string) string {
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -53,26 +42,9 @@ tenants:
     api_keys_sha256: [%[6]s]
     limits: [%[10]s]
   - {id: globex, api_keys_sha256: [%[7]s], classes: [batch], default_class: batch}
-`, model, c.sim.Provider("alpha").URL(), c.sim.Provider("gamma").URL(), simModel, smallModel,
-		catalog.HashKey(testKey), catalog.HashKey(otherKey), classes, alphaLimits, tenantLimits)
-	c.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat),
-		ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-	})
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + c.decider.Addr(), edgeTokenFlag(t),
-		"--report-flush-interval=20ms"}, rpcGuards...), func(string) string { return "" })
-	require.NoError(t, err)
-	ecfg.Getenv = func(k string) string {
-		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
-			return alphaCred
-		}
-		return ""
-	}
-	e, err := edgeapp.Start(t.Context(), ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close() })
-	c.sys = &system{sim: c.sim, decider: c.decider, edge: e}
-	return c
+`, model, url("alpha"), url("gamma"), simModel, smallModel,
+			catalog.HashKey(testKey), catalog.HashKey(otherKey), classes, alphaLimits, tenantLimits)
+	}})
 }
 
 // classAnswer is what a client saw of one chat request.
@@ -83,11 +55,11 @@ type classAnswer struct {
 	err    error
 }
 
-// chat sends a short chat request for model as key with the workload
+// classChat sends a short chat request for model as key with the workload
 // header (none when empty) and waits for the whole answer, or for ctx.
-func (c *classSystem) chat(ctx context.Context, key, workload, model, content string) classAnswer {
+func (c *stack) classChat(ctx context.Context, key, workload, model, content string) classAnswer {
 	body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"` + content + `"}]}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.sys.edge.URL()+"/chat/completions", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.edge.URL()+"/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return classAnswer{err: err}
 	}
@@ -108,7 +80,7 @@ func (c *classSystem) chat(ctx context.Context, key, workload, model, content st
 // hold sends a request that the provider answers only when its client
 // leaves, so it holds its reservation (its concurrency slot) until the
 // returned release is called; hold returns once the provider has it.
-func (c *classSystem) hold(t *testing.T, provider string) (release func()) {
+func (c *stack) hold(t *testing.T, provider string) (release func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	before := c.sim.Provider(provider).Stats().Requests
@@ -116,7 +88,7 @@ func (c *classSystem) hold(t *testing.T, provider string) (release func()) {
 	pending := 0
 	send := func() {
 		pending++
-		go func() { done <- c.chat(ctx, testKey, "", model, "[[provsim:fault=hang]] hold the slot") }()
+		go func() { done <- c.classChat(ctx, testKey, "", model, "[[provsim:fault=hang]] hold the slot") }()
 	}
 	send()
 	// The slot may still be held by the previous request until the edge's
@@ -171,28 +143,28 @@ func TestWorkloadClassThroughEdge(t *testing.T) {
 	c := startClasses(t, "  interactive: {max_depth: 0}", `{unit: concurrent_requests, capacity: 1}`, ``)
 	ctx := t.Context()
 
-	a := c.chat(ctx, testKey, "urgent", model, "hi")
+	a := c.classChat(ctx, testKey, "urgent", model, "hi")
 	require.NoError(t, a.err)
 	require.Equal(t, http.StatusBadRequest, a.status, a.body)
 	require.Equal(t, "X-Switchboard-Workload", errorOf(t, a)["param"])
 
-	a = c.chat(ctx, testKey, "partner", model, "hi")
+	a = c.classChat(ctx, testKey, "partner", model, "hi")
 	require.Equal(t, http.StatusForbidden, a.status, a.body)
 	require.Contains(t, errorOf(t, a)["message"], "workload class partner is not allowed")
 
-	a = c.chat(ctx, otherKey, "", model, "hi")
+	a = c.classChat(ctx, otherKey, "", model, "hi")
 	require.Equal(t, http.StatusOK, a.status, a.body)
 	require.Equal(t, "batch", a.header.Get("X-Switchboard-Workload"), "globex's default class")
-	a = c.chat(ctx, otherKey, "interactive", model, "hi")
+	a = c.classChat(ctx, otherKey, "interactive", model, "hi")
 	require.Equal(t, http.StatusForbidden, a.status, "globex may use batch only: %s", a.body)
 
-	a = c.chat(ctx, testKey, "", model, "hi")
+	a = c.classChat(ctx, testKey, "", model, "hi")
 	require.Equal(t, http.StatusOK, a.status, a.body)
 	require.Equal(t, "interactive", a.header.Get("X-Switchboard-Workload"))
 	require.Empty(t, a.header.Get("X-Switchboard-Queue-Id"), "it did not wait")
 
 	release := c.hold(t, "alpha")
-	a = c.chat(ctx, testKey, "Interactive", model, "hi")
+	a = c.classChat(ctx, testKey, "Interactive", model, "hi")
 	require.Equal(t, http.StatusTooManyRequests, a.status, a.body)
 	code := errorOf(t, a)["code"]
 	require.Contains(t, []any{"queue_full", "concurrency"}, code, "interactive never queues: refused at once")
@@ -206,7 +178,7 @@ func TestWorkloadClassThroughEdge(t *testing.T) {
 
 	release()
 	require.Eventually(t, func() bool {
-		return c.chat(ctx, testKey, "", model, "hi").status == http.StatusOK
+		return c.classChat(ctx, testKey, "", model, "hi").status == http.StatusOK
 	}, 20*time.Second, 10*time.Millisecond, "the slot comes back when the held request ends")
 }
 
@@ -221,7 +193,7 @@ func TestBackgroundRequestWaitsInItsQueue(t *testing.T) {
 	release := c.hold(t, "alpha")
 
 	done := make(chan classAnswer, 1)
-	go func() { done <- c.chat(ctx, testKey, "background", model, "wait for me") }()
+	go func() { done <- c.classChat(ctx, testKey, "background", model, "wait for me") }()
 	var early *classAnswer
 	require.Eventually(t, func() bool {
 		select {
@@ -262,7 +234,7 @@ func TestOverloadFallbackModel(t *testing.T) {
 	ctx := t.Context()
 	c.hold(t, "alpha")
 
-	a := c.chat(ctx, testKey, "", model, "hi")
+	a := c.classChat(ctx, testKey, "", model, "hi")
 	require.NoError(t, a.err)
 	require.Equal(t, http.StatusOK, a.status, a.body)
 	require.Equal(t, smallModel, a.header.Get("X-Switchboard-Fallback-Model"))
@@ -270,7 +242,7 @@ func TestOverloadFallbackModel(t *testing.T) {
 	require.Equal(t, "interactive", a.header.Get("X-Switchboard-Workload"))
 	require.EqualValues(t, 1, c.sim.Provider("gamma").Stats().Requests)
 
-	a = c.chat(ctx, testKey, "background", model, "hi")
+	a = c.classChat(ctx, testKey, "background", model, "hi")
 	require.Equal(t, http.StatusTooManyRequests, a.status, a.body)
 	require.Empty(t, a.header.Get("X-Switchboard-Fallback-Model"))
 	require.Equal(t, "provider", a.header.Get("X-Switchboard-Ratelimit-Scope"))
@@ -289,7 +261,7 @@ func TestOverloadFallbackNotForTheCallersOwnLimit(t *testing.T) {
 	ctx := t.Context()
 	c.hold(t, "alpha")
 
-	a := c.chat(ctx, testKey, "", model, "hi")
+	a := c.classChat(ctx, testKey, "", model, "hi")
 	require.NoError(t, a.err)
 	require.Equal(t, http.StatusTooManyRequests, a.status, a.body)
 	require.Empty(t, a.header.Get("X-Switchboard-Fallback-Model"))

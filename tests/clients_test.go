@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,11 +49,7 @@ providers:
 // (fetch refuses the well-known ports, port 1 among them, before trying.)
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	return freeAddr(t)
 }
 
 // clientsResults are the request ids a client program wrote, by case.
@@ -194,8 +189,9 @@ func promptFigures(t *testing.T) string {
 // they are.
 func startClientsSystem(t *testing.T) (*deciderapp.Decider, []string) {
 	t.Helper()
-	sim := startSim(t, clientsSimConfig)
-	cat := fmt.Sprintf(`models:
+	d := startStack(t, stackOptions{sim: clientsSimConfig, noEdge: true,
+		catalog: func(url func(string) string) string {
+			cat := fmt.Sprintf(`models:
   - id: %s
     endpoints:
       - {provider: alpha, base_url: %s, upstream_model: %s, price: {input: 0.20, output: 0.80}}
@@ -206,18 +202,12 @@ tenants:
   - {id: acme, api_keys_sha256: [%s], limits: [{unit: concurrent_requests, capacity: %d}]}
   - {id: paced, api_keys_sha256: [%s], classes: [partner], default_class: partner, limits: [{unit: requests, per: minute, capacity: 1}]}
   - {id: globex, api_keys_sha256: [%s]}
-`, clientsModel, sim.Provider("alpha").URL(), simModel, closedAddr(t), simModel, catalog.HashKey(testKey), clientsConcurrency,
-		catalog.HashKey("sk-clients-paced"), catalog.HashKey("sk-clients-globex"))
-	cat = withCallers(cat) + "  - {id: clients, role: service, tenants: [acme, paced], tokens_sha256: [" + catalog.HashKey(clientsToken) + "]}\n"
-	dir := t.TempDir()
-	p := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(cat), 0o600))
-	d := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "e2e-clients",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1,
+`, clientsModel, url("alpha"), simModel, closedAddr(t), simModel, catalog.HashKey(testKey), clientsConcurrency,
+				catalog.HashKey("sk-clients-paced"), catalog.HashKey("sk-clients-globex"))
+			return withCallers(cat) + "  - {id: clients, role: service, tenants: [acme, paced], tokens_sha256: [" + catalog.HashKey(clientsToken) + "]}\n"
+		},
 		// Probes off: the statistics read afterwards are the clients'.
-		NoProbes: true,
-	})
+		tune: func(c *deciderapp.Config) { c.NoProbes = true }}).decider
 	return d, []string{
 		"SWITCHBOARD_DECIDER=" + d.Addr(),
 		"SWITCHBOARD_TOKEN_FILE=" + tokenFile(t, clientsToken),

@@ -137,7 +137,7 @@ tenants:
 		Catalog: writeCatalog(t, dir, cat), ID: "e2e-freeze", Exploration: -1})
 	f := startFreezer(t, d.Addr())
 	edge := startEdge(t, f.ln.Addr().String(), "--decider-keepalive=5s")
-	sys := &system{edge: edge}
+	sys := &stack{edge: edge}
 	body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 	code, _, _ := sys.post(t, testKey, body)
 	require.Equal(t, http.StatusOK, code, "answered while the decider answers")

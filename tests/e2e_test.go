@@ -12,8 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +24,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
@@ -36,14 +33,6 @@ const (
 	simModel  = "sim-model"
 	alphaCred = "alpha-secret-credential"
 )
-
-// system is one whole Switchboard on loopback.
-type system struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	logW    *lockedWriter
-}
 
 func quietLogger(w io.Writer) *slog.Logger {
 	if w == nil {
@@ -87,7 +76,7 @@ providers:
 // guard against a hang.
 var rpcGuards = []string{"--reserve-timeout=20s", "--hedge-acquire-timeout=20s"}
 
-func startSystem(t testing.TB, edgeArgs ...string) *system {
+func startSystem(t testing.TB, edgeArgs ...string) *stack {
 	t.Helper()
 	return startSystemWith(t, systemOptions{}, edgeArgs...)
 }
@@ -108,29 +97,18 @@ type systemOptions struct {
 	models string
 }
 
-func startSystemWith(t testing.TB, o systemOptions, edgeArgs ...string) *system {
+func startSystemWith(t testing.TB, o systemOptions, edgeArgs ...string) *stack {
 	t.Helper()
-	ctx := t.Context()
-	s := &system{logW: &lockedWriter{w: &bytes.Buffer{}}}
-
-	cfg, err := provsim.ParseConfig([]byte(simConfig))
-	require.NoError(t, err)
-	s.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.sim.Close() })
-
-	dir := t.TempDir()
-	url := func(p string) string {
+	return startStack(t, stackOptions{sim: simConfig, catalog: func(url func(string) string) string {
 		if o.baseURL != nil {
-			return o.baseURL(p, s.sim.Provider(p).URL())
+			plain := url
+			url = func(p string) string { return o.baseURL(p, plain(p)) }
 		}
-		return s.sim.Provider(p).URL()
-	}
-	more := ""
-	if o.models != "" {
-		more = fmt.Sprintf(o.models, url("alpha"), url("beta"), url("gamma"), simModel)
-	}
-	cat := fmt.Sprintf(`
+		more := ""
+		if o.models != "" {
+			more = fmt.Sprintf(o.models, url("alpha"), url("beta"), url("gamma"), simModel)
+		}
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     list_price: {input: 0.30, cached_input: 0.10, output: 1.20}
@@ -143,37 +121,15 @@ models:
 tenants:
   - {id: acme, api_keys_sha256: [%[6]s]}
 `, model, url("alpha"), url("beta"), url("gamma"), simModel, catalog.HashKey(testKey), o.modelYAML, more)
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
-
-	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken),
-		ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1, CooldownRule: o.cooldownRule,
-	}, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(s.decider.Close)
-
-	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t)}, rpcGuards...), edgeArgs...),
-		func(string) string { return "" })
-	require.NoError(t, err)
-	ecfg.Getenv = func(k string) string {
-		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
-			return alphaCred
-		}
-		return ""
-	}
-	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(s.logW))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.edge.Close() })
-	return s
+	}, tune: func(c *deciderapp.Config) { c.CooldownRule = o.cooldownRule }, edgeArgs: edgeArgs})
 }
 
-func (s *system) client() openai.Client {
+func (s *stack) client() openai.Client {
 	return openai.NewClient(option.WithBaseURL(s.edge.URL()+"/"), option.WithAPIKey(testKey), option.WithMaxRetries(0))
 }
 
 // post sends a raw chat request and returns status, headers and body.
-func (s *system) post(t testing.TB, key string, body string) (int, http.Header, map[string]any) {
+func (s *stack) post(t testing.TB, key string, body string) (int, http.Header, map[string]any) {
 	t.Helper()
 	status, header, raw := s.send(t, key, http.MethodPost, "/chat/completions", body)
 	var out map[string]any
@@ -185,7 +141,7 @@ func (s *system) post(t testing.TB, key string, body string) (int, http.Header, 
 
 // send sends a request to the edge's API path (below /v1) with key, if
 // any, and the header pairs, and returns its status, headers and body.
-func (s *system) send(t testing.TB, key, method, path, body string, header ...string) (int, http.Header, []byte) {
+func (s *stack) send(t testing.TB, key, method, path, body string, header ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, s.edge.URL()+path, strings.NewReader(body))
 	require.NoError(t, err)
@@ -257,7 +213,7 @@ func (l *lockedWriter) String() string {
 	return l.w.String()
 }
 
-func (s *system) logText() string {
+func (s *stack) logText() string {
 	s.logW.mu.Lock()
 	defer s.logW.mu.Unlock()
 	return s.logW.w.String()

@@ -18,29 +18,15 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
-
-// limitSystem is a decider, an edge and two simulated providers of one
-// model: alpha with a known context length and max output, beta with none.
-type limitSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	rpc     switchboardv1.DeciderClient
-}
 
 const (
 	limitContext   = 32768
 	limitMaxOutput = 8192
 )
 
-func startLimitSystem(t *testing.T) *limitSystem {
-	t.Helper()
-	s := &limitSystem{}
-	s.sim = startSim(t, `
+// twoSim is two simulated providers of one model, alpha and beta.
+const twoSim = `
 seed: 7
 providers:
   - name: alpha
@@ -51,10 +37,15 @@ providers:
     listen: 127.0.0.1:0
     models:
       - {id: sim-model, ttft: {base: 1ms}, default_output_tokens: 8}
-`)
+`
 
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+// startLimitSystem starts a decider, an edge and two simulated providers
+// of one model: alpha with a known context length and max output, beta
+// with none.
+func startLimitSystem(t *testing.T) *stack {
+	t.Helper()
+	return startStack(t, stackOptions{sim: twoSim, catalog: func(url func(string) string) string {
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -62,21 +53,14 @@ models:
       - {provider: beta,  base_url: %[3]s, upstream_model: %[4]s, price: {input: 0.20, output: 0.60}}
 tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
-`, model, s.sim.Provider("alpha").URL(), s.sim.Provider("beta").URL(), simModel, catalog.HashKey(testKey), limitContext, limitMaxOutput)
-	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat), TokenFile: tokenFile(t, testReplicaToken),
-		ID: "e2e-limits", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-	})
-	s.edge = startEdge(t, s.decider.Addr())
-
-	s.rpc = operatorRPC(t, s.decider.Addr())
-	return s
+`, model, url("alpha"), url("beta"), simModel, catalog.HashKey(testKey), limitContext, limitMaxOutput)
+	}})
 }
 
-// post sends a chat body and returns the status, headers and the start of
+// postCapped sends a chat body and returns the status, headers and the start of
 // the body. It reads at most 64 KiB: an answer that would never end (an
 // unbounded stream) fails the assertions rather than hanging the test.
-func (s *limitSystem) post(t *testing.T, body string) (int, http.Header, string) {
+func (s *stack) postCapped(t *testing.T, body string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
 	require.NoError(t, err)
@@ -116,7 +100,7 @@ func TestHugeMaxTokensIsRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, body := s.post(t, tt.body)
+			code, _, body := s.postCapped(t, tt.body)
 			require.Equal(t, tt.wantStatus, code, body)
 			require.Contains(t, body, `"invalid_request_error"`)
 			require.Contains(t, body, tt.wantMsg)
@@ -126,7 +110,7 @@ func TestHugeMaxTokensIsRefused(t *testing.T) {
 		})
 	}
 	// Within what alpha can produce, it serves.
-	code, hdr, body := s.post(t, chat("100", `{"only":["alpha"]}`))
+	code, hdr, body := s.postCapped(t, chat("100", `{"only":["alpha"]}`))
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "alpha", hdr.Get("X-Switchboard-Provider"))
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 )
 
 const keysSimConfig = `
@@ -43,30 +42,20 @@ tenants:
 `, model, baseURL, simModel, strings.Join(digests, ", "))
 }
 
-// keysStack is a simulator, a decider and an edge in front of it.
-type keysStack struct {
-	simURL  string
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-}
-
-func startKeysStack(t *testing.T, edgeArgs ...string) *keysStack {
+// startKeysStack starts a simulator, a decider of keysCatalog (acme's key
+// testKey) and an edge with edgeArgs, once the edge has the key set.
+func startKeysStack(t *testing.T, edgeArgs ...string) *stack {
 	t.Helper()
-	sim := startSim(t, keysSimConfig)
-	dir := t.TempDir()
-	s := &keysStack{simURL: sim.Provider("alpha").URL()}
-	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, ID: "keys-1",
-		Catalog: writeCatalog(t, dir, keysCatalog(s.simURL, testKey)), ShutdownTimeout: 5 * time.Second,
-	})
-	s.edge = startEdge(t, s.decider.Addr(), append(rpcGuards, edgeArgs...)...)
+	s := startStack(t, stackOptions{sim: keysSimConfig, edgeArgs: edgeArgs,
+		catalog: func(url func(string) string) string { return keysCatalog(url("alpha"), testKey) },
+		tune:    func(c *deciderapp.Config) { c.ID = "keys-1" }})
 	// The edge has the decider's key set once the Report stream is up.
 	require.Eventually(t, func() bool { return s.edge.KeySetVersion() > 0 }, 20*time.Second, 10*time.Millisecond)
 	return s
 }
 
-// chat sends a small chat request with key and returns its status.
-func (s *keysStack) chat(t *testing.T, key string) int {
+// keysChat sends a small chat request with key and returns its status.
+func (s *stack) keysChat(t *testing.T, key string) int {
 	t.Helper()
 	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
@@ -87,7 +76,7 @@ func (s *keysStack) chat(t *testing.T, key string) int {
 // read timeout).
 func TestUnknownKeyRefusedBeforeBody(t *testing.T) {
 	s := startKeysStack(t, "--body-read-timeout=5s")
-	require.Equal(t, http.StatusOK, s.chat(t, testKey), "a known key is served")
+	require.Equal(t, http.StatusOK, s.keysChat(t, testKey), "a known key is served")
 
 	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", s.edge.Addr())
 	require.NoError(t, err)
@@ -115,7 +104,7 @@ func TestUnknownKeyRefusedBeforeBody(t *testing.T) {
 func TestKeyAddedByCatalogChangeAccepted(t *testing.T) {
 	s := startKeysStack(t)
 	const newKey = "sk-added-later"
-	require.Equal(t, http.StatusUnauthorized, s.chat(t, newKey))
+	require.Equal(t, http.StatusUnauthorized, s.keysChat(t, newKey))
 	before := s.edge.KeySetVersion()
 
 	// An operator rolls out a new catalog: another replica, started with
@@ -123,11 +112,11 @@ func TestKeyAddedByCatalogChangeAccepted(t *testing.T) {
 	dir := t.TempDir()
 	startDecider(t, deciderapp.Config{
 		Listen: "127.0.0.1:0", Etcd: []string{s.decider.EtcdEndpoint()}, DataDir: dir, ID: "keys-2",
-		Catalog: writeCatalog(t, dir, keysCatalog(s.simURL, testKey, newKey)), ShutdownTimeout: 5 * time.Second,
+		Catalog: writeCatalog(t, dir, keysCatalog(s.sim.Provider("alpha").URL(), testKey, newKey)), ShutdownTimeout: 5 * time.Second,
 	})
 	require.Eventually(t, func() bool { return s.edge.KeySetVersion() > before }, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, http.StatusOK, s.chat(t, newKey))
-	require.Equal(t, http.StatusOK, s.chat(t, testKey))
+	require.Equal(t, http.StatusOK, s.keysChat(t, newKey))
+	require.Equal(t, http.StatusOK, s.keysChat(t, testKey))
 }
 
 // A catalog naming a variable outside the provider key namespace is

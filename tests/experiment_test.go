@@ -76,7 +76,7 @@ tenants:
 	// arms see requests and the burn-ins of blocks 1 and 2 are crossed.
 	sent := 0
 	for time.Since(start) < 2*block+3*burnIn || sent < 20 {
-		code, _, body := (&system{edge: e}).post(t, testKey, `{"model":"`+model+`","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello `+fmt.Sprint(sent)+`"}]}`)
+		code, _, body := (&stack{edge: e}).post(t, testKey, `{"model":"`+model+`","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello `+fmt.Sprint(sent)+`"}]}`)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		sent++
 	}

@@ -78,7 +78,7 @@ tenants:
 	require.Equal(t, first.Addr(), owner)
 
 	// The edge talks to the third replica only.
-	r := &resvSystem{sim: sim, decider: third, edge: startEdge(t, third.Addr(), "--report-flush-interval=20ms")}
+	r := &stack{sim: sim, decider: third, edge: startEdge(t, third.Addr(), "--report-flush-interval=20ms")}
 	// 100 tokens at 20 a second: the calls outlive the first owner.
 	var streams []*liveStream
 	for range 4 {

@@ -17,7 +17,7 @@ import (
 
 // anthropicClient is the official Anthropic SDK pointed at the edge, as
 // Claude Code is by ANTHROPIC_BASE_URL.
-func (s *system) anthropicClient(key string) anthropic.Client {
+func (s *stack) anthropicClient(key string) anthropic.Client {
 	return anthropic.NewClient(option.WithBaseURL(strings.TrimSuffix(s.edge.URL(), "/v1")+"/"), option.WithAPIKey(key),
 		option.WithMaxRetries(0))
 }
@@ -106,7 +106,7 @@ type activityRecord struct {
 
 // activityRecord waits for the activity record of the request with edge
 // request id reqID, and returns it.
-func (s *system) activityRecord(t *testing.T, reqID string) activityRecord {
+func (s *stack) activityRecord(t *testing.T, reqID string) activityRecord {
 	t.Helper()
 	var rec struct {
 		Data activityRecord `json:"data"`

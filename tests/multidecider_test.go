@@ -256,7 +256,7 @@ tenants:
 	// its expiry; calls in flight keep theirs by heartbeat.
 	edge := startEdge(t, strings.Join([]string{toFirst.addr, relays[0].addr, relays[1].addr}, ","),
 		"--report-flush-interval=20ms", "--reservation-ttl=5s")
-	r := &resvSystem{sim: sim, decider: first, edge: edge}
+	r := &stack{sim: sim, decider: first, edge: edge}
 	require.Eventually(t, func() bool { return len(doomed[0].Edges())+len(doomed[1].Edges()) == 1 }, waitFor, tick,
 		"the Report stream opens on a doomed replica")
 	toFirst.listen(t)

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 )
 
 // The native system: "native" is an endpoint that speaks Anthropic's
@@ -61,12 +59,14 @@ providers:
 
 // startNative starts the native system, native behind a proxy that keeps
 // its answers.
-func startNative(t *testing.T) (*system, *callLog) {
+func startNative(t *testing.T) (*stack, *callLog) {
 	t.Helper()
-	sim := startSim(t, nativeSimConfig)
 	native := &callLog{keepBodies: true}
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	keys := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "SWITCHBOARD_PROVIDER_KEY_NATIVE"), []byte(nativeCred), 0o600))
+	s := startStack(t, stackOptions{sim: nativeSimConfig, edgeArgs: []string{"--provider-key-dir=" + keys},
+		catalog: func(url func(string) string) string {
+			return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -75,14 +75,10 @@ models:
       - {provider: backup, base_url: %[3]s, upstream_model: sim-model, price: {input: 0.90, output: 3.00}}
 tenants:
   - {id: acme, api_keys_sha256: [%[4]s]}
-`, model, native.proxy(t, sim.Provider("native").URL()), sim.Provider("backup").URL(), catalog.HashKey(testKey),
-		nativePrice.Input, nativePrice.CachedInput, nativePrice.CacheWrite, nativePrice.CacheWrite1h, nativePrice.Output)
-	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
-		Catalog: writeCatalog(t, dir, cat), ID: "native", Exploration: -1})
-	keys := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(keys, "SWITCHBOARD_PROVIDER_KEY_NATIVE"), []byte(nativeCred), 0o600))
-	e := startEdge(t, d.Addr(), append([]string{"--provider-key-dir=" + keys, "--report-flush-interval=20ms"}, rpcGuards...)...)
-	return &system{sim: sim, decider: d, edge: e, logW: &lockedWriter{w: &bytes.Buffer{}}}, native
+`, model, native.proxy(t, url("native")), url("backup"), catalog.HashKey(testKey),
+				nativePrice.Input, nativePrice.CachedInput, nativePrice.CacheWrite, nativePrice.CacheWrite1h, nativePrice.Output)
+		}})
+	return s, native
 }
 
 // usageOf is an Anthropic usage in the pipeline's terms: the whole prompt,
@@ -94,9 +90,9 @@ func usageOf(u anthropic.Usage) pricing.Usage {
 
 // requireBilled: the activity record of request id is native's answer,
 // billed what native's catalog prices say for the usage the client got.
-func (s *system) requireBilled(t *testing.T, id string, u pricing.Usage) {
+func (s *stack) requireBilled(t *testing.T, id string, u pricing.Usage) {
 	t.Helper()
-	rec := s.record(t, id)
+	rec := s.record(t, testKey, id)
 	require.Equal(t, "native", rec.GetProvider())
 	want := u.Input - u.CachedInput - u.CacheWrite - u.CacheWrite1h
 	cost := (float64(want)*nativePrice.Input + float64(u.CachedInput)*nativePrice.CachedInput + float64(u.CacheWrite)*nativePrice.CacheWrite +
@@ -299,19 +295,13 @@ func TestNativeAnthropicRetry(t *testing.T) {
 			require.Len(t, native.all(), 1)
 			require.Equal(t, tt.status, native.all()[0].status)
 
-			rec := s.record(t, httpResp.Header.Get("X-Request-Id"))
+			rec := s.record(t, testKey, httpResp.Header.Get("X-Request-Id"))
 			require.Equal(t, "backup", rec.GetProvider())
 			require.Equal(t, tt.outcome, attemptOf(t, rec, "native").GetOutcome())
 			require.Equal(t, int32(tt.status), attemptOf(t, rec, "native").GetHttpStatus())
 			require.Equal(t, switchboardv1.Outcome_OUTCOME_OK, attemptOf(t, rec, "backup").GetOutcome())
 		})
 	}
-}
-
-// record waits until the activity log has request id and returns it.
-func (s *system) record(t *testing.T, id string) *switchboardv1.ActivityRecord {
-	t.Helper()
-	return (&billSystem{sim: s.sim, decider: s.decider, edge: s.edge}).record(t, testKey, id)
 }
 
 // TestNativeAnthropicStreamCut: a relayed stream the provider cuts after
@@ -325,7 +315,7 @@ func TestNativeAnthropicStreamCut(t *testing.T) {
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("[[provsim:fault=drop]] one two three four"))}},
 		option.WithResponseInto(&httpResp)))
 	require.Equal(t, "native", httpResp.Header.Get("X-Switchboard-Provider"))
-	rec := s.record(t, httpResp.Header.Get("X-Request-Id"))
+	rec := s.record(t, testKey, httpResp.Header.Get("X-Request-Id"))
 	require.Equal(t, switchboardv1.Outcome_OUTCOME_DROPPED, attemptOf(t, rec, "native").GetOutcome())
 	require.Len(t, rec.GetAttempts(), 1, "no retry once the answer reached the client")
 }

@@ -94,45 +94,40 @@ func TestNodeSDKs(t *testing.T) {
 // script and returns the environment that tells the script where they are.
 func startNodeSystem(t *testing.T) []string {
 	t.Helper()
-	sim := startSim(t, nodeSimConfig)
 	providers := []string{"alpha", "beta", "gamma"}
-	var models, spares strings.Builder
-	entry := func(id string) {
-		fmt.Fprintf(&models, "  - id: %s\n    endpoints:\n", id)
-		for i, p := range providers {
-			fmt.Fprintf(&models, "      - {provider: %s, base_url: %s, upstream_model: %s, price: {input: %.2f, output: %.2f}}\n",
-				p, sim.Provider(p).URL(), simModel, 0.10+0.05*float64(i), 0.50+0.10*float64(i))
-		}
-	}
-	entry(model)
+	var spares strings.Builder
 	for i := 1; i <= nodeSpareModels; i++ {
-		id := fmt.Sprintf("%s-spare-%d", model, i)
-		entry(id)
 		if i > 1 {
 			spares.WriteByte(',')
 		}
-		spares.WriteString(id)
+		fmt.Fprintf(&spares, "%s-spare-%d", model, i)
 	}
-	// paced's requests are partner's, a class that never waits in the
-	// queue: a request over its limit is refused at once, with the
-	// Retry-After of its bucket.
-	cat := "models:\n" + models.String() + fmt.Sprintf(`workload_classes:
+	s := startStack(t, stackOptions{sim: nodeSimConfig,
+		catalog: func(url func(string) string) string {
+			var models strings.Builder
+			for _, id := range append([]string{model}, strings.Split(spares.String(), ",")...) {
+				fmt.Fprintf(&models, "  - id: %s\n    endpoints:\n", id)
+				for i, p := range providers {
+					fmt.Fprintf(&models, "      - {provider: %s, base_url: %s, upstream_model: %s, price: {input: %.2f, output: %.2f}}\n",
+						p, url(p), simModel, 0.10+0.05*float64(i), 0.50+0.10*float64(i))
+				}
+			}
+			// paced's requests are partner's, a class that never waits in the
+			// queue: a request over its limit is refused at once, with the
+			// Retry-After of its bucket.
+			return "models:\n" + models.String() + fmt.Sprintf(`workload_classes:
   partner: {max_depth: 0}
 tenants:
   - {id: acme, api_keys_sha256: [%s]}
   - {id: paced, api_keys_sha256: [%s], classes: [partner], default_class: partner, limits: [{unit: requests, per: second, capacity: 1}]}
 `, catalog.HashKey(testKey), catalog.HashKey(nodePacedKey))
-	dir := t.TempDir()
-	d := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat),
-		ID: "e2e-nodesdk", ShutdownTimeout: 5 * time.Second, Exploration: -1,
+		},
 		// Probes off: the SDK tests count the provider calls of each SDK
 		// call (a probe among them read as a retry the SDK made).
-		NoProbes: true,
-	})
-	e := startEdge(t, d.Addr(), append([]string{"--max-attempts=" + strconv.Itoa(nodeMaxAttempts),
-		"--max-body-bytes=" + strconv.Itoa(nodeMaxBodyBytes), "--first-token-timeout=" + nodeFirstTokenTimeout.String()}, rpcGuards...)...)
-
+		tune: func(c *deciderapp.Config) { c.NoProbes = true },
+		edgeArgs: []string{"--max-attempts=" + strconv.Itoa(nodeMaxAttempts),
+			"--max-body-bytes=" + strconv.Itoa(nodeMaxBodyBytes), "--first-token-timeout=" + nodeFirstTokenTimeout.String()}})
+	sim, e := s.sim, s.edge
 	stats := make([]string, len(providers))
 	for i, p := range providers {
 		stats[i] = "http://" + sim.Provider(p).Addr() + "/admin/stats"

@@ -1,10 +1,8 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
@@ -54,13 +50,15 @@ func poisonSimConfig() string {
 // share one provider account (one credential, one project); its endpoint
 // of vendor/sim-other is another account of the same provider (its own
 // credential and project).
-func startPoisonSystem(t *testing.T) *system {
+func startPoisonSystem(t *testing.T) *stack {
 	t.Helper()
-	ctx := t.Context()
-	s := &system{logW: &lockedWriter{w: &bytes.Buffer{}}}
-	s.sim = startSim(t, poisonSimConfig())
-	url := func(p string) string { return s.sim.Provider(p).URL() }
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: poisonSimConfig(),
+		providerKeys: map[string]string{
+			"SWITCHBOARD_PROVIDER_KEY_ALPHA":       "alpha-team1-credential",
+			"SWITCHBOARD_PROVIDER_KEY_ALPHA_TEAM2": "alpha-team2-credential",
+		},
+		catalog: func(url func(string) string) string {
+			return fmt.Sprintf(`
 models:
   - id: vendor/sim-model
     endpoints:
@@ -79,31 +77,7 @@ tenants:
   - {id: acme, api_keys_sha256: [%[4]s]}
   - {id: globex, api_keys_sha256: [%[5]s]}
 `, url("alpha"), url("beta"), url("gamma"), catalog.HashKey(testKey), catalog.HashKey(otherKey))
-	dir := t.TempDir()
-	catPath := writeCatalog(t, dir, cat)
-	var err error
-	s.decider, err = deciderapp.Start(ctx, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), Catalog: catPath,
-		TokenFile: tokenFile(t, testReplicaToken), ID: "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-	}, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(s.decider.Close)
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t),
-		"--report-flush-interval=20ms"}, rpcGuards...), func(string) string { return "" })
-	require.NoError(t, err)
-	ecfg.Getenv = func(k string) string {
-		switch k {
-		case "SWITCHBOARD_PROVIDER_KEY_ALPHA":
-			return "alpha-team1-credential"
-		case "SWITCHBOARD_PROVIDER_KEY_ALPHA_TEAM2":
-			return "alpha-team2-credential"
-		}
-		return ""
-	}
-	s.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(s.logW))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.edge.Close() })
-	return s
+		}})
 }
 
 func askModel(modelID, content string) string {
@@ -111,7 +85,7 @@ func askModel(modelID, content string) string {
 }
 
 // providerCalls is how many calls every provider received for a model.
-func providerCalls(s *system, simModelID string) int64 {
+func providerCalls(s *stack, simModelID string) int64 {
 	var n int64
 	for _, p := range []string{"alpha", "beta", "gamma"} {
 		n += s.sim.Provider(p).Stats().Models[simModelID].Requests
@@ -122,7 +96,7 @@ func providerCalls(s *system, simModelID string) int64 {
 // heard waits until the decider has ingested every call report the edge
 // queued so far: a request served by alpha is reported after them, on the
 // same stream, and alpha's sample count grows once its report is in.
-func heard(t *testing.T, s *system) {
+func heard(t *testing.T, s *stack) {
 	t.Helper()
 	before := candidates(t, s.decider.Addr())["alpha"].GetSamples()
 	// Streamed: only a stream measures a first token, which is the sample

@@ -3,8 +3,6 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -13,35 +11,17 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
-// limitedSystem is a whole Switchboard whose catalog has tenant and
-// provider limits; the decider listens on a fixed address so it can be
-// restarted under a running edge.
-type limitedSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	dcfg    deciderapp.Config
-	edge    *edgeapp.Edge
-	sys     *system
-}
-
-// startLimited starts a limited system; tune adjusts the decider's
-// configuration (its clock...).
-func startLimited(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config), edgeArgs ...string) *limitedSystem {
+// startLimited starts the three providers of simConfig behind a catalog
+// with tenant and provider limits; the decider is restartable, with no
+// probes (these tests count the calls each provider got, and a probe among
+// them would be one more); tune adjusts it further (its clock...).
+func startLimited(t *testing.T, tenantLimits, alphaLimits string, tune func(*deciderapp.Config), edgeArgs ...string) *stack {
 	t.Helper()
-	ctx := t.Context()
-	l := &limitedSystem{}
-	cfg, err := provsim.ParseConfig([]byte(simConfig))
-	require.NoError(t, err)
-	l.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.sim.Close() })
-
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: simConfig, restartable: true, edgeArgs: edgeArgs,
+		catalog: func(url func(string) string) string {
+			return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -58,42 +38,21 @@ tenants:
     api_keys_sha256: [%[6]s]
     limits: [%[9]s]
   - {id: globex, api_keys_sha256: [%[7]s]}
-`, model, l.sim.Provider("alpha").URL(), l.sim.Provider("beta").URL(), l.sim.Provider("gamma").URL(), simModel,
-		catalog.HashKey(testKey), catalog.HashKey(otherKey), alphaLimits, tenantLimits)
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
-	l.dcfg = deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1,
-		// Probes off: these tests count the calls each provider got, and
-		// a probe among them would be one more.
-		NoProbes: true,
-	}
-	if tune != nil {
-		tune(&l.dcfg)
-	}
-	l.decider = startDeciderOnPicked(t, &l.dcfg)
-
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + l.decider.Addr(), edgeTokenFlag(t), "--report-flush-interval=20ms"}, append(rpcGuards, edgeArgs...)...),
-		func(string) string { return "" })
-	require.NoError(t, err)
-	ecfg.Getenv = func(k string) string {
-		if k == "SWITCHBOARD_PROVIDER_KEY_ALPHA" {
-			return alphaCred
-		}
-		return ""
-	}
-	l.edge, err = edgeapp.Start(ctx, ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.edge.Close() })
-	l.sys = &system{edge: l.edge}
-	return l
+`, model, url("alpha"), url("beta"), url("gamma"), simModel,
+				catalog.HashKey(testKey), catalog.HashKey(otherKey), alphaLimits, tenantLimits)
+		},
+		tune: func(c *deciderapp.Config) {
+			c.NoProbes = true
+			if tune != nil {
+				tune(c)
+			}
+		}})
 }
 
 // ask sends a short non-streamed chat request with about n prompt tokens.
-func (l *limitedSystem) ask(t *testing.T, key string, n int) (int, http.Header, map[string]any) {
+func (l *stack) ask(t *testing.T, key string, n int) (int, http.Header, map[string]any) {
 	t.Helper()
-	return l.sys.post(t, key, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"`+longPrompt(n)+`"}]}`)
+	return l.post(t, key, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"`+longPrompt(n)+`"}]}`)
 }
 
 // frozen is a decider configuration on a clock that stands still, so that

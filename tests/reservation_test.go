@@ -17,8 +17,6 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // slowSimConfig is one provider whose streams take their time: 20 tokens a
@@ -36,26 +34,17 @@ providers:
         default_output_tokens: 100
 `
 
-// resvSystem is a Switchboard with one slow, dear provider and a tenant
-// with limits; the decider listens on a fixed address so it can be killed
-// and restarted under a running edge.
-type resvSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	dcfg    deciderapp.Config
-	edge    *edgeapp.Edge
-}
-
-func startResv(t *testing.T, tenantLimits string, tune func(*deciderapp.Config), edgeArgs ...string) *resvSystem {
+// startResv starts one slow, dear provider and a tenant with limits; the
+// decider is restartable, so a test can kill it and start it again under
+// the running edge.
+func startResv(t *testing.T, tenantLimits string, tune func(*deciderapp.Config), edgeArgs ...string) *stack {
 	t.Helper()
-	r := &resvSystem{}
-	r.sim = startSim(t, slowSimConfig)
-
-	dir := t.TempDir()
 	// Dear prices, so a few tokens are a visible share of a small USD limit.
 	// Requests are refused at once, never queued: these tests count the
 	// slots and tokens held, which a wait for the next free one would blur.
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: slowSimConfig, restartable: true, edgeArgs: edgeArgs,
+		catalog: func(url func(string) string) string {
+			return fmt.Sprintf(`
 workload_classes:
   interactive: {max_depth: 0}
 models:
@@ -66,20 +55,16 @@ tenants:
   - id: acme
     api_keys_sha256: [%[4]s]
     limits: [%[5]s]
-`, model, r.sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey), tenantLimits)
-	catPath := writeCatalog(t, dir, cat)
-	// A fixed etcd address too: etcd's JSON gateway, which the test reads the
-	// broker's snapshot through, dials the configured address.
-	r.dcfg = deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: freeAddr(t), DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1,
-	}
-	if tune != nil {
-		tune(&r.dcfg)
-	}
-	r.decider = startDeciderOnPicked(t, &r.dcfg)
-	r.edge = startEdge(t, r.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, edgeArgs...)...)
-	return r
+`, model, url("alpha"), simModel, catalog.HashKey(testKey), tenantLimits)
+		},
+		tune: func(c *deciderapp.Config) {
+			// A fixed etcd address too: etcd's JSON gateway, which the test
+			// reads the broker's snapshot through, dials the configured address.
+			c.EtcdListen = freeAddr(t)
+			if tune != nil {
+				tune(c)
+			}
+		}})
 }
 
 // liveStream is a streamed chat request whose answer is read as the test
@@ -94,7 +79,7 @@ type liveStream struct {
 // provider's default, 100) and returns once
 // the answer started (its first content chunk read), or with the refusal's
 // status when it was refused.
-func (r *resvSystem) openStream(t *testing.T, maxTokens int) (*liveStream, int) {
+func (r *stack) openStream(t *testing.T, maxTokens int) (*liveStream, int) {
 	t.Helper()
 	limit := ""
 	if maxTokens > 0 {
@@ -159,7 +144,7 @@ func (s *liveStream) finish(t *testing.T) {
 func (s *liveStream) leave() { _ = s.resp.Body.Close() }
 
 // usdSpent is what the decider's broker has charged the tenant today.
-func (r *resvSystem) usdSpent(t *testing.T) float64 {
+func (r *stack) usdSpent(t *testing.T) float64 {
 	t.Helper()
 	for _, l := range r.decider.TenantLimits("acme") {
 		if l.Unit == "usd" && l.Window == "day" {
@@ -177,7 +162,6 @@ func (r *resvSystem) usdSpent(t *testing.T) float64 {
 func TestClientThatLeavesMidStreamPaysItsUSDQuota(t *testing.T) {
 	const limit = 0.2
 	r := startResv(t, fmt.Sprintf(`{unit: usd, per: day, capacity: %g}`, limit), nil)
-	bs := &billSystem{edge: r.edge}
 	var ids []string
 	refused := 0
 	for i := 0; i < 60 && refused == 0; i++ {
@@ -191,7 +175,7 @@ func TestClientThatLeavesMidStreamPaysItsUSDQuota(t *testing.T) {
 		s.leave()
 		ids = append(ids, s.id)
 		// The next request is decided after this one's bill is known.
-		rec := bs.record(t, testKey, s.id)
+		rec := r.record(t, testKey, s.id)
 		require.Positive(t, rec.GetCostUsd(), "the client is billed for what it got")
 		require.Eventually(t, func() bool { return r.edgeSettled() }, waitFor, tick)
 	}
@@ -199,7 +183,7 @@ func TestClientThatLeavesMidStreamPaysItsUSDQuota(t *testing.T) {
 
 	var billed float64
 	for _, id := range ids {
-		billed += bs.record(t, testKey, id).GetCostUsd()
+		billed += r.record(t, testKey, id).GetCostUsd()
 	}
 	require.Greater(t, billed, limit/2, "most of the limit was spent")
 	require.LessOrEqual(t, billed, limit+1e-9)
@@ -208,7 +192,7 @@ func TestClientThatLeavesMidStreamPaysItsUSDQuota(t *testing.T) {
 }
 
 // edgeSettled reports whether the edge has no reconciliation waiting.
-func (r *resvSystem) edgeSettled() bool { return r.edge.UnackedReconciles() == 0 }
+func (r *stack) edgeSettled() bool { return r.edge.UnackedReconciles() == 0 }
 
 // TestTenantNotLockedOutAfterADeciderCrash: calls in flight when the
 // decider is killed end while it is away; once it is back and owns the
@@ -324,7 +308,6 @@ func TestLongStreamOutlivesItsReservationTTL(t *testing.T) {
 			}
 			r := startResv(t, `{unit: concurrent_requests, capacity: 1}, {unit: usd, per: day, capacity: 10}`,
 				func(c *deciderapp.Config) { c.Now = clock.Now }, args...)
-			bs := &billSystem{edge: r.edge}
 
 			s, code := r.openStream(t, 0)
 			require.Equal(t, http.StatusOK, code)
@@ -350,14 +333,14 @@ func TestLongStreamOutlivesItsReservationTTL(t *testing.T) {
 				}, waitFor, tick, "without declarations the slot was released at expiry")
 			}
 			s.finish(t)
-			rec := bs.record(t, testKey, s.id)
+			rec := r.record(t, testKey, s.id)
 			require.Equal(t, int64(100), rec.GetUsage().GetOutputTokens())
 			billed := rec.GetCostUsd()
 			require.Eventually(t, func() bool { return r.edgeSettled() }, waitFor, tick)
 			var others float64
 			if !declared {
 				// The one-token request admitted after expiry is billed too.
-				code, recs, _, err := bs.activity(testKey, "limit=10")
+				code, recs, _, err := r.activity(testKey, "limit=10")
 				require.NoError(t, err)
 				require.Equal(t, http.StatusOK, code)
 				for _, o := range recs {

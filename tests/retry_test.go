@@ -100,7 +100,7 @@ func (w *statusWriter) Flush() {
 }
 
 // recorded starts the system with alpha behind a call log.
-func recorded(t *testing.T, modelYAML string) (*system, *callLog) {
+func recorded(t *testing.T, modelYAML string) (*stack, *callLog) {
 	alpha := &callLog{}
 	s := startSystemWith(t, systemOptions{modelYAML: modelYAML, baseURL: func(p, u string) string {
 		if p == "alpha" {

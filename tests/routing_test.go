@@ -2,10 +2,7 @@ package tests
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +12,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // The smart-routing scenario: cheap is the cheapest but slow on long
@@ -49,36 +44,11 @@ providers:
         cache: {enabled: true, min_tokens: 256}
 `
 
-type smartSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	dcfg    deciderapp.Config
-	client  switchboardv1.DeciderClient
-	post    func(t *testing.T, body string) (int, http.Header, map[string]any)
-}
-
-func freeAddr(t *testing.T) string {
+func startSmart(t *testing.T) *stack {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
-func startSmart(t *testing.T) *smartSystem {
-	t.Helper()
-	ctx := t.Context()
-	s := &smartSystem{}
-	cfg, err := provsim.ParseConfig([]byte(smartSim))
-	require.NoError(t, err)
-	s.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.sim.Close() })
-
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: smartSim, restartable: true,
+		catalog: func(url func(string) string) string {
+			return fmt.Sprintf(`
 models:
   - id: %[1]s
     list_price: {input: 1.00, cached_input: 0.25, output: 4.00}
@@ -88,36 +58,25 @@ models:
       - {provider: reseller, base_url: %[4]s, upstream_model: sim-model, context_length: 200000, price: {input: 0.25, cached_input: 0.07,   output: 1.00}}
 tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
-`, model, s.sim.Provider("cheap").URL(), s.sim.Provider("fast").URL(), s.sim.Provider("reseller").URL(), catalog.HashKey(testKey))
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
-
-	s.dcfg = deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
-		ShutdownTimeout: 5 * time.Second,
-		// Probes at one size per long bucket, often enough to warm up in a
-		// few seconds, rarely enough to leave the CPU to the test (-race
-		// makes a 500 KB prompt costly to move around).
-		ProbeInterval: time.Second, ProbeSizes: []int64{40 * 1024, 130 * 1024},
-		Exploration: -1, Seed: 1, Cooldown: 15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
-		StatsSnapshotInterval: time.Hour, // only the final save on shutdown: the restart test proves it
-		// Stop at once: probes answered during a drain delay would change
-		// the statistics after the restart test read them.
-		NoDrainDelay: true,
-	}
-	s.decider = startDeciderOnPicked(t, &s.dcfg)
-	s.edge = startEdge(t, s.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, rpcGuards...)...)
-
-	s.client = operatorRPC(t, s.decider.Addr())
-	sys := &system{edge: s.edge}
-	s.post = func(t *testing.T, body string) (int, http.Header, map[string]any) { return sys.post(t, testKey, body) }
-	return s
+`, model, url("cheap"), url("fast"), url("reseller"), catalog.HashKey(testKey))
+		},
+		tune: func(c *deciderapp.Config) {
+			// Probes at one size per long bucket, often enough to warm up in a
+			// few seconds, rarely enough to leave the CPU to the test (-race
+			// makes a 500 KB prompt costly to move around).
+			c.ProbeInterval, c.ProbeSizes = time.Second, []int64{40 * 1024, 130 * 1024}
+			c.Cooldown, c.CooldownErrors, c.CooldownWindow = 15*time.Minute, 1, time.Minute
+			c.StatsSnapshotInterval = time.Hour // only the final save on shutdown: the restart test proves it
+			// Stop at once: probes answered during a drain delay would change
+			// the statistics after the restart test read them.
+			c.NoDrainDelay = true
+		}})
 }
 
 // explain asks the decider what it would do, without side effects.
-func (s *smartSystem) explain(t *testing.T, in int64, prefixes ...*switchboardv1.PromptPrefix) map[string]*switchboardv1.Candidate {
+func (s *stack) explain(t *testing.T, in int64, prefixes ...*switchboardv1.PromptPrefix) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	resp, err := s.client.Explain(t.Context(), &switchboardv1.ExplainRequest{
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in, Prefixes: prefixes},
 	})
@@ -129,7 +88,7 @@ func (s *smartSystem) explain(t *testing.T, in int64, prefixes ...*switchboardv1
 	return out
 }
 
-func (s *smartSystem) waitForSpeedData(t *testing.T, sizes ...int64) {
+func (s *stack) waitForSpeedData(t *testing.T, sizes ...int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, in := range sizes {
@@ -152,7 +111,7 @@ func TestSmartRoutingScenario(t *testing.T) {
 	s := startSmart(t)
 
 	// Before any data: the cheapest.
-	code, hdr, body := s.post(t, chat("a", 100, ""))
+	code, hdr, body := s.post(t, testKey, chat("a", 100, ""))
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "cheap", body["provider"])
 	require.Contains(t, hdr.Get("x-switchboard-route"), "reason=cheapest_no_data")
@@ -161,13 +120,13 @@ func TestSmartRoutingScenario(t *testing.T) {
 	s.waitForSpeedData(t, 40*1024, 130*1024)
 
 	// Short prompts go to the cheap one: it is fast on them.
-	code, hdr, body = s.post(t, chat("b", 100, ""))
+	code, hdr, body = s.post(t, testKey, chat("b", 100, ""))
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "cheap", body["provider"], hdr.Get("x-switchboard-route"))
 
 	// 32k-128k: cheap is too slow; the cheapest fast one for this exact
 	// uncached mix is the reseller (cheaper uncached input than fast).
-	code, hdr, body = s.post(t, chat("c", 60*1024, ""))
+	code, hdr, body = s.post(t, testKey, chat("c", 60*1024, ""))
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "reseller", body["provider"], hdr.Get("x-switchboard-route"))
 	require.Contains(t, hdr.Get("x-switchboard-route"), "bucket=32k-128k reason=cheapest_qualifying")
@@ -176,7 +135,7 @@ func TestSmartRoutingScenario(t *testing.T) {
 	require.Contains(t, cands["cheap"].Note, "too slow")
 
 	// >128k: the reseller is slow there too; the fast one serves.
-	code, hdr, body = s.post(t, chat("d", 130*1024, ""))
+	code, hdr, body = s.post(t, testKey, chat("d", 130*1024, ""))
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "fast", body["provider"], hdr.Get("x-switchboard-route"))
 	require.Contains(t, hdr.Get("x-switchboard-route"), "bucket=>128k")
@@ -187,12 +146,12 @@ func TestSmartRoutingScenario(t *testing.T) {
 	// $0.07 even though the reseller's uncached input is cheaper.
 	conv := `"messages":[{"role":"system","content":"` + longPrompt(60*1024) + `"},{"role":"user","content":"turn one"}`
 	for _, p := range []string{"fast", "reseller"} {
-		code, _, body = s.post(t, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["`+p+`"]},`+conv+`]}`)
+		code, _, body = s.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["`+p+`"]},`+conv+`]}`)
 		require.Equal(t, 200, code, "%v", body)
 		require.Equal(t, p, body["provider"])
 	}
 	turn2 := `{"model":"` + model + `","max_tokens":4,` + conv + `,{"role":"assistant","content":"ok"},{"role":"user","content":"turn two"}]}`
-	code, hdr, body = s.post(t, turn2)
+	code, hdr, body = s.post(t, testKey, turn2)
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "fast", body["provider"], hdr.Get("x-switchboard-route"))
 	usage := body["usage"].(map[string]any)
@@ -200,7 +159,7 @@ func TestSmartRoutingScenario(t *testing.T) {
 	require.Greater(t, cached, float64(50*1024), "the provider really served it from cache")
 
 	// max_price works with smart routing: only cheap is under the cap, slow or not.
-	code, _, body = s.post(t, chat("e", 60*1024, `"provider":{"max_price":{"prompt":0.2}},`))
+	code, _, body = s.post(t, testKey, chat("e", 60*1024, `"provider":{"max_price":{"prompt":0.2}},`))
 	require.Equal(t, 200, code, "%v", body)
 	require.Equal(t, "cheap", body["provider"])
 
@@ -214,7 +173,7 @@ func TestSmartRoutingScenario(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := strings.Replace(chat("f"+tt.name, 60*1024, tt.extra), `"model":"`+model+`"`, `"model":"`+model+tt.modelSuffix+`"`, 1)
-			code, hdr, body := s.post(t, b)
+			code, hdr, body := s.post(t, testKey, b)
 			require.Equal(t, 200, code, "%v", body)
 			require.Equal(t, tt.want, body["provider"], hdr.Get("x-switchboard-route"))
 		})
@@ -262,7 +221,7 @@ func TestRoutingStatsSurviveDeciderRestart(t *testing.T) {
 	}
 	// The edge reconnects on its own and long prompts keep avoiding the slow one.
 	require.Eventually(t, func() bool {
-		code, _, body := s.post(t, chat("after-restart", 60*1024, ""))
+		code, _, body := s.post(t, testKey, chat("after-restart", 60*1024, ""))
 		return code == 200 && body["provider"] == "reseller"
 	}, 15*time.Second, 100*time.Millisecond)
 }

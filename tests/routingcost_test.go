@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,61 +15,36 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
-// costSystem is provsim, a decider whose default policy is routing-cost,
-// and an edge.
-type costSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	client  switchboardv1.DeciderClient
+// startCost starts simYAML's providers and a decider whose default policy
+// is routing-cost and whose catalog serves model from them: routing is the
+// model's routing settings, endpoints has one line per endpoint with %[n]s
+// for the URL of the n-th provider of names.
+func startCost(t *testing.T, simYAML, routing, endpoints string, names []string, tune func(*deciderapp.Config)) *stack {
+	t.Helper()
+	return startStack(t, stackOptions{sim: simYAML, restartable: true,
+		catalog: func(url func(string) string) string {
+			urls := make([]any, len(names))
+			for i, n := range names {
+				urls[i] = url(n)
+			}
+			return fmt.Sprintf("models:\n  - id: %s\n    routing: %s\n    endpoints:\n", model, routing) + fmt.Sprintf(endpoints, urls...) +
+				fmt.Sprintf("tenants:\n  - {id: acme, api_keys_sha256: [%s]}\n", catalog.HashKey(testKey))
+		},
+		tune: func(c *deciderapp.Config) {
+			c.StatsSnapshotInterval = time.Hour
+			c.RoutingPolicy = "routing-cost"
+			if tune != nil {
+				tune(c)
+			}
+		}})
 }
 
-// startCost starts simYAML's providers and a decider whose catalog serves
-// model from them: routing is the model's routing settings, endpoints has
-// one line per endpoint with %[n]s for the URL of the n-th provider of
-// names.
-func startCost(t *testing.T, simYAML, routing, endpoints string, names []string, tune func(*deciderapp.Config)) *costSystem {
+// explainCost is the decider's dry-run view of a request of in prompt tokens.
+func (s *stack) explainCost(t *testing.T, in int64) map[string]*switchboardv1.Candidate {
 	t.Helper()
-	ctx := t.Context()
-	s := &costSystem{}
-	cfg, err := provsim.ParseConfig([]byte(simYAML))
-	require.NoError(t, err)
-	s.sim, err = provsim.Start(ctx, cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.sim.Close() })
-
-	urls := make([]any, len(names))
-	for i, n := range names {
-		urls[i] = s.sim.Provider(n).URL()
-	}
-	dir := t.TempDir()
-	cat := fmt.Sprintf("models:\n  - id: %s\n    routing: %s\n    endpoints:\n", model, routing) + fmt.Sprintf(endpoints, urls...) +
-		fmt.Sprintf("tenants:\n  - {id: acme, api_keys_sha256: [%s]}\n", catalog.HashKey(testKey))
-	catPath := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(catPath, []byte(withCallers(cat)), 0o600))
-	dcfg := deciderapp.Config{
-		Listen: freeAddr(t), EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: catPath, TokenFile: tokenFile(t, testReplicaToken), ID: "e2e",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1, StatsSnapshotInterval: time.Hour,
-		RoutingPolicy: "routing-cost",
-	}
-	if tune != nil {
-		tune(&dcfg)
-	}
-	s.decider = startDeciderOnPicked(t, &dcfg)
-	s.edge = startEdge(t, s.decider.Addr(), append([]string{"--report-flush-interval=20ms"}, rpcGuards...)...)
-
-	s.client = operatorRPC(t, s.decider.Addr())
-	return s
-}
-
-// explain is the decider's dry-run view of a request of in prompt tokens.
-func (s *costSystem) explain(t *testing.T, in int64) map[string]*switchboardv1.Candidate {
-	t.Helper()
-	resp, err := s.client.Explain(t.Context(), &switchboardv1.ExplainRequest{
+	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 		Tokens: &switchboardv1.TokenEstimate{InputTokens: in},
 	})
@@ -84,9 +57,9 @@ func (s *costSystem) explain(t *testing.T, in int64) map[string]*switchboardv1.C
 	return out
 }
 
-// send posts one chat request and returns the provider that answered; it
+// servedBy posts one chat request and returns the provider that answered; it
 // is safe to call from any goroutine (errors are returned, not failed).
-func (s *costSystem) send(ctx context.Context, body string) (string, error) {
+func (s *stack) servedBy(ctx context.Context, body string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return "", err
@@ -133,7 +106,7 @@ providers:
 `, []string{"trap", "fair"}, nil)
 
 	const in = 4096
-	before := s.explain(t, in)
+	before := s.explainCost(t, in)
 	require.Less(t, before["trap"].GetRoutingCostUsd(), before["fair"].GetRoutingCostUsd(),
 		"with nothing measured, list input prices make the trap look cheaper")
 
@@ -151,21 +124,21 @@ providers:
 	}
 	for i := range 12 {
 		for _, p := range []string{"trap", "fair"} {
-			got, err := s.send(t.Context(), body(i, p))
+			got, err := s.servedBy(t.Context(), body(i, p))
 			require.NoError(t, err)
 			require.Equal(t, p, got)
 		}
 	}
 	require.Eventually(t, func() bool {
-		c := s.explain(t, in)
+		c := s.explainCost(t, in)
 		return c["fair"].GetRoutingCostUsd() < c["trap"].GetRoutingCostUsd()
 	}, 20*time.Second, 50*time.Millisecond, "once measured, fair is cheaper per good answer")
-	after := s.explain(t, in)
+	after := s.explainCost(t, in)
 	require.Greater(t, after["fair"].GetShare(), 0.9, "%s", after["trap"].GetNote())
 
 	got := map[string]int{}
 	for i := range 30 {
-		p, err := s.send(t.Context(), body(100+i, ""))
+		p, err := s.servedBy(t.Context(), body(100+i, ""))
 		require.NoError(t, err)
 		got[p]++
 	}
@@ -216,7 +189,7 @@ providers:
 			case <-tick.C:
 			}
 			inner.Go(func() {
-				p, err := s.send(ctx, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"load `+fmt.Sprint(i)+`"}]}`)
+				p, err := s.servedBy(ctx, `{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"load `+fmt.Sprint(i)+`"}]}`)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil && ctx.Err() == nil {
@@ -234,7 +207,7 @@ providers:
 
 	// The decider learns a cap for small.
 	require.Eventually(t, func() bool {
-		return strings.Contains(s.explain(t, 10)["small"].GetNote(), "learned cap")
+		return strings.Contains(s.explainCost(t, 10)["small"].GetNote(), "learned cap")
 	}, 30*time.Second, 100*time.Millisecond, "a cap is learned from small's 429s")
 
 	// Let it settle for 60 more requests, then measure what small is sent

@@ -145,7 +145,7 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 		// tenantLimits are the tenant's limits in the catalog.
 		tenantLimits string
 		// prepare runs before the SDK call, on a fresh system.
-		prepare func(t *testing.T, l *limitedSystem)
+		prepare func(t *testing.T, l *stack)
 		model   string
 		prompt  string
 		only    []string
@@ -161,25 +161,25 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 		{name: "every provider overloaded", prompt: "[[provsim:fault=overloaded]] hi",
 			status: []int{http.StatusServiceUnavailable, anthropicOverloaded}},
 		{name: "only provider answers 429 with a long Retry-After", prompt: "hi", only: []string{"alpha"},
-			prepare: func(t *testing.T, l *limitedSystem) {
+			prepare: func(t *testing.T, l *stack) {
 				require.NoError(t, l.sim.Provider("alpha").SetModel(provsim.ModelConfig{ID: simModel, DefaultOutputTokens: 8,
 					Faults: []provsim.FaultConfig{{Kind: provsim.FaultRateLimit, Rate: 1, RetryAfter: provsim.Duration(589 * time.Second)}}}))
 			},
 			status: []int{http.StatusTooManyRequests}, minRetryAfter: 500},
 		{name: "only provider paused for minutes", prompt: "hi", only: []string{"alpha"},
-			prepare: func(t *testing.T, l *limitedSystem) {
+			prepare: func(t *testing.T, l *stack) {
 				require.NoError(t, l.sim.Provider("alpha").SetModel(provsim.ModelConfig{ID: simModel, DefaultOutputTokens: 8,
 					Faults: []provsim.FaultConfig{{Kind: provsim.FaultRateLimit, Rate: 1, RetryAfter: provsim.Duration(589 * time.Second)}}}))
-				code, _, body := l.sys.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["alpha"]},"messages":[{"role":"user","content":"hi"}]}`)
+				code, _, body := l.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["alpha"]},"messages":[{"role":"user","content":"hi"}]}`)
 				require.Equal(t, http.StatusTooManyRequests, code, "%v", body)
 				require.Eventually(t, func() bool {
-					code, h, _ := l.sys.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["alpha"]},"messages":[{"role":"user","content":"hi"}]}`)
+					code, h, _ := l.post(t, testKey, `{"model":"`+model+`","max_tokens":4,"provider":{"only":["alpha"]},"messages":[{"role":"user","content":"hi"}]}`)
 					return code == http.StatusTooManyRequests && h.Get("X-Switchboard-Reason") == "provider_paused"
 				}, waitFor, tick, "the decider pauses alpha")
 			},
 			status: []int{http.StatusTooManyRequests}, minRetryAfter: 500},
 		{name: "tenant hourly limit spent", tenantLimits: `{unit: requests, per: hour, capacity: 1}`, prompt: "hi",
-			prepare: func(t *testing.T, l *limitedSystem) {
+			prepare: func(t *testing.T, l *stack) {
 				code, _, body := l.ask(t, testKey, 10)
 				require.Equal(t, http.StatusOK, code, "%v", body)
 			},
@@ -197,7 +197,7 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 				if tt.model != "" {
 					modelID = tt.model
 				}
-				before := providerCalls(&system{sim: l.sim}, simModel)
+				before := providerCalls(l, simModel)
 				var log httpLog
 				status := sdk.call(t, l.edge.URL(), log.client(), modelID, tt.prompt, tt.only)
 				answers := log.all()
@@ -205,7 +205,7 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 				require.Len(t, answers, 1, "one SDK call, one HTTP call: %v", answers)
 				h := answers[0].header
 				require.Equal(t, "false", h.Get("X-Should-Retry"))
-				calls := providerCalls(&system{sim: l.sim}, simModel) - before
+				calls := providerCalls(l, simModel) - before
 				t.Logf("%d HTTP call, %d provider calls, status %d, Retry-After %q", len(answers), calls, status, h.Get("Retry-After"))
 				require.LessOrEqual(t, calls, int64(edgeapp.DefaultMaxAttempts), "no more provider calls than the edge's own attempts")
 				if tt.minRetryAfter > 0 {
@@ -236,11 +236,11 @@ func TestSDKRetriesWhenARetryHelps(t *testing.T) {
 			alpha := l.sim.Provider("alpha")
 			require.NoError(t, alpha.SetModel(provsim.ModelConfig{ID: simModel, DefaultOutputTokens: 8,
 				Faults: []provsim.FaultConfig{{Kind: provsim.FaultRateLimit, Rate: 1, RetryAfter: provsim.Duration(pause)}}}))
-			code, _, body := l.sys.post(t, testKey, pinned)
+			code, _, body := l.post(t, testKey, pinned)
 			require.Equal(t, http.StatusTooManyRequests, code, "%v", body)
 			require.NoError(t, alpha.SetModel(provsim.ModelConfig{ID: simModel, DefaultOutputTokens: 8}))
 			require.Eventually(t, func() bool {
-				code, h, _ := l.sys.post(t, testKey, pinned)
+				code, h, _ := l.post(t, testKey, pinned)
 				return code == http.StatusTooManyRequests && h.Get("X-Switchboard-Reason") == "provider_paused"
 			}, waitFor, tick, "the decider pauses alpha")
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,17 +76,13 @@ callers:
 // with the security catalog and a hedge budget of $5.
 func startSecDecider(t *testing.T) *deciderapp.Decider {
 	t.Helper()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "catalog.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(secCatalog()), 0o600))
-	return startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "sec",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1, HedgeBudgetUSD: 5,
-		// Unpaced: the whole day's budget at any hour, so what the tests
-		// grant does not depend on the time of day they run at.
-		HedgeBudgetBurst: 24 * time.Hour,
-		TokenFile:        tokenFile(t, secReplicaToken),
-	})
+	return startStack(t, stackOptions{catalog: func(func(string) string) string { return secCatalog() }, noEdge: true,
+		tune: func(c *deciderapp.Config) {
+			c.ID, c.HedgeBudgetUSD, c.TokenFile = "sec", 5, tokenFile(t, secReplicaToken)
+			// Unpaced: the whole day's budget at any hour, so what the tests
+			// grant does not depend on the time of day they run at.
+			c.HedgeBudgetBurst = 24 * time.Hour
+		}}).decider
 }
 
 // dialAs returns a client of addr calling with token; "" sends no credentials.

@@ -1,10 +1,14 @@
 package tests
 
 import (
+	"bytes"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -18,9 +22,95 @@ import (
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
+// stack is one whole Switchboard on loopback, as startStack starts it:
+// the provider simulator, a decider with embedded etcd, an edge in front of
+// it, and a gRPC client of the decider calling as the test operator.
+type stack struct {
+	sim     *provsim.Sim
+	decider *deciderapp.Decider
+	// dcfg is the decider's configuration as started: a test restarts the
+	// decider on the same addresses (and data) with it.
+	dcfg deciderapp.Config
+	edge *edgeapp.Edge
+	// rpc calls the decider as the test operator.
+	rpc switchboardv1.DeciderClient
+	// logW holds the edge's log.
+	logW *lockedWriter
+}
+
+// stackOptions say what startStack starts. Every field is optional.
+type stackOptions struct {
+	// sim is the simulator's YAML configuration; "" starts no simulator.
+	sim string
+	// catalog is the decider's catalog (the test callers are added), given
+	// a provider's base URL by its name in sim; nil starts no decider.
+	catalog func(url func(provider string) string) string
+	// restartable puts the decider on a fixed address picked by freeAddr,
+	// so the test can stop it and start it again (from dcfg) under the
+	// running edge.
+	restartable bool
+	// tune adjusts the decider's configuration before it starts.
+	tune func(*deciderapp.Config)
+	// deciderLog receives the decider's log; nil discards it.
+	deciderLog io.Writer
+	// noEdge starts no edge.
+	noEdge bool
+	// edgeArgs are the edge's command-line flags, after the defaults.
+	edgeArgs []string
+	// providerKeys are the provider credentials the edge reads from its
+	// environment, by variable name; nil is alpha's alone.
+	providerKeys map[string]string
+}
+
+// startStack starts a Switchboard as o says, all of it closed when the test
+// ends. The decider has ID e2e, seed 1, no exploration and a 5 s shutdown
+// timeout unless o.tune says otherwise. The edge flushes its reports every
+// 20 ms, guards its decider calls with rpcGuards, and reads alpha's
+// credential (SWITCHBOARD_PROVIDER_KEY_ALPHA) as alphaCred unless
+// o.providerKeys says otherwise.
+func startStack(t testing.TB, o stackOptions) *stack {
+	t.Helper()
+	s := &stack{logW: &lockedWriter{w: &bytes.Buffer{}}}
+	if o.sim != "" {
+		s.sim = startSim(t, o.sim)
+	}
+	if o.catalog == nil {
+		return s
+	}
+	dir := t.TempDir()
+	s.dcfg = deciderapp.Config{
+		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
+		Catalog: writeCatalog(t, dir, o.catalog(func(p string) string { return s.sim.Provider(p).URL() })),
+		ID:      "e2e", ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
+	}
+	if o.restartable {
+		s.dcfg.Listen = freeAddr(t)
+	}
+	if o.tune != nil {
+		o.tune(&s.dcfg)
+	}
+	s.decider = startDeciderOnPicked(t, &s.dcfg, o.deciderLog)
+	s.rpc = operatorRPC(t, s.decider.Addr())
+	if o.noEdge {
+		return s
+	}
+	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t),
+		"--report-flush-interval=20ms"}, rpcGuards...), o.edgeArgs...), func(string) string { return "" })
+	require.NoError(t, err)
+	keys := o.providerKeys
+	if keys == nil {
+		keys = map[string]string{"SWITCHBOARD_PROVIDER_KEY_ALPHA": alphaCred}
+	}
+	ecfg.Getenv = func(k string) string { return keys[k] }
+	s.edge, err = edgeapp.Start(t.Context(), ecfg, quietLogger(s.logW))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.edge.Close() })
+	return s
+}
+
 // startSim starts a provider simulator from its YAML configuration, closed
 // when the test ends.
-func startSim(t *testing.T, config string) *provsim.Sim {
+func startSim(t testing.TB, config string) *provsim.Sim {
 	t.Helper()
 	cfg, err := provsim.ParseConfig([]byte(config))
 	require.NoError(t, err)
@@ -67,7 +157,7 @@ func edgeTokenFlag(t testing.TB) string {
 }
 
 // writeCatalog writes a catalog into dir and returns its path.
-func writeCatalog(t *testing.T, dir, yaml string) string {
+func writeCatalog(t testing.TB, dir, yaml string) string {
 	t.Helper()
 	p := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(withCallers(yaml)), 0o600))
@@ -86,18 +176,29 @@ func startDecider(t *testing.T, cfg deciderapp.Config) *deciderapp.Decider {
 	return d
 }
 
+// freeAddr picks a free loopback address for a fixed listener.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
 // startDeciderOnPicked starts a decider whose fixed addresses (cfg.Listen,
-// cfg.EtcdListen not on port 0) were picked by freeAddr, closed when the
-// test ends. Another process may take a picked port before the decider
-// binds it: then both are picked again, up to three times, and *cfg keeps
-// the ones bound, for a restart on the same addresses.
-func startDeciderOnPicked(t *testing.T, cfg *deciderapp.Config) *deciderapp.Decider {
+// cfg.EtcdListen not on port 0) were picked by freeAddr, logging into log
+// (nil: discarded), closed when the test ends. Another process may take a
+// picked port before the decider binds it: then both are picked again, up
+// to three times, and *cfg keeps the ones bound, for a restart on the same
+// addresses.
+func startDeciderOnPicked(t testing.TB, cfg *deciderapp.Config, log io.Writer) *deciderapp.Decider {
 	t.Helper()
 	if cfg.TokenFile == "" {
 		cfg.TokenFile = tokenFile(t, testReplicaToken)
 	}
 	for try := 1; ; try++ {
-		d, err := deciderapp.Start(t.Context(), *cfg, quietLogger(nil))
+		d, err := deciderapp.Start(t.Context(), *cfg, quietLogger(log))
 		if err == nil {
 			t.Cleanup(d.Close)
 			return d
@@ -116,7 +217,7 @@ func startDeciderOnPicked(t *testing.T, cfg *deciderapp.Config) *deciderapp.Deci
 
 // operatorRPC is a client of the decider at addr calling as the test
 // operator, closed when the test ends.
-func operatorRPC(t *testing.T, addr string) switchboardv1.DeciderClient {
+func operatorRPC(t testing.TB, addr string) switchboardv1.DeciderClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
 	require.NoError(t, err)

@@ -14,44 +14,31 @@ import (
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
-// statsSystem is provsim's providers behind a decider and an edge, for the
-// tests of what the speed statistics learn from.
-type statsSystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	rpc     switchboardv1.DeciderClient
-	sys     *system
-}
-
 // startStats starts the providers of simYAML, each an endpoint of model at
 // the given input price (USD per million tokens), in that order, behind a
 // decider probing every probeInterval (0: no probes) at the decider's
 // default probe sizes.
-func startStats(t *testing.T, simYAML string, probeInterval time.Duration, providers []string, inputPrices []string) *statsSystem {
+func startStats(t *testing.T, simYAML string, probeInterval time.Duration, providers []string, inputPrices []string) *stack {
 	t.Helper()
-	s := &statsSystem{sim: startSim(t, simYAML)}
-	eps := ""
-	for i, p := range providers {
-		eps += fmt.Sprintf("      - {provider: %s, base_url: %s, upstream_model: sim-model, context_length: 200000, price: {input: %s, output: 1.00}}\n",
-			p, s.sim.Provider(p).URL(), inputPrices[i])
-	}
-	cat := fmt.Sprintf("models:\n  - id: %s\n    endpoints:\n%stenants:\n  - {id: acme, api_keys_sha256: [%s]}\n", model, eps, catalog.HashKey(testKey))
-	dir := t.TempDir()
-	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat),
-		ID: "e2e-stats", ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
-		ProbeInterval: probeInterval, // the decider's default sizes
-		Cooldown:      15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
-		StatsSnapshotInterval: time.Hour,
-	})
-	s.sys = &system{edge: startEdge(t, s.decider.Addr(), "--report-flush-interval=20ms")}
-	s.rpc = operatorRPC(t, s.decider.Addr())
-	return s
+	return startStack(t, stackOptions{sim: simYAML,
+		catalog: func(url func(string) string) string {
+			eps := ""
+			for i, p := range providers {
+				eps += fmt.Sprintf("      - {provider: %s, base_url: %s, upstream_model: sim-model, context_length: 200000, price: {input: %s, output: 1.00}}\n",
+					p, url(p), inputPrices[i])
+			}
+			return fmt.Sprintf("models:\n  - id: %s\n    endpoints:\n%stenants:\n  - {id: acme, api_keys_sha256: [%s]}\n", model, eps, catalog.HashKey(testKey))
+		},
+		tune: func(c *deciderapp.Config) {
+			c.ProbeInterval = probeInterval // the decider's default sizes
+			c.Cooldown, c.CooldownErrors, c.CooldownWindow = 15*time.Minute, 1, time.Minute
+			c.StatsSnapshotInterval = time.Hour
+		}})
 }
 
 // candidates is the decider's explanation of a request of in prompt
 // tokens with the given routing preferences, by provider.
-func (s *statsSystem) candidates(t *testing.T, in int64, prefs *switchboardv1.ProviderPreferences) map[string]*switchboardv1.Candidate {
+func (s *stack) candidates(t *testing.T, in int64, prefs *switchboardv1.ProviderPreferences) map[string]*switchboardv1.Candidate {
 	t.Helper()
 	resp, err := s.rpc.Explain(t.Context(), &switchboardv1.ExplainRequest{
 		Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model, Provider: prefs,
@@ -66,9 +53,9 @@ func (s *statsSystem) candidates(t *testing.T, in int64, prefs *switchboardv1.Pr
 }
 
 // served posts body and returns the provider that served it.
-func (s *statsSystem) served(t *testing.T, body string) string {
+func (s *stack) served(t *testing.T, body string) string {
 	t.Helper()
-	code, hdr, out := s.sys.post(t, testKey, body)
+	code, hdr, out := s.post(t, testKey, body)
 	require.Equal(t, http.StatusOK, code, "%v", out)
 	return hdr.Get("X-Switchboard-Provider")
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
@@ -25,17 +24,19 @@ const frugalKey = "sk-e2e-frugal-tenant-key"
 // stickySystem is pairSim (warm and plain, equally fast, both caching)
 // behind a decider whose clock the test moves forward, and an edge.
 type stickySystem struct {
-	sim     *provsim.Sim
-	decider *deciderapp.Decider
-	edge    *edgeapp.Edge
-	rpc     switchboardv1.DeciderClient
-	etcd    *clientv3.Client
+	*stack
+	etcd *clientv3.Client
 	// offset is added to the decider's clock: how the test lets time pass.
 	offset atomic.Int64
 }
 
+// catalog is the sticky tests' catalog with warm and plain at the given prices.
 func (s *stickySystem) catalog(warmPrice, plainPrice string) string {
-	return withCallers(fmt.Sprintf(`
+	return withCallers(stickyCatalog(func(p string) string { return s.sim.Provider(p).URL() }, warmPrice, plainPrice))
+}
+
+func stickyCatalog(url func(string) string, warmPrice, plainPrice string) string {
+	return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -45,23 +46,19 @@ tenants:
   - {id: acme, api_keys_sha256: [%[6]s]}
   - {id: globex, api_keys_sha256: [%[7]s]}
   - {id: frugal, api_keys_sha256: [%[8]s], routing: {sort: price}}
-`, model, s.sim.Provider("warm").URL(), warmPrice, s.sim.Provider("plain").URL(), plainPrice,
-		catalog.HashKey(testKey), catalog.HashKey(otherKey), catalog.HashKey(frugalKey)))
+`, model, url("warm"), warmPrice, url("plain"), plainPrice,
+		catalog.HashKey(testKey), catalog.HashKey(otherKey), catalog.HashKey(frugalKey))
 }
 
 func startSticky(t *testing.T, warmPrice, plainPrice string) *stickySystem {
 	t.Helper()
 	s := &stickySystem{}
-	s.sim = startSim(t, pairSim)
-	dir := t.TempDir()
-	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, s.catalog(warmPrice, plainPrice)),
-		ID: "e2e-sticky", ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1,
-		Cooldown: 15 * time.Minute, CooldownErrors: 1, CooldownWindow: time.Minute,
-		Now: func() time.Time { return time.Now().Add(time.Duration(s.offset.Load())) },
-	})
-	s.edge = startEdge(t, s.decider.Addr(), "--report-flush-interval=20ms")
-	s.rpc = operatorRPC(t, s.decider.Addr())
+	s.stack = startStack(t, stackOptions{sim: pairSim,
+		catalog: func(url func(string) string) string { return stickyCatalog(url, warmPrice, plainPrice) },
+		tune: func(c *deciderapp.Config) {
+			c.Cooldown, c.CooldownErrors, c.CooldownWindow = 15*time.Minute, 1, time.Minute
+			c.Now = func() time.Time { return time.Now().Add(time.Duration(s.offset.Load())) }
+		}})
 	var err error
 	s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{s.decider.EtcdEndpoint()}, DialTimeout: 5 * time.Second})
 	require.NoError(t, err)

@@ -41,6 +41,8 @@ type mtlsStack struct {
 }
 
 // startMTLSStack starts it; callers are more catalog rows of callers:.
+// Not startStack: its decider speaks only TLS, which the stack's operator
+// client and edge do not.
 func startMTLSStack(t *testing.T, callers ...string) *mtlsStack {
 	t.Helper()
 	s := &mtlsStack{dir: t.TempDir()}

@@ -7,14 +7,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 )
 
 // validateContext is the context length of both endpoints of the model the
@@ -23,23 +21,10 @@ const validateContext = 4096
 
 // startValidationSystem is a decider, an edge and two simulated providers
 // of one model, each endpoint with a known context length.
-func startValidationSystem(t *testing.T) *limitSystem {
+func startValidationSystem(t *testing.T) *stack {
 	t.Helper()
-	s := &limitSystem{}
-	s.sim = startSim(t, `
-seed: 7
-providers:
-  - name: alpha
-    listen: 127.0.0.1:0
-    models:
-      - {id: sim-model, ttft: {base: 1ms}, default_output_tokens: 8}
-  - name: beta
-    listen: 127.0.0.1:0
-    models:
-      - {id: sim-model, ttft: {base: 1ms}, default_output_tokens: 8}
-`)
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	return startStack(t, stackOptions{sim: twoSim, catalog: func(url func(string) string) string {
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -47,17 +32,12 @@ models:
       - {provider: beta,  base_url: %[3]s, upstream_model: %[4]s, price: {input: 0.20, output: 0.60}, context_length: %[6]d}
 tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
-`, model, s.sim.Provider("alpha").URL(), s.sim.Provider("beta").URL(), simModel, catalog.HashKey(testKey), validateContext)
-	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, cat), TokenFile: tokenFile(t, testReplicaToken),
-		ID: "e2e-validate", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-	})
-	s.edge = startEdge(t, s.decider.Addr())
-	return s
+`, model, url("alpha"), url("beta"), simModel, catalog.HashKey(testKey), validateContext)
+	}})
 }
 
 // upstreamCalls is how many requests the providers received in all.
-func (s *limitSystem) upstreamCalls() int64 {
+func (s *stack) upstreamCalls() int64 {
 	var n int64
 	for _, p := range []string{"alpha", "beta"} {
 		n += s.sim.Provider(p).Stats().Requests
@@ -114,7 +94,7 @@ func TestEdgeRefusesWhatOpenAIRefuses(t *testing.T) {
 	before := s.upstreamCalls()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, hdr, body := s.post(t, tt.body)
+			code, hdr, body := s.postCapped(t, tt.body)
 			require.Equal(t, http.StatusBadRequest, code, body)
 			require.Equal(t, "false", hdr.Get("X-Should-Retry"))
 			var e struct {
@@ -140,7 +120,7 @@ func TestEdgeRefusesWhatOpenAIRefuses(t *testing.T) {
 	require.Equal(t, before, s.upstreamCalls(), "no refused request reached a provider")
 
 	// What is valid is served.
-	code, _, body := s.post(t, chat(`,"temperature":0.5,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":"auto"`))
+	code, _, body := s.postCapped(t, chat(`,"temperature":0.5,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":"auto"`))
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, before+1, s.upstreamCalls())
 }
