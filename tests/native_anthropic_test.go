@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -180,9 +181,13 @@ func TestNativeAnthropicThinkingAndTools(t *testing.T) {
 		t.Helper()
 		require.Equal(t, "thinking", m.Content[0].Type)
 		require.NotEmpty(t, m.Content[0].Signature)
-		calls := native.all()
-		answer := string(calls[len(calls)-1].answer)
-		require.Contains(t, answer, `"signature":"`+m.Content[0].Signature+`"`, "the signature is the provider's, intact")
+		// The proxy logs a call once it has copied the whole answer, which
+		// can be after the client has read its end.
+		signed := `"signature":"` + m.Content[0].Signature + `"`
+		require.Eventually(t, func() bool {
+			calls := native.all()
+			return strings.Contains(string(calls[len(calls)-1].answer), signed)
+		}, 10*time.Second, 5*time.Millisecond, "the signature is the provider's, intact")
 		require.NotEmpty(t, m.Content[0].Thinking)
 	}
 
