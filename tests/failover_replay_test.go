@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // brokerOwnerPrefix is where the deciders elect the broker's owner; the
@@ -44,18 +45,7 @@ func TestReconciliationsReachEveryNextOwner(t *testing.T) {
 	const sessionTTL = 3 * time.Second
 	sim := startSim(t, slowSimConfig)
 	dir := t.TempDir()
-	cat := writeCatalog(t, dir, fmt.Sprintf(`
-workload_classes:
-  interactive: {max_depth: 0}
-models:
-  - id: %[1]s
-    endpoints:
-      - {provider: alpha, base_url: %[2]s, upstream_model: %[3]s, price: {input: 1, output: 2}}
-tenants:
-  - id: acme
-    api_keys_sha256: [%[4]s]
-    limits: [{unit: concurrent_requests, capacity: 4}]
-`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey)))
+	cat := concurrencyCatalog(t, dir, sim, 4)
 	// The first owner, which also runs the etcd, saves its state every
 	// second; the two others, once owners, never within the test: what
 	// they apply is in no snapshot.
@@ -177,4 +167,23 @@ tenants:
 	require.Equal(t, http.StatusTooManyRequests, code, "a third is held back by learning mode")
 	owner, _ = brokerOwner(t, cli)
 	require.Equal(t, third.Addr(), owner)
+}
+
+// concurrencyCatalog writes, in dir, the catalog of the replica tests: one
+// model served by sim's alpha, with no queueing, and tenant acme (testKey)
+// allowed capacity requests in flight.
+func concurrencyCatalog(t *testing.T, dir string, sim *provsim.Sim, capacity int) string {
+	t.Helper()
+	return writeCatalog(t, dir, fmt.Sprintf(`
+workload_classes:
+  interactive: {max_depth: 0}
+models:
+  - id: %[1]s
+    endpoints:
+      - {provider: alpha, base_url: %[2]s, upstream_model: %[3]s, price: {input: 1, output: 2}}
+tenants:
+  - id: acme
+    api_keys_sha256: [%[4]s]
+    limits: [{unit: concurrent_requests, capacity: %[5]d}]
+`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey), capacity))
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 )
@@ -212,18 +211,7 @@ func twoOfThreeDeciders(t *testing.T, crash bool) {
 	const capacity = 64
 	sim := startSim(t, slowSimConfig)
 	dir := t.TempDir()
-	cat := writeCatalog(t, dir, fmt.Sprintf(`
-workload_classes:
-  interactive: {max_depth: 0}
-models:
-  - id: %[1]s
-    endpoints:
-      - {provider: alpha, base_url: %[2]s, upstream_model: %[3]s, price: {input: 1, output: 2}}
-tenants:
-  - id: acme
-    api_keys_sha256: [%[4]s]
-    limits: [{unit: concurrent_requests, capacity: %[5]d}]
-`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey), capacity))
+	cat := concurrencyCatalog(t, dir, sim, capacity)
 	// The first runs the etcd and owns the broker; it survives.
 	first := startDecider(t, deciderapp.Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: cat, ID: "first",
