@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
@@ -20,6 +18,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/cli"
 )
 
 // Explain is the `decider explain` command: it asks a running decider, as
@@ -103,7 +102,7 @@ func addDialFlags(fs *flag.FlagSet) *dialFlags {
 // dial connects to the decider as the flags say; close releases the
 // connection and its credentials.
 func (f *dialFlags) dial() (_ *grpc.ClientConn, closeConn func(), err error) {
-	creds, closeCreds, err := dialCreds(*f.addr, tlsfiles.Client{CAFile: *f.caFile, CertFile: *f.certFile, KeyFile: *f.keyFile, ServerName: *f.serverName}, *f.plaintext)
+	creds, closeCreds, err := cli.TransportCredentials(*f.addr, tlsfiles.Client{CAFile: *f.caFile, CertFile: *f.certFile, KeyFile: *f.keyFile, ServerName: *f.serverName}, *f.plaintext)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -122,27 +121,6 @@ func (f *dialFlags) dial() (_ *grpc.ClientConn, closeConn func(), err error) {
 		return nil, nil, err
 	}
 	return conn, func() { _ = conn.Close(); closeCreds() }, nil
-}
-
-// dialCreds returns the credentials to reach the decider at addr: TLS when
-// any TLS file or name is given, plaintext when chosen or on loopback, and
-// an error naming both choices otherwise.
-func dialCreds(addr string, c tlsfiles.Client, plaintext bool) (credentials.TransportCredentials, func(), error) {
-	useTLS := c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.ServerName != ""
-	switch {
-	case useTLS && plaintext:
-		return nil, nil, errors.New("--plaintext and the TLS flags exclude each other")
-	case useTLS:
-		creds, err := tlsfiles.NewClient(c)
-		if err != nil {
-			return nil, nil, err
-		}
-		return creds.TransportCredentials(), creds.Close, nil
-	case plaintext || tlsfiles.Loopback(addr):
-		return insecure.NewCredentials(), func() {}, nil
-	}
-	return nil, nil, fmt.Errorf("--decider %s is not a loopback address: connect with TLS (--ca-file, and --cert-file "+
-		"with --key-file for mutual TLS) or choose plaintext explicitly with --plaintext", addr)
 }
 
 // PrintDecision writes an explained decision as a table, one candidate a row.
