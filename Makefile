@@ -18,8 +18,9 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/decider, bin/edge and bin/provsim.
+build: ## Build bin/decider, bin/edge, bin/provsim and bin/switchboard (the operator's command).
 	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/decider/app.Version=$(VERSION)" -o $(BIN)/decider ./services/decider/cmd/decider
+	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/decider/internal/cli.Version=$(VERSION)" -o $(BIN)/switchboard ./services/decider/cmd/switchboard
 	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/edge/app.Version=$(VERSION)" -o $(BIN)/edge ./services/edge/cmd/edge
 	go build -o $(BIN)/provsim ./services/provsim/cmd/provsim
 

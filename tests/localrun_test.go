@@ -23,8 +23,9 @@ import (
 // terminal sends to the whole process group as SIGINT, or a SIGTERM to the
 // script alone. Either way the script exits 0 with no error line, every
 // component has stopped, and the banner said where the edge, the decider
-// and the metrics are. Long: it builds the three binaries and starts the
-// whole system twice, on the simulated providers' fixed ports.
+// and the metrics are, and the switchboard commands it suggests run as
+// printed. Long: it builds the binaries and starts the whole system twice,
+// on the simulated providers' fixed ports.
 func TestLocalRunStopsCleanly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: builds the binaries and runs deploy/local/run.sh")
@@ -80,13 +81,28 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 				default:
 				}
 				banner = stdout.String()
-				return strings.Contains(banner, "bin/decider explain") || strings.Contains(banner, "decider explain --decider")
+				return strings.Contains(banner, "/switchboard explain ")
 			}, time.Minute, 50*time.Millisecond, "the banner")
 			require.Contains(t, banner, "Switchboard is running")
 			require.Contains(t, banner, "Base URL: http://"+edgeAddr+"/v1")
 			require.Contains(t, banner, "Decider:  "+deciderAddr)
 			require.Contains(t, banner, "http://"+edgeDebug+"/metrics")
 			require.Contains(t, banner, "http://"+deciderDebug+"/metrics")
+			// The switchboard commands the banner suggests run as printed.
+			var suggested int
+			for line := range strings.Lines(banner) {
+				args := strings.Fields(line)
+				if len(args) < 2 || filepath.Base(args[0]) != "switchboard" {
+					continue
+				}
+				suggested++
+				var out, errOut bytes.Buffer
+				sb := exec.CommandContext(ctx, args[0], args[1:]...)
+				sb.Stdout, sb.Stderr = &out, &errOut
+				require.NoError(t, sb.Run(), "%s: %s", strings.TrimSpace(line), errOut.String())
+				require.Contains(t, out.String(), "deepseek/deepseek-v4.1-flash", strings.TrimSpace(line))
+			}
+			require.Equal(t, 2, suggested, "the banner suggests switchboard stats and explain")
 			for _, url := range []string{"http://" + edgeDebug + "/metrics", "http://" + deciderDebug + "/metrics"} {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				require.NoError(t, err)
@@ -122,43 +138,52 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 	}
 }
 
-// buildBinaries builds bin/decider, bin/edge and bin/provsim as make build
-// does, with version as their Version when it is not empty, into a
-// temporary directory; it returns the repository's root and that directory.
+// buildBinaries builds bin/decider, bin/edge, bin/provsim and
+// bin/switchboard as make build does, with version as their Version when
+// it is not empty, into a temporary directory; it returns the repository's
+// root and that directory.
 func buildBinaries(t *testing.T, version string) (root, bin string) {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
 	bin = t.TempDir()
-	for _, cmd := range []string{"decider", "edge", "provsim"} {
-		args := []string{"build", "-o", filepath.Join(bin, cmd)}
-		if version != "" && cmd != "provsim" {
-			args = append(args, "-ldflags", "-X github.com/switchboard-ai/switchboard/services/"+cmd+"/app.Version="+version)
+	for _, b := range []struct{ name, pkg, version string }{
+		{"decider", "./services/decider/cmd/decider", "github.com/switchboard-ai/switchboard/services/decider/app.Version"},
+		{"edge", "./services/edge/cmd/edge", "github.com/switchboard-ai/switchboard/services/edge/app.Version"},
+		{"provsim", "./services/provsim/cmd/provsim", ""},
+		{"switchboard", "./services/decider/cmd/switchboard", "github.com/switchboard-ai/switchboard/services/decider/internal/cli.Version"},
+	} {
+		args := []string{"build", "-o", filepath.Join(bin, b.name)}
+		if version != "" && b.version != "" {
+			args = append(args, "-ldflags", "-X "+b.version+"="+version)
 		}
-		build := exec.CommandContext(t.Context(), "go", append(args, "./services/"+cmd+"/cmd/"+cmd)...)
+		build := exec.CommandContext(t.Context(), "go", append(args, b.pkg)...)
 		build.Dir = root
 		out, err := build.CombinedOutput()
-		require.NoError(t, err, "go build %s: %s", cmd, out)
+		require.NoError(t, err, "go build %s: %s", b.name, out)
 	}
 	return root, bin
 }
 
-// TestBinariesVersionAndHelp: the edge and the decider print the version
-// make build stamps them with and exit 0; decider --help lists its
-// subcommands, and experiment --help its own, exiting 0. Long: it builds
-// the binaries.
+// TestBinariesVersionAndHelp: the edge, the decider and switchboard print
+// the version make build stamps them with and exit 0; decider --help lists
+// its subcommands, and experiment --help its own, exiting 0; switchboard
+// --help lists its commands and each command's --help exits 0. Long: it
+// builds the binaries.
 func TestBinariesVersionAndHelp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: builds the binaries")
 	}
 	const version = "v1.2.3-test"
 	_, bin := buildBinaries(t, version)
-	tests := []struct {
+	type binCase struct {
 		name       string
 		args       []string
 		wantStdout string
-		wantStderr []string
-	}{
+		// wantInStdout and wantStderr are each in the output.
+		wantInStdout, wantStderr []string
+	}
+	tests := []binCase{
 		{name: "edge --version", args: []string{"edge", "--version"}, wantStdout: "edge " + version + "\n"},
 		{name: "edge -version", args: []string{"edge", "-version"}, wantStdout: "edge " + version + "\n"},
 		{name: "decider --version", args: []string{"decider", "--version"}, wantStdout: "decider " + version + "\n"},
@@ -167,7 +192,16 @@ func TestBinariesVersionAndHelp(t *testing.T) {
 		{name: "decider experiment --help", args: []string{"decider", "experiment", "--help"},
 			wantStdout: "usage: decider experiment start|stop|show [flags] (each with -help)\n"},
 		{name: "edge --help", args: []string{"edge", "--help"}, wantStderr: []string{"edge --version", "-listen"}},
+		{name: "switchboard --version", args: []string{"switchboard", "--version"}, wantStdout: "switchboard " + version + "\n"},
+		{name: "switchboard version", args: []string{"switchboard", "version"}, wantStdout: "switchboard " + version + "\n"},
 	}
+	for _, c := range []string{"catalog validate", "catalog show", "stats", "explain", "broker", "hedge", "experiment start",
+		"experiment stop", "experiment show", "activity tail", "version"} {
+		tests = append(tests, binCase{name: "switchboard " + c + " --help", args: append(append([]string{"switchboard"}, strings.Fields(c)...), "--help"),
+			wantInStdout: []string{"usage: switchboard " + c}})
+	}
+	tests = append(tests, binCase{name: "switchboard --help", args: []string{"switchboard", "--help"},
+		wantInStdout: []string{"catalog validate FILE", "stats [MODEL]", "activity tail", "--token-file"}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -176,6 +210,9 @@ func TestBinariesVersionAndHelp(t *testing.T) {
 			require.NoError(t, cmd.Run(), "exit 0; stderr: %s", stderr.String())
 			if tt.wantStdout != "" {
 				require.Equal(t, tt.wantStdout, stdout.String())
+			}
+			for _, w := range tt.wantInStdout {
+				require.Contains(t, stdout.String(), w)
 			}
 			for _, w := range tt.wantStderr {
 				require.Contains(t, stderr.String(), w)

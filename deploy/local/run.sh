@@ -18,7 +18,7 @@ mkdir -p "$DATA"
 KEY=${SWITCHBOARD_DEMO_KEY:-sk-sb-demo-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 SHA=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
 # Fresh decider tokens each run, for the edge, for a service of the demo
-# tenant (gRPC examples) and for an operator (decider explain --token-file);
+# tenant (gRPC examples) and for an operator (bin/switchboard finds it here);
 # only their SHA-256 goes into the catalog.
 token() { # file: writes a new random token into it and prints its SHA-256
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1")
@@ -89,7 +89,8 @@ Try:
 
   ANTHROPIC_BASE_URL=http://$EDGE_ADDR ANTHROPIC_AUTH_TOKEN=$KEY claude   # its claude-* names are aliases here
 
-  $BIN/decider explain --decider $DECIDER_ADDR --token-file $DATA/operator-token --tenant demo --model deepseek/deepseek-v4.1-flash
+  $BIN/switchboard stats --decider $DECIDER_ADDR --token-file $DATA/operator-token
+  $BIN/switchboard explain deepseek/deepseek-v4.1-flash --tenant demo --decider $DECIDER_ADDR --token-file $DATA/operator-token
 MSG
 # Returns when a component exits by itself, or at once on Ctrl-C/SIGTERM,
 # whose trap (stopped) then runs and exits 0 before the lines below.

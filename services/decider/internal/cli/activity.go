@@ -52,7 +52,7 @@ func activityTailCommand() *command {
 				if *last < 0 || *last > 500 {
 					return usagef("-n %d: between 0 and 500", *last)
 				}
-				c, done, err := r.client()
+				c, done, err := r.client() //nolint:contextcheck // credentials outlive any one call; each handshake has its own context
 				if err != nil {
 					return err
 				}
@@ -113,7 +113,9 @@ func (t *tail) run(ctx context.Context, last int) error {
 }
 
 func (t *tail) page(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
-	return call(ctx, t.r, func(ctx context.Context) (*switchboardv1.ListActivityResponse, error) { return t.c.ListActivity(ctx, req) })
+	return call(ctx, t.r, func(ctx context.Context) (*switchboardv1.ListActivityResponse, error) {
+		return t.c.ListActivity(ctx, req)
+	})
 }
 
 // poll returns the records not seen yet, newest first.

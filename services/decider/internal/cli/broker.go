@@ -12,12 +12,7 @@ import (
 
 // getBroker reads the broker's state from its owner.
 func getBroker(ctx context.Context, r *run, maxBuckets int) (*switchboardv1.GetBrokerResponse, error) {
-	c, done, err := r.client()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return call(ctx, r, func(ctx context.Context) (*switchboardv1.GetBrokerResponse, error) {
+	return once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.GetBrokerResponse, error) {
 		return c.GetBroker(ctx, &switchboardv1.GetBrokerRequest{MaxBuckets: int32(maxBuckets)}) //nolint:gosec // bounded by the flag's check
 	})
 }

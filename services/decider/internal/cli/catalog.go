@@ -124,12 +124,7 @@ func catalogShowCommand() *command {
 				if err := r.positional(0, 0); err != nil {
 					return err
 				}
-				c, done, err := r.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				resp, err := call(ctx, r, func(ctx context.Context) (*switchboardv1.GetCatalogResponse, error) {
+				resp, err := once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.GetCatalogResponse, error) {
 					return c.GetCatalog(ctx, &switchboardv1.GetCatalogRequest{})
 				})
 				if err != nil {

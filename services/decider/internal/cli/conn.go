@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -82,19 +83,16 @@ func (c *connFlags) fromEnv(fs *flag.FlagSet, getenv func(string) string) error 
 	return nil
 }
 
-// credential resolves the token file: the flag's, the environment's, or
-// make run's when it exists under dir. None is an error naming all three,
-// unless a client certificate is the credential.
+// credential resolves the token file: the flag's, the environment's, or,
+// unless a client certificate is the credential, make run's when it exists
+// under dir. None is an error naming all three.
 func (c *connFlags) credential(dir string) error {
-	if c.tokenFile != "" {
+	if c.tokenFile != "" || c.certFile != "" {
 		return nil
 	}
 	def := filepath.Join(dir, DefaultTokenFile)
 	if _, err := os.Stat(def); err == nil {
 		c.tokenFile, c.tokenFrom = def, "make run's "+DefaultTokenFile
-		return nil
-	}
-	if c.certFile != "" {
 		return nil
 	}
 	return fmt.Errorf("no operator credential: pass --token-file FILE, set %s=FILE, or run from the directory `make run` was started in "+
@@ -130,12 +128,22 @@ func (r *run) dial() (*grpc.ClientConn, func(), error) {
 
 // client connects and returns a client of every service of the decider.
 func (r *run) client() (switchboardv1.DeciderClient, func(), error) {
-	//nolint:contextcheck // credentials outlive any one call; each handshake has its own context
 	conn, closeConn, err := r.dial()
 	if err != nil {
 		return switchboardv1.DeciderClient{}, nil, err
 	}
 	return switchboardv1.NewDeciderClient(conn), closeConn, nil
+}
+
+// once connects, makes one call (as call does) and closes.
+func once[Resp any](ctx context.Context, r *run, f func(context.Context, switchboardv1.DeciderClient) (Resp, error)) (Resp, error) {
+	c, done, err := r.client() //nolint:contextcheck // credentials outlive any one call; each handshake has its own context
+	if err != nil {
+		var zero Resp
+		return zero, err
+	}
+	defer done()
+	return call(ctx, r, func(ctx context.Context) (Resp, error) { return f(ctx, c) })
 }
 
 // call runs one call with the call timeout and turns its error into one
@@ -177,7 +185,22 @@ func (r *run) explainError(err error) error {
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("the decider at %s did not answer within %v", c.addr, callTimeout)
 	}
-	return fmt.Errorf("%s (%s)", msg, strings.ToLower(strings.ReplaceAll(st.Code().String(), "_", " ")))
+	return fmt.Errorf("%s (%s)", msg, codeWords(st.Code()))
+}
+
+// codeWords writes a status code in words: NotFound is "not found".
+func codeWords(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // TransportCredentials returns the credentials to reach the decider at

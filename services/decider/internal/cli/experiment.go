@@ -30,12 +30,9 @@ func experimentStartCommand() *command {
 				if err != nil {
 					return usageError{err.Error()}
 				}
-				c, done, err := r.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				resp, err := call(ctx, r, func(ctx context.Context) (*switchboardv1.StartExperimentResponse, error) { return c.StartExperiment(ctx, req) })
+				resp, err := once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.StartExperimentResponse, error) {
+					return c.StartExperiment(ctx, req)
+				})
 				if err != nil {
 					return err
 				}
@@ -57,12 +54,7 @@ func experimentStopCommand() *command {
 				if err := r.positional(0, 0); err != nil {
 					return err
 				}
-				c, done, err := r.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				resp, err := call(ctx, r, func(ctx context.Context) (*switchboardv1.StopExperimentResponse, error) {
+				resp, err := once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.StopExperimentResponse, error) {
 					return c.StopExperiment(ctx, &switchboardv1.StopExperimentRequest{})
 				})
 				if err != nil {
@@ -87,12 +79,7 @@ func experimentShowCommand() *command {
 				if err := r.positional(0, 0); err != nil {
 					return err
 				}
-				c, done, err := r.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				resp, err := call(ctx, r, func(ctx context.Context) (*switchboardv1.GetExperimentResponse, error) {
+				resp, err := once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.GetExperimentResponse, error) {
 					return c.GetExperiment(ctx, &switchboardv1.GetExperimentRequest{})
 				})
 				if err != nil {

@@ -56,12 +56,9 @@ func explainCommand() *command {
 				case *tenant == "":
 					return usagef("name who the request is for: --tenant ID or --api-key KEY (make run's tenant is demo)")
 				}
-				c, done, err := r.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				resp, err := call(ctx, r, func(ctx context.Context) (*switchboardv1.ExplainResponse, error) { return c.Explain(ctx, req) })
+				resp, err := once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.ExplainResponse, error) {
+					return c.Explain(ctx, req)
+				})
 				if err != nil {
 					return err
 				}

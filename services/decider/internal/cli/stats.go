@@ -26,12 +26,7 @@ func statsCommand() *command {
 				if len(r.args) == 1 {
 					req.Model = r.args[0]
 				}
-				c, done, err := r.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				resp, err := call(ctx, r, func(ctx context.Context) (*switchboardv1.GetEndpointStatsResponse, error) {
+				resp, err := once(ctx, r, func(ctx context.Context, c switchboardv1.DeciderClient) (*switchboardv1.GetEndpointStatsResponse, error) {
 					return c.GetEndpointStats(ctx, req)
 				})
 				if err != nil {
@@ -107,7 +102,7 @@ func printStats(r *run, resp *switchboardv1.GetEndpointStatsResponse, tenant str
 				row(tw, size, "none", c.GetUnavailable())
 				continue
 			}
-			row(tw, size, providers[c.GetEndpointId()], name(c.GetReason()), c.GetSummary())
+			row(tw, size, providers[c.GetEndpointId()], name(c.GetReason()))
 		}
 		_ = tw.Flush()
 	}
