@@ -701,8 +701,16 @@ type GetBrokerResponse struct {
 	AdmittedFromQueue int64 `protobuf:"varint,9,opt,name=admitted_from_queue,json=admittedFromQueue,proto3" json:"admitted_from_queue,omitempty"`
 	// timed_out_in_queue: see queued_total.
 	TimedOutInQueue int64 `protobuf:"varint,10,opt,name=timed_out_in_queue,json=timedOutInQueue,proto3" json:"timed_out_in_queue,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// open_demand is the sum of what the open reservations reserved: their
+	// estimated input and output tokens, spend and requests.
+	OpenDemand *Demand `protobuf:"bytes,11,opt,name=open_demand,json=openDemand,proto3" json:"open_demand,omitempty"`
+	// pauses are the routes paused now: by a provider's Retry-After, an
+	// empty limit in its rate-limit headers or a policy refusal; for every
+	// tenant, or for one when a service's report paused it for its tenant
+	// only.
+	Pauses        []*RoutePause `protobuf:"bytes,12,rep,name=pauses,proto3" json:"pauses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetBrokerResponse) Reset() {
@@ -805,6 +813,93 @@ func (x *GetBrokerResponse) GetTimedOutInQueue() int64 {
 	return 0
 }
 
+func (x *GetBrokerResponse) GetOpenDemand() *Demand {
+	if x != nil {
+		return x.OpenDemand
+	}
+	return nil
+}
+
+func (x *GetBrokerResponse) GetPauses() []*RoutePause {
+	if x != nil {
+		return x.Pauses
+	}
+	return nil
+}
+
+// RoutePause is a route (an endpoint) paused when it was read.
+type RoutePause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the route's endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// tenant_id is the tenant the pause holds for; empty for every tenant.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// until is when the pause ends.
+	Until *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	// reason is what a request refused by the pause is refused as.
+	Reason        RefusalReason `protobuf:"varint,4,opt,name=reason,proto3,enum=switchboard.v1.RefusalReason" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoutePause) Reset() {
+	*x = RoutePause{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutePause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutePause) ProtoMessage() {}
+
+func (x *RoutePause) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutePause.ProtoReflect.Descriptor instead.
+func (*RoutePause) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RoutePause) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *RoutePause) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *RoutePause) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *RoutePause) GetReason() RefusalReason {
+	if x != nil {
+		return x.Reason
+	}
+	return RefusalReason_REFUSAL_REASON_UNSPECIFIED
+}
+
 // BrokerBucket is one bucket's level when it was read.
 type BrokerBucket struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -838,7 +933,7 @@ type BrokerBucket struct {
 
 func (x *BrokerBucket) Reset() {
 	*x = BrokerBucket{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +945,7 @@ func (x *BrokerBucket) String() string {
 func (*BrokerBucket) ProtoMessage() {}
 
 func (x *BrokerBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +958,7 @@ func (x *BrokerBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerBucket.ProtoReflect.Descriptor instead.
 func (*BrokerBucket) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BrokerBucket) GetScope() string {
@@ -937,7 +1032,7 @@ type BrokerQueue struct {
 
 func (x *BrokerQueue) Reset() {
 	*x = BrokerQueue{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1044,7 @@ func (x *BrokerQueue) String() string {
 func (*BrokerQueue) ProtoMessage() {}
 
 func (x *BrokerQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1057,7 @@ func (x *BrokerQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerQueue.ProtoReflect.Descriptor instead.
 func (*BrokerQueue) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BrokerQueue) GetWorkloadClass() WorkloadClass {
@@ -1009,7 +1104,7 @@ type HedgeBudget struct {
 
 func (x *HedgeBudget) Reset() {
 	*x = HedgeBudget{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1116,7 @@ func (x *HedgeBudget) String() string {
 func (*HedgeBudget) ProtoMessage() {}
 
 func (x *HedgeBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1129,7 @@ func (x *HedgeBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeBudget.ProtoReflect.Descriptor instead.
 func (*HedgeBudget) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HedgeBudget) GetDailyUsd() float64 {
@@ -1088,7 +1183,7 @@ type GetCatalogRequest struct {
 
 func (x *GetCatalogRequest) Reset() {
 	*x = GetCatalogRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[11]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1195,7 @@ func (x *GetCatalogRequest) String() string {
 func (*GetCatalogRequest) ProtoMessage() {}
 
 func (x *GetCatalogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[11]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1208,7 @@ func (x *GetCatalogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCatalogRequest.ProtoReflect.Descriptor instead.
 func (*GetCatalogRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{12}
 }
 
 // GetCatalogResponse is the catalog applied.
@@ -1133,7 +1228,7 @@ type GetCatalogResponse struct {
 
 func (x *GetCatalogResponse) Reset() {
 	*x = GetCatalogResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[12]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1240,7 @@ func (x *GetCatalogResponse) String() string {
 func (*GetCatalogResponse) ProtoMessage() {}
 
 func (x *GetCatalogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[12]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1253,7 @@ func (x *GetCatalogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCatalogResponse.ProtoReflect.Descriptor instead.
 func (*GetCatalogResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetCatalogResponse) GetRevision() int64 {
@@ -1212,7 +1307,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[13]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1319,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[13]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1332,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExplainRequest) GetIdentity() *Identity {
@@ -1319,7 +1414,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[14]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1426,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[14]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1439,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExplainResponse) GetModel() string {
@@ -1428,7 +1523,7 @@ type Experiment struct {
 
 func (x *Experiment) Reset() {
 	*x = Experiment{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[15]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1535,7 @@ func (x *Experiment) String() string {
 func (*Experiment) ProtoMessage() {}
 
 func (x *Experiment) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[15]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1548,7 @@ func (x *Experiment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Experiment.ProtoReflect.Descriptor instead.
 func (*Experiment) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Experiment) GetId() string {
@@ -1548,7 +1643,7 @@ type StartExperimentRequest struct {
 
 func (x *StartExperimentRequest) Reset() {
 	*x = StartExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[16]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1655,7 @@ func (x *StartExperimentRequest) String() string {
 func (*StartExperimentRequest) ProtoMessage() {}
 
 func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[16]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1668,7 @@ func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StartExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartExperimentRequest) GetExperiment() *Experiment {
@@ -1601,7 +1696,7 @@ type StartExperimentResponse struct {
 
 func (x *StartExperimentResponse) Reset() {
 	*x = StartExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[17]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1708,7 @@ func (x *StartExperimentResponse) String() string {
 func (*StartExperimentResponse) ProtoMessage() {}
 
 func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[17]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1721,7 @@ func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StartExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartExperimentResponse) GetExperiment() *Experiment {
@@ -1645,7 +1740,7 @@ type StopExperimentRequest struct {
 
 func (x *StopExperimentRequest) Reset() {
 	*x = StopExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[18]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1752,7 @@ func (x *StopExperimentRequest) String() string {
 func (*StopExperimentRequest) ProtoMessage() {}
 
 func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[18]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1765,7 @@ func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StopExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 // StopExperimentResponse is the stopped experiment.
@@ -1684,7 +1779,7 @@ type StopExperimentResponse struct {
 
 func (x *StopExperimentResponse) Reset() {
 	*x = StopExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[19]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1791,7 @@ func (x *StopExperimentResponse) String() string {
 func (*StopExperimentResponse) ProtoMessage() {}
 
 func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[19]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1804,7 @@ func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StopExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StopExperimentResponse) GetExperiment() *Experiment {
@@ -1728,7 +1823,7 @@ type GetExperimentRequest struct {
 
 func (x *GetExperimentRequest) Reset() {
 	*x = GetExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[20]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1835,7 @@ func (x *GetExperimentRequest) String() string {
 func (*GetExperimentRequest) ProtoMessage() {}
 
 func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[20]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1848,7 @@ func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentRequest.ProtoReflect.Descriptor instead.
 func (*GetExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 // GetExperimentResponse is the experiment and its figures.
@@ -1778,7 +1873,7 @@ type GetExperimentResponse struct {
 
 func (x *GetExperimentResponse) Reset() {
 	*x = GetExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[21]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1885,7 @@ func (x *GetExperimentResponse) String() string {
 func (*GetExperimentResponse) ProtoMessage() {}
 
 func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[21]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1898,7 @@ func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentResponse.ProtoReflect.Descriptor instead.
 func (*GetExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetExperimentResponse) GetExperiment() *Experiment {
@@ -1868,7 +1963,7 @@ type ArmReport struct {
 
 func (x *ArmReport) Reset() {
 	*x = ArmReport{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[22]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1975,7 @@ func (x *ArmReport) String() string {
 func (*ArmReport) ProtoMessage() {}
 
 func (x *ArmReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[22]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1988,7 @@ func (x *ArmReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmReport.ProtoReflect.Descriptor instead.
 func (*ArmReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ArmReport) GetPolicy() string {
@@ -1962,7 +2057,7 @@ type MetricEstimate struct {
 
 func (x *MetricEstimate) Reset() {
 	*x = MetricEstimate{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[23]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2069,7 @@ func (x *MetricEstimate) String() string {
 func (*MetricEstimate) ProtoMessage() {}
 
 func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[23]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2082,7 @@ func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricEstimate.ProtoReflect.Descriptor instead.
 func (*MetricEstimate) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MetricEstimate) GetName() string {
@@ -2103,7 +2198,7 @@ const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\vunavailable\x18\x06 \x01(\tR\vunavailable\"3\n" +
 	"\x10GetBrokerRequest\x12\x1f\n" +
 	"\vmax_buckets\x18\x01 \x01(\x05R\n" +
-	"maxBuckets\"\xe1\x03\n" +
+	"maxBuckets\"\xce\x04\n" +
 	"\x11GetBrokerResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x127\n" +
 	"\tread_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x126\n" +
@@ -2115,7 +2210,17 @@ const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\fqueued_total\x18\b \x01(\x03R\vqueuedTotal\x12.\n" +
 	"\x13admitted_from_queue\x18\t \x01(\x03R\x11admittedFromQueue\x12+\n" +
 	"\x12timed_out_in_queue\x18\n" +
-	" \x01(\x03R\x0ftimedOutInQueue\"\xc4\x01\n" +
+	" \x01(\x03R\x0ftimedOutInQueue\x127\n" +
+	"\vopen_demand\x18\v \x01(\v2\x16.switchboard.v1.DemandR\n" +
+	"openDemand\x122\n" +
+	"\x06pauses\x18\f \x03(\v2\x1a.switchboard.v1.RoutePauseR\x06pauses\"\xb3\x01\n" +
+	"\n" +
+	"RoutePause\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x125\n" +
+	"\x06reason\x18\x04 \x01(\x0e2\x1d.switchboard.v1.RefusalReasonR\x06reason\"\xc4\x01\n" +
 	"\fBrokerBucket\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -2245,7 +2350,7 @@ func file_switchboard_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_switchboard_v1_operator_proto_goTypes = []any{
 	(ExperimentSchedule)(0),          // 0: switchboard.v1.ExperimentSchedule
 	(*GetEndpointStatsRequest)(nil),  // 1: switchboard.v1.GetEndpointStatsRequest
@@ -2256,96 +2361,103 @@ var file_switchboard_v1_operator_proto_goTypes = []any{
 	(*BucketChoice)(nil),             // 6: switchboard.v1.BucketChoice
 	(*GetBrokerRequest)(nil),         // 7: switchboard.v1.GetBrokerRequest
 	(*GetBrokerResponse)(nil),        // 8: switchboard.v1.GetBrokerResponse
-	(*BrokerBucket)(nil),             // 9: switchboard.v1.BrokerBucket
-	(*BrokerQueue)(nil),              // 10: switchboard.v1.BrokerQueue
-	(*HedgeBudget)(nil),              // 11: switchboard.v1.HedgeBudget
-	(*GetCatalogRequest)(nil),        // 12: switchboard.v1.GetCatalogRequest
-	(*GetCatalogResponse)(nil),       // 13: switchboard.v1.GetCatalogResponse
-	(*ExplainRequest)(nil),           // 14: switchboard.v1.ExplainRequest
-	(*ExplainResponse)(nil),          // 15: switchboard.v1.ExplainResponse
-	(*Experiment)(nil),               // 16: switchboard.v1.Experiment
-	(*StartExperimentRequest)(nil),   // 17: switchboard.v1.StartExperimentRequest
-	(*StartExperimentResponse)(nil),  // 18: switchboard.v1.StartExperimentResponse
-	(*StopExperimentRequest)(nil),    // 19: switchboard.v1.StopExperimentRequest
-	(*StopExperimentResponse)(nil),   // 20: switchboard.v1.StopExperimentResponse
-	(*GetExperimentRequest)(nil),     // 21: switchboard.v1.GetExperimentRequest
-	(*GetExperimentResponse)(nil),    // 22: switchboard.v1.GetExperimentResponse
-	(*ArmReport)(nil),                // 23: switchboard.v1.ArmReport
-	(*MetricEstimate)(nil),           // 24: switchboard.v1.MetricEstimate
-	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
-	(*Price)(nil),                    // 26: switchboard.v1.Price
-	(SizeBucket)(0),                  // 27: switchboard.v1.SizeBucket
-	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
-	(RouteReason)(0),                 // 29: switchboard.v1.RouteReason
-	(WorkloadClass)(0),               // 30: switchboard.v1.WorkloadClass
-	(*Identity)(nil),                 // 31: switchboard.v1.Identity
-	(*TokenEstimate)(nil),            // 32: switchboard.v1.TokenEstimate
-	(*ProviderPreferences)(nil),      // 33: switchboard.v1.ProviderPreferences
-	(*Endpoint)(nil),                 // 34: switchboard.v1.Endpoint
-	(*Decision)(nil),                 // 35: switchboard.v1.Decision
-	(*HedgePlan)(nil),                // 36: switchboard.v1.HedgePlan
-	(*MaxPrice)(nil),                 // 37: switchboard.v1.MaxPrice
+	(*RoutePause)(nil),               // 9: switchboard.v1.RoutePause
+	(*BrokerBucket)(nil),             // 10: switchboard.v1.BrokerBucket
+	(*BrokerQueue)(nil),              // 11: switchboard.v1.BrokerQueue
+	(*HedgeBudget)(nil),              // 12: switchboard.v1.HedgeBudget
+	(*GetCatalogRequest)(nil),        // 13: switchboard.v1.GetCatalogRequest
+	(*GetCatalogResponse)(nil),       // 14: switchboard.v1.GetCatalogResponse
+	(*ExplainRequest)(nil),           // 15: switchboard.v1.ExplainRequest
+	(*ExplainResponse)(nil),          // 16: switchboard.v1.ExplainResponse
+	(*Experiment)(nil),               // 17: switchboard.v1.Experiment
+	(*StartExperimentRequest)(nil),   // 18: switchboard.v1.StartExperimentRequest
+	(*StartExperimentResponse)(nil),  // 19: switchboard.v1.StartExperimentResponse
+	(*StopExperimentRequest)(nil),    // 20: switchboard.v1.StopExperimentRequest
+	(*StopExperimentResponse)(nil),   // 21: switchboard.v1.StopExperimentResponse
+	(*GetExperimentRequest)(nil),     // 22: switchboard.v1.GetExperimentRequest
+	(*GetExperimentResponse)(nil),    // 23: switchboard.v1.GetExperimentResponse
+	(*ArmReport)(nil),                // 24: switchboard.v1.ArmReport
+	(*MetricEstimate)(nil),           // 25: switchboard.v1.MetricEstimate
+	(*timestamppb.Timestamp)(nil),    // 26: google.protobuf.Timestamp
+	(*Price)(nil),                    // 27: switchboard.v1.Price
+	(SizeBucket)(0),                  // 28: switchboard.v1.SizeBucket
+	(*durationpb.Duration)(nil),      // 29: google.protobuf.Duration
+	(RouteReason)(0),                 // 30: switchboard.v1.RouteReason
+	(*Demand)(nil),                   // 31: switchboard.v1.Demand
+	(RefusalReason)(0),               // 32: switchboard.v1.RefusalReason
+	(WorkloadClass)(0),               // 33: switchboard.v1.WorkloadClass
+	(*Identity)(nil),                 // 34: switchboard.v1.Identity
+	(*TokenEstimate)(nil),            // 35: switchboard.v1.TokenEstimate
+	(*ProviderPreferences)(nil),      // 36: switchboard.v1.ProviderPreferences
+	(*Endpoint)(nil),                 // 37: switchboard.v1.Endpoint
+	(*Decision)(nil),                 // 38: switchboard.v1.Decision
+	(*HedgePlan)(nil),                // 39: switchboard.v1.HedgePlan
+	(*MaxPrice)(nil),                 // 40: switchboard.v1.MaxPrice
 }
 var file_switchboard_v1_operator_proto_depIdxs = []int32{
 	3,  // 0: switchboard.v1.GetEndpointStatsResponse.models:type_name -> switchboard.v1.ModelStats
-	25, // 1: switchboard.v1.GetEndpointStatsResponse.read_time:type_name -> google.protobuf.Timestamp
+	26, // 1: switchboard.v1.GetEndpointStatsResponse.read_time:type_name -> google.protobuf.Timestamp
 	4,  // 2: switchboard.v1.ModelStats.endpoints:type_name -> switchboard.v1.EndpointStats
 	6,  // 3: switchboard.v1.ModelStats.choices:type_name -> switchboard.v1.BucketChoice
-	26, // 4: switchboard.v1.EndpointStats.price:type_name -> switchboard.v1.Price
+	27, // 4: switchboard.v1.EndpointStats.price:type_name -> switchboard.v1.Price
 	5,  // 5: switchboard.v1.EndpointStats.ttft:type_name -> switchboard.v1.BucketTtft
-	25, // 6: switchboard.v1.EndpointStats.cooldown_until:type_name -> google.protobuf.Timestamp
-	27, // 7: switchboard.v1.BucketTtft.bucket:type_name -> switchboard.v1.SizeBucket
-	28, // 8: switchboard.v1.BucketTtft.typical:type_name -> google.protobuf.Duration
-	27, // 9: switchboard.v1.BucketChoice.bucket:type_name -> switchboard.v1.SizeBucket
-	29, // 10: switchboard.v1.BucketChoice.reason:type_name -> switchboard.v1.RouteReason
-	25, // 11: switchboard.v1.GetBrokerResponse.read_time:type_name -> google.protobuf.Timestamp
-	9,  // 12: switchboard.v1.GetBrokerResponse.buckets:type_name -> switchboard.v1.BrokerBucket
-	10, // 13: switchboard.v1.GetBrokerResponse.queues:type_name -> switchboard.v1.BrokerQueue
-	11, // 14: switchboard.v1.GetBrokerResponse.hedge_budget:type_name -> switchboard.v1.HedgeBudget
-	30, // 15: switchboard.v1.BrokerQueue.workload_class:type_name -> switchboard.v1.WorkloadClass
-	25, // 16: switchboard.v1.HedgeBudget.reset_time:type_name -> google.protobuf.Timestamp
-	31, // 17: switchboard.v1.ExplainRequest.identity:type_name -> switchboard.v1.Identity
-	32, // 18: switchboard.v1.ExplainRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	33, // 19: switchboard.v1.ExplainRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	34, // 20: switchboard.v1.ExplainResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	34, // 21: switchboard.v1.ExplainResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	35, // 22: switchboard.v1.ExplainResponse.decision:type_name -> switchboard.v1.Decision
-	36, // 23: switchboard.v1.ExplainResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	31, // 24: switchboard.v1.ExplainResponse.identity:type_name -> switchboard.v1.Identity
-	37, // 25: switchboard.v1.ExplainResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	25, // 26: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
-	28, // 27: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
-	28, // 28: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
-	0,  // 29: switchboard.v1.Experiment.schedule:type_name -> switchboard.v1.ExperimentSchedule
-	25, // 30: switchboard.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
-	25, // 31: switchboard.v1.Experiment.stop_time:type_name -> google.protobuf.Timestamp
-	25, // 32: switchboard.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
-	16, // 33: switchboard.v1.StartExperimentRequest.experiment:type_name -> switchboard.v1.Experiment
-	16, // 34: switchboard.v1.StartExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	16, // 35: switchboard.v1.StopExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	16, // 36: switchboard.v1.GetExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	23, // 37: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
-	24, // 38: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
-	24, // 39: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
-	17, // 40: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	19, // 41: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	21, // 42: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	14, // 43: switchboard.v1.OperatorService.Explain:input_type -> switchboard.v1.ExplainRequest
-	1,  // 44: switchboard.v1.OperatorService.GetEndpointStats:input_type -> switchboard.v1.GetEndpointStatsRequest
-	7,  // 45: switchboard.v1.OperatorService.GetBroker:input_type -> switchboard.v1.GetBrokerRequest
-	12, // 46: switchboard.v1.OperatorService.GetCatalog:input_type -> switchboard.v1.GetCatalogRequest
-	18, // 47: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	20, // 48: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	22, // 49: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	15, // 50: switchboard.v1.OperatorService.Explain:output_type -> switchboard.v1.ExplainResponse
-	2,  // 51: switchboard.v1.OperatorService.GetEndpointStats:output_type -> switchboard.v1.GetEndpointStatsResponse
-	8,  // 52: switchboard.v1.OperatorService.GetBroker:output_type -> switchboard.v1.GetBrokerResponse
-	13, // 53: switchboard.v1.OperatorService.GetCatalog:output_type -> switchboard.v1.GetCatalogResponse
-	47, // [47:54] is the sub-list for method output_type
-	40, // [40:47] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	26, // 6: switchboard.v1.EndpointStats.cooldown_until:type_name -> google.protobuf.Timestamp
+	28, // 7: switchboard.v1.BucketTtft.bucket:type_name -> switchboard.v1.SizeBucket
+	29, // 8: switchboard.v1.BucketTtft.typical:type_name -> google.protobuf.Duration
+	28, // 9: switchboard.v1.BucketChoice.bucket:type_name -> switchboard.v1.SizeBucket
+	30, // 10: switchboard.v1.BucketChoice.reason:type_name -> switchboard.v1.RouteReason
+	26, // 11: switchboard.v1.GetBrokerResponse.read_time:type_name -> google.protobuf.Timestamp
+	10, // 12: switchboard.v1.GetBrokerResponse.buckets:type_name -> switchboard.v1.BrokerBucket
+	11, // 13: switchboard.v1.GetBrokerResponse.queues:type_name -> switchboard.v1.BrokerQueue
+	12, // 14: switchboard.v1.GetBrokerResponse.hedge_budget:type_name -> switchboard.v1.HedgeBudget
+	31, // 15: switchboard.v1.GetBrokerResponse.open_demand:type_name -> switchboard.v1.Demand
+	9,  // 16: switchboard.v1.GetBrokerResponse.pauses:type_name -> switchboard.v1.RoutePause
+	26, // 17: switchboard.v1.RoutePause.until:type_name -> google.protobuf.Timestamp
+	32, // 18: switchboard.v1.RoutePause.reason:type_name -> switchboard.v1.RefusalReason
+	33, // 19: switchboard.v1.BrokerQueue.workload_class:type_name -> switchboard.v1.WorkloadClass
+	26, // 20: switchboard.v1.HedgeBudget.reset_time:type_name -> google.protobuf.Timestamp
+	34, // 21: switchboard.v1.ExplainRequest.identity:type_name -> switchboard.v1.Identity
+	35, // 22: switchboard.v1.ExplainRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	36, // 23: switchboard.v1.ExplainRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	37, // 24: switchboard.v1.ExplainResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	37, // 25: switchboard.v1.ExplainResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	38, // 26: switchboard.v1.ExplainResponse.decision:type_name -> switchboard.v1.Decision
+	39, // 27: switchboard.v1.ExplainResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	34, // 28: switchboard.v1.ExplainResponse.identity:type_name -> switchboard.v1.Identity
+	40, // 29: switchboard.v1.ExplainResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	26, // 30: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
+	29, // 31: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
+	29, // 32: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
+	0,  // 33: switchboard.v1.Experiment.schedule:type_name -> switchboard.v1.ExperimentSchedule
+	26, // 34: switchboard.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
+	26, // 35: switchboard.v1.Experiment.stop_time:type_name -> google.protobuf.Timestamp
+	26, // 36: switchboard.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
+	17, // 37: switchboard.v1.StartExperimentRequest.experiment:type_name -> switchboard.v1.Experiment
+	17, // 38: switchboard.v1.StartExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	17, // 39: switchboard.v1.StopExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	17, // 40: switchboard.v1.GetExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	24, // 41: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
+	25, // 42: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
+	25, // 43: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
+	18, // 44: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	20, // 45: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	22, // 46: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	15, // 47: switchboard.v1.OperatorService.Explain:input_type -> switchboard.v1.ExplainRequest
+	1,  // 48: switchboard.v1.OperatorService.GetEndpointStats:input_type -> switchboard.v1.GetEndpointStatsRequest
+	7,  // 49: switchboard.v1.OperatorService.GetBroker:input_type -> switchboard.v1.GetBrokerRequest
+	13, // 50: switchboard.v1.OperatorService.GetCatalog:input_type -> switchboard.v1.GetCatalogRequest
+	19, // 51: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	21, // 52: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	23, // 53: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	16, // 54: switchboard.v1.OperatorService.Explain:output_type -> switchboard.v1.ExplainResponse
+	2,  // 55: switchboard.v1.OperatorService.GetEndpointStats:output_type -> switchboard.v1.GetEndpointStatsResponse
+	8,  // 56: switchboard.v1.OperatorService.GetBroker:output_type -> switchboard.v1.GetBrokerResponse
+	14, // 57: switchboard.v1.OperatorService.GetCatalog:output_type -> switchboard.v1.GetCatalogResponse
+	51, // [51:58] is the sub-list for method output_type
+	44, // [44:51] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_operator_proto_init() }
@@ -2363,7 +2475,7 @@ func file_switchboard_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_operator_proto_rawDesc), len(file_switchboard_v1_operator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

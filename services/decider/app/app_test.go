@@ -287,7 +287,7 @@ func TestExplainCommand(t *testing.T) {
 	err := Explain(t.Context(), []string{"--decider=" + d.Addr(), "--token-file=" + writeToken(t, testOperatorToken), "--model=vendor/model", "--api-key=" + demoKey,
 		"--input-tokens=40000", "--provider", `{"ignore":["beta"]}`}, &out)
 	require.NoError(t, err)
-	for _, want := range []string{"bucket SIZE_BUCKET_32K_TO_128K", "PROVIDER", "alpha", "in provider.ignore", "order: alpha"} {
+	for _, want := range []string{"a 40,000-token prompt (32k-128k)", "PROVIDER", "alpha", "in provider.ignore", "order: alpha"} {
 		require.Contains(t, out.String(), want)
 	}
 	out.Reset()

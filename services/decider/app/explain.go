@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -24,7 +22,7 @@ import (
 // Explain is the `decider explain` command: it asks a running decider, as
 // an operator (OperatorService.Explain), what it would do with a
 // hypothetical request (nothing reserved, explored or recorded) and prints
-// every candidate's figures.
+// every candidate's figures, as `switchboard explain` does.
 func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("decider explain", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -37,7 +35,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	key := fs.String("api-key", "", "an API key, authenticated like the edge does (instead of --tenant)")
 	stream := fs.Bool("stream", false, "a streaming request")
 	session := fs.String("session-id", "", "a conversation's session id (X-Session-Id): shows whether its next turn stays on its endpoint")
-	provider := fs.String("provider", "", `routing options as JSON, e.g. '{"sort":"SORT_LATENCY","max_price":{"prompt":0.3}}'`)
+	provider := fs.String("provider", "", `routing options as the HTTP API's provider object, e.g. '{"sort":"latency","max_price":{"prompt":0.3}}'`)
 	if err := flagenv.Parse(fs, "SWITCHBOARD_EXPLAIN", args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -55,12 +53,11 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if *key != "" {
 		req.Identity = &switchboardv1.Identity{ApiKeySha256: catalog.HashKey(*key)}
 	}
-	if *provider != "" {
-		req.Provider = &switchboardv1.ProviderPreferences{}
-		if err := protojson.Unmarshal([]byte(*provider), req.Provider); err != nil {
-			return fmt.Errorf("--provider: %w", err)
-		}
+	prefs, err := cli.ParseProvider(*provider, "", "")
+	if err != nil {
+		return err
 	}
+	req.Provider = prefs
 	//nolint:contextcheck // credentials outlive any one call; each handshake has its own context
 	conn, closeConn, err := dial.dial()
 	if err != nil {
@@ -73,7 +70,7 @@ func Explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	PrintDecision(stdout, resp)
+	cli.PrintExplanation(stdout, req, resp)
 	return nil
 }
 
@@ -121,26 +118,4 @@ func (f *dialFlags) dial() (_ *grpc.ClientConn, closeConn func(), err error) {
 		return nil, nil, err
 	}
 	return conn, func() { _ = conn.Close(); closeCreds() }, nil
-}
-
-// PrintDecision writes an explained decision as a table, one candidate a row.
-func PrintDecision(w io.Writer, resp *switchboardv1.ExplainResponse) {
-	d := resp.GetDecision()
-	fmt.Fprintf(w, "model %s, bucket %s, reason %s\n%s\n\n", resp.GetModel(), d.GetBucket(), d.GetReason(), d.GetSummary())
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tQUALIFIED\tTYPICAL TTFT\tSAMPLES\tTOKENS/S\tCACHED\tCOST USD\tNOTE")
-	for _, c := range d.GetCandidates() {
-		ttft := "-"
-		if c.GetTypicalTtft() != nil {
-			ttft = c.GetTypicalTtft().AsDuration().Round(time.Millisecond).String()
-		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%.1f\t%d\t%.6f\t%s\n", c.GetProvider(), c.GetQualified(), ttft, c.GetSamples(),
-			c.GetThroughput(), c.GetEstimatedCachedTokens(), c.GetCostUsd(), c.GetNote())
-	}
-	_ = tw.Flush()
-	fmt.Fprintf(w, "\norder: %s", resp.GetEndpoint().GetProvider())
-	for _, f := range resp.GetFallbacks() {
-		fmt.Fprintf(w, " → %s", f.GetProvider())
-	}
-	fmt.Fprintln(w)
 }

@@ -69,6 +69,24 @@ func TestGetBrokerFromTheOwner(t *testing.T) {
 		require.True(t, resp.GetHedgeBudget().GetResetTime().AsTime().After(time.Now()))
 	}
 
+	// A provider's 429 with Retry-After pauses its route: the pause shows,
+	// and the open reservations' sum.
+	third := decideReserve(t, ca, 2)
+	require.Equal(t, "beta", third.GetEndpoint().GetProvider(), "alpha is full")
+	_, err = ca.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: third.GetReservation().GetReservationId(),
+		Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED, Failure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY,
+		RateLimitHeaders: []*switchboardv1.Header{{Name: "retry-after", Value: "30"}}})
+	require.NoError(t, err)
+	paused, err := operatorClient(t, b).GetBroker(t.Context(), &switchboardv1.GetBrokerRequest{})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), paused.GetOpenReservations())
+	require.Equal(t, int64(2), paused.GetOpenDemand().GetRequests())
+	require.Positive(t, paused.GetOpenDemand().GetInputTokens())
+	require.Len(t, paused.GetPauses(), 1, "%v", paused.GetPauses())
+	require.Equal(t, third.GetEndpoint().GetId(), paused.GetPauses()[0].GetEndpointId())
+	require.Empty(t, paused.GetPauses()[0].GetTenantId(), "an edge's report pauses the route for every tenant")
+	require.WithinDuration(t, time.Now().Add(30*time.Second), paused.GetPauses()[0].GetUntil().AsTime(), 5*time.Second)
+
 	one, err := operatorClient(t, b).GetBroker(t.Context(), &switchboardv1.GetBrokerRequest{MaxBuckets: 1})
 	require.NoError(t, err)
 	require.Len(t, one.GetBuckets(), 1, "bounded")

@@ -188,12 +188,14 @@ class GetBrokerRequest(_message.Message):
     def __init__(self, max_buckets: _Optional[int] = ...) -> None: ...
 
 class GetBrokerResponse(_message.Message):
-    __slots__ = ["admitted_from_queue", "buckets", "hedge_budget", "open_reservations", "owner", "queued_total", "queues", "read_time", "timed_out_in_queue", "total_buckets"]
+    __slots__ = ["admitted_from_queue", "buckets", "hedge_budget", "open_demand", "open_reservations", "owner", "pauses", "queued_total", "queues", "read_time", "timed_out_in_queue", "total_buckets"]
     ADMITTED_FROM_QUEUE_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     HEDGE_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    OPEN_DEMAND_FIELD_NUMBER: _ClassVar[int]
     OPEN_RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    PAUSES_FIELD_NUMBER: _ClassVar[int]
     QUEUED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     READ_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -202,14 +204,16 @@ class GetBrokerResponse(_message.Message):
     admitted_from_queue: int
     buckets: _containers.RepeatedCompositeFieldContainer[BrokerBucket]
     hedge_budget: HedgeBudget
+    open_demand: _router_pb2.Demand
     open_reservations: int
     owner: str
+    pauses: _containers.RepeatedCompositeFieldContainer[RoutePause]
     queued_total: int
     queues: _containers.RepeatedCompositeFieldContainer[BrokerQueue]
     read_time: _timestamp_pb2.Timestamp
     timed_out_in_queue: int
     total_buckets: int
-    def __init__(self, owner: _Optional[str] = ..., read_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., buckets: _Optional[_Iterable[_Union[BrokerBucket, _Mapping]]] = ..., total_buckets: _Optional[int] = ..., open_reservations: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[BrokerQueue, _Mapping]]] = ..., hedge_budget: _Optional[_Union[HedgeBudget, _Mapping]] = ..., queued_total: _Optional[int] = ..., admitted_from_queue: _Optional[int] = ..., timed_out_in_queue: _Optional[int] = ...) -> None: ...
+    def __init__(self, owner: _Optional[str] = ..., read_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., buckets: _Optional[_Iterable[_Union[BrokerBucket, _Mapping]]] = ..., total_buckets: _Optional[int] = ..., open_reservations: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[BrokerQueue, _Mapping]]] = ..., hedge_budget: _Optional[_Union[HedgeBudget, _Mapping]] = ..., queued_total: _Optional[int] = ..., admitted_from_queue: _Optional[int] = ..., timed_out_in_queue: _Optional[int] = ..., open_demand: _Optional[_Union[_router_pb2.Demand, _Mapping]] = ..., pauses: _Optional[_Iterable[_Union[RoutePause, _Mapping]]] = ...) -> None: ...
 
 class GetCatalogRequest(_message.Message):
     __slots__ = []
@@ -312,6 +316,18 @@ class ModelStats(_message.Message):
     output_samples: int
     typical_output_tokens: int
     def __init__(self, model: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[EndpointStats, _Mapping]]] = ..., choices: _Optional[_Iterable[_Union[BucketChoice, _Mapping]]] = ..., typical_output_tokens: _Optional[int] = ..., output_samples: _Optional[int] = ...) -> None: ...
+
+class RoutePause(_message.Message):
+    __slots__ = ["endpoint_id", "reason", "tenant_id", "until"]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: str
+    reason: _router_pb2.RefusalReason
+    tenant_id: str
+    until: _timestamp_pb2.Timestamp
+    def __init__(self, endpoint_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[_Union[_router_pb2.RefusalReason, str]] = ...) -> None: ...
 
 class StartExperimentRequest(_message.Message):
     __slots__ = ["blocks", "experiment"]

@@ -75,7 +75,13 @@ func BrokerState(b *broker.Broker, budget *hedge.Budget, now time.Time, maxBucke
 			}
 			resp.Buckets = append(resp.Buckets, bb)
 		}
-		resp.OpenReservations = int64(b.Open())
+		n, sum := b.OpenDemand()
+		resp.OpenReservations = int64(n)
+		resp.OpenDemand = &switchboardv1.Demand{InputTokens: sum.InputTokens, OutputTokens: sum.OutputTokens, Usd: sum.USD, Requests: sum.Requests}
+		for _, p := range b.Pauses() {
+			resp.Pauses = append(resp.Pauses, &switchboardv1.RoutePause{EndpointId: p.EndpointID, TenantId: p.Tenant, Until: timestamppb.New(p.Until),
+				Reason: switchboardv1.RefusalReason(p.Reason)})
+		}
 		for _, q := range b.QueueDepths() {
 			resp.Queues = append(resp.Queues, &switchboardv1.BrokerQueue{WorkloadClass: switchboardv1.WorkloadClass(q.Class), TenantId: q.Tenant, Depth: int64(q.Depth)})
 		}

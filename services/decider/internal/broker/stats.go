@@ -1,6 +1,13 @@
 package broker
 
-// Read-only views of the broker's state for the decider's metrics. Nothing
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Read-only views of the broker's state for the decider's metrics and the
+// operator's reads. Nothing
 // here changes what a bucket admits: a level is brought up to now (refill,
 // reset) exactly as Reserve or Limits would before reading it, and a
 // reservation is copied, never moved.
@@ -98,4 +105,60 @@ func (b *Broker) ReservationInfo(id string) (ReservationInfo, bool) {
 	r := &e.res
 	return ReservationInfo{Tenant: r.Identity.TenantID, Class: r.Identity.Class, Model: r.Model, EndpointID: r.EndpointID,
 		Estimate: r.Estimate, Demand: r.Demand, Expired: expired}, true
+}
+
+// OpenDemand returns how many reservations are open and the sum of what
+// they reserved (Requests counts each as one at least).
+func (b *Broker) OpenDemand() (n int, sum Demand) {
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.byID {
+			d := e.res.Demand
+			sum.InputTokens += d.InputTokens
+			sum.OutputTokens += d.OutputTokens
+			sum.USD += d.USD
+			sum.Requests += max(d.Requests, 1)
+		}
+		n += len(sh.byID)
+		sh.mu.Unlock()
+	}
+	return n, sum
+}
+
+// RoutePause is a route paused at the moment it was read: by a provider's
+// Retry-After, an empty limit in its headers or a policy refusal.
+type RoutePause struct {
+	// EndpointID is the route.
+	EndpointID string
+	// Tenant is the tenant the pause holds for; "" for every tenant.
+	Tenant string
+	// Until is when the pause ends.
+	Until time.Time
+	// Reason is why: what a request refused by the pause is refused as.
+	Reason RefusalReason
+}
+
+// Pauses returns the routes paused now, for every tenant and for one,
+// ordered by route and tenant.
+func (b *Broker) Pauses() []RoutePause {
+	now := b.nowNS()
+	var out []RoutePause
+	add := func(endpoint, tenant string, p *pause) {
+		if until := p.until.Load(); until > now {
+			out = append(out, RoutePause{EndpointID: endpoint, Tenant: tenant, Until: time.Unix(0, until).UTC(), Reason: RefusalReason(p.reason.Load())})
+		}
+	}
+	for id, r := range b.tab.Load().routes {
+		add(id, "", r.pause)
+	}
+	b.paused.Range(func(k, v any) bool {
+		tk := k.(tenantPauseKey)
+		add(tk.endpoint, tk.tenant, v.(*pause))
+		return true
+	})
+	slices.SortFunc(out, func(x, y RoutePause) int {
+		return cmp.Or(cmp.Compare(x.EndpointID, y.EndpointID), cmp.Compare(x.Tenant, y.Tenant))
+	})
+	return out
 }

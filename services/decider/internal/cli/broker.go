@@ -18,10 +18,10 @@ func getBroker(ctx context.Context, r *run, maxBuckets int) (*switchboardv1.GetB
 }
 
 func brokerCommand() *command {
-	return &command{name: "broker", summary: "the rate-limit broker: buckets, open reservations, queues", dial: true,
+	return &command{name: "broker", summary: "the rate-limit broker: buckets, open reservations, paused routes, queues", dial: true,
 		about: "Shows the rate-limit broker's state as its owner holds it (another replica forwards the call there):\n" +
-			"every bucket's limit and what it can still admit, the fullest first; the open reservations; the admission\n" +
-			"queues with requests waiting.",
+			"every bucket's limit and what it can still admit, the fullest first; the open reservations and what they hold;\n" +
+			"the routes a provider paused; the admission queues with requests waiting.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *run) error {
 			maxBuckets := fs.Int("max", 50, "show at most this many buckets, the fullest first (at most 5000)")
 			return func(ctx context.Context, r *run) error {
@@ -47,7 +47,9 @@ func brokerCommand() *command {
 func printBroker(r *run, resp *switchboardv1.GetBrokerResponse) {
 	w := r.env.Stdout
 	fmt.Fprintf(w, "rate-limit broker owned by %s, read at %s\n", resp.GetOwner(), resp.GetReadTime().AsTime().Local().Format(time.TimeOnly))
-	fmt.Fprintf(w, "open reservations: %s\n", numfmt.Int(resp.GetOpenReservations()))
+	d := resp.GetOpenDemand()
+	fmt.Fprintf(w, "open reservations: %s (holding %s input and %s output tokens, %s)\n", numfmt.Int(resp.GetOpenReservations()),
+		numfmt.Int(d.GetInputTokens()), numfmt.Int(d.GetOutputTokens()), usd(d.GetUsd()))
 	fmt.Fprintf(w, "queued since it started: %s (admitted %s, ran out of their wait %s)\n\n",
 		numfmt.Int(resp.GetQueuedTotal()), numfmt.Int(resp.GetAdmittedFromQueue()), numfmt.Int(resp.GetTimedOutInQueue()))
 	tw := table(w)
@@ -68,6 +70,22 @@ func printBroker(r *run, resp *switchboardv1.GetBrokerResponse) {
 	_ = tw.Flush()
 	if n := int64(len(resp.GetBuckets())); n < resp.GetTotalBuckets() {
 		fmt.Fprintf(w, "(%s of %s buckets, the fullest; --max shows more)\n", numfmt.Int(n), numfmt.Int(resp.GetTotalBuckets()))
+	}
+	now := resp.GetReadTime().AsTime()
+	if len(resp.GetPauses()) == 0 {
+		fmt.Fprintln(w, "\npaused routes: none")
+	} else {
+		fmt.Fprintln(w, "\npaused routes:")
+		tw = table(w)
+		row(tw, "ENDPOINT", "TENANT", "UNTIL", "REASON")
+		for _, p := range resp.GetPauses() {
+			tenant := p.GetTenantId()
+			if tenant == "" {
+				tenant = "every tenant"
+			}
+			row(tw, p.GetEndpointId(), tenant, clock(p.GetUntil(), now), name(p.GetReason()))
+		}
+		_ = tw.Flush()
 	}
 	if len(resp.GetQueues()) == 0 {
 		fmt.Fprintln(w, "\nqueues: no request waiting")

@@ -341,18 +341,28 @@ func TestAgainstALiveDecider(t *testing.T) {
 	})
 
 	t.Run("broker", func(t *testing.T) {
-		_, err := s.service.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
+		d, err := s.service.Decide(t.Context(), &switchboardv1.DecideRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}, Model: model,
 			Reserve: true, Tokens: &switchboardv1.TokenEstimate{InputTokens: 10, MaxOutputTokens: 10}})
 		require.NoError(t, err)
 		r := s.run(t, "broker")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "rate-limit broker owned by "+s.d.Addr())
-		require.Contains(t, r.stdout, "open reservations: 1\n")
+		require.Contains(t, r.stdout, "open reservations: 1 (holding 10 input and 10 output tokens, $")
+		require.Contains(t, r.stdout, "paused routes: none")
 		require.Regexp(t, `tenant\s+acme\s+requests\s+day\s+daily_reset\s+1,000\s+987\s+1.3%\s+catalog`, r.stdout)
 		require.Contains(t, r.stdout, "queues: no request waiting")
 		v := jsonOf(t, s.run(t, "broker", "-o", "json"))
 		require.Equal(t, "1", v["open_reservations"])
 		require.Equal(t, "acme", v["buckets"].([]any)[0].(map[string]any)["key"])
+
+		// The service's 429 pauses the route for its tenant only.
+		_, err = s.service.Reconcile(t.Context(), &switchboardv1.ReconcileRequest{ReservationId: d.GetReservation().GetReservationId(),
+			Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED, Failure: switchboardv1.RefusalReason_REFUSAL_REASON_RETRYABLE_CAPACITY,
+			RateLimitHeaders: []*switchboardv1.Header{{Name: "retry-after", Value: "60"}}})
+		require.NoError(t, err)
+		r = s.run(t, "broker")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Regexp(t, `(?m)^`+d.GetEndpoint().GetId()+`\s+acme\s+\d\d:\d\d:\d\d \(in (5\d|1m\d)s\)\s+retryable_capacity$`, r.stdout)
 	})
 
 	t.Run("hedge", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,7 @@ func explainCommand() *command {
 				if err := r.positional(1, 1); err != nil {
 					return err
 				}
-				prefs, err := parseProvider(*provider, *sort, *maxPrice)
+				prefs, err := ParseProvider(*provider, *sort, *maxPrice)
 				if err != nil {
 					return usageError{err.Error()}
 				}
@@ -65,7 +66,7 @@ func explainCommand() *command {
 				if r.json() {
 					return writeJSON(r.env.Stdout, resp)
 				}
-				printExplanation(r, req, resp)
+				PrintExplanation(r.env.Stdout, req, resp)
 				return nil
 			}
 		}}
@@ -93,9 +94,10 @@ type maxPrice struct {
 	Completion *float64 `json:"completion"`
 }
 
-// parseProvider builds the routing options from --provider's JSON, then
-// --sort and --max-price over it; nil when none is given.
-func parseProvider(raw, sort, maxPriceFlag string) (*switchboardv1.ProviderPreferences, error) {
+// ParseProvider builds the routing options from raw, the HTTP API's
+// `provider` object as JSON, then sort and maxPrice ("prompt=0.3,
+// completion=1") over it; nil when none is given.
+func ParseProvider(raw, sort, maxPriceFlag string) (*switchboardv1.ProviderPreferences, error) {
 	var hp httpProvider
 	if raw != "" {
 		dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
@@ -170,8 +172,9 @@ func enumByName[E interface {
 	return zero, false
 }
 
-func printExplanation(r *run, req *switchboardv1.ExplainRequest, resp *switchboardv1.ExplainResponse) {
-	w := r.env.Stdout
+// PrintExplanation writes an explained decision for req: its reason and
+// summary, a row per candidate, the order, the hedge and the price cap.
+func PrintExplanation(w io.Writer, req *switchboardv1.ExplainRequest, resp *switchboardv1.ExplainResponse) {
 	d := resp.GetDecision()
 	in := req.GetTokens().GetInputTokens()
 	fmt.Fprintf(w, "%s for tenant %s, a %s-token prompt (%s): %s\n%s\n\n", resp.GetModel(), resp.GetIdentity().GetTenantId(),

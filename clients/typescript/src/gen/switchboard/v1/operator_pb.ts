@@ -8,7 +8,7 @@ import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Endpoint, Price } from "./common_pb.js";
 import { file_switchboard_v1_common } from "./common_pb.js";
-import type { Decision, HedgePlan, Identity, MaxPrice, ProviderPreferences, RouteReason, SizeBucket, TokenEstimate, WorkloadClass } from "./router_pb.js";
+import type { Decision, Demand, HedgePlan, Identity, MaxPrice, ProviderPreferences, RefusalReason, RouteReason, SizeBucket, TokenEstimate, WorkloadClass } from "./router_pb.js";
 import { file_switchboard_v1_router } from "./router_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/operator.proto.
  */
 export const file_switchboard_v1_operator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1zd2l0Y2hib2FyZC92MS9vcGVyYXRvci5wcm90bxIOc3dpdGNoYm9hcmQudjEiOwoXR2V0RW5kcG9pbnRTdGF0c1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdGVuYW50X2lkGAIgASgJIoYBChhHZXRFbmRwb2ludFN0YXRzUmVzcG9uc2USKgoGbW9kZWxzGAEgAygLMhouc3dpdGNoYm9hcmQudjEuTW9kZWxTdGF0cxIPCgdyZXBsaWNhGAIgASgJEi0KCXJlYWRfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0gEKCk1vZGVsU3RhdHMSDQoFbW9kZWwYASABKAkSMAoJZW5kcG9pbnRzGAIgAygLMh0uc3dpdGNoYm9hcmQudjEuRW5kcG9pbnRTdGF0cxItCgdjaG9pY2VzGAMgAygLMhwuc3dpdGNoYm9hcmQudjEuQnVja2V0Q2hvaWNlEiIKFXR5cGljYWxfb3V0cHV0X3Rva2VucxgEIAEoA0gAiAEBEhYKDm91dHB1dF9zYW1wbGVzGAUgASgDQhgKFl90eXBpY2FsX291dHB1dF90b2tlbnMipAQKDUVuZHBvaW50U3RhdHMSEwoLZW5kcG9pbnRfaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSJAoFcHJpY2UYAyABKAsyFS5zd2l0Y2hib2FyZC52MS5QcmljZRIoCgR0dGZ0GAQgAygLMhouc3dpdGNoYm9hcmQudjEuQnVja2V0VHRmdBIpChx0aHJvdWdocHV0X3Rva2Vuc19wZXJfc2Vjb25kGAUgASgBSACIAQESGgoSdGhyb3VnaHB1dF9zYW1wbGVzGAYgASgDEhsKDmNhY2hlX2hpdF9yYXRlGAcgASgBSAGIAQESFQoNY2FjaGVfc2FtcGxlcxgIIAEoAxIbChNyZXF1ZXN0c19wZXJfbWludXRlGAkgASgBEhUKDXRyYWZmaWNfc2hhcmUYCiABKAESMgoOY29vbGRvd25fdW50aWwYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhkKEXJhdGVfbGltaXRlZF9yYXRlGAwgASgBEhIKCmVycm9yX3JhdGUYDSABKAESIwoWbGVhcm5lZF9jYXBfcGVyX21pbnV0ZRgOIAEoAUgCiAEBEhYKDmNvbnRleHRfbGVuZ3RoGA8gASgDQh8KHV90aHJvdWdocHV0X3Rva2Vuc19wZXJfc2Vjb25kQhEKD19jYWNoZV9oaXRfcmF0ZUIZChdfbGVhcm5lZF9jYXBfcGVyX21pbnV0ZSJ1CgpCdWNrZXRUdGZ0EioKBmJ1Y2tldBgBIAEoDjIaLnN3aXRjaGJvYXJkLnYxLlNpemVCdWNrZXQSKgoHdHlwaWNhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdzYW1wbGVzGAMgASgDIrkBCgxCdWNrZXRDaG9pY2USKgoGYnVja2V0GAEgASgOMhouc3dpdGNoYm9hcmQudjEuU2l6ZUJ1Y2tldBIVCg1wcm9tcHRfdG9rZW5zGAIgASgDEhMKC2VuZHBvaW50X2lkGAMgASgJEisKBnJlYXNvbhgEIAEoDjIbLnN3aXRjaGJvYXJkLnYxLlJvdXRlUmVhc29uEg8KB3N1bW1hcnkYBSABKAkSEwoLdW5hdmFpbGFibGUYBiABKAkiJwoQR2V0QnJva2VyUmVxdWVzdBITCgttYXhfYnVja2V0cxgBIAEoBSLhAgoRR2V0QnJva2VyUmVzcG9uc2USDQoFb3duZXIYASABKAkSLQoJcmVhZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgdidWNrZXRzGAMgAygLMhwuc3dpdGNoYm9hcmQudjEuQnJva2VyQnVja2V0EhUKDXRvdGFsX2J1Y2tldHMYBCABKAMSGQoRb3Blbl9yZXNlcnZhdGlvbnMYBSABKAMSKwoGcXVldWVzGAYgAygLMhsuc3dpdGNoYm9hcmQudjEuQnJva2VyUXVldWUSMQoMaGVkZ2VfYnVkZ2V0GAcgASgLMhsuc3dpdGNoYm9hcmQudjEuSGVkZ2VCdWRnZXQSFAoMcXVldWVkX3RvdGFsGAggASgDEhsKE2FkbWl0dGVkX2Zyb21fcXVldWUYCSABKAMSGgoSdGltZWRfb3V0X2luX3F1ZXVlGAogASgDIokBCgxCcm9rZXJCdWNrZXQSDQoFc2NvcGUYASABKAkSCwoDa2V5GAIgASgJEgwKBHVuaXQYAyABKAkSDgoGd2luZG93GAQgASgJEgwKBHJ1bGUYBSABKAkSDwoHbGVhcm5lZBgGIAEoCBINCgVsaW1pdBgHIAEoARIRCglhdmFpbGFibGUYCCABKAEiZgoLQnJva2VyUXVldWUSNQoOd29ya2xvYWRfY2xhc3MYASABKA4yHS5zd2l0Y2hib2FyZC52MS5Xb3JrbG9hZENsYXNzEhEKCXRlbmFudF9pZBgCIAEoCRINCgVkZXB0aBgDIAEoAyKcAQoLSGVkZ2VCdWRnZXQSEQoJZGFpbHlfdXNkGAEgASgBEhEKCXNwZW50X3VzZBgCIAEoARIVCg1yZW1haW5pbmdfdXNkGAMgASgBEg8KB2dyYW50ZWQYBCABKAMSDwoHcmVmdXNlZBgFIAEoAxIuCgpyZXNldF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCITChFHZXRDYXRhbG9nUmVxdWVzdCJFChJHZXRDYXRhbG9nUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMSDAoEeWFtbBgCIAEoCRIPCgdyZXBsaWNhGAMgASgJIvkBCg5FeHBsYWluUmVxdWVzdBIqCghpZGVudGl0eRgBIAEoCzIYLnN3aXRjaGJvYXJkLnYxLklkZW50aXR5Eg0KBW1vZGVsGAIgASgJEi0KBnRva2VucxgDIAEoCzIdLnN3aXRjaGJvYXJkLnYxLlRva2VuRXN0aW1hdGUSDgoGc3RyZWFtGAQgASgIEjUKCHByb3ZpZGVyGAUgASgLMiMuc3dpdGNoYm9hcmQudjEuUHJvdmlkZXJQcmVmZXJlbmNlcxISCgpwYXJhbWV0ZXJzGAYgAygJEg4KBnJlZ2lvbhgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJIqgCCg9FeHBsYWluUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKgoIZW5kcG9pbnQYAiABKAsyGC5zd2l0Y2hib2FyZC52MS5FbmRwb2ludBIrCglmYWxsYmFja3MYAyADKAsyGC5zd2l0Y2hib2FyZC52MS5FbmRwb2ludBIqCghkZWNpc2lvbhgEIAEoCzIYLnN3aXRjaGJvYXJkLnYxLkRlY2lzaW9uEigKBWhlZGdlGAUgASgLMhkuc3dpdGNoYm9hcmQudjEuSGVkZ2VQbGFuEioKCGlkZW50aXR5GAYgASgLMhguc3dpdGNoYm9hcmQudjEuSWRlbnRpdHkSKwoJbWF4X3ByaWNlGAcgASgLMhguc3dpdGNoYm9hcmQudjEuTWF4UHJpY2UijgMKCkV4cGVyaW1lbnQSCgoCaWQYASABKAkSDAoEYXJtcxgCIAMoCRIuCgpzdGFydF90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgVibG9jaxgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdidXJuX2luGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKCHNjaGVkdWxlGAYgASgOMiIuc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudFNjaGVkdWxlEgwKBHNlZWQYByABKAQSDgoGbW9kZWxzGAggAygJEiwKCGVuZF90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglzdG9wX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJYChZTdGFydEV4cGVyaW1lbnRSZXF1ZXN0Ei4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50Eg4KBmJsb2NrcxgCIAEoBSJJChdTdGFydEV4cGVyaW1lbnRSZXNwb25zZRIuCgpleHBlcmltZW50GAEgASgLMhouc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudCIXChVTdG9wRXhwZXJpbWVudFJlcXVlc3QiSAoWU3RvcEV4cGVyaW1lbnRSZXNwb25zZRIuCgpleHBlcmltZW50GAEgASgLMhouc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudCIWChRHZXRFeHBlcmltZW50UmVxdWVzdCLjAQoVR2V0RXhwZXJpbWVudFJlc3BvbnNlEi4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50EicKBGFybXMYAiADKAsyGS5zd2l0Y2hib2FyZC52MS5Bcm1SZXBvcnQSMwoLZGlmZmVyZW5jZXMYAyADKAsyHi5zd2l0Y2hib2FyZC52MS5NZXRyaWNFc3RpbWF0ZRIVCg1jdXJyZW50X2Jsb2NrGAQgASgDEhMKC2N1cnJlbnRfYXJtGAUgASgJEhAKCHJlcGxpY2FzGAYgAygJIogBCglBcm1SZXBvcnQSDgoGcG9saWN5GAEgASgJEg4KBmJsb2NrcxgCIAEoAxIQCghyZXF1ZXN0cxgDIAEoAxIYChBidXJuX2luX3JlcXVlc3RzGAQgASgDEi8KB21ldHJpY3MYBSADKAsyHi5zd2l0Y2hib2FyZC52MS5NZXRyaWNFc3RpbWF0ZSKVAQoOTWV0cmljRXN0aW1hdGUSDAoEbmFtZRgBIAEoCRIMCgR1bml0GAIgASgJEhAKCGVzdGltYXRlGAMgASgBEg4KBmNpX2xvdxgEIAEoARIPCgdjaV9oaWdoGAUgASgBEhQKDGhhc19pbnRlcnZhbBgGIAEoCBIOCgZwb29sZWQYByABKAESDgoGYmxvY2tzGAggASgDKoUBChJFeHBlcmltZW50U2NoZWR1bGUSIwofRVhQRVJJTUVOVF9TQ0hFRFVMRV9VTlNQRUNJRklFRBAAEiUKIUVYUEVSSU1FTlRfU0NIRURVTEVfUEFJUkVEX1JBTkRPTRABEiMKH0VYUEVSSU1FTlRfU0NIRURVTEVfQUxURVJOQVRJTkcQAjKOBQoPT3BlcmF0b3JTZXJ2aWNlEmIKD1N0YXJ0RXhwZXJpbWVudBImLnN3aXRjaGJvYXJkLnYxLlN0YXJ0RXhwZXJpbWVudFJlcXVlc3QaJy5zd2l0Y2hib2FyZC52MS5TdGFydEV4cGVyaW1lbnRSZXNwb25zZRJfCg5TdG9wRXhwZXJpbWVudBIlLnN3aXRjaGJvYXJkLnYxLlN0b3BFeHBlcmltZW50UmVxdWVzdBomLnN3aXRjaGJvYXJkLnYxLlN0b3BFeHBlcmltZW50UmVzcG9uc2USXAoNR2V0RXhwZXJpbWVudBIkLnN3aXRjaGJvYXJkLnYxLkdldEV4cGVyaW1lbnRSZXF1ZXN0GiUuc3dpdGNoYm9hcmQudjEuR2V0RXhwZXJpbWVudFJlc3BvbnNlEkoKB0V4cGxhaW4SHi5zd2l0Y2hib2FyZC52MS5FeHBsYWluUmVxdWVzdBofLnN3aXRjaGJvYXJkLnYxLkV4cGxhaW5SZXNwb25zZRJlChBHZXRFbmRwb2ludFN0YXRzEicuc3dpdGNoYm9hcmQudjEuR2V0RW5kcG9pbnRTdGF0c1JlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5HZXRFbmRwb2ludFN0YXRzUmVzcG9uc2USUAoJR2V0QnJva2VyEiAuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVxdWVzdBohLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlc3BvbnNlElMKCkdldENhdGFsb2cSIS5zd2l0Y2hib2FyZC52MS5HZXRDYXRhbG9nUmVxdWVzdBoiLnN3aXRjaGJvYXJkLnYxLkdldENhdGFsb2dSZXNwb25zZUJKWkhnaXRodWIuY29tL3N3aXRjaGJvYXJkLWFpL3N3aXRjaGJvYXJkL3Byb3RvL3N3aXRjaGJvYXJkL3YxO3N3aXRjaGJvYXJkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_switchboard_v1_common, file_switchboard_v1_router]);
+  fileDesc("Ch1zd2l0Y2hib2FyZC92MS9vcGVyYXRvci5wcm90bxIOc3dpdGNoYm9hcmQudjEiOwoXR2V0RW5kcG9pbnRTdGF0c1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdGVuYW50X2lkGAIgASgJIoYBChhHZXRFbmRwb2ludFN0YXRzUmVzcG9uc2USKgoGbW9kZWxzGAEgAygLMhouc3dpdGNoYm9hcmQudjEuTW9kZWxTdGF0cxIPCgdyZXBsaWNhGAIgASgJEi0KCXJlYWRfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0gEKCk1vZGVsU3RhdHMSDQoFbW9kZWwYASABKAkSMAoJZW5kcG9pbnRzGAIgAygLMh0uc3dpdGNoYm9hcmQudjEuRW5kcG9pbnRTdGF0cxItCgdjaG9pY2VzGAMgAygLMhwuc3dpdGNoYm9hcmQudjEuQnVja2V0Q2hvaWNlEiIKFXR5cGljYWxfb3V0cHV0X3Rva2VucxgEIAEoA0gAiAEBEhYKDm91dHB1dF9zYW1wbGVzGAUgASgDQhgKFl90eXBpY2FsX291dHB1dF90b2tlbnMipAQKDUVuZHBvaW50U3RhdHMSEwoLZW5kcG9pbnRfaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSJAoFcHJpY2UYAyABKAsyFS5zd2l0Y2hib2FyZC52MS5QcmljZRIoCgR0dGZ0GAQgAygLMhouc3dpdGNoYm9hcmQudjEuQnVja2V0VHRmdBIpChx0aHJvdWdocHV0X3Rva2Vuc19wZXJfc2Vjb25kGAUgASgBSACIAQESGgoSdGhyb3VnaHB1dF9zYW1wbGVzGAYgASgDEhsKDmNhY2hlX2hpdF9yYXRlGAcgASgBSAGIAQESFQoNY2FjaGVfc2FtcGxlcxgIIAEoAxIbChNyZXF1ZXN0c19wZXJfbWludXRlGAkgASgBEhUKDXRyYWZmaWNfc2hhcmUYCiABKAESMgoOY29vbGRvd25fdW50aWwYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhkKEXJhdGVfbGltaXRlZF9yYXRlGAwgASgBEhIKCmVycm9yX3JhdGUYDSABKAESIwoWbGVhcm5lZF9jYXBfcGVyX21pbnV0ZRgOIAEoAUgCiAEBEhYKDmNvbnRleHRfbGVuZ3RoGA8gASgDQh8KHV90aHJvdWdocHV0X3Rva2Vuc19wZXJfc2Vjb25kQhEKD19jYWNoZV9oaXRfcmF0ZUIZChdfbGVhcm5lZF9jYXBfcGVyX21pbnV0ZSJ1CgpCdWNrZXRUdGZ0EioKBmJ1Y2tldBgBIAEoDjIaLnN3aXRjaGJvYXJkLnYxLlNpemVCdWNrZXQSKgoHdHlwaWNhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdzYW1wbGVzGAMgASgDIrkBCgxCdWNrZXRDaG9pY2USKgoGYnVja2V0GAEgASgOMhouc3dpdGNoYm9hcmQudjEuU2l6ZUJ1Y2tldBIVCg1wcm9tcHRfdG9rZW5zGAIgASgDEhMKC2VuZHBvaW50X2lkGAMgASgJEisKBnJlYXNvbhgEIAEoDjIbLnN3aXRjaGJvYXJkLnYxLlJvdXRlUmVhc29uEg8KB3N1bW1hcnkYBSABKAkSEwoLdW5hdmFpbGFibGUYBiABKAkiJwoQR2V0QnJva2VyUmVxdWVzdBITCgttYXhfYnVja2V0cxgBIAEoBSK6AwoRR2V0QnJva2VyUmVzcG9uc2USDQoFb3duZXIYASABKAkSLQoJcmVhZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgdidWNrZXRzGAMgAygLMhwuc3dpdGNoYm9hcmQudjEuQnJva2VyQnVja2V0EhUKDXRvdGFsX2J1Y2tldHMYBCABKAMSGQoRb3Blbl9yZXNlcnZhdGlvbnMYBSABKAMSKwoGcXVldWVzGAYgAygLMhsuc3dpdGNoYm9hcmQudjEuQnJva2VyUXVldWUSMQoMaGVkZ2VfYnVkZ2V0GAcgASgLMhsuc3dpdGNoYm9hcmQudjEuSGVkZ2VCdWRnZXQSFAoMcXVldWVkX3RvdGFsGAggASgDEhsKE2FkbWl0dGVkX2Zyb21fcXVldWUYCSABKAMSGgoSdGltZWRfb3V0X2luX3F1ZXVlGAogASgDEisKC29wZW5fZGVtYW5kGAsgASgLMhYuc3dpdGNoYm9hcmQudjEuRGVtYW5kEioKBnBhdXNlcxgMIAMoCzIaLnN3aXRjaGJvYXJkLnYxLlJvdXRlUGF1c2UijgEKClJvdXRlUGF1c2USEwoLZW5kcG9pbnRfaWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEikKBXVudGlsGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgZyZWFzb24YBCABKA4yHS5zd2l0Y2hib2FyZC52MS5SZWZ1c2FsUmVhc29uIokBCgxCcm9rZXJCdWNrZXQSDQoFc2NvcGUYASABKAkSCwoDa2V5GAIgASgJEgwKBHVuaXQYAyABKAkSDgoGd2luZG93GAQgASgJEgwKBHJ1bGUYBSABKAkSDwoHbGVhcm5lZBgGIAEoCBINCgVsaW1pdBgHIAEoARIRCglhdmFpbGFibGUYCCABKAEiZgoLQnJva2VyUXVldWUSNQoOd29ya2xvYWRfY2xhc3MYASABKA4yHS5zd2l0Y2hib2FyZC52MS5Xb3JrbG9hZENsYXNzEhEKCXRlbmFudF9pZBgCIAEoCRINCgVkZXB0aBgDIAEoAyKcAQoLSGVkZ2VCdWRnZXQSEQoJZGFpbHlfdXNkGAEgASgBEhEKCXNwZW50X3VzZBgCIAEoARIVCg1yZW1haW5pbmdfdXNkGAMgASgBEg8KB2dyYW50ZWQYBCABKAMSDwoHcmVmdXNlZBgFIAEoAxIuCgpyZXNldF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCITChFHZXRDYXRhbG9nUmVxdWVzdCJFChJHZXRDYXRhbG9nUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMSDAoEeWFtbBgCIAEoCRIPCgdyZXBsaWNhGAMgASgJIvkBCg5FeHBsYWluUmVxdWVzdBIqCghpZGVudGl0eRgBIAEoCzIYLnN3aXRjaGJvYXJkLnYxLklkZW50aXR5Eg0KBW1vZGVsGAIgASgJEi0KBnRva2VucxgDIAEoCzIdLnN3aXRjaGJvYXJkLnYxLlRva2VuRXN0aW1hdGUSDgoGc3RyZWFtGAQgASgIEjUKCHByb3ZpZGVyGAUgASgLMiMuc3dpdGNoYm9hcmQudjEuUHJvdmlkZXJQcmVmZXJlbmNlcxISCgpwYXJhbWV0ZXJzGAYgAygJEg4KBnJlZ2lvbhgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJIqgCCg9FeHBsYWluUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKgoIZW5kcG9pbnQYAiABKAsyGC5zd2l0Y2hib2FyZC52MS5FbmRwb2ludBIrCglmYWxsYmFja3MYAyADKAsyGC5zd2l0Y2hib2FyZC52MS5FbmRwb2ludBIqCghkZWNpc2lvbhgEIAEoCzIYLnN3aXRjaGJvYXJkLnYxLkRlY2lzaW9uEigKBWhlZGdlGAUgASgLMhkuc3dpdGNoYm9hcmQudjEuSGVkZ2VQbGFuEioKCGlkZW50aXR5GAYgASgLMhguc3dpdGNoYm9hcmQudjEuSWRlbnRpdHkSKwoJbWF4X3ByaWNlGAcgASgLMhguc3dpdGNoYm9hcmQudjEuTWF4UHJpY2UijgMKCkV4cGVyaW1lbnQSCgoCaWQYASABKAkSDAoEYXJtcxgCIAMoCRIuCgpzdGFydF90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgVibG9jaxgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdidXJuX2luGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKCHNjaGVkdWxlGAYgASgOMiIuc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudFNjaGVkdWxlEgwKBHNlZWQYByABKAQSDgoGbW9kZWxzGAggAygJEiwKCGVuZF90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglzdG9wX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJYChZTdGFydEV4cGVyaW1lbnRSZXF1ZXN0Ei4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50Eg4KBmJsb2NrcxgCIAEoBSJJChdTdGFydEV4cGVyaW1lbnRSZXNwb25zZRIuCgpleHBlcmltZW50GAEgASgLMhouc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudCIXChVTdG9wRXhwZXJpbWVudFJlcXVlc3QiSAoWU3RvcEV4cGVyaW1lbnRSZXNwb25zZRIuCgpleHBlcmltZW50GAEgASgLMhouc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudCIWChRHZXRFeHBlcmltZW50UmVxdWVzdCLjAQoVR2V0RXhwZXJpbWVudFJlc3BvbnNlEi4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50EicKBGFybXMYAiADKAsyGS5zd2l0Y2hib2FyZC52MS5Bcm1SZXBvcnQSMwoLZGlmZmVyZW5jZXMYAyADKAsyHi5zd2l0Y2hib2FyZC52MS5NZXRyaWNFc3RpbWF0ZRIVCg1jdXJyZW50X2Jsb2NrGAQgASgDEhMKC2N1cnJlbnRfYXJtGAUgASgJEhAKCHJlcGxpY2FzGAYgAygJIogBCglBcm1SZXBvcnQSDgoGcG9saWN5GAEgASgJEg4KBmJsb2NrcxgCIAEoAxIQCghyZXF1ZXN0cxgDIAEoAxIYChBidXJuX2luX3JlcXVlc3RzGAQgASgDEi8KB21ldHJpY3MYBSADKAsyHi5zd2l0Y2hib2FyZC52MS5NZXRyaWNFc3RpbWF0ZSKVAQoOTWV0cmljRXN0aW1hdGUSDAoEbmFtZRgBIAEoCRIMCgR1bml0GAIgASgJEhAKCGVzdGltYXRlGAMgASgBEg4KBmNpX2xvdxgEIAEoARIPCgdjaV9oaWdoGAUgASgBEhQKDGhhc19pbnRlcnZhbBgGIAEoCBIOCgZwb29sZWQYByABKAESDgoGYmxvY2tzGAggASgDKoUBChJFeHBlcmltZW50U2NoZWR1bGUSIwofRVhQRVJJTUVOVF9TQ0hFRFVMRV9VTlNQRUNJRklFRBAAEiUKIUVYUEVSSU1FTlRfU0NIRURVTEVfUEFJUkVEX1JBTkRPTRABEiMKH0VYUEVSSU1FTlRfU0NIRURVTEVfQUxURVJOQVRJTkcQAjKOBQoPT3BlcmF0b3JTZXJ2aWNlEmIKD1N0YXJ0RXhwZXJpbWVudBImLnN3aXRjaGJvYXJkLnYxLlN0YXJ0RXhwZXJpbWVudFJlcXVlc3QaJy5zd2l0Y2hib2FyZC52MS5TdGFydEV4cGVyaW1lbnRSZXNwb25zZRJfCg5TdG9wRXhwZXJpbWVudBIlLnN3aXRjaGJvYXJkLnYxLlN0b3BFeHBlcmltZW50UmVxdWVzdBomLnN3aXRjaGJvYXJkLnYxLlN0b3BFeHBlcmltZW50UmVzcG9uc2USXAoNR2V0RXhwZXJpbWVudBIkLnN3aXRjaGJvYXJkLnYxLkdldEV4cGVyaW1lbnRSZXF1ZXN0GiUuc3dpdGNoYm9hcmQudjEuR2V0RXhwZXJpbWVudFJlc3BvbnNlEkoKB0V4cGxhaW4SHi5zd2l0Y2hib2FyZC52MS5FeHBsYWluUmVxdWVzdBofLnN3aXRjaGJvYXJkLnYxLkV4cGxhaW5SZXNwb25zZRJlChBHZXRFbmRwb2ludFN0YXRzEicuc3dpdGNoYm9hcmQudjEuR2V0RW5kcG9pbnRTdGF0c1JlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5HZXRFbmRwb2ludFN0YXRzUmVzcG9uc2USUAoJR2V0QnJva2VyEiAuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVxdWVzdBohLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlc3BvbnNlElMKCkdldENhdGFsb2cSIS5zd2l0Y2hib2FyZC52MS5HZXRDYXRhbG9nUmVxdWVzdBoiLnN3aXRjaGJvYXJkLnYxLkdldENhdGFsb2dSZXNwb25zZUJKWkhnaXRodWIuY29tL3N3aXRjaGJvYXJkLWFpL3N3aXRjaGJvYXJkL3Byb3RvL3N3aXRjaGJvYXJkL3YxO3N3aXRjaGJvYXJkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_switchboard_v1_common, file_switchboard_v1_router]);
 
 /**
  * GetEndpointStatsRequest names what to read.
@@ -460,6 +460,24 @@ export type GetBrokerResponse = Message<"switchboard.v1.GetBrokerResponse"> & {
    * @generated from field: int64 timed_out_in_queue = 10;
    */
   timedOutInQueue: bigint;
+
+  /**
+   * open_demand is the sum of what the open reservations reserved: their
+   * estimated input and output tokens, spend and requests.
+   *
+   * @generated from field: switchboard.v1.Demand open_demand = 11;
+   */
+  openDemand?: Demand | undefined;
+
+  /**
+   * pauses are the routes paused now: by a provider's Retry-After, an
+   * empty limit in its rate-limit headers or a policy refusal; for every
+   * tenant, or for one when a service's report paused it for its tenant
+   * only.
+   *
+   * @generated from field: repeated switchboard.v1.RoutePause pauses = 12;
+   */
+  pauses: RoutePause[];
 };
 
 /**
@@ -468,6 +486,48 @@ export type GetBrokerResponse = Message<"switchboard.v1.GetBrokerResponse"> & {
  */
 export const GetBrokerResponseSchema: GenMessage<GetBrokerResponse> = /*@__PURE__*/
   messageDesc(file_switchboard_v1_operator, 7);
+
+/**
+ * RoutePause is a route (an endpoint) paused when it was read.
+ *
+ * @generated from message switchboard.v1.RoutePause
+ */
+export type RoutePause = Message<"switchboard.v1.RoutePause"> & {
+  /**
+   * endpoint_id is the route's endpoint.
+   *
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * tenant_id is the tenant the pause holds for; empty for every tenant.
+   *
+   * @generated from field: string tenant_id = 2;
+   */
+  tenantId: string;
+
+  /**
+   * until is when the pause ends.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * reason is what a request refused by the pause is refused as.
+   *
+   * @generated from field: switchboard.v1.RefusalReason reason = 4;
+   */
+  reason: RefusalReason;
+};
+
+/**
+ * Describes the message switchboard.v1.RoutePause.
+ * Use `create(RoutePauseSchema)` to create a new message.
+ */
+export const RoutePauseSchema: GenMessage<RoutePause> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 8);
 
 /**
  * BrokerBucket is one bucket's level when it was read.
@@ -545,7 +605,7 @@ export type BrokerBucket = Message<"switchboard.v1.BrokerBucket"> & {
  * Use `create(BrokerBucketSchema)` to create a new message.
  */
 export const BrokerBucketSchema: GenMessage<BrokerBucket> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 8);
+  messageDesc(file_switchboard_v1_operator, 9);
 
 /**
  * BrokerQueue is one admission queue with requests waiting.
@@ -580,7 +640,7 @@ export type BrokerQueue = Message<"switchboard.v1.BrokerQueue"> & {
  * Use `create(BrokerQueueSchema)` to create a new message.
  */
 export const BrokerQueueSchema: GenMessage<BrokerQueue> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 9);
+  messageDesc(file_switchboard_v1_operator, 10);
 
 /**
  * HedgeBudget is the day's hedge budget, shared by every edge.
@@ -638,7 +698,7 @@ export type HedgeBudget = Message<"switchboard.v1.HedgeBudget"> & {
  * Use `create(HedgeBudgetSchema)` to create a new message.
  */
 export const HedgeBudgetSchema: GenMessage<HedgeBudget> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 10);
+  messageDesc(file_switchboard_v1_operator, 11);
 
 /**
  * GetCatalogRequest asks for the catalog applied.
@@ -653,7 +713,7 @@ export type GetCatalogRequest = Message<"switchboard.v1.GetCatalogRequest"> & {
  * Use `create(GetCatalogRequestSchema)` to create a new message.
  */
 export const GetCatalogRequestSchema: GenMessage<GetCatalogRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 11);
+  messageDesc(file_switchboard_v1_operator, 12);
 
 /**
  * GetCatalogResponse is the catalog applied.
@@ -690,7 +750,7 @@ export type GetCatalogResponse = Message<"switchboard.v1.GetCatalogResponse"> & 
  * Use `create(GetCatalogResponseSchema)` to create a new message.
  */
 export const GetCatalogResponseSchema: GenMessage<GetCatalogResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 12);
+  messageDesc(file_switchboard_v1_operator, 13);
 
 /**
  * ExplainRequest is the hypothetical request to explain; its fields mean
@@ -765,7 +825,7 @@ export type ExplainRequest = Message<"switchboard.v1.ExplainRequest"> & {
  * Use `create(ExplainRequestSchema)` to create a new message.
  */
 export const ExplainRequestSchema: GenMessage<ExplainRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 13);
+  messageDesc(file_switchboard_v1_operator, 14);
 
 /**
  * ExplainResponse is what Decide would answer, and why.
@@ -828,7 +888,7 @@ export type ExplainResponse = Message<"switchboard.v1.ExplainResponse"> & {
  * Use `create(ExplainResponseSchema)` to create a new message.
  */
 export const ExplainResponseSchema: GenMessage<ExplainResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 14);
+  messageDesc(file_switchboard_v1_operator, 15);
 
 /**
  * Experiment is a switchback experiment's definition.
@@ -920,7 +980,7 @@ export type Experiment = Message<"switchboard.v1.Experiment"> & {
  * Use `create(ExperimentSchema)` to create a new message.
  */
 export const ExperimentSchema: GenMessage<Experiment> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 15);
+  messageDesc(file_switchboard_v1_operator, 16);
 
 /**
  * StartExperimentRequest starts an experiment.
@@ -950,7 +1010,7 @@ export type StartExperimentRequest = Message<"switchboard.v1.StartExperimentRequ
  * Use `create(StartExperimentRequestSchema)` to create a new message.
  */
 export const StartExperimentRequestSchema: GenMessage<StartExperimentRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 16);
+  messageDesc(file_switchboard_v1_operator, 17);
 
 /**
  * StartExperimentResponse is the experiment as started.
@@ -971,7 +1031,7 @@ export type StartExperimentResponse = Message<"switchboard.v1.StartExperimentRes
  * Use `create(StartExperimentResponseSchema)` to create a new message.
  */
 export const StartExperimentResponseSchema: GenMessage<StartExperimentResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 17);
+  messageDesc(file_switchboard_v1_operator, 18);
 
 /**
  * StopExperimentRequest stops the running experiment.
@@ -986,7 +1046,7 @@ export type StopExperimentRequest = Message<"switchboard.v1.StopExperimentReques
  * Use `create(StopExperimentRequestSchema)` to create a new message.
  */
 export const StopExperimentRequestSchema: GenMessage<StopExperimentRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 18);
+  messageDesc(file_switchboard_v1_operator, 19);
 
 /**
  * StopExperimentResponse is the stopped experiment.
@@ -1007,7 +1067,7 @@ export type StopExperimentResponse = Message<"switchboard.v1.StopExperimentRespo
  * Use `create(StopExperimentResponseSchema)` to create a new message.
  */
 export const StopExperimentResponseSchema: GenMessage<StopExperimentResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 19);
+  messageDesc(file_switchboard_v1_operator, 20);
 
 /**
  * GetExperimentRequest asks for the experiment and its figures.
@@ -1022,7 +1082,7 @@ export type GetExperimentRequest = Message<"switchboard.v1.GetExperimentRequest"
  * Use `create(GetExperimentRequestSchema)` to create a new message.
  */
 export const GetExperimentRequestSchema: GenMessage<GetExperimentRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 20);
+  messageDesc(file_switchboard_v1_operator, 21);
 
 /**
  * GetExperimentResponse is the experiment and its figures.
@@ -1079,7 +1139,7 @@ export type GetExperimentResponse = Message<"switchboard.v1.GetExperimentRespons
  * Use `create(GetExperimentResponseSchema)` to create a new message.
  */
 export const GetExperimentResponseSchema: GenMessage<GetExperimentResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 21);
+  messageDesc(file_switchboard_v1_operator, 22);
 
 /**
  * ArmReport is one arm's figures.
@@ -1129,7 +1189,7 @@ export type ArmReport = Message<"switchboard.v1.ArmReport"> & {
  * Use `create(ArmReportSchema)` to create a new message.
  */
 export const ArmReportSchema: GenMessage<ArmReport> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 22);
+  messageDesc(file_switchboard_v1_operator, 23);
 
 /**
  * MetricEstimate is one figure of an arm: the mean of its per-block values
@@ -1205,7 +1265,7 @@ export type MetricEstimate = Message<"switchboard.v1.MetricEstimate"> & {
  * Use `create(MetricEstimateSchema)` to create a new message.
  */
 export const MetricEstimateSchema: GenMessage<MetricEstimate> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 23);
+  messageDesc(file_switchboard_v1_operator, 24);
 
 /**
  * ExperimentSchedule is how the arm of each time block is chosen.
