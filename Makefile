@@ -22,7 +22,7 @@ build: ## Build bin/decider, bin/edge, bin/provsim and bin/switchboard (the oper
 	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/decider/app.Version=$(VERSION)" -o $(BIN)/decider ./services/decider/cmd/decider
 	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/decider/internal/cli.Version=$(VERSION)" -o $(BIN)/switchboard ./services/decider/cmd/switchboard
 	go build -ldflags "-X github.com/switchboard-ai/switchboard/services/edge/app.Version=$(VERSION)" -o $(BIN)/edge ./services/edge/cmd/edge
-	go build -o $(BIN)/provsim ./services/provsim/cmd/provsim
+	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/provsim ./services/provsim/cmd/provsim
 
 .PHONY: run
 run: build ## Run the whole system on loopback: embedded etcd, decider, edge, four simulated providers; Ctrl-C stops it.

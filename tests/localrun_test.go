@@ -150,7 +150,7 @@ func buildBinaries(t *testing.T, version string) (root, bin string) {
 	for _, b := range []struct{ name, pkg, version string }{
 		{"decider", "./services/decider/cmd/decider", "github.com/switchboard-ai/switchboard/services/decider/app.Version"},
 		{"edge", "./services/edge/cmd/edge", "github.com/switchboard-ai/switchboard/services/edge/app.Version"},
-		{"provsim", "./services/provsim/cmd/provsim", ""},
+		{"provsim", "./services/provsim/cmd/provsim", "main.version"},
 		{"switchboard", "./services/decider/cmd/switchboard", "github.com/switchboard-ai/switchboard/services/decider/internal/cli.Version"},
 	} {
 		args := []string{"build", "-o", filepath.Join(bin, b.name)}
@@ -165,8 +165,8 @@ func buildBinaries(t *testing.T, version string) (root, bin string) {
 	return root, bin
 }
 
-// TestBinariesVersionAndHelp: the edge, the decider and switchboard print
-// the version make build stamps them with and exit 0; decider --help lists
+// TestBinariesVersionAndHelp: the edge, the decider, provsim and
+// switchboard print the version make build stamps them with and exit 0; decider --help lists
 // its subcommands, and experiment --help its own, exiting 0; switchboard
 // --help lists its commands and each command's --help exits 0. Long: it
 // builds the binaries.
@@ -192,6 +192,7 @@ func TestBinariesVersionAndHelp(t *testing.T) {
 		{name: "decider experiment --help", args: []string{"decider", "experiment", "--help"},
 			wantStdout: "usage: decider experiment start|stop|show [flags] (each with -help)\n"},
 		{name: "edge --help", args: []string{"edge", "--help"}, wantStderr: []string{"edge --version", "-listen"}},
+		{name: "provsim --version", args: []string{"provsim", "--version"}, wantStdout: "provsim " + version + "\n"},
 		{name: "switchboard --version", args: []string{"switchboard", "--version"}, wantStdout: "switchboard " + version + "\n"},
 		{name: "switchboard version", args: []string{"switchboard", "version"}, wantStdout: "switchboard " + version + "\n"},
 	}
