@@ -20,6 +20,9 @@ var digestFields = map[string]bool{"tokens_sha256": true, "api_keys_sha256": tru
 // digest replaced by Elided (each item of a list of digests, so their
 // count stays readable), comments and order kept.
 func Elide(data []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)

@@ -27,4 +27,7 @@ callers:
 	require.Contains(t, string(out), "class: batch")
 	_, err = Elide([]byte("a: [b"))
 	require.Error(t, err)
+	out, err = Elide(nil)
+	require.NoError(t, err)
+	require.Empty(t, out)
 }
