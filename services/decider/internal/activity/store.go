@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -342,11 +341,11 @@ func (s *Store) List(_ context.Context, q Query) ([]*switchboardv1.ActivityRecor
 		seek = recordKey(q.Tenant, q.End.Add(-time.Nanosecond), "")
 	}
 	if q.Cursor != "" {
-		c, err := hex.DecodeString(q.Cursor)
-		if err != nil || !bytes.HasPrefix(c, prefix) {
-			return nil, "", ErrBadCursor
+		p, err := ParseCursor(q.Tenant, q.Cursor)
+		if err != nil {
+			return nil, "", err
 		}
-		seek = c
+		seek = p.seek()
 	}
 	var out []*switchboardv1.ActivityRecord
 	next := ""
@@ -357,7 +356,9 @@ func (s *Store) List(_ context.Context, q Query) ([]*switchboardv1.ActivityRecor
 				break
 			}
 			if len(out) == q.Limit {
-				next = hex.EncodeToString(k)
+				// More: the next page goes on after the last record of
+				// this one (see Position), on any replica.
+				next = PositionOf(out[len(out)-1]).Cursor()
 				break
 			}
 			r := &switchboardv1.ActivityRecord{}
