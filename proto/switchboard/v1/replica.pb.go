@@ -532,6 +532,368 @@ func (x *ForwardSettleHedgeResponse) GetResponse() *SettleHedgeResponse {
 	return nil
 }
 
+// ShareObservationsRequest is one batch of observations a replica shares.
+type ShareObservationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replica_id is the sending replica's id (its --id).
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// batches are the batches of call reports, each as one edge sent it.
+	Batches       []*ObservedBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareObservationsRequest) Reset() {
+	*x = ShareObservationsRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareObservationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareObservationsRequest) ProtoMessage() {}
+
+func (x *ShareObservationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareObservationsRequest.ProtoReflect.Descriptor instead.
+func (*ShareObservationsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ShareObservationsRequest) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *ShareObservationsRequest) GetBatches() []*ObservedBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+// ObservedBatch is one batch of call reports and the edge that sent it.
+type ObservedBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// edge is the hello of the edge (or the caller of ReportCall) that sent
+	// the reports: the one reporter their speed samples count for.
+	Edge *EdgeHello `protobuf:"bytes,1,opt,name=edge,proto3" json:"edge,omitempty"`
+	// reports are the call reports, as the edge sent them.
+	Reports       []*CallReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedBatch) Reset() {
+	*x = ObservedBatch{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedBatch) ProtoMessage() {}
+
+func (x *ObservedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedBatch.ProtoReflect.Descriptor instead.
+func (*ObservedBatch) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ObservedBatch) GetEdge() *EdgeHello {
+	if x != nil {
+		return x.Edge
+	}
+	return nil
+}
+
+func (x *ObservedBatch) GetReports() []*CallReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// ShareObservationsResponse ends a ShareObservations stream.
+type ShareObservationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// batches is how many batches the receiving replica took.
+	Batches       int64 `protobuf:"varint,1,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareObservationsResponse) Reset() {
+	*x = ShareObservationsResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareObservationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareObservationsResponse) ProtoMessage() {}
+
+func (x *ShareObservationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareObservationsResponse.ProtoReflect.Descriptor instead.
+func (*ShareObservationsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ShareObservationsResponse) GetBatches() int64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
+// ForwardListActivityRequest is a ListActivity one replica asks another
+// for, of that replica's own log.
+type ForwardListActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// caller_id is the catalog id of the caller the replica asks for.
+	CallerId string `protobuf:"bytes,1,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	// request is the ListActivity request as the caller sent it; its cursor
+	// is the one every replica reads (where the merged listing stopped).
+	Request       *ListActivityRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardListActivityRequest) Reset() {
+	*x = ForwardListActivityRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardListActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardListActivityRequest) ProtoMessage() {}
+
+func (x *ForwardListActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardListActivityRequest.ProtoReflect.Descriptor instead.
+func (*ForwardListActivityRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ForwardListActivityRequest) GetCallerId() string {
+	if x != nil {
+		return x.CallerId
+	}
+	return ""
+}
+
+func (x *ForwardListActivityRequest) GetRequest() *ListActivityRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ForwardListActivityResponse is one replica's page of its own log.
+type ForwardListActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is the page; next_cursor is set when the log has more.
+	Response      *ListActivityResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardListActivityResponse) Reset() {
+	*x = ForwardListActivityResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardListActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardListActivityResponse) ProtoMessage() {}
+
+func (x *ForwardListActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardListActivityResponse.ProtoReflect.Descriptor instead.
+func (*ForwardListActivityResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ForwardListActivityResponse) GetResponse() *ListActivityResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+// ForwardGetActivityRequest is a GetActivity one replica asks another for,
+// of that replica's own log.
+type ForwardGetActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// caller_id is the catalog id of the caller the replica asks for.
+	CallerId string `protobuf:"bytes,1,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	// request is the GetActivity request as the caller sent it.
+	Request       *GetActivityRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardGetActivityRequest) Reset() {
+	*x = ForwardGetActivityRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardGetActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardGetActivityRequest) ProtoMessage() {}
+
+func (x *ForwardGetActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardGetActivityRequest.ProtoReflect.Descriptor instead.
+func (*ForwardGetActivityRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ForwardGetActivityRequest) GetCallerId() string {
+	if x != nil {
+		return x.CallerId
+	}
+	return ""
+}
+
+func (x *ForwardGetActivityRequest) GetRequest() *GetActivityRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ForwardGetActivityResponse is the record, from the called replica's log.
+type ForwardGetActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is GetActivity's answer.
+	Response      *GetActivityResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardGetActivityResponse) Reset() {
+	*x = ForwardGetActivityResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardGetActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardGetActivityResponse) ProtoMessage() {}
+
+func (x *ForwardGetActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardGetActivityResponse.ProtoReflect.Descriptor instead.
+func (*ForwardGetActivityResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ForwardGetActivityResponse) GetResponse() *GetActivityResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 var File_switchboard_v1_replica_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_replica_proto_rawDesc = "" +
@@ -561,13 +923,35 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12<\n" +
 	"\arequest\x18\x02 \x01(\v2\".switchboard.v1.SettleHedgeRequestR\arequest\"]\n" +
 	"\x1aForwardSettleHedgeResponse\x12?\n" +
-	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.SettleHedgeResponseR\bresponse2\xb1\x04\n" +
+	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.SettleHedgeResponseR\bresponse\"r\n" +
+	"\x18ShareObservationsRequest\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x127\n" +
+	"\abatches\x18\x02 \x03(\v2\x1d.switchboard.v1.ObservedBatchR\abatches\"t\n" +
+	"\rObservedBatch\x12-\n" +
+	"\x04edge\x18\x01 \x01(\v2\x19.switchboard.v1.EdgeHelloR\x04edge\x124\n" +
+	"\areports\x18\x02 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"5\n" +
+	"\x19ShareObservationsResponse\x12\x18\n" +
+	"\abatches\x18\x01 \x01(\x03R\abatches\"x\n" +
+	"\x1aForwardListActivityRequest\x12\x1b\n" +
+	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12=\n" +
+	"\arequest\x18\x02 \x01(\v2#.switchboard.v1.ListActivityRequestR\arequest\"_\n" +
+	"\x1bForwardListActivityResponse\x12@\n" +
+	"\bresponse\x18\x01 \x01(\v2$.switchboard.v1.ListActivityResponseR\bresponse\"v\n" +
+	"\x19ForwardGetActivityRequest\x12\x1b\n" +
+	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12<\n" +
+	"\arequest\x18\x02 \x01(\v2\".switchboard.v1.GetActivityRequestR\arequest\"]\n" +
+	"\x1aForwardGetActivityResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.GetActivityResponseR\bresponse2\xfa\x06\n" +
 	"\x0eReplicaService\x12_\n" +
 	"\x0eForwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12e\n" +
 	"\x10ForwardReconcile\x12'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n" +
 	"\x17ForwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n" +
 	"\x13ForwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n" +
-	"\x12ForwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\x12ForwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12j\n" +
+	"\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n" +
+	"\x13ForwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n" +
+	"\x12ForwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_replica_proto_rawDescOnce sync.Once
@@ -581,7 +965,7 @@ func file_switchboard_v1_replica_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_replica_proto_rawDescData
 }
 
-var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardReserveRequest)(nil),           // 0: switchboard.v1.ForwardReserveRequest
 	(*ForwardReserveResponse)(nil),          // 1: switchboard.v1.ForwardReserveResponse
@@ -593,43 +977,69 @@ var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardAcquireHedgeResponse)(nil),     // 7: switchboard.v1.ForwardAcquireHedgeResponse
 	(*ForwardSettleHedgeRequest)(nil),       // 8: switchboard.v1.ForwardSettleHedgeRequest
 	(*ForwardSettleHedgeResponse)(nil),      // 9: switchboard.v1.ForwardSettleHedgeResponse
-	(*ReserveRequest)(nil),                  // 10: switchboard.v1.ReserveRequest
-	(*ReserveResponse)(nil),                 // 11: switchboard.v1.ReserveResponse
-	(*ReconcileRequest)(nil),                // 12: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),               // 13: switchboard.v1.ReconcileResponse
-	(*KeepReservationsRequest)(nil),         // 14: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil),        // 15: switchboard.v1.KeepReservationsResponse
-	(*AcquireHedgeRequest)(nil),             // 16: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),            // 17: switchboard.v1.AcquireHedgeResponse
-	(*SettleHedgeRequest)(nil),              // 18: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),             // 19: switchboard.v1.SettleHedgeResponse
+	(*ShareObservationsRequest)(nil),        // 10: switchboard.v1.ShareObservationsRequest
+	(*ObservedBatch)(nil),                   // 11: switchboard.v1.ObservedBatch
+	(*ShareObservationsResponse)(nil),       // 12: switchboard.v1.ShareObservationsResponse
+	(*ForwardListActivityRequest)(nil),      // 13: switchboard.v1.ForwardListActivityRequest
+	(*ForwardListActivityResponse)(nil),     // 14: switchboard.v1.ForwardListActivityResponse
+	(*ForwardGetActivityRequest)(nil),       // 15: switchboard.v1.ForwardGetActivityRequest
+	(*ForwardGetActivityResponse)(nil),      // 16: switchboard.v1.ForwardGetActivityResponse
+	(*ReserveRequest)(nil),                  // 17: switchboard.v1.ReserveRequest
+	(*ReserveResponse)(nil),                 // 18: switchboard.v1.ReserveResponse
+	(*ReconcileRequest)(nil),                // 19: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),               // 20: switchboard.v1.ReconcileResponse
+	(*KeepReservationsRequest)(nil),         // 21: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil),        // 22: switchboard.v1.KeepReservationsResponse
+	(*AcquireHedgeRequest)(nil),             // 23: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),            // 24: switchboard.v1.AcquireHedgeResponse
+	(*SettleHedgeRequest)(nil),              // 25: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),             // 26: switchboard.v1.SettleHedgeResponse
+	(*EdgeHello)(nil),                       // 27: switchboard.v1.EdgeHello
+	(*CallReport)(nil),                      // 28: switchboard.v1.CallReport
+	(*ListActivityRequest)(nil),             // 29: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),            // 30: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),              // 31: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),             // 32: switchboard.v1.GetActivityResponse
 }
 var file_switchboard_v1_replica_proto_depIdxs = []int32{
-	10, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
-	11, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
-	12, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
-	13, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
-	14, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
-	15, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
-	16, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
-	17, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
-	18, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
-	19, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
-	0,  // 10: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
-	2,  // 11: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
-	4,  // 12: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
-	6,  // 13: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
-	8,  // 14: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
-	1,  // 15: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
-	3,  // 16: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
-	5,  // 17: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
-	7,  // 18: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
-	9,  // 19: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	17, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
+	18, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
+	19, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
+	20, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
+	21, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
+	22, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
+	23, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
+	24, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
+	25, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
+	26, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
+	11, // 10: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
+	27, // 11: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
+	28, // 12: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
+	29, // 13: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
+	30, // 14: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
+	31, // 15: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
+	32, // 16: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
+	0,  // 17: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
+	2,  // 18: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
+	4,  // 19: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
+	6,  // 20: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
+	8,  // 21: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
+	10, // 22: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
+	13, // 23: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
+	15, // 24: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
+	1,  // 25: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
+	3,  // 26: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
+	5,  // 27: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
+	7,  // 28: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
+	9,  // 29: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
+	12, // 30: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
+	14, // 31: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
+	16, // 32: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_replica_proto_init() }
@@ -645,7 +1055,7 @@ func file_switchboard_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_replica_proto_rawDesc), len(file_switchboard_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
