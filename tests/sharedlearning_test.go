@@ -133,7 +133,7 @@ func listActivity(t *testing.T, addr string, limit int32) (map[string]int, []str
 		for _, rec := range resp.GetRecords() {
 			out[rec.GetId()]++
 		}
-		for _, r := range []string(nil) { // PREFIX
+		for _, r := range resp.GetMissingReplicas() {
 			missing[r] = true
 		}
 		if cursor = resp.GetNextCursor(); cursor == "" {

@@ -329,12 +329,18 @@ type Query struct {
 	Cursor     string
 }
 
+// PageLimit is the size of a listing's page asked for n records: 50 for
+// none, at most 500.
+func PageLimit(n int) int {
+	if n <= 0 {
+		return 50
+	}
+	return min(n, 500)
+}
+
 // List returns the tenant's records, newest first, and the cursor of the next page.
 func (s *Store) List(_ context.Context, q Query) ([]*switchboardv1.ActivityRecord, string, error) {
-	if q.Limit <= 0 {
-		q.Limit = 50
-	}
-	q.Limit = min(q.Limit, 500)
+	q.Limit = PageLimit(q.Limit)
 	prefix := append([]byte(q.Tenant), 0)
 	seek := prefix
 	if !q.End.IsZero() {

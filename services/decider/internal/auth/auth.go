@@ -28,7 +28,8 @@
 // RouterService holds Decide, Reserve, Reconcile, KeepReservations,
 // ListModels, the activity calls and ReportCall; EdgeService Report and the hedge
 // budget; OperatorService the experiments and Explain; ReplicaService what
-// one decider replica forwards to another.
+// one decider replica forwards to another, and the observations and
+// activity logs replicas share.
 //
 //	RPC                      edge        service          replica     operator
 //	Decide                   by key      own tenants      -           -
@@ -51,6 +52,9 @@
 //	ForwardKeepReservations  -           -                forwarded   -
 //	ForwardAcquireHedge      -           -                forwarded   -
 //	ForwardSettleHedge       -           -                forwarded   -
+//	ForwardListActivity      -           -                forwarded   -
+//	ForwardGetActivity       -           -                forwarded   -
+//	ShareObservations        -           -                yes         -
 //
 // "By key": an edge decides for clients it authenticated by API key, so the
 // request's identity must carry api_key_sha256; a bare tenant_id is refused.

@@ -376,6 +376,16 @@ func SettleHedge(r *switchboardv1.SettleHedgeRequest) error {
 // MaxSettlements bounds the settlements of one SettleHedge call.
 const MaxSettlements = 4096
 
+// EdgeHello checks the hello an edge opens its Report stream with, and
+// that another replica passes on with the edge's reports: an edge_id, and
+// bounded names.
+func EdgeHello(h *switchboardv1.EdgeHello) error {
+	if h.GetEdgeId() == "" {
+		return errors.New("hello.edge_id is required")
+	}
+	return errors.Join(ID("hello.edge_id", h.GetEdgeId()), Name("hello.region", h.GetRegion()), Name("hello.version", h.GetVersion()))
+}
+
 // CallReport checks a call report.
 func CallReport(r *switchboardv1.CallReport) error {
 	return first(

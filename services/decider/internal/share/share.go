@@ -1,0 +1,240 @@
+// Package share carries what one decider replica learns from its edges to
+// every other live replica, so each answers Decide as one decider fed by
+// every edge would: the call reports a replica takes from its own Report
+// streams (and ReportCall) are queued for each peer and streamed to it
+// (ReplicaService.ShareObservations), where they are learned from as the
+// peer's own (observe.Observer.IngestShared: statistics, outcomes,
+// affinity, conversations, cool-downs pushed to its edges), never stored
+// as activity nor settled again.
+//
+// Each peer has its own bounded queue and sender, so a slow or dead peer
+// never slows the Report streams nor the other peers: Publish never
+// blocks; a batch that does not fit in a peer's queue is dropped for that
+// peer and counted (Dropped), as is a batch a broken stream lost. What a
+// replica's crash loses is what its queues held: at most QueueBatches
+// batches a peer, normally the last FlushEvery of reports.
+package share
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+)
+
+// Defaults of Options.
+const (
+	// DefaultQueueBatches bounds the batches waiting for one peer.
+	DefaultQueueBatches = 1024
+	// DefaultMaxReports bounds the reports of one message to a peer.
+	DefaultMaxReports = 512
+	// DefaultFlushEvery is how long a sender gathers batches before it
+	// sends what it has.
+	DefaultFlushEvery = 20 * time.Millisecond
+)
+
+// Options configure a Sharer.
+type Options struct {
+	// Self is this replica's id, sent with every message. (Required)
+	Self string
+	// Conn returns the connection to the replica at addr. (Required)
+	Conn func(addr string) (*grpc.ClientConn, error)
+	// Logger logs peers that cannot be reached. (Required)
+	Logger *slog.Logger
+	// QueueBatches bounds each peer's queue. (Optional) Defaults to DefaultQueueBatches.
+	QueueBatches int
+	// MaxReports bounds the reports of one message. (Optional) Defaults to DefaultMaxReports.
+	MaxReports int
+	// FlushEvery is how long reports are gathered before they are sent.
+	// (Optional) Defaults to DefaultFlushEvery.
+	FlushEvery time.Duration
+}
+
+// Peers is where the live replicas are read from (replicas.Set.Live).
+type Peers func() (map[string]string, <-chan struct{})
+
+// Sharer queues this replica's observations for every live peer and
+// streams them to it.
+type Sharer struct {
+	o Options
+
+	mu    sync.Mutex
+	peers map[string]*peer // by id
+
+	shared  atomic.Int64 // batches a peer took
+	dropped atomic.Int64 // batches a peer never got: queue full, stream broken
+}
+
+// New returns a sharer of o; Run starts its senders.
+func New(o Options) *Sharer {
+	if o.QueueBatches <= 0 {
+		o.QueueBatches = DefaultQueueBatches
+	}
+	if o.MaxReports <= 0 {
+		o.MaxReports = DefaultMaxReports
+	}
+	if o.FlushEvery <= 0 {
+		o.FlushEvery = DefaultFlushEvery
+	}
+	return &Sharer{o: o, peers: map[string]*peer{}}
+}
+
+// peer is one live replica: its queue and the sender draining it.
+type peer struct {
+	addr   string
+	queue  chan *switchboardv1.ObservedBatch
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Publish queues one batch an edge sent this replica for every live peer.
+// It never blocks: a peer whose queue is full misses the batch (Dropped).
+func (s *Sharer) Publish(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
+	if len(reports) == 0 {
+		return
+	}
+	b := &switchboardv1.ObservedBatch{Edge: edge, Reports: reports}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.peers {
+		select {
+		case p.queue <- b:
+		default:
+			s.dropped.Add(1)
+		}
+	}
+}
+
+// Run keeps one sender per live peer, as peers says, until ctx ends.
+func (s *Sharer) Run(ctx context.Context, peers Peers) {
+	defer s.apply(ctx, nil)
+	for {
+		live, changed := peers()
+		s.apply(ctx, live)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// apply starts a sender for each peer of live that has none (or whose
+// address changed) and stops those of peers gone, waiting for them.
+func (s *Sharer) apply(ctx context.Context, live map[string]string) {
+	s.mu.Lock()
+	var stopped []*peer
+	for id, p := range s.peers {
+		if addr, ok := live[id]; !ok || addr != p.addr {
+			p.cancel()
+			stopped = append(stopped, p)
+			s.dropped.Add(int64(len(p.queue)))
+			delete(s.peers, id)
+		}
+	}
+	for id, addr := range live {
+		if _, ok := s.peers[id]; ok {
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p := &peer{addr: addr, queue: make(chan *switchboardv1.ObservedBatch, s.o.QueueBatches), cancel: cancel, done: make(chan struct{})}
+		s.peers[id] = p
+		go func() {
+			defer close(p.done)
+			s.send(pctx, id, p)
+		}()
+	}
+	s.mu.Unlock()
+	for _, p := range stopped {
+		<-p.done
+	}
+}
+
+// send streams p's queue to it until ctx ends, opening the stream again
+// (after a back-off of up to 2 s) when it breaks.
+func (s *Sharer) send(ctx context.Context, id string, p *peer) {
+	backoff := 100 * time.Millisecond
+	var stream grpc.ClientStreamingClient[switchboardv1.ShareObservationsRequest, switchboardv1.ShareObservationsResponse]
+	defer func() {
+		if stream != nil {
+			_, _ = stream.CloseAndRecv()
+		}
+	}()
+	for {
+		msg, n := s.gather(ctx, p)
+		if msg == nil {
+			return
+		}
+		if stream == nil {
+			conn, err := s.o.Conn(p.addr)
+			if err == nil {
+				stream, err = switchboardv1.NewReplicaServiceClient(conn).ShareObservations(ctx)
+			}
+			if err != nil {
+				s.lost(ctx, id, n, err, &backoff)
+				continue
+			}
+		}
+		if err := stream.Send(msg); err != nil {
+			stream = nil
+			s.lost(ctx, id, n, err, &backoff)
+			continue
+		}
+		s.shared.Add(int64(n))
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// lost counts n batches a peer did not get and waits the back-off.
+func (s *Sharer) lost(ctx context.Context, id string, n int, err error, backoff *time.Duration) {
+	s.dropped.Add(int64(n))
+	if ctx.Err() != nil {
+		return
+	}
+	s.o.Logger.Warn("sharing observations with a replica failed", "replica", id, "batches", n, "err", err, "retry_in", *backoff)
+	select {
+	case <-ctx.Done():
+	case <-time.After(*backoff):
+	}
+	*backoff = min(2**backoff, 2*time.Second)
+}
+
+// gather waits for p's first queued batch, then takes what comes within
+// FlushEvery, up to MaxReports reports, as one message of n batches; nil
+// when ctx ended.
+func (s *Sharer) gather(ctx context.Context, p *peer) (msg *switchboardv1.ShareObservationsRequest, n int) {
+	var first *switchboardv1.ObservedBatch
+	select {
+	case <-ctx.Done():
+		return nil, 0
+	case first = <-p.queue:
+	}
+	msg = &switchboardv1.ShareObservationsRequest{ReplicaId: s.o.Self, Batches: []*switchboardv1.ObservedBatch{first}}
+	reports := len(first.GetReports())
+	flush := time.NewTimer(s.o.FlushEvery)
+	defer flush.Stop()
+	for reports < s.o.MaxReports {
+		select {
+		case <-ctx.Done():
+			return msg, len(msg.Batches)
+		case <-flush.C:
+			return msg, len(msg.Batches)
+		case b := <-p.queue:
+			msg.Batches = append(msg.Batches, b)
+			reports += len(b.GetReports())
+		}
+	}
+	return msg, len(msg.Batches)
+}
+
+// Shared returns how many batches peers took (one per peer per batch).
+func (s *Sharer) Shared() int64 { return s.shared.Load() }
+
+// Dropped returns how many batches a peer never got: its queue was full,
+// its stream broke with them, or it left with them queued.
+func (s *Sharer) Dropped() int64 { return s.dropped.Load() }
