@@ -4,9 +4,9 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { AcquireHedgeRequest, AcquireHedgeResponse, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
+import type { AcquireHedgeRequest, AcquireHedgeResponse, CallReport, EdgeHello, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
 import { file_switchboard_v1_edge } from "./edge_pb.js";
-import type { KeepReservationsRequest, KeepReservationsResponse, ReconcileRequest, ReconcileResponse, ReserveRequest, ReserveResponse } from "./router_pb.js";
+import type { GetActivityRequest, GetActivityResponse, KeepReservationsRequest, KeepReservationsResponse, ListActivityRequest, ListActivityResponse, ReconcileRequest, ReconcileResponse, ReserveRequest, ReserveResponse } from "./router_pb.js";
 import { file_switchboard_v1_router } from "./router_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/replica.proto.
  */
 export const file_switchboard_v1_replica: GenFile = /*@__PURE__*/
-  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZTKxBAoOUmVwbGljYVNlcnZpY2USXwoORm9yd2FyZFJlc2VydmUSJS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlcXVlc3QaJi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEmUKEEZvcndhcmRSZWNvbmNpbGUSJy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVxdWVzdBooLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZWNvbmNpbGVSZXNwb25zZRJ6ChdGb3J3YXJkS2VlcFJlc2VydmF0aW9ucxIuLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVxdWVzdBovLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVzcG9uc2USbgoTRm9yd2FyZEFjcXVpcmVIZWRnZRIqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0Gisuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEFjcXVpcmVIZWRnZVJlc3BvbnNlEmsKEkZvcndhcmRTZXR0bGVIZWRnZRIpLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRTZXR0bGVIZWRnZVJlcXVlc3QaKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXNwb25zZUJKWkhnaXRodWIuY29tL3N3aXRjaGJvYXJkLWFpL3N3aXRjaGJvYXJkL3Byb3RvL3N3aXRjaGJvYXJkL3YxO3N3aXRjaGJvYXJkdjFiBnByb3RvMw", [file_switchboard_v1_edge, file_switchboard_v1_router]);
+  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJeChhTaGFyZU9ic2VydmF0aW9uc1JlcXVlc3QSEgoKcmVwbGljYV9pZBgBIAEoCRIuCgdiYXRjaGVzGAIgAygLMh0uc3dpdGNoYm9hcmQudjEuT2JzZXJ2ZWRCYXRjaCJlCg1PYnNlcnZlZEJhdGNoEicKBGVkZ2UYASABKAsyGS5zd2l0Y2hib2FyZC52MS5FZGdlSGVsbG8SKwoHcmVwb3J0cxgCIAMoCzIaLnN3aXRjaGJvYXJkLnYxLkNhbGxSZXBvcnQiLAoZU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZRIPCgdiYXRjaGVzGAEgASgDImUKGkZvcndhcmRMaXN0QWN0aXZpdHlSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVxdWVzdCJVChtGb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5MaXN0QWN0aXZpdHlSZXNwb25zZSJjChlGb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuR2V0QWN0aXZpdHlSZXF1ZXN0IlMKGkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuR2V0QWN0aXZpdHlSZXNwb25zZTL6BgoOUmVwbGljYVNlcnZpY2USXwoORm9yd2FyZFJlc2VydmUSJS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlcXVlc3QaJi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEmUKEEZvcndhcmRSZWNvbmNpbGUSJy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVxdWVzdBooLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZWNvbmNpbGVSZXNwb25zZRJ6ChdGb3J3YXJkS2VlcFJlc2VydmF0aW9ucxIuLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVxdWVzdBovLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVzcG9uc2USbgoTRm9yd2FyZEFjcXVpcmVIZWRnZRIqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0Gisuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEFjcXVpcmVIZWRnZVJlc3BvbnNlEmsKEkZvcndhcmRTZXR0bGVIZWRnZRIpLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRTZXR0bGVIZWRnZVJlcXVlc3QaKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXNwb25zZRJqChFTaGFyZU9ic2VydmF0aW9ucxIoLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBopLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2UoARJuChNGb3J3YXJkTGlzdEFjdGl2aXR5Eiouc3dpdGNoYm9hcmQudjEuRm9yd2FyZExpc3RBY3Rpdml0eVJlcXVlc3QaKy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USawoSRm9yd2FyZEdldEFjdGl2aXR5Eikuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBoqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlQkpaSGdpdGh1Yi5jb20vc3dpdGNoYm9hcmQtYWkvc3dpdGNoYm9hcmQvcHJvdG8vc3dpdGNoYm9hcmQvdjE7c3dpdGNoYm9hcmR2MWIGcHJvdG8z", [file_switchboard_v1_edge, file_switchboard_v1_router]);
 
 /**
  * ForwardReserveRequest is a Reserve forwarded to the broker's owner.
@@ -268,6 +268,185 @@ export const ForwardSettleHedgeResponseSchema: GenMessage<ForwardSettleHedgeResp
   messageDesc(file_switchboard_v1_replica, 9);
 
 /**
+ * ShareObservationsRequest is one batch of observations a replica shares.
+ *
+ * @generated from message switchboard.v1.ShareObservationsRequest
+ */
+export type ShareObservationsRequest = Message<"switchboard.v1.ShareObservationsRequest"> & {
+  /**
+   * replica_id is the sending replica's id (its --id).
+   *
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * batches are the batches of call reports, each as one edge sent it.
+   *
+   * @generated from field: repeated switchboard.v1.ObservedBatch batches = 2;
+   */
+  batches: ObservedBatch[];
+};
+
+/**
+ * Describes the message switchboard.v1.ShareObservationsRequest.
+ * Use `create(ShareObservationsRequestSchema)` to create a new message.
+ */
+export const ShareObservationsRequestSchema: GenMessage<ShareObservationsRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 10);
+
+/**
+ * ObservedBatch is one batch of call reports and the edge that sent it.
+ *
+ * @generated from message switchboard.v1.ObservedBatch
+ */
+export type ObservedBatch = Message<"switchboard.v1.ObservedBatch"> & {
+  /**
+   * edge is the hello of the edge (or the caller of ReportCall) that sent
+   * the reports: the one reporter their speed samples count for.
+   *
+   * @generated from field: switchboard.v1.EdgeHello edge = 1;
+   */
+  edge?: EdgeHello | undefined;
+
+  /**
+   * reports are the call reports, as the edge sent them.
+   *
+   * @generated from field: repeated switchboard.v1.CallReport reports = 2;
+   */
+  reports: CallReport[];
+};
+
+/**
+ * Describes the message switchboard.v1.ObservedBatch.
+ * Use `create(ObservedBatchSchema)` to create a new message.
+ */
+export const ObservedBatchSchema: GenMessage<ObservedBatch> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 11);
+
+/**
+ * ShareObservationsResponse ends a ShareObservations stream.
+ *
+ * @generated from message switchboard.v1.ShareObservationsResponse
+ */
+export type ShareObservationsResponse = Message<"switchboard.v1.ShareObservationsResponse"> & {
+  /**
+   * batches is how many batches the receiving replica took.
+   *
+   * @generated from field: int64 batches = 1;
+   */
+  batches: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.ShareObservationsResponse.
+ * Use `create(ShareObservationsResponseSchema)` to create a new message.
+ */
+export const ShareObservationsResponseSchema: GenMessage<ShareObservationsResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 12);
+
+/**
+ * ForwardListActivityRequest is a ListActivity one replica asks another
+ * for, of that replica's own log.
+ *
+ * @generated from message switchboard.v1.ForwardListActivityRequest
+ */
+export type ForwardListActivityRequest = Message<"switchboard.v1.ForwardListActivityRequest"> & {
+  /**
+   * caller_id is the catalog id of the caller the replica asks for.
+   *
+   * @generated from field: string caller_id = 1;
+   */
+  callerId: string;
+
+  /**
+   * request is the ListActivity request as the caller sent it; its cursor
+   * is the one every replica reads (where the merged listing stopped).
+   *
+   * @generated from field: switchboard.v1.ListActivityRequest request = 2;
+   */
+  request?: ListActivityRequest | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardListActivityRequest.
+ * Use `create(ForwardListActivityRequestSchema)` to create a new message.
+ */
+export const ForwardListActivityRequestSchema: GenMessage<ForwardListActivityRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 13);
+
+/**
+ * ForwardListActivityResponse is one replica's page of its own log.
+ *
+ * @generated from message switchboard.v1.ForwardListActivityResponse
+ */
+export type ForwardListActivityResponse = Message<"switchboard.v1.ForwardListActivityResponse"> & {
+  /**
+   * response is the page; next_cursor is set when the log has more.
+   *
+   * @generated from field: switchboard.v1.ListActivityResponse response = 1;
+   */
+  response?: ListActivityResponse | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardListActivityResponse.
+ * Use `create(ForwardListActivityResponseSchema)` to create a new message.
+ */
+export const ForwardListActivityResponseSchema: GenMessage<ForwardListActivityResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 14);
+
+/**
+ * ForwardGetActivityRequest is a GetActivity one replica asks another for,
+ * of that replica's own log.
+ *
+ * @generated from message switchboard.v1.ForwardGetActivityRequest
+ */
+export type ForwardGetActivityRequest = Message<"switchboard.v1.ForwardGetActivityRequest"> & {
+  /**
+   * caller_id is the catalog id of the caller the replica asks for.
+   *
+   * @generated from field: string caller_id = 1;
+   */
+  callerId: string;
+
+  /**
+   * request is the GetActivity request as the caller sent it.
+   *
+   * @generated from field: switchboard.v1.GetActivityRequest request = 2;
+   */
+  request?: GetActivityRequest | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardGetActivityRequest.
+ * Use `create(ForwardGetActivityRequestSchema)` to create a new message.
+ */
+export const ForwardGetActivityRequestSchema: GenMessage<ForwardGetActivityRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 15);
+
+/**
+ * ForwardGetActivityResponse is the record, from the called replica's log.
+ *
+ * @generated from message switchboard.v1.ForwardGetActivityResponse
+ */
+export type ForwardGetActivityResponse = Message<"switchboard.v1.ForwardGetActivityResponse"> & {
+  /**
+   * response is GetActivity's answer.
+   *
+   * @generated from field: switchboard.v1.GetActivityResponse response = 1;
+   */
+  response?: GetActivityResponse | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardGetActivityResponse.
+ * Use `create(ForwardGetActivityResponseSchema)` to create a new message.
+ */
+export const ForwardGetActivityResponseSchema: GenMessage<ForwardGetActivityResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 16);
+
+/**
  * ReplicaService is what decider replicas call on each other, and nothing
  * else does: a replica that does not own the rate-limit broker forwards to
  * the one that does the calls that must be decided in one place — the
@@ -280,6 +459,12 @@ export const ForwardSettleHedgeResponseSchema: GenMessage<ForwardSettleHedgeResp
  * Only callers of role replica may call this service; caller_id must name
  * a caller of the catalog that is not a replica (forwarding does not
  * chain), else the call is PERMISSION_DENIED.
+ *
+ * Replicas also share what they learn and what they log: each sends every
+ * other live replica the call reports its edges sent it
+ * (ShareObservations), and a replica answering ListActivity or GetActivity
+ * reads every other replica's activity log (ForwardListActivity,
+ * ForwardGetActivity, on behalf of its caller).
  *
  * @generated from service switchboard.v1.ReplicaService
  */
@@ -334,6 +519,43 @@ export const ReplicaService: GenService<{
     methodKind: "unary";
     input: typeof ForwardSettleHedgeRequestSchema;
     output: typeof ForwardSettleHedgeResponseSchema;
+  },
+  /**
+   * ShareObservations carries the call reports a replica took from its own
+   * Report streams (and ReportCall) to another replica, which learns from
+   * them as if its own edges had sent them: statistics, outcomes, prompt
+   * affinity, conversations and cool-downs. It stores no activity and
+   * settles nothing for them. The stream stays open while both replicas
+   * live; the answer counts what was taken.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ShareObservations
+   */
+  shareObservations: {
+    methodKind: "client_streaming";
+    input: typeof ShareObservationsRequestSchema;
+    output: typeof ShareObservationsResponseSchema;
+  },
+  /**
+   * ForwardListActivity is RouterService.ListActivity on behalf of
+   * caller_id, answered from the called replica's own activity log only.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ForwardListActivity
+   */
+  forwardListActivity: {
+    methodKind: "unary";
+    input: typeof ForwardListActivityRequestSchema;
+    output: typeof ForwardListActivityResponseSchema;
+  },
+  /**
+   * ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
+   * answered from the called replica's own activity log only.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ForwardGetActivity
+   */
+  forwardGetActivity: {
+    methodKind: "unary";
+    input: typeof ForwardGetActivityRequestSchema;
+    output: typeof ForwardGetActivityResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchboard_v1_replica, 0);
