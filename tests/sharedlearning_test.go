@@ -109,6 +109,11 @@ func TestReplicasLearnTogether(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls listed through each replica", len(ids))
+	for _, d := range []*deciderapp.Decider{a, b, c} {
+		require.Zero(t, d.ObservationsDropped(), "nothing lost while every replica lives")
+	}
+	require.Positive(t, a.ObservationsShared())
+	require.Positive(t, c.ObservationsShared())
 
 	// A replica gone: its log is out of reach, and the answer says so.
 	c.Kill()

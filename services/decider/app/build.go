@@ -177,6 +177,11 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	// them too (share), and learn from them as from their own edges'.
 	var ob *observe.Observer
 	d.sharer = share.New(share.Options{Self: cfg.ID, Conn: d.adm.PeerConn, Logger: logger.With("component", "share")})
+	if d.metrics.Enabled() {
+		if err := d.sharer.Instrument(d.metrics.MeterProvider()); err != nil {
+			return fmt.Errorf("sharing metrics: %w", err)
+		}
+	}
 	d.hub = report.NewHub(report.Options{
 		Logger: logger.With("component", "report"),
 		Sink: func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {

@@ -10,8 +10,9 @@ package replicas
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
@@ -196,10 +197,11 @@ func (s *Set) Owns(key string) bool {
 	return bestID == s.o.Self
 }
 
+// score is id's weight for key, the same on every replica.
 func score(id, key string) uint64 {
-	h := fnv.New64a()
+	h := sha256.New()
 	_, _ = h.Write([]byte(id))
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(key))
-	return h.Sum64()
+	return binary.BigEndian.Uint64(h.Sum(nil))
 }

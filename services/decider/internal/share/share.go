@@ -17,11 +17,13 @@ package share
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -238,3 +240,23 @@ func (s *Sharer) Shared() int64 { return s.shared.Load() }
 // Dropped returns how many batches a peer never got: its queue was full,
 // its stream broke with them, or it left with them queued.
 func (s *Sharer) Dropped() int64 { return s.dropped.Load() }
+
+// Instrument reports Shared and Dropped on provider's meter, as
+// switchboard_decider_observations_shared and
+// switchboard_decider_observations_dropped.
+func (s *Sharer) Instrument(provider metric.MeterProvider) error {
+	mt := provider.Meter("github.com/switchboard-ai/switchboard/services/decider/internal/share")
+	shared, err1 := mt.Int64ObservableCounter("switchboard_decider_observations_shared", metric.WithUnit("{batch}"),
+		metric.WithDescription("Batches of call reports this replica's edges sent that another replica took (one per replica per batch)."))
+	dropped, err2 := mt.Int64ObservableCounter("switchboard_decider_observations_dropped", metric.WithUnit("{batch}"),
+		metric.WithDescription("Batches of call reports this replica's edges sent that another live replica never got: its queue was full, its stream broke, or it left."))
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	_, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(shared, s.Shared())
+		o.ObserveInt64(dropped, s.Dropped())
+		return nil
+	}, shared, dropped)
+	return err
+}
