@@ -27,8 +27,10 @@ import (
 )
 
 // DefaultPeerTimeout bounds how long a replica waits for another's
-// activity log before it answers without it, naming it.
-const DefaultPeerTimeout = 2 * time.Second
+// activity log before it answers without it, naming it. It never waits
+// past three quarters of what its caller's deadline leaves, so the answer
+// naming the replica reaches the caller in time.
+const DefaultPeerTimeout = time.Second
 
 // Peers is how this replica reaches the other replicas (Deps.Peers).
 type Peers struct {
@@ -133,7 +135,11 @@ func askPeers[T any](ctx context.Context, s *Server, ask func(context.Context, s
 				out[i].err = err
 				return
 			}
-			pctx, cancel := context.WithTimeout(ctx, timeout)
+			wait := timeout
+			if dl, ok := ctx.Deadline(); ok {
+				wait = min(wait, time.Until(dl)*3/4)
+			}
+			pctx, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
 			out[i].resp, out[i].err = ask(pctx, switchboardv1.NewReplicaServiceClient(conn))
 		})
