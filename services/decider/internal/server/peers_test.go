@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+)
+
+// TestSharedObservationsCheckedThenLearned: what another replica shares
+// is checked as an edge's reports are; a batch without a valid hello and a
+// report that fails its checks are dropped, the rest learned from.
+func TestSharedObservationsCheckedThenLearned(t *testing.T) {
+	var mu sync.Mutex
+	var learned []string
+	f := start(t, func(d *server.Deps) {
+		d.Peers.Learn = func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range rs {
+				learned = append(learned, e.GetEdgeId()+"/"+r.GetRequestId())
+			}
+		}
+	})
+	stream, err := f.client.ShareObservations(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&switchboardv1.ShareObservationsRequest{ReplicaId: "r2", Batches: []*switchboardv1.ObservedBatch{
+		{Edge: &switchboardv1.EdgeHello{EdgeId: "e1"}, Reports: []*switchboardv1.CallReport{
+			{RequestId: "ok-1"}, {RequestId: strings.Repeat("x", 10_000)}, {RequestId: "ok-2"},
+		}},
+		{Reports: []*switchboardv1.CallReport{{RequestId: "no-edge"}}},
+	}}))
+	resp, err := stream.CloseAndRecv()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), resp.GetBatches())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"e1/ok-1", "e1/ok-2"}, learned)
+}
+
+// TestActivityNamesTheReplicasNotRead: a replica that holds a log but is
+// not live is named in the listing, and a record not in the logs read is
+// UNAVAILABLE, not NOT_FOUND.
+func TestActivityNamesTheReplicasNotRead(t *testing.T) {
+	f := start(t, func(d *server.Deps) {
+		d.Peers = server.Peers{
+			Logs: func() []string { return []string{"gone"} },
+			Live: func() (map[string]string, <-chan struct{}) { return map[string]string{}, nil },
+			Conn: func(string) (*grpc.ClientConn, error) { panic("no live replica to dial") },
+		}
+	})
+	list, err := f.client.ListActivity(t.Context(), &switchboardv1.ListActivityRequest{Identity: key(acmeKey)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"gone"}, list.GetMissingReplicas())
+	_, err = f.client.GetActivity(t.Context(), &switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "nope"})
+	requireCode(t, codes.Unavailable, err, "a record perhaps in the log not read")
+}
