@@ -9,6 +9,7 @@ package switchboardv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -538,7 +539,11 @@ type ShareObservationsRequest struct {
 	// replica_id is the sending replica's id (its --id).
 	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	// batches are the batches of call reports, each as one edge sent it.
-	Batches       []*ObservedBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	Batches []*ObservedBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	// session_turns are the turns of named conversations the sending
+	// replica decided: where each went, so that the conversation's next turn
+	// stays there whichever replica decides it.
+	SessionTurns  []*SessionTurn `protobuf:"bytes,3,rep,name=session_turns,json=sessionTurns,proto3" json:"session_turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +592,105 @@ func (x *ShareObservationsRequest) GetBatches() []*ObservedBatch {
 	return nil
 }
 
+func (x *ShareObservationsRequest) GetSessionTurns() []*SessionTurn {
+	if x != nil {
+		return x.SessionTurns
+	}
+	return nil
+}
+
+// SessionTurn is one turn of a named conversation, as Decide sent it.
+type SessionTurn struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant_id is the conversation's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// model is the catalog id of the conversation's model.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// session_id is the conversation's id, as its caller named it.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// request_id is the turn's request: its call report says which endpoint
+	// answered it, and moves the conversation there.
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// endpoint_id is the endpoint Decide chose for the turn.
+	EndpointId string `protobuf:"bytes,5,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// decide_time is when the turn was decided.
+	DecideTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTurn) Reset() {
+	*x = SessionTurn{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTurn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTurn) ProtoMessage() {}
+
+func (x *SessionTurn) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTurn.ProtoReflect.Descriptor instead.
+func (*SessionTurn) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SessionTurn) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
 // ObservedBatch is one batch of call reports and the edge that sent it.
 type ObservedBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -601,7 +705,7 @@ type ObservedBatch struct {
 
 func (x *ObservedBatch) Reset() {
 	*x = ObservedBatch{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +717,7 @@ func (x *ObservedBatch) String() string {
 func (*ObservedBatch) ProtoMessage() {}
 
 func (x *ObservedBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +730,7 @@ func (x *ObservedBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedBatch.ProtoReflect.Descriptor instead.
 func (*ObservedBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ObservedBatch) GetEdge() *EdgeHello {
@@ -654,7 +758,7 @@ type ShareObservationsResponse struct {
 
 func (x *ShareObservationsResponse) Reset() {
 	*x = ShareObservationsResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +770,7 @@ func (x *ShareObservationsResponse) String() string {
 func (*ShareObservationsResponse) ProtoMessage() {}
 
 func (x *ShareObservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +783,7 @@ func (x *ShareObservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareObservationsResponse.ProtoReflect.Descriptor instead.
 func (*ShareObservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShareObservationsResponse) GetBatches() int64 {
@@ -704,7 +808,7 @@ type ForwardListActivityRequest struct {
 
 func (x *ForwardListActivityRequest) Reset() {
 	*x = ForwardListActivityRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +820,7 @@ func (x *ForwardListActivityRequest) String() string {
 func (*ForwardListActivityRequest) ProtoMessage() {}
 
 func (x *ForwardListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +833,7 @@ func (x *ForwardListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ForwardListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForwardListActivityRequest) GetCallerId() string {
@@ -757,7 +861,7 @@ type ForwardListActivityResponse struct {
 
 func (x *ForwardListActivityResponse) Reset() {
 	*x = ForwardListActivityResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +873,7 @@ func (x *ForwardListActivityResponse) String() string {
 func (*ForwardListActivityResponse) ProtoMessage() {}
 
 func (x *ForwardListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +886,7 @@ func (x *ForwardListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ForwardListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForwardListActivityResponse) GetResponse() *ListActivityResponse {
@@ -806,7 +910,7 @@ type ForwardGetActivityRequest struct {
 
 func (x *ForwardGetActivityRequest) Reset() {
 	*x = ForwardGetActivityRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +922,7 @@ func (x *ForwardGetActivityRequest) String() string {
 func (*ForwardGetActivityRequest) ProtoMessage() {}
 
 func (x *ForwardGetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +935,7 @@ func (x *ForwardGetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardGetActivityRequest.ProtoReflect.Descriptor instead.
 func (*ForwardGetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForwardGetActivityRequest) GetCallerId() string {
@@ -859,7 +963,7 @@ type ForwardGetActivityResponse struct {
 
 func (x *ForwardGetActivityResponse) Reset() {
 	*x = ForwardGetActivityResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +975,7 @@ func (x *ForwardGetActivityResponse) String() string {
 func (*ForwardGetActivityResponse) ProtoMessage() {}
 
 func (x *ForwardGetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +988,7 @@ func (x *ForwardGetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardGetActivityResponse.ProtoReflect.Descriptor instead.
 func (*ForwardGetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForwardGetActivityResponse) GetResponse() *GetActivityResponse {
@@ -898,7 +1002,7 @@ var File_switchboard_v1_replica_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\n" +
-	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
+	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
 	"\x15ForwardReserveRequest\x12\x1b\n" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x128\n" +
 	"\arequest\x18\x02 \x01(\v2\x1e.switchboard.v1.ReserveRequestR\arequest\"U\n" +
@@ -923,11 +1027,23 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12<\n" +
 	"\arequest\x18\x02 \x01(\v2\".switchboard.v1.SettleHedgeRequestR\arequest\"]\n" +
 	"\x1aForwardSettleHedgeResponse\x12?\n" +
-	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.SettleHedgeResponseR\bresponse\"r\n" +
+	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.SettleHedgeResponseR\bresponse\"\xb4\x01\n" +
 	"\x18ShareObservationsRequest\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x127\n" +
-	"\abatches\x18\x02 \x03(\v2\x1d.switchboard.v1.ObservedBatchR\abatches\"t\n" +
+	"\abatches\x18\x02 \x03(\v2\x1d.switchboard.v1.ObservedBatchR\abatches\x12@\n" +
+	"\rsession_turns\x18\x03 \x03(\v2\x1b.switchboard.v1.SessionTurnR\fsessionTurns\"\xdc\x01\n" +
+	"\vSessionTurn\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vendpoint_id\x18\x05 \x01(\tR\n" +
+	"endpointId\x12;\n" +
+	"\vdecide_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\"t\n" +
 	"\rObservedBatch\x12-\n" +
 	"\x04edge\x18\x01 \x01(\v2\x19.switchboard.v1.EdgeHelloR\x04edge\x124\n" +
 	"\areports\x18\x02 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"5\n" +
@@ -965,7 +1081,7 @@ func file_switchboard_v1_replica_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_replica_proto_rawDescData
 }
 
-var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardReserveRequest)(nil),           // 0: switchboard.v1.ForwardReserveRequest
 	(*ForwardReserveResponse)(nil),          // 1: switchboard.v1.ForwardReserveResponse
@@ -978,68 +1094,72 @@ var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardSettleHedgeRequest)(nil),       // 8: switchboard.v1.ForwardSettleHedgeRequest
 	(*ForwardSettleHedgeResponse)(nil),      // 9: switchboard.v1.ForwardSettleHedgeResponse
 	(*ShareObservationsRequest)(nil),        // 10: switchboard.v1.ShareObservationsRequest
-	(*ObservedBatch)(nil),                   // 11: switchboard.v1.ObservedBatch
-	(*ShareObservationsResponse)(nil),       // 12: switchboard.v1.ShareObservationsResponse
-	(*ForwardListActivityRequest)(nil),      // 13: switchboard.v1.ForwardListActivityRequest
-	(*ForwardListActivityResponse)(nil),     // 14: switchboard.v1.ForwardListActivityResponse
-	(*ForwardGetActivityRequest)(nil),       // 15: switchboard.v1.ForwardGetActivityRequest
-	(*ForwardGetActivityResponse)(nil),      // 16: switchboard.v1.ForwardGetActivityResponse
-	(*ReserveRequest)(nil),                  // 17: switchboard.v1.ReserveRequest
-	(*ReserveResponse)(nil),                 // 18: switchboard.v1.ReserveResponse
-	(*ReconcileRequest)(nil),                // 19: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),               // 20: switchboard.v1.ReconcileResponse
-	(*KeepReservationsRequest)(nil),         // 21: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil),        // 22: switchboard.v1.KeepReservationsResponse
-	(*AcquireHedgeRequest)(nil),             // 23: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),            // 24: switchboard.v1.AcquireHedgeResponse
-	(*SettleHedgeRequest)(nil),              // 25: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),             // 26: switchboard.v1.SettleHedgeResponse
-	(*EdgeHello)(nil),                       // 27: switchboard.v1.EdgeHello
-	(*CallReport)(nil),                      // 28: switchboard.v1.CallReport
-	(*ListActivityRequest)(nil),             // 29: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),            // 30: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),              // 31: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),             // 32: switchboard.v1.GetActivityResponse
+	(*SessionTurn)(nil),                     // 11: switchboard.v1.SessionTurn
+	(*ObservedBatch)(nil),                   // 12: switchboard.v1.ObservedBatch
+	(*ShareObservationsResponse)(nil),       // 13: switchboard.v1.ShareObservationsResponse
+	(*ForwardListActivityRequest)(nil),      // 14: switchboard.v1.ForwardListActivityRequest
+	(*ForwardListActivityResponse)(nil),     // 15: switchboard.v1.ForwardListActivityResponse
+	(*ForwardGetActivityRequest)(nil),       // 16: switchboard.v1.ForwardGetActivityRequest
+	(*ForwardGetActivityResponse)(nil),      // 17: switchboard.v1.ForwardGetActivityResponse
+	(*ReserveRequest)(nil),                  // 18: switchboard.v1.ReserveRequest
+	(*ReserveResponse)(nil),                 // 19: switchboard.v1.ReserveResponse
+	(*ReconcileRequest)(nil),                // 20: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),               // 21: switchboard.v1.ReconcileResponse
+	(*KeepReservationsRequest)(nil),         // 22: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil),        // 23: switchboard.v1.KeepReservationsResponse
+	(*AcquireHedgeRequest)(nil),             // 24: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),            // 25: switchboard.v1.AcquireHedgeResponse
+	(*SettleHedgeRequest)(nil),              // 26: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),             // 27: switchboard.v1.SettleHedgeResponse
+	(*timestamppb.Timestamp)(nil),           // 28: google.protobuf.Timestamp
+	(*EdgeHello)(nil),                       // 29: switchboard.v1.EdgeHello
+	(*CallReport)(nil),                      // 30: switchboard.v1.CallReport
+	(*ListActivityRequest)(nil),             // 31: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),            // 32: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),              // 33: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),             // 34: switchboard.v1.GetActivityResponse
 }
 var file_switchboard_v1_replica_proto_depIdxs = []int32{
-	17, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
-	18, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
-	19, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
-	20, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
-	21, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
-	22, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
-	23, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
-	24, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
-	25, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
-	26, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
-	11, // 10: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
-	27, // 11: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
-	28, // 12: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
-	29, // 13: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
-	30, // 14: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
-	31, // 15: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
-	32, // 16: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
-	0,  // 17: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
-	2,  // 18: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
-	4,  // 19: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
-	6,  // 20: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
-	8,  // 21: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
-	10, // 22: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
-	13, // 23: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
-	15, // 24: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
-	1,  // 25: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
-	3,  // 26: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
-	5,  // 27: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
-	7,  // 28: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
-	9,  // 29: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
-	12, // 30: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
-	14, // 31: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
-	16, // 32: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
+	19, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
+	20, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
+	21, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
+	22, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
+	23, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
+	24, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
+	25, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
+	26, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
+	27, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
+	12, // 10: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
+	11, // 11: switchboard.v1.ShareObservationsRequest.session_turns:type_name -> switchboard.v1.SessionTurn
+	28, // 12: switchboard.v1.SessionTurn.decide_time:type_name -> google.protobuf.Timestamp
+	29, // 13: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
+	30, // 14: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
+	31, // 15: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
+	32, // 16: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
+	33, // 17: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
+	34, // 18: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
+	0,  // 19: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
+	2,  // 20: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
+	4,  // 21: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
+	6,  // 22: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
+	8,  // 23: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
+	10, // 24: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
+	14, // 25: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
+	16, // 26: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
+	1,  // 27: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
+	3,  // 28: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
+	5,  // 29: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
+	7,  // 30: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
+	9,  // 31: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
+	13, // 32: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
+	15, // 33: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
+	17, // 34: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_replica_proto_init() }
@@ -1055,7 +1175,7 @@ func file_switchboard_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_replica_proto_rawDesc), len(file_switchboard_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

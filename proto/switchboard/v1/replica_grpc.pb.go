@@ -64,9 +64,10 @@ type ReplicaServiceClient interface {
 	// ForwardSettleHedge is EdgeService.SettleHedge on behalf of caller_id.
 	ForwardSettleHedge(ctx context.Context, in *ForwardSettleHedgeRequest, opts ...grpc.CallOption) (*ForwardSettleHedgeResponse, error)
 	// ShareObservations carries the call reports a replica took from its own
-	// Report streams (and ReportCall) to another replica, which learns from
-	// them as if its own edges had sent them: statistics, outcomes, prompt
-	// affinity, conversations and cool-downs. It stores no activity and
+	// Report streams (and ReportCall), and the conversations' turns it
+	// decided, to another replica, which learns from them as if its own
+	// edges had sent them: statistics, outcomes, prompt affinity,
+	// conversations and cool-downs. It stores no activity and
 	// settles nothing for them. The stream stays open while both replicas
 	// live; the answer counts what was taken.
 	ShareObservations(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ShareObservationsRequest, ShareObservationsResponse], error)
@@ -204,9 +205,10 @@ type ReplicaServiceServer interface {
 	// ForwardSettleHedge is EdgeService.SettleHedge on behalf of caller_id.
 	ForwardSettleHedge(context.Context, *ForwardSettleHedgeRequest) (*ForwardSettleHedgeResponse, error)
 	// ShareObservations carries the call reports a replica took from its own
-	// Report streams (and ReportCall) to another replica, which learns from
-	// them as if its own edges had sent them: statistics, outcomes, prompt
-	// affinity, conversations and cool-downs. It stores no activity and
+	// Report streams (and ReportCall), and the conversations' turns it
+	// decided, to another replica, which learns from them as if its own
+	// edges had sent them: statistics, outcomes, prompt affinity,
+	// conversations and cool-downs. It stores no activity and
 	// settles nothing for them. The stream stays open while both replicas
 	// live; the answer counts what was taken.
 	ShareObservations(grpc.ClientStreamingServer[ShareObservationsRequest, ShareObservationsResponse]) error

@@ -107,7 +107,9 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	}
 
 	aff := affinity.New(affinity.Options{})
-	sessions := session.New(session.Options{})
+	// Each conversation's turn decided here is told to the other replicas
+	// (d.sharer is set before anything is served).
+	sessions := session.New(session.Options{Kept: func(tu session.Turn) { d.sharer.PublishTurn(tu) }})
 	d.cool = cooldown.New(cfg.cooldownOptions())
 	hedgeFrom := cfg.HedgeFrom
 	if cfg.HedgeBudgetUSD == 0 {
@@ -199,7 +201,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	d.observer = ob
 	d.svc = server.New(server.Deps{
 		Router: d.router, Catalog: d.catalog, Auth: d.authn, Hub: d.hub, Policy: admit, Activity: d.act, Experiments: d.exps, Grants: d.grants,
-		Peers: server.Peers{Logs: peers.Logs, Live: peers.Live, Conn: d.adm.PeerConn, Learn: ob.IngestShared, Logger: logger.With("component", "activity")},
+		Peers: server.Peers{Logs: peers.Logs, Live: peers.Live, Conn: d.adm.PeerConn, Learn: ob.IngestShared, LearnTurn: sessions.KeepShared, Logger: logger.With("component", "activity")},
 	})
 
 	// Edges replay to each new owner what the ones before applied lately.

@@ -11,11 +11,12 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from switchboard.v1 import edge_pb2 as switchboard_dot_v1_dot_edge__pb2
 from switchboard.v1 import router_pb2 as switchboard_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1bswitchboard/v1/router.proto\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"^\n\x18ShareObservationsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12.\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.ObservedBatch\"e\n\rObservedBatch\x12\'\n\x04\x65\x64ge\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHello\x12+\n\x07reports\x18\x02 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\",\n\x19ShareObservationsResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x03\"e\n\x1a\x46orwardListActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.ListActivityRequest\"U\n\x1b\x46orwardListActivityResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.ListActivityResponse\"c\n\x19\x46orwardGetActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.GetActivityRequest\"S\n\x1a\x46orwardGetActivityResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.GetActivityResponse2\xfa\x06\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12j\n\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n\x13\x46orwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n\x12\x46orwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1bswitchboard/v1/router.proto\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"\x92\x01\n\x18ShareObservationsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12.\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.ObservedBatch\x12\x32\n\rsession_turns\x18\x03 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\"\x9d\x01\n\x0bSessionTurn\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x05 \x01(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\rObservedBatch\x12\'\n\x04\x65\x64ge\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHello\x12+\n\x07reports\x18\x02 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\",\n\x19ShareObservationsResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x03\"e\n\x1a\x46orwardListActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.ListActivityRequest\"U\n\x1b\x46orwardListActivityResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.ListActivityResponse\"c\n\x19\x46orwardGetActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.GetActivityRequest\"S\n\x1a\x46orwardGetActivityResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.GetActivityResponse2\xfa\x06\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12j\n\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n\x13\x46orwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n\x12\x46orwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchboard.v1.replica_pb2', globals())
@@ -23,40 +24,42 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'ZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1'
-  _FORWARDRESERVEREQUEST._serialized_start=104
-  _FORWARDRESERVEREQUEST._serialized_end=195
-  _FORWARDRESERVERESPONSE._serialized_start=197
-  _FORWARDRESERVERESPONSE._serialized_end=272
-  _FORWARDRECONCILEREQUEST._serialized_start=274
-  _FORWARDRECONCILEREQUEST._serialized_end=369
-  _FORWARDRECONCILERESPONSE._serialized_start=371
-  _FORWARDRECONCILERESPONSE._serialized_end=450
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=452
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=561
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=563
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=656
-  _FORWARDACQUIREHEDGEREQUEST._serialized_start=658
-  _FORWARDACQUIREHEDGEREQUEST._serialized_end=759
-  _FORWARDACQUIREHEDGERESPONSE._serialized_start=761
-  _FORWARDACQUIREHEDGERESPONSE._serialized_end=846
-  _FORWARDSETTLEHEDGEREQUEST._serialized_start=848
-  _FORWARDSETTLEHEDGEREQUEST._serialized_end=947
-  _FORWARDSETTLEHEDGERESPONSE._serialized_start=949
-  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1032
-  _SHAREOBSERVATIONSREQUEST._serialized_start=1034
-  _SHAREOBSERVATIONSREQUEST._serialized_end=1128
-  _OBSERVEDBATCH._serialized_start=1130
-  _OBSERVEDBATCH._serialized_end=1231
-  _SHAREOBSERVATIONSRESPONSE._serialized_start=1233
-  _SHAREOBSERVATIONSRESPONSE._serialized_end=1277
-  _FORWARDLISTACTIVITYREQUEST._serialized_start=1279
-  _FORWARDLISTACTIVITYREQUEST._serialized_end=1380
-  _FORWARDLISTACTIVITYRESPONSE._serialized_start=1382
-  _FORWARDLISTACTIVITYRESPONSE._serialized_end=1467
-  _FORWARDGETACTIVITYREQUEST._serialized_start=1469
-  _FORWARDGETACTIVITYREQUEST._serialized_end=1568
-  _FORWARDGETACTIVITYRESPONSE._serialized_start=1570
-  _FORWARDGETACTIVITYRESPONSE._serialized_end=1653
-  _REPLICASERVICE._serialized_start=1656
-  _REPLICASERVICE._serialized_end=2546
+  _FORWARDRESERVEREQUEST._serialized_start=137
+  _FORWARDRESERVEREQUEST._serialized_end=228
+  _FORWARDRESERVERESPONSE._serialized_start=230
+  _FORWARDRESERVERESPONSE._serialized_end=305
+  _FORWARDRECONCILEREQUEST._serialized_start=307
+  _FORWARDRECONCILEREQUEST._serialized_end=402
+  _FORWARDRECONCILERESPONSE._serialized_start=404
+  _FORWARDRECONCILERESPONSE._serialized_end=483
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=485
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=594
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=596
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=689
+  _FORWARDACQUIREHEDGEREQUEST._serialized_start=691
+  _FORWARDACQUIREHEDGEREQUEST._serialized_end=792
+  _FORWARDACQUIREHEDGERESPONSE._serialized_start=794
+  _FORWARDACQUIREHEDGERESPONSE._serialized_end=879
+  _FORWARDSETTLEHEDGEREQUEST._serialized_start=881
+  _FORWARDSETTLEHEDGEREQUEST._serialized_end=980
+  _FORWARDSETTLEHEDGERESPONSE._serialized_start=982
+  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1065
+  _SHAREOBSERVATIONSREQUEST._serialized_start=1068
+  _SHAREOBSERVATIONSREQUEST._serialized_end=1214
+  _SESSIONTURN._serialized_start=1217
+  _SESSIONTURN._serialized_end=1374
+  _OBSERVEDBATCH._serialized_start=1376
+  _OBSERVEDBATCH._serialized_end=1477
+  _SHAREOBSERVATIONSRESPONSE._serialized_start=1479
+  _SHAREOBSERVATIONSRESPONSE._serialized_end=1523
+  _FORWARDLISTACTIVITYREQUEST._serialized_start=1525
+  _FORWARDLISTACTIVITYREQUEST._serialized_end=1626
+  _FORWARDLISTACTIVITYRESPONSE._serialized_start=1628
+  _FORWARDLISTACTIVITYRESPONSE._serialized_end=1713
+  _FORWARDGETACTIVITYREQUEST._serialized_start=1715
+  _FORWARDGETACTIVITYREQUEST._serialized_end=1814
+  _FORWARDGETACTIVITYRESPONSE._serialized_start=1816
+  _FORWARDGETACTIVITYRESPONSE._serialized_end=1899
+  _REPLICASERVICE._serialized_start=1902
+  _REPLICASERVICE._serialized_end=2792
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from switchboard.v1 import edge_pb2 as _edge_pb2
 from switchboard.v1 import router_pb2 as _router_pb2
 from google.protobuf.internal import containers as _containers
@@ -113,13 +114,31 @@ class ObservedBatch(_message.Message):
     reports: _containers.RepeatedCompositeFieldContainer[_edge_pb2.CallReport]
     def __init__(self, edge: _Optional[_Union[_edge_pb2.EdgeHello, _Mapping]] = ..., reports: _Optional[_Iterable[_Union[_edge_pb2.CallReport, _Mapping]]] = ...) -> None: ...
 
+class SessionTurn(_message.Message):
+    __slots__ = ["decide_time", "endpoint_id", "model", "request_id", "session_id", "tenant_id"]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    decide_time: _timestamp_pb2.Timestamp
+    endpoint_id: str
+    model: str
+    request_id: str
+    session_id: str
+    tenant_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., model: _Optional[str] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., decide_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class ShareObservationsRequest(_message.Message):
-    __slots__ = ["batches", "replica_id"]
+    __slots__ = ["batches", "replica_id", "session_turns"]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TURNS_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedCompositeFieldContainer[ObservedBatch]
     replica_id: str
-    def __init__(self, replica_id: _Optional[str] = ..., batches: _Optional[_Iterable[_Union[ObservedBatch, _Mapping]]] = ...) -> None: ...
+    session_turns: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    def __init__(self, replica_id: _Optional[str] = ..., batches: _Optional[_Iterable[_Union[ObservedBatch, _Mapping]]] = ..., session_turns: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ...) -> None: ...
 
 class ShareObservationsResponse(_message.Message):
     __slots__ = ["batches"]

@@ -133,9 +133,10 @@ class ReplicaServiceServicer(object):
 
     def ShareObservations(self, request_iterator, context):
         """ShareObservations carries the call reports a replica took from its own
-        Report streams (and ReportCall) to another replica, which learns from
-        them as if its own edges had sent them: statistics, outcomes, prompt
-        affinity, conversations and cool-downs. It stores no activity and
+        Report streams (and ReportCall), and the conversations' turns it
+        decided, to another replica, which learns from them as if its own
+        edges had sent them: statistics, outcomes, prompt affinity,
+        conversations and cool-downs. It stores no activity and
         settles nothing for them. The stream stays open while both replicas
         live; the answer counts what was taken.
         """

@@ -23,6 +23,7 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/activity"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
@@ -45,6 +46,9 @@ type Peers struct {
 	// this replica's own edge had sent them (observe.Observer.IngestShared).
 	// (Required)
 	Learn func(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport)
+	// LearnTurn notes a conversation's turn another replica decided
+	// (session.Table.KeepShared). (Optional) Without it turns are ignored.
+	LearnTurn func(session.Turn)
 	// Timeout bounds the wait for another replica's log. (Optional)
 	// Defaults to DefaultPeerTimeout.
 	Timeout time.Duration
@@ -54,8 +58,9 @@ type Peers struct {
 
 // ShareObservations implements [switchboardv1.ReplicaServiceServer.ShareObservations].
 // Only a replica calls it (the role table); what it sends is checked as an
-// edge's reports are, and a batch whose hello or report fails is dropped,
-// the rest learned from.
+// edge's reports are, and a batch whose hello fails, a report or a turn
+// that fails its checks is dropped, the rest learned from. The answer
+// counts the batches and turns taken.
 func (s *Server) ShareObservations(stream grpc.ClientStreamingServer[switchboardv1.ShareObservationsRequest, switchboardv1.ShareObservationsResponse]) error {
 	if s.peers.Learn == nil {
 		return status.Error(codes.Unimplemented, "this replica shares no observations")
@@ -75,6 +80,14 @@ func (s *Server) ShareObservations(stream grpc.ClientStreamingServer[switchboard
 			}
 			reports := slices.DeleteFunc(b.GetReports(), func(r *switchboardv1.CallReport) bool { return validate.CallReport(r) != nil })
 			s.peers.Learn(b.GetEdge(), reports)
+			took++
+		}
+		for _, tu := range msg.GetSessionTurns() {
+			if s.peers.LearnTurn == nil || validate.SessionTurn(tu) != nil {
+				continue
+			}
+			s.peers.LearnTurn(session.Turn{Tenant: tu.GetTenantId(), Model: tu.GetModel(), Session: tu.GetSessionId(),
+				RequestID: tu.GetRequestId(), Endpoint: tu.GetEndpointId(), At: tu.GetDecideTime().AsTime()})
 			took++
 		}
 	}

@@ -4,13 +4,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 )
 
 // TestSharedObservationsCheckedThenLearned: what another replica shares
@@ -27,7 +30,13 @@ func TestSharedObservationsCheckedThenLearned(t *testing.T) {
 				learned = append(learned, e.GetEdgeId()+"/"+r.GetRequestId())
 			}
 		}
+		d.Peers.LearnTurn = func(tu session.Turn) {
+			mu.Lock()
+			defer mu.Unlock()
+			learned = append(learned, "turn "+tu.Session+" "+tu.Endpoint+" "+tu.At.UTC().Format(time.RFC3339))
+		}
 	})
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	stream, err := f.client.ShareObservations(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&switchboardv1.ShareObservationsRequest{ReplicaId: "r2", Batches: []*switchboardv1.ObservedBatch{
@@ -35,13 +44,16 @@ func TestSharedObservationsCheckedThenLearned(t *testing.T) {
 			{RequestId: "ok-1"}, {RequestId: strings.Repeat("x", 10_000)}, {RequestId: "ok-2"},
 		}},
 		{Reports: []*switchboardv1.CallReport{{RequestId: "no-edge"}}},
+	}, SessionTurns: []*switchboardv1.SessionTurn{
+		{TenantId: "acme", Model: model, SessionId: "conv-1", RequestId: "ok-1", EndpointId: "alpha/" + model, DecideTime: timestamppb.New(at)},
+		{TenantId: "acme", Model: model, RequestId: "no-session", DecideTime: timestamppb.New(at)},
 	}}))
 	resp, err := stream.CloseAndRecv()
 	require.NoError(t, err)
-	require.Equal(t, int64(1), resp.GetBatches())
+	require.Equal(t, int64(2), resp.GetBatches(), "one batch and one turn taken")
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, []string{"e1/ok-1", "e1/ok-2"}, learned)
+	require.Equal(t, []string{"e1/ok-1", "e1/ok-2", "turn conv-1 alpha/" + model + " 2026-12-01T10:00:00Z"}, learned)
 }
 
 // TestActivityNamesTheReplicasNotRead: a replica that holds a log but is

@@ -5,7 +5,10 @@
 // (ReplicaService.ShareObservations), where they are learned from as the
 // peer's own (observe.Observer.IngestShared: statistics, outcomes,
 // affinity, conversations, cool-downs pushed to its edges), never stored
-// as activity nor settled again.
+// as activity nor settled again. The turns of named conversations a
+// replica decides go the same way (PublishTurn, session.Table.KeepShared),
+// so a conversation's next turn stays on its endpoint whichever replica
+// decides it.
 //
 // Each peer has its own bounded queue and sender, so a slow or dead peer
 // never slows the Report streams nor the other peers: Publish never
@@ -25,8 +28,10 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
 )
 
 // Defaults of Options.
@@ -86,10 +91,16 @@ func New(o Options) *Sharer {
 	return &Sharer{o: o, peers: map[string]*peer{}}
 }
 
+// item is one thing queued for a peer: a batch of reports or a turn.
+type item struct {
+	batch *switchboardv1.ObservedBatch
+	turn  *switchboardv1.SessionTurn
+}
+
 // peer is one live replica: its queue and the sender draining it.
 type peer struct {
 	addr   string
-	queue  chan *switchboardv1.ObservedBatch
+	queue  chan item
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -100,12 +111,22 @@ func (s *Sharer) Publish(edge *switchboardv1.EdgeHello, reports []*switchboardv1
 	if len(reports) == 0 {
 		return
 	}
-	b := &switchboardv1.ObservedBatch{Edge: edge, Reports: reports}
+	s.publish(item{batch: &switchboardv1.ObservedBatch{Edge: edge, Reports: reports}})
+}
+
+// PublishTurn queues a conversation's turn this replica decided for every
+// live peer, as Publish does a batch (session.Options.Kept).
+func (s *Sharer) PublishTurn(tu session.Turn) {
+	s.publish(item{turn: &switchboardv1.SessionTurn{TenantId: tu.Tenant, Model: tu.Model, SessionId: tu.Session,
+		RequestId: tu.RequestID, EndpointId: tu.Endpoint, DecideTime: timestamppb.New(tu.At)}})
+}
+
+func (s *Sharer) publish(it item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.peers {
 		select {
-		case p.queue <- b:
+		case p.queue <- it:
 		default:
 			s.dropped.Add(1)
 		}
@@ -144,7 +165,7 @@ func (s *Sharer) apply(ctx context.Context, live map[string]string) {
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		p := &peer{addr: addr, queue: make(chan *switchboardv1.ObservedBatch, s.o.QueueBatches), cancel: cancel, done: make(chan struct{})}
+		p := &peer{addr: addr, queue: make(chan item, s.o.QueueBatches), cancel: cancel, done: make(chan struct{})}
 		s.peers[id] = p
 		go func() {
 			defer close(p.done)
@@ -206,39 +227,50 @@ func (s *Sharer) lost(ctx context.Context, id string, n int, err error, backoff 
 	*backoff = min(2**backoff, 2*time.Second)
 }
 
-// gather waits for p's first queued batch, then takes what comes within
-// FlushEvery, up to MaxReports reports, as one message of n batches; nil
-// when ctx ended.
+// gather waits for p's first queued item, then takes what comes within
+// FlushEvery, up to MaxReports reports and turns, as one message of n
+// items; nil when ctx ended.
 func (s *Sharer) gather(ctx context.Context, p *peer) (msg *switchboardv1.ShareObservationsRequest, n int) {
-	var first *switchboardv1.ObservedBatch
+	msg = &switchboardv1.ShareObservationsRequest{ReplicaId: s.o.Self}
+	size := 0
+	add := func(it item) {
+		n++
+		if it.turn != nil {
+			msg.SessionTurns = append(msg.SessionTurns, it.turn)
+			size++
+			return
+		}
+		msg.Batches = append(msg.Batches, it.batch)
+		size += len(it.batch.GetReports())
+	}
 	select {
 	case <-ctx.Done():
 		return nil, 0
-	case first = <-p.queue:
+	case it := <-p.queue:
+		add(it)
 	}
-	msg = &switchboardv1.ShareObservationsRequest{ReplicaId: s.o.Self, Batches: []*switchboardv1.ObservedBatch{first}}
-	reports := len(first.GetReports())
 	flush := time.NewTimer(s.o.FlushEvery)
 	defer flush.Stop()
-	for reports < s.o.MaxReports {
+	for size < s.o.MaxReports {
 		select {
 		case <-ctx.Done():
-			return msg, len(msg.Batches)
+			return msg, n
 		case <-flush.C:
-			return msg, len(msg.Batches)
-		case b := <-p.queue:
-			msg.Batches = append(msg.Batches, b)
-			reports += len(b.GetReports())
+			return msg, n
+		case it := <-p.queue:
+			add(it)
 		}
 	}
-	return msg, len(msg.Batches)
+	return msg, n
 }
 
-// Shared returns how many batches peers took (one per peer per batch).
+// Shared returns how many batches (and conversations' turns) peers took,
+// one per peer each.
 func (s *Sharer) Shared() int64 { return s.shared.Load() }
 
-// Dropped returns how many batches a peer never got: its queue was full,
-// its stream broke with them, or it left with them queued.
+// Dropped returns how many batches (and conversations' turns) a peer
+// never got: its queue was full, its stream broke with them, or it left
+// with them queued.
 func (s *Sharer) Dropped() int64 { return s.dropped.Load() }
 
 // Instrument reports Shared and Dropped on provider's meter, as

@@ -386,6 +386,15 @@ func EdgeHello(h *switchboardv1.EdgeHello) error {
 	return errors.Join(ID("hello.edge_id", h.GetEdgeId()), Name("hello.region", h.GetRegion()), Name("hello.version", h.GetVersion()))
 }
 
+// SessionTurn checks a conversation's turn another replica shares.
+func SessionTurn(t *switchboardv1.SessionTurn) error {
+	if t.GetTenantId() == "" || t.GetSessionId() == "" || t.GetDecideTime() == nil {
+		return errors.New("session turn: tenant_id, session_id and decide_time are required")
+	}
+	return first(ID("tenant_id", t.GetTenantId()), Model("model", t.GetModel()), ID("session_id", t.GetSessionId()),
+		ID("request_id", t.GetRequestId()), Model("endpoint_id", t.GetEndpointId()), Time("decide_time", t.GetDecideTime()))
+}
+
 // CallReport checks a call report.
 func CallReport(r *switchboardv1.CallReport) error {
 	return first(

@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { AcquireHedgeRequest, AcquireHedgeResponse, CallReport, EdgeHello, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
 import { file_switchboard_v1_edge } from "./edge_pb.js";
 import type { GetActivityRequest, GetActivityResponse, KeepReservationsRequest, KeepReservationsResponse, ListActivityRequest, ListActivityResponse, ReconcileRequest, ReconcileResponse, ReserveRequest, ReserveResponse } from "./router_pb.js";
@@ -14,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/replica.proto.
  */
 export const file_switchboard_v1_replica: GenFile = /*@__PURE__*/
-  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJeChhTaGFyZU9ic2VydmF0aW9uc1JlcXVlc3QSEgoKcmVwbGljYV9pZBgBIAEoCRIuCgdiYXRjaGVzGAIgAygLMh0uc3dpdGNoYm9hcmQudjEuT2JzZXJ2ZWRCYXRjaCJlCg1PYnNlcnZlZEJhdGNoEicKBGVkZ2UYASABKAsyGS5zd2l0Y2hib2FyZC52MS5FZGdlSGVsbG8SKwoHcmVwb3J0cxgCIAMoCzIaLnN3aXRjaGJvYXJkLnYxLkNhbGxSZXBvcnQiLAoZU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZRIPCgdiYXRjaGVzGAEgASgDImUKGkZvcndhcmRMaXN0QWN0aXZpdHlSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVxdWVzdCJVChtGb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5MaXN0QWN0aXZpdHlSZXNwb25zZSJjChlGb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuR2V0QWN0aXZpdHlSZXF1ZXN0IlMKGkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuR2V0QWN0aXZpdHlSZXNwb25zZTL6BgoOUmVwbGljYVNlcnZpY2USXwoORm9yd2FyZFJlc2VydmUSJS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlcXVlc3QaJi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEmUKEEZvcndhcmRSZWNvbmNpbGUSJy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVxdWVzdBooLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZWNvbmNpbGVSZXNwb25zZRJ6ChdGb3J3YXJkS2VlcFJlc2VydmF0aW9ucxIuLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVxdWVzdBovLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVzcG9uc2USbgoTRm9yd2FyZEFjcXVpcmVIZWRnZRIqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0Gisuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEFjcXVpcmVIZWRnZVJlc3BvbnNlEmsKEkZvcndhcmRTZXR0bGVIZWRnZRIpLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRTZXR0bGVIZWRnZVJlcXVlc3QaKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXNwb25zZRJqChFTaGFyZU9ic2VydmF0aW9ucxIoLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBopLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2UoARJuChNGb3J3YXJkTGlzdEFjdGl2aXR5Eiouc3dpdGNoYm9hcmQudjEuRm9yd2FyZExpc3RBY3Rpdml0eVJlcXVlc3QaKy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USawoSRm9yd2FyZEdldEFjdGl2aXR5Eikuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBoqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlQkpaSGdpdGh1Yi5jb20vc3dpdGNoYm9hcmQtYWkvc3dpdGNoYm9hcmQvcHJvdG8vc3dpdGNoYm9hcmQvdjE7c3dpdGNoYm9hcmR2MWIGcHJvdG8z", [file_switchboard_v1_edge, file_switchboard_v1_router]);
+  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSKSAQoYU2hhcmVPYnNlcnZhdGlvbnNSZXF1ZXN0EhIKCnJlcGxpY2FfaWQYASABKAkSLgoHYmF0Y2hlcxgCIAMoCzIdLnN3aXRjaGJvYXJkLnYxLk9ic2VydmVkQmF0Y2gSMgoNc2Vzc2lvbl90dXJucxgDIAMoCzIbLnN3aXRjaGJvYXJkLnYxLlNlc3Npb25UdXJuIp0BCgtTZXNzaW9uVHVybhIRCgl0ZW5hbnRfaWQYASABKAkSDQoFbW9kZWwYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEhMKC2VuZHBvaW50X2lkGAUgASgJEi8KC2RlY2lkZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJlCg1PYnNlcnZlZEJhdGNoEicKBGVkZ2UYASABKAsyGS5zd2l0Y2hib2FyZC52MS5FZGdlSGVsbG8SKwoHcmVwb3J0cxgCIAMoCzIaLnN3aXRjaGJvYXJkLnYxLkNhbGxSZXBvcnQiLAoZU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZRIPCgdiYXRjaGVzGAEgASgDImUKGkZvcndhcmRMaXN0QWN0aXZpdHlSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVxdWVzdCJVChtGb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5MaXN0QWN0aXZpdHlSZXNwb25zZSJjChlGb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuR2V0QWN0aXZpdHlSZXF1ZXN0IlMKGkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuR2V0QWN0aXZpdHlSZXNwb25zZTL6BgoOUmVwbGljYVNlcnZpY2USXwoORm9yd2FyZFJlc2VydmUSJS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlcXVlc3QaJi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEmUKEEZvcndhcmRSZWNvbmNpbGUSJy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVxdWVzdBooLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZWNvbmNpbGVSZXNwb25zZRJ6ChdGb3J3YXJkS2VlcFJlc2VydmF0aW9ucxIuLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVxdWVzdBovLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVzcG9uc2USbgoTRm9yd2FyZEFjcXVpcmVIZWRnZRIqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0Gisuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEFjcXVpcmVIZWRnZVJlc3BvbnNlEmsKEkZvcndhcmRTZXR0bGVIZWRnZRIpLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRTZXR0bGVIZWRnZVJlcXVlc3QaKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXNwb25zZRJqChFTaGFyZU9ic2VydmF0aW9ucxIoLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBopLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2UoARJuChNGb3J3YXJkTGlzdEFjdGl2aXR5Eiouc3dpdGNoYm9hcmQudjEuRm9yd2FyZExpc3RBY3Rpdml0eVJlcXVlc3QaKy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USawoSRm9yd2FyZEdldEFjdGl2aXR5Eikuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBoqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlQkpaSGdpdGh1Yi5jb20vc3dpdGNoYm9hcmQtYWkvc3dpdGNoYm9hcmQvcHJvdG8vc3dpdGNoYm9hcmQvdjE7c3dpdGNoYm9hcmR2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_switchboard_v1_edge, file_switchboard_v1_router]);
 
 /**
  * ForwardReserveRequest is a Reserve forwarded to the broker's owner.
@@ -286,6 +288,15 @@ export type ShareObservationsRequest = Message<"switchboard.v1.ShareObservations
    * @generated from field: repeated switchboard.v1.ObservedBatch batches = 2;
    */
   batches: ObservedBatch[];
+
+  /**
+   * session_turns are the turns of named conversations the sending
+   * replica decided: where each went, so that the conversation's next turn
+   * stays there whichever replica decides it.
+   *
+   * @generated from field: repeated switchboard.v1.SessionTurn session_turns = 3;
+   */
+  sessionTurns: SessionTurn[];
 };
 
 /**
@@ -294,6 +305,63 @@ export type ShareObservationsRequest = Message<"switchboard.v1.ShareObservations
  */
 export const ShareObservationsRequestSchema: GenMessage<ShareObservationsRequest> = /*@__PURE__*/
   messageDesc(file_switchboard_v1_replica, 10);
+
+/**
+ * SessionTurn is one turn of a named conversation, as Decide sent it.
+ *
+ * @generated from message switchboard.v1.SessionTurn
+ */
+export type SessionTurn = Message<"switchboard.v1.SessionTurn"> & {
+  /**
+   * tenant_id is the conversation's tenant.
+   *
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * model is the catalog id of the conversation's model.
+   *
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * session_id is the conversation's id, as its caller named it.
+   *
+   * @generated from field: string session_id = 3;
+   */
+  sessionId: string;
+
+  /**
+   * request_id is the turn's request: its call report says which endpoint
+   * answered it, and moves the conversation there.
+   *
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
+
+  /**
+   * endpoint_id is the endpoint Decide chose for the turn.
+   *
+   * @generated from field: string endpoint_id = 5;
+   */
+  endpointId: string;
+
+  /**
+   * decide_time is when the turn was decided.
+   *
+   * @generated from field: google.protobuf.Timestamp decide_time = 6;
+   */
+  decideTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.SessionTurn.
+ * Use `create(SessionTurnSchema)` to create a new message.
+ */
+export const SessionTurnSchema: GenMessage<SessionTurn> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 11);
 
 /**
  * ObservedBatch is one batch of call reports and the edge that sent it.
@@ -322,7 +390,7 @@ export type ObservedBatch = Message<"switchboard.v1.ObservedBatch"> & {
  * Use `create(ObservedBatchSchema)` to create a new message.
  */
 export const ObservedBatchSchema: GenMessage<ObservedBatch> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 11);
+  messageDesc(file_switchboard_v1_replica, 12);
 
 /**
  * ShareObservationsResponse ends a ShareObservations stream.
@@ -343,7 +411,7 @@ export type ShareObservationsResponse = Message<"switchboard.v1.ShareObservation
  * Use `create(ShareObservationsResponseSchema)` to create a new message.
  */
 export const ShareObservationsResponseSchema: GenMessage<ShareObservationsResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 12);
+  messageDesc(file_switchboard_v1_replica, 13);
 
 /**
  * ForwardListActivityRequest is a ListActivity one replica asks another
@@ -373,7 +441,7 @@ export type ForwardListActivityRequest = Message<"switchboard.v1.ForwardListActi
  * Use `create(ForwardListActivityRequestSchema)` to create a new message.
  */
 export const ForwardListActivityRequestSchema: GenMessage<ForwardListActivityRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 13);
+  messageDesc(file_switchboard_v1_replica, 14);
 
 /**
  * ForwardListActivityResponse is one replica's page of its own log.
@@ -394,7 +462,7 @@ export type ForwardListActivityResponse = Message<"switchboard.v1.ForwardListAct
  * Use `create(ForwardListActivityResponseSchema)` to create a new message.
  */
 export const ForwardListActivityResponseSchema: GenMessage<ForwardListActivityResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 14);
+  messageDesc(file_switchboard_v1_replica, 15);
 
 /**
  * ForwardGetActivityRequest is a GetActivity one replica asks another for,
@@ -423,7 +491,7 @@ export type ForwardGetActivityRequest = Message<"switchboard.v1.ForwardGetActivi
  * Use `create(ForwardGetActivityRequestSchema)` to create a new message.
  */
 export const ForwardGetActivityRequestSchema: GenMessage<ForwardGetActivityRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 15);
+  messageDesc(file_switchboard_v1_replica, 16);
 
 /**
  * ForwardGetActivityResponse is the record, from the called replica's log.
@@ -444,7 +512,7 @@ export type ForwardGetActivityResponse = Message<"switchboard.v1.ForwardGetActiv
  * Use `create(ForwardGetActivityResponseSchema)` to create a new message.
  */
 export const ForwardGetActivityResponseSchema: GenMessage<ForwardGetActivityResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 16);
+  messageDesc(file_switchboard_v1_replica, 17);
 
 /**
  * ReplicaService is what decider replicas call on each other, and nothing
@@ -522,9 +590,10 @@ export const ReplicaService: GenService<{
   },
   /**
    * ShareObservations carries the call reports a replica took from its own
-   * Report streams (and ReportCall) to another replica, which learns from
-   * them as if its own edges had sent them: statistics, outcomes, prompt
-   * affinity, conversations and cool-downs. It stores no activity and
+   * Report streams (and ReportCall), and the conversations' turns it
+   * decided, to another replica, which learns from them as if its own
+   * edges had sent them: statistics, outcomes, prompt affinity,
+   * conversations and cool-downs. It stores no activity and
    * settles nothing for them. The stream stays open while both replicas
    * live; the answer counts what was taken.
    *
