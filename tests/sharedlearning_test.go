@@ -75,8 +75,20 @@ func TestReplicasLearnTogether(t *testing.T) {
 	}, waitFor, tick)
 	t.Logf("samples by provider: a %v, b %v, c %v", last[0], last[1], last[2])
 
+	// A named conversation decided through a is known to b and c: its next
+	// turn stays on its endpoint whichever replica decides it.
+	code, h, body := s.send(t, testKey, http.MethodPost, "/chat/completions", stream, "X-Session-Id", "conv-shared")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	ids = append(ids, h.Get("X-Switchboard-Request-Id"))
+	for name, d := range map[string]*deciderapp.Decider{"a": a, "b": b, "c": c} {
+		rpc := operatorRPC(t, d.Addr())
+		require.Eventually(t, func() bool {
+			return strings.Contains(sessionDryRun(t, rpc, "conv-shared", 100), "sticky=kept")
+		}, waitFor, tick, "replica %s knows the conversation: %s", name, sessionDryRun(t, rpc, "conv-shared", 100))
+	}
+
 	// A cool-down a's edge caused is seen by b and c.
-	code, h, _ := s.send(t, testKey, http.MethodPost, "/chat/completions",
+	code, h, _ = s.send(t, testKey, http.MethodPost, "/chat/completions",
 		`{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"[[provsim:fault=unavailable]]"}]}`)
 	require.Equal(t, http.StatusServiceUnavailable, code, "every provider overloaded")
 	ids = append(ids, h.Get("X-Switchboard-Request-Id"))
@@ -119,7 +131,7 @@ func TestReplicasLearnTogether(t *testing.T) {
 	c.Kill()
 	listed, missing := listActivity(t, a.Addr(), 5)
 	require.Equal(t, []string{"c"}, missing, "the answer names the replica it could not read")
-	require.Len(t, listed, onA+1, "a's own calls still listed")
+	require.Len(t, listed, onA+2, "a's own calls still listed")
 }
 
 // listActivity pages through acme's activity on the decider at addr, limit
