@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -57,19 +59,37 @@ func TestSharedObservationsCheckedThenLearned(t *testing.T) {
 }
 
 // TestActivityNamesTheReplicasNotRead: a replica that holds a log but is
-// not live is named in the listing, and a record not in the logs read is
-// UNAVAILABLE, not NOT_FOUND.
+// not live, and one whose membership still stands but that does not answer
+// (crashed before its lease ended), are named in the listing, and a record
+// not in the logs read is UNAVAILABLE, not NOT_FOUND.
 func TestActivityNamesTheReplicasNotRead(t *testing.T) {
+	dead := deadAddr(t)
 	f := start(t, func(d *server.Deps) {
 		d.Peers = server.Peers{
-			Logs: func() []string { return []string{"gone"} },
-			Live: func() (map[string]string, <-chan struct{}) { return map[string]string{}, nil },
-			Conn: func(string) (*grpc.ClientConn, error) { panic("no live replica to dial") },
+			Logs: func() []string { return []string{"crashed", "gone"} },
+			Live: func() (map[string]string, <-chan struct{}) { return map[string]string{"crashed": dead}, nil },
+			Conn: func(addr string) (*grpc.ClientConn, error) {
+				conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err == nil {
+					t.Cleanup(func() { _ = conn.Close() })
+				}
+				return conn, err
+			},
 		}
 	})
 	list, err := f.client.ListActivity(t.Context(), &switchboardv1.ListActivityRequest{Identity: key(acmeKey)})
 	require.NoError(t, err)
-	require.Equal(t, []string{"gone"}, list.GetMissingReplicas())
+	require.Equal(t, []string{"crashed", "gone"}, list.GetMissingReplicas())
 	_, err = f.client.GetActivity(t.Context(), &switchboardv1.GetActivityRequest{Identity: key(acmeKey), Id: "nope"})
 	requireCode(t, codes.Unavailable, err, "a record perhaps in the log not read")
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
 }
