@@ -9,6 +9,7 @@ package switchboardv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -633,11 +634,476 @@ func (x *ForwardGetBrokerResponse) GetResponse() *GetBrokerResponse {
 	return nil
 }
 
+// ShareObservationsRequest is one batch of observations a replica shares.
+type ShareObservationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replica_id is the sending replica's id (its --id).
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// batches are the batches of call reports, each as one edge sent it.
+	Batches []*ObservedBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	// session_turns are the turns of named conversations the sending
+	// replica decided: where each went, so that the conversation's next turn
+	// stays there whichever replica decides it.
+	SessionTurns  []*SessionTurn `protobuf:"bytes,3,rep,name=session_turns,json=sessionTurns,proto3" json:"session_turns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareObservationsRequest) Reset() {
+	*x = ShareObservationsRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareObservationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareObservationsRequest) ProtoMessage() {}
+
+func (x *ShareObservationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareObservationsRequest.ProtoReflect.Descriptor instead.
+func (*ShareObservationsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ShareObservationsRequest) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *ShareObservationsRequest) GetBatches() []*ObservedBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+func (x *ShareObservationsRequest) GetSessionTurns() []*SessionTurn {
+	if x != nil {
+		return x.SessionTurns
+	}
+	return nil
+}
+
+// SessionTurn is one turn of a named conversation, as Decide sent it.
+type SessionTurn struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant_id is the conversation's tenant.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// model is the catalog id of the conversation's model.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// session_id is the conversation's id, as its caller named it.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// request_id is the turn's request: its call report says which endpoint
+	// answered it, and moves the conversation there.
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// endpoint_id is the endpoint Decide chose for the turn.
+	EndpointId string `protobuf:"bytes,5,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// decide_time is when the turn was decided.
+	DecideTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTurn) Reset() {
+	*x = SessionTurn{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTurn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTurn) ProtoMessage() {}
+
+func (x *SessionTurn) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTurn.ProtoReflect.Descriptor instead.
+func (*SessionTurn) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SessionTurn) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *SessionTurn) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
+// ObservedBatch is one batch of call reports and the edge that sent it.
+type ObservedBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// edge is the hello of the edge (or the caller of ReportCall) that sent
+	// the reports: the one reporter their speed samples count for.
+	Edge *EdgeHello `protobuf:"bytes,1,opt,name=edge,proto3" json:"edge,omitempty"`
+	// reports are the call reports, as the edge sent them.
+	Reports       []*CallReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedBatch) Reset() {
+	*x = ObservedBatch{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedBatch) ProtoMessage() {}
+
+func (x *ObservedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedBatch.ProtoReflect.Descriptor instead.
+func (*ObservedBatch) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ObservedBatch) GetEdge() *EdgeHello {
+	if x != nil {
+		return x.Edge
+	}
+	return nil
+}
+
+func (x *ObservedBatch) GetReports() []*CallReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// ShareObservationsResponse ends a ShareObservations stream.
+type ShareObservationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// batches is how many batches the receiving replica took.
+	Batches       int64 `protobuf:"varint,1,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareObservationsResponse) Reset() {
+	*x = ShareObservationsResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareObservationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareObservationsResponse) ProtoMessage() {}
+
+func (x *ShareObservationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareObservationsResponse.ProtoReflect.Descriptor instead.
+func (*ShareObservationsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ShareObservationsResponse) GetBatches() int64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
+// ForwardListActivityRequest is a ListActivity one replica asks another
+// for, of that replica's own log.
+type ForwardListActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// caller_id is the catalog id of the caller the replica asks for.
+	CallerId string `protobuf:"bytes,1,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	// request is the ListActivity request as the caller sent it; its cursor
+	// is the one every replica reads (where the merged listing stopped).
+	Request       *ListActivityRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardListActivityRequest) Reset() {
+	*x = ForwardListActivityRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardListActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardListActivityRequest) ProtoMessage() {}
+
+func (x *ForwardListActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardListActivityRequest.ProtoReflect.Descriptor instead.
+func (*ForwardListActivityRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ForwardListActivityRequest) GetCallerId() string {
+	if x != nil {
+		return x.CallerId
+	}
+	return ""
+}
+
+func (x *ForwardListActivityRequest) GetRequest() *ListActivityRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ForwardListActivityResponse is one replica's page of its own log.
+type ForwardListActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is the page; next_cursor is set when the log has more.
+	Response      *ListActivityResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardListActivityResponse) Reset() {
+	*x = ForwardListActivityResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardListActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardListActivityResponse) ProtoMessage() {}
+
+func (x *ForwardListActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardListActivityResponse.ProtoReflect.Descriptor instead.
+func (*ForwardListActivityResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ForwardListActivityResponse) GetResponse() *ListActivityResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+// ForwardGetActivityRequest is a GetActivity one replica asks another for,
+// of that replica's own log.
+type ForwardGetActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// caller_id is the catalog id of the caller the replica asks for.
+	CallerId string `protobuf:"bytes,1,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	// request is the GetActivity request as the caller sent it.
+	Request       *GetActivityRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardGetActivityRequest) Reset() {
+	*x = ForwardGetActivityRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardGetActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardGetActivityRequest) ProtoMessage() {}
+
+func (x *ForwardGetActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardGetActivityRequest.ProtoReflect.Descriptor instead.
+func (*ForwardGetActivityRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ForwardGetActivityRequest) GetCallerId() string {
+	if x != nil {
+		return x.CallerId
+	}
+	return ""
+}
+
+func (x *ForwardGetActivityRequest) GetRequest() *GetActivityRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ForwardGetActivityResponse is the record, from the called replica's log.
+type ForwardGetActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is GetActivity's answer.
+	Response      *GetActivityResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardGetActivityResponse) Reset() {
+	*x = ForwardGetActivityResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardGetActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardGetActivityResponse) ProtoMessage() {}
+
+func (x *ForwardGetActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardGetActivityResponse.ProtoReflect.Descriptor instead.
+func (*ForwardGetActivityResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ForwardGetActivityResponse) GetResponse() *GetActivityResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 var File_switchboard_v1_replica_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\n" +
-	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
+	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
 	"\x15ForwardReserveRequest\x12\x1b\n" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x128\n" +
 	"\arequest\x18\x02 \x01(\v2\x1e.switchboard.v1.ReserveRequestR\arequest\"U\n" +
@@ -667,14 +1133,48 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12:\n" +
 	"\arequest\x18\x02 \x01(\v2 .switchboard.v1.GetBrokerRequestR\arequest\"Y\n" +
 	"\x18ForwardGetBrokerResponse\x12=\n" +
-	"\bresponse\x18\x01 \x01(\v2!.switchboard.v1.GetBrokerResponseR\bresponse2\x98\x05\n" +
+	"\bresponse\x18\x01 \x01(\v2!.switchboard.v1.GetBrokerResponseR\bresponse\"\xb4\x01\n" +
+	"\x18ShareObservationsRequest\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x127\n" +
+	"\abatches\x18\x02 \x03(\v2\x1d.switchboard.v1.ObservedBatchR\abatches\x12@\n" +
+	"\rsession_turns\x18\x03 \x03(\v2\x1b.switchboard.v1.SessionTurnR\fsessionTurns\"\xdc\x01\n" +
+	"\vSessionTurn\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vendpoint_id\x18\x05 \x01(\tR\n" +
+	"endpointId\x12;\n" +
+	"\vdecide_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\"t\n" +
+	"\rObservedBatch\x12-\n" +
+	"\x04edge\x18\x01 \x01(\v2\x19.switchboard.v1.EdgeHelloR\x04edge\x124\n" +
+	"\areports\x18\x02 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"5\n" +
+	"\x19ShareObservationsResponse\x12\x18\n" +
+	"\abatches\x18\x01 \x01(\x03R\abatches\"x\n" +
+	"\x1aForwardListActivityRequest\x12\x1b\n" +
+	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12=\n" +
+	"\arequest\x18\x02 \x01(\v2#.switchboard.v1.ListActivityRequestR\arequest\"_\n" +
+	"\x1bForwardListActivityResponse\x12@\n" +
+	"\bresponse\x18\x01 \x01(\v2$.switchboard.v1.ListActivityResponseR\bresponse\"v\n" +
+	"\x19ForwardGetActivityRequest\x12\x1b\n" +
+	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12<\n" +
+	"\arequest\x18\x02 \x01(\v2\".switchboard.v1.GetActivityRequestR\arequest\"]\n" +
+	"\x1aForwardGetActivityResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.GetActivityResponseR\bresponse2\xe1\a\n" +
 	"\x0eReplicaService\x12_\n" +
 	"\x0eForwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12e\n" +
 	"\x10ForwardReconcile\x12'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n" +
 	"\x17ForwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n" +
 	"\x13ForwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n" +
 	"\x12ForwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12e\n" +
-	"\x10ForwardGetBroker\x12'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\x10ForwardGetBroker\x12'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponse\x12j\n" +
+	"\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n" +
+	"\x13ForwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n" +
+	"\x12ForwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_replica_proto_rawDescOnce sync.Once
@@ -688,7 +1188,7 @@ func file_switchboard_v1_replica_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_replica_proto_rawDescData
 }
 
-var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardReserveRequest)(nil),           // 0: switchboard.v1.ForwardReserveRequest
 	(*ForwardReserveResponse)(nil),          // 1: switchboard.v1.ForwardReserveResponse
@@ -702,49 +1202,79 @@ var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardSettleHedgeResponse)(nil),      // 9: switchboard.v1.ForwardSettleHedgeResponse
 	(*ForwardGetBrokerRequest)(nil),         // 10: switchboard.v1.ForwardGetBrokerRequest
 	(*ForwardGetBrokerResponse)(nil),        // 11: switchboard.v1.ForwardGetBrokerResponse
-	(*ReserveRequest)(nil),                  // 12: switchboard.v1.ReserveRequest
-	(*ReserveResponse)(nil),                 // 13: switchboard.v1.ReserveResponse
-	(*ReconcileRequest)(nil),                // 14: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),               // 15: switchboard.v1.ReconcileResponse
-	(*KeepReservationsRequest)(nil),         // 16: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil),        // 17: switchboard.v1.KeepReservationsResponse
-	(*AcquireHedgeRequest)(nil),             // 18: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),            // 19: switchboard.v1.AcquireHedgeResponse
-	(*SettleHedgeRequest)(nil),              // 20: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),             // 21: switchboard.v1.SettleHedgeResponse
-	(*GetBrokerRequest)(nil),                // 22: switchboard.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),               // 23: switchboard.v1.GetBrokerResponse
+	(*ShareObservationsRequest)(nil),        // 12: switchboard.v1.ShareObservationsRequest
+	(*SessionTurn)(nil),                     // 13: switchboard.v1.SessionTurn
+	(*ObservedBatch)(nil),                   // 14: switchboard.v1.ObservedBatch
+	(*ShareObservationsResponse)(nil),       // 15: switchboard.v1.ShareObservationsResponse
+	(*ForwardListActivityRequest)(nil),      // 16: switchboard.v1.ForwardListActivityRequest
+	(*ForwardListActivityResponse)(nil),     // 17: switchboard.v1.ForwardListActivityResponse
+	(*ForwardGetActivityRequest)(nil),       // 18: switchboard.v1.ForwardGetActivityRequest
+	(*ForwardGetActivityResponse)(nil),      // 19: switchboard.v1.ForwardGetActivityResponse
+	(*ReserveRequest)(nil),                  // 20: switchboard.v1.ReserveRequest
+	(*ReserveResponse)(nil),                 // 21: switchboard.v1.ReserveResponse
+	(*ReconcileRequest)(nil),                // 22: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),               // 23: switchboard.v1.ReconcileResponse
+	(*KeepReservationsRequest)(nil),         // 24: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil),        // 25: switchboard.v1.KeepReservationsResponse
+	(*AcquireHedgeRequest)(nil),             // 26: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),            // 27: switchboard.v1.AcquireHedgeResponse
+	(*SettleHedgeRequest)(nil),              // 28: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),             // 29: switchboard.v1.SettleHedgeResponse
+	(*GetBrokerRequest)(nil),                // 30: switchboard.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),               // 31: switchboard.v1.GetBrokerResponse
+	(*timestamppb.Timestamp)(nil),           // 32: google.protobuf.Timestamp
+	(*EdgeHello)(nil),                       // 33: switchboard.v1.EdgeHello
+	(*CallReport)(nil),                      // 34: switchboard.v1.CallReport
+	(*ListActivityRequest)(nil),             // 35: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),            // 36: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),              // 37: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),             // 38: switchboard.v1.GetActivityResponse
 }
 var file_switchboard_v1_replica_proto_depIdxs = []int32{
-	12, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
-	13, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
-	14, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
-	15, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
-	16, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
-	17, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
-	18, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
-	19, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
-	20, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
-	21, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
-	22, // 10: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
-	23, // 11: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
-	0,  // 12: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
-	2,  // 13: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
-	4,  // 14: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
-	6,  // 15: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
-	8,  // 16: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
-	10, // 17: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
-	1,  // 18: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
-	3,  // 19: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
-	5,  // 20: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
-	7,  // 21: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
-	9,  // 22: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
-	11, // 23: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	20, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
+	21, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
+	22, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
+	23, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
+	24, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
+	25, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
+	26, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
+	27, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
+	28, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
+	29, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
+	30, // 10: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
+	31, // 11: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
+	14, // 12: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
+	13, // 13: switchboard.v1.ShareObservationsRequest.session_turns:type_name -> switchboard.v1.SessionTurn
+	32, // 14: switchboard.v1.SessionTurn.decide_time:type_name -> google.protobuf.Timestamp
+	33, // 15: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
+	34, // 16: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
+	35, // 17: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
+	36, // 18: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
+	37, // 19: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
+	38, // 20: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
+	0,  // 21: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
+	2,  // 22: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
+	4,  // 23: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
+	6,  // 24: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
+	8,  // 25: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
+	10, // 26: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
+	12, // 27: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
+	16, // 28: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
+	18, // 29: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
+	1,  // 30: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
+	3,  // 31: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
+	5,  // 32: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
+	7,  // 33: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
+	9,  // 34: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
+	11, // 35: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
+	15, // 36: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
+	17, // 37: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
+	19, // 38: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_replica_proto_init() }
@@ -761,7 +1291,7 @@ func file_switchboard_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_replica_proto_rawDesc), len(file_switchboard_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,9 @@ const (
 	ReplicaService_ForwardAcquireHedge_FullMethodName     = "/switchboard.v1.ReplicaService/ForwardAcquireHedge"
 	ReplicaService_ForwardSettleHedge_FullMethodName      = "/switchboard.v1.ReplicaService/ForwardSettleHedge"
 	ReplicaService_ForwardGetBroker_FullMethodName        = "/switchboard.v1.ReplicaService/ForwardGetBroker"
+	ReplicaService_ShareObservations_FullMethodName       = "/switchboard.v1.ReplicaService/ShareObservations"
+	ReplicaService_ForwardListActivity_FullMethodName     = "/switchboard.v1.ReplicaService/ForwardListActivity"
+	ReplicaService_ForwardGetActivity_FullMethodName      = "/switchboard.v1.ReplicaService/ForwardGetActivity"
 )
 
 // ReplicaServiceClient is the client API for ReplicaService service.
@@ -43,6 +46,12 @@ const (
 // Only callers of role replica may call this service; caller_id must name
 // a caller of the catalog that is not a replica (forwarding does not
 // chain), else the call is PERMISSION_DENIED.
+//
+// Replicas also share what they learn and what they log: each sends every
+// other live replica the call reports its edges sent it
+// (ShareObservations), and a replica answering ListActivity or GetActivity
+// reads every other replica's activity log (ForwardListActivity,
+// ForwardGetActivity, on behalf of its caller).
 type ReplicaServiceClient interface {
 	// ForwardReserve is RouterService.Reserve on behalf of caller_id.
 	ForwardReserve(ctx context.Context, in *ForwardReserveRequest, opts ...grpc.CallOption) (*ForwardReserveResponse, error)
@@ -57,6 +66,20 @@ type ReplicaServiceClient interface {
 	ForwardSettleHedge(ctx context.Context, in *ForwardSettleHedgeRequest, opts ...grpc.CallOption) (*ForwardSettleHedgeResponse, error)
 	// ForwardGetBroker is OperatorService.GetBroker on behalf of caller_id.
 	ForwardGetBroker(ctx context.Context, in *ForwardGetBrokerRequest, opts ...grpc.CallOption) (*ForwardGetBrokerResponse, error)
+	// ShareObservations carries the call reports a replica took from its own
+	// Report streams (and ReportCall), and the conversations' turns it
+	// decided, to another replica, which learns from them as if its own
+	// edges had sent them: statistics, outcomes, prompt affinity,
+	// conversations and cool-downs. It stores no activity and
+	// settles nothing for them. The stream stays open while both replicas
+	// live; the answer counts what was taken.
+	ShareObservations(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ShareObservationsRequest, ShareObservationsResponse], error)
+	// ForwardListActivity is RouterService.ListActivity on behalf of
+	// caller_id, answered from the called replica's own activity log only.
+	ForwardListActivity(ctx context.Context, in *ForwardListActivityRequest, opts ...grpc.CallOption) (*ForwardListActivityResponse, error)
+	// ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
+	// answered from the called replica's own activity log only.
+	ForwardGetActivity(ctx context.Context, in *ForwardGetActivityRequest, opts ...grpc.CallOption) (*ForwardGetActivityResponse, error)
 }
 
 type replicaServiceClient struct {
@@ -127,6 +150,39 @@ func (c *replicaServiceClient) ForwardGetBroker(ctx context.Context, in *Forward
 	return out, nil
 }
 
+func (c *replicaServiceClient) ShareObservations(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ShareObservationsRequest, ShareObservationsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ReplicaService_ServiceDesc.Streams[0], ReplicaService_ShareObservations_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ShareObservationsRequest, ShareObservationsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ReplicaService_ShareObservationsClient = grpc.ClientStreamingClient[ShareObservationsRequest, ShareObservationsResponse]
+
+func (c *replicaServiceClient) ForwardListActivity(ctx context.Context, in *ForwardListActivityRequest, opts ...grpc.CallOption) (*ForwardListActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardListActivityResponse)
+	err := c.cc.Invoke(ctx, ReplicaService_ForwardListActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *replicaServiceClient) ForwardGetActivity(ctx context.Context, in *ForwardGetActivityRequest, opts ...grpc.CallOption) (*ForwardGetActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardGetActivityResponse)
+	err := c.cc.Invoke(ctx, ReplicaService_ForwardGetActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplicaServiceServer is the server API for ReplicaService service.
 // All implementations must embed UnimplementedReplicaServiceServer
 // for forward compatibility.
@@ -143,6 +199,12 @@ func (c *replicaServiceClient) ForwardGetBroker(ctx context.Context, in *Forward
 // Only callers of role replica may call this service; caller_id must name
 // a caller of the catalog that is not a replica (forwarding does not
 // chain), else the call is PERMISSION_DENIED.
+//
+// Replicas also share what they learn and what they log: each sends every
+// other live replica the call reports its edges sent it
+// (ShareObservations), and a replica answering ListActivity or GetActivity
+// reads every other replica's activity log (ForwardListActivity,
+// ForwardGetActivity, on behalf of its caller).
 type ReplicaServiceServer interface {
 	// ForwardReserve is RouterService.Reserve on behalf of caller_id.
 	ForwardReserve(context.Context, *ForwardReserveRequest) (*ForwardReserveResponse, error)
@@ -157,6 +219,20 @@ type ReplicaServiceServer interface {
 	ForwardSettleHedge(context.Context, *ForwardSettleHedgeRequest) (*ForwardSettleHedgeResponse, error)
 	// ForwardGetBroker is OperatorService.GetBroker on behalf of caller_id.
 	ForwardGetBroker(context.Context, *ForwardGetBrokerRequest) (*ForwardGetBrokerResponse, error)
+	// ShareObservations carries the call reports a replica took from its own
+	// Report streams (and ReportCall), and the conversations' turns it
+	// decided, to another replica, which learns from them as if its own
+	// edges had sent them: statistics, outcomes, prompt affinity,
+	// conversations and cool-downs. It stores no activity and
+	// settles nothing for them. The stream stays open while both replicas
+	// live; the answer counts what was taken.
+	ShareObservations(grpc.ClientStreamingServer[ShareObservationsRequest, ShareObservationsResponse]) error
+	// ForwardListActivity is RouterService.ListActivity on behalf of
+	// caller_id, answered from the called replica's own activity log only.
+	ForwardListActivity(context.Context, *ForwardListActivityRequest) (*ForwardListActivityResponse, error)
+	// ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
+	// answered from the called replica's own activity log only.
+	ForwardGetActivity(context.Context, *ForwardGetActivityRequest) (*ForwardGetActivityResponse, error)
 	mustEmbedUnimplementedReplicaServiceServer()
 }
 
@@ -184,6 +260,15 @@ func (UnimplementedReplicaServiceServer) ForwardSettleHedge(context.Context, *Fo
 }
 func (UnimplementedReplicaServiceServer) ForwardGetBroker(context.Context, *ForwardGetBrokerRequest) (*ForwardGetBrokerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardGetBroker not implemented")
+}
+func (UnimplementedReplicaServiceServer) ShareObservations(grpc.ClientStreamingServer[ShareObservationsRequest, ShareObservationsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ShareObservations not implemented")
+}
+func (UnimplementedReplicaServiceServer) ForwardListActivity(context.Context, *ForwardListActivityRequest) (*ForwardListActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardListActivity not implemented")
+}
+func (UnimplementedReplicaServiceServer) ForwardGetActivity(context.Context, *ForwardGetActivityRequest) (*ForwardGetActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardGetActivity not implemented")
 }
 func (UnimplementedReplicaServiceServer) mustEmbedUnimplementedReplicaServiceServer() {}
 func (UnimplementedReplicaServiceServer) testEmbeddedByValue()                        {}
@@ -314,6 +399,49 @@ func _ReplicaService_ForwardGetBroker_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReplicaService_ShareObservations_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReplicaServiceServer).ShareObservations(&grpc.GenericServerStream[ShareObservationsRequest, ShareObservationsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ReplicaService_ShareObservationsServer = grpc.ClientStreamingServer[ShareObservationsRequest, ShareObservationsResponse]
+
+func _ReplicaService_ForwardListActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardListActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServiceServer).ForwardListActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReplicaService_ForwardListActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServiceServer).ForwardListActivity(ctx, req.(*ForwardListActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReplicaService_ForwardGetActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardGetActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServiceServer).ForwardGetActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReplicaService_ForwardGetActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServiceServer).ForwardGetActivity(ctx, req.(*ForwardGetActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReplicaService_ServiceDesc is the grpc.ServiceDesc for ReplicaService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -345,7 +473,21 @@ var ReplicaService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ForwardGetBroker",
 			Handler:    _ReplicaService_ForwardGetBroker_Handler,
 		},
+		{
+			MethodName: "ForwardListActivity",
+			Handler:    _ReplicaService_ForwardListActivity_Handler,
+		},
+		{
+			MethodName: "ForwardGetActivity",
+			Handler:    _ReplicaService_ForwardGetActivity_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ShareObservations",
+			Handler:       _ReplicaService_ShareObservations_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "switchboard/v1/replica.proto",
 }

@@ -2820,10 +2820,15 @@ type ListActivityResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// records are newest first.
 	Records []*ActivityRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
-	// next_cursor fetches the next page; empty at the end.
-	NextCursor    string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// next_cursor fetches the next page; empty at the end. It is read by
+	// every decider replica alike: a listing may go on through any of them.
+	NextCursor string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// missing_replicas names the decider replicas whose activity log did not
+	// answer in time: their records are not in this page (nor in any page
+	// after it that lists them too). Empty when every replica's log was read.
+	MissingReplicas []string `protobuf:"bytes,3,rep,name=missing_replicas,json=missingReplicas,proto3" json:"missing_replicas,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListActivityResponse) Reset() {
@@ -2868,6 +2873,13 @@ func (x *ListActivityResponse) GetNextCursor() string {
 		return x.NextCursor
 	}
 	return ""
+}
+
+func (x *ListActivityResponse) GetMissingReplicas() []string {
+	if x != nil {
+		return x.MissingReplicas
+	}
+	return nil
 }
 
 // GetActivityRequest asks for one call.
@@ -3308,11 +3320,12 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12\x16\n" +
-	"\x06cursor\x18\x06 \x01(\tR\x06cursor\"q\n" +
+	"\x06cursor\x18\x06 \x01(\tR\x06cursor\"\x9c\x01\n" +
 	"\x14ListActivityResponse\x128\n" +
 	"\arecords\x18\x01 \x03(\v2\x1e.switchboard.v1.ActivityRecordR\arecords\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"Z\n" +
+	"nextCursor\x12)\n" +
+	"\x10missing_replicas\x18\x03 \x03(\tR\x0fmissingReplicas\"Z\n" +
 	"\x12GetActivityRequest\x124\n" +
 	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"M\n" +

@@ -115,3 +115,11 @@ func (d *Decider) HealthAddr() string {
 	}
 	return d.healthLis.Addr().String()
 }
+
+// ObservationsShared returns how many batches of call reports this
+// replica's edges sent that another replica took (one per replica).
+func (d *Decider) ObservationsShared() int64 { return d.sharer.Shared() }
+
+// ObservationsDropped returns how many batches of call reports another
+// live replica never got from this one.
+func (d *Decider) ObservationsDropped() int64 { return d.sharer.Dropped() }

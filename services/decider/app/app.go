@@ -51,6 +51,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/share"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
@@ -86,10 +87,14 @@ type Decider struct {
 	broker   *broker.Broker
 	adm      *admission.Admission
 	observer *observe.Observer
-	cool     *cooldown.Tracker
-	exps     *experiment.Manager
-	tlsSrv   *tlsfiles.Creds // the server's credentials, nil in plaintext
-	tlsPeer  *tlsfiles.Creds // the client credentials to other replicas, nil in plaintext
+	// sharer sends the other replicas what this one's edges report.
+	sharer *share.Sharer
+	// advertise is the address other replicas reach this one at.
+	advertise string
+	cool      *cooldown.Tracker
+	exps      *experiment.Manager
+	tlsSrv    *tlsfiles.Creds // the server's credentials, nil in plaintext
+	tlsPeer   *tlsfiles.Creds // the client credentials to other replicas, nil in plaintext
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
 	healthSrv *grpc.Server
 	healthLis net.Listener
@@ -167,7 +172,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		return nil, err
 	}
 	d.serve(creds)
-	if err := d.store.Register(bg, cfg.ID, d.lis.Addr().String(), 10); err != nil {
+	if err := d.store.Register(bg, cfg.ID, d.advertise, 10); err != nil {
 		return nil, err
 	}
 	d.srv.SetServing(true, server.Services...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,10 +26,12 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/replicas"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/session"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/share"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
@@ -93,9 +96,20 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	if err != nil {
 		return err
 	}
+	// Every replica's log is read by every replica: its key says this one
+	// holds one, for as long as the log lives.
+	if err := d.store.RegisterLog(ctx, cfg.ID); err != nil {
+		return err
+	}
+	peers, err := replicas.New(ctx, replicas.Options{Client: d.store.Client(), Self: cfg.ID, Logger: logger.With("component", "replicas")})
+	if err != nil {
+		return err
+	}
 
 	aff := affinity.New(affinity.Options{})
-	sessions := session.New(session.Options{})
+	// Each conversation's turn decided here is told to the other replicas
+	// (d.sharer is set before anything is served).
+	sessions := session.New(session.Options{Kept: func(tu session.Turn) { d.sharer.PublishTurn(tu) }})
 	d.cool = cooldown.New(cfg.cooldownOptions())
 	hedgeFrom := cfg.HedgeFrom
 	if cfg.HedgeBudgetUSD == 0 {
@@ -125,12 +139,12 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		}
 		dial = append(dial, grpc.WithPerRPCCredentials(tok))
 	}
-	advertise := cfg.Advertise
-	if advertise == "" {
-		advertise = d.lis.Addr().String()
+	d.advertise = cfg.Advertise
+	if d.advertise == "" {
+		d.advertise = d.lis.Addr().String()
 	}
 	d.adm, err = admission.Start(ctx, admission.Options{
-		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
+		Broker: d.broker, Budget: d.budget, Client: d.store.Client(), Addr: d.advertise, Logger: logger.With("component", "broker"), Now: cfg.Now,
 		Creds:         peerCreds,
 		LeaseTTL:      int((cfg.BrokerSessionTTL + time.Second - 1) / time.Second),
 		Every:         cfg.BrokerSnapshotInterval,
@@ -161,11 +175,21 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 
 	// The hub hands call reports to the observer, which tells edges of
 	// cool-downs through the hub: ob is set before anything is served, so
-	// before any Report stream can bring a report.
+	// before any Report stream can bring a report. The other replicas get
+	// them too (share), and learn from them as from their own edges'.
 	var ob *observe.Observer
+	d.sharer = share.New(share.Options{Self: cfg.ID, Conn: d.adm.PeerConn, Logger: logger.With("component", "share")})
+	if d.metrics.Enabled() {
+		if err := d.sharer.Instrument(d.metrics.MeterProvider()); err != nil {
+			return fmt.Errorf("sharing metrics: %w", err)
+		}
+	}
 	d.hub = report.NewHub(report.Options{
-		Logger:       logger.With("component", "report"),
-		Sink:         func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) { ob.Ingest(e, rs) },
+		Logger: logger.With("component", "report"),
+		Sink: func(e *switchboardv1.EdgeHello, rs []*switchboardv1.CallReport) {
+			ob.Ingest(e, rs)
+			d.sharer.Publish(e, rs)
+		},
 		Activity:     d.sink.Add,
 		Keys:         d.catalog.Keys,
 		Reservations: server.Reservations(admit),
@@ -177,6 +201,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	d.observer = ob
 	d.svc = server.New(server.Deps{
 		Router: d.router, Catalog: d.catalog, Auth: d.authn, Hub: d.hub, Policy: admit, Activity: d.act, Experiments: d.exps, Grants: d.grants,
+		Peers: server.Peers{Logs: peers.Logs, Live: peers.Live, Conn: d.adm.PeerConn, Learn: ob.IngestShared, LearnTurn: sessions.KeepShared, Logger: logger.With("component", "activity")},
 	})
 
 	// Edges replay to each new owner what the ones before applied lately.
@@ -189,10 +214,17 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		})
 	})
 	d.wg.Go(func() { d.settler.Run(bg) })
+	d.wg.Go(func() { peers.Run(bg) })
+	d.wg.Go(func() { d.sharer.Run(bg, peers.Live) })
 	d.wg.Go(func() { d.exps.Run(bg, expRev) })
 	if cfg.ProbeInterval > 0 {
 		p := probe.New(probe.Options{
-			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes, Models: d.router.Models,
+			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes,
+			// Every replica learns every probe's result (share): each
+			// probes its share of the models, not all of them.
+			Models: func() []routing.ModelEndpoints {
+				return slices.DeleteFunc(d.router.Models(), func(m routing.ModelEndpoints) bool { return !peers.Owns(m.Model) })
+			},
 			Send: d.hub.SendOne, Logger: logger.With("component", "probe"),
 		})
 		d.wg.Go(func() { p.Run(bg) })

@@ -1,9 +1,11 @@
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from switchboard.v1 import edge_pb2 as _edge_pb2
 from switchboard.v1 import operator_pb2 as _operator_pb2
 from switchboard.v1 import router_pb2 as _router_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Mapping as _Mapping, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -20,6 +22,20 @@ class ForwardAcquireHedgeResponse(_message.Message):
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     response: _edge_pb2.AcquireHedgeResponse
     def __init__(self, response: _Optional[_Union[_edge_pb2.AcquireHedgeResponse, _Mapping]] = ...) -> None: ...
+
+class ForwardGetActivityRequest(_message.Message):
+    __slots__ = ["caller_id", "request"]
+    CALLER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    caller_id: str
+    request: _router_pb2.GetActivityRequest
+    def __init__(self, caller_id: _Optional[str] = ..., request: _Optional[_Union[_router_pb2.GetActivityRequest, _Mapping]] = ...) -> None: ...
+
+class ForwardGetActivityResponse(_message.Message):
+    __slots__ = ["response"]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: _router_pb2.GetActivityResponse
+    def __init__(self, response: _Optional[_Union[_router_pb2.GetActivityResponse, _Mapping]] = ...) -> None: ...
 
 class ForwardGetBrokerRequest(_message.Message):
     __slots__ = ["caller_id", "request"]
@@ -48,6 +64,20 @@ class ForwardKeepReservationsResponse(_message.Message):
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     response: _router_pb2.KeepReservationsResponse
     def __init__(self, response: _Optional[_Union[_router_pb2.KeepReservationsResponse, _Mapping]] = ...) -> None: ...
+
+class ForwardListActivityRequest(_message.Message):
+    __slots__ = ["caller_id", "request"]
+    CALLER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    caller_id: str
+    request: _router_pb2.ListActivityRequest
+    def __init__(self, caller_id: _Optional[str] = ..., request: _Optional[_Union[_router_pb2.ListActivityRequest, _Mapping]] = ...) -> None: ...
+
+class ForwardListActivityResponse(_message.Message):
+    __slots__ = ["response"]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: _router_pb2.ListActivityResponse
+    def __init__(self, response: _Optional[_Union[_router_pb2.ListActivityResponse, _Mapping]] = ...) -> None: ...
 
 class ForwardReconcileRequest(_message.Message):
     __slots__ = ["caller_id", "request"]
@@ -90,3 +120,43 @@ class ForwardSettleHedgeResponse(_message.Message):
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     response: _edge_pb2.SettleHedgeResponse
     def __init__(self, response: _Optional[_Union[_edge_pb2.SettleHedgeResponse, _Mapping]] = ...) -> None: ...
+
+class ObservedBatch(_message.Message):
+    __slots__ = ["edge", "reports"]
+    EDGE_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    edge: _edge_pb2.EdgeHello
+    reports: _containers.RepeatedCompositeFieldContainer[_edge_pb2.CallReport]
+    def __init__(self, edge: _Optional[_Union[_edge_pb2.EdgeHello, _Mapping]] = ..., reports: _Optional[_Iterable[_Union[_edge_pb2.CallReport, _Mapping]]] = ...) -> None: ...
+
+class SessionTurn(_message.Message):
+    __slots__ = ["decide_time", "endpoint_id", "model", "request_id", "session_id", "tenant_id"]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    decide_time: _timestamp_pb2.Timestamp
+    endpoint_id: str
+    model: str
+    request_id: str
+    session_id: str
+    tenant_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., model: _Optional[str] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., decide_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ShareObservationsRequest(_message.Message):
+    __slots__ = ["batches", "replica_id", "session_turns"]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TURNS_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[ObservedBatch]
+    replica_id: str
+    session_turns: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    def __init__(self, replica_id: _Optional[str] = ..., batches: _Optional[_Iterable[_Union[ObservedBatch, _Mapping]]] = ..., session_turns: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ...) -> None: ...
+
+class ShareObservationsResponse(_message.Message):
+    __slots__ = ["batches"]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: int
+    def __init__(self, batches: _Optional[int] = ...) -> None: ...

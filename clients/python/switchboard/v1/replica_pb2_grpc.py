@@ -18,6 +18,12 @@ class ReplicaServiceStub(object):
     Only callers of role replica may call this service; caller_id must name
     a caller of the catalog that is not a replica (forwarding does not
     chain), else the call is PERMISSION_DENIED.
+
+    Replicas also share what they learn and what they log: each sends every
+    other live replica the call reports its edges sent it
+    (ShareObservations), and a replica answering ListActivity or GetActivity
+    reads every other replica's activity log (ForwardListActivity,
+    ForwardGetActivity, on behalf of its caller).
     """
 
     def __init__(self, channel):
@@ -56,6 +62,21 @@ class ReplicaServiceStub(object):
                 request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerRequest.SerializeToString,
                 response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerResponse.FromString,
                 )
+        self.ShareObservations = channel.stream_unary(
+                '/switchboard.v1.ReplicaService/ShareObservations',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.ShareObservationsRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.ShareObservationsResponse.FromString,
+                )
+        self.ForwardListActivity = channel.unary_unary(
+                '/switchboard.v1.ReplicaService/ForwardListActivity',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardListActivityRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardListActivityResponse.FromString,
+                )
+        self.ForwardGetActivity = channel.unary_unary(
+                '/switchboard.v1.ReplicaService/ForwardGetActivity',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.FromString,
+                )
 
 
 class ReplicaServiceServicer(object):
@@ -71,6 +92,12 @@ class ReplicaServiceServicer(object):
     Only callers of role replica may call this service; caller_id must name
     a caller of the catalog that is not a replica (forwarding does not
     chain), else the call is PERMISSION_DENIED.
+
+    Replicas also share what they learn and what they log: each sends every
+    other live replica the call reports its edges sent it
+    (ShareObservations), and a replica answering ListActivity or GetActivity
+    reads every other replica's activity log (ForwardListActivity,
+    ForwardGetActivity, on behalf of its caller).
     """
 
     def ForwardReserve(self, request, context):
@@ -116,6 +143,35 @@ class ReplicaServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareObservations(self, request_iterator, context):
+        """ShareObservations carries the call reports a replica took from its own
+        Report streams (and ReportCall), and the conversations' turns it
+        decided, to another replica, which learns from them as if its own
+        edges had sent them: statistics, outcomes, prompt affinity,
+        conversations and cool-downs. It stores no activity and
+        settles nothing for them. The stream stays open while both replicas
+        live; the answer counts what was taken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardListActivity(self, request, context):
+        """ForwardListActivity is RouterService.ListActivity on behalf of
+        caller_id, answered from the called replica's own activity log only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardGetActivity(self, request, context):
+        """ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
+        answered from the called replica's own activity log only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -149,6 +205,21 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerRequest.FromString,
                     response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerResponse.SerializeToString,
             ),
+            'ShareObservations': grpc.stream_unary_rpc_method_handler(
+                    servicer.ShareObservations,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.ShareObservationsRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.ShareObservationsResponse.SerializeToString,
+            ),
+            'ForwardListActivity': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardListActivity,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardListActivityRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardListActivityResponse.SerializeToString,
+            ),
+            'ForwardGetActivity': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardGetActivity,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'switchboard.v1.ReplicaService', rpc_method_handlers)
@@ -169,6 +240,12 @@ class ReplicaService(object):
     Only callers of role replica may call this service; caller_id must name
     a caller of the catalog that is not a replica (forwarding does not
     chain), else the call is PERMISSION_DENIED.
+
+    Replicas also share what they learn and what they log: each sends every
+    other live replica the call reports its edges sent it
+    (ShareObservations), and a replica answering ListActivity or GetActivity
+    reads every other replica's activity log (ForwardListActivity,
+    ForwardGetActivity, on behalf of its caller).
     """
 
     @staticmethod
@@ -270,5 +347,56 @@ class ReplicaService(object):
         return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardGetBroker',
             switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerRequest.SerializeToString,
             switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ShareObservations(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/switchboard.v1.ReplicaService/ShareObservations',
+            switchboard_dot_v1_dot_replica__pb2.ShareObservationsRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.ShareObservationsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ForwardListActivity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardListActivity',
+            switchboard_dot_v1_dot_replica__pb2.ForwardListActivityRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.ForwardListActivityResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ForwardGetActivity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardGetActivity',
+            switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

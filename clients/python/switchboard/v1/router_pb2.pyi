@@ -256,12 +256,14 @@ class ListActivityRequest(_message.Message):
     def __init__(self, identity: _Optional[_Union[Identity, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., model: _Optional[str] = ..., limit: _Optional[int] = ..., cursor: _Optional[str] = ...) -> None: ...
 
 class ListActivityResponse(_message.Message):
-    __slots__ = ["next_cursor", "records"]
+    __slots__ = ["missing_replicas", "next_cursor", "records"]
+    MISSING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    missing_replicas: _containers.RepeatedScalarFieldContainer[str]
     next_cursor: str
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.ActivityRecord]
-    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.ActivityRecord, _Mapping]]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.ActivityRecord, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., missing_replicas: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ["identity"]

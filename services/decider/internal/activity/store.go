@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -330,23 +329,29 @@ type Query struct {
 	Cursor     string
 }
 
+// PageLimit is the size of a listing's page asked for n records: 50 for
+// none, at most 500.
+func PageLimit(n int) int {
+	if n <= 0 {
+		return 50
+	}
+	return min(n, 500)
+}
+
 // List returns the tenant's records, newest first, and the cursor of the next page.
 func (s *Store) List(_ context.Context, q Query) ([]*switchboardv1.ActivityRecord, string, error) {
-	if q.Limit <= 0 {
-		q.Limit = 50
-	}
-	q.Limit = min(q.Limit, 500)
+	q.Limit = PageLimit(q.Limit)
 	prefix := append([]byte(q.Tenant), 0)
 	seek := prefix
 	if !q.End.IsZero() {
 		seek = recordKey(q.Tenant, q.End.Add(-time.Nanosecond), "")
 	}
 	if q.Cursor != "" {
-		c, err := hex.DecodeString(q.Cursor)
-		if err != nil || !bytes.HasPrefix(c, prefix) {
-			return nil, "", ErrBadCursor
+		p, err := ParseCursor(q.Tenant, q.Cursor)
+		if err != nil {
+			return nil, "", err
 		}
-		seek = c
+		seek = p.seek()
 	}
 	var out []*switchboardv1.ActivityRecord
 	next := ""
@@ -357,7 +362,9 @@ func (s *Store) List(_ context.Context, q Query) ([]*switchboardv1.ActivityRecor
 				break
 			}
 			if len(out) == q.Limit {
-				next = hex.EncodeToString(k)
+				// More: the next page goes on after the last record of
+				// this one (see Position), on any replica.
+				next = PositionOf(out[len(out)-1]).Cursor()
 				break
 			}
 			r := &switchboardv1.ActivityRecord{}

@@ -247,6 +247,11 @@ func (a *Admission) client(addr string) (OwnerClient, error) {
 	return OwnerClient{switchboardv1.NewReplicaServiceClient(conn)}, nil
 }
 
+// PeerConn is the connection to the replica at addr, made once and closed
+// when the admission stops: the one every exchange between two replicas
+// goes over (forwarding, shared observations, activity logs).
+func (a *Admission) PeerConn(addr string) (*grpc.ClientConn, error) { return a.conn(addr) }
+
 // conn is the connection to the replica at addr, made once.
 func (a *Admission) conn(addr string) (*grpc.ClientConn, error) {
 	a.mu.Lock()

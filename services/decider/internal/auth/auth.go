@@ -28,8 +28,8 @@
 // RouterService holds Decide, Reserve, Reconcile, KeepReservations,
 // ListModels, the activity calls and ReportCall; EdgeService Report and the hedge
 // budget; OperatorService the experiments, Explain and the reads of the
-// decider's state; ReplicaService what
-// one decider replica forwards to another.
+// decider's state; ReplicaService what one decider replica forwards to
+// another, and the observations and activity logs replicas share.
 //
 //	RPC                      edge        service          replica     operator
 //	Decide                   by key      own tenants      -           -
@@ -56,6 +56,9 @@
 //	ForwardAcquireHedge      -           -                forwarded   -
 //	ForwardSettleHedge       -           -                forwarded   -
 //	ForwardGetBroker         -           -                forwarded   -
+//	ForwardListActivity      -           -                forwarded   -
+//	ForwardGetActivity       -           -                forwarded   -
+//	ShareObservations        -           -                yes         -
 //
 // "By key": an edge decides for clients it authenticated by API key, so the
 // request's identity must carry api_key_sha256; a bare tenant_id is refused.

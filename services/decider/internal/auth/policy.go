@@ -68,6 +68,10 @@ var policy = map[string]map[string]access{
 	switchboardv1.ReplicaService_ForwardAcquireHedge_FullMethodName:     {catalog.RoleReplica: forwarded},
 	switchboardv1.ReplicaService_ForwardSettleHedge_FullMethodName:      {catalog.RoleReplica: forwarded},
 	switchboardv1.ReplicaService_ForwardGetBroker_FullMethodName:        {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardListActivity_FullMethodName:     {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardGetActivity_FullMethodName:      {catalog.RoleReplica: forwarded},
+	// A replica shares what its own edges reported, as itself.
+	switchboardv1.ReplicaService_ShareObservations_FullMethodName: {catalog.RoleReplica: anyTenant},
 }
 
 // Allowed reports whether the policy lets role call method at all, for

@@ -103,21 +103,39 @@ func New(o Options) *Observer {
 // edge's id (its hello's edge_id) names it as one reporter to the
 // statistics.
 func (ob *Observer) Ingest(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
+	ob.ingest(edge, reports, true)
+}
+
+// IngestShared takes one batch another decider replica took from one of
+// its edges (share), and learns from it exactly as Ingest would: the same
+// statistics under the same edge, outcomes, affinity, conversations and
+// cool-downs (told to this replica's edges). What the replica that took
+// the batch counts of it (Unknown, Implausible, ProbeCost) it alone counts,
+// so the replicas' figures add up.
+func (ob *Observer) IngestShared(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) {
+	ob.ingest(edge, reports, false)
+}
+
+// ingest learns from one batch; own says this replica took it from its
+// edge, and counts it.
+func (ob *Observer) ingest(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport, own bool) {
 	from := ob.o.Stats.From(edge.GetEdgeId())
 	cat := ob.o.Catalog()
 	for _, r := range reports {
-		ob.one(cat, from, r)
+		ob.one(cat, from, r, own)
 	}
 }
 
-func (ob *Observer) one(cat Catalog, from stats.Reporter, r *switchboardv1.CallReport) {
+func (ob *Observer) one(cat Catalog, from stats.Reporter, r *switchboardv1.CallReport, own bool) {
 	modelID, rates, ok := cat.Endpoint(r.GetEndpointId())
 	if !ok {
 		// Only the catalog's endpoints get series, so a confused or hostile
 		// edge cannot grow the decider's memory.
-		ob.mu.Lock()
-		ob.unknown++
-		ob.mu.Unlock()
+		if own {
+			ob.mu.Lock()
+			ob.unknown++
+			ob.mu.Unlock()
+		}
 		return
 	}
 	at := ob.o.Now()
@@ -129,7 +147,7 @@ func (ob *Observer) one(cat Catalog, from stats.Reporter, r *switchboardv1.CallR
 	switch r.GetOutcome() {
 	case switchboardv1.Outcome_OUTCOME_OK:
 		if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") && !plausible(r) {
-			ob.countImplausible()
+			ob.countImplausible(own)
 		} else if r.GetTtft() != nil && (r.GetStream() || r.GetProbeId() != "") {
 			// A first token is observed only on a stream, or on a probe:
 			// probes ask for a handful of tokens, so even a non-streamed
@@ -146,7 +164,7 @@ func (ob *Observer) one(cat Catalog, from stats.Reporter, r *switchboardv1.CallR
 				// Beyond MaxThroughput it is not believed (nor is it a
 				// measure when the rest came in one burst).
 				if tps := float64(u.GetOutputTokens()-1) / (d - ttft).Seconds(); tps > MaxThroughput {
-					ob.countImplausible()
+					ob.countImplausible(own)
 				} else {
 					from.ObserveThroughput(ep, tps, at)
 				}
@@ -193,7 +211,7 @@ func (ob *Observer) one(cat Catalog, from stats.Reporter, r *switchboardv1.CallR
 	if ob.o.Outcomes != nil {
 		ob.o.Outcomes.Observe(ep, outcomeOf(r), rates)
 	}
-	if r.GetProbeId() != "" && u != nil {
+	if r.GetProbeId() != "" && u != nil && own {
 		// Probes are never billed to a tenant: the operator pays them, at
 		// the endpoint's list price.
 		cost := billing.ListCost(rates, pricing.Usage{Input: u.GetInputTokens(), CachedInput: u.GetCachedInputTokens(), Output: u.GetOutputTokens(),
@@ -266,7 +284,10 @@ func plausible(r *switchboardv1.CallReport) bool {
 	return prompt-u.GetCachedInputTokens() < FloorPromptTokens || ttft >= MinTTFT
 }
 
-func (ob *Observer) countImplausible() {
+func (ob *Observer) countImplausible(own bool) {
+	if !own {
+		return
+	}
 	ob.mu.Lock()
 	ob.implausible++
 	ob.mu.Unlock()

@@ -329,3 +329,40 @@ func TestImplausibleTimingIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestIngestSharedLearnsButCountsOnce: a batch another replica shares
+// teaches what the replica's own would (speed, a cool-down told to its
+// edges), but what the replica that took it counts (probe cost, unknown
+// endpoints, implausible timings) is not counted again.
+func TestIngestSharedLearnsButCountsOnce(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	st := stats.New(stats.Config{Now: clock})
+	cool := cooldown.New(cooldown.FirstRefusal)
+	var sent []*switchboardv1.ReportResponse
+	ob := New(Options{
+		Catalog: fakeCatalog{}.current, Stats: st, Affinity: affinity.New(affinity.Options{}), Cooldown: cool,
+		Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+	})
+	edge := &switchboardv1.EdgeHello{EdgeId: "edge-of-another-replica"}
+	ob.IngestShared(edge, []*switchboardv1.CallReport{
+		{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: true,
+			Ttft: durationpb.New(time.Second), Duration: durationpb.New(3 * time.Second),
+			Usage: &switchboardv1.Usage{InputTokens: 40000, OutputTokens: 101, Reported: true}},
+		{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_RATE_LIMITED},
+		{EndpointId: "evil/x", Outcome: switchboardv1.Outcome_OUTCOME_OK},
+		{EndpointId: "a/m", ProbeId: "p1", Outcome: switchboardv1.Outcome_OUTCOME_OK, Usage: &switchboardv1.Usage{InputTokens: 1000, OutputTokens: 10}},
+		{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, Stream: true, Ttft: durationpb.New(time.Hour), Duration: durationpb.New(time.Second)},
+	})
+	_, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
+	require.Equal(t, 1, n, "the shared stream's first token is a sample")
+	_, cooling := cool.Until("a/m", now)
+	require.True(t, cooling, "the shared refusal benches the endpoint")
+	require.Len(t, sent, 1, "and this replica's edges are told")
+	probes, usd := ob.ProbeCost()
+	require.Zero(t, probes)
+	require.Zero(t, usd)
+	require.Zero(t, ob.Unknown())
+	require.Zero(t, ob.Implausible())
+}

@@ -81,8 +81,7 @@ func recvHello(stream switchboardv1.EdgeService_ReportServer) (*switchboardv1.Ed
 	if hello == nil || hello.GetEdgeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "the first Report message must be a hello with an edge_id")
 	}
-	if err := errors.Join(validate.ID("hello.edge_id", hello.GetEdgeId()), validate.Name("hello.region", hello.GetRegion()),
-		validate.Name("hello.version", hello.GetVersion())); err != nil {
+	if err := validate.EdgeHello(hello); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return hello, nil

@@ -46,6 +46,8 @@ type Server struct {
 	activity *activity.Store
 	// experiments answers the switchback experiment calls (experiment.go).
 	experiments *experiment.Manager
+	// peers reaches the other replicas (peers.go).
+	peers Peers
 	trust
 }
 
@@ -69,6 +71,10 @@ type Deps struct {
 	Activity *activity.Store
 	// Experiments answers the switchback experiment calls. (Required)
 	Experiments *experiment.Manager
+	// Peers reaches the other replicas: their shared observations, their
+	// activity logs. (Optional) Without it this replica reads its own log
+	// only and takes no observations.
+	Peers Peers
 	// Grants makes Decide issue a grant with each decision, which the edge
 	// copies into the request's activity record so the record can be
 	// checked against the decision. (Optional) Without it Decide issues none.
@@ -84,7 +90,7 @@ var (
 // New returns a server of d.
 func New(d Deps) *Server {
 	return &Server{router: d.Router, catalog: d.Catalog, hub: d.Hub, authn: d.Auth, policy: d.Policy, activity: d.Activity,
-		experiments: d.Experiments, trust: trust{grants: d.Grants}}
+		experiments: d.Experiments, peers: d.Peers, trust: trust{grants: d.Grants}}
 }
 
 // views returns the catalog views the call of ctx works on: those the
@@ -160,8 +166,18 @@ func (s *Server) SettleHedge(ctx context.Context, req *switchboardv1.SettleHedge
 	return s.policy.SettleHedge(ctx, req)
 }
 
-// ListActivity implements [switchboardv1.RouterServiceServer.ListActivity].
+// ListActivity implements [switchboardv1.RouterServiceServer.ListActivity]:
+// the caller's records in every replica's log, merged (peers.go).
 func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
+	own, err := s.listOwn(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.listPeers(ctx, req, own), nil
+}
+
+// listOwn is ListActivity of this replica's own log.
+func (s *Server) listOwn(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error) {
 	v := s.views(ctx)
 	tenant, store, err := s.activityFor(ctx, v, switchboardv1.RouterService_ListActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
@@ -195,8 +211,18 @@ func (s *Server) ListActivity(ctx context.Context, req *switchboardv1.ListActivi
 	return &switchboardv1.ListActivityResponse{Records: recs, NextCursor: next}, nil
 }
 
-// GetActivity implements [switchboardv1.RouterServiceServer.GetActivity].
+// GetActivity implements [switchboardv1.RouterServiceServer.GetActivity]:
+// the record from whichever replica's log holds it (peers.go).
 func (s *Server) GetActivity(ctx context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
+	resp, err := s.getOwn(ctx, req)
+	if status.Code(err) == codes.NotFound {
+		return s.getPeers(ctx, req)
+	}
+	return resp, err
+}
+
+// getOwn is GetActivity of this replica's own log.
+func (s *Server) getOwn(ctx context.Context, req *switchboardv1.GetActivityRequest) (*switchboardv1.GetActivityResponse, error) {
 	tenant, store, err := s.activityFor(ctx, s.views(ctx), switchboardv1.RouterService_GetActivity_FullMethodName, req.GetIdentity())
 	if err != nil {
 		return nil, err

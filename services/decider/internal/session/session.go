@@ -26,6 +26,15 @@ import (
 type Options struct {
 	// Capacity bounds the number of conversations remembered. (Optional) Defaults to 200000.
 	Capacity int
+	// Kept is told of every turn Keep notes, so other decider replicas
+	// note it too (KeepShared). (Optional) It must not block.
+	Kept func(Turn)
+}
+
+// Turn is one turn of a conversation, as Keep notes it.
+type Turn struct {
+	Tenant, Model, Session, RequestID, Endpoint string
+	At                                          time.Time
 }
 
 // entry is where a conversation's last turn went, and when.
@@ -44,6 +53,7 @@ type pending struct {
 type Table struct {
 	seed maphash.Seed
 	max  int
+	kept func(Turn)
 
 	mu        sync.RWMutex
 	cur, prev map[uint64]entry
@@ -58,7 +68,7 @@ func New(o Options) *Table {
 	}
 	n := max(o.Capacity/2, 1)
 	return &Table{
-		seed: maphash.MakeSeed(), max: n,
+		seed: maphash.MakeSeed(), max: n, kept: o.Kept,
 		cur: map[uint64]entry{}, prev: map[uint64]entry{},
 		reqCur: map[uint64]pending{}, reqPrev: map[uint64]pending{},
 	}
@@ -86,9 +96,22 @@ func (t *Table) Last(tenant, model, session string) (endpoint string, at time.Ti
 
 // Keep notes that a turn of the conversation, request requestID, was sent
 // to endpoint at at. requestID may be empty; the turn is then not
-// corrected by Served.
+// corrected by Served. Options.Kept is told.
 func (t *Table) Keep(tenant, model, session, requestID, endpoint string, at time.Time) {
-	k := t.key(tenant, model, session)
+	tu := Turn{Tenant: tenant, Model: model, Session: session, RequestID: requestID, Endpoint: endpoint, At: at}
+	t.keep(tu)
+	if t.kept != nil {
+		t.kept(tu)
+	}
+}
+
+// KeepShared notes a turn another replica decided, as Keep does, without
+// telling Options.Kept: it is that replica's to share.
+func (t *Table) KeepShared(tu Turn) { t.keep(tu) }
+
+func (t *Table) keep(tu Turn) {
+	at, endpoint, requestID := tu.At, tu.Endpoint, tu.RequestID
+	k := t.key(tu.Tenant, tu.Model, tu.Session)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.put(k, entry{endpoint: endpoint, at: at})

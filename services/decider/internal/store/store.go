@@ -407,6 +407,20 @@ func (s *Store) Members(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// LogsPrefix holds one key per replica that keeps an activity log, by its
+// id, whatever its address: written at start and never removed, so a
+// replica that reads every log knows one whose replica is gone is out of
+// reach.
+const LogsPrefix = "/switchboard/v1/activity-logs/"
+
+// RegisterLog records that the replica id keeps an activity log.
+func (s *Store) RegisterLog(ctx context.Context, id string) error {
+	if _, err := s.cli.Put(ctx, LogsPrefix+id, ""); err != nil {
+		return fmt.Errorf("register activity log: %w", err)
+	}
+	return nil
+}
+
 // StatsPrefix holds the routing statistics, one key per model.
 const StatsPrefix = "/switchboard/v1/stats/"
 

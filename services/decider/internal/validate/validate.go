@@ -376,6 +376,25 @@ func SettleHedge(r *switchboardv1.SettleHedgeRequest) error {
 // MaxSettlements bounds the settlements of one SettleHedge call.
 const MaxSettlements = 4096
 
+// EdgeHello checks the hello an edge opens its Report stream with, and
+// that another replica passes on with the edge's reports: an edge_id, and
+// bounded names.
+func EdgeHello(h *switchboardv1.EdgeHello) error {
+	if h.GetEdgeId() == "" {
+		return errors.New("hello.edge_id is required")
+	}
+	return errors.Join(ID("hello.edge_id", h.GetEdgeId()), Name("hello.region", h.GetRegion()), Name("hello.version", h.GetVersion()))
+}
+
+// SessionTurn checks a conversation's turn another replica shares.
+func SessionTurn(t *switchboardv1.SessionTurn) error {
+	if t.GetTenantId() == "" || t.GetSessionId() == "" || t.GetDecideTime() == nil {
+		return errors.New("session turn: tenant_id, session_id and decide_time are required")
+	}
+	return first(ID("tenant_id", t.GetTenantId()), Model("model", t.GetModel()), ID("session_id", t.GetSessionId()),
+		ID("request_id", t.GetRequestId()), Model("endpoint_id", t.GetEndpointId()), Time("decide_time", t.GetDecideTime()))
+}
+
 // CallReport checks a call report.
 func CallReport(r *switchboardv1.CallReport) error {
 	return first(

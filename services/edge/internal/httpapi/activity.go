@@ -39,6 +39,9 @@ type activityList struct {
 	Object     string            `json:"object"`
 	Data       []generationStats `json:"data"`
 	NextCursor string            `json:"next_cursor"`
+	// MissingReplicas names the decider replicas whose activity log the
+	// page could not read: their calls are not in it.
+	MissingReplicas []string `json:"missing_replicas,omitempty"`
 }
 
 // activity serves GET /v1/activity: the caller's own calls, newest first.
@@ -73,7 +76,8 @@ func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, activityError(err))
 		return
 	}
-	out := activityList{Object: "list", Data: make([]generationStats, 0, len(resp.GetRecords())), NextCursor: resp.GetNextCursor()}
+	out := activityList{Object: "list", Data: make([]generationStats, 0, len(resp.GetRecords())), NextCursor: resp.GetNextCursor(),
+		MissingReplicas: resp.GetMissingReplicas()}
 	for _, rec := range resp.GetRecords() {
 		out.Data = append(out.Data, generationOf(rec))
 	}

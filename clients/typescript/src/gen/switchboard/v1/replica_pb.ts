@@ -4,11 +4,13 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { AcquireHedgeRequest, AcquireHedgeResponse, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { AcquireHedgeRequest, AcquireHedgeResponse, CallReport, EdgeHello, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
 import { file_switchboard_v1_edge } from "./edge_pb.js";
 import type { GetBrokerRequest, GetBrokerResponse } from "./operator_pb.js";
 import { file_switchboard_v1_operator } from "./operator_pb.js";
-import type { KeepReservationsRequest, KeepReservationsResponse, ReconcileRequest, ReconcileResponse, ReserveRequest, ReserveResponse } from "./router_pb.js";
+import type { GetActivityRequest, GetActivityResponse, KeepReservationsRequest, KeepReservationsResponse, ListActivityRequest, ListActivityResponse, ReconcileRequest, ReconcileResponse, ReserveRequest, ReserveResponse } from "./router_pb.js";
 import { file_switchboard_v1_router } from "./router_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/replica.proto.
  */
 export const file_switchboard_v1_replica: GenFile = /*@__PURE__*/
-  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJfChdGb3J3YXJkR2V0QnJva2VyUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlcXVlc3QiTwoYRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVzcG9uc2UymAUKDlJlcGxpY2FTZXJ2aWNlEl8KDkZvcndhcmRSZXNlcnZlEiUuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXNwb25zZRJlChBGb3J3YXJkUmVjb25jaWxlEicuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USegoXRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnMSLi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QaLy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEm4KE0ZvcndhcmRBY3F1aXJlSGVkZ2USKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXNwb25zZRJrChJGb3J3YXJkU2V0dGxlSGVkZ2USKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVzcG9uc2USZQoQRm9yd2FyZEdldEJyb2tlchInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlQkpaSGdpdGh1Yi5jb20vc3dpdGNoYm9hcmQtYWkvc3dpdGNoYm9hcmQvcHJvdG8vc3dpdGNoYm9hcmQvdjE7c3dpdGNoYm9hcmR2MWIGcHJvdG8z", [file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
+  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJfChdGb3J3YXJkR2V0QnJva2VyUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlcXVlc3QiTwoYRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVzcG9uc2UikgEKGFNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBISCgpyZXBsaWNhX2lkGAEgASgJEi4KB2JhdGNoZXMYAiADKAsyHS5zd2l0Y2hib2FyZC52MS5PYnNlcnZlZEJhdGNoEjIKDXNlc3Npb25fdHVybnMYAyADKAsyGy5zd2l0Y2hib2FyZC52MS5TZXNzaW9uVHVybiKdAQoLU2Vzc2lvblR1cm4SEQoJdGVuYW50X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRITCgtlbmRwb2ludF9pZBgFIAEoCRIvCgtkZWNpZGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiZQoNT2JzZXJ2ZWRCYXRjaBInCgRlZGdlGAEgASgLMhkuc3dpdGNoYm9hcmQudjEuRWRnZUhlbGxvEisKB3JlcG9ydHMYAiADKAsyGi5zd2l0Y2hib2FyZC52MS5DYWxsUmVwb3J0IiwKGVNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2USDwoHYmF0Y2hlcxgBIAEoAyJlChpGb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSNAoHcmVxdWVzdBgCIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkxpc3RBY3Rpdml0eVJlcXVlc3QiVQobRm9yd2FyZExpc3RBY3Rpdml0eVJlc3BvbnNlEjYKCHJlc3BvbnNlGAEgASgLMiQuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVzcG9uc2UiYwoZRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMwoHcmVxdWVzdBgCIAEoCzIiLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVxdWVzdCJTChpGb3J3YXJkR2V0QWN0aXZpdHlSZXNwb25zZRI1CghyZXNwb25zZRgBIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVzcG9uc2Uy4QcKDlJlcGxpY2FTZXJ2aWNlEl8KDkZvcndhcmRSZXNlcnZlEiUuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXNwb25zZRJlChBGb3J3YXJkUmVjb25jaWxlEicuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USegoXRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnMSLi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QaLy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEm4KE0ZvcndhcmRBY3F1aXJlSGVkZ2USKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXNwb25zZRJrChJGb3J3YXJkU2V0dGxlSGVkZ2USKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVzcG9uc2USZQoQRm9yd2FyZEdldEJyb2tlchInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEmoKEVNoYXJlT2JzZXJ2YXRpb25zEiguc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXF1ZXN0Gikuc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZSgBEm4KE0ZvcndhcmRMaXN0QWN0aXZpdHkSKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRMaXN0QWN0aXZpdHlSZXNwb25zZRJrChJGb3J3YXJkR2V0QWN0aXZpdHkSKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVzcG9uc2VCSlpIZ2l0aHViLmNvbS9zd2l0Y2hib2FyZC1haS9zd2l0Y2hib2FyZC9wcm90by9zd2l0Y2hib2FyZC92MTtzd2l0Y2hib2FyZHYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
 
 /**
  * ForwardReserveRequest is a Reserve forwarded to the broker's owner.
@@ -319,6 +321,251 @@ export const ForwardGetBrokerResponseSchema: GenMessage<ForwardGetBrokerResponse
   messageDesc(file_switchboard_v1_replica, 11);
 
 /**
+ * ShareObservationsRequest is one batch of observations a replica shares.
+ *
+ * @generated from message switchboard.v1.ShareObservationsRequest
+ */
+export type ShareObservationsRequest = Message<"switchboard.v1.ShareObservationsRequest"> & {
+  /**
+   * replica_id is the sending replica's id (its --id).
+   *
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * batches are the batches of call reports, each as one edge sent it.
+   *
+   * @generated from field: repeated switchboard.v1.ObservedBatch batches = 2;
+   */
+  batches: ObservedBatch[];
+
+  /**
+   * session_turns are the turns of named conversations the sending
+   * replica decided: where each went, so that the conversation's next turn
+   * stays there whichever replica decides it.
+   *
+   * @generated from field: repeated switchboard.v1.SessionTurn session_turns = 3;
+   */
+  sessionTurns: SessionTurn[];
+};
+
+/**
+ * Describes the message switchboard.v1.ShareObservationsRequest.
+ * Use `create(ShareObservationsRequestSchema)` to create a new message.
+ */
+export const ShareObservationsRequestSchema: GenMessage<ShareObservationsRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 12);
+
+/**
+ * SessionTurn is one turn of a named conversation, as Decide sent it.
+ *
+ * @generated from message switchboard.v1.SessionTurn
+ */
+export type SessionTurn = Message<"switchboard.v1.SessionTurn"> & {
+  /**
+   * tenant_id is the conversation's tenant.
+   *
+   * @generated from field: string tenant_id = 1;
+   */
+  tenantId: string;
+
+  /**
+   * model is the catalog id of the conversation's model.
+   *
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * session_id is the conversation's id, as its caller named it.
+   *
+   * @generated from field: string session_id = 3;
+   */
+  sessionId: string;
+
+  /**
+   * request_id is the turn's request: its call report says which endpoint
+   * answered it, and moves the conversation there.
+   *
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
+
+  /**
+   * endpoint_id is the endpoint Decide chose for the turn.
+   *
+   * @generated from field: string endpoint_id = 5;
+   */
+  endpointId: string;
+
+  /**
+   * decide_time is when the turn was decided.
+   *
+   * @generated from field: google.protobuf.Timestamp decide_time = 6;
+   */
+  decideTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.SessionTurn.
+ * Use `create(SessionTurnSchema)` to create a new message.
+ */
+export const SessionTurnSchema: GenMessage<SessionTurn> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 13);
+
+/**
+ * ObservedBatch is one batch of call reports and the edge that sent it.
+ *
+ * @generated from message switchboard.v1.ObservedBatch
+ */
+export type ObservedBatch = Message<"switchboard.v1.ObservedBatch"> & {
+  /**
+   * edge is the hello of the edge (or the caller of ReportCall) that sent
+   * the reports: the one reporter their speed samples count for.
+   *
+   * @generated from field: switchboard.v1.EdgeHello edge = 1;
+   */
+  edge?: EdgeHello | undefined;
+
+  /**
+   * reports are the call reports, as the edge sent them.
+   *
+   * @generated from field: repeated switchboard.v1.CallReport reports = 2;
+   */
+  reports: CallReport[];
+};
+
+/**
+ * Describes the message switchboard.v1.ObservedBatch.
+ * Use `create(ObservedBatchSchema)` to create a new message.
+ */
+export const ObservedBatchSchema: GenMessage<ObservedBatch> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 14);
+
+/**
+ * ShareObservationsResponse ends a ShareObservations stream.
+ *
+ * @generated from message switchboard.v1.ShareObservationsResponse
+ */
+export type ShareObservationsResponse = Message<"switchboard.v1.ShareObservationsResponse"> & {
+  /**
+   * batches is how many batches the receiving replica took.
+   *
+   * @generated from field: int64 batches = 1;
+   */
+  batches: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.ShareObservationsResponse.
+ * Use `create(ShareObservationsResponseSchema)` to create a new message.
+ */
+export const ShareObservationsResponseSchema: GenMessage<ShareObservationsResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 15);
+
+/**
+ * ForwardListActivityRequest is a ListActivity one replica asks another
+ * for, of that replica's own log.
+ *
+ * @generated from message switchboard.v1.ForwardListActivityRequest
+ */
+export type ForwardListActivityRequest = Message<"switchboard.v1.ForwardListActivityRequest"> & {
+  /**
+   * caller_id is the catalog id of the caller the replica asks for.
+   *
+   * @generated from field: string caller_id = 1;
+   */
+  callerId: string;
+
+  /**
+   * request is the ListActivity request as the caller sent it; its cursor
+   * is the one every replica reads (where the merged listing stopped).
+   *
+   * @generated from field: switchboard.v1.ListActivityRequest request = 2;
+   */
+  request?: ListActivityRequest | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardListActivityRequest.
+ * Use `create(ForwardListActivityRequestSchema)` to create a new message.
+ */
+export const ForwardListActivityRequestSchema: GenMessage<ForwardListActivityRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 16);
+
+/**
+ * ForwardListActivityResponse is one replica's page of its own log.
+ *
+ * @generated from message switchboard.v1.ForwardListActivityResponse
+ */
+export type ForwardListActivityResponse = Message<"switchboard.v1.ForwardListActivityResponse"> & {
+  /**
+   * response is the page; next_cursor is set when the log has more.
+   *
+   * @generated from field: switchboard.v1.ListActivityResponse response = 1;
+   */
+  response?: ListActivityResponse | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardListActivityResponse.
+ * Use `create(ForwardListActivityResponseSchema)` to create a new message.
+ */
+export const ForwardListActivityResponseSchema: GenMessage<ForwardListActivityResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 17);
+
+/**
+ * ForwardGetActivityRequest is a GetActivity one replica asks another for,
+ * of that replica's own log.
+ *
+ * @generated from message switchboard.v1.ForwardGetActivityRequest
+ */
+export type ForwardGetActivityRequest = Message<"switchboard.v1.ForwardGetActivityRequest"> & {
+  /**
+   * caller_id is the catalog id of the caller the replica asks for.
+   *
+   * @generated from field: string caller_id = 1;
+   */
+  callerId: string;
+
+  /**
+   * request is the GetActivity request as the caller sent it.
+   *
+   * @generated from field: switchboard.v1.GetActivityRequest request = 2;
+   */
+  request?: GetActivityRequest | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardGetActivityRequest.
+ * Use `create(ForwardGetActivityRequestSchema)` to create a new message.
+ */
+export const ForwardGetActivityRequestSchema: GenMessage<ForwardGetActivityRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 18);
+
+/**
+ * ForwardGetActivityResponse is the record, from the called replica's log.
+ *
+ * @generated from message switchboard.v1.ForwardGetActivityResponse
+ */
+export type ForwardGetActivityResponse = Message<"switchboard.v1.ForwardGetActivityResponse"> & {
+  /**
+   * response is GetActivity's answer.
+   *
+   * @generated from field: switchboard.v1.GetActivityResponse response = 1;
+   */
+  response?: GetActivityResponse | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardGetActivityResponse.
+ * Use `create(ForwardGetActivityResponseSchema)` to create a new message.
+ */
+export const ForwardGetActivityResponseSchema: GenMessage<ForwardGetActivityResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 19);
+
+/**
  * ReplicaService is what decider replicas call on each other, and nothing
  * else does: a replica that does not own the rate-limit broker forwards to
  * the one that does the calls that must be decided in one place — the
@@ -331,6 +578,12 @@ export const ForwardGetBrokerResponseSchema: GenMessage<ForwardGetBrokerResponse
  * Only callers of role replica may call this service; caller_id must name
  * a caller of the catalog that is not a replica (forwarding does not
  * chain), else the call is PERMISSION_DENIED.
+ *
+ * Replicas also share what they learn and what they log: each sends every
+ * other live replica the call reports its edges sent it
+ * (ShareObservations), and a replica answering ListActivity or GetActivity
+ * reads every other replica's activity log (ForwardListActivity,
+ * ForwardGetActivity, on behalf of its caller).
  *
  * @generated from service switchboard.v1.ReplicaService
  */
@@ -395,6 +648,44 @@ export const ReplicaService: GenService<{
     methodKind: "unary";
     input: typeof ForwardGetBrokerRequestSchema;
     output: typeof ForwardGetBrokerResponseSchema;
+  },
+  /**
+   * ShareObservations carries the call reports a replica took from its own
+   * Report streams (and ReportCall), and the conversations' turns it
+   * decided, to another replica, which learns from them as if its own
+   * edges had sent them: statistics, outcomes, prompt affinity,
+   * conversations and cool-downs. It stores no activity and
+   * settles nothing for them. The stream stays open while both replicas
+   * live; the answer counts what was taken.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ShareObservations
+   */
+  shareObservations: {
+    methodKind: "client_streaming";
+    input: typeof ShareObservationsRequestSchema;
+    output: typeof ShareObservationsResponseSchema;
+  },
+  /**
+   * ForwardListActivity is RouterService.ListActivity on behalf of
+   * caller_id, answered from the called replica's own activity log only.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ForwardListActivity
+   */
+  forwardListActivity: {
+    methodKind: "unary";
+    input: typeof ForwardListActivityRequestSchema;
+    output: typeof ForwardListActivityResponseSchema;
+  },
+  /**
+   * ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
+   * answered from the called replica's own activity log only.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ForwardGetActivity
+   */
+  forwardGetActivity: {
+    methodKind: "unary";
+    input: typeof ForwardGetActivityRequestSchema;
+    output: typeof ForwardGetActivityResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchboard_v1_replica, 0);
