@@ -238,6 +238,7 @@ func (d *Decider) serve(creds credentials.TransportCredentials) {
 		Health:     d.health,
 		// The calls' count and duration by method, with a debug listener.
 		ServerOptions: d.metrics.GRPCServer(),
+		Tracing:       d.cfg.Tracing,
 	})
 	d.register(d.srv.GRPC)
 	d.starting.Stop()
