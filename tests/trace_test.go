@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // traced is one client request sent with a traceparent of its own, and the
