@@ -73,6 +73,18 @@ func spanNames(spans []sdktrace.ReadOnlySpan) []string {
 	return out
 }
 
+// requestSpans are the edge's HTTP server spans among spans ("POST", or
+// "POST /v1/chat/completions" once the route is known to otelhttp).
+func requestSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.SpanKind() == trace.SpanKindServer && strings.HasPrefix(s.Name(), "POST") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func named(spans []sdktrace.ReadOnlySpan, name string, kind trace.SpanKind) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
 	for _, s := range spans {
@@ -125,7 +137,8 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		c.Tracing = telemetry.NewTracing(tp)
 		c.HedgeBudgetUSD = 100
 		c.HedgeBudgetBurst = 24 * time.Hour
-	})
+		c.DebugListen = "127.0.0.1:0"
+	}, "--debug-listen=127.0.0.1:0")
 	const size = 130 * 1024 // over 128k: both legs at once
 	s.warm(t, size, "alpha", "beta")
 	s.waitForHedgePlan(t, size, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
@@ -139,9 +152,9 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		require.Eventually(t, func() bool {
 			spans = spansOf(rec, tr.traceID)
 			return len(named(spans, "switchboard.report call", trace.SpanKindConsumer)) >= n &&
-				len(named(spans, "POST /v1/chat/completions", trace.SpanKindServer)) == 1
+				len(requestSpans(spans)) == 1
 		}, waitFor, tick, "the trace's request span and its %d reports' spans: %v", n, spanNames(spansOf(rec, tr.traceID)))
-		edge := named(spans, "POST /v1/chat/completions", trace.SpanKindServer)[0]
+		edge := requestSpans(spans)[0]
 		require.Equal(t, tr.parent, edge.Parent().SpanID(), "the edge's span is the client's span's child")
 		require.True(t, edge.Parent().IsRemote())
 		const decide = "switchboard.v1.RouterService/Decide"
@@ -230,4 +243,6 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		}
 		reported(t, spans, calls)
 	})
+
+	t.Run("metrics", func(t *testing.T) { requireHedgeAndRetryMetrics(t, s) })
 }

@@ -8,7 +8,9 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -80,12 +82,30 @@ func (t *Tracing) HTTPHandler(h http.Handler, operation string) http.Handler {
 
 // GRPCServer instruments a gRPC server: a span per call while spans are
 // made, nothing otherwise (see HTTPHandler).
-func (t *Tracing) GRPCServer() []grpc.ServerOption {
-	if t.Exporting() {
-		return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
-			otelgrpc.WithTracerProvider(t.tracerProvider()), otelgrpc.WithPropagators(t.textPropagator())))}
+func (t *Tracing) GRPCServer() []grpc.ServerOption { return ServerHandler(t, nil) }
+
+// ServerHandler instruments a gRPC server with one stats handler for both
+// t's spans (while it makes them) and m's call metrics (when on); nil when
+// neither is on. One handler, not one of each: a second otelgrpc handler
+// would put its own span in the call's context over the first's, which
+// then never ends.
+func ServerHandler(t *Tracing, m *Metrics) []grpc.ServerOption {
+	return serverHandler(t, t.Exporting(), m)
+}
+
+// serverHandler is ServerHandler, with t's spans only when spans is set.
+func serverHandler(t *Tracing, spans bool, m *Metrics) []grpc.ServerOption {
+	if !spans && !m.Enabled() {
+		return nil
 	}
-	return nil
+	opts := []otelgrpc.Option{otelgrpc.WithTracerProvider(tracenoop.NewTracerProvider()), otelgrpc.WithMeterProvider(noop.NewMeterProvider())}
+	if spans {
+		opts = append(opts, otelgrpc.WithTracerProvider(t.tracerProvider()), otelgrpc.WithPropagators(t.textPropagator()))
+	}
+	if m.Enabled() {
+		opts = append(opts, otelgrpc.WithMeterProvider(m.provider))
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(opts...))}
 }
 
 // GRPCClient instruments a gRPC client: a span per call while spans are

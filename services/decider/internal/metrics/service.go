@@ -63,7 +63,7 @@ func NewService(o ServiceOptions) (*Service, error) {
 	s.lag, errs[0] = mt.Float64Histogram("switchboard_report_lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a call report's making on the edge to its handling on this replica (clocks of both machines)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
-	s.owner, errs[1] = mt.Int64ObservableGauge("switchboard_broker_owner", metric.WithUnit("1"),
+	s.owner, errs[1] = mt.Int64ObservableGauge("switchboard_broker_owner",
 		metric.WithDescription("1 while this replica owns the rate-limit broker and the hedge budget, else 0."))
 	s.changes, errs[2] = mt.Int64ObservableCounter("switchboard_broker_ownership_changes", metric.WithUnit("{change}"),
 		metric.WithDescription("Times this replica became the broker's owner or stopped being it since it started."))
