@@ -26,8 +26,8 @@ const (
 	spanProvider      = "gen_ai.provider.name"
 	spanRequestModel  = "gen_ai.request.model"
 	spanResponseModel = "gen_ai.response.model"
-	spanInputTokens   = "gen_ai.usage.input_tokens"
-	spanOutputTokens  = "gen_ai.usage.output_tokens"
+	spanInputTokens   = "gen_ai.usage.input_tokens"  //nolint:gosec // G101: an attribute name, not a credential.
+	spanOutputTokens  = "gen_ai.usage.output_tokens" //nolint:gosec // G101: an attribute name, not a credential.
 	spanServerAddress = "server.address"
 	spanServerPort    = "server.port"
 	spanErrorType     = "error.type"
