@@ -247,9 +247,12 @@ func (h *Hub) Close() {
 // edge's is per edge.
 func (h *Hub) Take(ctx context.Context, from *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport, records []*switchboardv1.ActivityRecord) error {
 	h.received.Add(int64(len(reports)))
+	h.measureLag(reports)
+	spans := h.startSpans(from, reports)
 	if h.sink != nil && len(reports) > 0 {
 		h.sink(from, reports)
 	}
+	endSpans(spans)
 	if h.activity == nil || len(records) == 0 {
 		return nil
 	}
