@@ -138,13 +138,13 @@ func sumOf(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 }
 
 // requireHedgeAndRetryMetrics checks the edge's and the decider's metrics
-// after TestTraceOfHedgedAndRetriedRequests's requests — two warm-up calls,
+// after TestTraceOfHedgedAndRetriedRequests's requests — four warm-up calls,
 // a hedge race (its loser cancelled), a hedged request whose two legs
 // failed and a third provider served — against what the simulator counted
 // and the decider's hedge budget says.
 func requireHedgeAndRetryMetrics(t *testing.T, s *stack) {
 	t.Helper()
-	const calls = 7 // warm-ups 2, the race 2, the retried request 3
+	const calls, requests = 9, 6 // warm-ups 4, the race 2, the retried request 3
 	var ok int64
 	for _, c := range s.waitCalls(t, calls) {
 		ok += c.Outcomes.OK
@@ -152,18 +152,21 @@ func requireHedgeAndRetryMetrics(t *testing.T, s *stack) {
 	var edge map[string]*dto.MetricFamily
 	require.Eventually(t, func() bool {
 		edge = scrape(t, s.edge.DebugAddr())
-		return sumOf(t, edge, "switchboard_edge_request_attempts", nil).count == 4 &&
+		return sumOf(t, edge, "switchboard_edge_request_attempts", nil).count == requests &&
 			sumOf(t, edge, "switchboard_edge_report_unacked", nil).value == 0
-	}, waitFor, tick, "the four requests measured, the Report stream acknowledged")
+	}, waitFor, tick, "the requests measured, the Report stream acknowledged")
 	started := sumOf(t, edge, "switchboard_edge_hedges_total", map[string]string{"event": "started"}).value
 	require.InDelta(t, 2, started, 0)
 	require.InDelta(t, 1, sumOf(t, edge, "switchboard_edge_hedges_total", map[string]string{"event": "won"}).value, 0)
 	require.InDelta(t, 1, sumOf(t, edge, "switchboard_edge_hedges_total", map[string]string{"event": "cancelled"}).value, 0)
 	require.InDelta(t, calls, sumOf(t, edge, "switchboard_edge_request_attempts", nil).sum+started, 0,
 		"the simulator's calls: the requests' attempts and their hedge legs")
-	ttft := sumOf(t, edge, "switchboard_edge_provider_time_to_first_token_seconds", map[string]string{"bucket": ">128k"})
+	ttft := sumOf(t, edge, "switchboard_edge_provider_time_to_first_token_seconds", nil)
 	require.EqualValues(t, ok, ttft.count, "a first token per call the simulator completed")
-	require.Len(t, edge["switchboard_edge_provider_time_to_first_token_seconds"].GetMetric(), 3, "by endpoint: alpha, beta, gamma")
+	require.EqualValues(t, 3, sumOf(t, edge, "switchboard_edge_provider_time_to_first_token_seconds", map[string]string{"bucket": "32k-128k"}).count,
+		"alpha's and beta's warm-ups, beta's winning hedge")
+	require.Len(t, edge["switchboard_edge_provider_time_to_first_token_seconds"].GetMetric(), 5,
+		"by endpoint and bucket: alpha and beta in both, gamma over 128k")
 	require.Positive(t, sumOf(t, edge, "switchboard_edge_cost_usd_total", map[string]string{"payer": "tenant", "tenant": "acme"}).value)
 	require.Positive(t, sumOf(t, edge, "switchboard_edge_cost_usd_total", map[string]string{"payer": "hedge_budget"}).value)
 

@@ -106,7 +106,7 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) attribute.Value {
 
 // attemptSpans are a trace's provider-call spans by provider, each checked
 // to be a child of the edge's request span.
-func attemptSpans(t *testing.T, spans []sdktrace.ReadOnlySpan, request sdktrace.ReadOnlySpan, n int) map[string]sdktrace.ReadOnlySpan {
+func attemptSpans(t *testing.T, spans []sdktrace.ReadOnlySpan, request sdktrace.ReadOnlySpan, n int, bucket string) map[string]sdktrace.ReadOnlySpan {
 	t.Helper()
 	calls := named(spans, "chat "+simModel, trace.SpanKindClient)
 	require.Len(t, calls, n, "one span per provider call")
@@ -115,7 +115,7 @@ func attemptSpans(t *testing.T, spans []sdktrace.ReadOnlySpan, request sdktrace.
 		require.Equal(t, request.SpanContext().SpanID(), c.Parent().SpanID(), "siblings under the request's span")
 		require.Equal(t, "chat", attrOf(c, "gen_ai.operation.name").AsString())
 		require.Equal(t, simModel, attrOf(c, "gen_ai.request.model").AsString())
-		require.Equal(t, ">128k", attrOf(c, "switchboard.prompt.size_bucket").AsString())
+		require.Equal(t, bucket, attrOf(c, "switchboard.prompt.size_bucket").AsString())
 		require.Equal(t, "127.0.0.1", attrOf(c, "server.address").AsString())
 		require.NotEmpty(t, attrOf(c, "switchboard.endpoint.id").AsString())
 		out[attrOf(c, "gen_ai.provider.name").AsString()] = c
@@ -126,7 +126,7 @@ func attemptSpans(t *testing.T, spans []sdktrace.ReadOnlySpan, request sdktrace.
 
 // The trace of a request, from the client's traceparent to every provider
 // call and the decider's handling of their reports: a hedge race whose
-// loser is cancelled, and a hedged request whose two legs both fail and
+// loser is cancelled (a delayed hedge), and a hedged request whose two legs both fail and
 // that is retried on a third provider. The edge and the decider record into
 // one in-memory exporter (their Config.Tracing), through real HTTP and gRPC.
 func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
@@ -137,10 +137,16 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		c.Tracing = telemetry.NewTracing(tp)
 		c.HedgeBudgetUSD = 100
 		c.HedgeBudgetBurst = 24 * time.Hour
+		c.HedgeDelay = 300 * time.Millisecond
 		c.DebugListen = "127.0.0.1:0"
 	}, "--debug-listen=127.0.0.1:0")
-	const size = 130 * 1024 // over 128k: both legs at once
+	// Under 128k the hedge leg starts after the hedge delay, so the primary
+	// it races has reached its provider by then; over 128k both legs start
+	// at once.
+	const delayed, size = 40 * 1024, 130 * 1024
+	s.warm(t, delayed, "alpha", "beta")
 	s.warm(t, size, "alpha", "beta")
+	s.waitForHedgePlan(t, delayed, switchboardv1.HedgeMode_HEDGE_MODE_DELAYED, "alpha", "beta")
 	s.waitForHedgePlan(t, size, switchboardv1.HedgeMode_HEDGE_MODE_IMMEDIATE, "alpha", "beta")
 
 	// request checks the edge's span of a traced request, a child of the
@@ -185,12 +191,12 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		slow := fastModel()
 		slow.TTFT.Base = provsim.Duration(5 * time.Second)
 		require.NoError(t, s.sim.Provider("alpha").SetModel(slow))
-		tr := sendTraced(t, s, "traced race "+longPrompt(size))
+		tr := sendTraced(t, s, "traced race "+longPrompt(delayed))
 		require.Equal(t, http.StatusOK, tr.status, tr.body)
 		require.Contains(t, tr.body, "[DONE]")
 
 		spans, edge := request(t, tr, 2)
-		calls := attemptSpans(t, spans, edge, 2)
+		calls := attemptSpans(t, spans, edge, 2, "32k-128k")
 		alpha, beta := calls["alpha"], calls["beta"]
 		require.False(t, attrOf(alpha, "switchboard.attempt.hedge").AsBool())
 		require.Equal(t, "hedge_lost", attrOf(alpha, "switchboard.attempt.outcome").AsString())
@@ -199,7 +205,7 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		require.Equal(t, "ok", attrOf(beta, "switchboard.attempt.outcome").AsString())
 		require.Equal(t, simModel, attrOf(beta, "gen_ai.response.model").AsString())
 		require.EqualValues(t, 4, attrOf(beta, "gen_ai.usage.output_tokens").AsInt64())
-		require.GreaterOrEqual(t, attrOf(beta, "gen_ai.usage.input_tokens").AsInt64(), int64(size))
+		require.GreaterOrEqual(t, attrOf(beta, "gen_ai.usage.input_tokens").AsInt64(), int64(delayed))
 		require.Positive(t, attrOf(beta, "switchboard.attempt.cost_usd").AsFloat64())
 		require.Len(t, beta.Events(), 1)
 		require.Equal(t, "first_token", beta.Events()[0].Name)
@@ -224,7 +230,7 @@ func TestTraceOfHedgedAndRetriedRequests(t *testing.T) {
 		require.Eventually(t, func() bool { return s.counts("gamma").Requests == gamma0+1 }, waitFor, tick, "gamma served")
 
 		spans, edge := request(t, tr, 3)
-		calls := attemptSpans(t, spans, edge, 3)
+		calls := attemptSpans(t, spans, edge, 3, ">128k")
 		alpha, beta, gamma := calls["alpha"], calls["beta"], calls["gamma"]
 		require.Equal(t, "upstream_error", attrOf(alpha, "switchboard.attempt.outcome").AsString())
 		require.EqualValues(t, 500, attrOf(alpha, "http.response.status_code").AsInt64())
