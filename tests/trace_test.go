@@ -73,16 +73,10 @@ func spanNames(spans []sdktrace.ReadOnlySpan) []string {
 	return out
 }
 
-// requestSpans are the edge's HTTP server spans among spans ("POST", or
-// "POST /v1/chat/completions" once the route is known to otelhttp).
+// requestSpans are the edge's HTTP server spans among spans, named by
+// the route the request took.
 func requestSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
-	var out []sdktrace.ReadOnlySpan
-	for _, s := range spans {
-		if s.SpanKind() == trace.SpanKindServer && strings.HasPrefix(s.Name(), "POST") {
-			out = append(out, s)
-		}
-	}
-	return out
+	return named(spans, "POST /v1/chat/completions", trace.SpanKindServer)
 }
 
 func named(spans []sdktrace.ReadOnlySpan, name string, kind trace.SpanKind) []sdktrace.ReadOnlySpan {

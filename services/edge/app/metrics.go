@@ -126,7 +126,11 @@ func (m *edgeMetrics) serveAPI(w http.ResponseWriter, r *http.Request, next http
 	defer m.inFlight.Add(ctx, -1)
 	var done *dispatch.Finished
 	sw := &statusWriter{ResponseWriter: w}
-	next.ServeHTTP(sw, r.WithContext(dispatch.WithObserver(r.Context(), func(f dispatch.Finished) { done = &f })))
+	inner := r.WithContext(dispatch.WithObserver(r.Context(), func(f dispatch.Finished) { done = &f }))
+	next.ServeHTTP(sw, inner)
+	// The route the mux matched, for the request's span around this
+	// handler (otelhttp names it by the request's pattern).
+	r.Pattern = inner.Pattern
 
 	status, reason := sw.status, "none"
 	if status == 0 {
