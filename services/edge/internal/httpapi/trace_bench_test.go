@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -47,10 +48,18 @@ func BenchmarkChatCompletionTracing(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var tr *telemetry.Tracing // nil: the global tracing, exporting nothing
 			counter := &countingProcessor{SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())}
-			if mode == "on" {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(counter))
-				defer func() { _ = tp.Shutdown(context.Background()) }()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(counter))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			switch mode {
+			case "on":
 				tr = telemetry.NewTracing(tp)
+			case "off":
+				// The counting provider as the global one, as Setup installs
+				// a provider without an exporter: a span started anywhere on
+				// the path would be counted.
+				prev := otel.GetTracerProvider()
+				otel.SetTracerProvider(tp)
+				defer otel.SetTracerProvider(prev)
 			}
 			if tr.Exporting() != (mode == "on") {
 				b.Fatal("the global tracing exports: this benchmark measures it off")
