@@ -77,9 +77,9 @@ func promptTokens(content string) int64 {
 // the decider's configuration (hedge budget, clock...). By default there
 // are no probes (so the providers' counters only see client calls), no
 // exploration and no hedging.
-func startBilling(t *testing.T, tune func(*deciderapp.Config)) *stack {
+func startBilling(t *testing.T, tune func(*deciderapp.Config), edgeArgs ...string) *stack {
 	t.Helper()
-	return startStack(t, stackOptions{sim: simConfig, tune: tune, catalog: func(url func(string) string) string {
+	return startStack(t, stackOptions{sim: simConfig, tune: tune, edgeArgs: edgeArgs, catalog: func(url func(string) string) string {
 		var eps strings.Builder
 		for _, p := range providers {
 			pr := billPrices[p]

@@ -49,7 +49,8 @@ type stackOptions struct {
 	// so the test can stop it and start it again (from dcfg) under the
 	// running edge.
 	restartable bool
-	// tune adjusts the decider's configuration before it starts.
+	// tune adjusts the decider's configuration before it starts. The
+	// edge traces into the decider's Config.Tracing, when tune sets one.
 	tune func(*deciderapp.Config)
 	// deciderLog receives the decider's log; nil discards it.
 	deciderLog io.Writer
@@ -102,6 +103,7 @@ func startStack(t testing.TB, o stackOptions) *stack {
 		keys = map[string]string{"SWITCHBOARD_PROVIDER_KEY_ALPHA": alphaCred}
 	}
 	ecfg.Getenv = func(k string) string { return keys[k] }
+	ecfg.Tracing = s.dcfg.Tracing
 	s.edge, err = edgeapp.Start(t.Context(), ecfg, quietLogger(s.logW))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.edge.Close() })

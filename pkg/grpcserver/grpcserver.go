@@ -58,6 +58,13 @@ type Options struct {
 	// ServerOptions are added to the server's own, e.g. a stats handler
 	// measuring its calls (telemetry.Metrics.GRPCServer). (Optional)
 	ServerOptions []grpc.ServerOption
+	// Tracing is where the calls' spans go. (Optional) Defaults to the
+	// process's global tracing (telemetry.Setup).
+	Tracing *telemetry.Tracing
+	// Metrics measures the calls (rpc.server.call.duration, by method and
+	// status code), in the same stats handler as their spans. (Optional)
+	// Nil or off: not measured.
+	Metrics *telemetry.Metrics
 }
 
 // Server is a gRPC server with its health service.
@@ -114,7 +121,7 @@ func New(logger *slog.Logger, opts Options) *Server {
 		logging.StreamServerInterceptor(lg, logOpts...),
 		recovery.StreamServerInterceptor(recoverOpts...),
 	}, opts.Stream...)
-	sopts := append(telemetry.GRPCServer(),
+	sopts := append(telemetry.ServerHandler(opts.Tracing, opts.Metrics),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveParams(keepalive.ServerParameters{

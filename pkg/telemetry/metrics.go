@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -16,7 +15,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 )
 
@@ -107,15 +105,9 @@ func (m *Metrics) Handler() http.Handler {
 // GRPCServer measures a gRPC server's calls when metrics are on: the
 // OpenTelemetry RPC conventions' rpc.server.call.duration (seconds, by
 // method and status code), served as rpc_server_call_duration_seconds.
-// It makes no spans (the package's GRPCServer does, when exporting). Nil
-// when metrics are off.
-func (m *Metrics) GRPCServer() []grpc.ServerOption {
-	if !m.Enabled() {
-		return nil
-	}
-	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
-		otelgrpc.WithMeterProvider(m.provider), otelgrpc.WithTracerProvider(tracenoop.NewTracerProvider())))}
-}
+// It makes no spans: a server that also traces takes [ServerHandler], one
+// handler for both. Nil when metrics are off.
+func (m *Metrics) GRPCServer() []grpc.ServerOption { return serverHandler(nil, false, m) }
 
 // Shutdown stops the provider: later recordings are dropped. It is safe on a
 // nil or disabled Metrics.

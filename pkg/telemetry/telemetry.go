@@ -8,17 +8,13 @@ import (
 	"os"
 	"sync/atomic"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 )
 
 // exporting is set by Setup when spans are exported: only then do the
@@ -67,60 +63,16 @@ func Setup(ctx context.Context, service, version string) (func(context.Context) 
 	}, nil
 }
 
-// HTTPHandler instruments an HTTP server's handler. With an exporter, every
-// request gets a span (otelhttp). Without one, a span nobody records would
-// still cost each request its wrapping, attributes and ids, so the handler
-// only takes in the caller's trace context, when there is one, for the calls
-// the request makes on.
+// HTTPHandler instruments an HTTP server's handler with the process's
+// global tracing (see [Tracing.HTTPHandler]).
 func HTTPHandler(h http.Handler, operation string) http.Handler {
-	if Exporting() {
-		return otelhttp.NewHandler(h, operation)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("traceparent") != "" || r.Header.Get("baggage") != "" {
-			r = r.WithContext(otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
-		}
-		h.ServeHTTP(w, r)
-	})
+	return (*Tracing)(nil).HTTPHandler(h, operation)
 }
 
-// GRPCServer instruments a gRPC server: a span per call with an exporter,
-// nothing without (see HTTPHandler).
-func GRPCServer() []grpc.ServerOption {
-	if Exporting() {
-		return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler())}
-	}
-	return nil
-}
+// GRPCServer instruments a gRPC server with the process's global tracing
+// (see [Tracing.GRPCServer]).
+func GRPCServer() []grpc.ServerOption { return (*Tracing)(nil).GRPCServer() }
 
-// GRPCClient instruments a gRPC client: a span per call with an exporter;
-// without one, calls carry the trace context of their context, when it has
-// one, and nothing else.
-func GRPCClient() []grpc.DialOption {
-	if Exporting() {
-		return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler())}
-	}
-	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			return invoker(withTraceContext(ctx), method, req, reply, cc, opts...)
-		}),
-		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			return streamer(withTraceContext(ctx), desc, cc, method, opts...)
-		}),
-	}
-}
-
-// withTraceContext adds ctx's trace context to its outgoing metadata, when it
-// has one.
-func withTraceContext(ctx context.Context) context.Context {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ctx
-	}
-	carrier := propagation.MapCarrier{}
-	otel.GetTextMapPropagator().Inject(ctx, carrier)
-	kv := make([]string, 0, 2*len(carrier))
-	for k, v := range carrier {
-		kv = append(kv, k, v)
-	}
-	return metadata.AppendToOutgoingContext(ctx, kv...)
-}
+// GRPCClient instruments a gRPC client with the process's global tracing
+// (see [Tracing.GRPCClient]).
+func GRPCClient() []grpc.DialOption { return (*Tracing)(nil).GRPCClient() }

@@ -145,7 +145,14 @@ type CallReport struct {
 	// last), so the decider learns that this endpoint now holds each of them
 	// in cache: a later request sharing only the system prompt or the tool
 	// block finds it.
-	Prefixes      []*PromptPrefix `protobuf:"bytes,22,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	Prefixes []*PromptPrefix `protobuf:"bytes,22,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// traceparent is the W3C trace context of the call's span on the edge
+	// ("00-<trace id>-<span id>-<flags>"), empty when the edge exports no
+	// spans: the decider's handling of the report joins the request's trace.
+	Traceparent string `protobuf:"bytes,23,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// report_time is when the edge made the report, so the decider measures
+	// how long reports take to reach it (the Report stream's lag).
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +337,20 @@ func (x *CallReport) GetRequestFailure() bool {
 func (x *CallReport) GetPrefixes() []*PromptPrefix {
 	if x != nil {
 		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *CallReport) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *CallReport) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
 	}
 	return nil
 }
@@ -1499,7 +1520,7 @@ const file_switchboard_v1_edge_proto_rawDesc = "" +
 	"\tEdgeHello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversionJ\x04\b\x04\x10\x05R\x17reconciles_acknowledged\"\xfd\x06\n" +
+	"\aversion\x18\x03 \x01(\tR\aversionJ\x04\b\x04\x10\x05R\x17reconciles_acknowledged\"\xdc\a\n" +
 	"\n" +
 	"CallReport\x12\x1d\n" +
 	"\n" +
@@ -1530,7 +1551,10 @@ const file_switchboard_v1_edge_proto_rawDesc = "" +
 	"\x06stream\x18\x13 \x01(\bR\x06stream\x12)\n" +
 	"\x10quality_failures\x18\x14 \x03(\tR\x0fqualityFailures\x12'\n" +
 	"\x0frequest_failure\x18\x15 \x01(\bR\x0erequestFailure\x128\n" +
-	"\bprefixes\x18\x16 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\"G\n" +
+	"\bprefixes\x18\x16 \x03(\v2\x1c.switchboard.v1.PromptPrefixR\bprefixes\x12 \n" +
+	"\vtraceparent\x18\x17 \x01(\tR\vtraceparent\x12;\n" +
+	"\vreport_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\"G\n" +
 	"\x0fCallReportBatch\x124\n" +
 	"\areports\x18\x01 \x03(\v2\x1a.switchboard.v1.CallReportR\areports\"\xc6\x02\n" +
 	"\rReportRequest\x121\n" +
@@ -1658,35 +1682,36 @@ var file_switchboard_v1_edge_proto_depIdxs = []int32{
 	20, // 5: switchboard.v1.CallReport.retry_after:type_name -> google.protobuf.Duration
 	23, // 6: switchboard.v1.CallReport.rate_limit_headers:type_name -> switchboard.v1.Header
 	24, // 7: switchboard.v1.CallReport.prefixes:type_name -> switchboard.v1.PromptPrefix
-	1,  // 8: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
-	0,  // 9: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
-	2,  // 10: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
-	4,  // 11: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
-	5,  // 12: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
-	6,  // 13: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
-	25, // 14: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
-	26, // 15: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
-	27, // 16: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
-	19, // 17: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
-	10, // 18: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
-	7,  // 19: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
-	8,  // 20: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
-	9,  // 21: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
-	13, // 22: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
-	12, // 23: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
-	19, // 24: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
-	16, // 25: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
-	3,  // 26: switchboard.v1.EdgeService.Report:input_type -> switchboard.v1.ReportRequest
-	14, // 27: switchboard.v1.EdgeService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
-	17, // 28: switchboard.v1.EdgeService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
-	11, // 29: switchboard.v1.EdgeService.Report:output_type -> switchboard.v1.ReportResponse
-	15, // 30: switchboard.v1.EdgeService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
-	18, // 31: switchboard.v1.EdgeService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
-	29, // [29:32] is the sub-list for method output_type
-	26, // [26:29] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	19, // 8: switchboard.v1.CallReport.report_time:type_name -> google.protobuf.Timestamp
+	1,  // 9: switchboard.v1.CallReportBatch.reports:type_name -> switchboard.v1.CallReport
+	0,  // 10: switchboard.v1.ReportRequest.hello:type_name -> switchboard.v1.EdgeHello
+	2,  // 11: switchboard.v1.ReportRequest.batch:type_name -> switchboard.v1.CallReportBatch
+	4,  // 12: switchboard.v1.ReportRequest.activity:type_name -> switchboard.v1.ActivityBatch
+	5,  // 13: switchboard.v1.ReportRequest.reconcile:type_name -> switchboard.v1.ReconcileBatch
+	6,  // 14: switchboard.v1.ReportRequest.heartbeat:type_name -> switchboard.v1.ReservationHeartbeat
+	25, // 15: switchboard.v1.ActivityBatch.records:type_name -> switchboard.v1.ActivityRecord
+	26, // 16: switchboard.v1.ReconcileBatch.reconciles:type_name -> switchboard.v1.ReconcileRequest
+	27, // 17: switchboard.v1.ProbeCommand.endpoint:type_name -> switchboard.v1.Endpoint
+	19, // 18: switchboard.v1.CooldownCommand.until:type_name -> google.protobuf.Timestamp
+	10, // 19: switchboard.v1.ReportResponse.ack:type_name -> switchboard.v1.ReportAck
+	7,  // 20: switchboard.v1.ReportResponse.probe:type_name -> switchboard.v1.ProbeCommand
+	8,  // 21: switchboard.v1.ReportResponse.cooldown:type_name -> switchboard.v1.CooldownCommand
+	9,  // 22: switchboard.v1.ReportResponse.config:type_name -> switchboard.v1.ConfigCommand
+	13, // 23: switchboard.v1.ReportResponse.key_set:type_name -> switchboard.v1.KeySet
+	12, // 24: switchboard.v1.ReportResponse.owner_term:type_name -> switchboard.v1.OwnerTerm
+	19, // 25: switchboard.v1.AcquireHedgeResponse.reset_time:type_name -> google.protobuf.Timestamp
+	16, // 26: switchboard.v1.SettleHedgeRequest.settlements:type_name -> switchboard.v1.HedgeSettlement
+	3,  // 27: switchboard.v1.EdgeService.Report:input_type -> switchboard.v1.ReportRequest
+	14, // 28: switchboard.v1.EdgeService.AcquireHedge:input_type -> switchboard.v1.AcquireHedgeRequest
+	17, // 29: switchboard.v1.EdgeService.SettleHedge:input_type -> switchboard.v1.SettleHedgeRequest
+	11, // 30: switchboard.v1.EdgeService.Report:output_type -> switchboard.v1.ReportResponse
+	15, // 31: switchboard.v1.EdgeService.AcquireHedge:output_type -> switchboard.v1.AcquireHedgeResponse
+	18, // 32: switchboard.v1.EdgeService.SettleHedge:output_type -> switchboard.v1.SettleHedgeResponse
+	30, // [30:33] is the sub-list for method output_type
+	27, // [27:30] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_edge_proto_init() }

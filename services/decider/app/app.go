@@ -242,7 +242,8 @@ func (d *Decider) serve(creds credentials.TransportCredentials) {
 		Reflection: d.cfg.GRPCReflection,
 		Health:     d.health,
 		// The calls' count and duration by method, with a debug listener.
-		ServerOptions: d.metrics.GRPCServer(),
+		Metrics: d.metrics,
+		Tracing: d.cfg.Tracing,
 	})
 	d.register(d.srv.GRPC)
 	d.starting.Stop()

@@ -169,6 +169,16 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 			return fmt.Errorf("admission metrics: %w", err)
 		}
 	}
+	var svcMetrics *metrics.Service
+	if d.metrics.Enabled() {
+		svcMetrics, err = metrics.NewService(metrics.ServiceOptions{
+			Provider: d.metrics.MeterProvider(), Owner: d.adm.Owner, OwnerChanges: d.adm.OwnerChanges,
+			Hedges: d.budget.Status, Settled: d.budget.Settled,
+		})
+		if err != nil {
+			return fmt.Errorf("decider metrics: %w", err)
+		}
+	}
 	admit := admission.Policy{Admission: d.adm, Budget: d.budget, Contracts: d.authn, Metrics: d.admMetrics}
 	d.settler = admission.NewSettler(d.budget, d.adm, logger.With("component", "hedge"))
 	d.sink = activity.NewSink(d.act, d.grants, d.settler, logger.With("component", "activity"))
@@ -193,6 +203,8 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		Activity:     d.sink.Add,
 		Keys:         d.catalog.Keys,
 		Reservations: server.Reservations(admit),
+		Tracer:       d.cfg.Tracing.Tracer(report.ScopeName),
+		Lag:          svcMetrics.ReportLag,
 	})
 	ob = observe.New(observe.Options{
 		Catalog: func() observe.Catalog { return d.catalog.Routing() }, Stats: d.stats, Affinity: aff, Sessions: sessions, Cooldown: d.cool, Outcomes: oc,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/cooldown"
@@ -174,6 +175,11 @@ type Config struct {
 	// Now is the clock of routing decisions, statistics and the hedge
 	// budget's UTC day. (Optional) Defaults to time.Now.
 	Now func() time.Time
+	// Tracing is where the decider's spans go: its gRPC calls' and its
+	// handling of the edges' call reports (Optional). Defaults to the
+	// process's global tracing (telemetry.Setup: spans only with an OTLP
+	// exporter); tests give an in-memory recorder.
+	Tracing *telemetry.Tracing
 
 	// Transport security.
 

@@ -15,6 +15,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
 )
 
@@ -212,6 +213,11 @@ type Config struct {
 	// (api_key_env), only names with ProviderKeyPrefix (Optional). Defaults
 	// to os.Getenv; tests inject their own.
 	Getenv func(string) string
+	// Tracing is where the edge's spans go: its HTTP requests', its calls
+	// to the decider's and every provider call's (Optional). Defaults to the
+	// process's global tracing (telemetry.Setup: spans only with an OTLP
+	// exporter); tests give an in-memory recorder.
+	Tracing *telemetry.Tracing
 	// ProviderKeyPrefix is what every provider credential's name starts
 	// with; a name without it is never read, whoever asks (Optional).
 	// Defaults to SWITCHBOARD_PROVIDER_KEY_. Flag --provider-key-prefix.

@@ -109,7 +109,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
-	dialOpts = append(dialOpts, telemetry.GRPCClient()...)
+	dialOpts = append(dialOpts, cfg.Tracing.GRPCClient()...)
 	if cfg.DeciderTokenFile != "" {
 		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
 		if err != nil {
@@ -185,6 +185,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 		MaxAttempts:       cfg.MaxAttempts,
 		RetryWait:         cfg.RetryWait,
 		UserAgent:         "switchboard-edge/" + BuildVersion(),
+		Tracer:            cfg.Tracing.Tracer(dispatch.ScopeName),
 		Logger:            logger.With("component", "dispatch"),
 	})
 	probes := probe.New(probe.Options{Prober: dispatcher, Logger: logger.With("component", "probe")})
@@ -221,6 +222,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 			return nil, err
 		}
 		stack.add(func() error { _ = metrics.Shutdown(context.Background()); return nil })
+		em.more.watchReports(reports.Unacked, reports.UnackedReconciles)
 		handler = em.handler(handler)
 		debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
 			debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()})
@@ -232,7 +234,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 	e := &Edge{
 		cfg: cfg, log: logger, ln: ln, api: api, reports: reports, debug: debug,
 		srv: &http.Server{
-			Handler:           telemetry.HTTPHandler(handler, "edge"),
+			Handler:           cfg.Tracing.HTTPHandler(handler, "edge"),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),

@@ -56,6 +56,9 @@ type edgeMetrics struct {
 	hedges     metric.Int64Counter
 	upstream   metric.Int64Counter
 	cost       metric.Float64Counter
+	// more are the metrics of attempts and of the Report stream
+	// (metrics_attempts.go).
+	more attemptMetrics
 }
 
 func newEdgeMetrics(m *telemetry.Metrics) (*edgeMetrics, error) {
@@ -87,8 +90,8 @@ func newEdgeMetrics(m *telemetry.Metrics) (*edgeMetrics, error) {
 	em.upstream, errs[9] = mt.Int64Counter("switchboard_edge_upstream_errors", metric.WithUnit("{response}"),
 		metric.WithDescription("Provider answers 429 and 5xx, by endpoint."))
 	em.cost, errs[10] = mt.Float64Counter("switchboard_edge_cost_usd",
-		metric.WithDescription("USD billed to tenants for the requests served, by model and tenant."))
-	for _, err := range errs {
+		metric.WithDescription("USD the requests served cost, by model, tenant and payer: billed to the tenant, or paid by the operator (failed and cancelled attempts, hedge losers)."))
+	for _, err := range append(errs[:], em.more.init(mt)) {
 		if err != nil {
 			return nil, fmt.Errorf("edge metrics: %w", err)
 		}
@@ -123,7 +126,11 @@ func (m *edgeMetrics) serveAPI(w http.ResponseWriter, r *http.Request, next http
 	defer m.inFlight.Add(ctx, -1)
 	var done *dispatch.Finished
 	sw := &statusWriter{ResponseWriter: w}
-	next.ServeHTTP(sw, r.WithContext(dispatch.WithObserver(r.Context(), func(f dispatch.Finished) { done = &f })))
+	inner := r.WithContext(dispatch.WithObserver(r.Context(), func(f dispatch.Finished) { done = &f }))
+	next.ServeHTTP(sw, inner)
+	// The route the mux matched, for the request's span around this
+	// handler (otelhttp names it by the request's pattern).
+	r.Pattern = inner.Pattern
 
 	status, reason := sw.status, "none"
 	if status == 0 {
@@ -132,6 +139,7 @@ func (m *edgeMetrics) serveAPI(w http.ResponseWriter, r *http.Request, next http
 	if done != nil {
 		status, reason = int(done.Record.GetHttpStatus()), routeReasonLabel(done.RouteReason)
 		m.record(ctx, done.Record)
+		m.more.record(ctx, done.Record, done.PromptTokens)
 	}
 	m.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("api", api),
 		attribute.String("status_class", strconv.Itoa(status/100)+"xx"), attribute.String("route_reason", reason)))
@@ -178,8 +186,10 @@ func (m *edgeMetrics) record(ctx context.Context, r *switchboardv1.ActivityRecor
 		}
 	}
 	if c := r.GetCostUsd(); c > 0 {
-		m.cost.Add(ctx, c, metric.WithAttributes(attribute.String("model", model), attribute.String("tenant", modelLabel(r.GetTenantId()))))
+		m.cost.Add(ctx, c, metric.WithAttributes(attribute.String("model", model), attribute.String("tenant", modelLabel(r.GetTenantId())),
+			attribute.String("payer", payerTenant)))
 	}
+	m.more.operatorCost(ctx, m.cost, r, model)
 
 	var tried int64
 	for _, a := range r.GetAttempts() {

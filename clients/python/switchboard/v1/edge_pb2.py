@@ -17,7 +17,7 @@ from switchboard.v1 import common_pb2 as switchboard_dot_v1_dot_common__pb2
 from switchboard.v1 import router_pb2 as switchboard_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19switchboard/v1/edge.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"\\\n\tEdgeHello\x12\x0f\n\x07\x65\x64ge_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\tJ\x04\x08\x04\x10\x05R\x17reconciles_acknowledged\"\x8d\x05\n\nCallReport\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x03 \x01(\t\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x04ttft\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12$\n\x05usage\x18\x08 \x01(\x0b\x32\x15.switchboard.v1.Usage\x12(\n\x07outcome\x18\t \x01(\x0e\x32\x17.switchboard.v1.Outcome\x12\x13\n\x0bhttp_status\x18\n \x01(\x05\x12.\n\x0bretry_after\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x12rate_limit_headers\x18\x0c \x03(\x0b\x32\x16.switchboard.v1.Header\x12\x10\n\x08probe_id\x18\r \x01(\t\x12\x11\n\ttenant_id\x18\x0e \x01(\t\x12\r\n\x05\x65rror\x18\x0f \x01(\t\x12\x13\n\x0bprompt_hash\x18\x10 \x01(\x06\x12\r\n\x05hedge\x18\x11 \x01(\x08\x12\x16\n\x0ereservation_id\x18\x12 \x01(\t\x12\x0e\n\x06stream\x18\x13 \x01(\x08\x12\x18\n\x10quality_failures\x18\x14 \x03(\t\x12\x17\n\x0frequest_failure\x18\x15 \x01(\x08\x12.\n\x08prefixes\x18\x16 \x03(\x0b\x32\x1c.switchboard.v1.PromptPrefix\">\n\x0f\x43\x61llReportBatch\x12+\n\x07reports\x18\x01 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\"\x98\x02\n\rReportRequest\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHelloH\x00\x12\x30\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1f.switchboard.v1.CallReportBatchH\x00\x12\x31\n\x08\x61\x63tivity\x18\x03 \x01(\x0b\x32\x1d.switchboard.v1.ActivityBatchH\x00\x12\x33\n\treconcile\x18\x04 \x01(\x0b\x32\x1e.switchboard.v1.ReconcileBatchH\x00\x12\x39\n\theartbeat\x18\x05 \x01(\x0b\x32$.switchboard.v1.ReservationHeartbeatH\x00\x42\x06\n\x04kind\"R\n\rActivityBatch\x12/\n\x07records\x18\x01 \x03(\x0b\x32\x1e.switchboard.v1.ActivityRecord\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"X\n\x0eReconcileBatch\x12\x34\n\nreconciles\x18\x01 \x03(\x0b\x32 .switchboard.v1.ReconcileRequest\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"/\n\x14ReservationHeartbeat\x12\x17\n\x0freservation_ids\x18\x01 \x03(\t\"\x8d\x01\n\x0cProbeCommand\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12*\n\x08\x65ndpoint\x18\x03 \x01(\x0b\x32\x18.switchboard.v1.Endpoint\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11max_output_tokens\x18\x05 \x01(\x03\"a\n\x0f\x43ooldownCommand\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12)\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x03 \x01(\t\")\n\rConfigCommand\x12\x18\n\x10\x63\x61talog_revision\x18\x01 \x01(\x03\"h\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x19\n\x11\x61\x63tivity_sequence\x18\x02 \x01(\x04\x12\x1a\n\x12reconcile_sequence\x18\x03 \x01(\x04\x12\x12\n\nowner_term\x18\x04 \x01(\x03\"\xb6\x02\n\x0eReportResponse\x12(\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.ReportAckH\x00\x12-\n\x05probe\x18\x02 \x01(\x0b\x32\x1c.switchboard.v1.ProbeCommandH\x00\x12\x33\n\x08\x63ooldown\x18\x03 \x01(\x0b\x32\x1f.switchboard.v1.CooldownCommandH\x00\x12/\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x1d.switchboard.v1.ConfigCommandH\x00\x12)\n\x07key_set\x18\x05 \x01(\x0b\x32\x16.switchboard.v1.KeySetH\x00\x12/\n\nowner_term\x18\x06 \x01(\x0b\x32\x19.switchboard.v1.OwnerTermH\x00\x42\t\n\x07\x63ommand\"\x19\n\tOwnerTerm\x12\x0c\n\x04term\x18\x01 \x01(\x03\"/\n\x06KeySet\x12\x14\n\x0ckey_prefixes\x18\x01 \x03(\x06\x12\x0f\n\x07version\x18\x02 \x01(\x04\"Z\n\x13\x41\x63quireHedgeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x02 \x01(\t\x12\x1a\n\x12\x65stimated_cost_usd\x18\x03 \x01(\x01\"n\n\x14\x41\x63quireHedgeResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x15\n\rremaining_usd\x18\x02 \x01(\x01\x12.\n\nreset_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"=\n\x0fHedgeSettlement\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0eloser_cost_usd\x18\x02 \x01(\x01\"J\n\x12SettleHedgeRequest\x12\x34\n\x0bsettlements\x18\x01 \x03(\x0b\x32\x1f.switchboard.v1.HedgeSettlement\"\x15\n\x13SettleHedgeResponse2\x8d\x02\n\x0b\x45\x64geService\x12K\n\x06Report\x12\x1d.switchboard.v1.ReportRequest\x1a\x1e.switchboard.v1.ReportResponse(\x01\x30\x01\x12Y\n\x0c\x41\x63quireHedge\x12#.switchboard.v1.AcquireHedgeRequest\x1a$.switchboard.v1.AcquireHedgeResponse\x12V\n\x0bSettleHedge\x12\".switchboard.v1.SettleHedgeRequest\x1a#.switchboard.v1.SettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19switchboard/v1/edge.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"\\\n\tEdgeHello\x12\x0f\n\x07\x65\x64ge_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\tJ\x04\x08\x04\x10\x05R\x17reconciles_acknowledged\"\xd3\x05\n\nCallReport\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x03 \x01(\t\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x04ttft\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12$\n\x05usage\x18\x08 \x01(\x0b\x32\x15.switchboard.v1.Usage\x12(\n\x07outcome\x18\t \x01(\x0e\x32\x17.switchboard.v1.Outcome\x12\x13\n\x0bhttp_status\x18\n \x01(\x05\x12.\n\x0bretry_after\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x12rate_limit_headers\x18\x0c \x03(\x0b\x32\x16.switchboard.v1.Header\x12\x10\n\x08probe_id\x18\r \x01(\t\x12\x11\n\ttenant_id\x18\x0e \x01(\t\x12\r\n\x05\x65rror\x18\x0f \x01(\t\x12\x13\n\x0bprompt_hash\x18\x10 \x01(\x06\x12\r\n\x05hedge\x18\x11 \x01(\x08\x12\x16\n\x0ereservation_id\x18\x12 \x01(\t\x12\x0e\n\x06stream\x18\x13 \x01(\x08\x12\x18\n\x10quality_failures\x18\x14 \x03(\t\x12\x17\n\x0frequest_failure\x18\x15 \x01(\x08\x12.\n\x08prefixes\x18\x16 \x03(\x0b\x32\x1c.switchboard.v1.PromptPrefix\x12\x13\n\x0btraceparent\x18\x17 \x01(\t\x12/\n\x0breport_time\x18\x18 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\">\n\x0f\x43\x61llReportBatch\x12+\n\x07reports\x18\x01 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\"\x98\x02\n\rReportRequest\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHelloH\x00\x12\x30\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1f.switchboard.v1.CallReportBatchH\x00\x12\x31\n\x08\x61\x63tivity\x18\x03 \x01(\x0b\x32\x1d.switchboard.v1.ActivityBatchH\x00\x12\x33\n\treconcile\x18\x04 \x01(\x0b\x32\x1e.switchboard.v1.ReconcileBatchH\x00\x12\x39\n\theartbeat\x18\x05 \x01(\x0b\x32$.switchboard.v1.ReservationHeartbeatH\x00\x42\x06\n\x04kind\"R\n\rActivityBatch\x12/\n\x07records\x18\x01 \x03(\x0b\x32\x1e.switchboard.v1.ActivityRecord\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"X\n\x0eReconcileBatch\x12\x34\n\nreconciles\x18\x01 \x03(\x0b\x32 .switchboard.v1.ReconcileRequest\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"/\n\x14ReservationHeartbeat\x12\x17\n\x0freservation_ids\x18\x01 \x03(\t\"\x8d\x01\n\x0cProbeCommand\x12\x10\n\x08probe_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12*\n\x08\x65ndpoint\x18\x03 \x01(\x0b\x32\x18.switchboard.v1.Endpoint\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11max_output_tokens\x18\x05 \x01(\x03\"a\n\x0f\x43ooldownCommand\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12)\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x03 \x01(\t\")\n\rConfigCommand\x12\x18\n\x10\x63\x61talog_revision\x18\x01 \x01(\x03\"h\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x19\n\x11\x61\x63tivity_sequence\x18\x02 \x01(\x04\x12\x1a\n\x12reconcile_sequence\x18\x03 \x01(\x04\x12\x12\n\nowner_term\x18\x04 \x01(\x03\"\xb6\x02\n\x0eReportResponse\x12(\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.ReportAckH\x00\x12-\n\x05probe\x18\x02 \x01(\x0b\x32\x1c.switchboard.v1.ProbeCommandH\x00\x12\x33\n\x08\x63ooldown\x18\x03 \x01(\x0b\x32\x1f.switchboard.v1.CooldownCommandH\x00\x12/\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x1d.switchboard.v1.ConfigCommandH\x00\x12)\n\x07key_set\x18\x05 \x01(\x0b\x32\x16.switchboard.v1.KeySetH\x00\x12/\n\nowner_term\x18\x06 \x01(\x0b\x32\x19.switchboard.v1.OwnerTermH\x00\x42\t\n\x07\x63ommand\"\x19\n\tOwnerTerm\x12\x0c\n\x04term\x18\x01 \x01(\x03\"/\n\x06KeySet\x12\x14\n\x0ckey_prefixes\x18\x01 \x03(\x06\x12\x0f\n\x07version\x18\x02 \x01(\x04\"Z\n\x13\x41\x63quireHedgeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x02 \x01(\t\x12\x1a\n\x12\x65stimated_cost_usd\x18\x03 \x01(\x01\"n\n\x14\x41\x63quireHedgeResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x15\n\rremaining_usd\x18\x02 \x01(\x01\x12.\n\nreset_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"=\n\x0fHedgeSettlement\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0eloser_cost_usd\x18\x02 \x01(\x01\"J\n\x12SettleHedgeRequest\x12\x34\n\x0bsettlements\x18\x01 \x03(\x0b\x32\x1f.switchboard.v1.HedgeSettlement\"\x15\n\x13SettleHedgeResponse2\x8d\x02\n\x0b\x45\x64geService\x12K\n\x06Report\x12\x1d.switchboard.v1.ReportRequest\x1a\x1e.switchboard.v1.ReportResponse(\x01\x30\x01\x12Y\n\x0c\x41\x63quireHedge\x12#.switchboard.v1.AcquireHedgeRequest\x1a$.switchboard.v1.AcquireHedgeResponse\x12V\n\x0bSettleHedge\x12\".switchboard.v1.SettleHedgeRequest\x1a#.switchboard.v1.SettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchboard.v1.edge_pb2', globals())
@@ -28,41 +28,41 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _EDGEHELLO._serialized_start=168
   _EDGEHELLO._serialized_end=260
   _CALLREPORT._serialized_start=263
-  _CALLREPORT._serialized_end=916
-  _CALLREPORTBATCH._serialized_start=918
-  _CALLREPORTBATCH._serialized_end=980
-  _REPORTREQUEST._serialized_start=983
-  _REPORTREQUEST._serialized_end=1263
-  _ACTIVITYBATCH._serialized_start=1265
-  _ACTIVITYBATCH._serialized_end=1347
-  _RECONCILEBATCH._serialized_start=1349
-  _RECONCILEBATCH._serialized_end=1437
-  _RESERVATIONHEARTBEAT._serialized_start=1439
-  _RESERVATIONHEARTBEAT._serialized_end=1486
-  _PROBECOMMAND._serialized_start=1489
-  _PROBECOMMAND._serialized_end=1630
-  _COOLDOWNCOMMAND._serialized_start=1632
-  _COOLDOWNCOMMAND._serialized_end=1729
-  _CONFIGCOMMAND._serialized_start=1731
-  _CONFIGCOMMAND._serialized_end=1772
-  _REPORTACK._serialized_start=1774
-  _REPORTACK._serialized_end=1878
-  _REPORTRESPONSE._serialized_start=1881
-  _REPORTRESPONSE._serialized_end=2191
-  _OWNERTERM._serialized_start=2193
-  _OWNERTERM._serialized_end=2218
-  _KEYSET._serialized_start=2220
-  _KEYSET._serialized_end=2267
-  _ACQUIREHEDGEREQUEST._serialized_start=2269
-  _ACQUIREHEDGEREQUEST._serialized_end=2359
-  _ACQUIREHEDGERESPONSE._serialized_start=2361
-  _ACQUIREHEDGERESPONSE._serialized_end=2471
-  _HEDGESETTLEMENT._serialized_start=2473
-  _HEDGESETTLEMENT._serialized_end=2534
-  _SETTLEHEDGEREQUEST._serialized_start=2536
-  _SETTLEHEDGEREQUEST._serialized_end=2610
-  _SETTLEHEDGERESPONSE._serialized_start=2612
-  _SETTLEHEDGERESPONSE._serialized_end=2633
-  _EDGESERVICE._serialized_start=2636
-  _EDGESERVICE._serialized_end=2905
+  _CALLREPORT._serialized_end=986
+  _CALLREPORTBATCH._serialized_start=988
+  _CALLREPORTBATCH._serialized_end=1050
+  _REPORTREQUEST._serialized_start=1053
+  _REPORTREQUEST._serialized_end=1333
+  _ACTIVITYBATCH._serialized_start=1335
+  _ACTIVITYBATCH._serialized_end=1417
+  _RECONCILEBATCH._serialized_start=1419
+  _RECONCILEBATCH._serialized_end=1507
+  _RESERVATIONHEARTBEAT._serialized_start=1509
+  _RESERVATIONHEARTBEAT._serialized_end=1556
+  _PROBECOMMAND._serialized_start=1559
+  _PROBECOMMAND._serialized_end=1700
+  _COOLDOWNCOMMAND._serialized_start=1702
+  _COOLDOWNCOMMAND._serialized_end=1799
+  _CONFIGCOMMAND._serialized_start=1801
+  _CONFIGCOMMAND._serialized_end=1842
+  _REPORTACK._serialized_start=1844
+  _REPORTACK._serialized_end=1948
+  _REPORTRESPONSE._serialized_start=1951
+  _REPORTRESPONSE._serialized_end=2261
+  _OWNERTERM._serialized_start=2263
+  _OWNERTERM._serialized_end=2288
+  _KEYSET._serialized_start=2290
+  _KEYSET._serialized_end=2337
+  _ACQUIREHEDGEREQUEST._serialized_start=2339
+  _ACQUIREHEDGEREQUEST._serialized_end=2429
+  _ACQUIREHEDGERESPONSE._serialized_start=2431
+  _ACQUIREHEDGERESPONSE._serialized_end=2541
+  _HEDGESETTLEMENT._serialized_start=2543
+  _HEDGESETTLEMENT._serialized_end=2604
+  _SETTLEHEDGEREQUEST._serialized_start=2606
+  _SETTLEHEDGEREQUEST._serialized_end=2680
+  _SETTLEHEDGERESPONSE._serialized_start=2682
+  _SETTLEHEDGERESPONSE._serialized_end=2703
+  _EDGESERVICE._serialized_start=2706
+  _EDGESERVICE._serialized_end=2975
 # @@protoc_insertion_point(module_scope)

@@ -38,7 +38,7 @@ class ActivityBatch(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.ActivityRecord, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class CallReport(_message.Message):
-    __slots__ = ["duration", "endpoint_id", "error", "hedge", "http_status", "model", "outcome", "prefixes", "probe_id", "prompt_hash", "prompt_tokens", "quality_failures", "rate_limit_headers", "request_failure", "request_id", "reservation_id", "retry_after", "start_time", "stream", "tenant_id", "ttft", "usage"]
+    __slots__ = ["duration", "endpoint_id", "error", "hedge", "http_status", "model", "outcome", "prefixes", "probe_id", "prompt_hash", "prompt_tokens", "quality_failures", "rate_limit_headers", "report_time", "request_failure", "request_id", "reservation_id", "retry_after", "start_time", "stream", "tenant_id", "traceparent", "ttft", "usage"]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class CallReport(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     QUALITY_FAILURES_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FAILURE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +60,7 @@ class CallReport(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TTFT_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     duration: _duration_pb2.Duration
@@ -74,6 +76,7 @@ class CallReport(_message.Message):
     prompt_tokens: int
     quality_failures: _containers.RepeatedScalarFieldContainer[str]
     rate_limit_headers: _containers.RepeatedCompositeFieldContainer[_common_pb2.Header]
+    report_time: _timestamp_pb2.Timestamp
     request_failure: bool
     request_id: str
     reservation_id: str
@@ -81,9 +84,10 @@ class CallReport(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     stream: bool
     tenant_id: str
+    traceparent: str
     ttft: _duration_pb2.Duration
     usage: _common_pb2.Usage
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ttft: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., outcome: _Optional[_Union[_common_pb2.Outcome, str]] = ..., http_status: _Optional[int] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., rate_limit_headers: _Optional[_Iterable[_Union[_common_pb2.Header, _Mapping]]] = ..., probe_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., error: _Optional[str] = ..., prompt_hash: _Optional[int] = ..., hedge: bool = ..., reservation_id: _Optional[str] = ..., stream: bool = ..., quality_failures: _Optional[_Iterable[str]] = ..., request_failure: bool = ..., prefixes: _Optional[_Iterable[_Union[_common_pb2.PromptPrefix, _Mapping]]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ttft: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., outcome: _Optional[_Union[_common_pb2.Outcome, str]] = ..., http_status: _Optional[int] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., rate_limit_headers: _Optional[_Iterable[_Union[_common_pb2.Header, _Mapping]]] = ..., probe_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., error: _Optional[str] = ..., prompt_hash: _Optional[int] = ..., hedge: bool = ..., reservation_id: _Optional[str] = ..., stream: bool = ..., quality_failures: _Optional[_Iterable[str]] = ..., request_failure: bool = ..., prefixes: _Optional[_Iterable[_Union[_common_pb2.PromptPrefix, _Mapping]]] = ..., traceparent: _Optional[str] = ..., report_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CallReportBatch(_message.Message):
     __slots__ = ["reports"]

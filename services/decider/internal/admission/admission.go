@@ -99,6 +99,8 @@ type Admission struct {
 	o Options
 
 	owner atomic.Bool
+	// ownerChanges counts owner's changes (OwnerChanges).
+	ownerChanges atomic.Int64
 	// term is the election revision of the term this replica serves as
 	// owner, 0 when it owns nothing; set before owner, cleared after.
 	term atomic.Int64
@@ -264,14 +266,14 @@ func (a *Admission) serveTerm(ctx context.Context) error {
 		return nil
 	}
 	a.term.Store(t.rev)
-	a.owner.Store(true)
+	a.setOwner(true)
 	a.wmu.Unlock()
 	a.notify()
 	a.o.Logger.Info("broker owner", "election_revision", t.rev)
 
 	a.snapshots(tctx, t)
 
-	a.owner.Store(false)
+	a.setOwner(false)
 	a.term.Store(0)
 	a.notify()
 	if ctx.Err() == nil {
@@ -480,6 +482,18 @@ func (a *Admission) fenced(ctx context.Context, t *term, ops ...clientv3.Op) (bo
 // Owner reports whether this replica owns the broker.
 func (a *Admission) Owner() bool { return a.owner.Load() }
 
+// setOwner records whether this replica owns the broker, counting the
+// changes.
+func (a *Admission) setOwner(v bool) {
+	if a.owner.Swap(v) != v {
+		a.ownerChanges.Add(1)
+	}
+}
+
+// OwnerChanges counts the times this replica became the broker's owner or
+// stopped being it since the start.
+func (a *Admission) OwnerChanges() int64 { return a.ownerChanges.Load() }
+
 // errRetryLocally means this replica became the owner while a call waited.
 var errRetryLocally = errors.New("owner now")
 
@@ -565,7 +579,7 @@ func (a *Admission) Abandon() {
 	a.closed.Do(func() {
 		a.wmu.Lock()
 		a.stopping, a.abandoned = true, true
-		a.owner.Store(false)
+		a.setOwner(false)
 		a.wmu.Unlock()
 		a.shutdown()
 	})
@@ -581,7 +595,7 @@ func (a *Admission) close() {
 	a.wmu.Lock()
 	a.stopping = true
 	owner := a.owner.Load()
-	a.owner.Store(false)
+	a.setOwner(false)
 	if t := a.cur; owner && t != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		// Two fenced writes: the state, then the marker naming the

@@ -61,6 +61,9 @@ type Budget struct {
 	unwritable bool
 	granted    int64
 	refused    int64
+	// settled counts the hedges settled since the start, cancelled those
+	// among them whose settlement paid for a cancelled leg.
+	settled, cancelled int64
 }
 
 // New returns a budget of dailyUSD per UTC day, which a day's first hedges
@@ -175,6 +178,21 @@ func (b *Budget) Settle(requestID string, actualUSD float64) {
 	b.pendingBytes -= pendingSize(requestID)
 	b.spent = max(b.spent-est+actualUSD, 0)
 	b.dirty = true
+	b.settled++
+	if actualUSD > 0 {
+		b.cancelled++
+	}
+}
+
+// Settled returns how many hedges this budget settled since the start, and
+// how many of them paid for a leg cancelled because the other won (a
+// settlement at 0 is a hedge granted but never started, or one whose
+// loser cost nothing). Each grant is settled once, however often its
+// record arrives.
+func (b *Budget) Settled() (settled, cancelled int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settled, b.cancelled
 }
 
 // Snapshot returns the state, a statev1.HedgeBudgetState (the day, its

@@ -265,3 +265,22 @@ func TestRequestIDNotUTF8Refused(t *testing.T) {
 	require.True(t, changed)
 	require.NotEmpty(t, data)
 }
+
+// Each grant is settled once, however often its record arrives: a loser
+// paid counts as cancelled, a settlement at 0 does not; an unknown id is
+// not a settlement.
+func TestSettledCountsEachGrantOnce(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	b := New(1.0, func() time.Time { return now })
+	for _, id := range []string{"r1", "r2"} {
+		ok, _, _ := b.Acquire(id, 0.1)
+		require.True(t, ok)
+	}
+	b.Settle("r1", 0.05)
+	b.Settle("r1", 0.05) // the same record again
+	b.Settle("r2", 0)
+	b.Settle("unknown", 0.05)
+	settled, cancelled := b.Settled()
+	require.EqualValues(t, 2, settled)
+	require.EqualValues(t, 1, cancelled)
+}

@@ -273,9 +273,12 @@ func (h *Hub) takeReports(c *conn, batch *switchboardv1.CallReportBatch) {
 	reports := keep(h, c, "call report", batch.GetReports(), validate.CallReport)
 	n := int64(len(reports))
 	h.received.Add(n)
+	h.measureLag(reports)
+	spans := h.startSpans(c.hello, reports)
 	if h.sink != nil && n > 0 {
 		h.sink(c.hello, reports)
 	}
+	endSpans(spans)
 	h.trySend(c, &switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Ack{Ack: &switchboardv1.ReportAck{Accepted: n}}})
 }
 

@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -111,6 +113,9 @@ type Hub struct {
 	// keys returns the current set of valid API keys, sent to every edge:
 	// the one in the decider's catalog snapshot; nil sends none.
 	keys func() *switchboardv1.KeySet
+	// tracer and lag are Options.Tracer and Options.Lag.
+	tracer trace.Tracer
+	lag    func(time.Duration)
 	// term is the latest term of the broker's owner, sent to every edge;
 	// 0 until one is known.
 	term atomic.Int64
@@ -146,6 +151,13 @@ type Options struct {
 	// the broker's owner. (Optional) nil fails every attempt: the work is
 	// retried, then left to the edge to send again.
 	Reservations Reservations
+	// Tracer makes a span of the handling of each call report that carries
+	// its call's trace context, a child of the call's span on the edge, so
+	// the request's trace shows it. (Optional) Nil: no spans.
+	Tracer trace.Tracer
+	// Lag records how long each call report took from the edge that made
+	// it to this hub. (Optional) Nil: not measured.
+	Lag func(time.Duration)
 }
 
 // NewHub returns a hub of o.
@@ -155,6 +167,7 @@ func NewHub(o Options) *Hub {
 		keys = func() *switchboardv1.KeySet { return nil }
 	}
 	return &Hub{logger: o.Logger, sink: o.Sink, activity: o.Activity, keys: keys, rsv: o.Reservations, edges: map[*conn]struct{}{},
+		tracer: o.Tracer, lag: o.Lag,
 		retryMin: retryMin, retryMax: retryMax, attempt: attemptTimeout, giveUp: reconcileGiveUp}
 }
 
@@ -234,9 +247,12 @@ func (h *Hub) Close() {
 // edge's is per edge.
 func (h *Hub) Take(ctx context.Context, from *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport, records []*switchboardv1.ActivityRecord) error {
 	h.received.Add(int64(len(reports)))
+	h.measureLag(reports)
+	spans := h.startSpans(from, reports)
 	if h.sink != nil && len(reports) > 0 {
 		h.sink(from, reports)
 	}
+	endSpans(spans)
 	if h.activity == nil || len(records) == 0 {
 		return nil
 	}

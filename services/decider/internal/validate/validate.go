@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-ai/switchboard/pkg/telemetry"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -416,7 +417,26 @@ func CallReport(r *switchboardv1.CallReport) error {
 		ID("reservation_id", r.GetReservationId()),
 		List("quality_failures", r.GetQualityFailures(), Name),
 		prefixes("prefixes", r.GetPrefixes()),
+		Traceparent("traceparent", r.GetTraceparent()),
+		Time("report_time", r.GetReportTime()),
 	)
+}
+
+// maxTraceparent is the length of a W3C traceparent of version 00.
+const maxTraceparent = 55
+
+// Traceparent checks a W3C trace context: empty, or a valid traceparent.
+func Traceparent(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	if len(v) > maxTraceparent {
+		return fail(field, "%d bytes, at most %d allowed", len(v), maxTraceparent)
+	}
+	if _, ok := telemetry.ParseTraceparent(v); !ok {
+		return fail(field, "not a W3C traceparent")
+	}
+	return nil
 }
 
 // ActivityRecord checks an activity record.

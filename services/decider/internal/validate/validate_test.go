@@ -54,3 +54,15 @@ func TestNestedFieldsAreNamed(t *testing.T) {
 	u := &switchboardv1.ReconcileRequest{Usage: &switchboardv1.Usage{InputTokens: 1, CachedInputTokens: 2}}
 	require.Equal(t, "usage.cached_input_tokens", field(t, Reconcile(u)))
 }
+
+// A call report's trace context is empty or a W3C traceparent, bounded.
+func TestCallReportTraceparent(t *testing.T) {
+	r := &switchboardv1.CallReport{RequestId: "r", Model: "m", EndpointId: "e"}
+	require.NoError(t, CallReport(r))
+	r.Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	require.NoError(t, CallReport(r))
+	for _, bad := range []string{"not a traceparent", r.Traceparent + strings.Repeat("0", 100), "00-00000000000000000000000000000000-00f067aa0ba902b7-01"} {
+		r.Traceparent = bad
+		require.Equal(t, "traceparent", field(t, CallReport(r)), bad)
+	}
+}

@@ -46,6 +46,7 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
@@ -150,6 +151,9 @@ type Options struct {
 	RetryWait time.Duration
 	// UserAgent is sent upstream (Optional). Defaults to "switchboard-edge".
 	UserAgent string
+	// Tracer makes a span of every provider call, a child of the request's
+	// span (Optional). Defaults to none: no span is made.
+	Tracer trace.Tracer
 	// Logger logs attempts (Optional). Defaults to discarding.
 	Logger *slog.Logger
 }
@@ -372,7 +376,7 @@ func (d *Dispatcher) Serve(ctx context.Context, w http.ResponseWriter, call Call
 	s.drainHedge()
 	s.release(ctx)
 	rec := s.record(err)
-	observe(ctx, Finished{Record: rec, RouteReason: call.RouteReason})
+	observe(ctx, Finished{Record: rec, RouteReason: call.RouteReason, PromptTokens: call.PromptTokens})
 	d.opts.Reporter.Activity(rec)
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/switchboard-ai/switchboard/pkg/pricing"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
@@ -33,11 +35,15 @@ type leg struct {
 	// endpoint takes a second reconcile.
 	deferred   bool
 	deferredID string
+	// span is the call's span, nil when the edge makes none; ended when
+	// the leg is reported.
+	span trace.Span
 }
 
 // newLeg prepares a call to ep for this request (see upstream.NewLeg).
 func (d *Dispatcher) newLeg(ctx context.Context, call Call, ep *switchboardv1.Endpoint, hedge bool) *leg {
-	return &leg{Leg: d.caller.NewLeg(ctx, call.upstream(ep), ep), hedge: hedge}
+	ctx, span := d.startSpan(ctx, call, ep, hedge)
+	return &leg{Leg: d.caller.NewLeg(ctx, call.upstream(ep), ep), hedge: hedge, span: span}
 }
 
 // upstream is the request a leg on ep sends, and how its answer is passed

@@ -12,6 +12,9 @@ import (
 type Finished struct {
 	Record      *switchboardv1.ActivityRecord
 	RouteReason switchboardv1.RouteReason
+	// PromptTokens is the request's prompt estimate, whose size bucket
+	// the decider keeps each endpoint's speed by.
+	PromptTokens int64
 }
 
 type observerKey struct{}

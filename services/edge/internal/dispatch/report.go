@@ -36,6 +36,8 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		// The same request failed the same way elsewhere: not this
 		// endpoint's failure (see charge.go).
 		RequestFailure: l.requestFailure,
+		Traceparent:    l.traceparent(),
+		ReportTime:     timestamppb.Now(),
 	}
 	if res.Outcome == switchboardv1.Outcome_OUTCOME_OK {
 		// Only the attempt that served the prompt holds it in cache; the
@@ -49,6 +51,7 @@ func (d *Dispatcher) report(call Call, l *leg) {
 		// The decider extends the endpoint's cool-down to at least this.
 		r.RetryAfter = durationpb.New(res.RetryAfter)
 	}
+	endSpan(l, r.GetUsage())
 	d.opts.Reporter.Report(r)
 	if l.reservation != "" {
 		rr := &switchboardv1.ReconcileRequest{
