@@ -240,30 +240,46 @@ func (d *Dashboard) signOut(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// who says who the request's session signed in as; without one (none,
+// expired, not this process's) {"role": ""} and why, with status 200: the
+// page asks before anyone signed in, which is no error.
 func (d *Dashboard) who(w http.ResponseWriter, r *http.Request) {
-	s, ok := d.session(w, r)
-	if !ok {
+	s, err := d.current(r)
+	if err != nil {
+		writeJSON(w, map[string]any{"role": "", "message": err.Error()})
 		return
 	}
 	writeJSON(w, whoAnswer(s))
 }
 
-// session returns the request's session, or answers 401 and false. A
-// session whose operator or tenant the catalog no longer has has ended.
-func (d *Dashboard) session(w http.ResponseWriter, r *http.Request) (session, bool) {
+var (
+	errNoSession = errors.New("sign in first")
+	errGone      = errors.New("who this session signed in as is no longer in the catalog: sign in again")
+)
+
+// current is the request's session. A session whose operator or tenant
+// the catalog no longer has has ended.
+func (d *Dashboard) current(r *http.Request) (session, error) {
 	c, err := r.Cookie(CookieName)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "unauthenticated", "sign in first")
-		return session{}, false
+		return session{}, errNoSession
 	}
 	s, err := d.seal.open(c.Value, d.o.Now())
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
-		return session{}, false
+		return session{}, err
 	}
 	_, v := d.o.Catalog.Pin(r.Context())
 	if v == nil || !d.stillValid(v, s) {
-		writeError(w, http.StatusUnauthorized, "unauthenticated", "who this session signed in as is no longer in the catalog: sign in again")
+		return session{}, errGone
+	}
+	return s, nil
+}
+
+// session returns the request's session, or answers 401 and false.
+func (d *Dashboard) session(w http.ResponseWriter, r *http.Request) (session, bool) {
+	s, err := d.current(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
 		return session{}, false
 	}
 	return s, true

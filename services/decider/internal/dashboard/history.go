@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 )
 
@@ -48,12 +49,15 @@ func (h *history) samples() []sample {
 
 // Sample adds one sample of every endpoint of the applied catalog at now.
 func (d *Dashboard) Sample(now time.Time) {
-	v := d.o.Catalog.Load()
-	if v == nil {
-		return
+	if v := d.o.Catalog.Load(); v != nil {
+		d.hist.add(d.sampleOf(v.Catalog, now))
 	}
+}
+
+// sampleOf reads every endpoint of c at now.
+func (d *Dashboard) sampleOf(c *catalog.Catalog, now time.Time) sample {
 	s := sample{at: now, ttft: map[string][tokens.NumBuckets]float64{}}
-	for _, m := range v.Catalog.Models {
+	for _, m := range c.Models {
 		for _, e := range m.Endpoints {
 			id := e.ID(m.ID)
 			var row [tokens.NumBuckets]float64
@@ -66,7 +70,7 @@ func (d *Dashboard) Sample(now time.Time) {
 			s.ttft[id] = row
 		}
 	}
-	d.hist.add(s)
+	return s
 }
 
 // Run samples the history every SampleEvery until ctx ends, the first at once.

@@ -133,15 +133,16 @@ func (d *Dashboard) model(w http.ResponseWriter, r *http.Request) (context.Conte
 	return nil, nil, catalog.Model{}, false
 }
 
-// ttft is one model's first-token times over the history: the sample
+// ttft is one model's first-token times over the history and now: the sample
 // times (Unix seconds) and, per size bucket, one series per endpoint (ms,
 // null where there was no figure), as uPlot draws them.
 func (d *Dashboard) ttft(w http.ResponseWriter, r *http.Request, _ session) {
-	_, _, m, ok := d.model(w, r)
+	_, v, m, ok := d.model(w, r)
 	if !ok {
 		return
 	}
-	samples := d.hist.samples()
+	// The history, and the figures of now as its last point.
+	samples := append(d.hist.samples(), d.sampleOf(v.Catalog, d.o.Now()))
 	times := make([]int64, len(samples))
 	for i, s := range samples {
 		times[i] = s.at.Unix()

@@ -49,7 +49,7 @@ function table(id, head, rows) {
     el("tbody", {}, rows));
 }
 
-function chart(id, title, times, series, yLabel) {
+function chart(id, title, times, series, yLabel, yFormat) {
   const box = el("div", { class: "chart", id });
   const data = [times, ...series.map((s) => s.values)];
   const palette = ["#2557d6", "#d6592a", "#2a9d5c", "#9b3fc1", "#c19b1f", "#1fa3c1"];
@@ -57,7 +57,7 @@ function chart(id, title, times, series, yLabel) {
     title, width: 460, height: 220,
     scales: { x: { time: true } },
     series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: false, points: { show: times.length < 3 } }))],
-    axes: [{}, { label: yLabel, size: 60 }],
+    axes: [{}, { label: yLabel, size: 70, values: (u, vals) => vals.map(yFormat || ((v) => v)) }],
   };
   // uPlot is loaded with defer before this script.
   new uPlot(opts, data, box); // eslint-disable-line no-new, no-undef
@@ -74,7 +74,7 @@ function setNav(current) {
 
 function show(page, ...kids) {
   main.dataset.page = page;
-  main.replaceChildren(...kids);
+  main.replaceChildren(...kids.filter((k) => k !== null && k !== undefined));
 }
 
 function done() { main.dataset.loaded = "true"; }
@@ -145,7 +145,7 @@ async function routing() {
   show("routing",
     el("div", { class: "controls" }, "model", pick("model", models, model), "explained for tenant", pick("tenant", ov.tenants, tenant)),
     el("h2", {}, "Endpoints of " + model), endpoints,
-    el("h2", {}, "Typical first-token time over the last " + Math.round(hist.times.length * hist.every_seconds / 60) + " min (sampled every " + hist.every_seconds + " s)"), charts,
+    el("h2", {}, "Typical first-token time since " + (hist.times.length ? fmtTime(hist.times[0] * 1000) : "now") + " (sampled every " + hist.every_seconds + " s, the last point now)"), charts,
     el("h2", {}, "Where a request would go now, per prompt size"), choices);
   done();
 }
@@ -172,7 +172,8 @@ async function limits() {
       el("td", {}, bar(b.limit > 0 ? Math.max(0, Math.min(1, b.available / b.limit)) : 0)))));
   const queues = table("queues-table", ["class", "tenant", "waiting"],
     (l.queues || []).map((q) => el("tr", {}, el("td", {}, q.class), el("td", {}, q.tenant), el("td", { class: "num" }, q.depth))));
-  show("limits", el("h2", {}, "Hedge budget"), cards, el("h2", {}, "Rate-limit buckets"), buckets,
+  show("limits", el("h2", {}, "Hedge budget"), cards, el("h2", {}, "Rate-limit buckets"),
+    (l.buckets || []).length ? buckets : el("p", { class: "muted", id: "buckets-empty" }, "The catalog sets no limits and none was learned from a provider."),
     el("h2", {}, "Admission queues"), (l.queues || []).length ? queues : el("p", { class: "muted", id: "queues-empty" }, "No request is waiting."));
   done();
 }
@@ -226,7 +227,7 @@ async function spend() {
       el("div", { class: "card", id: "spend-total" }, "total", el("b", {}, fmtUSD(s.total_usd))),
       el("div", { class: "card" }, "calls", el("b", {}, fmtNum(s.calls.reduce((a, b) => a + b, 0))))),
     el("div", { class: "charts" },
-      chart("spend-chart", "USD per " + (s.bin_seconds === 60 ? "minute" : "hour"), s.times, [{ label: "cost", values: s.cost_usd }], "USD"),
+      chart("spend-chart", "USD per " + (s.bin_seconds === 60 ? "minute" : "hour"), s.times, [{ label: "cost", values: s.cost_usd }], "USD", (v) => (v === 0 ? "0" : v.toPrecision(2))),
       chart("calls-chart", "calls per " + (s.bin_seconds === 60 ? "minute" : "hour"), s.times, [{ label: "calls", values: s.calls }], "calls")),
     s.truncated ? el("p", { class: "muted" }, "Only the latest calls are counted.") : null);
   done();
@@ -238,7 +239,9 @@ async function route() {
   main.dataset.loaded = "false";
   const name = (location.hash.slice(1).split("?")[0]) || "";
   if (!me) {
-    try { me = await api("session"); } catch (e) { return signin(e.status === 401 && name ? e.message : ""); }
+    const who = await api("session").catch((e) => ({ role: "", message: e.message }));
+    if (!who.role) return signin(name ? who.message : "");
+    me = who;
   }
   const allowed = pages[me.role].map(([id]) => id);
   if (!allowed.includes(name)) {
