@@ -80,6 +80,1108 @@ func (ExperimentSchedule) EnumDescriptor() ([]byte, []int) {
 	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
 }
 
+// GetEndpointStatsRequest names what to read.
+type GetEndpointStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is a model id or alias; empty is every model of the catalog.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// tenant_id is the tenant whose routing settings (its default sort,
+	// routing policy) the choices per bucket follow; empty follows the
+	// deployment's and the model's defaults only.
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEndpointStatsRequest) Reset() {
+	*x = GetEndpointStatsRequest{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEndpointStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEndpointStatsRequest) ProtoMessage() {}
+
+func (x *GetEndpointStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEndpointStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetEndpointStatsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetEndpointStatsRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *GetEndpointStatsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+// GetEndpointStatsResponse is each model's endpoints and choices.
+type GetEndpointStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// models are the models read, by id.
+	Models []*ModelStats `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	// replica is the address of the replica that answered: statistics are
+	// kept per replica, from the reports of the edges connected to it and the
+	// snapshots in etcd.
+	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	// read_time is when the figures were read.
+	ReadTime      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=read_time,json=readTime,proto3" json:"read_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEndpointStatsResponse) Reset() {
+	*x = GetEndpointStatsResponse{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEndpointStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEndpointStatsResponse) ProtoMessage() {}
+
+func (x *GetEndpointStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEndpointStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetEndpointStatsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetEndpointStatsResponse) GetModels() []*ModelStats {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *GetEndpointStatsResponse) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *GetEndpointStatsResponse) GetReadTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadTime
+	}
+	return nil
+}
+
+// ModelStats is one model's endpoints and the choice per size bucket.
+type ModelStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the model's id.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// endpoints are the model's endpoints, in catalog order.
+	Endpoints []*EndpointStats `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// choices are the endpoint routing would choose for a prompt of each
+	// size bucket, smallest bucket first.
+	Choices []*BucketChoice `protobuf:"bytes,3,rep,name=choices,proto3" json:"choices,omitempty"`
+	// typical_output_tokens is the model's typical answer length in tokens,
+	// what a request without max_tokens is priced with; unset when unknown.
+	TypicalOutputTokens *int64 `protobuf:"varint,4,opt,name=typical_output_tokens,json=typicalOutputTokens,proto3,oneof" json:"typical_output_tokens,omitempty"`
+	// output_samples is how many answers back typical_output_tokens.
+	OutputSamples int64 `protobuf:"varint,5,opt,name=output_samples,json=outputSamples,proto3" json:"output_samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStats) Reset() {
+	*x = ModelStats{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStats) ProtoMessage() {}
+
+func (x *ModelStats) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStats.ProtoReflect.Descriptor instead.
+func (*ModelStats) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ModelStats) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelStats) GetEndpoints() []*EndpointStats {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *ModelStats) GetChoices() []*BucketChoice {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+func (x *ModelStats) GetTypicalOutputTokens() int64 {
+	if x != nil && x.TypicalOutputTokens != nil {
+		return *x.TypicalOutputTokens
+	}
+	return 0
+}
+
+func (x *ModelStats) GetOutputSamples() int64 {
+	if x != nil {
+		return x.OutputSamples
+	}
+	return 0
+}
+
+// EndpointStats is what routing knows of one endpoint.
+type EndpointStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the endpoint's id.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// provider is the endpoint's provider.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// price is the endpoint's catalog price, in USD per million tokens.
+	Price *Price `protobuf:"bytes,3,opt,name=price,proto3" json:"price,omitempty"`
+	// ttft is the typical time to first token per prompt-size bucket, every
+	// bucket listed, smallest first.
+	Ttft []*BucketTtft `protobuf:"bytes,4,rep,name=ttft,proto3" json:"ttft,omitempty"`
+	// throughput_tokens_per_second is the typical output speed; unset when
+	// unknown.
+	ThroughputTokensPerSecond *float64 `protobuf:"fixed64,5,opt,name=throughput_tokens_per_second,json=throughputTokensPerSecond,proto3,oneof" json:"throughput_tokens_per_second,omitempty"`
+	// throughput_samples is how many calls back it.
+	ThroughputSamples int64 `protobuf:"varint,6,opt,name=throughput_samples,json=throughputSamples,proto3" json:"throughput_samples,omitempty"`
+	// cache_hit_rate is the share of prompt tokens read from the provider's
+	// cache (0 to 1); unset when unknown.
+	CacheHitRate *float64 `protobuf:"fixed64,7,opt,name=cache_hit_rate,json=cacheHitRate,proto3,oneof" json:"cache_hit_rate,omitempty"`
+	// cache_samples is how many calls back it.
+	CacheSamples int64 `protobuf:"varint,8,opt,name=cache_samples,json=cacheSamples,proto3" json:"cache_samples,omitempty"`
+	// requests_per_minute is the rate of requests this replica routed to the
+	// endpoint recently (an exponentially weighted rate).
+	RequestsPerMinute float64 `protobuf:"fixed64,9,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	// traffic_share is the endpoint's part of the model's
+	// requests_per_minute (0 to 1); 0 when the model had none.
+	TrafficShare float64 `protobuf:"fixed64,10,opt,name=traffic_share,json=trafficShare,proto3" json:"traffic_share,omitempty"`
+	// cooldown_until is when the endpoint's cool-down ends (benched after
+	// refusals, or paused by a provider's Retry-After); unset when it is not
+	// cooling down.
+	CooldownUntil *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=cooldown_until,json=cooldownUntil,proto3" json:"cooldown_until,omitempty"`
+	// rate_limited_rate is the recent share of calls answered 429 (0 to 1),
+	// over decayed counts; 0 without calls.
+	RateLimitedRate float64 `protobuf:"fixed64,12,opt,name=rate_limited_rate,json=rateLimitedRate,proto3" json:"rate_limited_rate,omitempty"`
+	// error_rate is the recent share of calls that failed otherwise (0 to 1).
+	ErrorRate float64 `protobuf:"fixed64,13,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
+	// learned_cap_per_minute is the request rate the endpoint is learned to
+	// take before it answers 429; unset when none was learned.
+	LearnedCapPerMinute *float64 `protobuf:"fixed64,14,opt,name=learned_cap_per_minute,json=learnedCapPerMinute,proto3,oneof" json:"learned_cap_per_minute,omitempty"`
+	// context_length is the endpoint's context window in tokens.
+	ContextLength int64 `protobuf:"varint,15,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointStats) Reset() {
+	*x = EndpointStats{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointStats) ProtoMessage() {}
+
+func (x *EndpointStats) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointStats.ProtoReflect.Descriptor instead.
+func (*EndpointStats) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EndpointStats) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *EndpointStats) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *EndpointStats) GetPrice() *Price {
+	if x != nil {
+		return x.Price
+	}
+	return nil
+}
+
+func (x *EndpointStats) GetTtft() []*BucketTtft {
+	if x != nil {
+		return x.Ttft
+	}
+	return nil
+}
+
+func (x *EndpointStats) GetThroughputTokensPerSecond() float64 {
+	if x != nil && x.ThroughputTokensPerSecond != nil {
+		return *x.ThroughputTokensPerSecond
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetThroughputSamples() int64 {
+	if x != nil {
+		return x.ThroughputSamples
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetCacheHitRate() float64 {
+	if x != nil && x.CacheHitRate != nil {
+		return *x.CacheHitRate
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetCacheSamples() int64 {
+	if x != nil {
+		return x.CacheSamples
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetRequestsPerMinute() float64 {
+	if x != nil {
+		return x.RequestsPerMinute
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetTrafficShare() float64 {
+	if x != nil {
+		return x.TrafficShare
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetCooldownUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CooldownUntil
+	}
+	return nil
+}
+
+func (x *EndpointStats) GetRateLimitedRate() float64 {
+	if x != nil {
+		return x.RateLimitedRate
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetErrorRate() float64 {
+	if x != nil {
+		return x.ErrorRate
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetLearnedCapPerMinute() float64 {
+	if x != nil && x.LearnedCapPerMinute != nil {
+		return *x.LearnedCapPerMinute
+	}
+	return 0
+}
+
+func (x *EndpointStats) GetContextLength() int64 {
+	if x != nil {
+		return x.ContextLength
+	}
+	return 0
+}
+
+// BucketTtft is an endpoint's first-token time for one prompt-size bucket.
+type BucketTtft struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bucket is the prompt-size bucket.
+	Bucket SizeBucket `protobuf:"varint,1,opt,name=bucket,proto3,enum=switchboard.v1.SizeBucket" json:"bucket,omitempty"`
+	// typical is the typical (median of recent samples) time to first token;
+	// unset without samples.
+	Typical *durationpb.Duration `protobuf:"bytes,2,opt,name=typical,proto3" json:"typical,omitempty"`
+	// samples is how many samples back typical.
+	Samples       int64 `protobuf:"varint,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketTtft) Reset() {
+	*x = BucketTtft{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketTtft) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketTtft) ProtoMessage() {}
+
+func (x *BucketTtft) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketTtft.ProtoReflect.Descriptor instead.
+func (*BucketTtft) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BucketTtft) GetBucket() SizeBucket {
+	if x != nil {
+		return x.Bucket
+	}
+	return SizeBucket_SIZE_BUCKET_UNSPECIFIED
+}
+
+func (x *BucketTtft) GetTypical() *durationpb.Duration {
+	if x != nil {
+		return x.Typical
+	}
+	return nil
+}
+
+func (x *BucketTtft) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+// BucketChoice is the endpoint routing would choose for one prompt size.
+type BucketChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bucket is the prompt-size bucket.
+	Bucket SizeBucket `protobuf:"varint,1,opt,name=bucket,proto3,enum=switchboard.v1.SizeBucket" json:"bucket,omitempty"`
+	// prompt_tokens is the hypothetical prompt's size the choice was made
+	// for, a size inside the bucket.
+	PromptTokens int64 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// endpoint_id is the endpoint chosen; empty when none can take it.
+	EndpointId string `protobuf:"bytes,3,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// reason is why it won.
+	Reason RouteReason `protobuf:"varint,4,opt,name=reason,proto3,enum=switchboard.v1.RouteReason" json:"reason,omitempty"`
+	// summary is the decision's one-line explanation.
+	Summary string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	// unavailable says why no endpoint can take the prompt (too long for
+	// every context, every endpoint cooling down); empty when one can.
+	Unavailable   string `protobuf:"bytes,6,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketChoice) Reset() {
+	*x = BucketChoice{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketChoice) ProtoMessage() {}
+
+func (x *BucketChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketChoice.ProtoReflect.Descriptor instead.
+func (*BucketChoice) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BucketChoice) GetBucket() SizeBucket {
+	if x != nil {
+		return x.Bucket
+	}
+	return SizeBucket_SIZE_BUCKET_UNSPECIFIED
+}
+
+func (x *BucketChoice) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *BucketChoice) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *BucketChoice) GetReason() RouteReason {
+	if x != nil {
+		return x.Reason
+	}
+	return RouteReason_ROUTE_REASON_UNSPECIFIED
+}
+
+func (x *BucketChoice) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *BucketChoice) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
+}
+
+// GetBrokerRequest bounds what GetBroker returns.
+type GetBrokerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_buckets is how many buckets to return at most, the fullest
+	// (least available of its limit) first; 0 is 200, at most 5000.
+	MaxBuckets    int32 `protobuf:"varint,1,opt,name=max_buckets,json=maxBuckets,proto3" json:"max_buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBrokerRequest) Reset() {
+	*x = GetBrokerRequest{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBrokerRequest) ProtoMessage() {}
+
+func (x *GetBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBrokerRequest.ProtoReflect.Descriptor instead.
+func (*GetBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetBrokerRequest) GetMaxBuckets() int32 {
+	if x != nil {
+		return x.MaxBuckets
+	}
+	return 0
+}
+
+// GetBrokerResponse is the rate-limit broker's state and the hedge budget.
+type GetBrokerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner is the address of the replica that owns the broker and answered.
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// read_time is when the state was read.
+	ReadTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=read_time,json=readTime,proto3" json:"read_time,omitempty"`
+	// buckets are the broker's buckets, at most max_buckets, the fullest
+	// first (configured and learned limits alike).
+	Buckets []*BrokerBucket `protobuf:"bytes,3,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	// total_buckets is how many buckets the broker holds.
+	TotalBuckets int64 `protobuf:"varint,4,opt,name=total_buckets,json=totalBuckets,proto3" json:"total_buckets,omitempty"`
+	// open_reservations is how many reservations are open (granted, neither
+	// reconciled nor expired).
+	OpenReservations int64 `protobuf:"varint,5,opt,name=open_reservations,json=openReservations,proto3" json:"open_reservations,omitempty"`
+	// queues are the admission queues with requests waiting, per workload
+	// class and tenant.
+	Queues []*BrokerQueue `protobuf:"bytes,6,rep,name=queues,proto3" json:"queues,omitempty"`
+	// hedge_budget is the day's hedge budget.
+	HedgeBudget *HedgeBudget `protobuf:"bytes,7,opt,name=hedge_budget,json=hedgeBudget,proto3" json:"hedge_budget,omitempty"`
+	// queued_total is how many requests waited in a queue since the broker
+	// started; admitted_from_queue and timed_out_in_queue how many of them
+	// were admitted and how many ran out of their wait.
+	QueuedTotal int64 `protobuf:"varint,8,opt,name=queued_total,json=queuedTotal,proto3" json:"queued_total,omitempty"`
+	// admitted_from_queue: see queued_total.
+	AdmittedFromQueue int64 `protobuf:"varint,9,opt,name=admitted_from_queue,json=admittedFromQueue,proto3" json:"admitted_from_queue,omitempty"`
+	// timed_out_in_queue: see queued_total.
+	TimedOutInQueue int64 `protobuf:"varint,10,opt,name=timed_out_in_queue,json=timedOutInQueue,proto3" json:"timed_out_in_queue,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetBrokerResponse) Reset() {
+	*x = GetBrokerResponse{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBrokerResponse) ProtoMessage() {}
+
+func (x *GetBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBrokerResponse.ProtoReflect.Descriptor instead.
+func (*GetBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetBrokerResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *GetBrokerResponse) GetReadTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadTime
+	}
+	return nil
+}
+
+func (x *GetBrokerResponse) GetBuckets() []*BrokerBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *GetBrokerResponse) GetTotalBuckets() int64 {
+	if x != nil {
+		return x.TotalBuckets
+	}
+	return 0
+}
+
+func (x *GetBrokerResponse) GetOpenReservations() int64 {
+	if x != nil {
+		return x.OpenReservations
+	}
+	return 0
+}
+
+func (x *GetBrokerResponse) GetQueues() []*BrokerQueue {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *GetBrokerResponse) GetHedgeBudget() *HedgeBudget {
+	if x != nil {
+		return x.HedgeBudget
+	}
+	return nil
+}
+
+func (x *GetBrokerResponse) GetQueuedTotal() int64 {
+	if x != nil {
+		return x.QueuedTotal
+	}
+	return 0
+}
+
+func (x *GetBrokerResponse) GetAdmittedFromQueue() int64 {
+	if x != nil {
+		return x.AdmittedFromQueue
+	}
+	return 0
+}
+
+func (x *GetBrokerResponse) GetTimedOutInQueue() int64 {
+	if x != nil {
+		return x.TimedOutInQueue
+	}
+	return 0
+}
+
+// BrokerBucket is one bucket's level when it was read.
+type BrokerBucket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scope is the bucket's scope by its catalog name (api_key, app, tenant,
+	// partner, provider_project, model_route...).
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// key names the scope's instance: a tenant id for a tenant bucket, an
+	// endpoint id for a model_route bucket (catalog names, never credentials).
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// unit is what the bucket counts by its catalog name (requests,
+	// input_tokens, output_tokens, total_tokens, usd, concurrent_requests).
+	Unit string `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"`
+	// window is the period of a rate or quota by its catalog name (minute,
+	// day...); empty for concurrency and ramp buckets.
+	Window string `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"`
+	// rule is how it refills: token_bucket, daily_reset, concurrency, ramp.
+	Rule string `protobuf:"bytes,5,opt,name=rule,proto3" json:"rule,omitempty"`
+	// learned is true for a limit learned from a provider's rate-limit
+	// headers, false for one the catalog configures.
+	Learned bool `protobuf:"varint,6,opt,name=learned,proto3" json:"learned,omitempty"`
+	// limit is the bucket's limit now (capacity plus burst, or a ramp's
+	// current limit), in unit.
+	Limit float64 `protobuf:"fixed64,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// available is what it can still admit now, in unit; negative after an
+	// overrun. For a concurrency bucket limit - available requests are in
+	// flight.
+	Available     float64 `protobuf:"fixed64,8,opt,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerBucket) Reset() {
+	*x = BrokerBucket{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerBucket) ProtoMessage() {}
+
+func (x *BrokerBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerBucket.ProtoReflect.Descriptor instead.
+func (*BrokerBucket) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BrokerBucket) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *BrokerBucket) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *BrokerBucket) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *BrokerBucket) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *BrokerBucket) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *BrokerBucket) GetLearned() bool {
+	if x != nil {
+		return x.Learned
+	}
+	return false
+}
+
+func (x *BrokerBucket) GetLimit() float64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *BrokerBucket) GetAvailable() float64 {
+	if x != nil {
+		return x.Available
+	}
+	return 0
+}
+
+// BrokerQueue is one admission queue with requests waiting.
+type BrokerQueue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workload_class is the queue's class.
+	WorkloadClass WorkloadClass `protobuf:"varint,1,opt,name=workload_class,json=workloadClass,proto3,enum=switchboard.v1.WorkloadClass" json:"workload_class,omitempty"`
+	// tenant_id is the tenant whose requests wait.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// depth is how many requests wait.
+	Depth         int64 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerQueue) Reset() {
+	*x = BrokerQueue{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerQueue) ProtoMessage() {}
+
+func (x *BrokerQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerQueue.ProtoReflect.Descriptor instead.
+func (*BrokerQueue) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BrokerQueue) GetWorkloadClass() WorkloadClass {
+	if x != nil {
+		return x.WorkloadClass
+	}
+	return WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED
+}
+
+func (x *BrokerQueue) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *BrokerQueue) GetDepth() int64 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+// HedgeBudget is the day's hedge budget, shared by every edge.
+type HedgeBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// daily_usd is the budget per UTC day.
+	DailyUsd float64 `protobuf:"fixed64,1,opt,name=daily_usd,json=dailyUsd,proto3" json:"daily_usd,omitempty"`
+	// spent_usd is what today's hedges have spent (estimates, replaced by
+	// the real cost of each hedge's cancelled call when it is reported).
+	SpentUsd float64 `protobuf:"fixed64,2,opt,name=spent_usd,json=spentUsd,proto3" json:"spent_usd,omitempty"`
+	// remaining_usd is daily_usd - spent_usd, never below 0.
+	RemainingUsd float64 `protobuf:"fixed64,3,opt,name=remaining_usd,json=remainingUsd,proto3" json:"remaining_usd,omitempty"`
+	// granted and refused count the hedges granted and refused since this
+	// owner started.
+	Granted int64 `protobuf:"varint,4,opt,name=granted,proto3" json:"granted,omitempty"`
+	// refused: see granted.
+	Refused int64 `protobuf:"varint,5,opt,name=refused,proto3" json:"refused,omitempty"`
+	// reset_time is when the budget refills (the next UTC midnight).
+	ResetTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=reset_time,json=resetTime,proto3" json:"reset_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HedgeBudget) Reset() {
+	*x = HedgeBudget{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HedgeBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HedgeBudget) ProtoMessage() {}
+
+func (x *HedgeBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HedgeBudget.ProtoReflect.Descriptor instead.
+func (*HedgeBudget) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HedgeBudget) GetDailyUsd() float64 {
+	if x != nil {
+		return x.DailyUsd
+	}
+	return 0
+}
+
+func (x *HedgeBudget) GetSpentUsd() float64 {
+	if x != nil {
+		return x.SpentUsd
+	}
+	return 0
+}
+
+func (x *HedgeBudget) GetRemainingUsd() float64 {
+	if x != nil {
+		return x.RemainingUsd
+	}
+	return 0
+}
+
+func (x *HedgeBudget) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *HedgeBudget) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *HedgeBudget) GetResetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResetTime
+	}
+	return nil
+}
+
+// GetCatalogRequest asks for the catalog applied.
+type GetCatalogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCatalogRequest) Reset() {
+	*x = GetCatalogRequest{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCatalogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCatalogRequest) ProtoMessage() {}
+
+func (x *GetCatalogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCatalogRequest.ProtoReflect.Descriptor instead.
+func (*GetCatalogRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{11}
+}
+
+// GetCatalogResponse is the catalog applied.
+type GetCatalogResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is the etcd revision the catalog was stored at.
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// yaml is the catalog as stored, comments kept, with the value of every
+	// credential digest (tokens_sha256, api_keys_sha256, an api key's sha256)
+	// replaced by "<elided>".
+	Yaml string `protobuf:"bytes,2,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	// replica is the address of the replica that answered.
+	Replica       string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCatalogResponse) Reset() {
+	*x = GetCatalogResponse{}
+	mi := &file_switchboard_v1_operator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCatalogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCatalogResponse) ProtoMessage() {}
+
+func (x *GetCatalogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_operator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCatalogResponse.ProtoReflect.Descriptor instead.
+func (*GetCatalogResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetCatalogResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *GetCatalogResponse) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+func (x *GetCatalogResponse) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
 // ExplainRequest is the hypothetical request to explain; its fields mean
 // what DecideRequest's of the same names do.
 type ExplainRequest struct {
@@ -110,7 +1212,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -122,7 +1224,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[0]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -135,7 +1237,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{0}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExplainRequest) GetIdentity() *Identity {
@@ -217,7 +1319,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +1331,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[1]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +1344,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{1}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExplainResponse) GetModel() string {
@@ -326,7 +1428,7 @@ type Experiment struct {
 
 func (x *Experiment) Reset() {
 	*x = Experiment{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +1440,7 @@ func (x *Experiment) String() string {
 func (*Experiment) ProtoMessage() {}
 
 func (x *Experiment) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[2]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +1453,7 @@ func (x *Experiment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Experiment.ProtoReflect.Descriptor instead.
 func (*Experiment) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Experiment) GetId() string {
@@ -446,7 +1548,7 @@ type StartExperimentRequest struct {
 
 func (x *StartExperimentRequest) Reset() {
 	*x = StartExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +1560,7 @@ func (x *StartExperimentRequest) String() string {
 func (*StartExperimentRequest) ProtoMessage() {}
 
 func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[3]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +1573,7 @@ func (x *StartExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StartExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartExperimentRequest) GetExperiment() *Experiment {
@@ -499,7 +1601,7 @@ type StartExperimentResponse struct {
 
 func (x *StartExperimentResponse) Reset() {
 	*x = StartExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +1613,7 @@ func (x *StartExperimentResponse) String() string {
 func (*StartExperimentResponse) ProtoMessage() {}
 
 func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[4]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +1626,7 @@ func (x *StartExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StartExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartExperimentResponse) GetExperiment() *Experiment {
@@ -543,7 +1645,7 @@ type StopExperimentRequest struct {
 
 func (x *StopExperimentRequest) Reset() {
 	*x = StopExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +1657,7 @@ func (x *StopExperimentRequest) String() string {
 func (*StopExperimentRequest) ProtoMessage() {}
 
 func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[5]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +1670,7 @@ func (x *StopExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentRequest.ProtoReflect.Descriptor instead.
 func (*StopExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 // StopExperimentResponse is the stopped experiment.
@@ -582,7 +1684,7 @@ type StopExperimentResponse struct {
 
 func (x *StopExperimentResponse) Reset() {
 	*x = StopExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +1696,7 @@ func (x *StopExperimentResponse) String() string {
 func (*StopExperimentResponse) ProtoMessage() {}
 
 func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[6]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +1709,7 @@ func (x *StopExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopExperimentResponse.ProtoReflect.Descriptor instead.
 func (*StopExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StopExperimentResponse) GetExperiment() *Experiment {
@@ -626,7 +1728,7 @@ type GetExperimentRequest struct {
 
 func (x *GetExperimentRequest) Reset() {
 	*x = GetExperimentRequest{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +1740,7 @@ func (x *GetExperimentRequest) String() string {
 func (*GetExperimentRequest) ProtoMessage() {}
 
 func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[7]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +1753,7 @@ func (x *GetExperimentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentRequest.ProtoReflect.Descriptor instead.
 func (*GetExperimentRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 // GetExperimentResponse is the experiment and its figures.
@@ -676,7 +1778,7 @@ type GetExperimentResponse struct {
 
 func (x *GetExperimentResponse) Reset() {
 	*x = GetExperimentResponse{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +1790,7 @@ func (x *GetExperimentResponse) String() string {
 func (*GetExperimentResponse) ProtoMessage() {}
 
 func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[8]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +1803,7 @@ func (x *GetExperimentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExperimentResponse.ProtoReflect.Descriptor instead.
 func (*GetExperimentResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetExperimentResponse) GetExperiment() *Experiment {
@@ -766,7 +1868,7 @@ type ArmReport struct {
 
 func (x *ArmReport) Reset() {
 	*x = ArmReport{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +1880,7 @@ func (x *ArmReport) String() string {
 func (*ArmReport) ProtoMessage() {}
 
 func (x *ArmReport) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[9]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1893,7 @@ func (x *ArmReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmReport.ProtoReflect.Descriptor instead.
 func (*ArmReport) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ArmReport) GetPolicy() string {
@@ -860,7 +1962,7 @@ type MetricEstimate struct {
 
 func (x *MetricEstimate) Reset() {
 	*x = MetricEstimate{}
-	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1974,7 @@ func (x *MetricEstimate) String() string {
 func (*MetricEstimate) ProtoMessage() {}
 
 func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_operator_proto_msgTypes[10]
+	mi := &file_switchboard_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1987,7 @@ func (x *MetricEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricEstimate.ProtoReflect.Descriptor instead.
 func (*MetricEstimate) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MetricEstimate) GetName() string {
@@ -948,7 +2050,98 @@ var File_switchboard_v1_operator_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"\xc3\x02\n" +
+	"\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"L\n" +
+	"\x17GetEndpointStatsRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"\xa1\x01\n" +
+	"\x18GetEndpointStatsResponse\x122\n" +
+	"\x06models\x18\x01 \x03(\v2\x1a.switchboard.v1.ModelStatsR\x06models\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\tR\areplica\x127\n" +
+	"\tread_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\"\x91\x02\n" +
+	"\n" +
+	"ModelStats\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12;\n" +
+	"\tendpoints\x18\x02 \x03(\v2\x1d.switchboard.v1.EndpointStatsR\tendpoints\x126\n" +
+	"\achoices\x18\x03 \x03(\v2\x1c.switchboard.v1.BucketChoiceR\achoices\x127\n" +
+	"\x15typical_output_tokens\x18\x04 \x01(\x03H\x00R\x13typicalOutputTokens\x88\x01\x01\x12%\n" +
+	"\x0eoutput_samples\x18\x05 \x01(\x03R\routputSamplesB\x18\n" +
+	"\x16_typical_output_tokens\"\x81\x06\n" +
+	"\rEndpointStats\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12+\n" +
+	"\x05price\x18\x03 \x01(\v2\x15.switchboard.v1.PriceR\x05price\x12.\n" +
+	"\x04ttft\x18\x04 \x03(\v2\x1a.switchboard.v1.BucketTtftR\x04ttft\x12D\n" +
+	"\x1cthroughput_tokens_per_second\x18\x05 \x01(\x01H\x00R\x19throughputTokensPerSecond\x88\x01\x01\x12-\n" +
+	"\x12throughput_samples\x18\x06 \x01(\x03R\x11throughputSamples\x12)\n" +
+	"\x0ecache_hit_rate\x18\a \x01(\x01H\x01R\fcacheHitRate\x88\x01\x01\x12#\n" +
+	"\rcache_samples\x18\b \x01(\x03R\fcacheSamples\x12.\n" +
+	"\x13requests_per_minute\x18\t \x01(\x01R\x11requestsPerMinute\x12#\n" +
+	"\rtraffic_share\x18\n" +
+	" \x01(\x01R\ftrafficShare\x12A\n" +
+	"\x0ecooldown_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rcooldownUntil\x12*\n" +
+	"\x11rate_limited_rate\x18\f \x01(\x01R\x0frateLimitedRate\x12\x1d\n" +
+	"\n" +
+	"error_rate\x18\r \x01(\x01R\terrorRate\x128\n" +
+	"\x16learned_cap_per_minute\x18\x0e \x01(\x01H\x02R\x13learnedCapPerMinute\x88\x01\x01\x12%\n" +
+	"\x0econtext_length\x18\x0f \x01(\x03R\rcontextLengthB\x1f\n" +
+	"\x1d_throughput_tokens_per_secondB\x11\n" +
+	"\x0f_cache_hit_rateB\x19\n" +
+	"\x17_learned_cap_per_minute\"\x8f\x01\n" +
+	"\n" +
+	"BucketTtft\x122\n" +
+	"\x06bucket\x18\x01 \x01(\x0e2\x1a.switchboard.v1.SizeBucketR\x06bucket\x123\n" +
+	"\atypical\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atypical\x12\x18\n" +
+	"\asamples\x18\x03 \x01(\x03R\asamples\"\xf9\x01\n" +
+	"\fBucketChoice\x122\n" +
+	"\x06bucket\x18\x01 \x01(\x0e2\x1a.switchboard.v1.SizeBucketR\x06bucket\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12\x1f\n" +
+	"\vendpoint_id\x18\x03 \x01(\tR\n" +
+	"endpointId\x123\n" +
+	"\x06reason\x18\x04 \x01(\x0e2\x1b.switchboard.v1.RouteReasonR\x06reason\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\x12 \n" +
+	"\vunavailable\x18\x06 \x01(\tR\vunavailable\"3\n" +
+	"\x10GetBrokerRequest\x12\x1f\n" +
+	"\vmax_buckets\x18\x01 \x01(\x05R\n" +
+	"maxBuckets\"\xe1\x03\n" +
+	"\x11GetBrokerResponse\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x127\n" +
+	"\tread_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\x126\n" +
+	"\abuckets\x18\x03 \x03(\v2\x1c.switchboard.v1.BrokerBucketR\abuckets\x12#\n" +
+	"\rtotal_buckets\x18\x04 \x01(\x03R\ftotalBuckets\x12+\n" +
+	"\x11open_reservations\x18\x05 \x01(\x03R\x10openReservations\x123\n" +
+	"\x06queues\x18\x06 \x03(\v2\x1b.switchboard.v1.BrokerQueueR\x06queues\x12>\n" +
+	"\fhedge_budget\x18\a \x01(\v2\x1b.switchboard.v1.HedgeBudgetR\vhedgeBudget\x12!\n" +
+	"\fqueued_total\x18\b \x01(\x03R\vqueuedTotal\x12.\n" +
+	"\x13admitted_from_queue\x18\t \x01(\x03R\x11admittedFromQueue\x12+\n" +
+	"\x12timed_out_in_queue\x18\n" +
+	" \x01(\x03R\x0ftimedOutInQueue\"\xc4\x01\n" +
+	"\fBrokerBucket\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04unit\x18\x03 \x01(\tR\x04unit\x12\x16\n" +
+	"\x06window\x18\x04 \x01(\tR\x06window\x12\x12\n" +
+	"\x04rule\x18\x05 \x01(\tR\x04rule\x12\x18\n" +
+	"\alearned\x18\x06 \x01(\bR\alearned\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x01R\x05limit\x12\x1c\n" +
+	"\tavailable\x18\b \x01(\x01R\tavailable\"\x86\x01\n" +
+	"\vBrokerQueue\x12D\n" +
+	"\x0eworkload_class\x18\x01 \x01(\x0e2\x1d.switchboard.v1.WorkloadClassR\rworkloadClass\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x03R\x05depth\"\xdb\x01\n" +
+	"\vHedgeBudget\x12\x1b\n" +
+	"\tdaily_usd\x18\x01 \x01(\x01R\bdailyUsd\x12\x1b\n" +
+	"\tspent_usd\x18\x02 \x01(\x01R\bspentUsd\x12#\n" +
+	"\rremaining_usd\x18\x03 \x01(\x01R\fremainingUsd\x12\x18\n" +
+	"\agranted\x18\x04 \x01(\x03R\agranted\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\x03R\arefused\x129\n" +
+	"\n" +
+	"reset_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tresetTime\"\x13\n" +
+	"\x11GetCatalogRequest\"^\n" +
+	"\x12GetCatalogResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x12\n" +
+	"\x04yaml\x18\x02 \x01(\tR\x04yaml\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\"\xc3\x02\n" +
 	"\x0eExplainRequest\x124\n" +
 	"\bidentity\x18\x01 \x01(\v2\x18.switchboard.v1.IdentityR\bidentity\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x125\n" +
@@ -1028,12 +2221,16 @@ const file_switchboard_v1_operator_proto_rawDesc = "" +
 	"\x12ExperimentSchedule\x12#\n" +
 	"\x1fEXPERIMENT_SCHEDULE_UNSPECIFIED\x10\x00\x12%\n" +
 	"!EXPERIMENT_SCHEDULE_PAIRED_RANDOM\x10\x01\x12#\n" +
-	"\x1fEXPERIMENT_SCHEDULE_ALTERNATING\x10\x022\x80\x03\n" +
+	"\x1fEXPERIMENT_SCHEDULE_ALTERNATING\x10\x022\x8e\x05\n" +
 	"\x0fOperatorService\x12b\n" +
 	"\x0fStartExperiment\x12&.switchboard.v1.StartExperimentRequest\x1a'.switchboard.v1.StartExperimentResponse\x12_\n" +
 	"\x0eStopExperiment\x12%.switchboard.v1.StopExperimentRequest\x1a&.switchboard.v1.StopExperimentResponse\x12\\\n" +
 	"\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponse\x12J\n" +
-	"\aExplain\x12\x1e.switchboard.v1.ExplainRequest\x1a\x1f.switchboard.v1.ExplainResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\aExplain\x12\x1e.switchboard.v1.ExplainRequest\x1a\x1f.switchboard.v1.ExplainResponse\x12e\n" +
+	"\x10GetEndpointStats\x12'.switchboard.v1.GetEndpointStatsRequest\x1a(.switchboard.v1.GetEndpointStatsResponse\x12P\n" +
+	"\tGetBroker\x12 .switchboard.v1.GetBrokerRequest\x1a!.switchboard.v1.GetBrokerResponse\x12S\n" +
+	"\n" +
+	"GetCatalog\x12!.switchboard.v1.GetCatalogRequest\x1a\".switchboard.v1.GetCatalogResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_operator_proto_rawDescOnce sync.Once
@@ -1048,67 +2245,107 @@ func file_switchboard_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_switchboard_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_switchboard_v1_operator_proto_goTypes = []any{
-	(ExperimentSchedule)(0),         // 0: switchboard.v1.ExperimentSchedule
-	(*ExplainRequest)(nil),          // 1: switchboard.v1.ExplainRequest
-	(*ExplainResponse)(nil),         // 2: switchboard.v1.ExplainResponse
-	(*Experiment)(nil),              // 3: switchboard.v1.Experiment
-	(*StartExperimentRequest)(nil),  // 4: switchboard.v1.StartExperimentRequest
-	(*StartExperimentResponse)(nil), // 5: switchboard.v1.StartExperimentResponse
-	(*StopExperimentRequest)(nil),   // 6: switchboard.v1.StopExperimentRequest
-	(*StopExperimentResponse)(nil),  // 7: switchboard.v1.StopExperimentResponse
-	(*GetExperimentRequest)(nil),    // 8: switchboard.v1.GetExperimentRequest
-	(*GetExperimentResponse)(nil),   // 9: switchboard.v1.GetExperimentResponse
-	(*ArmReport)(nil),               // 10: switchboard.v1.ArmReport
-	(*MetricEstimate)(nil),          // 11: switchboard.v1.MetricEstimate
-	(*Identity)(nil),                // 12: switchboard.v1.Identity
-	(*TokenEstimate)(nil),           // 13: switchboard.v1.TokenEstimate
-	(*ProviderPreferences)(nil),     // 14: switchboard.v1.ProviderPreferences
-	(*Endpoint)(nil),                // 15: switchboard.v1.Endpoint
-	(*Decision)(nil),                // 16: switchboard.v1.Decision
-	(*HedgePlan)(nil),               // 17: switchboard.v1.HedgePlan
-	(*MaxPrice)(nil),                // 18: switchboard.v1.MaxPrice
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 20: google.protobuf.Duration
+	(ExperimentSchedule)(0),          // 0: switchboard.v1.ExperimentSchedule
+	(*GetEndpointStatsRequest)(nil),  // 1: switchboard.v1.GetEndpointStatsRequest
+	(*GetEndpointStatsResponse)(nil), // 2: switchboard.v1.GetEndpointStatsResponse
+	(*ModelStats)(nil),               // 3: switchboard.v1.ModelStats
+	(*EndpointStats)(nil),            // 4: switchboard.v1.EndpointStats
+	(*BucketTtft)(nil),               // 5: switchboard.v1.BucketTtft
+	(*BucketChoice)(nil),             // 6: switchboard.v1.BucketChoice
+	(*GetBrokerRequest)(nil),         // 7: switchboard.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),        // 8: switchboard.v1.GetBrokerResponse
+	(*BrokerBucket)(nil),             // 9: switchboard.v1.BrokerBucket
+	(*BrokerQueue)(nil),              // 10: switchboard.v1.BrokerQueue
+	(*HedgeBudget)(nil),              // 11: switchboard.v1.HedgeBudget
+	(*GetCatalogRequest)(nil),        // 12: switchboard.v1.GetCatalogRequest
+	(*GetCatalogResponse)(nil),       // 13: switchboard.v1.GetCatalogResponse
+	(*ExplainRequest)(nil),           // 14: switchboard.v1.ExplainRequest
+	(*ExplainResponse)(nil),          // 15: switchboard.v1.ExplainResponse
+	(*Experiment)(nil),               // 16: switchboard.v1.Experiment
+	(*StartExperimentRequest)(nil),   // 17: switchboard.v1.StartExperimentRequest
+	(*StartExperimentResponse)(nil),  // 18: switchboard.v1.StartExperimentResponse
+	(*StopExperimentRequest)(nil),    // 19: switchboard.v1.StopExperimentRequest
+	(*StopExperimentResponse)(nil),   // 20: switchboard.v1.StopExperimentResponse
+	(*GetExperimentRequest)(nil),     // 21: switchboard.v1.GetExperimentRequest
+	(*GetExperimentResponse)(nil),    // 22: switchboard.v1.GetExperimentResponse
+	(*ArmReport)(nil),                // 23: switchboard.v1.ArmReport
+	(*MetricEstimate)(nil),           // 24: switchboard.v1.MetricEstimate
+	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
+	(*Price)(nil),                    // 26: switchboard.v1.Price
+	(SizeBucket)(0),                  // 27: switchboard.v1.SizeBucket
+	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
+	(RouteReason)(0),                 // 29: switchboard.v1.RouteReason
+	(WorkloadClass)(0),               // 30: switchboard.v1.WorkloadClass
+	(*Identity)(nil),                 // 31: switchboard.v1.Identity
+	(*TokenEstimate)(nil),            // 32: switchboard.v1.TokenEstimate
+	(*ProviderPreferences)(nil),      // 33: switchboard.v1.ProviderPreferences
+	(*Endpoint)(nil),                 // 34: switchboard.v1.Endpoint
+	(*Decision)(nil),                 // 35: switchboard.v1.Decision
+	(*HedgePlan)(nil),                // 36: switchboard.v1.HedgePlan
+	(*MaxPrice)(nil),                 // 37: switchboard.v1.MaxPrice
 }
 var file_switchboard_v1_operator_proto_depIdxs = []int32{
-	12, // 0: switchboard.v1.ExplainRequest.identity:type_name -> switchboard.v1.Identity
-	13, // 1: switchboard.v1.ExplainRequest.tokens:type_name -> switchboard.v1.TokenEstimate
-	14, // 2: switchboard.v1.ExplainRequest.provider:type_name -> switchboard.v1.ProviderPreferences
-	15, // 3: switchboard.v1.ExplainResponse.endpoint:type_name -> switchboard.v1.Endpoint
-	15, // 4: switchboard.v1.ExplainResponse.fallbacks:type_name -> switchboard.v1.Endpoint
-	16, // 5: switchboard.v1.ExplainResponse.decision:type_name -> switchboard.v1.Decision
-	17, // 6: switchboard.v1.ExplainResponse.hedge:type_name -> switchboard.v1.HedgePlan
-	12, // 7: switchboard.v1.ExplainResponse.identity:type_name -> switchboard.v1.Identity
-	18, // 8: switchboard.v1.ExplainResponse.max_price:type_name -> switchboard.v1.MaxPrice
-	19, // 9: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
-	20, // 10: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
-	20, // 11: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
-	0,  // 12: switchboard.v1.Experiment.schedule:type_name -> switchboard.v1.ExperimentSchedule
-	19, // 13: switchboard.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
-	19, // 14: switchboard.v1.Experiment.stop_time:type_name -> google.protobuf.Timestamp
-	19, // 15: switchboard.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 16: switchboard.v1.StartExperimentRequest.experiment:type_name -> switchboard.v1.Experiment
-	3,  // 17: switchboard.v1.StartExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	3,  // 18: switchboard.v1.StopExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	3,  // 19: switchboard.v1.GetExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
-	10, // 20: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
-	11, // 21: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
-	11, // 22: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
-	4,  // 23: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
-	6,  // 24: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
-	8,  // 25: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
-	1,  // 26: switchboard.v1.OperatorService.Explain:input_type -> switchboard.v1.ExplainRequest
-	5,  // 27: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
-	7,  // 28: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
-	9,  // 29: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
-	2,  // 30: switchboard.v1.OperatorService.Explain:output_type -> switchboard.v1.ExplainResponse
-	27, // [27:31] is the sub-list for method output_type
-	23, // [23:27] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	3,  // 0: switchboard.v1.GetEndpointStatsResponse.models:type_name -> switchboard.v1.ModelStats
+	25, // 1: switchboard.v1.GetEndpointStatsResponse.read_time:type_name -> google.protobuf.Timestamp
+	4,  // 2: switchboard.v1.ModelStats.endpoints:type_name -> switchboard.v1.EndpointStats
+	6,  // 3: switchboard.v1.ModelStats.choices:type_name -> switchboard.v1.BucketChoice
+	26, // 4: switchboard.v1.EndpointStats.price:type_name -> switchboard.v1.Price
+	5,  // 5: switchboard.v1.EndpointStats.ttft:type_name -> switchboard.v1.BucketTtft
+	25, // 6: switchboard.v1.EndpointStats.cooldown_until:type_name -> google.protobuf.Timestamp
+	27, // 7: switchboard.v1.BucketTtft.bucket:type_name -> switchboard.v1.SizeBucket
+	28, // 8: switchboard.v1.BucketTtft.typical:type_name -> google.protobuf.Duration
+	27, // 9: switchboard.v1.BucketChoice.bucket:type_name -> switchboard.v1.SizeBucket
+	29, // 10: switchboard.v1.BucketChoice.reason:type_name -> switchboard.v1.RouteReason
+	25, // 11: switchboard.v1.GetBrokerResponse.read_time:type_name -> google.protobuf.Timestamp
+	9,  // 12: switchboard.v1.GetBrokerResponse.buckets:type_name -> switchboard.v1.BrokerBucket
+	10, // 13: switchboard.v1.GetBrokerResponse.queues:type_name -> switchboard.v1.BrokerQueue
+	11, // 14: switchboard.v1.GetBrokerResponse.hedge_budget:type_name -> switchboard.v1.HedgeBudget
+	30, // 15: switchboard.v1.BrokerQueue.workload_class:type_name -> switchboard.v1.WorkloadClass
+	25, // 16: switchboard.v1.HedgeBudget.reset_time:type_name -> google.protobuf.Timestamp
+	31, // 17: switchboard.v1.ExplainRequest.identity:type_name -> switchboard.v1.Identity
+	32, // 18: switchboard.v1.ExplainRequest.tokens:type_name -> switchboard.v1.TokenEstimate
+	33, // 19: switchboard.v1.ExplainRequest.provider:type_name -> switchboard.v1.ProviderPreferences
+	34, // 20: switchboard.v1.ExplainResponse.endpoint:type_name -> switchboard.v1.Endpoint
+	34, // 21: switchboard.v1.ExplainResponse.fallbacks:type_name -> switchboard.v1.Endpoint
+	35, // 22: switchboard.v1.ExplainResponse.decision:type_name -> switchboard.v1.Decision
+	36, // 23: switchboard.v1.ExplainResponse.hedge:type_name -> switchboard.v1.HedgePlan
+	31, // 24: switchboard.v1.ExplainResponse.identity:type_name -> switchboard.v1.Identity
+	37, // 25: switchboard.v1.ExplainResponse.max_price:type_name -> switchboard.v1.MaxPrice
+	25, // 26: switchboard.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
+	28, // 27: switchboard.v1.Experiment.block:type_name -> google.protobuf.Duration
+	28, // 28: switchboard.v1.Experiment.burn_in:type_name -> google.protobuf.Duration
+	0,  // 29: switchboard.v1.Experiment.schedule:type_name -> switchboard.v1.ExperimentSchedule
+	25, // 30: switchboard.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
+	25, // 31: switchboard.v1.Experiment.stop_time:type_name -> google.protobuf.Timestamp
+	25, // 32: switchboard.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
+	16, // 33: switchboard.v1.StartExperimentRequest.experiment:type_name -> switchboard.v1.Experiment
+	16, // 34: switchboard.v1.StartExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	16, // 35: switchboard.v1.StopExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	16, // 36: switchboard.v1.GetExperimentResponse.experiment:type_name -> switchboard.v1.Experiment
+	23, // 37: switchboard.v1.GetExperimentResponse.arms:type_name -> switchboard.v1.ArmReport
+	24, // 38: switchboard.v1.GetExperimentResponse.differences:type_name -> switchboard.v1.MetricEstimate
+	24, // 39: switchboard.v1.ArmReport.metrics:type_name -> switchboard.v1.MetricEstimate
+	17, // 40: switchboard.v1.OperatorService.StartExperiment:input_type -> switchboard.v1.StartExperimentRequest
+	19, // 41: switchboard.v1.OperatorService.StopExperiment:input_type -> switchboard.v1.StopExperimentRequest
+	21, // 42: switchboard.v1.OperatorService.GetExperiment:input_type -> switchboard.v1.GetExperimentRequest
+	14, // 43: switchboard.v1.OperatorService.Explain:input_type -> switchboard.v1.ExplainRequest
+	1,  // 44: switchboard.v1.OperatorService.GetEndpointStats:input_type -> switchboard.v1.GetEndpointStatsRequest
+	7,  // 45: switchboard.v1.OperatorService.GetBroker:input_type -> switchboard.v1.GetBrokerRequest
+	12, // 46: switchboard.v1.OperatorService.GetCatalog:input_type -> switchboard.v1.GetCatalogRequest
+	18, // 47: switchboard.v1.OperatorService.StartExperiment:output_type -> switchboard.v1.StartExperimentResponse
+	20, // 48: switchboard.v1.OperatorService.StopExperiment:output_type -> switchboard.v1.StopExperimentResponse
+	22, // 49: switchboard.v1.OperatorService.GetExperiment:output_type -> switchboard.v1.GetExperimentResponse
+	15, // 50: switchboard.v1.OperatorService.Explain:output_type -> switchboard.v1.ExplainResponse
+	2,  // 51: switchboard.v1.OperatorService.GetEndpointStats:output_type -> switchboard.v1.GetEndpointStatsResponse
+	8,  // 52: switchboard.v1.OperatorService.GetBroker:output_type -> switchboard.v1.GetBrokerResponse
+	13, // 53: switchboard.v1.OperatorService.GetCatalog:output_type -> switchboard.v1.GetCatalogResponse
+	47, // [47:54] is the sub-list for method output_type
+	40, // [40:47] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_operator_proto_init() }
@@ -1118,13 +2355,15 @@ func file_switchboard_v1_operator_proto_init() {
 	}
 	file_switchboard_v1_common_proto_init()
 	file_switchboard_v1_router_proto_init()
+	file_switchboard_v1_operator_proto_msgTypes[2].OneofWrappers = []any{}
+	file_switchboard_v1_operator_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_operator_proto_rawDesc), len(file_switchboard_v1_operator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperatorService_StartExperiment_FullMethodName = "/switchboard.v1.OperatorService/StartExperiment"
-	OperatorService_StopExperiment_FullMethodName  = "/switchboard.v1.OperatorService/StopExperiment"
-	OperatorService_GetExperiment_FullMethodName   = "/switchboard.v1.OperatorService/GetExperiment"
-	OperatorService_Explain_FullMethodName         = "/switchboard.v1.OperatorService/Explain"
+	OperatorService_StartExperiment_FullMethodName  = "/switchboard.v1.OperatorService/StartExperiment"
+	OperatorService_StopExperiment_FullMethodName   = "/switchboard.v1.OperatorService/StopExperiment"
+	OperatorService_GetExperiment_FullMethodName    = "/switchboard.v1.OperatorService/GetExperiment"
+	OperatorService_Explain_FullMethodName          = "/switchboard.v1.OperatorService/Explain"
+	OperatorService_GetEndpointStats_FullMethodName = "/switchboard.v1.OperatorService/GetEndpointStats"
+	OperatorService_GetBroker_FullMethodName        = "/switchboard.v1.OperatorService/GetBroker"
+	OperatorService_GetCatalog_FullMethodName       = "/switchboard.v1.OperatorService/GetCatalog"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -30,7 +33,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // OperatorService is what operators call: switchback experiments, started,
-// stopped and read, and the explanation of what the decider would choose.
+// stopped and read, the explanation of what the decider would choose, and
+// reads of the decider's state (endpoint statistics, the rate-limit broker
+// and hedge budget, the catalog) for the switchboard CLI and dashboards.
 type OperatorServiceClient interface {
 	// StartExperiment starts a switchback experiment: two routing policies
 	// alternate in fixed time blocks. Operators only. FAILED_PRECONDITION when
@@ -52,6 +57,23 @@ type OperatorServiceClient interface {
 	// model, INVALID_ARGUMENT, FAILED_PRECONDITION when no endpoint can take
 	// it).
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
+	// GetEndpointStats returns what routing knows of each endpoint of a model
+	// (or of every model), as this replica holds it in memory, and the
+	// endpoint it would choose for a prompt of each size bucket. Operators
+	// only. NOT_FOUND for a model the catalog does not have, UNAUTHENTICATED
+	// for an unknown tenant_id.
+	GetEndpointStats(ctx context.Context, in *GetEndpointStatsRequest, opts ...grpc.CallOption) (*GetEndpointStatsResponse, error)
+	// GetBroker returns the rate-limit broker's state (its buckets, open
+	// reservations and admission queues) and the hedge budget, as the
+	// broker's owner holds them: a replica that does not own the broker
+	// forwards the call to the one that does (ReplicaService.ForwardGetBroker).
+	// Operators only. UNAVAILABLE while no owner is elected or the broker is
+	// starting.
+	GetBroker(ctx context.Context, in *GetBrokerRequest, opts ...grpc.CallOption) (*GetBrokerResponse, error)
+	// GetCatalog returns the catalog this replica has applied: its etcd
+	// revision and its YAML with every credential digest elided. Operators
+	// only.
+	GetCatalog(ctx context.Context, in *GetCatalogRequest, opts ...grpc.CallOption) (*GetCatalogResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -102,12 +124,44 @@ func (c *operatorServiceClient) Explain(ctx context.Context, in *ExplainRequest,
 	return out, nil
 }
 
+func (c *operatorServiceClient) GetEndpointStats(ctx context.Context, in *GetEndpointStatsRequest, opts ...grpc.CallOption) (*GetEndpointStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEndpointStatsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GetEndpointStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) GetBroker(ctx context.Context, in *GetBrokerRequest, opts ...grpc.CallOption) (*GetBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBrokerResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GetBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) GetCatalog(ctx context.Context, in *GetCatalogRequest, opts ...grpc.CallOption) (*GetCatalogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCatalogResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GetCatalog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
 //
 // OperatorService is what operators call: switchback experiments, started,
-// stopped and read, and the explanation of what the decider would choose.
+// stopped and read, the explanation of what the decider would choose, and
+// reads of the decider's state (endpoint statistics, the rate-limit broker
+// and hedge budget, the catalog) for the switchboard CLI and dashboards.
 type OperatorServiceServer interface {
 	// StartExperiment starts a switchback experiment: two routing policies
 	// alternate in fixed time blocks. Operators only. FAILED_PRECONDITION when
@@ -129,6 +183,23 @@ type OperatorServiceServer interface {
 	// model, INVALID_ARGUMENT, FAILED_PRECONDITION when no endpoint can take
 	// it).
 	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
+	// GetEndpointStats returns what routing knows of each endpoint of a model
+	// (or of every model), as this replica holds it in memory, and the
+	// endpoint it would choose for a prompt of each size bucket. Operators
+	// only. NOT_FOUND for a model the catalog does not have, UNAUTHENTICATED
+	// for an unknown tenant_id.
+	GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error)
+	// GetBroker returns the rate-limit broker's state (its buckets, open
+	// reservations and admission queues) and the hedge budget, as the
+	// broker's owner holds them: a replica that does not own the broker
+	// forwards the call to the one that does (ReplicaService.ForwardGetBroker).
+	// Operators only. UNAVAILABLE while no owner is elected or the broker is
+	// starting.
+	GetBroker(context.Context, *GetBrokerRequest) (*GetBrokerResponse, error)
+	// GetCatalog returns the catalog this replica has applied: its etcd
+	// revision and its YAML with every credential digest elided. Operators
+	// only.
+	GetCatalog(context.Context, *GetCatalogRequest) (*GetCatalogResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -150,6 +221,15 @@ func (UnimplementedOperatorServiceServer) GetExperiment(context.Context, *GetExp
 }
 func (UnimplementedOperatorServiceServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
+}
+func (UnimplementedOperatorServiceServer) GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEndpointStats not implemented")
+}
+func (UnimplementedOperatorServiceServer) GetBroker(context.Context, *GetBrokerRequest) (*GetBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBroker not implemented")
+}
+func (UnimplementedOperatorServiceServer) GetCatalog(context.Context, *GetCatalogRequest) (*GetCatalogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCatalog not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -244,6 +324,60 @@ func _OperatorService_Explain_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_GetEndpointStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEndpointStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GetEndpointStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GetEndpointStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GetEndpointStats(ctx, req.(*GetEndpointStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_GetBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GetBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GetBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GetBroker(ctx, req.(*GetBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_GetCatalog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCatalogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GetCatalog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GetCatalog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GetCatalog(ctx, req.(*GetCatalogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -266,6 +400,18 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Explain",
 			Handler:    _OperatorService_Explain_Handler,
+		},
+		{
+			MethodName: "GetEndpointStats",
+			Handler:    _OperatorService_GetEndpointStats_Handler,
+		},
+		{
+			MethodName: "GetBroker",
+			Handler:    _OperatorService_GetBroker_Handler,
+		},
+		{
+			MethodName: "GetCatalog",
+			Handler:    _OperatorService_GetCatalog_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

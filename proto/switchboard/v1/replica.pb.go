@@ -532,11 +532,112 @@ func (x *ForwardSettleHedgeResponse) GetResponse() *SettleHedgeResponse {
 	return nil
 }
 
+// ForwardGetBrokerRequest is a GetBroker forwarded to the broker's owner.
+type ForwardGetBrokerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// caller_id is the catalog id of the caller the replica forwards for.
+	CallerId string `protobuf:"bytes,1,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	// request is the GetBroker request as the caller sent it.
+	Request       *GetBrokerRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardGetBrokerRequest) Reset() {
+	*x = ForwardGetBrokerRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardGetBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardGetBrokerRequest) ProtoMessage() {}
+
+func (x *ForwardGetBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardGetBrokerRequest.ProtoReflect.Descriptor instead.
+func (*ForwardGetBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ForwardGetBrokerRequest) GetCallerId() string {
+	if x != nil {
+		return x.CallerId
+	}
+	return ""
+}
+
+func (x *ForwardGetBrokerRequest) GetRequest() *GetBrokerRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ForwardGetBrokerResponse is the owner's answer to a forwarded GetBroker.
+type ForwardGetBrokerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is GetBroker's answer.
+	Response      *GetBrokerResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardGetBrokerResponse) Reset() {
+	*x = ForwardGetBrokerResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardGetBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardGetBrokerResponse) ProtoMessage() {}
+
+func (x *ForwardGetBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardGetBrokerResponse.ProtoReflect.Descriptor instead.
+func (*ForwardGetBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ForwardGetBrokerResponse) GetResponse() *GetBrokerResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 var File_switchboard_v1_replica_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\n" +
-	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
+	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
 	"\x15ForwardReserveRequest\x12\x1b\n" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x128\n" +
 	"\arequest\x18\x02 \x01(\v2\x1e.switchboard.v1.ReserveRequestR\arequest\"U\n" +
@@ -561,13 +662,19 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12<\n" +
 	"\arequest\x18\x02 \x01(\v2\".switchboard.v1.SettleHedgeRequestR\arequest\"]\n" +
 	"\x1aForwardSettleHedgeResponse\x12?\n" +
-	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.SettleHedgeResponseR\bresponse2\xb1\x04\n" +
+	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.SettleHedgeResponseR\bresponse\"r\n" +
+	"\x17ForwardGetBrokerRequest\x12\x1b\n" +
+	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12:\n" +
+	"\arequest\x18\x02 \x01(\v2 .switchboard.v1.GetBrokerRequestR\arequest\"Y\n" +
+	"\x18ForwardGetBrokerResponse\x12=\n" +
+	"\bresponse\x18\x01 \x01(\v2!.switchboard.v1.GetBrokerResponseR\bresponse2\x98\x05\n" +
 	"\x0eReplicaService\x12_\n" +
 	"\x0eForwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12e\n" +
 	"\x10ForwardReconcile\x12'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n" +
 	"\x17ForwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n" +
 	"\x13ForwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n" +
-	"\x12ForwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\x12ForwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12e\n" +
+	"\x10ForwardGetBroker\x12'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_replica_proto_rawDescOnce sync.Once
@@ -581,7 +688,7 @@ func file_switchboard_v1_replica_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_replica_proto_rawDescData
 }
 
-var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardReserveRequest)(nil),           // 0: switchboard.v1.ForwardReserveRequest
 	(*ForwardReserveResponse)(nil),          // 1: switchboard.v1.ForwardReserveResponse
@@ -593,43 +700,51 @@ var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardAcquireHedgeResponse)(nil),     // 7: switchboard.v1.ForwardAcquireHedgeResponse
 	(*ForwardSettleHedgeRequest)(nil),       // 8: switchboard.v1.ForwardSettleHedgeRequest
 	(*ForwardSettleHedgeResponse)(nil),      // 9: switchboard.v1.ForwardSettleHedgeResponse
-	(*ReserveRequest)(nil),                  // 10: switchboard.v1.ReserveRequest
-	(*ReserveResponse)(nil),                 // 11: switchboard.v1.ReserveResponse
-	(*ReconcileRequest)(nil),                // 12: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),               // 13: switchboard.v1.ReconcileResponse
-	(*KeepReservationsRequest)(nil),         // 14: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil),        // 15: switchboard.v1.KeepReservationsResponse
-	(*AcquireHedgeRequest)(nil),             // 16: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),            // 17: switchboard.v1.AcquireHedgeResponse
-	(*SettleHedgeRequest)(nil),              // 18: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),             // 19: switchboard.v1.SettleHedgeResponse
+	(*ForwardGetBrokerRequest)(nil),         // 10: switchboard.v1.ForwardGetBrokerRequest
+	(*ForwardGetBrokerResponse)(nil),        // 11: switchboard.v1.ForwardGetBrokerResponse
+	(*ReserveRequest)(nil),                  // 12: switchboard.v1.ReserveRequest
+	(*ReserveResponse)(nil),                 // 13: switchboard.v1.ReserveResponse
+	(*ReconcileRequest)(nil),                // 14: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),               // 15: switchboard.v1.ReconcileResponse
+	(*KeepReservationsRequest)(nil),         // 16: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil),        // 17: switchboard.v1.KeepReservationsResponse
+	(*AcquireHedgeRequest)(nil),             // 18: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),            // 19: switchboard.v1.AcquireHedgeResponse
+	(*SettleHedgeRequest)(nil),              // 20: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),             // 21: switchboard.v1.SettleHedgeResponse
+	(*GetBrokerRequest)(nil),                // 22: switchboard.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),               // 23: switchboard.v1.GetBrokerResponse
 }
 var file_switchboard_v1_replica_proto_depIdxs = []int32{
-	10, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
-	11, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
-	12, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
-	13, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
-	14, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
-	15, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
-	16, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
-	17, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
-	18, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
-	19, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
-	0,  // 10: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
-	2,  // 11: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
-	4,  // 12: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
-	6,  // 13: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
-	8,  // 14: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
-	1,  // 15: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
-	3,  // 16: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
-	5,  // 17: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
-	7,  // 18: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
-	9,  // 19: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
+	13, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
+	14, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
+	15, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
+	16, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
+	17, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
+	18, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
+	19, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
+	20, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
+	21, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
+	22, // 10: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
+	23, // 11: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
+	0,  // 12: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
+	2,  // 13: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
+	4,  // 14: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
+	6,  // 15: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
+	8,  // 16: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
+	10, // 17: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
+	1,  // 18: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
+	3,  // 19: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
+	5,  // 20: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
+	7,  // 21: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
+	9,  // 22: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
+	11, // 23: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
+	18, // [18:24] is the sub-list for method output_type
+	12, // [12:18] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_replica_proto_init() }
@@ -638,6 +753,7 @@ func file_switchboard_v1_replica_proto_init() {
 		return
 	}
 	file_switchboard_v1_edge_proto_init()
+	file_switchboard_v1_operator_proto_init()
 	file_switchboard_v1_router_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -645,7 +761,7 @@ func file_switchboard_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_replica_proto_rawDesc), len(file_switchboard_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

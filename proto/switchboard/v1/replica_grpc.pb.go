@@ -24,6 +24,7 @@ const (
 	ReplicaService_ForwardKeepReservations_FullMethodName = "/switchboard.v1.ReplicaService/ForwardKeepReservations"
 	ReplicaService_ForwardAcquireHedge_FullMethodName     = "/switchboard.v1.ReplicaService/ForwardAcquireHedge"
 	ReplicaService_ForwardSettleHedge_FullMethodName      = "/switchboard.v1.ReplicaService/ForwardSettleHedge"
+	ReplicaService_ForwardGetBroker_FullMethodName        = "/switchboard.v1.ReplicaService/ForwardGetBroker"
 )
 
 // ReplicaServiceClient is the client API for ReplicaService service.
@@ -54,6 +55,8 @@ type ReplicaServiceClient interface {
 	ForwardAcquireHedge(ctx context.Context, in *ForwardAcquireHedgeRequest, opts ...grpc.CallOption) (*ForwardAcquireHedgeResponse, error)
 	// ForwardSettleHedge is EdgeService.SettleHedge on behalf of caller_id.
 	ForwardSettleHedge(ctx context.Context, in *ForwardSettleHedgeRequest, opts ...grpc.CallOption) (*ForwardSettleHedgeResponse, error)
+	// ForwardGetBroker is OperatorService.GetBroker on behalf of caller_id.
+	ForwardGetBroker(ctx context.Context, in *ForwardGetBrokerRequest, opts ...grpc.CallOption) (*ForwardGetBrokerResponse, error)
 }
 
 type replicaServiceClient struct {
@@ -114,6 +117,16 @@ func (c *replicaServiceClient) ForwardSettleHedge(ctx context.Context, in *Forwa
 	return out, nil
 }
 
+func (c *replicaServiceClient) ForwardGetBroker(ctx context.Context, in *ForwardGetBrokerRequest, opts ...grpc.CallOption) (*ForwardGetBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardGetBrokerResponse)
+	err := c.cc.Invoke(ctx, ReplicaService_ForwardGetBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplicaServiceServer is the server API for ReplicaService service.
 // All implementations must embed UnimplementedReplicaServiceServer
 // for forward compatibility.
@@ -142,6 +155,8 @@ type ReplicaServiceServer interface {
 	ForwardAcquireHedge(context.Context, *ForwardAcquireHedgeRequest) (*ForwardAcquireHedgeResponse, error)
 	// ForwardSettleHedge is EdgeService.SettleHedge on behalf of caller_id.
 	ForwardSettleHedge(context.Context, *ForwardSettleHedgeRequest) (*ForwardSettleHedgeResponse, error)
+	// ForwardGetBroker is OperatorService.GetBroker on behalf of caller_id.
+	ForwardGetBroker(context.Context, *ForwardGetBrokerRequest) (*ForwardGetBrokerResponse, error)
 	mustEmbedUnimplementedReplicaServiceServer()
 }
 
@@ -166,6 +181,9 @@ func (UnimplementedReplicaServiceServer) ForwardAcquireHedge(context.Context, *F
 }
 func (UnimplementedReplicaServiceServer) ForwardSettleHedge(context.Context, *ForwardSettleHedgeRequest) (*ForwardSettleHedgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardSettleHedge not implemented")
+}
+func (UnimplementedReplicaServiceServer) ForwardGetBroker(context.Context, *ForwardGetBrokerRequest) (*ForwardGetBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardGetBroker not implemented")
 }
 func (UnimplementedReplicaServiceServer) mustEmbedUnimplementedReplicaServiceServer() {}
 func (UnimplementedReplicaServiceServer) testEmbeddedByValue()                        {}
@@ -278,6 +296,24 @@ func _ReplicaService_ForwardSettleHedge_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReplicaService_ForwardGetBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardGetBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServiceServer).ForwardGetBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReplicaService_ForwardGetBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServiceServer).ForwardGetBroker(ctx, req.(*ForwardGetBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReplicaService_ServiceDesc is the grpc.ServiceDesc for ReplicaService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -304,6 +340,10 @@ var ReplicaService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForwardSettleHedge",
 			Handler:    _ReplicaService_ForwardSettleHedge_Handler,
+		},
+		{
+			MethodName: "ForwardGetBroker",
+			Handler:    _ReplicaService_ForwardGetBroker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

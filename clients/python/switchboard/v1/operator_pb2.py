@@ -17,7 +17,7 @@ from switchboard.v1 import common_pb2 as switchboard_dot_v1_dot_common__pb2
 from switchboard.v1 import router_pb2 as switchboard_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\"\xf9\x01\n\x0e\x45xplainRequest\x12*\n\x08identity\x18\x01 \x01(\x0b\x32\x18.switchboard.v1.Identity\x12\r\n\x05model\x18\x02 \x01(\t\x12-\n\x06tokens\x18\x03 \x01(\x0b\x32\x1d.switchboard.v1.TokenEstimate\x12\x0e\n\x06stream\x18\x04 \x01(\x08\x12\x35\n\x08provider\x18\x05 \x01(\x0b\x32#.switchboard.v1.ProviderPreferences\x12\x12\n\nparameters\x18\x06 \x03(\t\x12\x0e\n\x06region\x18\x07 \x01(\t\x12\x12\n\nsession_id\x18\x08 \x01(\t\"\xa8\x02\n\x0f\x45xplainResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\x08\x65ndpoint\x18\x02 \x01(\x0b\x32\x18.switchboard.v1.Endpoint\x12+\n\tfallbacks\x18\x03 \x03(\x0b\x32\x18.switchboard.v1.Endpoint\x12*\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0b\x32\x18.switchboard.v1.Decision\x12(\n\x05hedge\x18\x05 \x01(\x0b\x32\x19.switchboard.v1.HedgePlan\x12*\n\x08identity\x18\x06 \x01(\x0b\x32\x18.switchboard.v1.Identity\x12+\n\tmax_price\x18\x07 \x01(\x0b\x32\x18.switchboard.v1.MaxPrice\"\x8e\x03\n\nExperiment\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04\x61rms\x18\x02 \x03(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x62lock\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x07\x62urn_in\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x08schedule\x18\x06 \x01(\x0e\x32\".switchboard.v1.ExperimentSchedule\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x0e\n\x06models\x18\x08 \x03(\t\x12,\n\x08\x65nd_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tstop_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"X\n\x16StartExperimentRequest\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x05\"I\n\x17StartExperimentResponse\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\"\x17\n\x15StopExperimentRequest\"H\n\x16StopExperimentResponse\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\"\x16\n\x14GetExperimentRequest\"\xe3\x01\n\x15GetExperimentResponse\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\x12\'\n\x04\x61rms\x18\x02 \x03(\x0b\x32\x19.switchboard.v1.ArmReport\x12\x33\n\x0b\x64ifferences\x18\x03 \x03(\x0b\x32\x1e.switchboard.v1.MetricEstimate\x12\x15\n\rcurrent_block\x18\x04 \x01(\x03\x12\x13\n\x0b\x63urrent_arm\x18\x05 \x01(\t\x12\x10\n\x08replicas\x18\x06 \x03(\t\"\x88\x01\n\tArmReport\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x03\x12\x10\n\x08requests\x18\x03 \x01(\x03\x12\x18\n\x10\x62urn_in_requests\x18\x04 \x01(\x03\x12/\n\x07metrics\x18\x05 \x03(\x0b\x32\x1e.switchboard.v1.MetricEstimate\"\x95\x01\n\x0eMetricEstimate\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04unit\x18\x02 \x01(\t\x12\x10\n\x08\x65stimate\x18\x03 \x01(\x01\x12\x0e\n\x06\x63i_low\x18\x04 \x01(\x01\x12\x0f\n\x07\x63i_high\x18\x05 \x01(\x01\x12\x14\n\x0chas_interval\x18\x06 \x01(\x08\x12\x0e\n\x06pooled\x18\x07 \x01(\x01\x12\x0e\n\x06\x62locks\x18\x08 \x01(\x03*\x85\x01\n\x12\x45xperimentSchedule\x12#\n\x1f\x45XPERIMENT_SCHEDULE_UNSPECIFIED\x10\x00\x12%\n!EXPERIMENT_SCHEDULE_PAIRED_RANDOM\x10\x01\x12#\n\x1f\x45XPERIMENT_SCHEDULE_ALTERNATING\x10\x02\x32\x80\x03\n\x0fOperatorService\x12\x62\n\x0fStartExperiment\x12&.switchboard.v1.StartExperimentRequest\x1a\'.switchboard.v1.StartExperimentResponse\x12_\n\x0eStopExperiment\x12%.switchboard.v1.StopExperimentRequest\x1a&.switchboard.v1.StopExperimentResponse\x12\\\n\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponse\x12J\n\x07\x45xplain\x12\x1e.switchboard.v1.ExplainRequest\x1a\x1f.switchboard.v1.ExplainResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dswitchboard/v1/operator.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bswitchboard/v1/common.proto\x1a\x1bswitchboard/v1/router.proto\";\n\x17GetEndpointStatsRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\"\x86\x01\n\x18GetEndpointStatsResponse\x12*\n\x06models\x18\x01 \x03(\x0b\x32\x1a.switchboard.v1.ModelStats\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12-\n\tread_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xd2\x01\n\nModelStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x30\n\tendpoints\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.EndpointStats\x12-\n\x07\x63hoices\x18\x03 \x03(\x0b\x32\x1c.switchboard.v1.BucketChoice\x12\"\n\x15typical_output_tokens\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\x0eoutput_samples\x18\x05 \x01(\x03\x42\x18\n\x16_typical_output_tokens\"\xa4\x04\n\rEndpointStats\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12$\n\x05price\x18\x03 \x01(\x0b\x32\x15.switchboard.v1.Price\x12(\n\x04ttft\x18\x04 \x03(\x0b\x32\x1a.switchboard.v1.BucketTtft\x12)\n\x1cthroughput_tokens_per_second\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\x12throughput_samples\x18\x06 \x01(\x03\x12\x1b\n\x0e\x63\x61\x63he_hit_rate\x18\x07 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\rcache_samples\x18\x08 \x01(\x03\x12\x1b\n\x13requests_per_minute\x18\t \x01(\x01\x12\x15\n\rtraffic_share\x18\n \x01(\x01\x12\x32\n\x0e\x63ooldown_until\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11rate_limited_rate\x18\x0c \x01(\x01\x12\x12\n\nerror_rate\x18\r \x01(\x01\x12#\n\x16learned_cap_per_minute\x18\x0e \x01(\x01H\x02\x88\x01\x01\x12\x16\n\x0e\x63ontext_length\x18\x0f \x01(\x03\x42\x1f\n\x1d_throughput_tokens_per_secondB\x11\n\x0f_cache_hit_rateB\x19\n\x17_learned_cap_per_minute\"u\n\nBucketTtft\x12*\n\x06\x62ucket\x18\x01 \x01(\x0e\x32\x1a.switchboard.v1.SizeBucket\x12*\n\x07typical\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07samples\x18\x03 \x01(\x03\"\xb9\x01\n\x0c\x42ucketChoice\x12*\n\x06\x62ucket\x18\x01 \x01(\x0e\x32\x1a.switchboard.v1.SizeBucket\x12\x15\n\rprompt_tokens\x18\x02 \x01(\x03\x12\x13\n\x0b\x65ndpoint_id\x18\x03 \x01(\t\x12+\n\x06reason\x18\x04 \x01(\x0e\x32\x1b.switchboard.v1.RouteReason\x12\x0f\n\x07summary\x18\x05 \x01(\t\x12\x13\n\x0bunavailable\x18\x06 \x01(\t\"\'\n\x10GetBrokerRequest\x12\x13\n\x0bmax_buckets\x18\x01 \x01(\x05\"\xe1\x02\n\x11GetBrokerResponse\x12\r\n\x05owner\x18\x01 \x01(\t\x12-\n\tread_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x07\x62uckets\x18\x03 \x03(\x0b\x32\x1c.switchboard.v1.BrokerBucket\x12\x15\n\rtotal_buckets\x18\x04 \x01(\x03\x12\x19\n\x11open_reservations\x18\x05 \x01(\x03\x12+\n\x06queues\x18\x06 \x03(\x0b\x32\x1b.switchboard.v1.BrokerQueue\x12\x31\n\x0chedge_budget\x18\x07 \x01(\x0b\x32\x1b.switchboard.v1.HedgeBudget\x12\x14\n\x0cqueued_total\x18\x08 \x01(\x03\x12\x1b\n\x13\x61\x64mitted_from_queue\x18\t \x01(\x03\x12\x1a\n\x12timed_out_in_queue\x18\n \x01(\x03\"\x89\x01\n\x0c\x42rokerBucket\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12\x0e\n\x06window\x18\x04 \x01(\t\x12\x0c\n\x04rule\x18\x05 \x01(\t\x12\x0f\n\x07learned\x18\x06 \x01(\x08\x12\r\n\x05limit\x18\x07 \x01(\x01\x12\x11\n\tavailable\x18\x08 \x01(\x01\"f\n\x0b\x42rokerQueue\x12\x35\n\x0eworkload_class\x18\x01 \x01(\x0e\x32\x1d.switchboard.v1.WorkloadClass\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x03\"\x9c\x01\n\x0bHedgeBudget\x12\x11\n\tdaily_usd\x18\x01 \x01(\x01\x12\x11\n\tspent_usd\x18\x02 \x01(\x01\x12\x15\n\rremaining_usd\x18\x03 \x01(\x01\x12\x0f\n\x07granted\x18\x04 \x01(\x03\x12\x0f\n\x07refused\x18\x05 \x01(\x03\x12.\n\nreset_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x13\n\x11GetCatalogRequest\"E\n\x12GetCatalogResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x0c\n\x04yaml\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\"\xf9\x01\n\x0e\x45xplainRequest\x12*\n\x08identity\x18\x01 \x01(\x0b\x32\x18.switchboard.v1.Identity\x12\r\n\x05model\x18\x02 \x01(\t\x12-\n\x06tokens\x18\x03 \x01(\x0b\x32\x1d.switchboard.v1.TokenEstimate\x12\x0e\n\x06stream\x18\x04 \x01(\x08\x12\x35\n\x08provider\x18\x05 \x01(\x0b\x32#.switchboard.v1.ProviderPreferences\x12\x12\n\nparameters\x18\x06 \x03(\t\x12\x0e\n\x06region\x18\x07 \x01(\t\x12\x12\n\nsession_id\x18\x08 \x01(\t\"\xa8\x02\n\x0f\x45xplainResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\x08\x65ndpoint\x18\x02 \x01(\x0b\x32\x18.switchboard.v1.Endpoint\x12+\n\tfallbacks\x18\x03 \x03(\x0b\x32\x18.switchboard.v1.Endpoint\x12*\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0b\x32\x18.switchboard.v1.Decision\x12(\n\x05hedge\x18\x05 \x01(\x0b\x32\x19.switchboard.v1.HedgePlan\x12*\n\x08identity\x18\x06 \x01(\x0b\x32\x18.switchboard.v1.Identity\x12+\n\tmax_price\x18\x07 \x01(\x0b\x32\x18.switchboard.v1.MaxPrice\"\x8e\x03\n\nExperiment\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04\x61rms\x18\x02 \x03(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x62lock\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x07\x62urn_in\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x08schedule\x18\x06 \x01(\x0e\x32\".switchboard.v1.ExperimentSchedule\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x0e\n\x06models\x18\x08 \x03(\t\x12,\n\x08\x65nd_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tstop_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"X\n\x16StartExperimentRequest\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x05\"I\n\x17StartExperimentResponse\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\"\x17\n\x15StopExperimentRequest\"H\n\x16StopExperimentResponse\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\"\x16\n\x14GetExperimentRequest\"\xe3\x01\n\x15GetExperimentResponse\x12.\n\nexperiment\x18\x01 \x01(\x0b\x32\x1a.switchboard.v1.Experiment\x12\'\n\x04\x61rms\x18\x02 \x03(\x0b\x32\x19.switchboard.v1.ArmReport\x12\x33\n\x0b\x64ifferences\x18\x03 \x03(\x0b\x32\x1e.switchboard.v1.MetricEstimate\x12\x15\n\rcurrent_block\x18\x04 \x01(\x03\x12\x13\n\x0b\x63urrent_arm\x18\x05 \x01(\t\x12\x10\n\x08replicas\x18\x06 \x03(\t\"\x88\x01\n\tArmReport\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x03\x12\x10\n\x08requests\x18\x03 \x01(\x03\x12\x18\n\x10\x62urn_in_requests\x18\x04 \x01(\x03\x12/\n\x07metrics\x18\x05 \x03(\x0b\x32\x1e.switchboard.v1.MetricEstimate\"\x95\x01\n\x0eMetricEstimate\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04unit\x18\x02 \x01(\t\x12\x10\n\x08\x65stimate\x18\x03 \x01(\x01\x12\x0e\n\x06\x63i_low\x18\x04 \x01(\x01\x12\x0f\n\x07\x63i_high\x18\x05 \x01(\x01\x12\x14\n\x0chas_interval\x18\x06 \x01(\x08\x12\x0e\n\x06pooled\x18\x07 \x01(\x01\x12\x0e\n\x06\x62locks\x18\x08 \x01(\x03*\x85\x01\n\x12\x45xperimentSchedule\x12#\n\x1f\x45XPERIMENT_SCHEDULE_UNSPECIFIED\x10\x00\x12%\n!EXPERIMENT_SCHEDULE_PAIRED_RANDOM\x10\x01\x12#\n\x1f\x45XPERIMENT_SCHEDULE_ALTERNATING\x10\x02\x32\x8e\x05\n\x0fOperatorService\x12\x62\n\x0fStartExperiment\x12&.switchboard.v1.StartExperimentRequest\x1a\'.switchboard.v1.StartExperimentResponse\x12_\n\x0eStopExperiment\x12%.switchboard.v1.StopExperimentRequest\x1a&.switchboard.v1.StopExperimentResponse\x12\\\n\rGetExperiment\x12$.switchboard.v1.GetExperimentRequest\x1a%.switchboard.v1.GetExperimentResponse\x12J\n\x07\x45xplain\x12\x1e.switchboard.v1.ExplainRequest\x1a\x1f.switchboard.v1.ExplainResponse\x12\x65\n\x10GetEndpointStats\x12\'.switchboard.v1.GetEndpointStatsRequest\x1a(.switchboard.v1.GetEndpointStatsResponse\x12P\n\tGetBroker\x12 .switchboard.v1.GetBrokerRequest\x1a!.switchboard.v1.GetBrokerResponse\x12S\n\nGetCatalog\x12!.switchboard.v1.GetCatalogRequest\x1a\".switchboard.v1.GetCatalogResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchboard.v1.operator_pb2', globals())
@@ -25,30 +25,56 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'ZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1'
-  _EXPERIMENTSCHEDULE._serialized_start=1934
-  _EXPERIMENTSCHEDULE._serialized_end=2067
-  _EXPLAINREQUEST._serialized_start=173
-  _EXPLAINREQUEST._serialized_end=422
-  _EXPLAINRESPONSE._serialized_start=425
-  _EXPLAINRESPONSE._serialized_end=721
-  _EXPERIMENT._serialized_start=724
-  _EXPERIMENT._serialized_end=1122
-  _STARTEXPERIMENTREQUEST._serialized_start=1124
-  _STARTEXPERIMENTREQUEST._serialized_end=1212
-  _STARTEXPERIMENTRESPONSE._serialized_start=1214
-  _STARTEXPERIMENTRESPONSE._serialized_end=1287
-  _STOPEXPERIMENTREQUEST._serialized_start=1289
-  _STOPEXPERIMENTREQUEST._serialized_end=1312
-  _STOPEXPERIMENTRESPONSE._serialized_start=1314
-  _STOPEXPERIMENTRESPONSE._serialized_end=1386
-  _GETEXPERIMENTREQUEST._serialized_start=1388
-  _GETEXPERIMENTREQUEST._serialized_end=1410
-  _GETEXPERIMENTRESPONSE._serialized_start=1413
-  _GETEXPERIMENTRESPONSE._serialized_end=1640
-  _ARMREPORT._serialized_start=1643
-  _ARMREPORT._serialized_end=1779
-  _METRICESTIMATE._serialized_start=1782
-  _METRICESTIMATE._serialized_end=1931
-  _OPERATORSERVICE._serialized_start=2070
-  _OPERATORSERVICE._serialized_end=2454
+  _EXPERIMENTSCHEDULE._serialized_start=4095
+  _EXPERIMENTSCHEDULE._serialized_end=4228
+  _GETENDPOINTSTATSREQUEST._serialized_start=172
+  _GETENDPOINTSTATSREQUEST._serialized_end=231
+  _GETENDPOINTSTATSRESPONSE._serialized_start=234
+  _GETENDPOINTSTATSRESPONSE._serialized_end=368
+  _MODELSTATS._serialized_start=371
+  _MODELSTATS._serialized_end=581
+  _ENDPOINTSTATS._serialized_start=584
+  _ENDPOINTSTATS._serialized_end=1132
+  _BUCKETTTFT._serialized_start=1134
+  _BUCKETTTFT._serialized_end=1251
+  _BUCKETCHOICE._serialized_start=1254
+  _BUCKETCHOICE._serialized_end=1439
+  _GETBROKERREQUEST._serialized_start=1441
+  _GETBROKERREQUEST._serialized_end=1480
+  _GETBROKERRESPONSE._serialized_start=1483
+  _GETBROKERRESPONSE._serialized_end=1836
+  _BROKERBUCKET._serialized_start=1839
+  _BROKERBUCKET._serialized_end=1976
+  _BROKERQUEUE._serialized_start=1978
+  _BROKERQUEUE._serialized_end=2080
+  _HEDGEBUDGET._serialized_start=2083
+  _HEDGEBUDGET._serialized_end=2239
+  _GETCATALOGREQUEST._serialized_start=2241
+  _GETCATALOGREQUEST._serialized_end=2260
+  _GETCATALOGRESPONSE._serialized_start=2262
+  _GETCATALOGRESPONSE._serialized_end=2331
+  _EXPLAINREQUEST._serialized_start=2334
+  _EXPLAINREQUEST._serialized_end=2583
+  _EXPLAINRESPONSE._serialized_start=2586
+  _EXPLAINRESPONSE._serialized_end=2882
+  _EXPERIMENT._serialized_start=2885
+  _EXPERIMENT._serialized_end=3283
+  _STARTEXPERIMENTREQUEST._serialized_start=3285
+  _STARTEXPERIMENTREQUEST._serialized_end=3373
+  _STARTEXPERIMENTRESPONSE._serialized_start=3375
+  _STARTEXPERIMENTRESPONSE._serialized_end=3448
+  _STOPEXPERIMENTREQUEST._serialized_start=3450
+  _STOPEXPERIMENTREQUEST._serialized_end=3473
+  _STOPEXPERIMENTRESPONSE._serialized_start=3475
+  _STOPEXPERIMENTRESPONSE._serialized_end=3547
+  _GETEXPERIMENTREQUEST._serialized_start=3549
+  _GETEXPERIMENTREQUEST._serialized_end=3571
+  _GETEXPERIMENTRESPONSE._serialized_start=3574
+  _GETEXPERIMENTRESPONSE._serialized_end=3801
+  _ARMREPORT._serialized_start=3804
+  _ARMREPORT._serialized_end=3940
+  _METRICESTIMATE._serialized_start=3943
+  _METRICESTIMATE._serialized_end=4092
+  _OPERATORSERVICE._serialized_start=4231
+  _OPERATORSERVICE._serialized_end=4885
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,9 @@ from switchboard.v1 import operator_pb2 as switchboard_dot_v1_dot_operator__pb2
 
 class OperatorServiceStub(object):
     """OperatorService is what operators call: switchback experiments, started,
-    stopped and read, and the explanation of what the decider would choose.
+    stopped and read, the explanation of what the decider would choose, and
+    reads of the decider's state (endpoint statistics, the rate-limit broker
+    and hedge budget, the catalog) for the switchboard CLI and dashboards.
     """
 
     def __init__(self, channel):
@@ -36,11 +38,28 @@ class OperatorServiceStub(object):
                 request_serializer=switchboard_dot_v1_dot_operator__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=switchboard_dot_v1_dot_operator__pb2.ExplainResponse.FromString,
                 )
+        self.GetEndpointStats = channel.unary_unary(
+                '/switchboard.v1.OperatorService/GetEndpointStats',
+                request_serializer=switchboard_dot_v1_dot_operator__pb2.GetEndpointStatsRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_operator__pb2.GetEndpointStatsResponse.FromString,
+                )
+        self.GetBroker = channel.unary_unary(
+                '/switchboard.v1.OperatorService/GetBroker',
+                request_serializer=switchboard_dot_v1_dot_operator__pb2.GetBrokerRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_operator__pb2.GetBrokerResponse.FromString,
+                )
+        self.GetCatalog = channel.unary_unary(
+                '/switchboard.v1.OperatorService/GetCatalog',
+                request_serializer=switchboard_dot_v1_dot_operator__pb2.GetCatalogRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_operator__pb2.GetCatalogResponse.FromString,
+                )
 
 
 class OperatorServiceServicer(object):
     """OperatorService is what operators call: switchback experiments, started,
-    stopped and read, and the explanation of what the decider would choose.
+    stopped and read, the explanation of what the decider would choose, and
+    reads of the decider's state (endpoint statistics, the rate-limit broker
+    and hedge budget, the catalog) for the switchboard CLI and dashboards.
     """
 
     def StartExperiment(self, request, context):
@@ -83,6 +102,38 @@ class OperatorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetEndpointStats(self, request, context):
+        """GetEndpointStats returns what routing knows of each endpoint of a model
+        (or of every model), as this replica holds it in memory, and the
+        endpoint it would choose for a prompt of each size bucket. Operators
+        only. NOT_FOUND for a model the catalog does not have, UNAUTHENTICATED
+        for an unknown tenant_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBroker(self, request, context):
+        """GetBroker returns the rate-limit broker's state (its buckets, open
+        reservations and admission queues) and the hedge budget, as the
+        broker's owner holds them: a replica that does not own the broker
+        forwards the call to the one that does (ReplicaService.ForwardGetBroker).
+        Operators only. UNAVAILABLE while no owner is elected or the broker is
+        starting.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCatalog(self, request, context):
+        """GetCatalog returns the catalog this replica has applied: its etcd
+        revision and its YAML with every credential digest elided. Operators
+        only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -106,6 +157,21 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     request_deserializer=switchboard_dot_v1_dot_operator__pb2.ExplainRequest.FromString,
                     response_serializer=switchboard_dot_v1_dot_operator__pb2.ExplainResponse.SerializeToString,
             ),
+            'GetEndpointStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEndpointStats,
+                    request_deserializer=switchboard_dot_v1_dot_operator__pb2.GetEndpointStatsRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_operator__pb2.GetEndpointStatsResponse.SerializeToString,
+            ),
+            'GetBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBroker,
+                    request_deserializer=switchboard_dot_v1_dot_operator__pb2.GetBrokerRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_operator__pb2.GetBrokerResponse.SerializeToString,
+            ),
+            'GetCatalog': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCatalog,
+                    request_deserializer=switchboard_dot_v1_dot_operator__pb2.GetCatalogRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_operator__pb2.GetCatalogResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'switchboard.v1.OperatorService', rpc_method_handlers)
@@ -115,7 +181,9 @@ def add_OperatorServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class OperatorService(object):
     """OperatorService is what operators call: switchback experiments, started,
-    stopped and read, and the explanation of what the decider would choose.
+    stopped and read, the explanation of what the decider would choose, and
+    reads of the decider's state (endpoint statistics, the rate-limit broker
+    and hedge budget, the catalog) for the switchboard CLI and dashboards.
     """
 
     @staticmethod
@@ -183,5 +251,56 @@ class OperatorService(object):
         return grpc.experimental.unary_unary(request, target, '/switchboard.v1.OperatorService/Explain',
             switchboard_dot_v1_dot_operator__pb2.ExplainRequest.SerializeToString,
             switchboard_dot_v1_dot_operator__pb2.ExplainResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetEndpointStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.OperatorService/GetEndpointStats',
+            switchboard_dot_v1_dot_operator__pb2.GetEndpointStatsRequest.SerializeToString,
+            switchboard_dot_v1_dot_operator__pb2.GetEndpointStatsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.OperatorService/GetBroker',
+            switchboard_dot_v1_dot_operator__pb2.GetBrokerRequest.SerializeToString,
+            switchboard_dot_v1_dot_operator__pb2.GetBrokerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetCatalog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.OperatorService/GetCatalog',
+            switchboard_dot_v1_dot_operator__pb2.GetCatalogRequest.SerializeToString,
+            switchboard_dot_v1_dot_operator__pb2.GetCatalogResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -12,10 +12,11 @@ _sym_db = _symbol_database.Default()
 
 
 from switchboard.v1 import edge_pb2 as switchboard_dot_v1_dot_edge__pb2
+from switchboard.v1 import operator_pb2 as switchboard_dot_v1_dot_operator__pb2
 from switchboard.v1 import router_pb2 as switchboard_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1bswitchboard/v1/router.proto\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse2\xb1\x04\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"_\n\x17\x46orwardGetBrokerRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.GetBrokerRequest\"O\n\x18\x46orwardGetBrokerResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.GetBrokerResponse2\x98\x05\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12\x65\n\x10\x46orwardGetBroker\x12\'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchboard.v1.replica_pb2', globals())
@@ -23,26 +24,30 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'ZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1'
-  _FORWARDRESERVEREQUEST._serialized_start=104
-  _FORWARDRESERVEREQUEST._serialized_end=195
-  _FORWARDRESERVERESPONSE._serialized_start=197
-  _FORWARDRESERVERESPONSE._serialized_end=272
-  _FORWARDRECONCILEREQUEST._serialized_start=274
-  _FORWARDRECONCILEREQUEST._serialized_end=369
-  _FORWARDRECONCILERESPONSE._serialized_start=371
-  _FORWARDRECONCILERESPONSE._serialized_end=450
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=452
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=561
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=563
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=656
-  _FORWARDACQUIREHEDGEREQUEST._serialized_start=658
-  _FORWARDACQUIREHEDGEREQUEST._serialized_end=759
-  _FORWARDACQUIREHEDGERESPONSE._serialized_start=761
-  _FORWARDACQUIREHEDGERESPONSE._serialized_end=846
-  _FORWARDSETTLEHEDGEREQUEST._serialized_start=848
-  _FORWARDSETTLEHEDGEREQUEST._serialized_end=947
-  _FORWARDSETTLEHEDGERESPONSE._serialized_start=949
-  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1032
-  _REPLICASERVICE._serialized_start=1035
-  _REPLICASERVICE._serialized_end=1596
+  _FORWARDRESERVEREQUEST._serialized_start=135
+  _FORWARDRESERVEREQUEST._serialized_end=226
+  _FORWARDRESERVERESPONSE._serialized_start=228
+  _FORWARDRESERVERESPONSE._serialized_end=303
+  _FORWARDRECONCILEREQUEST._serialized_start=305
+  _FORWARDRECONCILEREQUEST._serialized_end=400
+  _FORWARDRECONCILERESPONSE._serialized_start=402
+  _FORWARDRECONCILERESPONSE._serialized_end=481
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=483
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=592
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=594
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=687
+  _FORWARDACQUIREHEDGEREQUEST._serialized_start=689
+  _FORWARDACQUIREHEDGEREQUEST._serialized_end=790
+  _FORWARDACQUIREHEDGERESPONSE._serialized_start=792
+  _FORWARDACQUIREHEDGERESPONSE._serialized_end=877
+  _FORWARDSETTLEHEDGEREQUEST._serialized_start=879
+  _FORWARDSETTLEHEDGEREQUEST._serialized_end=978
+  _FORWARDSETTLEHEDGERESPONSE._serialized_start=980
+  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1063
+  _FORWARDGETBROKERREQUEST._serialized_start=1065
+  _FORWARDGETBROKERREQUEST._serialized_end=1160
+  _FORWARDGETBROKERRESPONSE._serialized_start=1162
+  _FORWARDGETBROKERRESPONSE._serialized_end=1241
+  _REPLICASERVICE._serialized_start=1244
+  _REPLICASERVICE._serialized_end=1908
 # @@protoc_insertion_point(module_scope)

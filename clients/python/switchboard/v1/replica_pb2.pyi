@@ -1,4 +1,5 @@
 from switchboard.v1 import edge_pb2 as _edge_pb2
+from switchboard.v1 import operator_pb2 as _operator_pb2
 from switchboard.v1 import router_pb2 as _router_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -19,6 +20,20 @@ class ForwardAcquireHedgeResponse(_message.Message):
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     response: _edge_pb2.AcquireHedgeResponse
     def __init__(self, response: _Optional[_Union[_edge_pb2.AcquireHedgeResponse, _Mapping]] = ...) -> None: ...
+
+class ForwardGetBrokerRequest(_message.Message):
+    __slots__ = ["caller_id", "request"]
+    CALLER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    caller_id: str
+    request: _operator_pb2.GetBrokerRequest
+    def __init__(self, caller_id: _Optional[str] = ..., request: _Optional[_Union[_operator_pb2.GetBrokerRequest, _Mapping]] = ...) -> None: ...
+
+class ForwardGetBrokerResponse(_message.Message):
+    __slots__ = ["response"]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: _operator_pb2.GetBrokerResponse
+    def __init__(self, response: _Optional[_Union[_operator_pb2.GetBrokerResponse, _Mapping]] = ...) -> None: ...
 
 class ForwardKeepReservationsRequest(_message.Message):
     __slots__ = ["caller_id", "request"]

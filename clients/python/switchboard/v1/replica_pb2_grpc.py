@@ -51,6 +51,11 @@ class ReplicaServiceStub(object):
                 request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardSettleHedgeRequest.SerializeToString,
                 response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardSettleHedgeResponse.FromString,
                 )
+        self.ForwardGetBroker = channel.unary_unary(
+                '/switchboard.v1.ReplicaService/ForwardGetBroker',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerResponse.FromString,
+                )
 
 
 class ReplicaServiceServicer(object):
@@ -104,6 +109,13 @@ class ReplicaServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForwardGetBroker(self, request, context):
+        """ForwardGetBroker is OperatorService.GetBroker on behalf of caller_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +143,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.ForwardSettleHedge,
                     request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardSettleHedgeRequest.FromString,
                     response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardSettleHedgeResponse.SerializeToString,
+            ),
+            'ForwardGetBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardGetBroker,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -236,5 +253,22 @@ class ReplicaService(object):
         return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardSettleHedge',
             switchboard_dot_v1_dot_replica__pb2.ForwardSettleHedgeRequest.SerializeToString,
             switchboard_dot_v1_dot_replica__pb2.ForwardSettleHedgeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ForwardGetBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardGetBroker',
+            switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.ForwardGetBrokerResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -284,3 +284,6 @@ func ownRefusal(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 	}
 	return err
 }
+
+// Addr is this replica's gRPC address, as it advertises it to the others.
+func (a *Admission) Addr() string { return a.o.Addr }

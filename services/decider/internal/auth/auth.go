@@ -27,7 +27,8 @@
 // in it is refused with PermissionDenied. The API is split by audience:
 // RouterService holds Decide, Reserve, Reconcile, KeepReservations,
 // ListModels, the activity calls and ReportCall; EdgeService Report and the hedge
-// budget; OperatorService the experiments and Explain; ReplicaService what
+// budget; OperatorService the experiments, Explain and the reads of the
+// decider's state; ReplicaService what
 // one decider replica forwards to another.
 //
 //	RPC                      edge        service          replica     operator
@@ -46,11 +47,15 @@
 //	StopExperiment           -           -                -           yes
 //	GetExperiment            -           -                -           yes
 //	Explain                  -           -                -           any tenant
+//	GetEndpointStats         -           -                -           any tenant
+//	GetBroker                -           -                -           yes
+//	GetCatalog               -           -                -           yes
 //	ForwardReserve           -           -                forwarded   -
 //	ForwardReconcile         -           -                forwarded   -
 //	ForwardKeepReservations  -           -                forwarded   -
 //	ForwardAcquireHedge      -           -                forwarded   -
 //	ForwardSettleHedge       -           -                forwarded   -
+//	ForwardGetBroker         -           -                forwarded   -
 //
 // "By key": an edge decides for clients it authenticated by API key, so the
 // request's identity must carry api_key_sha256; a bare tenant_id is refused.

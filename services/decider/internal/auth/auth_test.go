@@ -209,7 +209,8 @@ func TestPolicyTableCoversEveryRPC(t *testing.T) {
 }
 
 // TestOperatorServiceIsForOperators checks only operators start, stop and
-// read switchback experiments and explain decisions, and an operator no
+// read switchback experiments, explain decisions and read the decider's
+// state, and an operator no
 // longer calls Decide.
 func TestOperatorServiceIsForOperators(t *testing.T) {
 	for _, m := range []string{
@@ -217,6 +218,9 @@ func TestOperatorServiceIsForOperators(t *testing.T) {
 		switchboardv1.OperatorService_StopExperiment_FullMethodName,
 		switchboardv1.OperatorService_GetExperiment_FullMethodName,
 		switchboardv1.OperatorService_Explain_FullMethodName,
+		switchboardv1.OperatorService_GetEndpointStats_FullMethodName,
+		switchboardv1.OperatorService_GetBroker_FullMethodName,
+		switchboardv1.OperatorService_GetCatalog_FullMethodName,
 	} {
 		for _, role := range []string{catalog.RoleEdge, catalog.RoleService, catalog.RoleReplica, catalog.RoleOperator} {
 			require.Equal(t, role == catalog.RoleOperator, Allowed(role, m), "%s by %s", m, role)

@@ -52,18 +52,22 @@ var policy = map[string]map[string]access{
 	switchboardv1.EdgeService_Report_FullMethodName: {
 		catalog.RoleEdge: anyTenant,
 	},
-	switchboardv1.EdgeService_AcquireHedge_FullMethodName:        {catalog.RoleEdge: anyTenant},
-	switchboardv1.EdgeService_SettleHedge_FullMethodName:         {catalog.RoleEdge: anyTenant},
-	switchboardv1.OperatorService_StartExperiment_FullMethodName: {catalog.RoleOperator: anyTenant},
-	switchboardv1.OperatorService_StopExperiment_FullMethodName:  {catalog.RoleOperator: anyTenant},
-	switchboardv1.OperatorService_GetExperiment_FullMethodName:   {catalog.RoleOperator: anyTenant},
-	switchboardv1.OperatorService_Explain_FullMethodName:         {catalog.RoleOperator: anyTenant},
+	switchboardv1.EdgeService_AcquireHedge_FullMethodName:         {catalog.RoleEdge: anyTenant},
+	switchboardv1.EdgeService_SettleHedge_FullMethodName:          {catalog.RoleEdge: anyTenant},
+	switchboardv1.OperatorService_StartExperiment_FullMethodName:  {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_StopExperiment_FullMethodName:   {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_GetExperiment_FullMethodName:    {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_Explain_FullMethodName:          {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_GetEndpointStats_FullMethodName: {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_GetBroker_FullMethodName:        {catalog.RoleOperator: anyTenant},
+	switchboardv1.OperatorService_GetCatalog_FullMethodName:       {catalog.RoleOperator: anyTenant},
 
 	switchboardv1.ReplicaService_ForwardReserve_FullMethodName:          {catalog.RoleReplica: forwarded},
 	switchboardv1.ReplicaService_ForwardReconcile_FullMethodName:        {catalog.RoleReplica: forwarded},
 	switchboardv1.ReplicaService_ForwardKeepReservations_FullMethodName: {catalog.RoleReplica: forwarded},
 	switchboardv1.ReplicaService_ForwardAcquireHedge_FullMethodName:     {catalog.RoleReplica: forwarded},
 	switchboardv1.ReplicaService_ForwardSettleHedge_FullMethodName:      {catalog.RoleReplica: forwarded},
+	switchboardv1.ReplicaService_ForwardGetBroker_FullMethodName:        {catalog.RoleReplica: forwarded},
 }
 
 // Allowed reports whether the policy lets role call method at all, for

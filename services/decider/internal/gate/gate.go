@@ -26,6 +26,9 @@ import (
 type Views struct {
 	// Catalog is the parsed, validated catalog.
 	Catalog *catalog.Catalog
+	// Source is the catalog's YAML as stored, credential digests included:
+	// show it only through catalog.Elide.
+	Source []byte
 	// Revision is the etcd revision the catalog was stored at.
 	Revision int64
 	// Broker is the rate-limit broker's configuration: one broker.New and
@@ -63,7 +66,7 @@ func (g *Gate) Prepare(data []byte) (*Views, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Views{Catalog: c, Broker: bcfg, Keys: keys, Routing: routing.NewIndex(c, g.src), Auth: auth.NewIndex(c)}, nil
+	return &Views{Catalog: c, Source: data, Broker: bcfg, Keys: keys, Routing: routing.NewIndex(c, g.src), Auth: auth.NewIndex(c)}, nil
 }
 
 // At sets the etcd revision the catalog was stored at, which versions the

@@ -279,3 +279,6 @@ func nextMidnight(t time.Time) time.Time {
 	y, m, d := t.UTC().Date()
 	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
 }
+
+// ResetTime is when the budget refills: the next UTC midnight.
+func (b *Budget) ResetTime() time.Time { return nextMidnight(b.now()) }

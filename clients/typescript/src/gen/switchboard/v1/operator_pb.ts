@@ -6,9 +6,9 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Endpoint } from "./common_pb.js";
+import type { Endpoint, Price } from "./common_pb.js";
 import { file_switchboard_v1_common } from "./common_pb.js";
-import type { Decision, HedgePlan, Identity, MaxPrice, ProviderPreferences, TokenEstimate } from "./router_pb.js";
+import type { Decision, HedgePlan, Identity, MaxPrice, ProviderPreferences, RouteReason, SizeBucket, TokenEstimate, WorkloadClass } from "./router_pb.js";
 import { file_switchboard_v1_router } from "./router_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,681 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/operator.proto.
  */
 export const file_switchboard_v1_operator: GenFile = /*@__PURE__*/
-  fileDesc("Ch1zd2l0Y2hib2FyZC92MS9vcGVyYXRvci5wcm90bxIOc3dpdGNoYm9hcmQudjEi+QEKDkV4cGxhaW5SZXF1ZXN0EioKCGlkZW50aXR5GAEgASgLMhguc3dpdGNoYm9hcmQudjEuSWRlbnRpdHkSDQoFbW9kZWwYAiABKAkSLQoGdG9rZW5zGAMgASgLMh0uc3dpdGNoYm9hcmQudjEuVG9rZW5Fc3RpbWF0ZRIOCgZzdHJlYW0YBCABKAgSNQoIcHJvdmlkZXIYBSABKAsyIy5zd2l0Y2hib2FyZC52MS5Qcm92aWRlclByZWZlcmVuY2VzEhIKCnBhcmFtZXRlcnMYBiADKAkSDgoGcmVnaW9uGAcgASgJEhIKCnNlc3Npb25faWQYCCABKAkiqAIKD0V4cGxhaW5SZXNwb25zZRINCgVtb2RlbBgBIAEoCRIqCghlbmRwb2ludBgCIAEoCzIYLnN3aXRjaGJvYXJkLnYxLkVuZHBvaW50EisKCWZhbGxiYWNrcxgDIAMoCzIYLnN3aXRjaGJvYXJkLnYxLkVuZHBvaW50EioKCGRlY2lzaW9uGAQgASgLMhguc3dpdGNoYm9hcmQudjEuRGVjaXNpb24SKAoFaGVkZ2UYBSABKAsyGS5zd2l0Y2hib2FyZC52MS5IZWRnZVBsYW4SKgoIaWRlbnRpdHkYBiABKAsyGC5zd2l0Y2hib2FyZC52MS5JZGVudGl0eRIrCgltYXhfcHJpY2UYByABKAsyGC5zd2l0Y2hib2FyZC52MS5NYXhQcmljZSKOAwoKRXhwZXJpbWVudBIKCgJpZBgBIAEoCRIMCgRhcm1zGAIgAygJEi4KCnN0YXJ0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBWJsb2NrGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB2J1cm5faW4YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNAoIc2NoZWR1bGUYBiABKA4yIi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50U2NoZWR1bGUSDAoEc2VlZBgHIAEoBBIOCgZtb2RlbHMYCCADKAkSLAoIZW5kX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCXN0b3BfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLY3JlYXRlX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlgKFlN0YXJ0RXhwZXJpbWVudFJlcXVlc3QSLgoKZXhwZXJpbWVudBgBIAEoCzIaLnN3aXRjaGJvYXJkLnYxLkV4cGVyaW1lbnQSDgoGYmxvY2tzGAIgASgFIkkKF1N0YXJ0RXhwZXJpbWVudFJlc3BvbnNlEi4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50IhcKFVN0b3BFeHBlcmltZW50UmVxdWVzdCJIChZTdG9wRXhwZXJpbWVudFJlc3BvbnNlEi4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50IhYKFEdldEV4cGVyaW1lbnRSZXF1ZXN0IuMBChVHZXRFeHBlcmltZW50UmVzcG9uc2USLgoKZXhwZXJpbWVudBgBIAEoCzIaLnN3aXRjaGJvYXJkLnYxLkV4cGVyaW1lbnQSJwoEYXJtcxgCIAMoCzIZLnN3aXRjaGJvYXJkLnYxLkFybVJlcG9ydBIzCgtkaWZmZXJlbmNlcxgDIAMoCzIeLnN3aXRjaGJvYXJkLnYxLk1ldHJpY0VzdGltYXRlEhUKDWN1cnJlbnRfYmxvY2sYBCABKAMSEwoLY3VycmVudF9hcm0YBSABKAkSEAoIcmVwbGljYXMYBiADKAkiiAEKCUFybVJlcG9ydBIOCgZwb2xpY3kYASABKAkSDgoGYmxvY2tzGAIgASgDEhAKCHJlcXVlc3RzGAMgASgDEhgKEGJ1cm5faW5fcmVxdWVzdHMYBCABKAMSLwoHbWV0cmljcxgFIAMoCzIeLnN3aXRjaGJvYXJkLnYxLk1ldHJpY0VzdGltYXRlIpUBCg5NZXRyaWNFc3RpbWF0ZRIMCgRuYW1lGAEgASgJEgwKBHVuaXQYAiABKAkSEAoIZXN0aW1hdGUYAyABKAESDgoGY2lfbG93GAQgASgBEg8KB2NpX2hpZ2gYBSABKAESFAoMaGFzX2ludGVydmFsGAYgASgIEg4KBnBvb2xlZBgHIAEoARIOCgZibG9ja3MYCCABKAMqhQEKEkV4cGVyaW1lbnRTY2hlZHVsZRIjCh9FWFBFUklNRU5UX1NDSEVEVUxFX1VOU1BFQ0lGSUVEEAASJQohRVhQRVJJTUVOVF9TQ0hFRFVMRV9QQUlSRURfUkFORE9NEAESIwofRVhQRVJJTUVOVF9TQ0hFRFVMRV9BTFRFUk5BVElORxACMoADCg9PcGVyYXRvclNlcnZpY2USYgoPU3RhcnRFeHBlcmltZW50EiYuc3dpdGNoYm9hcmQudjEuU3RhcnRFeHBlcmltZW50UmVxdWVzdBonLnN3aXRjaGJvYXJkLnYxLlN0YXJ0RXhwZXJpbWVudFJlc3BvbnNlEl8KDlN0b3BFeHBlcmltZW50EiUuc3dpdGNoYm9hcmQudjEuU3RvcEV4cGVyaW1lbnRSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuU3RvcEV4cGVyaW1lbnRSZXNwb25zZRJcCg1HZXRFeHBlcmltZW50EiQuc3dpdGNoYm9hcmQudjEuR2V0RXhwZXJpbWVudFJlcXVlc3QaJS5zd2l0Y2hib2FyZC52MS5HZXRFeHBlcmltZW50UmVzcG9uc2USSgoHRXhwbGFpbhIeLnN3aXRjaGJvYXJkLnYxLkV4cGxhaW5SZXF1ZXN0Gh8uc3dpdGNoYm9hcmQudjEuRXhwbGFpblJlc3BvbnNlQkpaSGdpdGh1Yi5jb20vc3dpdGNoYm9hcmQtYWkvc3dpdGNoYm9hcmQvcHJvdG8vc3dpdGNoYm9hcmQvdjE7c3dpdGNoYm9hcmR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_switchboard_v1_common, file_switchboard_v1_router]);
+  fileDesc("Ch1zd2l0Y2hib2FyZC92MS9vcGVyYXRvci5wcm90bxIOc3dpdGNoYm9hcmQudjEiOwoXR2V0RW5kcG9pbnRTdGF0c1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEQoJdGVuYW50X2lkGAIgASgJIoYBChhHZXRFbmRwb2ludFN0YXRzUmVzcG9uc2USKgoGbW9kZWxzGAEgAygLMhouc3dpdGNoYm9hcmQudjEuTW9kZWxTdGF0cxIPCgdyZXBsaWNhGAIgASgJEi0KCXJlYWRfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0gEKCk1vZGVsU3RhdHMSDQoFbW9kZWwYASABKAkSMAoJZW5kcG9pbnRzGAIgAygLMh0uc3dpdGNoYm9hcmQudjEuRW5kcG9pbnRTdGF0cxItCgdjaG9pY2VzGAMgAygLMhwuc3dpdGNoYm9hcmQudjEuQnVja2V0Q2hvaWNlEiIKFXR5cGljYWxfb3V0cHV0X3Rva2VucxgEIAEoA0gAiAEBEhYKDm91dHB1dF9zYW1wbGVzGAUgASgDQhgKFl90eXBpY2FsX291dHB1dF90b2tlbnMipAQKDUVuZHBvaW50U3RhdHMSEwoLZW5kcG9pbnRfaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSJAoFcHJpY2UYAyABKAsyFS5zd2l0Y2hib2FyZC52MS5QcmljZRIoCgR0dGZ0GAQgAygLMhouc3dpdGNoYm9hcmQudjEuQnVja2V0VHRmdBIpChx0aHJvdWdocHV0X3Rva2Vuc19wZXJfc2Vjb25kGAUgASgBSACIAQESGgoSdGhyb3VnaHB1dF9zYW1wbGVzGAYgASgDEhsKDmNhY2hlX2hpdF9yYXRlGAcgASgBSAGIAQESFQoNY2FjaGVfc2FtcGxlcxgIIAEoAxIbChNyZXF1ZXN0c19wZXJfbWludXRlGAkgASgBEhUKDXRyYWZmaWNfc2hhcmUYCiABKAESMgoOY29vbGRvd25fdW50aWwYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhkKEXJhdGVfbGltaXRlZF9yYXRlGAwgASgBEhIKCmVycm9yX3JhdGUYDSABKAESIwoWbGVhcm5lZF9jYXBfcGVyX21pbnV0ZRgOIAEoAUgCiAEBEhYKDmNvbnRleHRfbGVuZ3RoGA8gASgDQh8KHV90aHJvdWdocHV0X3Rva2Vuc19wZXJfc2Vjb25kQhEKD19jYWNoZV9oaXRfcmF0ZUIZChdfbGVhcm5lZF9jYXBfcGVyX21pbnV0ZSJ1CgpCdWNrZXRUdGZ0EioKBmJ1Y2tldBgBIAEoDjIaLnN3aXRjaGJvYXJkLnYxLlNpemVCdWNrZXQSKgoHdHlwaWNhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdzYW1wbGVzGAMgASgDIrkBCgxCdWNrZXRDaG9pY2USKgoGYnVja2V0GAEgASgOMhouc3dpdGNoYm9hcmQudjEuU2l6ZUJ1Y2tldBIVCg1wcm9tcHRfdG9rZW5zGAIgASgDEhMKC2VuZHBvaW50X2lkGAMgASgJEisKBnJlYXNvbhgEIAEoDjIbLnN3aXRjaGJvYXJkLnYxLlJvdXRlUmVhc29uEg8KB3N1bW1hcnkYBSABKAkSEwoLdW5hdmFpbGFibGUYBiABKAkiJwoQR2V0QnJva2VyUmVxdWVzdBITCgttYXhfYnVja2V0cxgBIAEoBSLhAgoRR2V0QnJva2VyUmVzcG9uc2USDQoFb3duZXIYASABKAkSLQoJcmVhZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgdidWNrZXRzGAMgAygLMhwuc3dpdGNoYm9hcmQudjEuQnJva2VyQnVja2V0EhUKDXRvdGFsX2J1Y2tldHMYBCABKAMSGQoRb3Blbl9yZXNlcnZhdGlvbnMYBSABKAMSKwoGcXVldWVzGAYgAygLMhsuc3dpdGNoYm9hcmQudjEuQnJva2VyUXVldWUSMQoMaGVkZ2VfYnVkZ2V0GAcgASgLMhsuc3dpdGNoYm9hcmQudjEuSGVkZ2VCdWRnZXQSFAoMcXVldWVkX3RvdGFsGAggASgDEhsKE2FkbWl0dGVkX2Zyb21fcXVldWUYCSABKAMSGgoSdGltZWRfb3V0X2luX3F1ZXVlGAogASgDIokBCgxCcm9rZXJCdWNrZXQSDQoFc2NvcGUYASABKAkSCwoDa2V5GAIgASgJEgwKBHVuaXQYAyABKAkSDgoGd2luZG93GAQgASgJEgwKBHJ1bGUYBSABKAkSDwoHbGVhcm5lZBgGIAEoCBINCgVsaW1pdBgHIAEoARIRCglhdmFpbGFibGUYCCABKAEiZgoLQnJva2VyUXVldWUSNQoOd29ya2xvYWRfY2xhc3MYASABKA4yHS5zd2l0Y2hib2FyZC52MS5Xb3JrbG9hZENsYXNzEhEKCXRlbmFudF9pZBgCIAEoCRINCgVkZXB0aBgDIAEoAyKcAQoLSGVkZ2VCdWRnZXQSEQoJZGFpbHlfdXNkGAEgASgBEhEKCXNwZW50X3VzZBgCIAEoARIVCg1yZW1haW5pbmdfdXNkGAMgASgBEg8KB2dyYW50ZWQYBCABKAMSDwoHcmVmdXNlZBgFIAEoAxIuCgpyZXNldF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCITChFHZXRDYXRhbG9nUmVxdWVzdCJFChJHZXRDYXRhbG9nUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMSDAoEeWFtbBgCIAEoCRIPCgdyZXBsaWNhGAMgASgJIvkBCg5FeHBsYWluUmVxdWVzdBIqCghpZGVudGl0eRgBIAEoCzIYLnN3aXRjaGJvYXJkLnYxLklkZW50aXR5Eg0KBW1vZGVsGAIgASgJEi0KBnRva2VucxgDIAEoCzIdLnN3aXRjaGJvYXJkLnYxLlRva2VuRXN0aW1hdGUSDgoGc3RyZWFtGAQgASgIEjUKCHByb3ZpZGVyGAUgASgLMiMuc3dpdGNoYm9hcmQudjEuUHJvdmlkZXJQcmVmZXJlbmNlcxISCgpwYXJhbWV0ZXJzGAYgAygJEg4KBnJlZ2lvbhgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJIqgCCg9FeHBsYWluUmVzcG9uc2USDQoFbW9kZWwYASABKAkSKgoIZW5kcG9pbnQYAiABKAsyGC5zd2l0Y2hib2FyZC52MS5FbmRwb2ludBIrCglmYWxsYmFja3MYAyADKAsyGC5zd2l0Y2hib2FyZC52MS5FbmRwb2ludBIqCghkZWNpc2lvbhgEIAEoCzIYLnN3aXRjaGJvYXJkLnYxLkRlY2lzaW9uEigKBWhlZGdlGAUgASgLMhkuc3dpdGNoYm9hcmQudjEuSGVkZ2VQbGFuEioKCGlkZW50aXR5GAYgASgLMhguc3dpdGNoYm9hcmQudjEuSWRlbnRpdHkSKwoJbWF4X3ByaWNlGAcgASgLMhguc3dpdGNoYm9hcmQudjEuTWF4UHJpY2UijgMKCkV4cGVyaW1lbnQSCgoCaWQYASABKAkSDAoEYXJtcxgCIAMoCRIuCgpzdGFydF90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgVibG9jaxgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdidXJuX2luGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKCHNjaGVkdWxlGAYgASgOMiIuc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudFNjaGVkdWxlEgwKBHNlZWQYByABKAQSDgoGbW9kZWxzGAggAygJEiwKCGVuZF90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglzdG9wX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJYChZTdGFydEV4cGVyaW1lbnRSZXF1ZXN0Ei4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50Eg4KBmJsb2NrcxgCIAEoBSJJChdTdGFydEV4cGVyaW1lbnRSZXNwb25zZRIuCgpleHBlcmltZW50GAEgASgLMhouc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudCIXChVTdG9wRXhwZXJpbWVudFJlcXVlc3QiSAoWU3RvcEV4cGVyaW1lbnRSZXNwb25zZRIuCgpleHBlcmltZW50GAEgASgLMhouc3dpdGNoYm9hcmQudjEuRXhwZXJpbWVudCIWChRHZXRFeHBlcmltZW50UmVxdWVzdCLjAQoVR2V0RXhwZXJpbWVudFJlc3BvbnNlEi4KCmV4cGVyaW1lbnQYASABKAsyGi5zd2l0Y2hib2FyZC52MS5FeHBlcmltZW50EicKBGFybXMYAiADKAsyGS5zd2l0Y2hib2FyZC52MS5Bcm1SZXBvcnQSMwoLZGlmZmVyZW5jZXMYAyADKAsyHi5zd2l0Y2hib2FyZC52MS5NZXRyaWNFc3RpbWF0ZRIVCg1jdXJyZW50X2Jsb2NrGAQgASgDEhMKC2N1cnJlbnRfYXJtGAUgASgJEhAKCHJlcGxpY2FzGAYgAygJIogBCglBcm1SZXBvcnQSDgoGcG9saWN5GAEgASgJEg4KBmJsb2NrcxgCIAEoAxIQCghyZXF1ZXN0cxgDIAEoAxIYChBidXJuX2luX3JlcXVlc3RzGAQgASgDEi8KB21ldHJpY3MYBSADKAsyHi5zd2l0Y2hib2FyZC52MS5NZXRyaWNFc3RpbWF0ZSKVAQoOTWV0cmljRXN0aW1hdGUSDAoEbmFtZRgBIAEoCRIMCgR1bml0GAIgASgJEhAKCGVzdGltYXRlGAMgASgBEg4KBmNpX2xvdxgEIAEoARIPCgdjaV9oaWdoGAUgASgBEhQKDGhhc19pbnRlcnZhbBgGIAEoCBIOCgZwb29sZWQYByABKAESDgoGYmxvY2tzGAggASgDKoUBChJFeHBlcmltZW50U2NoZWR1bGUSIwofRVhQRVJJTUVOVF9TQ0hFRFVMRV9VTlNQRUNJRklFRBAAEiUKIUVYUEVSSU1FTlRfU0NIRURVTEVfUEFJUkVEX1JBTkRPTRABEiMKH0VYUEVSSU1FTlRfU0NIRURVTEVfQUxURVJOQVRJTkcQAjKOBQoPT3BlcmF0b3JTZXJ2aWNlEmIKD1N0YXJ0RXhwZXJpbWVudBImLnN3aXRjaGJvYXJkLnYxLlN0YXJ0RXhwZXJpbWVudFJlcXVlc3QaJy5zd2l0Y2hib2FyZC52MS5TdGFydEV4cGVyaW1lbnRSZXNwb25zZRJfCg5TdG9wRXhwZXJpbWVudBIlLnN3aXRjaGJvYXJkLnYxLlN0b3BFeHBlcmltZW50UmVxdWVzdBomLnN3aXRjaGJvYXJkLnYxLlN0b3BFeHBlcmltZW50UmVzcG9uc2USXAoNR2V0RXhwZXJpbWVudBIkLnN3aXRjaGJvYXJkLnYxLkdldEV4cGVyaW1lbnRSZXF1ZXN0GiUuc3dpdGNoYm9hcmQudjEuR2V0RXhwZXJpbWVudFJlc3BvbnNlEkoKB0V4cGxhaW4SHi5zd2l0Y2hib2FyZC52MS5FeHBsYWluUmVxdWVzdBofLnN3aXRjaGJvYXJkLnYxLkV4cGxhaW5SZXNwb25zZRJlChBHZXRFbmRwb2ludFN0YXRzEicuc3dpdGNoYm9hcmQudjEuR2V0RW5kcG9pbnRTdGF0c1JlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5HZXRFbmRwb2ludFN0YXRzUmVzcG9uc2USUAoJR2V0QnJva2VyEiAuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVxdWVzdBohLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlc3BvbnNlElMKCkdldENhdGFsb2cSIS5zd2l0Y2hib2FyZC52MS5HZXRDYXRhbG9nUmVxdWVzdBoiLnN3aXRjaGJvYXJkLnYxLkdldENhdGFsb2dSZXNwb25zZUJKWkhnaXRodWIuY29tL3N3aXRjaGJvYXJkLWFpL3N3aXRjaGJvYXJkL3Byb3RvL3N3aXRjaGJvYXJkL3YxO3N3aXRjaGJvYXJkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_switchboard_v1_common, file_switchboard_v1_router]);
+
+/**
+ * GetEndpointStatsRequest names what to read.
+ *
+ * @generated from message switchboard.v1.GetEndpointStatsRequest
+ */
+export type GetEndpointStatsRequest = Message<"switchboard.v1.GetEndpointStatsRequest"> & {
+  /**
+   * model is a model id or alias; empty is every model of the catalog.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * tenant_id is the tenant whose routing settings (its default sort,
+   * routing policy) the choices per bucket follow; empty follows the
+   * deployment's and the model's defaults only.
+   *
+   * @generated from field: string tenant_id = 2;
+   */
+  tenantId: string;
+};
+
+/**
+ * Describes the message switchboard.v1.GetEndpointStatsRequest.
+ * Use `create(GetEndpointStatsRequestSchema)` to create a new message.
+ */
+export const GetEndpointStatsRequestSchema: GenMessage<GetEndpointStatsRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 0);
+
+/**
+ * GetEndpointStatsResponse is each model's endpoints and choices.
+ *
+ * @generated from message switchboard.v1.GetEndpointStatsResponse
+ */
+export type GetEndpointStatsResponse = Message<"switchboard.v1.GetEndpointStatsResponse"> & {
+  /**
+   * models are the models read, by id.
+   *
+   * @generated from field: repeated switchboard.v1.ModelStats models = 1;
+   */
+  models: ModelStats[];
+
+  /**
+   * replica is the address of the replica that answered: statistics are
+   * kept per replica, from the reports of the edges connected to it and the
+   * snapshots in etcd.
+   *
+   * @generated from field: string replica = 2;
+   */
+  replica: string;
+
+  /**
+   * read_time is when the figures were read.
+   *
+   * @generated from field: google.protobuf.Timestamp read_time = 3;
+   */
+  readTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.GetEndpointStatsResponse.
+ * Use `create(GetEndpointStatsResponseSchema)` to create a new message.
+ */
+export const GetEndpointStatsResponseSchema: GenMessage<GetEndpointStatsResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 1);
+
+/**
+ * ModelStats is one model's endpoints and the choice per size bucket.
+ *
+ * @generated from message switchboard.v1.ModelStats
+ */
+export type ModelStats = Message<"switchboard.v1.ModelStats"> & {
+  /**
+   * model is the model's id.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * endpoints are the model's endpoints, in catalog order.
+   *
+   * @generated from field: repeated switchboard.v1.EndpointStats endpoints = 2;
+   */
+  endpoints: EndpointStats[];
+
+  /**
+   * choices are the endpoint routing would choose for a prompt of each
+   * size bucket, smallest bucket first.
+   *
+   * @generated from field: repeated switchboard.v1.BucketChoice choices = 3;
+   */
+  choices: BucketChoice[];
+
+  /**
+   * typical_output_tokens is the model's typical answer length in tokens,
+   * what a request without max_tokens is priced with; unset when unknown.
+   *
+   * @generated from field: optional int64 typical_output_tokens = 4;
+   */
+  typicalOutputTokens?: bigint | undefined;
+
+  /**
+   * output_samples is how many answers back typical_output_tokens.
+   *
+   * @generated from field: int64 output_samples = 5;
+   */
+  outputSamples: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.ModelStats.
+ * Use `create(ModelStatsSchema)` to create a new message.
+ */
+export const ModelStatsSchema: GenMessage<ModelStats> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 2);
+
+/**
+ * EndpointStats is what routing knows of one endpoint.
+ *
+ * @generated from message switchboard.v1.EndpointStats
+ */
+export type EndpointStats = Message<"switchboard.v1.EndpointStats"> & {
+  /**
+   * endpoint_id is the endpoint's id.
+   *
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * provider is the endpoint's provider.
+   *
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * price is the endpoint's catalog price, in USD per million tokens.
+   *
+   * @generated from field: switchboard.v1.Price price = 3;
+   */
+  price?: Price | undefined;
+
+  /**
+   * ttft is the typical time to first token per prompt-size bucket, every
+   * bucket listed, smallest first.
+   *
+   * @generated from field: repeated switchboard.v1.BucketTtft ttft = 4;
+   */
+  ttft: BucketTtft[];
+
+  /**
+   * throughput_tokens_per_second is the typical output speed; unset when
+   * unknown.
+   *
+   * @generated from field: optional double throughput_tokens_per_second = 5;
+   */
+  throughputTokensPerSecond?: number | undefined;
+
+  /**
+   * throughput_samples is how many calls back it.
+   *
+   * @generated from field: int64 throughput_samples = 6;
+   */
+  throughputSamples: bigint;
+
+  /**
+   * cache_hit_rate is the share of prompt tokens read from the provider's
+   * cache (0 to 1); unset when unknown.
+   *
+   * @generated from field: optional double cache_hit_rate = 7;
+   */
+  cacheHitRate?: number | undefined;
+
+  /**
+   * cache_samples is how many calls back it.
+   *
+   * @generated from field: int64 cache_samples = 8;
+   */
+  cacheSamples: bigint;
+
+  /**
+   * requests_per_minute is the rate of requests this replica routed to the
+   * endpoint recently (an exponentially weighted rate).
+   *
+   * @generated from field: double requests_per_minute = 9;
+   */
+  requestsPerMinute: number;
+
+  /**
+   * traffic_share is the endpoint's part of the model's
+   * requests_per_minute (0 to 1); 0 when the model had none.
+   *
+   * @generated from field: double traffic_share = 10;
+   */
+  trafficShare: number;
+
+  /**
+   * cooldown_until is when the endpoint's cool-down ends (benched after
+   * refusals, or paused by a provider's Retry-After); unset when it is not
+   * cooling down.
+   *
+   * @generated from field: google.protobuf.Timestamp cooldown_until = 11;
+   */
+  cooldownUntil?: Timestamp | undefined;
+
+  /**
+   * rate_limited_rate is the recent share of calls answered 429 (0 to 1),
+   * over decayed counts; 0 without calls.
+   *
+   * @generated from field: double rate_limited_rate = 12;
+   */
+  rateLimitedRate: number;
+
+  /**
+   * error_rate is the recent share of calls that failed otherwise (0 to 1).
+   *
+   * @generated from field: double error_rate = 13;
+   */
+  errorRate: number;
+
+  /**
+   * learned_cap_per_minute is the request rate the endpoint is learned to
+   * take before it answers 429; unset when none was learned.
+   *
+   * @generated from field: optional double learned_cap_per_minute = 14;
+   */
+  learnedCapPerMinute?: number | undefined;
+
+  /**
+   * context_length is the endpoint's context window in tokens.
+   *
+   * @generated from field: int64 context_length = 15;
+   */
+  contextLength: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.EndpointStats.
+ * Use `create(EndpointStatsSchema)` to create a new message.
+ */
+export const EndpointStatsSchema: GenMessage<EndpointStats> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 3);
+
+/**
+ * BucketTtft is an endpoint's first-token time for one prompt-size bucket.
+ *
+ * @generated from message switchboard.v1.BucketTtft
+ */
+export type BucketTtft = Message<"switchboard.v1.BucketTtft"> & {
+  /**
+   * bucket is the prompt-size bucket.
+   *
+   * @generated from field: switchboard.v1.SizeBucket bucket = 1;
+   */
+  bucket: SizeBucket;
+
+  /**
+   * typical is the typical (median of recent samples) time to first token;
+   * unset without samples.
+   *
+   * @generated from field: google.protobuf.Duration typical = 2;
+   */
+  typical?: Duration | undefined;
+
+  /**
+   * samples is how many samples back typical.
+   *
+   * @generated from field: int64 samples = 3;
+   */
+  samples: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.BucketTtft.
+ * Use `create(BucketTtftSchema)` to create a new message.
+ */
+export const BucketTtftSchema: GenMessage<BucketTtft> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 4);
+
+/**
+ * BucketChoice is the endpoint routing would choose for one prompt size.
+ *
+ * @generated from message switchboard.v1.BucketChoice
+ */
+export type BucketChoice = Message<"switchboard.v1.BucketChoice"> & {
+  /**
+   * bucket is the prompt-size bucket.
+   *
+   * @generated from field: switchboard.v1.SizeBucket bucket = 1;
+   */
+  bucket: SizeBucket;
+
+  /**
+   * prompt_tokens is the hypothetical prompt's size the choice was made
+   * for, a size inside the bucket.
+   *
+   * @generated from field: int64 prompt_tokens = 2;
+   */
+  promptTokens: bigint;
+
+  /**
+   * endpoint_id is the endpoint chosen; empty when none can take it.
+   *
+   * @generated from field: string endpoint_id = 3;
+   */
+  endpointId: string;
+
+  /**
+   * reason is why it won.
+   *
+   * @generated from field: switchboard.v1.RouteReason reason = 4;
+   */
+  reason: RouteReason;
+
+  /**
+   * summary is the decision's one-line explanation.
+   *
+   * @generated from field: string summary = 5;
+   */
+  summary: string;
+
+  /**
+   * unavailable says why no endpoint can take the prompt (too long for
+   * every context, every endpoint cooling down); empty when one can.
+   *
+   * @generated from field: string unavailable = 6;
+   */
+  unavailable: string;
+};
+
+/**
+ * Describes the message switchboard.v1.BucketChoice.
+ * Use `create(BucketChoiceSchema)` to create a new message.
+ */
+export const BucketChoiceSchema: GenMessage<BucketChoice> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 5);
+
+/**
+ * GetBrokerRequest bounds what GetBroker returns.
+ *
+ * @generated from message switchboard.v1.GetBrokerRequest
+ */
+export type GetBrokerRequest = Message<"switchboard.v1.GetBrokerRequest"> & {
+  /**
+   * max_buckets is how many buckets to return at most, the fullest
+   * (least available of its limit) first; 0 is 200, at most 5000.
+   *
+   * @generated from field: int32 max_buckets = 1;
+   */
+  maxBuckets: number;
+};
+
+/**
+ * Describes the message switchboard.v1.GetBrokerRequest.
+ * Use `create(GetBrokerRequestSchema)` to create a new message.
+ */
+export const GetBrokerRequestSchema: GenMessage<GetBrokerRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 6);
+
+/**
+ * GetBrokerResponse is the rate-limit broker's state and the hedge budget.
+ *
+ * @generated from message switchboard.v1.GetBrokerResponse
+ */
+export type GetBrokerResponse = Message<"switchboard.v1.GetBrokerResponse"> & {
+  /**
+   * owner is the address of the replica that owns the broker and answered.
+   *
+   * @generated from field: string owner = 1;
+   */
+  owner: string;
+
+  /**
+   * read_time is when the state was read.
+   *
+   * @generated from field: google.protobuf.Timestamp read_time = 2;
+   */
+  readTime?: Timestamp | undefined;
+
+  /**
+   * buckets are the broker's buckets, at most max_buckets, the fullest
+   * first (configured and learned limits alike).
+   *
+   * @generated from field: repeated switchboard.v1.BrokerBucket buckets = 3;
+   */
+  buckets: BrokerBucket[];
+
+  /**
+   * total_buckets is how many buckets the broker holds.
+   *
+   * @generated from field: int64 total_buckets = 4;
+   */
+  totalBuckets: bigint;
+
+  /**
+   * open_reservations is how many reservations are open (granted, neither
+   * reconciled nor expired).
+   *
+   * @generated from field: int64 open_reservations = 5;
+   */
+  openReservations: bigint;
+
+  /**
+   * queues are the admission queues with requests waiting, per workload
+   * class and tenant.
+   *
+   * @generated from field: repeated switchboard.v1.BrokerQueue queues = 6;
+   */
+  queues: BrokerQueue[];
+
+  /**
+   * hedge_budget is the day's hedge budget.
+   *
+   * @generated from field: switchboard.v1.HedgeBudget hedge_budget = 7;
+   */
+  hedgeBudget?: HedgeBudget | undefined;
+
+  /**
+   * queued_total is how many requests waited in a queue since the broker
+   * started; admitted_from_queue and timed_out_in_queue how many of them
+   * were admitted and how many ran out of their wait.
+   *
+   * @generated from field: int64 queued_total = 8;
+   */
+  queuedTotal: bigint;
+
+  /**
+   * admitted_from_queue: see queued_total.
+   *
+   * @generated from field: int64 admitted_from_queue = 9;
+   */
+  admittedFromQueue: bigint;
+
+  /**
+   * timed_out_in_queue: see queued_total.
+   *
+   * @generated from field: int64 timed_out_in_queue = 10;
+   */
+  timedOutInQueue: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.GetBrokerResponse.
+ * Use `create(GetBrokerResponseSchema)` to create a new message.
+ */
+export const GetBrokerResponseSchema: GenMessage<GetBrokerResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 7);
+
+/**
+ * BrokerBucket is one bucket's level when it was read.
+ *
+ * @generated from message switchboard.v1.BrokerBucket
+ */
+export type BrokerBucket = Message<"switchboard.v1.BrokerBucket"> & {
+  /**
+   * scope is the bucket's scope by its catalog name (api_key, app, tenant,
+   * partner, provider_project, model_route...).
+   *
+   * @generated from field: string scope = 1;
+   */
+  scope: string;
+
+  /**
+   * key names the scope's instance: a tenant id for a tenant bucket, an
+   * endpoint id for a model_route bucket (catalog names, never credentials).
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * unit is what the bucket counts by its catalog name (requests,
+   * input_tokens, output_tokens, total_tokens, usd, concurrent_requests).
+   *
+   * @generated from field: string unit = 3;
+   */
+  unit: string;
+
+  /**
+   * window is the period of a rate or quota by its catalog name (minute,
+   * day...); empty for concurrency and ramp buckets.
+   *
+   * @generated from field: string window = 4;
+   */
+  window: string;
+
+  /**
+   * rule is how it refills: token_bucket, daily_reset, concurrency, ramp.
+   *
+   * @generated from field: string rule = 5;
+   */
+  rule: string;
+
+  /**
+   * learned is true for a limit learned from a provider's rate-limit
+   * headers, false for one the catalog configures.
+   *
+   * @generated from field: bool learned = 6;
+   */
+  learned: boolean;
+
+  /**
+   * limit is the bucket's limit now (capacity plus burst, or a ramp's
+   * current limit), in unit.
+   *
+   * @generated from field: double limit = 7;
+   */
+  limit: number;
+
+  /**
+   * available is what it can still admit now, in unit; negative after an
+   * overrun. For a concurrency bucket limit - available requests are in
+   * flight.
+   *
+   * @generated from field: double available = 8;
+   */
+  available: number;
+};
+
+/**
+ * Describes the message switchboard.v1.BrokerBucket.
+ * Use `create(BrokerBucketSchema)` to create a new message.
+ */
+export const BrokerBucketSchema: GenMessage<BrokerBucket> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 8);
+
+/**
+ * BrokerQueue is one admission queue with requests waiting.
+ *
+ * @generated from message switchboard.v1.BrokerQueue
+ */
+export type BrokerQueue = Message<"switchboard.v1.BrokerQueue"> & {
+  /**
+   * workload_class is the queue's class.
+   *
+   * @generated from field: switchboard.v1.WorkloadClass workload_class = 1;
+   */
+  workloadClass: WorkloadClass;
+
+  /**
+   * tenant_id is the tenant whose requests wait.
+   *
+   * @generated from field: string tenant_id = 2;
+   */
+  tenantId: string;
+
+  /**
+   * depth is how many requests wait.
+   *
+   * @generated from field: int64 depth = 3;
+   */
+  depth: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.BrokerQueue.
+ * Use `create(BrokerQueueSchema)` to create a new message.
+ */
+export const BrokerQueueSchema: GenMessage<BrokerQueue> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 9);
+
+/**
+ * HedgeBudget is the day's hedge budget, shared by every edge.
+ *
+ * @generated from message switchboard.v1.HedgeBudget
+ */
+export type HedgeBudget = Message<"switchboard.v1.HedgeBudget"> & {
+  /**
+   * daily_usd is the budget per UTC day.
+   *
+   * @generated from field: double daily_usd = 1;
+   */
+  dailyUsd: number;
+
+  /**
+   * spent_usd is what today's hedges have spent (estimates, replaced by
+   * the real cost of each hedge's cancelled call when it is reported).
+   *
+   * @generated from field: double spent_usd = 2;
+   */
+  spentUsd: number;
+
+  /**
+   * remaining_usd is daily_usd - spent_usd, never below 0.
+   *
+   * @generated from field: double remaining_usd = 3;
+   */
+  remainingUsd: number;
+
+  /**
+   * granted and refused count the hedges granted and refused since this
+   * owner started.
+   *
+   * @generated from field: int64 granted = 4;
+   */
+  granted: bigint;
+
+  /**
+   * refused: see granted.
+   *
+   * @generated from field: int64 refused = 5;
+   */
+  refused: bigint;
+
+  /**
+   * reset_time is when the budget refills (the next UTC midnight).
+   *
+   * @generated from field: google.protobuf.Timestamp reset_time = 6;
+   */
+  resetTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.HedgeBudget.
+ * Use `create(HedgeBudgetSchema)` to create a new message.
+ */
+export const HedgeBudgetSchema: GenMessage<HedgeBudget> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 10);
+
+/**
+ * GetCatalogRequest asks for the catalog applied.
+ *
+ * @generated from message switchboard.v1.GetCatalogRequest
+ */
+export type GetCatalogRequest = Message<"switchboard.v1.GetCatalogRequest"> & {
+};
+
+/**
+ * Describes the message switchboard.v1.GetCatalogRequest.
+ * Use `create(GetCatalogRequestSchema)` to create a new message.
+ */
+export const GetCatalogRequestSchema: GenMessage<GetCatalogRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 11);
+
+/**
+ * GetCatalogResponse is the catalog applied.
+ *
+ * @generated from message switchboard.v1.GetCatalogResponse
+ */
+export type GetCatalogResponse = Message<"switchboard.v1.GetCatalogResponse"> & {
+  /**
+   * revision is the etcd revision the catalog was stored at.
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * yaml is the catalog as stored, comments kept, with the value of every
+   * credential digest (tokens_sha256, api_keys_sha256, an api key's sha256)
+   * replaced by "<elided>".
+   *
+   * @generated from field: string yaml = 2;
+   */
+  yaml: string;
+
+  /**
+   * replica is the address of the replica that answered.
+   *
+   * @generated from field: string replica = 3;
+   */
+  replica: string;
+};
+
+/**
+ * Describes the message switchboard.v1.GetCatalogResponse.
+ * Use `create(GetCatalogResponseSchema)` to create a new message.
+ */
+export const GetCatalogResponseSchema: GenMessage<GetCatalogResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_operator, 12);
 
 /**
  * ExplainRequest is the hypothetical request to explain; its fields mean
@@ -91,7 +765,7 @@ export type ExplainRequest = Message<"switchboard.v1.ExplainRequest"> & {
  * Use `create(ExplainRequestSchema)` to create a new message.
  */
 export const ExplainRequestSchema: GenMessage<ExplainRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 0);
+  messageDesc(file_switchboard_v1_operator, 13);
 
 /**
  * ExplainResponse is what Decide would answer, and why.
@@ -154,7 +828,7 @@ export type ExplainResponse = Message<"switchboard.v1.ExplainResponse"> & {
  * Use `create(ExplainResponseSchema)` to create a new message.
  */
 export const ExplainResponseSchema: GenMessage<ExplainResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 1);
+  messageDesc(file_switchboard_v1_operator, 14);
 
 /**
  * Experiment is a switchback experiment's definition.
@@ -246,7 +920,7 @@ export type Experiment = Message<"switchboard.v1.Experiment"> & {
  * Use `create(ExperimentSchema)` to create a new message.
  */
 export const ExperimentSchema: GenMessage<Experiment> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 2);
+  messageDesc(file_switchboard_v1_operator, 15);
 
 /**
  * StartExperimentRequest starts an experiment.
@@ -276,7 +950,7 @@ export type StartExperimentRequest = Message<"switchboard.v1.StartExperimentRequ
  * Use `create(StartExperimentRequestSchema)` to create a new message.
  */
 export const StartExperimentRequestSchema: GenMessage<StartExperimentRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 3);
+  messageDesc(file_switchboard_v1_operator, 16);
 
 /**
  * StartExperimentResponse is the experiment as started.
@@ -297,7 +971,7 @@ export type StartExperimentResponse = Message<"switchboard.v1.StartExperimentRes
  * Use `create(StartExperimentResponseSchema)` to create a new message.
  */
 export const StartExperimentResponseSchema: GenMessage<StartExperimentResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 4);
+  messageDesc(file_switchboard_v1_operator, 17);
 
 /**
  * StopExperimentRequest stops the running experiment.
@@ -312,7 +986,7 @@ export type StopExperimentRequest = Message<"switchboard.v1.StopExperimentReques
  * Use `create(StopExperimentRequestSchema)` to create a new message.
  */
 export const StopExperimentRequestSchema: GenMessage<StopExperimentRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 5);
+  messageDesc(file_switchboard_v1_operator, 18);
 
 /**
  * StopExperimentResponse is the stopped experiment.
@@ -333,7 +1007,7 @@ export type StopExperimentResponse = Message<"switchboard.v1.StopExperimentRespo
  * Use `create(StopExperimentResponseSchema)` to create a new message.
  */
 export const StopExperimentResponseSchema: GenMessage<StopExperimentResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 6);
+  messageDesc(file_switchboard_v1_operator, 19);
 
 /**
  * GetExperimentRequest asks for the experiment and its figures.
@@ -348,7 +1022,7 @@ export type GetExperimentRequest = Message<"switchboard.v1.GetExperimentRequest"
  * Use `create(GetExperimentRequestSchema)` to create a new message.
  */
 export const GetExperimentRequestSchema: GenMessage<GetExperimentRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 7);
+  messageDesc(file_switchboard_v1_operator, 20);
 
 /**
  * GetExperimentResponse is the experiment and its figures.
@@ -405,7 +1079,7 @@ export type GetExperimentResponse = Message<"switchboard.v1.GetExperimentRespons
  * Use `create(GetExperimentResponseSchema)` to create a new message.
  */
 export const GetExperimentResponseSchema: GenMessage<GetExperimentResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 8);
+  messageDesc(file_switchboard_v1_operator, 21);
 
 /**
  * ArmReport is one arm's figures.
@@ -455,7 +1129,7 @@ export type ArmReport = Message<"switchboard.v1.ArmReport"> & {
  * Use `create(ArmReportSchema)` to create a new message.
  */
 export const ArmReportSchema: GenMessage<ArmReport> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 9);
+  messageDesc(file_switchboard_v1_operator, 22);
 
 /**
  * MetricEstimate is one figure of an arm: the mean of its per-block values
@@ -531,7 +1205,7 @@ export type MetricEstimate = Message<"switchboard.v1.MetricEstimate"> & {
  * Use `create(MetricEstimateSchema)` to create a new message.
  */
 export const MetricEstimateSchema: GenMessage<MetricEstimate> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_operator, 10);
+  messageDesc(file_switchboard_v1_operator, 23);
 
 /**
  * ExperimentSchedule is how the arm of each time block is chosen.
@@ -573,7 +1247,9 @@ export const ExperimentScheduleSchema: GenEnum<ExperimentSchedule> = /*@__PURE__
 
 /**
  * OperatorService is what operators call: switchback experiments, started,
- * stopped and read, and the explanation of what the decider would choose.
+ * stopped and read, the explanation of what the decider would choose, and
+ * reads of the decider's state (endpoint statistics, the rate-limit broker
+ * and hedge budget, the catalog) for the switchboard CLI and dashboards.
  *
  * @generated from service switchboard.v1.OperatorService
  */
@@ -629,6 +1305,47 @@ export const OperatorService: GenService<{
     methodKind: "unary";
     input: typeof ExplainRequestSchema;
     output: typeof ExplainResponseSchema;
+  },
+  /**
+   * GetEndpointStats returns what routing knows of each endpoint of a model
+   * (or of every model), as this replica holds it in memory, and the
+   * endpoint it would choose for a prompt of each size bucket. Operators
+   * only. NOT_FOUND for a model the catalog does not have, UNAUTHENTICATED
+   * for an unknown tenant_id.
+   *
+   * @generated from rpc switchboard.v1.OperatorService.GetEndpointStats
+   */
+  getEndpointStats: {
+    methodKind: "unary";
+    input: typeof GetEndpointStatsRequestSchema;
+    output: typeof GetEndpointStatsResponseSchema;
+  },
+  /**
+   * GetBroker returns the rate-limit broker's state (its buckets, open
+   * reservations and admission queues) and the hedge budget, as the
+   * broker's owner holds them: a replica that does not own the broker
+   * forwards the call to the one that does (ReplicaService.ForwardGetBroker).
+   * Operators only. UNAVAILABLE while no owner is elected or the broker is
+   * starting.
+   *
+   * @generated from rpc switchboard.v1.OperatorService.GetBroker
+   */
+  getBroker: {
+    methodKind: "unary";
+    input: typeof GetBrokerRequestSchema;
+    output: typeof GetBrokerResponseSchema;
+  },
+  /**
+   * GetCatalog returns the catalog this replica has applied: its etcd
+   * revision and its YAML with every credential digest elided. Operators
+   * only.
+   *
+   * @generated from rpc switchboard.v1.OperatorService.GetCatalog
+   */
+  getCatalog: {
+    methodKind: "unary";
+    input: typeof GetCatalogRequestSchema;
+    output: typeof GetCatalogResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchboard_v1_operator, 0);

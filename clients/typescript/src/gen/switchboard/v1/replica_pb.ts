@@ -6,6 +6,8 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { AcquireHedgeRequest, AcquireHedgeResponse, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
 import { file_switchboard_v1_edge } from "./edge_pb.js";
+import type { GetBrokerRequest, GetBrokerResponse } from "./operator_pb.js";
+import { file_switchboard_v1_operator } from "./operator_pb.js";
 import type { KeepReservationsRequest, KeepReservationsResponse, ReconcileRequest, ReconcileResponse, ReserveRequest, ReserveResponse } from "./router_pb.js";
 import { file_switchboard_v1_router } from "./router_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -14,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/replica.proto.
  */
 export const file_switchboard_v1_replica: GenFile = /*@__PURE__*/
-  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZTKxBAoOUmVwbGljYVNlcnZpY2USXwoORm9yd2FyZFJlc2VydmUSJS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlcXVlc3QaJi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEmUKEEZvcndhcmRSZWNvbmNpbGUSJy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVxdWVzdBooLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZWNvbmNpbGVSZXNwb25zZRJ6ChdGb3J3YXJkS2VlcFJlc2VydmF0aW9ucxIuLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVxdWVzdBovLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRLZWVwUmVzZXJ2YXRpb25zUmVzcG9uc2USbgoTRm9yd2FyZEFjcXVpcmVIZWRnZRIqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0Gisuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEFjcXVpcmVIZWRnZVJlc3BvbnNlEmsKEkZvcndhcmRTZXR0bGVIZWRnZRIpLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRTZXR0bGVIZWRnZVJlcXVlc3QaKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXNwb25zZUJKWkhnaXRodWIuY29tL3N3aXRjaGJvYXJkLWFpL3N3aXRjaGJvYXJkL3Byb3RvL3N3aXRjaGJvYXJkL3YxO3N3aXRjaGJvYXJkdjFiBnByb3RvMw", [file_switchboard_v1_edge, file_switchboard_v1_router]);
+  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJfChdGb3J3YXJkR2V0QnJva2VyUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlcXVlc3QiTwoYRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVzcG9uc2UymAUKDlJlcGxpY2FTZXJ2aWNlEl8KDkZvcndhcmRSZXNlcnZlEiUuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXNwb25zZRJlChBGb3J3YXJkUmVjb25jaWxlEicuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USegoXRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnMSLi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QaLy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEm4KE0ZvcndhcmRBY3F1aXJlSGVkZ2USKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXNwb25zZRJrChJGb3J3YXJkU2V0dGxlSGVkZ2USKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVzcG9uc2USZQoQRm9yd2FyZEdldEJyb2tlchInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlQkpaSGdpdGh1Yi5jb20vc3dpdGNoYm9hcmQtYWkvc3dpdGNoYm9hcmQvcHJvdG8vc3dpdGNoYm9hcmQvdjE7c3dpdGNoYm9hcmR2MWIGcHJvdG8z", [file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
 
 /**
  * ForwardReserveRequest is a Reserve forwarded to the broker's owner.
@@ -268,6 +270,55 @@ export const ForwardSettleHedgeResponseSchema: GenMessage<ForwardSettleHedgeResp
   messageDesc(file_switchboard_v1_replica, 9);
 
 /**
+ * ForwardGetBrokerRequest is a GetBroker forwarded to the broker's owner.
+ *
+ * @generated from message switchboard.v1.ForwardGetBrokerRequest
+ */
+export type ForwardGetBrokerRequest = Message<"switchboard.v1.ForwardGetBrokerRequest"> & {
+  /**
+   * caller_id is the catalog id of the caller the replica forwards for.
+   *
+   * @generated from field: string caller_id = 1;
+   */
+  callerId: string;
+
+  /**
+   * request is the GetBroker request as the caller sent it.
+   *
+   * @generated from field: switchboard.v1.GetBrokerRequest request = 2;
+   */
+  request?: GetBrokerRequest | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardGetBrokerRequest.
+ * Use `create(ForwardGetBrokerRequestSchema)` to create a new message.
+ */
+export const ForwardGetBrokerRequestSchema: GenMessage<ForwardGetBrokerRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 10);
+
+/**
+ * ForwardGetBrokerResponse is the owner's answer to a forwarded GetBroker.
+ *
+ * @generated from message switchboard.v1.ForwardGetBrokerResponse
+ */
+export type ForwardGetBrokerResponse = Message<"switchboard.v1.ForwardGetBrokerResponse"> & {
+  /**
+   * response is GetBroker's answer.
+   *
+   * @generated from field: switchboard.v1.GetBrokerResponse response = 1;
+   */
+  response?: GetBrokerResponse | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.ForwardGetBrokerResponse.
+ * Use `create(ForwardGetBrokerResponseSchema)` to create a new message.
+ */
+export const ForwardGetBrokerResponseSchema: GenMessage<ForwardGetBrokerResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 11);
+
+/**
  * ReplicaService is what decider replicas call on each other, and nothing
  * else does: a replica that does not own the rate-limit broker forwards to
  * the one that does the calls that must be decided in one place — the
@@ -334,6 +385,16 @@ export const ReplicaService: GenService<{
     methodKind: "unary";
     input: typeof ForwardSettleHedgeRequestSchema;
     output: typeof ForwardSettleHedgeResponseSchema;
+  },
+  /**
+   * ForwardGetBroker is OperatorService.GetBroker on behalf of caller_id.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.ForwardGetBroker
+   */
+  forwardGetBroker: {
+    methodKind: "unary";
+    input: typeof ForwardGetBrokerRequestSchema;
+    output: typeof ForwardGetBrokerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchboard_v1_replica, 0);
