@@ -3,13 +3,10 @@ package app
 import (
 	"context"
 	"net/http"
-	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
-	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/dashboard"
 )
 
@@ -61,29 +58,10 @@ func (d *Decider) serveDashboard(w http.ResponseWriter, r *http.Request) {
 // its history until bg ends.
 func (d *Decider) startDashboard(bg context.Context) {
 	db := dashboard.New(dashboard.Options{
-		Catalog: d.catalog, RPC: d.svc, Source: dashSource{d}, Secure: d.cfg.TLSCertFile != "",
+		Catalog: d.catalog, RPC: d.svc, Secure: d.cfg.TLSCertFile != "",
 		Now: d.cfg.Now, Logger: d.logger.With("component", "dashboard"),
 	})
 	h := db.Handler()
 	d.dash.Store(&h)
 	d.wg.Go(func() { db.Run(bg) })
 }
-
-// dashSource reads the dashboard's operator figures from the components.
-type dashSource struct{ d *Decider }
-
-func (s dashSource) TTFT(id string, b tokens.Bucket) (time.Duration, int, bool) { return s.d.stats.TTFT(id, b) }
-
-func (s dashSource) Calls(id string) float64 {
-	return s.d.outcomes.Endpoint(id).Read(s.d.cfg.Now()).Calls
-}
-
-func (s dashSource) CooledUntil(id string, now time.Time) (time.Time, bool) { return s.d.cool.Until(id, now) }
-
-func (s dashSource) HedgeBudget() (spent, daily float64, granted, refused int64) { return s.d.budget.Status() }
-
-func (s dashSource) BucketLevels(scopes ...broker.Scope) []broker.BucketLevel {
-	return s.d.broker.BucketLevels(scopes...)
-}
-
-func (s dashSource) QueueDepths() []broker.QueueDepth { return s.d.broker.QueueDepths() }

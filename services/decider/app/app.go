@@ -49,7 +49,6 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
@@ -89,7 +88,6 @@ type Decider struct {
 	adm      *admission.Admission
 	observer *observe.Observer
 	cool     *cooldown.Tracker
-	outcomes *outcomes.Tracker
 	exps     *experiment.Manager
 	tlsSrv   *tlsfiles.Creds // the server's credentials, nil in plaintext
 	tlsPeer  *tlsfiles.Creds // the client credentials to other replicas, nil in plaintext
@@ -100,7 +98,7 @@ type Decider struct {
 	// --pprof the profiles), nil without --admin-listen.
 	debug *debugserver.Server
 	// dash is the dashboard the admin listener serves once built.
-	dash atomic.Pointer[http.Handler]
+	dash   atomic.Pointer[http.Handler]
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once

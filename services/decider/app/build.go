@@ -67,7 +67,6 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		logger.Info("routing statistics restored", "models", n)
 	}
 	oc := outcomes.New(outcomes.Config{HalfLife: cfg.RoutingCostHalfLife, LoadWindow: cfg.RoutingCostLoadWindow, Now: cfg.Now})
-	d.outcomes = oc
 	d.gate = gate.New(routing.Sources{Stats: d.stats, Outcomes: oc, Stamps: routing.NewStamps(cfg.Now)})
 	views, err := d.loadCatalog(ctx)
 	if err != nil {

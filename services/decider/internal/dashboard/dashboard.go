@@ -14,11 +14,14 @@
 // role and the caller or tenant, never the credential, and expiring after
 // Options.SessionTTL.
 //
-// The pages read what the gRPC API reads, in-process: the tenant's calls
-// through RouterService.ListActivity and each bucket's choice through
-// OperatorService.Explain, with the context the auth interceptor would
-// give the call (the catalog views pinned, the caller's principal); the
-// operator's figures from the components behind Source.
+// The pages read what the gRPC API answers, in-process, with the context
+// the auth interceptor would give the call (the catalog views pinned, the
+// caller's principal): the tenant's calls and spend through
+// RouterService.ListActivity; the operator's figures through
+// OperatorService.GetEndpointStats, GetBroker (the broker's owner's, forwarded
+// there) and Explain. A history of each endpoint's first-token times,
+// sampled from GetEndpointStats every SampleEvery, is kept in memory for
+// History.
 package dashboard
 
 import (
@@ -59,16 +62,16 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 type RPC interface {
 	ListActivity(ctx context.Context, req *switchboardv1.ListActivityRequest) (*switchboardv1.ListActivityResponse, error)
 	Explain(ctx context.Context, req *switchboardv1.ExplainRequest) (*switchboardv1.ExplainResponse, error)
+	GetEndpointStats(ctx context.Context, req *switchboardv1.GetEndpointStatsRequest) (*switchboardv1.GetEndpointStatsResponse, error)
+	GetBroker(ctx context.Context, req *switchboardv1.GetBrokerRequest) (*switchboardv1.GetBrokerResponse, error)
 }
 
 // Options configure a [Dashboard].
 type Options struct {
 	// Catalog is the decider's applied catalog. (Required)
 	Catalog *gate.Current
-	// RPC serves the tenant's calls and the operator's explanations. (Required)
+	// RPC serves every page's figures. (Required)
 	RPC RPC
-	// Source reads the operator's figures. (Required)
-	Source Source
 	// Secure marks the cookie Secure: the decider serves TLS, so whoever
 	// reaches the admin listener does so behind TLS too. (Optional)
 	Secure bool

@@ -2,19 +2,20 @@ package dashboard
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
-	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 // sample is every endpoint's typical first-token time per size bucket at
-// one instant, in milliseconds; NaN where there is no figure.
+// one instant, in milliseconds (nil where there is no figure), and each
+// model's endpoints.
 type sample struct {
-	at   time.Time
-	ttft map[string][tokens.NumBuckets]float64
+	at     time.Time
+	ttft   map[string][tokens.NumBuckets]*float64
+	models map[string][]string
 }
 
 // history is the last samples, oldest first, at most max of them: a ring.
@@ -47,35 +48,44 @@ func (h *history) samples() []sample {
 	return append(out, h.ring[:h.next]...)
 }
 
-// Sample adds one sample of every endpoint of the applied catalog at now.
-func (d *Dashboard) Sample(now time.Time) {
-	if v := d.o.Catalog.Load(); v != nil {
-		d.hist.add(d.sampleOf(v.Catalog, now))
+// sample reads every endpoint's first-token times as the operator's
+// GetEndpointStats answers them, as the decider's own work (no caller).
+func (d *Dashboard) sample(ctx context.Context, now time.Time) (sample, error) {
+	ctx, _ = d.o.Catalog.Pin(ctx)
+	resp, err := d.o.RPC.GetEndpointStats(ctx, &switchboardv1.GetEndpointStatsRequest{})
+	if err != nil {
+		return sample{}, err
 	}
-}
-
-// sampleOf reads every endpoint of c at now.
-func (d *Dashboard) sampleOf(c *catalog.Catalog, now time.Time) sample {
-	s := sample{at: now, ttft: map[string][tokens.NumBuckets]float64{}}
-	for _, m := range c.Models {
-		for _, e := range m.Endpoints {
-			id := e.ID(m.ID)
-			var row [tokens.NumBuckets]float64
-			for b := range tokens.NumBuckets {
-				row[b] = math.NaN()
-				if t, _, ok := d.o.Source.TTFT(id, tokens.Bucket(b)); ok {
-					row[b] = float64(t) / float64(time.Millisecond)
+	s := sample{at: now, ttft: map[string][tokens.NumBuckets]*float64{}, models: map[string][]string{}}
+	for _, m := range resp.GetModels() {
+		for _, e := range m.GetEndpoints() {
+			var row [tokens.NumBuckets]*float64
+			for _, t := range e.GetTtft() {
+				if i, ok := bucketIndex(t.GetBucket()); ok {
+					row[i] = ms(t.GetTypical(), t.GetTypical() != nil)
 				}
 			}
-			s.ttft[id] = row
+			s.ttft[e.GetEndpointId()] = row
+			s.models[m.GetModel()] = append(s.models[m.GetModel()], e.GetEndpointId())
 		}
 	}
-	return s
+	return s, nil
+}
+
+// Sample adds one sample at now to the history.
+func (d *Dashboard) Sample(ctx context.Context, now time.Time) {
+	s, err := d.sample(ctx, now)
+	if err != nil {
+		d.o.Logger.Warn("dashboard history: endpoint statistics not read", "err", err)
+		return
+	}
+	s.models = nil // the history keeps the figures; the model's endpoints are read now
+	d.hist.add(s)
 }
 
 // Run samples the history every SampleEvery until ctx ends, the first at once.
 func (d *Dashboard) Run(ctx context.Context) {
-	d.Sample(d.o.Now())
+	d.Sample(ctx, d.o.Now())
 	t := time.NewTicker(d.o.SampleEvery)
 	defer t.Stop()
 	for {
@@ -83,7 +93,7 @@ func (d *Dashboard) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			d.Sample(d.o.Now())
+			d.Sample(ctx, d.o.Now())
 		}
 	}
 }

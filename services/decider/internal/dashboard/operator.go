@@ -1,37 +1,15 @@
 package dashboard
 
 import (
-	"cmp"
-	"context"
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
-	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/gate"
 )
-
-// Source reads the operator's figures from the decider's components.
-type Source interface {
-	// TTFT is an endpoint's typical first-token time in a size bucket
-	// (stats.Store.TTFT).
-	TTFT(endpointID string, b tokens.Bucket) (typical time.Duration, samples int, ok bool)
-	// Calls is the decayed count of attempts reported on an endpoint
-	// (outcomes.Figures.Calls): its traffic, lately.
-	Calls(endpointID string) float64
-	// CooledUntil is when an endpoint's cool-down ends, false when it has
-	// none (cooldown.Tracker.Until).
-	CooledUntil(endpointID string, now time.Time) (time.Time, bool)
-	// HedgeBudget is today's hedge spend and budget (hedge.Budget.Status).
-	HedgeBudget() (spent, daily float64, granted, refused int64)
-	// BucketLevels and QueueDepths are the rate-limit broker's (broker.Broker).
-	BucketLevels(scopes ...broker.Scope) []broker.BucketLevel
-	QueueDepths() []broker.QueueDepth
-}
 
 // bucketNames are the size buckets' labels, by tokens.Bucket.
 var bucketNames = func() []string {
@@ -42,107 +20,136 @@ var bucketNames = func() []string {
 	return out
 }()
 
-// bucketPrompt is the prompt size a bucket's choice is explained for:
-// inside the bucket, a typical request of its size.
-var bucketPrompt = [tokens.NumBuckets]int64{2 * tokens.K, 16 * tokens.K, 64 * tokens.K, 160 * tokens.K}
+// bucketIndex is a SizeBucket's index in bucketNames, false for none.
+func bucketIndex(b switchboardv1.SizeBucket) (int, bool) {
+	i := int(b) - int(switchboardv1.SizeBucket_SIZE_BUCKET_UNDER_8K)
+	return i, i >= 0 && i < tokens.NumBuckets
+}
+
+// ms is a duration in milliseconds; nil for none.
+func ms(d interface{ AsDuration() time.Duration }, ok bool) *float64 {
+	if !ok {
+		return nil
+	}
+	f := float64(d.AsDuration()) / float64(time.Millisecond)
+	return &f
+}
+
+// lower is an enum's name without its prefix, in lower case.
+func lower(name, prefix string) string {
+	return strings.ToLower(strings.TrimPrefix(name, prefix))
+}
 
 type endpointRow struct {
 	ID       string     `json:"id"`
 	Provider string     `json:"provider"`
-	Input    *float64   `json:"price_input"`
-	Cached   *float64   `json:"price_cached_input"`
-	Output   *float64   `json:"price_output"`
+	Input    float64    `json:"price_input"`
+	Cached   float64    `json:"price_cached_input"`
+	Output   float64    `json:"price_output"`
 	Share    float64    `json:"traffic_share"`
-	Calls    float64    `json:"recent_calls"`
+	PerMin   float64    `json:"requests_per_minute"`
 	TTFTms   []*float64 `json:"ttft_ms"`
-	Samples  []int      `json:"samples"`
+	Samples  []int64    `json:"samples"`
 	Cooled   *time.Time `json:"cooled_until"`
+	Limited  float64    `json:"rate_limited_rate"`
+	Errors   float64    `json:"error_rate"`
+}
+
+type choiceRow struct {
+	Bucket      string `json:"bucket"`
+	Prompt      int64  `json:"prompt_tokens"`
+	Endpoint    string `json:"endpoint"`
+	Reason      string `json:"reason"`
+	Summary     string `json:"summary"`
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 type modelRow struct {
 	ID        string        `json:"id"`
 	Endpoints []endpointRow `json:"endpoints"`
+	Choices   []choiceRow   `json:"choices"`
 }
 
-// overview is every model's endpoints now: price (USD per million
-// tokens), traffic share, first-token time per bucket, cool-down.
-func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, _ session) {
-	_, v := d.o.Catalog.Pin(r.Context())
-	now := d.o.Now()
-	var models []modelRow
-	for _, m := range v.Catalog.Models {
-		row := modelRow{ID: m.ID}
-		var total float64
-		for _, e := range m.Endpoints {
-			er := d.endpointRow(m, e, now)
-			total += er.Calls
-			row.Endpoints = append(row.Endpoints, er)
-		}
-		for i := range row.Endpoints {
-			if total > 0 {
-				row.Endpoints[i].Share = row.Endpoints[i].Calls / total
-			}
-		}
-		models = append(models, row)
-	}
-	slices.SortFunc(models, func(a, b modelRow) int { return cmp.Compare(a.ID, b.ID) })
+// overview is every model's endpoints now (OperatorService.GetEndpointStats):
+// price (USD per million tokens), traffic share, first-token time per
+// bucket, cool-down; and the choice per bucket for ?tenant= (the catalog's
+// first tenant when none is named).
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, s session) {
+	ctx, v := d.o.Catalog.Pin(r.Context())
 	tenants := make([]string, 0, len(v.Catalog.Tenants))
 	for _, t := range v.Catalog.Tenants {
 		tenants = append(tenants, t.ID)
 	}
 	slices.Sort(tenants)
-	writeJSON(w, map[string]any{"models": models, "buckets": bucketNames, "tenants": tenants, "revision": v.Revision})
-}
-
-func (d *Dashboard) endpointRow(m catalog.Model, e catalog.Endpoint, now time.Time) endpointRow {
-	id := e.ID(m.ID)
-	er := endpointRow{ID: id, Provider: e.Provider, Input: e.Price.Input, Cached: e.Price.CachedInput, Output: e.Price.Output,
-		Calls: d.o.Source.Calls(id)}
-	for b := range tokens.NumBuckets {
-		t, n, ok := d.o.Source.TTFT(id, tokens.Bucket(b))
-		var ms *float64
-		if ok {
-			f := float64(t) / float64(time.Millisecond)
-			ms = &f
+	tenant := r.URL.Query().Get("tenant")
+	if tenant == "" && len(tenants) > 0 {
+		tenant = tenants[0]
+	}
+	ctx, err := d.callContext(ctx, v, s)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
+		return
+	}
+	resp, err := d.o.RPC.GetEndpointStats(ctx, &switchboardv1.GetEndpointStatsRequest{TenantId: tenant})
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", statusMessage(err))
+		return
+	}
+	models := []modelRow{}
+	for _, m := range resp.GetModels() {
+		row := modelRow{ID: m.GetModel()}
+		for _, e := range m.GetEndpoints() {
+			er := endpointRow{ID: e.GetEndpointId(), Provider: e.GetProvider(), Input: e.GetPrice().GetInput(),
+				Cached: e.GetPrice().GetCachedInput(), Output: e.GetPrice().GetOutput(), Share: e.GetTrafficShare(),
+				PerMin: e.GetRequestsPerMinute(), Limited: e.GetRateLimitedRate(), Errors: e.GetErrorRate(),
+				TTFTms: make([]*float64, tokens.NumBuckets), Samples: make([]int64, tokens.NumBuckets)}
+			for _, t := range e.GetTtft() {
+				if i, ok := bucketIndex(t.GetBucket()); ok {
+					er.TTFTms[i] = ms(t.GetTypical(), t.GetTypical() != nil)
+					er.Samples[i] = t.GetSamples()
+				}
+			}
+			if c := e.GetCooldownUntil(); c != nil {
+				u := c.AsTime().UTC()
+				er.Cooled = &u
+			}
+			row.Endpoints = append(row.Endpoints, er)
 		}
-		er.TTFTms = append(er.TTFTms, ms)
-		er.Samples = append(er.Samples, n)
+		for _, c := range m.GetChoices() {
+			cr := choiceRow{Prompt: c.GetPromptTokens(), Endpoint: c.GetEndpointId(), Summary: c.GetSummary(), Unavailable: c.GetUnavailable(),
+				Reason: lower(switchboardv1.EnumName(c.GetReason()), "ROUTE_REASON_")}
+			if i, ok := bucketIndex(c.GetBucket()); ok {
+				cr.Bucket = bucketNames[i]
+			}
+			row.Choices = append(row.Choices, cr)
+		}
+		models = append(models, row)
 	}
-	if u, ok := d.o.Source.CooledUntil(id, now); ok {
-		u = u.UTC()
-		er.Cooled = &u
-	}
-	return er
+	writeJSON(w, map[string]any{"models": models, "buckets": bucketNames, "tenants": tenants, "tenant": tenant,
+		"revision": v.Revision, "replica": resp.GetReplica()})
 }
 
-// model is the catalog's model the query's ?model= names (an id or an
-// alias), with the request's context pinning the views it was found in;
-// else it answers 404 and false.
-func (d *Dashboard) model(w http.ResponseWriter, r *http.Request) (context.Context, *gate.Views, catalog.Model, bool) {
-	ctx, v := d.o.Catalog.Pin(r.Context())
+// ttft is one model's first-token times over the history and now: the
+// sample times (Unix seconds) and, per size bucket, one series per
+// endpoint (ms, null where there was no figure), as uPlot draws them.
+func (d *Dashboard) ttft(w http.ResponseWriter, r *http.Request, _ session) {
+	now, err := d.sample(r.Context(), d.o.Now())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", statusMessage(err))
+		return
+	}
 	id := r.URL.Query().Get("model")
+	_, v := d.o.Catalog.Pin(r.Context())
 	if canon, ok := v.Routing.Resolve(id); ok {
 		id = canon
 	}
-	for _, m := range v.Catalog.Models {
-		if m.ID == id {
-			return ctx, v, m, true
-		}
-	}
-	writeError(w, http.StatusNotFound, "not_found", "no such model in the catalog")
-	return nil, nil, catalog.Model{}, false
-}
-
-// ttft is one model's first-token times over the history and now: the sample
-// times (Unix seconds) and, per size bucket, one series per endpoint (ms,
-// null where there was no figure), as uPlot draws them.
-func (d *Dashboard) ttft(w http.ResponseWriter, r *http.Request, _ session) {
-	_, v, m, ok := d.model(w, r)
+	endpoints, ok := now.models[id]
 	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "no such model in the catalog")
 		return
 	}
 	// The history, and the figures of now as its last point.
-	samples := append(d.hist.samples(), d.sampleOf(v.Catalog, d.o.Now()))
+	samples := append(d.hist.samples(), now)
 	times := make([]int64, len(samples))
 	for i, s := range samples {
 		times[i] = s.at.Unix()
@@ -153,38 +160,26 @@ func (d *Dashboard) ttft(w http.ResponseWriter, r *http.Request, _ session) {
 	}
 	buckets := make([][]series, tokens.NumBuckets)
 	for b := range tokens.NumBuckets {
-		for _, e := range m.Endpoints {
-			id := e.ID(m.ID)
+		for _, e := range endpoints {
 			vals := make([]*float64, len(samples))
 			for i, s := range samples {
-				if row, ok := s.ttft[id]; ok && !math.IsNaN(row[b]) {
-					f := row[b]
-					vals[i] = &f
+				if row, ok := s.ttft[e]; ok && row[b] != nil {
+					vals[i] = row[b]
 				}
 			}
-			buckets[b] = append(buckets[b], series{Endpoint: id, Values: vals})
+			buckets[b] = append(buckets[b], series{Endpoint: e, Values: vals})
 		}
 	}
-	writeJSON(w, map[string]any{"model": m.ID, "times": times, "buckets": bucketNames, "series": buckets,
+	writeJSON(w, map[string]any{"model": id, "times": times, "buckets": bucketNames, "series": buckets,
 		"every_seconds": d.o.SampleEvery.Seconds()})
 }
 
 // choices explains, per size bucket, where the decider would send a
-// request of the model now (OperatorService.Explain, a dry run) for a
-// tenant (the query's, else the catalog's first), with every candidate.
+// request of ?model= now for ?tenant= (OperatorService.Explain, a dry run),
+// with every candidate's figures.
 func (d *Dashboard) choices(w http.ResponseWriter, r *http.Request, s session) {
-	ctx, v, m, ok := d.model(w, r)
-	if !ok {
-		return
-	}
-	tenant := r.URL.Query().Get("tenant")
-	if tenant == "" && len(v.Catalog.Tenants) > 0 {
-		ids := make([]string, 0, len(v.Catalog.Tenants))
-		for _, t := range v.Catalog.Tenants {
-			ids = append(ids, t.ID)
-		}
-		tenant = slices.Min(ids)
-	}
+	ctx, v := d.o.Catalog.Pin(r.Context())
+	model, tenant := r.URL.Query().Get("model"), r.URL.Query().Get("tenant")
 	ctx, err := d.callContext(ctx, v, s)
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
@@ -192,29 +187,26 @@ func (d *Dashboard) choices(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	type candidate struct {
 		Endpoint  string   `json:"endpoint"`
-		Provider  string   `json:"provider"`
 		TTFTms    *float64 `json:"ttft_ms"`
 		Samples   int64    `json:"samples"`
 		CostUSD   float64  `json:"cost_usd"`
 		Qualified bool     `json:"qualified"`
 		Note      string   `json:"note"`
 	}
-	type choice struct {
+	type explained struct {
 		Bucket     string      `json:"bucket"`
 		Prompt     int64       `json:"prompt_tokens"`
 		Endpoint   string      `json:"endpoint"`
-		Reason     string      `json:"reason"`
-		Summary    string      `json:"summary"`
 		Fallbacks  []string    `json:"fallbacks"`
 		Hedge      string      `json:"hedge"`
 		Error      string      `json:"error,omitempty"`
 		Candidates []candidate `json:"candidates"`
 	}
-	var out []choice
+	out := []explained{}
 	for b := range tokens.NumBuckets {
-		c := choice{Bucket: bucketNames[b], Prompt: bucketPrompt[b]}
+		c := explained{Bucket: bucketNames[b], Prompt: bucketPrompt[b]}
 		resp, err := d.o.RPC.Explain(ctx, &switchboardv1.ExplainRequest{
-			Identity: &switchboardv1.Identity{TenantId: tenant}, Model: m.ID, Stream: true,
+			Identity: &switchboardv1.Identity{TenantId: tenant}, Model: model, Stream: true,
 			Tokens: &switchboardv1.TokenEstimate{InputTokens: bucketPrompt[b], MaxOutputTokens: 1024},
 		})
 		if err != nil {
@@ -223,58 +215,68 @@ func (d *Dashboard) choices(w http.ResponseWriter, r *http.Request, s session) {
 			continue
 		}
 		c.Endpoint = resp.GetEndpoint().GetId()
-		c.Reason = switchboardv1.EnumName(resp.GetDecision().GetReason())
-		c.Summary = resp.GetDecision().GetSummary()
-		c.Hedge = switchboardv1.EnumName(resp.GetHedge().GetMode())
+		c.Hedge = lower(switchboardv1.EnumName(resp.GetHedge().GetMode()), "HEDGE_MODE_")
 		for _, f := range resp.GetFallbacks() {
 			c.Fallbacks = append(c.Fallbacks, f.GetId())
 		}
 		for _, k := range resp.GetDecision().GetCandidates() {
-			cd := candidate{Endpoint: k.GetEndpointId(), Provider: k.GetProvider(), Samples: k.GetSamples(), CostUSD: k.GetCostUsd(),
-				Qualified: k.GetQualified(), Note: k.GetNote()}
-			if t := k.GetTypicalTtft(); t != nil {
-				f := float64(t.AsDuration()) / float64(time.Millisecond)
-				cd.TTFTms = &f
-			}
-			c.Candidates = append(c.Candidates, cd)
+			c.Candidates = append(c.Candidates, candidate{Endpoint: k.GetEndpointId(), Samples: k.GetSamples(), CostUSD: k.GetCostUsd(),
+				Qualified: k.GetQualified(), Note: k.GetNote(), TTFTms: ms(k.GetTypicalTtft(), k.GetTypicalTtft() != nil)})
 		}
 		out = append(out, c)
 	}
-	writeJSON(w, map[string]any{"model": m.ID, "tenant": tenant, "choices": out})
+	writeJSON(w, map[string]any{"model": model, "tenant": tenant, "choices": out})
 }
 
-// limits is the hedge budget, the broker's buckets and its queues.
-func (d *Dashboard) limits(w http.ResponseWriter, _ *http.Request, _ session) {
-	spent, daily, granted, refused := d.o.Source.HedgeBudget()
+// bucketPrompt is the prompt size a bucket's choice is explained for: a
+// typical request inside the bucket.
+var bucketPrompt = [tokens.NumBuckets]int64{2 * tokens.K, 16 * tokens.K, 64 * tokens.K, 160 * tokens.K}
+
+// limits is the hedge budget, the broker's buckets and its queues, as the
+// broker's owner holds them (OperatorService.GetBroker).
+func (d *Dashboard) limits(w http.ResponseWriter, r *http.Request, s session) {
+	ctx, v := d.o.Catalog.Pin(r.Context())
+	ctx, err := d.callContext(ctx, v, s)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "unauthenticated", err.Error())
+		return
+	}
+	resp, err := d.o.RPC.GetBroker(ctx, &switchboardv1.GetBrokerRequest{MaxBuckets: 500})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", statusMessage(err))
+		return
+	}
 	type bucketRow struct {
 		Scope     string  `json:"scope"`
 		Key       string  `json:"key"`
 		Unit      string  `json:"unit"`
 		Window    string  `json:"window"`
-		Source    string  `json:"source"`
+		Learned   bool    `json:"learned"`
 		Limit     float64 `json:"limit"`
 		Available float64 `json:"available"`
 	}
-	var buckets []bucketRow
-	for _, l := range d.o.Source.BucketLevels() {
-		buckets = append(buckets, bucketRow{Scope: l.Scope.String(), Key: l.Key, Unit: l.Unit.String(), Window: l.Window.String(),
-			Source: l.Source.String(), Limit: finite(l.Limit), Available: finite(l.Available)})
+	buckets := []bucketRow{}
+	for _, b := range resp.GetBuckets() {
+		buckets = append(buckets, bucketRow{Scope: b.GetScope(), Key: b.GetKey(), Unit: b.GetUnit(), Window: b.GetWindow(),
+			Learned: b.GetLearned(), Limit: finite(b.GetLimit()), Available: finite(b.GetAvailable())})
 	}
-	slices.SortFunc(buckets, func(a, b bucketRow) int {
-		return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Unit, b.Unit), cmp.Compare(a.Window, b.Window))
-	})
 	type queueRow struct {
 		Class  string `json:"class"`
 		Tenant string `json:"tenant"`
-		Depth  int    `json:"depth"`
+		Depth  int64  `json:"depth"`
 	}
-	var queues []queueRow
-	for _, q := range d.o.Source.QueueDepths() {
-		queues = append(queues, queueRow{Class: switchboardv1.EnumName(switchboardv1.WorkloadClass(q.Class)), Tenant: q.Tenant, Depth: q.Depth})
+	queues := []queueRow{}
+	for _, q := range resp.GetQueues() {
+		queues = append(queues, queueRow{Class: lower(switchboardv1.EnumName(q.GetWorkloadClass()), "WORKLOAD_CLASS_"),
+			Tenant: q.GetTenantId(), Depth: q.GetDepth()})
 	}
+	h := resp.GetHedgeBudget()
 	writeJSON(w, map[string]any{
-		"hedge":   map[string]any{"spent_usd": spent, "daily_usd": daily, "granted": granted, "refused": refused},
-		"buckets": buckets, "queues": queues,
+		"owner": resp.GetOwner(),
+		"hedge": map[string]any{"spent_usd": h.GetSpentUsd(), "daily_usd": h.GetDailyUsd(), "remaining_usd": h.GetRemainingUsd(),
+			"granted": h.GetGranted(), "refused": h.GetRefused()},
+		"buckets": buckets, "total_buckets": resp.GetTotalBuckets(), "open_reservations": resp.GetOpenReservations(),
+		"queues": queues, "queued_total": resp.GetQueuedTotal(), "timed_out_in_queue": resp.GetTimedOutInQueue(),
 	})
 }
 

@@ -40,6 +40,7 @@ async function api(path, opts) {
 function fmtMS(v) { return v === null || v === undefined ? "–" : v < 1000 ? Math.round(v) + " ms" : (v / 1000).toFixed(2) + " s"; }
 function fmtUSD(v) { return v === null || v === undefined ? "–" : "$" + (v < 0.01 && v > 0 ? v.toPrecision(3) : v.toFixed(v < 1 ? 4 : 2)); }
 function fmtPrice(v) { return v === null || v === undefined ? "–" : "$" + v; }
+function fmtPct(v) { return v === null || v === undefined ? "–" : (100 * v).toFixed(1) + "%"; }
 function fmtNum(v) { return v === null || v === undefined ? "–" : v.toLocaleString("en"); }
 function fmtTime(s) { return new Date(s).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z"); }
 
@@ -113,40 +114,47 @@ function signin(message) {
 // routing: per model, each endpoint's figures now, its first-token time
 // per size bucket over time, and the choice per bucket with its reasons.
 async function routing() {
-  const ov = await api("operator/overview");
-  const models = ov.models.map((m) => m.id);
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const ov = await api("operator/overview?tenant=" + encodeURIComponent(params.get("tenant") || ""));
+  const models = ov.models.map((m) => m.id);
   const model = models.includes(params.get("model")) ? params.get("model") : models[0];
-  const tenant = ov.tenants.includes(params.get("tenant")) ? params.get("tenant") : ov.tenants[0];
+  const tenant = ov.tenant;
   const pick = (name, values, cur) => el("select", { id: "pick-" + name, onchange: (ev) => {
     const p = new URLSearchParams({ model, tenant }); p.set(name, ev.target.value); location.hash = "#routing?" + p;
   } }, values.map((v) => el("option", { value: v, selected: v === cur }, v)));
   const m = ov.models.find((x) => x.id === model);
-  const [hist, ch] = await Promise.all([
+  const [hist, ex] = await Promise.all([
     api("operator/ttft?model=" + encodeURIComponent(model)),
     api("operator/choices?model=" + encodeURIComponent(model) + "&tenant=" + encodeURIComponent(tenant || "")),
   ]);
   const endpoints = table("endpoints-table",
-    ["endpoint", "input $/M", "cached $/M", "output $/M", "traffic share", ...ov.buckets.map((b) => "TTFT " + b), "cool-down until"],
+    ["endpoint", "input $/M", "cached $/M", "output $/M", "traffic share", "requests/min", ...ov.buckets.map((b) => "TTFT " + b), "429 rate", "error rate", "cool-down until"],
     m.endpoints.map((e) => el("tr", {},
       el("td", {}, e.id), el("td", { class: "num" }, fmtPrice(e.price_input)), el("td", { class: "num" }, fmtPrice(e.price_cached_input)),
       el("td", { class: "num" }, fmtPrice(e.price_output)),
       el("td", { class: "num" }, bar(e.traffic_share), " ", (100 * e.traffic_share).toFixed(0) + "%"),
+      el("td", { class: "num" }, e.requests_per_minute.toFixed(1)),
       e.ttft_ms.map((t, i) => el("td", { class: "num", title: e.samples[i] + " samples" }, fmtMS(t))),
+      el("td", { class: "num" }, fmtPct(e.rate_limited_rate)), el("td", { class: "num" }, fmtPct(e.error_rate)),
       el("td", {}, e.cooled_until ? fmtTime(e.cooled_until) : "–"))));
   const charts = el("div", { class: "charts", id: "ttft-charts" }, hist.buckets.map((b, i) =>
     chart("ttft-" + i, "first token, prompts " + b, hist.times, hist.series[i].map((s) => ({ label: s.endpoint, values: s.values })), "ms")));
+  const byBucket = Object.fromEntries(ex.choices.map((c) => [c.bucket, c]));
   const choices = table("choices-table", ["bucket", "chosen endpoint", "reason", "explanation", "fallbacks", "hedge", "candidates"],
-    ch.choices.map((c) => el("tr", {},
-      el("td", {}, c.bucket), el("td", {}, c.endpoint || el("span", { class: "error" }, c.error)), el("td", {}, c.reason || ""),
-      el("td", {}, c.summary || ""), el("td", {}, (c.fallbacks || []).join(", ")), el("td", {}, c.hedge || ""),
-      el("td", {}, (c.candidates || []).map((k) => el("div", {}, k.endpoint + ": " + fmtMS(k.ttft_ms) + ", " + fmtUSD(k.cost_usd) +
-        (k.qualified ? "" : " (not qualified)") + (k.note ? " – " + k.note : "")))))));
+    (m.choices || []).map((c) => {
+      const x = byBucket[c.bucket] || {};
+      return el("tr", {},
+        el("td", {}, c.bucket), el("td", {}, c.endpoint || el("span", { class: "error" }, c.unavailable || x.error || "none")), el("td", {}, c.reason),
+        el("td", {}, c.summary), el("td", {}, (x.fallbacks || []).join(", ")), el("td", {}, x.hedge || ""),
+        el("td", {}, (x.candidates || []).map((k) => el("div", {}, k.endpoint + ": " + fmtMS(k.ttft_ms) + ", " + fmtUSD(k.cost_usd) +
+          (k.qualified ? "" : " (not qualified)") + (k.note ? " – " + k.note : "")))));
+    }));
   show("routing",
-    el("div", { class: "controls" }, "model", pick("model", models, model), "explained for tenant", pick("tenant", ov.tenants, tenant)),
+    el("div", { class: "controls" }, "model", pick("model", models, model), "choices for tenant", pick("tenant", ov.tenants, tenant)),
     el("h2", {}, "Endpoints of " + model), endpoints,
     el("h2", {}, "Typical first-token time since " + (hist.times.length ? fmtTime(hist.times[0] * 1000) : "now") + " (sampled every " + hist.every_seconds + " s, the last point now)"), charts,
-    el("h2", {}, "Where a request would go now, per prompt size"), choices);
+    el("h2", {}, "Where a request would go now, per prompt size (" + (tenant || "no tenant") + ")"), choices,
+    el("p", { class: "muted" }, "Read on replica " + ov.replica + " at catalog revision " + ov.revision + "."));
   done();
 }
 
@@ -165,14 +173,16 @@ async function limits() {
     el("div", { class: "card" }, "daily hedge budget", el("b", {}, fmtUSD(h.daily_usd))),
     el("div", { class: "card" }, "hedges granted", el("b", {}, fmtNum(h.granted))),
     el("div", { class: "card" }, "hedges refused", el("b", {}, fmtNum(h.refused))));
-  const buckets = table("buckets-table", ["scope", "key", "unit", "window", "source", "limit", "available", "level"],
+  const buckets = table("buckets-table", ["scope", "key", "unit", "window", "limit from", "limit", "available", "level"],
     (l.buckets || []).map((b) => el("tr", {},
-      el("td", {}, b.scope), el("td", {}, b.key), el("td", {}, b.unit), el("td", {}, b.window), el("td", {}, b.source),
+      el("td", {}, b.scope), el("td", {}, b.key), el("td", {}, b.unit), el("td", {}, b.window), el("td", {}, b.learned ? "provider headers" : "catalog"),
       el("td", { class: "num" }, b.limit < 0 ? "∞" : fmtNum(b.limit)), el("td", { class: "num" }, b.available < 0 && b.limit < 0 ? "∞" : fmtNum(Math.round(b.available * 100) / 100)),
       el("td", {}, bar(b.limit > 0 ? Math.max(0, Math.min(1, b.available / b.limit)) : 0)))));
   const queues = table("queues-table", ["class", "tenant", "waiting"],
     (l.queues || []).map((q) => el("tr", {}, el("td", {}, q.class), el("td", {}, q.tenant), el("td", { class: "num" }, q.depth))));
-  show("limits", el("h2", {}, "Hedge budget"), cards, el("h2", {}, "Rate-limit buckets"),
+  show("limits", el("p", { class: "muted" }, "As the broker's owner " + (l.owner || "(none yet)") + " holds them: " +
+      fmtNum(l.open_reservations) + " open reservations, " + fmtNum(l.queued_total) + " requests queued so far, " + fmtNum(l.timed_out_in_queue) + " timed out in a queue."),
+    el("h2", {}, "Hedge budget"), cards, el("h2", {}, "Rate-limit buckets" + (l.total_buckets > (l.buckets || []).length ? " (the first " + l.buckets.length + " of " + l.total_buckets + ")" : "")),
     (l.buckets || []).length ? buckets : el("p", { class: "muted", id: "buckets-empty" }, "The catalog sets no limits and none was learned from a provider."),
     el("h2", {}, "Admission queues"), (l.queues || []).length ? queues : el("p", { class: "muted", id: "queues-empty" }, "No request is waiting."));
   done();
