@@ -61,7 +61,7 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 			cmd.Env = append(os.Environ(),
 				"SWITCHBOARD_BIN="+bin, "SWITCHBOARD_DATA="+t.TempDir(),
 				"EDGE_ADDR="+edgeAddr, "DECIDER_ADDR="+deciderAddr,
-				"EDGE_DEBUG_ADDR="+edgeDebug, "DECIDER_DEBUG_ADDR="+deciderDebug)
+				"EDGE_ADMIN_ADDR="+edgeDebug, "DECIDER_ADMIN_ADDR="+deciderDebug)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			// Past the deadline the whole group goes, not the script alone.
 			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -87,7 +87,8 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 			require.Contains(t, banner, "Decider:  "+deciderAddr)
 			require.Contains(t, banner, "http://"+edgeDebug+"/metrics")
 			require.Contains(t, banner, "http://"+deciderDebug+"/metrics")
-			for _, url := range []string{"http://" + edgeDebug + "/metrics", "http://" + deciderDebug + "/metrics"} {
+			require.Contains(t, banner, "Dashboard: http://"+deciderDebug+"/dashboard/")
+			for _, url := range []string{"http://" + edgeDebug + "/metrics", "http://" + deciderDebug + "/metrics", "http://" + deciderDebug + "/dashboard/"} {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				require.NoError(t, err)
 				resp, err := http.DefaultClient.Do(req)
