@@ -1114,8 +1114,12 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "us-west",
 		},
 		{
-			name:    "decider open to the namespace",
-			mutate:  func(b *deployBundle) { delete(b.netpols, "decider"); delete(b.netpols, "default-deny"); delete(b.netpols, "admin-metrics") },
+			name: "decider open to the namespace",
+			mutate: func(b *deployBundle) {
+				delete(b.netpols, "decider")
+				delete(b.netpols, "default-deny")
+				delete(b.netpols, "admin-metrics")
+			},
 			wantErr: "internet must not reach decider on TCP/9090",
 		},
 		{

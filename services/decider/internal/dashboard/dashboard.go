@@ -208,10 +208,7 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	now := d.o.Now()
 	s.Expires = now.Add(d.o.SessionTTL).Unix()
-	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: d.seal.seal(s), Path: Prefix, MaxAge: int(d.o.SessionTTL / time.Second),
-		HttpOnly: true, Secure: d.o.Secure, SameSite: http.SameSiteStrictMode,
-	})
+	d.setCookie(w, d.seal.seal(s), int(d.o.SessionTTL/time.Second))
 	d.o.Logger.Info("dashboard sign-in", "role", s.Role, "subject", s.Subject, "tenant", s.Tenant)
 	writeJSON(w, whoAnswer(s))
 }
@@ -234,12 +231,23 @@ func (d *Dashboard) identify(v *gate.Views, cred string) (session, bool) {
 	return session{Role: roleTenant, Subject: id.GetApiKeyId(), Tenant: id.GetTenantId()}, true
 }
 
+// setCookie sets the session cookie (maxAge -1 deletes it): HttpOnly,
+// SameSite=Strict, for the dashboard's paths only, and Secure when the
+// decider serves TLS. On a plain-HTTP decider it cannot be Secure: a
+// browser would not keep it for a listener reached over plain HTTP.
+func (d *Dashboard) setCookie(w http.ResponseWriter, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows the decider's TLS (above); HttpOnly and SameSite=Strict always.
+		Name: CookieName, Value: value, Path: Prefix, MaxAge: maxAge,
+		HttpOnly: true, Secure: d.o.Secure, SameSite: http.SameSiteStrictMode,
+	})
+}
+
 func whoAnswer(s session) map[string]any {
 	return map[string]any{"role": s.Role, "subject": s.Subject, "tenant": s.Tenant, "expires": time.Unix(s.Expires, 0).UTC()}
 }
 
 func (d *Dashboard) signOut(w http.ResponseWriter, _ *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true, Secure: d.o.Secure, SameSite: http.SameSiteStrictMode})
+	d.setCookie(w, "", -1)
 	w.WriteHeader(http.StatusNoContent)
 }
 
