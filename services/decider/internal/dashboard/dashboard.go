@@ -91,6 +91,7 @@ type Options struct {
 type Dashboard struct {
 	o       Options
 	seal    *sealer
+	fails   *pacer
 	hist    *history
 	handler http.Handler
 }
@@ -112,7 +113,7 @@ func New(o Options) *Dashboard {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dashboard{o: o, seal: newSealer(), hist: newHistory(int(o.History / o.SampleEvery))}
+	d := &Dashboard{o: o, seal: newSealer(), fails: newPacer(), hist: newHistory(int(o.History / o.SampleEvery))}
 	files, _ := fs.Sub(static, "static") // the embedded folder exists
 	mux := http.NewServeMux()
 	mux.Handle("GET /dashboard/static/", http.StripPrefix("/dashboard/static/", http.FileServerFS(files)))
@@ -199,14 +200,20 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "the decider is starting: try again in a moment")
 		return
 	}
+	now, from := d.o.Now(), client(r.RemoteAddr)
+	if d.fails.blocked(from, now) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "too many refused sign-ins from this address: try again in a moment")
+		return
+	}
 	s, ok := d.identify(v, cred)
 	if !ok {
+		d.fails.refused(from, now)
 		d.o.Logger.Warn("dashboard sign-in refused", "remote", r.RemoteAddr)
 		writeError(w, http.StatusUnauthorized, "invalid_credential",
 			"this credential is neither an operator token nor a tenant's API key of this decider's catalog")
 		return
 	}
-	now := d.o.Now()
 	s.Expires = now.Add(d.o.SessionTTL).Unix()
 	d.setCookie(w, d.seal.seal(s), int(d.o.SessionTTL/time.Second))
 	d.o.Logger.Info("dashboard sign-in", "role", s.Role, "subject", s.Subject, "tenant", s.Tenant)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -372,4 +373,43 @@ func TestHistoryIsBounded(t *testing.T) {
 	require.NotNil(t, got.Series[0][0].Values[3])
 	assert.InDelta(t, 250, *got.Series[0][0].Values[3], 1e-9)
 	assert.Nil(t, got.Series[1][0].Values[3], "no figure for 8k-32k")
+}
+
+func TestRefusedSignInsArePaced(t *testing.T) {
+	f := newFixture(t, false)
+	for i := range failBurst {
+		w, _ := f.signIn(t, "sk-guess")
+		require.Equal(t, http.StatusUnauthorized, w.Code, "guess %d", i)
+	}
+	w, c := f.signIn(t, opToken)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "even a right credential waits once the guesses are used up")
+	assert.Nil(t, c)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	f.advance(failEvery)
+	w, c = f.signIn(t, opToken)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.NotNil(t, c)
+	w, _ = f.signIn(t, "sk-guess")
+	assert.Equal(t, http.StatusUnauthorized, w.Code, "the second's allowance")
+	w, _ = f.signIn(t, "sk-guess")
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+
+	r := httptest.NewRequest(http.MethodPost, "/dashboard/api/session", strings.NewReader(`{"credential":"`+opToken+`"}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.RemoteAddr = "192.0.2.7:4000"
+	rec := httptest.NewRecorder()
+	f.d.Handler().ServeHTTP(rec, r)
+	assert.Equal(t, http.StatusOK, rec.Code, "another address is not held up")
+}
+
+func TestPacerForgetsTheIdle(t *testing.T) {
+	p := newPacer()
+	now := time.Unix(0, 0)
+	for i := range maxClients {
+		p.refused("10.0.0."+strconv.Itoa(i), now)
+	}
+	require.Len(t, p.clients, maxClients)
+	p.refused("newcomer", now.Add(time.Minute))
+	assert.Len(t, p.clients, 1, "the refilled are forgotten")
+	assert.False(t, p.blocked("newcomer", now.Add(time.Minute)))
 }
