@@ -200,7 +200,8 @@ func (b *browser) cookies() []*network.Cookie {
 // Each page's screenshot is saved ($SWITCHBOARD_SCREENSHOTS, else
 // build/screenshots).
 func TestDashboardInChromium(t *testing.T) {
-	s := startBilling(t, func(c *deciderapp.Config) { c.AdminListen = "127.0.0.1:0" })
+	s := startStack(t, stackOptions{sim: simConfig, tune: func(c *deciderapp.Config) { c.AdminListen = "127.0.0.1:0" },
+		catalog: billingCatalog(", limits: [{unit: requests, per: day, capacity: 1000}]")})
 	for i := range 3 {
 		a := s.chat(t, testKey, chatReq{content: fmt.Sprintf("dashboard call %d of acme", i), maxTokens: 4, stream: i == 1})
 		require.Equal(t, http.StatusOK, a.status, "%v", a.body)
@@ -281,6 +282,11 @@ func TestDashboardInChromium(t *testing.T) {
 
 	b.open("#limits", "limits")
 	require.Equal(t, 4, b.count("#hedge-cards .card"))
+	require.Equal(t, 1, b.count("#buckets-table tbody tr"), "acme's requests per day")
+	row := b.text("#buckets-table tbody tr")
+	require.Contains(t, row, "acme")
+	require.Contains(t, row, "1,000", "its limit")
+	require.Contains(t, row, "997", "what is left after its three calls")
 	b.noConsoleErrors("the operator's limits page")
 	b.screenshot("operator-limits")
 }
