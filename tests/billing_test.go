@@ -79,7 +79,13 @@ func promptTokens(content string) int64 {
 // exploration and no hedging.
 func startBilling(t *testing.T, tune func(*deciderapp.Config), edgeArgs ...string) *stack {
 	t.Helper()
-	return startStack(t, stackOptions{sim: simConfig, tune: tune, edgeArgs: edgeArgs, catalog: func(url func(string) string) string {
+	return startStack(t, stackOptions{sim: simConfig, tune: tune, edgeArgs: edgeArgs, catalog: billingCatalog("")})
+}
+
+// billingCatalog is startBilling's catalog; acmeExtra is added to acme's
+// entry (", limits: [...]").
+func billingCatalog(acmeExtra string) func(url func(string) string) string {
+	return func(url func(string) string) string {
 		var eps strings.Builder
 		for _, p := range providers {
 			pr := billPrices[p]
@@ -99,10 +105,10 @@ models:
     list_price: {input: 1.00, cached_input: 0.25, output: 4.00}
     endpoints:
 %stenants:
-  - {id: acme, api_keys_sha256: [%s]}
+  - {id: acme, api_keys_sha256: [%s]%s}
   - {id: globex, api_keys_sha256: [%s]}
-`, model, eps.String(), catalog.HashKey(testKey), catalog.HashKey(otherKey))
-	}})
+`, model, eps.String(), catalog.HashKey(testKey), acmeExtra, catalog.HashKey(otherKey))
+	}
 }
 
 // chatReq is one chat request to the edge.

@@ -216,13 +216,17 @@ func checkDeployNetworkPolicies(b *deployBundle) error {
 		{farPlain, decider, 9090, tcp, false},
 		{localCall, etcd, 2379, tcp, false},
 		{etcd, internet, 443, tcp, false},
-		// The debug listener (metrics and Go profiles) is for the scraper only.
-		{internet, edge, 6060, tcp, false},
-		{stranger, edge, 6060, tcp, false},
-	}
-	if b.spec.production {
-		// Production scrapes the edges for their autoscaler's metric.
-		flows = append(flows, netFlow{prometheus, edge, 6060, tcp, true})
+		// The admin listeners (metrics, health, the dashboard) are for the
+		// scraper only.
+		{prometheus, edge, 9191, tcp, true},
+		{prometheus, decider, 9190, tcp, true},
+		{internet, edge, 9191, tcp, false},
+		{stranger, edge, 9191, tcp, false},
+		{internet, decider, 9190, tcp, false},
+		{stranger, decider, 9190, tcp, false},
+		{localCall, decider, 9190, tcp, false},
+		{prometheus, decider, 9090, tcp, false},
+		{prometheus, etcd, 2379, tcp, false},
 	}
 	var errs []error
 	for _, f := range flows {

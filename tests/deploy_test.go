@@ -38,6 +38,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
@@ -313,7 +314,8 @@ type deployWorkload struct {
 	kind, name string
 	selector   *metav1.LabelSelector
 	labels     map[string]string
-	replicas   int32 // 1 when unset, as the API defaults it
+	annots     map[string]string // the pod template's annotations
+	replicas   int32             // 1 when unset, as the API defaults it
 	pod        *corev1.PodSpec
 	claims     []string // volumeClaimTemplates
 }
@@ -326,10 +328,10 @@ func (b *deployBundle) workloads() []deployWorkload {
 		switch o := d.obj.(type) {
 		case *appsv1.Deployment:
 			ws = append(ws, deployWorkload{kind: "Deployment", name: o.Name, selector: o.Spec.Selector,
-				labels: o.Spec.Template.Labels, replicas: deployReplicas(o.Spec.Replicas), pod: &o.Spec.Template.Spec})
+				labels: o.Spec.Template.Labels, annots: o.Spec.Template.Annotations, replicas: deployReplicas(o.Spec.Replicas), pod: &o.Spec.Template.Spec})
 		case *appsv1.StatefulSet:
 			w := deployWorkload{kind: "StatefulSet", name: o.Name, selector: o.Spec.Selector,
-				labels: o.Spec.Template.Labels, replicas: deployReplicas(o.Spec.Replicas), pod: &o.Spec.Template.Spec}
+				labels: o.Spec.Template.Labels, annots: o.Spec.Template.Annotations, replicas: deployReplicas(o.Spec.Replicas), pod: &o.Spec.Template.Spec}
 			for _, c := range o.Spec.VolumeClaimTemplates {
 				w.claims = append(w.claims, c.Name)
 			}
@@ -376,7 +378,7 @@ type deployProgram struct {
 	env        map[string]deployEnvVar
 	listenPort int32
 	healthPort int32 // where its probes look: the health listener, else listenPort
-	debugPort  int32 // its --debug-listen (metrics) when reachable from outside the pod, else 0
+	debugPort  int32 // its --admin-listen (metrics, health) when reachable from outside the pod, else 0
 	cfg        any   // deciderapp.Config or edgeapp.Config
 }
 
@@ -486,16 +488,16 @@ func (p *deployProgram) parse() error {
 			return err
 		}
 	}
-	var debug string
+	var admin debugserver.Listener
 	switch c := cfg.(type) {
 	case deciderapp.Config:
-		debug = c.DebugListen
+		admin, _ = c.Admin() // ParseFlags checked it
 	case edgeapp.Config:
-		debug = c.DebugListen
+		admin, _ = c.Admin()
 	}
-	if debug != "" {
+	if admin.Addr != "" {
 		// A port alone listens on loopback: no containerPort may name it.
-		p.debugPort, _ = deployListenPort("debug-listen", debug)
+		p.debugPort, _ = deployListenPort("admin-listen", admin.Addr)
 	}
 	if d, ok := cfg.(deciderapp.Config); ok && d.TLSCertFile != "" && health == "" {
 		return errors.New("serves TLS without --health-listen: kubelet's gRPC probes cannot do TLS, so they would never pass")
@@ -754,6 +756,7 @@ var deployChecks = []struct {
 	{"disruption budgets", checkDeployPDBs},
 	{"edge autoscaling and regions", checkDeployEdges},
 	{"network policies", checkDeployNetworkPolicies},
+	{"metrics scraped from the admin listeners", checkDeployScrape},
 	{"external secrets documented", checkDeployExternalSecrets},
 }
 
@@ -1055,21 +1058,43 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "runAsUser 1000, the image's USER is 65532",
 		},
 		{
-			name: "metrics port the edge does not listen on",
+			name: "admin port the edge does not listen on",
 			mutate: func(b *deployBundle) {
 				c := edge(b)
 				for i := range c.Ports {
-					if c.Ports[i].Name == "metrics" {
-						c.Ports[i].ContainerPort = 6061
+					if c.Ports[i].Name == "admin" {
+						c.Ports[i].ContainerPort = 9192
 					}
 				}
 			},
-			wantErr: "containerPort 6061",
+			wantErr: "containerPort 9192",
 		},
 		{
-			name:    "edge metrics open to the namespace",
-			mutate:  func(b *deployBundle) { b.netpols["edge-metrics"].Spec.Ingress[0].From = nil },
-			wantErr: "internet must not reach edge-us-east on TCP/6060",
+			name:    "admin listeners open to the namespace",
+			mutate:  func(b *deployBundle) { b.netpols["admin-metrics"].Spec.Ingress[0].From = nil },
+			wantErr: "internet must not reach edge-us-east on TCP/9191",
+		},
+		{
+			name: "scrape annotation names a port the decider does not serve metrics on",
+			mutate: func(b *deployBundle) {
+				b.statefulSets["decider"].Spec.Template.Annotations["prometheus.io/port"] = "9090"
+			},
+			wantErr: "prometheus.io/port 9090 is not its admin listener's",
+		},
+		{
+			name: "scrape path",
+			mutate: func(b *deployBundle) {
+				b.deployments["edge-us-east"].Spec.Template.Annotations["prometheus.io/path"] = "/debug/pprof/"
+			},
+			wantErr: "prometheus.io/path",
+		},
+		{
+			name: "edge without its admin listener",
+			mutate: func(b *deployBundle) {
+				c := edge(b)
+				c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--admin-listen=") })
+			},
+			wantErr: "no admin listener",
 		},
 		{
 			name:    "writable root filesystem",
@@ -1089,8 +1114,12 @@ func TestDeployChecksCatchBreakage(t *testing.T) {
 			wantErr: "us-west",
 		},
 		{
-			name:    "decider open to the namespace",
-			mutate:  func(b *deployBundle) { delete(b.netpols, "decider"); delete(b.netpols, "default-deny") },
+			name: "decider open to the namespace",
+			mutate: func(b *deployBundle) {
+				delete(b.netpols, "decider")
+				delete(b.netpols, "default-deny")
+				delete(b.netpols, "admin-metrics")
+			},
 			wantErr: "internet must not reach decider on TCP/9090",
 		},
 		{
@@ -1419,8 +1448,13 @@ func checkDeployPorts(b *deployBundle) error {
 					errs = append(errs, fmt.Errorf("%s: %s must be an HTTP GET of %s", p, kind, path))
 					continue
 				}
-				if port, ok := deployContainerPort(p.container, pr.HTTPGet.Port); (!ok && pr.HTTPGet.Port.IntVal != p.listenPort) || (ok && port != p.listenPort) {
-					errs = append(errs, fmt.Errorf("%s: %s checks port %s, the edge listens on %d", p, kind, pr.HTTPGet.Port.String(), p.listenPort))
+				// The API port or the admin listener: both answer /healthz and /readyz.
+				port, ok := deployContainerPort(p.container, pr.HTTPGet.Port)
+				if !ok {
+					port = pr.HTTPGet.Port.IntVal
+				}
+				if port == 0 || (port != p.listenPort && port != p.debugPort) {
+					errs = append(errs, fmt.Errorf("%s: %s checks port %s, the edge listens on %d (admin %d)", p, kind, pr.HTTPGet.Port.String(), p.listenPort, p.debugPort))
 				}
 			}
 		}
@@ -1960,6 +1994,37 @@ func checkDeployExternalSecrets(b *deployBundle) error {
 		}
 		if !bytes.Contains(readme, []byte("secret generic "+name+" ")) && !bytes.Contains(readme, []byte("secret tls "+name+" ")) {
 			errs = append(errs, fmt.Errorf("deploy/k8s/README.md does not say how to create Secret %s", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkDeployScrape requires every program (decider, edge) to serve its
+// admin listener on a declared port, and its pod's Prometheus annotations
+// (prometheus.io/scrape, port, path) to name that port and /metrics.
+func checkDeployScrape(b *deployBundle) error {
+	ps, _ := b.programs() // errors are checkDeployFlags'
+	var errs []error
+	for _, p := range ps {
+		if p.debugPort == 0 {
+			errs = append(errs, fmt.Errorf("%s: no admin listener (--admin-listen=0.0.0.0:PORT): nothing serves its metrics", p))
+			continue
+		}
+		declared := false
+		for _, cp := range p.container.Ports {
+			declared = declared || cp.ContainerPort == p.debugPort
+		}
+		if !declared {
+			errs = append(errs, fmt.Errorf("%s: the admin listener's port %d is no containerPort", p, p.debugPort))
+		}
+		a := p.workload.annots
+		switch {
+		case a["prometheus.io/scrape"] != "true":
+			errs = append(errs, fmt.Errorf("%s: pod annotation prometheus.io/scrape must be \"true\"", p))
+		case a["prometheus.io/port"] != strconv.Itoa(int(p.debugPort)):
+			errs = append(errs, fmt.Errorf("%s: pod annotation prometheus.io/port %s is not its admin listener's %d", p, a["prometheus.io/port"], p.debugPort))
+		case a["prometheus.io/path"] != "/metrics":
+			errs = append(errs, fmt.Errorf("%s: pod annotation prometheus.io/path %q must be /metrics", p, a["prometheus.io/path"]))
 		}
 	}
 	return errors.Join(errs...)

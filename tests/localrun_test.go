@@ -62,7 +62,7 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 			cmd.Env = append(os.Environ(),
 				"SWITCHBOARD_BIN="+bin, "SWITCHBOARD_DATA="+t.TempDir(),
 				"EDGE_ADDR="+edgeAddr, "DECIDER_ADDR="+deciderAddr,
-				"EDGE_DEBUG_ADDR="+edgeDebug, "DECIDER_DEBUG_ADDR="+deciderDebug)
+				"EDGE_ADMIN_ADDR="+edgeDebug, "DECIDER_ADMIN_ADDR="+deciderDebug)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			// Past the deadline the whole group goes, not the script alone.
 			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -103,7 +103,8 @@ func TestLocalRunStopsCleanly(t *testing.T) {
 				require.Contains(t, out.String(), "deepseek/deepseek-v4.1-flash", strings.TrimSpace(line))
 			}
 			require.Equal(t, 2, suggested, "the banner suggests switchboard stats and explain")
-			for _, url := range []string{"http://" + edgeDebug + "/metrics", "http://" + deciderDebug + "/metrics"} {
+			require.Contains(t, banner, "Dashboard: http://"+deciderDebug+"/dashboard/")
+			for _, url := range []string{"http://" + edgeDebug + "/metrics", "http://" + deciderDebug + "/metrics", "http://" + deciderDebug + "/dashboard/"} {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				require.NoError(t, err)
 				resp, err := http.DefaultClient.Do(req)

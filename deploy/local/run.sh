@@ -9,9 +9,11 @@ BIN=${SWITCHBOARD_BIN:-bin}
 DATA=${SWITCHBOARD_DATA:-.data}
 EDGE_ADDR=${EDGE_ADDR:-127.0.0.1:8080}
 DECIDER_ADDR=${DECIDER_ADDR:-127.0.0.1:9090}
-# Each binary's debug listener: Prometheus metrics at /metrics, Go profiles.
-DECIDER_DEBUG_ADDR=${DECIDER_DEBUG_ADDR:-127.0.0.1:9190}
-EDGE_DEBUG_ADDR=${EDGE_DEBUG_ADDR:-127.0.0.1:9191}
+# Each binary's admin listener: Prometheus metrics at /metrics, health at
+# /healthz and /readyz, and on the decider the dashboard at /dashboard/.
+# (EDGE_DEBUG_ADDR and DECIDER_DEBUG_ADDR are their former names.)
+DECIDER_ADMIN_ADDR=${DECIDER_ADMIN_ADDR:-${DECIDER_DEBUG_ADDR:-127.0.0.1:9190}}
+EDGE_ADMIN_ADDR=${EDGE_ADMIN_ADDR:-${EDGE_DEBUG_ADDR:-127.0.0.1:9191}}
 mkdir -p "$DATA"
 
 # A fresh demo key each run; only its SHA-256 goes into the catalog.
@@ -62,9 +64,9 @@ wait_http() { # url
 "$BIN/provsim" --config services/provsim/demo.yaml 2>"$DATA/provsim.log" & pids+=($!)
 # Probes every 30s (default 5m) so the demo learns per-size speeds quickly.
 "$BIN/decider" --listen "$DECIDER_ADDR" --catalog "$DATA/catalog.yaml" --data-dir "$DATA" --etcd-listen 127.0.0.1:0 --drain-delay 0s --probe-interval 30s \
-  --debug-listen "$DECIDER_DEBUG_ADDR" 2>"$DATA/decider.log" & pids+=($!)
+  --admin-listen "$DECIDER_ADMIN_ADDR" 2>"$DATA/decider.log" & pids+=($!)
 "$BIN/edge" --listen "$EDGE_ADDR" --decider "$DECIDER_ADDR" --decider-token-file "$DATA/edge-token" \
-  --debug-listen "$EDGE_DEBUG_ADDR" 2>"$DATA/edge.log" & pids+=($!)
+  --admin-listen "$EDGE_ADMIN_ADDR" 2>"$DATA/edge.log" & pids+=($!)
 
 wait_http http://127.0.0.1:9101/healthz
 # Ready: the edge reaches the decider and the decider serves its catalog.
@@ -77,7 +79,8 @@ Switchboard is running (logs in $DATA/*.log). Ctrl-C stops it.
   API key:  $KEY
   Base URL: http://$EDGE_ADDR/v1   (the edge; readiness http://$EDGE_ADDR/readyz)
   Decider:  $DECIDER_ADDR (gRPC; tokens: service $DATA/service-token, operator $DATA/operator-token)
-  Metrics:  http://$EDGE_DEBUG_ADDR/metrics (edge), http://$DECIDER_DEBUG_ADDR/metrics (decider)
+  Dashboard: http://$DECIDER_ADMIN_ADDR/dashboard/   (sign in with the API key, or as operator with $DATA/operator-token)
+  Metrics:  http://$EDGE_ADMIN_ADDR/metrics (edge), http://$DECIDER_ADMIN_ADDR/metrics (decider)
   Providers (simulated): http://127.0.0.1:9101/v1 … 9104
 
 Try:

@@ -32,7 +32,7 @@ func TestAddr(t *testing.T) {
 }
 
 func TestServesProfilesOnLoopback(t *testing.T) {
-	s, err := Start(context.Background(), ":0", slog.New(slog.DiscardHandler))
+	s, err := Start(context.Background(), Listener{Addr: ":0", Pprof: true}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	defer s.Close()
 	assert.True(t, strings.HasPrefix(s.Addr(), "127.0.0.1:"), s.Addr())
@@ -60,7 +60,7 @@ func TestCloseNil(t *testing.T) {
 
 func TestServesMounts(t *testing.T) {
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "up 1\n") })
-	s, err := Start(context.Background(), ":0", slog.New(slog.DiscardHandler),
+	s, err := Start(context.Background(), Listener{Addr: ":0", Pprof: true}, slog.New(slog.DiscardHandler),
 		Mount{Pattern: "/metrics", Handler: metrics}, Mount{Pattern: "/nothing"})
 	require.NoError(t, err)
 	defer s.Close()
@@ -81,4 +81,42 @@ func TestServesMounts(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "the profiles beside it")
 	code, _ = get("/nothing")
 	assert.Equal(t, http.StatusNotFound, code, "a mount without a handler is not served")
+}
+
+func TestProfilesOnlyWithPprof(t *testing.T) {
+	s, err := Start(context.Background(), Listener{Addr: ":0"}, slog.New(slog.DiscardHandler),
+		Mount{Pattern: "/metrics", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "up 1\n") })})
+	require.NoError(t, err)
+	defer s.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	for path, want := range map[string]int{"/metrics": http.StatusOK, "/debug/pprof/": http.StatusNotFound, "/debug/pprof/heap": http.StatusNotFound, "/debug/pprof/cmdline": http.StatusNotFound} {
+		resp, err := (&http.Client{Transport: tr}).Get("http://" + s.Addr() + path)
+		require.NoError(t, err, path)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, want, resp.StatusCode, path)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	l, err := Resolve("", "", false)
+	require.NoError(t, err)
+	assert.Equal(t, Listener{}, l, "off by default")
+	l, err = Resolve(":9190", "", false)
+	require.NoError(t, err)
+	assert.Equal(t, Listener{Addr: ":9190"}, l, "no profiles without --pprof")
+	l, err = Resolve(":9190", "", true)
+	require.NoError(t, err)
+	assert.Equal(t, Listener{Addr: ":9190", Pprof: true}, l)
+	l, err = Resolve("", "6060", false)
+	require.NoError(t, err)
+	assert.Equal(t, Listener{Addr: "6060", Pprof: true}, l, "--debug-listen serves what it did: the profiles too")
+	_, err = Resolve(":1", ":2", false)
+	assert.ErrorContains(t, err, "--debug-listen")
+	_, err = Resolve("", "", true)
+	assert.ErrorContains(t, err, "--pprof")
+	_, err = Resolve("a:b:c", "", false)
+	assert.ErrorContains(t, err, "--admin-listen")
+	_, err = Resolve("", "a:b:c", false)
+	assert.ErrorContains(t, err, "--debug-listen")
 }

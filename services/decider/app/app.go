@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -98,17 +99,20 @@ type Decider struct {
 	// healthSrv serves grpc.health.v1 alone on healthLis, nil without --health-listen.
 	healthSrv *grpc.Server
 	healthLis net.Listener
-	// debug serves the profiles and the metrics, nil without --debug-listen.
-	debug  *debugserver.Server
+	// debug is the admin listener (metrics, health, the dashboard, with
+	// --pprof the profiles), nil without --admin-listen.
+	debug *debugserver.Server
+	// dash is the dashboard the admin listener serves once built.
+	dash   atomic.Pointer[http.Handler]
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
 	// serveErr carries the failure of a gRPC server that stopped on its own.
 	serveErr chan error
-	// metrics is the meter provider: exported at the debug listener's
-	// /metrics with --debug-listen, no-op without.
+	// metrics is the meter provider: exported at the admin listener's
+	// /metrics with --admin-listen, no-op without.
 	metrics *telemetry.Metrics
-	// admMetrics records the admission metrics, nil without --debug-listen.
+	// admMetrics records the admission metrics, nil without --admin-listen.
 	admMetrics *metrics.Admission
 	// refused counts the catalog changes the gate refused.
 	refused atomic.Int64
@@ -158,18 +162,26 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 			return nil, err
 		}
 	}
-	if d.metrics, err = telemetry.NewMetrics("switchboard-decider", Version, cfg.DebugListen != ""); err != nil {
+	admin, err := cfg.Admin()
+	if err != nil {
 		return nil, err
 	}
-	if cfg.DebugListen != "" {
-		d.debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
-			debugserver.Mount{Pattern: "/metrics", Handler: d.metrics.Handler()})
+	if d.metrics, err = telemetry.NewMetrics("switchboard-decider", Version, admin.Addr != ""); err != nil {
+		return nil, err
+	}
+	if admin.Addr != "" {
+		// The listener answers health from the start; the dashboard once
+		// every component it reads is built.
+		d.debug, err = debugserver.Start(ctx, admin, logger.With("component", "admin"), d.adminMounts()...)
 		if err != nil {
 			return nil, err
 		}
 	}
 	if err := d.build(ctx, bg, peerCreds); err != nil {
 		return nil, err
+	}
+	if admin.Addr != "" {
+		d.startDashboard(bg)
 	}
 	d.serve(creds)
 	if err := d.store.Register(bg, cfg.ID, d.advertise, 10); err != nil {

@@ -221,10 +221,16 @@ type Config struct {
 	// speak TLS (kubelet's gRPC probes). Every other service is
 	// Unimplemented there. (Optional) Empty: none.
 	HealthListen string
-	// DebugListen is the host:port of a plain HTTP listener serving Go
-	// profiles (net/http/pprof under /debug/pprof/), separate from the gRPC
-	// port and outside its authentication; a port alone listens on loopback.
-	// (Optional) Empty: none.
+	// AdminListen is the host:port of the admin listener: plain HTTP,
+	// separate from the gRPC port and outside its authentication, serving
+	// /metrics, /healthz, /readyz and the dashboard (which signs its users
+	// in itself); a port alone listens on loopback. (Optional) Empty: none.
+	AdminListen string
+	// Pprof also serves Go profiles (net/http/pprof under /debug/pprof/) on
+	// the admin listener. (Optional) Off by default.
+	Pprof bool
+	// DebugListen is the former name of AdminListen, with Pprof: what it
+	// served before. (Optional, deprecated) Empty: none.
 	DebugListen string
 	// EtcdCAFile, EtcdCertFile and EtcdKeyFile secure the client of an
 	// external etcd (Etcd set): the CA of etcd's server certificates, and a
@@ -404,7 +410,9 @@ Serve flags:
 	fs.StringVar(&cfg.PeerServerName, "peer-server-name", "", "name verified in another replica's certificate when forwarding to it by --advertise address (default: the first DNS name of --tls-cert-file's certificate)")
 	fs.DurationVar(&cfg.TLSRefresh, "tls-refresh", def.TLSRefresh, "how often the TLS files are checked for a rotation")
 	fs.StringVar(&cfg.HealthListen, "health-listen", "", "host:port of a plaintext listener serving only grpc.health.v1, for probes that cannot do TLS (default: none)")
-	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "host:port of a plain HTTP listener serving Go profiles (/debug/pprof/); a port alone listens on loopback (default: none)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "host:port of the admin listener (plain HTTP: /metrics, /healthz, /readyz, the dashboard at /dashboard/); a port alone listens on loopback (default: none)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go profiles (/debug/pprof/) on the admin listener")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "deprecated: --admin-listen with --pprof")
 	fs.BoolVar(&cfg.Plaintext, "plaintext", false, "serve without TLS on a non-loopback --listen address (loopback may always be plaintext)")
 	fs.BoolVar(&cfg.GRPCReflection, "grpc-reflection", false, "register gRPC server reflection (lists every service to whoever connects)")
 	fs.StringVar(&cfg.EtcdCAFile, "etcd-ca-file", "", "PEM CAs of the external etcd's server certificates (with --etcd)")
@@ -531,10 +539,8 @@ func (c *Config) validateTLS() []error {
 			errs = append(errs, fmt.Errorf("--health-listen %q: %w", c.HealthListen, err))
 		}
 	}
-	if c.DebugListen != "" {
-		if _, err := debugserver.Addr(c.DebugListen); err != nil {
-			errs = append(errs, fmt.Errorf("--debug-listen %q: %w", c.DebugListen, err))
-		}
+	if _, err := c.Admin(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.TLSRefresh < 0 {
 		errs = append(errs, fmt.Errorf("--tls-refresh %v must not be negative", c.TLSRefresh))
@@ -619,4 +625,10 @@ func firstDNSName(certFile string) (string, error) {
 		return "", nil
 	}
 	return cert.DNSNames[0], nil
+}
+
+// Admin is what the admin flags ask for: the admin listener's address
+// (empty: none) and whether it serves the profiles.
+func (c Config) Admin() (debugserver.Listener, error) {
+	return debugserver.Resolve(c.AdminListen, c.DebugListen, c.Pprof)
 }

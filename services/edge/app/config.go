@@ -177,10 +177,17 @@ type Config struct {
 	// Defaults to 10s; at least 5s, the most often the decider accepts
 	// pings. Flag --decider-keepalive.
 	DeciderKeepalive time.Duration
-	// DebugListen is the host:port of a plain HTTP listener serving Go
-	// profiles (net/http/pprof under /debug/pprof/), separate from the API
-	// port; a port alone listens on loopback (Optional). Defaults to none.
-	// Flag --debug-listen.
+	// AdminListen is the host:port of the admin listener: plain HTTP,
+	// separate from the API port and without authentication, serving
+	// /metrics, /healthz and /readyz (the API port's answers); a port alone
+	// listens on loopback. Empty: none.
+	// Flag --admin-listen.
+	AdminListen string
+	// Pprof also serves Go profiles (net/http/pprof under /debug/pprof/) on
+	// the admin listener. Flag --pprof.
+	Pprof bool
+	// DebugListen is the former name of AdminListen, with Pprof: what it
+	// served before. Flag --debug-listen (deprecated).
 	DebugListen string
 	// LogLevel is the minimum level logged by Run (Optional). Defaults to
 	// info. Flag --log-level.
@@ -353,10 +360,8 @@ func (c Config) validate() error {
 	if c.DeciderPlaintext && c.deciderTLS() {
 		errs = append(errs, errors.New("--decider-plaintext and the --decider-*-file and --decider-server-name flags exclude each other"))
 	}
-	if c.DebugListen != "" {
-		if _, err := debugserver.Addr(c.DebugListen); err != nil {
-			errs = append(errs, fmt.Errorf("--debug-listen %q: %w", c.DebugListen, err))
-		}
+	if _, err := c.Admin(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxUnverifiedBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-unverified-bodies %d: must be at least 1", c.MaxUnverifiedBodies))
@@ -469,7 +474,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.ProviderKeyHosts, "provider-key-hosts", cfg.ProviderKeyHosts,
 		"pins credentials to the hosts they may be sent to, NAME=host[,host...][;NAME=...] (host alone: any port); <NAME>.hosts files in --provider-key-dir pin too")
 	fs.DurationVar(&cfg.ProviderKeyReload, "provider-key-reload", cfg.ProviderKeyReload, "how often --provider-key-dir is checked for changed files")
-	fs.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "host:port of a plain HTTP listener serving Go profiles (/debug/pprof/); a port alone listens on loopback (default: none)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "host:port of the admin listener (plain HTTP: /metrics, /healthz, /readyz); a port alone listens on loopback (default: none)")
+	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go profiles (/debug/pprof/) on the admin listener")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "deprecated: --admin-listen with --pprof")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
 	fs.DurationVar(&cfg.LogFlushInterval, "log-flush-interval", cfg.LogFlushInterval, "longest a log line is held to be written with others (0: each at once)")
 	// Transport security of the decider connection.
@@ -488,4 +495,10 @@ func usage(w io.Writer) {
 	fs.SetOutput(w)
 	fmt.Fprintf(w, "Usage: edge [flags]\n       edge --version\n\nEvery flag falls back to %s<FLAG> (dashes as underscores, upper case).\n\n", envPrefix)
 	fs.PrintDefaults()
+}
+
+// Admin is what the admin flags ask for: the admin listener's address
+// (empty: none) and whether it serves the profiles.
+func (c Config) Admin() (debugserver.Listener, error) {
+	return debugserver.Resolve(c.AdminListen, c.DebugListen, c.Pprof)
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,4 +51,40 @@ func TestDebugListener(t *testing.T) {
 
 	plain := newHarness(t, 1, nil)
 	require.Empty(t, plain.edge.DebugAddr())
+}
+
+// TestAdminListener: --admin-listen serves the metrics and the API's own
+// /healthz and /readyz, and the profiles only with --pprof.
+func TestAdminListener(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.AdminListen = ":0" })
+	addr := h.edge.DebugAddr()
+	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), "a port alone listens on loopback: %s", addr)
+	for path, want := range map[string]int{"/metrics": http.StatusOK, "/healthz": http.StatusOK, "/readyz": http.StatusOK, "/debug/pprof/": http.StatusNotFound, "/v1/models": http.StatusNotFound} {
+		require.Eventually(t, func() bool {
+			resp, err := h.client.Get("http://" + addr + path)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			return resp.StatusCode == want
+		}, 10*time.Second, 20*time.Millisecond, path)
+	}
+
+	p := newHarness(t, 1, func(c *Config) { c.AdminListen = ":0"; c.Pprof = true })
+	resp, err := p.client.Get("http://" + p.edge.DebugAddr() + "/debug/pprof/heap?debug=1")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestAdminListenFlags(t *testing.T) {
+	none := func(string) string { return "" }
+	c, err := ParseFlags([]string{"--admin-listen", ":9191"}, none)
+	require.NoError(t, err)
+	l, err := c.Admin()
+	require.NoError(t, err)
+	require.Equal(t, ":9191", l.Addr)
+	require.False(t, l.Pprof)
+	_, err = ParseFlags([]string{"--pprof"}, none)
+	require.ErrorContains(t, err, "--pprof")
+	_, err = ParseFlags([]string{"--admin-listen", ":1", "--debug-listen", ":2"}, none)
+	require.ErrorContains(t, err, "--debug-listen")
 }

@@ -46,7 +46,7 @@ type Edge struct {
 	srv     *http.Server
 	api     *httpapi.Server
 	reports *report.Stream
-	debug   *debugserver.Server // nil without DebugListen
+	debug   *debugserver.Server // the admin listener, nil without one
 	// stack is what Start opened, each part's cleanup registered once as it
 	// is opened: run in reverse on a start that fails, and by Close.
 	stack closers
@@ -216,7 +216,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 	var debug *debugserver.Server
 	var metrics *telemetry.Metrics
 	handler := api.Handler()
-	if cfg.DebugListen != "" {
+	admin, err := cfg.Admin()
+	if err != nil {
+		return nil, err
+	}
+	if admin.Addr != "" {
 		var em *edgeMetrics
 		if metrics, em, err = startMetrics(); err != nil {
 			return nil, err
@@ -224,8 +228,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 		stack.add(func() error { _ = metrics.Shutdown(context.Background()); return nil })
 		em.more.watchReports(reports.Unacked, reports.UnackedReconciles)
 		handler = em.handler(handler)
-		debug, err = debugserver.Start(ctx, cfg.DebugListen, logger.With("component", "debug"),
-			debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()})
+		// /healthz and /readyz answer as on the API port: the API's own
+		// handlers, for probes and scrapers kept off the public port.
+		debug, err = debugserver.Start(ctx, admin, logger.With("component", "admin"),
+			debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()},
+			debugserver.Mount{Pattern: "/healthz", Handler: api.Handler()},
+			debugserver.Mount{Pattern: "/readyz", Handler: api.Handler()})
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +275,7 @@ func (e *Edge) Addr() string { return e.ln.Addr().String() }
 // URL is the OpenAI base URL clients use, "http://<addr>/v1".
 func (e *Edge) URL() string { return "http://" + e.Addr() + "/v1" }
 
-// DebugAddr is the host:port of the debug listener, "" without one.
+// DebugAddr is the host:port of the admin listener, "" without one.
 func (e *Edge) DebugAddr() string {
 	if e.debug == nil {
 		return ""

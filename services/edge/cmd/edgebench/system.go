@@ -137,14 +137,14 @@ func startSystem(ctx context.Context, cfg config, dir, upstreamAddr string) (_ *
 	// send the fake upstream extra requests in the middle of a phase.
 	s.decider, err = childproc.Start("decider", exec.CommandContext(ctx, cfg.deciderBin, //nolint:gosec // G204: the binary the operator named.
 		"--listen", deciderAddr, "--catalog", catalogFile, "--data-dir", filepath.Join(dir, "decider"),
-		"--etcd-listen", "127.0.0.1:0", "--drain-delay", "0s", "--probe-interval", "0", "--debug-listen", deciderDebug,
+		"--etcd-listen", "127.0.0.1:0", "--drain-delay", "0s", "--probe-interval", "0", "--admin-listen", deciderDebug, "--pprof",
 	), filepath.Join(dir, "decider.log"))
 	if err != nil {
 		return nil, err
 	}
 	s.decider.Addr, s.decider.Debug = deciderAddr, deciderDebug
 	edgeCmd := exec.CommandContext(ctx, cfg.edgeBin, //nolint:gosec // G204: the binary the operator named.
-		"--listen", edgeAddr, "--decider", deciderAddr, "--decider-token-file", tokenFile, "--debug-listen", edgeDebug,
+		"--listen", edgeAddr, "--decider", deciderAddr, "--decider-token-file", tokenFile, "--admin-listen", edgeDebug, "--pprof",
 		"--shutdown-grace", "5s")
 	edgeCmd.Env = append(os.Environ(), "SWITCHBOARD_PROVIDER_KEY_BENCH=sk-fake")
 	s.edge, err = childproc.Start("edge", edgeCmd, filepath.Join(dir, "edge.log"))
