@@ -274,7 +274,7 @@ func (h *Hub) takeReports(c *conn, batch *switchboardv1.CallReportBatch) {
 	n := int64(len(reports))
 	h.received.Add(n)
 	h.measureLag(reports)
-	spans := h.startSpans(c.hello, reports)
+	spans := h.startSpans(context.Background(), c.hello, reports)
 	if h.sink != nil && n > 0 {
 		h.sink(c.hello, reports)
 	}

@@ -248,7 +248,7 @@ func (h *Hub) Close() {
 func (h *Hub) Take(ctx context.Context, from *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport, records []*switchboardv1.ActivityRecord) error {
 	h.received.Add(int64(len(reports)))
 	h.measureLag(reports)
-	spans := h.startSpans(from, reports)
+	spans := h.startSpans(ctx, from, reports)
 	if h.sink != nil && len(reports) > 0 {
 		h.sink(from, reports)
 	}

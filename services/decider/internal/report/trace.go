@@ -18,17 +18,17 @@ const ScopeName = "github.com/switchboard-ai/switchboard/services/decider/report
 // call's trace context: the handling of the report (statistics, outcomes,
 // cool-downs), a child of the call's span on the edge. Nil when the hub
 // makes no spans or no report carries a trace.
-func (h *Hub) startSpans(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) []trace.Span {
+func (h *Hub) startSpans(ctx context.Context, edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport) []trace.Span {
 	if h.tracer == nil {
 		return nil
 	}
 	var spans []trace.Span
 	for _, r := range reports {
-		sc, ok := telemetry.ParseTraceparent(r.GetTraceparent())
+		sc, ok := telemetry.ParseTraceparent(r.GetTraceparent()) //nolint:contextcheck // parses a header value, makes no call
 		if !ok {
 			continue
 		}
-		_, span := h.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), sc), "switchboard.report call",
+		_, span := h.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), "switchboard.report call",
 			trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(
 				attribute.String("switchboard.edge.id", edge.GetEdgeId()),
