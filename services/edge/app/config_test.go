@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -226,4 +228,36 @@ func TestPlaintextDeciderOffLoopbackIsRefused(t *testing.T) {
 	e, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", Decider: "10.0.0.7:9090", DeciderPlaintext: true}, nil)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
+}
+
+func TestParseOfflineClasses(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    map[switchboardv1.WorkloadClass]float64
+		wantErr string
+	}{
+		{name: "default", in: DefaultOfflineClasses, want: map[switchboardv1.WorkloadClass]float64{
+			switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE: 60, switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND: 60,
+			switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH: 60,
+		}},
+		{name: "none", in: "none", want: map[switchboardv1.WorkloadClass]float64{}},
+		{name: "partner", in: "partner=1.5", want: map[switchboardv1.WorkloadClass]float64{switchboardv1.WorkloadClass_WORKLOAD_CLASS_PARTNER: 1.5}},
+		{name: "twice", in: "batch=1,batch=2", wantErr: "listed twice"},
+		{name: "unknown class", in: "gold=1", wantErr: "want class=requests_per_minute"},
+		{name: "no rate", in: "batch", wantErr: "want class=requests_per_minute"},
+		{name: "negative", in: "batch=-1", wantErr: "at least 0"},
+		{name: "infinite", in: "batch=Inf", wantErr: "at least 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseOfflineClasses(tt.in)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
 }
