@@ -136,7 +136,7 @@ tenants:
 	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
 		Catalog: writeCatalog(t, dir, cat), ID: "e2e-freeze", Exploration: -1})
 	f := startFreezer(t, d.Addr())
-	edge := startEdge(t, f.ln.Addr().String(), "--decider-keepalive=5s", "--offline-grace=0")
+	edge := startEdge(t, f.ln.Addr().String(), "--decider-keepalive=5s")
 	sys := &stack{edge: edge}
 	body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 	code, _, _ := sys.post(t, testKey, body)

@@ -24,7 +24,7 @@ var offlineStream = chatReq{content: "hi", stream: true, includeUsage: true, max
 // offlineBatch is the batch request of the offline tests.
 const offlineBatch = `{"model":"` + model + `","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 
-// errorCode sends body in class cls, and returns the answer's status and
+// errorCode sends body in class cls (none: the key's), and returns the answer's status and
 // error code. It does not use t, so it may run inside require.Eventually.
 func (s *stack) errorCode(body, cls string) (int, string, error) {
 	req, err := http.NewRequest(http.MethodPost, s.edge.URL()+"/chat/completions", strings.NewReader(body))
@@ -32,7 +32,9 @@ func (s *stack) errorCode(body, cls string) (int, string, error) {
 		return 0, "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+testKey)
-	req.Header.Set("X-Switchboard-Workload", cls)
+	if cls != "" {
+		req.Header.Set("X-Switchboard-Workload", cls)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -114,9 +116,12 @@ tenants:
 	require.Contains(t, e["message"], "offline share of the tenant's requests per minute is spent")
 	require.NotEmpty(t, a.header.Get("Retry-After"))
 
-	// Past the grace every request fails closed again.
+	// Past the grace every request fails closed again; not before.
+	code, ecode, err = s.errorCode(offlineStream.body(), "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, code, "the same request is still refused by the share: %s", ecode)
 	require.Eventually(t, func() bool {
-		code, ecode, err := s.errorCode(offlineStream.body(), "interactive")
+		code, ecode, err := s.errorCode(offlineStream.body(), "")
 		return err == nil && code == http.StatusServiceUnavailable && ecode == "decider_unavailable"
 	}, grace+waitFor, 200*time.Millisecond, "fails closed once the last answer is older than the grace")
 
