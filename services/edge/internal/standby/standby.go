@@ -26,7 +26,6 @@ package standby
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -177,16 +176,18 @@ func (s *Standby) Serve(key, requestID string) (Served, error) {
 	if !ok {
 		return Served{}, ErrClassClosed
 	}
-	tenant := s.bucket("t\x00"+id.GetTenantId()+"\x00"+id.GetWorkloadClass().String(), rpm, now)
-	endpoint := s.bucket("e\x00"+a.resp.GetEndpoint().GetId(), s.opts.EndpointRPM, now)
-	switch {
-	case !tenant.has():
+	tenant := s.bucket("tenant\x00"+id.GetTenantId()+"\x00"+id.GetWorkloadClass().String(), rpm, now)
+	if !tenant.has() {
 		return Served{}, &LimitError{Scope: "tenant", RetryAfter: tenant.wait()}
-	case !endpoint.has():
-		return Served{}, &LimitError{Scope: "endpoint", RetryAfter: endpoint.wait()}
+	}
+	if s.opts.EndpointRPM > 0 {
+		endpoint := s.bucket("endpoint\x00"+a.resp.GetEndpoint().GetId(), s.opts.EndpointRPM, now)
+		if !endpoint.has() {
+			return Served{}, &LimitError{Scope: "endpoint", RetryAfter: endpoint.wait()}
+		}
+		endpoint.take()
 	}
 	tenant.take()
-	endpoint.take()
 	return Served{Resp: offlineAnswer(a.resp, requestID), GrantRequestID: a.resp.GetRequestId(), Age: now.Sub(a.at)}, nil
 }
 
@@ -206,16 +207,12 @@ func offlineAnswer(resp *switchboardv1.DecideResponse, requestID string) *switch
 }
 
 // bucket returns the bucket named key, refilling at rpm/Share per minute
-// and holding as much, refilled up to now; a bucket that never empties
-// when rpm is 0 and key names an endpoint.
+// and holding as much (full when new), refilled up to now.
 func (s *Standby) bucket(key string, rpm float64, now time.Time) *bucket {
 	b, ok := s.buckets[key]
-	size := rpm / float64(s.opts.Share)
 	if !ok {
+		size := rpm / float64(s.opts.Share)
 		b = &bucket{size: size, tokens: size, at: now}
-		if rpm <= 0 && key[0] == 'e' {
-			b.size, b.tokens = math.Inf(1), math.Inf(1)
-		}
 		s.buckets[key] = b
 	}
 	b.refill(now)

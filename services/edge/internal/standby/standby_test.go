@@ -2,6 +2,8 @@ package standby_test
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +164,40 @@ func TestAnswersBounded(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, kept)
+}
+
+func TestNoEndpointLimit(t *testing.T) {
+	c := &clock{t: time.Unix(0, 0)}
+	s := newStandby(c, standby.Options{Classes: map[switchboardv1.WorkloadClass]float64{interactive: 1000}})
+	s.Remember("k", answer("acme", interactive, "ep-a"))
+	for i := range 1000 {
+		_, err := s.Serve("k", "gen-x")
+		require.NoError(t, err, "call %d: only the tenant's share limits", i)
+	}
+	_, err := s.Serve("k", "gen-x")
+	var le *standby.LimitError
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "tenant", le.Scope)
+}
+
+// TestShareExactUnderConcurrency: callers at once never get more than the
+// share between them.
+func TestShareExactUnderConcurrency(t *testing.T) {
+	c := &clock{t: time.Unix(0, 0)}
+	s := newStandby(c, standby.Options{Share: 2, Classes: map[switchboardv1.WorkloadClass]float64{interactive: 100}})
+	s.Remember("k", answer("acme", interactive, "ep-a"))
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				if _, err := s.Serve("k", "gen-x"); err == nil {
+					admitted.Add(1)
+				}
+				s.Remember("k", answer("acme", interactive, "ep-a"))
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(50), admitted.Load(), "half of 100 a minute, with the clock standing still")
 }
