@@ -66,7 +66,8 @@ type stackOptions struct {
 // startStack starts a Switchboard as o says, all of it closed when the test
 // ends. The decider has ID e2e, seed 1, no exploration and a 5 s shutdown
 // timeout unless o.tune says otherwise. The edge flushes its reports every
-// 20 ms, guards its decider calls with rpcGuards, and reads alpha's
+// 20 ms, guards its decider calls with rpcGuards, fails closed without a
+// decider (failClosed), and reads alpha's
 // credential (SWITCHBOARD_PROVIDER_KEY_ALPHA) as alphaCred unless
 // o.providerKeys says otherwise.
 func startStack(t testing.TB, o stackOptions) *stack {
@@ -96,7 +97,7 @@ func startStack(t testing.TB, o stackOptions) *stack {
 		return s
 	}
 	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t),
-		"--report-flush-interval=20ms"}, rpcGuards...), o.edgeArgs...), func(string) string { return "" })
+		"--report-flush-interval=20ms", failClosed}, rpcGuards...), o.edgeArgs...), func(string) string { return "" })
 	require.NoError(t, err)
 	keys := o.providerKeys
 	if keys == nil {
@@ -227,11 +228,19 @@ func operatorRPC(t testing.TB, addr string) switchboardv1.DeciderClient {
 	return switchboardv1.NewDeciderClient(conn)
 }
 
+// failClosed is the edges' default in these tests: no serving from the
+// decider's last answers while it is gone. The tests that stop, pause or
+// restart a decider check the broker's limits and the edge's answers as the
+// broker gives them; the tests of serving offline turn it on with their own
+// --offline-grace, which comes later on the command line and wins.
+const failClosed = "--offline-grace=0"
+
 // startEdge starts an edge on a free port in front of the decider at
-// deciderAddr, with args as on its command line; closed when the test ends.
+// deciderAddr, failing closed without it (failClosed), with args as on its
+// command line; closed when the test ends.
 func startEdge(t *testing.T, deciderAddr string, args ...string) *edgeapp.Edge {
 	t.Helper()
-	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + deciderAddr, edgeTokenFlag(t)}, args...),
+	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + deciderAddr, edgeTokenFlag(t), failClosed}, args...),
 		func(string) string { return "" })
 	require.NoError(t, err)
 	e, err := edgeapp.Start(t.Context(), ecfg, quietLogger(nil))

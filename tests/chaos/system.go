@@ -293,6 +293,10 @@ func (s *system) startEdge(ctx context.Context, name string, deciderIdx int) err
 		"--listen=" + addr, "--decider=" + s.deciders[deciderIdx].addr, "--decider-token-file=" + s.tokens["edge"], "--edge-id=edge" + name,
 		"--reserve-timeout=5s", "--hedge-acquire-timeout=5s", "--drain-delay=0s", "--shutdown-grace=2s", "--report-flush-interval=50ms",
 		"--decider-keepalive=5s",
+		// The checks count every provider call against the broker's
+		// limits: an edge serving from the decider's last answers while
+		// its decider is killed would exceed them by design.
+		"--offline-grace=0",
 	}
 	c, err := childproc.Start("edge"+name, killedWithUs(exec.CommandContext(ctx, s.bins.Edge, args...)), filepath.Join(s.dir, "edge"+name+".log")) //nolint:gosec // G204: the binary the operator named.
 	if err != nil {

@@ -1104,6 +1104,12 @@ type ActivityRecord struct {
 	// included, when it is not model itself: an alias, or model with a
 	// suffix such as ":floor".
 	RequestedModel string `protobuf:"bytes,22,opt,name=requested_model,json=requestedModel,proto3" json:"requested_model,omitempty"`
+	// grant_request_id is the request whose decision's grant and caps this
+	// record carries, when it is not this record's own: a call an edge served
+	// offline, as that earlier decision routed it, while no decider could be
+	// reached. The grant is then checked against this id, and this record's
+	// id must be made after it and within the offline window.
+	GrantRequestId string `protobuf:"bytes,23,opt,name=grant_request_id,json=grantRequestId,proto3" json:"grant_request_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1292,6 +1298,13 @@ func (x *ActivityRecord) GetRequestedModel() string {
 	return ""
 }
 
+func (x *ActivityRecord) GetGrantRequestId() string {
+	if x != nil {
+		return x.GrantRequestId
+	}
+	return ""
+}
+
 var File_switchboard_v1_common_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_common_proto_rawDesc = "" +
@@ -1354,7 +1367,7 @@ const file_switchboard_v1_common_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x19.switchboard.v1.HedgeModeR\x04mode\x12,\n" +
 	"\x12winner_endpoint_id\x18\x03 \x01(\tR\x10winnerEndpointId\x12*\n" +
 	"\x11loser_endpoint_id\x18\x04 \x01(\tR\x0floserEndpointId\x12$\n" +
-	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xce\x06\n" +
+	"\x0eloser_cost_usd\x18\x05 \x01(\x01R\floserCostUsd\"\xf8\x06\n" +
 	"\x0eActivityRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -1384,7 +1397,8 @@ const file_switchboard_v1_common_proto_rawDesc = "" +
 	"\x04caps\x18\x14 \x01(\v2\x1c.switchboard.v1.DecisionCapsR\x04caps\x128\n" +
 	"\n" +
 	"client_api\x18\x15 \x01(\x0e2\x19.switchboard.v1.ClientApiR\tclientApi\x12'\n" +
-	"\x0frequested_model\x18\x16 \x01(\tR\x0erequestedModel*`\n" +
+	"\x0frequested_model\x18\x16 \x01(\tR\x0erequestedModel\x12(\n" +
+	"\x10grant_request_id\x18\x17 \x01(\tR\x0egrantRequestId*`\n" +
 	"\vEndpointApi\x12\x1c\n" +
 	"\x18ENDPOINT_API_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ENDPOINT_API_OPENAI\x10\x01\x12\x1a\n" +

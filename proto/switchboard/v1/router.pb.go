@@ -283,21 +283,26 @@ const (
 	// its share of the traffic (endpoints near the lowest expected cost of one
 	// good answer share most of it).
 	RouteReason_ROUTE_REASON_ROUTING_COST RouteReason = 9
+	// ROUTE_REASON_OFFLINE: no decider could be reached, and the edge served
+	// the request as the decider last answered the same kind of request
+	// (its endpoints, in its order) within the edge's offline grace.
+	RouteReason_ROUTE_REASON_OFFLINE RouteReason = 10
 )
 
 // Enum value maps for RouteReason.
 var (
 	RouteReason_name = map[int32]string{
-		0: "ROUTE_REASON_UNSPECIFIED",
-		1: "ROUTE_REASON_CHEAPEST_NO_DATA",
-		2: "ROUTE_REASON_CHEAPEST_QUALIFYING",
-		3: "ROUTE_REASON_EXPLORATION",
-		4: "ROUTE_REASON_USER_ORDER",
-		5: "ROUTE_REASON_USER_SORT",
-		6: "ROUTE_REASON_FLOOR",
-		7: "ROUTE_REASON_NITRO",
-		8: "ROUTE_REASON_PRICE_GUARD",
-		9: "ROUTE_REASON_ROUTING_COST",
+		0:  "ROUTE_REASON_UNSPECIFIED",
+		1:  "ROUTE_REASON_CHEAPEST_NO_DATA",
+		2:  "ROUTE_REASON_CHEAPEST_QUALIFYING",
+		3:  "ROUTE_REASON_EXPLORATION",
+		4:  "ROUTE_REASON_USER_ORDER",
+		5:  "ROUTE_REASON_USER_SORT",
+		6:  "ROUTE_REASON_FLOOR",
+		7:  "ROUTE_REASON_NITRO",
+		8:  "ROUTE_REASON_PRICE_GUARD",
+		9:  "ROUTE_REASON_ROUTING_COST",
+		10: "ROUTE_REASON_OFFLINE",
 	}
 	RouteReason_value = map[string]int32{
 		"ROUTE_REASON_UNSPECIFIED":         0,
@@ -310,6 +315,7 @@ var (
 		"ROUTE_REASON_NITRO":               7,
 		"ROUTE_REASON_PRICE_GUARD":         8,
 		"ROUTE_REASON_ROUTING_COST":        9,
+		"ROUTE_REASON_OFFLINE":             10,
 	}
 )
 
@@ -3364,7 +3370,7 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\x14SIZE_BUCKET_UNDER_8K\x10\x01\x12\x19\n" +
 	"\x15SIZE_BUCKET_8K_TO_32K\x10\x02\x12\x1b\n" +
 	"\x17SIZE_BUCKET_32K_TO_128K\x10\x03\x12\x19\n" +
-	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\xb8\x02\n" +
+	"\x15SIZE_BUCKET_OVER_128K\x10\x04*\xd2\x02\n" +
 	"\vRouteReason\x12\x1c\n" +
 	"\x18ROUTE_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dROUTE_REASON_CHEAPEST_NO_DATA\x10\x01\x12$\n" +
@@ -3375,7 +3381,9 @@ const file_switchboard_v1_router_proto_rawDesc = "" +
 	"\x12ROUTE_REASON_FLOOR\x10\x06\x12\x16\n" +
 	"\x12ROUTE_REASON_NITRO\x10\a\x12\x1c\n" +
 	"\x18ROUTE_REASON_PRICE_GUARD\x10\b\x12\x1d\n" +
-	"\x19ROUTE_REASON_ROUTING_COST\x10\t*\xd0\x01\n" +
+	"\x19ROUTE_REASON_ROUTING_COST\x10\t\x12\x18\n" +
+	"\x14ROUTE_REASON_OFFLINE\x10\n" +
+	"*\xd0\x01\n" +
 	"\tLimitUnit\x12\x1a\n" +
 	"\x16LIMIT_UNIT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LIMIT_UNIT_REQUESTS\x10\x01\x12\x1b\n" +

@@ -6,17 +6,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/debugserver"
 	"github.com/switchboard-ai/switchboard/pkg/flagenv"
+	"github.com/switchboard-ai/switchboard/pkg/offline"
 	"github.com/switchboard-ai/switchboard/pkg/telemetry"
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/credentials"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/standby"
 )
 
 // Defaults of Config.
@@ -61,6 +66,21 @@ const (
 	// which for a request waiting in a queue may be many minutes away. The
 	// decider accepts pings every 5 s.
 	DefaultDeciderKeepalive = 10 * time.Second
+	// DefaultOfflineGrace is how long the edge serves from the decider's
+	// last answers once no decider can be reached: none. Offline serving
+	// admits by local shares the broker does not see, so it is the
+	// operator's choice (a minute rides out a decider's restart or a
+	// leader election); by default the edge fails closed and no limit is
+	// ever passed.
+	DefaultOfflineGrace = 0
+	// DefaultOfflineClasses are the workload classes served offline, each
+	// with the requests per minute one tenant of it may make across the
+	// fleet then. Partner traffic, billed against partners' spend limits,
+	// fails closed.
+	DefaultOfflineClasses = "interactive=60,background=60,batch=60"
+	// DefaultOfflineEndpointRPM is the requests per minute one endpoint is
+	// sent across the fleet while offline.
+	DefaultOfflineEndpointRPM = 600
 )
 
 // maxAttemptsLimit bounds MaxAttempts: each attempt before the first token
@@ -243,6 +263,27 @@ type Config struct {
 	// ProviderKeyReload is how often ProviderKeyDir is re-read (Optional).
 	// Defaults to 10s. Flag --provider-key-reload.
 	ProviderKeyReload time.Duration
+	// OfflineGrace is how long after the decider's last answer for a kind of
+	// request the edge still serves that kind by it when no decider can be
+	// reached (Optional). Defaults to 1m; negative turns it off (the flag's
+	// 0), so every request fails closed with 503 as the decider is lost. At
+	// most 1h. Flag --offline-grace.
+	OfflineGrace time.Duration
+	// OfflineClasses are the workload classes served offline,
+	// "class=rpm[,class=rpm...]": each with the requests per minute one
+	// tenant of it may make across the fleet while offline, shared by
+	// OfflineShare edges. A class not listed fails closed (Optional).
+	// Defaults to DefaultOfflineClasses; "none" lists none. Flag
+	// --offline-classes.
+	OfflineClasses string
+	// OfflineEndpointRPM is the requests per minute one endpoint is sent
+	// across the fleet while offline, shared by OfflineShare edges
+	// (Optional). Defaults to 600. Flag --offline-endpoint-rpm.
+	OfflineEndpointRPM float64
+	// OfflineShare is how many edges share the offline limits: each edge
+	// admits its 1/OfflineShare of them (Optional). Defaults to 1. Flag
+	// --offline-share.
+	OfflineShare int
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -316,6 +357,18 @@ func (c Config) withDefaults() Config {
 	if c.ProviderKeyReload == 0 {
 		c.ProviderKeyReload = credentials.DefaultReload
 	}
+	if c.OfflineGrace == 0 {
+		c.OfflineGrace = DefaultOfflineGrace
+	}
+	if c.OfflineClasses == "" {
+		c.OfflineClasses = DefaultOfflineClasses
+	}
+	if c.OfflineEndpointRPM == 0 {
+		c.OfflineEndpointRPM = DefaultOfflineEndpointRPM
+	}
+	if c.OfflineShare == 0 {
+		c.OfflineShare = 1
+	}
 	return c
 }
 
@@ -371,6 +424,18 @@ func (c Config) validate() error {
 	}
 	if _, err := credentials.ParsePins(c.ProviderKeyHosts); err != nil {
 		errs = append(errs, fmt.Errorf("--provider-key-hosts: %w", err))
+	}
+	if c.OfflineGrace > offline.MaxGrace {
+		errs = append(errs, fmt.Errorf("--offline-grace %s: at most %s", c.OfflineGrace, offline.MaxGrace))
+	}
+	if _, err := parseOfflineClasses(c.OfflineClasses); err != nil {
+		errs = append(errs, fmt.Errorf("--offline-classes: %w", err))
+	}
+	if c.OfflineEndpointRPM < 0 || math.IsNaN(c.OfflineEndpointRPM) || math.IsInf(c.OfflineEndpointRPM, 0) {
+		errs = append(errs, fmt.Errorf("--offline-endpoint-rpm %g: must be a positive number", c.OfflineEndpointRPM))
+	}
+	if c.OfflineShare < 1 {
+		errs = append(errs, fmt.Errorf("--offline-share %d: must be at least 1", c.OfflineShare))
 	}
 	// Every duration that must be positive.
 	for _, d := range []struct {
@@ -432,6 +497,9 @@ func ParseFlags(args []string, getenv func(string) string) (Config, error) {
 	if errors.Is(err, flag.ErrHelp) {
 		return Config{}, err
 	}
+	if cfg.OfflineGrace == 0 {
+		cfg.OfflineGrace = -1 // --offline-grace=0: off
+	}
 	if cfg.ReservationHeartbeat == 0 && cfg.ReservationTTL > 0 {
 		cfg.ReservationHeartbeat = cfg.ReservationTTL / 3 // from the TTL given
 	}
@@ -477,6 +545,10 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "host:port of the admin listener (plain HTTP: /metrics, /healthz, /readyz); a port alone listens on loopback (default: none)")
 	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go profiles (/debug/pprof/) on the admin listener")
 	fs.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "deprecated: --admin-listen with --pprof")
+	fs.DurationVar(&cfg.OfflineGrace, "offline-grace", cfg.OfflineGrace, "with no decider reachable, how long after the decider's last answer for a kind of request the edge still serves that kind by it (0: never, fail closed; at most 1h)")
+	fs.StringVar(&cfg.OfflineClasses, "offline-classes", cfg.OfflineClasses, "workload classes served offline, class=rpm,...: each with the requests per minute one tenant of it may make across the fleet then; others fail closed (none: every class)")
+	fs.Float64Var(&cfg.OfflineEndpointRPM, "offline-endpoint-rpm", cfg.OfflineEndpointRPM, "requests per minute one endpoint is sent across the fleet while offline")
+	fs.IntVar(&cfg.OfflineShare, "offline-share", cfg.OfflineShare, "how many edges share the offline limits; each admits its 1/N of them")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "minimum log level (debug, info, warn, error)")
 	fs.DurationVar(&cfg.LogFlushInterval, "log-flush-interval", cfg.LogFlushInterval, "longest a log line is held to be written with others (0: each at once)")
 	// Transport security of the decider connection.
@@ -501,4 +573,43 @@ func usage(w io.Writer) {
 // (empty: none) and whether it serves the profiles.
 func (c Config) Admin() (debugserver.Listener, error) {
 	return debugserver.Resolve(c.AdminListen, c.DebugListen, c.Pprof)
+}
+
+// parseOfflineClasses reads --offline-classes: "none", or class=rpm pairs
+// naming each workload class at most once, with a finite rpm of at least 0.
+func parseOfflineClasses(v string) (map[switchboardv1.WorkloadClass]float64, error) {
+	out := map[switchboardv1.WorkloadClass]float64{}
+	if strings.TrimSpace(v) == "none" {
+		return out, nil
+	}
+	byName := map[string]switchboardv1.WorkloadClass{}
+	for n := range switchboardv1.WorkloadClass_name {
+		if cls := switchboardv1.WorkloadClass(n); cls != switchboardv1.WorkloadClass_WORKLOAD_CLASS_UNSPECIFIED {
+			byName[switchboardv1.EnumName(cls)] = cls
+		}
+	}
+	for part := range strings.SplitSeq(v, ",") {
+		name, rate, ok := strings.Cut(strings.TrimSpace(part), "=")
+		cls, known := byName[name]
+		if !ok || !known {
+			return nil, fmt.Errorf("%q: want class=requests_per_minute with a class of interactive, background, partner, batch", part)
+		}
+		rpm, err := strconv.ParseFloat(rate, 64)
+		if err != nil || rpm < 0 || math.IsInf(rpm, 0) || math.IsNaN(rpm) {
+			return nil, fmt.Errorf("%q: the requests per minute must be a number of at least 0", part)
+		}
+		if _, dup := out[cls]; dup {
+			return nil, fmt.Errorf("%q: class %s listed twice", part, name)
+		}
+		out[cls] = rpm
+	}
+	return out, nil
+}
+
+// standby is what the edge serves with when no decider can be reached,
+// as the offline flags configure it (validate checked them).
+func (c Config) standby() *standby.Standby {
+	classes, _ := parseOfflineClasses(c.OfflineClasses)
+	return standby.New(standby.Options{Grace: max(c.OfflineGrace, 0), Share: c.OfflineShare, Classes: classes,
+		EndpointRPM: c.OfflineEndpointRPM})
 }

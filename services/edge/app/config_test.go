@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -44,6 +46,10 @@ func TestParseFlags(t *testing.T) {
 				require.Equal(t, 30*time.Second, c.WriteTimeout)
 				require.Equal(t, 30*time.Minute, c.MaxQueueWait)
 				require.Equal(t, 10*time.Second, c.DeciderKeepalive)
+				require.Equal(t, time.Duration(-1), c.OfflineGrace, "off: the edge fails closed")
+				require.Equal(t, "interactive=60,background=60,batch=60", c.OfflineClasses)
+				require.InDelta(t, 600, c.OfflineEndpointRPM, 0)
+				require.Equal(t, 1, c.OfflineShare)
 				require.NotNil(t, c.Getenv)
 			},
 		},
@@ -54,7 +60,8 @@ func TestParseFlags(t *testing.T) {
 				"--max-attempts", "2", "--retry-wait", "3s", "--report-flush-interval", "1s", "--drain-delay", "2s", "--log-level", "debug",
 				"--hedge-acquire-timeout", "50ms", "--reservation-ttl", "10m", "--reserve-timeout", "150ms",
 				"--shutdown-grace", "20m", "--body-read-timeout", "5s", "--max-unverified-bodies", "8", "--write-timeout", "9s",
-				"--max-queue-wait", "3m", "--decider-keepalive", "6s", "--decider-plaintext", "--log-flush-interval", "0"},
+				"--max-queue-wait", "3m", "--decider-keepalive", "6s", "--decider-plaintext", "--log-flush-interval", "0",
+				"--offline-grace", "0", "--offline-classes", "batch=30", "--offline-endpoint-rpm", "90", "--offline-share", "3"},
 			check: func(t *testing.T, c Config) {
 				require.Equal(t, Config{
 					Listen: "0.0.0.0:9000", Decider: "decider:9090", Region: "eu", EdgeID: "e1", MaxBodyBytes: 1024,
@@ -63,6 +70,7 @@ func TestParseFlags(t *testing.T) {
 					HedgeAcquireTimeout: 50 * time.Millisecond, ReservationTTL: 10 * time.Minute, ReservationHeartbeat: 10 * time.Minute / 3, ReserveTimeout: 150 * time.Millisecond,
 					ShutdownGrace: 20 * time.Minute, BodyReadTimeout: 5 * time.Second, MaxUnverifiedBodies: 8, WriteTimeout: 9 * time.Second,
 					MaxQueueWait: 3 * time.Minute, DeciderKeepalive: 6 * time.Second, ProviderKeyPrefix: "SWITCHBOARD_PROVIDER_KEY_", ProviderKeyReload: 10 * time.Second, DeciderPlaintext: true,
+					OfflineGrace: -1, OfflineClasses: "batch=30", OfflineEndpointRPM: 90, OfflineShare: 3,
 				}, withoutGetenv(c))
 			},
 		},
@@ -98,11 +106,13 @@ func TestParseFlags(t *testing.T) {
 			name: "every error at once",
 			args: []string{"--listen", "nope", "--max-attempts", "0", "--first-token-timeout", "-1s", "--max-body-bytes", "0",
 				"--reservation-ttl", "-1m", "--reserve-timeout", "-1s", "--shutdown-grace", "-1s", "--body-read-timeout", "-1s",
-				"--max-unverified-bodies", "-1", "--write-timeout", "-1s", "--decider-keepalive", "1s"},
+				"--max-unverified-bodies", "-1", "--write-timeout", "-1s", "--decider-keepalive", "1s",
+				"--offline-grace", "2h", "--offline-classes", "interactive=1,gold=2", "--offline-endpoint-rpm", "-1", "--offline-share", "-2"},
 			env: map[string]string{"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT": "soon"},
 			wantErr: []string{"--listen", "--max-attempts", "--first-token-timeout", "--max-body-bytes",
 				"SWITCHBOARD_EDGE_STREAM_IDLE_TIMEOUT", "--reservation-ttl", "--reserve-timeout", "--shutdown-grace",
-				"--body-read-timeout", "--max-unverified-bodies", "--write-timeout", "--decider-keepalive 1s: at least 5s"},
+				"--body-read-timeout", "--max-unverified-bodies", "--write-timeout", "--decider-keepalive 1s: at least 5s",
+				"--offline-grace 2h0m0s: at most 1h0m0s", `--offline-classes: "gold=2"`, "--offline-endpoint-rpm", "--offline-share"},
 		},
 		{
 			name:    "a heartbeat that does not beat the TTL",
@@ -218,4 +228,36 @@ func TestPlaintextDeciderOffLoopbackIsRefused(t *testing.T) {
 	e, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", Decider: "10.0.0.7:9090", DeciderPlaintext: true}, nil)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
+}
+
+func TestParseOfflineClasses(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    map[switchboardv1.WorkloadClass]float64
+		wantErr string
+	}{
+		{name: "default", in: DefaultOfflineClasses, want: map[switchboardv1.WorkloadClass]float64{
+			switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE: 60, switchboardv1.WorkloadClass_WORKLOAD_CLASS_BACKGROUND: 60,
+			switchboardv1.WorkloadClass_WORKLOAD_CLASS_BATCH: 60,
+		}},
+		{name: "none", in: "none", want: map[switchboardv1.WorkloadClass]float64{}},
+		{name: "partner", in: "partner=1.5", want: map[switchboardv1.WorkloadClass]float64{switchboardv1.WorkloadClass_WORKLOAD_CLASS_PARTNER: 1.5}},
+		{name: "twice", in: "batch=1,batch=2", wantErr: "listed twice"},
+		{name: "unknown class", in: "gold=1", wantErr: "want class=requests_per_minute"},
+		{name: "no rate", in: "batch", wantErr: "want class=requests_per_minute"},
+		{name: "negative", in: "batch=-1", wantErr: "at least 0"},
+		{name: "infinite", in: "batch=Inf", wantErr: "at least 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseOfflineClasses(tt.in)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
 }

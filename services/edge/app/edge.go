@@ -198,6 +198,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		ReservationTTL: cfg.ReservationTTL,
 		QueueWait:      cfg.MaxQueueWait,
+		Standby:        cfg.standby(),
 		DeciderState:   func() string { return conn.GetState().String() },
 		Ready:          deciderReady(healthpb.NewHealthClient(conn)),
 		// Bodies are read under their own deadline; the server's

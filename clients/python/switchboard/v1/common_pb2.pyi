@@ -35,7 +35,7 @@ OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_UPSTREAM_ERROR: Outcome
 
 class ActivityRecord(_message.Message):
-    __slots__ = ["api_key_id", "attempts", "caps", "client_api", "cost_capped", "cost_usd", "create_time", "duration", "endpoint_id", "error", "grant", "hedge", "http_status", "id", "model", "provider", "requested_model", "status", "stream", "tenant_id", "ttft", "usage"]
+    __slots__ = ["api_key_id", "attempts", "caps", "client_api", "cost_capped", "cost_usd", "create_time", "duration", "endpoint_id", "error", "grant", "grant_request_id", "hedge", "http_status", "id", "model", "provider", "requested_model", "status", "stream", "tenant_id", "ttft", "usage"]
     API_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CAPS_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class ActivityRecord(_message.Message):
     ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
+    GRANT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     HEDGE_FIELD_NUMBER: _ClassVar[int]
     HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +70,7 @@ class ActivityRecord(_message.Message):
     endpoint_id: str
     error: str
     grant: bytes
+    grant_request_id: str
     hedge: HedgeInfo
     http_status: int
     id: str
@@ -80,7 +82,7 @@ class ActivityRecord(_message.Message):
     tenant_id: str
     ttft: _duration_pb2.Duration
     usage: Usage
-    def __init__(self, id: _Optional[str] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant_id: _Optional[str] = ..., api_key_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., provider: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., hedge: _Optional[_Union[HedgeInfo, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., status: _Optional[_Union[CallStatus, str]] = ..., http_status: _Optional[int] = ..., stream: bool = ..., cost_capped: bool = ..., error: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., ttft: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., grant: _Optional[bytes] = ..., caps: _Optional[_Union[DecisionCaps, _Mapping]] = ..., client_api: _Optional[_Union[ClientApi, str]] = ..., requested_model: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant_id: _Optional[str] = ..., api_key_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., provider: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., hedge: _Optional[_Union[HedgeInfo, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., status: _Optional[_Union[CallStatus, str]] = ..., http_status: _Optional[int] = ..., stream: bool = ..., cost_capped: bool = ..., error: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., ttft: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., grant: _Optional[bytes] = ..., caps: _Optional[_Union[DecisionCaps, _Mapping]] = ..., client_api: _Optional[_Union[ClientApi, str]] = ..., requested_model: _Optional[str] = ..., grant_request_id: _Optional[str] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ["cost_usd", "endpoint_id", "error", "hedge", "http_status", "outcome", "provider", "start_time", "ttft"]

@@ -30,6 +30,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/switchboard-ai/switchboard/pkg/offline"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
@@ -171,7 +172,8 @@ func (r Refused) Total() int { return r.Ungranted + r.OverCaps }
 func (s *Signer) Filter(records []*switchboardv1.ActivityRecord) (kept []*switchboardv1.ActivityRecord, refused Refused) {
 	kept = make([]*switchboardv1.ActivityRecord, 0, len(records))
 	for _, r := range records {
-		if r.GetTenantId() == "" || !s.Verify(r.GetGrant(), r.GetId(), r.GetTenantId(), r.GetApiKeyId(), r.GetCaps()) {
+		id := grantedFor(r)
+		if r.GetTenantId() == "" || id == "" || !s.Verify(r.GetGrant(), id, r.GetTenantId(), r.GetApiKeyId(), r.GetCaps()) {
 			refused.Ungranted++
 			continue
 		}
@@ -182,8 +184,23 @@ func (s *Signer) Filter(records []*switchboardv1.ActivityRecord) (kept []*switch
 			refused.OverCaps++
 			continue
 		}
-		r.Grant, r.Caps = nil, nil
+		r.Grant, r.Caps, r.GrantRequestId = nil, nil, ""
 		kept = append(kept, r)
 	}
 	return kept, refused
+}
+
+// grantedFor is the request id r's grant must have been issued for: its
+// own, or for a call served offline the earlier request whose decision it
+// was served by, when r was made within offline.MaxGrace after it; ""
+// when no grant can be r's.
+func grantedFor(r *switchboardv1.ActivityRecord) string {
+	g := r.GetGrantRequestId()
+	switch {
+	case g == "":
+		return r.GetId()
+	case offline.Within(g, r.GetId()):
+		return g
+	}
+	return ""
 }

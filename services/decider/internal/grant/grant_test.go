@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-ai/switchboard/pkg/offline"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
 )
@@ -117,6 +119,29 @@ func TestFilter(t *testing.T) {
 	require.Nil(t, good.GetGrant(), "not stored")
 	require.Nil(t, good.GetCaps(), "not stored")
 	require.Equal(t, forged, in[0], "the batch is left as it was")
+}
+
+// TestFilterOffline: a record of a call served offline carries the grant
+// of the earlier decision it was served by, and is kept when it names that
+// decision's request and was made after it, within offline.MaxGrace.
+func TestFilterOffline(t *testing.T) {
+	s := signer(t, 1)
+	t0 := time.Date(2026, 12, 7, 21, 0, 0, 0, time.UTC)
+	id := func(at time.Time) string { return fmt.Sprintf("gen-%012xabcdefghijklmnop", at.UnixMilli()) }
+	decided := id(t0)
+	rec := func(at time.Time, grantFor string) *switchboardv1.ActivityRecord {
+		return &switchboardv1.ActivityRecord{Id: id(at), GrantRequestId: grantFor, TenantId: "acme", ApiKeyId: "k", Caps: testCaps,
+			Grant: s.Issue(decided, "acme", "k", testCaps), Usage: &switchboardv1.Usage{InputTokens: 10, OutputTokens: 5, CostUsd: 0.01}, CostUsd: 0.01}
+	}
+	served := rec(t0.Add(time.Minute), decided)
+	unnamed := rec(t0.Add(time.Minute), "")
+	late := rec(t0.Add(offline.MaxGrace+time.Second), decided)
+	early := rec(t0.Add(-time.Second), decided)
+	other := rec(t0.Add(time.Minute), id(t0.Add(time.Second)))
+	kept, refused := s.Filter([]*switchboardv1.ActivityRecord{unnamed, late, served, early, other})
+	require.Equal(t, []*switchboardv1.ActivityRecord{served}, kept)
+	require.Equal(t, 4, refused.Ungranted)
+	require.Empty(t, served.GetGrantRequestId(), "not stored")
 }
 
 // TestKeyNeverPrinted: the signer formats and logs without its key.

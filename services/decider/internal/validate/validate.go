@@ -443,6 +443,7 @@ func Traceparent(field, v string) error {
 func ActivityRecord(r *switchboardv1.ActivityRecord) error {
 	err := first(
 		ID("id", r.GetId()),
+		ID("grant_request_id", r.GetGrantRequestId()),
 		Time("create_time", r.GetCreateTime()),
 		Name("tenant_id", r.GetTenantId()),
 		Name("api_key_id", r.GetApiKeyId()),

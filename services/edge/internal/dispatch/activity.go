@@ -28,6 +28,7 @@ func (s *serving) record(err error) *switchboardv1.ActivityRecord {
 		ApiKeyId:       c.APIKeyID,
 		Grant:          c.Grant,
 		Caps:           c.GrantCaps,
+		GrantRequestId: c.GrantRequestID,
 		Model:          c.Model,
 		RequestedModel: c.RequestedModel,
 		Hedge:          s.hedge,

@@ -276,6 +276,10 @@ type Call struct {
 	// the activity record with the grant, which covers them: the decider
 	// stores the record only when its bill is within them.
 	GrantCaps *switchboardv1.DecisionCaps
+	// GrantRequestID is the request the grant was issued for, when it is
+	// not this one: a call served offline by an earlier decision
+	// (ActivityRecord.grant_request_id).
+	GrantRequestID string
 	// PromptTokens is the prompt estimate, reported for the size bucket.
 	PromptTokens int64
 	// Stream is whether the client asked for server-sent events.

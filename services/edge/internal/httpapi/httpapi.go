@@ -33,6 +33,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/invoice"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/quality"
+	"github.com/switchboard-ai/switchboard/services/edge/internal/standby"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/upstream"
 )
 
@@ -99,6 +100,10 @@ type Options struct {
 	// decider has not accepted recently; beyond it such requests get 503
 	// unread (Optional). Defaults to 64.
 	MaxUnverifiedBodies int
+	// Standby serves requests no decider can be reached for, from the
+	// decider's last answers (Optional). Defaults to none: such requests
+	// fail closed.
+	Standby *standby.Standby
 	// Logger logs requests (Optional). Defaults to discarding.
 	Logger *slog.Logger
 }
@@ -361,6 +366,9 @@ type chatRequest struct {
 	// breakpoint and up to its last 1-hour one (anthropic.Request), for
 	// the decider to price the writes of endpoints that cache by them.
 	cacheWrite, cacheWrite1h int64
+	// grantRequestID is the request whose remembered answer serves this one
+	// offline, when no decider could be reached ("" otherwise).
+	grantRequestID string
 }
 
 // readChat authenticates what it can of a chat request and reads and parses
@@ -536,8 +544,11 @@ func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, mode
 	switch {
 	case err == nil:
 		s.keys.accept(keyHash)
+		s.opts.Standby.Remember(standbyKey(c, model), resp)
 	case status.Code(err) == codes.Unauthenticated && !bearer.CallerRefused(err):
 		s.keys.refuse(keyHash)
+	case unreachable(err) && r.Context().Err() == nil:
+		return s.serveOffline(c, model, reqID, err)
 	}
 	return resp, err
 }
@@ -563,6 +574,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, log reqLog, r
 		APIKeyID:       resp.GetIdentity().GetApiKeyId(),
 		Grant:          resp.GetGrant(),
 		GrantCaps:      resp.GetCaps(),
+		GrantRequestID: c.grantRequestID,
 		PromptTokens:   req.InputTokens,
 		Stream:         req.Stream,
 		ClientAPI:      c.api,
