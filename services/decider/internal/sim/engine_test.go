@@ -2,6 +2,9 @@ package sim
 
 import (
 	"bytes"
+	"fmt"
+	"hash/fnv"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -60,9 +63,9 @@ func TestVirtualClock(t *testing.T) {
 	})
 	e.at(start.Add(time.Hour), func() { got = append(got, 4) })
 	var seen []time.Time
-	for e.events.Len() > 0 {
-		ev := popEvent(&e.events)
-		e.now = ev.at
+	for len(e.events) > 0 {
+		ev := e.events.pop()
+		e.now = ev.t
 		seen = append(seen, e.now)
 		ev.fn()
 	}
@@ -207,5 +210,21 @@ func BenchmarkRunDay(b *testing.B) {
 		if _, err := Run(p, tr, nil, Policy{Name: "smart"}, 1, Options{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPromptHashes: the prefix hashes are FNV-1a of "system/<id>" and
+// "<session>/<turn>" with the low bit set, as hash/fnv computes them, so
+// a recorded run's prefixes keep their values.
+func TestPromptHashes(t *testing.T) {
+	t.Parallel()
+	want := func(s string) uint64 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(s))
+		return h.Sum64() | 1
+	}
+	for _, n := range []int{0, 1, 7, 12345, -3, math.MaxInt} {
+		require.Equal(t, want(fmt.Sprintf("system/%d", n)), systemHash(n))
+		require.Equal(t, want(fmt.Sprintf("%d/%d", n, n/2)), promptHash(n, n/2))
 	}
 }
