@@ -81,6 +81,9 @@ type stackOptions struct {
 	edgeTo func(s *stack) string
 	// edgeArgs are the edge's command-line flags, after the defaults.
 	edgeArgs []string
+	// ownDeadlines leaves the edge its own deadlines on decider calls,
+	// without rpcGuards: for tests of how it fails over between deciders.
+	ownDeadlines bool
 	// providerKeys are the provider credentials the edge reads from its
 	// environment, by variable name; nil is alpha's alone.
 	providerKeys map[string]string
@@ -89,8 +92,8 @@ type stackOptions struct {
 // startStack starts a Switchboard as o says, all of it closed when the test
 // ends. The decider has ID e2e, seed 1, no exploration and a 5 s shutdown
 // timeout unless o.tune says otherwise (replicas: o.tuneReplica). The edge
-// flushes its reports every
-// 20 ms, guards its decider calls with rpcGuards, and reads alpha's
+// flushes its reports every 20 ms, guards its decider calls with rpcGuards
+// (unless o.ownDeadlines), and reads alpha's
 // credential (SWITCHBOARD_PROVIDER_KEY_ALPHA) as alphaCred unless
 // o.providerKeys says otherwise.
 func startStack(t testing.TB, o stackOptions) *stack {
@@ -143,7 +146,10 @@ func startStack(t testing.TB, o stackOptions) *stack {
 	if o.edgeTo != nil {
 		to = o.edgeTo(s)
 	}
-	args := append([]string{"--listen=127.0.0.1:0", "--decider=" + to, edgeTokenFlag(t), "--report-flush-interval=20ms"}, rpcGuards...)
+	args := []string{"--listen=127.0.0.1:0", "--decider=" + to, edgeTokenFlag(t), "--report-flush-interval=20ms"}
+	if !o.ownDeadlines {
+		args = append(args, rpcGuards...)
+	}
 	if s.tls != nil {
 		args = append(args, s.tls.edgeArgs()...)
 	}
