@@ -49,7 +49,8 @@ func TestCatalogSwapIsOneSnapshot(t *testing.T) {
 	swapping(d, catalogs, swaps, 2, func() bool {
 		before := d.KeySetVersion()
 		models := d.router.ListModels()
-		_, errA := d.authn.Resolve(&switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-a")})
+		_, idx := d.catalog.PinAuth(t.Context())
+		_, errA := idx.Resolve(&switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-a")})
 		after := d.KeySetVersion()
 		if before != after {
 			return true
