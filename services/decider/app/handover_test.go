@@ -103,6 +103,7 @@ func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderClient, *loc
 // marker must be written, so the next owner starts at once, at full
 // capacity, without learning mode.
 func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	args := []string{"--listen", "127.0.0.1:0", "--etcd-listen", "127.0.0.1:0", "--data-dir", dir, "--drain-delay", "0",
 		"--exploration", "-1", "--id", "test", "--probe-interval", "0"}
@@ -143,6 +144,7 @@ func firstAdmission(t *testing.T, c switchboardv1.DeciderClient, start time.Time
 // (bounded by the old election session's TTL). Figures, not assertions:
 // go test -run TestRestartToFirstAdmission -v ./services/decider/app/
 func TestRestartToFirstAdmission(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long (figures only, no assertion): make test-long runs it")
 	}
@@ -170,6 +172,7 @@ func TestRestartToFirstAdmission(t *testing.T) {
 // or crashed (no restart involved). Figures, not assertions:
 // go test -run TestFailoverToFirstAdmission -v ./services/decider/app/
 func TestFailoverToFirstAdmission(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long (figures only, no assertion): make test-long runs it")
 	}
@@ -224,6 +227,7 @@ func hedgeRecord(d *Decider, id string, loserUSD float64) *switchboardv1.Activit
 // of the broker, settled there whichever replica received the activity, and
 // restored, pending charges included, by the replica that takes over.
 func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer a.Close()
@@ -271,6 +275,7 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 // session ends (as after a pause longer than its TTL); it must take the
 // broker back by itself and admit again, without a restart.
 func TestDeciderAdmitsAgainAfterLosingItsSession(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
 	defer d.Close()

@@ -42,6 +42,7 @@ func limitHeaders(r reply) map[string]string {
 }
 
 func TestChatAdmissionRefused(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		ref        *switchboardv1.Refusal
@@ -129,6 +130,7 @@ func TestChatAdmissionRefused(t *testing.T) {
 }
 
 func TestChatAdmissionDecide(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.ReservationTTL = 7 * time.Minute })
 	r := h.chat(plainReq, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -146,6 +148,7 @@ func TestChatAdmissionDecide(t *testing.T) {
 }
 
 func TestChatAdmissionFallback(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 3, func(c *Config) { c.ReservationTTL = 5 * time.Minute })
 	h.ups[0].SetMode(fakeupstream.Unavailable)
 	r := h.chat(streamReq, authed("X-Switchboard-App", "checkout", "X-Switchboard-Workload", "background"))
@@ -187,6 +190,7 @@ func TestChatAdmissionFallback(t *testing.T) {
 }
 
 func TestChatAdmissionFallbackRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 3, nil)
 	h.ups[0].SetMode(fakeupstream.Unavailable)
 	h.fd.RefuseReserve(h.eps[1].GetId(), &switchboardv1.Refusal{
@@ -224,6 +228,7 @@ func TestChatAdmissionFallbackRefused(t *testing.T) {
 }
 
 func TestChatAdmissionHedgeRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 		resp := h.decision(req)
@@ -251,6 +256,7 @@ func TestChatAdmissionHedgeRefused(t *testing.T) {
 }
 
 func TestChatIdentityHeaders(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(plainReq, authed("X-Switchboard-App", "checkout", "X-Switchboard-Environment", "staging", "X-Switchboard-Workload", "batch"))
 	require.Equal(t, http.StatusOK, r.status, r.body)
