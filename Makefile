@@ -56,13 +56,14 @@ agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci o
 # (a load test, a smoke build of the binaries, a run that only prints
 # figures, the chaos test's short form) skips under -short
 # (testing.Short()) and is named in LONG_TESTS, which make test-long runs.
-# The tests module runs in SHARDS processes at once (tests/shards.sh), while
-# the other modules' tests run: its tests mostly wait on the systems they
-# start. COVERPROFILE=file writes
+# The tests module runs in SHARDS processes at once (tests/shards.sh, the
+# tests dealt out by their time in tests/shards.weights), while the other
+# modules' tests run, up to 8 of a package's parallel tests at once: most
+# of them wait on the systems they start. COVERPROFILE=file writes
 # the coverage of every module but tests (the end-to-end module measures
 # no package of its own).
 UNIT_PKGS := $(filter-out ./tests/...,$(PKGS))
-SHARDS ?= 4
+SHARDS ?= 6
 LONG_TESTS := \
 	./services/edge/cmd/edgebench:TestSmoke \
 	./services/decider/app:TestRestartToFirstAdmission \
@@ -76,7 +77,7 @@ LONG_TESTS := \
 test: nodesdk agents clients ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
 	@# The modules' own tests, CPU-bound, run while the tests module's shards
 	@# mostly wait: both at once, each's failure failing the run.
-	go test -race -count=1 -short -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
+	go test -race -count=1 -short -parallel=8 -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
 	  SHARDS=$(SHARDS) ./tests/shards.sh -test.short; e2e=$$?; wait $$unit; u=$$?; \
 	  [ $$u -eq 0 ] || echo "make test: the modules' own tests FAILED"; [ $$e2e -eq 0 ] || echo "make test: the tests module FAILED"; \
 	  [ $$u -eq 0 ] && [ $$e2e -eq 0 ]
