@@ -66,8 +66,6 @@ UNIT_PKGS := $(filter-out ./tests/...,$(PKGS))
 SHARDS ?= 6
 LONG_TESTS := \
 	./services/edge/cmd/edgebench:TestSmoke \
-	./services/decider/app:TestRestartToFirstAdmission \
-	./services/decider/app:TestFailoverToFirstAdmission \
 	./tests:TestBrokerLoadShort \
 	./tests:TestChaosShort \
 	./tests:TestLocalRunStopsCleanly \
@@ -83,7 +81,7 @@ test: nodesdk agents clients ## Short run (-race -short): every behaviour test o
 	  [ $$u -eq 0 ] && [ $$e2e -eq 0 ]
 
 .PHONY: test-long
-test-long: ## The long tests only (LONG_TESTS, -v so figure-only runs print): load test, smoke builds, handover figures, the chaos short form.
+test-long: ## The long tests only (LONG_TESTS, -v so figure-only runs print): load test, smoke builds, the chaos short form.
 	@for pt in $(LONG_TESTS); do pkg=$${pt%%:*}; name=$${pt##*:}; \
 	  echo "go test -race -count=1 -v -run '^$$name\$$' $$pkg"; \
 	  go test -race -count=1 -timeout=30m -v -run "^$$name\$$" $$pkg || exit 1; done

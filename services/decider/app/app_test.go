@@ -53,7 +53,7 @@ models:
 	return p
 }
 
-func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderClient) {
+func startDecider(t testing.TB, cfg Config) (*Decider, switchboardv1.DeciderClient) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"

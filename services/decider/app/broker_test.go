@@ -37,7 +37,7 @@ tenants:
       - {unit: requests, per: day, capacity: 5}
 `
 
-func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
+func writeLimited(t testing.TB, dir string, tenantPerDay ...string) string {
 	t.Helper()
 	p := filepath.Join(dir, "catalog.yaml")
 	y := strings.ReplaceAll(limitedCatalog, "@KEY@", catalog.HashKey(demoKey))
@@ -48,7 +48,7 @@ func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
 	return p
 }
 
-func decideReserve(t *testing.T, c switchboardv1.DeciderClient, n int) *switchboardv1.DecideResponse {
+func decideReserve(t testing.TB, c switchboardv1.DeciderClient, n int) *switchboardv1.DecideResponse {
 	t.Helper()
 	resp, err := c.Decide(t.Context(), decideRequest(n))
 	require.NoError(t, err)
