@@ -30,7 +30,7 @@ func shipped(t testing.TB) (*Profile, *Traffic) {
 func TestDeterministic(t *testing.T) {
 	t.Parallel()
 	p, tr := shipped(t)
-	tr.Requests = 3000
+	tr.Requests = 1000
 	table := func(seed uint64) string {
 		var sums []Summary
 		for _, pol := range Policies[:2] {
@@ -73,7 +73,7 @@ func TestVirtualClock(t *testing.T) {
 	require.Equal(t, []time.Time{start.Add(time.Minute), start.Add(time.Minute), start.Add(time.Hour), start.Add(time.Hour)}, seen)
 
 	p, tr := shipped(t)
-	tr.Requests = 2000
+	tr.Requests = 300
 	res, err := Run(p, tr, nil, Policies[1], 1, Options{})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, res.End.Sub(tr.Start), 24*time.Hour, "a whole simulated day passed")
