@@ -58,7 +58,7 @@ agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci o
 # (testing.Short()) and is named in LONG_TESTS, which make test-long runs.
 # The tests module runs in SHARDS processes at once (tests/shards.sh, the
 # tests dealt out by their time in tests/shards.weights), while the other
-# modules' tests run, up to 8 of a package's parallel tests at once: most
+# modules' tests run, up to 4 of a package's parallel tests at once: most
 # of them wait on the systems they start. COVERPROFILE=file writes
 # the coverage of every module but tests (the end-to-end module measures
 # no package of its own).
@@ -75,7 +75,7 @@ LONG_TESTS := \
 test: nodesdk agents clients ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
 	@# The modules' own tests, CPU-bound, run while the tests module's shards
 	@# mostly wait: both at once, each's failure failing the run.
-	go test -race -count=1 -short -parallel=8 -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
+	go test -race -count=1 -short -parallel=4 -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
 	  SHARDS=$(SHARDS) ./tests/shards.sh -test.short; e2e=$$?; wait $$unit; u=$$?; \
 	  [ $$u -eq 0 ] || echo "make test: the modules' own tests FAILED"; [ $$e2e -eq 0 ] || echo "make test: the tests module FAILED"; \
 	  [ $$u -eq 0 ] && [ $$e2e -eq 0 ]

@@ -46,7 +46,6 @@ func contentOf(t *testing.T, body, id string) string {
 }
 
 func TestChatHedgeDelayed(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) {
 		c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait
 	})
@@ -163,7 +162,6 @@ func requireSnakeCase(t *testing.T, v any, path string) {
 // enums as lower-case words, not protobuf's JSON ("0.7085s", "1234",
 // CLIENT_API_CHAT_COMPLETIONS).
 func TestGenerationOfHedgedRetriedCall(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 3, nil)
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 		resp := h.decision(req)
@@ -245,7 +243,6 @@ func TestGenerationOfHedgedRetriedCall(t *testing.T) {
 }
 
 func TestChatHedgeImmediateOver128k(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
 	// As the decider does: both at once over 128k tokens, no hedge below.
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
@@ -293,7 +290,6 @@ func TestChatHedgeImmediateOver128k(t *testing.T) {
 }
 
 func TestActivityRecordStatuses(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name       string
 		body       string
@@ -340,7 +336,6 @@ func TestActivityRecordStatuses(t *testing.T) {
 }
 
 func TestClientDisconnectMidStream(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
 	h.ups[0].SetMode(fakeupstream.HangMidStream)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -376,7 +371,6 @@ func TestClientDisconnectMidStream(t *testing.T) {
 }
 
 func TestChatBilling(t *testing.T) {
-	t.Parallel()
 	// The harness's endpoints cost 0.20 / 0.05 cached / 0.80 per million.
 	known := &fakeupstream.Usage{Prompt: 1_000_000, Cached: 400_000, Completion: 10_000}
 	tests := []struct {
@@ -433,7 +427,6 @@ func TestChatBilling(t *testing.T) {
 func ptr(f float64) *float64 { return &f }
 
 func TestActivityList(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	var ids []string
 	for range 3 {
@@ -538,7 +531,6 @@ func TestActivityList(t *testing.T) {
 }
 
 func TestGeneration(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(plainReq, authed())
 	require.Equal(t, http.StatusOK, r.status)

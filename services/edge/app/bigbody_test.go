@@ -19,7 +19,6 @@ import (
 // connection. A body far over the limit is not read: it is answered at
 // once and its connection closed.
 func TestOversizedBody(t *testing.T) {
-	t.Parallel()
 	const limit = 64 << 10
 	h := newHarness(t, 1, func(c *Config) { c.MaxBodyBytes = limit })
 	send := func(t *testing.T, conn net.Conn, br *bufio.Reader, body string, declared int) *http.Response {

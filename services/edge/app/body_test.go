@@ -47,7 +47,6 @@ func readResponse(t *testing.T, conn net.Conn) *http.Response {
 // A body that trickles in is cut after the body read timeout with a 408,
 // and its connection closed.
 func TestSlowBodyIsCut(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.BodyReadTimeout = 200 * time.Millisecond })
 	conn := rawRequest(t, h.edge.Addr(), clientKey, 1000, `{"model":"org/model",`)
 	resp := readResponse(t, conn)
@@ -59,7 +58,6 @@ func TestSlowBodyIsCut(t *testing.T) {
 // A request without a usable key is refused before a byte of its body is
 // read, and the connection closed rather than drained.
 func TestBodyOfMissingKeyIsNeverRead(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	for _, auth := range []string{"", "not a key"} {
 		conn := rawRequest(t, h.edge.Addr(), auth, 100000, "")
@@ -73,7 +71,6 @@ func TestBodyOfMissingKeyIsNeverRead(t *testing.T) {
 // a time; beyond the cap such requests are refused without reading their
 // body, while keys already accepted are not held back.
 func TestUnverifiedBodiesAreCapped(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.MaxUnverifiedBodies = 2; c.BodyReadTimeout = time.Minute })
 	// clientKey is accepted once: from then on it is verified.
 	require.Equal(t, http.StatusOK, h.chat(plainReq, authed()).status)
@@ -100,7 +97,6 @@ func TestUnverifiedBodiesAreCapped(t *testing.T) {
 
 // A key the decider refused is refused again without its body being read.
 func TestBodyOfRefusedKeyIsNeverRead(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	h.fd.SetDecide(func(*switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 		return nil, status.Error(codes.Unauthenticated, "invalid API key")

@@ -26,7 +26,6 @@ const (
 )
 
 func TestChatStreamSuccess(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, nil)
 	r := h.chat(streamReq, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -103,7 +102,6 @@ func TestChatStreamSuccess(t *testing.T) {
 }
 
 func TestChatStreamIncludeUsage(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(`{"model":"org/model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -119,7 +117,6 @@ func TestChatStreamIncludeUsage(t *testing.T) {
 }
 
 func TestChatNonStreamSuccess(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(plainReq, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -149,7 +146,6 @@ func TestChatNonStreamSuccess(t *testing.T) {
 }
 
 func TestChatDebugHeader(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(plainReq, authed("X-Switchboard-Debug", "1"))
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -175,7 +171,6 @@ func TestChatDebugHeader(t *testing.T) {
 }
 
 func TestChatRequestErrors(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name       string
 		method     string
@@ -223,7 +218,6 @@ func TestChatRequestErrors(t *testing.T) {
 }
 
 func TestChatDeciderErrors(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name       string
 		err        error
@@ -274,7 +268,6 @@ func retryStatus(t *testing.T) error {
 }
 
 func TestChatUpstreamFailures(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name       string
 		body       string
@@ -341,7 +334,6 @@ func TestChatUpstreamFailures(t *testing.T) {
 // ending the event completed its answer: the client gets it whole, with its
 // [DONE], and the call is reported OK, not as a dropped stream.
 func TestChatDoneWithoutBlankLine(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, nil)
 	h.ups[0].SetMode(fakeupstream.DoneWithoutBlankLine)
 	r := h.chat(streamReq, authed())
@@ -355,7 +347,6 @@ func TestChatDoneWithoutBlankLine(t *testing.T) {
 }
 
 func TestChatMidStreamDrop(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, nil)
 	h.ups[0].SetMode(fakeupstream.DropMidStream)
 	r := h.chat(streamReq, authed())
@@ -369,7 +360,6 @@ func TestChatMidStreamDrop(t *testing.T) {
 }
 
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.FirstTokenTimeout = 30 * time.Second })
 	h.ups[0].SetMode(fakeupstream.Hang)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -396,7 +386,6 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 }
 
 func TestCooldownCommandSkipsFallback(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 3, nil)
 	require.Eventually(t, func() bool { return len(h.fd.Received()) >= 1 }, 5*time.Second, 10*time.Millisecond)
 	h.fd.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Cooldown{Cooldown: &switchboardv1.CooldownCommand{
@@ -411,7 +400,6 @@ func TestCooldownCommandSkipsFallback(t *testing.T) {
 }
 
 func TestProbeCommand(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	require.Eventually(t, func() bool { return len(h.fd.Received()) >= 1 }, 5*time.Second, 10*time.Millisecond)
 	h.fd.Send(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Probe{Probe: &switchboardv1.ProbeCommand{
@@ -429,7 +417,6 @@ func TestProbeCommand(t *testing.T) {
 }
 
 func TestReportStreamReconnects(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	require.Equal(t, http.StatusOK, h.chat(plainReq, authed()).status)
 	h.waitReports(1)
@@ -440,7 +427,6 @@ func TestReportStreamReconnects(t *testing.T) {
 }
 
 func TestDeciderDown(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	h.fd.Stop()
 	r := h.chat(plainReq, authed())
@@ -450,7 +436,6 @@ func TestDeciderDown(t *testing.T) {
 }
 
 func TestStartWithoutDecider(t *testing.T) {
-	t.Parallel()
 	e, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", Decider: "127.0.0.1:1"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
@@ -458,7 +443,6 @@ func TestStartWithoutDecider(t *testing.T) {
 }
 
 func TestCredentialsNeverLogged(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 3, nil)
 	h.ups[0].SetMode(fakeupstream.Unauthorized) // echoes the provider key
 	h.ups[1].SetMode(fakeupstream.RateLimited)
@@ -498,7 +482,6 @@ func TestCredentialsNeverLogged(t *testing.T) {
 }
 
 func TestModels(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	h.fd.SetListModels(func(req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
 		if req.GetIdentity().GetApiKeySha256() != clientKeyHash() {
@@ -527,7 +510,6 @@ func TestModels(t *testing.T) {
 }
 
 func TestHealthz(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	var body map[string]string
 	require.Eventually(t, func() bool {
@@ -549,7 +531,6 @@ func TestHealthz(t *testing.T) {
 }
 
 func TestCloseDrains(t *testing.T) {
-	t.Parallel()
 	// The drain delay is the window in which the test must see /healthz
 	// turn and get one answer: 300 ms was too narrow on a loaded machine.
 	h := newHarness(t, 1, func(c *Config) { c.DrainDelay = 3 * time.Second })
@@ -570,7 +551,6 @@ func TestCloseDrains(t *testing.T) {
 // Decide; an invalid one is ignored, not refused. Every call report says
 // which answer-quality checks the answer failed (none here).
 func TestChatSessionHeader(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(plainReq, authed("X-Session-Id", "conv-42"))
 	require.Equal(t, http.StatusOK, r.status, r.body)

@@ -12,7 +12,6 @@ import (
 )
 
 func TestParseFlags(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name    string
 		args    []string
@@ -176,13 +175,11 @@ func withoutGetenv(c Config) Config {
 }
 
 func TestParseFlagsHelp(t *testing.T) {
-	t.Parallel()
 	_, err := ParseFlags([]string{"-help"}, func(string) string { return "" })
 	require.ErrorIs(t, err, flag.ErrHelp)
 }
 
 func TestRun(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name    string
 		args    []string
@@ -213,7 +210,6 @@ func TestRun(t *testing.T) {
 // A plaintext connection to a decider on another machine must be chosen:
 // the edge refuses to start without TLS or --decider-plaintext.
 func TestPlaintextDeciderOffLoopbackIsRefused(t *testing.T) {
-	t.Parallel()
 	for _, decider := range []string{"decider.switchboard.svc:9090", "dns:///decider.switchboard.svc:9090", "10.0.0.7:9090"} {
 		_, err := Start(t.Context(), Config{Listen: "127.0.0.1:0", Decider: decider}, nil)
 		require.ErrorContains(t, err, "--decider-ca-file", decider)

@@ -49,7 +49,6 @@ func seen(up *fakeupstream.Server) []string {
 // the provider key namespace gets nothing: the edge refuses the name before
 // any request, says so to the client, and logs neither the value nor sends it.
 func TestCredentialOutsideNamespaceNeverSent(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) {
 		base := c.Getenv
 		c.Getenv = func(k string) string {
@@ -78,7 +77,6 @@ func TestCredentialOutsideNamespaceNeverSent(t *testing.T) {
 // A credential pinned to its provider's hosts is not sent to a base URL on
 // another host, whatever the decider says; the next endpoint serves.
 func TestPinnedCredentialNotSentToAnotherHost(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) {
 		c.ProviderKeyHosts = "SWITCHBOARD_PROVIDER_KEY_ALPHA=alpha.example.com,localhost"
 	})
@@ -108,7 +106,6 @@ func TestPinnedCredentialNotSentToAnotherHost(t *testing.T) {
 // A provider answering with a redirect does not get the edge to carry the
 // credential anywhere, even on its own host.
 func TestRedirectDoesNotCarryCredential(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, nil)
 	up := fakeupstream.Start(t)
 	up.SetMode(fakeupstream.Redirect)
@@ -126,7 +123,6 @@ func TestRedirectDoesNotCarryCredential(t *testing.T) {
 // Credentials in the provider key directory win over the environment and
 // are picked up when the file changes, without a restart.
 func TestProviderKeyDirRotation(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	write := func(v string) {
 		tmp := filepath.Join(dir, ".tmp")

@@ -9,7 +9,6 @@ import (
 )
 
 func TestDebugListenFlag(t *testing.T) {
-	t.Parallel()
 	c, err := ParseFlags(nil, func(string) string { return "" })
 	require.NoError(t, err)
 	require.Empty(t, c.DebugListen, "off by default")
@@ -35,7 +34,6 @@ func TestDebugListenFlag(t *testing.T) {
 // own loopback port, never on the API port; without it there is no such
 // listener.
 func TestDebugListener(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.DebugListen = ":0" })
 	addr := h.edge.DebugAddr()
 	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), "a port alone listens on loopback: %s", addr)

@@ -18,7 +18,6 @@ import (
 )
 
 func TestParseDeciders(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name    string
 		in      string
@@ -54,7 +53,6 @@ func TestParseDeciders(t *testing.T) {
 // A list is loopback only when every address is; a bad --decider is
 // reported by the flags, every mistake at once.
 func TestDeciderFlag(t *testing.T) {
-	t.Parallel()
 	c, err := ParseFlags([]string{"--decider", "127.0.0.1:9090,127.0.0.1:9091"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, c.checkPlaintext())
@@ -71,7 +69,6 @@ func TestDeciderFlag(t *testing.T) {
 // The service config balances over every replica and health-checks each
 // against the admission health the decider reports; grpc accepts it.
 func TestDeciderServiceConfig(t *testing.T) {
-	t.Parallel()
 	var sc struct {
 		LoadBalancingConfig []map[string]json.RawMessage `json:"loadBalancingConfig"`
 		HealthCheckConfig   struct {
@@ -121,7 +118,6 @@ func decides(fds ...*fakedecider.Server) []int {
 // that cannot, or died, gets none and costs no request; the edge is ready
 // while one is.
 func TestEdgeUsesEveryDecider(t *testing.T) {
-	t.Parallel()
 	h, fd2 := twoDeciders(t, 1, nil)
 	ok := func() bool { return h.chat(plainReq, authed()).status == http.StatusOK }
 	readyz := func() reply { return h.do(t.Context(), http.MethodGet, "/readyz", "", nil) }
@@ -186,7 +182,6 @@ func TestEdgeUsesEveryDecider(t *testing.T) {
 // again, as numbered, the activity and reconcile batches the dead one never
 // acknowledged; the live one acknowledges them and nothing is left owed.
 func TestReportStreamMovesToALiveDecider(t *testing.T) {
-	t.Parallel()
 	h, fd2 := twoDeciders(t, 1, func(c *Config) { c.FirstTokenTimeout = longWait })
 	fds := []*fakedecider.Server{h.fd, fd2}
 	var dead, live *fakedecider.Server

@@ -42,7 +42,6 @@ func limitHeaders(r reply) map[string]string {
 }
 
 func TestChatAdmissionRefused(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name       string
 		ref        *switchboardv1.Refusal
@@ -130,7 +129,6 @@ func TestChatAdmissionRefused(t *testing.T) {
 }
 
 func TestChatAdmissionDecide(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.ReservationTTL = 7 * time.Minute })
 	r := h.chat(plainReq, authed())
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -148,7 +146,6 @@ func TestChatAdmissionDecide(t *testing.T) {
 }
 
 func TestChatAdmissionFallback(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 3, func(c *Config) { c.ReservationTTL = 5 * time.Minute })
 	h.ups[0].SetMode(fakeupstream.Unavailable)
 	r := h.chat(streamReq, authed("X-Switchboard-App", "checkout", "X-Switchboard-Workload", "background"))
@@ -190,7 +187,6 @@ func TestChatAdmissionFallback(t *testing.T) {
 }
 
 func TestChatAdmissionFallbackRefused(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 3, nil)
 	h.ups[0].SetMode(fakeupstream.Unavailable)
 	h.fd.RefuseReserve(h.eps[1].GetId(), &switchboardv1.Refusal{
@@ -228,7 +224,6 @@ func TestChatAdmissionFallbackRefused(t *testing.T) {
 }
 
 func TestChatAdmissionHedgeRefused(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) { c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait })
 	h.fd.SetDecide(func(req *switchboardv1.DecideRequest) (*switchboardv1.DecideResponse, error) {
 		resp := h.decision(req)
@@ -256,7 +251,6 @@ func TestChatAdmissionHedgeRefused(t *testing.T) {
 }
 
 func TestChatIdentityHeaders(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(plainReq, authed("X-Switchboard-App", "checkout", "X-Switchboard-Environment", "staging", "X-Switchboard-Workload", "batch"))
 	require.Equal(t, http.StatusOK, r.status, r.body)

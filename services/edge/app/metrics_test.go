@@ -25,7 +25,6 @@ import (
 // A response that names a fallback model is counted by that model, once
 // the handler has answered; one that does not is not counted.
 func TestFallbackServedCounted(t *testing.T) {
-	t.Parallel()
 	m, err := telemetry.NewMetrics("switchboard-edge", "v0", true)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Shutdown(t.Context())) }()
@@ -49,7 +48,6 @@ func TestFallbackServedCounted(t *testing.T) {
 
 // The edge's debug listener serves its metrics; the API port does not.
 func TestMetricsOnDebugListener(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.DebugListen = ":0" })
 	resp, err := h.client.Get("http://" + h.edge.DebugAddr() + "/metrics")
 	require.NoError(t, err)
@@ -122,7 +120,6 @@ func histogramTotals(fams map[string]*dto.MetricFamily, name string, want map[st
 // are back to no request in flight, carry the Go runtime's and the
 // process's metrics, and no label holds a request id or a key.
 func TestRequestMetricsScraped(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) { c.DebugListen = ":0" })
 	const body = `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`
 	const streamed = `{"model":"` + model + `","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
@@ -214,7 +211,6 @@ func TestRequestMetricsScraped(t *testing.T) {
 
 // While a stream is open it is counted in flight.
 func TestStreamCountedInFlight(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.DebugListen = ":0" })
 	gate := make(chan struct{})
 	h.ups[0].SetGate(gate)
@@ -232,7 +228,6 @@ func TestStreamCountedInFlight(t *testing.T) {
 // A hedged request whose hedge wins is counted as started, won and its
 // slow primary cancelled.
 func TestHedgeMetrics(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) {
 		c.DebugListen = ":0"
 		c.FirstTokenTimeout, c.IdleTimeout = longWait, longWait

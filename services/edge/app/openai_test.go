@@ -18,7 +18,6 @@ import (
 // Every answer carries x-request-id, whatever the path and the outcome,
 // so a client can quote it; on a chat completion it is the completion id.
 func TestRequestIDOnEveryResponse(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	tests := []struct {
 		name, method, path, body string
@@ -55,7 +54,6 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 // GET /v1/models/{id} answers OpenAI's model object, or a 404 in OpenAI's
 // error format for a model the caller cannot use. Model ids contain a slash.
 func TestModelByID(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	h.fd.SetListModels(func(req *switchboardv1.ListModelsRequest) (*switchboardv1.ListModelsResponse, error) {
 		if req.GetIdentity().GetApiKeySha256() != clientKeyHash() {
@@ -91,7 +89,6 @@ func TestModelByID(t *testing.T) {
 // Every 429 speaks OpenAI's vocabulary, whichever path refused: code
 // rate_limit_exceeded, type naming the kind of limit (tokens or requests).
 func TestRateLimitErrorsShareOneVocabulary(t *testing.T) {
-	t.Parallel()
 	t.Run("caller's token limit", func(t *testing.T) {
 		h := newHarness(t, 1, nil)
 		h.refuse(&switchboardv1.Refusal{
@@ -138,7 +135,6 @@ func TestRateLimitErrorsShareOneVocabulary(t *testing.T) {
 
 // n > 1 would be answered with one choice: it is refused, naming n.
 func TestChatRefusesSeveralChoices(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	r := h.chat(`{"model":"org/model","n":3,"messages":[{"role":"user","content":"hi"}]}`, authed())
 	require.Equal(t, http.StatusBadRequest, r.status, r.body)

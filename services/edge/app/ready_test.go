@@ -19,7 +19,6 @@ import (
 // decider reachable, serving (its catalog loaded) and able to admit — and
 // 503 from the moment shutdown starts.
 func TestReadiness(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	ready := func() (int, map[string]string) {
 		r := h.do(t.Context(), http.MethodGet, "/readyz", "", nil)
@@ -82,7 +81,6 @@ func TestReadiness(t *testing.T) {
 // The shutdown grace is a setting: a stream in flight when shutdown starts
 // finishes whole within it.
 func TestCloseLetsStreamsFinish(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.ShutdownGrace = time.Minute; c.FirstTokenTimeout = time.Minute })
 	gate := make(chan struct{})
 	h.ups[0].SetGate(gate)
@@ -110,7 +108,6 @@ func TestCloseLetsStreamsFinish(t *testing.T) {
 
 // A stream still running when the grace ends is cut, and Close returns.
 func TestCloseCutsStreamsAfterTheGrace(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, func(c *Config) { c.ShutdownGrace = 50 * time.Millisecond; c.IdleTimeout = time.Minute })
 	h.ups[0].SetMode(fakeupstream.HangMidStream)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.edge.URL()+"/chat/completions", strings.NewReader(streamReq))

@@ -12,7 +12,6 @@ import (
 // listener broke), the edge does not sit there alive and deaf: wait returns
 // the error, so Run exits non-zero and the process is restarted.
 func TestServeFailureEndsRun(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 1, nil)
 	require.NoError(t, h.edge.ln.Close())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // hang guard only
@@ -26,7 +25,6 @@ func TestServeFailureEndsRun(t *testing.T) {
 // TestVersionFromLinker: the Makefile's -X sets Version, and the edge
 // announces it (Report hello, User-Agent).
 func TestVersionFromLinker(t *testing.T) {
-	// Not parallel: it sets the package's Version, which the others read.
 	old := Version
 	t.Cleanup(func() { Version = old })
 	Version = "v9.9.9-test"

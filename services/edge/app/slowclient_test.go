@@ -19,7 +19,6 @@ import (
 // here, measures the provider's silence only, not time spent blocked on
 // the client.
 func TestClientThatStopsReadingIsBlamed(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, 2, func(c *Config) {
 		// Generous against a loaded machine: only the order matters, the
 		// provider's idle timeout expiring first while a write is blocked.

@@ -13,7 +13,6 @@ import (
 // before it opened: the HTTP listener (its address can be listened on
 // again), the decider connection and every goroutine.
 func TestStartFailureReleasesWhatItOpened(t *testing.T) {
-	// Not parallel: goleak.VerifyNone sees every goroutine of the process.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
