@@ -9,8 +9,8 @@
 # (elections, session TTLs, retry-after, timeouts), little on the CPU, so
 # shards cut the wall time nearly by their number. Each test still runs
 # alone in its process, as it does under a plain go test. Each shard's
-# output is printed when all have ended; the exit status is non-zero if any
-# shard failed.
+# output is printed when all have ended, after the seconds it took; the exit
+# status is non-zero if any shard failed.
 set -euo pipefail
 cd "$(dirname "$0")"
 shards=${SHARDS:-6}
@@ -31,7 +31,13 @@ for ((i = 0; i < shards; i++)); do
 		[ "${d%% *}" = "$i" ] && run+="${run:+|}${d#* }"
 	done
 	[ -n "$run" ] || continue
-	"$work/tests.test" -test.count=1 -test.timeout=30m -test.run "^($run)\$" "$@" >"$work/shard$i.out" 2>&1 &
+	(
+		start=$SECONDS
+		rc=0
+		"$work/tests.test" -test.count=1 -test.timeout=30m -test.run "^($run)\$" "$@" >"$work/shard$i.out" 2>&1 || rc=$?
+		echo "$((SECONDS - start))" >"$work/shard$i.secs"
+		exit "$rc"
+	) &
 	pids+=("$!:$i")
 done
 failed=0
@@ -43,7 +49,7 @@ for p in "${pids[@]}"; do
 done
 for p in "${pids[@]}"; do
 	i=${p##*:}
-	echo "=== shard $i of $shards"
+	echo "=== shard $i of $shards ($(cat "$work/shard$i.secs" 2>/dev/null || echo '?') s)"
 	cat "$work/shard$i.out"
 done
 if [ "$failed" -ne 0 ]; then
