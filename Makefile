@@ -57,17 +57,16 @@ agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci o
 # (a load test, a smoke build of the binaries, a run that only prints
 # figures, the chaos test's short form) skips under -short
 # (testing.Short()) and is named in LONG_TESTS, which make test-long runs.
-# The tests module runs in SHARDS processes at once (tests/shards.sh), while
-# the other modules' tests run: its tests mostly wait on the systems they
-# start. COVERPROFILE=file writes
+# The tests module runs in SHARDS processes at once (tests/shards.sh, the
+# tests dealt out by their time in tests/shards.weights), while the other
+# modules' tests run, up to 4 of a package's parallel tests at once: most
+# of them wait on the systems they start. COVERPROFILE=file writes
 # the coverage of every module but tests (the end-to-end module measures
 # no package of its own).
 UNIT_PKGS := $(filter-out ./tests/...,$(PKGS))
-SHARDS ?= 4
+SHARDS ?= 6
 LONG_TESTS := \
 	./services/edge/cmd/edgebench:TestSmoke \
-	./services/decider/app:TestRestartToFirstAdmission \
-	./services/decider/app:TestFailoverToFirstAdmission \
 	./tests:TestBrokerLoadShort \
 	./tests:TestChaosShort \
 	./tests:TestLocalRunStopsCleanly \
@@ -77,13 +76,13 @@ LONG_TESTS := \
 test: nodesdk agents clients ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
 	@# The modules' own tests, CPU-bound, run while the tests module's shards
 	@# mostly wait: both at once, each's failure failing the run.
-	go test -race -count=1 -short -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
+	go test -race -count=1 -short -parallel=4 -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
 	  SHARDS=$(SHARDS) ./tests/shards.sh -test.short; e2e=$$?; wait $$unit; u=$$?; \
 	  [ $$u -eq 0 ] || echo "make test: the modules' own tests FAILED"; [ $$e2e -eq 0 ] || echo "make test: the tests module FAILED"; \
 	  [ $$u -eq 0 ] && [ $$e2e -eq 0 ]
 
 .PHONY: test-long
-test-long: ## The long tests only (LONG_TESTS, -v so figure-only runs print): load test, smoke builds, handover figures, the chaos short form.
+test-long: ## The long tests only (LONG_TESTS, -v so figure-only runs print): load test, smoke builds, the chaos short form.
 	@for pt in $(LONG_TESTS); do pkg=$${pt%%:*}; name=$${pt##*:}; \
 	  echo "go test -race -count=1 -v -run '^$$name\$$' $$pkg"; \
 	  go test -race -count=1 -timeout=30m -v -run "^$$name\$$" $$pkg || exit 1; done

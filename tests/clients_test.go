@@ -119,12 +119,14 @@ func buildTypeScriptClient(t *testing.T) (node, dir, outDir string) {
 // --decider-key-file and --decider-server-name name, as the service its
 // certificate names, and is answered.
 func TestClientsOverMutualTLS(t *testing.T) {
-	s := startMTLSStack(t, "  - {id: clients, role: service, tenants: [acme]}\n")
-	svc, err := s.ca.Issue("clients", tlstest.ClientAuth, time.Hour)
+	o := mtlsStack("  - {id: clients, role: service, tenants: [acme]}\n")
+	o.noEdge = true
+	s := startStack(t, o)
+	svc, err := s.tls.ca.Issue("clients", tlstest.ClientAuth, time.Hour)
 	require.NoError(t, err)
-	cert, key, err := svc.Write(s.dir, "clients")
+	cert, key, err := svc.Write(s.tls.dir, "clients")
 	require.NoError(t, err)
-	env := []string{"SWITCHBOARD_DECIDER=" + s.decider.Addr(), "SWITCHBOARD_CA=" + s.caFile, "SWITCHBOARD_CERT=" + cert,
+	env := []string{"SWITCHBOARD_DECIDER=" + s.decider.Addr(), "SWITCHBOARD_CA=" + s.tls.caFile, "SWITCHBOARD_CERT=" + cert,
 		"SWITCHBOARD_KEY=" + key, "SWITCHBOARD_SERVER_NAME=" + deciderDNS, "SWITCHBOARD_MODEL=" + model}
 	programs := []struct {
 		name, dir string

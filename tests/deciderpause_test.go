@@ -122,9 +122,9 @@ func (f *freezer) set(frozen bool) {
 // went unanswered (--decider-keepalive), not when its queue wait would have
 // ended.
 func TestUnansweringDeciderFailsTheRequestsWaitingOnIt(t *testing.T) {
-	sim := startSim(t, slowSimConfig)
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+	var f *freezer
+	sys := startStack(t, stackOptions{sim: slowSimConfig, catalog: func(url func(string) string) string {
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -132,12 +132,15 @@ models:
 tenants:
   - id: acme
     api_keys_sha256: [%[4]s]
-`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey))
-	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
-		Catalog: writeCatalog(t, dir, cat), ID: "e2e-freeze", Exploration: -1})
-	f := startFreezer(t, d.Addr())
-	edge := startEdge(t, f.ln.Addr().String(), "--decider-keepalive=5s")
-	sys := &stack{edge: edge}
+`, model, url("alpha"), simModel, catalog.HashKey(testKey))
+	}, tune: func(c *deciderapp.Config) { c.ID, c.Seed, c.ShutdownTimeout = "e2e-freeze", 0, 0 },
+		edgeTo: func(s *stack) string {
+			f = startFreezer(t, s.decider.Addr())
+			return f.ln.Addr().String()
+		},
+		edgeArgs: []string{"--decider-keepalive=5s"}, ownDeadlines: true,
+	})
+	edge := sys.edge
 	body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 	code, _, _ := sys.post(t, testKey, body)
 	require.Equal(t, http.StatusOK, code, "answered while the decider answers")

@@ -3,8 +3,6 @@ package tests
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +38,8 @@ providers:
 // arrived in a burn-in, the figures are plausible for the simulator, and a
 // restarted decider reads the same figures back.
 func TestSwitchbackExperiment(t *testing.T) {
-	sim := startSim(t, experimentSim)
-	dir := t.TempDir()
-	cat := writeCatalog(t, dir, fmt.Sprintf(`
+	s := startStack(t, stackOptions{sim: experimentSim, catalog: func(url func(string) string) string {
+		return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -50,15 +47,12 @@ models:
       - {provider: beta,  base_url: %[3]s, upstream_model: %[4]s, price: {input: 0.20, output: 0.60}}
 tenants:
   - {id: acme, api_keys_sha256: [%[5]s]}
-`, model, sim.Provider("alpha").URL(), sim.Provider("beta").URL(), simModel, catalog.HashKey(testKey)))
-	cfg := deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "decider"), Catalog: cat,
-		TokenFile: tokenFile(t, testReplicaToken), ID: "switchback", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-		ExperimentMinBlock: 100 * time.Millisecond, ExperimentSaveInterval: 200 * time.Millisecond,
-	}
-	require.NoError(t, os.MkdirAll(cfg.DataDir, 0o700))
-	d := startDecider(t, cfg)
-	e := startEdge(t, d.Addr(), rpcGuards...)
+`, model, url("alpha"), url("beta"), simModel, catalog.HashKey(testKey))
+	}, tune: func(c *deciderapp.Config) {
+		c.ID, c.Seed = "switchback", 0
+		c.ExperimentMinBlock, c.ExperimentSaveInterval = 100*time.Millisecond, 200*time.Millisecond
+	}})
+	d, e := s.decider, s.edge
 	ops := dialAs(t, d.Addr(), testOperatorToken)
 
 	const block, burnIn = 2 * time.Second, 200 * time.Millisecond
@@ -76,7 +70,7 @@ tenants:
 	// arms see requests and the burn-ins of blocks 1 and 2 are crossed.
 	sent := 0
 	for time.Since(start) < 2*block+3*burnIn || sent < 20 {
-		code, _, body := (&stack{edge: e}).post(t, testKey, `{"model":"`+model+`","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello `+fmt.Sprint(sent)+`"}]}`)
+		code, _, body := s.post(t, testKey, `{"model":"`+model+`","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello `+fmt.Sprint(sent)+`"}]}`)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		sent++
 	}
@@ -135,7 +129,7 @@ tenants:
 	// same figures back.
 	require.NoError(t, e.Close())
 	d.Close()
-	d2 := startDecider(t, cfg)
+	d2 := startDecider(t, s.dcfg)
 	again, err := dialAs(t, d2.Addr(), testOperatorToken).GetExperiment(t.Context(), &switchboardv1.GetExperimentRequest{})
 	require.NoError(t, err)
 	require.Equal(t, got.GetExperiment().GetId(), again.GetExperiment().GetId())

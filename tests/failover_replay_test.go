@@ -13,7 +13,6 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
 
 // brokerOwnerPrefix is where the deciders elect the broker's owner; the
@@ -43,32 +42,25 @@ func brokerOwner(t *testing.T, cli *clientv3.Client) (string, clientv3.LeaseID) 
 // 2-minute TTL.
 func TestReconciliationsReachEveryNextOwner(t *testing.T) {
 	const sessionTTL = 3 * time.Second
-	sim := startSim(t, slowSimConfig)
-	dir := t.TempDir()
-	cat := concurrencyCatalog(t, dir, sim, 4)
 	// The first owner, which also runs the etcd, saves its state every
 	// second; the two others, once owners, never within the test: what
-	// they apply is in no snapshot.
-	first := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: cat, ID: "first",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1, BrokerSessionTTL: sessionTTL,
+	// they apply is in no snapshot. The edge talks to the third only.
+	r := startStack(t, stackOptions{sim: slowSimConfig, catalog: concurrencyCatalog(4), replicas: []string{"second", "third"},
+		tune: func(c *deciderapp.Config) { c.ID, c.Seed, c.BrokerSessionTTL = "first", 0, sessionTTL },
+		tuneReplica: func(c *deciderapp.Config) {
+			c.Seed, c.BrokerSessionTTL, c.BrokerSnapshotInterval = 0, sessionTTL, time.Hour
+		},
+		edgeTo:       func(s *stack) string { return s.replicas[1].Addr() },
+		ownDeadlines: true,
 	})
-	replica := func(id string) *deciderapp.Decider {
-		return startDecider(t, deciderapp.Config{
-			Listen: "127.0.0.1:0", Etcd: []string{first.EtcdEndpoint()}, DataDir: t.TempDir(), ID: id,
-			ShutdownTimeout: 5 * time.Second, Exploration: -1, BrokerSessionTTL: sessionTTL, BrokerSnapshotInterval: time.Hour,
-		})
-	}
-	second := replica("second") // campaigns before third: owns the broker next
-	third := replica("third")
+	// second campaigns before third: owns the broker next.
+	first, second, third := r.decider, r.replicas[0], r.replicas[1]
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{first.EtcdEndpoint()}, DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	owner, lease := brokerOwner(t, cli)
 	require.Equal(t, first.Addr(), owner)
 
-	// The edge talks to the third replica only.
-	r := &stack{sim: sim, decider: third, edge: startEdge(t, third.Addr(), "--report-flush-interval=20ms")}
 	// 100 tokens at 20 a second: the calls outlive the first owner.
 	var streams []*liveStream
 	for range 4 {
@@ -169,12 +161,12 @@ func TestReconciliationsReachEveryNextOwner(t *testing.T) {
 	require.Equal(t, third.Addr(), owner)
 }
 
-// concurrencyCatalog writes, in dir, the catalog of the replica tests: one
-// model served by sim's alpha, with no queueing, and tenant acme (testKey)
-// allowed capacity requests in flight.
-func concurrencyCatalog(t *testing.T, dir string, sim *provsim.Sim, capacity int) string {
-	t.Helper()
-	return writeCatalog(t, dir, fmt.Sprintf(`
+// concurrencyCatalog is the catalog of the replica tests: one model
+// served by the simulator's alpha, with no queueing, and tenant acme
+// (testKey) allowed capacity requests in flight.
+func concurrencyCatalog(capacity int) func(url func(string) string) string {
+	return func(url func(string) string) string {
+		return fmt.Sprintf(`
 workload_classes:
   interactive: {max_depth: 0}
 models:
@@ -185,5 +177,6 @@ tenants:
   - id: acme
     api_keys_sha256: [%[4]s]
     limits: [{unit: concurrent_requests, capacity: %[5]d}]
-`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey), capacity))
+`, model, url("alpha"), simModel, catalog.HashKey(testKey), capacity)
+	}
 }

@@ -209,42 +209,34 @@ func TestEdgeKeepsServingWhenTwoOfThreeDecidersDie(t *testing.T) {
 
 func twoOfThreeDeciders(t *testing.T, crash bool) {
 	const capacity = 64
-	sim := startSim(t, slowSimConfig)
-	dir := t.TempDir()
-	cat := concurrencyCatalog(t, dir, sim, capacity)
-	// The first runs the etcd and owns the broker; it survives.
-	first := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: cat, ID: "first",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1,
+	// The first runs the etcd and owns the broker; it survives. The edge
+	// reaches each replica through a relay; the survivor's opens once the
+	// edge's Report stream is on a doomed one, so that the stream has to
+	// move. A short reservation TTL: a reservation made for a request
+	// whose answer was lost with its replica is given back within the
+	// test, at its expiry; calls in flight keep theirs by heartbeat.
+	var toFirst *relay
+	var relays []*relay
+	r := startStack(t, stackOptions{sim: slowSimConfig, catalog: concurrencyCatalog(capacity), replicas: []string{"second", "third"},
+		tune: func(c *deciderapp.Config) { c.ID, c.Seed = "first", 0 },
+		// a clean stop drains for the default delay
+		tuneReplica: func(c *deciderapp.Config) { c.Seed, c.NoDrainDelay = 0, crash },
+		edgeTo: func(s *stack) string {
+			toFirst = newRelay(t, s.decider.Addr())
+			relays = []*relay{newRelay(t, s.replicas[0].Addr()), newRelay(t, s.replicas[1].Addr())}
+			for _, rl := range relays {
+				rl.listen(t)
+			}
+			return strings.Join([]string{toFirst.addr, relays[0].addr, relays[1].addr}, ",")
+		},
+		edgeArgs: []string{"--reservation-ttl=5s"}, ownDeadlines: true,
 	})
-	replica := func(id string) deciderapp.Config {
-		return deciderapp.Config{
-			Listen: "127.0.0.1:0", Etcd: []string{first.EtcdEndpoint()}, DataDir: t.TempDir(), ID: id,
-			ShutdownTimeout: 5 * time.Second, Exploration: -1, NoDrainDelay: crash, // a clean stop drains for the default delay
-		}
-	}
-	doomedCfg := []deciderapp.Config{replica("second"), replica("third")}
-	doomed := []*deciderapp.Decider{startDecider(t, doomedCfg[0]), startDecider(t, doomedCfg[1])}
+	first, doomed, doomedCfg, edge := r.decider, r.replicas, r.replicaCfgs, r.edge
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{first.EtcdEndpoint()}, DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	owner, _ := brokerOwner(t, cli)
 	require.Equal(t, first.Addr(), owner)
-
-	// The edge reaches each replica through a relay; the survivor's opens
-	// once the edge's Report stream is on a doomed one, so that the stream
-	// has to move.
-	toFirst := newRelay(t, first.Addr())
-	relays := []*relay{newRelay(t, doomed[0].Addr()), newRelay(t, doomed[1].Addr())}
-	for _, r := range relays {
-		r.listen(t)
-	}
-	// A short reservation TTL: a reservation made for a request whose
-	// answer was lost with its replica is given back within the test, at
-	// its expiry; calls in flight keep theirs by heartbeat.
-	edge := startEdge(t, strings.Join([]string{toFirst.addr, relays[0].addr, relays[1].addr}, ","),
-		"--report-flush-interval=20ms", "--reservation-ttl=5s")
-	r := &stack{sim: sim, decider: first, edge: edge}
 	require.Eventually(t, func() bool { return len(doomed[0].Edges())+len(doomed[1].Edges()) == 1 }, waitFor, tick,
 		"the Report stream opens on a doomed replica")
 	toFirst.listen(t)

@@ -12,10 +12,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
+	"github.com/switchboard-ai/switchboard/pkg/tlsfiles"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
@@ -23,14 +25,22 @@ import (
 )
 
 // stack is one whole Switchboard on loopback, as startStack starts it:
-// the provider simulator, a decider with embedded etcd, an edge in front of
-// it, and a gRPC client of the decider calling as the test operator.
+// the provider simulator, a decider with embedded etcd (and any replicas
+// on that etcd), an edge in front of it, and a gRPC client of the decider
+// calling as the test operator.
 type stack struct {
 	sim     *provsim.Sim
 	decider *deciderapp.Decider
 	// dcfg is the decider's configuration as started: a test restarts the
 	// decider on the same addresses (and data) with it.
 	dcfg deciderapp.Config
+	// replicas are the more deciders o.replicas named, on the first's
+	// etcd, in order; replicaCfgs their configurations as started, to
+	// start one again on its data directory.
+	replicas    []*deciderapp.Decider
+	replicaCfgs []deciderapp.Config
+	// tls are the CA and certificate files of a stack started with o.mtls.
+	tls  *mtlsFiles
 	edge *edgeapp.Edge
 	// rpc calls the decider as the test operator.
 	rpc switchboardv1.DeciderClient
@@ -45,6 +55,16 @@ type stackOptions struct {
 	// catalog is the decider's catalog (the test callers are added), given
 	// a provider's base URL by its name in sim; nil starts no decider.
 	catalog func(url func(provider string) string) string
+	// replicas are the ids of more deciders started after the first, on
+	// its etcd, each with a data directory of its own and the first's
+	// defaults (they read the catalog from etcd).
+	replicas []string
+	// tuneReplica adjusts each replica's configuration before it starts.
+	tuneReplica func(*deciderapp.Config)
+	// mtls makes every decider serve mutual TLS only, with certificates of
+	// a test CA (stack.tls): the edge presents the edges' certificate and
+	// the operator client the operator's.
+	mtls bool
 	// restartable puts the decider on a fixed address picked by freeAddr,
 	// so the test can stop it and start it again (from dcfg) under the
 	// running edge.
@@ -56,8 +76,15 @@ type stackOptions struct {
 	deciderLog io.Writer
 	// noEdge starts no edge.
 	noEdge bool
+	// edgeTo returns the edge's --decider, the addresses of the deciders
+	// it is given; nil is the first decider's. It runs once every decider
+	// started, so it may put relays or a freezer in front of them.
+	edgeTo func(s *stack) string
 	// edgeArgs are the edge's command-line flags, after the defaults.
 	edgeArgs []string
+	// ownDeadlines leaves the edge its own deadlines on decider calls,
+	// without rpcGuards: for tests of how it fails over between deciders.
+	ownDeadlines bool
 	// providerKeys are the provider credentials the edge reads from its
 	// environment, by variable name; nil is alpha's alone.
 	providerKeys map[string]string
@@ -65,9 +92,10 @@ type stackOptions struct {
 
 // startStack starts a Switchboard as o says, all of it closed when the test
 // ends. The decider has ID e2e, seed 1, no exploration and a 5 s shutdown
-// timeout unless o.tune says otherwise. The edge flushes its reports every
-// 20 ms, guards its decider calls with rpcGuards, fails closed without a
-// decider (failClosed), and reads alpha's
+// timeout unless o.tune says otherwise (replicas: o.tuneReplica). The edge
+// flushes its reports every 20 ms, guards its decider calls with rpcGuards
+// (unless o.ownDeadlines), fails closed without a decider (failClosed), and
+// reads alpha's
 // credential (SWITCHBOARD_PROVIDER_KEY_ALPHA) as alphaCred unless
 // o.providerKeys says otherwise.
 func startStack(t testing.TB, o stackOptions) *stack {
@@ -88,16 +116,46 @@ func startStack(t testing.TB, o stackOptions) *stack {
 	if o.restartable {
 		s.dcfg.Listen = freeAddr(t)
 	}
+	if o.mtls {
+		s.tls = newMTLSFiles(t, dir)
+		s.tls.serve(&s.dcfg)
+	}
 	if o.tune != nil {
 		o.tune(&s.dcfg)
 	}
 	s.decider = startDeciderOnPicked(t, &s.dcfg, o.deciderLog)
-	s.rpc = operatorRPC(t, s.decider.Addr())
+	for _, id := range o.replicas {
+		cfg := deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{s.decider.EtcdEndpoint()}, DataDir: t.TempDir(), ID: id,
+			ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1}
+		if s.tls != nil {
+			s.tls.serve(&cfg)
+		}
+		if o.tuneReplica != nil {
+			o.tuneReplica(&cfg)
+		}
+		s.replicas = append(s.replicas, startDeciderOnPicked(t, &cfg, nil))
+		s.replicaCfgs = append(s.replicaCfgs, cfg)
+	}
+	creds := insecure.NewCredentials()
+	if s.tls != nil {
+		creds = clientTLS(t, tlsfiles.Client{CAFile: s.tls.caFile, CertFile: s.tls.opsCert, KeyFile: s.tls.opsKey, ServerName: deciderDNS})
+	}
+	s.rpc = operatorRPCWith(t, s.decider.Addr(), creds)
 	if o.noEdge {
 		return s
 	}
-	ecfg, err := edgeapp.ParseFlags(append(append([]string{"--listen=127.0.0.1:0", "--decider=" + s.decider.Addr(), edgeTokenFlag(t),
-		"--report-flush-interval=20ms", failClosed}, rpcGuards...), o.edgeArgs...), func(string) string { return "" })
+	to := s.decider.Addr()
+	if o.edgeTo != nil {
+		to = o.edgeTo(s)
+	}
+	args := []string{"--listen=127.0.0.1:0", "--decider=" + to, edgeTokenFlag(t), "--report-flush-interval=20ms", failClosed}
+	if !o.ownDeadlines {
+		args = append(args, rpcGuards...)
+	}
+	if s.tls != nil {
+		args = append(args, s.tls.edgeArgs()...)
+	}
+	ecfg, err := edgeapp.ParseFlags(append(args, o.edgeArgs...), func(string) string { return "" })
 	require.NoError(t, err)
 	keys := o.providerKeys
 	if keys == nil {
@@ -222,7 +280,13 @@ func startDeciderOnPicked(t testing.TB, cfg *deciderapp.Config, log io.Writer) *
 // operator, closed when the test ends.
 func operatorRPC(t testing.TB, addr string) switchboardv1.DeciderClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), asOperator)
+	return operatorRPCWith(t, addr, insecure.NewCredentials())
+}
+
+// operatorRPCWith is operatorRPC over the transport creds.
+func operatorRPCWith(t testing.TB, addr string, creds credentials.TransportCredentials) switchboardv1.DeciderClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), asOperator)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return switchboardv1.NewDeciderClient(conn)

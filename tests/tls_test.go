@@ -30,65 +30,74 @@ import (
 // deciderDNS is the decider's name in its certificate, as in a cluster.
 const deciderDNS = "decider.switchboard.svc"
 
-// mtlsStack is a decider serving mutual TLS in front of one simulated
-// provider, with the files of a CA, the decider and an edge client.
-type mtlsStack struct {
+// mtlsFiles are the files of a test CA and of the certificates it issued
+// to the decider (its server name deciderDNS), the edges and the operator.
+type mtlsFiles struct {
 	ca                      *tlstest.CA
 	dir, caFile             string
 	deciderCert, deciderKey string
 	edgeCert, edgeKey       string
-	decider                 *deciderapp.Decider
+	opsCert, opsKey         string
 }
 
-// startMTLSStack starts it; callers are more catalog rows of callers:.
-// Not startStack: its decider speaks only TLS, which the stack's operator
-// client and edge do not.
-func startMTLSStack(t *testing.T, callers ...string) *mtlsStack {
+// newMTLSFiles makes a CA and issues the certificates into dir.
+func newMTLSFiles(t testing.TB, dir string) *mtlsFiles {
 	t.Helper()
-	s := &mtlsStack{dir: t.TempDir()}
+	f := &mtlsFiles{dir: dir}
 	var err error
-	s.ca, err = tlstest.NewCA("switchboard test CA", time.Hour)
+	f.ca, err = tlstest.NewCA("switchboard test CA", time.Hour)
 	require.NoError(t, err)
-	s.caFile = filepath.Join(s.dir, "ca.crt")
-	require.NoError(t, s.ca.WriteCA(s.caFile))
-	dec, err := s.ca.Issue("decider", tlstest.ServerAuth|tlstest.ClientAuth, time.Hour, deciderDNS)
+	f.caFile = filepath.Join(dir, "ca.crt")
+	require.NoError(t, f.ca.WriteCA(f.caFile))
+	dec, err := f.ca.Issue("decider", tlstest.ServerAuth|tlstest.ClientAuth, time.Hour, deciderDNS)
 	require.NoError(t, err)
-	s.deciderCert, s.deciderKey, err = dec.Write(s.dir, "decider")
+	f.deciderCert, f.deciderKey, err = dec.Write(dir, "decider")
 	require.NoError(t, err)
-	edge, err := s.ca.Issue("edges", tlstest.ClientAuth, time.Hour)
+	edge, err := f.ca.Issue("edges", tlstest.ClientAuth, time.Hour)
 	require.NoError(t, err)
-	s.edgeCert, s.edgeKey, err = edge.Write(s.dir, "edge")
+	f.edgeCert, f.edgeKey, err = edge.Write(dir, "edge")
 	require.NoError(t, err)
+	ops, err := f.ca.Issue("ops", tlstest.ClientAuth, time.Hour)
+	require.NoError(t, err)
+	f.opsCert, f.opsKey, err = ops.Write(dir, "ops")
+	require.NoError(t, err)
+	return f
+}
 
-	sim := startSim(t, `
+// serve makes a decider's configuration serve mutual TLS with the
+// decider's certificate, reloading the files every 20 ms.
+func (f *mtlsFiles) serve(cfg *deciderapp.Config) {
+	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = f.deciderCert, f.deciderKey, f.caFile
+	cfg.TLSRefresh = 20 * time.Millisecond
+}
+
+// edgeArgs are the edge's flags to reach the decider over mutual TLS.
+func (f *mtlsFiles) edgeArgs() []string {
+	return []string{"--decider-ca-file=" + f.caFile, "--decider-cert-file=" + f.edgeCert,
+		"--decider-key-file=" + f.edgeKey, "--decider-server-name=" + deciderDNS}
+}
+
+// mtlsStack are the options of a stack whose decider serves mutual TLS in
+// front of one simulated provider; callers are more catalog rows of
+// callers:.
+func mtlsStack(callers ...string) stackOptions {
+	return stackOptions{mtls: true, sim: `
 seed: 7
 providers:
   - name: alpha
     listen: 127.0.0.1:0
     models:
       - {id: sim-model, ttft: {base: 1ms}, default_output_tokens: 8}
-`)
-	cat := fmt.Sprintf(`
+`, catalog: func(url func(string) string) string {
+		return withCallers(fmt.Sprintf(`
 models:
   - id: %s
     endpoints:
       - {provider: alpha, base_url: %s, upstream_model: %s, price: {input: 0.10, output: 0.50}}
 tenants:
   - {id: acme, api_keys_sha256: [%s]}
-`, model, sim.Provider("alpha").URL(), simModel, catalog.HashKey(testKey))
-	s.decider = startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: s.dir, Catalog: writeCatalog(t, s.dir, withCallers(cat)+strings.Join(callers, "")),
-		ID: "e2e-tls", ShutdownTimeout: 5 * time.Second, Exploration: -1,
-		TLSCertFile: s.deciderCert, TLSKeyFile: s.deciderKey, TLSClientCAFile: s.caFile,
-		TLSRefresh: 20 * time.Millisecond,
-	})
-	return s
-}
-
-// edgeArgs are the edge's flags to reach the decider over mutual TLS.
-func (s *mtlsStack) edgeArgs() []string {
-	return []string{"--decider-ca-file=" + s.caFile, "--decider-cert-file=" + s.edgeCert,
-		"--decider-key-file=" + s.edgeKey, "--decider-server-name=" + deciderDNS}
+`, model, url("alpha"), simModel, catalog.HashKey(testKey))) + strings.Join(callers, "")
+	}, tune: func(c *deciderapp.Config) { c.ID = "e2e-tls" }}
 }
 
 // completion posts one chat completion to the edge at url and returns
@@ -129,27 +138,28 @@ func serial(t *testing.T, addr string, creds credentials.TransportCredentials) (
 // through a decider that requires mutual TLS; an edge without one, or in
 // plaintext, cannot reach it.
 func TestChatCompletionOverMutualTLS(t *testing.T) {
-	s := startMTLSStack(t)
-
-	edge := startEdge(t, s.decider.Addr(), s.edgeArgs()...)
+	s := startStack(t, mtlsStack())
 	require.Eventually(t, func() bool {
-		code, _ := completion(t, edge.URL())
+		code, _ := completion(t, s.edge.URL())
 		return code == http.StatusOK
 	}, 15*time.Second, 20*time.Millisecond, "the edge never served over mutual TLS")
-	code, body := completion(t, edge.URL())
+	code, body := completion(t, s.edge.URL())
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"choices"`)
+	models, err := s.rpc.ListModels(t.Context(), &switchboardv1.ListModelsRequest{Identity: &switchboardv1.Identity{TenantId: "acme"}})
+	require.NoError(t, err, "the operator's client over mutual TLS")
+	require.Len(t, models.GetModels(), 1)
 
 	// An edge that trusts the CA but has no certificate is refused at the
 	// handshake, and so is a plaintext one: neither gets an answer.
-	noCert := startEdge(t, s.decider.Addr(), "--decider-ca-file="+s.caFile, "--decider-server-name="+deciderDNS)
+	noCert := startEdge(t, s.decider.Addr(), "--decider-ca-file="+s.tls.caFile, "--decider-server-name="+deciderDNS)
 	plain := startEdge(t, s.decider.Addr())
 	for _, e := range []string{noCert.URL(), plain.URL()} {
 		code, body := completion(t, e)
 		require.Equal(t, http.StatusServiceUnavailable, code, body)
 	}
 	for name, creds := range map[string]credentials.TransportCredentials{
-		"no client certificate": clientTLS(t, tlsfiles.Client{CAFile: s.caFile, ServerName: deciderDNS}),
+		"no client certificate": clientTLS(t, tlsfiles.Client{CAFile: s.tls.caFile, ServerName: deciderDNS}),
 		"plaintext":             insecure.NewCredentials(),
 	} {
 		conn, err := grpc.NewClient(s.decider.Addr(), grpc.WithTransportCredentials(creds))
@@ -165,29 +175,31 @@ func TestChatCompletionOverMutualTLS(t *testing.T) {
 // The decider's certificate is replaced on disk while it runs: new
 // connections get the new one, and a new edge serves through it.
 func TestDeciderCertificateRotatesWithoutRestart(t *testing.T) {
-	s := startMTLSStack(t)
-	creds := clientTLS(t, tlsfiles.Client{CAFile: s.caFile, CertFile: s.edgeCert, KeyFile: s.edgeKey, ServerName: deciderDNS})
+	o := mtlsStack()
+	o.noEdge = true
+	s := startStack(t, o)
+	creds := clientTLS(t, tlsfiles.Client{CAFile: s.tls.caFile, CertFile: s.tls.edgeCert, KeyFile: s.tls.edgeKey, ServerName: deciderDNS})
 	before, err := serial(t, s.decider.Addr(), creds)
 	require.NoError(t, err)
 
-	next, err := s.ca.Issue("decider", tlstest.ServerAuth|tlstest.ClientAuth, time.Hour, deciderDNS)
+	next, err := s.tls.ca.Issue("decider", tlstest.ServerAuth|tlstest.ClientAuth, time.Hour, deciderDNS)
 	require.NoError(t, err)
 	require.NotEqual(t, 0, before.Cmp(next.Cert.SerialNumber))
-	_, _, err = next.Write(s.dir, "decider") // the same files, replaced
+	_, _, err = next.Write(s.tls.dir, "decider") // the same files, replaced
 	require.NoError(t, err)
 
 	require.Eventually(t, func() bool {
 		got, err := serial(t, s.decider.Addr(), creds)
 		return err == nil && got.Cmp(next.Cert.SerialNumber) == 0
 	}, 15*time.Second, 20*time.Millisecond, "new connections never saw the new certificate")
-	edge := startEdge(t, s.decider.Addr(), s.edgeArgs()...)
+	edge := startEdge(t, s.decider.Addr(), s.tls.edgeArgs()...)
 	require.Eventually(t, func() bool {
 		code, _ := completion(t, edge.URL())
 		return code == http.StatusOK
 	}, 15*time.Second, 20*time.Millisecond, "a new edge never served through the rotated certificate")
 }
 
-func clientTLS(t *testing.T, c tlsfiles.Client) credentials.TransportCredentials {
+func clientTLS(t testing.TB, c tlsfiles.Client) credentials.TransportCredentials {
 	t.Helper()
 	c.Refresh = 20 * time.Millisecond
 	creds, err := tlsfiles.NewClient(c)

@@ -53,7 +53,7 @@ models:
 	return p
 }
 
-func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderClient) {
+func startDecider(t testing.TB, cfg Config) (*Decider, switchboardv1.DeciderClient) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"
@@ -74,6 +74,7 @@ func startDecider(t *testing.T, cfg Config) (*Decider, switchboardv1.DeciderClie
 }
 
 func TestDeciderOverRealGRPC(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, client := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
 	defer d.Close()
@@ -127,6 +128,7 @@ func TestDeciderOverRealGRPC(t *testing.T) {
 }
 
 func TestReportStreamAndCatalogChange(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, client := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
 	defer d.Close()
@@ -230,6 +232,7 @@ func TestReportStreamAndCatalogChange(t *testing.T) {
 }
 
 func TestRestartUsesStoredCatalog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, true), DataDir: dir})
 	d.Close()
@@ -242,6 +245,7 @@ func TestRestartUsesStoredCatalog(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("models:\n  - id: m\n    endpoints: []\n"), 0o600))
@@ -254,6 +258,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"SWITCHBOARD_DECIDER_ETCD": "a:2379, b:2379", "SWITCHBOARD_DECIDER_LISTEN": "0.0.0.0:9"}
 	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
@@ -269,6 +274,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestParseFlagsFastEnough(t *testing.T) {
+	t.Parallel()
 	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, time.Second, cfg.FastEnough)
@@ -280,6 +286,7 @@ func TestParseFlagsFastEnough(t *testing.T) {
 }
 
 func TestExplainCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
 	defer d.Close()
@@ -304,6 +311,7 @@ func TestExplainCommand(t *testing.T) {
 }
 
 func TestParseFlagsSticky(t *testing.T) {
+	t.Parallel()
 	none := func(string) string { return "" }
 	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
 	require.NoError(t, err)

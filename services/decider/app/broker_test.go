@@ -37,7 +37,7 @@ tenants:
       - {unit: requests, per: day, capacity: 5}
 `
 
-func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
+func writeLimited(t testing.TB, dir string, tenantPerDay ...string) string {
 	t.Helper()
 	p := filepath.Join(dir, "catalog.yaml")
 	y := strings.ReplaceAll(limitedCatalog, "@KEY@", catalog.HashKey(demoKey))
@@ -48,7 +48,7 @@ func writeLimited(t *testing.T, dir string, tenantPerDay ...string) string {
 	return p
 }
 
-func decideReserve(t *testing.T, c switchboardv1.DeciderClient, n int) *switchboardv1.DecideResponse {
+func decideReserve(t testing.TB, c switchboardv1.DeciderClient, n int) *switchboardv1.DecideResponse {
 	t.Helper()
 	resp, err := c.Decide(t.Context(), decideRequest(n))
 	require.NoError(t, err)
@@ -64,6 +64,7 @@ func decideRequest(n int) *switchboardv1.DecideRequest {
 }
 
 func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A stopped clock: alpha's 2 a minute never refill during the test.
 	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
@@ -117,6 +118,7 @@ func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 // grants, crashes (no clean stop), the other takes over from the snapshot in
 // learning mode and never admits beyond the capacity.
 func TestFailoverDoesNotOverAdmit(t *testing.T) {
+	t.Parallel()
 	// Both replicas on a clock that stands still but for the microseconds
 	// the test moves it: alpha's 2 a minute never refill, however slowly
 	// the machine runs.
@@ -180,6 +182,7 @@ func waitBrokerSaved(t *testing.T, d *Decider, tick func()) {
 // credential — never UNAUTHENTICATED, which an edge takes for its own
 // credential or its client's API key being refused.
 func TestRefusedReplicaCredentialIsNotTheCallers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
 	defer a.Close()
@@ -195,6 +198,9 @@ func TestRefusedReplicaCredentialIsNotTheCallers(t *testing.T) {
 // TestLargerBrokerStateIsSaved: --broker-state-bytes raises how many
 // reservations may be open at once; the embedded etcd and the client are
 // configured to take the larger snapshot, which is saved whole.
+//
+// Not parallel: its 2 MiB snapshot writes must not queue behind the
+// package's other deciders for the 30 s the test waits.
 func TestLargerBrokerStateIsSaved(t *testing.T) {
 	dir := t.TempDir()
 	d, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "1000000"), DataDir: dir, BrokerStateBytes: 4 << 20})

@@ -35,6 +35,7 @@ tenants:
 // change, no catalog was applied in between, so routing and auth must be
 // that revision's catalog.
 func TestCatalogSwapIsOneSnapshot(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(p, swapCatalog("a"), 0o600))
@@ -49,7 +50,8 @@ func TestCatalogSwapIsOneSnapshot(t *testing.T) {
 	swapping(d, catalogs, swaps, 2, func() bool {
 		before := d.KeySetVersion()
 		models := d.router.ListModels()
-		_, errA := d.authn.Resolve(&switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-a")})
+		_, idx := d.catalog.PinAuth(t.Context())
+		_, errA := idx.Resolve(&switchboardv1.Identity{ApiKeySha256: catalog.HashKey("key-a")})
 		after := d.KeySetVersion()
 		if before != after {
 			return true
@@ -88,6 +90,7 @@ tenants:
 // routing each reading the catalog applied at that instant would let a
 // swap land between them.
 func TestDecideIsOneCatalog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "catalog.yaml")
 	require.NoError(t, os.WriteFile(p, tornCatalog("a", "alpha"), 0o600))

@@ -30,6 +30,7 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 // mutual TLS with them and a caller's certificate gets through; a second
 // run adds certificates signed by the same CA.
 func TestCertsCommand(t *testing.T) {
+	t.Parallel()
 	out := t.TempDir()
 	var log strings.Builder
 	require.NoError(t, Certs([]string{"--out", out, "--decider-name", "decider.example,127.0.0.1", "--name", "edges"}, &log))

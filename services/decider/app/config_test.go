@@ -10,6 +10,7 @@ import (
 // TestDefaultConfigIsTheFlags: the flags' defaults are DefaultConfig, the
 // one place the decider's defaults live.
 func TestDefaultConfigIsTheFlags(t *testing.T) {
+	t.Parallel()
 	cfg, err := ParseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	def := DefaultConfig()
@@ -23,6 +24,7 @@ func TestDefaultConfigIsTheFlags(t *testing.T) {
 // DefaultConfig, so Start(Config{}) runs what the binary runs, and a flag's
 // 0 that turns a feature off reaches Start as its switch.
 func TestStartDefaultsAreTheBinary(t *testing.T) {
+	t.Parallel()
 	bin, err := ParseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	zero := Config{}.withDefaults()

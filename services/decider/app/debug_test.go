@@ -10,6 +10,7 @@ import (
 )
 
 func TestDebugListenFlag(t *testing.T) {
+	t.Parallel()
 	none := func(string) string { return "" }
 	cfg, err := ParseFlags(nil, none, io.Discard)
 	require.NoError(t, err)
@@ -26,6 +27,7 @@ func TestDebugListenFlag(t *testing.T) {
 // TestDebugListener: with --debug-listen the profiles are served over plain
 // HTTP on their own loopback port; without it there is no such listener.
 func TestDebugListener(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir, DebugListen: ":0"})
 	t.Cleanup(d.Close)

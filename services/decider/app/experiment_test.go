@@ -25,6 +25,7 @@ import (
 // sent twice), reads the figures back, restarts the decider on the same
 // data and reads the same figures, then stops the experiment.
 func TestExperimentCommandSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now().Truncate(time.Second)
 	var mu sync.Mutex
 	now := t0.Add(5 * time.Second)
@@ -92,6 +93,7 @@ func TestExperimentCommandSurvivesRestart(t *testing.T) {
 }
 
 func TestParseFlagsExperiment(t *testing.T) {
+	t.Parallel()
 	none := func(string) string { return "" }
 	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
 	require.NoError(t, err)
@@ -106,6 +108,7 @@ func TestParseFlagsExperiment(t *testing.T) {
 }
 
 func TestExperimentCommandFlags(t *testing.T) {
+	t.Parallel()
 	var out strings.Builder
 	tests := []struct {
 		name    string
@@ -130,6 +133,7 @@ func TestExperimentCommandFlags(t *testing.T) {
 // one started, counts the records its edges send, and any replica reads the
 // figures of both.
 func TestExperimentAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := Config{Catalog: writeCatalog(t, dir, false), DataDir: dir, ExperimentMinBlock: time.Second, ExperimentSaveInterval: 50 * time.Millisecond}
 	a, edgeA := startDecider(t, cfg)

@@ -25,7 +25,7 @@ import (
 )
 
 // snapshotStored reports whether the broker's owner saved a snapshot.
-func snapshotStored(t *testing.T, d *Decider) bool {
+func snapshotStored(t testing.TB, d *Decider) bool {
 	get, err := d.store.Client().Get(t.Context(), admission.SnapshotKey)
 	require.NoError(t, err)
 	return len(get.Kvs) == 1
@@ -103,6 +103,7 @@ func runDecider(t *testing.T, args ...string) (switchboardv1.DeciderClient, *loc
 // marker must be written, so the next owner starts at once, at full
 // capacity, without learning mode.
 func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	args := []string{"--listen", "127.0.0.1:0", "--etcd-listen", "127.0.0.1:0", "--data-dir", dir, "--drain-delay", "0",
 		"--exploration", "-1", "--id", "test", "--probe-interval", "0"}
@@ -126,7 +127,7 @@ func TestCleanStopHandsOverAtFullCapacity(t *testing.T) {
 
 // firstAdmission retries a reserving Decide until one is admitted and
 // returns how long that took from start.
-func firstAdmission(t *testing.T, c switchboardv1.DeciderClient, start time.Time, n int) time.Duration {
+func firstAdmission(t testing.TB, c switchboardv1.DeciderClient, start time.Time, n int) time.Duration {
 	t.Helper()
 	var took time.Duration
 	require.Eventually(t, func() bool {
@@ -137,59 +138,67 @@ func firstAdmission(t *testing.T, c switchboardv1.DeciderClient, start time.Time
 	return took
 }
 
-// TestRestartToFirstAdmission measures, and logs, the time from starting a
+// BenchmarkRestartToFirstAdmission measures the time from starting a
 // decider on the data of one that stopped to its first admitted Reserve:
-// after a clean stop (immediate: the old owner resigned) and after a crash
-// (bounded by the old election session's TTL). Figures, not assertions:
-// go test -run TestRestartToFirstAdmission -v ./services/decider/app/
-func TestRestartToFirstAdmission(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long (figures only, no assertion): make test-long runs it")
-	}
-	for _, crash := range []bool{false, true} {
-		dir := t.TempDir()
-		d, c := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
-		require.NotNil(t, decideReserve(t, c, 0).Reservation)
-		require.Eventually(t, func() bool { return snapshotStored(t, d) }, 10*time.Second, 10*time.Millisecond)
+// after a clean stop (clean-s: immediate, the old owner resigned) and after
+// a crash (crash-s: bounded by the old election session's TTL, 3 s).
+// Figures, not assertions: make bench, or
+// go test -run '^$' -bench FirstAdmission ./services/decider/app/
+func BenchmarkRestartToFirstAdmission(b *testing.B) {
+	benchFirstAdmission(b, func(crash bool) time.Duration {
+		dir := b.TempDir()
+		d, c := startDecider(b, Config{Catalog: writeLimited(b, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
+		require.NotNil(b, decideReserve(b, c, 0).Reservation)
+		require.Eventually(b, func() bool { return snapshotStored(b, d) }, 10*time.Second, 10*time.Millisecond)
 		if crash {
 			d.Kill()
 		} else {
 			d.Close()
 		}
 		start := time.Now()
-		d, c = startDecider(t, Config{DataDir: dir, BrokerSessionTTL: 3 * time.Second})
-		started := time.Since(start)
-		took := firstAdmission(t, c, start, 1)
-		d.Close()
-		t.Logf("crash=%v: decider started in %v, first admitted Reserve %v after the restart", crash, started, took)
-	}
+		d, c = startDecider(b, Config{DataDir: dir, BrokerSessionTTL: 3 * time.Second})
+		defer d.Close()
+		return firstAdmission(b, c, start, 1)
+	})
 }
 
-// TestFailoverToFirstAdmission measures, and logs, how long the surviving
+// BenchmarkFailoverToFirstAdmission measures how long the surviving
 // replica of two on one etcd takes to admit after the owner stopped cleanly
-// or crashed (no restart involved). Figures, not assertions:
-// go test -run TestFailoverToFirstAdmission -v ./services/decider/app/
-func TestFailoverToFirstAdmission(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long (figures only, no assertion): make test-long runs it")
-	}
-	for _, crash := range []bool{false, true} {
-		dir := t.TempDir()
-		a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
-		b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), BrokerSessionTTL: 3 * time.Second})
-		require.True(t, a.adm.Owner())
-		require.NotNil(t, decideReserve(t, ca, 0).Reservation)
+// (clean-s) or crashed (crash-s), no restart involved. Figures, not
+// assertions: make bench, or
+// go test -run '^$' -bench FirstAdmission ./services/decider/app/
+func BenchmarkFailoverToFirstAdmission(b *testing.B) {
+	benchFirstAdmission(b, func(crash bool) time.Duration {
+		dir := b.TempDir()
+		a, ca := startDecider(b, Config{Catalog: writeLimited(b, dir, "100"), DataDir: dir, BrokerSessionTTL: 3 * time.Second})
+		defer a.Close()
+		s, cs := startDecider(b, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: b.TempDir(), BrokerSessionTTL: 3 * time.Second})
+		defer s.Close()
+		require.True(b, a.adm.Owner())
+		require.NotNil(b, decideReserve(b, ca, 0).Reservation)
 		start := time.Now()
 		if crash {
 			a.adm.Abandon() // the owner's process is gone; etcd (embedded in it here) lives on
 		} else {
 			a.adm.Close()
 		}
-		took := firstAdmission(t, cb, start, 1)
-		t.Logf("crash=%v: the survivor admitted %v after the owner stopped", crash, took)
-		b.Close()
-		a.Close()
+		return firstAdmission(b, cs, start, 1)
+	})
+}
+
+// benchFirstAdmission runs one handover after a clean stop and one after a
+// crash per iteration, and reports the mean time each took to the first
+// admission (run's result) as clean-s and crash-s.
+func benchFirstAdmission(b *testing.B, run func(crash bool) time.Duration) {
+	var clean, crashed time.Duration
+	n := 0
+	for b.Loop() {
+		n++
+		clean += run(false)
+		crashed += run(true)
 	}
+	b.ReportMetric(clean.Seconds()/float64(n), "clean-s")
+	b.ReportMetric(crashed.Seconds()/float64(n), "crash-s")
 }
 
 // sendActivity sends one activity batch on a Report stream of c and waits
@@ -224,6 +233,7 @@ func hedgeRecord(d *Decider, id string, loserUSD float64) *switchboardv1.Activit
 // of the broker, settled there whichever replica received the activity, and
 // restored, pending charges included, by the replica that takes over.
 func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer a.Close()
@@ -271,6 +281,7 @@ func TestHedgeBudgetLivesWithTheOwner(t *testing.T) {
 // session ends (as after a pause longer than its TTL); it must take the
 // broker back by itself and admit again, without a restart.
 func TestDeciderAdmitsAgainAfterLosingItsSession(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
 	defer d.Close()

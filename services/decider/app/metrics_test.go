@@ -88,6 +88,7 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 // on the Report stream delivered twice; then scrapes /metrics over HTTP and
 // checks each series.
 func TestMetricsScrapedOverHTTP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A stopped clock: alpha's 2 a minute never refill during the test.
 	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
@@ -261,6 +262,7 @@ func with(m map[string]string, k, v string) map[string]string {
 // does not own the broker is forwarded and counted by the owner alone, and
 // only the owner reports the broker's gauges.
 func TestMetricsCountedOnceOnTheOwner(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, DebugListen: "127.0.0.1:0"})
 	t.Cleanup(a.Close)

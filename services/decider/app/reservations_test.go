@@ -13,6 +13,7 @@ import (
 // heartbeats and its acknowledged reconciliations reach the owner, and a
 // reconcile batch is acknowledged once applied there.
 func TestReservationsThroughANonOwnerReplica(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir})
 	defer a.Close()

@@ -11,6 +11,7 @@ import (
 )
 
 func TestParseFlagsRoutingPolicy(t *testing.T) {
+	t.Parallel()
 	none := func(string) string { return "" }
 	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
 	require.NoError(t, err)
@@ -29,6 +30,7 @@ func TestParseFlagsRoutingPolicy(t *testing.T) {
 }
 
 func TestParseFlagsCooldownRule(t *testing.T) {
+	t.Parallel()
 	none := func(string) string { return "" }
 	cfg, err := ParseFlags([]string{"--catalog=c.yaml"}, none, io.Discard)
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 // With a debug listener the decider measures its gRPC calls by method and
 // status code, beside the Go runtime's and the process's metrics.
 func TestRPCMetricsScraped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, DebugListen: "127.0.0.1:0"})
 	t.Cleanup(d.Close)

@@ -12,6 +12,7 @@ import (
 // listener broke), the decider hands over and wait returns the error, so Run
 // exits non-zero instead of living on without serving.
 func TestServeFailureEndsRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, _ := startDecider(t, Config{Catalog: writeCatalog(t, dir, false), DataDir: dir})
 	t.Cleanup(d.Close)

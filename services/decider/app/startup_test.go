@@ -36,6 +36,7 @@ func freeAddr(t *testing.T) string {
 // UNAVAILABLE, from a server of its own; once etcd answers and everything
 // is built, the same address serves the decider, SERVING.
 func TestHealthWhileStarting(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	listen, etcdAddr := freeAddr(t), freeAddr(t)
 	cfg := Config{

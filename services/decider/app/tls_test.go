@@ -89,6 +89,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // Serving plaintext where other machines connect must be chosen: without
 // TLS or --plaintext, a non-loopback listen address is refused at start.
 func TestPlaintextOffLoopbackIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := Config{
 		Listen: "0.0.0.0:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, false),
@@ -118,6 +119,7 @@ func TestPlaintextOffLoopbackIsRefused(t *testing.T) {
 // through; one without a certificate, one that does not trust the
 // decider's CA, and a plaintext one are refused at the handshake.
 func TestMutualTLSDecider(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPKI(t, dir)
 	d, err := Start(t.Context(), p.tlsConfig(Config{
@@ -180,6 +182,7 @@ func TestMutualTLSDecider(t *testing.T) {
 // deciders' certificates instead, and presents the replica's certificate
 // to the owner's mutual TLS.
 func TestReplicasForwardOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPKI(t, dir)
 	base := Config{
@@ -210,6 +213,7 @@ func TestReplicasForwardOverMutualTLS(t *testing.T) {
 
 // Reflection lists every service to whoever connects: off unless asked for.
 func TestReflectionOnlyWithTheFlag(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -254,6 +258,7 @@ func TestReflectionOnlyWithTheFlag(t *testing.T) {
 // kubelet's gRPC probes cannot do TLS: --health-listen serves the health
 // service, and nothing else, in plaintext, with the main server's status.
 func TestHealthListener(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPKI(t, dir)
 	d, err := Start(t.Context(), p.tlsConfig(Config{
@@ -327,6 +332,7 @@ func startTLSEtcd(t *testing.T, p *testPKI) string {
 // authentication; a wrong or missing CA, or a missing client certificate,
 // fails the start at once with the TLS reason rather than hanging.
 func TestExternalEtcdOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPKI(t, dir)
 	endpoint := startTLSEtcd(t, p)

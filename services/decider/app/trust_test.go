@@ -85,6 +85,7 @@ func neighbours(id string) []string {
 // reservation of its own cannot derive the id of another tenant's made
 // right after it, nor release that reservation with it.
 func TestReservationIDsCannotBeEnumerated(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, c := startDecider(t, Config{Catalog: writeTwoTenants(t, dir), DataDir: dir})
 	defer d.Close()
@@ -123,6 +124,7 @@ func dialAs(t *testing.T, d *Decider, token string) switchboardv1.DeciderClient 
 // (KeepReservations); the reservation stays open and its own tenant
 // closes it.
 func TestReservationsOfAnotherTenantAreRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, c := startDecider(t, Config{Catalog: writeTwoTenants(t, dir), DataDir: dir})
 	defer d.Close()
@@ -154,6 +156,7 @@ func TestReservationsOfAnotherTenantAreRefused(t *testing.T) {
 // settles no hedge (it could give a spent budget back) and is not stored;
 // a grant issued by one replica is valid on another, which shares its key.
 func TestForgedHedgeRecordsDoNotSettle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, _ := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, HedgeBudgetUSD: 5, HedgeBudgetBurst: unpaced})
 	defer a.Close()

@@ -1,7 +1,7 @@
 // Package auth owns who calls the decider, what each caller may do, and
 // for whom: it also resolves the identity a request carries (an API key
 // digest or a tenant id) into the tenant, key id and partner it acts for,
-// and the workload class it is admitted as (Resolve).
+// and the workload class it is admitted as ([Index.Resolve]).
 //
 // # Authentication
 //

@@ -246,8 +246,7 @@ func TestReplicaCallsOnlyReplicaService(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	var cur atomic.Pointer[Index]
-	a := New(reads(cur.Load))
-	_, err := a.Resolve(&switchboardv1.Identity{TenantId: "acme"})
+	_, err := cur.Load().Resolve(&switchboardv1.Identity{TenantId: "acme"})
 	require.Equal(t, codes.Unavailable, status.Code(err), "no catalog yet")
 	c, err := catalog.Parse([]byte("models:\n  - id: m\n    endpoints: [{provider: a, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]\n" +
 		"partners: [{id: resellers}]\ntenants:\n  - {id: acme, partner: resellers, api_keys_sha256: [" + catalog.HashKey("k") + "]}\n"))
@@ -269,7 +268,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			id, err := a.Resolve(tt.id)
+			id, err := cur.Load().Resolve(tt.id)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				require.Equal(t, codes.Unauthenticated, status.Code(err))
@@ -281,7 +280,7 @@ func TestResolve(t *testing.T) {
 			require.Equal(t, switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE, id.GetWorkloadClass())
 		})
 	}
-	id, err := a.Resolve(&switchboardv1.Identity{ApiKeySha256: keyA, Partner: "someone-else", TenantId: "globex"})
+	id, err := cur.Load().Resolve(&switchboardv1.Identity{ApiKeySha256: keyA, Partner: "someone-else", TenantId: "globex"})
 	require.NoError(t, err)
 	require.Equal(t, "acme", id.GetTenantId(), "a key names its own tenant, whatever tenant_id says")
 	require.Equal(t, "resellers", id.GetPartner())

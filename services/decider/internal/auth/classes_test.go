@@ -70,7 +70,7 @@ tenants:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			id, err := a.Resolve(tt.id)
+			id, err := cur.Load().Resolve(tt.id)
 			if tt.code != codes.OK {
 				require.Equal(t, tt.code, status.Code(err), "%v", err)
 				require.ErrorContains(t, err, tt.error)
@@ -78,7 +78,7 @@ tenants:
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want, id.GetWorkloadClass())
-			again, err := a.Resolve(id)
+			again, err := cur.Load().Resolve(id)
 			require.NoError(t, err, "a resolved identity resolves again to itself, as the broker's owner does with a forwarded one")
 			require.Equal(t, tt.want, again.GetWorkloadClass())
 		})

@@ -21,7 +21,8 @@ import (
 // forwardee answers Reserve and AcquireHedge as the broker's owner would
 // check them, directly (RouterService, EdgeService) and forwarded by a
 // replica (ReplicaService, acting as the caller it names: Forwarded):
-// Reserve checks the identity by the caller's rules (Identity) and answers
+// Reserve checks the identity by the caller's rules ([Index.Identity] of
+// the catalog the call was authenticated by) and answers
 // with the caller it acted as ("id/role/via") in the refusal's code;
 // AcquireHedge only answers.
 type forwardee struct {
@@ -29,10 +30,12 @@ type forwardee struct {
 	switchboardv1.UnimplementedEdgeServiceServer
 	switchboardv1.UnimplementedReplicaServiceServer
 	a *Authenticator
+	// idx is the catalog's auth index, as a handler reads it from its views.
+	idx func() *Index
 }
 
 func (f forwardee) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
-	if _, err := f.a.Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity()); err != nil {
+	if _, err := f.idx().Identity(ctx, switchboardv1.RouterService_Reserve_FullMethodName, req.GetIdentity()); err != nil {
 		return nil, err
 	}
 	p := FromContext(ctx)
@@ -95,7 +98,7 @@ func TestReplicaActsOnlyForTheCallerItNames(t *testing.T) {
 	var cur atomic.Pointer[Index]
 	a := New(reads(cur.Load))
 	cur.Store(NewIndex(forwardCatalog(t)))
-	replica := switchboardv1.NewReplicaServiceClient(dialForward(t, serveWith(t, a, forwardee{a: a}), "replica-token"))
+	replica := switchboardv1.NewReplicaServiceClient(dialForward(t, serveWith(t, a, forwardee{a: a, idx: cur.Load}), "replica-token"))
 	byKey := &switchboardv1.Identity{ApiKeySha256: catalog.HashKey("k")}
 	byTenant := func(tenant string) *switchboardv1.Identity { return &switchboardv1.Identity{TenantId: tenant} }
 	for _, tc := range []struct {
@@ -152,7 +155,7 @@ func TestOnBehalfOfIsNotHonouredOnPublicRPCs(t *testing.T) {
 	var cur atomic.Pointer[Index]
 	a := New(reads(cur.Load))
 	cur.Store(NewIndex(forwardCatalog(t)))
-	addr := serveWith(t, a, forwardee{a: a})
+	addr := serveWith(t, a, forwardee{a: a, idx: cur.Load})
 	const onBehalfOf = "switchboard-on-behalf-of" // the metadata replicas once named their caller in
 	naming := func(caller string) context.Context {
 		return metadata.AppendToOutgoingContext(t.Context(), onBehalfOf, caller)
@@ -184,7 +187,7 @@ func TestReplicaServiceIsForReplicas(t *testing.T) {
 	var cur atomic.Pointer[Index]
 	a := New(reads(cur.Load))
 	cur.Store(NewIndex(forwardCatalog(t)))
-	addr := serveWith(t, a, forwardee{a: a})
+	addr := serveWith(t, a, forwardee{a: a, idx: cur.Load})
 	for _, token := range []string{"edge-token", "billing-token"} {
 		c := switchboardv1.NewReplicaServiceClient(dialForward(t, addr, token))
 		_, err := c.ForwardReserve(t.Context(), &switchboardv1.ForwardReserveRequest{

@@ -78,9 +78,9 @@ var policy = map[string]map[string]access{
 // some tenant.
 func Allowed(role, method string) bool { return policy[method][role] != deny }
 
-// Resolve turns the identity a request carries into the one it acts for:
-// an API key digest must be known (its tenant and key id come from the
-// catalog); without one, a tenant id must name a tenant. The partner always
+// Resolve turns the identity a request carries into the one it acts for,
+// by idx's catalog: an API key digest must be known (its tenant and key id
+// come from the catalog); without one, a tenant id must name a tenant. The partner always
 // comes from the catalog, never from the caller, so no one can charge (or
 // escape) another partner's limits. It fails with Unauthenticated.
 //
@@ -88,11 +88,6 @@ func Allowed(role, method string) bool { return policy[method][role] != deny }
 // must be allowed (else PermissionDenied); when it asks for none, its
 // key's class, else its tenant's default class, else interactive. A class
 // that is none of the known ones is InvalidArgument.
-func (a *Authenticator) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
-	return a.index(context.Background()).Resolve(id)
-}
-
-// Resolve is [Authenticator.Resolve] by idx's catalog.
 func (idx *Index) Resolve(id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	if idx == nil {
 		return nil, status.Error(codes.Unavailable, "decider is starting: catalog not loaded yet")
@@ -189,16 +184,10 @@ func ClassName(cls switchboardv1.WorkloadClass) string {
 }
 
 // Identity checks that the caller of ctx may send method with id, and
-// returns id resolved (Resolve), by the catalog snapshot ctx carries (else
-// the one applied now). Work the decider does on its own (no caller in
-// ctx) is only resolved.
-func (a *Authenticator) Identity(ctx context.Context, method string, id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
-	return a.index(ctx).Identity(ctx, method, id)
-}
-
-// Identity is [Authenticator.Identity] by idx's catalog: a handler passes
-// the index of the snapshot its call was authenticated by, and routes by
-// the same snapshot.
+// returns id resolved (Resolve), by idx's catalog: a handler passes the
+// index of the catalog snapshot its call was authenticated by (the views
+// the interceptor pinned into ctx), and routes by the same snapshot. Work
+// the decider does on its own (no caller in ctx) is only resolved.
 func (idx *Index) Identity(ctx context.Context, method string, id *switchboardv1.Identity) (*switchboardv1.Identity, error) {
 	p := FromContext(ctx)
 	if p == nil {

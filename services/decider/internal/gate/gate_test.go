@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/auth"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 )
@@ -65,7 +64,8 @@ workload_classes:
 		}
 		cur := NewCurrent(v)
 		routing.New(nil, routing.Options{Catalog: cur.Routing}).ListModels()
-		_, _ = auth.New(cur.PinAuth).Resolve(nil)
+		_, idx := cur.PinAuth(t.Context())
+		_, _ = idx.Resolve(nil)
 	})
 }
 

@@ -46,7 +46,7 @@ func TestCommandPlots(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
 	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
-		"--requests", "2000", "--policies", "cheapest-input,smart", "--plots", dir}, &out, &errOut))
+		"--requests", "600", "--policies", "cheapest-input,smart", "--plots", dir}, &out, &errOut))
 	for _, name := range []string{"ttft-32k-128k.svg", "ttft-over-128k.svg", "ttft-under-8k.svg", "cost-vs-p50.svg"} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestCommandOracleRegret(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	require.NoError(t, Main([]string{"--profile", "../../../../sim/profile.yaml", "--traffic", "../../../../sim/traffic.yaml",
-		"--requests", "2000", "--policies", "cheapest-input,smart,oracle", "--seeds", "2"}, &out, &errOut))
+		"--requests", "600", "--policies", "cheapest-input,smart,oracle", "--seeds", "2"}, &out, &errOut))
 	text := out.String()
 	for _, label := range []string{"client $ over oracle, streaming >32k", "TTFT p50 over oracle, streaming >32k", "TTFT p90 over oracle, streaming >32k",
 		"regret: $ at no worse p50 and p90", "regret: p50 / p90 at no higher $"} {

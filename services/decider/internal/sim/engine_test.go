@@ -2,6 +2,9 @@ package sim
 
 import (
 	"bytes"
+	"fmt"
+	"hash/fnv"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -27,7 +30,7 @@ func shipped(t testing.TB) (*Profile, *Traffic) {
 func TestDeterministic(t *testing.T) {
 	t.Parallel()
 	p, tr := shipped(t)
-	tr.Requests = 3000
+	tr.Requests = 1000
 	table := func(seed uint64) string {
 		var sums []Summary
 		for _, pol := range Policies[:2] {
@@ -60,9 +63,9 @@ func TestVirtualClock(t *testing.T) {
 	})
 	e.at(start.Add(time.Hour), func() { got = append(got, 4) })
 	var seen []time.Time
-	for e.events.Len() > 0 {
-		ev := popEvent(&e.events)
-		e.now = ev.at
+	for len(e.events) > 0 {
+		ev := e.events.pop()
+		e.now = ev.t
 		seen = append(seen, e.now)
 		ev.fn()
 	}
@@ -70,7 +73,7 @@ func TestVirtualClock(t *testing.T) {
 	require.Equal(t, []time.Time{start.Add(time.Minute), start.Add(time.Minute), start.Add(time.Hour), start.Add(time.Hour)}, seen)
 
 	p, tr := shipped(t)
-	tr.Requests = 2000
+	tr.Requests = 300
 	res, err := Run(p, tr, nil, Policies[1], 1, Options{})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, res.End.Sub(tr.Start), 24*time.Hour, "a whole simulated day passed")
@@ -207,5 +210,21 @@ func BenchmarkRunDay(b *testing.B) {
 		if _, err := Run(p, tr, nil, Policy{Name: "smart"}, 1, Options{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPromptHashes: the prefix hashes are FNV-1a of "system/<id>" and
+// "<session>/<turn>" with the low bit set, as hash/fnv computes them, so
+// a recorded run's prefixes keep their values.
+func TestPromptHashes(t *testing.T) {
+	t.Parallel()
+	want := func(s string) uint64 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(s))
+		return h.Sum64() | 1
+	}
+	for _, n := range []int{0, 1, 7, 12345, -3, math.MaxInt} {
+		require.Equal(t, want(fmt.Sprintf("system/%d", n)), systemHash(n))
+		require.Equal(t, want(fmt.Sprintf("%d/%d", n, n/2)), promptHash(n, n/2))
 	}
 }
