@@ -1108,7 +1108,8 @@ type ActivityRecord struct {
 	// record carries, when it is not this record's own: a call an edge served
 	// offline, as that earlier decision routed it, while no decider could be
 	// reached. The grant is then checked against this id, and this record's
-	// id must be made after it and within the offline window.
+	// id must be made after it and within the offline window. Only an edge's
+	// Report stream sends it; ReportCall refuses a record that does.
 	GrantRequestId string `protobuf:"bytes,23,opt,name=grant_request_id,json=grantRequestId,proto3" json:"grant_request_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -26,6 +26,13 @@ func (s *Server) ReportCall(ctx context.Context, req *switchboardv1.ReportCallRe
 	if rec == nil || rec.GetId() == "" {
 		return nil, fieldStatus("record.id is required: the request_id Decide answered", "record.id", "REQUIRED")
 	}
+	if rec.GetGrantRequestId() != "" {
+		// An earlier decision's grant covers only the calls an edge served
+		// while no decider answered it; a service reports each request
+		// under the decision Decide answered for it.
+		return nil, fieldStatus("record.grant_request_id is for an edge's offline calls: report the request under its own decision's grant",
+			"record.grant_request_id", "NOT_ALLOWED")
+	}
 	if len(req.GetReconciles()) > validate.MaxList {
 		return nil, status.Errorf(codes.InvalidArgument, "reconciles: %d items, at most %d allowed", len(req.GetReconciles()), validate.MaxList)
 	}

@@ -62,6 +62,10 @@ func TestReportCall(t *testing.T) {
 		{"a negative prompt", &switchboardv1.ReportCallRequest{Record: &switchboardv1.ActivityRecord{Id: "r3", TenantId: "acme"}, PromptTokens: -1}, codes.InvalidArgument},
 		{"an unknown outcome", &switchboardv1.ReportCallRequest{Record: &switchboardv1.ActivityRecord{Id: "r4", TenantId: "acme",
 			Attempts: []*switchboardv1.Attempt{{EndpointId: "alpha/" + model, Outcome: 99}}}}, codes.InvalidArgument},
+		// An earlier decision's grant covers only an edge's offline calls:
+		// a service reports each request under its own decision.
+		{"another decision's grant", &switchboardv1.ReportCallRequest{Record: &switchboardv1.ActivityRecord{Id: "r5", TenantId: "acme",
+			GrantRequestId: d.GetRequestId()}}, codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

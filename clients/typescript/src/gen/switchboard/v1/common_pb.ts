@@ -630,7 +630,8 @@ export type ActivityRecord = Message<"switchboard.v1.ActivityRecord"> & {
    * record carries, when it is not this record's own: a call an edge served
    * offline, as that earlier decision routed it, while no decider could be
    * reached. The grant is then checked against this id, and this record's
-   * id must be made after it and within the offline window.
+   * id must be made after it and within the offline window. Only an edge's
+   * Report stream sends it; ReportCall refuses a record that does.
    *
    * @generated from field: string grant_request_id = 23;
    */
