@@ -64,7 +64,7 @@ agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci o
 # the coverage of every module but tests (the end-to-end module measures
 # no package of its own).
 UNIT_PKGS := $(filter-out ./tests/...,$(PKGS))
-SHARDS ?= 6
+SHARDS ?= 4
 LONG_TESTS := \
 	./services/edge/cmd/edgebench:TestSmoke \
 	./tests:TestBrokerLoadShort \

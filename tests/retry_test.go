@@ -125,6 +125,10 @@ func TestSpendLimitNotRetriedOnThatEndpoint(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	require.Equal(t, "beta", body["provider"], "the next provider serves")
 	require.Equal(t, "1", h.Get("X-Switchboard-Retries"))
+	// The pause reaches the broker with the request's reconciliation, on
+	// the Report stream after the answer: wait for it, not for luck.
+	require.Eventually(t, func() bool { return s.decider.PausedRoutes() > 0 }, 10*time.Second, 10*time.Millisecond,
+		"the broker pauses alpha on the request's reconciliation")
 	for range 3 {
 		code, h, body = s.post(t, testKey, ask)
 		require.Equal(t, http.StatusOK, code, "%v", body)

@@ -56,6 +56,10 @@ func (d *Decider) ProbeCost() (int64, float64) { return d.observer.ProbeCost() }
 // their headers' limits and usage not learned.
 func (d *Decider) ReconcilesScoped() int64 { return d.broker.Scoped() }
 
+// PausedRoutes counts the routes this replica's broker holds paused now (by
+// a provider's answer or its headers), for every tenant and for one.
+func (d *Decider) PausedRoutes() int { return len(d.broker.Pauses()) }
+
 // ReportsImplausible returns how many call reports' timing was not believed
 // (a first token faster than any provider reads the prompt, generation
 // beyond 5,000 tokens/s, a call of more than an hour), so added no speed
