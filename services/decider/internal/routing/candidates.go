@@ -19,7 +19,7 @@ type candidate struct {
 	cached     int64
 	ttft       time.Duration
 	samples    int
-	ttftRegion string // the region whose own figure ttft is; "" the global one
+	ttftRegion string  // the region whose own figure ttft is; "" the global one
 	tps        float64 // measured throughput, tokens/s; 0 unknown
 	tpsRank    float64 // the throughput sort=throughput ranks by (byThroughput)
 	excluded   exclusion
