@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 	d.srv.SetServing(true, server.Services...)
 	d.watchAdmission(bg)
 	v := d.catalog.Load()
-	logger.Info("decider serving", "addr", d.lis.Addr().String(), "models", len(v.Catalog.Models), "tenants", len(v.Catalog.Tenants), "catalog_revision", v.Revision)
+	logger.Info("decider serving", "addr", d.lis.Addr().String(), "region", d.cfg.Region, "models", len(v.Catalog.Models), "tenants", len(v.Catalog.Tenants), "catalog_revision", v.Revision)
 	return d, nil
 }
 

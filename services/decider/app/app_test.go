@@ -265,10 +265,14 @@ func TestParseFlags(t *testing.T) {
 	require.Equal(t, []string{"a:2379", "b:2379"}, cfg.Etcd)
 	require.Equal(t, "0.0.0.0:9", cfg.Listen)
 	require.Equal(t, "c.yaml", cfg.Catalog)
+	require.Empty(t, cfg.Region)
+	cfg, err = ParseFlags([]string{"--region=eu-west"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "eu-west", cfg.Region)
 
-	_, err = ParseFlags([]string{"--listen=nope", "--log-level=loud", "--shutdown-timeout=0s"}, func(string) string { return "" }, io.Discard)
+	_, err = ParseFlags([]string{"--listen=nope", "--log-level=loud", "--shutdown-timeout=0s", "--region=" + strings.Repeat("r", 200)}, func(string) string { return "" }, io.Discard)
 	require.Error(t, err)
-	for _, want := range []string{"--listen", "--log-level", "--shutdown-timeout"} {
+	for _, want := range []string{"--listen", "--log-level", "--shutdown-timeout", "--region"} {
 		require.True(t, strings.Contains(err.Error(), want), "all problems reported at once: %v", err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 // Config is the decider's configuration.
@@ -47,6 +48,9 @@ type Config struct {
 	EtcdListen string
 	// ID names this replica in the membership list. (Optional) Defaults to the host name.
 	ID string
+	// Region is where this replica runs, as the edges' --region names
+	// regions, for its logs. (Optional) Defaults to "", none said.
+	Region string
 	// Advertise is the gRPC address other replicas use to reach this one
 	// (forwarding to the broker's owner). (Optional) Defaults to the listen address.
 	Advertise string
@@ -369,6 +373,7 @@ Serve flags:
 	fs.StringVar(&cfg.DataDir, "data-dir", def.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.EtcdListen, "etcd-listen", def.EtcdListen, "client address of the embedded etcd")
 	fs.StringVar(&cfg.ID, "id", def.ID, "replica id in the membership list")
+	fs.StringVar(&cfg.Region, "region", "", "region this replica runs in, as the edges' --region names regions, for its logs (default: none)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "gRPC address other replicas reach this one at (default: the listen address)")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", def.DrainDelay, "time NOT_SERVING before stopping on SIGTERM")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "graceful stop bound")
@@ -484,6 +489,9 @@ func (c *Config) validate() error {
 	}
 	if c.ID == "" {
 		c.ID = "decider"
+	}
+	if err := validate.Name("--region", c.Region); err != nil {
+		errs = append(errs, err)
 	}
 	if _, ok := cooldown.Rules[c.CooldownRule]; !ok && c.CooldownRule != "" {
 		errs = append(errs, fmt.Errorf("--cooldown-rule: unknown rule %q (breaker or first-refusal)", c.CooldownRule))

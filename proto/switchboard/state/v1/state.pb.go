@@ -328,7 +328,10 @@ type StatsEndpoint struct {
 	// throughput is the output tokens/s series.
 	Throughput *StatsSeries `protobuf:"bytes,3,opt,name=throughput,proto3" json:"throughput,omitempty"`
 	// cache is the cache-hit series: cached and total prompt tokens.
-	Cache         *StatsRatioSeries `protobuf:"bytes,4,opt,name=cache,proto3" json:"cache,omitempty"`
+	Cache *StatsRatioSeries `protobuf:"bytes,4,opt,name=cache,proto3" json:"cache,omitempty"`
+	// regions are the TTFT series measured by the edges of one region each,
+	// for the regions that have samples; their samples are in ttft too.
+	Regions       []*StatsRegion `protobuf:"bytes,5,rep,name=regions,proto3" json:"regions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +394,70 @@ func (x *StatsEndpoint) GetCache() *StatsRatioSeries {
 	return nil
 }
 
+func (x *StatsEndpoint) GetRegions() []*StatsRegion {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+// StatsRegion is an endpoint's TTFT series as the edges of one region
+// measured them.
+type StatsRegion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// region is the region the edges said they serve.
+	Region string `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	// ttft is one time-to-first-token series (ns) per prompt-size bucket,
+	// exactly size_buckets of them, smallest bucket first.
+	Ttft          []*StatsSeries `protobuf:"bytes,2,rep,name=ttft,proto3" json:"ttft,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRegion) Reset() {
+	*x = StatsRegion{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRegion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRegion) ProtoMessage() {}
+
+func (x *StatsRegion) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRegion.ProtoReflect.Descriptor instead.
+func (*StatsRegion) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StatsRegion) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *StatsRegion) GetTtft() []*StatsSeries {
+	if x != nil {
+		return x.Ttft
+	}
+	return nil
+}
+
 // StatsSeries is a series of samples in their stored order, as parallel
 // lists of equal length. Times are offsets from the newest sample's time, so
 // that an unchanged series encodes to the same bytes whatever the clock says.
@@ -410,7 +477,7 @@ type StatsSeries struct {
 
 func (x *StatsSeries) Reset() {
 	*x = StatsSeries{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +489,7 @@ func (x *StatsSeries) String() string {
 func (*StatsSeries) ProtoMessage() {}
 
 func (x *StatsSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[4]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +502,7 @@ func (x *StatsSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsSeries.ProtoReflect.Descriptor instead.
 func (*StatsSeries) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StatsSeries) GetNewestUnixNano() int64 {
@@ -486,7 +553,7 @@ type StatsRatioSeries struct {
 
 func (x *StatsRatioSeries) Reset() {
 	*x = StatsRatioSeries{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +565,7 @@ func (x *StatsRatioSeries) String() string {
 func (*StatsRatioSeries) ProtoMessage() {}
 
 func (x *StatsRatioSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[5]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +578,7 @@ func (x *StatsRatioSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRatioSeries.ProtoReflect.Descriptor instead.
 func (*StatsRatioSeries) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatsRatioSeries) GetNewestUnixNano() int64 {
@@ -583,7 +650,7 @@ type BrokerSnapshot struct {
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[6]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +662,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[6]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +675,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BrokerSnapshot) GetTakenUnixNano() int64 {
@@ -696,7 +763,7 @@ type BrokerBucket struct {
 
 func (x *BrokerBucket) Reset() {
 	*x = BrokerBucket{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[7]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +775,7 @@ func (x *BrokerBucket) String() string {
 func (*BrokerBucket) ProtoMessage() {}
 
 func (x *BrokerBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[7]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +788,7 @@ func (x *BrokerBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerBucket.ProtoReflect.Descriptor instead.
 func (*BrokerBucket) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BrokerBucket) GetSource() uint32 {
@@ -786,7 +853,7 @@ type BrokerLearnedBucket struct {
 
 func (x *BrokerLearnedBucket) Reset() {
 	*x = BrokerLearnedBucket{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[8]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +865,7 @@ func (x *BrokerLearnedBucket) String() string {
 func (*BrokerLearnedBucket) ProtoMessage() {}
 
 func (x *BrokerLearnedBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[8]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +878,7 @@ func (x *BrokerLearnedBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerLearnedBucket.ProtoReflect.Descriptor instead.
 func (*BrokerLearnedBucket) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BrokerLearnedBucket) GetScope() uint32 {
@@ -869,7 +936,7 @@ type BrokerRoute struct {
 
 func (x *BrokerRoute) Reset() {
 	*x = BrokerRoute{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[9]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +948,7 @@ func (x *BrokerRoute) String() string {
 func (*BrokerRoute) ProtoMessage() {}
 
 func (x *BrokerRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[9]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +961,7 @@ func (x *BrokerRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerRoute.ProtoReflect.Descriptor instead.
 func (*BrokerRoute) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BrokerRoute) GetEndpointId() string {
@@ -953,7 +1020,7 @@ type BrokerIdentity struct {
 
 func (x *BrokerIdentity) Reset() {
 	*x = BrokerIdentity{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[10]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1032,7 @@ func (x *BrokerIdentity) String() string {
 func (*BrokerIdentity) ProtoMessage() {}
 
 func (x *BrokerIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[10]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1045,7 @@ func (x *BrokerIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerIdentity.ProtoReflect.Descriptor instead.
 func (*BrokerIdentity) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BrokerIdentity) GetTenantId() string {
@@ -1040,7 +1107,7 @@ type BrokerDemand struct {
 
 func (x *BrokerDemand) Reset() {
 	*x = BrokerDemand{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[11]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1119,7 @@ func (x *BrokerDemand) String() string {
 func (*BrokerDemand) ProtoMessage() {}
 
 func (x *BrokerDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[11]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1132,7 @@ func (x *BrokerDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerDemand.ProtoReflect.Descriptor instead.
 func (*BrokerDemand) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BrokerDemand) GetInputTokens() int64 {
@@ -1127,7 +1194,7 @@ type BrokerReservation struct {
 
 func (x *BrokerReservation) Reset() {
 	*x = BrokerReservation{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[12]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1206,7 @@ func (x *BrokerReservation) String() string {
 func (*BrokerReservation) ProtoMessage() {}
 
 func (x *BrokerReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[12]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1219,7 @@ func (x *BrokerReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerReservation.ProtoReflect.Descriptor instead.
 func (*BrokerReservation) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BrokerReservation) GetId() string {
@@ -1247,7 +1314,7 @@ type BrokerCharge struct {
 
 func (x *BrokerCharge) Reset() {
 	*x = BrokerCharge{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[13]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1326,7 @@ func (x *BrokerCharge) String() string {
 func (*BrokerCharge) ProtoMessage() {}
 
 func (x *BrokerCharge) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[13]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1339,7 @@ func (x *BrokerCharge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerCharge.ProtoReflect.Descriptor instead.
 func (*BrokerCharge) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BrokerCharge) GetBucket() uint32 {
@@ -1318,7 +1385,7 @@ type BrokerCorrection struct {
 
 func (x *BrokerCorrection) Reset() {
 	*x = BrokerCorrection{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[14]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1397,7 @@ func (x *BrokerCorrection) String() string {
 func (*BrokerCorrection) ProtoMessage() {}
 
 func (x *BrokerCorrection) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[14]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1410,7 @@ func (x *BrokerCorrection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerCorrection.ProtoReflect.Descriptor instead.
 func (*BrokerCorrection) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BrokerCorrection) GetModel() string {
@@ -1404,7 +1471,7 @@ type BrokerQueue struct {
 
 func (x *BrokerQueue) Reset() {
 	*x = BrokerQueue{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[15]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1483,7 @@ func (x *BrokerQueue) String() string {
 func (*BrokerQueue) ProtoMessage() {}
 
 func (x *BrokerQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[15]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1496,7 @@ func (x *BrokerQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerQueue.ProtoReflect.Descriptor instead.
 func (*BrokerQueue) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BrokerQueue) GetVirtualTime() float64 {
@@ -1469,7 +1536,7 @@ type BrokerFlow struct {
 
 func (x *BrokerFlow) Reset() {
 	*x = BrokerFlow{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[16]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1548,7 @@ func (x *BrokerFlow) String() string {
 func (*BrokerFlow) ProtoMessage() {}
 
 func (x *BrokerFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[16]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1561,7 @@ func (x *BrokerFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerFlow.ProtoReflect.Descriptor instead.
 func (*BrokerFlow) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BrokerFlow) GetClass() int32 {
@@ -1557,7 +1624,7 @@ type BrokerQueued struct {
 
 func (x *BrokerQueued) Reset() {
 	*x = BrokerQueued{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[17]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1636,7 @@ func (x *BrokerQueued) String() string {
 func (*BrokerQueued) ProtoMessage() {}
 
 func (x *BrokerQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[17]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1649,7 @@ func (x *BrokerQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerQueued.ProtoReflect.Descriptor instead.
 func (*BrokerQueued) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BrokerQueued) GetRequestId() string {
@@ -1706,7 +1773,7 @@ type BrokerQueueDecision struct {
 
 func (x *BrokerQueueDecision) Reset() {
 	*x = BrokerQueueDecision{}
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[18]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1785,7 @@ func (x *BrokerQueueDecision) String() string {
 func (*BrokerQueueDecision) ProtoMessage() {}
 
 func (x *BrokerQueueDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_state_v1_state_proto_msgTypes[18]
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1798,7 @@ func (x *BrokerQueueDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerQueueDecision.ProtoReflect.Descriptor instead.
 func (*BrokerQueueDecision) Descriptor() ([]byte, []int) {
-	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BrokerQueueDecision) GetId() string {
@@ -1790,14 +1857,18 @@ const file_switchboard_state_v1_state_proto_rawDesc = "" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1c\n" +
 	"\treporters\x18\x03 \x03(\tR\treporters\x129\n" +
 	"\x06output\x18\x04 \x01(\v2!.switchboard.state.v1.StatsSeriesR\x06output\x12A\n" +
-	"\tendpoints\x18\x05 \x03(\v2#.switchboard.state.v1.StatsEndpointR\tendpoints\"\xd7\x01\n" +
+	"\tendpoints\x18\x05 \x03(\v2#.switchboard.state.v1.StatsEndpointR\tendpoints\"\x94\x02\n" +
 	"\rStatsEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
 	"\x04ttft\x18\x02 \x03(\v2!.switchboard.state.v1.StatsSeriesR\x04ttft\x12A\n" +
 	"\n" +
 	"throughput\x18\x03 \x01(\v2!.switchboard.state.v1.StatsSeriesR\n" +
 	"throughput\x12<\n" +
-	"\x05cache\x18\x04 \x01(\v2&.switchboard.state.v1.StatsRatioSeriesR\x05cache\"\x90\x01\n" +
+	"\x05cache\x18\x04 \x01(\v2&.switchboard.state.v1.StatsRatioSeriesR\x05cache\x12;\n" +
+	"\aregions\x18\x05 \x03(\v2!.switchboard.state.v1.StatsRegionR\aregions\"\\\n" +
+	"\vStatsRegion\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x125\n" +
+	"\x04ttft\x18\x02 \x03(\v2!.switchboard.state.v1.StatsSeriesR\x04ttft\"\x90\x01\n" +
 	"\vStatsSeries\x12(\n" +
 	"\x10newest_unix_nano\x18\x01 \x01(\x03R\x0enewestUnixNano\x12!\n" +
 	"\foffsets_nano\x18\x02 \x03(\x12R\voffsetsNano\x12\x16\n" +
@@ -1926,56 +1997,59 @@ func file_switchboard_state_v1_state_proto_rawDescGZIP() []byte {
 	return file_switchboard_state_v1_state_proto_rawDescData
 }
 
-var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_switchboard_state_v1_state_proto_goTypes = []any{
 	(*HedgeBudgetState)(nil),    // 0: switchboard.state.v1.HedgeBudgetState
 	(*ExperimentBlock)(nil),     // 1: switchboard.state.v1.ExperimentBlock
 	(*StatsShard)(nil),          // 2: switchboard.state.v1.StatsShard
 	(*StatsEndpoint)(nil),       // 3: switchboard.state.v1.StatsEndpoint
-	(*StatsSeries)(nil),         // 4: switchboard.state.v1.StatsSeries
-	(*StatsRatioSeries)(nil),    // 5: switchboard.state.v1.StatsRatioSeries
-	(*BrokerSnapshot)(nil),      // 6: switchboard.state.v1.BrokerSnapshot
-	(*BrokerBucket)(nil),        // 7: switchboard.state.v1.BrokerBucket
-	(*BrokerLearnedBucket)(nil), // 8: switchboard.state.v1.BrokerLearnedBucket
-	(*BrokerRoute)(nil),         // 9: switchboard.state.v1.BrokerRoute
-	(*BrokerIdentity)(nil),      // 10: switchboard.state.v1.BrokerIdentity
-	(*BrokerDemand)(nil),        // 11: switchboard.state.v1.BrokerDemand
-	(*BrokerReservation)(nil),   // 12: switchboard.state.v1.BrokerReservation
-	(*BrokerCharge)(nil),        // 13: switchboard.state.v1.BrokerCharge
-	(*BrokerCorrection)(nil),    // 14: switchboard.state.v1.BrokerCorrection
-	(*BrokerQueue)(nil),         // 15: switchboard.state.v1.BrokerQueue
-	(*BrokerFlow)(nil),          // 16: switchboard.state.v1.BrokerFlow
-	(*BrokerQueued)(nil),        // 17: switchboard.state.v1.BrokerQueued
-	(*BrokerQueueDecision)(nil), // 18: switchboard.state.v1.BrokerQueueDecision
-	nil,                         // 19: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	(*StatsRegion)(nil),         // 4: switchboard.state.v1.StatsRegion
+	(*StatsSeries)(nil),         // 5: switchboard.state.v1.StatsSeries
+	(*StatsRatioSeries)(nil),    // 6: switchboard.state.v1.StatsRatioSeries
+	(*BrokerSnapshot)(nil),      // 7: switchboard.state.v1.BrokerSnapshot
+	(*BrokerBucket)(nil),        // 8: switchboard.state.v1.BrokerBucket
+	(*BrokerLearnedBucket)(nil), // 9: switchboard.state.v1.BrokerLearnedBucket
+	(*BrokerRoute)(nil),         // 10: switchboard.state.v1.BrokerRoute
+	(*BrokerIdentity)(nil),      // 11: switchboard.state.v1.BrokerIdentity
+	(*BrokerDemand)(nil),        // 12: switchboard.state.v1.BrokerDemand
+	(*BrokerReservation)(nil),   // 13: switchboard.state.v1.BrokerReservation
+	(*BrokerCharge)(nil),        // 14: switchboard.state.v1.BrokerCharge
+	(*BrokerCorrection)(nil),    // 15: switchboard.state.v1.BrokerCorrection
+	(*BrokerQueue)(nil),         // 16: switchboard.state.v1.BrokerQueue
+	(*BrokerFlow)(nil),          // 17: switchboard.state.v1.BrokerFlow
+	(*BrokerQueued)(nil),        // 18: switchboard.state.v1.BrokerQueued
+	(*BrokerQueueDecision)(nil), // 19: switchboard.state.v1.BrokerQueueDecision
+	nil,                         // 20: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
 }
 var file_switchboard_state_v1_state_proto_depIdxs = []int32{
-	19, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
-	4,  // 1: switchboard.state.v1.StatsShard.output:type_name -> switchboard.state.v1.StatsSeries
+	20, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	5,  // 1: switchboard.state.v1.StatsShard.output:type_name -> switchboard.state.v1.StatsSeries
 	3,  // 2: switchboard.state.v1.StatsShard.endpoints:type_name -> switchboard.state.v1.StatsEndpoint
-	4,  // 3: switchboard.state.v1.StatsEndpoint.ttft:type_name -> switchboard.state.v1.StatsSeries
-	4,  // 4: switchboard.state.v1.StatsEndpoint.throughput:type_name -> switchboard.state.v1.StatsSeries
-	5,  // 5: switchboard.state.v1.StatsEndpoint.cache:type_name -> switchboard.state.v1.StatsRatioSeries
-	7,  // 6: switchboard.state.v1.BrokerSnapshot.buckets:type_name -> switchboard.state.v1.BrokerBucket
-	9,  // 7: switchboard.state.v1.BrokerSnapshot.routes:type_name -> switchboard.state.v1.BrokerRoute
-	12, // 8: switchboard.state.v1.BrokerSnapshot.reservations:type_name -> switchboard.state.v1.BrokerReservation
-	14, // 9: switchboard.state.v1.BrokerSnapshot.corrections:type_name -> switchboard.state.v1.BrokerCorrection
-	15, // 10: switchboard.state.v1.BrokerSnapshot.queue:type_name -> switchboard.state.v1.BrokerQueue
-	8,  // 11: switchboard.state.v1.BrokerBucket.learned:type_name -> switchboard.state.v1.BrokerLearnedBucket
-	10, // 12: switchboard.state.v1.BrokerReservation.identity:type_name -> switchboard.state.v1.BrokerIdentity
-	11, // 13: switchboard.state.v1.BrokerReservation.estimate:type_name -> switchboard.state.v1.BrokerDemand
-	11, // 14: switchboard.state.v1.BrokerReservation.demand:type_name -> switchboard.state.v1.BrokerDemand
-	13, // 15: switchboard.state.v1.BrokerReservation.charges:type_name -> switchboard.state.v1.BrokerCharge
-	16, // 16: switchboard.state.v1.BrokerQueue.flows:type_name -> switchboard.state.v1.BrokerFlow
-	17, // 17: switchboard.state.v1.BrokerQueue.requests:type_name -> switchboard.state.v1.BrokerQueued
-	10, // 18: switchboard.state.v1.BrokerQueued.identity:type_name -> switchboard.state.v1.BrokerIdentity
-	11, // 19: switchboard.state.v1.BrokerQueued.demand:type_name -> switchboard.state.v1.BrokerDemand
-	18, // 20: switchboard.state.v1.BrokerQueued.decision:type_name -> switchboard.state.v1.BrokerQueueDecision
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	5,  // 3: switchboard.state.v1.StatsEndpoint.ttft:type_name -> switchboard.state.v1.StatsSeries
+	5,  // 4: switchboard.state.v1.StatsEndpoint.throughput:type_name -> switchboard.state.v1.StatsSeries
+	6,  // 5: switchboard.state.v1.StatsEndpoint.cache:type_name -> switchboard.state.v1.StatsRatioSeries
+	4,  // 6: switchboard.state.v1.StatsEndpoint.regions:type_name -> switchboard.state.v1.StatsRegion
+	5,  // 7: switchboard.state.v1.StatsRegion.ttft:type_name -> switchboard.state.v1.StatsSeries
+	8,  // 8: switchboard.state.v1.BrokerSnapshot.buckets:type_name -> switchboard.state.v1.BrokerBucket
+	10, // 9: switchboard.state.v1.BrokerSnapshot.routes:type_name -> switchboard.state.v1.BrokerRoute
+	13, // 10: switchboard.state.v1.BrokerSnapshot.reservations:type_name -> switchboard.state.v1.BrokerReservation
+	15, // 11: switchboard.state.v1.BrokerSnapshot.corrections:type_name -> switchboard.state.v1.BrokerCorrection
+	16, // 12: switchboard.state.v1.BrokerSnapshot.queue:type_name -> switchboard.state.v1.BrokerQueue
+	9,  // 13: switchboard.state.v1.BrokerBucket.learned:type_name -> switchboard.state.v1.BrokerLearnedBucket
+	11, // 14: switchboard.state.v1.BrokerReservation.identity:type_name -> switchboard.state.v1.BrokerIdentity
+	12, // 15: switchboard.state.v1.BrokerReservation.estimate:type_name -> switchboard.state.v1.BrokerDemand
+	12, // 16: switchboard.state.v1.BrokerReservation.demand:type_name -> switchboard.state.v1.BrokerDemand
+	14, // 17: switchboard.state.v1.BrokerReservation.charges:type_name -> switchboard.state.v1.BrokerCharge
+	17, // 18: switchboard.state.v1.BrokerQueue.flows:type_name -> switchboard.state.v1.BrokerFlow
+	18, // 19: switchboard.state.v1.BrokerQueue.requests:type_name -> switchboard.state.v1.BrokerQueued
+	11, // 20: switchboard.state.v1.BrokerQueued.identity:type_name -> switchboard.state.v1.BrokerIdentity
+	12, // 21: switchboard.state.v1.BrokerQueued.demand:type_name -> switchboard.state.v1.BrokerDemand
+	19, // 22: switchboard.state.v1.BrokerQueued.decision:type_name -> switchboard.state.v1.BrokerQueueDecision
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_state_v1_state_proto_init() }
@@ -1983,14 +2057,14 @@ func file_switchboard_state_v1_state_proto_init() {
 	if File_switchboard_state_v1_state_proto != nil {
 		return
 	}
-	file_switchboard_state_v1_state_proto_msgTypes[16].OneofWrappers = []any{}
+	file_switchboard_state_v1_state_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_state_v1_state_proto_rawDesc), len(file_switchboard_state_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

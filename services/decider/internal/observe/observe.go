@@ -119,7 +119,7 @@ func (ob *Observer) IngestShared(edge *switchboardv1.EdgeHello, reports []*switc
 // ingest learns from one batch; own says this replica took it from its
 // edge, and counts it.
 func (ob *Observer) ingest(edge *switchboardv1.EdgeHello, reports []*switchboardv1.CallReport, own bool) {
-	from := ob.o.Stats.From(edge.GetEdgeId())
+	from := ob.o.Stats.From(edge.GetEdgeId()).In(edge.GetRegion())
 	cat := ob.o.Catalog()
 	for _, r := range reports {
 		ob.one(cat, from, r, own)

@@ -345,7 +345,7 @@ func TestIngestSharedLearnsButCountsOnce(t *testing.T) {
 		Broadcast: func(m *switchboardv1.ReportResponse) { sent = append(sent, m) },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 	})
-	edge := &switchboardv1.EdgeHello{EdgeId: "edge-of-another-replica"}
+	edge := &switchboardv1.EdgeHello{EdgeId: "edge-of-another-replica", Region: "eu-west"}
 	ob.IngestShared(edge, []*switchboardv1.CallReport{
 		{EndpointId: "a/m", Outcome: switchboardv1.Outcome_OUTCOME_OK, PromptTokens: 40000, Stream: true,
 			Ttft: durationpb.New(time.Second), Duration: durationpb.New(3 * time.Second),
@@ -357,6 +357,8 @@ func TestIngestSharedLearnsButCountsOnce(t *testing.T) {
 	})
 	_, n, _ := st.TTFT("a/m", tokens.Bucket32KTo128K)
 	require.Equal(t, 1, n, "the shared stream's first token is a sample")
+	_, n, _ = st.TTFTIn("a/m", st.Region("eu-west"), tokens.Bucket32KTo128K)
+	require.Equal(t, 1, n, "and a sample of the region of the edge that measured it")
 	_, cooling := cool.Until("a/m", now)
 	require.True(t, cooling, "the shared refusal benches the endpoint")
 	require.Len(t, sent, 1, "and this replica's edges are told")

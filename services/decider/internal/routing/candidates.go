@@ -19,6 +19,7 @@ type candidate struct {
 	cached     int64
 	ttft       time.Duration
 	samples    int
+	ttftRegion string  // the region whose own figure ttft is; "" the global one
 	tps        float64 // measured throughput, tokens/s; 0 unknown
 	tpsRank    float64 // the throughput sort=throughput ranks by (byThroughput)
 	excluded   exclusion
@@ -131,6 +132,9 @@ func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequ
 		followUps = r.o.FollowUpTurns
 	}
 
+	// A request from a region reads the figures that region's edges
+	// measured, where they are enough data; the global ones elsewhere.
+	region := r.o.Stats.Region(req.GetRegion())
 	fitsNone = true
 	for i, ep := range m.endpoints {
 		c := &sc.cands[i]
@@ -149,6 +153,9 @@ func (r *Router) candidates(sc *scratch, m *model, req *switchboardv1.DecideRequ
 			c.listCost = pricing.Estimate(*m.list, here)
 		}
 		c.ttft, c.samples, _ = ep.st.TTFT(bucket)
+		if t, n, ok := ep.st.TTFTIn(region, bucket); ok && n >= r.o.MinSamples {
+			c.ttft, c.samples, c.ttftRegion = t, n, req.GetRegion()
+		}
 		c.tps, _, _ = ep.st.Throughput()
 		c.excluded = exclude(ep, prefs, req.GetParameters(), in, tok.GetMaxOutputTokens())
 		if c.excluded.why != exclContext && c.excluded.why != exclMaxOutput {

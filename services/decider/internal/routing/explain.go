@@ -203,6 +203,10 @@ func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Buc
 		b = strconv.AppendInt(b, win.ttft.Milliseconds(), 10)
 		b = append(b, " samples="...)
 		b = strconv.AppendInt(b, int64(win.samples), 10)
+		if win.ttftRegion != "" {
+			b = append(b, " ttft_region="...)
+			b = append(b, win.ttftRegion...)
+		}
 	}
 	if fastest > 0 {
 		b = append(b, " fastest_ms="...)

@@ -11,6 +11,18 @@
 // throughput series and one cache series; per model it keeps one output-tokens
 // series. Series are created lazily on their first observation.
 //
+// # Regions
+//
+// A reporter may say its region ([Reporter.In]: an edge's --region). Its
+// TTFT samples then count twice: in the endpoint's global series and in one
+// TTFT series per bucket of that region ([Endpoint.TTFTIn]), so a provider
+// fast from one region and slow from another has a figure for each, while
+// the global figure still holds every sample. Regions are the reporters'
+// word, so the first [MaxRegions] named get series of their own and later
+// ones count in the global series only. Routing reads a region's figure
+// when it has enough samples and the global one otherwise; which is its
+// choice, not the store's. Throughput, cache and output stay global.
+//
 // # Typical value: a decayed, outlier-aware weighted median
 //
 // The typical TTFT of a series is the weighted median of its samples inside
@@ -98,6 +110,8 @@
 // not stored). Buffers grow on demand, so an idle series costs only its fixed
 // header. The worst case, every series full, is per endpoint
 // (NumBuckets+1)·MaxSamples·32 B + MaxSamples·40 B + about 0.6 KB of headers
+// (plus, per region that reported on it, NumBuckets·MaxSamples·32 B and
+// about 0.4 KB: 8 KB per region with the defaults)
 // (a sample is its time, its values, its stored weight and its reporter),
 // plus 24 B per reporter of a series for its scratch: about 13 KB with the
 // default 64 samples, so about 265 MB for 1000 models × 20 endpoints, plus
@@ -122,11 +136,15 @@
 // stays far below etcd's 1.5 MiB value limit: with the default settings at
 // most about 6.4 KB per endpoint of the model plus 1 KB for the model (129 KB
 // measured for 20 endpoints with every series full, TestSnapshotSize), so a
-// model would need about 240 endpoints to reach the limit. A blob is a
+// model would need about 240 endpoints to reach the limit. Regional series
+// add about 4.3 KB per region and endpoint when full; a shard that would
+// pass 1 MiB with them is written without them (the global series kept,
+// the regions learning theirs again), TestSnapshotOfManyRegionsStaysBounded. A blob is a
 // protobuf switchboard.state.v1.StatsShard (proto/switchboard/state/v1/
 // state.proto), encoded deterministically: the bucket count, the model id,
 // the names of the reporters its samples come from (in order of first use),
-// the model's output series, then each endpoint's id and series. A series is
+// the model's output series, then each endpoint's id and series, its
+// regions' TTFT series by region name last. A series is
 // its newest sample's time and, as parallel lists, each sample's offset from
 // that time, its IEEE 754 values and its reporter's index in the blob's
 // names, so a round trip is exact and an unchanged state encodes to the same

@@ -61,7 +61,7 @@ func (s *Store) Snapshot() map[string][]byte {
 		// Sorted so that equal states encode to equal bytes (a caller can
 		// skip writing an unchanged shard).
 		slices.SortFunc(sh.endpoints, func(a, b *Endpoint) int { return strings.Compare(a.id, b.id) })
-		if b := encodeShard(&s.srcs, model, sh.model, sh.endpoints, cutoff); b != nil {
+		if b := encodeShard(&s.srcs, &s.regs, model, sh.model, sh.endpoints, cutoff); b != nil {
 			out[model] = b
 		}
 	}
@@ -69,7 +69,7 @@ func (s *Store) Snapshot() map[string][]byte {
 }
 
 // encodeShard writes one shard, a statev1.StatsShard.
-func encodeShard(srcs *sources, model string, m *Model, eps []*Endpoint, cutoff int64) []byte {
+func encodeShard(srcs *sources, regs *regions, model string, m *Model, eps []*Endpoint, cutoff int64) []byte {
 	tab := newSrcTable()
 	msg := &statev1.StatsShard{SizeBuckets: tokens.NumBuckets, Model: utf8Safe(model)}
 	if m != nil {
@@ -83,6 +83,7 @@ func encodeShard(srcs *sources, model string, m *Model, eps []*Endpoint, cutoff 
 		}
 		pe.Throughput = e.throughput.encode(cutoff, tab)
 		pe.Cache = e.cache.encode(cutoff, tab)
+		pe.Regions = encodeRegions(regs, e, cutoff, tab)
 		msg.Endpoints = append(msg.Endpoints, pe)
 	}
 	// The reporters the samples name, in order of first use, so that an
@@ -95,7 +96,49 @@ func encodeShard(srcs *sources, model string, m *Model, eps []*Endpoint, cutoff 
 	if err != nil {
 		return nil // unreachable: every string is valid UTF-8 (utf8Safe)
 	}
+	if len(b) > maxShardBytes {
+		// Many endpoints, each with many regions' full series: the
+		// regional figures are dropped from the save rather than the
+		// shard failing etcd's value limit; the global ones are kept, and
+		// the regions learn theirs again from traffic.
+		for _, pe := range msg.Endpoints {
+			pe.Regions = nil
+		}
+		if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(msg); err != nil {
+			return nil
+		}
+	}
 	return b
+}
+
+// maxShardBytes bounds a shard with its regional series, below etcd's
+// 1.5 MiB value limit with room for the key and the request.
+const maxShardBytes = 1 << 20
+
+// encodeRegions writes e's regional TTFT series that hold samples, by
+// region name rather than by the store's numbering, so that equal states
+// encode to equal bytes (reporters too are numbered in that order).
+func encodeRegions(regs *regions, e *Endpoint, cutoff int64, tab *srcTable) []*statev1.StatsRegion {
+	type named struct {
+		name string
+		rt   *regionalTTFT
+	}
+	var rs []named
+	e.eachRegional(func(r Region, rt *regionalTTFT) { rs = append(rs, named{regs.name(r), rt}) })
+	slices.SortFunc(rs, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	var out []*statev1.StatsRegion
+	for _, x := range rs {
+		pr := &statev1.StatsRegion{Region: utf8Safe(x.name), Ttft: make([]*statev1.StatsSeries, len(x.rt))}
+		n := 0
+		for i := range x.rt {
+			pr.Ttft[i] = x.rt[i].encode(cutoff, tab)
+			n += len(pr.Ttft[i].GetValues())
+		}
+		if n > 0 { // a region whose samples all left the window is not written
+			out = append(out, pr)
+		}
+	}
+	return out
 }
 
 // utf8Safe returns s with any invalid UTF-8 replaced, as a protobuf string
@@ -217,6 +260,13 @@ type decodedEndpoint struct {
 	ttft       [tokens.NumBuckets][]sample
 	throughput []sample
 	cache      []ratioSample
+	regions    []decodedRegion
+}
+
+// decodedRegion is an endpoint's TTFT series of one region.
+type decodedRegion struct {
+	name string
+	ttft [tokens.NumBuckets][]sample
 }
 
 // load installs a decoded shard.
@@ -239,6 +289,27 @@ func (s *Store) load(d *decodedShard) {
 		}
 		e.throughput.replace(&s.p, de.throughput, now, false)
 		e.cache.replace(&s.p, de.cache, now)
+		// A region the shard does not name has no samples left: emptied,
+		// as the global series are replaced.
+		named := make(map[Region]bool, len(de.regions))
+		for _, dr := range de.regions {
+			r := s.regs.id(dr.name)
+			rt := e.regional(r, true)
+			if rt == nil {
+				continue // past MaxRegions: its samples count in the global series
+			}
+			named[r] = true
+			for i := range rt {
+				rt[i].replace(&s.p, dr.ttft[i], now, true)
+			}
+		}
+		e.eachRegional(func(r Region, rt *regionalTTFT) {
+			if !named[r] {
+				for i := range rt {
+					rt[i].replace(&s.p, nil, now, true)
+				}
+			}
+		})
 	}
 }
 
@@ -310,9 +381,40 @@ func decodeShard(blob []byte) (*decodedShard, error) {
 		if e.cache, err = decodeRatios(pe.GetCache(), nsrc); err != nil {
 			return nil, fmt.Errorf("endpoint %q cache: %w", e.id, err)
 		}
+		if e.regions, err = decodeRegions(e.id, pe.GetRegions(), nsrc); err != nil {
+			return nil, err
+		}
 		d.endpoints = append(d.endpoints, e)
 	}
 	return d, nil
+}
+
+// decodeRegions validates an endpoint's regional series: each region named
+// once, not empty, with one series per bucket.
+func decodeRegions(id string, prs []*statev1.StatsRegion, nsrc int) ([]decodedRegion, error) {
+	if len(prs) == 0 {
+		return nil, nil
+	}
+	out := make([]decodedRegion, 0, len(prs))
+	seen := make(map[string]bool, len(prs))
+	for _, pr := range prs {
+		dr := decodedRegion{name: pr.GetRegion()}
+		if dr.name == "" || seen[dr.name] {
+			return nil, fmt.Errorf("%w: endpoint %q region %q empty or repeated", ErrCorrupt, id, dr.name)
+		}
+		seen[dr.name] = true
+		if len(pr.GetTtft()) != len(dr.ttft) {
+			return nil, fmt.Errorf("%w: endpoint %q region %q has %d TTFT series, not %d", ErrCorrupt, id, dr.name, len(pr.GetTtft()), len(dr.ttft))
+		}
+		for i, ps := range pr.GetTtft() {
+			var err error
+			if dr.ttft[i], err = decodeSamples(ps, nsrc, validDuration); err != nil {
+				return nil, fmt.Errorf("endpoint %q region %q ttft: %w", id, dr.name, err)
+			}
+		}
+		out = append(out, dr)
+	}
+	return out, nil
 }
 
 // Value checks per series, so that a shard from a buggy writer cannot publish
@@ -398,6 +500,11 @@ func (d *decodedShard) remap(ids []uint32) {
 			med(e.ttft[i])
 		}
 		med(e.throughput)
+		for ri := range e.regions {
+			for i := range e.regions[ri].ttft {
+				med(e.regions[ri].ttft[i])
+			}
+		}
 		for i := range e.cache {
 			e.cache[i].src = ids[e.cache[i].src]
 		}

@@ -60,8 +60,9 @@ func (r *sources) name(i uint32) string {
 // samples' share of every series is bounded by [MaxShare] (see the package
 // documentation). Get one from [Store.From]; it is safe for concurrent use.
 type Reporter struct {
-	s   *Store
-	src uint32
+	s      *Store
+	src    uint32
+	region Region // see [Reporter.In]
 }
 
 // From returns the reporter named name. Reporters are told apart by name;
@@ -70,7 +71,7 @@ func (s *Store) From(name string) Reporter { return Reporter{s: s, src: s.srcs.i
 
 // ObserveTTFT is [Store.ObserveTTFT] from r.
 func (r Reporter) ObserveTTFT(endpointID string, b tokens.Bucket, ttft time.Duration, at time.Time) {
-	r.s.observeTTFT(r.src, endpointID, b, ttft, at)
+	r.s.observeTTFT(r.src, r.region, endpointID, b, ttft, at)
 }
 
 // ObserveThroughput is [Store.ObserveThroughput] from r.

@@ -59,6 +59,7 @@ type Store struct {
 	models    sync.Map // model id → *Model
 	rejected  atomic.Uint64
 	srcs      sources
+	regs      regions
 }
 
 // Endpoint is the live statistics of one endpoint: every series, the buckets
@@ -71,6 +72,9 @@ type Endpoint struct {
 	ttft       [tokens.NumBuckets]medianSeries
 	throughput medianSeries
 	cache      ratioSeries
+	// regions are the TTFT series of each region's reporters
+	// (Region-1), created on a region's first sample.
+	regions [MaxRegions]atomic.Pointer[regionalTTFT]
 }
 
 // Model is the live statistics of one model (see [Endpoint] for why a handle).
@@ -130,6 +134,7 @@ func New(cfg Config) *Store {
 		now: cfg.Now,
 	}
 	s.srcs.init()
+	s.regs.init()
 	return s
 }
 
@@ -147,10 +152,12 @@ func ModelOf(endpointID string) string {
 // prompt in bucket b. A negative ttft, an unknown bucket or an empty id is
 // rejected (see [Store.Rejected]).
 func (s *Store) ObserveTTFT(endpointID string, b tokens.Bucket, ttft time.Duration, at time.Time) {
-	s.observeTTFT(0, endpointID, b, ttft, at)
+	s.observeTTFT(0, 0, endpointID, b, ttft, at)
 }
 
-func (s *Store) observeTTFT(src uint32, endpointID string, b tokens.Bucket, ttft time.Duration, at time.Time) {
+// observeTTFT records the sample in the global series and, when the
+// reporter says its region, in that region's too.
+func (s *Store) observeTTFT(src uint32, region Region, endpointID string, b tokens.Bucket, ttft time.Duration, at time.Time) {
 	if endpointID == "" || uint(b) >= tokens.NumBuckets || ttft < 0 {
 		s.rejected.Add(1)
 		return
@@ -160,7 +167,12 @@ func (s *Store) observeTTFT(src uint32, endpointID string, b tokens.Bucket, ttft
 	if !ok {
 		return
 	}
-	s.Endpoint(endpointID).ttft[b].observe(&s.p, sample{at: t, v: float64(ttft), src: src}, now, true)
+	e := s.Endpoint(endpointID)
+	x := sample{at: t, v: float64(ttft), src: src}
+	e.ttft[b].observe(&s.p, x, now, true)
+	if rt := e.regional(region, true); rt != nil {
+		rt[b].observe(&s.p, x, now, true)
+	}
 }
 
 // ObserveThroughput records output tokens per second of one completed call.
@@ -304,7 +316,12 @@ func (e *Endpoint) TTFT(b tokens.Bucket) (typical time.Duration, samples int, ok
 	if e == nil || uint(b) >= tokens.NumBuckets {
 		return 0, 0, false
 	}
-	v, n := e.ttft[b].pub.load()
+	return e.ttft[b].duration()
+}
+
+// duration returns a TTFT series' published summary.
+func (m *medianSeries) duration() (typical time.Duration, samples int, ok bool) {
+	v, n := m.pub.load()
 	if n == 0 {
 		return 0, 0, false
 	}
@@ -362,6 +379,11 @@ func (s *Store) Refresh() {
 		for i := range e.ttft {
 			e.ttft[i].refresh(&s.p, now, true)
 		}
+		e.eachRegional(func(_ Region, rt *regionalTTFT) {
+			for i := range rt {
+				rt[i].refresh(&s.p, now, true)
+			}
+		})
 		e.throughput.refresh(&s.p, now, false)
 		e.cache.refresh(&s.p, now)
 		return true
@@ -387,6 +409,11 @@ func (s *Store) Forget(endpointID string) {
 	for i := range e.ttft {
 		e.ttft[i].replace(&s.p, nil, now, true)
 	}
+	e.eachRegional(func(_ Region, rt *regionalTTFT) {
+		for i := range rt {
+			rt[i].replace(&s.p, nil, now, true)
+		}
+	})
 	e.throughput.replace(&s.p, nil, now, false)
 	e.cache.replace(&s.p, nil, now)
 }

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -530,7 +531,11 @@ func TestReadsDoNotAllocate(t *testing.T) {
 	s.ObserveThroughput(id, 50, time.Time{})
 	s.ObserveCache(id, 100, 50, time.Time{})
 	s.ObserveOutput("deepseek/deepseek-v4.1-flash", 200, time.Time{})
+	s.From("edge").In("eu-west").ObserveTTFT(id, tokens.Bucket32KTo128K, time.Second, time.Time{})
+	region := string([]byte("eu-west"))
 	allocs := testing.AllocsPerRun(100, func() {
+		s.Endpoint(id).TTFTIn(s.Region(region), tokens.Bucket32KTo128K)
+		s.Endpoint(id).TTFTIn(s.Region("nowhere"), tokens.Bucket32KTo128K)
 		s.TTFT(id, tokens.Bucket32KTo128K)
 		s.TTFT("missing/m", tokens.BucketUnder8K)
 		s.Throughput(id)
@@ -563,7 +568,7 @@ func TestConcurrentUse(t *testing.T) {
 			for i := range rounds {
 				id := ids[(w+i)%len(ids)]
 				b := tokens.Bucket(i % tokens.NumBuckets)
-				s.ObserveTTFT(id, b, time.Duration(1+i%10)*time.Second, clk.Now())
+				s.From("edge").In(fmt.Sprintf("r%d", w%3)).ObserveTTFT(id, b, time.Duration(1+i%10)*time.Second, clk.Now())
 				s.ObserveThroughput(id, float64(10+i%7), time.Time{})
 				s.ObserveCache(id, 1000, int64(i%1001), time.Time{})
 				s.ObserveOutput(ModelOf(id), int64(i%500), time.Time{})
@@ -584,6 +589,12 @@ func TestConcurrentUse(t *testing.T) {
 				if v, n, ok := s.TTFT(id, tokens.Bucket(i%tokens.NumBuckets)); ok {
 					if v < time.Second || v > 10*time.Second || n < 1 || n > 16 {
 						t.Errorf("TTFT(%s) = %v, %d", id, v, n)
+						return
+					}
+				}
+				if v, n, ok := s.TTFTIn(id, s.Region(fmt.Sprintf("r%d", i%3)), tokens.Bucket(i%tokens.NumBuckets)); ok {
+					if v < time.Second || v > 10*time.Second || n < 1 || n > 16 {
+						t.Errorf("TTFTIn(%s) = %v, %d", id, v, n)
 						return
 					}
 				}

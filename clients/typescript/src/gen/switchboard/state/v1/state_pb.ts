@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/state/v1/state.proto.
  */
 export const file_switchboard_state_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("CiBzd2l0Y2hib2FyZC9zdGF0ZS92MS9zdGF0ZS5wcm90bxIUc3dpdGNoYm9hcmQuc3RhdGUudjEisgEKEEhlZGdlQnVkZ2V0U3RhdGUSCwoDZGF5GAEgASgJEhEKCXNwZW50X3VzZBgCIAEoARJLCgtwZW5kaW5nX3VzZBgDIAMoCzI2LnN3aXRjaGJvYXJkLnN0YXRlLnYxLkhlZGdlQnVkZ2V0U3RhdGUuUGVuZGluZ1VzZEVudHJ5GjEKD1BlbmRpbmdVc2RFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBItQBCg9FeHBlcmltZW50QmxvY2sSEAoIcmVxdWVzdHMYASABKAMSDwoHYnVybl9pbhgCIAEoAxIQCghjb3N0X3VzZBgDIAEoARIOCgZ0b2tlbnMYBCABKAMSFAoMcmF0ZV9saW1pdGVkGAUgASgDEg8KB3JldHJpZWQYBiABKAMSEQoJZmFpbGVkX21zGAcgASgBEgwKBHR0ZnQYCCADKAQSEwoLY2FsbGVyX3R0ZnQYCSADKAQSEgoKdGhyb3VnaHB1dBgKIAMoBBILCgNlMmUYCyADKAQirwEKClN0YXRzU2hhcmQSFAoMc2l6ZV9idWNrZXRzGAEgASgNEg0KBW1vZGVsGAIgASgJEhEKCXJlcG9ydGVycxgDIAMoCRIxCgZvdXRwdXQYBCABKAsyIS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1NlcmllcxI2CgllbmRwb2ludHMYBSADKAsyIy5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c0VuZHBvaW50IroBCg1TdGF0c0VuZHBvaW50EgoKAmlkGAEgASgJEi8KBHR0ZnQYAiADKAsyIS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1NlcmllcxI1Cgp0aHJvdWdocHV0GAMgASgLMiEuc3dpdGNoYm9hcmQuc3RhdGUudjEuU3RhdHNTZXJpZXMSNQoFY2FjaGUYBCABKAsyJi5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1JhdGlvU2VyaWVzImAKC1N0YXRzU2VyaWVzEhgKEG5ld2VzdF91bml4X25hbm8YASABKAMSFAoMb2Zmc2V0c19uYW5vGAIgAygSEg4KBnZhbHVlcxgDIAMoARIRCglyZXBvcnRlcnMYBCADKA0idAoQU3RhdHNSYXRpb1NlcmllcxIYChBuZXdlc3RfdW5peF9uYW5vGAEgASgDEhQKDG9mZnNldHNfbmFubxgCIAMoEhINCgVwYXJ0cxgDIAMoARIOCgZ3aG9sZXMYBCADKAESEQoJcmVwb3J0ZXJzGAUgAygNIo8DCg5Ccm9rZXJTbmFwc2hvdBIXCg90YWtlbl91bml4X25hbm8YASABKAMSGAoQZ3JhbnRlZF90dGxfbmFubxgCIAEoAxIgChhsZWFybmluZ191bnRpbF91bml4X25hbm8YAyABKAMSEgoKYnVja2V0X2lkcxgEIAMoCRIzCgdidWNrZXRzGAUgAygLMiIuc3dpdGNoYm9hcmQuc3RhdGUudjEuQnJva2VyQnVja2V0EjEKBnJvdXRlcxgGIAMoCzIhLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlclJvdXRlEj0KDHJlc2VydmF0aW9ucxgHIAMoCzInLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlclJlc2VydmF0aW9uEjsKC2NvcnJlY3Rpb25zGAggAygLMiYuc3dpdGNoYm9hcmQuc3RhdGUudjEuQnJva2VyQ29ycmVjdGlvbhIwCgVxdWV1ZRgJIAEoCzIhLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlclF1ZXVlIp4BCgxCcm9rZXJCdWNrZXQSDgoGc291cmNlGAEgASgNEjoKB2xlYXJuZWQYAiABKAsyKS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJMZWFybmVkQnVja2V0Eg0KBWxldmVsGAMgASgBEgwKBHByZXYYBCABKAESFgoObGFzdF91bml4X25hbm8YBSABKAMSDQoFZXBvY2gYBiABKAMiYQoTQnJva2VyTGVhcm5lZEJ1Y2tldBINCgVzY29wZRgBIAEoDRIMCgR1bml0GAIgASgNEg4KBndpbmRvdxgDIAEoDRILCgNrZXkYBCABKAkSEAoIY2FwYWNpdHkYBSABKAEifwoLQnJva2VyUm91dGUSEwoLZW5kcG9pbnRfaWQYASABKAkSDwoHZHluYW1pYxgCIAEoCBIeChZwYXVzZWRfdW50aWxfdW5peF9uYW5vGAMgASgDEhQKDHBhdXNlX3JlYXNvbhgEIAEoBRIUCgxwYXVzZV9zdHJlYWsYBSABKAUieQoOQnJva2VySWRlbnRpdHkSEQoJdGVuYW50X2lkGAEgASgJEhIKCmFwaV9rZXlfaWQYAiABKAkSCwoDYXBwGAMgASgJEhMKC2Vudmlyb25tZW50GAQgASgJEg8KB3BhcnRuZXIYBSABKAkSDQoFY2xhc3MYBiABKAUiWgoMQnJva2VyRGVtYW5kEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEgsKA3VzZBgDIAEoARIQCghyZXF1ZXN0cxgEIAEoAyL9AgoRQnJva2VyUmVzZXJ2YXRpb24SCgoCaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSNgoIaWRlbnRpdHkYBCABKAsyJC5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJJZGVudGl0eRINCgVtb2RlbBgFIAEoCRITCgtlbmRwb2ludF9pZBgGIAEoCRI0Cghlc3RpbWF0ZRgHIAEoCzIiLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckRlbWFuZBIyCgZkZW1hbmQYCCABKAsyIi5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJEZW1hbmQSGQoRY3JlYXRlZF91bml4X25hbm8YCSABKAMSGQoRZXhwaXJlc191bml4X25hbm8YCiABKAMSMwoHY2hhcmdlcxgLIAMoCzIiLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckNoYXJnZSI9CgxCcm9rZXJDaGFyZ2USDgoGYnVja2V0GAEgASgNEg4KBmFtb3VudBgCIAEoARINCgVlcG9jaBgDIAEoAyJrChBCcm9rZXJDb3JyZWN0aW9uEg0KBW1vZGVsGAEgASgJEg0KBXJvdXRlGAIgASgJEg0KBWlucHV0GAMgASgBEg4KBm91dHB1dBgEIAEoARILCgN1c2QYBSABKAESDQoFY291bnQYBiABKAMiigEKC0Jyb2tlclF1ZXVlEhQKDHZpcnR1YWxfdGltZRgBIAEoARIvCgVmbG93cxgCIAMoCzIgLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckZsb3cSNAoIcmVxdWVzdHMYAyADKAsyIi5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJRdWV1ZWQiXgoKQnJva2VyRmxvdxINCgVjbGFzcxgBIAEoBRIRCgl0ZW5hbnRfaWQYAiABKAkSGwoOdmlydHVhbF9maW5pc2gYAyABKAFIAIgBAUIRCg9fdmlydHVhbF9maW5pc2giwQMKDEJyb2tlclF1ZXVlZBISCgpyZXF1ZXN0X2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRI2CghpZGVudGl0eRgDIAEoCzIkLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlcklkZW50aXR5Eg0KBW1vZGVsGAQgASgJEhMKC2VuZHBvaW50X2lkGAUgASgJEhYKDmZhbGxiYWNrX21vZGVsGAYgASgJEhMKC3F1ZXVlX2NsYXNzGAcgASgFEjIKBmRlbWFuZBgIIAEoCzIiLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckRlbWFuZBIQCgh0dGxfbmFubxgJIAEoAxIVCg1tYXhfd2FpdF9uYW5vGAogASgDEg8KB2F0dGVtcHQYCyABKAMSGAoQcHJldmlvdXNfZmFpbHVyZRgMIAEoBRIaChJlbnF1ZXVlZF91bml4X25hbm8YDSABKAMSGgoSZGVhZGxpbmVfdW5peF9uYW5vGA4gASgDEjsKCGRlY2lzaW9uGA8gASgLMikuc3dpdGNoYm9hcmQuc3RhdGUudjEuQnJva2VyUXVldWVEZWNpc2lvbiJQChNCcm9rZXJRdWV1ZURlY2lzaW9uEgoKAmlkGAEgASgJEhAKCHBvc2l0aW9uGAIgASgDEhsKE2VzdGltYXRlZF93YWl0X25hbm8YAyABKANCSlpIZ2l0aHViLmNvbS9zd2l0Y2hib2FyZC1haS9zd2l0Y2hib2FyZC9wcm90by9zd2l0Y2hib2FyZC9zdGF0ZS92MTtzdGF0ZXYxYgZwcm90bzM");
+  fileDesc("CiBzd2l0Y2hib2FyZC9zdGF0ZS92MS9zdGF0ZS5wcm90bxIUc3dpdGNoYm9hcmQuc3RhdGUudjEisgEKEEhlZGdlQnVkZ2V0U3RhdGUSCwoDZGF5GAEgASgJEhEKCXNwZW50X3VzZBgCIAEoARJLCgtwZW5kaW5nX3VzZBgDIAMoCzI2LnN3aXRjaGJvYXJkLnN0YXRlLnYxLkhlZGdlQnVkZ2V0U3RhdGUuUGVuZGluZ1VzZEVudHJ5GjEKD1BlbmRpbmdVc2RFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBItQBCg9FeHBlcmltZW50QmxvY2sSEAoIcmVxdWVzdHMYASABKAMSDwoHYnVybl9pbhgCIAEoAxIQCghjb3N0X3VzZBgDIAEoARIOCgZ0b2tlbnMYBCABKAMSFAoMcmF0ZV9saW1pdGVkGAUgASgDEg8KB3JldHJpZWQYBiABKAMSEQoJZmFpbGVkX21zGAcgASgBEgwKBHR0ZnQYCCADKAQSEwoLY2FsbGVyX3R0ZnQYCSADKAQSEgoKdGhyb3VnaHB1dBgKIAMoBBILCgNlMmUYCyADKAQirwEKClN0YXRzU2hhcmQSFAoMc2l6ZV9idWNrZXRzGAEgASgNEg0KBW1vZGVsGAIgASgJEhEKCXJlcG9ydGVycxgDIAMoCRIxCgZvdXRwdXQYBCABKAsyIS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1NlcmllcxI2CgllbmRwb2ludHMYBSADKAsyIy5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c0VuZHBvaW50Iu4BCg1TdGF0c0VuZHBvaW50EgoKAmlkGAEgASgJEi8KBHR0ZnQYAiADKAsyIS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1NlcmllcxI1Cgp0aHJvdWdocHV0GAMgASgLMiEuc3dpdGNoYm9hcmQuc3RhdGUudjEuU3RhdHNTZXJpZXMSNQoFY2FjaGUYBCABKAsyJi5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1JhdGlvU2VyaWVzEjIKB3JlZ2lvbnMYBSADKAsyIS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5TdGF0c1JlZ2lvbiJOCgtTdGF0c1JlZ2lvbhIOCgZyZWdpb24YASABKAkSLwoEdHRmdBgCIAMoCzIhLnN3aXRjaGJvYXJkLnN0YXRlLnYxLlN0YXRzU2VyaWVzImAKC1N0YXRzU2VyaWVzEhgKEG5ld2VzdF91bml4X25hbm8YASABKAMSFAoMb2Zmc2V0c19uYW5vGAIgAygSEg4KBnZhbHVlcxgDIAMoARIRCglyZXBvcnRlcnMYBCADKA0idAoQU3RhdHNSYXRpb1NlcmllcxIYChBuZXdlc3RfdW5peF9uYW5vGAEgASgDEhQKDG9mZnNldHNfbmFubxgCIAMoEhINCgVwYXJ0cxgDIAMoARIOCgZ3aG9sZXMYBCADKAESEQoJcmVwb3J0ZXJzGAUgAygNIo8DCg5Ccm9rZXJTbmFwc2hvdBIXCg90YWtlbl91bml4X25hbm8YASABKAMSGAoQZ3JhbnRlZF90dGxfbmFubxgCIAEoAxIgChhsZWFybmluZ191bnRpbF91bml4X25hbm8YAyABKAMSEgoKYnVja2V0X2lkcxgEIAMoCRIzCgdidWNrZXRzGAUgAygLMiIuc3dpdGNoYm9hcmQuc3RhdGUudjEuQnJva2VyQnVja2V0EjEKBnJvdXRlcxgGIAMoCzIhLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlclJvdXRlEj0KDHJlc2VydmF0aW9ucxgHIAMoCzInLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlclJlc2VydmF0aW9uEjsKC2NvcnJlY3Rpb25zGAggAygLMiYuc3dpdGNoYm9hcmQuc3RhdGUudjEuQnJva2VyQ29ycmVjdGlvbhIwCgVxdWV1ZRgJIAEoCzIhLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlclF1ZXVlIp4BCgxCcm9rZXJCdWNrZXQSDgoGc291cmNlGAEgASgNEjoKB2xlYXJuZWQYAiABKAsyKS5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJMZWFybmVkQnVja2V0Eg0KBWxldmVsGAMgASgBEgwKBHByZXYYBCABKAESFgoObGFzdF91bml4X25hbm8YBSABKAMSDQoFZXBvY2gYBiABKAMiYQoTQnJva2VyTGVhcm5lZEJ1Y2tldBINCgVzY29wZRgBIAEoDRIMCgR1bml0GAIgASgNEg4KBndpbmRvdxgDIAEoDRILCgNrZXkYBCABKAkSEAoIY2FwYWNpdHkYBSABKAEifwoLQnJva2VyUm91dGUSEwoLZW5kcG9pbnRfaWQYASABKAkSDwoHZHluYW1pYxgCIAEoCBIeChZwYXVzZWRfdW50aWxfdW5peF9uYW5vGAMgASgDEhQKDHBhdXNlX3JlYXNvbhgEIAEoBRIUCgxwYXVzZV9zdHJlYWsYBSABKAUieQoOQnJva2VySWRlbnRpdHkSEQoJdGVuYW50X2lkGAEgASgJEhIKCmFwaV9rZXlfaWQYAiABKAkSCwoDYXBwGAMgASgJEhMKC2Vudmlyb25tZW50GAQgASgJEg8KB3BhcnRuZXIYBSABKAkSDQoFY2xhc3MYBiABKAUiWgoMQnJva2VyRGVtYW5kEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEgsKA3VzZBgDIAEoARIQCghyZXF1ZXN0cxgEIAEoAyL9AgoRQnJva2VyUmVzZXJ2YXRpb24SCgoCaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkSNgoIaWRlbnRpdHkYBCABKAsyJC5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJJZGVudGl0eRINCgVtb2RlbBgFIAEoCRITCgtlbmRwb2ludF9pZBgGIAEoCRI0Cghlc3RpbWF0ZRgHIAEoCzIiLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckRlbWFuZBIyCgZkZW1hbmQYCCABKAsyIi5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJEZW1hbmQSGQoRY3JlYXRlZF91bml4X25hbm8YCSABKAMSGQoRZXhwaXJlc191bml4X25hbm8YCiABKAMSMwoHY2hhcmdlcxgLIAMoCzIiLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckNoYXJnZSI9CgxCcm9rZXJDaGFyZ2USDgoGYnVja2V0GAEgASgNEg4KBmFtb3VudBgCIAEoARINCgVlcG9jaBgDIAEoAyJrChBCcm9rZXJDb3JyZWN0aW9uEg0KBW1vZGVsGAEgASgJEg0KBXJvdXRlGAIgASgJEg0KBWlucHV0GAMgASgBEg4KBm91dHB1dBgEIAEoARILCgN1c2QYBSABKAESDQoFY291bnQYBiABKAMiigEKC0Jyb2tlclF1ZXVlEhQKDHZpcnR1YWxfdGltZRgBIAEoARIvCgVmbG93cxgCIAMoCzIgLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckZsb3cSNAoIcmVxdWVzdHMYAyADKAsyIi5zd2l0Y2hib2FyZC5zdGF0ZS52MS5Ccm9rZXJRdWV1ZWQiXgoKQnJva2VyRmxvdxINCgVjbGFzcxgBIAEoBRIRCgl0ZW5hbnRfaWQYAiABKAkSGwoOdmlydHVhbF9maW5pc2gYAyABKAFIAIgBAUIRCg9fdmlydHVhbF9maW5pc2giwQMKDEJyb2tlclF1ZXVlZBISCgpyZXF1ZXN0X2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRI2CghpZGVudGl0eRgDIAEoCzIkLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlcklkZW50aXR5Eg0KBW1vZGVsGAQgASgJEhMKC2VuZHBvaW50X2lkGAUgASgJEhYKDmZhbGxiYWNrX21vZGVsGAYgASgJEhMKC3F1ZXVlX2NsYXNzGAcgASgFEjIKBmRlbWFuZBgIIAEoCzIiLnN3aXRjaGJvYXJkLnN0YXRlLnYxLkJyb2tlckRlbWFuZBIQCgh0dGxfbmFubxgJIAEoAxIVCg1tYXhfd2FpdF9uYW5vGAogASgDEg8KB2F0dGVtcHQYCyABKAMSGAoQcHJldmlvdXNfZmFpbHVyZRgMIAEoBRIaChJlbnF1ZXVlZF91bml4X25hbm8YDSABKAMSGgoSZGVhZGxpbmVfdW5peF9uYW5vGA4gASgDEjsKCGRlY2lzaW9uGA8gASgLMikuc3dpdGNoYm9hcmQuc3RhdGUudjEuQnJva2VyUXVldWVEZWNpc2lvbiJQChNCcm9rZXJRdWV1ZURlY2lzaW9uEgoKAmlkGAEgASgJEhAKCHBvc2l0aW9uGAIgASgDEhsKE2VzdGltYXRlZF93YWl0X25hbm8YAyABKANCSlpIZ2l0aHViLmNvbS9zd2l0Y2hib2FyZC1haS9zd2l0Y2hib2FyZC9wcm90by9zd2l0Y2hib2FyZC9zdGF0ZS92MTtzdGF0ZXYxYgZwcm90bzM");
 
 /**
  * HedgeBudgetState is the hedge budget of the broker's owner
@@ -235,6 +235,14 @@ export type StatsEndpoint = Message<"switchboard.state.v1.StatsEndpoint"> & {
    * @generated from field: switchboard.state.v1.StatsRatioSeries cache = 4;
    */
   cache?: StatsRatioSeries | undefined;
+
+  /**
+   * regions are the TTFT series measured by the edges of one region each,
+   * for the regions that have samples; their samples are in ttft too.
+   *
+   * @generated from field: repeated switchboard.state.v1.StatsRegion regions = 5;
+   */
+  regions: StatsRegion[];
 };
 
 /**
@@ -243,6 +251,36 @@ export type StatsEndpoint = Message<"switchboard.state.v1.StatsEndpoint"> & {
  */
 export const StatsEndpointSchema: GenMessage<StatsEndpoint> = /*@__PURE__*/
   messageDesc(file_switchboard_state_v1_state, 3);
+
+/**
+ * StatsRegion is an endpoint's TTFT series as the edges of one region
+ * measured them.
+ *
+ * @generated from message switchboard.state.v1.StatsRegion
+ */
+export type StatsRegion = Message<"switchboard.state.v1.StatsRegion"> & {
+  /**
+   * region is the region the edges said they serve.
+   *
+   * @generated from field: string region = 1;
+   */
+  region: string;
+
+  /**
+   * ttft is one time-to-first-token series (ns) per prompt-size bucket,
+   * exactly size_buckets of them, smallest bucket first.
+   *
+   * @generated from field: repeated switchboard.state.v1.StatsSeries ttft = 2;
+   */
+  ttft: StatsSeries[];
+};
+
+/**
+ * Describes the message switchboard.state.v1.StatsRegion.
+ * Use `create(StatsRegionSchema)` to create a new message.
+ */
+export const StatsRegionSchema: GenMessage<StatsRegion> = /*@__PURE__*/
+  messageDesc(file_switchboard_state_v1_state, 4);
 
 /**
  * StatsSeries is a series of samples in their stored order, as parallel
@@ -286,7 +324,7 @@ export type StatsSeries = Message<"switchboard.state.v1.StatsSeries"> & {
  * Use `create(StatsSeriesSchema)` to create a new message.
  */
 export const StatsSeriesSchema: GenMessage<StatsSeries> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 4);
+  messageDesc(file_switchboard_state_v1_state, 5);
 
 /**
  * StatsRatioSeries is a series of (part, whole) samples, laid out as
@@ -336,7 +374,7 @@ export type StatsRatioSeries = Message<"switchboard.state.v1.StatsRatioSeries"> 
  * Use `create(StatsRatioSeriesSchema)` to create a new message.
  */
 export const StatsRatioSeriesSchema: GenMessage<StatsRatioSeries> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 5);
+  messageDesc(file_switchboard_state_v1_state, 6);
 
 /**
  * BrokerSnapshot is the rate-limit broker's state as its owner saves it
@@ -420,7 +458,7 @@ export type BrokerSnapshot = Message<"switchboard.state.v1.BrokerSnapshot"> & {
  * Use `create(BrokerSnapshotSchema)` to create a new message.
  */
 export const BrokerSnapshotSchema: GenMessage<BrokerSnapshot> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 6);
+  messageDesc(file_switchboard_state_v1_state, 7);
 
 /**
  * BrokerBucket is one bucket's level.
@@ -477,7 +515,7 @@ export type BrokerBucket = Message<"switchboard.state.v1.BrokerBucket"> & {
  * Use `create(BrokerBucketSchema)` to create a new message.
  */
 export const BrokerBucketSchema: GenMessage<BrokerBucket> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 7);
+  messageDesc(file_switchboard_state_v1_state, 8);
 
 /**
  * BrokerLearnedBucket is the definition of a bucket learned from a
@@ -527,7 +565,7 @@ export type BrokerLearnedBucket = Message<"switchboard.state.v1.BrokerLearnedBuc
  * Use `create(BrokerLearnedBucketSchema)` to create a new message.
  */
 export const BrokerLearnedBucketSchema: GenMessage<BrokerLearnedBucket> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 8);
+  messageDesc(file_switchboard_state_v1_state, 9);
 
 /**
  * BrokerRoute is a route and its pause.
@@ -577,7 +615,7 @@ export type BrokerRoute = Message<"switchboard.state.v1.BrokerRoute"> & {
  * Use `create(BrokerRouteSchema)` to create a new message.
  */
 export const BrokerRouteSchema: GenMessage<BrokerRoute> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 9);
+  messageDesc(file_switchboard_state_v1_state, 10);
 
 /**
  * BrokerIdentity is who a reservation or queued request is for.
@@ -633,7 +671,7 @@ export type BrokerIdentity = Message<"switchboard.state.v1.BrokerIdentity"> & {
  * Use `create(BrokerIdentitySchema)` to create a new message.
  */
 export const BrokerIdentitySchema: GenMessage<BrokerIdentity> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 10);
+  messageDesc(file_switchboard_state_v1_state, 11);
 
 /**
  * BrokerDemand is an amount of every unit a request takes.
@@ -675,7 +713,7 @@ export type BrokerDemand = Message<"switchboard.state.v1.BrokerDemand"> & {
  * Use `create(BrokerDemandSchema)` to create a new message.
  */
 export const BrokerDemandSchema: GenMessage<BrokerDemand> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 11);
+  messageDesc(file_switchboard_state_v1_state, 12);
 
 /**
  * BrokerReservation is an open reservation.
@@ -766,7 +804,7 @@ export type BrokerReservation = Message<"switchboard.state.v1.BrokerReservation"
  * Use `create(BrokerReservationSchema)` to create a new message.
  */
 export const BrokerReservationSchema: GenMessage<BrokerReservation> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 12);
+  messageDesc(file_switchboard_state_v1_state, 13);
 
 /**
  * BrokerCharge is what a reservation holds of one bucket.
@@ -801,7 +839,7 @@ export type BrokerCharge = Message<"switchboard.state.v1.BrokerCharge"> & {
  * Use `create(BrokerChargeSchema)` to create a new message.
  */
 export const BrokerChargeSchema: GenMessage<BrokerCharge> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 13);
+  messageDesc(file_switchboard_state_v1_state, 14);
 
 /**
  * BrokerCorrection is the correction factors of estimates for one model on
@@ -858,7 +896,7 @@ export type BrokerCorrection = Message<"switchboard.state.v1.BrokerCorrection"> 
  * Use `create(BrokerCorrectionSchema)` to create a new message.
  */
 export const BrokerCorrectionSchema: GenMessage<BrokerCorrection> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 14);
+  messageDesc(file_switchboard_state_v1_state, 15);
 
 /**
  * BrokerQueue is what a snapshot carries of the admission queues.
@@ -894,7 +932,7 @@ export type BrokerQueue = Message<"switchboard.state.v1.BrokerQueue"> & {
  * Use `create(BrokerQueueSchema)` to create a new message.
  */
 export const BrokerQueueSchema: GenMessage<BrokerQueue> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 15);
+  messageDesc(file_switchboard_state_v1_state, 16);
 
 /**
  * BrokerFlow is one flow of the admission queues: a class and a tenant.
@@ -930,7 +968,7 @@ export type BrokerFlow = Message<"switchboard.state.v1.BrokerFlow"> & {
  * Use `create(BrokerFlowSchema)` to create a new message.
  */
 export const BrokerFlowSchema: GenMessage<BrokerFlow> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 16);
+  messageDesc(file_switchboard_state_v1_state, 17);
 
 /**
  * BrokerQueued is a request waiting in the admission queues.
@@ -1049,7 +1087,7 @@ export type BrokerQueued = Message<"switchboard.state.v1.BrokerQueued"> & {
  * Use `create(BrokerQueuedSchema)` to create a new message.
  */
 export const BrokerQueuedSchema: GenMessage<BrokerQueued> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 17);
+  messageDesc(file_switchboard_state_v1_state, 18);
 
 /**
  * BrokerQueueDecision is the queue decision a queued request's caller was
@@ -1085,5 +1123,5 @@ export type BrokerQueueDecision = Message<"switchboard.state.v1.BrokerQueueDecis
  * Use `create(BrokerQueueDecisionSchema)` to create a new message.
  */
 export const BrokerQueueDecisionSchema: GenMessage<BrokerQueueDecision> = /*@__PURE__*/
-  messageDesc(file_switchboard_state_v1_state, 18);
+  messageDesc(file_switchboard_state_v1_state, 19);
 
