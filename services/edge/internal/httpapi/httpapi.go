@@ -6,9 +6,7 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -28,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/bearer"
+	"github.com/switchboard-ai/switchboard/pkg/offline"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/chatreq"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/dispatch"
@@ -247,33 +246,9 @@ func printable(s string) bool {
 	return true
 }
 
-func newRequestID() string { return requestIDAt(time.Now()) }
-
-// requestIDAt is a request id made at t: "gen-", the time in milliseconds
-// as 12 hex digits, then 16 random base32 characters (80 bits). Ids made
-// later sort after, so the decider's activity log, which indexes records
-// by id, appends to its index rather than writing a random page of it per
-// record; the random part keeps ids unguessable and unique.
-func requestIDAt(t time.Time) string {
-	var b [4 + 12 + 16]byte
-	copy(b[:], "gen-")
-	ms := uint64(t.UnixMilli()) & (1<<48 - 1)
-	for i := 15; i >= 4; i-- {
-		b[i] = hexDigits[ms&0xf]
-		ms >>= 4
-	}
-	// Ten random bytes are sixteen base32 characters, 80 bits.
-	var rnd [10]byte
-	_, _ = rand.Read(rnd[:])
-	idBase32.Encode(b[16:], rnd[:])
-	return string(b[:])
-}
-
-const hexDigits = "0123456789abcdef"
-
-// idBase32 writes the random part of a request id: RFC 4648 base32 in
-// lower case, without padding.
-var idBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+// newRequestID is a request id made now, in the format the decider reads
+// the time back from ([offline.RequestID]).
+func newRequestID() string { return offline.RequestID(time.Now()) }
 
 // headerValue makes a decider-supplied string safe as a header value:
 // control characters become spaces, and invalid UTF-8 the replacement
@@ -544,7 +519,9 @@ func (s *Server) decideModel(r *http.Request, reqID string, c *chatRequest, mode
 	switch {
 	case err == nil:
 		s.keys.accept(keyHash)
-		s.opts.Standby.Remember(standbyKey(c, model), resp)
+		if s.opts.Standby.On() { // the key is built only for a standby that serves
+			s.opts.Standby.Remember(standbyKey(c, model), resp)
+		}
 	case status.Code(err) == codes.Unauthenticated && !bearer.CallerRefused(err):
 		s.keys.refuse(keyHash)
 	case unreachable(err) && r.Context().Err() == nil:

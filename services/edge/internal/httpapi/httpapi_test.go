@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchboard-ai/switchboard/pkg/contextlength"
+	"github.com/switchboard-ai/switchboard/pkg/offline"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/edge/internal/anthropic"
 )
@@ -156,13 +157,13 @@ func TestRequestIDsSortByTime(t *testing.T) {
 	seen := map[string]bool{}
 	prev := ""
 	for i := range 1000 {
-		id := requestIDAt(t0.Add(time.Duration(i) * time.Millisecond))
+		id := offline.RequestID(t0.Add(time.Duration(i) * time.Millisecond))
 		require.Regexp(t, `^gen-[0-9a-f]{12}[a-z2-7]{16}$`, id)
 		require.Greater(t, id, prev)
 		require.False(t, seen[id])
 		seen[id], prev = true, id
 	}
-	a, b := requestIDAt(t0), requestIDAt(t0)
+	a, b := offline.RequestID(t0), offline.RequestID(t0)
 	require.NotEqual(t, a, b, "80 random bits within the same millisecond")
 	require.Equal(t, a[:16], b[:16])
 }

@@ -62,6 +62,9 @@ func standbyKey(c *chatRequest, model string) string {
 // unchanged (fail closed, as without a standby), or a RESOURCE_EXHAUSTED
 // status when the share is spent.
 func (s *Server) serveOffline(c *chatRequest, model, reqID string, err error) (*switchboardv1.DecideResponse, error) {
+	if !s.opts.Standby.On() {
+		return nil, err
+	}
 	served, serr := s.opts.Standby.Serve(standbyKey(c, model), reqID)
 	var le *standby.LimitError
 	switch {

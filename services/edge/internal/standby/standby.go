@@ -113,11 +113,15 @@ func New(o Options) *Standby {
 	return &Standby{opts: o, answers: map[string]answer{}, buckets: map[string]*bucket{}}
 }
 
+// On reports whether the standby serves at all (a grace above 0): callers
+// skip building its keys when it does not.
+func (s *Standby) On() bool { return s != nil && s.opts.Grace > 0 }
+
 // Remember keeps resp, a decider's answer, as the one for key. Only an
 // answer that routes (an endpoint, no refusal) and carries a grant is
 // kept. resp must not change afterwards.
 func (s *Standby) Remember(key string, resp *switchboardv1.DecideResponse) {
-	if s == nil || s.opts.Grace <= 0 || resp.GetEndpoint() == nil || resp.GetRefusal() != nil || len(resp.GetGrant()) == 0 {
+	if !s.On() || resp.GetEndpoint() == nil || resp.GetRefusal() != nil || len(resp.GetGrant()) == 0 {
 		return
 	}
 	now := s.opts.Now()
@@ -161,7 +165,7 @@ type Served struct {
 // the local share; ErrNoAnswer, ErrClassClosed or a *LimitError when it
 // cannot.
 func (s *Standby) Serve(key, requestID string) (Served, error) {
-	if s == nil || s.opts.Grace <= 0 {
+	if !s.On() {
 		return Served{}, ErrNoAnswer
 	}
 	now := s.opts.Now()
