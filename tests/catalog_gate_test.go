@@ -76,12 +76,14 @@ func gateRampLine(t *testing.T) int {
 	return 0
 }
 
-// startGateDecider starts a decider with gateOld on an embedded etcd,
-// logging into logs.
-func startGateDecider(t *testing.T, logs *lockedWriter) *deciderapp.Decider {
+// startGate starts a decider with gateOld on an embedded etcd, logging
+// into logs, and an edge in front of it, once the edge has its key set.
+func startGate(t *testing.T, logs *lockedWriter) *stack {
 	t.Helper()
-	return startStack(t, stackOptions{catalog: func(func(string) string) string { return gateOld() }, noEdge: true, deciderLog: logs,
-		tune: func(c *deciderapp.Config) { c.ID = "gate" }}).decider
+	s := startStack(t, stackOptions{catalog: func(func(string) string) string { return gateOld() }, deciderLog: logs,
+		tune: func(c *deciderapp.Config) { c.ID = "gate" }})
+	require.Eventually(t, func() bool { return s.edge.KeySetVersion() == s.decider.KeySetVersion() }, 10*time.Second, 10*time.Millisecond)
+	return s
 }
 
 // modelIDs lists the models the decider offers the key's tenant.
@@ -127,22 +129,17 @@ func requireOldCatalog(t *testing.T, d *deciderapp.Decider, keySetVersion uint64
 // same etcd keeps its catalog and sees no change.
 func TestCatalogGateAtStart(t *testing.T) {
 	logs := &lockedWriter{w: &bytes.Buffer{}}
-	first := startGateDecider(t, logs)
-	e := startEdge(t, first.Addr())
-	require.Eventually(t, func() bool { return e.KeySetVersion() == first.KeySetVersion() }, 10*time.Second, 10*time.Millisecond)
+	s := startGate(t, logs)
+	first, e := s.decider, s.edge
 	before := first.KeySetVersion()
 	for _, period := range []string{"500ms", "48h"} {
 		dir := t.TempDir()
 		p := filepath.Join(dir, "catalog.yaml")
 		require.NoError(t, os.WriteFile(p, []byte(gateNew(period)), 0o600))
-		d, err := deciderapp.Start(t.Context(), deciderapp.Config{
+		err := startRefused(t, deciderapp.Config{
 			Listen: "127.0.0.1:0", Etcd: []string{first.EtcdEndpoint()}, DataDir: dir, Catalog: p, ID: "gate-" + period,
-			ShutdownTimeout: 5 * time.Second, TokenFile: tokenFile(t, testReplicaToken),
-		}, quietLogger(nil))
-		if err == nil {
-			d.Close()
-		}
-		require.Error(t, err, period)
+			ShutdownTimeout: 5 * time.Second,
+		})
 		require.ErrorContains(t, err, fmt.Sprintf("line %d", gateRampLine(t)), period)
 		require.ErrorContains(t, err, "ramp.period", period)
 	}
@@ -163,9 +160,8 @@ func TestCatalogGateAtStart(t *testing.T) {
 // counts the refusal and logs why.
 func TestCatalogGateOnChange(t *testing.T) {
 	logs := &lockedWriter{w: &bytes.Buffer{}}
-	d := startGateDecider(t, logs)
-	e := startEdge(t, d.Addr())
-	require.Eventually(t, func() bool { return e.KeySetVersion() == d.KeySetVersion() }, 10*time.Second, 10*time.Millisecond)
+	s := startGate(t, logs)
+	d, e := s.decider, s.edge
 	before := d.KeySetVersion()
 
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{d.EtcdEndpoint()}, DialTimeout: 5 * time.Second})

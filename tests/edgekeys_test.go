@@ -109,10 +109,8 @@ func TestKeyAddedByCatalogChangeAccepted(t *testing.T) {
 
 	// An operator rolls out a new catalog: another replica, started with
 	// it on the same etcd, stores it; the edge's decider applies it.
-	dir := t.TempDir()
-	startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", Etcd: []string{s.decider.EtcdEndpoint()}, DataDir: dir, ID: "keys-2",
-		Catalog: writeCatalog(t, dir, keysCatalog(s.sim.Provider("alpha").URL(), testKey, newKey)), ShutdownTimeout: 5 * time.Second,
+	s.addReplica(t, "keys-2", func(c *deciderapp.Config) {
+		c.Catalog = writeCatalog(t, c.DataDir, keysCatalog(s.sim.Provider("alpha").URL(), testKey, newKey))
 	})
 	require.Eventually(t, func() bool { return s.edge.KeySetVersion() > before }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, http.StatusOK, s.keysChat(t, newKey))
@@ -125,11 +123,10 @@ func TestKeyAddedByCatalogChangeAccepted(t *testing.T) {
 func TestCatalogNamingForeignCredentialRefused(t *testing.T) {
 	dir := t.TempDir()
 	bad := strings.Replace(keysCatalog("https://evil.example/v1", testKey), "SWITCHBOARD_PROVIDER_KEY_ALPHA", "AWS_SECRET_ACCESS_KEY", 1)
-	_, err := deciderapp.Start(t.Context(), deciderapp.Config{
+	err := startRefused(t, deciderapp.Config{
 		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, ID: "keys-bad",
 		Catalog: writeCatalog(t, dir, bad), ShutdownTimeout: 5 * time.Second,
-	}, quietLogger(nil))
-	require.Error(t, err)
+	})
 	require.ErrorContains(t, err, "api_key_env")
 	require.ErrorContains(t, err, "alpha/"+model)
 	require.ErrorContains(t, err, catalog.ProviderKeyPrefix)

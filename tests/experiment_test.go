@@ -129,7 +129,7 @@ tenants:
 	// same figures back.
 	require.NoError(t, e.Close())
 	d.Close()
-	d2 := startDecider(t, s.dcfg)
+	d2 := s.restartDecider(t, nil)
 	again, err := dialAs(t, d2.Addr(), testOperatorToken).GetExperiment(t.Context(), &switchboardv1.GetExperimentRequest{})
 	require.NoError(t, err)
 	require.Equal(t, got.GetExperiment().GetId(), again.GetExperiment().GetId())

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,7 +232,7 @@ func twoOfThreeDeciders(t *testing.T, crash bool) {
 		},
 		edgeArgs: []string{"--reservation-ttl=5s"}, ownDeadlines: true,
 	})
-	first, doomed, doomedCfg, edge := r.decider, r.replicas, r.replicaCfgs, r.edge
+	first, doomed, edge := r.decider, slices.Clone(r.replicas), r.edge
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{first.EtcdEndpoint()}, DialTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
@@ -343,8 +344,8 @@ func twoOfThreeDeciders(t *testing.T, crash bool) {
 	// ones' are read once they are back on their data directories (the
 	// edge does not know their new addresses).
 	logs := []string{first.Addr()}
-	for _, cfg := range doomedCfg {
-		logs = append(logs, startDecider(t, cfg).Addr())
+	for i := range doomed {
+		logs = append(logs, r.restartReplica(t, i).Addr())
 	}
 	logged := map[string]bool{}
 	for _, addr := range logs {

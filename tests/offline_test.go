@@ -13,7 +13,6 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 )
 
 // offlineStream is the interactive request of the offline tests, the same
@@ -127,12 +126,7 @@ tenants:
 
 	// The decider comes back; the calls served offline reach its activity
 	// log, billed as the client was told, and its statistics.
-	cfg := s.dcfg
-	cfg.Catalog = ""
-	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	s.decider = d
+	s.restartDecider(t, nil)
 	recs := s.waitActivity(t, testKey, 2+len(offline))
 	require.Len(t, recs, 2+len(offline), "only the calls served are recorded")
 	byID := map[string]float64{}

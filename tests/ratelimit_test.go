@@ -148,12 +148,7 @@ func TestDeciderRestartDoesNotOverAdmit(t *testing.T) {
 			} else {
 				l.decider.Close()
 			}
-			cfg := l.dcfg
-			cfg.Catalog = ""
-			d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
-			require.NoError(t, err)
-			t.Cleanup(d.Close)
-			l.decider = d
+			l.restartDecider(t, nil)
 
 			// The edge reconnects; 20 more attempts within the same minute.
 			require.Eventually(t, func() bool {

@@ -14,13 +14,16 @@ import (
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 )
 
-// An edge is ready only while its decider can admit: with the decider's etcd
-// out of reach (here frozen), /readyz answers 503 with the reason within a
-// few seconds, and 200 again once etcd is back. Before, /readyz stayed 200
-// through the outage: the decider's health said only that it was up.
-func TestReadinessFollowsTheDecidersEtcd(t *testing.T) {
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
+// frozenReplica starts a decider (the owner, on an embedded etcd) and a
+// replica that reaches that etcd through a freezer, with an edge on the
+// replica unless noEdge; the freezer thaws before the replica closes, as a
+// decider stops against a live etcd.
+func frozenReplica(t *testing.T, id string, noEdge bool) (*stack, *freezer) {
+	t.Helper()
+	var f *freezer
+	s := startStack(t, stackOptions{noEdge: noEdge, replicas: []string{id + "-replica"},
+		catalog: func(func(string) string) string {
+			return fmt.Sprintf(`
 models:
   - id: %[1]s
     endpoints:
@@ -29,14 +32,24 @@ tenants:
   - id: acme
     api_keys_sha256: [%[3]s]
 `, model, simModel, catalog.HashKey(testKey))
-	owner := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
-		Catalog: writeCatalog(t, dir, cat), ID: "ready-owner", Exploration: -1})
-	f := startFreezer(t, strings.TrimPrefix(owner.EtcdEndpoint(), "http://"))
-	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.ln.Addr().String()},
-		DataDir: t.TempDir(), ID: "ready-replica", Exploration: -1})
-	t.Cleanup(func() { f.set(false) }) // before d closes: a decider stops against a live etcd
-	edge := startEdge(t, d.Addr())
+		},
+		tune: func(c *deciderapp.Config) { c.ID = id + "-owner" },
+		replicaEtcd: func(s *stack) string {
+			f = startFreezer(t, strings.TrimPrefix(s.decider.EtcdEndpoint(), "http://"))
+			return "http://" + f.ln.Addr().String()
+		},
+		edgeTo: func(s *stack) string { return s.replicas[0].Addr() }})
+	t.Cleanup(func() { f.set(false) })
+	return s, f
+}
 
+// An edge is ready only while its decider can admit: with the decider's etcd
+// out of reach (here frozen), /readyz answers 503 with the reason within a
+// few seconds, and 200 again once etcd is back. Before, /readyz stayed 200
+// through the outage: the decider's health said only that it was up.
+func TestReadinessFollowsTheDecidersEtcd(t *testing.T) {
+	s, f := frozenReplica(t, "ready", false)
+	edge := s.edge
 	readyz := func() (int, map[string]string) {
 		resp, err := http.Get("http://" + edge.Addr() + "/readyz")
 		require.NoError(t, err)
@@ -67,22 +80,8 @@ tenants:
 // (each final write has a timeout): before, a replica campaigning behind
 // the owner waited in the election's resignation for etcd to come back.
 func TestDeciderStopsWhileItsEtcdIsFrozen(t *testing.T) {
-	dir := t.TempDir()
-	cat := fmt.Sprintf(`
-models:
-  - id: %[1]s
-    endpoints:
-      - {provider: alpha, base_url: http://127.0.0.1:1, upstream_model: %[2]s, price: {input: 0.1, output: 0.5}}
-tenants:
-  - id: acme
-    api_keys_sha256: [%[3]s]
-`, model, simModel, catalog.HashKey(testKey))
-	owner := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
-		Catalog: writeCatalog(t, dir, cat), ID: "frozen-owner", Exploration: -1})
-	f := startFreezer(t, strings.TrimPrefix(owner.EtcdEndpoint(), "http://"))
-	d, err := deciderapp.Start(t.Context(), deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.ln.Addr().String()},
-		DataDir: t.TempDir(), ID: "frozen-replica", Exploration: -1, TokenFile: tokenFile(t, testReplicaToken)}, quietLogger(nil))
-	require.NoError(t, err)
+	s, f := frozenReplica(t, "frozen", true)
+	d := s.replicas[0]
 	f.set(true)
 	closed := make(chan struct{})
 	go func() { d.Close(); close(closed) }()

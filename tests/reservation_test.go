@@ -229,12 +229,7 @@ func TestTenantNotLockedOutAfterADeciderCrash(t *testing.T) {
 	}
 	wg.Wait()
 
-	cfg := r.dcfg
-	cfg.Catalog = ""
-	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	r.decider = d
+	r.restartDecider(t, nil)
 
 	// Nothing is in flight: the tenant is admitted as soon as the edge's
 	// reconciliations reached the new owner, far within the 2-minute TTL.

@@ -206,13 +206,7 @@ func TestRoutingStatsSurviveDeciderRestart(t *testing.T) {
 	// Restart the decider on the same address and data, without probes: what
 	// it knows after the restart comes from the snapshot saved in etcd.
 	s.decider.Close()
-	cfg := s.dcfg
-	cfg.NoProbes = true
-	cfg.Catalog = "" // the catalog comes back from etcd too
-	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	s.decider = d
+	s.restartDecider(t, func(c *deciderapp.Config) { c.NoProbes = true }) // the catalog comes back from etcd too
 
 	after := s.explain(t, 60*1024)
 	for p, c := range before {

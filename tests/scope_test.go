@@ -2,8 +2,6 @@ package tests
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,15 +25,12 @@ const secTrustedToken = "sec-trusted-service-token"
 // acme's is paused. A service the catalog trusts (shared_provider_state)
 // still pauses the route for everyone.
 func TestServiceReconcilePausesOnlyItsTenants(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "catalog.yaml")
-	cat := secCatalog() + "  - {id: sec-trusted, role: service, tenants: [acme], shared_provider_state: true, tokens_sha256: [" +
-		catalog.HashKey(secTrustedToken) + "]}\n"
-	require.NoError(t, os.WriteFile(p, []byte(cat), 0o600))
-	d := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: p, ID: "scope",
-		ShutdownTimeout: 5 * time.Second, Exploration: -1, TokenFile: tokenFile(t, secReplicaToken),
-	})
+	d := startStack(t, stackOptions{noEdge: true,
+		catalog: func(func(string) string) string {
+			return secCatalog() + "  - {id: sec-trusted, role: service, tenants: [acme], shared_provider_state: true, tokens_sha256: [" +
+				catalog.HashKey(secTrustedToken) + "]}\n"
+		},
+		tune: func(c *deciderapp.Config) { c.ID, c.TokenFile = "scope", tokenFile(t, secReplicaToken) }}).decider
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	edge := dialAs(t, d.Addr(), secEdgeToken)

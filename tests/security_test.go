@@ -76,13 +76,19 @@ callers:
 // with the security catalog and a hedge budget of $5.
 func startSecDecider(t *testing.T) *deciderapp.Decider {
 	t.Helper()
+	return startSecStack(t).decider
+}
+
+// startSecStack is startSecDecider's stack, to add an edge to.
+func startSecStack(t *testing.T) *stack {
+	t.Helper()
 	return startStack(t, stackOptions{catalog: func(func(string) string) string { return secCatalog() }, noEdge: true,
 		tune: func(c *deciderapp.Config) {
 			c.ID, c.HedgeBudgetUSD, c.TokenFile = "sec", 5, tokenFile(t, secReplicaToken)
 			// Unpaced: the whole day's budget at any hour, so what the tests
 			// grant does not depend on the time of day they run at.
 			c.HedgeBudgetBurst = 24 * time.Hour
-		}}).decider
+		}})
 }
 
 // dialAs returns a client of addr calling with token; "" sends no credentials.
@@ -577,9 +583,10 @@ func TestTokenRotationWithoutRestart(t *testing.T) {
 // rotated on disk (and in the catalog) keeps the edge serving without a
 // restart.
 func TestEdgeTokenFileRotation(t *testing.T) {
-	d := startSecDecider(t)
+	s := startSecStack(t)
+	d := s.decider
 	p := tokenFile(t, secEdgeToken)
-	e := startEdge(t, d.Addr(), "--decider-token-file="+p)
+	e := s.addEdge(t, d.Addr(), "--decider-token-file="+p)
 	models := func() int {
 		return getModels(t, e.URL(), secAcmeKey)
 	}

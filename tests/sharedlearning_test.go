@@ -4,14 +4,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
-	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 )
 
 // TestReplicasLearnTogether: three deciders on one etcd, one edge on the
@@ -29,13 +27,10 @@ func TestReplicasLearnTogether(t *testing.T) {
 	s := startSystemWith(t, systemOptions{cooldownRule: "first-refusal"}, "--report-flush-interval=20ms")
 	a := s.decider
 	replica := func(id string) *deciderapp.Decider {
-		return startDecider(t, deciderapp.Config{
-			Listen: "127.0.0.1:0", Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), ID: id,
-			ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1, CooldownRule: "first-refusal",
-		})
+		return s.addReplica(t, id, func(c *deciderapp.Config) { c.CooldownRule = "first-refusal" })
 	}
 	b, c := replica("b"), replica("c")
-	toC := &stack{edge: startEdgeWithKeys(t, c.Addr())}
+	toC := &stack{edge: s.addEdge(t, c.Addr())}
 	require.Eventually(t, func() bool { return len(a.Edges()) == 1 && len(c.Edges()) == 1 }, waitFor, tick, "each edge reports to its replica")
 
 	// Streamed calls: each a first-token sample of the endpoint that served it.
@@ -162,19 +157,4 @@ func listActivity(t *testing.T, addr string, limit int32) (map[string]int, []str
 		names = append(names, r)
 	}
 	return out, names
-}
-
-// startEdgeWithKeys starts an edge on the decider at addr as startStack's
-// is (alpha's credential, reports flushed every 20 ms), closed when the
-// test ends.
-func startEdgeWithKeys(t *testing.T, addr string) *edgeapp.Edge {
-	t.Helper()
-	ecfg, err := edgeapp.ParseFlags([]string{"--listen=127.0.0.1:0", "--decider=" + addr, edgeTokenFlag(t), "--report-flush-interval=20ms"},
-		func(string) string { return "" })
-	require.NoError(t, err)
-	ecfg.Getenv = func(k string) string { return map[string]string{"SWITCHBOARD_PROVIDER_KEY_ALPHA": alphaCred}[k] }
-	e, err := edgeapp.Start(t.Context(), ecfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close() })
-	return e
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -357,45 +356,43 @@ func runConvReal(t *testing.T, scale float64, trace []convTraceLine) []convServe
 		pcfg.Providers = append(pcfg.Providers, provsim.ProviderConfig{Name: p.Name, Listen: "127.0.0.1:0", Models: []provsim.ModelConfig{m}})
 	}
 	log := &logCalls{}
-	sim, err := provsim.Start(ctx, pcfg, slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sim.Close() })
-
-	cat := map[string]any{"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}}}
-	var eps []any
-	for _, p := range pm.Providers {
-		if _, ok := p.Price["cached_input"]; !ok {
-			p.Price["cached_input"] = p.Price["input"] // the simulation's default
-		}
-		num := func(k string) float64 {
-			v, ok := p.Price[k].(float64)
-			if !ok {
-				n, _ := p.Price[k].(int)
-				v = float64(n)
+	s := startStack(t, stackOptions{simConfig: &pcfg, simLog: log,
+		catalog: func(url func(string) string) string {
+			cat := map[string]any{"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}}}
+			var eps []any
+			for _, p := range pm.Providers {
+				if _, ok := p.Price["cached_input"]; !ok {
+					p.Price["cached_input"] = p.Price["input"] // the simulation's default
+				}
+				num := func(k string) float64 {
+					v, ok := p.Price[k].(float64)
+					if !ok {
+						n, _ := p.Price[k].(int)
+						v = float64(n)
+					}
+					return v
+				}
+				rates[p.Name] = catalog.Rates{Input: num("input"), CachedInput: num("cached_input"), Output: num("output")}
+				eps = append(eps, map[string]any{"provider": p.Name, "base_url": url(p.Name), "upstream_model": pm.ID,
+					"context_length": p.ContextLength, "price": p.Price})
 			}
-			return v
-		}
-		rates[p.Name] = catalog.Rates{Input: num("input"), CachedInput: num("cached_input"), Output: num("output")}
-		eps = append(eps, map[string]any{"provider": p.Name, "base_url": sim.Provider(p.Name).URL(), "upstream_model": pm.ID,
-			"context_length": p.ContextLength, "price": p.Price})
-	}
-	cat["models"] = []any{map[string]any{"id": pm.ID, "list_price": pm.ListPrice, "endpoints": eps}}
-	catYAML, err := yaml.Marshal(cat)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	d := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, string(catYAML)), ID: "simcheck-conv",
-		ShutdownTimeout: 5 * time.Second, StatsSnapshotInterval: time.Hour,
-		// Every setting that is a time, on provsim's scale; the cool-down
-		// rule is the one given to the simulation.
-		ProbeInterval: scaled(convProbeInterval), ProbeSizes: convProbeSizes, HedgeDelay: scaled(time.Second), FastEnough: scaled(time.Second),
-		Cooldown: scaled(convCooldown), CooldownErrors: 1, CooldownWindow: scaled(time.Minute),
-		// Unpaced, as the simulation: its day starts at midnight and the
-		// real one at any hour.
-		HedgeBudgetUSD: 5, HedgeBudgetBurst: 24 * time.Hour, Exploration: -1, Seed: 1,
-	})
-	edge := startEdge(t, d.Addr(), append([]string{"--first-token-timeout=" + scaled(60*time.Second).String(),
-		"--report-flush-interval=20ms"}, rpcGuards...)...)
+			cat["models"] = []any{map[string]any{"id": pm.ID, "list_price": pm.ListPrice, "endpoints": eps}}
+			catYAML, err := yaml.Marshal(cat)
+			require.NoError(t, err)
+			return string(catYAML)
+		},
+		tune: func(c *deciderapp.Config) {
+			c.ID, c.StatsSnapshotInterval = "simcheck-conv", time.Hour
+			// Every setting that is a time, on provsim's scale; the
+			// cool-down rule is the one given to the simulation.
+			c.ProbeInterval, c.ProbeSizes, c.HedgeDelay, c.FastEnough = scaled(convProbeInterval), convProbeSizes, scaled(time.Second), scaled(time.Second)
+			c.Cooldown, c.CooldownErrors, c.CooldownWindow = scaled(convCooldown), 1, scaled(time.Minute)
+			// Unpaced, as the simulation: its day starts at midnight and
+			// the real one at any hour.
+			c.HedgeBudgetUSD, c.HedgeBudgetBurst = 5, 24*time.Hour
+		},
+		edgeArgs: []string{"--first-token-timeout=" + scaled(60*time.Second).String()}})
+	sim, edge := s.sim, s.edge
 
 	// Each turn's messages are the previous turn's plus one user message,
 	// so its prompt extends the previous prompt exactly; the first message
@@ -871,12 +868,9 @@ func TestCapacityContract(t *testing.T) {
 	}
 	require.Len(t, simRefused, len(calls))
 
-	sim, err := provsim.Start(t.Context(), provsim.Config{TimeScale: scale, Providers: []provsim.ProviderConfig{{Name: "full", Listen: "127.0.0.1:0",
+	sim := startStack(t, stackOptions{simConfig: &provsim.Config{TimeScale: scale, Providers: []provsim.ProviderConfig{{Name: "full", Listen: "127.0.0.1:0",
 		Models: []provsim.ModelConfig{{ID: "m", DefaultOutputTokens: 1,
-			Capacity: provsim.CapacityConfig{RequestsPerMinute: 4, TokensPerMinute: 25000, RetryAfter: provsim.Duration(20 * time.Second)}}}}}},
-		quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sim.Close() })
+			Capacity: provsim.CapacityConfig{RequestsPerMinute: 4, TokensPerMinute: 25000, RetryAfter: provsim.Duration(20 * time.Second)}}}}}}}).sim
 	url := sim.Provider("full").URL() + "/chat/completions"
 	var want, got []string
 	start := time.Now()

@@ -307,42 +307,39 @@ func runReal(t *testing.T, form checkForm, trace []traceLine) ([]served, [tokens
 	// to measure what the loopback path itself adds to a first token.
 	pcfg.Providers = append(pcfg.Providers, provsim.ProviderConfig{Name: "control", Listen: "127.0.0.1:0",
 		Models: []provsim.ModelConfig{{ID: "control"}}})
-	sim, err := provsim.Start(ctx, pcfg, quietLogger(nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sim.Close() })
-
-	// The catalog the simulation builds from the profile (Profile.Catalog),
-	// with provsim's addresses.
-	cat := map[string]any{"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}}}
-	var eps []any
-	for _, p := range pm.Providers {
-		if _, ok := p.Price["cached_input"]; !ok {
-			p.Price["cached_input"] = p.Price["input"] // the simulation's default
-		}
-		eps = append(eps, map[string]any{"provider": p.Name, "base_url": sim.Provider(p.Name).URL(), "upstream_model": pm.ID,
-			"context_length": p.ContextLength, "price": p.Price})
-	}
-	price := map[string]any{"input": 0.1, "cached_input": 0.1, "output": 0.1}
-	cat["models"] = []any{map[string]any{"id": pm.ID, "list_price": pm.ListPrice, "endpoints": eps},
-		map[string]any{"id": "check/control", "endpoints": []any{map[string]any{"provider": "control",
-			"base_url": sim.Provider("control").URL(), "upstream_model": "control", "price": price}}}}
-	catYAML, err := yaml.Marshal(cat)
-	require.NoError(t, err)
-	dir := t.TempDir()
 	scaled := form.scaled
-	d := startDecider(t, deciderapp.Config{
-		Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir, Catalog: writeCatalog(t, dir, string(catYAML)), ID: "simcheck",
-		ShutdownTimeout: 5 * time.Second, StatsSnapshotInterval: time.Hour,
-		// Every setting that is a time, on the same scale as provsim.
-		ProbeInterval: scaled(form.probeInterval), ProbeSizes: form.probeSizes, HedgeDelay: scaled(time.Second), FastEnough: scaled(time.Second),
-		Cooldown: scaled(15 * time.Minute), CooldownErrors: 1, CooldownWindow: scaled(time.Minute),
-		// Unpaced, as the simulation below: its day starts at midnight and
-		// the real one at any hour, so a paced budget would allow them
-		// different amounts.
-		HedgeBudgetUSD: 5, HedgeBudgetBurst: 24 * time.Hour, Exploration: -1, Seed: 1,
-	})
-	edge := startEdge(t, d.Addr(), append([]string{"--first-token-timeout=" + scaled(60*time.Second).String(),
-		"--report-flush-interval=20ms"}, rpcGuards...)...)
+	edge := startStack(t, stackOptions{simConfig: &pcfg,
+		// The catalog the simulation builds from the profile
+		// (Profile.Catalog), with provsim's addresses.
+		catalog: func(url func(string) string) string {
+			cat := map[string]any{"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}}}
+			var eps []any
+			for _, p := range pm.Providers {
+				if _, ok := p.Price["cached_input"]; !ok {
+					p.Price["cached_input"] = p.Price["input"] // the simulation's default
+				}
+				eps = append(eps, map[string]any{"provider": p.Name, "base_url": url(p.Name), "upstream_model": pm.ID,
+					"context_length": p.ContextLength, "price": p.Price})
+			}
+			price := map[string]any{"input": 0.1, "cached_input": 0.1, "output": 0.1}
+			cat["models"] = []any{map[string]any{"id": pm.ID, "list_price": pm.ListPrice, "endpoints": eps},
+				map[string]any{"id": "check/control", "endpoints": []any{map[string]any{"provider": "control",
+					"base_url": url("control"), "upstream_model": "control", "price": price}}}}
+			catYAML, err := yaml.Marshal(cat)
+			require.NoError(t, err)
+			return string(catYAML)
+		},
+		tune: func(c *deciderapp.Config) {
+			c.ID, c.StatsSnapshotInterval = "simcheck", time.Hour
+			// Every setting that is a time, on the same scale as provsim.
+			c.ProbeInterval, c.ProbeSizes, c.HedgeDelay, c.FastEnough = scaled(form.probeInterval), form.probeSizes, scaled(time.Second), scaled(time.Second)
+			c.Cooldown, c.CooldownErrors, c.CooldownWindow = scaled(15*time.Minute), 1, scaled(time.Minute)
+			// Unpaced, as the simulation below: its day starts at midnight
+			// and the real one at any hour, so a paced budget would allow
+			// them different amounts.
+			c.HedgeBudgetUSD, c.HedgeBudgetBurst = 5, 24*time.Hour
+		},
+		edgeArgs: []string{"--first-token-timeout=" + scaled(60*time.Second).String()}}).edge
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)

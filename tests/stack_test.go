@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -46,12 +47,24 @@ type stack struct {
 	rpc switchboardv1.DeciderClient
 	// logW holds the edge's log.
 	logW *lockedWriter
+	// o are the options the stack was started with: addReplica and
+	// addEdge start more parts as startStack started its own.
+	o stackOptions
+	// replicaEtcd is the etcd endpoint the replicas are given.
+	replicaEtcd string
 }
 
 // stackOptions say what startStack starts. Every field is optional.
 type stackOptions struct {
 	// sim is the simulator's YAML configuration; "" starts no simulator.
 	sim string
+	// simConfig is the simulator's configuration when it is built rather
+	// than written (e.g. from a profile, on a scaled clock); it is used when
+	// sim is "".
+	simConfig *provsim.Config
+	// simLog receives the simulator's log as JSON lines, debug and up; nil
+	// discards it.
+	simLog io.Writer
 	// catalog is the decider's catalog (the test callers are added), given
 	// a provider's base URL by its name in sim; nil starts no decider.
 	catalog func(url func(provider string) string) string
@@ -61,6 +74,10 @@ type stackOptions struct {
 	replicas []string
 	// tuneReplica adjusts each replica's configuration before it starts.
 	tuneReplica func(*deciderapp.Config)
+	// replicaEtcd returns the etcd endpoint the replicas are given; nil is
+	// the first decider's. It runs once the first decider started, so it
+	// may put a freezer in front of its etcd.
+	replicaEtcd func(s *stack) string
 	// mtls makes every decider serve mutual TLS only, with certificates of
 	// a test CA (stack.tls): the edge presents the edges' certificate and
 	// the operator client the operator's.
@@ -91,18 +108,19 @@ type stackOptions struct {
 }
 
 // startStack starts a Switchboard as o says, all of it closed when the test
-// ends. The decider has ID e2e, seed 1, no exploration and a 5 s shutdown
-// timeout unless o.tune says otherwise (replicas: o.tuneReplica). The edge
-// flushes its reports every 20 ms, guards its decider calls with rpcGuards
-// (unless o.ownDeadlines), fails closed without a decider (failClosed), and
-// reads alpha's
-// credential (SWITCHBOARD_PROVIDER_KEY_ALPHA) as alphaCred unless
-// o.providerKeys says otherwise.
+// ends: it is the one way the tests start a system. The decider has ID e2e,
+// seed 1, no exploration and a 5 s shutdown timeout unless o.tune says
+// otherwise (replicas: addReplica, o.tuneReplica); the edge is addEdge's.
 func startStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
-	s := &stack{logW: &lockedWriter{w: &bytes.Buffer{}}}
+	s := &stack{logW: &lockedWriter{w: &bytes.Buffer{}}, o: o}
 	if o.sim != "" {
-		s.sim = startSim(t, o.sim)
+		cfg, err := provsim.ParseConfig([]byte(o.sim))
+		require.NoError(t, err)
+		o.simConfig = &cfg
+	}
+	if o.simConfig != nil {
+		s.sim = startSim(t, *o.simConfig, o.simLog)
 	}
 	if o.catalog == nil {
 		return s
@@ -124,17 +142,12 @@ func startStack(t testing.TB, o stackOptions) *stack {
 		o.tune(&s.dcfg)
 	}
 	s.decider = startDeciderOnPicked(t, &s.dcfg, o.deciderLog)
+	s.replicaEtcd = s.decider.EtcdEndpoint()
+	if o.replicaEtcd != nil {
+		s.replicaEtcd = o.replicaEtcd(s)
+	}
 	for _, id := range o.replicas {
-		cfg := deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{s.decider.EtcdEndpoint()}, DataDir: t.TempDir(), ID: id,
-			ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1}
-		if s.tls != nil {
-			s.tls.serve(&cfg)
-		}
-		if o.tuneReplica != nil {
-			o.tuneReplica(&cfg)
-		}
-		s.replicas = append(s.replicas, startDeciderOnPicked(t, &cfg, nil))
-		s.replicaCfgs = append(s.replicaCfgs, cfg)
+		s.addReplica(t, id, o.tuneReplica)
 	}
 	creds := insecure.NewCredentials()
 	if s.tls != nil {
@@ -148,34 +161,90 @@ func startStack(t testing.TB, o stackOptions) *stack {
 	if o.edgeTo != nil {
 		to = o.edgeTo(s)
 	}
-	args := []string{"--listen=127.0.0.1:0", "--decider=" + to, edgeTokenFlag(t), "--report-flush-interval=20ms", failClosed}
-	if !o.ownDeadlines {
-		args = append(args, rpcGuards...)
+	s.edge = s.addEdge(t, to, o.edgeArgs...)
+	return s
+}
+
+// addReplica starts one more decider, id, on the stack's etcd (as
+// o.replicaEtcd gave it) with a data directory of its own and the
+// replicas' defaults, tune adjusting its configuration; it is appended to
+// s.replicas and s.replicaCfgs.
+func (s *stack) addReplica(t testing.TB, id string, tune func(*deciderapp.Config)) *deciderapp.Decider {
+	t.Helper()
+	cfg := deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{s.replicaEtcd}, DataDir: t.TempDir(), ID: id,
+		ShutdownTimeout: 5 * time.Second, Exploration: -1, Seed: 1}
+	if s.tls != nil {
+		s.tls.serve(&cfg)
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	d := startDeciderOnPicked(t, &cfg, nil)
+	s.replicas = append(s.replicas, d)
+	s.replicaCfgs = append(s.replicaCfgs, cfg)
+	return d
+}
+
+// restartDecider starts the stack's first decider again after it stopped
+// (Close or Kill): on the same address, etcd and data directory (dcfg),
+// reading its catalog back from etcd, tune (if any) adjusting the
+// configuration. It becomes s.decider.
+func (s *stack) restartDecider(t *testing.T, tune func(*deciderapp.Config)) *deciderapp.Decider {
+	t.Helper()
+	cfg := s.dcfg
+	cfg.Catalog = ""
+	if tune != nil {
+		tune(&cfg)
+	}
+	s.decider = startDecider(t, cfg)
+	return s.decider
+}
+
+// restartReplica starts replica i again on its data directory after it
+// stopped, on a new address; it becomes s.replicas[i].
+func (s *stack) restartReplica(t *testing.T, i int) *deciderapp.Decider {
+	t.Helper()
+	s.replicas[i] = startDecider(t, s.replicaCfgs[i])
+	return s.replicas[i]
+}
+
+// addEdge starts an edge in front of the deciders at to, as startStack
+// starts the stack's own: it flushes its reports every 20 ms, guards its
+// decider calls with rpcGuards (unless o.ownDeadlines), fails closed
+// without a decider (failClosed), presents the edges' certificate (o.mtls),
+// reads o.providerKeys (nil: alpha's credential alone) and traces where the
+// decider does; args come after these defaults. Closed when the test ends.
+func (s *stack) addEdge(t testing.TB, to string, args ...string) *edgeapp.Edge {
+	t.Helper()
+	flags := []string{"--listen=127.0.0.1:0", "--decider=" + to, edgeTokenFlag(t), "--report-flush-interval=20ms", failClosed}
+	if !s.o.ownDeadlines {
+		flags = append(flags, rpcGuards...)
 	}
 	if s.tls != nil {
-		args = append(args, s.tls.edgeArgs()...)
+		flags = append(flags, s.tls.edgeArgs()...)
 	}
-	ecfg, err := edgeapp.ParseFlags(append(args, o.edgeArgs...), func(string) string { return "" })
+	ecfg, err := edgeapp.ParseFlags(append(flags, args...), func(string) string { return "" })
 	require.NoError(t, err)
-	keys := o.providerKeys
+	keys := s.o.providerKeys
 	if keys == nil {
 		keys = map[string]string{"SWITCHBOARD_PROVIDER_KEY_ALPHA": alphaCred}
 	}
 	ecfg.Getenv = func(k string) string { return keys[k] }
 	ecfg.Tracing = s.dcfg.Tracing
-	s.edge, err = edgeapp.Start(t.Context(), ecfg, quietLogger(s.logW))
+	e, err := edgeapp.Start(t.Context(), ecfg, quietLogger(s.logW))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.edge.Close() })
-	return s
+	t.Cleanup(func() { _ = e.Close() })
+	return e
 }
 
-// startSim starts a provider simulator from its YAML configuration, closed
-// when the test ends.
-func startSim(t testing.TB, config string) *provsim.Sim {
+// startSim starts a provider simulator from its configuration, logging
+// JSON lines into log (nil: discarded), closed when the test ends.
+func startSim(t testing.TB, cfg provsim.Config, log io.Writer) *provsim.Sim {
 	t.Helper()
-	cfg, err := provsim.ParseConfig([]byte(config))
-	require.NoError(t, err)
-	sim, err := provsim.Start(t.Context(), cfg, quietLogger(nil))
+	if log == nil {
+		log = io.Discard
+	}
+	sim, err := provsim.Start(t.Context(), cfg, slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sim.Close() })
 	return sim
@@ -235,6 +304,22 @@ func startDecider(t *testing.T, cfg deciderapp.Config) *deciderapp.Decider {
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
 	return d
+}
+
+// startRefused starts a decider that must refuse to start, and returns
+// why: it is the one decider started apart from startStack, since no system
+// is built around it (if it does start, it is closed at once).
+func startRefused(t *testing.T, cfg deciderapp.Config) error {
+	t.Helper()
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = tokenFile(t, testReplicaToken)
+	}
+	d, err := deciderapp.Start(t.Context(), cfg, quietLogger(nil))
+	if err == nil {
+		d.Close()
+	}
+	require.Error(t, err, "the decider started")
+	return err
 }
 
 // freeAddr picks a free loopback address for a fixed listener.
@@ -301,7 +386,9 @@ const failClosed = "--offline-grace=0"
 
 // startEdge starts an edge on a free port in front of the decider at
 // deciderAddr, failing closed without it (failClosed), with args as on its
-// command line; closed when the test ends.
+// command line and none of a stack's other defaults (addEdge): for an edge
+// set up unlike a stack's, such as one without the stack's certificate.
+// Closed when the test ends.
 func startEdge(t *testing.T, deciderAddr string, args ...string) *edgeapp.Edge {
 	t.Helper()
 	ecfg, err := edgeapp.ParseFlags(append([]string{"--listen=127.0.0.1:0", "--decider=" + deciderAddr, edgeTokenFlag(t), failClosed}, args...),

@@ -192,7 +192,7 @@ func TestDeciderCertificateRotatesWithoutRestart(t *testing.T) {
 		got, err := serial(t, s.decider.Addr(), creds)
 		return err == nil && got.Cmp(next.Cert.SerialNumber) == 0
 	}, 15*time.Second, 20*time.Millisecond, "new connections never saw the new certificate")
-	edge := startEdge(t, s.decider.Addr(), s.tls.edgeArgs()...)
+	edge := s.addEdge(t, s.decider.Addr())
 	require.Eventually(t, func() bool {
 		code, _ := completion(t, edge.URL())
 		return code == http.StatusOK
