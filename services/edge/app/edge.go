@@ -223,11 +223,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 	}
 	if admin.Addr != "" {
 		var em *edgeMetrics
-		if metrics, em, err = startMetrics(); err != nil {
+		if metrics, em, err = startMetrics(reportBacklog{activityBatches: reports.Unacked, reconciles: reports.UnackedReconciles}); err != nil {
 			return nil, err
 		}
 		stack.add(func() error { _ = metrics.Shutdown(context.Background()); return nil })
-		em.more.watchReports(reports.Unacked, reports.UnackedReconciles)
 		handler = em.handler(handler)
 		// /healthz and /readyz answer as on the API port: the API's own
 		// handlers, for probes and scrapers kept off the public port.

@@ -61,7 +61,7 @@ type edgeMetrics struct {
 	more attemptMetrics
 }
 
-func newEdgeMetrics(m *telemetry.Metrics) (*edgeMetrics, error) {
+func newEdgeMetrics(m *telemetry.Metrics, reports reportBacklog) (*edgeMetrics, error) {
 	mt := m.MeterProvider().Meter("github.com/switchboard-ai/switchboard/services/edge")
 	var em edgeMetrics
 	var errs [11]error
@@ -91,7 +91,7 @@ func newEdgeMetrics(m *telemetry.Metrics) (*edgeMetrics, error) {
 		metric.WithDescription("Provider answers 429 and 5xx, by endpoint."))
 	em.cost, errs[10] = mt.Float64Counter("switchboard_edge_cost_usd",
 		metric.WithDescription("USD the requests served cost, by model, tenant and payer: billed to the tenant, or paid by the operator (failed and cancelled attempts, hedge losers)."))
-	for _, err := range append(errs[:], em.more.init(mt)) {
+	for _, err := range append(errs[:], em.more.init(mt, reports)) {
 		if err != nil {
 			return nil, fmt.Errorf("edge metrics: %w", err)
 		}
@@ -298,13 +298,13 @@ func modelLabel(s string) string {
 
 // startMetrics sets up the edge's metrics, served at the debug listener's
 // /metrics: only with a debug listener, so without one the request path has
-// no metrics code at all.
-func startMetrics() (*telemetry.Metrics, *edgeMetrics, error) {
+// no metrics code at all. The Report stream's backlog is read from reports.
+func startMetrics(reports reportBacklog) (*telemetry.Metrics, *edgeMetrics, error) {
 	m, err := telemetry.NewMetrics("switchboard-edge", Version, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	em, err := newEdgeMetrics(m)
+	em, err := newEdgeMetrics(m, reports)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -30,9 +29,6 @@ var ttftBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10,
 type attemptMetrics struct {
 	firstToken metric.Float64Histogram
 	unacked    metric.Int64ObservableGauge
-	// reports reads what waits for the decider's acknowledgement; nil
-	// until watchReports.
-	reports atomic.Pointer[reportBacklog]
 }
 
 // reportBacklog reads the Report stream's unacknowledged work.
@@ -46,7 +42,9 @@ var (
 	backlogReconcile = metric.WithAttributes(attribute.String("kind", "reconciliations"))
 )
 
-func (m *attemptMetrics) init(mt metric.Meter) error {
+// init creates the metrics on mt; the Report stream's backlog is read
+// from reports.
+func (m *attemptMetrics) init(mt metric.Meter, reports reportBacklog) error {
 	var err error
 	m.firstToken, err = mt.Float64Histogram("switchboard_edge_provider_time_to_first_token", metric.WithUnit("s"),
 		metric.WithDescription("Time from sending a provider call to its first token, per call that got one, by endpoint and prompt-size bucket."),
@@ -57,18 +55,11 @@ func (m *attemptMetrics) init(mt metric.Meter) error {
 	m.unacked, err = mt.Int64ObservableGauge("switchboard_edge_report_unacked", metric.WithUnit("{item}"),
 		metric.WithDescription("What the edge sent on its Report stream and the decider has not acknowledged yet: activity batches, and reconciliations (queued ones included)."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			if b := m.reports.Load(); b != nil {
-				o.Observe(int64(b.activityBatches()), backlogActivity)
-				o.Observe(int64(b.reconciles()), backlogReconcile)
-			}
+			o.Observe(int64(reports.activityBatches()), backlogActivity)
+			o.Observe(int64(reports.reconciles()), backlogReconcile)
 			return nil
 		}))
 	return err
-}
-
-// watchReports reports the backlog read by activityBatches and reconciles.
-func (m *attemptMetrics) watchReports(activityBatches, reconciles func() int) {
-	m.reports.Store(&reportBacklog{activityBatches: activityBatches, reconciles: reconciles})
 }
 
 // record measures each provider call of a dispatched request: its time to

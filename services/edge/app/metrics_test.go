@@ -28,7 +28,8 @@ func TestFallbackServedCounted(t *testing.T) {
 	m, err := telemetry.NewMetrics("switchboard-edge", "v0", true)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Shutdown(t.Context())) }()
-	em, err := newEdgeMetrics(m)
+	none := func() int { return 0 }
+	em, err := newEdgeMetrics(m, reportBacklog{activityBatches: none, reconciles: none})
 	require.NoError(t, err)
 	h := em.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fb := r.URL.Query().Get("fallback"); fb != "" {
