@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 )
@@ -167,13 +166,6 @@ func (b *Broker) Extend(ctx context.Context, ids []string, allow Allow) (int, er
 		sh.mu.Unlock()
 	}
 	return n, nil
-}
-
-// IsAlreadyApplied reports whether err from Reconcile means the
-// reconciliation can never apply again: the reservation is unknown, was
-// reconciled already, or the request is invalid. Retrying it is useless.
-func IsAlreadyApplied(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid)
 }
 
 // ttlOf is a restored reservation's time to live, for Extend: the time it

@@ -2,9 +2,9 @@
 // edge's tests: it answers chat completions streamed or not, with usage and
 // cached tokens (or a test's usage, or none), and misbehaves on demand (429
 // with Retry-After, 503, hanging, dropping a stream midway, a malformed first
-// chunk, a 400, a redirect). Each server is one endpoint with its own
-// first-token delay, or a gate a test opens, so tests order events without
-// measuring time. It records every request it receives, on any path, with
+// chunk, a 400, a redirect). Each server is one endpoint whose first token a
+// gate a test opens may hold, so tests order events without measuring
+// time. It records every request it receives, on any path, with
 // its Authorization header.
 //
 // The end-to-end tests use provsim (services/provsim), the provider
@@ -29,7 +29,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Mode is how the provider answers the next requests.
@@ -121,7 +120,6 @@ type Server struct {
 
 	mu       sync.Mutex
 	mode     Mode
-	delay    time.Duration
 	gate     <-chan struct{}
 	usage    *Usage
 	requests []Request
@@ -157,13 +155,6 @@ func (s *Server) SetMode(m Mode) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mode = m
-}
-
-// SetFirstTokenDelay delays the answer (or first token) of OK requests.
-func (s *Server) SetFirstTokenDelay(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.delay = d
 }
 
 // SetGate holds the first token of OK answers (the whole answer when not
@@ -202,7 +193,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(raw, &body)
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
-	a := answer{mode: s.mode, delay: s.delay, gate: s.gate, usage: s.usage}
+	a := answer{mode: s.mode, gate: s.gate, usage: s.usage}
 	s.mu.Unlock()
 	select {
 	case s.arrived <- struct{}{}:
@@ -241,7 +232,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "Incorrect API key provided: "+r.Header.Get("Authorization"), "invalid_request_error")
 		return
 	case Hang:
-		s.wait(r, 0)
+		s.wait(r)
 		return
 	case Redirect:
 		http.Redirect(w, r, "/stolen/chat/completions", http.StatusTemporaryRedirect)
@@ -260,16 +251,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 type answer struct {
 	mode  Mode
 	model string
-	delay time.Duration
 	gate  <-chan struct{}
 	usage *Usage
 }
 
-// hold waits for the delay and the gate; false when the request ended first.
+// hold waits for the gate; false when the request ended first.
 func (s *Server) hold(r *http.Request, a answer) bool {
-	if a.delay > 0 && !s.wait(r, a.delay) {
-		return false
-	}
 	if a.gate == nil {
 		return true
 	}
@@ -291,23 +278,12 @@ func (s *Server) signalCancelled() {
 	}
 }
 
-// wait blocks until the client gives up, the delay passes (if non-zero) or
-// the server stops. It reports whether the caller may continue.
-func (s *Server) wait(r *http.Request, d time.Duration) bool {
-	var timer <-chan time.Time
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
-	}
+// wait blocks until the client gives up or the server stops.
+func (s *Server) wait(r *http.Request) {
 	select {
 	case <-r.Context().Done():
 		s.signalCancelled()
-		return false
 	case <-s.stop:
-		return false
-	case <-timer:
-		return true
 	}
 }
 
@@ -326,7 +302,7 @@ func (s *Server) nonStream(w http.ResponseWriter, r *http.Request, a answer) {
 		w.WriteHeader(http.StatusOK)
 		_ = http.NewResponseController(w).Flush()
 		if mode == HangAfterHeaders {
-			s.wait(r, 0)
+			s.wait(r)
 			return
 		}
 		panic(http.ErrAbortHandler)
@@ -369,7 +345,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includ
 	_, _ = io.WriteString(w, ": keep-alive\n\n")
 	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
 	if mode == HangAfterHeaders {
-		s.wait(r, 0)
+		s.wait(r)
 		return
 	}
 	if !s.hold(r, a) {
@@ -387,7 +363,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a answer, includ
 	case DropMidStream:
 		panic(http.ErrAbortHandler)
 	case HangMidStream:
-		s.wait(r, 0)
+		s.wait(r)
 		return
 	}
 	send(chunk(map[string]any{"content": " world"}, nil))
