@@ -24,7 +24,6 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/tokens"
-	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	"github.com/switchboard-ai/switchboard/services/decider/simulate"
 	provsim "github.com/switchboard-ai/switchboard/services/provsim/app"
 )
@@ -355,42 +354,25 @@ func runConvReal(t *testing.T, scale float64, trace []convTraceLine) []convServe
 		models[p.Name], outages[p.Name] = m, outs
 		pcfg.Providers = append(pcfg.Providers, provsim.ProviderConfig{Name: p.Name, Listen: "127.0.0.1:0", Models: []provsim.ModelConfig{m}})
 	}
+	var eps []profileEndpoint
+	for _, p := range pm.Providers {
+		price := cachedAsInput(p.Price)
+		num := func(k string) float64 {
+			v, ok := price[k].(float64)
+			if !ok {
+				n, _ := price[k].(int)
+				v = float64(n)
+			}
+			return v
+		}
+		rates[p.Name] = catalog.Rates{Input: num("input"), CachedInput: num("cached_input"), Output: num("output")}
+		eps = append(eps, profileEndpoint{p.Name, price, p.ContextLength})
+	}
 	log := &logCalls{}
 	s := startStack(t, stackOptions{simConfig: &pcfg, simLog: log,
-		catalog: func(url func(string) string) string {
-			cat := map[string]any{"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}}}
-			var eps []any
-			for _, p := range pm.Providers {
-				if _, ok := p.Price["cached_input"]; !ok {
-					p.Price["cached_input"] = p.Price["input"] // the simulation's default
-				}
-				num := func(k string) float64 {
-					v, ok := p.Price[k].(float64)
-					if !ok {
-						n, _ := p.Price[k].(int)
-						v = float64(n)
-					}
-					return v
-				}
-				rates[p.Name] = catalog.Rates{Input: num("input"), CachedInput: num("cached_input"), Output: num("output")}
-				eps = append(eps, map[string]any{"provider": p.Name, "base_url": url(p.Name), "upstream_model": pm.ID,
-					"context_length": p.ContextLength, "price": p.Price})
-			}
-			cat["models"] = []any{map[string]any{"id": pm.ID, "list_price": pm.ListPrice, "endpoints": eps}}
-			catYAML, err := yaml.Marshal(cat)
-			require.NoError(t, err)
-			return string(catYAML)
-		},
-		tune: func(c *deciderapp.Config) {
-			c.ID, c.StatsSnapshotInterval = "simcheck-conv", time.Hour
-			// Every setting that is a time, on provsim's scale; the
-			// cool-down rule is the one given to the simulation.
-			c.ProbeInterval, c.ProbeSizes, c.HedgeDelay, c.FastEnough = scaled(convProbeInterval), convProbeSizes, scaled(time.Second), scaled(time.Second)
-			c.Cooldown, c.CooldownErrors, c.CooldownWindow = scaled(convCooldown), 1, scaled(time.Minute)
-			// Unpaced, as the simulation: its day starts at midnight and
-			// the real one at any hour.
-			c.HedgeBudgetUSD, c.HedgeBudgetBurst = 5, 24*time.Hour
-		},
+		catalog: func(url func(string) string) string { return profileCatalog(t, url, pm.ID, pm.ListPrice, eps) },
+		// The cool-down rule is the one given to the simulation.
+		tune:     scaledDecider("simcheck-conv", scaled, convProbeInterval, convProbeSizes, convCooldown),
 		edgeArgs: []string{"--first-token-timeout=" + scaled(60*time.Second).String()}})
 	sim, edge := s.sim, s.edge
 

@@ -285,6 +285,58 @@ func readCheckTrace(t *testing.T, form checkForm) ([]traceLine, string) {
 	return trace, path
 }
 
+// profileEndpoint is a profile's provider as the catalog lists it.
+type profileEndpoint struct {
+	name          string
+	price         map[string]any
+	contextLength int64
+}
+
+// cachedAsInput gives price (in place) the simulation's default price of
+// cached input tokens, the input price, unless it has one; it returns price.
+func cachedAsInput(price map[string]any) map[string]any {
+	if _, ok := price["cached_input"]; !ok {
+		price["cached_input"] = price["input"]
+	}
+	return price
+}
+
+// profileCatalog is the catalog the simulation builds from a profile's
+// model (Profile.Catalog): model id at listPrice, one endpoint per provider
+// at its base URL (url) serving id, then the more models as given; tenant
+// acme holds testKey.
+func profileCatalog(t *testing.T, url func(string) string, id string, listPrice map[string]any, eps []profileEndpoint, more ...any) string {
+	t.Helper()
+	var list []any
+	for _, e := range eps {
+		list = append(list, map[string]any{"provider": e.name, "base_url": url(e.name), "upstream_model": id,
+			"context_length": e.contextLength, "price": cachedAsInput(e.price)})
+	}
+	cat := map[string]any{
+		"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}},
+		"models":  append([]any{map[string]any{"id": id, "list_price": listPrice, "endpoints": list}}, more...),
+	}
+	out, err := yaml.Marshal(cat)
+	require.NoError(t, err)
+	return string(out)
+}
+
+// scaledDecider sets a decider up as the simulation runs one, every
+// setting that is a time on provsim's scale (scaled): probes every
+// probeInterval of probeSizes, a cool-down of cooldown after one refusal
+// in a minute, hedges after a second. The hedge budget is unpaced, as the
+// simulation's: its day starts at midnight and the real one at any hour,
+// so a paced budget would allow them different amounts.
+func scaledDecider(id string, scaled func(time.Duration) time.Duration, probeInterval time.Duration, probeSizes []int64,
+	cooldown time.Duration) func(*deciderapp.Config) {
+	return func(c *deciderapp.Config) {
+		c.ID, c.StatsSnapshotInterval = id, time.Hour
+		c.ProbeInterval, c.ProbeSizes, c.HedgeDelay, c.FastEnough = scaled(probeInterval), probeSizes, scaled(time.Second), scaled(time.Second)
+		c.Cooldown, c.CooldownErrors, c.CooldownWindow = scaled(cooldown), 1, scaled(time.Minute)
+		c.HedgeBudgetUSD, c.HedgeBudgetBurst = 5, 24*time.Hour
+	}
+}
+
 // runReal replays the trace through a real edge, decider and provsim with
 // every delay multiplied by form.scale, and returns what it measured, TTFTs
 // scaled back.
@@ -308,37 +360,17 @@ func runReal(t *testing.T, form checkForm, trace []traceLine) ([]served, [tokens
 	pcfg.Providers = append(pcfg.Providers, provsim.ProviderConfig{Name: "control", Listen: "127.0.0.1:0",
 		Models: []provsim.ModelConfig{{ID: "control"}}})
 	scaled := form.scaled
+	var eps []profileEndpoint
+	for _, p := range pm.Providers {
+		eps = append(eps, profileEndpoint{p.Name, p.Price, p.ContextLength})
+	}
 	edge := startStack(t, stackOptions{simConfig: &pcfg,
-		// The catalog the simulation builds from the profile
-		// (Profile.Catalog), with provsim's addresses.
 		catalog: func(url func(string) string) string {
-			cat := map[string]any{"tenants": []any{map[string]any{"id": "acme", "api_keys_sha256": []string{catalog.HashKey(testKey)}}}}
-			var eps []any
-			for _, p := range pm.Providers {
-				if _, ok := p.Price["cached_input"]; !ok {
-					p.Price["cached_input"] = p.Price["input"] // the simulation's default
-				}
-				eps = append(eps, map[string]any{"provider": p.Name, "base_url": url(p.Name), "upstream_model": pm.ID,
-					"context_length": p.ContextLength, "price": p.Price})
-			}
 			price := map[string]any{"input": 0.1, "cached_input": 0.1, "output": 0.1}
-			cat["models"] = []any{map[string]any{"id": pm.ID, "list_price": pm.ListPrice, "endpoints": eps},
-				map[string]any{"id": "check/control", "endpoints": []any{map[string]any{"provider": "control",
-					"base_url": url("control"), "upstream_model": "control", "price": price}}}}
-			catYAML, err := yaml.Marshal(cat)
-			require.NoError(t, err)
-			return string(catYAML)
+			return profileCatalog(t, url, pm.ID, pm.ListPrice, eps, map[string]any{"id": "check/control",
+				"endpoints": []any{map[string]any{"provider": "control", "base_url": url("control"), "upstream_model": "control", "price": price}}})
 		},
-		tune: func(c *deciderapp.Config) {
-			c.ID, c.StatsSnapshotInterval = "simcheck", time.Hour
-			// Every setting that is a time, on the same scale as provsim.
-			c.ProbeInterval, c.ProbeSizes, c.HedgeDelay, c.FastEnough = scaled(form.probeInterval), form.probeSizes, scaled(time.Second), scaled(time.Second)
-			c.Cooldown, c.CooldownErrors, c.CooldownWindow = scaled(15*time.Minute), 1, scaled(time.Minute)
-			// Unpaced, as the simulation below: its day starts at midnight
-			// and the real one at any hour, so a paced budget would allow
-			// them different amounts.
-			c.HedgeBudgetUSD, c.HedgeBudgetBurst = 5, 24*time.Hour
-		},
+		tune:     scaledDecider("simcheck", scaled, form.probeInterval, form.probeSizes, 15*time.Minute),
 		edgeArgs: []string{"--first-token-timeout=" + scaled(60*time.Second).String()}}).edge
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
