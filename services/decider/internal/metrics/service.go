@@ -39,7 +39,6 @@ type Service struct {
 	owner, changes    metric.Int64Observable
 	decisions, settle metric.Int64Observable
 	left, spent       metric.Float64Observable
-	reg               metric.Registration
 }
 
 // lagBuckets bound the Report stream's lag: a report waits for its batch
@@ -79,7 +78,7 @@ func NewService(o ServiceOptions) (*Service, error) {
 		return nil, err
 	}
 	var err error
-	s.reg, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent)
+	_, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent)
 	if err != nil {
 		return nil, err
 	}
@@ -113,12 +112,4 @@ func (s *Service) ReportLag(d time.Duration) {
 		return
 	}
 	s.lag.Record(context.Background(), d.Seconds())
-}
-
-// Close unregisters the callback of the observed metrics.
-func (s *Service) Close() error {
-	if s == nil || s.reg == nil {
-		return nil
-	}
-	return s.reg.Unregister()
 }
