@@ -11,11 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -288,39 +285,6 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveChat(w, r, log, reqID, began, c, resp)
-}
-
-// reqLog logs the lines of one request, each with its request_id first, as
-// a logger made by With would, without making that logger for every
-// request: most of its lines are never written.
-type reqLog struct {
-	// ctx is the context its lines are logged under.
-	ctx context.Context
-	log *slog.Logger
-	id  string
-}
-
-// Info logs at info level, as [slog.Logger.Info].
-func (l reqLog) Info(msg string, args ...any) { l.write(slog.LevelInfo, msg, args) }
-
-// Warn logs at warn level, as [slog.Logger.Warn].
-func (l reqLog) Warn(msg string, args ...any) { l.write(slog.LevelWarn, msg, args) }
-
-// Error logs at error level, as [slog.Logger.Error].
-func (l reqLog) Error(msg string, args ...any) { l.write(slog.LevelError, msg, args) }
-
-// write logs one line at level, recording its caller's caller as its
-// source, as slog's own methods do.
-func (l reqLog) write(level slog.Level, msg string, args []any) {
-	if !l.log.Enabled(l.ctx, level) {
-		return
-	}
-	var pcs [1]uintptr
-	runtime.Callers(3, pcs[:]) // skip Callers, write and Info (or Warn, Error)
-	rec := slog.NewRecord(time.Now(), level, msg, pcs[0])
-	rec.AddAttrs(slog.String("request_id", l.id))
-	rec.Add(args...)
-	_ = l.log.Handler().Handle(l.ctx, rec)
 }
 
 // chatRequest is a client's chat request once read: the hash of the API key
@@ -640,78 +604,4 @@ func withKeyHash(id *switchboardv1.Identity, hash string) *switchboardv1.Identit
 		c.ProtoReflect().SetUnknown(slices.Clone(u))
 	}
 	return c
-}
-
-// maxPresizedBody bounds the buffer allocated ahead of a body from its
-// Content-Length: what a client only claims it will send gets no more.
-const maxPresizedBody = 64 << 10
-
-// readAll is io.ReadAll into a buffer sized ahead from the body's
-// Content-Length (up to maxPresizedBody; -1 when unknown), so that a body
-// is read without regrowing and copying its buffer on the way.
-func readAll(r io.Reader, contentLength int64) ([]byte, error) {
-	if contentLength < 0 || contentLength > maxPresizedBody {
-		return io.ReadAll(r)
-	}
-	// One byte over, so that the read that finds the end does not grow it.
-	b := make([]byte, 0, contentLength+1)
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // longer than it said: grow
-		}
-	}
-}
-
-// readBody reads the body up to MaxBodyBytes, within the body read timeout
-// guardBody set. Once read, the deadline is cleared, so it cannot cut the
-// answer: the server watches the connection for the client leaving under
-// the same deadline.
-//
-// A body over the limit is refused, but a client still writing it would
-// see its connection reset instead of the 413 if the edge stopped reading:
-// so a body up to twice the limit is read to its end and discarded first
-// (by its Content-Length, the connection then stays usable). A larger one
-// is refused by its Content-Length before reading a byte, or cut where
-// the second limit is reached, and its connection closed.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	tooLarge := func() *apiError {
-		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
-			message: fmt.Sprintf("the request body exceeds %d bytes", s.opts.MaxBodyBytes)}
-	}
-	if r.ContentLength > s.opts.MaxBodyBytes {
-		if r.ContentLength > 2*s.opts.MaxBodyBytes || !discard(r.Body, r.ContentLength) {
-			abandonBody(w)
-		}
-		return nil, tooLarge()
-	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), r.ContentLength)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			// The server closes this connection after the answer (the
-			// length was not declared); reading the rest lets the client
-			// finish writing before it does.
-			if !discard(r.Body, s.opts.MaxBodyBytes) {
-				abandonBody(w)
-			}
-			return nil, tooLarge()
-		}
-		abandonBody(w)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
-				message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyReadTimeout)}
-		}
-		e := invalidRequest("", "could not read the request body")
-		return nil, &e
-	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	return body, nil
 }
