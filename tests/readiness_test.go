@@ -32,9 +32,9 @@ tenants:
 	owner := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
 		Catalog: writeCatalog(t, dir, cat), ID: "ready-owner", Exploration: -1})
 	f := startFreezer(t, strings.TrimPrefix(owner.EtcdEndpoint(), "http://"))
-	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.ln.Addr().String()},
+	d := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.Addr()},
 		DataDir: t.TempDir(), ID: "ready-replica", Exploration: -1})
-	t.Cleanup(func() { f.set(false) }) // before d closes: a decider stops against a live etcd
+	t.Cleanup(func() { f.Set(false) }) // before d closes: a decider stops against a live etcd
 	edge := startEdge(t, d.Addr())
 
 	readyz := func() (int, map[string]string) {
@@ -48,7 +48,7 @@ tenants:
 	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusOK }, 20*time.Second, 50*time.Millisecond,
 		"ready while etcd answers")
 
-	f.set(true)
+	f.Set(true)
 	var body map[string]string
 	require.Eventually(t, func() bool {
 		var code int
@@ -58,7 +58,7 @@ tenants:
 	require.Equal(t, "not_ready", body["status"])
 	require.Contains(t, body["reason"], "admission")
 
-	f.set(false)
+	f.Set(false)
 	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusOK }, 30*time.Second, 50*time.Millisecond,
 		"ready again once etcd is back")
 }
@@ -80,16 +80,16 @@ tenants:
 	owner := startDecider(t, deciderapp.Config{Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0", DataDir: dir,
 		Catalog: writeCatalog(t, dir, cat), ID: "frozen-owner", Exploration: -1})
 	f := startFreezer(t, strings.TrimPrefix(owner.EtcdEndpoint(), "http://"))
-	d, err := deciderapp.Start(t.Context(), deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.ln.Addr().String()},
+	d, err := deciderapp.Start(t.Context(), deciderapp.Config{Listen: "127.0.0.1:0", Etcd: []string{"http://" + f.Addr()},
 		DataDir: t.TempDir(), ID: "frozen-replica", Exploration: -1, TokenFile: tokenFile(t, testReplicaToken)}, quietLogger(nil))
 	require.NoError(t, err)
-	f.set(true)
+	f.Set(true)
 	closed := make(chan struct{})
 	go func() { d.Close(); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(45 * time.Second):
-		f.set(false)
+		f.Set(false)
 		<-closed
 		t.Fatal("the decider waited for its frozen etcd to stop")
 	}
