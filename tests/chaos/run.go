@@ -103,12 +103,14 @@ type fault struct {
 // schedule is the faults of a run in order. The short form is fixed: the
 // attacks, then 6 s later (once the requests-per-minute tenant, quiet
 // until the attacks end, spent its burst) a kill -9 of the owner, a
-// SIGSTOP of the next owner, an etcd member restart. The long form draws a
+// SIGTERM of the next owner, the cut (the next owner is d2, in eu-west,
+// the replicas campaigning in the order they started), a SIGSTOP of the
+// owner, an etcd member restart. The long form draws a
 // fault every 15-35 s from the seed, with the attacks again half-way.
 func schedule(o Options, rng *rand.Rand) []fault {
 	if o.Short {
 		return []fault{{faultAttacks, 3 * time.Second}, {faultKillOwner, 6 * time.Second}, {faultTermOwner, 4 * time.Second},
-			{faultPauseOwner, 4 * time.Second}, {faultEtcdRestart, 4 * time.Second}, {faultCut, 4 * time.Second}}
+			{faultCut, 4 * time.Second}, {faultPauseOwner, 4 * time.Second}, {faultEtcdRestart, 4 * time.Second}}
 	}
 	if len(o.Schedule) > 0 {
 		var fs []fault

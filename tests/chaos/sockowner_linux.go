@@ -68,4 +68,3 @@ func procAddr(a netip.AddrPort) string {
 	ip := a.Addr().As4()
 	return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(ip[:]), a.Port())
 }
-

@@ -119,7 +119,7 @@ type system struct {
 	taps     map[string]*tap
 	catPath  string
 	tokens   map[string]string // caller → token file
-	mu       sync.Mutex // guards deciders and edges while they start
+	mu       sync.Mutex        // guards deciders and edges while they start
 	deciders []*decider
 	edges    []*edge
 	// etcdProxies front etcd's members, in order: the deciders' --etcd.
@@ -132,11 +132,11 @@ type decider struct {
 	id, addr, dir string
 	region        string
 	// proxy fronts the decider: its --advertise, and the edges' way to it.
-	proxy         *freezer.Proxy
-	mu            sync.Mutex
-	child         *childproc.Child
-	starts        int
-	paused        bool
+	proxy  *freezer.Proxy
+	mu     sync.Mutex
+	child  *childproc.Child
+	starts int
+	paused bool
 }
 
 type edge struct {
@@ -370,12 +370,17 @@ func (s *system) catalogYAML() string {
 // region, the external etcd and the other replicas' way to it through the
 // freezers, no probes and no exploration (they would send the providers
 // calls of their own), the hedge budget under test, spent as hedges come,
-// and Options.DeciderArgs last.
+// and Options.DeciderArgs last (a later flag wins).
+//
+// --shutdown-timeout is 1 s: a clean stop of the owner resigns only after
+// its gRPC server stopped, and the requests waiting in its admission
+// queues hold the graceful stop until this timeout cuts it, so a clean
+// handover takes as long as it (5 s: 5.1-5.3 s measured; docs/chaos.md).
 func (s *system) deciderArgs(d *decider) []string {
 	args := []string{
 		"--listen=" + d.addr, "--advertise=" + d.proxy.Addr(), "--region=" + d.region,
 		"--etcd=" + s.etcdEndpoints(), "--data-dir=" + d.dir, "--catalog=" + s.catPath, "--id=" + d.id,
-		"--token-file=" + s.tokens["replica"], "--drain-delay=0s", "--shutdown-timeout=5s", "--probe-interval=0", "--exploration=-1",
+		"--token-file=" + s.tokens["replica"], "--drain-delay=0s", "--shutdown-timeout=1s", "--probe-interval=0", "--exploration=-1",
 		"--broker-session-ttl=" + s.sessionTTL.String(),
 		fmt.Sprintf("--hedge-budget-usd=%g", hedgeBudgetUSD), "--hedge-budget-burst=24h",
 		fmt.Sprintf("--hedge-from-tokens=%d", hedgeTokens), fmt.Sprintf("--hedge-immediate-from-tokens=%d", hedgeTokens),

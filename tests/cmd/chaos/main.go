@@ -33,6 +33,10 @@ func main() {
 	fs.DurationVar(&o.SessionTTL, "broker-session-ttl", 3*time.Second, "the deciders' --broker-session-ttl")
 	fs.BoolVar(&o.NoAttacks, "no-attacks", false, "leave the attacks out: the faults alone")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, catalog, etcd data)")
+	fs.Func("decider-arg", "a flag added to every decider's, after the run's own (repeatable; e.g. --decider-arg=--shutdown-timeout=5s)", func(v string) error {
+		o.DeciderArgs = append(o.DeciderArgs, v)
+		return nil
+	})
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of tables")
 	fs.StringVar(&o.Binaries.Decider, "decider-bin", "bin/decider", "the decider binary (make build)")
 	fs.StringVar(&o.Binaries.Edge, "edge-bin", "bin/edge", "the edge binary")
