@@ -355,10 +355,14 @@ func (r *run) watchOwner(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(ownerPoll):
 		}
 	}
 }
+
+// ownerPoll is how often the owner's watch reads the election: it can make
+// a handover's figure later by as much, never earlier.
+const ownerPoll = 25 * time.Millisecond
 
 // inject runs one fault to its end.
 func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
@@ -694,7 +698,9 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 	c, peak := concurrencyCheck(flight, changes, float64(r.o.ConcLimit))
 	res.ConcurrencyPeak = peak
 	res.Checks = append(res.Checks, c)
-	res.Checks = append(res.Checks, r.handovers(changes, slices.Concat(rpmArrivals, concArrivals))...)
+	haArrivals, _ := r.s.taps["p-ha"].record()
+	hbArrivals, _ := r.s.taps["p-hb"].record()
+	res.Checks = append(res.Checks, r.handovers(changes, slices.Concat(rpmArrivals, concArrivals, haArrivals, hbArrivals))...)
 
 	// Ghost slots: after each fault the concurrency tenant is admitted
 	// again at its learning-mode capacity within the session TTL and a
@@ -823,9 +829,10 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 }
 
 // handovers checks, for each kill -9 and SIGTERM of the owner, how soon a
-// new owner admitted: from the signal to the first call of a limited
-// tenant (admitted arrivals, which only the owner grants) that reached its
-// provider once the new owner was seen in etcd. A clean stop hands over
+// new owner admitted: from the signal to the first call of the load that
+// reached its provider once the new owner was seen in etcd (every Decide
+// reserves through the owner, so while none is elected no call reaches a
+// provider). A clean stop hands over
 // within cleanHandover; a crash within the session TTL and a second.
 func (r *run) handovers(changes []ownerChange, admitted []time.Time) []Check {
 	slices.SortFunc(admitted, time.Time.Compare)
