@@ -14,13 +14,16 @@ import (
 )
 
 // TestChaosShort runs the chaos test's short form (docs/chaos.md): three
-// etcd members, three decider processes, two edges, about 70 s of load
-// against tight tenants with a kill -9 of the broker's owner, a SIGSTOP of
-// the next owner past its session and membership lease, an etcd member
-// restart and attacks from valid credentials. Every check is judged from
-// the providers' side (their counters, and a tap in front of each) and
-// must hold: no over-admission, no ghost slots, no lost activity, the
-// hedge budget never exceeded, each attack refused or without effect.
+// etcd members, three decider processes and three edges in two regions,
+// about 90 s of load against tight tenants with a kill -9 of the broker's
+// owner, a SIGTERM of the next, a SIGSTOP of the next past its session and
+// membership lease, an etcd member restart, eu-west cut off past the
+// session TTL and attacks from valid credentials. Every check is judged
+// from the providers' side (their counters, and a tap in front of each)
+// and must hold: no over-admission, handovers within their bounds, no
+// ghost slots, no lost activity through any replica, every replica
+// learning every edge's calls after the faults, the hedge budget never
+// exceeded, each attack refused or without effect.
 // The etcd members are embedded, or processes of the etcd binary that
 // SWITCHBOARD_CHAOS_ETCD names (e.g. Debian's etcd-server, /usr/bin/etcd;
 // `make chaos CHAOSFLAGS=--etcd-bin=...` runs the long form on it).

@@ -12,15 +12,16 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
+	"github.com/switchboard-ai/switchboard/tests/freezer"
 )
 
 // frozenReplica starts a decider (the owner, on an embedded etcd) and a
 // replica that reaches that etcd through a freezer, with an edge on the
 // replica unless noEdge; the freezer thaws before the replica closes, as a
 // decider stops against a live etcd.
-func frozenReplica(t *testing.T, id string, noEdge bool) (*stack, *freezer) {
+func frozenReplica(t *testing.T, id string, noEdge bool) (*stack, *freezer.Proxy) {
 	t.Helper()
-	var f *freezer
+	var f *freezer.Proxy
 	s := startStack(t, stackOptions{noEdge: noEdge, replicas: []string{id + "-replica"},
 		catalog: func(func(string) string) string {
 			return fmt.Sprintf(`
@@ -36,10 +37,10 @@ tenants:
 		tune: func(c *deciderapp.Config) { c.ID = id + "-owner" },
 		replicaEtcd: func(s *stack) string {
 			f = startFreezer(t, strings.TrimPrefix(s.decider.EtcdEndpoint(), "http://"))
-			return "http://" + f.ln.Addr().String()
+			return "http://" + f.Addr()
 		},
 		edgeTo: func(s *stack) string { return s.replicas[0].Addr() }})
-	t.Cleanup(func() { f.set(false) })
+	t.Cleanup(func() { f.Set(false) })
 	return s, f
 }
 
@@ -61,7 +62,7 @@ func TestReadinessFollowsTheDecidersEtcd(t *testing.T) {
 	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusOK }, 20*time.Second, 50*time.Millisecond,
 		"ready while etcd answers")
 
-	f.set(true)
+	f.Set(true)
 	var body map[string]string
 	require.Eventually(t, func() bool {
 		var code int
@@ -71,7 +72,7 @@ func TestReadinessFollowsTheDecidersEtcd(t *testing.T) {
 	require.Equal(t, "not_ready", body["status"])
 	require.Contains(t, body["reason"], "admission")
 
-	f.set(false)
+	f.Set(false)
 	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusOK }, 30*time.Second, 50*time.Millisecond,
 		"ready again once etcd is back")
 }
@@ -82,13 +83,13 @@ func TestReadinessFollowsTheDecidersEtcd(t *testing.T) {
 func TestDeciderStopsWhileItsEtcdIsFrozen(t *testing.T) {
 	s, f := frozenReplica(t, "frozen", true)
 	d := s.replicas[0]
-	f.set(true)
+	f.Set(true)
 	closed := make(chan struct{})
 	go func() { d.Close(); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(45 * time.Second):
-		f.set(false)
+		f.Set(false)
 		<-closed
 		t.Fatal("the decider waited for its frozen etcd to stop")
 	}

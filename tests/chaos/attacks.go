@@ -63,7 +63,7 @@ func (s *system) attacks(ctx context.Context, hc *http.Client, at int) []Check {
 // the attacker's service filled with reservations (not the one whose
 // route its reconcile paused).
 func (s *system) servedAfterFill(ctx context.Context, hc *http.Client) Check {
-	c := Check{Name: "after the fill, tenant victim is served on chaos/fill", Bound: "200 from p-spare through both edges", OK: true}
+	c := Check{Name: "after the fill, tenant victim is served on chaos/fill", Bound: "200 from p-spare through every edge", OK: true}
 	var got []string
 	for _, e := range s.edges {
 		a := ask(ctx, hc, e, tenantVictim, keyVictim, modelFill, "still there", 4, false, "")
@@ -167,7 +167,7 @@ func (s *system) attackFill(ctx context.Context, svc switchboardv1.DeciderClient
 // tenant victim's next requests on that endpoint, through either edge, must
 // be served by it, not refused as paused.
 func (s *system) attackServiceHeaders(ctx context.Context, hc *http.Client, svc switchboardv1.DeciderClient) Check {
-	c := Check{Name: "attack: mallory's service reconciles with retry-after: 590", Bound: "victim served on p-spare through both edges"}
+	c := Check{Name: "attack: mallory's service reconciles with retry-after: 590", Bound: "victim served on p-spare through every edge"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := svc.Reserve(cctx, reserveReq(modelSpare, "scope-1", "scope-1-key", time.Minute))

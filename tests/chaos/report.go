@@ -40,7 +40,10 @@ type Result struct {
 	// OverAdmission is how far the worst sliding window of the
 	// requests-per-minute tenant went past its bound (0 when within).
 	OverAdmission float64 `json:"over_admission"`
-	// ConcurrencyPeak is the most calls of the 4-concurrent tenant the
+	// RPMLimit and ConcLimit are the tenants' limits the run used.
+	RPMLimit  int `json:"rpm_limit"`
+	ConcLimit int `json:"conc_limit"`
+	// ConcurrencyPeak is the most calls of the concurrency tenant the
 	// provider had in flight at once.
 	ConcurrencyPeak int `json:"concurrency_peak"`
 	// ActivityLost counts answered requests no replica lists.
@@ -74,7 +77,8 @@ func (r *Result) Failed() []Check {
 
 // Print writes the events, the answers and the checks as tables.
 func (r *Result) Print(w io.Writer) {
-	fmt.Fprintf(w, "chaos run: seed %d, load %s, etcd: %s\n\nevents:\n", r.Seed, r.Duration.Round(time.Second), r.Etcd)
+	fmt.Fprintf(w, "chaos run: seed %d, load %s, etcd: %s, tenant rpm %d/min, tenant conc %d in flight\n\nevents:\n",
+		r.Seed, r.Duration.Round(time.Second), r.Etcd, r.RPMLimit, r.ConcLimit)
 	for _, e := range r.Events {
 		fmt.Fprintf(w, "  %7.1fs  %s\n", e.At.Seconds(), e.What)
 	}
@@ -113,6 +117,21 @@ func (r *Result) Print(w io.Writer) {
 type ownerChange struct {
 	at       time.Time
 	from, to int
+}
+
+// cleanHandover bounds a clean handover: from SIGTERM to the owner to the
+// first call a new owner admitted.
+const cleanHandover = 3 * time.Second
+
+// nextOwner is the first change of owner within 30 s of fault f to
+// another decider than the one it hit.
+func nextOwner(changes []ownerChange, f *faultRecord) (ownerChange, bool) {
+	for _, ch := range changes {
+		if ch.at.After(f.at) && ch.at.Before(f.at.Add(30*time.Second)) && ch.to != f.decider {
+			return ch, true
+		}
+	}
+	return ownerChange{}, false
 }
 
 // keep is what learning mode holds back of a bucket of limit units (half,

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,15 +21,28 @@ import (
 type Options struct {
 	// Binaries are the services to run. (Required)
 	Binaries Binaries
-	// Short runs the fixed schedule of the end-to-end test: about 70 s of
-	// load with one of each fault. Otherwise Duration and Seed draw the
-	// schedule.
+	// Short runs the fixed schedule of the end-to-end test: about 90 s of
+	// load with one of each fault, the short form's tenant limits.
+	// Otherwise Schedule, or Duration and Seed, make the schedule.
 	Short bool
-	// Duration is how long the load runs (long form). (Optional) Defaults
-	// to 5 minutes.
+	// Duration is how long the load runs (long form, without a Schedule).
+	// (Optional) Defaults to 5 minutes.
 	Duration time.Duration
-	// Seed draws the long form's faults. (Optional) Defaults to the time.
+	// Seed draws the long form's faults, their gaps and the tenants'
+	// limits not given. (Optional) Defaults to the time.
 	Seed int64
+	// Schedule, if set, is the long form's faults in order, by name
+	// (attacks, kill, term, pause, etcd, cut: ParseSchedule), each after a
+	// gap drawn from Seed (15-35 s); the load ends 8 s after the last.
+	// (Optional)
+	Schedule []string
+	// RPMLimit and ConcLimit are tenant rpm's requests a minute and tenant
+	// conc's requests in flight. (Optional) The short form's are 50 and 4;
+	// the long form draws them from Seed (30-90, 3-6).
+	RPMLimit, ConcLimit int
+	// DeciderArgs are added to every decider's flags, after the run's own.
+	// (Optional)
+	DeciderArgs []string
 	// SessionTTL is the deciders' --broker-session-ttl. (Optional)
 	// Defaults to 3 s.
 	SessionTTL time.Duration
@@ -52,10 +66,32 @@ const (
 	faultKillOwner
 	faultPauseOwner
 	faultEtcdRestart
+	faultTermOwner
+	faultCut
 )
 
 func (k faultKind) String() string {
-	return [...]string{"attacks", "kill -9 of the owner", "SIGSTOP of the owner", "etcd member restart"}[k]
+	return [...]string{"attacks", "kill -9 of the owner", "SIGSTOP of the owner", "etcd member restart", "SIGTERM of the owner", "cut of eu-west"}[k]
+}
+
+// faultNames are the faults' names in a schedule (--schedule).
+var faultNames = map[string]faultKind{
+	"attacks": faultAttacks, "kill": faultKillOwner, "term": faultTermOwner,
+	"pause": faultPauseOwner, "etcd": faultEtcdRestart, "cut": faultCut,
+}
+
+// ParseSchedule reads a schedule: fault names separated by commas, each
+// one of attacks, kill, term, pause, etcd and cut.
+func ParseSchedule(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if _, ok := faultNames[f]; !ok {
+			return nil, fmt.Errorf("fault %q: not one of attacks, kill, term, pause, etcd, cut", f)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 type fault struct {
@@ -67,17 +103,31 @@ type fault struct {
 // schedule is the faults of a run in order. The short form is fixed: the
 // attacks, then 6 s later (once the requests-per-minute tenant, quiet
 // until the attacks end, spent its burst) a kill -9 of the owner, a
-// SIGSTOP of the next owner, an etcd member restart. The long form draws a
+// SIGTERM of the next owner, the cut (the next owner is d2, in eu-west,
+// the replicas campaigning in the order they started), a SIGSTOP of the
+// owner, an etcd member restart. The long form draws a
 // fault every 15-35 s from the seed, with the attacks again half-way.
 func schedule(o Options, rng *rand.Rand) []fault {
 	if o.Short {
-		return []fault{{faultAttacks, 3 * time.Second}, {faultKillOwner, 6 * time.Second}, {faultPauseOwner, 4 * time.Second}, {faultEtcdRestart, 4 * time.Second}}
+		return []fault{{faultAttacks, 3 * time.Second}, {faultKillOwner, 6 * time.Second}, {faultTermOwner, 4 * time.Second},
+			{faultCut, 4 * time.Second}, {faultPauseOwner, 4 * time.Second}, {faultEtcdRestart, 4 * time.Second}}
+	}
+	if len(o.Schedule) > 0 {
+		var fs []fault
+		for i, name := range o.Schedule {
+			gap := time.Duration(15+rng.IntN(21)) * time.Second
+			if i == 0 {
+				gap = 3 * time.Second
+			}
+			fs = append(fs, fault{faultNames[name], gap})
+		}
+		return fs
 	}
 	fs := []fault{{faultAttacks, 3 * time.Second}}
 	at := 15 * time.Second
 	attacked := false
 	for at < o.Duration-30*time.Second {
-		k := faultKind(1 + rng.IntN(3))
+		k := []faultKind{faultKillOwner, faultPauseOwner, faultEtcdRestart, faultTermOwner, faultCut}[rng.IntN(5)]
 		if !attacked && at > o.Duration/2 {
 			k, attacked = faultAttacks, true
 		}
@@ -89,12 +139,17 @@ func schedule(o Options, rng *rand.Rand) []fault {
 }
 
 // faultLength is how long a fault lasts: a killed owner is restarted 4 s
-// later, a paused one continued past its session and its membership lease,
-// an etcd member is down for 3 s.
+// later, a terminated one 1 s after it ended, a paused one continued past
+// its session and its membership lease, an etcd member is down for 3 s,
+// the regions are cut apart past the session TTL (TTL + 3 s).
 func faultLength(k faultKind, ttl time.Duration) time.Duration {
 	switch k {
 	case faultKillOwner:
 		return 4 * time.Second
+	case faultTermOwner:
+		return time.Second
+	case faultCut:
+		return ttl + 3*time.Second
 	case faultPauseOwner:
 		return pauseLength(ttl)
 	case faultEtcdRestart:
@@ -128,11 +183,13 @@ type run struct {
 	faults  []*faultRecord
 }
 
-// faultRecord is when a fault began and, for a kill or a pause, when the
-// decider served again (restarted, or let go).
+// faultRecord is when a fault began and, for a kill, a SIGTERM or a pause,
+// which decider it hit (-1: none) and when it served again (restarted, or
+// let go); for a cut, when the regions were joined again.
 type faultRecord struct {
 	kind        faultKind
 	at, resumed time.Time
+	decider     int
 }
 
 func (r *run) event(format string, args ...any) {
@@ -157,11 +214,25 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	if o.Duration <= 0 {
 		o.Duration = 5 * time.Minute
 	}
-	if o.Short {
-		o.Duration = 5 * time.Minute // a bound only: the short schedule ends the load
+	scheduled := o.Short || len(o.Schedule) > 0
+	if scheduled {
+		o.Duration = time.Hour // a bound only: the schedule's end ends the load
 	}
 	if o.Seed == 0 {
 		o.Seed = time.Now().UnixNano()
+	}
+	// The limits come from a stream of their own, so that a seed draws the
+	// same faults whichever limits are given.
+	limits := rand.New(rand.NewPCG(uint64(o.Seed), 0x5bd1e995)) //nolint:gosec // reproducible, not a secret
+	rpm, conc := 30+limits.IntN(61), 3+limits.IntN(4)
+	if o.Short {
+		rpm, conc = shortRPMLimit, shortConcLimit
+	}
+	if o.RPMLimit <= 0 {
+		o.RPMLimit = rpm
+	}
+	if o.ConcLimit <= 0 {
+		o.ConcLimit = conc
 	}
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 3 * time.Second
@@ -170,7 +241,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Seed: o.Seed, Duration: o.Duration}
+	res := &Result{Seed: o.Seed, Duration: o.Duration, RPMLimit: o.RPMLimit, ConcLimit: o.ConcLimit}
 	if o.Keep {
 		res.Dir = dir
 	}
@@ -181,9 +252,9 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	}()
 	r := &run{o: o, hc: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, start: time.Now()}
 	if o.Progress != nil {
-		fmt.Fprintf(o.Progress, "chaos: seed %d, work directory %s\n", o.Seed, dir)
+		fmt.Fprintf(o.Progress, "chaos: seed %d, tenant rpm %d/min, tenant conc %d in flight, work directory %s\n", o.Seed, o.RPMLimit, o.ConcLimit, dir)
 	}
-	r.s, err = start(ctx, dir, o.Binaries, o.SessionTTL)
+	r.s, err = start(ctx, dir, o)
 	if err != nil {
 		return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 	}
@@ -198,7 +269,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 
 	r.start = time.Now()
-	r.event("load starts: d0 owns the broker; edge A → d0, edge B → d1")
+	r.event("load starts: d0 owns the broker; us-east: etcd, d0, d1, edges A and B; eu-west: d2, edge C")
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -225,10 +296,10 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 			r.quiet.Do(func() { close(r.rpmGo) })
 		}
 	}
-	if o.Short {
+	if scheduled {
 		select {
 		case <-loadCtx.Done():
-		case <-time.After(6 * time.Second):
+		case <-time.After(8 * time.Second):
 		}
 		stopLoad()
 	}
@@ -239,6 +310,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	res.Checks = append(res.Checks, r.learnTogether(ctx, rec))
 	res.ActivityLost = r.activity(ctx, rec.all())
 	stopWatch()
 	<-watched
@@ -283,15 +355,19 @@ func (r *run) watchOwner(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(ownerPoll):
 		}
 	}
 }
 
+// ownerPoll is how often the owner's watch reads the election: it can make
+// a handover's figure later by as much, never earlier.
+const ownerPoll = 25 * time.Millisecond
+
 // inject runs one fault to its end.
 func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 	begin := time.Now()
-	fr := &faultRecord{kind: k, at: begin}
+	fr := &faultRecord{kind: k, at: begin, decider: -1}
 	defer func() {
 		r.mu.Lock()
 		r.faults = append(r.faults, fr)
@@ -316,6 +392,7 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 			r.event("kill -9: no owner to kill (%v)", err)
 			return
 		}
+		fr.at, fr.decider = time.Now(), o
 		r.s.kill(o)
 		r.event("kill -9 d%d (the owner)", o)
 		sleep(faultLength(k, r.o.SessionTTL))
@@ -332,6 +409,7 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 			r.event("SIGSTOP: no owner to pause (%v)", err)
 			return
 		}
+		fr.decider = o
 		r.s.pause(o, true)
 		r.event("SIGSTOP d%d (the owner) for %s", o, pauseLength(r.o.SessionTTL))
 		sleep(pauseLength(r.o.SessionTTL))
@@ -353,6 +431,32 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 			c.Measured = "not registered"
 		}
 		r.check(c)
+	case faultTermOwner:
+		o, err := r.s.owner(ctx)
+		if err != nil || o < 0 {
+			r.event("SIGTERM: no owner to end (%v)", err)
+			return
+		}
+		fr.at, fr.decider = time.Now(), o
+		r.event("SIGTERM d%d (the owner)", o)
+		r.s.term(o)
+		r.event("d%d ended", o)
+		sleep(faultLength(k, r.o.SessionTTL))
+		if err := r.s.startDecider(context.WithoutCancel(ctx), o); err != nil {
+			r.event("restart d%d: %v", o, err)
+			r.check(Check{Name: fmt.Sprintf("d%d restarts after SIGTERM", o), Measured: err.Error(), Bound: "serving"})
+			return
+		}
+		fr.resumed = time.Now()
+		r.event("d%d restarted", o)
+	case faultCut:
+		o, _ := r.s.owner(ctx)
+		r.s.cut(true)
+		r.event("eu-west cut off (d2, edge C; d%d owns the broker) for %s", o, faultLength(k, r.o.SessionTTL))
+		sleep(faultLength(k, r.o.SessionTTL))
+		r.s.cut(false)
+		fr.resumed = time.Now()
+		r.event("eu-west joined again")
 	case faultEtcdRestart:
 		i := rng.IntN(3)
 		r.event("stopping etcd member %d", i)
@@ -371,39 +475,47 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 	}
 }
 
-// listed is every activity record any replica lists for tenant, by id.
-func (r *run) listed(ctx context.Context, tenant string) map[string]*switchboardv1.ActivityRecord {
-	ids := map[string]*switchboardv1.ActivityRecord{}
-	for i := range r.s.deciders {
+// listing is tenant's activity as a listing through the deciders reads
+// it: every page, page n asked of decider via(n), the cursor of each page
+// carried to the next; by id. missing are the replicas a page named as
+// not read; err the first error, which ends the listing.
+func (r *run) listing(ctx context.Context, tenant string, via func(page int) int) (ids map[string]*switchboardv1.ActivityRecord, missing []string, err error) {
+	ids = map[string]*switchboardv1.ActivityRecord{}
+	cursor := ""
+	for page := 0; ; page++ {
+		i := via(page)
 		c, closeRPC, err := r.s.rpc(i, operatorToken)
 		if err != nil {
-			continue
+			return ids, missing, err
 		}
-		cursor := ""
-		for {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			resp, err := c.ListActivity(cctx, &switchboardv1.ListActivityRequest{Identity: &switchboardv1.Identity{TenantId: tenant}, Limit: 500, Cursor: cursor})
-			cancel()
-			if err != nil {
-				break
-			}
-			for _, rec := range resp.GetRecords() {
-				ids[rec.GetId()] = rec
-			}
-			if resp.GetNextCursor() == "" || len(resp.GetRecords()) == 0 {
-				break
-			}
-			cursor = resp.GetNextCursor()
-		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.ListActivity(cctx, &switchboardv1.ListActivityRequest{Identity: &switchboardv1.Identity{TenantId: tenant}, Limit: activityPage, Cursor: cursor})
+		cancel()
 		closeRPC()
+		if err != nil {
+			return ids, missing, fmt.Errorf("d%d: %w", i, err)
+		}
+		missing = append(missing, resp.GetMissingReplicas()...)
+		for _, rec := range resp.GetRecords() {
+			ids[rec.GetId()] = rec
+		}
+		if resp.GetNextCursor() == "" || len(resp.GetRecords()) == 0 {
+			return ids, missing, nil
+		}
+		cursor = resp.GetNextCursor()
 	}
-	return ids
 }
 
-// activity checks that every answered request has an activity record on
-// some replica, waiting up to 30 s for the edges' last batches.
+// activityPage is the page size of the activity listings: small, so that a
+// listing through every replica in turn takes many pages.
+const activityPage = 100
+
+// activity checks that every answered request has an activity record, read
+// through every replica: each replica's listing, and one listing whose
+// pages are asked of each replica in turn with one cursor, must hold every
+// answered request and the same records, no replica missing from any
+// page; waiting up to 30 s for the edges' last batches.
 func (r *run) activity(ctx context.Context, answers []answer) int {
-	defer func() { r.hedgeRecords = r.listed(ctx, tenantHedge) }()
 	want := map[string]map[string]bool{}
 	total := 0
 	for _, a := range answers {
@@ -415,19 +527,47 @@ func (r *run) activity(ctx context.Context, answers []answer) int {
 			total++
 		}
 	}
-	missing := total
+	n := len(r.s.deciders)
+	vias := []struct {
+		name string
+		via  func(int) int
+	}{{"one cursor through d0, d1, d2 in turn", func(p int) int { return p % n }}}
+	for i := range n {
+		vias = append(vias, struct {
+			name string
+			via  func(int) int
+		}{fmt.Sprintf("d%d", i), func(int) int { return i }})
+	}
+	var missing int
+	var problems []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		missing = 0
+		missing, problems = 0, nil
 		for tenant, ids := range want {
-			have := r.listed(ctx, tenant)
-			for id := range ids {
-				if have[id] == nil {
-					missing++
+			var first map[string]*switchboardv1.ActivityRecord
+			for k, v := range vias {
+				have, gone, err := r.listing(ctx, tenant, v.via)
+				if err != nil || len(gone) > 0 {
+					problems = append(problems, fmt.Sprintf("%s, tenant %s: %v missing replicas %v", v.name, tenant, err, gone))
+				}
+				lost := 0
+				for id := range ids {
+					if have[id] == nil {
+						lost++
+					}
+				}
+				missing = max(missing, lost)
+				if k == 0 {
+					first = have
+					if tenant == tenantHedge {
+						r.hedgeRecords = have
+					}
+				} else if !sameIDs(first, have) {
+					problems = append(problems, fmt.Sprintf("tenant %s: %s lists %d records, %s %d, not the same", tenant, vias[0].name, len(first), v.name, len(have)))
 				}
 			}
 		}
-		if missing == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+		if (missing == 0 && len(problems) == 0) || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
 		select {
@@ -435,8 +575,99 @@ func (r *run) activity(ctx context.Context, answers []answer) int {
 		case <-time.After(time.Second):
 		}
 	}
-	r.check(Check{Name: "activity lost: answered requests no replica lists", Measured: fmt.Sprintf("%d of %d", missing, total), Bound: "0", OK: missing == 0 && total > 0})
+	r.check(Check{Name: "activity lost: answered requests a listing through a replica misses", Measured: fmt.Sprintf("%d of %d, at most, through any replica", missing, total), Bound: "0", OK: missing == 0 && total > 0})
+	m := fmt.Sprintf("%d listings of each tenant, the same records", len(vias))
+	if len(problems) > 0 {
+		m = strings.Join(problems, "; ")
+	}
+	r.check(Check{Name: "activity read through every replica, and with one cursor through each in turn", Measured: m, Bound: "the same records, no replica missing", OK: len(problems) == 0})
 	return missing
+}
+
+// traceCalls is how many calls of the tracer model each edge sends once the
+// load ended: with three edges, fewer than a statistics series holds (64).
+const traceCalls = 8
+
+// learnTogether checks that the replicas learn together once every fault
+// is over: traceCalls streams of the tracer model (its own endpoint,
+// p-trace, which nothing else calls) through each edge, one after the
+// other, the eu-west edge's included; then every replica must count a
+// first-token sample for each one answered (GetEndpointStats, every size
+// bucket), whichever replica the edge reported it to, within 15 s.
+func (r *run) learnTogether(ctx context.Context, rec *recorder) Check {
+	c := Check{Name: "replicas learn together: first-token samples of the tracer's calls on each replica", Bound: "every answered call, on every replica, within 15 s"}
+	answered := int64(0)
+	for _, e := range r.s.edges {
+		for i := range traceCalls {
+			a := ask(ctx, r.hc, e, tenantVictim, keyVictim, modelTrace, fmt.Sprintf("trace %s %d", e.name, i), 4, true, "")
+			rec.add(a)
+			if a.status == http.StatusOK {
+				answered++
+			}
+		}
+	}
+	counts := make([]int64, len(r.s.deciders))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for i := range r.s.deciders {
+			counts[i] = r.traceSamples(ctx, i)
+		}
+		if !slices.ContainsFunc(counts, func(n int64) bool { return n != answered }) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	var parts []string
+	for i, n := range counts {
+		parts = append(parts, fmt.Sprintf("d%d %d", i, n))
+	}
+	c.Measured = fmt.Sprintf("%d answered; samples: %s", answered, strings.Join(parts, ", "))
+	c.OK = answered > 0 && !slices.ContainsFunc(counts, func(n int64) bool { return n != answered })
+	return c
+}
+
+// traceSamples is decider i's count of first-token samples of the tracer's
+// endpoint, every size bucket; -1 when it cannot be read.
+func (r *run) traceSamples(ctx context.Context, i int) int64 {
+	c, closeRPC, err := r.s.rpc(i, operatorToken)
+	if err != nil {
+		return -1
+	}
+	defer closeRPC()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.GetEndpointStats(cctx, &switchboardv1.GetEndpointStatsRequest{Model: modelTrace})
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, m := range resp.GetModels() {
+		for _, ep := range m.GetEndpoints() {
+			if ep.GetProvider() != "p-trace" {
+				continue
+			}
+			for _, b := range ep.GetTtft() {
+				n += b.GetSamples()
+			}
+		}
+	}
+	return n
+}
+
+// sameIDs reports whether a and b hold the same ids.
+func sameIDs(a, b map[string]*switchboardv1.ActivityRecord) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id := range a {
+		if b[id] == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // measure turns what the taps, the providers and the clients saw into the
@@ -460,21 +691,24 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 		r.dump(answers)
 	}
 	rpmArrivals, _ := r.s.taps["p-rpm"].record()
-	c, over := rateCheck(rpmArrivals, changes, rpmLimit, ttl)
+	c, over := rateCheck(rpmArrivals, changes, float64(r.o.RPMLimit), ttl)
 	res.OverAdmission = over
 	res.Checks = append(res.Checks, c)
-	_, flight := r.s.taps["p-conc"].record()
-	c, peak := concurrencyCheck(flight, changes, concLimit)
+	concArrivals, flight := r.s.taps["p-conc"].record()
+	c, peak := concurrencyCheck(flight, changes, float64(r.o.ConcLimit))
 	res.ConcurrencyPeak = peak
 	res.Checks = append(res.Checks, c)
+	haArrivals, _ := r.s.taps["p-ha"].record()
+	hbArrivals, _ := r.s.taps["p-hb"].record()
+	res.Checks = append(res.Checks, r.handovers(changes, slices.Concat(rpmArrivals, concArrivals, haArrivals, hbArrivals))...)
 
 	// Ghost slots: after each fault the concurrency tenant is admitted
 	// again at its learning-mode capacity within the session TTL and a
 	// second of the moment a new owner was known (or of the fault, when
-	// the owner did not change). After a kill or a pause, not before the
-	// replica runs again: the edge that knows only it reconciles its calls
-	// (and gives their slots back) only then.
-	target := int(concLimit - keep(concLimit))
+	// the owner did not change; of the heal, after a cut). After a kill, a
+	// SIGTERM or a pause, not before the replica runs again: slots of calls
+	// whose reconciliations wait for it are held, not lost.
+	target := int(float64(r.o.ConcLimit) - keep(float64(r.o.ConcLimit)))
 	for _, f := range r.faults {
 		if f.kind == faultAttacks {
 			continue
@@ -482,27 +716,25 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 		name := fmt.Sprintf("ghost slots after %s at %.0fs", f.kind, f.at.Sub(r.start).Seconds())
 		t0 := f.at
 		label := "the fault"
-		if f.kind != faultEtcdRestart {
-			found := false
-			for _, ch := range changes {
-				if ch.at.After(f.at) && ch.at.Before(f.at.Add(30*time.Second)) {
-					t0, found, label = ch.at, true, "the new owner"
-					break
-				}
-			}
+		switch f.kind {
+		case faultCut:
+			t0, label = f.resumed, "the heal"
+		case faultKillOwner, faultTermOwner, faultPauseOwner:
+			ch, found := nextOwner(changes, f)
 			if !found {
 				res.Checks = append(res.Checks, Check{Name: name, Measured: "no new owner within 30 s", Bound: "a new owner"})
 				continue
 			}
+			t0, label = ch.at, "the new owner"
 			if f.resumed.After(t0) {
-				t0, label = f.resumed, "SIGCONT"
-				if f.kind == faultKillOwner {
-					label = "the restart"
+				t0, label = f.resumed, "the restart"
+				if f.kind == faultPauseOwner {
+					label = "SIGCONT"
 				}
 			}
 		}
 		limit := ttl + time.Second
-		if t0.Add(limit).After(r.start.Add(res.Duration)) {
+		if t0.IsZero() || t0.Add(limit).After(r.start.Add(res.Duration)) {
 			continue // the load ended before the deadline: nothing to measure
 		}
 		d := recovery(flight, t0, t0.Add(30*time.Second), target)
@@ -594,6 +826,45 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 			fmt.Fprintf(r.o.Progress, "chaos: FAIL %s: %s (bound %s)\n", c.Name, c.Measured, c.Bound)
 		}
 	}
+}
+
+// handovers checks, for each kill -9 and SIGTERM of the owner, how soon a
+// new owner admitted: from the signal to the first call of the load that
+// reached its provider once the new owner was seen in etcd (every Decide
+// reserves through the owner, so while none is elected no call reaches a
+// provider). A clean stop hands over
+// within cleanHandover; a crash within the session TTL and a second.
+func (r *run) handovers(changes []ownerChange, admitted []time.Time) []Check {
+	slices.SortFunc(admitted, time.Time.Compare)
+	var out []Check
+	for _, f := range r.faults {
+		if (f.kind != faultKillOwner && f.kind != faultTermOwner) || f.decider < 0 {
+			continue
+		}
+		bound, how := r.o.SessionTTL+time.Second, "TTL + 1 s"
+		if f.kind == faultTermOwner {
+			bound, how = cleanHandover, "a clean handover"
+		}
+		c := Check{Name: fmt.Sprintf("handover after %s d%d at %.0fs", f.kind, f.decider, f.at.Sub(r.start).Seconds()),
+			Bound: fmt.Sprintf("< %s (%s)", bound, how)}
+		ch, found := nextOwner(changes, f)
+		if !found {
+			c.Measured = "no new owner within 30 s"
+			out = append(out, c)
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(admitted, ch.at, time.Time.Compare)
+		if i == len(admitted) || admitted[i].After(f.at.Add(30*time.Second)) {
+			c.Measured = fmt.Sprintf("d%d owns %.2f s after; nothing admitted within 30 s", ch.to, ch.at.Sub(f.at).Seconds())
+			out = append(out, c)
+			continue
+		}
+		d := admitted[i].Sub(f.at)
+		c.Measured = fmt.Sprintf("d%d owns %.2f s after, admits %.2f s after", ch.to, ch.at.Sub(f.at).Seconds(), d.Seconds())
+		c.OK = d < bound
+		out = append(out, c)
+	}
+	return out
 }
 
 // dailyResets is how many times 00:00 UTC falls in (from, to].

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	"github.com/switchboard-ai/switchboard/pkg/childproc"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/tests/freezer"
 	"github.com/switchboard-ai/switchboard/tests/loadtest"
 )
 
@@ -52,15 +54,20 @@ const (
 	tenantVictim, keyVictim           = "victim", "chaos-key-victim"
 	tenantMallory, keyMallory         = "mallory", "chaos-key-mallory"
 	modelSpare, modelSpare2           = "chaos/spare", "chaos/spare2"
+	// modelTrace is the tracer's model, on a provider of its own (p-trace):
+	// its calls are counted in every replica's statistics.
+	modelTrace = "chaos/trace"
 	// modelFill is the model of the attacker's many reservations, apart
 	// from the spare model whose route its own reconcile pauses for it.
 	modelFill = "chaos/fill"
 )
 
-// The limits under test.
+// The limits under test: the short form's tenant limits (the long form
+// draws its own from the seed, or takes Options.RPMLimit and ConcLimit),
+// and the hedge budget.
 const (
-	rpmLimit  = 50 // tenant rpm: requests per minute
-	concLimit = 4  // tenant conc: requests in flight
+	shortRPMLimit  = 50 // tenant rpm: requests per minute
+	shortConcLimit = 4  // tenant conc: requests in flight
 	// hedgeBudgetUSD is the decider's daily hedge budget, shared by every
 	// edge; only tenant hedge's requests are large streams, so only they
 	// are hedged.
@@ -76,10 +83,28 @@ const (
 var hedgePrices = map[string][2]float64{"p-ha": {4, 8}, "p-hb": {5, 10}}
 
 // providers of the simulator, one per endpoint: p-rpm, p-conc, p-ha, p-hb,
-// p-spare (the spare models the attacks aim at).
-var providerNames = []string{"p-rpm", "p-conc", "p-ha", "p-hb", "p-spare"}
+// p-spare (the spare models the attacks aim at), p-trace (the tracer's).
+var providerNames = []string{"p-rpm", "p-conc", "p-ha", "p-hb", "p-spare", "p-trace"}
 
 const upstreamModel = "sim-model"
+
+// The regions: etcd's three members, deciders d0 and d1 and edges A and B
+// in the first; decider d2 and edge C in the second. Every connection
+// between processes goes through a freezer in front of its server (each
+// decider's and each etcd member's), which a cut freezes for the
+// connections whose client is in the other region.
+const (
+	regionEast = "us-east"
+	regionWest = "eu-west"
+)
+
+// deciderRegions and edgeRegions place the deciders (by index) and the
+// edges (by name); etcd's members are all in regionEast.
+var (
+	deciderRegions = []string{regionEast, regionEast, regionWest}
+	edgeNames      = []string{"A", "B", "C"}
+	edgeRegions    = map[string]string{"A": regionEast, "B": regionEast, "C": regionWest}
+)
 
 // system is the whole deployment on loopback.
 type system struct {
@@ -94,32 +119,41 @@ type system struct {
 	taps     map[string]*tap
 	catPath  string
 	tokens   map[string]string // caller → token file
+	mu       sync.Mutex        // guards deciders and edges while they start
 	deciders []*decider
 	edges    []*edge
+	// etcdProxies front etcd's members, in order: the deciders' --etcd.
+	etcdProxies []*freezer.Proxy
+	// o are the run's options: the tenants' limits.
+	o Options
 }
 
 type decider struct {
 	id, addr, dir string
-	mu            sync.Mutex
-	child         *childproc.Child
-	starts        int
-	paused        bool
+	region        string
+	// proxy fronts the decider: its --advertise, and the edges' way to it.
+	proxy  *freezer.Proxy
+	mu     sync.Mutex
+	child  *childproc.Child
+	starts int
+	paused bool
 }
 
 type edge struct {
-	name, url string
-	child     *childproc.Child
-	decider   int
+	name, url, region string
+	child             *childproc.Child
 }
 
 // start brings the deployment up: etcd, the simulator with its taps, the
-// three deciders (d0 first, so it owns the broker), and edge A in front of
-// d0 (the owner) and edge B in front of d1 (a replica that forwards).
-func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Duration) (_ *system, err error) {
+// three deciders (d0 first, so it owns the broker), each behind its
+// freezer, and the three edges, each given every decider, its own
+// region's first.
+func start(ctx context.Context, dir string, o Options) (_ *system, err error) {
+	bins := o.Binaries
 	if bins.Decider == "" || bins.Edge == "" || bins.Provsim == "" {
 		return nil, errors.New("the decider, edge and provsim binaries are all needed")
 	}
-	s := &system{dir: dir, bins: bins, sessionTTL: sessionTTL, simURLs: map[string]string{}, taps: map[string]*tap{}, tokens: map[string]string{}}
+	s := &system{dir: dir, bins: bins, sessionTTL: o.SessionTTL, o: o, simURLs: map[string]string{}, taps: map[string]*tap{}, tokens: map[string]string{}}
 	defer func() { //nolint:contextcheck // stopping must not depend on the start's context, which may be what ended it
 		if err != nil {
 			s.stop()
@@ -134,6 +168,13 @@ func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Durat
 	}
 	if s.etcd, err = startCluster(ctx, dir, bins.Etcd); err != nil {
 		return nil, err
+	}
+	for _, ep := range strings.Split(s.etcd.endpoints(), ",") {
+		p, err := freezer.Start(strings.TrimPrefix(ep, "http://"), s.crosses(regionEast))
+		if err != nil {
+			return nil, err
+		}
+		s.etcdProxies = append(s.etcdProxies, p)
 	}
 	s.cli, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(s.etcd.endpoints(), ","), DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -155,8 +196,13 @@ func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Durat
 		if err != nil {
 			return nil, err
 		}
-		d := &decider{id: fmt.Sprintf("d%d", i), addr: addr, dir: filepath.Join(dir, fmt.Sprintf("d%d", i))}
+		d := &decider{id: fmt.Sprintf("d%d", i), addr: addr, dir: filepath.Join(dir, fmt.Sprintf("d%d", i)), region: deciderRegions[i]}
+		if d.proxy, err = freezer.Start(addr, s.crosses(d.region)); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
 		s.deciders = append(s.deciders, d)
+		s.mu.Unlock()
 		if err := s.startDecider(ctx, i); err != nil {
 			return nil, err
 		}
@@ -166,12 +212,75 @@ func start(ctx context.Context, dir string, bins Binaries, sessionTTL time.Durat
 			}
 		}
 	}
-	for i, name := range []string{"A", "B"} {
-		if err := s.startEdge(ctx, name, i); err != nil {
+	for _, name := range edgeNames {
+		if err := s.startEdge(ctx, name); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// crosses is a freezer's hold function for a server in region: a
+// connection is held by a cut when its client is a decider or an edge of
+// another region. Only deciders and edges connect through the freezers
+// (the harness's own clients go straight to the servers); a client not
+// found among them is one started a moment ago whose process this one has
+// not recorded yet, looked for again for up to a second.
+func (s *system) crosses(region string) func(net.Conn) bool {
+	return func(c net.Conn) bool {
+		for range 100 {
+			regions := s.processRegions()
+			pids := make([]int, 0, len(regions))
+			for pid := range regions {
+				pids = append(pids, pid)
+			}
+			if r, ok := regions[sockOwner(c, pids)]; ok {
+				return r != region
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
+}
+
+// processRegions is the region of every decider and edge process, by pid.
+func (s *system) processRegions() map[int]string {
+	regions := map[int]string{}
+	s.mu.Lock()
+	deciders := s.deciders
+	s.mu.Unlock()
+	for _, d := range deciders {
+		d.mu.Lock()
+		if d.child != nil {
+			regions[d.child.Pid()] = d.region
+		}
+		d.mu.Unlock()
+	}
+	s.mu.Lock()
+	for _, e := range s.edges {
+		regions[e.child.Pid()] = e.region
+	}
+	s.mu.Unlock()
+	return regions
+}
+
+// cut freezes (true) or heals (false) every connection between the regions.
+func (s *system) cut(frozen bool) {
+	for _, p := range s.etcdProxies {
+		p.Set(frozen)
+	}
+	for _, d := range s.deciders {
+		d.proxy.Set(frozen)
+	}
+}
+
+// etcdEndpoints is the deciders' --etcd: every member through its freezer.
+func (s *system) etcdEndpoints() string {
+	var eps []string
+	for _, p := range s.etcdProxies {
+		eps = append(eps, "http://"+p.Addr())
+	}
+	return strings.Join(eps, ",")
 }
 
 func (s *system) startSim(ctx context.Context) error {
@@ -235,6 +344,8 @@ func (s *system) catalogYAML() string {
 	ep("p-spare", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelSpare2)
 	ep("p-spare", 1, 2)
+	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelTrace)
+	ep("p-trace", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelFill)
 	ep("p-spare", 1, 2)
 	b.WriteString("tenants:\n")
@@ -244,8 +355,8 @@ func (s *system) catalogYAML() string {
 			fmt.Fprintf(&b, "    limits: [%s]\n", limits)
 		}
 	}
-	tenant(tenantRPM, keyRPM, fmt.Sprintf("{unit: requests, per: minute, capacity: %d}", rpmLimit))
-	tenant(tenantConc, keyConc, fmt.Sprintf("{unit: concurrent_requests, capacity: %d}", concLimit))
+	tenant(tenantRPM, keyRPM, fmt.Sprintf("{unit: requests, per: minute, capacity: %d}", s.o.RPMLimit))
+	tenant(tenantConc, keyConc, fmt.Sprintf("{unit: concurrent_requests, capacity: %d}", s.o.ConcLimit))
 	tenant(tenantHedge, keyHedge, "")
 	tenant(tenantVictim, keyVictim, "")
 	tenant(tenantMallory, keyMallory, "")
@@ -255,17 +366,26 @@ func (s *system) catalogYAML() string {
 	return b.String()
 }
 
-// deciderArgs are a decider's flags: the external etcd, no probes and no
-// exploration (they would send the providers calls of their own), the hedge
-// budget under test, spent as hedges come.
+// deciderArgs are a decider's flags, the one place they are set: its
+// region, the external etcd and the other replicas' way to it through the
+// freezers, no probes and no exploration (they would send the providers
+// calls of their own), the hedge budget under test, spent as hedges come,
+// and Options.DeciderArgs last (a later flag wins).
+//
+// --shutdown-timeout is 1 s: a clean stop of the owner resigns only after
+// its gRPC server stopped, and the requests waiting in its admission
+// queues hold the graceful stop until this timeout cuts it, so a clean
+// handover takes as long as it (5 s: 5.1-5.3 s measured; docs/chaos.md).
 func (s *system) deciderArgs(d *decider) []string {
-	return []string{
-		"--listen=" + d.addr, "--etcd=" + s.etcd.endpoints(), "--data-dir=" + d.dir, "--catalog=" + s.catPath, "--id=" + d.id,
-		"--token-file=" + s.tokens["replica"], "--drain-delay=0s", "--shutdown-timeout=5s", "--probe-interval=0", "--exploration=-1",
+	args := []string{
+		"--listen=" + d.addr, "--advertise=" + d.proxy.Addr(), "--region=" + d.region,
+		"--etcd=" + s.etcdEndpoints(), "--data-dir=" + d.dir, "--catalog=" + s.catPath, "--id=" + d.id,
+		"--token-file=" + s.tokens["replica"], "--drain-delay=0s", "--shutdown-timeout=1s", "--probe-interval=0", "--exploration=-1",
 		"--broker-session-ttl=" + s.sessionTTL.String(),
 		fmt.Sprintf("--hedge-budget-usd=%g", hedgeBudgetUSD), "--hedge-budget-burst=24h",
 		fmt.Sprintf("--hedge-from-tokens=%d", hedgeTokens), fmt.Sprintf("--hedge-immediate-from-tokens=%d", hedgeTokens),
 	}
+	return append(args, s.o.DeciderArgs...)
 }
 
 func (s *system) startDecider(ctx context.Context, i int) error {
@@ -284,13 +404,25 @@ func (s *system) startDecider(ctx context.Context, i int) error {
 	return waitServing(ctx, c, d.addr)
 }
 
-func (s *system) startEdge(ctx context.Context, name string, deciderIdx int) error {
+// startEdge starts edge name in its region, given every decider through
+// its freezer, its own region's first.
+func (s *system) startEdge(ctx context.Context, name string) error {
 	addr, err := childproc.FreePort()
 	if err != nil {
 		return err
 	}
+	region := edgeRegions[name]
+	var near, far []string
+	for _, d := range s.deciders {
+		if d.region == region {
+			near = append(near, d.proxy.Addr())
+		} else {
+			far = append(far, d.proxy.Addr())
+		}
+	}
 	args := []string{
-		"--listen=" + addr, "--decider=" + s.deciders[deciderIdx].addr, "--decider-token-file=" + s.tokens["edge"], "--edge-id=edge" + name,
+		"--listen=" + addr, "--decider=" + strings.Join(append(near, far...), ","), "--region=" + region,
+		"--decider-token-file=" + s.tokens["edge"], "--edge-id=edge" + name,
 		"--reserve-timeout=5s", "--hedge-acquire-timeout=5s", "--drain-delay=0s", "--shutdown-grace=2s", "--report-flush-interval=50ms",
 		"--decider-keepalive=5s",
 		// The checks count every provider call against the broker's
@@ -302,8 +434,10 @@ func (s *system) startEdge(ctx context.Context, name string, deciderIdx int) err
 	if err != nil {
 		return err
 	}
-	e := &edge{name: name, url: "http://" + addr + "/v1", child: c, decider: deciderIdx}
+	e := &edge{name: name, url: "http://" + addr + "/v1", child: c, region: region}
+	s.mu.Lock()
 	s.edges = append(s.edges, e)
+	s.mu.Unlock()
 	return loadtest.WaitHealthy(ctx, c, "http://"+addr+"/readyz")
 }
 
@@ -321,7 +455,7 @@ func (s *system) owner(ctx context.Context) (int, error) {
 	}
 	addr := string(resp.Kvs[0].Value)
 	for i, d := range s.deciders {
-		if d.addr == addr || strings.HasSuffix(addr, d.addr) {
+		if a := d.proxy.Addr(); a == addr || strings.HasSuffix(addr, a) {
 			return i, nil
 		}
 	}
@@ -352,6 +486,23 @@ func (s *system) kill(i int) {
 	d.mu.Unlock()
 	_ = syscall.Kill(c.Pid(), syscall.SIGKILL)
 	<-c.Exited()
+}
+
+// term ends decider i with SIGTERM (a clean stop: it drains, writes its
+// last snapshot and resigns) and waits for it to be gone; SIGKILL after
+// a minute.
+func (s *system) term(i int) {
+	d := s.deciders[i]
+	d.mu.Lock()
+	c := d.child
+	d.mu.Unlock()
+	_ = syscall.Kill(c.Pid(), syscall.SIGTERM)
+	select {
+	case <-c.Exited():
+	case <-time.After(time.Minute):
+		_ = syscall.Kill(c.Pid(), syscall.SIGKILL)
+		<-c.Exited()
+	}
 }
 
 // pause stops decider i (SIGSTOP) or lets it go on (SIGCONT).
@@ -423,6 +574,12 @@ func (s *system) stop() {
 	wg.Wait()
 	if s.cli != nil {
 		_ = s.cli.Close()
+	}
+	for _, d := range s.deciders {
+		d.proxy.Close()
+	}
+	for _, p := range s.etcdProxies {
+		p.Close()
 	}
 	if s.etcd != nil {
 		s.etcd.stop()

@@ -348,6 +348,12 @@ func (a *Admission) restore(snap, clean, budget []*mvccpb.KeyValue) {
 		until := a.o.Broker.LearningUntil(now)
 		a.o.Broker.SetConservative(until)
 		a.o.Logger.Warn("broker in learning mode after an unclean takeover", "until", until)
+	} else if until := a.o.Broker.RestoredLearning(); until.After(now) {
+		// A clean stop hands over all its owner knew, but an owner still in
+		// learning mode did not know what its predecessor granted after its
+		// last snapshot: the next one holds back as long as it would have.
+		a.o.Broker.SetConservative(until)
+		a.o.Logger.Warn("broker in learning mode after a clean takeover from an owner in learning mode", "until", until)
 	} else {
 		a.o.Broker.SetConservative(time.Time{})
 	}

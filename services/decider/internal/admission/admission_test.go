@@ -296,6 +296,34 @@ func TestCleanHandoverWithoutLearningMode(t *testing.T) {
 	require.True(t, b.refused(t))
 }
 
+// An owner still in learning mode does not know what its predecessor
+// granted after its last snapshot; stopping cleanly must not make the next
+// owner forget that: it keeps learning mode as long. (The chaos test's
+// kill -9 of the owner, then SIGTERM of the next, let the third admit past
+// the tenant's limit at full capacity.)
+func TestCleanHandoverKeepsLearningMode(t *testing.T) {
+	c := newCluster(t)
+	a := startReplica(t, c, nil)
+	b := startReplica(t, c, nil)
+	require.True(t, a.admitted(t))
+	c.snapshotSaved(t)
+
+	// a's session ends as after a crash: b takes over in learning mode,
+	// holding half of the 4 back: 1 more admitted (2 used), then refused.
+	addr, rev := c.revokeOwner(t)
+	require.Equal(t, a.addr, addr)
+	require.Equal(t, b.addr, c.newOwner(t, rev))
+	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond)
+	require.True(t, b.admitted(t))
+	require.True(t, b.refused(t))
+
+	// b stops cleanly; a, campaigning again behind it, takes over from its
+	// final snapshot, still in learning mode: 2 used of 4, none more.
+	b.adm.Close()
+	require.Eventually(t, a.adm.Owner, 20*time.Second, 20*time.Millisecond)
+	require.True(t, a.refused(t), "the next owner holds half back still")
+}
+
 func TestLeaderCacheServesForwarding(t *testing.T) {
 	c := newCluster(t)
 	a := startReplica(t, c, nil)

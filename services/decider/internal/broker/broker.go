@@ -110,6 +110,18 @@ func (b *Broker) LearningUntil(now time.Time) time.Time {
 	return time.Unix(0, max(until, b.prevLearn.Load())).UTC()
 }
 
+// RestoredLearning is when the learning mode of the owner whose snapshot
+// was restored ends: a new owner that took over cleanly keeps learning
+// mode until then, since that owner did not know what its own predecessor
+// granted after its last snapshot either. The zero time when it had none
+// (or nothing was restored).
+func (b *Broker) RestoredLearning() time.Time {
+	if v := b.prevLearn.Load(); v > 0 {
+		return time.Unix(0, v).UTC()
+	}
+	return time.Time{}
+}
+
 // SetConservative turns learning mode on until until (a zero time turns it
 // off). In learning mode a bucket admits only while, after the charge, at
 // least (1-ConservativeFraction) of its limit stays free — though never so

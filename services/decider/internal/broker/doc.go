@@ -332,7 +332,9 @@
 // after an unclean stop it calls SetConservative(LearningUntil(now)):
 // until the longest TTL the old
 // owner granted (recorded in its snapshot, at least DefaultTTL) has passed,
-// and not before the old owner's own learning mode ended. Until then every
+// and not before the old owner's own learning mode ended (after a clean
+// stop of an owner still in learning mode, the new owner keeps it until
+// the same time: RestoredLearning). Until then every
 // bucket admits only while, after the charge, at least
 // (1 − ConservativeFraction) × L (half, by default) stays free — but a bucket
 // counted in units always lets at least one unit through (a concurrency of 1
