@@ -279,7 +279,11 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	r.rpmGo = make(chan struct{})
 	load := runLoad(loadCtx, ctx, r.hc, r.s.edges, rec, r.rpmGo)
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible schedule, not a secret
-	for _, f := range schedule(o, rng) {
+	faults := schedule(o, rng)
+	if !slices.ContainsFunc(faults, func(f fault) bool { return f.kind == faultAttacks }) {
+		r.quiet.Do(func() { close(r.rpmGo) }) // no attacks to wait for
+	}
+	for _, f := range faults {
 		select {
 		case <-loadCtx.Done():
 		case <-time.After(f.after):
