@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -454,6 +455,10 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 		fr.resumed = time.Now()
 		r.event("d%d restarted", o)
 	case faultCut:
+		if runtime.GOOS != "linux" {
+			r.check(Check{Name: "cut of eu-west", Measured: "not run on " + runtime.GOOS + " (finding a connection's client process needs Linux)", Bound: "Linux"})
+			return
+		}
 		o, _ := r.s.owner(ctx)
 		r.s.cut(true)
 		r.event("eu-west cut off (d2, edge C; d%d owns the broker) for %s", o, faultLength(k, r.o.SessionTTL))
