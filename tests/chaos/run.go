@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -279,7 +280,11 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	r.rpmGo = make(chan struct{})
 	load := runLoad(loadCtx, ctx, r.hc, r.s.edges, rec, r.rpmGo)
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible schedule, not a secret
-	for _, f := range schedule(o, rng) {
+	faults := schedule(o, rng)
+	if !slices.ContainsFunc(faults, func(f fault) bool { return f.kind == faultAttacks }) {
+		r.quiet.Do(func() { close(r.rpmGo) }) // no attacks to wait for
+	}
+	for _, f := range faults {
 		select {
 		case <-loadCtx.Done():
 		case <-time.After(f.after):
@@ -450,6 +455,10 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 		fr.resumed = time.Now()
 		r.event("d%d restarted", o)
 	case faultCut:
+		if runtime.GOOS != "linux" {
+			r.check(Check{Name: "cut of eu-west", Measured: "not run on " + runtime.GOOS + " (finding a connection's client process needs Linux)", Bound: "Linux"})
+			return
+		}
 		o, _ := r.s.owner(ctx)
 		r.s.cut(true)
 		r.event("eu-west cut off (d2, edge C; d%d owns the broker) for %s", o, faultLength(k, r.o.SessionTTL))
