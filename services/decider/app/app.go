@@ -184,7 +184,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		d.startDashboard(bg)
 	}
 	d.serve(creds)
-	if err := d.store.Register(bg, cfg.ID, d.advertise, 10); err != nil {
+	if err := d.store.Register(bg, cfg.ID, store.Member{Addr: d.advertise, Region: cfg.Region}, 10); err != nil {
 		return nil, err
 	}
 	d.srv.SetServing(true, server.Services...)

@@ -101,7 +101,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	if err := d.store.RegisterLog(ctx, cfg.ID); err != nil {
 		return err
 	}
-	peers, err := replicas.New(ctx, replicas.Options{Client: d.store.Client(), Self: cfg.ID, Logger: logger.With("component", "replicas")})
+	peers, err := replicas.New(ctx, replicas.Options{Client: d.store.Client(), Self: cfg.ID, Region: cfg.Region, Logger: logger.With("component", "replicas")})
 	if err != nil {
 		return err
 	}
@@ -233,11 +233,14 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		p := probe.New(probe.Options{
 			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes,
 			// Every replica learns every probe's result (share): each
-			// probes its share of the models, not all of them.
+			// probes its share of the models, not all of them; the
+			// replicas of each region share every model among them, and
+			// send the probes to their region's edges, so each region's
+			// first-token figures have probes of their own.
 			Models: func() []routing.ModelEndpoints {
 				return slices.DeleteFunc(d.router.Models(), func(m routing.ModelEndpoints) bool { return !peers.Owns(m.Model) })
 			},
-			Send: d.hub.SendOne, Logger: logger.With("component", "probe"),
+			Send: func(m *switchboardv1.ReportResponse) bool { return d.hub.SendOne(cfg.Region, m) }, Logger: logger.With("component", "probe"),
 		})
 		d.wg.Go(func() { p.Run(bg) })
 	}

@@ -49,7 +49,10 @@ type Config struct {
 	// ID names this replica in the membership list. (Optional) Defaults to the host name.
 	ID string
 	// Region is where this replica runs, as the edges' --region names
-	// regions, for its logs. (Optional) Defaults to "", none said.
+	// regions: it shares the probes with the live replicas of the same
+	// region and sends them to its edges of that region, so every region
+	// probes every model. (Optional) Defaults to "", none said: the
+	// replicas naming none share them, and any edge runs them.
 	Region string
 	// Advertise is the gRPC address other replicas use to reach this one
 	// (forwarding to the broker's owner). (Optional) Defaults to the listen address.
@@ -373,7 +376,7 @@ Serve flags:
 	fs.StringVar(&cfg.DataDir, "data-dir", def.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.EtcdListen, "etcd-listen", def.EtcdListen, "client address of the embedded etcd")
 	fs.StringVar(&cfg.ID, "id", def.ID, "replica id in the membership list")
-	fs.StringVar(&cfg.Region, "region", "", "region this replica runs in, as the edges' --region names regions, for its logs (default: none)")
+	fs.StringVar(&cfg.Region, "region", "", "region this replica runs in, as the edges' --region names regions: its probes are shared with the replicas of this region and run by its edges of this region (default: none, any edge)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "gRPC address other replicas reach this one at (default: the listen address)")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", def.DrainDelay, "time NOT_SERVING before stopping on SIGTERM")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "graceful stop bound")
