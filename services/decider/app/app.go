@@ -49,13 +49,13 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/replicas"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/share"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/replicas"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/transfer"
 )
 

@@ -28,8 +28,8 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
-	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/transfer"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
 // Config is the decider's configuration.

@@ -114,7 +114,9 @@ func TestFetchAppliesNothingWhenItFails(t *testing.T) {
 		refused int
 	}{
 		{name: "too large", limits: transfer.Limits{MaxBytes: 10}, wantErr: true,
-			script: func(_ context.Context, send func(*switchboardv1.TransferStateResponse) error) error { return send(good) }},
+			script: func(_ context.Context, send func(*switchboardv1.TransferStateResponse) error) error {
+				return send(good)
+			}},
 		{name: "broken off", wantErr: true, script: func(_ context.Context, send func(*switchboardv1.TransferStateResponse) error) error {
 			if err := send(good); err != nil {
 				return err
