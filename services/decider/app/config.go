@@ -173,7 +173,7 @@ type Config struct {
 	// others live waits for one of them to hand it what it learned
 	// (affinity, conversations, outcomes, cool-downs); a transfer that does
 	// not finish in time is dropped and the replica starts empty.
-	// (Optional) Defaults to 5s; negative asks for no transfer.
+	// (Optional) Defaults to 15s; negative asks for no transfer.
 	StateTransferTimeout time.Duration
 	// HedgeFrom and HedgeImmediateFrom are the prompt sizes, in tokens, from
 	// which streaming requests are hedged after HedgeDelay, and at once.

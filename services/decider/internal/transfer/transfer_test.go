@@ -37,7 +37,7 @@ func (p *peer) TransferState(_ *switchboardv1.TransferStateRequest, stream grpc.
 	return transfer.Serve(stream.Context(), p.tables, stream.Send)
 }
 
-func dial(t *testing.T, p *peer) *grpc.ClientConn {
+func dial(t testing.TB, p *peer) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
