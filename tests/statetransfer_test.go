@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	deciderapp "github.com/switchboard-ai/switchboard/services/decider/app"
 	edgeapp "github.com/switchboard-ai/switchboard/services/edge/app"
 )
@@ -103,6 +106,15 @@ func TestNewReplicaStartsKnowingWhatItsPeerLearned(t *testing.T) {
 	second, route := stream(toB, secondTurn)
 	require.Equal(t, first, second, "the next turn stays where the first is cached: %s", route)
 	require.Contains(t, route, "sticky=kept", "b recognises the conversation from a's affinity")
+
+	// Only a replica may ask for what a replica learned.
+	for name, rpc := range map[string]switchboardv1.DeciderClient{"an edge": dialAs(t, a.Addr(), testEdgeToken), "an operator": rpcA} {
+		st, err := rpc.TransferState(t.Context(), &switchboardv1.TransferStateRequest{ReplicaId: "x"})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", name, err)
+	}
 
 	// A transfer that cannot finish in time: the replica starts empty.
 	c := replica("c", time.Nanosecond)
