@@ -1099,6 +1099,535 @@ func (x *ForwardGetActivityResponse) GetResponse() *GetActivityResponse {
 	return nil
 }
 
+// TransferStateRequest asks a replica for what it learned.
+type TransferStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replica_id is the asking replica's id (its --id), for the called
+	// replica's log.
+	ReplicaId     string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferStateRequest) Reset() {
+	*x = TransferStateRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferStateRequest) ProtoMessage() {}
+
+func (x *TransferStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferStateRequest.ProtoReflect.Descriptor instead.
+func (*TransferStateRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TransferStateRequest) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+// TransferStateResponse is one part of a replica's learned state. Times
+// are the called replica's clock, as its own tables hold them.
+type TransferStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// affinity are prompts (and prompt prefixes) and the endpoints that
+	// served them within the prompt-cache lifetime.
+	Affinity []*AffinityEntry `protobuf:"bytes,1,rep,name=affinity,proto3" json:"affinity,omitempty"`
+	// conversations are the named conversations and where their last turn
+	// went (request_id empty).
+	Conversations []*SessionTurn `protobuf:"bytes,2,rep,name=conversations,proto3" json:"conversations,omitempty"`
+	// cooldowns are the endpoints benched or paused now, and the refusals
+	// counting towards the next cool-down.
+	Cooldowns []*CooldownEntry `protobuf:"bytes,3,rep,name=cooldowns,proto3" json:"cooldowns,omitempty"`
+	// outcomes are the routing-cost policy's figures of each endpoint.
+	Outcomes      []*OutcomeEntry `protobuf:"bytes,4,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferStateResponse) Reset() {
+	*x = TransferStateResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferStateResponse) ProtoMessage() {}
+
+func (x *TransferStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferStateResponse.ProtoReflect.Descriptor instead.
+func (*TransferStateResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TransferStateResponse) GetAffinity() []*AffinityEntry {
+	if x != nil {
+		return x.Affinity
+	}
+	return nil
+}
+
+func (x *TransferStateResponse) GetConversations() []*SessionTurn {
+	if x != nil {
+		return x.Conversations
+	}
+	return nil
+}
+
+func (x *TransferStateResponse) GetCooldowns() []*CooldownEntry {
+	if x != nil {
+		return x.Cooldowns
+	}
+	return nil
+}
+
+func (x *TransferStateResponse) GetOutcomes() []*OutcomeEntry {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+// AffinityEntry is one prompt or prompt prefix and where it was served.
+type AffinityEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hash is the prompt's (or prefix's) chain hash, as edges send it.
+	Hash uint64 `protobuf:"varint,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	// tokens is its size in tokens.
+	Tokens int64 `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// served are the endpoints that served it, newest first (at most 4).
+	Served        []*AffinityServed `protobuf:"bytes,3,rep,name=served,proto3" json:"served,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AffinityEntry) Reset() {
+	*x = AffinityEntry{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AffinityEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AffinityEntry) ProtoMessage() {}
+
+func (x *AffinityEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AffinityEntry.ProtoReflect.Descriptor instead.
+func (*AffinityEntry) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AffinityEntry) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *AffinityEntry) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *AffinityEntry) GetServed() []*AffinityServed {
+	if x != nil {
+		return x.Served
+	}
+	return nil
+}
+
+// AffinityServed is one endpoint that served a prompt.
+type AffinityServed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// time is when it served it last.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// whole is whether it served it as a whole prompt (a conversation's
+	// turn), not only as a prefix of a longer one.
+	Whole         bool `protobuf:"varint,3,opt,name=whole,proto3" json:"whole,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AffinityServed) Reset() {
+	*x = AffinityServed{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AffinityServed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AffinityServed) ProtoMessage() {}
+
+func (x *AffinityServed) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AffinityServed.ProtoReflect.Descriptor instead.
+func (*AffinityServed) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AffinityServed) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *AffinityServed) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AffinityServed) GetWhole() bool {
+	if x != nil {
+		return x.Whole
+	}
+	return false
+}
+
+// CooldownEntry is one endpoint's cool-down state.
+type CooldownEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// until is when its cool-down or pause ends; unset when it is not
+	// cooling.
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// refusals are its recent refusals that have not benched it yet.
+	Refusals      []*timestamppb.Timestamp `protobuf:"bytes,3,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CooldownEntry) Reset() {
+	*x = CooldownEntry{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CooldownEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CooldownEntry) ProtoMessage() {}
+
+func (x *CooldownEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CooldownEntry.ProtoReflect.Descriptor instead.
+func (*CooldownEntry) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CooldownEntry) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *CooldownEntry) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *CooldownEntry) GetRefusals() []*timestamppb.Timestamp {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+// OutcomeEntry is one endpoint's routing-cost figures: time-decayed sums
+// as of time (the routing-cost policy's outcomes).
+type OutcomeEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint_id is the endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// time is when the sums were last decayed to.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// calls, rate_limited, failed and poor are attempts and those that were
+	// refused, failed or failed a quality check.
+	Calls float64 `protobuf:"fixed64,3,opt,name=calls,proto3" json:"calls,omitempty"`
+	// rate_limited counts 429s among calls.
+	RateLimited float64 `protobuf:"fixed64,4,opt,name=rate_limited,json=rateLimited,proto3" json:"rate_limited,omitempty"`
+	// failed counts failures among calls.
+	Failed float64 `protobuf:"fixed64,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	// poor counts answers that failed a quality check among calls.
+	Poor float64 `protobuf:"fixed64,6,opt,name=poor,proto3" json:"poor,omitempty"`
+	// recent_calls and recent_failed are attempts and failures with the
+	// short half-life.
+	RecentCalls float64 `protobuf:"fixed64,7,opt,name=recent_calls,json=recentCalls,proto3" json:"recent_calls,omitempty"`
+	// recent_failed counts failures with the short half-life.
+	RecentFailed float64 `protobuf:"fixed64,8,opt,name=recent_failed,json=recentFailed,proto3" json:"recent_failed,omitempty"`
+	// priced counts completed calls with usage.
+	Priced float64 `protobuf:"fixed64,9,opt,name=priced,proto3" json:"priced,omitempty"`
+	// input_tokens is the priced calls' input.
+	InputTokens float64 `protobuf:"fixed64,10,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// cached_tokens is the priced calls' cached input.
+	CachedTokens float64 `protobuf:"fixed64,11,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// output_tokens is the priced calls' output.
+	OutputTokens float64 `protobuf:"fixed64,12,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// charged_usd is what the priced calls cost.
+	ChargedUsd float64 `protobuf:"fixed64,13,opt,name=charged_usd,json=chargedUsd,proto3" json:"charged_usd,omitempty"`
+	// output_tokens_timed is the output of completed calls with output.
+	OutputTokensTimed float64 `protobuf:"fixed64,14,opt,name=output_tokens_timed,json=outputTokensTimed,proto3" json:"output_tokens_timed,omitempty"`
+	// call_seconds is their whole-call seconds.
+	CallSeconds float64 `protobuf:"fixed64,15,opt,name=call_seconds,json=callSeconds,proto3" json:"call_seconds,omitempty"`
+	// checks are the failures per quality check.
+	Checks map[string]float64 `protobuf:"bytes,16,rep,name=checks,proto3" json:"checks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// cap is the learned cap in requests per minute as set; 0 none.
+	Cap float64 `protobuf:"fixed64,17,opt,name=cap,proto3" json:"cap,omitempty"`
+	// cap_time is when the cap was set.
+	CapTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=cap_time,json=capTime,proto3" json:"cap_time,omitempty"`
+	// paused_until is when the last 429's Retry-After ends; unset none.
+	PausedUntil   *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=paused_until,json=pausedUntil,proto3" json:"paused_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutcomeEntry) Reset() {
+	*x = OutcomeEntry{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutcomeEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutcomeEntry) ProtoMessage() {}
+
+func (x *OutcomeEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutcomeEntry.ProtoReflect.Descriptor instead.
+func (*OutcomeEntry) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *OutcomeEntry) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *OutcomeEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *OutcomeEntry) GetCalls() float64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetRateLimited() float64 {
+	if x != nil {
+		return x.RateLimited
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetFailed() float64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetPoor() float64 {
+	if x != nil {
+		return x.Poor
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetRecentCalls() float64 {
+	if x != nil {
+		return x.RecentCalls
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetRecentFailed() float64 {
+	if x != nil {
+		return x.RecentFailed
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetPriced() float64 {
+	if x != nil {
+		return x.Priced
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetInputTokens() float64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetCachedTokens() float64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetOutputTokens() float64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetChargedUsd() float64 {
+	if x != nil {
+		return x.ChargedUsd
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetOutputTokensTimed() float64 {
+	if x != nil {
+		return x.OutputTokensTimed
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetCallSeconds() float64 {
+	if x != nil {
+		return x.CallSeconds
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetChecks() map[string]float64 {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *OutcomeEntry) GetCap() float64 {
+	if x != nil {
+		return x.Cap
+	}
+	return 0
+}
+
+func (x *OutcomeEntry) GetCapTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CapTime
+	}
+	return nil
+}
+
+func (x *OutcomeEntry) GetPausedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedUntil
+	}
+	return nil
+}
+
 var File_switchboard_v1_replica_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_replica_proto_rawDesc = "" +
@@ -1164,7 +1693,55 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x12<\n" +
 	"\arequest\x18\x02 \x01(\v2\".switchboard.v1.GetActivityRequestR\arequest\"]\n" +
 	"\x1aForwardGetActivityResponse\x12?\n" +
-	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.GetActivityResponseR\bresponse2\xe1\a\n" +
+	"\bresponse\x18\x01 \x01(\v2#.switchboard.v1.GetActivityResponseR\bresponse\"5\n" +
+	"\x14TransferStateRequest\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\"\x8c\x02\n" +
+	"\x15TransferStateResponse\x129\n" +
+	"\baffinity\x18\x01 \x03(\v2\x1d.switchboard.v1.AffinityEntryR\baffinity\x12A\n" +
+	"\rconversations\x18\x02 \x03(\v2\x1b.switchboard.v1.SessionTurnR\rconversations\x12;\n" +
+	"\tcooldowns\x18\x03 \x03(\v2\x1d.switchboard.v1.CooldownEntryR\tcooldowns\x128\n" +
+	"\boutcomes\x18\x04 \x03(\v2\x1c.switchboard.v1.OutcomeEntryR\boutcomes\"s\n" +
+	"\rAffinityEntry\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\x04R\x04hash\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\x126\n" +
+	"\x06served\x18\x03 \x03(\v2\x1e.switchboard.v1.AffinityServedR\x06served\"w\n" +
+	"\x0eAffinityServed\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05whole\x18\x03 \x01(\bR\x05whole\"\x9a\x01\n" +
+	"\rCooldownEntry\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x126\n" +
+	"\brefusals\x18\x03 \x03(\v2\x1a.google.protobuf.TimestampR\brefusals\"\x8a\x06\n" +
+	"\fOutcomeEntry\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05calls\x18\x03 \x01(\x01R\x05calls\x12!\n" +
+	"\frate_limited\x18\x04 \x01(\x01R\vrateLimited\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\x01R\x06failed\x12\x12\n" +
+	"\x04poor\x18\x06 \x01(\x01R\x04poor\x12!\n" +
+	"\frecent_calls\x18\a \x01(\x01R\vrecentCalls\x12#\n" +
+	"\rrecent_failed\x18\b \x01(\x01R\frecentFailed\x12\x16\n" +
+	"\x06priced\x18\t \x01(\x01R\x06priced\x12!\n" +
+	"\finput_tokens\x18\n" +
+	" \x01(\x01R\vinputTokens\x12#\n" +
+	"\rcached_tokens\x18\v \x01(\x01R\fcachedTokens\x12#\n" +
+	"\routput_tokens\x18\f \x01(\x01R\foutputTokens\x12\x1f\n" +
+	"\vcharged_usd\x18\r \x01(\x01R\n" +
+	"chargedUsd\x12.\n" +
+	"\x13output_tokens_timed\x18\x0e \x01(\x01R\x11outputTokensTimed\x12!\n" +
+	"\fcall_seconds\x18\x0f \x01(\x01R\vcallSeconds\x12@\n" +
+	"\x06checks\x18\x10 \x03(\v2(.switchboard.v1.OutcomeEntry.ChecksEntryR\x06checks\x12\x10\n" +
+	"\x03cap\x18\x11 \x01(\x01R\x03cap\x125\n" +
+	"\bcap_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\acapTime\x12=\n" +
+	"\fpaused_until\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x1a9\n" +
+	"\vChecksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x012\xc1\b\n" +
 	"\x0eReplicaService\x12_\n" +
 	"\x0eForwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12e\n" +
 	"\x10ForwardReconcile\x12'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n" +
@@ -1174,7 +1751,8 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\x10ForwardGetBroker\x12'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponse\x12j\n" +
 	"\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n" +
 	"\x13ForwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n" +
-	"\x12ForwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\x12ForwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponse\x12^\n" +
+	"\rTransferState\x12$.switchboard.v1.TransferStateRequest\x1a%.switchboard.v1.TransferStateResponse0\x01BJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_replica_proto_rawDescOnce sync.Once
@@ -1188,7 +1766,7 @@ func file_switchboard_v1_replica_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_replica_proto_rawDescData
 }
 
-var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardReserveRequest)(nil),           // 0: switchboard.v1.ForwardReserveRequest
 	(*ForwardReserveResponse)(nil),          // 1: switchboard.v1.ForwardReserveResponse
@@ -1210,71 +1788,92 @@ var file_switchboard_v1_replica_proto_goTypes = []any{
 	(*ForwardListActivityResponse)(nil),     // 17: switchboard.v1.ForwardListActivityResponse
 	(*ForwardGetActivityRequest)(nil),       // 18: switchboard.v1.ForwardGetActivityRequest
 	(*ForwardGetActivityResponse)(nil),      // 19: switchboard.v1.ForwardGetActivityResponse
-	(*ReserveRequest)(nil),                  // 20: switchboard.v1.ReserveRequest
-	(*ReserveResponse)(nil),                 // 21: switchboard.v1.ReserveResponse
-	(*ReconcileRequest)(nil),                // 22: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),               // 23: switchboard.v1.ReconcileResponse
-	(*KeepReservationsRequest)(nil),         // 24: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil),        // 25: switchboard.v1.KeepReservationsResponse
-	(*AcquireHedgeRequest)(nil),             // 26: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),            // 27: switchboard.v1.AcquireHedgeResponse
-	(*SettleHedgeRequest)(nil),              // 28: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),             // 29: switchboard.v1.SettleHedgeResponse
-	(*GetBrokerRequest)(nil),                // 30: switchboard.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),               // 31: switchboard.v1.GetBrokerResponse
-	(*timestamppb.Timestamp)(nil),           // 32: google.protobuf.Timestamp
-	(*EdgeHello)(nil),                       // 33: switchboard.v1.EdgeHello
-	(*CallReport)(nil),                      // 34: switchboard.v1.CallReport
-	(*ListActivityRequest)(nil),             // 35: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),            // 36: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),              // 37: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),             // 38: switchboard.v1.GetActivityResponse
+	(*TransferStateRequest)(nil),            // 20: switchboard.v1.TransferStateRequest
+	(*TransferStateResponse)(nil),           // 21: switchboard.v1.TransferStateResponse
+	(*AffinityEntry)(nil),                   // 22: switchboard.v1.AffinityEntry
+	(*AffinityServed)(nil),                  // 23: switchboard.v1.AffinityServed
+	(*CooldownEntry)(nil),                   // 24: switchboard.v1.CooldownEntry
+	(*OutcomeEntry)(nil),                    // 25: switchboard.v1.OutcomeEntry
+	nil,                                     // 26: switchboard.v1.OutcomeEntry.ChecksEntry
+	(*ReserveRequest)(nil),                  // 27: switchboard.v1.ReserveRequest
+	(*ReserveResponse)(nil),                 // 28: switchboard.v1.ReserveResponse
+	(*ReconcileRequest)(nil),                // 29: switchboard.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),               // 30: switchboard.v1.ReconcileResponse
+	(*KeepReservationsRequest)(nil),         // 31: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil),        // 32: switchboard.v1.KeepReservationsResponse
+	(*AcquireHedgeRequest)(nil),             // 33: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),            // 34: switchboard.v1.AcquireHedgeResponse
+	(*SettleHedgeRequest)(nil),              // 35: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),             // 36: switchboard.v1.SettleHedgeResponse
+	(*GetBrokerRequest)(nil),                // 37: switchboard.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),               // 38: switchboard.v1.GetBrokerResponse
+	(*timestamppb.Timestamp)(nil),           // 39: google.protobuf.Timestamp
+	(*EdgeHello)(nil),                       // 40: switchboard.v1.EdgeHello
+	(*CallReport)(nil),                      // 41: switchboard.v1.CallReport
+	(*ListActivityRequest)(nil),             // 42: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),            // 43: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),              // 44: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),             // 45: switchboard.v1.GetActivityResponse
 }
 var file_switchboard_v1_replica_proto_depIdxs = []int32{
-	20, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
-	21, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
-	22, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
-	23, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
-	24, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
-	25, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
-	26, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
-	27, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
-	28, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
-	29, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
-	30, // 10: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
-	31, // 11: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
+	27, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
+	28, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
+	29, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
+	30, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
+	31, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
+	32, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
+	33, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
+	34, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
+	35, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
+	36, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
+	37, // 10: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
+	38, // 11: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
 	14, // 12: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
 	13, // 13: switchboard.v1.ShareObservationsRequest.session_turns:type_name -> switchboard.v1.SessionTurn
-	32, // 14: switchboard.v1.SessionTurn.decide_time:type_name -> google.protobuf.Timestamp
-	33, // 15: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
-	34, // 16: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
-	35, // 17: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
-	36, // 18: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
-	37, // 19: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
-	38, // 20: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
-	0,  // 21: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
-	2,  // 22: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
-	4,  // 23: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
-	6,  // 24: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
-	8,  // 25: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
-	10, // 26: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
-	12, // 27: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
-	16, // 28: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
-	18, // 29: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
-	1,  // 30: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
-	3,  // 31: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
-	5,  // 32: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
-	7,  // 33: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
-	9,  // 34: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
-	11, // 35: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
-	15, // 36: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
-	17, // 37: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
-	19, // 38: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	39, // 14: switchboard.v1.SessionTurn.decide_time:type_name -> google.protobuf.Timestamp
+	40, // 15: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
+	41, // 16: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
+	42, // 17: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
+	43, // 18: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
+	44, // 19: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
+	45, // 20: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
+	22, // 21: switchboard.v1.TransferStateResponse.affinity:type_name -> switchboard.v1.AffinityEntry
+	13, // 22: switchboard.v1.TransferStateResponse.conversations:type_name -> switchboard.v1.SessionTurn
+	24, // 23: switchboard.v1.TransferStateResponse.cooldowns:type_name -> switchboard.v1.CooldownEntry
+	25, // 24: switchboard.v1.TransferStateResponse.outcomes:type_name -> switchboard.v1.OutcomeEntry
+	23, // 25: switchboard.v1.AffinityEntry.served:type_name -> switchboard.v1.AffinityServed
+	39, // 26: switchboard.v1.AffinityServed.time:type_name -> google.protobuf.Timestamp
+	39, // 27: switchboard.v1.CooldownEntry.until:type_name -> google.protobuf.Timestamp
+	39, // 28: switchboard.v1.CooldownEntry.refusals:type_name -> google.protobuf.Timestamp
+	39, // 29: switchboard.v1.OutcomeEntry.time:type_name -> google.protobuf.Timestamp
+	26, // 30: switchboard.v1.OutcomeEntry.checks:type_name -> switchboard.v1.OutcomeEntry.ChecksEntry
+	39, // 31: switchboard.v1.OutcomeEntry.cap_time:type_name -> google.protobuf.Timestamp
+	39, // 32: switchboard.v1.OutcomeEntry.paused_until:type_name -> google.protobuf.Timestamp
+	0,  // 33: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
+	2,  // 34: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
+	4,  // 35: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
+	6,  // 36: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
+	8,  // 37: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
+	10, // 38: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
+	12, // 39: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
+	16, // 40: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
+	18, // 41: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
+	20, // 42: switchboard.v1.ReplicaService.TransferState:input_type -> switchboard.v1.TransferStateRequest
+	1,  // 43: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
+	3,  // 44: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
+	5,  // 45: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
+	7,  // 46: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
+	9,  // 47: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
+	11, // 48: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
+	15, // 49: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
+	17, // 50: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
+	19, // 51: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
+	21, // 52: switchboard.v1.ReplicaService.TransferState:output_type -> switchboard.v1.TransferStateResponse
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_replica_proto_init() }
@@ -1291,7 +1890,7 @@ func file_switchboard_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_replica_proto_rawDesc), len(file_switchboard_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	ReplicaService_ShareObservations_FullMethodName       = "/switchboard.v1.ReplicaService/ShareObservations"
 	ReplicaService_ForwardListActivity_FullMethodName     = "/switchboard.v1.ReplicaService/ForwardListActivity"
 	ReplicaService_ForwardGetActivity_FullMethodName      = "/switchboard.v1.ReplicaService/ForwardGetActivity"
+	ReplicaService_TransferState_FullMethodName           = "/switchboard.v1.ReplicaService/TransferState"
 )
 
 // ReplicaServiceClient is the client API for ReplicaService service.
@@ -80,6 +81,15 @@ type ReplicaServiceClient interface {
 	// ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
 	// answered from the called replica's own activity log only.
 	ForwardGetActivity(ctx context.Context, in *ForwardGetActivityRequest, opts ...grpc.CallOption) (*ForwardGetActivityResponse, error)
+	// TransferState streams what the called replica learned from the edges'
+	// reports that the routing statistics' snapshot in etcd does not hold:
+	// prompt affinity, named conversations, the routing-cost outcomes and the
+	// cool-downs. A replica that starts while others live asks one of them,
+	// so its first decisions are the others' (sticky conversations, cache
+	// affinity, benched endpoints) instead of a cold start. Each message holds
+	// at most a few thousand entries; the caller bounds the whole in bytes and
+	// time and starts empty when the transfer fails.
+	TransferState(ctx context.Context, in *TransferStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TransferStateResponse], error)
 }
 
 type replicaServiceClient struct {
@@ -183,6 +193,25 @@ func (c *replicaServiceClient) ForwardGetActivity(ctx context.Context, in *Forwa
 	return out, nil
 }
 
+func (c *replicaServiceClient) TransferState(ctx context.Context, in *TransferStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TransferStateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ReplicaService_ServiceDesc.Streams[1], ReplicaService_TransferState_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TransferStateRequest, TransferStateResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ReplicaService_TransferStateClient = grpc.ServerStreamingClient[TransferStateResponse]
+
 // ReplicaServiceServer is the server API for ReplicaService service.
 // All implementations must embed UnimplementedReplicaServiceServer
 // for forward compatibility.
@@ -233,6 +262,15 @@ type ReplicaServiceServer interface {
 	// ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
 	// answered from the called replica's own activity log only.
 	ForwardGetActivity(context.Context, *ForwardGetActivityRequest) (*ForwardGetActivityResponse, error)
+	// TransferState streams what the called replica learned from the edges'
+	// reports that the routing statistics' snapshot in etcd does not hold:
+	// prompt affinity, named conversations, the routing-cost outcomes and the
+	// cool-downs. A replica that starts while others live asks one of them,
+	// so its first decisions are the others' (sticky conversations, cache
+	// affinity, benched endpoints) instead of a cold start. Each message holds
+	// at most a few thousand entries; the caller bounds the whole in bytes and
+	// time and starts empty when the transfer fails.
+	TransferState(*TransferStateRequest, grpc.ServerStreamingServer[TransferStateResponse]) error
 	mustEmbedUnimplementedReplicaServiceServer()
 }
 
@@ -269,6 +307,9 @@ func (UnimplementedReplicaServiceServer) ForwardListActivity(context.Context, *F
 }
 func (UnimplementedReplicaServiceServer) ForwardGetActivity(context.Context, *ForwardGetActivityRequest) (*ForwardGetActivityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardGetActivity not implemented")
+}
+func (UnimplementedReplicaServiceServer) TransferState(*TransferStateRequest, grpc.ServerStreamingServer[TransferStateResponse]) error {
+	return status.Error(codes.Unimplemented, "method TransferState not implemented")
 }
 func (UnimplementedReplicaServiceServer) mustEmbedUnimplementedReplicaServiceServer() {}
 func (UnimplementedReplicaServiceServer) testEmbeddedByValue()                        {}
@@ -442,6 +483,17 @@ func _ReplicaService_ForwardGetActivity_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReplicaService_TransferState_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TransferStateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ReplicaServiceServer).TransferState(m, &grpc.GenericServerStream[TransferStateRequest, TransferStateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ReplicaService_TransferStateServer = grpc.ServerStreamingServer[TransferStateResponse]
+
 // ReplicaService_ServiceDesc is the grpc.ServiceDesc for ReplicaService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -487,6 +539,11 @@ var ReplicaService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ShareObservations",
 			Handler:       _ReplicaService_ShareObservations_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "TransferState",
+			Handler:       _ReplicaService_TransferState_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "switchboard/v1/replica.proto",

@@ -49,12 +49,14 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/hedge"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/metrics"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/observe"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/replicas"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/report"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/server"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/share"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/transfer"
 )
 
 // Version is the build version, set with -ldflags.
@@ -90,6 +92,15 @@ type Decider struct {
 	observer *observe.Observer
 	// sharer sends the other replicas what this one's edges report.
 	sharer *share.Sharer
+	// peers are the other replicas as etcd says.
+	peers *replicas.Set
+	// learned are the tables of what this replica learned from the
+	// reports besides the statistics: handed to a replica that starts
+	// (transfer.Serve), taken from a live one at start (takeState).
+	learned transfer.Tables
+	// transferred is what the state transfer at start took, and whether
+	// it failed (transfer.go).
+	transferred stateTransfer
 	// advertise is the address other replicas reach this one at.
 	advertise string
 	cool      *cooldown.Tracker
@@ -184,9 +195,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Decider, er
 		d.startDashboard(bg)
 	}
 	d.serve(creds)
-	if err := d.store.Register(bg, cfg.ID, d.advertise, 10); err != nil {
+	if err := d.store.Register(bg, cfg.ID, store.Member{Addr: d.advertise, Region: cfg.Region}, 10); err != nil {
 		return nil, err
 	}
+	// Registered first, so the peers share their reports with this replica
+	// from about now on; the transfer then brings what they learned before.
+	d.takeState(bg)
 	d.srv.SetServing(true, server.Services...)
 	d.watchAdmission(bg)
 	v := d.catalog.Load()

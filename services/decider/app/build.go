@@ -34,6 +34,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/share"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/stats"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/store"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/transfer"
 )
 
 // build builds every component, in the order they need each other, and
@@ -101,10 +102,11 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	if err := d.store.RegisterLog(ctx, cfg.ID); err != nil {
 		return err
 	}
-	peers, err := replicas.New(ctx, replicas.Options{Client: d.store.Client(), Self: cfg.ID, Logger: logger.With("component", "replicas")})
+	d.peers, err = replicas.New(ctx, replicas.Options{Client: d.store.Client(), Self: cfg.ID, Region: cfg.Region, Logger: logger.With("component", "replicas")})
 	if err != nil {
 		return err
 	}
+	peers := d.peers
 
 	aff := affinity.New(affinity.Options{})
 	// Each conversation's turn decided here is told to the other replicas
@@ -174,6 +176,13 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		svcMetrics, err = metrics.NewService(metrics.ServiceOptions{
 			Provider: d.metrics.MeterProvider(), Owner: d.adm.Owner, OwnerChanges: d.adm.OwnerChanges,
 			Hedges: d.budget.Status, Settled: d.budget.Settled,
+			Transfers: func() (int64, int64) {
+				_, ok, failed := d.StateTransferred()
+				if ok {
+					return 1, failed
+				}
+				return 0, failed
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("decider metrics: %w", err)
@@ -211,9 +220,14 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		Broadcast: d.hub.Broadcast, Logger: logger.With("component", "observe"), Now: cfg.Now,
 	})
 	d.observer = ob
+	d.learned = transfer.Tables{Affinity: aff, Sessions: sessions, Cooldowns: d.cool, Outcomes: oc, Now: cfg.Now}
 	d.svc = server.New(server.Deps{
 		Router: d.router, Catalog: d.catalog, Auth: d.authn, Hub: d.hub, Policy: admit, Activity: d.act, Experiments: d.exps, Grants: d.grants,
-		Peers: server.Peers{Logs: peers.Logs, Live: peers.Live, Conn: d.adm.PeerConn, Learn: ob.IngestShared, LearnTurn: sessions.KeepShared, Logger: logger.With("component", "activity")},
+		Peers: server.Peers{Logs: peers.Logs, Live: peers.Live, Conn: d.adm.PeerConn, Learn: ob.IngestShared, LearnTurn: sessions.KeepShared,
+			State: func(ctx context.Context, send func(*switchboardv1.TransferStateResponse) error) error {
+				return transfer.Serve(ctx, d.learned, send)
+			},
+			Logger: logger.With("component", "activity")},
 	})
 
 	// Edges replay to each new owner what the ones before applied lately.
@@ -233,11 +247,14 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		p := probe.New(probe.Options{
 			Interval: cfg.ProbeInterval, Sizes: cfg.ProbeSizes,
 			// Every replica learns every probe's result (share): each
-			// probes its share of the models, not all of them.
+			// probes its share of the models, not all of them; the
+			// replicas of each region share every model among them, and
+			// send the probes to their region's edges, so each region's
+			// first-token figures have probes of their own.
 			Models: func() []routing.ModelEndpoints {
 				return slices.DeleteFunc(d.router.Models(), func(m routing.ModelEndpoints) bool { return !peers.Owns(m.Model) })
 			},
-			Send: d.hub.SendOne, Logger: logger.With("component", "probe"),
+			Send: func(m *switchboardv1.ReportResponse) bool { return d.hub.SendOne(cfg.Region, m) }, Logger: logger.With("component", "probe"),
 		})
 		d.wg.Go(func() { p.Run(bg) })
 	}

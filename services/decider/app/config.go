@@ -28,6 +28,7 @@ import (
 	"github.com/switchboard-ai/switchboard/services/decider/internal/outcomes"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/probe"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/routing"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/transfer"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/validate"
 )
 
@@ -49,7 +50,10 @@ type Config struct {
 	// ID names this replica in the membership list. (Optional) Defaults to the host name.
 	ID string
 	// Region is where this replica runs, as the edges' --region names
-	// regions, for its logs. (Optional) Defaults to "", none said.
+	// regions: it shares the probes with the live replicas of the same
+	// region and sends them to its edges of that region, so every region
+	// probes every model. (Optional) Defaults to "", none said: the
+	// replicas naming none share them, and any edge runs them.
 	Region string
 	// Advertise is the gRPC address other replicas use to reach this one
 	// (forwarding to the broker's owner). (Optional) Defaults to the listen address.
@@ -165,6 +169,12 @@ type Config struct {
 	// StickyTTL is how long a conversation stays with the endpoint of its
 	// last turn, each turn starting it again. (Optional) Defaults to 10m.
 	StickyTTL time.Duration
+	// StateTransferTimeout bounds how long a replica that starts while
+	// others live waits for one of them to hand it what it learned
+	// (affinity, conversations, outcomes, cool-downs); a transfer that does
+	// not finish in time is dropped and the replica starts empty.
+	// (Optional) Defaults to 15s; negative asks for no transfer.
+	StateTransferTimeout time.Duration
 	// HedgeFrom and HedgeImmediateFrom are the prompt sizes, in tokens, from
 	// which streaming requests are hedged after HedgeDelay, and at once.
 	// (Optional) Default to 32768 and 131072.
@@ -272,6 +282,7 @@ func DefaultConfig() Config {
 		FastEnough:             time.Second,
 		BrokerStateBytes:       broker.DefaultMaxStateBytes,
 		StickyTTL:              10 * time.Minute,
+		StateTransferTimeout:   transfer.DefaultTimeout,
 		HedgeFrom:              32 * 1024,
 		HedgeImmediateFrom:     128 * 1024,
 		ActivityRetention:      30 * 24 * time.Hour,
@@ -309,6 +320,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.FastEnough, def.FastEnough)
 	orDefault(&c.BrokerStateBytes, def.BrokerStateBytes)
 	orDefault(&c.StickyTTL, def.StickyTTL)
+	orDefault(&c.StateTransferTimeout, def.StateTransferTimeout)
 	orDefault(&c.HedgeFrom, def.HedgeFrom)
 	orDefault(&c.HedgeImmediateFrom, def.HedgeImmediateFrom)
 	orDefault(&c.ActivityRetention, def.ActivityRetention)
@@ -373,7 +385,7 @@ Serve flags:
 	fs.StringVar(&cfg.DataDir, "data-dir", def.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.EtcdListen, "etcd-listen", def.EtcdListen, "client address of the embedded etcd")
 	fs.StringVar(&cfg.ID, "id", def.ID, "replica id in the membership list")
-	fs.StringVar(&cfg.Region, "region", "", "region this replica runs in, as the edges' --region names regions, for its logs (default: none)")
+	fs.StringVar(&cfg.Region, "region", "", "region this replica runs in, as the edges' --region names regions: its probes are shared with the replicas of this region and run by its edges of this region (default: none, any edge)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "gRPC address other replicas reach this one at (default: the listen address)")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", def.DrainDelay, "time NOT_SERVING before stopping on SIGTERM")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "graceful stop bound")
@@ -403,6 +415,7 @@ Serve flags:
 	fs.IntVar(&cfg.BrokerStateBytes, "broker-state-bytes", def.BrokerStateBytes, "bytes the rate-limit broker's saved state may take, which bounds the reservations open at once (about 500 bytes each); an external etcd's --max-request-bytes must be at least this plus 496 KiB")
 	fs.DurationVar(&cfg.QueueReattach, "queue-reattach", 0, "how long a queued request with an idempotency key keeps its place after its caller went away (a broken call, a failover), for the caller's retry; 0 removes it at once")
 	fs.DurationVar(&cfg.StickyTTL, "sticky-ttl", def.StickyTTL, "how long a conversation stays with the endpoint of its last turn; each turn starts it again")
+	fs.DurationVar(&cfg.StateTransferTimeout, "state-transfer-timeout", def.StateTransferTimeout, "how long a starting replica waits for a live one to hand it what it learned (affinity, conversations, outcomes, cool-downs) before it starts empty; negative: no transfer")
 	fs.Int64Var(&cfg.HedgeFrom, "hedge-from-tokens", def.HedgeFrom, "prompt size from which streaming requests are hedged after --hedge-delay")
 	fs.Int64Var(&cfg.HedgeImmediateFrom, "hedge-immediate-from-tokens", def.HedgeImmediateFrom, "prompt size from which both endpoints start at once")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding this replica's bearer token (role replica), sent to the broker's owner; re-read when it changes")

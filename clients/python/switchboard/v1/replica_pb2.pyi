@@ -9,6 +9,36 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AffinityEntry(_message.Message):
+    __slots__ = ["hash", "served", "tokens"]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    hash: int
+    served: _containers.RepeatedCompositeFieldContainer[AffinityServed]
+    tokens: int
+    def __init__(self, hash: _Optional[int] = ..., tokens: _Optional[int] = ..., served: _Optional[_Iterable[_Union[AffinityServed, _Mapping]]] = ...) -> None: ...
+
+class AffinityServed(_message.Message):
+    __slots__ = ["endpoint_id", "time", "whole"]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: str
+    time: _timestamp_pb2.Timestamp
+    whole: bool
+    def __init__(self, endpoint_id: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., whole: bool = ...) -> None: ...
+
+class CooldownEntry(_message.Message):
+    __slots__ = ["endpoint_id", "refusals", "until"]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: str
+    refusals: _containers.RepeatedCompositeFieldContainer[_timestamp_pb2.Timestamp]
+    until: _timestamp_pb2.Timestamp
+    def __init__(self, endpoint_id: _Optional[str] = ..., until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refusals: _Optional[_Iterable[_Union[_timestamp_pb2.Timestamp, _Mapping]]] = ...) -> None: ...
+
 class ForwardAcquireHedgeRequest(_message.Message):
     __slots__ = ["caller_id", "request"]
     CALLER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +159,55 @@ class ObservedBatch(_message.Message):
     reports: _containers.RepeatedCompositeFieldContainer[_edge_pb2.CallReport]
     def __init__(self, edge: _Optional[_Union[_edge_pb2.EdgeHello, _Mapping]] = ..., reports: _Optional[_Iterable[_Union[_edge_pb2.CallReport, _Mapping]]] = ...) -> None: ...
 
+class OutcomeEntry(_message.Message):
+    __slots__ = ["cached_tokens", "call_seconds", "calls", "cap", "cap_time", "charged_usd", "checks", "endpoint_id", "failed", "input_tokens", "output_tokens", "output_tokens_timed", "paused_until", "poor", "priced", "rate_limited", "recent_calls", "recent_failed", "time"]
+    class ChecksEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CAP_FIELD_NUMBER: _ClassVar[int]
+    CAP_TIME_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_USD_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_TIMED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    POOR_FIELD_NUMBER: _ClassVar[int]
+    PRICED_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    RECENT_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FAILED_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    cached_tokens: float
+    call_seconds: float
+    calls: float
+    cap: float
+    cap_time: _timestamp_pb2.Timestamp
+    charged_usd: float
+    checks: _containers.ScalarMap[str, float]
+    endpoint_id: str
+    failed: float
+    input_tokens: float
+    output_tokens: float
+    output_tokens_timed: float
+    paused_until: _timestamp_pb2.Timestamp
+    poor: float
+    priced: float
+    rate_limited: float
+    recent_calls: float
+    recent_failed: float
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, endpoint_id: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[float] = ..., rate_limited: _Optional[float] = ..., failed: _Optional[float] = ..., poor: _Optional[float] = ..., recent_calls: _Optional[float] = ..., recent_failed: _Optional[float] = ..., priced: _Optional[float] = ..., input_tokens: _Optional[float] = ..., cached_tokens: _Optional[float] = ..., output_tokens: _Optional[float] = ..., charged_usd: _Optional[float] = ..., output_tokens_timed: _Optional[float] = ..., call_seconds: _Optional[float] = ..., checks: _Optional[_Mapping[str, float]] = ..., cap: _Optional[float] = ..., cap_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., paused_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class SessionTurn(_message.Message):
     __slots__ = ["decide_time", "endpoint_id", "model", "request_id", "session_id", "tenant_id"]
     DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -160,3 +239,21 @@ class ShareObservationsResponse(_message.Message):
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     batches: int
     def __init__(self, batches: _Optional[int] = ...) -> None: ...
+
+class TransferStateRequest(_message.Message):
+    __slots__ = ["replica_id"]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    def __init__(self, replica_id: _Optional[str] = ...) -> None: ...
+
+class TransferStateResponse(_message.Message):
+    __slots__ = ["affinity", "conversations", "cooldowns", "outcomes"]
+    AFFINITY_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    COOLDOWNS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    affinity: _containers.RepeatedCompositeFieldContainer[AffinityEntry]
+    conversations: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    cooldowns: _containers.RepeatedCompositeFieldContainer[CooldownEntry]
+    outcomes: _containers.RepeatedCompositeFieldContainer[OutcomeEntry]
+    def __init__(self, affinity: _Optional[_Iterable[_Union[AffinityEntry, _Mapping]]] = ..., conversations: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., cooldowns: _Optional[_Iterable[_Union[CooldownEntry, _Mapping]]] = ..., outcomes: _Optional[_Iterable[_Union[OutcomeEntry, _Mapping]]] = ...) -> None: ...

@@ -77,6 +77,11 @@ class ReplicaServiceStub(object):
                 request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.SerializeToString,
                 response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.FromString,
                 )
+        self.TransferState = channel.unary_stream(
+                '/switchboard.v1.ReplicaService/TransferState',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.TransferStateRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.TransferStateResponse.FromString,
+                )
 
 
 class ReplicaServiceServicer(object):
@@ -172,6 +177,20 @@ class ReplicaServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferState(self, request, context):
+        """TransferState streams what the called replica learned from the edges'
+        reports that the routing statistics' snapshot in etcd does not hold:
+        prompt affinity, named conversations, the routing-cost outcomes and the
+        cool-downs. A replica that starts while others live asks one of them,
+        so its first decisions are the others' (sticky conversations, cache
+        affinity, benched endpoints) instead of a cold start. Each message holds
+        at most a few thousand entries; the caller bounds the whole in bytes and
+        time and starts empty when the transfer fails.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -219,6 +238,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.ForwardGetActivity,
                     request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.FromString,
                     response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.SerializeToString,
+            ),
+            'TransferState': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransferState,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.TransferStateRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.TransferStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,5 +422,22 @@ class ReplicaService(object):
         return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardGetActivity',
             switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.SerializeToString,
             switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TransferState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/switchboard.v1.ReplicaService/TransferState',
+            switchboard_dot_v1_dot_replica__pb2.TransferStateRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.TransferStateResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1822,6 +1822,64 @@ func (x *BrokerQueueDecision) GetEstimatedWaitNano() int64 {
 	return 0
 }
 
+// ReplicaMember is a live decider replica as its membership key says
+// (/switchboard/v1/deciders/<id>, under the replica's lease): where the other
+// replicas reach it, and the region it runs in, so that work each region does
+// for itself (the probes) is shared among that region's replicas.
+type ReplicaMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address is the host:port the other replicas dial (its --advertise).
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// region is the replica's --region; empty when it names none.
+	Region        string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaMember) Reset() {
+	*x = ReplicaMember{}
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaMember) ProtoMessage() {}
+
+func (x *ReplicaMember) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_state_v1_state_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaMember.ProtoReflect.Descriptor instead.
+func (*ReplicaMember) Descriptor() ([]byte, []int) {
+	return file_switchboard_state_v1_state_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReplicaMember) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ReplicaMember) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
 var File_switchboard_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_switchboard_state_v1_state_proto_rawDesc = "" +
@@ -1983,7 +2041,10 @@ const file_switchboard_state_v1_state_proto_rawDesc = "" +
 	"\x13BrokerQueueDecision\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bposition\x18\x02 \x01(\x03R\bposition\x12.\n" +
-	"\x13estimated_wait_nano\x18\x03 \x01(\x03R\x11estimatedWaitNanoBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/state/v1;statev1b\x06proto3"
+	"\x13estimated_wait_nano\x18\x03 \x01(\x03R\x11estimatedWaitNano\"A\n" +
+	"\rReplicaMember\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06regionBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/state/v1;statev1b\x06proto3"
 
 var (
 	file_switchboard_state_v1_state_proto_rawDescOnce sync.Once
@@ -1997,7 +2058,7 @@ func file_switchboard_state_v1_state_proto_rawDescGZIP() []byte {
 	return file_switchboard_state_v1_state_proto_rawDescData
 }
 
-var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_switchboard_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_switchboard_state_v1_state_proto_goTypes = []any{
 	(*HedgeBudgetState)(nil),    // 0: switchboard.state.v1.HedgeBudgetState
 	(*ExperimentBlock)(nil),     // 1: switchboard.state.v1.ExperimentBlock
@@ -2019,10 +2080,11 @@ var file_switchboard_state_v1_state_proto_goTypes = []any{
 	(*BrokerFlow)(nil),          // 17: switchboard.state.v1.BrokerFlow
 	(*BrokerQueued)(nil),        // 18: switchboard.state.v1.BrokerQueued
 	(*BrokerQueueDecision)(nil), // 19: switchboard.state.v1.BrokerQueueDecision
-	nil,                         // 20: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	(*ReplicaMember)(nil),       // 20: switchboard.state.v1.ReplicaMember
+	nil,                         // 21: switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
 }
 var file_switchboard_state_v1_state_proto_depIdxs = []int32{
-	20, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
+	21, // 0: switchboard.state.v1.HedgeBudgetState.pending_usd:type_name -> switchboard.state.v1.HedgeBudgetState.PendingUsdEntry
 	5,  // 1: switchboard.state.v1.StatsShard.output:type_name -> switchboard.state.v1.StatsSeries
 	3,  // 2: switchboard.state.v1.StatsShard.endpoints:type_name -> switchboard.state.v1.StatsEndpoint
 	5,  // 3: switchboard.state.v1.StatsEndpoint.ttft:type_name -> switchboard.state.v1.StatsSeries
@@ -2064,7 +2126,7 @@ func file_switchboard_state_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_state_v1_state_proto_rawDesc), len(file_switchboard_state_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

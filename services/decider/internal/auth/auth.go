@@ -59,6 +59,7 @@
 //	ForwardListActivity      -           -                forwarded   -
 //	ForwardGetActivity       -           -                forwarded   -
 //	ShareObservations        -           -                yes         -
+//	TransferState            -           -                yes         -
 //
 // "By key": an edge decides for clients it authenticated by API key, so the
 // request's identity must carry api_key_sha256; a bare tenant_id is refused.

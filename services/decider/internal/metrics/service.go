@@ -27,6 +27,9 @@ type ServiceOptions struct {
 	// them that paid for a cancelled leg (hedge.Budget's Settled).
 	// (Required)
 	Settled func() (settled, cancelled int64)
+	// Transfers reads the state transfers at start: taken from a live
+	// replica, and failed (the replica started empty). (Optional)
+	Transfers func() (taken, failed int64)
 }
 
 // Service holds the decider's metrics beside the admission ones: the hedge
@@ -38,6 +41,7 @@ type Service struct {
 
 	owner, changes    metric.Int64Observable
 	decisions, settle metric.Int64Observable
+	transfers         metric.Int64Observable
 	left, spent       metric.Float64Observable
 }
 
@@ -52,13 +56,15 @@ var (
 	hedgeRefused      = metric.WithAttributes(attribute.String("result", "refused"))
 	settledCancelled  = metric.WithAttributes(attribute.String("loser", "cancelled"))
 	settledNoneBilled = metric.WithAttributes(attribute.String("loser", "none"))
+	transferTaken     = metric.WithAttributes(attribute.String("result", "taken"))
+	transferFailed    = metric.WithAttributes(attribute.String("result", "failed"))
 )
 
 // NewService creates the instruments of o.
 func NewService(o ServiceOptions) (*Service, error) {
 	mt := o.Provider.Meter(ScopeName)
 	s := &Service{o: o}
-	var errs [7]error
+	var errs [8]error
 	s.lag, errs[0] = mt.Float64Histogram("switchboard_report_lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a call report's making on the edge to its handling on this replica (clocks of both machines)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
@@ -74,11 +80,13 @@ func NewService(o ServiceOptions) (*Service, error) {
 		metric.WithDescription("USD left of today's hedge budget. Reported by the owner only."))
 	s.spent, errs[6] = mt.Float64ObservableGauge("switchboard_hedge_budget_spent_usd",
 		metric.WithDescription("USD of today's hedge budget spent (granted estimates, settled to the losers' cost). Reported by the owner only."))
+	s.transfers, errs[7] = mt.Int64ObservableCounter("switchboard_decider_state_transfers", metric.WithUnit("{transfer}"),
+		metric.WithDescription("State transfers at start from a live replica (affinity, conversations, outcomes, cool-downs): taken, or failed and started empty."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	var err error
-	_, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent)
+	_, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent, s.transfers)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +107,11 @@ func (s *Service) observe(_ context.Context, o metric.Observer) error {
 	settled, cancelled := s.o.Settled()
 	o.ObserveInt64(s.settle, cancelled, settledCancelled)
 	o.ObserveInt64(s.settle, settled-cancelled, settledNoneBilled)
+	if s.o.Transfers != nil {
+		taken, failed := s.o.Transfers()
+		o.ObserveInt64(s.transfers, taken, transferTaken)
+		o.ObserveInt64(s.transfers, failed, transferFailed)
+	}
 	if owner {
 		o.ObserveFloat64(s.left, max(daily-spent, 0))
 		o.ObserveFloat64(s.spent, spent)

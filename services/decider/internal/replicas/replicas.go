@@ -4,8 +4,9 @@
 // log (store.LogsPrefix, written once by each replica and never removed,
 // so a log whose replica is gone is known to be out of reach rather than
 // forgotten). It follows both with watches, so a read is memory only. It
-// also says which live replica owns a piece of work that one replica must
-// do for all (Owns: rendezvous hashing over the live replicas).
+// also says which live replica owns a piece of work that one replica of each
+// region must do for its region (Owns: rendezvous hashing over the live
+// replicas of this replica's region, as their membership keys say).
 package replicas
 
 import (
@@ -31,6 +32,10 @@ type Options struct {
 	// Self is this replica's id, which the set leaves out of Live and
 	// Logs. (Required)
 	Self string
+	// Region is this replica's region: Owns shares work among the live
+	// replicas of the same region. (Optional) Defaults to "", the region of
+	// the replicas that name none.
+	Region string
 	// Logger logs failed watches. (Required)
 	Logger *slog.Logger
 }
@@ -40,7 +45,7 @@ type Set struct {
 	o Options
 
 	mu      sync.Mutex
-	live    map[string]string // id → address
+	live    map[string]store.Member // id → address, region
 	logs    map[string]bool
 	changed chan struct{} // closed and replaced on every change
 	revs    [2]int64      // the revisions read at, by prefix
@@ -51,7 +56,7 @@ var prefixes = [2]string{store.MembersPrefix, store.LogsPrefix}
 
 // New reads the replicas; Run follows them.
 func New(ctx context.Context, o Options) (*Set, error) {
-	s := &Set{o: o, live: map[string]string{}, logs: map[string]bool{}, changed: make(chan struct{})}
+	s := &Set{o: o, live: map[string]store.Member{}, logs: map[string]bool{}, changed: make(chan struct{})}
 	for i, prefix := range prefixes {
 		rev, err := s.load(ctx, prefix)
 		if err != nil {
@@ -139,7 +144,13 @@ func (s *Set) put(prefix, id, value string) {
 		return
 	}
 	if prefix == store.MembersPrefix {
-		s.live[id] = value
+		m, err := store.DecodeMember([]byte(value))
+		if err != nil {
+			s.o.Logger.Warn("a membership key left out", "replica", id, "err", err)
+			delete(s.live, id)
+			return
+		}
+		s.live[id] = m
 	} else {
 		s.logs[id] = true
 	}
@@ -164,7 +175,11 @@ func (s *Set) notify() {
 func (s *Set) Live() (map[string]string, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maps.Clone(s.live), s.changed
+	out := make(map[string]string, len(s.live))
+	for id, m := range s.live {
+		out[id] = m.Addr
+	}
+	return out, s.changed
 }
 
 // Logs returns the ids of the other replicas that hold an activity log,
@@ -182,14 +197,18 @@ func (s *Set) Logs() []string {
 	return ids
 }
 
-// Owns reports whether this replica is the one of the live replicas
-// (itself included) that owns key: the one whose hash with key is
-// highest, so a replica that comes or goes moves only its own share.
+// Owns reports whether this replica is the one of the live replicas of its
+// region (itself included) that owns key: the one whose hash with key is
+// highest, so a replica that comes or goes moves only its own share, and
+// every region has an owner of every key.
 func (s *Set) Owns(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	best, bestID := score(s.o.Self, key), s.o.Self
-	for id := range s.live {
+	for id, m := range s.live {
+		if m.Region != s.o.Region {
+			continue
+		}
 		if h := score(id, key); h > best || h == best && id < bestID {
 			best, bestID = h, id
 		}

@@ -9,14 +9,19 @@ import (
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 )
 
-// SendOne sends a command to the next edge in turn, so work such as probes
-// is spread across edges. It returns false when no edge took it.
-func (h *Hub) SendOne(m *switchboardv1.ReportResponse) bool {
+// SendOne sends a command to the next edge of region in turn (of any
+// region when region is ""), so work such as probes is spread across a
+// region's edges and measures what that region sees. It returns false when
+// no edge took it.
+func (h *Hub) SendOne(region string, m *switchboardv1.ReportResponse) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for range h.ring {
 		c := h.ring[h.next%len(h.ring)]
 		h.next++
+		if region != "" && c.hello.GetRegion() != region {
+			continue
+		}
 		select {
 		case c.out <- m:
 			return true

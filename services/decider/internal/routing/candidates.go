@@ -68,6 +68,9 @@ type scratch struct {
 	followUp bool
 	// sticky is what the sticky step did.
 	sticky stickyState
+	// residency is the region the fallback policy's same_region held the
+	// request to; "" when it does not apply.
+	residency string
 }
 
 // cachedEstimate is how many of the prompt's tokens endpoint ep is expected

@@ -27,7 +27,7 @@ func (r *Router) explain(sc *scratch, win *candidate, reason switchboardv1.Route
 			qualified++
 		}
 	}
-	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), cost, sc.sticky.outcome)
+	d.Summary = summary(win, reason, bucket, fastest, qualified, len(sc.cands), cost, sc.sticky.outcome, sc.residency)
 	if !all {
 		d.Candidates = []*switchboardv1.Candidate{r.candidateProto(win, fastest, cost, false)}
 		if sc.sticky.outcome == stickyKept && sc.sticky.warm == win {
@@ -179,7 +179,7 @@ func reasonWord(reason switchboardv1.RouteReason) string {
 }
 
 // summary is the one-line explanation sent in the x-switchboard-route header.
-func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, cost bool, sticky stickyOutcome) string {
+func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Bucket, fastest time.Duration, qualified, total int, cost bool, sticky stickyOutcome, residency string) string {
 	b := make([]byte, 0, 200)
 	if cost {
 		b = append(b, "policy=routing-cost "...)
@@ -219,6 +219,10 @@ func summary(win *candidate, reason switchboardv1.RouteReason, bucket tokens.Buc
 	if w := sticky.word(); w != "" {
 		b = append(b, " sticky="...)
 		b = append(b, w...)
+	}
+	if residency != "" {
+		b = append(b, " residency="...)
+		b = append(b, residency...)
 	}
 	return string(b)
 }

@@ -30,21 +30,39 @@ func newFallbackPolicy(f *catalog.Fallback) fallbackPolicy {
 }
 
 // filter keeps the first endpoint of a ranking and those fallbacks the
-// policy lets the request move to, in order. The ranking itself is left as
-// it is (the explanation reads it): a new slice is made when an endpoint
-// is dropped from the middle.
-func (p fallbackPolicy) filter(usable []*candidate) []*candidate {
-	if !p.set || len(usable) < 2 {
-		return usable
+// policy lets the request move to, in order, and returns the region
+// same_region held the request to ("" when it does not apply). The ranking
+// itself is left as it is (the explanation reads it): a new slice is made
+// when an endpoint is dropped from the middle.
+//
+// Residency is the request's region (its edge's) when it names one and an
+// endpoint the request may use serves there: then the first endpoint is
+// the best ranked in that region, and the fallbacks stay in it. Otherwise
+// it is the first endpoint's region, as for a request naming none.
+func (p fallbackPolicy) filter(usable []*candidate, region string) ([]*candidate, string) {
+	if !p.set || len(usable) == 0 {
+		return usable, ""
+	}
+	var residency string
+	if p.sameRegion {
+		residency = usable[0].ep.region
+		if region != "" && region != residency {
+			if i := slices.IndexFunc(usable, func(c *candidate) bool { return c.ep.region == region }); i > 0 {
+				usable, residency = usable[i:], region
+			}
+		}
+	}
+	if len(usable) < 2 {
+		return usable, residency
 	}
 	if p.deny {
-		return usable[:1]
+		return usable[:1], residency
 	}
 	first := usable[0]
 	var out []*candidate
 	for i, c := range usable[1:] {
 		switch {
-		case p.allows(first, c):
+		case p.allows(first, c, residency):
 			if out != nil {
 				out = append(out, c)
 			}
@@ -53,20 +71,20 @@ func (p fallbackPolicy) filter(usable []*candidate) []*candidate {
 		}
 	}
 	if out == nil {
-		return usable
+		return usable, residency
 	}
-	return out
+	return out, residency
 }
 
 // allows reports whether a request first sent to first may move to c: no
-// dearer for this request than priceRatio times first's price, in first's
-// region or one of regions, with a known context length of at least
-// minContext.
-func (p fallbackPolicy) allows(first, c *candidate) bool {
+// dearer for this request than priceRatio times first's price, in the
+// residency region (same_region) and one of regions, with a known context
+// length of at least minContext.
+func (p fallbackPolicy) allows(first, c *candidate, residency string) bool {
 	switch {
 	case p.priceRatio > 0 && c.cost > p.priceRatio*first.cost*(1+1e-9):
 		return false
-	case p.sameRegion && (c.ep.region == "" || c.ep.region != first.ep.region):
+	case p.sameRegion && (c.ep.region == "" || c.ep.region != residency):
 		return false
 	case len(p.regions) > 0 && !slices.Contains(p.regions, c.ep.region):
 		return false

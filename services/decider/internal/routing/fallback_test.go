@@ -32,18 +32,30 @@ func TestFallbackPolicy(t *testing.T) {
 		name     string
 		fallback string
 		prefs    *switchboardv1.ProviderPreferences
+		region   string // the request's (its edge's)
 		want     []string
+		// residency is the region the route header names; "" none.
+		residency string
 	}{
 		{name: "no policy: every endpoint, cheapest first", want: []string{"alpha", "gamma", "beta", "delta"}},
 		{name: "allow: true is the default", fallback: "fallback: {allow: true}", want: []string{"alpha", "gamma", "beta", "delta"}},
 		{name: "allow: false keeps the first endpoint alone", fallback: "fallback: {allow: false}", want: []string{"alpha"}},
 		{name: "price ratio", fallback: "fallback: {max_price_ratio: 1.5}", want: []string{"alpha", "gamma", "beta"}},
-		{name: "same region", fallback: "fallback: {same_region: true}", want: []string{"alpha", "beta"}},
+		{name: "same region", fallback: "fallback: {same_region: true}", want: []string{"alpha", "beta"}, residency: "eu-west"},
+		{name: "same region from the edge's region, where the model has endpoints", fallback: "fallback: {same_region: true}",
+			region: "us-east", want: []string{"gamma"}, residency: "us-east"},
+		{name: "same region from the first choice's region, from a region with no endpoint", fallback: "fallback: {same_region: true}",
+			region: "ap-south", want: []string{"alpha", "beta"}, residency: "eu-west"},
+		{name: "same region from the edge's region, the first choice's too", fallback: "fallback: {same_region: true}",
+			region: "eu-west", want: []string{"alpha", "beta"}, residency: "eu-west"},
+		{name: "same region from the edge's region, the request's allow_fallbacks too", fallback: "fallback: {same_region: true}",
+			region: "eu-central", prefs: &switchboardv1.ProviderPreferences{AllowFallbacks: ptr(false)}, want: []string{"delta"}, residency: "eu-central"},
+		{name: "the edge's region alone restricts nothing", region: "us-east", want: []string{"alpha", "gamma", "beta", "delta"}},
 		{name: "regions", fallback: "fallback: {regions: [eu-west, eu-central]}", want: []string{"alpha", "beta", "delta"}},
 		{name: "context", fallback: "fallback: {min_context_tokens: 150000}", want: []string{"alpha", "gamma", "beta"}},
 		{name: "all at once", fallback: "fallback: {max_price_ratio: 2, regions: [eu-west, us-east], min_context_tokens: 150000}", want: []string{"alpha", "gamma", "beta"}},
 		{name: "relative to the first choice the request made", fallback: "fallback: {same_region: true}",
-			prefs: &switchboardv1.ProviderPreferences{Order: []string{"gamma"}}, want: []string{"gamma"}},
+			prefs: &switchboardv1.ProviderPreferences{Order: []string{"gamma"}}, want: []string{"gamma"}, residency: "us-east"},
 		{name: "the request's own allow_fallbacks still applies", fallback: "fallback: {max_price_ratio: 10}",
 			prefs: &switchboardv1.ProviderPreferences{AllowFallbacks: ptr(false)}, want: []string{"alpha"}},
 	}
@@ -52,7 +64,7 @@ func TestFallbackPolicy(t *testing.T) {
 			c, err := catalog.Parse([]byte(strings.Replace(fallbackCatalog, "@FALLBACK@", tt.fallback, 1)))
 			require.NoError(t, err)
 			r := New(c, Options{Exploration: -1})
-			resp, err := r.Decide(&switchboardv1.DecideRequest{Model: "m", Provider: tt.prefs,
+			resp, err := r.Decide(&switchboardv1.DecideRequest{Model: "m", Provider: tt.prefs, Region: tt.region,
 				Tokens: &switchboardv1.TokenEstimate{InputTokens: 1000, MaxOutputTokens: 100}, Explain: true},
 				&switchboardv1.Identity{TenantId: "acme"})
 			require.NoError(t, err)
@@ -62,6 +74,11 @@ func TestFallbackPolicy(t *testing.T) {
 			}
 			require.Equal(t, tt.want, got)
 			require.Len(t, resp.GetDecision().GetCandidates(), 4, "the explanation still shows every endpoint")
+			if tt.residency != "" {
+				require.Contains(t, resp.GetDecision().GetSummary(), " residency="+tt.residency, "the route header names the region used")
+			} else {
+				require.NotContains(t, resp.GetDecision().GetSummary(), "residency=")
+			}
 			if h := resp.GetHedge().GetEndpoint(); h != nil {
 				require.Contains(t, got[1:], h.GetProvider(), "a hedge goes only where a fallback may")
 			}

@@ -310,7 +310,7 @@ func (r *Router) DecideIn(idx *Index, req *switchboardv1.DecideRequest, id *swit
 	}
 	deprioritise(sc.order, prefs)
 	r.stick(sc, m, req, id, chose, costPolicy, fastest, now)
-	usable := r.usable(sc, m, prefs)
+	usable := r.usable(sc, m, prefs, req.GetRegion())
 
 	resp := &switchboardv1.DecideResponse{
 		RequestId: req.GetRequestId(),
@@ -410,8 +410,10 @@ func unavailable(sc *scratch, name string, fitsNone bool) error {
 }
 
 // usable is the ranked candidates followed by the cooling ones, cut to
-// the options' fallbacks, the model's fallback policy and MaxFallbacks.
-func (r *Router) usable(sc *scratch, m *model, prefs *switchboardv1.ProviderPreferences) []*candidate {
+// the options' fallbacks, the model's fallback policy for a request from
+// region and MaxFallbacks; sc.residency is the region the policy held the
+// request to.
+func (r *Router) usable(sc *scratch, m *model, prefs *switchboardv1.ProviderPreferences, region string) []*candidate {
 	usable := sc.order
 	if len(sc.cooled) > 0 {
 		// Cooling endpoints are not chosen, but they stay behind the others,
@@ -421,9 +423,10 @@ func (r *Router) usable(sc *scratch, m *model, prefs *switchboardv1.ProviderPref
 		slices.SortStableFunc(sc.cooled, byCost)
 		usable = append(usable, sc.cooled...)
 	}
+	// The model's policy first: residency may pick the first endpoint.
+	usable, sc.residency = m.fallback.filter(usable, region)
 	if prefs != nil && prefs.AllowFallbacks != nil && !prefs.GetAllowFallbacks() {
 		usable = noFallbacks(usable, prefs.GetOrder())
 	}
-	usable = m.fallback.filter(usable)
 	return usable[:min(len(usable), r.o.MaxFallbacks+1)]
 }

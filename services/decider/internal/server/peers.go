@@ -49,6 +49,10 @@ type Peers struct {
 	// LearnTurn notes a conversation's turn another replica decided
 	// (session.Table.KeepShared). (Optional) Without it turns are ignored.
 	LearnTurn func(session.Turn)
+	// State sends what this replica learned to a replica that starts, one
+	// message at a time (transfer.Serve). (Optional) Without it
+	// TransferState is UNIMPLEMENTED.
+	State func(ctx context.Context, send func(*switchboardv1.TransferStateResponse) error) error
 	// Timeout bounds the wait for another replica's log. (Optional)
 	// Defaults to DefaultPeerTimeout.
 	Timeout time.Duration
@@ -91,6 +95,27 @@ func (s *Server) ShareObservations(stream grpc.ClientStreamingServer[switchboard
 			took++
 		}
 	}
+}
+
+// TransferState implements [switchboardv1.ReplicaServiceServer.TransferState].
+// Only a replica calls it (the role table), a replica that starts.
+func (s *Server) TransferState(req *switchboardv1.TransferStateRequest, stream grpc.ServerStreamingServer[switchboardv1.TransferStateResponse]) error {
+	if s.peers.State == nil {
+		return status.Error(codes.Unimplemented, "this replica transfers no state")
+	}
+	if err := validate.ID("replica_id", req.GetReplicaId()); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.peers.State(stream.Context(), stream.Send); err != nil {
+		if st, ok := status.FromError(err); ok {
+			return st.Err()
+		}
+		return status.FromContextError(err).Err()
+	}
+	if s.peers.Logger != nil {
+		s.peers.Logger.Info("state transferred to a starting replica", "replica", req.GetReplicaId())
+	}
+	return nil
 }
 
 // ForwardListActivity implements [switchboardv1.ReplicaServiceServer.ForwardListActivity]:

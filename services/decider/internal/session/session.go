@@ -11,9 +11,10 @@
 //
 // Memory is bounded by two generations of maps, as the affinity table's:
 // entries go to the current one; when it is full it becomes the previous
-// one and the old previous one is dropped. Keys are hashed with a seed
-// chosen at start, so no caller can aim its session ids at another
-// tenant's entries.
+// one and the old previous one is dropped. Conversations are keyed by
+// their whole names, so no caller's session ids can collide with another
+// tenant's entries; pending requests by their ids hashed with a seed chosen
+// at start.
 package session
 
 import (
@@ -45,7 +46,7 @@ type entry struct {
 
 // pending is a decided request whose call has not been reported yet.
 type pending struct {
-	key uint64
+	key key
 	at  time.Time // the turn's time, to recognise a later turn
 }
 
@@ -56,7 +57,7 @@ type Table struct {
 	kept func(Turn)
 
 	mu        sync.RWMutex
-	cur, prev map[uint64]entry
+	cur, prev map[key]entry
 	// Requests decided for a conversation, by request id, until reported.
 	reqCur, reqPrev map[uint64]pending
 }
@@ -69,22 +70,19 @@ func New(o Options) *Table {
 	n := max(o.Capacity/2, 1)
 	return &Table{
 		seed: maphash.MakeSeed(), max: n, kept: o.Kept,
-		cur: map[uint64]entry{}, prev: map[uint64]entry{},
+		cur: map[key]entry{}, prev: map[key]entry{},
 		reqCur: map[uint64]pending{}, reqPrev: map[uint64]pending{},
 	}
 }
 
+// key names a conversation.
 type key struct{ tenant, model, session string }
-
-func (t *Table) key(tenant, model, session string) uint64 {
-	return maphash.Comparable(t.seed, key{tenant, model, session})
-}
 
 // Last returns the endpoint of the conversation's last turn and when it
 // was decided or answered; ok is false for a conversation never seen (or
 // forgotten).
 func (t *Table) Last(tenant, model, session string) (endpoint string, at time.Time, ok bool) {
-	k := t.key(tenant, model, session)
+	k := key{tenant, model, session}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	e, ok := t.cur[k]
@@ -111,7 +109,7 @@ func (t *Table) KeepShared(tu Turn) { t.keep(tu) }
 
 func (t *Table) keep(tu Turn) {
 	at, endpoint, requestID := tu.At, tu.Endpoint, tu.RequestID
-	k := t.key(tu.Tenant, tu.Model, tu.Session)
+	k := key{tu.Tenant, tu.Model, tu.Session}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.put(k, entry{endpoint: endpoint, at: at})
@@ -158,11 +156,11 @@ func (t *Table) Served(requestID, endpoint string, at time.Time) {
 }
 
 // put stores e under k in the current generation, rotating when full.
-func (t *Table) put(k uint64, e entry) {
+func (t *Table) put(k key, e entry) {
 	if _, ok := t.cur[k]; !ok {
 		delete(t.prev, k)
 		if len(t.cur) >= t.max {
-			t.prev, t.cur = t.cur, make(map[uint64]entry, t.max)
+			t.prev, t.cur = t.cur, make(map[key]entry, t.max)
 		}
 	}
 	t.cur[k] = e
@@ -173,4 +171,45 @@ func (t *Table) Len() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return len(t.cur) + len(t.prev)
+}
+
+// Export returns every conversation remembered and where its last turn
+// went, as a replica hands its table to one that starts (RequestID empty).
+func (t *Table) Export() []Turn {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]Turn, 0, len(t.cur)+len(t.prev))
+	add := func(k key, e entry) {
+		out = append(out, Turn{Tenant: k.tenant, Model: k.model, Session: k.session, Endpoint: e.endpoint, At: e.at})
+	}
+	for k, e := range t.prev {
+		if _, newer := t.cur[k]; !newer {
+			add(k, e)
+		}
+	}
+	for k, e := range t.cur {
+		add(k, e)
+	}
+	return out
+}
+
+// Import takes the conversations another replica exported: one this table
+// knows keeps its own last turn unless the imported one is later.
+func (t *Table) Import(turns []Turn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tu := range turns {
+		if tu.Endpoint == "" {
+			continue
+		}
+		k := key{tu.Tenant, tu.Model, tu.Session}
+		e, ok := t.cur[k]
+		if !ok {
+			e, ok = t.prev[k]
+		}
+		if ok && !tu.At.After(e.at) {
+			continue
+		}
+		t.put(k, entry{endpoint: tu.Endpoint, at: tu.At})
+	}
 }

@@ -308,7 +308,8 @@ func (s *Store) WatchCatalog(ctx context.Context, rev int64, fn func(data []byte
 // longer, a revocation) is replaced: the replica registers again under a new
 // lease, the same key, as soon as etcd answers, retrying with a back-off of
 // up to 2 s.
-func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error {
+func (s *Store) Register(ctx context.Context, id string, m Member, ttl int64) error {
+	addr := string(m.encode())
 	lease, ka, err := s.register(ctx, ctx, id, addr, ttl)
 	if err != nil {
 		return err
@@ -340,8 +341,8 @@ func (s *Store) Register(ctx context.Context, id, addr string, ttl int64) error 
 	return nil
 }
 
-// register puts the member key under a new lease, within ctx, and keeps the
-// lease alive until keep ends.
+// register puts the member key (its value addr, encoded) under a new
+// lease, within ctx, and keeps the lease alive until keep ends.
 func (s *Store) register(ctx, keep context.Context, id, addr string, ttl int64) (clientv3.LeaseID, <-chan *clientv3.LeaseKeepAliveResponse, error) {
 	lease, err := s.cli.Grant(ctx, ttl)
 	if err != nil {
@@ -392,19 +393,6 @@ func (s *Store) revokeSoon(ctx context.Context, lease clientv3.LeaseID) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_, _ = s.cli.Revoke(rctx, lease)
-}
-
-// Members lists live replicas: id → address.
-func (s *Store) Members(ctx context.Context) (map[string]string, error) {
-	get, err := s.cli.Get(ctx, MembersPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("list members: %w", err)
-	}
-	out := make(map[string]string, len(get.Kvs))
-	for _, kv := range get.Kvs {
-		out[string(kv.Key[len(MembersPrefix):])] = string(kv.Value)
-	}
-	return out, nil
 }
 
 // LogsPrefix holds one key per replica that keeps an activity log, by its

@@ -141,7 +141,7 @@ func modRevisions(t *testing.T, s *store.Store) map[string]int64 {
 func TestMembershipEndsWithItsReplica(t *testing.T) {
 	endpoint := etcdtest.Start(t)
 	observer := etcdtest.Connect(t, endpoint)
-	members := func() map[string]string {
+	members := func() map[string]store.Member {
 		m, err := observer.Members(t.Context())
 		require.NoError(t, err)
 		return m
@@ -153,8 +153,8 @@ func TestMembershipEndsWithItsReplica(t *testing.T) {
 		defer cancel()
 		// A lease far longer than the wait below: only its revocation can
 		// remove the key in time.
-		require.NoError(t, s.Register(ctx, "clean", "10.0.0.1:9090", 600))
-		require.Equal(t, "10.0.0.1:9090", members()["clean"])
+		require.NoError(t, s.Register(ctx, "clean", store.Member{Addr: "10.0.0.1:9090", Region: "eu-west"}, 600))
+		require.Equal(t, store.Member{Addr: "10.0.0.1:9090", Region: "eu-west"}, members()["clean"], "the key says where and in which region the replica runs")
 		cancel()
 		require.Eventually(t, func() bool { _, ok := members()["clean"]; return !ok }, waitFor, 20*time.Millisecond,
 			"a replica that stopped is no longer listed")
@@ -165,7 +165,7 @@ func TestMembershipEndsWithItsReplica(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		require.NoError(t, s.Register(ctx, "crashed", "10.0.0.2:9090", 2))
+		require.NoError(t, s.Register(ctx, "crashed", store.Member{Addr: "10.0.0.2:9090"}, 2))
 		require.Contains(t, members(), "crashed")
 		// The connection goes away with no revocation: the lease runs out.
 		require.NoError(t, s.Close())
@@ -184,7 +184,7 @@ func TestMembershipComesBackAfterItsLeaseIsLost(t *testing.T) {
 	s := etcdtest.Connect(t, endpoint)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	require.NoError(t, s.Register(ctx, "paused", "10.0.0.3:9090", 2))
+	require.NoError(t, s.Register(ctx, "paused", store.Member{Addr: "10.0.0.3:9090"}, 2))
 
 	lease := func() clientv3.LeaseID {
 		get, err := observer.Client().Get(t.Context(), store.MembersPrefix+"paused")
@@ -192,7 +192,9 @@ func TestMembershipComesBackAfterItsLeaseIsLost(t *testing.T) {
 		if len(get.Kvs) == 0 {
 			return clientv3.NoLease
 		}
-		require.Equal(t, "10.0.0.3:9090", string(get.Kvs[0].Value))
+		m, err := store.DecodeMember(get.Kvs[0].Value)
+		require.NoError(t, err)
+		require.Equal(t, "10.0.0.3:9090", m.Addr)
 		return clientv3.LeaseID(get.Kvs[0].Lease)
 	}
 	first := lease()

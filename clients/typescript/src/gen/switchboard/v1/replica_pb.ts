@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/replica.proto.
  */
 export const file_switchboard_v1_replica: GenFile = /*@__PURE__*/
-  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJfChdGb3J3YXJkR2V0QnJva2VyUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlcXVlc3QiTwoYRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVzcG9uc2UikgEKGFNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBISCgpyZXBsaWNhX2lkGAEgASgJEi4KB2JhdGNoZXMYAiADKAsyHS5zd2l0Y2hib2FyZC52MS5PYnNlcnZlZEJhdGNoEjIKDXNlc3Npb25fdHVybnMYAyADKAsyGy5zd2l0Y2hib2FyZC52MS5TZXNzaW9uVHVybiKdAQoLU2Vzc2lvblR1cm4SEQoJdGVuYW50X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRITCgtlbmRwb2ludF9pZBgFIAEoCRIvCgtkZWNpZGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiZQoNT2JzZXJ2ZWRCYXRjaBInCgRlZGdlGAEgASgLMhkuc3dpdGNoYm9hcmQudjEuRWRnZUhlbGxvEisKB3JlcG9ydHMYAiADKAsyGi5zd2l0Y2hib2FyZC52MS5DYWxsUmVwb3J0IiwKGVNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2USDwoHYmF0Y2hlcxgBIAEoAyJlChpGb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSNAoHcmVxdWVzdBgCIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkxpc3RBY3Rpdml0eVJlcXVlc3QiVQobRm9yd2FyZExpc3RBY3Rpdml0eVJlc3BvbnNlEjYKCHJlc3BvbnNlGAEgASgLMiQuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVzcG9uc2UiYwoZRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMwoHcmVxdWVzdBgCIAEoCzIiLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVxdWVzdCJTChpGb3J3YXJkR2V0QWN0aXZpdHlSZXNwb25zZRI1CghyZXNwb25zZRgBIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVzcG9uc2Uy4QcKDlJlcGxpY2FTZXJ2aWNlEl8KDkZvcndhcmRSZXNlcnZlEiUuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXNwb25zZRJlChBGb3J3YXJkUmVjb25jaWxlEicuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USegoXRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnMSLi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QaLy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEm4KE0ZvcndhcmRBY3F1aXJlSGVkZ2USKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXNwb25zZRJrChJGb3J3YXJkU2V0dGxlSGVkZ2USKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVzcG9uc2USZQoQRm9yd2FyZEdldEJyb2tlchInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEmoKEVNoYXJlT2JzZXJ2YXRpb25zEiguc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXF1ZXN0Gikuc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZSgBEm4KE0ZvcndhcmRMaXN0QWN0aXZpdHkSKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRMaXN0QWN0aXZpdHlSZXNwb25zZRJrChJGb3J3YXJkR2V0QWN0aXZpdHkSKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVzcG9uc2VCSlpIZ2l0aHViLmNvbS9zd2l0Y2hib2FyZC1haS9zd2l0Y2hib2FyZC9wcm90by9zd2l0Y2hib2FyZC92MTtzd2l0Y2hib2FyZHYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
+  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJfChdGb3J3YXJkR2V0QnJva2VyUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlcXVlc3QiTwoYRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVzcG9uc2UikgEKGFNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBISCgpyZXBsaWNhX2lkGAEgASgJEi4KB2JhdGNoZXMYAiADKAsyHS5zd2l0Y2hib2FyZC52MS5PYnNlcnZlZEJhdGNoEjIKDXNlc3Npb25fdHVybnMYAyADKAsyGy5zd2l0Y2hib2FyZC52MS5TZXNzaW9uVHVybiKdAQoLU2Vzc2lvblR1cm4SEQoJdGVuYW50X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRITCgtlbmRwb2ludF9pZBgFIAEoCRIvCgtkZWNpZGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiZQoNT2JzZXJ2ZWRCYXRjaBInCgRlZGdlGAEgASgLMhkuc3dpdGNoYm9hcmQudjEuRWRnZUhlbGxvEisKB3JlcG9ydHMYAiADKAsyGi5zd2l0Y2hib2FyZC52MS5DYWxsUmVwb3J0IiwKGVNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2USDwoHYmF0Y2hlcxgBIAEoAyJlChpGb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSNAoHcmVxdWVzdBgCIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkxpc3RBY3Rpdml0eVJlcXVlc3QiVQobRm9yd2FyZExpc3RBY3Rpdml0eVJlc3BvbnNlEjYKCHJlc3BvbnNlGAEgASgLMiQuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVzcG9uc2UiYwoZRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMwoHcmVxdWVzdBgCIAEoCzIiLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVxdWVzdCJTChpGb3J3YXJkR2V0QWN0aXZpdHlSZXNwb25zZRI1CghyZXNwb25zZRgBIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVzcG9uc2UiKgoUVHJhbnNmZXJTdGF0ZVJlcXVlc3QSEgoKcmVwbGljYV9pZBgBIAEoCSLeAQoVVHJhbnNmZXJTdGF0ZVJlc3BvbnNlEi8KCGFmZmluaXR5GAEgAygLMh0uc3dpdGNoYm9hcmQudjEuQWZmaW5pdHlFbnRyeRIyCg1jb252ZXJzYXRpb25zGAIgAygLMhsuc3dpdGNoYm9hcmQudjEuU2Vzc2lvblR1cm4SMAoJY29vbGRvd25zGAMgAygLMh0uc3dpdGNoYm9hcmQudjEuQ29vbGRvd25FbnRyeRIuCghvdXRjb21lcxgEIAMoCzIcLnN3aXRjaGJvYXJkLnYxLk91dGNvbWVFbnRyeSJdCg1BZmZpbml0eUVudHJ5EgwKBGhhc2gYASABKAQSDgoGdG9rZW5zGAIgASgDEi4KBnNlcnZlZBgDIAMoCzIeLnN3aXRjaGJvYXJkLnYxLkFmZmluaXR5U2VydmVkIl4KDkFmZmluaXR5U2VydmVkEhMKC2VuZHBvaW50X2lkGAEgASgJEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXdob2xlGAMgASgIIn0KDUNvb2xkb3duRW50cnkSEwoLZW5kcG9pbnRfaWQYASABKAkSKQoFdW50aWwYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCHJlZnVzYWxzGAMgAygLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKvBAoMT3V0Y29tZUVudHJ5EhMKC2VuZHBvaW50X2lkGAEgASgJEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWNhbGxzGAMgASgBEhQKDHJhdGVfbGltaXRlZBgEIAEoARIOCgZmYWlsZWQYBSABKAESDAoEcG9vchgGIAEoARIUCgxyZWNlbnRfY2FsbHMYByABKAESFQoNcmVjZW50X2ZhaWxlZBgIIAEoARIOCgZwcmljZWQYCSABKAESFAoMaW5wdXRfdG9rZW5zGAogASgBEhUKDWNhY2hlZF90b2tlbnMYCyABKAESFQoNb3V0cHV0X3Rva2VucxgMIAEoARITCgtjaGFyZ2VkX3VzZBgNIAEoARIbChNvdXRwdXRfdG9rZW5zX3RpbWVkGA4gASgBEhQKDGNhbGxfc2Vjb25kcxgPIAEoARI4CgZjaGVja3MYECADKAsyKC5zd2l0Y2hib2FyZC52MS5PdXRjb21lRW50cnkuQ2hlY2tzRW50cnkSCwoDY2FwGBEgASgBEiwKCGNhcF90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxwYXVzZWRfdW50aWwYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0NoZWNrc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAToCOAEywQgKDlJlcGxpY2FTZXJ2aWNlEl8KDkZvcndhcmRSZXNlcnZlEiUuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXNwb25zZRJlChBGb3J3YXJkUmVjb25jaWxlEicuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USegoXRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnMSLi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QaLy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEm4KE0ZvcndhcmRBY3F1aXJlSGVkZ2USKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXNwb25zZRJrChJGb3J3YXJkU2V0dGxlSGVkZ2USKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVzcG9uc2USZQoQRm9yd2FyZEdldEJyb2tlchInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEmoKEVNoYXJlT2JzZXJ2YXRpb25zEiguc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXF1ZXN0Gikuc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZSgBEm4KE0ZvcndhcmRMaXN0QWN0aXZpdHkSKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRMaXN0QWN0aXZpdHlSZXNwb25zZRJrChJGb3J3YXJkR2V0QWN0aXZpdHkSKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVzcG9uc2USXgoNVHJhbnNmZXJTdGF0ZRIkLnN3aXRjaGJvYXJkLnYxLlRyYW5zZmVyU3RhdGVSZXF1ZXN0GiUuc3dpdGNoYm9hcmQudjEuVHJhbnNmZXJTdGF0ZVJlc3BvbnNlMAFCSlpIZ2l0aHViLmNvbS9zd2l0Y2hib2FyZC1haS9zd2l0Y2hib2FyZC9wcm90by9zd2l0Y2hib2FyZC92MTtzd2l0Y2hib2FyZHYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
 
 /**
  * ForwardReserveRequest is a Reserve forwarded to the broker's owner.
@@ -566,6 +566,331 @@ export const ForwardGetActivityResponseSchema: GenMessage<ForwardGetActivityResp
   messageDesc(file_switchboard_v1_replica, 19);
 
 /**
+ * TransferStateRequest asks a replica for what it learned.
+ *
+ * @generated from message switchboard.v1.TransferStateRequest
+ */
+export type TransferStateRequest = Message<"switchboard.v1.TransferStateRequest"> & {
+  /**
+   * replica_id is the asking replica's id (its --id), for the called
+   * replica's log.
+   *
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+};
+
+/**
+ * Describes the message switchboard.v1.TransferStateRequest.
+ * Use `create(TransferStateRequestSchema)` to create a new message.
+ */
+export const TransferStateRequestSchema: GenMessage<TransferStateRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 20);
+
+/**
+ * TransferStateResponse is one part of a replica's learned state. Times
+ * are the called replica's clock, as its own tables hold them.
+ *
+ * @generated from message switchboard.v1.TransferStateResponse
+ */
+export type TransferStateResponse = Message<"switchboard.v1.TransferStateResponse"> & {
+  /**
+   * affinity are prompts (and prompt prefixes) and the endpoints that
+   * served them within the prompt-cache lifetime.
+   *
+   * @generated from field: repeated switchboard.v1.AffinityEntry affinity = 1;
+   */
+  affinity: AffinityEntry[];
+
+  /**
+   * conversations are the named conversations and where their last turn
+   * went (request_id empty).
+   *
+   * @generated from field: repeated switchboard.v1.SessionTurn conversations = 2;
+   */
+  conversations: SessionTurn[];
+
+  /**
+   * cooldowns are the endpoints benched or paused now, and the refusals
+   * counting towards the next cool-down.
+   *
+   * @generated from field: repeated switchboard.v1.CooldownEntry cooldowns = 3;
+   */
+  cooldowns: CooldownEntry[];
+
+  /**
+   * outcomes are the routing-cost policy's figures of each endpoint.
+   *
+   * @generated from field: repeated switchboard.v1.OutcomeEntry outcomes = 4;
+   */
+  outcomes: OutcomeEntry[];
+};
+
+/**
+ * Describes the message switchboard.v1.TransferStateResponse.
+ * Use `create(TransferStateResponseSchema)` to create a new message.
+ */
+export const TransferStateResponseSchema: GenMessage<TransferStateResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 21);
+
+/**
+ * AffinityEntry is one prompt or prompt prefix and where it was served.
+ *
+ * @generated from message switchboard.v1.AffinityEntry
+ */
+export type AffinityEntry = Message<"switchboard.v1.AffinityEntry"> & {
+  /**
+   * hash is the prompt's (or prefix's) chain hash, as edges send it.
+   *
+   * @generated from field: uint64 hash = 1;
+   */
+  hash: bigint;
+
+  /**
+   * tokens is its size in tokens.
+   *
+   * @generated from field: int64 tokens = 2;
+   */
+  tokens: bigint;
+
+  /**
+   * served are the endpoints that served it, newest first (at most 4).
+   *
+   * @generated from field: repeated switchboard.v1.AffinityServed served = 3;
+   */
+  served: AffinityServed[];
+};
+
+/**
+ * Describes the message switchboard.v1.AffinityEntry.
+ * Use `create(AffinityEntrySchema)` to create a new message.
+ */
+export const AffinityEntrySchema: GenMessage<AffinityEntry> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 22);
+
+/**
+ * AffinityServed is one endpoint that served a prompt.
+ *
+ * @generated from message switchboard.v1.AffinityServed
+ */
+export type AffinityServed = Message<"switchboard.v1.AffinityServed"> & {
+  /**
+   * endpoint_id is the endpoint.
+   *
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * time is when it served it last.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * whole is whether it served it as a whole prompt (a conversation's
+   * turn), not only as a prefix of a longer one.
+   *
+   * @generated from field: bool whole = 3;
+   */
+  whole: boolean;
+};
+
+/**
+ * Describes the message switchboard.v1.AffinityServed.
+ * Use `create(AffinityServedSchema)` to create a new message.
+ */
+export const AffinityServedSchema: GenMessage<AffinityServed> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 23);
+
+/**
+ * CooldownEntry is one endpoint's cool-down state.
+ *
+ * @generated from message switchboard.v1.CooldownEntry
+ */
+export type CooldownEntry = Message<"switchboard.v1.CooldownEntry"> & {
+  /**
+   * endpoint_id is the endpoint.
+   *
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * until is when its cool-down or pause ends; unset when it is not
+   * cooling.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 2;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * refusals are its recent refusals that have not benched it yet.
+   *
+   * @generated from field: repeated google.protobuf.Timestamp refusals = 3;
+   */
+  refusals: Timestamp[];
+};
+
+/**
+ * Describes the message switchboard.v1.CooldownEntry.
+ * Use `create(CooldownEntrySchema)` to create a new message.
+ */
+export const CooldownEntrySchema: GenMessage<CooldownEntry> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 24);
+
+/**
+ * OutcomeEntry is one endpoint's routing-cost figures: time-decayed sums
+ * as of time (the routing-cost policy's outcomes).
+ *
+ * @generated from message switchboard.v1.OutcomeEntry
+ */
+export type OutcomeEntry = Message<"switchboard.v1.OutcomeEntry"> & {
+  /**
+   * endpoint_id is the endpoint.
+   *
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * time is when the sums were last decayed to.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * calls, rate_limited, failed and poor are attempts and those that were
+   * refused, failed or failed a quality check.
+   *
+   * @generated from field: double calls = 3;
+   */
+  calls: number;
+
+  /**
+   * rate_limited counts 429s among calls.
+   *
+   * @generated from field: double rate_limited = 4;
+   */
+  rateLimited: number;
+
+  /**
+   * failed counts failures among calls.
+   *
+   * @generated from field: double failed = 5;
+   */
+  failed: number;
+
+  /**
+   * poor counts answers that failed a quality check among calls.
+   *
+   * @generated from field: double poor = 6;
+   */
+  poor: number;
+
+  /**
+   * recent_calls and recent_failed are attempts and failures with the
+   * short half-life.
+   *
+   * @generated from field: double recent_calls = 7;
+   */
+  recentCalls: number;
+
+  /**
+   * recent_failed counts failures with the short half-life.
+   *
+   * @generated from field: double recent_failed = 8;
+   */
+  recentFailed: number;
+
+  /**
+   * priced counts completed calls with usage.
+   *
+   * @generated from field: double priced = 9;
+   */
+  priced: number;
+
+  /**
+   * input_tokens is the priced calls' input.
+   *
+   * @generated from field: double input_tokens = 10;
+   */
+  inputTokens: number;
+
+  /**
+   * cached_tokens is the priced calls' cached input.
+   *
+   * @generated from field: double cached_tokens = 11;
+   */
+  cachedTokens: number;
+
+  /**
+   * output_tokens is the priced calls' output.
+   *
+   * @generated from field: double output_tokens = 12;
+   */
+  outputTokens: number;
+
+  /**
+   * charged_usd is what the priced calls cost.
+   *
+   * @generated from field: double charged_usd = 13;
+   */
+  chargedUsd: number;
+
+  /**
+   * output_tokens_timed is the output of completed calls with output.
+   *
+   * @generated from field: double output_tokens_timed = 14;
+   */
+  outputTokensTimed: number;
+
+  /**
+   * call_seconds is their whole-call seconds.
+   *
+   * @generated from field: double call_seconds = 15;
+   */
+  callSeconds: number;
+
+  /**
+   * checks are the failures per quality check.
+   *
+   * @generated from field: map<string, double> checks = 16;
+   */
+  checks: { [key: string]: number };
+
+  /**
+   * cap is the learned cap in requests per minute as set; 0 none.
+   *
+   * @generated from field: double cap = 17;
+   */
+  cap: number;
+
+  /**
+   * cap_time is when the cap was set.
+   *
+   * @generated from field: google.protobuf.Timestamp cap_time = 18;
+   */
+  capTime?: Timestamp | undefined;
+
+  /**
+   * paused_until is when the last 429's Retry-After ends; unset none.
+   *
+   * @generated from field: google.protobuf.Timestamp paused_until = 19;
+   */
+  pausedUntil?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message switchboard.v1.OutcomeEntry.
+ * Use `create(OutcomeEntrySchema)` to create a new message.
+ */
+export const OutcomeEntrySchema: GenMessage<OutcomeEntry> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 25);
+
+/**
  * ReplicaService is what decider replicas call on each other, and nothing
  * else does: a replica that does not own the rate-limit broker forwards to
  * the one that does the calls that must be decided in one place — the
@@ -686,6 +1011,23 @@ export const ReplicaService: GenService<{
     methodKind: "unary";
     input: typeof ForwardGetActivityRequestSchema;
     output: typeof ForwardGetActivityResponseSchema;
+  },
+  /**
+   * TransferState streams what the called replica learned from the edges'
+   * reports that the routing statistics' snapshot in etcd does not hold:
+   * prompt affinity, named conversations, the routing-cost outcomes and the
+   * cool-downs. A replica that starts while others live asks one of them,
+   * so its first decisions are the others' (sticky conversations, cache
+   * affinity, benched endpoints) instead of a cold start. Each message holds
+   * at most a few thousand entries; the caller bounds the whole in bytes and
+   * time and starts empty when the transfer fails.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.TransferState
+   */
+  transferState: {
+    methodKind: "server_streaming";
+    input: typeof TransferStateRequestSchema;
+    output: typeof TransferStateResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchboard_v1_replica, 0);
