@@ -28,6 +28,7 @@ const (
 	ReplicaService_ShareObservations_FullMethodName       = "/switchboard.v1.ReplicaService/ShareObservations"
 	ReplicaService_ForwardListActivity_FullMethodName     = "/switchboard.v1.ReplicaService/ForwardListActivity"
 	ReplicaService_ForwardGetActivity_FullMethodName      = "/switchboard.v1.ReplicaService/ForwardGetActivity"
+	ReplicaService_RenewLeases_FullMethodName             = "/switchboard.v1.ReplicaService/RenewLeases"
 )
 
 // ReplicaServiceClient is the client API for ReplicaService service.
@@ -80,6 +81,14 @@ type ReplicaServiceClient interface {
 	// ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
 	// answered from the called replica's own activity log only.
 	ForwardGetActivity(ctx context.Context, in *ForwardGetActivityRequest, opts ...grpc.CallOption) (*ForwardGetActivityResponse, error)
+	// RenewLeases renews the quota leases of the calling replica on the
+	// broker's owner (decider --broker-leases): for each bucket, what is left
+	// of its lease is given back (or an overrun charged) and a new lease
+	// granted, sized by the replica's demand; the answer also names the
+	// endpoints the replica must not admit on by itself. A replica calls it
+	// about every half lease term, never per request. FAILED_PRECONDITION
+	// from a replica that does not own the broker.
+	RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error)
 }
 
 type replicaServiceClient struct {
@@ -183,6 +192,16 @@ func (c *replicaServiceClient) ForwardGetActivity(ctx context.Context, in *Forwa
 	return out, nil
 }
 
+func (c *replicaServiceClient) RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewLeasesResponse)
+	err := c.cc.Invoke(ctx, ReplicaService_RenewLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplicaServiceServer is the server API for ReplicaService service.
 // All implementations must embed UnimplementedReplicaServiceServer
 // for forward compatibility.
@@ -233,6 +252,14 @@ type ReplicaServiceServer interface {
 	// ForwardGetActivity is RouterService.GetActivity on behalf of caller_id,
 	// answered from the called replica's own activity log only.
 	ForwardGetActivity(context.Context, *ForwardGetActivityRequest) (*ForwardGetActivityResponse, error)
+	// RenewLeases renews the quota leases of the calling replica on the
+	// broker's owner (decider --broker-leases): for each bucket, what is left
+	// of its lease is given back (or an overrun charged) and a new lease
+	// granted, sized by the replica's demand; the answer also names the
+	// endpoints the replica must not admit on by itself. A replica calls it
+	// about every half lease term, never per request. FAILED_PRECONDITION
+	// from a replica that does not own the broker.
+	RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error)
 	mustEmbedUnimplementedReplicaServiceServer()
 }
 
@@ -269,6 +296,9 @@ func (UnimplementedReplicaServiceServer) ForwardListActivity(context.Context, *F
 }
 func (UnimplementedReplicaServiceServer) ForwardGetActivity(context.Context, *ForwardGetActivityRequest) (*ForwardGetActivityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardGetActivity not implemented")
+}
+func (UnimplementedReplicaServiceServer) RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewLeases not implemented")
 }
 func (UnimplementedReplicaServiceServer) mustEmbedUnimplementedReplicaServiceServer() {}
 func (UnimplementedReplicaServiceServer) testEmbeddedByValue()                        {}
@@ -442,6 +472,24 @@ func _ReplicaService_ForwardGetActivity_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReplicaService_RenewLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServiceServer).RenewLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReplicaService_RenewLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServiceServer).RenewLeases(ctx, req.(*RenewLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReplicaService_ServiceDesc is the grpc.ServiceDesc for ReplicaService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -480,6 +528,10 @@ var ReplicaService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForwardGetActivity",
 			Handler:    _ReplicaService_ForwardGetActivity_Handler,
+		},
+		{
+			MethodName: "RenewLeases",
+			Handler:    _ReplicaService_RenewLeases_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -87,6 +87,9 @@ func (b *Broker) RenewLeases(holder string, asks []LeaseAsk) []LeaseGrant {
 	now := b.nowNS()
 	t := b.tab.Load()
 	hold := b.hold(now)
+	// What an owner that cannot save its state grants would be unknown to
+	// the next one: nothing, as Reserve admits nothing then.
+	durable := !b.undurable.Load()
 	b.leases.mu.Lock()
 	defer b.leases.mu.Unlock()
 	b.expireLeasesLocked(now)
@@ -129,6 +132,9 @@ func (b *Broker) RenewLeases(holder string, asks []LeaseAsk) []LeaseGrant {
 		g = math.Min(g, bk.available()-bk.keep(hold))
 		if bk.unit != UnitUSD {
 			g = math.Floor(g)
+		}
+		if !durable {
+			g = 0
 		}
 		if g > 0 {
 			bk.take(g)
