@@ -11,13 +11,14 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from switchboard.v1 import edge_pb2 as switchboard_dot_v1_dot_edge__pb2
 from switchboard.v1 import operator_pb2 as switchboard_dot_v1_dot_operator__pb2
 from switchboard.v1 import router_pb2 as switchboard_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"_\n\x17\x46orwardGetBrokerRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.GetBrokerRequest\"O\n\x18\x46orwardGetBrokerResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.GetBrokerResponse\"\x92\x01\n\x18ShareObservationsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12.\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.ObservedBatch\x12\x32\n\rsession_turns\x18\x03 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\"\x9d\x01\n\x0bSessionTurn\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x05 \x01(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\rObservedBatch\x12\'\n\x04\x65\x64ge\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHello\x12+\n\x07reports\x18\x02 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\",\n\x19ShareObservationsResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x03\"e\n\x1a\x46orwardListActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.ListActivityRequest\"U\n\x1b\x46orwardListActivityResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.ListActivityResponse\"c\n\x19\x46orwardGetActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.GetActivityRequest\"S\n\x1a\x46orwardGetActivityResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.GetActivityResponse2\xe1\x07\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12\x65\n\x10\x46orwardGetBroker\x12\'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponse\x12j\n\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n\x13\x46orwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n\x12\x46orwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"\x84\x01\n\x12RenewLeasesRequest\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12&\n\x04\x61sks\x18\x02 \x03(\x0b\x32\x18.switchboard.v1.LeaseAsk\x12\x36\n\x0cobservations\x18\x03 \x03(\x0b\x32 .switchboard.v1.LeaseObservation\"?\n\x08LeaseAsk\x12\x11\n\tbucket_id\x18\x01 \x01(\t\x12\x10\n\x08returned\x18\x02 \x01(\x01\x12\x0e\n\x06\x64\x65mand\x18\x03 \x01(\x01\"\x8e\x01\n\x10LeaseObservation\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x33\n\treconcile\x18\x04 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\x12\x0e\n\x06scoped\x18\x05 \x01(\x08\"\x99\x01\n\x13RenewLeasesResponse\x12*\n\x06grants\x18\x01 \x03(\x0b\x32\x1a.switchboard.v1.LeaseGrant\x12\'\n\x04term\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11\x63\x65ntral_endpoints\x18\x03 \x03(\t\x12\x12\n\nowner_term\x18\x04 \x01(\x03\"/\n\nLeaseGrant\x12\x11\n\tbucket_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61mount\x18\x02 \x01(\x01\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"_\n\x17\x46orwardGetBrokerRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.GetBrokerRequest\"O\n\x18\x46orwardGetBrokerResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.GetBrokerResponse\"\x92\x01\n\x18ShareObservationsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12.\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.ObservedBatch\x12\x32\n\rsession_turns\x18\x03 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\"\x9d\x01\n\x0bSessionTurn\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x05 \x01(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\rObservedBatch\x12\'\n\x04\x65\x64ge\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHello\x12+\n\x07reports\x18\x02 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\",\n\x19ShareObservationsResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x03\"e\n\x1a\x46orwardListActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.ListActivityRequest\"U\n\x1b\x46orwardListActivityResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.ListActivityResponse\"c\n\x19\x46orwardGetActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.GetActivityRequest\"S\n\x1a\x46orwardGetActivityResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.GetActivityResponse2\xb9\x08\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12\x65\n\x10\x46orwardGetBroker\x12\'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponse\x12j\n\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n\x13\x46orwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n\x12\x46orwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponse\x12V\n\x0bRenewLeases\x12\".switchboard.v1.RenewLeasesRequest\x1a#.switchboard.v1.RenewLeasesResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchboard.v1.replica_pb2', globals())
@@ -25,46 +26,56 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'ZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1'
-  _FORWARDRESERVEREQUEST._serialized_start=168
-  _FORWARDRESERVEREQUEST._serialized_end=259
-  _FORWARDRESERVERESPONSE._serialized_start=261
-  _FORWARDRESERVERESPONSE._serialized_end=336
-  _FORWARDRECONCILEREQUEST._serialized_start=338
-  _FORWARDRECONCILEREQUEST._serialized_end=433
-  _FORWARDRECONCILERESPONSE._serialized_start=435
-  _FORWARDRECONCILERESPONSE._serialized_end=514
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=516
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=625
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=627
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=720
-  _FORWARDACQUIREHEDGEREQUEST._serialized_start=722
-  _FORWARDACQUIREHEDGEREQUEST._serialized_end=823
-  _FORWARDACQUIREHEDGERESPONSE._serialized_start=825
-  _FORWARDACQUIREHEDGERESPONSE._serialized_end=910
-  _FORWARDSETTLEHEDGEREQUEST._serialized_start=912
-  _FORWARDSETTLEHEDGEREQUEST._serialized_end=1011
-  _FORWARDSETTLEHEDGERESPONSE._serialized_start=1013
-  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1096
-  _FORWARDGETBROKERREQUEST._serialized_start=1098
-  _FORWARDGETBROKERREQUEST._serialized_end=1193
-  _FORWARDGETBROKERRESPONSE._serialized_start=1195
-  _FORWARDGETBROKERRESPONSE._serialized_end=1274
-  _SHAREOBSERVATIONSREQUEST._serialized_start=1277
-  _SHAREOBSERVATIONSREQUEST._serialized_end=1423
-  _SESSIONTURN._serialized_start=1426
-  _SESSIONTURN._serialized_end=1583
-  _OBSERVEDBATCH._serialized_start=1585
-  _OBSERVEDBATCH._serialized_end=1686
-  _SHAREOBSERVATIONSRESPONSE._serialized_start=1688
-  _SHAREOBSERVATIONSRESPONSE._serialized_end=1732
-  _FORWARDLISTACTIVITYREQUEST._serialized_start=1734
-  _FORWARDLISTACTIVITYREQUEST._serialized_end=1835
-  _FORWARDLISTACTIVITYRESPONSE._serialized_start=1837
-  _FORWARDLISTACTIVITYRESPONSE._serialized_end=1922
-  _FORWARDGETACTIVITYREQUEST._serialized_start=1924
-  _FORWARDGETACTIVITYREQUEST._serialized_end=2023
-  _FORWARDGETACTIVITYRESPONSE._serialized_start=2025
-  _FORWARDGETACTIVITYRESPONSE._serialized_end=2108
-  _REPLICASERVICE._serialized_start=2111
-  _REPLICASERVICE._serialized_end=3104
+  _RENEWLEASESREQUEST._serialized_start=201
+  _RENEWLEASESREQUEST._serialized_end=333
+  _LEASEASK._serialized_start=335
+  _LEASEASK._serialized_end=398
+  _LEASEOBSERVATION._serialized_start=401
+  _LEASEOBSERVATION._serialized_end=543
+  _RENEWLEASESRESPONSE._serialized_start=546
+  _RENEWLEASESRESPONSE._serialized_end=699
+  _LEASEGRANT._serialized_start=701
+  _LEASEGRANT._serialized_end=748
+  _FORWARDRESERVEREQUEST._serialized_start=750
+  _FORWARDRESERVEREQUEST._serialized_end=841
+  _FORWARDRESERVERESPONSE._serialized_start=843
+  _FORWARDRESERVERESPONSE._serialized_end=918
+  _FORWARDRECONCILEREQUEST._serialized_start=920
+  _FORWARDRECONCILEREQUEST._serialized_end=1015
+  _FORWARDRECONCILERESPONSE._serialized_start=1017
+  _FORWARDRECONCILERESPONSE._serialized_end=1096
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=1098
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=1207
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=1209
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=1302
+  _FORWARDACQUIREHEDGEREQUEST._serialized_start=1304
+  _FORWARDACQUIREHEDGEREQUEST._serialized_end=1405
+  _FORWARDACQUIREHEDGERESPONSE._serialized_start=1407
+  _FORWARDACQUIREHEDGERESPONSE._serialized_end=1492
+  _FORWARDSETTLEHEDGEREQUEST._serialized_start=1494
+  _FORWARDSETTLEHEDGEREQUEST._serialized_end=1593
+  _FORWARDSETTLEHEDGERESPONSE._serialized_start=1595
+  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1678
+  _FORWARDGETBROKERREQUEST._serialized_start=1680
+  _FORWARDGETBROKERREQUEST._serialized_end=1775
+  _FORWARDGETBROKERRESPONSE._serialized_start=1777
+  _FORWARDGETBROKERRESPONSE._serialized_end=1856
+  _SHAREOBSERVATIONSREQUEST._serialized_start=1859
+  _SHAREOBSERVATIONSREQUEST._serialized_end=2005
+  _SESSIONTURN._serialized_start=2008
+  _SESSIONTURN._serialized_end=2165
+  _OBSERVEDBATCH._serialized_start=2167
+  _OBSERVEDBATCH._serialized_end=2268
+  _SHAREOBSERVATIONSRESPONSE._serialized_start=2270
+  _SHAREOBSERVATIONSRESPONSE._serialized_end=2314
+  _FORWARDLISTACTIVITYREQUEST._serialized_start=2316
+  _FORWARDLISTACTIVITYREQUEST._serialized_end=2417
+  _FORWARDLISTACTIVITYRESPONSE._serialized_start=2419
+  _FORWARDLISTACTIVITYRESPONSE._serialized_end=2504
+  _FORWARDGETACTIVITYREQUEST._serialized_start=2506
+  _FORWARDGETACTIVITYREQUEST._serialized_end=2605
+  _FORWARDGETACTIVITYRESPONSE._serialized_start=2607
+  _FORWARDGETACTIVITYRESPONSE._serialized_end=2690
+  _REPLICASERVICE._serialized_start=2693
+  _REPLICASERVICE._serialized_end=3774
 # @@protoc_insertion_point(module_scope)

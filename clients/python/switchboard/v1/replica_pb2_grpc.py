@@ -77,6 +77,11 @@ class ReplicaServiceStub(object):
                 request_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.SerializeToString,
                 response_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.FromString,
                 )
+        self.RenewLeases = channel.unary_unary(
+                '/switchboard.v1.ReplicaService/RenewLeases',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesResponse.FromString,
+                )
 
 
 class ReplicaServiceServicer(object):
@@ -172,6 +177,19 @@ class ReplicaServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewLeases(self, request, context):
+        """RenewLeases renews the quota leases of the calling replica on the
+        broker's owner (decider --broker-leases): for each bucket, what is left
+        of its lease is given back (or an overrun charged) and a new lease
+        granted, sized by the replica's demand; the answer also names the
+        endpoints the replica must not admit on by itself. A replica calls it
+        about every half lease term, never per request. FAILED_PRECONDITION
+        from a replica that does not own the broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -219,6 +237,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.ForwardGetActivity,
                     request_deserializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.FromString,
                     response_serializer=switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.SerializeToString,
+            ),
+            'RenewLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLeases,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,5 +421,22 @@ class ReplicaService(object):
         return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/ForwardGetActivity',
             switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityRequest.SerializeToString,
             switchboard_dot_v1_dot_replica__pb2.ForwardGetActivityResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RenewLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/RenewLeases',
+            switchboard_dot_v1_dot_replica__pb2.RenewLeasesRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.RenewLeasesResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -126,4 +126,3 @@ func specs0ID(b *Broker, u Unit) string {
 	}
 	return ""
 }
-
