@@ -27,6 +27,11 @@ type ServiceOptions struct {
 	// them that paid for a cancelled leg (hedge.Budget's Settled).
 	// (Required)
 	Settled func() (settled, cancelled int64)
+	// Admissions reads the reservations admitted since the start by where
+	// they were decided: on this replica as the broker's owner, on its
+	// quota leases, or forwarded to the owner (admission's Admissions).
+	// (Optional) Without it the metric is not reported.
+	Admissions func() (owner, lease, forwarded int64)
 }
 
 // Service holds the decider's metrics beside the admission ones: the hedge
@@ -39,6 +44,7 @@ type Service struct {
 	owner, changes    metric.Int64Observable
 	decisions, settle metric.Int64Observable
 	left, spent       metric.Float64Observable
+	admissions        metric.Int64Observable
 	reg               metric.Registration
 }
 
@@ -53,13 +59,16 @@ var (
 	hedgeRefused      = metric.WithAttributes(attribute.String("result", "refused"))
 	settledCancelled  = metric.WithAttributes(attribute.String("loser", "cancelled"))
 	settledNoneBilled = metric.WithAttributes(attribute.String("loser", "none"))
+	pathOwner         = metric.WithAttributes(attribute.String("path", "owner"))
+	pathLease         = metric.WithAttributes(attribute.String("path", "lease"))
+	pathForwarded     = metric.WithAttributes(attribute.String("path", "forwarded"))
 )
 
 // NewService creates the instruments of o.
 func NewService(o ServiceOptions) (*Service, error) {
 	mt := o.Provider.Meter(ScopeName)
 	s := &Service{o: o}
-	var errs [7]error
+	var errs [8]error
 	s.lag, errs[0] = mt.Float64Histogram("switchboard_report_lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a call report's making on the edge to its handling on this replica (clocks of both machines)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
@@ -75,11 +84,13 @@ func NewService(o ServiceOptions) (*Service, error) {
 		metric.WithDescription("USD left of today's hedge budget. Reported by the owner only."))
 	s.spent, errs[6] = mt.Float64ObservableGauge("switchboard_hedge_budget_spent_usd",
 		metric.WithDescription("USD of today's hedge budget spent (granted estimates, settled to the losers' cost). Reported by the owner only."))
+	s.admissions, errs[7] = mt.Int64ObservableCounter("switchboard_decider_admissions", metric.WithUnit("{reservation}"),
+		metric.WithDescription("Reservations admitted for this replica's callers since it started, by where: owner (this replica owns the broker), lease (on its quota leases, no forwarding hop), forwarded (by the owner)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	var err error
-	s.reg, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent)
+	s.reg, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent, s.admissions)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +111,12 @@ func (s *Service) observe(_ context.Context, o metric.Observer) error {
 	settled, cancelled := s.o.Settled()
 	o.ObserveInt64(s.settle, cancelled, settledCancelled)
 	o.ObserveInt64(s.settle, settled-cancelled, settledNoneBilled)
+	if s.o.Admissions != nil {
+		own, lease, fwd := s.o.Admissions()
+		o.ObserveInt64(s.admissions, own, pathOwner)
+		o.ObserveInt64(s.admissions, lease, pathLease)
+		o.ObserveInt64(s.admissions, fwd, pathForwarded)
+	}
 	if owner {
 		o.ObserveFloat64(s.left, max(daily-spent, 0))
 		o.ObserveFloat64(s.spent, spent)
