@@ -339,6 +339,27 @@
 // still admits one request), trading a little possible over-admission for
 // not refusing everything.
 //
+// # Quota leases
+//
+// The owner lends other replicas shares of its large buckets (lease.go):
+// [Broker.RenewLeases] gives back what a replica's live lease of each
+// bucket had left (never more than it holds; an overrun is charged
+// whatever the lease), then takes the replica's new share from the
+// bucket's level as a charge — twice its demand since its last renewal,
+// or its demand's part of LeaseFraction × the bucket's limit when the
+// replicas want more, less what the others hold, never below what
+// learning mode keeps nor while the state is not durable — for LeaseTerm.
+// A lease not renewed within its term is forgotten and stays consumed.
+// Only rolling token buckets of the catalog whose capacity is at least
+// LeaseMinCapacity are leased. The lease records are in memory only
+// (leases.mu, then one bucket's mutex at a time); what they took is in the
+// levels, so in the snapshot, and LearningUntil lasts at least
+// MaxLeaseTerm. A replica's side is [Holder]: it admits a request whose
+// every bucket is leased to it with enough left ([Broker.LeasePlan]
+// computes the charges Reserve would make), settles its reconciliation
+// against the lease, and hands failures the owner must hear to
+// [Broker.Observe], through the next renewal.
+//
 // # Safe metadata
 //
 // A Refusal and the Limits view carry figures only for the caller's own
