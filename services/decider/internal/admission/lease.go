@@ -38,8 +38,9 @@ const (
 // paths counts admitted reservations by path.
 type paths [nPaths]atomic.Int64
 
-// Admissions returns how many reservations this replica admitted, or had
-// the owner admit, by path since the start.
+// Admissions returns how many reservations were admitted since the start:
+// by this replica as the owner (for its callers and those forwarded to it),
+// on its leases, and forwarded by it to the owner.
 func (a *Admission) Admissions() (owner, lease, forwarded int64) {
 	return a.paths[pathOwner].Load(), a.paths[pathLease].Load(), a.paths[pathForwarded].Load()
 }

@@ -85,7 +85,7 @@ func NewService(o ServiceOptions) (*Service, error) {
 	s.spent, errs[6] = mt.Float64ObservableGauge("switchboard_hedge_budget_spent_usd",
 		metric.WithDescription("USD of today's hedge budget spent (granted estimates, settled to the losers' cost). Reported by the owner only."))
 	s.admissions, errs[7] = mt.Int64ObservableCounter("switchboard_decider_admissions", metric.WithUnit("{reservation}"),
-		metric.WithDescription("Reservations admitted for this replica's callers since it started, by where: owner (this replica owns the broker), lease (on its quota leases, no forwarding hop), forwarded (by the owner)."))
+		metric.WithDescription("Reservations admitted since this replica started, by where: owner (by this replica as the broker's owner, for its own callers and those other replicas forwarded), lease (on its quota leases, no forwarding hop), forwarded (for its callers, by the owner)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
