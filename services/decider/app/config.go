@@ -307,6 +307,8 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.ShutdownTimeout, def.ShutdownTimeout)
 	orDefault(&c.LogLevel, def.LogLevel)
 	orDefault(&c.BrokerSessionTTL, def.BrokerSessionTTL)
+	orDefault(&c.BrokerLeaseTerm, def.BrokerLeaseTerm)
+	orDefault(&c.BrokerMaxLeaseTerm, def.BrokerMaxLeaseTerm)
 	orDefault(&c.ProbeInterval, def.ProbeInterval)
 	orDefault(&c.RoutingPolicy, def.RoutingPolicy)
 	orDefault(&c.RoutingCostMargin, def.RoutingCostMargin)
