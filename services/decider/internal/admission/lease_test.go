@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
@@ -75,6 +78,8 @@ func TestReplicaAdmitsOnItsLeases(t *testing.T) {
 	require.True(t, owner.adm.Owner())
 	r := startLeasing(t, c, true, &otherNS)
 	require.False(t, r.adm.Owner())
+	_, err := r.adm.RenewLeases(t.Context(), &switchboardv1.RenewLeasesRequest{Holder: owner.addr})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "only the owner grants leases")
 	admitOnce(t, r)
 	_, lease, fwd := r.adm.Admissions()
 	require.Equal(t, [2]int64{0, 1}, [2]int64{lease, fwd}, "no lease yet: forwarded")
@@ -133,4 +138,19 @@ func benchOwnerWork(b *testing.B, leases bool) {
 	n := float64((lease - lease0) + (fwd - fwd0))
 	b.ReportMetric(float64(ownerNS.Load())/n, "owner-ns/op")
 	b.ReportMetric(float64(lease-lease0)/n, "lease-share")
+}
+
+// A renewal the owner cannot apply as a whole is refused, before anything
+// changes: no holder, numbers that are not finite, a negative demand.
+func TestRenewalChecked(t *testing.T) {
+	ask := func(ret, demand float64) *switchboardv1.RenewLeasesRequest {
+		return &switchboardv1.RenewLeasesRequest{Holder: "r1", Asks: []*switchboardv1.LeaseAsk{{BucketId: "b", Returned: ret, Demand: demand}}}
+	}
+	require.NoError(t, checkRenewal(ask(-3, 5)))
+	for _, req := range []*switchboardv1.RenewLeasesRequest{
+		{Asks: []*switchboardv1.LeaseAsk{{BucketId: "b"}}},
+		ask(math.NaN(), 1), ask(math.Inf(-1), 1), ask(1, -1), ask(1, math.Inf(1)), ask(1, math.NaN()),
+	} {
+		require.Equal(t, codes.InvalidArgument, status.Code(checkRenewal(req)), "%v", req)
+	}
 }
