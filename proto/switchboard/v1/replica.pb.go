@@ -9,6 +9,7 @@ package switchboardv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -21,6 +22,342 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// RenewLeasesRequest is one replica's renewal of all its leases.
+type RenewLeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calling replica's gRPC address, which names its leases.
+	Holder string      `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Asks   []*LeaseAsk `protobuf:"bytes,2,rep,name=asks,proto3" json:"asks,omitempty"`
+	// What the provider said of calls the replica admitted on its leases
+	// and that pause or correct a route (failures, 429s): applied on the
+	// owner as the reconciliation of an owner's reservation would be.
+	Observations  []*LeaseObservation `protobuf:"bytes,3,rep,name=observations,proto3" json:"observations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesRequest) Reset() {
+	*x = RenewLeasesRequest{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesRequest) ProtoMessage() {}
+
+func (x *RenewLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesRequest.ProtoReflect.Descriptor instead.
+func (*RenewLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RenewLeasesRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RenewLeasesRequest) GetAsks() []*LeaseAsk {
+	if x != nil {
+		return x.Asks
+	}
+	return nil
+}
+
+func (x *RenewLeasesRequest) GetObservations() []*LeaseObservation {
+	if x != nil {
+		return x.Observations
+	}
+	return nil
+}
+
+// LeaseAsk is what a replica says of one bucket.
+type LeaseAsk struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BucketId string                 `protobuf:"bytes,1,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
+	// What is left of its lease of the bucket; negative for an overrun.
+	Returned float64 `protobuf:"fixed64,2,opt,name=returned,proto3" json:"returned,omitempty"`
+	// What its requests asked of the bucket since its last renewal,
+	// admitted on the lease or forwarded.
+	Demand        float64 `protobuf:"fixed64,3,opt,name=demand,proto3" json:"demand,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseAsk) Reset() {
+	*x = LeaseAsk{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseAsk) ProtoMessage() {}
+
+func (x *LeaseAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseAsk.ProtoReflect.Descriptor instead.
+func (*LeaseAsk) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaseAsk) GetBucketId() string {
+	if x != nil {
+		return x.BucketId
+	}
+	return ""
+}
+
+func (x *LeaseAsk) GetReturned() float64 {
+	if x != nil {
+		return x.Returned
+	}
+	return 0
+}
+
+func (x *LeaseAsk) GetDemand() float64 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+// LeaseObservation is a provider's answer to a call admitted on a lease.
+type LeaseObservation struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EndpointId string                 `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	Model      string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	TenantId   string                 `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The call's reconciliation as the edge sent it; its usage was settled
+	// against the lease.
+	Reconcile *ReconcileRequest `protobuf:"bytes,4,opt,name=reconcile,proto3" json:"reconcile,omitempty"`
+	// The reconciliation came from a caller that may move only what its
+	// tenant sees of the provider.
+	Scoped        bool `protobuf:"varint,5,opt,name=scoped,proto3" json:"scoped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseObservation) Reset() {
+	*x = LeaseObservation{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseObservation) ProtoMessage() {}
+
+func (x *LeaseObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseObservation.ProtoReflect.Descriptor instead.
+func (*LeaseObservation) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LeaseObservation) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *LeaseObservation) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *LeaseObservation) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *LeaseObservation) GetReconcile() *ReconcileRequest {
+	if x != nil {
+		return x.Reconcile
+	}
+	return nil
+}
+
+func (x *LeaseObservation) GetScoped() bool {
+	if x != nil {
+		return x.Scoped
+	}
+	return false
+}
+
+// RenewLeasesResponse is the replica's new leases.
+type RenewLeasesResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Grants []*LeaseGrant          `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	// How long the leases last from when the replica sent the renewal.
+	Term *durationpb.Duration `protobuf:"bytes,2,opt,name=term,proto3" json:"term,omitempty"`
+	// Endpoints paused or with limits learned from the provider: requests on
+	// them are forwarded to the owner.
+	CentralEndpoints []string `protobuf:"bytes,3,rep,name=central_endpoints,json=centralEndpoints,proto3" json:"central_endpoints,omitempty"`
+	// The owner's term (the revision of its election key).
+	OwnerTerm     int64 `protobuf:"varint,4,opt,name=owner_term,json=ownerTerm,proto3" json:"owner_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeasesResponse) Reset() {
+	*x = RenewLeasesResponse{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeasesResponse) ProtoMessage() {}
+
+func (x *RenewLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeasesResponse.ProtoReflect.Descriptor instead.
+func (*RenewLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RenewLeasesResponse) GetGrants() []*LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *RenewLeasesResponse) GetTerm() *durationpb.Duration {
+	if x != nil {
+		return x.Term
+	}
+	return nil
+}
+
+func (x *RenewLeasesResponse) GetCentralEndpoints() []string {
+	if x != nil {
+		return x.CentralEndpoints
+	}
+	return nil
+}
+
+func (x *RenewLeasesResponse) GetOwnerTerm() int64 {
+	if x != nil {
+		return x.OwnerTerm
+	}
+	return 0
+}
+
+// LeaseGrant is one bucket's new lease.
+type LeaseGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BucketId      string                 `protobuf:"bytes,1,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
+	Amount        float64                `protobuf:"fixed64,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_switchboard_v1_replica_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_v1_replica_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LeaseGrant) GetBucketId() string {
+	if x != nil {
+		return x.BucketId
+	}
+	return ""
+}
+
+func (x *LeaseGrant) GetAmount() float64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
 
 // ForwardReserveRequest is a Reserve forwarded to the broker's owner.
 type ForwardReserveRequest struct {
@@ -35,7 +372,7 @@ type ForwardReserveRequest struct {
 
 func (x *ForwardReserveRequest) Reset() {
 	*x = ForwardReserveRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[0]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +384,7 @@ func (x *ForwardReserveRequest) String() string {
 func (*ForwardReserveRequest) ProtoMessage() {}
 
 func (x *ForwardReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[0]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +397,7 @@ func (x *ForwardReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReserveRequest.ProtoReflect.Descriptor instead.
 func (*ForwardReserveRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{0}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForwardReserveRequest) GetCallerId() string {
@@ -88,7 +425,7 @@ type ForwardReserveResponse struct {
 
 func (x *ForwardReserveResponse) Reset() {
 	*x = ForwardReserveResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[1]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -100,7 +437,7 @@ func (x *ForwardReserveResponse) String() string {
 func (*ForwardReserveResponse) ProtoMessage() {}
 
 func (x *ForwardReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[1]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -113,7 +450,7 @@ func (x *ForwardReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReserveResponse.ProtoReflect.Descriptor instead.
 func (*ForwardReserveResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{1}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForwardReserveResponse) GetResponse() *ReserveResponse {
@@ -136,7 +473,7 @@ type ForwardReconcileRequest struct {
 
 func (x *ForwardReconcileRequest) Reset() {
 	*x = ForwardReconcileRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[2]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +485,7 @@ func (x *ForwardReconcileRequest) String() string {
 func (*ForwardReconcileRequest) ProtoMessage() {}
 
 func (x *ForwardReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[2]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +498,7 @@ func (x *ForwardReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ForwardReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ForwardReconcileRequest) GetCallerId() string {
@@ -189,7 +526,7 @@ type ForwardReconcileResponse struct {
 
 func (x *ForwardReconcileResponse) Reset() {
 	*x = ForwardReconcileResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[3]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +538,7 @@ func (x *ForwardReconcileResponse) String() string {
 func (*ForwardReconcileResponse) ProtoMessage() {}
 
 func (x *ForwardReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[3]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,7 +551,7 @@ func (x *ForwardReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ForwardReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ForwardReconcileResponse) GetResponse() *ReconcileResponse {
@@ -238,7 +575,7 @@ type ForwardKeepReservationsRequest struct {
 
 func (x *ForwardKeepReservationsRequest) Reset() {
 	*x = ForwardKeepReservationsRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[4]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +587,7 @@ func (x *ForwardKeepReservationsRequest) String() string {
 func (*ForwardKeepReservationsRequest) ProtoMessage() {}
 
 func (x *ForwardKeepReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[4]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +600,7 @@ func (x *ForwardKeepReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardKeepReservationsRequest.ProtoReflect.Descriptor instead.
 func (*ForwardKeepReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ForwardKeepReservationsRequest) GetCallerId() string {
@@ -292,7 +629,7 @@ type ForwardKeepReservationsResponse struct {
 
 func (x *ForwardKeepReservationsResponse) Reset() {
 	*x = ForwardKeepReservationsResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[5]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +641,7 @@ func (x *ForwardKeepReservationsResponse) String() string {
 func (*ForwardKeepReservationsResponse) ProtoMessage() {}
 
 func (x *ForwardKeepReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[5]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +654,7 @@ func (x *ForwardKeepReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardKeepReservationsResponse.ProtoReflect.Descriptor instead.
 func (*ForwardKeepReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ForwardKeepReservationsResponse) GetResponse() *KeepReservationsResponse {
@@ -341,7 +678,7 @@ type ForwardAcquireHedgeRequest struct {
 
 func (x *ForwardAcquireHedgeRequest) Reset() {
 	*x = ForwardAcquireHedgeRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[6]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +690,7 @@ func (x *ForwardAcquireHedgeRequest) String() string {
 func (*ForwardAcquireHedgeRequest) ProtoMessage() {}
 
 func (x *ForwardAcquireHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[6]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +703,7 @@ func (x *ForwardAcquireHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardAcquireHedgeRequest.ProtoReflect.Descriptor instead.
 func (*ForwardAcquireHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ForwardAcquireHedgeRequest) GetCallerId() string {
@@ -395,7 +732,7 @@ type ForwardAcquireHedgeResponse struct {
 
 func (x *ForwardAcquireHedgeResponse) Reset() {
 	*x = ForwardAcquireHedgeResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[7]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +744,7 @@ func (x *ForwardAcquireHedgeResponse) String() string {
 func (*ForwardAcquireHedgeResponse) ProtoMessage() {}
 
 func (x *ForwardAcquireHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[7]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +757,7 @@ func (x *ForwardAcquireHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardAcquireHedgeResponse.ProtoReflect.Descriptor instead.
 func (*ForwardAcquireHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForwardAcquireHedgeResponse) GetResponse() *AcquireHedgeResponse {
@@ -444,7 +781,7 @@ type ForwardSettleHedgeRequest struct {
 
 func (x *ForwardSettleHedgeRequest) Reset() {
 	*x = ForwardSettleHedgeRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[8]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +793,7 @@ func (x *ForwardSettleHedgeRequest) String() string {
 func (*ForwardSettleHedgeRequest) ProtoMessage() {}
 
 func (x *ForwardSettleHedgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[8]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +806,7 @@ func (x *ForwardSettleHedgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardSettleHedgeRequest.ProtoReflect.Descriptor instead.
 func (*ForwardSettleHedgeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ForwardSettleHedgeRequest) GetCallerId() string {
@@ -498,7 +835,7 @@ type ForwardSettleHedgeResponse struct {
 
 func (x *ForwardSettleHedgeResponse) Reset() {
 	*x = ForwardSettleHedgeResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[9]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +847,7 @@ func (x *ForwardSettleHedgeResponse) String() string {
 func (*ForwardSettleHedgeResponse) ProtoMessage() {}
 
 func (x *ForwardSettleHedgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[9]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +860,7 @@ func (x *ForwardSettleHedgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardSettleHedgeResponse.ProtoReflect.Descriptor instead.
 func (*ForwardSettleHedgeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForwardSettleHedgeResponse) GetResponse() *SettleHedgeResponse {
@@ -546,7 +883,7 @@ type ForwardGetBrokerRequest struct {
 
 func (x *ForwardGetBrokerRequest) Reset() {
 	*x = ForwardGetBrokerRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +895,7 @@ func (x *ForwardGetBrokerRequest) String() string {
 func (*ForwardGetBrokerRequest) ProtoMessage() {}
 
 func (x *ForwardGetBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[10]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +908,7 @@ func (x *ForwardGetBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardGetBrokerRequest.ProtoReflect.Descriptor instead.
 func (*ForwardGetBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForwardGetBrokerRequest) GetCallerId() string {
@@ -599,7 +936,7 @@ type ForwardGetBrokerResponse struct {
 
 func (x *ForwardGetBrokerResponse) Reset() {
 	*x = ForwardGetBrokerResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +948,7 @@ func (x *ForwardGetBrokerResponse) String() string {
 func (*ForwardGetBrokerResponse) ProtoMessage() {}
 
 func (x *ForwardGetBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[11]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +961,7 @@ func (x *ForwardGetBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardGetBrokerResponse.ProtoReflect.Descriptor instead.
 func (*ForwardGetBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForwardGetBrokerResponse) GetResponse() *GetBrokerResponse {
@@ -651,7 +988,7 @@ type ShareObservationsRequest struct {
 
 func (x *ShareObservationsRequest) Reset() {
 	*x = ShareObservationsRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +1000,7 @@ func (x *ShareObservationsRequest) String() string {
 func (*ShareObservationsRequest) ProtoMessage() {}
 
 func (x *ShareObservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[12]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +1013,7 @@ func (x *ShareObservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareObservationsRequest.ProtoReflect.Descriptor instead.
 func (*ShareObservationsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ShareObservationsRequest) GetReplicaId() string {
@@ -722,7 +1059,7 @@ type SessionTurn struct {
 
 func (x *SessionTurn) Reset() {
 	*x = SessionTurn{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +1071,7 @@ func (x *SessionTurn) String() string {
 func (*SessionTurn) ProtoMessage() {}
 
 func (x *SessionTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[13]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +1084,7 @@ func (x *SessionTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTurn.ProtoReflect.Descriptor instead.
 func (*SessionTurn) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SessionTurn) GetTenantId() string {
@@ -806,7 +1143,7 @@ type ObservedBatch struct {
 
 func (x *ObservedBatch) Reset() {
 	*x = ObservedBatch{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +1155,7 @@ func (x *ObservedBatch) String() string {
 func (*ObservedBatch) ProtoMessage() {}
 
 func (x *ObservedBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[14]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +1168,7 @@ func (x *ObservedBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedBatch.ProtoReflect.Descriptor instead.
 func (*ObservedBatch) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ObservedBatch) GetEdge() *EdgeHello {
@@ -859,7 +1196,7 @@ type ShareObservationsResponse struct {
 
 func (x *ShareObservationsResponse) Reset() {
 	*x = ShareObservationsResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1208,7 @@ func (x *ShareObservationsResponse) String() string {
 func (*ShareObservationsResponse) ProtoMessage() {}
 
 func (x *ShareObservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[15]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1221,7 @@ func (x *ShareObservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareObservationsResponse.ProtoReflect.Descriptor instead.
 func (*ShareObservationsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ShareObservationsResponse) GetBatches() int64 {
@@ -909,7 +1246,7 @@ type ForwardListActivityRequest struct {
 
 func (x *ForwardListActivityRequest) Reset() {
 	*x = ForwardListActivityRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1258,7 @@ func (x *ForwardListActivityRequest) String() string {
 func (*ForwardListActivityRequest) ProtoMessage() {}
 
 func (x *ForwardListActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[16]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1271,7 @@ func (x *ForwardListActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardListActivityRequest.ProtoReflect.Descriptor instead.
 func (*ForwardListActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForwardListActivityRequest) GetCallerId() string {
@@ -962,7 +1299,7 @@ type ForwardListActivityResponse struct {
 
 func (x *ForwardListActivityResponse) Reset() {
 	*x = ForwardListActivityResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1311,7 @@ func (x *ForwardListActivityResponse) String() string {
 func (*ForwardListActivityResponse) ProtoMessage() {}
 
 func (x *ForwardListActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[17]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1324,7 @@ func (x *ForwardListActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardListActivityResponse.ProtoReflect.Descriptor instead.
 func (*ForwardListActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForwardListActivityResponse) GetResponse() *ListActivityResponse {
@@ -1011,7 +1348,7 @@ type ForwardGetActivityRequest struct {
 
 func (x *ForwardGetActivityRequest) Reset() {
 	*x = ForwardGetActivityRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[18]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1360,7 @@ func (x *ForwardGetActivityRequest) String() string {
 func (*ForwardGetActivityRequest) ProtoMessage() {}
 
 func (x *ForwardGetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[18]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1373,7 @@ func (x *ForwardGetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardGetActivityRequest.ProtoReflect.Descriptor instead.
 func (*ForwardGetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForwardGetActivityRequest) GetCallerId() string {
@@ -1064,7 +1401,7 @@ type ForwardGetActivityResponse struct {
 
 func (x *ForwardGetActivityResponse) Reset() {
 	*x = ForwardGetActivityResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[19]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1413,7 @@ func (x *ForwardGetActivityResponse) String() string {
 func (*ForwardGetActivityResponse) ProtoMessage() {}
 
 func (x *ForwardGetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[19]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1426,7 @@ func (x *ForwardGetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardGetActivityResponse.ProtoReflect.Descriptor instead.
 func (*ForwardGetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForwardGetActivityResponse) GetResponse() *GetActivityResponse {
@@ -1111,7 +1448,7 @@ type TransferStateRequest struct {
 
 func (x *TransferStateRequest) Reset() {
 	*x = TransferStateRequest{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[20]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1460,7 @@ func (x *TransferStateRequest) String() string {
 func (*TransferStateRequest) ProtoMessage() {}
 
 func (x *TransferStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[20]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1473,7 @@ func (x *TransferStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferStateRequest.ProtoReflect.Descriptor instead.
 func (*TransferStateRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TransferStateRequest) GetReplicaId() string {
@@ -1167,7 +1504,7 @@ type TransferStateResponse struct {
 
 func (x *TransferStateResponse) Reset() {
 	*x = TransferStateResponse{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[21]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1516,7 @@ func (x *TransferStateResponse) String() string {
 func (*TransferStateResponse) ProtoMessage() {}
 
 func (x *TransferStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[21]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1529,7 @@ func (x *TransferStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferStateResponse.ProtoReflect.Descriptor instead.
 func (*TransferStateResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TransferStateResponse) GetAffinity() []*AffinityEntry {
@@ -1238,7 +1575,7 @@ type AffinityEntry struct {
 
 func (x *AffinityEntry) Reset() {
 	*x = AffinityEntry{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[22]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1587,7 @@ func (x *AffinityEntry) String() string {
 func (*AffinityEntry) ProtoMessage() {}
 
 func (x *AffinityEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[22]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1600,7 @@ func (x *AffinityEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AffinityEntry.ProtoReflect.Descriptor instead.
 func (*AffinityEntry) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AffinityEntry) GetHash() uint64 {
@@ -1303,7 +1640,7 @@ type AffinityServed struct {
 
 func (x *AffinityServed) Reset() {
 	*x = AffinityServed{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[23]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1652,7 @@ func (x *AffinityServed) String() string {
 func (*AffinityServed) ProtoMessage() {}
 
 func (x *AffinityServed) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[23]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1665,7 @@ func (x *AffinityServed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AffinityServed.ProtoReflect.Descriptor instead.
 func (*AffinityServed) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AffinityServed) GetEndpointId() string {
@@ -1368,7 +1705,7 @@ type CooldownEntry struct {
 
 func (x *CooldownEntry) Reset() {
 	*x = CooldownEntry{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[24]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1717,7 @@ func (x *CooldownEntry) String() string {
 func (*CooldownEntry) ProtoMessage() {}
 
 func (x *CooldownEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[24]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1730,7 @@ func (x *CooldownEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CooldownEntry.ProtoReflect.Descriptor instead.
 func (*CooldownEntry) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CooldownEntry) GetEndpointId() string {
@@ -1467,7 +1804,7 @@ type OutcomeEntry struct {
 
 func (x *OutcomeEntry) Reset() {
 	*x = OutcomeEntry{}
-	mi := &file_switchboard_v1_replica_proto_msgTypes[25]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1816,7 @@ func (x *OutcomeEntry) String() string {
 func (*OutcomeEntry) ProtoMessage() {}
 
 func (x *OutcomeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_v1_replica_proto_msgTypes[25]
+	mi := &file_switchboard_v1_replica_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1829,7 @@ func (x *OutcomeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomeEntry.ProtoReflect.Descriptor instead.
 func (*OutcomeEntry) Descriptor() ([]byte, []int) {
-	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_v1_replica_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OutcomeEntry) GetEndpointId() string {
@@ -1632,7 +1969,32 @@ var File_switchboard_v1_replica_proto protoreflect.FileDescriptor
 
 const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\n" +
-	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"n\n" +
+	"\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"\xa0\x01\n" +
+	"\x12RenewLeasesRequest\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12,\n" +
+	"\x04asks\x18\x02 \x03(\v2\x18.switchboard.v1.LeaseAskR\x04asks\x12D\n" +
+	"\fobservations\x18\x03 \x03(\v2 .switchboard.v1.LeaseObservationR\fobservations\"[\n" +
+	"\bLeaseAsk\x12\x1b\n" +
+	"\tbucket_id\x18\x01 \x01(\tR\bbucketId\x12\x1a\n" +
+	"\breturned\x18\x02 \x01(\x01R\breturned\x12\x16\n" +
+	"\x06demand\x18\x03 \x01(\x01R\x06demand\"\xbe\x01\n" +
+	"\x10LeaseObservation\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1b\n" +
+	"\ttenant_id\x18\x03 \x01(\tR\btenantId\x12>\n" +
+	"\treconcile\x18\x04 \x01(\v2 .switchboard.v1.ReconcileRequestR\treconcile\x12\x16\n" +
+	"\x06scoped\x18\x05 \x01(\bR\x06scoped\"\xc4\x01\n" +
+	"\x13RenewLeasesResponse\x122\n" +
+	"\x06grants\x18\x01 \x03(\v2\x1a.switchboard.v1.LeaseGrantR\x06grants\x12-\n" +
+	"\x04term\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04term\x12+\n" +
+	"\x11central_endpoints\x18\x03 \x03(\tR\x10centralEndpoints\x12\x1d\n" +
+	"\n" +
+	"owner_term\x18\x04 \x01(\x03R\townerTerm\"A\n" +
+	"\n" +
+	"LeaseGrant\x12\x1b\n" +
+	"\tbucket_id\x18\x01 \x01(\tR\bbucketId\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\x01R\x06amount\"n\n" +
 	"\x15ForwardReserveRequest\x12\x1b\n" +
 	"\tcaller_id\x18\x01 \x01(\tR\bcallerId\x128\n" +
 	"\arequest\x18\x02 \x01(\v2\x1e.switchboard.v1.ReserveRequestR\arequest\"U\n" +
@@ -1741,7 +2103,7 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\fpaused_until\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x1a9\n" +
 	"\vChecksEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x012\xc1\b\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x012\x99\t\n" +
 	"\x0eReplicaService\x12_\n" +
 	"\x0eForwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12e\n" +
 	"\x10ForwardReconcile\x12'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n" +
@@ -1752,7 +2114,8 @@ const file_switchboard_v1_replica_proto_rawDesc = "" +
 	"\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n" +
 	"\x13ForwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n" +
 	"\x12ForwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponse\x12^\n" +
-	"\rTransferState\x12$.switchboard.v1.TransferStateRequest\x1a%.switchboard.v1.TransferStateResponse0\x01BJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
+	"\rTransferState\x12$.switchboard.v1.TransferStateRequest\x1a%.switchboard.v1.TransferStateResponse0\x01\x12V\n" +
+	"\vRenewLeases\x12\".switchboard.v1.RenewLeasesRequest\x1a#.switchboard.v1.RenewLeasesResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3"
 
 var (
 	file_switchboard_v1_replica_proto_rawDescOnce sync.Once
@@ -1766,114 +2129,127 @@ func file_switchboard_v1_replica_proto_rawDescGZIP() []byte {
 	return file_switchboard_v1_replica_proto_rawDescData
 }
 
-var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_switchboard_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_switchboard_v1_replica_proto_goTypes = []any{
-	(*ForwardReserveRequest)(nil),           // 0: switchboard.v1.ForwardReserveRequest
-	(*ForwardReserveResponse)(nil),          // 1: switchboard.v1.ForwardReserveResponse
-	(*ForwardReconcileRequest)(nil),         // 2: switchboard.v1.ForwardReconcileRequest
-	(*ForwardReconcileResponse)(nil),        // 3: switchboard.v1.ForwardReconcileResponse
-	(*ForwardKeepReservationsRequest)(nil),  // 4: switchboard.v1.ForwardKeepReservationsRequest
-	(*ForwardKeepReservationsResponse)(nil), // 5: switchboard.v1.ForwardKeepReservationsResponse
-	(*ForwardAcquireHedgeRequest)(nil),      // 6: switchboard.v1.ForwardAcquireHedgeRequest
-	(*ForwardAcquireHedgeResponse)(nil),     // 7: switchboard.v1.ForwardAcquireHedgeResponse
-	(*ForwardSettleHedgeRequest)(nil),       // 8: switchboard.v1.ForwardSettleHedgeRequest
-	(*ForwardSettleHedgeResponse)(nil),      // 9: switchboard.v1.ForwardSettleHedgeResponse
-	(*ForwardGetBrokerRequest)(nil),         // 10: switchboard.v1.ForwardGetBrokerRequest
-	(*ForwardGetBrokerResponse)(nil),        // 11: switchboard.v1.ForwardGetBrokerResponse
-	(*ShareObservationsRequest)(nil),        // 12: switchboard.v1.ShareObservationsRequest
-	(*SessionTurn)(nil),                     // 13: switchboard.v1.SessionTurn
-	(*ObservedBatch)(nil),                   // 14: switchboard.v1.ObservedBatch
-	(*ShareObservationsResponse)(nil),       // 15: switchboard.v1.ShareObservationsResponse
-	(*ForwardListActivityRequest)(nil),      // 16: switchboard.v1.ForwardListActivityRequest
-	(*ForwardListActivityResponse)(nil),     // 17: switchboard.v1.ForwardListActivityResponse
-	(*ForwardGetActivityRequest)(nil),       // 18: switchboard.v1.ForwardGetActivityRequest
-	(*ForwardGetActivityResponse)(nil),      // 19: switchboard.v1.ForwardGetActivityResponse
-	(*TransferStateRequest)(nil),            // 20: switchboard.v1.TransferStateRequest
-	(*TransferStateResponse)(nil),           // 21: switchboard.v1.TransferStateResponse
-	(*AffinityEntry)(nil),                   // 22: switchboard.v1.AffinityEntry
-	(*AffinityServed)(nil),                  // 23: switchboard.v1.AffinityServed
-	(*CooldownEntry)(nil),                   // 24: switchboard.v1.CooldownEntry
-	(*OutcomeEntry)(nil),                    // 25: switchboard.v1.OutcomeEntry
-	nil,                                     // 26: switchboard.v1.OutcomeEntry.ChecksEntry
-	(*ReserveRequest)(nil),                  // 27: switchboard.v1.ReserveRequest
-	(*ReserveResponse)(nil),                 // 28: switchboard.v1.ReserveResponse
-	(*ReconcileRequest)(nil),                // 29: switchboard.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),               // 30: switchboard.v1.ReconcileResponse
-	(*KeepReservationsRequest)(nil),         // 31: switchboard.v1.KeepReservationsRequest
-	(*KeepReservationsResponse)(nil),        // 32: switchboard.v1.KeepReservationsResponse
-	(*AcquireHedgeRequest)(nil),             // 33: switchboard.v1.AcquireHedgeRequest
-	(*AcquireHedgeResponse)(nil),            // 34: switchboard.v1.AcquireHedgeResponse
-	(*SettleHedgeRequest)(nil),              // 35: switchboard.v1.SettleHedgeRequest
-	(*SettleHedgeResponse)(nil),             // 36: switchboard.v1.SettleHedgeResponse
-	(*GetBrokerRequest)(nil),                // 37: switchboard.v1.GetBrokerRequest
-	(*GetBrokerResponse)(nil),               // 38: switchboard.v1.GetBrokerResponse
-	(*timestamppb.Timestamp)(nil),           // 39: google.protobuf.Timestamp
-	(*EdgeHello)(nil),                       // 40: switchboard.v1.EdgeHello
-	(*CallReport)(nil),                      // 41: switchboard.v1.CallReport
-	(*ListActivityRequest)(nil),             // 42: switchboard.v1.ListActivityRequest
-	(*ListActivityResponse)(nil),            // 43: switchboard.v1.ListActivityResponse
-	(*GetActivityRequest)(nil),              // 44: switchboard.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),             // 45: switchboard.v1.GetActivityResponse
+	(*RenewLeasesRequest)(nil),              // 0: switchboard.v1.RenewLeasesRequest
+	(*LeaseAsk)(nil),                        // 1: switchboard.v1.LeaseAsk
+	(*LeaseObservation)(nil),                // 2: switchboard.v1.LeaseObservation
+	(*RenewLeasesResponse)(nil),             // 3: switchboard.v1.RenewLeasesResponse
+	(*LeaseGrant)(nil),                      // 4: switchboard.v1.LeaseGrant
+	(*ForwardReserveRequest)(nil),           // 5: switchboard.v1.ForwardReserveRequest
+	(*ForwardReserveResponse)(nil),          // 6: switchboard.v1.ForwardReserveResponse
+	(*ForwardReconcileRequest)(nil),         // 7: switchboard.v1.ForwardReconcileRequest
+	(*ForwardReconcileResponse)(nil),        // 8: switchboard.v1.ForwardReconcileResponse
+	(*ForwardKeepReservationsRequest)(nil),  // 9: switchboard.v1.ForwardKeepReservationsRequest
+	(*ForwardKeepReservationsResponse)(nil), // 10: switchboard.v1.ForwardKeepReservationsResponse
+	(*ForwardAcquireHedgeRequest)(nil),      // 11: switchboard.v1.ForwardAcquireHedgeRequest
+	(*ForwardAcquireHedgeResponse)(nil),     // 12: switchboard.v1.ForwardAcquireHedgeResponse
+	(*ForwardSettleHedgeRequest)(nil),       // 13: switchboard.v1.ForwardSettleHedgeRequest
+	(*ForwardSettleHedgeResponse)(nil),      // 14: switchboard.v1.ForwardSettleHedgeResponse
+	(*ForwardGetBrokerRequest)(nil),         // 15: switchboard.v1.ForwardGetBrokerRequest
+	(*ForwardGetBrokerResponse)(nil),        // 16: switchboard.v1.ForwardGetBrokerResponse
+	(*ShareObservationsRequest)(nil),        // 17: switchboard.v1.ShareObservationsRequest
+	(*SessionTurn)(nil),                     // 18: switchboard.v1.SessionTurn
+	(*ObservedBatch)(nil),                   // 19: switchboard.v1.ObservedBatch
+	(*ShareObservationsResponse)(nil),       // 20: switchboard.v1.ShareObservationsResponse
+	(*ForwardListActivityRequest)(nil),      // 21: switchboard.v1.ForwardListActivityRequest
+	(*ForwardListActivityResponse)(nil),     // 22: switchboard.v1.ForwardListActivityResponse
+	(*ForwardGetActivityRequest)(nil),       // 23: switchboard.v1.ForwardGetActivityRequest
+	(*ForwardGetActivityResponse)(nil),      // 24: switchboard.v1.ForwardGetActivityResponse
+	(*TransferStateRequest)(nil),            // 25: switchboard.v1.TransferStateRequest
+	(*TransferStateResponse)(nil),           // 26: switchboard.v1.TransferStateResponse
+	(*AffinityEntry)(nil),                   // 27: switchboard.v1.AffinityEntry
+	(*AffinityServed)(nil),                  // 28: switchboard.v1.AffinityServed
+	(*CooldownEntry)(nil),                   // 29: switchboard.v1.CooldownEntry
+	(*OutcomeEntry)(nil),                    // 30: switchboard.v1.OutcomeEntry
+	nil,                                     // 31: switchboard.v1.OutcomeEntry.ChecksEntry
+	(*ReconcileRequest)(nil),                // 32: switchboard.v1.ReconcileRequest
+	(*durationpb.Duration)(nil),             // 33: google.protobuf.Duration
+	(*ReserveRequest)(nil),                  // 34: switchboard.v1.ReserveRequest
+	(*ReserveResponse)(nil),                 // 35: switchboard.v1.ReserveResponse
+	(*ReconcileResponse)(nil),               // 36: switchboard.v1.ReconcileResponse
+	(*KeepReservationsRequest)(nil),         // 37: switchboard.v1.KeepReservationsRequest
+	(*KeepReservationsResponse)(nil),        // 38: switchboard.v1.KeepReservationsResponse
+	(*AcquireHedgeRequest)(nil),             // 39: switchboard.v1.AcquireHedgeRequest
+	(*AcquireHedgeResponse)(nil),            // 40: switchboard.v1.AcquireHedgeResponse
+	(*SettleHedgeRequest)(nil),              // 41: switchboard.v1.SettleHedgeRequest
+	(*SettleHedgeResponse)(nil),             // 42: switchboard.v1.SettleHedgeResponse
+	(*GetBrokerRequest)(nil),                // 43: switchboard.v1.GetBrokerRequest
+	(*GetBrokerResponse)(nil),               // 44: switchboard.v1.GetBrokerResponse
+	(*timestamppb.Timestamp)(nil),           // 45: google.protobuf.Timestamp
+	(*EdgeHello)(nil),                       // 46: switchboard.v1.EdgeHello
+	(*CallReport)(nil),                      // 47: switchboard.v1.CallReport
+	(*ListActivityRequest)(nil),             // 48: switchboard.v1.ListActivityRequest
+	(*ListActivityResponse)(nil),            // 49: switchboard.v1.ListActivityResponse
+	(*GetActivityRequest)(nil),              // 50: switchboard.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),             // 51: switchboard.v1.GetActivityResponse
 }
 var file_switchboard_v1_replica_proto_depIdxs = []int32{
-	27, // 0: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
-	28, // 1: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
-	29, // 2: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
-	30, // 3: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
-	31, // 4: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
-	32, // 5: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
-	33, // 6: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
-	34, // 7: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
-	35, // 8: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
-	36, // 9: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
-	37, // 10: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
-	38, // 11: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
-	14, // 12: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
-	13, // 13: switchboard.v1.ShareObservationsRequest.session_turns:type_name -> switchboard.v1.SessionTurn
-	39, // 14: switchboard.v1.SessionTurn.decide_time:type_name -> google.protobuf.Timestamp
-	40, // 15: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
-	41, // 16: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
-	42, // 17: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
-	43, // 18: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
-	44, // 19: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
-	45, // 20: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
-	22, // 21: switchboard.v1.TransferStateResponse.affinity:type_name -> switchboard.v1.AffinityEntry
-	13, // 22: switchboard.v1.TransferStateResponse.conversations:type_name -> switchboard.v1.SessionTurn
-	24, // 23: switchboard.v1.TransferStateResponse.cooldowns:type_name -> switchboard.v1.CooldownEntry
-	25, // 24: switchboard.v1.TransferStateResponse.outcomes:type_name -> switchboard.v1.OutcomeEntry
-	23, // 25: switchboard.v1.AffinityEntry.served:type_name -> switchboard.v1.AffinityServed
-	39, // 26: switchboard.v1.AffinityServed.time:type_name -> google.protobuf.Timestamp
-	39, // 27: switchboard.v1.CooldownEntry.until:type_name -> google.protobuf.Timestamp
-	39, // 28: switchboard.v1.CooldownEntry.refusals:type_name -> google.protobuf.Timestamp
-	39, // 29: switchboard.v1.OutcomeEntry.time:type_name -> google.protobuf.Timestamp
-	26, // 30: switchboard.v1.OutcomeEntry.checks:type_name -> switchboard.v1.OutcomeEntry.ChecksEntry
-	39, // 31: switchboard.v1.OutcomeEntry.cap_time:type_name -> google.protobuf.Timestamp
-	39, // 32: switchboard.v1.OutcomeEntry.paused_until:type_name -> google.protobuf.Timestamp
-	0,  // 33: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
-	2,  // 34: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
-	4,  // 35: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
-	6,  // 36: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
-	8,  // 37: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
-	10, // 38: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
-	12, // 39: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
-	16, // 40: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
-	18, // 41: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
-	20, // 42: switchboard.v1.ReplicaService.TransferState:input_type -> switchboard.v1.TransferStateRequest
-	1,  // 43: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
-	3,  // 44: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
-	5,  // 45: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
-	7,  // 46: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
-	9,  // 47: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
-	11, // 48: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
-	15, // 49: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
-	17, // 50: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
-	19, // 51: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
-	21, // 52: switchboard.v1.ReplicaService.TransferState:output_type -> switchboard.v1.TransferStateResponse
-	43, // [43:53] is the sub-list for method output_type
-	33, // [33:43] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	1,  // 0: switchboard.v1.RenewLeasesRequest.asks:type_name -> switchboard.v1.LeaseAsk
+	2,  // 1: switchboard.v1.RenewLeasesRequest.observations:type_name -> switchboard.v1.LeaseObservation
+	32, // 2: switchboard.v1.LeaseObservation.reconcile:type_name -> switchboard.v1.ReconcileRequest
+	4,  // 3: switchboard.v1.RenewLeasesResponse.grants:type_name -> switchboard.v1.LeaseGrant
+	33, // 4: switchboard.v1.RenewLeasesResponse.term:type_name -> google.protobuf.Duration
+	34, // 5: switchboard.v1.ForwardReserveRequest.request:type_name -> switchboard.v1.ReserveRequest
+	35, // 6: switchboard.v1.ForwardReserveResponse.response:type_name -> switchboard.v1.ReserveResponse
+	32, // 7: switchboard.v1.ForwardReconcileRequest.request:type_name -> switchboard.v1.ReconcileRequest
+	36, // 8: switchboard.v1.ForwardReconcileResponse.response:type_name -> switchboard.v1.ReconcileResponse
+	37, // 9: switchboard.v1.ForwardKeepReservationsRequest.request:type_name -> switchboard.v1.KeepReservationsRequest
+	38, // 10: switchboard.v1.ForwardKeepReservationsResponse.response:type_name -> switchboard.v1.KeepReservationsResponse
+	39, // 11: switchboard.v1.ForwardAcquireHedgeRequest.request:type_name -> switchboard.v1.AcquireHedgeRequest
+	40, // 12: switchboard.v1.ForwardAcquireHedgeResponse.response:type_name -> switchboard.v1.AcquireHedgeResponse
+	41, // 13: switchboard.v1.ForwardSettleHedgeRequest.request:type_name -> switchboard.v1.SettleHedgeRequest
+	42, // 14: switchboard.v1.ForwardSettleHedgeResponse.response:type_name -> switchboard.v1.SettleHedgeResponse
+	43, // 15: switchboard.v1.ForwardGetBrokerRequest.request:type_name -> switchboard.v1.GetBrokerRequest
+	44, // 16: switchboard.v1.ForwardGetBrokerResponse.response:type_name -> switchboard.v1.GetBrokerResponse
+	19, // 17: switchboard.v1.ShareObservationsRequest.batches:type_name -> switchboard.v1.ObservedBatch
+	18, // 18: switchboard.v1.ShareObservationsRequest.session_turns:type_name -> switchboard.v1.SessionTurn
+	45, // 19: switchboard.v1.SessionTurn.decide_time:type_name -> google.protobuf.Timestamp
+	46, // 20: switchboard.v1.ObservedBatch.edge:type_name -> switchboard.v1.EdgeHello
+	47, // 21: switchboard.v1.ObservedBatch.reports:type_name -> switchboard.v1.CallReport
+	48, // 22: switchboard.v1.ForwardListActivityRequest.request:type_name -> switchboard.v1.ListActivityRequest
+	49, // 23: switchboard.v1.ForwardListActivityResponse.response:type_name -> switchboard.v1.ListActivityResponse
+	50, // 24: switchboard.v1.ForwardGetActivityRequest.request:type_name -> switchboard.v1.GetActivityRequest
+	51, // 25: switchboard.v1.ForwardGetActivityResponse.response:type_name -> switchboard.v1.GetActivityResponse
+	27, // 26: switchboard.v1.TransferStateResponse.affinity:type_name -> switchboard.v1.AffinityEntry
+	18, // 27: switchboard.v1.TransferStateResponse.conversations:type_name -> switchboard.v1.SessionTurn
+	29, // 28: switchboard.v1.TransferStateResponse.cooldowns:type_name -> switchboard.v1.CooldownEntry
+	30, // 29: switchboard.v1.TransferStateResponse.outcomes:type_name -> switchboard.v1.OutcomeEntry
+	28, // 30: switchboard.v1.AffinityEntry.served:type_name -> switchboard.v1.AffinityServed
+	45, // 31: switchboard.v1.AffinityServed.time:type_name -> google.protobuf.Timestamp
+	45, // 32: switchboard.v1.CooldownEntry.until:type_name -> google.protobuf.Timestamp
+	45, // 33: switchboard.v1.CooldownEntry.refusals:type_name -> google.protobuf.Timestamp
+	45, // 34: switchboard.v1.OutcomeEntry.time:type_name -> google.protobuf.Timestamp
+	31, // 35: switchboard.v1.OutcomeEntry.checks:type_name -> switchboard.v1.OutcomeEntry.ChecksEntry
+	45, // 36: switchboard.v1.OutcomeEntry.cap_time:type_name -> google.protobuf.Timestamp
+	45, // 37: switchboard.v1.OutcomeEntry.paused_until:type_name -> google.protobuf.Timestamp
+	5,  // 38: switchboard.v1.ReplicaService.ForwardReserve:input_type -> switchboard.v1.ForwardReserveRequest
+	7,  // 39: switchboard.v1.ReplicaService.ForwardReconcile:input_type -> switchboard.v1.ForwardReconcileRequest
+	9,  // 40: switchboard.v1.ReplicaService.ForwardKeepReservations:input_type -> switchboard.v1.ForwardKeepReservationsRequest
+	11, // 41: switchboard.v1.ReplicaService.ForwardAcquireHedge:input_type -> switchboard.v1.ForwardAcquireHedgeRequest
+	13, // 42: switchboard.v1.ReplicaService.ForwardSettleHedge:input_type -> switchboard.v1.ForwardSettleHedgeRequest
+	15, // 43: switchboard.v1.ReplicaService.ForwardGetBroker:input_type -> switchboard.v1.ForwardGetBrokerRequest
+	17, // 44: switchboard.v1.ReplicaService.ShareObservations:input_type -> switchboard.v1.ShareObservationsRequest
+	21, // 45: switchboard.v1.ReplicaService.ForwardListActivity:input_type -> switchboard.v1.ForwardListActivityRequest
+	23, // 46: switchboard.v1.ReplicaService.ForwardGetActivity:input_type -> switchboard.v1.ForwardGetActivityRequest
+	25, // 47: switchboard.v1.ReplicaService.TransferState:input_type -> switchboard.v1.TransferStateRequest
+	0,  // 48: switchboard.v1.ReplicaService.RenewLeases:input_type -> switchboard.v1.RenewLeasesRequest
+	6,  // 49: switchboard.v1.ReplicaService.ForwardReserve:output_type -> switchboard.v1.ForwardReserveResponse
+	8,  // 50: switchboard.v1.ReplicaService.ForwardReconcile:output_type -> switchboard.v1.ForwardReconcileResponse
+	10, // 51: switchboard.v1.ReplicaService.ForwardKeepReservations:output_type -> switchboard.v1.ForwardKeepReservationsResponse
+	12, // 52: switchboard.v1.ReplicaService.ForwardAcquireHedge:output_type -> switchboard.v1.ForwardAcquireHedgeResponse
+	14, // 53: switchboard.v1.ReplicaService.ForwardSettleHedge:output_type -> switchboard.v1.ForwardSettleHedgeResponse
+	16, // 54: switchboard.v1.ReplicaService.ForwardGetBroker:output_type -> switchboard.v1.ForwardGetBrokerResponse
+	20, // 55: switchboard.v1.ReplicaService.ShareObservations:output_type -> switchboard.v1.ShareObservationsResponse
+	22, // 56: switchboard.v1.ReplicaService.ForwardListActivity:output_type -> switchboard.v1.ForwardListActivityResponse
+	24, // 57: switchboard.v1.ReplicaService.ForwardGetActivity:output_type -> switchboard.v1.ForwardGetActivityResponse
+	26, // 58: switchboard.v1.ReplicaService.TransferState:output_type -> switchboard.v1.TransferStateResponse
+	3,  // 59: switchboard.v1.ReplicaService.RenewLeases:output_type -> switchboard.v1.RenewLeasesResponse
+	49, // [49:60] is the sub-list for method output_type
+	38, // [38:49] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_v1_replica_proto_init() }
@@ -1890,7 +2266,7 @@ func file_switchboard_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_v1_replica_proto_rawDesc), len(file_switchboard_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	ReplicaService_ForwardListActivity_FullMethodName     = "/switchboard.v1.ReplicaService/ForwardListActivity"
 	ReplicaService_ForwardGetActivity_FullMethodName      = "/switchboard.v1.ReplicaService/ForwardGetActivity"
 	ReplicaService_TransferState_FullMethodName           = "/switchboard.v1.ReplicaService/TransferState"
+	ReplicaService_RenewLeases_FullMethodName             = "/switchboard.v1.ReplicaService/RenewLeases"
 )
 
 // ReplicaServiceClient is the client API for ReplicaService service.
@@ -90,6 +91,14 @@ type ReplicaServiceClient interface {
 	// at most a few thousand entries; the caller bounds the whole in bytes and
 	// time and starts empty when the transfer fails.
 	TransferState(ctx context.Context, in *TransferStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TransferStateResponse], error)
+	// RenewLeases renews the quota leases of the calling replica on the
+	// broker's owner (decider --broker-leases): for each bucket, what is left
+	// of its lease is given back (or an overrun charged) and a new lease
+	// granted, sized by the replica's demand; the answer also names the
+	// endpoints the replica must not admit on by itself. A replica calls it
+	// about every half lease term, never per request. FAILED_PRECONDITION
+	// from a replica that does not own the broker.
+	RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error)
 }
 
 type replicaServiceClient struct {
@@ -212,6 +221,16 @@ func (c *replicaServiceClient) TransferState(ctx context.Context, in *TransferSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ReplicaService_TransferStateClient = grpc.ServerStreamingClient[TransferStateResponse]
 
+func (c *replicaServiceClient) RenewLeases(ctx context.Context, in *RenewLeasesRequest, opts ...grpc.CallOption) (*RenewLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewLeasesResponse)
+	err := c.cc.Invoke(ctx, ReplicaService_RenewLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplicaServiceServer is the server API for ReplicaService service.
 // All implementations must embed UnimplementedReplicaServiceServer
 // for forward compatibility.
@@ -271,6 +290,14 @@ type ReplicaServiceServer interface {
 	// at most a few thousand entries; the caller bounds the whole in bytes and
 	// time and starts empty when the transfer fails.
 	TransferState(*TransferStateRequest, grpc.ServerStreamingServer[TransferStateResponse]) error
+	// RenewLeases renews the quota leases of the calling replica on the
+	// broker's owner (decider --broker-leases): for each bucket, what is left
+	// of its lease is given back (or an overrun charged) and a new lease
+	// granted, sized by the replica's demand; the answer also names the
+	// endpoints the replica must not admit on by itself. A replica calls it
+	// about every half lease term, never per request. FAILED_PRECONDITION
+	// from a replica that does not own the broker.
+	RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error)
 	mustEmbedUnimplementedReplicaServiceServer()
 }
 
@@ -310,6 +337,9 @@ func (UnimplementedReplicaServiceServer) ForwardGetActivity(context.Context, *Fo
 }
 func (UnimplementedReplicaServiceServer) TransferState(*TransferStateRequest, grpc.ServerStreamingServer[TransferStateResponse]) error {
 	return status.Error(codes.Unimplemented, "method TransferState not implemented")
+}
+func (UnimplementedReplicaServiceServer) RenewLeases(context.Context, *RenewLeasesRequest) (*RenewLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewLeases not implemented")
 }
 func (UnimplementedReplicaServiceServer) mustEmbedUnimplementedReplicaServiceServer() {}
 func (UnimplementedReplicaServiceServer) testEmbeddedByValue()                        {}
@@ -494,6 +524,24 @@ func _ReplicaService_TransferState_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ReplicaService_TransferStateServer = grpc.ServerStreamingServer[TransferStateResponse]
 
+func _ReplicaService_RenewLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServiceServer).RenewLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReplicaService_RenewLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServiceServer).RenewLeases(ctx, req.(*RenewLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReplicaService_ServiceDesc is the grpc.ServiceDesc for ReplicaService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -532,6 +580,10 @@ var ReplicaService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForwardGetActivity",
 			Handler:    _ReplicaService_ForwardGetActivity_Handler,
+		},
+		{
+			MethodName: "RenewLeases",
+			Handler:    _ReplicaService_RenewLeases_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

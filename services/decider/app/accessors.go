@@ -127,3 +127,11 @@ func (d *Decider) ObservationsShared() int64 { return d.sharer.Shared() }
 // ObservationsDropped returns how many batches of call reports another
 // live replica never got from this one.
 func (d *Decider) ObservationsDropped() int64 { return d.sharer.Dropped() }
+
+// Admissions is how many reservations this replica admitted for its
+// callers since it started, by where: as the broker's owner, on its quota
+// leases, or forwarded to the owner.
+func (d *Decider) Admissions() (owner, lease, forwarded int64) { return d.adm.Admissions() }
+
+// OwnsBroker reports whether this replica owns the rate-limit broker now.
+func (d *Decider) OwnsBroker() bool { return d.adm.Owner() }

@@ -128,7 +128,8 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		NoSticky: cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
 	})
 
-	d.broker, err = broker.New(views.Broker, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes()})
+	d.broker, err = broker.New(views.Broker, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes(),
+		LeaseTerm: cfg.BrokerLeaseTerm, MaxLeaseTerm: cfg.BrokerMaxLeaseTerm})
 	if err != nil {
 		return fmt.Errorf("rate-limit broker: %w", err)
 	}
@@ -152,6 +153,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		Every:         cfg.BrokerSnapshotInterval,
 		DialOptions:   dial,
 		MaxWriteBytes: admission.WriteBytesFor(cfg.brokerStateBytes()),
+		Leases:        cfg.BrokerLeases,
 	})
 	if err != nil {
 		return err
@@ -175,7 +177,7 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	if d.metrics.Enabled() {
 		svcMetrics, err = metrics.NewService(metrics.ServiceOptions{
 			Provider: d.metrics.MeterProvider(), Owner: d.adm.Owner, OwnerChanges: d.adm.OwnerChanges,
-			Hedges: d.budget.Status, Settled: d.budget.Settled,
+			Hedges: d.budget.Status, Settled: d.budget.Settled, Admissions: d.adm.Admissions,
 			Transfers: func() (int64, int64) {
 				_, ok, failed := d.StateTransferred()
 				if ok {

@@ -79,6 +79,18 @@ type Config struct {
 	// last save but for the reconciliations the edges replay. (Optional)
 	// Defaults to 1s; tests lengthen it to know which state a crash loses.
 	BrokerSnapshotInterval time.Duration
+	// BrokerLeases turns quota leases on: a replica that does not own the
+	// broker admits on shares of the large rolling buckets the owner lends
+	// it, instead of forwarding every reservation. (Optional) Defaults to
+	// false.
+	BrokerLeases bool
+	// BrokerLeaseTerm is how long a lease the owner grants lasts unless
+	// renewed; replicas renew every half term. (Optional) Defaults to 2s.
+	BrokerLeaseTerm time.Duration
+	// BrokerMaxLeaseTerm bounds every lease term any owner grants; a new
+	// owner's learning mode lasts at least that long. The same on every
+	// replica. (Optional) Defaults to 10s.
+	BrokerMaxLeaseTerm time.Duration
 
 	// ProbeInterval is how often every endpoint is probed at each probe size.
 	// (Optional) Defaults to 5m.
@@ -266,6 +278,8 @@ func DefaultConfig() Config {
 		ShutdownTimeout:        10 * time.Second,
 		LogLevel:               "info",
 		BrokerSessionTTL:       3 * time.Second,
+		BrokerLeaseTerm:        broker.DefaultLeaseTerm,
+		BrokerMaxLeaseTerm:     broker.DefaultMaxLeaseTerm,
 		ProbeInterval:          5 * time.Minute,
 		RoutingPolicy:          "smart",
 		RoutingCostMargin:      0.10,
@@ -304,6 +318,8 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.ShutdownTimeout, def.ShutdownTimeout)
 	orDefault(&c.LogLevel, def.LogLevel)
 	orDefault(&c.BrokerSessionTTL, def.BrokerSessionTTL)
+	orDefault(&c.BrokerLeaseTerm, def.BrokerLeaseTerm)
+	orDefault(&c.BrokerMaxLeaseTerm, def.BrokerMaxLeaseTerm)
 	orDefault(&c.ProbeInterval, def.ProbeInterval)
 	orDefault(&c.RoutingPolicy, def.RoutingPolicy)
 	orDefault(&c.RoutingCostMargin, def.RoutingCostMargin)
@@ -391,6 +407,9 @@ Serve flags:
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "graceful stop bound")
 	fs.StringVar(&cfg.LogLevel, "log-level", def.LogLevel, "debug, info, warn or error")
 	fs.DurationVar(&cfg.BrokerSessionTTL, "broker-session-ttl", def.BrokerSessionTTL, "TTL of the broker owner's election session: how long a crashed owner blocks failover (whole seconds, at least 2s)")
+	fs.BoolVar(&cfg.BrokerLeases, "broker-leases", def.BrokerLeases, "quota leases: replicas that do not own the rate-limit broker admit on shares of its large rolling buckets the owner lends them, instead of forwarding each reservation")
+	fs.DurationVar(&cfg.BrokerLeaseTerm, "broker-lease-term", def.BrokerLeaseTerm, "how long a quota lease lasts unless renewed (replicas renew every half term)")
+	fs.DurationVar(&cfg.BrokerMaxLeaseTerm, "broker-max-lease-term", def.BrokerMaxLeaseTerm, "the longest lease term any broker owner grants, the least a new owner's learning mode lasts; the same on every replica")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", def.ProbeInterval, "how often each endpoint is probed at each size (0 disables)")
 	probeSizes := fs.String("probe-sizes", joinSizes(def.ProbeSizes), "comma-separated probe prompt sizes in tokens (one in each size bucket)")
 	fs.Float64Var(&cfg.Exploration, "exploration", 0, "share of fresh requests sent to endpoints with too little data (0: none; probes measure every endpoint)")
@@ -492,6 +511,10 @@ func (c *Config) validate() error {
 	}
 	if c.BrokerSessionTTL != 0 && c.BrokerSessionTTL < 2*time.Second {
 		errs = append(errs, fmt.Errorf("--broker-session-ttl %v must be at least 2s", c.BrokerSessionTTL))
+	}
+	if c.BrokerLeaseTerm < 0 || c.BrokerMaxLeaseTerm < 0 || (c.BrokerLeaseTerm > 0 && c.BrokerLeaseTerm < 200*time.Millisecond) ||
+		(c.BrokerMaxLeaseTerm > 0 && c.BrokerLeaseTerm > c.BrokerMaxLeaseTerm) {
+		errs = append(errs, fmt.Errorf("--broker-lease-term %v must be at least 200ms and at most --broker-max-lease-term %v", c.BrokerLeaseTerm, c.BrokerMaxLeaseTerm))
 	}
 	if c.DrainDelay < 0 || c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--drain-delay must be >= 0 and --shutdown-timeout > 0"))

@@ -3,6 +3,7 @@ package app
 import (
 	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,4 +42,21 @@ func TestStartDefaultsAreTheBinary(t *testing.T) {
 		off.ID = DefaultConfig().ID
 		return off
 	}())
+}
+
+func TestLeaseTermFlagsChecked(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--broker-lease-term=100ms"},
+		{"--broker-lease-term=20s"},
+		{"--broker-lease-term=3s", "--broker-max-lease-term=2s"},
+	} {
+		_, err := ParseFlags(args, func(string) string { return "" }, io.Discard)
+		require.ErrorContains(t, err, "--broker-lease-term", "%v", args)
+	}
+	c, err := ParseFlags([]string{"--broker-leases", "--broker-lease-term=4s", "--broker-max-lease-term=30s"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.True(t, c.BrokerLeases)
+	require.Equal(t, 4*time.Second, c.BrokerLeaseTerm)
+	require.Equal(t, 30*time.Second, c.BrokerMaxLeaseTerm)
 }

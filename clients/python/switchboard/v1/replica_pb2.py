@@ -11,13 +11,14 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from switchboard.v1 import edge_pb2 as switchboard_dot_v1_dot_edge__pb2
 from switchboard.v1 import operator_pb2 as switchboard_dot_v1_dot_operator__pb2
 from switchboard.v1 import router_pb2 as switchboard_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"_\n\x17\x46orwardGetBrokerRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.GetBrokerRequest\"O\n\x18\x46orwardGetBrokerResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.GetBrokerResponse\"\x92\x01\n\x18ShareObservationsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12.\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.ObservedBatch\x12\x32\n\rsession_turns\x18\x03 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\"\x9d\x01\n\x0bSessionTurn\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x05 \x01(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\rObservedBatch\x12\'\n\x04\x65\x64ge\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHello\x12+\n\x07reports\x18\x02 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\",\n\x19ShareObservationsResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x03\"e\n\x1a\x46orwardListActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.ListActivityRequest\"U\n\x1b\x46orwardListActivityResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.ListActivityResponse\"c\n\x19\x46orwardGetActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.GetActivityRequest\"S\n\x1a\x46orwardGetActivityResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.GetActivityResponse\"*\n\x14TransferStateRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\"\xde\x01\n\x15TransferStateResponse\x12/\n\x08\x61\x66\x66inity\x18\x01 \x03(\x0b\x32\x1d.switchboard.v1.AffinityEntry\x12\x32\n\rconversations\x18\x02 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\x12\x30\n\tcooldowns\x18\x03 \x03(\x0b\x32\x1d.switchboard.v1.CooldownEntry\x12.\n\x08outcomes\x18\x04 \x03(\x0b\x32\x1c.switchboard.v1.OutcomeEntry\"]\n\rAffinityEntry\x12\x0c\n\x04hash\x18\x01 \x01(\x04\x12\x0e\n\x06tokens\x18\x02 \x01(\x03\x12.\n\x06served\x18\x03 \x03(\x0b\x32\x1e.switchboard.v1.AffinityServed\"^\n\x0e\x41\x66\x66inityServed\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05whole\x18\x03 \x01(\x08\"}\n\rCooldownEntry\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12)\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08refusals\x18\x03 \x03(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaf\x04\n\x0cOutcomeEntry\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x63\x61lls\x18\x03 \x01(\x01\x12\x14\n\x0crate_limited\x18\x04 \x01(\x01\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x01\x12\x0c\n\x04poor\x18\x06 \x01(\x01\x12\x14\n\x0crecent_calls\x18\x07 \x01(\x01\x12\x15\n\rrecent_failed\x18\x08 \x01(\x01\x12\x0e\n\x06priced\x18\t \x01(\x01\x12\x14\n\x0cinput_tokens\x18\n \x01(\x01\x12\x15\n\rcached_tokens\x18\x0b \x01(\x01\x12\x15\n\routput_tokens\x18\x0c \x01(\x01\x12\x13\n\x0b\x63harged_usd\x18\r \x01(\x01\x12\x1b\n\x13output_tokens_timed\x18\x0e \x01(\x01\x12\x14\n\x0c\x63\x61ll_seconds\x18\x0f \x01(\x01\x12\x38\n\x06\x63hecks\x18\x10 \x03(\x0b\x32(.switchboard.v1.OutcomeEntry.ChecksEntry\x12\x0b\n\x03\x63\x61p\x18\x11 \x01(\x01\x12,\n\x08\x63\x61p_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cpaused_until\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0b\x43hecksEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\xc1\x08\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12\x65\n\x10\x46orwardGetBroker\x12\'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponse\x12j\n\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n\x13\x46orwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n\x12\x46orwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponse\x12^\n\rTransferState\x12$.switchboard.v1.TransferStateRequest\x1a%.switchboard.v1.TransferStateResponse0\x01\x42JZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cswitchboard/v1/replica.proto\x12\x0eswitchboard.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19switchboard/v1/edge.proto\x1a\x1dswitchboard/v1/operator.proto\x1a\x1bswitchboard/v1/router.proto\"\x84\x01\n\x12RenewLeasesRequest\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12&\n\x04\x61sks\x18\x02 \x03(\x0b\x32\x18.switchboard.v1.LeaseAsk\x12\x36\n\x0cobservations\x18\x03 \x03(\x0b\x32 .switchboard.v1.LeaseObservation\"?\n\x08LeaseAsk\x12\x11\n\tbucket_id\x18\x01 \x01(\t\x12\x10\n\x08returned\x18\x02 \x01(\x01\x12\x0e\n\x06\x64\x65mand\x18\x03 \x01(\x01\"\x8e\x01\n\x10LeaseObservation\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x33\n\treconcile\x18\x04 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\x12\x0e\n\x06scoped\x18\x05 \x01(\x08\"\x99\x01\n\x13RenewLeasesResponse\x12*\n\x06grants\x18\x01 \x03(\x0b\x32\x1a.switchboard.v1.LeaseGrant\x12\'\n\x04term\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11\x63\x65ntral_endpoints\x18\x03 \x03(\t\x12\x12\n\nowner_term\x18\x04 \x01(\x03\"/\n\nLeaseGrant\x12\x11\n\tbucket_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61mount\x18\x02 \x01(\x01\"[\n\x15\x46orwardReserveRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.switchboard.v1.ReserveRequest\"K\n\x16\x46orwardReserveResponse\x12\x31\n\x08response\x18\x01 \x01(\x0b\x32\x1f.switchboard.v1.ReserveResponse\"_\n\x17\x46orwardReconcileRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.ReconcileRequest\"O\n\x18\x46orwardReconcileResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.ReconcileResponse\"m\n\x1e\x46orwardKeepReservationsRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x38\n\x07request\x18\x02 \x01(\x0b\x32\'.switchboard.v1.KeepReservationsRequest\"]\n\x1f\x46orwardKeepReservationsResponse\x12:\n\x08response\x18\x01 \x01(\x0b\x32(.switchboard.v1.KeepReservationsResponse\"e\n\x1a\x46orwardAcquireHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.AcquireHedgeRequest\"U\n\x1b\x46orwardAcquireHedgeResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.AcquireHedgeResponse\"c\n\x19\x46orwardSettleHedgeRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.SettleHedgeRequest\"S\n\x1a\x46orwardSettleHedgeResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.SettleHedgeResponse\"_\n\x17\x46orwardGetBrokerRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x31\n\x07request\x18\x02 \x01(\x0b\x32 .switchboard.v1.GetBrokerRequest\"O\n\x18\x46orwardGetBrokerResponse\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32!.switchboard.v1.GetBrokerResponse\"\x92\x01\n\x18ShareObservationsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12.\n\x07\x62\x61tches\x18\x02 \x03(\x0b\x32\x1d.switchboard.v1.ObservedBatch\x12\x32\n\rsession_turns\x18\x03 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\"\x9d\x01\n\x0bSessionTurn\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x05 \x01(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\rObservedBatch\x12\'\n\x04\x65\x64ge\x18\x01 \x01(\x0b\x32\x19.switchboard.v1.EdgeHello\x12+\n\x07reports\x18\x02 \x03(\x0b\x32\x1a.switchboard.v1.CallReport\",\n\x19ShareObservationsResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x03\"e\n\x1a\x46orwardListActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.switchboard.v1.ListActivityRequest\"U\n\x1b\x46orwardListActivityResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.switchboard.v1.ListActivityResponse\"c\n\x19\x46orwardGetActivityRequest\x12\x11\n\tcaller_id\x18\x01 \x01(\t\x12\x33\n\x07request\x18\x02 \x01(\x0b\x32\".switchboard.v1.GetActivityRequest\"S\n\x1a\x46orwardGetActivityResponse\x12\x35\n\x08response\x18\x01 \x01(\x0b\x32#.switchboard.v1.GetActivityResponse\"*\n\x14TransferStateRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\"\xde\x01\n\x15TransferStateResponse\x12/\n\x08\x61\x66\x66inity\x18\x01 \x03(\x0b\x32\x1d.switchboard.v1.AffinityEntry\x12\x32\n\rconversations\x18\x02 \x03(\x0b\x32\x1b.switchboard.v1.SessionTurn\x12\x30\n\tcooldowns\x18\x03 \x03(\x0b\x32\x1d.switchboard.v1.CooldownEntry\x12.\n\x08outcomes\x18\x04 \x03(\x0b\x32\x1c.switchboard.v1.OutcomeEntry\"]\n\rAffinityEntry\x12\x0c\n\x04hash\x18\x01 \x01(\x04\x12\x0e\n\x06tokens\x18\x02 \x01(\x03\x12.\n\x06served\x18\x03 \x03(\x0b\x32\x1e.switchboard.v1.AffinityServed\"^\n\x0e\x41\x66\x66inityServed\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05whole\x18\x03 \x01(\x08\"}\n\rCooldownEntry\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12)\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08refusals\x18\x03 \x03(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaf\x04\n\x0cOutcomeEntry\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x63\x61lls\x18\x03 \x01(\x01\x12\x14\n\x0crate_limited\x18\x04 \x01(\x01\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x01\x12\x0c\n\x04poor\x18\x06 \x01(\x01\x12\x14\n\x0crecent_calls\x18\x07 \x01(\x01\x12\x15\n\rrecent_failed\x18\x08 \x01(\x01\x12\x0e\n\x06priced\x18\t \x01(\x01\x12\x14\n\x0cinput_tokens\x18\n \x01(\x01\x12\x15\n\rcached_tokens\x18\x0b \x01(\x01\x12\x15\n\routput_tokens\x18\x0c \x01(\x01\x12\x13\n\x0b\x63harged_usd\x18\r \x01(\x01\x12\x1b\n\x13output_tokens_timed\x18\x0e \x01(\x01\x12\x14\n\x0c\x63\x61ll_seconds\x18\x0f \x01(\x01\x12\x38\n\x06\x63hecks\x18\x10 \x03(\x0b\x32(.switchboard.v1.OutcomeEntry.ChecksEntry\x12\x0b\n\x03\x63\x61p\x18\x11 \x01(\x01\x12,\n\x08\x63\x61p_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cpaused_until\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0b\x43hecksEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\x99\t\n\x0eReplicaService\x12_\n\x0e\x46orwardReserve\x12%.switchboard.v1.ForwardReserveRequest\x1a&.switchboard.v1.ForwardReserveResponse\x12\x65\n\x10\x46orwardReconcile\x12\'.switchboard.v1.ForwardReconcileRequest\x1a(.switchboard.v1.ForwardReconcileResponse\x12z\n\x17\x46orwardKeepReservations\x12..switchboard.v1.ForwardKeepReservationsRequest\x1a/.switchboard.v1.ForwardKeepReservationsResponse\x12n\n\x13\x46orwardAcquireHedge\x12*.switchboard.v1.ForwardAcquireHedgeRequest\x1a+.switchboard.v1.ForwardAcquireHedgeResponse\x12k\n\x12\x46orwardSettleHedge\x12).switchboard.v1.ForwardSettleHedgeRequest\x1a*.switchboard.v1.ForwardSettleHedgeResponse\x12\x65\n\x10\x46orwardGetBroker\x12\'.switchboard.v1.ForwardGetBrokerRequest\x1a(.switchboard.v1.ForwardGetBrokerResponse\x12j\n\x11ShareObservations\x12(.switchboard.v1.ShareObservationsRequest\x1a).switchboard.v1.ShareObservationsResponse(\x01\x12n\n\x13\x46orwardListActivity\x12*.switchboard.v1.ForwardListActivityRequest\x1a+.switchboard.v1.ForwardListActivityResponse\x12k\n\x12\x46orwardGetActivity\x12).switchboard.v1.ForwardGetActivityRequest\x1a*.switchboard.v1.ForwardGetActivityResponse\x12^\n\rTransferState\x12$.switchboard.v1.TransferStateRequest\x1a%.switchboard.v1.TransferStateResponse0\x01\x12V\n\x0bRenewLeases\x12\".switchboard.v1.RenewLeasesRequest\x1a#.switchboard.v1.RenewLeasesResponseBJZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'switchboard.v1.replica_pb2', globals())
@@ -27,60 +28,70 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'ZHgithub.com/switchboard-ai/switchboard/proto/switchboard/v1;switchboardv1'
   _OUTCOMEENTRY_CHECKSENTRY._options = None
   _OUTCOMEENTRY_CHECKSENTRY._serialized_options = b'8\001'
-  _FORWARDRESERVEREQUEST._serialized_start=168
-  _FORWARDRESERVEREQUEST._serialized_end=259
-  _FORWARDRESERVERESPONSE._serialized_start=261
-  _FORWARDRESERVERESPONSE._serialized_end=336
-  _FORWARDRECONCILEREQUEST._serialized_start=338
-  _FORWARDRECONCILEREQUEST._serialized_end=433
-  _FORWARDRECONCILERESPONSE._serialized_start=435
-  _FORWARDRECONCILERESPONSE._serialized_end=514
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=516
-  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=625
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=627
-  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=720
-  _FORWARDACQUIREHEDGEREQUEST._serialized_start=722
-  _FORWARDACQUIREHEDGEREQUEST._serialized_end=823
-  _FORWARDACQUIREHEDGERESPONSE._serialized_start=825
-  _FORWARDACQUIREHEDGERESPONSE._serialized_end=910
-  _FORWARDSETTLEHEDGEREQUEST._serialized_start=912
-  _FORWARDSETTLEHEDGEREQUEST._serialized_end=1011
-  _FORWARDSETTLEHEDGERESPONSE._serialized_start=1013
-  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1096
-  _FORWARDGETBROKERREQUEST._serialized_start=1098
-  _FORWARDGETBROKERREQUEST._serialized_end=1193
-  _FORWARDGETBROKERRESPONSE._serialized_start=1195
-  _FORWARDGETBROKERRESPONSE._serialized_end=1274
-  _SHAREOBSERVATIONSREQUEST._serialized_start=1277
-  _SHAREOBSERVATIONSREQUEST._serialized_end=1423
-  _SESSIONTURN._serialized_start=1426
-  _SESSIONTURN._serialized_end=1583
-  _OBSERVEDBATCH._serialized_start=1585
-  _OBSERVEDBATCH._serialized_end=1686
-  _SHAREOBSERVATIONSRESPONSE._serialized_start=1688
-  _SHAREOBSERVATIONSRESPONSE._serialized_end=1732
-  _FORWARDLISTACTIVITYREQUEST._serialized_start=1734
-  _FORWARDLISTACTIVITYREQUEST._serialized_end=1835
-  _FORWARDLISTACTIVITYRESPONSE._serialized_start=1837
-  _FORWARDLISTACTIVITYRESPONSE._serialized_end=1922
-  _FORWARDGETACTIVITYREQUEST._serialized_start=1924
-  _FORWARDGETACTIVITYREQUEST._serialized_end=2023
-  _FORWARDGETACTIVITYRESPONSE._serialized_start=2025
-  _FORWARDGETACTIVITYRESPONSE._serialized_end=2108
-  _TRANSFERSTATEREQUEST._serialized_start=2110
-  _TRANSFERSTATEREQUEST._serialized_end=2152
-  _TRANSFERSTATERESPONSE._serialized_start=2155
-  _TRANSFERSTATERESPONSE._serialized_end=2377
-  _AFFINITYENTRY._serialized_start=2379
-  _AFFINITYENTRY._serialized_end=2472
-  _AFFINITYSERVED._serialized_start=2474
-  _AFFINITYSERVED._serialized_end=2568
-  _COOLDOWNENTRY._serialized_start=2570
-  _COOLDOWNENTRY._serialized_end=2695
-  _OUTCOMEENTRY._serialized_start=2698
-  _OUTCOMEENTRY._serialized_end=3257
-  _OUTCOMEENTRY_CHECKSENTRY._serialized_start=3212
-  _OUTCOMEENTRY_CHECKSENTRY._serialized_end=3257
-  _REPLICASERVICE._serialized_start=3260
-  _REPLICASERVICE._serialized_end=4349
+  _RENEWLEASESREQUEST._serialized_start=201
+  _RENEWLEASESREQUEST._serialized_end=333
+  _LEASEASK._serialized_start=335
+  _LEASEASK._serialized_end=398
+  _LEASEOBSERVATION._serialized_start=401
+  _LEASEOBSERVATION._serialized_end=543
+  _RENEWLEASESRESPONSE._serialized_start=546
+  _RENEWLEASESRESPONSE._serialized_end=699
+  _LEASEGRANT._serialized_start=701
+  _LEASEGRANT._serialized_end=748
+  _FORWARDRESERVEREQUEST._serialized_start=750
+  _FORWARDRESERVEREQUEST._serialized_end=841
+  _FORWARDRESERVERESPONSE._serialized_start=843
+  _FORWARDRESERVERESPONSE._serialized_end=918
+  _FORWARDRECONCILEREQUEST._serialized_start=920
+  _FORWARDRECONCILEREQUEST._serialized_end=1015
+  _FORWARDRECONCILERESPONSE._serialized_start=1017
+  _FORWARDRECONCILERESPONSE._serialized_end=1096
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_start=1098
+  _FORWARDKEEPRESERVATIONSREQUEST._serialized_end=1207
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_start=1209
+  _FORWARDKEEPRESERVATIONSRESPONSE._serialized_end=1302
+  _FORWARDACQUIREHEDGEREQUEST._serialized_start=1304
+  _FORWARDACQUIREHEDGEREQUEST._serialized_end=1405
+  _FORWARDACQUIREHEDGERESPONSE._serialized_start=1407
+  _FORWARDACQUIREHEDGERESPONSE._serialized_end=1492
+  _FORWARDSETTLEHEDGEREQUEST._serialized_start=1494
+  _FORWARDSETTLEHEDGEREQUEST._serialized_end=1593
+  _FORWARDSETTLEHEDGERESPONSE._serialized_start=1595
+  _FORWARDSETTLEHEDGERESPONSE._serialized_end=1678
+  _FORWARDGETBROKERREQUEST._serialized_start=1680
+  _FORWARDGETBROKERREQUEST._serialized_end=1775
+  _FORWARDGETBROKERRESPONSE._serialized_start=1777
+  _FORWARDGETBROKERRESPONSE._serialized_end=1856
+  _SHAREOBSERVATIONSREQUEST._serialized_start=1859
+  _SHAREOBSERVATIONSREQUEST._serialized_end=2005
+  _SESSIONTURN._serialized_start=2008
+  _SESSIONTURN._serialized_end=2165
+  _OBSERVEDBATCH._serialized_start=2167
+  _OBSERVEDBATCH._serialized_end=2268
+  _SHAREOBSERVATIONSRESPONSE._serialized_start=2270
+  _SHAREOBSERVATIONSRESPONSE._serialized_end=2314
+  _FORWARDLISTACTIVITYREQUEST._serialized_start=2316
+  _FORWARDLISTACTIVITYREQUEST._serialized_end=2417
+  _FORWARDLISTACTIVITYRESPONSE._serialized_start=2419
+  _FORWARDLISTACTIVITYRESPONSE._serialized_end=2504
+  _FORWARDGETACTIVITYREQUEST._serialized_start=2506
+  _FORWARDGETACTIVITYREQUEST._serialized_end=2605
+  _FORWARDGETACTIVITYRESPONSE._serialized_start=2607
+  _FORWARDGETACTIVITYRESPONSE._serialized_end=2690
+  _TRANSFERSTATEREQUEST._serialized_start=2692
+  _TRANSFERSTATEREQUEST._serialized_end=2734
+  _TRANSFERSTATERESPONSE._serialized_start=2737
+  _TRANSFERSTATERESPONSE._serialized_end=2959
+  _AFFINITYENTRY._serialized_start=2961
+  _AFFINITYENTRY._serialized_end=3054
+  _AFFINITYSERVED._serialized_start=3056
+  _AFFINITYSERVED._serialized_end=3150
+  _COOLDOWNENTRY._serialized_start=3152
+  _COOLDOWNENTRY._serialized_end=3277
+  _OUTCOMEENTRY._serialized_start=3280
+  _OUTCOMEENTRY._serialized_end=3839
+  _OUTCOMEENTRY_CHECKSENTRY._serialized_start=3794
+  _OUTCOMEENTRY_CHECKSENTRY._serialized_end=3839
+  _REPLICASERVICE._serialized_start=3842
+  _REPLICASERVICE._serialized_end=5019
 # @@protoc_insertion_point(module_scope)

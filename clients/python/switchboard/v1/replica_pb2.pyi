@@ -1,3 +1,4 @@
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from switchboard.v1 import edge_pb2 as _edge_pb2
 from switchboard.v1 import operator_pb2 as _operator_pb2
@@ -151,6 +152,38 @@ class ForwardSettleHedgeResponse(_message.Message):
     response: _edge_pb2.SettleHedgeResponse
     def __init__(self, response: _Optional[_Union[_edge_pb2.SettleHedgeResponse, _Mapping]] = ...) -> None: ...
 
+class LeaseAsk(_message.Message):
+    __slots__ = ["bucket_id", "demand", "returned"]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    RETURNED_FIELD_NUMBER: _ClassVar[int]
+    bucket_id: str
+    demand: float
+    returned: float
+    def __init__(self, bucket_id: _Optional[str] = ..., returned: _Optional[float] = ..., demand: _Optional[float] = ...) -> None: ...
+
+class LeaseGrant(_message.Message):
+    __slots__ = ["amount", "bucket_id"]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    amount: float
+    bucket_id: str
+    def __init__(self, bucket_id: _Optional[str] = ..., amount: _Optional[float] = ...) -> None: ...
+
+class LeaseObservation(_message.Message):
+    __slots__ = ["endpoint_id", "model", "reconcile", "scoped", "tenant_id"]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_FIELD_NUMBER: _ClassVar[int]
+    SCOPED_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: str
+    model: str
+    reconcile: _router_pb2.ReconcileRequest
+    scoped: bool
+    tenant_id: str
+    def __init__(self, endpoint_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant_id: _Optional[str] = ..., reconcile: _Optional[_Union[_router_pb2.ReconcileRequest, _Mapping]] = ..., scoped: bool = ...) -> None: ...
+
 class ObservedBatch(_message.Message):
     __slots__ = ["edge", "reports"]
     EDGE_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +240,28 @@ class OutcomeEntry(_message.Message):
     recent_failed: float
     time: _timestamp_pb2.Timestamp
     def __init__(self, endpoint_id: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[float] = ..., rate_limited: _Optional[float] = ..., failed: _Optional[float] = ..., poor: _Optional[float] = ..., recent_calls: _Optional[float] = ..., recent_failed: _Optional[float] = ..., priced: _Optional[float] = ..., input_tokens: _Optional[float] = ..., cached_tokens: _Optional[float] = ..., output_tokens: _Optional[float] = ..., charged_usd: _Optional[float] = ..., output_tokens_timed: _Optional[float] = ..., call_seconds: _Optional[float] = ..., checks: _Optional[_Mapping[str, float]] = ..., cap: _Optional[float] = ..., cap_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., paused_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RenewLeasesRequest(_message.Message):
+    __slots__ = ["asks", "holder", "observations"]
+    ASKS_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    asks: _containers.RepeatedCompositeFieldContainer[LeaseAsk]
+    holder: str
+    observations: _containers.RepeatedCompositeFieldContainer[LeaseObservation]
+    def __init__(self, holder: _Optional[str] = ..., asks: _Optional[_Iterable[_Union[LeaseAsk, _Mapping]]] = ..., observations: _Optional[_Iterable[_Union[LeaseObservation, _Mapping]]] = ...) -> None: ...
+
+class RenewLeasesResponse(_message.Message):
+    __slots__ = ["central_endpoints", "grants", "owner_term", "term"]
+    CENTRAL_ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TERM_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    central_endpoints: _containers.RepeatedScalarFieldContainer[str]
+    grants: _containers.RepeatedCompositeFieldContainer[LeaseGrant]
+    owner_term: int
+    term: _duration_pb2.Duration
+    def __init__(self, grants: _Optional[_Iterable[_Union[LeaseGrant, _Mapping]]] = ..., term: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., central_endpoints: _Optional[_Iterable[str]] = ..., owner_term: _Optional[int] = ...) -> None: ...
 
 class SessionTurn(_message.Message):
     __slots__ = ["decide_time", "endpoint_id", "model", "request_id", "session_id", "tenant_id"]

@@ -82,6 +82,11 @@ class ReplicaServiceStub(object):
                 request_serializer=switchboard_dot_v1_dot_replica__pb2.TransferStateRequest.SerializeToString,
                 response_deserializer=switchboard_dot_v1_dot_replica__pb2.TransferStateResponse.FromString,
                 )
+        self.RenewLeases = channel.unary_unary(
+                '/switchboard.v1.ReplicaService/RenewLeases',
+                request_serializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesRequest.SerializeToString,
+                response_deserializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesResponse.FromString,
+                )
 
 
 class ReplicaServiceServicer(object):
@@ -191,6 +196,19 @@ class ReplicaServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewLeases(self, request, context):
+        """RenewLeases renews the quota leases of the calling replica on the
+        broker's owner (decider --broker-leases): for each bucket, what is left
+        of its lease is given back (or an overrun charged) and a new lease
+        granted, sized by the replica's demand; the answer also names the
+        endpoints the replica must not admit on by itself. A replica calls it
+        about every half lease term, never per request. FAILED_PRECONDITION
+        from a replica that does not own the broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -243,6 +261,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.TransferState,
                     request_deserializer=switchboard_dot_v1_dot_replica__pb2.TransferStateRequest.FromString,
                     response_serializer=switchboard_dot_v1_dot_replica__pb2.TransferStateResponse.SerializeToString,
+            ),
+            'RenewLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLeases,
+                    request_deserializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesRequest.FromString,
+                    response_serializer=switchboard_dot_v1_dot_replica__pb2.RenewLeasesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -439,5 +462,22 @@ class ReplicaService(object):
         return grpc.experimental.unary_stream(request, target, '/switchboard.v1.ReplicaService/TransferState',
             switchboard_dot_v1_dot_replica__pb2.TransferStateRequest.SerializeToString,
             switchboard_dot_v1_dot_replica__pb2.TransferStateResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RenewLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/switchboard.v1.ReplicaService/RenewLeases',
+            switchboard_dot_v1_dot_replica__pb2.RenewLeasesRequest.SerializeToString,
+            switchboard_dot_v1_dot_replica__pb2.RenewLeasesResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

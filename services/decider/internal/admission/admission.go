@@ -84,6 +84,11 @@ type Options struct {
 	// write. Keep it below etcd's --max-request-bytes. (Optional) Defaults
 	// to DefaultMaxWriteBytes.
 	MaxWriteBytes int
+	// Leases turns quota leases on: while another replica owns the broker,
+	// this one admits on the leases it renews from the owner (lease.go).
+	// The owner grants leases to whoever asks, whatever this says.
+	// (Optional) Defaults to false: every reservation is forwarded.
+	Leases bool
 }
 
 // term is one won election: the session, and the revision that fences writes.
@@ -141,6 +146,12 @@ type Admission struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 
+	// hold is this replica's lease holder (nil with leases off), kick
+	// asks its renewer for a renewal now, paths counts admissions.
+	hold  *broker.Holder
+	kick  chan struct{}
+	paths paths
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
@@ -171,6 +182,10 @@ func Start(ctx context.Context, o Options) (*Admission, error) {
 	a.cancel = cancel
 	a.wg.Go(func() { a.campaign(bg) })
 	a.wg.Go(func() { a.watchLeader(bg) })
+	if o.Leases {
+		a.hold, a.kick = o.Broker.NewHolder(), make(chan struct{}, 1)
+		a.wg.Go(func() { a.renewLeases(bg) })
+	}
 	wait := time.NewTimer(30 * time.Second)
 	defer wait.Stop()
 	for {
@@ -348,7 +363,7 @@ func (a *Admission) restore(snap, clean, budget []*mvccpb.KeyValue) {
 		until := a.o.Broker.LearningUntil(now)
 		a.o.Broker.SetConservative(until)
 		a.o.Logger.Warn("broker in learning mode after an unclean takeover", "until", until)
-	} else if until := a.o.Broker.RestoredLearning(); until.After(now) {
+	} else if until := a.o.Broker.OldLearning(now); !until.IsZero() {
 		// A clean stop hands over all its owner knew, but an owner still in
 		// learning mode did not know what its predecessor granted after its
 		// last snapshot: the next one holds back as long as it would have.
@@ -510,15 +525,24 @@ var errRetryLocally = errors.New("owner now")
 // the owner. The wait holds nothing of the server but the call itself: it
 // ends with the call's context.
 func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest) (*switchboardv1.ReserveResponse, error) {
+	if a.hold != nil && !a.owner.Load() {
+		if res, ok := a.hold.Reserve(broker.ReserveRequestFromProto(req)); ok {
+			a.paths[pathLease].Add(1)
+			return &switchboardv1.ReserveResponse{Admitted: true, Reservation: res.Proto()}, nil
+		}
+	}
 	var resp *switchboardv1.ReserveResponse
 	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.Reserve(ctx, req)
 		return err
 	})
 	if !local {
+		a.count(resp, pathForwarded)
 		return resp, err
 	}
-	return a.reserve(ctx, req)
+	resp, err = a.reserve(ctx, req)
+	a.count(resp, pathOwner)
+	return resp, err
 }
 
 // Reconcile reconciles locally when this replica owns the broker, else
@@ -538,6 +562,9 @@ func (a *Admission) Reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 // replica's, read before it applies (so never newer than the state it
 // applied to), or the one a forwarded answer names; 0 when unknown.
 func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileRequest, allow broker.Allow, answer bool) (_ *switchboardv1.ReconcileResponse, term int64, _ error) {
+	if resp, term, mine, err := a.reconcileLeased(ctx, req, allow); mine {
+		return resp, term, err
+	}
 	var resp *switchboardv1.ReconcileResponse
 	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.Reconcile(ctx, req)

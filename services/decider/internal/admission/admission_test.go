@@ -27,7 +27,7 @@ type cluster struct {
 	endpoint string
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	e, err := store.StartEmbedded(t.Context(), store.EmbeddedOptions{DataDir: t.TempDir()})
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func newCluster(t *testing.T) *cluster {
 }
 
 // client dials the cluster; ranges counts the etcd Range calls it makes.
-func (c *cluster) client(t *testing.T, ranges *atomic.Int64) *clientv3.Client {
+func (c *cluster) client(t testing.TB, ranges *atomic.Int64) *clientv3.Client {
 	t.Helper()
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if ranges != nil && method == "/etcdserverpb.KV/Range" {

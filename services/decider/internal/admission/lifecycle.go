@@ -41,17 +41,28 @@ func (a *Admission) ReconcileOnce(ctx context.Context, req *switchboardv1.Reconc
 // owner as [Admission.Reconcile] does: when any of the reservations is
 // another tenant's, none is extended and the error is PERMISSION_DENIED.
 func (a *Admission) Keep(ctx context.Context, ids []string, allow broker.Allow) (int64, error) {
+	var leased int
+	if a.hold != nil {
+		n, rest, err := a.hold.Extend(ids, allow)
+		if err != nil {
+			return 0, toStatus(err)
+		}
+		if len(rest) == 0 {
+			return int64(n), nil
+		}
+		leased, ids = n, rest
+	}
 	var resp *switchboardv1.KeepReservationsResponse
 	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.KeepReservations(ctx, &switchboardv1.KeepReservationsRequest{ReservationIds: ids})
 		return err
 	})
 	if !local {
-		return resp.GetKept(), err
+		return int64(leased) + resp.GetKept(), err
 	}
 	n, err := a.o.Broker.Extend(ctx, ids, allow)
 	if err != nil {
 		return 0, toStatus(err)
 	}
-	return int64(n), nil
+	return int64(leased + n), nil
 }

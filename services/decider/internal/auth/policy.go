@@ -74,6 +74,8 @@ var policy = map[string]map[string]access{
 	switchboardv1.ReplicaService_ShareObservations_FullMethodName: {catalog.RoleReplica: anyTenant},
 	// A replica that starts asks another for what it learned.
 	switchboardv1.ReplicaService_TransferState_FullMethodName: {catalog.RoleReplica: anyTenant},
+	// A replica renews its own quota leases, for whichever tenants' calls.
+	switchboardv1.ReplicaService_RenewLeases_FullMethodName: {catalog.RoleReplica: anyTenant},
 }
 
 // Allowed reports whether the policy lets role call method at all, for

@@ -33,6 +33,8 @@ type Broker struct {
 	paused sync.Map // tenantPauseKey → *pause
 	scoped atomic.Int64
 
+	leases leases // quota leases granted to other replicas (lease.go)
+
 	retries retries // retry budgets of logical requests (retry.go)
 
 	shards [nShards]shard
@@ -99,25 +101,25 @@ func (b *Broker) noteTTL(ttl time.Duration) {
 // owner could have granted after its last snapshot has expired. Those were
 // granted before now and live at most the longest TTL the old owner granted
 // (recorded in the snapshot; at least DefaultTTL, and MaxTTL when no
-// snapshot was restored); and learning mode never ends before the old
+// snapshot was restored), and at least MaxLeaseTerm, for the quota leases
+// it granted (lease.go); and learning mode never ends before the old
 // owner's own did, for what its predecessor may have granted.
 func (b *Broker) LearningUntil(now time.Time) time.Time {
 	ttl := time.Duration(b.prevGranted.Load())
 	if ttl < 0 {
 		ttl = b.opts.MaxTTL
 	}
-	until := now.Add(min(max(ttl, b.opts.DefaultTTL), b.opts.MaxTTL)).UnixNano()
+	until := now.Add(max(min(max(ttl, b.opts.DefaultTTL), b.opts.MaxTTL), b.opts.MaxLeaseTerm)).UnixNano()
 	return time.Unix(0, max(until, b.prevLearn.Load())).UTC()
 }
 
-// RestoredLearning is when the learning mode of the owner whose snapshot
-// was restored ends: a new owner that took over cleanly keeps learning
-// mode until then, since that owner did not know what its own predecessor
-// granted after its last snapshot either. The zero time when it had none
-// (or nothing was restored).
-func (b *Broker) RestoredLearning() time.Time {
-	if v := b.prevLearn.Load(); v > 0 {
-		return time.Unix(0, v).UTC()
+// OldLearning is when the learning mode of the owner whose snapshot was
+// restored ends (zero when it was not in learning mode): a new owner that
+// took over cleanly from an owner still learning keeps learning until
+// then, since what that owner's predecessor granted is no better known.
+func (b *Broker) OldLearning(now time.Time) time.Time {
+	if u := b.prevLearn.Load(); u > now.UnixNano() {
+		return time.Unix(0, u).UTC()
 	}
 	return time.Time{}
 }

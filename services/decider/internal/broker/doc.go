@@ -334,12 +334,33 @@
 // owner granted (recorded in its snapshot, at least DefaultTTL) has passed,
 // and not before the old owner's own learning mode ended (after a clean
 // stop of an owner still in learning mode, the new owner keeps it until
-// the same time: RestoredLearning). Until then every
+// the same time: OldLearning). Until then every
 // bucket admits only while, after the charge, at least
 // (1 − ConservativeFraction) × L (half, by default) stays free — but a bucket
 // counted in units always lets at least one unit through (a concurrency of 1
 // still admits one request), trading a little possible over-admission for
 // not refusing everything.
+//
+// # Quota leases
+//
+// The owner lends other replicas shares of its large buckets (lease.go):
+// [Broker.RenewLeases] gives back what a replica's live lease of each
+// bucket had left (never more than it holds; an overrun is charged
+// whatever the lease), then takes the replica's new share from the
+// bucket's level as a charge — twice its demand since its last renewal,
+// or its demand's part of LeaseFraction × the bucket's limit when the
+// replicas want more, less what the others hold, never below what
+// learning mode keeps nor while the state is not durable — for LeaseTerm.
+// A lease not renewed within its term is forgotten and stays consumed.
+// Only rolling token buckets of the catalog whose capacity is at least
+// LeaseMinCapacity are leased. The lease records are in memory only
+// (leases.mu, then one bucket's mutex at a time); what they took is in the
+// levels, so in the snapshot, and LearningUntil lasts at least
+// MaxLeaseTerm. A replica's side is [Holder]: it admits a request whose
+// every bucket is leased to it with enough left ([Broker.LeasePlan]
+// computes the charges Reserve would make), settles its reconciliation
+// against the lease, and hands failures the owner must hear to
+// [Broker.Observe], through the next renewal.
 //
 // # Safe metadata
 //

@@ -80,6 +80,23 @@ type Options struct {
 	// 64 KiB for queued requests) is refused, code broker_full, retryable
 	// once others end. (Optional) Defaults to DefaultMaxStateBytes (1 MiB).
 	MaxStateBytes int
+	// LeaseTerm is how long a quota lease lasts unless renewed (lease.go).
+	// (Optional) Defaults to DefaultLeaseTerm, capped at MaxLeaseTerm.
+	LeaseTerm time.Duration
+	// MaxLeaseTerm bounds every lease term any owner may grant: a new
+	// owner's learning mode lasts at least that long, for the leases the
+	// old owner granted after its last snapshot. Keep it the same on every
+	// replica. (Optional) Defaults to DefaultMaxLeaseTerm.
+	MaxLeaseTerm time.Duration
+	// LeaseFraction is the part of a bucket's limit that may be leased out
+	// at once. (Optional) Defaults to 0.5; never more than
+	// ConservativeFraction, so that learning mode's held-back part covers
+	// the leases a new owner does not know of.
+	LeaseFraction float64
+	// LeaseMinCapacity is the smallest capacity per window, in the bucket's
+	// unit, of a bucket that is leased. (Optional) Defaults to
+	// DefaultLeaseMinCapacity.
+	LeaseMinCapacity float64
 	// Rand returns a uniform number in [0, 1) for jitter. (Optional)
 	// Defaults to math/rand/v2's Float64.
 	Rand func() float64
@@ -127,6 +144,19 @@ func (o *Options) defaults() {
 	}
 	if o.MaxStateBytes <= 0 {
 		o.MaxStateBytes = DefaultMaxStateBytes
+	}
+	if o.MaxLeaseTerm <= 0 {
+		o.MaxLeaseTerm = DefaultMaxLeaseTerm
+	}
+	if o.LeaseTerm <= 0 {
+		o.LeaseTerm = DefaultLeaseTerm
+	}
+	o.LeaseTerm = min(o.LeaseTerm, o.MaxLeaseTerm)
+	if !(o.LeaseFraction > 0) || o.LeaseFraction > o.ConservativeFraction {
+		o.LeaseFraction = o.ConservativeFraction
+	}
+	if !(o.LeaseMinCapacity > 0) {
+		o.LeaseMinCapacity = DefaultLeaseMinCapacity
 	}
 	if o.Rand == nil {
 		o.Rand = mrand.Float64

@@ -30,6 +30,11 @@ type ServiceOptions struct {
 	// Transfers reads the state transfers at start: taken from a live
 	// replica, and failed (the replica started empty). (Optional)
 	Transfers func() (taken, failed int64)
+	// Admissions reads the reservations admitted since the start by where
+	// they were decided: on this replica as the broker's owner, on its
+	// quota leases, or forwarded to the owner (admission's Admissions).
+	// (Optional) Without it the metric is not reported.
+	Admissions func() (owner, lease, forwarded int64)
 }
 
 // Service holds the decider's metrics beside the admission ones: the hedge
@@ -43,6 +48,7 @@ type Service struct {
 	decisions, settle metric.Int64Observable
 	transfers         metric.Int64Observable
 	left, spent       metric.Float64Observable
+	admissions        metric.Int64Observable
 }
 
 // lagBuckets bound the Report stream's lag: a report waits for its batch
@@ -58,13 +64,16 @@ var (
 	settledNoneBilled = metric.WithAttributes(attribute.String("loser", "none"))
 	transferTaken     = metric.WithAttributes(attribute.String("result", "taken"))
 	transferFailed    = metric.WithAttributes(attribute.String("result", "failed"))
+	pathOwner         = metric.WithAttributes(attribute.String("path", "owner"))
+	pathLease         = metric.WithAttributes(attribute.String("path", "lease"))
+	pathForwarded     = metric.WithAttributes(attribute.String("path", "forwarded"))
 )
 
 // NewService creates the instruments of o.
 func NewService(o ServiceOptions) (*Service, error) {
 	mt := o.Provider.Meter(ScopeName)
 	s := &Service{o: o}
-	var errs [8]error
+	var errs [9]error
 	s.lag, errs[0] = mt.Float64Histogram("switchboard_report_lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a call report's making on the edge to its handling on this replica (clocks of both machines)."),
 		metric.WithExplicitBucketBoundaries(lagBuckets...))
@@ -82,11 +91,13 @@ func NewService(o ServiceOptions) (*Service, error) {
 		metric.WithDescription("USD of today's hedge budget spent (granted estimates, settled to the losers' cost). Reported by the owner only."))
 	s.transfers, errs[7] = mt.Int64ObservableCounter("switchboard_decider_state_transfers", metric.WithUnit("{transfer}"),
 		metric.WithDescription("State transfers at start from a live replica (affinity, conversations, outcomes, cool-downs): taken, or failed and started empty."))
+	s.admissions, errs[8] = mt.Int64ObservableCounter("switchboard_decider_admissions", metric.WithUnit("{reservation}"),
+		metric.WithDescription("Reservations admitted since this replica started, by where: owner (by this replica as the broker's owner, for its own callers and those other replicas forwarded), lease (on its quota leases, no forwarding hop), forwarded (for its callers, by the owner)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	var err error
-	_, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent, s.transfers)
+	_, err = mt.RegisterCallback(s.observe, s.owner, s.changes, s.decisions, s.settle, s.left, s.spent, s.transfers, s.admissions)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +122,12 @@ func (s *Service) observe(_ context.Context, o metric.Observer) error {
 		taken, failed := s.o.Transfers()
 		o.ObserveInt64(s.transfers, taken, transferTaken)
 		o.ObserveInt64(s.transfers, failed, transferFailed)
+	}
+	if s.o.Admissions != nil {
+		own, lease, fwd := s.o.Admissions()
+		o.ObserveInt64(s.admissions, own, pathOwner)
+		o.ObserveInt64(s.admissions, lease, pathLease)
+		o.ObserveInt64(s.admissions, fwd, pathForwarded)
 	}
 	if owner {
 		o.ObserveFloat64(s.left, max(daily-spent, 0))

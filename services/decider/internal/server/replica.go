@@ -73,3 +73,12 @@ func (s *Server) ForwardSettleHedge(ctx context.Context, req *switchboardv1.Forw
 	}
 	return &switchboardv1.ForwardSettleHedgeResponse{Response: resp}, nil
 }
+
+// RenewLeases implements [switchboardv1.ReplicaServiceServer.RenewLeases]:
+// a replica's own call, answered by the broker's owner.
+func (s *Server) RenewLeases(ctx context.Context, req *switchboardv1.RenewLeasesRequest) (*switchboardv1.RenewLeasesResponse, error) {
+	if err := s.policy.Ready(); err != nil {
+		return nil, err
+	}
+	return s.policy.Admission.RenewLeases(ctx, req)
+}

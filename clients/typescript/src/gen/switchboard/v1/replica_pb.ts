@@ -4,8 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { AcquireHedgeRequest, AcquireHedgeResponse, CallReport, EdgeHello, SettleHedgeRequest, SettleHedgeResponse } from "./edge_pb.js";
 import { file_switchboard_v1_edge } from "./edge_pb.js";
 import type { GetBrokerRequest, GetBrokerResponse } from "./operator_pb.js";
@@ -18,7 +18,186 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchboard/v1/replica.proto.
  */
 export const file_switchboard_v1_replica: GenFile = /*@__PURE__*/
-  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSJbChVGb3J3YXJkUmVzZXJ2ZVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEi8KB3JlcXVlc3QYAiABKAsyHi5zd2l0Y2hib2FyZC52MS5SZXNlcnZlUmVxdWVzdCJLChZGb3J3YXJkUmVzZXJ2ZVJlc3BvbnNlEjEKCHJlc3BvbnNlGAEgASgLMh8uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlc3BvbnNlIl8KF0ZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIxCgdyZXF1ZXN0GAIgASgLMiAuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVxdWVzdCJPChhGb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USMwoIcmVzcG9uc2UYASABKAsyIS5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXNwb25zZSJtCh5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjgKB3JlcXVlc3QYAiABKAsyJy5zd2l0Y2hib2FyZC52MS5LZWVwUmVzZXJ2YXRpb25zUmVxdWVzdCJdCh9Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKCHJlc3BvbnNlGAEgASgLMiguc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlImUKGkZvcndhcmRBY3F1aXJlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI0CgdyZXF1ZXN0GAIgASgLMiMuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVxdWVzdCJVChtGb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USNgoIcmVzcG9uc2UYASABKAsyJC5zd2l0Y2hib2FyZC52MS5BY3F1aXJlSGVkZ2VSZXNwb25zZSJjChlGb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIzCgdyZXF1ZXN0GAIgASgLMiIuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXF1ZXN0IlMKGkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEjUKCHJlc3BvbnNlGAEgASgLMiMuc3dpdGNoYm9hcmQudjEuU2V0dGxlSGVkZ2VSZXNwb25zZSJfChdGb3J3YXJkR2V0QnJva2VyUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlcXVlc3QiTwoYRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuR2V0QnJva2VyUmVzcG9uc2UikgEKGFNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBISCgpyZXBsaWNhX2lkGAEgASgJEi4KB2JhdGNoZXMYAiADKAsyHS5zd2l0Y2hib2FyZC52MS5PYnNlcnZlZEJhdGNoEjIKDXNlc3Npb25fdHVybnMYAyADKAsyGy5zd2l0Y2hib2FyZC52MS5TZXNzaW9uVHVybiKdAQoLU2Vzc2lvblR1cm4SEQoJdGVuYW50X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRITCgtlbmRwb2ludF9pZBgFIAEoCRIvCgtkZWNpZGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiZQoNT2JzZXJ2ZWRCYXRjaBInCgRlZGdlGAEgASgLMhkuc3dpdGNoYm9hcmQudjEuRWRnZUhlbGxvEisKB3JlcG9ydHMYAiADKAsyGi5zd2l0Y2hib2FyZC52MS5DYWxsUmVwb3J0IiwKGVNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2USDwoHYmF0Y2hlcxgBIAEoAyJlChpGb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSNAoHcmVxdWVzdBgCIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkxpc3RBY3Rpdml0eVJlcXVlc3QiVQobRm9yd2FyZExpc3RBY3Rpdml0eVJlc3BvbnNlEjYKCHJlc3BvbnNlGAEgASgLMiQuc3dpdGNoYm9hcmQudjEuTGlzdEFjdGl2aXR5UmVzcG9uc2UiYwoZRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMwoHcmVxdWVzdBgCIAEoCzIiLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVxdWVzdCJTChpGb3J3YXJkR2V0QWN0aXZpdHlSZXNwb25zZRI1CghyZXNwb25zZRgBIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkdldEFjdGl2aXR5UmVzcG9uc2UiKgoUVHJhbnNmZXJTdGF0ZVJlcXVlc3QSEgoKcmVwbGljYV9pZBgBIAEoCSLeAQoVVHJhbnNmZXJTdGF0ZVJlc3BvbnNlEi8KCGFmZmluaXR5GAEgAygLMh0uc3dpdGNoYm9hcmQudjEuQWZmaW5pdHlFbnRyeRIyCg1jb252ZXJzYXRpb25zGAIgAygLMhsuc3dpdGNoYm9hcmQudjEuU2Vzc2lvblR1cm4SMAoJY29vbGRvd25zGAMgAygLMh0uc3dpdGNoYm9hcmQudjEuQ29vbGRvd25FbnRyeRIuCghvdXRjb21lcxgEIAMoCzIcLnN3aXRjaGJvYXJkLnYxLk91dGNvbWVFbnRyeSJdCg1BZmZpbml0eUVudHJ5EgwKBGhhc2gYASABKAQSDgoGdG9rZW5zGAIgASgDEi4KBnNlcnZlZBgDIAMoCzIeLnN3aXRjaGJvYXJkLnYxLkFmZmluaXR5U2VydmVkIl4KDkFmZmluaXR5U2VydmVkEhMKC2VuZHBvaW50X2lkGAEgASgJEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXdob2xlGAMgASgIIn0KDUNvb2xkb3duRW50cnkSEwoLZW5kcG9pbnRfaWQYASABKAkSKQoFdW50aWwYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCHJlZnVzYWxzGAMgAygLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKvBAoMT3V0Y29tZUVudHJ5EhMKC2VuZHBvaW50X2lkGAEgASgJEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWNhbGxzGAMgASgBEhQKDHJhdGVfbGltaXRlZBgEIAEoARIOCgZmYWlsZWQYBSABKAESDAoEcG9vchgGIAEoARIUCgxyZWNlbnRfY2FsbHMYByABKAESFQoNcmVjZW50X2ZhaWxlZBgIIAEoARIOCgZwcmljZWQYCSABKAESFAoMaW5wdXRfdG9rZW5zGAogASgBEhUKDWNhY2hlZF90b2tlbnMYCyABKAESFQoNb3V0cHV0X3Rva2VucxgMIAEoARITCgtjaGFyZ2VkX3VzZBgNIAEoARIbChNvdXRwdXRfdG9rZW5zX3RpbWVkGA4gASgBEhQKDGNhbGxfc2Vjb25kcxgPIAEoARI4CgZjaGVja3MYECADKAsyKC5zd2l0Y2hib2FyZC52MS5PdXRjb21lRW50cnkuQ2hlY2tzRW50cnkSCwoDY2FwGBEgASgBEiwKCGNhcF90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxwYXVzZWRfdW50aWwYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0NoZWNrc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAToCOAEywQgKDlJlcGxpY2FTZXJ2aWNlEl8KDkZvcndhcmRSZXNlcnZlEiUuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXF1ZXN0GiYuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlc2VydmVSZXNwb25zZRJlChBGb3J3YXJkUmVjb25jaWxlEicuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlcXVlc3QaKC5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkUmVjb25jaWxlUmVzcG9uc2USegoXRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnMSLi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QaLy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkS2VlcFJlc2VydmF0aW9uc1Jlc3BvbnNlEm4KE0ZvcndhcmRBY3F1aXJlSGVkZ2USKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRBY3F1aXJlSGVkZ2VSZXNwb25zZRJrChJGb3J3YXJkU2V0dGxlSGVkZ2USKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkU2V0dGxlSGVkZ2VSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVzcG9uc2USZQoQRm9yd2FyZEdldEJyb2tlchInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEJyb2tlclJlc3BvbnNlEmoKEVNoYXJlT2JzZXJ2YXRpb25zEiguc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXF1ZXN0Gikuc3dpdGNoYm9hcmQudjEuU2hhcmVPYnNlcnZhdGlvbnNSZXNwb25zZSgBEm4KE0ZvcndhcmRMaXN0QWN0aXZpdHkSKi5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVxdWVzdBorLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRMaXN0QWN0aXZpdHlSZXNwb25zZRJrChJGb3J3YXJkR2V0QWN0aXZpdHkSKS5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkR2V0QWN0aXZpdHlSZXF1ZXN0Giouc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVzcG9uc2USXgoNVHJhbnNmZXJTdGF0ZRIkLnN3aXRjaGJvYXJkLnYxLlRyYW5zZmVyU3RhdGVSZXF1ZXN0GiUuc3dpdGNoYm9hcmQudjEuVHJhbnNmZXJTdGF0ZVJlc3BvbnNlMAFCSlpIZ2l0aHViLmNvbS9zd2l0Y2hib2FyZC1haS9zd2l0Y2hib2FyZC9wcm90by9zd2l0Y2hib2FyZC92MTtzd2l0Y2hib2FyZHYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
+  fileDesc("Chxzd2l0Y2hib2FyZC92MS9yZXBsaWNhLnByb3RvEg5zd2l0Y2hib2FyZC52MSKEAQoSUmVuZXdMZWFzZXNSZXF1ZXN0Eg4KBmhvbGRlchgBIAEoCRImCgRhc2tzGAIgAygLMhguc3dpdGNoYm9hcmQudjEuTGVhc2VBc2sSNgoMb2JzZXJ2YXRpb25zGAMgAygLMiAuc3dpdGNoYm9hcmQudjEuTGVhc2VPYnNlcnZhdGlvbiI/CghMZWFzZUFzaxIRCglidWNrZXRfaWQYASABKAkSEAoIcmV0dXJuZWQYAiABKAESDgoGZGVtYW5kGAMgASgBIo4BChBMZWFzZU9ic2VydmF0aW9uEhMKC2VuZHBvaW50X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEhEKCXRlbmFudF9pZBgDIAEoCRIzCglyZWNvbmNpbGUYBCABKAsyIC5zd2l0Y2hib2FyZC52MS5SZWNvbmNpbGVSZXF1ZXN0Eg4KBnNjb3BlZBgFIAEoCCKZAQoTUmVuZXdMZWFzZXNSZXNwb25zZRIqCgZncmFudHMYASADKAsyGi5zd2l0Y2hib2FyZC52MS5MZWFzZUdyYW50EicKBHRlcm0YAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGQoRY2VudHJhbF9lbmRwb2ludHMYAyADKAkSEgoKb3duZXJfdGVybRgEIAEoAyIvCgpMZWFzZUdyYW50EhEKCWJ1Y2tldF9pZBgBIAEoCRIOCgZhbW91bnQYAiABKAEiWwoVRm9yd2FyZFJlc2VydmVSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRIvCgdyZXF1ZXN0GAIgASgLMh4uc3dpdGNoYm9hcmQudjEuUmVzZXJ2ZVJlcXVlc3QiSwoWRm9yd2FyZFJlc2VydmVSZXNwb25zZRIxCghyZXNwb25zZRgBIAEoCzIfLnN3aXRjaGJvYXJkLnYxLlJlc2VydmVSZXNwb25zZSJfChdGb3J3YXJkUmVjb25jaWxlUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMQoHcmVxdWVzdBgCIAEoCzIgLnN3aXRjaGJvYXJkLnYxLlJlY29uY2lsZVJlcXVlc3QiTwoYRm9yd2FyZFJlY29uY2lsZVJlc3BvbnNlEjMKCHJlc3BvbnNlGAEgASgLMiEuc3dpdGNoYm9hcmQudjEuUmVjb25jaWxlUmVzcG9uc2UibQoeRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCWNhbGxlcl9pZBgBIAEoCRI4CgdyZXF1ZXN0GAIgASgLMicuc3dpdGNoYm9hcmQudjEuS2VlcFJlc2VydmF0aW9uc1JlcXVlc3QiXQofRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnNSZXNwb25zZRI6CghyZXNwb25zZRgBIAEoCzIoLnN3aXRjaGJvYXJkLnYxLktlZXBSZXNlcnZhdGlvbnNSZXNwb25zZSJlChpGb3J3YXJkQWNxdWlyZUhlZGdlUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSNAoHcmVxdWVzdBgCIAEoCzIjLnN3aXRjaGJvYXJkLnYxLkFjcXVpcmVIZWRnZVJlcXVlc3QiVQobRm9yd2FyZEFjcXVpcmVIZWRnZVJlc3BvbnNlEjYKCHJlc3BvbnNlGAEgASgLMiQuc3dpdGNoYm9hcmQudjEuQWNxdWlyZUhlZGdlUmVzcG9uc2UiYwoZRm9yd2FyZFNldHRsZUhlZGdlUmVxdWVzdBIRCgljYWxsZXJfaWQYASABKAkSMwoHcmVxdWVzdBgCIAEoCzIiLnN3aXRjaGJvYXJkLnYxLlNldHRsZUhlZGdlUmVxdWVzdCJTChpGb3J3YXJkU2V0dGxlSGVkZ2VSZXNwb25zZRI1CghyZXNwb25zZRgBIAEoCzIjLnN3aXRjaGJvYXJkLnYxLlNldHRsZUhlZGdlUmVzcG9uc2UiXwoXRm9yd2FyZEdldEJyb2tlclJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjEKB3JlcXVlc3QYAiABKAsyIC5zd2l0Y2hib2FyZC52MS5HZXRCcm9rZXJSZXF1ZXN0Ik8KGEZvcndhcmRHZXRCcm9rZXJSZXNwb25zZRIzCghyZXNwb25zZRgBIAEoCzIhLnN3aXRjaGJvYXJkLnYxLkdldEJyb2tlclJlc3BvbnNlIpIBChhTaGFyZU9ic2VydmF0aW9uc1JlcXVlc3QSEgoKcmVwbGljYV9pZBgBIAEoCRIuCgdiYXRjaGVzGAIgAygLMh0uc3dpdGNoYm9hcmQudjEuT2JzZXJ2ZWRCYXRjaBIyCg1zZXNzaW9uX3R1cm5zGAMgAygLMhsuc3dpdGNoYm9hcmQudjEuU2Vzc2lvblR1cm4inQEKC1Nlc3Npb25UdXJuEhEKCXRlbmFudF9pZBgBIAEoCRINCgVtb2RlbBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSEwoLZW5kcG9pbnRfaWQYBSABKAkSLwoLZGVjaWRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImUKDU9ic2VydmVkQmF0Y2gSJwoEZWRnZRgBIAEoCzIZLnN3aXRjaGJvYXJkLnYxLkVkZ2VIZWxsbxIrCgdyZXBvcnRzGAIgAygLMhouc3dpdGNoYm9hcmQudjEuQ2FsbFJlcG9ydCIsChlTaGFyZU9ic2VydmF0aW9uc1Jlc3BvbnNlEg8KB2JhdGNoZXMYASABKAMiZQoaRm9yd2FyZExpc3RBY3Rpdml0eVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjQKB3JlcXVlc3QYAiABKAsyIy5zd2l0Y2hib2FyZC52MS5MaXN0QWN0aXZpdHlSZXF1ZXN0IlUKG0ZvcndhcmRMaXN0QWN0aXZpdHlSZXNwb25zZRI2CghyZXNwb25zZRgBIAEoCzIkLnN3aXRjaGJvYXJkLnYxLkxpc3RBY3Rpdml0eVJlc3BvbnNlImMKGUZvcndhcmRHZXRBY3Rpdml0eVJlcXVlc3QSEQoJY2FsbGVyX2lkGAEgASgJEjMKB3JlcXVlc3QYAiABKAsyIi5zd2l0Y2hib2FyZC52MS5HZXRBY3Rpdml0eVJlcXVlc3QiUwoaRm9yd2FyZEdldEFjdGl2aXR5UmVzcG9uc2USNQoIcmVzcG9uc2UYASABKAsyIy5zd2l0Y2hib2FyZC52MS5HZXRBY3Rpdml0eVJlc3BvbnNlIioKFFRyYW5zZmVyU3RhdGVSZXF1ZXN0EhIKCnJlcGxpY2FfaWQYASABKAki3gEKFVRyYW5zZmVyU3RhdGVSZXNwb25zZRIvCghhZmZpbml0eRgBIAMoCzIdLnN3aXRjaGJvYXJkLnYxLkFmZmluaXR5RW50cnkSMgoNY29udmVyc2F0aW9ucxgCIAMoCzIbLnN3aXRjaGJvYXJkLnYxLlNlc3Npb25UdXJuEjAKCWNvb2xkb3ducxgDIAMoCzIdLnN3aXRjaGJvYXJkLnYxLkNvb2xkb3duRW50cnkSLgoIb3V0Y29tZXMYBCADKAsyHC5zd2l0Y2hib2FyZC52MS5PdXRjb21lRW50cnkiXQoNQWZmaW5pdHlFbnRyeRIMCgRoYXNoGAEgASgEEg4KBnRva2VucxgCIAEoAxIuCgZzZXJ2ZWQYAyADKAsyHi5zd2l0Y2hib2FyZC52MS5BZmZpbml0eVNlcnZlZCJeCg5BZmZpbml0eVNlcnZlZBITCgtlbmRwb2ludF9pZBgBIAEoCRIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV3aG9sZRgDIAEoCCJ9Cg1Db29sZG93bkVudHJ5EhMKC2VuZHBvaW50X2lkGAEgASgJEikKBXVudGlsGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghyZWZ1c2FscxgDIAMoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAirwQKDE91dGNvbWVFbnRyeRITCgtlbmRwb2ludF9pZBgBIAEoCRIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVjYWxscxgDIAEoARIUCgxyYXRlX2xpbWl0ZWQYBCABKAESDgoGZmFpbGVkGAUgASgBEgwKBHBvb3IYBiABKAESFAoMcmVjZW50X2NhbGxzGAcgASgBEhUKDXJlY2VudF9mYWlsZWQYCCABKAESDgoGcHJpY2VkGAkgASgBEhQKDGlucHV0X3Rva2VucxgKIAEoARIVCg1jYWNoZWRfdG9rZW5zGAsgASgBEhUKDW91dHB1dF90b2tlbnMYDCABKAESEwoLY2hhcmdlZF91c2QYDSABKAESGwoTb3V0cHV0X3Rva2Vuc190aW1lZBgOIAEoARIUCgxjYWxsX3NlY29uZHMYDyABKAESOAoGY2hlY2tzGBAgAygLMiguc3dpdGNoYm9hcmQudjEuT3V0Y29tZUVudHJ5LkNoZWNrc0VudHJ5EgsKA2NhcBgRIAEoARIsCghjYXBfdGltZRgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMcGF1c2VkX3VudGlsGBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBotCgtDaGVja3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBMpkJCg5SZXBsaWNhU2VydmljZRJfCg5Gb3J3YXJkUmVzZXJ2ZRIlLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZXNlcnZlUmVxdWVzdBomLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZXNlcnZlUmVzcG9uc2USZQoQRm9yd2FyZFJlY29uY2lsZRInLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRSZWNvbmNpbGVSZXF1ZXN0Giguc3dpdGNoYm9hcmQudjEuRm9yd2FyZFJlY29uY2lsZVJlc3BvbnNlEnoKF0ZvcndhcmRLZWVwUmVzZXJ2YXRpb25zEi4uc3dpdGNoYm9hcmQudjEuRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnNSZXF1ZXN0Gi8uc3dpdGNoYm9hcmQudjEuRm9yd2FyZEtlZXBSZXNlcnZhdGlvbnNSZXNwb25zZRJuChNGb3J3YXJkQWNxdWlyZUhlZGdlEiouc3dpdGNoYm9hcmQudjEuRm9yd2FyZEFjcXVpcmVIZWRnZVJlcXVlc3QaKy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkQWNxdWlyZUhlZGdlUmVzcG9uc2USawoSRm9yd2FyZFNldHRsZUhlZGdlEikuc3dpdGNoYm9hcmQudjEuRm9yd2FyZFNldHRsZUhlZGdlUmVxdWVzdBoqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRTZXR0bGVIZWRnZVJlc3BvbnNlEmUKEEZvcndhcmRHZXRCcm9rZXISJy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkR2V0QnJva2VyUmVxdWVzdBooLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRCcm9rZXJSZXNwb25zZRJqChFTaGFyZU9ic2VydmF0aW9ucxIoLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVxdWVzdBopLnN3aXRjaGJvYXJkLnYxLlNoYXJlT2JzZXJ2YXRpb25zUmVzcG9uc2UoARJuChNGb3J3YXJkTGlzdEFjdGl2aXR5Eiouc3dpdGNoYm9hcmQudjEuRm9yd2FyZExpc3RBY3Rpdml0eVJlcXVlc3QaKy5zd2l0Y2hib2FyZC52MS5Gb3J3YXJkTGlzdEFjdGl2aXR5UmVzcG9uc2USawoSRm9yd2FyZEdldEFjdGl2aXR5Eikuc3dpdGNoYm9hcmQudjEuRm9yd2FyZEdldEFjdGl2aXR5UmVxdWVzdBoqLnN3aXRjaGJvYXJkLnYxLkZvcndhcmRHZXRBY3Rpdml0eVJlc3BvbnNlEl4KDVRyYW5zZmVyU3RhdGUSJC5zd2l0Y2hib2FyZC52MS5UcmFuc2ZlclN0YXRlUmVxdWVzdBolLnN3aXRjaGJvYXJkLnYxLlRyYW5zZmVyU3RhdGVSZXNwb25zZTABElYKC1JlbmV3TGVhc2VzEiIuc3dpdGNoYm9hcmQudjEuUmVuZXdMZWFzZXNSZXF1ZXN0GiMuc3dpdGNoYm9hcmQudjEuUmVuZXdMZWFzZXNSZXNwb25zZUJKWkhnaXRodWIuY29tL3N3aXRjaGJvYXJkLWFpL3N3aXRjaGJvYXJkL3Byb3RvL3N3aXRjaGJvYXJkL3YxO3N3aXRjaGJvYXJkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_switchboard_v1_edge, file_switchboard_v1_operator, file_switchboard_v1_router]);
+
+/**
+ * RenewLeasesRequest is one replica's renewal of all its leases.
+ *
+ * @generated from message switchboard.v1.RenewLeasesRequest
+ */
+export type RenewLeasesRequest = Message<"switchboard.v1.RenewLeasesRequest"> & {
+  /**
+   * The calling replica's gRPC address, which names its leases.
+   *
+   * @generated from field: string holder = 1;
+   */
+  holder: string;
+
+  /**
+   * @generated from field: repeated switchboard.v1.LeaseAsk asks = 2;
+   */
+  asks: LeaseAsk[];
+
+  /**
+   * What the provider said of calls the replica admitted on its leases
+   * and that pause or correct a route (failures, 429s): applied on the
+   * owner as the reconciliation of an owner's reservation would be.
+   *
+   * @generated from field: repeated switchboard.v1.LeaseObservation observations = 3;
+   */
+  observations: LeaseObservation[];
+};
+
+/**
+ * Describes the message switchboard.v1.RenewLeasesRequest.
+ * Use `create(RenewLeasesRequestSchema)` to create a new message.
+ */
+export const RenewLeasesRequestSchema: GenMessage<RenewLeasesRequest> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 0);
+
+/**
+ * LeaseAsk is what a replica says of one bucket.
+ *
+ * @generated from message switchboard.v1.LeaseAsk
+ */
+export type LeaseAsk = Message<"switchboard.v1.LeaseAsk"> & {
+  /**
+   * @generated from field: string bucket_id = 1;
+   */
+  bucketId: string;
+
+  /**
+   * What is left of its lease of the bucket; negative for an overrun.
+   *
+   * @generated from field: double returned = 2;
+   */
+  returned: number;
+
+  /**
+   * What its requests asked of the bucket since its last renewal,
+   * admitted on the lease or forwarded.
+   *
+   * @generated from field: double demand = 3;
+   */
+  demand: number;
+};
+
+/**
+ * Describes the message switchboard.v1.LeaseAsk.
+ * Use `create(LeaseAskSchema)` to create a new message.
+ */
+export const LeaseAskSchema: GenMessage<LeaseAsk> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 1);
+
+/**
+ * LeaseObservation is a provider's answer to a call admitted on a lease.
+ *
+ * @generated from message switchboard.v1.LeaseObservation
+ */
+export type LeaseObservation = Message<"switchboard.v1.LeaseObservation"> & {
+  /**
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * @generated from field: string tenant_id = 3;
+   */
+  tenantId: string;
+
+  /**
+   * The call's reconciliation as the edge sent it; its usage was settled
+   * against the lease.
+   *
+   * @generated from field: switchboard.v1.ReconcileRequest reconcile = 4;
+   */
+  reconcile?: ReconcileRequest | undefined;
+
+  /**
+   * The reconciliation came from a caller that may move only what its
+   * tenant sees of the provider.
+   *
+   * @generated from field: bool scoped = 5;
+   */
+  scoped: boolean;
+};
+
+/**
+ * Describes the message switchboard.v1.LeaseObservation.
+ * Use `create(LeaseObservationSchema)` to create a new message.
+ */
+export const LeaseObservationSchema: GenMessage<LeaseObservation> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 2);
+
+/**
+ * RenewLeasesResponse is the replica's new leases.
+ *
+ * @generated from message switchboard.v1.RenewLeasesResponse
+ */
+export type RenewLeasesResponse = Message<"switchboard.v1.RenewLeasesResponse"> & {
+  /**
+   * @generated from field: repeated switchboard.v1.LeaseGrant grants = 1;
+   */
+  grants: LeaseGrant[];
+
+  /**
+   * How long the leases last from when the replica sent the renewal.
+   *
+   * @generated from field: google.protobuf.Duration term = 2;
+   */
+  term?: Duration | undefined;
+
+  /**
+   * Endpoints paused or with limits learned from the provider: requests on
+   * them are forwarded to the owner.
+   *
+   * @generated from field: repeated string central_endpoints = 3;
+   */
+  centralEndpoints: string[];
+
+  /**
+   * The owner's term (the revision of its election key).
+   *
+   * @generated from field: int64 owner_term = 4;
+   */
+  ownerTerm: bigint;
+};
+
+/**
+ * Describes the message switchboard.v1.RenewLeasesResponse.
+ * Use `create(RenewLeasesResponseSchema)` to create a new message.
+ */
+export const RenewLeasesResponseSchema: GenMessage<RenewLeasesResponse> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 3);
+
+/**
+ * LeaseGrant is one bucket's new lease.
+ *
+ * @generated from message switchboard.v1.LeaseGrant
+ */
+export type LeaseGrant = Message<"switchboard.v1.LeaseGrant"> & {
+  /**
+   * @generated from field: string bucket_id = 1;
+   */
+  bucketId: string;
+
+  /**
+   * @generated from field: double amount = 2;
+   */
+  amount: number;
+};
+
+/**
+ * Describes the message switchboard.v1.LeaseGrant.
+ * Use `create(LeaseGrantSchema)` to create a new message.
+ */
+export const LeaseGrantSchema: GenMessage<LeaseGrant> = /*@__PURE__*/
+  messageDesc(file_switchboard_v1_replica, 4);
 
 /**
  * ForwardReserveRequest is a Reserve forwarded to the broker's owner.
@@ -46,7 +225,7 @@ export type ForwardReserveRequest = Message<"switchboard.v1.ForwardReserveReques
  * Use `create(ForwardReserveRequestSchema)` to create a new message.
  */
 export const ForwardReserveRequestSchema: GenMessage<ForwardReserveRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 0);
+  messageDesc(file_switchboard_v1_replica, 5);
 
 /**
  * ForwardReserveResponse is the owner's answer to a forwarded Reserve.
@@ -67,7 +246,7 @@ export type ForwardReserveResponse = Message<"switchboard.v1.ForwardReserveRespo
  * Use `create(ForwardReserveResponseSchema)` to create a new message.
  */
 export const ForwardReserveResponseSchema: GenMessage<ForwardReserveResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 1);
+  messageDesc(file_switchboard_v1_replica, 6);
 
 /**
  * ForwardReconcileRequest is a Reconcile forwarded to the broker's owner.
@@ -95,7 +274,7 @@ export type ForwardReconcileRequest = Message<"switchboard.v1.ForwardReconcileRe
  * Use `create(ForwardReconcileRequestSchema)` to create a new message.
  */
 export const ForwardReconcileRequestSchema: GenMessage<ForwardReconcileRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 2);
+  messageDesc(file_switchboard_v1_replica, 7);
 
 /**
  * ForwardReconcileResponse is the owner's answer to a forwarded Reconcile.
@@ -116,7 +295,7 @@ export type ForwardReconcileResponse = Message<"switchboard.v1.ForwardReconcileR
  * Use `create(ForwardReconcileResponseSchema)` to create a new message.
  */
 export const ForwardReconcileResponseSchema: GenMessage<ForwardReconcileResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 3);
+  messageDesc(file_switchboard_v1_replica, 8);
 
 /**
  * ForwardKeepReservationsRequest is a KeepReservations forwarded to the
@@ -145,7 +324,7 @@ export type ForwardKeepReservationsRequest = Message<"switchboard.v1.ForwardKeep
  * Use `create(ForwardKeepReservationsRequestSchema)` to create a new message.
  */
 export const ForwardKeepReservationsRequestSchema: GenMessage<ForwardKeepReservationsRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 4);
+  messageDesc(file_switchboard_v1_replica, 9);
 
 /**
  * ForwardKeepReservationsResponse is the owner's answer to a forwarded
@@ -167,7 +346,7 @@ export type ForwardKeepReservationsResponse = Message<"switchboard.v1.ForwardKee
  * Use `create(ForwardKeepReservationsResponseSchema)` to create a new message.
  */
 export const ForwardKeepReservationsResponseSchema: GenMessage<ForwardKeepReservationsResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 5);
+  messageDesc(file_switchboard_v1_replica, 10);
 
 /**
  * ForwardAcquireHedgeRequest is an AcquireHedge forwarded to the replica
@@ -196,7 +375,7 @@ export type ForwardAcquireHedgeRequest = Message<"switchboard.v1.ForwardAcquireH
  * Use `create(ForwardAcquireHedgeRequestSchema)` to create a new message.
  */
 export const ForwardAcquireHedgeRequestSchema: GenMessage<ForwardAcquireHedgeRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 6);
+  messageDesc(file_switchboard_v1_replica, 11);
 
 /**
  * ForwardAcquireHedgeResponse is the owner's answer to a forwarded
@@ -218,7 +397,7 @@ export type ForwardAcquireHedgeResponse = Message<"switchboard.v1.ForwardAcquire
  * Use `create(ForwardAcquireHedgeResponseSchema)` to create a new message.
  */
 export const ForwardAcquireHedgeResponseSchema: GenMessage<ForwardAcquireHedgeResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 7);
+  messageDesc(file_switchboard_v1_replica, 12);
 
 /**
  * ForwardSettleHedgeRequest is a SettleHedge forwarded to the replica that
@@ -247,7 +426,7 @@ export type ForwardSettleHedgeRequest = Message<"switchboard.v1.ForwardSettleHed
  * Use `create(ForwardSettleHedgeRequestSchema)` to create a new message.
  */
 export const ForwardSettleHedgeRequestSchema: GenMessage<ForwardSettleHedgeRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 8);
+  messageDesc(file_switchboard_v1_replica, 13);
 
 /**
  * ForwardSettleHedgeResponse is the owner's answer to a forwarded
@@ -269,7 +448,7 @@ export type ForwardSettleHedgeResponse = Message<"switchboard.v1.ForwardSettleHe
  * Use `create(ForwardSettleHedgeResponseSchema)` to create a new message.
  */
 export const ForwardSettleHedgeResponseSchema: GenMessage<ForwardSettleHedgeResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 9);
+  messageDesc(file_switchboard_v1_replica, 14);
 
 /**
  * ForwardGetBrokerRequest is a GetBroker forwarded to the broker's owner.
@@ -297,7 +476,7 @@ export type ForwardGetBrokerRequest = Message<"switchboard.v1.ForwardGetBrokerRe
  * Use `create(ForwardGetBrokerRequestSchema)` to create a new message.
  */
 export const ForwardGetBrokerRequestSchema: GenMessage<ForwardGetBrokerRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 10);
+  messageDesc(file_switchboard_v1_replica, 15);
 
 /**
  * ForwardGetBrokerResponse is the owner's answer to a forwarded GetBroker.
@@ -318,7 +497,7 @@ export type ForwardGetBrokerResponse = Message<"switchboard.v1.ForwardGetBrokerR
  * Use `create(ForwardGetBrokerResponseSchema)` to create a new message.
  */
 export const ForwardGetBrokerResponseSchema: GenMessage<ForwardGetBrokerResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 11);
+  messageDesc(file_switchboard_v1_replica, 16);
 
 /**
  * ShareObservationsRequest is one batch of observations a replica shares.
@@ -355,7 +534,7 @@ export type ShareObservationsRequest = Message<"switchboard.v1.ShareObservations
  * Use `create(ShareObservationsRequestSchema)` to create a new message.
  */
 export const ShareObservationsRequestSchema: GenMessage<ShareObservationsRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 12);
+  messageDesc(file_switchboard_v1_replica, 17);
 
 /**
  * SessionTurn is one turn of a named conversation, as Decide sent it.
@@ -412,7 +591,7 @@ export type SessionTurn = Message<"switchboard.v1.SessionTurn"> & {
  * Use `create(SessionTurnSchema)` to create a new message.
  */
 export const SessionTurnSchema: GenMessage<SessionTurn> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 13);
+  messageDesc(file_switchboard_v1_replica, 18);
 
 /**
  * ObservedBatch is one batch of call reports and the edge that sent it.
@@ -441,7 +620,7 @@ export type ObservedBatch = Message<"switchboard.v1.ObservedBatch"> & {
  * Use `create(ObservedBatchSchema)` to create a new message.
  */
 export const ObservedBatchSchema: GenMessage<ObservedBatch> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 14);
+  messageDesc(file_switchboard_v1_replica, 19);
 
 /**
  * ShareObservationsResponse ends a ShareObservations stream.
@@ -462,7 +641,7 @@ export type ShareObservationsResponse = Message<"switchboard.v1.ShareObservation
  * Use `create(ShareObservationsResponseSchema)` to create a new message.
  */
 export const ShareObservationsResponseSchema: GenMessage<ShareObservationsResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 15);
+  messageDesc(file_switchboard_v1_replica, 20);
 
 /**
  * ForwardListActivityRequest is a ListActivity one replica asks another
@@ -492,7 +671,7 @@ export type ForwardListActivityRequest = Message<"switchboard.v1.ForwardListActi
  * Use `create(ForwardListActivityRequestSchema)` to create a new message.
  */
 export const ForwardListActivityRequestSchema: GenMessage<ForwardListActivityRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 16);
+  messageDesc(file_switchboard_v1_replica, 21);
 
 /**
  * ForwardListActivityResponse is one replica's page of its own log.
@@ -513,7 +692,7 @@ export type ForwardListActivityResponse = Message<"switchboard.v1.ForwardListAct
  * Use `create(ForwardListActivityResponseSchema)` to create a new message.
  */
 export const ForwardListActivityResponseSchema: GenMessage<ForwardListActivityResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 17);
+  messageDesc(file_switchboard_v1_replica, 22);
 
 /**
  * ForwardGetActivityRequest is a GetActivity one replica asks another for,
@@ -542,7 +721,7 @@ export type ForwardGetActivityRequest = Message<"switchboard.v1.ForwardGetActivi
  * Use `create(ForwardGetActivityRequestSchema)` to create a new message.
  */
 export const ForwardGetActivityRequestSchema: GenMessage<ForwardGetActivityRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 18);
+  messageDesc(file_switchboard_v1_replica, 23);
 
 /**
  * ForwardGetActivityResponse is the record, from the called replica's log.
@@ -563,7 +742,7 @@ export type ForwardGetActivityResponse = Message<"switchboard.v1.ForwardGetActiv
  * Use `create(ForwardGetActivityResponseSchema)` to create a new message.
  */
 export const ForwardGetActivityResponseSchema: GenMessage<ForwardGetActivityResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 19);
+  messageDesc(file_switchboard_v1_replica, 24);
 
 /**
  * TransferStateRequest asks a replica for what it learned.
@@ -585,7 +764,7 @@ export type TransferStateRequest = Message<"switchboard.v1.TransferStateRequest"
  * Use `create(TransferStateRequestSchema)` to create a new message.
  */
 export const TransferStateRequestSchema: GenMessage<TransferStateRequest> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 20);
+  messageDesc(file_switchboard_v1_replica, 25);
 
 /**
  * TransferStateResponse is one part of a replica's learned state. Times
@@ -631,7 +810,7 @@ export type TransferStateResponse = Message<"switchboard.v1.TransferStateRespons
  * Use `create(TransferStateResponseSchema)` to create a new message.
  */
 export const TransferStateResponseSchema: GenMessage<TransferStateResponse> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 21);
+  messageDesc(file_switchboard_v1_replica, 26);
 
 /**
  * AffinityEntry is one prompt or prompt prefix and where it was served.
@@ -666,7 +845,7 @@ export type AffinityEntry = Message<"switchboard.v1.AffinityEntry"> & {
  * Use `create(AffinityEntrySchema)` to create a new message.
  */
 export const AffinityEntrySchema: GenMessage<AffinityEntry> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 22);
+  messageDesc(file_switchboard_v1_replica, 27);
 
 /**
  * AffinityServed is one endpoint that served a prompt.
@@ -702,7 +881,7 @@ export type AffinityServed = Message<"switchboard.v1.AffinityServed"> & {
  * Use `create(AffinityServedSchema)` to create a new message.
  */
 export const AffinityServedSchema: GenMessage<AffinityServed> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 23);
+  messageDesc(file_switchboard_v1_replica, 28);
 
 /**
  * CooldownEntry is one endpoint's cool-down state.
@@ -738,7 +917,7 @@ export type CooldownEntry = Message<"switchboard.v1.CooldownEntry"> & {
  * Use `create(CooldownEntrySchema)` to create a new message.
  */
 export const CooldownEntrySchema: GenMessage<CooldownEntry> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 24);
+  messageDesc(file_switchboard_v1_replica, 29);
 
 /**
  * OutcomeEntry is one endpoint's routing-cost figures: time-decayed sums
@@ -888,7 +1067,7 @@ export type OutcomeEntry = Message<"switchboard.v1.OutcomeEntry"> & {
  * Use `create(OutcomeEntrySchema)` to create a new message.
  */
 export const OutcomeEntrySchema: GenMessage<OutcomeEntry> = /*@__PURE__*/
-  messageDesc(file_switchboard_v1_replica, 25);
+  messageDesc(file_switchboard_v1_replica, 30);
 
 /**
  * ReplicaService is what decider replicas call on each other, and nothing
@@ -1028,6 +1207,22 @@ export const ReplicaService: GenService<{
     methodKind: "server_streaming";
     input: typeof TransferStateRequestSchema;
     output: typeof TransferStateResponseSchema;
+  },
+  /**
+   * RenewLeases renews the quota leases of the calling replica on the
+   * broker's owner (decider --broker-leases): for each bucket, what is left
+   * of its lease is given back (or an overrun charged) and a new lease
+   * granted, sized by the replica's demand; the answer also names the
+   * endpoints the replica must not admit on by itself. A replica calls it
+   * about every half lease term, never per request. FAILED_PRECONDITION
+   * from a replica that does not own the broker.
+   *
+   * @generated from rpc switchboard.v1.ReplicaService.RenewLeases
+   */
+  renewLeases: {
+    methodKind: "unary";
+    input: typeof RenewLeasesRequestSchema;
+    output: typeof RenewLeasesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_switchboard_v1_replica, 0);
