@@ -411,13 +411,9 @@ func appendIDKey(dst []byte, tenant, id string) []byte {
 	return append(dst, id...)
 }
 
-// timeKey is a record's key in the retention index: oldest first, then its
-// id key, so sweeping finds the id index entry without reading the record.
-func timeKey(t time.Time, tenant, id string) []byte {
-	return appendTimeKey(make([]byte, 0, 8+len(tenant)+1+len(id)), t, tenant, id)
-}
-
-// appendTimeKey appends the retention key of tenant's record id at t to dst.
+// appendTimeKey appends the retention key of tenant's record id at t to
+// dst: oldest first, then its id key, so sweeping finds the id index entry
+// without reading the record.
 func appendTimeKey(dst []byte, t time.Time, tenant, id string) []byte {
 	return appendIDKey(binary.BigEndian.AppendUint64(dst, uint64(t.UnixNano())), tenant, id)
 }
