@@ -40,6 +40,39 @@ import (
 // build builds every component, in the order they need each other, and
 // starts their background work on bg. Nothing is served from them yet.
 func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.TransportCredentials) error {
+	if err := d.connectStore(ctx); err != nil {
+		return err
+	}
+	views, oc, err := d.loadViews(ctx)
+	if err != nil {
+		return err
+	}
+	expRev, peers, err := d.openLogs(ctx)
+	if err != nil {
+		return err
+	}
+	aff := affinity.New(affinity.Options{})
+	// Each conversation's turn decided here is told to the other replicas
+	// (d.sharer is set before anything is served).
+	sessions := session.New(session.Options{Kept: func(tu session.Turn) { d.sharer.PublishTurn(tu) }})
+	d.buildRouter(oc, aff, sessions)
+	if err := d.startAdmission(ctx, views, peerCreds); err != nil {
+		return err
+	}
+	svcMetrics, err := d.buildMetrics()
+	if err != nil {
+		return err
+	}
+	if err := d.buildServer(svcMetrics, oc, aff, sessions, peers); err != nil {
+		return err
+	}
+	d.runBackground(bg, views.Revision, expRev, peers)
+	return nil
+}
+
+// connectStore connects to etcd: the embedded one, started here, when no
+// --etcd is given.
+func (d *Decider) connectStore(ctx context.Context) error {
 	cfg, logger := d.cfg, d.logger
 	var err error
 	endpoints := cfg.Etcd
@@ -59,11 +92,14 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	}
 	d.store, err = store.ConnectTLSWith(ctx, endpoints, etcdTLS, logger.With("component", "store"),
 		admission.WriteBytesFor(cfg.brokerStateBytes())+etcdRequestSlack)
-	if err != nil {
-		return err
-	}
+	return err
+}
 
-	// The statistics first: every catalog's routing index is bound to them.
+// loadViews restores the routing statistics, which every catalog's routing
+// index is bound to, then passes the catalog through the gate and
+// publishes its views.
+func (d *Decider) loadViews(ctx context.Context) (*gate.Views, *outcomes.Tracker, error) {
+	cfg, logger := d.cfg, d.logger
 	d.stats = stats.New(stats.Config{Now: cfg.Now})
 	if n, err := d.stats.Load(ctx, d.store); err != nil {
 		logger.Warn("routing statistics not restored", "err", err)
@@ -74,20 +110,28 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 	d.gate = gate.New(routing.Sources{Stats: d.stats, Outcomes: oc, Stamps: routing.NewStamps(cfg.Now)})
 	views, err := d.loadCatalog(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	d.catalog = gate.NewCurrent(views)
 	d.authn = auth.New(d.catalog.PinAuth)
+	return views, oc, nil
+}
 
+// openLogs loads the grants and experiments and opens this replica's
+// activity log, registered for the other replicas to read, and the set of
+// replicas whose logs it reads.
+func (d *Decider) openLogs(ctx context.Context) (int64, *replicas.Set, error) {
+	cfg, logger := d.cfg, d.logger
+	var err error
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+		return 0, nil, fmt.Errorf("data dir: %w", err)
 	}
 	if d.grants, err = grant.Load(ctx, d.store.Client()); err != nil {
-		return err
+		return 0, nil, err
 	}
 	expRev, err := d.loadExperiments(ctx)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	d.act, err = activity.Open(activity.Options{
 		Path: filepath.Join(cfg.DataDir, "activity.db"), Retention: cfg.ActivityRetention,
@@ -95,23 +139,23 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		Stored: d.exps.Observe,
 	})
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	// Every replica's log is read by every replica: its key says this one
 	// holds one, for as long as the log lives.
 	if err := d.store.RegisterLog(ctx, cfg.ID); err != nil {
-		return err
+		return 0, nil, err
 	}
 	d.peers, err = replicas.New(ctx, replicas.Options{Client: d.store.Client(), Self: cfg.ID, Region: cfg.Region, Logger: logger.With("component", "replicas")})
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
-	peers := d.peers
+	return expRev, d.peers, nil
+}
 
-	aff := affinity.New(affinity.Options{})
-	// Each conversation's turn decided here is told to the other replicas
-	// (d.sharer is set before anything is served).
-	sessions := session.New(session.Options{Kept: func(tu session.Turn) { d.sharer.PublishTurn(tu) }})
+// buildRouter builds the cool-downs and the router.
+func (d *Decider) buildRouter(oc *outcomes.Tracker, aff *affinity.Table, sessions *session.Table) {
+	cfg := d.cfg
 	d.cool = cooldown.New(cfg.cooldownOptions())
 	hedgeFrom := cfg.HedgeFrom
 	if cfg.HedgeBudgetUSD == 0 {
@@ -127,7 +171,14 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		FastEnough: cfg.FastEnough, Arm: d.exps.Arm,
 		NoSticky: cfg.NoSticky, StickyTTL: cfg.StickyTTL, Sessions: sessions,
 	})
+}
 
+// startAdmission builds the rate-limit broker of the catalog's views and
+// the hedge budget, and starts admission: the broker's ownership and the
+// forwarding to its owner.
+func (d *Decider) startAdmission(ctx context.Context, views *gate.Views, peerCreds credentials.TransportCredentials) error {
+	cfg, logger := d.cfg, d.logger
+	var err error
 	d.broker, err = broker.New(views.Broker, broker.Options{Now: cfg.Now, QueueReattach: cfg.QueueReattach, MaxStateBytes: cfg.brokerStateBytes(),
 		LeaseTerm: cfg.BrokerLeaseTerm, MaxLeaseTerm: cfg.BrokerMaxLeaseTerm})
 	if err != nil {
@@ -155,9 +206,13 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		MaxWriteBytes: admission.WriteBytesFor(cfg.brokerStateBytes()),
 		Leases:        cfg.BrokerLeases,
 	})
-	if err != nil {
-		return err
-	}
+	return err
+}
+
+// buildMetrics builds the admission and decider metrics, when metrics are
+// on; the decider's are nil otherwise.
+func (d *Decider) buildMetrics() (*metrics.Service, error) {
+	var err error
 	if d.metrics.Enabled() {
 		d.admMetrics, err = metrics.New(metrics.Options{
 			Provider: d.metrics.MeterProvider(), Buckets: d.broker, Queues: d.broker, Reservations: d.broker,
@@ -170,26 +225,33 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 			State: d.broker.StateBytes,
 		})
 		if err != nil {
-			return fmt.Errorf("admission metrics: %w", err)
+			return nil, fmt.Errorf("admission metrics: %w", err)
 		}
 	}
-	var svcMetrics *metrics.Service
-	if d.metrics.Enabled() {
-		svcMetrics, err = metrics.NewService(metrics.ServiceOptions{
-			Provider: d.metrics.MeterProvider(), Owner: d.adm.Owner, OwnerChanges: d.adm.OwnerChanges,
-			Hedges: d.budget.Status, Settled: d.budget.Settled, Admissions: d.adm.Admissions,
-			Transfers: func() (int64, int64) {
-				_, ok, failed := d.StateTransferred()
-				if ok {
-					return 1, failed
-				}
-				return 0, failed
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("decider metrics: %w", err)
-		}
+	if !d.metrics.Enabled() {
+		return nil, nil
 	}
+	svcMetrics, err := metrics.NewService(metrics.ServiceOptions{
+		Provider: d.metrics.MeterProvider(), Owner: d.adm.Owner, OwnerChanges: d.adm.OwnerChanges,
+		Hedges: d.budget.Status, Settled: d.budget.Settled, Admissions: d.adm.Admissions,
+		Transfers: func() (int64, int64) {
+			_, ok, failed := d.StateTransferred()
+			if ok {
+				return 1, failed
+			}
+			return 0, failed
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decider metrics: %w", err)
+	}
+	return svcMetrics, nil
+}
+
+// buildServer builds what serves: the admission policy, the hedge settler,
+// the activity sink, the report hub and observer, and the gRPC services.
+func (d *Decider) buildServer(svcMetrics *metrics.Service, oc *outcomes.Tracker, aff *affinity.Table, sessions *session.Table, peers *replicas.Set) error {
+	cfg, logger := d.cfg, d.logger
 	admit := admission.Policy{Admission: d.adm, Budget: d.budget, Contracts: d.authn, Metrics: d.admMetrics}
 	d.settler = admission.NewSettler(d.budget, d.adm, logger.With("component", "hedge"))
 	d.sink = activity.NewSink(d.act, d.grants, d.settler, logger.With("component", "activity"))
@@ -231,10 +293,16 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 			},
 			Logger: logger.With("component", "activity")},
 	})
+	return nil
+}
 
+// runBackground starts the decider's background work, each on d.wg until
+// bg ends.
+func (d *Decider) runBackground(bg context.Context, catalogRev, expRev int64, peers *replicas.Set) {
+	cfg, logger := d.cfg, d.logger
 	// Edges replay to each new owner what the ones before applied lately.
 	d.wg.Go(func() { d.hub.FollowOwnerTerm(bg, d.adm.OwnerTerm) })
-	d.wg.Go(func() { d.store.WatchCatalog(bg, views.Revision, d.onCatalog) })
+	d.wg.Go(func() { d.store.WatchCatalog(bg, catalogRev, d.onCatalog) })
 	d.wg.Go(func() {
 		d.stats.Keep(bg, stats.KeepOptions{
 			Saver: d.store, Every: cfg.StatsSnapshotInterval, Now: cfg.Now, Logger: logger.With("component", "stats"),
@@ -260,5 +328,4 @@ func (d *Decider) build(ctx, bg context.Context, peerCreds credentials.Transport
 		})
 		d.wg.Go(func() { p.Run(bg) })
 	}
-	return nil
 }

@@ -40,21 +40,20 @@ func (d *Decider) loadCatalog(ctx context.Context) (*gate.Views, error) {
 }
 
 // onCatalog applies a catalog another replica or an operator stored, once
-// the gate took it whole: the broker first (the one part that checks
-// again), then routing, auth and the key set together, with one store of
-// their views (gate.Current). A catalog the gate refuses is counted and
-// logged, and the current one kept in every part.
+// the gate took it whole: everything that can refuse it is checked first
+// (gate.Gate.Prepare, the broker's limits included), then the broker's
+// limits and the views of routing, auth and the key set are applied in one
+// step (gate.Current.Apply), so no call pins the old views while the new
+// limits run. A catalog the gate refuses is counted and logged, and the
+// current one kept in every part.
 func (d *Decider) onCatalog(data []byte, rev int64) {
 	v, err := d.gate.Prepare(data)
-	if err == nil {
-		err = d.broker.Reconfigure(v.Broker) // checked by the gate: does not fail
-	}
 	if err != nil {
 		d.refused.Add(1)
 		d.logger.Error("catalog refused; keeping the current one in every part", "revision", rev, "err", err)
 		return
 	}
-	d.catalog.Store(v.At(rev))
+	d.catalog.Apply(v.At(rev), func(v *gate.Views) { d.broker.Apply(v.Limits) })
 	d.hub.KeysChanged()
 	d.hub.Broadcast(&switchboardv1.ReportResponse{Command: &switchboardv1.ReportResponse_Config{Config: &switchboardv1.ConfigCommand{CatalogRevision: rev}}})
 	d.logger.Info("catalog updated", "revision", rev, "models", len(v.Catalog.Models))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 )
 
 // swapCatalog is catalog A (odd revisions) or B (even): each its own
@@ -142,4 +143,65 @@ func swapping(d *Decider, catalogs [2][]byte, swaps, readers int, read func() bo
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// depthCatalog is a catalog whose interactive class may queue depth
+// requests: a figure both the broker (its queue contract) and the auth
+// index (the contract admission reads) take from it.
+func depthCatalog(depth int) []byte {
+	return []byte(fmt.Sprintf(`
+models:
+  - id: model-m
+    endpoints: [{provider: alpha, base_url: http://127.0.0.1:1/v1, price: {input: 1, output: 1}}]
+workload_classes:
+  interactive: {max_wait: 1s, max_depth: %d}
+tenants:
+  - {id: tenant-a, api_keys_sha256: [%s]}
+`, depth, catalog.HashKey("key-a")) + testCallers())
+}
+
+// TestCatalogAppliesInOneStep: a catalog change applies the broker's
+// limits and the views calls pin in one step. Catalog n queues n
+// interactive requests; a reader reads the broker's contract, then pins
+// the views: as no call can pin views while the broker already runs a
+// newer catalog, the broker it read before never ran a newer one than the
+// views it then pinned. Applying the broker first and the views after it,
+// each on its own, let a call pin the old views while the new limits ran.
+func TestCatalogAppliesInOneStep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "catalog.yaml")
+	require.NoError(t, os.WriteFile(p, depthCatalog(1), 0o600))
+	d, _ := startDecider(t, Config{Catalog: p, DataDir: dir})
+	t.Cleanup(d.Close)
+	base := int64(d.KeySetVersion())
+	const swaps = 3000
+
+	var stop atomic.Bool
+	var ahead, checked atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for !stop.Load() {
+				ran := d.broker.Contract(broker.ClassInteractive).MaxDepth
+				_, v := d.catalog.Pin(t.Context())
+				k, ok := v.Auth.Contract(switchboardv1.WorkloadClass_WORKLOAD_CLASS_INTERACTIVE)
+				if !assert.True(t, ok) {
+					return
+				}
+				checked.Add(1)
+				if ran > k.MaxDepth {
+					ahead.Add(1)
+				}
+			}
+		})
+	}
+	for i := range swaps {
+		d.onCatalog(depthCatalog(2+i), base+int64(i)+1)
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.Zero(t, d.CatalogsRefused())
+	require.Positive(t, checked.Load())
+	require.Zero(t, ahead.Load(), "calls that pinned a catalog older than the broker's (of %d)", checked.Load())
 }

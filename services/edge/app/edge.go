@@ -81,70 +81,14 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 			_ = stack.close()
 		}
 	}()
-	deciderCreds := insecure.NewCredentials()
-	if cfg.deciderTLS() {
-		tlsCreds, err := tlsfiles.NewClient(tlsfiles.Client{
-			CAFile: cfg.DeciderCAFile, CertFile: cfg.DeciderCertFile, KeyFile: cfg.DeciderKeyFile, ServerName: cfg.DeciderServerName,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("decider TLS: %w", err)
-		}
-		stack.add(func() error { tlsCreds.Close(); return nil }) // it reloads the files until then
-		deciderCreds = tlsCreds.TransportCredentials()
-	}
-	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(deciderCreds),
-		// Pings while calls are open: a decider that stops answering (a
-		// paused process, a cut network) fails the calls waiting on it,
-		// among them requests waiting in an admission queue, within twice
-		// the interval instead of at their deadline. The decider accepts
-		// pings every 5 s (pkg/grpcserver).
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.DeciderKeepalive, Timeout: cfg.DeciderKeepalive}),
-		// The decider is on the local network: reconnect within a second of
-		// a restart (the default starts at 1s and grows to 2 minutes; a
-		// restarted decider's slots come back only once its edges have
-		// reconnected and replayed), at one dial a second while it is down.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: 5 * time.Second,
-		}),
-	}
-	dialOpts = append(dialOpts, cfg.Tracing.GRPCClient()...)
-	if cfg.DeciderTokenFile != "" {
-		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("--decider-token-file: %w", err)
-		}
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tok))
-	}
-	conn, err := dialDeciders(cfg.Decider, dialOpts...)
+	conn, err := dialDecider(cfg, &stack)
 	if err != nil {
-		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
+		return nil, err
 	}
-	stack.add(func() error {
-		if err := conn.Close(); err != nil {
-			return fmt.Errorf("close decider connection: %w", err)
-		}
-		return nil
-	})
 	decider := switchboardv1.NewRouterServiceClient(conn)
 	edgeService := switchboardv1.NewEdgeServiceClient(conn)
 
-	transport := &http.Transport{
-		Proxy:             http.ProxyFromEnvironment,
-		DialContext:       (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2: true,
-		// Many concurrent requests go to few providers: keep plenty of idle
-		// connections per host so bursts do not pay for new TLS handshakes.
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// Transparent gzip would buffer server-sent events inside the
-		// decompressor; chunks must reach the client as they arrive.
-		DisableCompression: true,
-	}
+	transport := providerTransport()
 
 	pins, err := credentials.ParsePins(cfg.ProviderKeyHosts)
 	if err != nil {
@@ -214,30 +158,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	stack.add(func() error { _ = ln.Close(); return nil }) // closed already once the server shut down
-	var debug *debugserver.Server
-	var metrics *telemetry.Metrics
-	handler := api.Handler()
-	admin, err := cfg.Admin()
+	handler, debug, err := startAdmin(ctx, cfg, logger, api, reports, &stack)
 	if err != nil {
 		return nil, err
-	}
-	if admin.Addr != "" {
-		var em *edgeMetrics
-		if metrics, em, err = startMetrics(reportBacklog{activityBatches: reports.Unacked, reconciles: reports.UnackedReconciles}); err != nil {
-			return nil, err
-		}
-		stack.add(func() error { _ = metrics.Shutdown(context.Background()); return nil })
-		handler = em.handler(handler)
-		// /healthz and /readyz answer as on the API port: the API's own
-		// handlers, for probes and scrapers kept off the public port.
-		debug, err = debugserver.Start(ctx, admin, logger.With("component", "admin"),
-			debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()},
-			debugserver.Mount{Pattern: "/healthz", Handler: api.Handler()},
-			debugserver.Mount{Pattern: "/readyz", Handler: api.Handler()})
-		if err != nil {
-			return nil, err
-		}
-		stack.add(func() error { debug.Close(); return nil })
 	}
 	e := &Edge{
 		cfg: cfg, log: logger, ln: ln, api: api, reports: reports, debug: debug,
@@ -248,25 +171,135 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Edge, err e
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},
 	}
+	e.run(ctx, &stack, probes, creds)
+	conn.Connect()
+	e.stack = stack
+	logger.Info("edge listening", "addr", e.Addr(), "decider", cfg.Decider, "region", cfg.Region, "edge_id", cfg.EdgeID)
+	return e, nil
+}
+
+// dialDecider is the client connection to the decider replicas, its
+// cleanups registered on stack; it connects once Start is done.
+func dialDecider(cfg Config, stack *closers) (*grpc.ClientConn, error) {
+	deciderCreds := insecure.NewCredentials()
+	if cfg.deciderTLS() {
+		tlsCreds, err := tlsfiles.NewClient(tlsfiles.Client{
+			CAFile: cfg.DeciderCAFile, CertFile: cfg.DeciderCertFile, KeyFile: cfg.DeciderKeyFile, ServerName: cfg.DeciderServerName,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("decider TLS: %w", err)
+		}
+		stack.add(func() error { tlsCreds.Close(); return nil }) // it reloads the files until then
+		deciderCreds = tlsCreds.TransportCredentials()
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(deciderCreds),
+		// Pings while calls are open: a decider that stops answering (a
+		// paused process, a cut network) fails the calls waiting on it,
+		// among them requests waiting in an admission queue, within twice
+		// the interval instead of at their deadline. The decider accepts
+		// pings every 5 s (pkg/grpcserver).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.DeciderKeepalive, Timeout: cfg.DeciderKeepalive}),
+		// The decider is on the local network: reconnect within a second of
+		// a restart (the default starts at 1s and grows to 2 minutes; a
+		// restarted decider's slots come back only once its edges have
+		// reconnected and replayed), at one dial a second while it is down.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}
+	dialOpts = append(dialOpts, cfg.Tracing.GRPCClient()...)
+	if cfg.DeciderTokenFile != "" {
+		tok, err := bearer.NewFile(cfg.DeciderTokenFile, bearer.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("--decider-token-file: %w", err)
+		}
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tok))
+	}
+	conn, err := dialDeciders(cfg.Decider, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("decider client %s: %w", cfg.Decider, err)
+	}
+	stack.add(func() error {
+		if err := conn.Close(); err != nil {
+			return fmt.Errorf("close decider connection: %w", err)
+		}
+		return nil
+	})
+	return conn, nil
+}
+
+// providerTransport is the HTTP transport of the calls to providers.
+func providerTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:             http.ProxyFromEnvironment,
+		DialContext:       (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2: true,
+		// Many concurrent requests go to few providers: keep plenty of idle
+		// connections per host so bursts do not pay for new TLS handshakes.
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Transparent gzip would buffer server-sent events inside the
+		// decompressor; chunks must reach the client as they arrive.
+		DisableCompression: true,
+	}
+}
+
+// startAdmin starts the admin listener when the flags ask for one, with the
+// metrics it serves and the API handler wrapped to count into them; it
+// returns the API's handler, wrapped or not, and the admin server, nil
+// without one. Its cleanups are registered on stack.
+func startAdmin(ctx context.Context, cfg Config, logger *slog.Logger, api *httpapi.Server, reports *report.Stream, stack *closers) (http.Handler, *debugserver.Server, error) {
+	var debug *debugserver.Server
+	var metrics *telemetry.Metrics
+	handler := api.Handler()
+	admin, err := cfg.Admin()
+	if err != nil {
+		return nil, nil, err
+	}
+	if admin.Addr != "" {
+		var em *edgeMetrics
+		if metrics, em, err = startMetrics(reportBacklog{activityBatches: reports.Unacked, reconciles: reports.UnackedReconciles}); err != nil {
+			return nil, nil, err
+		}
+		stack.add(func() error { _ = metrics.Shutdown(context.Background()); return nil })
+		handler = em.handler(handler)
+		// /healthz and /readyz answer as on the API port: the API's own
+		// handlers, for probes and scrapers kept off the public port.
+		debug, err = debugserver.Start(ctx, admin, logger.With("component", "admin"),
+			debugserver.Mount{Pattern: "/metrics", Handler: metrics.Handler()},
+			debugserver.Mount{Pattern: "/healthz", Handler: api.Handler()},
+			debugserver.Mount{Pattern: "/readyz", Handler: api.Handler()})
+		if err != nil {
+			return nil, nil, err
+		}
+		stack.add(func() error { debug.Close(); return nil })
+	}
+	return handler, debug, nil
+}
+
+// run starts the edge's background work and serves its listener, each
+// stopped by a cleanup registered on stack.
+func (e *Edge) run(ctx context.Context, stack *closers, probes *probe.Runner, creds *credentials.Store) {
 	// Background work lives until Close, not until the start-up context
 	// ends, so Close can drain requests before the Report stream stops;
 	// probes stop first, so that what they report is still sent.
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stack.add(func() error { cancel(); e.wg.Wait(); return nil })
 	stack.add(func() error { probes.Close(); return nil })
-	e.wg.Go(func() { reports.Run(bg) })
+	e.wg.Go(func() { e.reports.Run(bg) })
 	e.wg.Go(func() { creds.Run(bg) })
 	e.serveErr = make(chan error, 1)
 	e.wg.Go(func() {
-		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http server stopped", "error", err)
+		if err := e.srv.Serve(e.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.log.Error("http server stopped", "error", err)
 			e.serveErr <- err
 		}
 	})
-	conn.Connect()
-	e.stack = stack
-	logger.Info("edge listening", "addr", e.Addr(), "decider", cfg.Decider, "region", cfg.Region, "edge_id", cfg.EdgeID)
-	return e, nil
 }
 
 // Addr is the host:port the HTTP API listens on.

@@ -38,8 +38,9 @@ var (
 	bucketMeta    = []byte("meta")    // schema → version
 )
 
-// schema is the layout of the indexes. Version 1 keyed them by id alone;
-// opening such a file rebuilds them from the records.
+// schema is the layout of the indexes, stored in the file. A file of
+// another layout is refused at Open, never read: no version that wrote
+// another was ever released.
 const schema = 2
 
 var keySchema = []byte("schema")
@@ -91,7 +92,7 @@ func Open(o Options) (*Store, error) {
 	}
 	if err := db.Update(initBuckets); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("init activity log: %w", err)
+		return nil, fmt.Errorf("init activity log %s: %w", o.Path, err)
 	}
 	s := &Store{o: o, db: db, in: make(chan batch, 1024)}
 	s.prune()
@@ -99,62 +100,26 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// initBuckets creates the buckets and brings older indexes to the current
-// schema.
+// initBuckets creates the buckets of a new log and checks an existing one
+// is of this schema.
 func initBuckets(tx *bolt.Tx) error {
+	fresh := tx.Bucket(bucketRecords) == nil
 	for _, b := range [][]byte{bucketRecords, bucketIDs, bucketByTime, bucketMeta} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(keySchema); len(v) == 8 && binary.BigEndian.Uint64(v) == schema {
+	v := meta.Get(keySchema)
+	switch {
+	case len(v) == 8 && binary.BigEndian.Uint64(v) == schema:
 		return nil
+	case fresh:
+		return meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schema))
+	case len(v) == 8:
+		return fmt.Errorf("schema %d, this version reads only schema %d", binary.BigEndian.Uint64(v), schema)
 	}
-	if err := rebuildIndexes(tx); err != nil {
-		return fmt.Errorf("rebuild indexes: %w", err)
-	}
-	return meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schema))
-}
-
-// rebuildIndexes derives both indexes from the records alone. A tenant's id
-// found twice (left by the old global index) keeps its newest record.
-func rebuildIndexes(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketIDs, bucketByTime} {
-		if err := tx.DeleteBucket(b); err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucket(b); err != nil {
-			return err
-		}
-	}
-	recs, ids, byTime := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
-	var stale [][]byte
-	c := recs.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		tenant, t, id, ok := parseRecordKey(k)
-		if !ok {
-			stale = append(stale, bytes.Clone(k))
-			continue
-		}
-		ik := idKey(tenant, id)
-		if ids.Get(ik) != nil { // newest first within a tenant: this copy is older
-			stale = append(stale, bytes.Clone(k))
-			continue
-		}
-		if err := ids.Put(ik, bytes.Clone(k)); err != nil {
-			return err
-		}
-		if err := byTime.Put(timeKey(t, tenant, id), bytes.Clone(k)); err != nil {
-			return err
-		}
-	}
-	for _, k := range stale {
-		if err := recs.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
+	return fmt.Errorf("no schema, this version reads only schema %d", schema)
 }
 
 // batch is one Add: its records and where to say they are durable.
@@ -433,15 +398,6 @@ func keyTime(k []byte, prefixLen int) time.Time {
 	return time.Unix(0, int64(math.MaxUint64-binary.BigEndian.Uint64(k[prefixLen:prefixLen+8])))
 }
 
-// parseRecordKey splits a records key into tenant, time and id.
-func parseRecordKey(k []byte) (tenant string, t time.Time, id string, ok bool) {
-	i := bytes.IndexByte(k, 0)
-	if i <= 0 || len(k) < i+1+8 {
-		return "", time.Time{}, "", false
-	}
-	return string(k[:i]), keyTime(k, i+1), string(k[i+1+8:]), true
-}
-
 // idKey is a record's key in the id index: the same id may be used by two
 // tenants.
 func idKey(tenant, id string) []byte {
@@ -455,13 +411,9 @@ func appendIDKey(dst []byte, tenant, id string) []byte {
 	return append(dst, id...)
 }
 
-// timeKey is a record's key in the retention index: oldest first, then its
-// id key, so sweeping finds the id index entry without reading the record.
-func timeKey(t time.Time, tenant, id string) []byte {
-	return appendTimeKey(make([]byte, 0, 8+len(tenant)+1+len(id)), t, tenant, id)
-}
-
-// appendTimeKey appends the retention key of tenant's record id at t to dst.
+// appendTimeKey appends the retention key of tenant's record id at t to
+// dst: oldest first, then its id key, so sweeping finds the id index entry
+// without reading the record.
 func appendTimeKey(dst []byte, t time.Time, tenant, id string) []byte {
 	return appendIDKey(binary.BigEndian.AppendUint64(dst, uint64(t.UnixNano())), tenant, id)
 }

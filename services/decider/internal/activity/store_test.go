@@ -203,53 +203,47 @@ func TestResendIsANoOp(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestOpenRebuildsOldIndexes: a log written with ids indexed alone (one
-// entry per id whatever the tenant, and stale retention entries) is read
-// correctly once reopened.
-func TestOpenRebuildsOldIndexes(t *testing.T) {
+// TestOpenRefusesAnotherSchema: a log of another layout (one without the
+// schema, as version 1 was, or of a schema this version does not know) is
+// refused at Open with an error naming the schema, not read with the wrong
+// indexes; a new log is stamped and reopens.
+func TestOpenRefusesAnotherSchema(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	path := filepath.Join(t.TempDir(), "a.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	put := func(tx *bolt.Tx, r *switchboardv1.ActivityRecord) {
-		v, err := proto.Marshal(r)
+	dir := t.TempDir()
+	write := func(name string, meta func(*bolt.Bucket) error) string {
+		path := filepath.Join(dir, name)
+		db, err := bolt.Open(path, 0o600, nil)
 		require.NoError(t, err)
-		require.NoError(t, tx.Bucket(bucketRecords).Put(recordKey(r.GetTenantId(), r.GetCreateTime().AsTime(), r.GetId()), v))
-	}
-	oldTimeKey := func(at time.Time, id string) []byte {
-		return append(binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())), id...)
-	}
-	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRecords, bucketIDs, bucketByTime} {
-			_, err := tx.CreateBucket(b)
+		require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+			recs, err := tx.CreateBucket(bucketRecords)
 			require.NoError(t, err)
-		}
-		put(tx, rec("acme", "same", "m-acme", t0))
-		put(tx, rec("globex", "same", "m-globex", t0.Add(time.Minute)))
-		put(tx, rec("globex", "dup", "m", t0.Add(-time.Minute)))
-		put(tx, rec("globex", "dup", "m", t0.Add(-2*time.Minute)))
-		// The old index: one entry per id, pointing at whichever was last.
-		ids, byTime := tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
-		require.NoError(t, ids.Put([]byte("same"), recordKey("globex", t0.Add(time.Minute), "same")))
-		require.NoError(t, byTime.Put(oldTimeKey(t0.Add(-48*time.Hour), "same"), []byte("stale")))
-		return nil
-	}))
-	require.NoError(t, db.Close())
-
-	s := open(t, path, func() time.Time { return t0.Add(time.Hour) })
-	defer s.Close()
-	ctx := t.Context()
-	for _, tenant := range []string{"acme", "globex"} {
-		got, err := s.Get(ctx, tenant, "same")
-		require.NoError(t, err, tenant)
-		require.Equal(t, "m-"+tenant, got.GetModel())
+			v, err := proto.Marshal(rec("acme", "a1", "m", t0))
+			require.NoError(t, err)
+			require.NoError(t, recs.Put(recordKey("acme", t0, "a1"), v))
+			m, err := tx.CreateBucket(bucketMeta)
+			require.NoError(t, err)
+			return meta(m)
+		}))
+		require.NoError(t, db.Close())
+		return path
 	}
-	got, _, err := s.List(ctx, Query{Tenant: "globex"})
+	noSchema := write("none.db", func(*bolt.Bucket) error { return nil })
+	other := write("other.db", func(m *bolt.Bucket) error {
+		return m.Put(keySchema, binary.BigEndian.AppendUint64(nil, schema+1))
+	})
+	for path, want := range map[string]string{noSchema: "no schema", other: fmt.Sprintf("schema %d", schema+1)} {
+		_, err := Open(Options{Path: path, Logger: slog.New(slog.DiscardHandler)})
+		require.ErrorContains(t, err, want, path)
+	}
+
+	fresh := filepath.Join(dir, "new.db")
+	s := open(t, fresh, func() time.Time { return t0 })
+	require.NoError(t, s.Add([]*switchboardv1.ActivityRecord{rec("acme", "a1", "m", t0)}))
+	s.Close()
+	s = open(t, fresh, func() time.Time { return t0 })
+	defer s.Close()
+	_, err := s.Get(t.Context(), "acme", "a1")
 	require.NoError(t, err)
-	require.Len(t, got, 2, "a duplicated id keeps one record")
-	dup, err := s.Get(ctx, "globex", "dup")
-	require.NoError(t, err)
-	require.Equal(t, t0.Add(-time.Minute), dup.GetCreateTime().AsTime(), "the newest copy")
 }
 
 // TestStoredPassesEachRecordOnce checks the Stored hook sees a record the

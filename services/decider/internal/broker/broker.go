@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,24 +55,20 @@ type Broker struct {
 // New returns a broker with every bucket full.
 func New(cfg Config, o Options) (*Broker, error) {
 	o.defaults()
-	ds, err := defs(cfg.Buckets)
+	p, err := Prepare(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("broker config: %w", err)
-	}
-	qc, err := newQueueConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("broker config: %w", err)
+		return nil, err
 	}
 	b := &Broker{opts: o}
-	b.qcfg.Store(qc)
+	b.qcfg.Store(p.qc)
 	b.q.init()
 	b.prevGranted.Store(-1)
 	for i := range b.shards {
 		b.shards[i].init(&b.stateBytes)
 	}
 	now := b.nowNS()
-	bs := make([]*bucket, 0, len(ds))
-	for _, d := range ds {
+	bs := make([]*bucket, 0, len(p.ds))
+	for _, d := range p.ds {
 		bs = append(bs, newBucket(d, b.idx.Add(1), now))
 	}
 	b.tab.Store(buildTable(bs, sortRoutes(cfg.Routes), nil))

@@ -884,6 +884,8 @@ func TestCodeOf(t *testing.T) {
 		{Refusal{Reason: ReasonRetryableOverload, BucketID: "pause:a/m"}, CodeProviderPaused},
 		{Refusal{Reason: ReasonRetryableCapacity, BucketID: "pause:a/m"}, CodeProviderPaused},
 		{Refusal{Reason: ReasonRetryableCapacity, BucketID: "tenant:t:requests:ramp", Unit: UnitRequests}, CodeRamp},
+		{Refusal{Reason: ReasonRetryableCapacity, BucketID: bucketID(ScopeModelRoute, "alpha/m1", UnitRequests, WindowNone, RuleRamp, SourceLearned), Unit: UnitRequests}, CodeRamp},
+		{Refusal{Reason: ReasonRetryableCapacity, BucketID: "model_route:alpha/m1:usd:ramp", Unit: UnitUSD}, CodeSpendLimit},
 		{Refusal{Reason: ReasonRetryableCapacity, Unit: UnitConcurrentRequests}, CodeConcurrency},
 		{Refusal{Reason: ReasonRetryableCapacity, Unit: UnitUSD}, CodeSpendLimit},
 		{Refusal{Reason: ReasonRetryableCapacity, Unit: UnitInputTokens}, CodeRateLimit},

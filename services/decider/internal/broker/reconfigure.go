@@ -11,18 +11,40 @@ import (
 // open reservations still release into it harmlessly. Learned buckets and
 // route pauses are kept.
 func (b *Broker) Reconfigure(cfg Config) error {
+	p, err := Prepare(cfg)
+	if err != nil {
+		return err
+	}
+	b.Apply(p)
+	return nil
+}
+
+// Plan is a configuration Prepare checked: Apply takes it and cannot fail,
+// so a catalog change checks everything before it changes anything.
+type Plan struct {
+	cfg Config
+	ds  []def
+	qc  *queueConfig
+}
+
+// Prepare checks cfg and derives its buckets and queue contracts.
+func Prepare(cfg Config) (*Plan, error) {
 	ds, err := defs(cfg.Buckets)
 	if err != nil {
-		return fmt.Errorf("broker config: %w", err)
+		return nil, fmt.Errorf("broker config: %w", err)
 	}
 	qc, err := newQueueConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("broker config: %w", err)
+		return nil, fmt.Errorf("broker config: %w", err)
 	}
-	b.reconfigure(cfg, ds, qc)
+	return &Plan{cfg: cfg, ds: ds, qc: qc}, nil
+}
+
+// Apply is Reconfigure of a checked configuration.
+func (b *Broker) Apply(p *Plan) {
+	b.reconfigure(p.cfg, p.ds, p.qc)
 	// New limits may admit queued requests; the table mutex is released.
 	b.wake()
-	return nil
 }
 
 func (b *Broker) reconfigure(cfg Config, ds []def, qc *queueConfig) {

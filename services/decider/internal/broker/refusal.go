@@ -51,7 +51,7 @@ type Refusal struct {
 func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls WorkloadClass) *Refusal {
 	lim := bk.limit()
 	keep := bk.keep(hold)
-	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls, Code: refusalCode(bk, amount)}
+	r := &Refusal{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Class: cls}
 	if bk.scope.own() {
 		r.Limit = lim
 		r.Remaining = whole(bk.unit, bk.available()-keep)
@@ -59,12 +59,15 @@ func (b *Broker) refusal(bk *bucket, amount, hold float64, now int64, cls Worklo
 	switch {
 	case bk.never(amount):
 		r.Reason = ReasonNonRetryableRequest
-		r.need = amount
-		return r
 	case bk.rule == RuleDailyReset:
 		r.Reason = ReasonNonRetryablePolicy
 	default:
 		r.Reason = ReasonRetryableCapacity
+	}
+	r.Code = CodeOf(r)
+	if r.Reason == ReasonNonRetryableRequest {
+		r.need = amount
+		return r
 	}
 	k := keep
 	if bk.rule != RuleRamp && amount+k > bk.p.max() {
@@ -155,10 +158,11 @@ func (b *Broker) pauseRefusal(rt *route, now int64, id *Identity) *Refusal {
 // reason, bucket and unit imply, in this order: the reason (too_large for a
 // request that can never fit; for a policy, spend_limit in USD, else
 // daily_quota; queue_deadline; provider_paused for an overloaded
-// provider), then the bucket (provider_paused for a paused route, ramp),
-// then the unit (concurrency, spend_limit), else rate_limit. It is the one
-// derivation of a refusal's code: the decider's answers and its metrics
-// both use it.
+// provider), then provider_paused for a paused route, spend_limit for any
+// USD bucket (a ramp on spend too), ramp for a ramp bucket (configured or
+// learned: isRampID), concurrency by the unit, else rate_limit. It is the
+// one derivation of a refusal's code: the broker names a bucket's refusal
+// with it, and the decider's answers and its metrics use it.
 func CodeOf(ref *Refusal) string {
 	if ref.Code != "" {
 		return ref.Code
@@ -179,34 +183,12 @@ func CodeOf(ref *Refusal) string {
 	switch {
 	case strings.HasPrefix(ref.BucketID, "pause:"):
 		return CodeProviderPaused
-	case strings.HasSuffix(ref.BucketID, ":ramp"):
+	case ref.Unit == UnitUSD:
+		return CodeSpendLimit
+	case isRampID(ref.BucketID):
 		return CodeRamp
 	case ref.Unit == UnitConcurrentRequests:
 		return CodeConcurrency
-	case ref.Unit == UnitUSD:
-		return CodeSpendLimit
-	}
-	return CodeRateLimit
-}
-
-// refusalCode is the stable code of a refusal by bk of amount: too_large
-// when it can never fit, spend_limit for any USD bucket (a spend window or a
-// daily spend limit), then by rule: daily_quota, concurrency, ramp, and
-// rate_limit for a token bucket. bk.mu is held.
-func refusalCode(bk *bucket, amount float64) string {
-	switch {
-	case bk.never(amount):
-		return CodeTooLarge
-	case bk.unit == UnitUSD:
-		return CodeSpendLimit
-	}
-	switch bk.rule {
-	case RuleDailyReset:
-		return CodeDailyQuota
-	case RuleConcurrency:
-		return CodeConcurrency
-	case RuleRamp:
-		return CodeRamp
 	}
 	return CodeRateLimit
 }

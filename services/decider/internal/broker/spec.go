@@ -180,6 +180,12 @@ func bucketID(scope Scope, key string, unit Unit, window Window, rule Rule, sour
 	return b.String()
 }
 
+// isRampID reports whether id, a bucketID, is a ramp bucket's, configured
+// or learned.
+func isRampID(id string) bool {
+	return strings.HasSuffix(strings.TrimSuffix(id, ":learned"), ":ramp")
+}
+
 const day = int64(24 * time.Hour)
 
 // defs validates specs and turns them into bucket definitions, every mistake

@@ -273,7 +273,7 @@ func TestSessionEndsWithItsCaller(t *testing.T) {
 	_, c := f.signIn(t, opToken)
 	require.NotNil(t, c)
 	require.Equal(t, http.StatusOK, f.do(http.MethodGet, "/dashboard/api/operator/limits", "", c).Code)
-	f.cur.Store(views(t, testCatalog(false)))
+	f.cur.Apply(views(t, testCatalog(false)), func(*gate.Views) {})
 	w := f.do(http.MethodGet, "/dashboard/api/operator/limits", "", c)
 	assert.Equal(t, http.StatusUnauthorized, w.Code, "the operator left the catalog")
 }

@@ -8,6 +8,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
@@ -31,9 +32,12 @@ type Views struct {
 	Source []byte
 	// Revision is the etcd revision the catalog was stored at.
 	Revision int64
-	// Broker is the rate-limit broker's configuration: one broker.New and
-	// Broker.Reconfigure take.
+	// Broker is the rate-limit broker's configuration: the one broker.New
+	// takes.
 	Broker broker.Config
+	// Limits is Broker checked: the one Broker.Apply takes on a catalog
+	// change, which then cannot fail.
+	Limits *broker.Plan
 	// Keys is the key set edges are told, versioned by Revision.
 	Keys *switchboardv1.KeySet
 	// Routing is the routing index routing.Router reads.
@@ -62,11 +66,15 @@ func (g *Gate) Prepare(data []byte) (*Views, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog limits: %w", err)
 	}
+	limits, err := broker.Prepare(bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("catalog limits: %w", err)
+	}
 	keys, err := KeySet(c)
 	if err != nil {
 		return nil, err
 	}
-	return &Views{Catalog: c, Source: data, Broker: bcfg, Keys: keys, Routing: routing.NewIndex(c, g.src), Auth: auth.NewIndex(c)}, nil
+	return &Views{Catalog: c, Source: data, Broker: bcfg, Limits: limits, Keys: keys, Routing: routing.NewIndex(c, g.src), Auth: auth.NewIndex(c)}, nil
 }
 
 // At sets the etcd revision the catalog was stored at, which versions the
@@ -101,8 +109,15 @@ func KeySet(c *catalog.Catalog) (*switchboardv1.KeySet, error) {
 // with the callers or keys of another, as it could when each part kept its
 // own pointer, stored one after the other; and one RPC reads one Views
 // throughout (Pin).
+//
+// The rate-limit broker keeps its limits outside the views (its buckets
+// carry state), so Apply changes them and stores the views in one step,
+// under mu, which Pin reads through: no call pins the old views while the
+// new limits already run. A call pinned before the step finishes on the
+// views it pinned, with the limits in force when it reaches the broker.
 type Current struct {
-	v atomic.Pointer[Views]
+	mu sync.RWMutex // held by Apply; Pin reads under it
+	v  atomic.Pointer[Views]
 }
 
 // NewCurrent returns the holder of the catalog applied, v.
@@ -115,9 +130,16 @@ func NewCurrent(v *Views) *Current {
 // Load returns the views of the catalog applied.
 func (c *Current) Load() *Views { return c.v.Load() }
 
-// Store applies v: every part reads it from the next call on; calls in
-// flight finish on the views they loaded.
-func (c *Current) Store(v *Views) { c.v.Store(v) }
+// Apply applies v in one step: apply, which must not fail (it applies what
+// v checked: the broker's Limits), then the store of v; every part reads v
+// from the next call on, and calls in flight finish on the views they
+// pinned.
+func (c *Current) Apply(v *Views, apply func(*Views)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	apply(v)
+	c.v.Store(v)
+}
 
 // Routing returns the routing index of the catalog applied
 // (routing.Options.Catalog).
@@ -142,7 +164,9 @@ func (c *Current) Pin(ctx context.Context) (context.Context, *Views) {
 	if v := FromContext(ctx); v != nil {
 		return ctx, v
 	}
+	c.mu.RLock()
 	v := c.v.Load()
+	c.mu.RUnlock()
 	if v == nil {
 		return ctx, nil
 	}

@@ -121,7 +121,16 @@ func TestPin(t *testing.T) {
 	if v != a || FromContext(ctx) != a {
 		t.Fatalf("pinned %p, context carries %p, want A %p", v, FromContext(ctx), a)
 	}
-	cur.Store(b)
+	var applied *Views
+	cur.Apply(b, func(v *Views) {
+		applied = v
+		if cur.Load() != a {
+			t.Error("the views were stored before the apply ran")
+		}
+	})
+	if applied != b || cur.Load() != b {
+		t.Fatal("Apply did not apply B")
+	}
 	if _, idx := cur.PinAuth(ctx); idx != a.Auth {
 		t.Fatal("a pinned call read the auth index of the catalog applied after it was pinned")
 	}
