@@ -65,6 +65,16 @@ agents: $(AGENTS_STAMP) ## Install the coding-agent CLIs the tests run (npm ci o
 # no package of its own).
 UNIT_PKGS := $(filter-out ./tests/...,$(PKGS))
 SHARDS ?= 4
+# The short run's builds (GOFLAGS, so tests/shards.sh's build has them too):
+# -trimpath keeps the clone's directory out of the build cache's keys, so a
+# fresh clone anywhere reuses what an earlier one compiled; -ldflags=-w
+# links the test binaries without DWARF (a third less link time; stack
+# traces and race reports read the symbol table, not DWARF). go test's vet
+# is off: make lint runs go vet, with every check, on every package. The
+# race detector's 1 s sleep at each test binary's exit goes
+# (atexit_sleep_ms=0): a race during a test fails that test without it.
+TEST_GOFLAGS := $(strip $(GOFLAGS) -trimpath -ldflags=-w)
+TEST_GORACE := $(strip atexit_sleep_ms=0 $(GORACE))
 LONG_TESTS := \
 	./services/edge/cmd/edgebench:TestSmoke \
 	./tests:TestBrokerLoadShort \
@@ -76,7 +86,8 @@ LONG_TESTS := \
 test: nodesdk agents clients ## Short run (-race -short): every behaviour test of every module; the long ones skip (make test-long). COVERPROFILE=f writes coverage.
 	@# The modules' own tests, CPU-bound, run while the tests module's shards
 	@# mostly wait: both at once, each's failure failing the run.
-	go test -race -count=1 -short -parallel=4 -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
+	export GOFLAGS="$(TEST_GOFLAGS)" GORACE="$(TEST_GORACE)"; \
+	go test -race -count=1 -short -vet=off -parallel=4 -timeout=30m $(if $(COVERPROFILE),-coverprofile=$(COVERPROFILE)) $(UNIT_PKGS) & unit=$$!; \
 	  SHARDS=$(SHARDS) ./tests/shards.sh -test.short; e2e=$$?; wait $$unit; u=$$?; \
 	  [ $$u -eq 0 ] || echo "make test: the modules' own tests FAILED"; [ $$e2e -eq 0 ] || echo "make test: the tests module FAILED"; \
 	  [ $$u -eq 0 ] && [ $$e2e -eq 0 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shards.sh [test binary flags...]: runs the tests module's tests in SHARDS
-# processes at once (default 6), each a share of the test names. The shares
+# processes at once (default 4, as make test), each a share of the test names. The shares
 # are dealt by the time each test takes (shards.weights: the longest first,
 # each to the shard with the least time so far), so that the shards end
 # together. The test binary is built once, with the race detector.
@@ -13,7 +13,7 @@
 # status is non-zero if any shard failed.
 set -euo pipefail
 cd "$(dirname "$0")"
-shards=${SHARDS:-6}
+shards=${SHARDS:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go test -race -c -o "$work/tests.test" .
