@@ -94,7 +94,9 @@ test: nodesdk agents clients ## Short run (-race -short): every behaviour test o
 
 .PHONY: test-long
 test-long: ## The long tests only (LONG_TESTS, -v so figure-only runs print): load test, smoke builds, the chaos short form.
-	@for pt in $(LONG_TESTS); do pkg=$${pt%%:*}; name=$${pt##*:}; \
+	@# The same build flags as make test, so both share the build cache.
+	@export GOFLAGS="$(TEST_GOFLAGS)" GORACE="$(TEST_GORACE)"; \
+	for pt in $(LONG_TESTS); do pkg=$${pt%%:*}; name=$${pt##*:}; \
 	  echo "go test -race -count=1 -v -run '^$$name\$$' $$pkg"; \
 	  go test -race -count=1 -timeout=30m -v -run "^$$name\$$" $$pkg || exit 1; done
 
