@@ -201,7 +201,7 @@ lint: tools clients ## buf lint, buf format, buf breaking against main, go vet, 
 	$(BUF) format -d --exit-code
 	@if git rev-parse -q --verify main >/dev/null; then echo "buf breaking --against main"; $(BUF) breaking --against ".git#branch=main"; fi
 	go vet $(PKGS)
-	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
+	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run --allow-parallel-runners ./...) || exit 1; done
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; $(BUF) generate; \
 	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run make proto and commit"; rm -rf $$tmp; exit 1; fi; rm -rf $$tmp
