@@ -101,7 +101,7 @@ func TestNewReplicaStartsKnowingWhatItsPeerLearned(t *testing.T) {
 
 	// The unnamed conversation's next turn, through an edge on b, stays
 	// where its prompt is cached.
-	toB := startEdgeWithKeys(t, b.Addr())
+	toB := s.addEdge(t, b.Addr())
 	require.Eventually(t, func() bool { return len(b.Edges()) == 1 }, waitFor, tick)
 	second, route := stream(toB, secondTurn)
 	require.Equal(t, first, second, "the next turn stays where the first is cached: %s", route)
