@@ -61,3 +61,8 @@ func (s *system) admissions(ctx context.Context, hc *http.Client, i int) (Admiss
 func (a Admissions) add(b Admissions) Admissions {
 	return Admissions{Owner: a.Owner + b.Owner, Lease: a.Lease + b.Lease, Forwarded: a.Forwarded + b.Forwarded}
 }
+
+// sub is a less b.
+func (a Admissions) sub(b Admissions) Admissions {
+	return Admissions{Owner: a.Owner - b.Owner, Lease: a.Lease - b.Lease, Forwarded: a.Forwarded - b.Forwarded}
+}

@@ -191,8 +191,12 @@ type run struct {
 	changes []ownerChange
 	faults  []*faultRecord
 	// admissions are the admission counters of the decider processes a
-	// kill or a SIGTERM ended, read just before.
+	// kill or a SIGTERM ended, read just before, less their base.
 	admissions Admissions
+	// admissionsBase is each decider's counters when the per-minute
+	// tenants started (the attacks' reservations before are left out);
+	// zero for a process started since.
+	admissionsBase []Admissions
 }
 
 // faultRecord is when a fault began and, for a kill, a SIGTERM or a pause,
@@ -297,7 +301,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible schedule, not a secret
 	faults := schedule(o, rng)
 	if !slices.ContainsFunc(faults, func(f fault) bool { return f.kind == faultAttacks }) {
-		r.quiet.Do(func() { close(r.rpmGo) }) // no attacks to wait for
+		r.quiet.Do(r.startPerMinute) // no attacks to wait for
 	}
 	for _, f := range faults {
 		select {
@@ -313,7 +317,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 			r.inject(ctx, f.kind, rng)
 		}
 		if f.kind == faultAttacks {
-			r.quiet.Do(func() { close(r.rpmGo) })
+			r.quiet.Do(r.startPerMinute)
 		}
 	}
 	if scheduled {
@@ -325,6 +329,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 	<-loadCtx.Done()
 	load.Wait()
+	r.check(r.leaseShare(ctx, res)) // before the tracer's calls
 	r.event("load ends")
 	res.Duration = time.Since(r.start)
 	if ctx.Err() != nil {
@@ -724,22 +729,15 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 	c, over = rateCheck(tenantLease, "p-lease", leaseArrivals, changes, float64(r.o.LeaseLimit), ttl)
 	res.LeaseOverAdmission = over
 	res.Checks = append(res.Checks, c)
-	res.Checks = append(res.Checks, r.leaseShare(ctx, res))
 	concArrivals, flight := r.s.taps["p-conc"].record()
 	c, peak := concurrencyCheck(flight, changes, float64(r.o.ConcLimit))
 	res.ConcurrencyPeak = peak
 	res.Checks = append(res.Checks, c)
-	// A handover is timed by the calls a new owner admitted: with quota
-	// leases a replica admits the leased tenant's, and the hedge tenant's
-	// (no limit to charge), by itself, so only the tenants whose buckets
-	// are never leased (rpm's 50 a minute, conc's in flight) time it then.
-	admitted := slices.Concat(rpmArrivals, concArrivals)
-	if r.o.NoLeases {
-		haArrivals, _ := r.s.taps["p-ha"].record()
-		hbArrivals, _ := r.s.taps["p-hb"].record()
-		admitted = slices.Concat(admitted, haArrivals, hbArrivals)
-	}
-	res.Checks = append(res.Checks, r.handovers(changes, admitted)...)
+	// A handover is timed by the calls only an owner admits: not the
+	// leased tenant's, which replicas admit on their leases.
+	haArrivals, _ := r.s.taps["p-ha"].record()
+	hbArrivals, _ := r.s.taps["p-hb"].record()
+	res.Checks = append(res.Checks, r.handovers(changes, slices.Concat(rpmArrivals, concArrivals, haArrivals, hbArrivals))...)
 
 	// Ghost slots: after each fault the concurrency tenant is admitted
 	// again at its learning-mode capacity within the session TTL and a
@@ -867,8 +865,27 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 	}
 }
 
-// bankAdmissions keeps decider i's admission counters before a kill or a
-// SIGTERM ends its process (a restart counts from zero).
+// startPerMinute lets the per-minute tenants' clients start, once the deciders'
+// admission counters so far are read: the share of lease admissions is the
+// steady load's, without the attacks' thousands of reservations.
+func (r *run) startPerMinute() {
+	base := make([]Admissions, len(r.s.deciders))
+	for i := range r.s.deciders {
+		a, err := r.s.admissions(context.Background(), r.hc, i)
+		if err != nil {
+			r.event("d%d admissions not read when the load's per-minute tenants start: %v", i, err)
+		}
+		base[i] = a
+	}
+	r.mu.Lock()
+	r.admissionsBase = base
+	r.mu.Unlock()
+	close(r.rpmGo)
+}
+
+// bankAdmissions keeps decider i's admission counters, less its base,
+// before a kill or a SIGTERM ends its process (a restart counts from
+// zero, so its base is zero).
 func (r *run) bankAdmissions(ctx context.Context, i int) {
 	a, err := r.s.admissions(ctx, r.hc, i)
 	if err != nil {
@@ -876,19 +893,24 @@ func (r *run) bankAdmissions(ctx context.Context, i int) {
 		return
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.admissionsBase != nil {
+		a = a.sub(r.admissionsBase[i])
+		r.admissionsBase[i] = Admissions{}
+	}
 	r.admissions = r.admissions.add(a)
-	r.mu.Unlock()
 }
 
-// leaseShare reads every decider's admission counters at the end of the
-// run, adds those of the processes the faults ended, and, with quota
-// leases, checks that replicas admitted on them at all. The owner counts
-// its own callers' as owner and never as lease or forwarded, so summing
-// lease and forwarded over every replica is summing them over the
-// replicas while they did not own the broker.
+// leaseShare reads every decider's admission counters when the load ended,
+// adds those of the processes the faults ended, leaves out what was
+// admitted before the per-minute tenants started, and, with quota leases,
+// checks that replicas admitted on them at all. The owner counts its own
+// callers' as owner and never as lease or forwarded, so summing lease and
+// forwarded over every replica is summing them over the replicas while
+// they did not own the broker.
 func (r *run) leaseShare(ctx context.Context, res *Result) Check {
 	r.mu.Lock()
-	total := r.admissions
+	total, base := r.admissions, r.admissionsBase
 	r.mu.Unlock()
 	var unread []string
 	for i := range r.s.deciders {
@@ -896,6 +918,9 @@ func (r *run) leaseShare(ctx context.Context, res *Result) Check {
 		if err != nil {
 			unread = append(unread, err.Error())
 			continue
+		}
+		if base != nil {
+			a = a.sub(base[i])
 		}
 		total = total.add(a)
 	}

@@ -373,7 +373,11 @@ func (s *system) catalogYAML() string {
 	tenant(tenantRPM, keyRPM, fmt.Sprintf("{unit: requests, per: minute, capacity: %d}", s.o.RPMLimit))
 	tenant(tenantConc, keyConc, fmt.Sprintf("{unit: concurrent_requests, capacity: %d}", s.o.ConcLimit))
 	tenant(tenantLease, keyLease, fmt.Sprintf("{unit: requests, per: minute, capacity: %d}", s.o.LeaseLimit))
-	tenant(tenantHedge, keyHedge, "")
+	// The hedge tenant's daily limit is never reached; it keeps its
+	// reservations with the owner (a daily window is never leased), as a
+	// request that charges no bucket at all is admitted by a replica
+	// holding leases by itself: so every lease admission is tenant lease's.
+	tenant(tenantHedge, keyHedge, "{unit: requests, per: day, capacity: 1000000}")
 	tenant(tenantVictim, keyVictim, "")
 	tenant(tenantMallory, keyMallory, "")
 	fmt.Fprintf(&b, "callers:\n  - {id: edges, role: edge, tokens_sha256: [%s]}\n  - {id: deciders, role: replica, tokens_sha256: [%s]}\n"+
