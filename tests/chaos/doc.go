@@ -5,8 +5,9 @@
 // own region's first), every connection between them through a freezer
 // (tests/freezer) that a cut holds when it crosses regions, and the
 // provider simulator, under steady load against tight tenants (requests a
-// minute; requests in flight; large streams that are hedged on a small
-// daily budget), while the owner is killed with SIGKILL, stopped with
+// minute, one of them large enough that the deciders, run with quota
+// leases, lend it to the replicas; requests in flight; large streams that
+// are hedged on a small daily budget), while the owner is killed with SIGKILL, stopped with
 // SIGTERM, paused with SIGSTOP past its session and its membership lease,
 // an etcd member is restarted, eu-west is cut off past the session TTL,
 // and valid credentials attack the decider's boundary. The faults come in
@@ -22,6 +23,9 @@
 // listing through each in turn; a new owner must admit within the bounds
 // of a clean handover and of a crash; after the faults, every replica must
 // count the first-token samples of every edge's calls.
+// The deciders' admission counters (their /metrics) give the share of
+// reservations the replicas admitted on their leases, without forwarding
+// them to the owner; some must have been.
 // docs/chaos.md states each bound and why.
 //
 // TestChaosShort (tests/chaos_test.go) runs the short form in make test;

@@ -39,11 +39,13 @@ type workload struct {
 }
 
 // workloads is the steady load: the requests-per-minute tenant well above
-// its 50 a minute, the concurrency tenant with ten clients for its 4
-// slots, and the hedge tenant's large streams.
+// its 50 a minute, the leased tenant well above its 120 a minute, the
+// concurrency tenant with fifteen clients for its 4 slots, and the hedge
+// tenant's large streams.
 func workloads() []workload {
 	return []workload{
 		{tenant: tenantRPM, key: keyRPM, model: modelRPM, perEdge: 2, promptTokens: 20, maxTokens: 4, pause: 200 * time.Millisecond, refusedPause: 300 * time.Millisecond},
+		{tenant: tenantLease, key: keyLease, model: modelLease, perEdge: 1, promptTokens: 20, maxTokens: 4, pause: 150 * time.Millisecond, refusedPause: 250 * time.Millisecond},
 		{tenant: tenantConc, key: keyConc, model: modelConc, perEdge: 5, promptTokens: 20, maxTokens: 16, pause: 10 * time.Millisecond, refusedPause: 50 * time.Millisecond},
 		{tenant: tenantHedge, key: keyHedge, model: modelHedge, perEdge: 1, stream: true, promptTokens: hedgeTokens + 50, maxTokens: 4, pause: 400 * time.Millisecond, refusedPause: 400 * time.Millisecond},
 	}
@@ -71,9 +73,9 @@ func (r *recorder) all() []answer {
 // requests themselves run under reqCtx, so that the end of the load lets
 // the requests in flight finish (one cut would look, at the providers,
 // like a call nobody was answered for).
-// The requests-per-minute tenant's clients wait for rpmGo: its bucket is
-// full when they start, and its first burst is granted in the seconds
-// before the owner is killed.
+// The requests-per-minute tenants' clients (rpm's and lease's) wait for
+// rpmGo: their buckets are full when they start, and their first bursts
+// are granted in the seconds before the owner is killed.
 func runLoad(ctx, reqCtx context.Context, hc *http.Client, edges []*edge, rec *recorder, rpmGo <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	n := 0
@@ -83,7 +85,7 @@ func runLoad(ctx, reqCtx context.Context, hc *http.Client, edges []*edge, rec *r
 				n++
 				prompt := fmt.Sprintf("client %d ", n) + strings.Repeat("word", w.promptTokens)
 				wg.Go(func() {
-					if w.tenant == tenantRPM {
+					if w.tenant == tenantRPM || w.tenant == tenantLease {
 						select {
 						case <-ctx.Done():
 						case <-rpmGo:

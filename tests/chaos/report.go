@@ -40,9 +40,19 @@ type Result struct {
 	// OverAdmission is how far the worst sliding window of the
 	// requests-per-minute tenant went past its bound (0 when within).
 	OverAdmission float64 `json:"over_admission"`
-	// RPMLimit and ConcLimit are the tenants' limits the run used.
-	RPMLimit  int `json:"rpm_limit"`
-	ConcLimit int `json:"conc_limit"`
+	// LeaseOverAdmission is the same for the leased tenant.
+	LeaseOverAdmission float64 `json:"lease_over_admission"`
+	// RPMLimit, ConcLimit and LeaseLimit are the tenants' limits the run
+	// used.
+	RPMLimit   int `json:"rpm_limit"`
+	ConcLimit  int `json:"conc_limit"`
+	LeaseLimit int `json:"lease_limit"`
+	// Leases says whether the deciders ran with --broker-leases.
+	Leases bool `json:"leases"`
+	// Admissions counts where the deciders admitted reservations
+	// (switchboard_decider_admissions_total), summed over every replica
+	// and every process a restart ended.
+	Admissions Admissions `json:"admissions"`
 	// ConcurrencyPeak is the most calls of the concurrency tenant the
 	// provider had in flight at once.
 	ConcurrencyPeak int `json:"concurrency_peak"`
@@ -52,6 +62,24 @@ type Result struct {
 	HedgeSpendUSD float64 `json:"hedge_spend_usd"`
 	// Dir holds the logs when kept.
 	Dir string `json:"dir,omitempty"`
+}
+
+// Admissions counts reservations by where they were admitted: by the
+// broker's owner, on a replica's quota leases, or by the owner for a
+// replica that forwarded them.
+type Admissions struct {
+	Owner     float64 `json:"owner"`
+	Lease     float64 `json:"lease"`
+	Forwarded float64 `json:"forwarded"`
+}
+
+// LeaseShare is the share of the replicas' admissions that took no
+// forwarding hop: lease ÷ (lease + forwarded); 0 without any.
+func (a Admissions) LeaseShare() float64 {
+	if a.Lease+a.Forwarded == 0 {
+		return 0
+	}
+	return a.Lease / (a.Lease + a.Forwarded)
 }
 
 // Passed reports whether every check held.
@@ -77,8 +105,12 @@ func (r *Result) Failed() []Check {
 
 // Print writes the events, the answers and the checks as tables.
 func (r *Result) Print(w io.Writer) {
-	fmt.Fprintf(w, "chaos run: seed %d, load %s, etcd: %s, tenant rpm %d/min, tenant conc %d in flight\n\nevents:\n",
-		r.Seed, r.Duration.Round(time.Second), r.Etcd, r.RPMLimit, r.ConcLimit)
+	leases := "off"
+	if r.Leases {
+		leases = "on"
+	}
+	fmt.Fprintf(w, "chaos run: seed %d, load %s, etcd: %s, tenant rpm %d/min, tenant conc %d in flight, tenant lease %d/min, quota leases %s\n\nevents:\n",
+		r.Seed, r.Duration.Round(time.Second), r.Etcd, r.RPMLimit, r.ConcLimit, r.LeaseLimit, leases)
 	for _, e := range r.Events {
 		fmt.Fprintf(w, "  %7.1fs  %s\n", e.At.Seconds(), e.What)
 	}
@@ -100,7 +132,9 @@ func (r *Result) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-8s %s\n", t, strings.Join(parts, "  "))
 	}
-	fmt.Fprintln(w)
+	a := r.Admissions
+	fmt.Fprintf(w, "\nadmissions: owner %.0f, lease %.0f, forwarded %.0f; without a forwarding hop: %.1f%% of the replicas' (lease ÷ (lease + forwarded))\n\n",
+		a.Owner, a.Lease, a.Forwarded, 100*a.LeaseShare())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "check\tmeasured\tbound\tok")
 	for _, c := range r.Checks {
@@ -157,7 +191,7 @@ func snapshotGap(ttl time.Duration) time.Duration { return ttl + 2*time.Second }
 // before the change (the new owner admits down to keep of what its
 // snapshot says is free, so only grants beyond keep can push past the
 // limit).
-func rateCheck(arrivals []time.Time, changes []ownerChange, limit float64, ttl time.Duration) (Check, float64) {
+func rateCheck(tenant, provider string, arrivals []time.Time, changes []ownerChange, limit float64, ttl time.Duration) (Check, float64) {
 	var allowance float64
 	for _, c := range changes {
 		lost := 0
@@ -179,7 +213,7 @@ func rateCheck(arrivals []time.Time, changes []ownerChange, limit float64, ttl t
 			}
 		}
 	}
-	c := Check{Name: fmt.Sprintf("over-admission: tenant %s (%g requests/min) at p-rpm", tenantRPM, limit),
+	c := Check{Name: fmt.Sprintf("over-admission: tenant %s (%g requests/min) at %s", tenant, limit, provider),
 		Bound: fmt.Sprintf("%g + %g × (d + 1 s)/60 s + learning %g", limit, limit, allowance)}
 	if len(arrivals) == 0 {
 		c.Measured = "no arrivals"

@@ -41,6 +41,14 @@ type Options struct {
 	// conc's requests in flight. (Optional) The short form's are 50 and 4;
 	// the long form draws them from Seed (30-90, 3-6).
 	RPMLimit, ConcLimit int
+	// LeaseLimit is tenant lease's requests a minute, at least 100 so that
+	// its bucket is leased. (Optional) The short form's is 120; the long
+	// form draws it from Seed (100-180).
+	LeaseLimit int
+	// NoLeases runs the deciders without --broker-leases: every
+	// reservation of a replica that does not own the broker is forwarded
+	// to the owner.
+	NoLeases bool
 	// DeciderArgs are added to every decider's flags, after the run's own.
 	// (Optional)
 	DeciderArgs []string
@@ -182,6 +190,13 @@ type run struct {
 	// changes are the owner changes seen; faults when each fault began.
 	changes []ownerChange
 	faults  []*faultRecord
+	// admissions are the admission counters of the decider processes a
+	// kill or a SIGTERM ended, read just before, less their base.
+	admissions Admissions
+	// admissionsBase is each decider's counters when the per-minute
+	// tenants started (the attacks' reservations before are left out);
+	// zero for a process started since.
+	admissionsBase []Admissions
 }
 
 // faultRecord is when a fault began and, for a kill, a SIGTERM or a pause,
@@ -225,9 +240,12 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	// The limits come from a stream of their own, so that a seed draws the
 	// same faults whichever limits are given.
 	limits := rand.New(rand.NewPCG(uint64(o.Seed), 0x5bd1e995)) //nolint:gosec // reproducible, not a secret
-	rpm, conc := 30+limits.IntN(61), 3+limits.IntN(4)
+	rpm, conc, leased := 30+limits.IntN(61), 3+limits.IntN(4), 100+limits.IntN(81)
 	if o.Short {
-		rpm, conc = shortRPMLimit, shortConcLimit
+		rpm, conc, leased = shortRPMLimit, shortConcLimit, shortLeaseLimit
+	}
+	if o.LeaseLimit <= 0 {
+		o.LeaseLimit = leased
 	}
 	if o.RPMLimit <= 0 {
 		o.RPMLimit = rpm
@@ -242,7 +260,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Seed: o.Seed, Duration: o.Duration, RPMLimit: o.RPMLimit, ConcLimit: o.ConcLimit}
+	res := &Result{Seed: o.Seed, Duration: o.Duration, RPMLimit: o.RPMLimit, ConcLimit: o.ConcLimit, LeaseLimit: o.LeaseLimit, Leases: !o.NoLeases}
 	if o.Keep {
 		res.Dir = dir
 	}
@@ -253,7 +271,8 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	}()
 	r := &run{o: o, hc: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, start: time.Now()}
 	if o.Progress != nil {
-		fmt.Fprintf(o.Progress, "chaos: seed %d, tenant rpm %d/min, tenant conc %d in flight, work directory %s\n", o.Seed, o.RPMLimit, o.ConcLimit, dir)
+		fmt.Fprintf(o.Progress, "chaos: seed %d, tenant rpm %d/min, tenant conc %d in flight, tenant lease %d/min, quota leases %v, work directory %s\n",
+			o.Seed, o.RPMLimit, o.ConcLimit, o.LeaseLimit, !o.NoLeases, dir)
 	}
 	r.s, err = start(ctx, dir, o)
 	if err != nil {
@@ -282,7 +301,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible schedule, not a secret
 	faults := schedule(o, rng)
 	if !slices.ContainsFunc(faults, func(f fault) bool { return f.kind == faultAttacks }) {
-		r.quiet.Do(func() { close(r.rpmGo) }) // no attacks to wait for
+		r.quiet.Do(r.startPerMinute) // no attacks to wait for
 	}
 	for _, f := range faults {
 		select {
@@ -298,7 +317,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 			r.inject(ctx, f.kind, rng)
 		}
 		if f.kind == faultAttacks {
-			r.quiet.Do(func() { close(r.rpmGo) })
+			r.quiet.Do(r.startPerMinute)
 		}
 	}
 	if scheduled {
@@ -310,6 +329,7 @@ func Run(ctx context.Context, o Options) (_ *Result, err error) {
 	}
 	<-loadCtx.Done()
 	load.Wait()
+	r.check(r.leaseShare(ctx, res)) // before the tracer's calls
 	r.event("load ends")
 	res.Duration = time.Since(r.start)
 	if ctx.Err() != nil {
@@ -397,6 +417,7 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 			r.event("kill -9: no owner to kill (%v)", err)
 			return
 		}
+		r.bankAdmissions(ctx, o)
 		fr.at, fr.decider = time.Now(), o
 		r.s.kill(o)
 		r.event("kill -9 d%d (the owner)", o)
@@ -442,6 +463,7 @@ func (r *run) inject(ctx context.Context, k faultKind, rng *rand.Rand) {
 			r.event("SIGTERM: no owner to end (%v)", err)
 			return
 		}
+		r.bankAdmissions(ctx, o)
 		fr.at, fr.decider = time.Now(), o
 		r.event("SIGTERM d%d (the owner)", o)
 		r.s.term(o)
@@ -700,13 +722,19 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 		r.dump(answers)
 	}
 	rpmArrivals, _ := r.s.taps["p-rpm"].record()
-	c, over := rateCheck(rpmArrivals, changes, float64(r.o.RPMLimit), ttl)
+	c, over := rateCheck(tenantRPM, "p-rpm", rpmArrivals, changes, float64(r.o.RPMLimit), ttl)
 	res.OverAdmission = over
+	res.Checks = append(res.Checks, c)
+	leaseArrivals, _ := r.s.taps["p-lease"].record()
+	c, over = rateCheck(tenantLease, "p-lease", leaseArrivals, changes, float64(r.o.LeaseLimit), ttl)
+	res.LeaseOverAdmission = over
 	res.Checks = append(res.Checks, c)
 	concArrivals, flight := r.s.taps["p-conc"].record()
 	c, peak := concurrencyCheck(flight, changes, float64(r.o.ConcLimit))
 	res.ConcurrencyPeak = peak
 	res.Checks = append(res.Checks, c)
+	// A handover is timed by the calls only an owner admits: not the
+	// leased tenant's, which replicas admit on their leases.
 	haArrivals, _ := r.s.taps["p-ha"].record()
 	hbArrivals, _ := r.s.taps["p-hb"].record()
 	res.Checks = append(res.Checks, r.handovers(changes, slices.Concat(rpmArrivals, concArrivals, haArrivals, hbArrivals))...)
@@ -835,6 +863,78 @@ func (r *run) measure(ctx context.Context, answers []answer, res *Result) {
 			fmt.Fprintf(r.o.Progress, "chaos: FAIL %s: %s (bound %s)\n", c.Name, c.Measured, c.Bound)
 		}
 	}
+}
+
+// startPerMinute lets the per-minute tenants' clients start, once the deciders'
+// admission counters so far are read: the share of lease admissions is the
+// steady load's, without the attacks' thousands of reservations.
+func (r *run) startPerMinute() {
+	base := make([]Admissions, len(r.s.deciders))
+	for i := range r.s.deciders {
+		a, err := r.s.admissions(context.Background(), r.hc, i)
+		if err != nil {
+			r.event("d%d admissions not read when the load's per-minute tenants start: %v", i, err)
+		}
+		base[i] = a
+	}
+	r.mu.Lock()
+	r.admissionsBase = base
+	r.mu.Unlock()
+	close(r.rpmGo)
+}
+
+// bankAdmissions keeps decider i's admission counters, less its base,
+// before a kill or a SIGTERM ends its process (a restart counts from
+// zero, so its base is zero).
+func (r *run) bankAdmissions(ctx context.Context, i int) {
+	a, err := r.s.admissions(ctx, r.hc, i)
+	if err != nil {
+		r.event("d%d admissions not read before it ends: %v", i, err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.admissionsBase != nil {
+		a = a.sub(r.admissionsBase[i])
+		r.admissionsBase[i] = Admissions{}
+	}
+	r.admissions = r.admissions.add(a)
+}
+
+// leaseShare reads every decider's admission counters when the load ended,
+// adds those of the processes the faults ended, leaves out what was
+// admitted before the per-minute tenants started, and, with quota leases,
+// checks that replicas admitted on them at all. The owner counts its own
+// callers' as owner and never as lease or forwarded, so summing lease and
+// forwarded over every replica is summing them over the replicas while
+// they did not own the broker.
+func (r *run) leaseShare(ctx context.Context, res *Result) Check {
+	r.mu.Lock()
+	total, base := r.admissions, r.admissionsBase
+	r.mu.Unlock()
+	var unread []string
+	for i := range r.s.deciders {
+		a, err := r.s.admissions(ctx, r.hc, i)
+		if err != nil {
+			unread = append(unread, err.Error())
+			continue
+		}
+		if base != nil {
+			a = a.sub(base[i])
+		}
+		total = total.add(a)
+	}
+	res.Admissions = total
+	c := Check{Name: "quota leases: reservations the replicas admitted without a forwarding hop",
+		Measured: fmt.Sprintf("lease %.0f, forwarded %.0f: %.1f%% without a hop (owner %.0f)", total.Lease, total.Forwarded, 100*total.LeaseShare(), total.Owner),
+		Bound:    "lease > 0", OK: total.Lease > 0 && len(unread) == 0}
+	if r.o.NoLeases {
+		c.Bound, c.OK = "lease = 0 (--broker-leases off)", total.Lease == 0 && len(unread) == 0
+	}
+	if len(unread) > 0 {
+		c.Measured += "; not read: " + strings.Join(unread, "; ")
+	}
+	return c
 }
 
 // handovers checks, for each kill -9 and SIGTERM of the owner, how soon a

@@ -51,6 +51,9 @@ const (
 	tenantRPM, keyRPM, modelRPM       = "rpm", "chaos-key-rpm", "chaos/rpm"
 	tenantConc, keyConc, modelConc    = "conc", "chaos-key-conc", "chaos/conc"
 	tenantHedge, keyHedge, modelHedge = "hedge", "chaos-key-hedge", "chaos/hedge"
+	// tenantLease's requests-per-minute limit is large enough to be leased
+	// to the replicas (--broker-leases): they admit on their leases.
+	tenantLease, keyLease, modelLease = "lease", "chaos-key-lease", "chaos/lease"
 	tenantVictim, keyVictim           = "victim", "chaos-key-victim"
 	tenantMallory, keyMallory         = "mallory", "chaos-key-mallory"
 	modelSpare, modelSpare2           = "chaos/spare", "chaos/spare2"
@@ -68,6 +71,9 @@ const (
 const (
 	shortRPMLimit  = 50 // tenant rpm: requests per minute
 	shortConcLimit = 4  // tenant conc: requests in flight
+	// shortLeaseLimit is tenant lease's requests per minute: at least the
+	// 100 a bucket needs to be leased.
+	shortLeaseLimit = 120
 	// hedgeBudgetUSD is the decider's daily hedge budget, shared by every
 	// edge; only tenant hedge's requests are large streams, so only they
 	// are hedged.
@@ -83,8 +89,9 @@ const (
 var hedgePrices = map[string][2]float64{"p-ha": {4, 8}, "p-hb": {5, 10}}
 
 // providers of the simulator, one per endpoint: p-rpm, p-conc, p-ha, p-hb,
-// p-spare (the spare models the attacks aim at), p-trace (the tracer's).
-var providerNames = []string{"p-rpm", "p-conc", "p-ha", "p-hb", "p-spare", "p-trace"}
+// p-spare (the spare models the attacks aim at), p-trace (the tracer's),
+// p-lease (the leased tenant's).
+var providerNames = []string{"p-rpm", "p-conc", "p-ha", "p-hb", "p-spare", "p-trace", "p-lease"}
 
 const upstreamModel = "sim-model"
 
@@ -131,6 +138,8 @@ type system struct {
 type decider struct {
 	id, addr, dir string
 	region        string
+	// admin is its --admin-listen address (/metrics).
+	admin string
 	// proxy fronts the decider: its --advertise, and the edges' way to it.
 	proxy  *freezer.Proxy
 	mu     sync.Mutex
@@ -196,7 +205,11 @@ func start(ctx context.Context, dir string, o Options) (_ *system, err error) {
 		if err != nil {
 			return nil, err
 		}
-		d := &decider{id: fmt.Sprintf("d%d", i), addr: addr, dir: filepath.Join(dir, fmt.Sprintf("d%d", i)), region: deciderRegions[i]}
+		admin, err := childproc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		d := &decider{id: fmt.Sprintf("d%d", i), addr: addr, admin: admin, dir: filepath.Join(dir, fmt.Sprintf("d%d", i)), region: deciderRegions[i]}
 		if d.proxy, err = freezer.Start(addr, s.crosses(d.region)); err != nil {
 			return nil, err
 		}
@@ -335,6 +348,8 @@ func (s *system) catalogYAML() string {
 	b.WriteString("models:\n")
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelRPM)
 	ep("p-rpm", 1, 2)
+	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelLease)
+	ep("p-lease", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelConc)
 	ep("p-conc", 1, 2)
 	fmt.Fprintf(&b, "  - id: %s\n    endpoints:\n", modelHedge)
@@ -357,7 +372,12 @@ func (s *system) catalogYAML() string {
 	}
 	tenant(tenantRPM, keyRPM, fmt.Sprintf("{unit: requests, per: minute, capacity: %d}", s.o.RPMLimit))
 	tenant(tenantConc, keyConc, fmt.Sprintf("{unit: concurrent_requests, capacity: %d}", s.o.ConcLimit))
-	tenant(tenantHedge, keyHedge, "")
+	tenant(tenantLease, keyLease, fmt.Sprintf("{unit: requests, per: minute, capacity: %d}", s.o.LeaseLimit))
+	// The hedge tenant's daily limit is never reached; it keeps its
+	// reservations with the owner (a daily window is never leased), as a
+	// request that charges no bucket at all is admitted by a replica
+	// holding leases by itself: so every lease admission is tenant lease's.
+	tenant(tenantHedge, keyHedge, "{unit: requests, per: day, capacity: 1000000}")
 	tenant(tenantVictim, keyVictim, "")
 	tenant(tenantMallory, keyMallory, "")
 	fmt.Fprintf(&b, "callers:\n  - {id: edges, role: edge, tokens_sha256: [%s]}\n  - {id: deciders, role: replica, tokens_sha256: [%s]}\n"+
@@ -370,7 +390,9 @@ func (s *system) catalogYAML() string {
 // region, the external etcd and the other replicas' way to it through the
 // freezers, no probes and no exploration (they would send the providers
 // calls of their own), the hedge budget under test, spent as hedges come,
-// and Options.DeciderArgs last (a later flag wins).
+// the admin listener (/metrics: where admissions were made), quota leases
+// (--broker-leases) unless Options.NoLeases, and Options.DeciderArgs last
+// (a later flag wins).
 //
 // --shutdown-timeout is 1 s: a clean stop of the owner resigns only after
 // its gRPC server stopped, and the requests waiting in its admission
@@ -384,6 +406,10 @@ func (s *system) deciderArgs(d *decider) []string {
 		"--broker-session-ttl=" + s.sessionTTL.String(),
 		fmt.Sprintf("--hedge-budget-usd=%g", hedgeBudgetUSD), "--hedge-budget-burst=24h",
 		fmt.Sprintf("--hedge-from-tokens=%d", hedgeTokens), fmt.Sprintf("--hedge-immediate-from-tokens=%d", hedgeTokens),
+		"--admin-listen=" + d.admin,
+	}
+	if !s.o.NoLeases {
+		args = append(args, "--broker-leases")
 	}
 	return append(args, s.o.DeciderArgs...)
 }

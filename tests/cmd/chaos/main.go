@@ -2,7 +2,8 @@
 // members, three decider processes and three edges in two regions and the
 // provider simulator under steady load, with faults drawn from --seed for
 // --duration (or --schedule's, in order), tenants' limits drawn from the
-// seed (or --rpm-limit, --conc-limit) and attacks from valid credentials,
+// seed (or --rpm-limit, --conc-limit, --lease-limit), quota leases on
+// (--no-leases: off) and attacks from valid credentials,
 // judged from the providers' side (docs/chaos.md). It prints the events and a table of what was measured,
 // and exits with status 1 when a check failed, 2 on bad flags.
 package main
@@ -30,6 +31,8 @@ func main() {
 	schedule := fs.String("schedule", "", "the faults in this order instead of drawn ones, comma-separated: attacks, kill, term, pause, etcd, cut (gaps of 15-35 s drawn from --seed; the load ends 8 s after the last)")
 	fs.IntVar(&o.RPMLimit, "rpm-limit", 0, "tenant rpm's limit in requests a minute (0: drawn from --seed, 30-90)")
 	fs.IntVar(&o.ConcLimit, "conc-limit", 0, "tenant conc's limit in requests in flight (0: drawn from --seed, 3-6)")
+	fs.IntVar(&o.LeaseLimit, "lease-limit", 0, "tenant lease's limit in requests a minute, at least 100 so that it is leased (0: drawn from --seed, 100-180)")
+	fs.BoolVar(&o.NoLeases, "no-leases", false, "run the deciders without --broker-leases: every replica forwards every reservation to the owner")
 	fs.DurationVar(&o.SessionTTL, "broker-session-ttl", 3*time.Second, "the deciders' --broker-session-ttl")
 	fs.BoolVar(&o.NoAttacks, "no-attacks", false, "leave the attacks out: the faults alone")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, catalog, etcd data)")
