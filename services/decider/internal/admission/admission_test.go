@@ -314,6 +314,9 @@ func TestCleanHandoverKeepsLearningMode(t *testing.T) {
 	require.Equal(t, a.addr, addr)
 	require.Equal(t, b.addr, c.newOwner(t, rev))
 	require.Eventually(t, b.adm.Owner, 20*time.Second, 20*time.Millisecond)
+	// a hears of its session's end at its next keepalive: until then it
+	// still owns in its own eyes, and Owner below would be its old term's.
+	require.Eventually(t, func() bool { return !a.adm.Owner() }, 20*time.Second, 20*time.Millisecond)
 	require.True(t, b.admitted(t))
 	require.True(t, b.refused(t))
 
