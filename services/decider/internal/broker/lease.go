@@ -218,15 +218,20 @@ func (b *Broker) LeasePlan(req *ReserveRequest) (charges []Charge, dem Demand, e
 	if !b.opts.DisableCorrection {
 		dem = b.Correct(req.Model, req.EndpointID, est)
 	}
+	// Every bucket leased, and at least one charged a positive amount: the
+	// leases then bound what a replica holds open (a request that charges
+	// nothing would not be, and is the owner's to count).
 	ok = rt != nil
+	bounded := false
 	charges = make([]Charge, len(bs))
 	for i, bk := range bs {
 		charges[i] = Charge{BucketID: bk.id, Scope: bk.scope, Unit: bk.unit, Amount: dem.amount(bk.unit)}
 		if !b.leasable(bk) {
 			ok = false
 		}
+		bounded = bounded || charges[i].Amount > 0
 	}
-	return charges, dem, est, ok
+	return charges, dem, est, ok && bounded
 }
 
 // Leasable reports whether the bucket id names a bucket that may be leased.

@@ -210,3 +210,23 @@ func TestLearningCoversMaxLeaseTerm(t *testing.T) {
 	})
 	require.Equal(t, c.Now().Add(30*time.Second), b.LearningUntil(c.Now()))
 }
+
+// A replica admits on its leases only what its leases bound: a request
+// that charges no bucket at all (a tenant with no limits), or none of its
+// leased buckets by a positive amount, goes to the owner, whose state
+// bounds the reservations open at once. Before, LeasePlan said yes to a
+// request with no bucket, so a non-owner held any number of them.
+func TestLeasePlanNeedsABoundingCharge(t *testing.T) {
+	unlimited, _ := newBroker(t, nil)
+	r := req(one)
+	_, _, _, ok := unlimited.LeasePlan(&r)
+	require.False(t, ok, "a request that charges no bucket is not admitted on a lease")
+
+	tokens, _ := newBroker(t, []Spec{{Scope: ScopeProviderProject, Key: "alpha", Unit: UnitOutputTokens, Window: WindowMinute, Capacity: 1000}})
+	r = req(Demand{Requests: 1})
+	_, _, _, ok = tokens.LeasePlan(&r)
+	require.False(t, ok, "a request that charges its only leasable bucket nothing is not admitted on a lease")
+	r = req(Demand{Requests: 1, OutputTokens: 10})
+	_, _, _, ok = tokens.LeasePlan(&r)
+	require.True(t, ok, "a positive charge on a leasable bucket is")
+}
