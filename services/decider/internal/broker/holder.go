@@ -33,6 +33,7 @@ type Holder struct {
 	demand  map[string]float64 // since the last renewal
 	central map[string]bool    // endpoints to forward
 	res     map[string]*heldRes
+	bytes   int64 // what res would take in a snapshot: bounded as the owner's open reservations are
 	closed  map[string]*heldRes // reconciled with a deferred failure
 	idem    map[idemKey]string
 	obs     []Observation
@@ -44,6 +45,7 @@ type heldRes struct {
 	expires int64
 	ttl     int64
 	epoch   int64
+	size    int64 // its part of Holder.bytes
 }
 
 // Observation is what a provider said of a call admitted on a lease that
@@ -92,12 +94,22 @@ func (h *Holder) Reserve(req ReserveRequest) (*Reservation, bool) {
 			return nil, false
 		}
 	}
+	// The reservations held here take memory as the owner's take state: a
+	// replica holds no more than the owner's snapshot could (MaxStateBytes),
+	// and past that the owner (broker_full) answers.
+	id := newID(int(h.b.seq.Add(1) % nShards))
+	size := reservationSize(identitySize(&req.Identity), len(charges), len(id), len(req.RequestID), len(req.IdempotencyKey),
+		len(req.Model), len(req.EndpointID))
+	if h.bytes+size > int64(h.b.opts.MaxStateBytes) {
+		return nil, false
+	}
+	h.bytes += size
 	for _, c := range charges {
 		h.avail[c.BucketID] -= c.Amount
 	}
-	r := &heldRes{expires: now + int64(ttl), ttl: int64(ttl), epoch: h.epoch}
+	r := &heldRes{expires: now + int64(ttl), ttl: int64(ttl), epoch: h.epoch, size: size}
 	r.res = Reservation{
-		ID: newID(int(h.b.seq.Add(1) % nShards)), RequestID: req.RequestID, IdempotencyKey: req.IdempotencyKey,
+		ID: id, RequestID: req.RequestID, IdempotencyKey: req.IdempotencyKey,
 		Identity: req.Identity, Model: req.Model, EndpointID: req.EndpointID, Estimate: est, Demand: dem,
 		Charges: charges, Created: time.Unix(0, now).UTC(), Expires: time.Unix(0, r.expires).UTC(),
 	}
@@ -170,6 +182,9 @@ func (h *Holder) observe(r *Reservation, req ReconcileRequest) bool {
 }
 
 func (h *Holder) drop(r *heldRes) {
+	if h.res[r.res.ID] == r {
+		h.bytes -= r.size
+	}
 	delete(h.res, r.res.ID)
 	ik := idemKey{tenant: r.res.Identity.TenantID, key: r.res.IdempotencyKey}
 	if ik.key != "" && h.idem[ik] == r.res.ID {

@@ -126,3 +126,41 @@ func specs0ID(b *Broker, u Unit) string {
 	}
 	return ""
 }
+
+// The reservations a replica holds on its leases are bounded as the
+// owner's open ones are (MaxStateBytes): past that it forwards, and the
+// owner answers broker_full. Before, a replica held any number, however
+// large its leases.
+func TestHolderHoldsNoMoreThanTheOwnersState(t *testing.T) {
+	specs := []Spec{{Scope: ScopeTenant, Key: tenant, Unit: UnitRequests, Window: WindowMinute, Capacity: 100000}}
+	owner, c := newBroker(t, specs)
+	replica, err := New(Config{Buckets: specs, Routes: []Route{{EndpointID: endpoint, Model: model, Project: "alpha"}}},
+		Options{Now: c.Now, DisableCorrection: true, MaxStateBytes: holderStateBytes})
+	require.NoError(t, err)
+	h := replica.NewHolder()
+	d := Demand{Requests: 1}
+	for range 5000 {
+		h.Reserve(req(d))
+	}
+	renew(owner, h, c)
+	require.Greater(t, h.Held()[specs0ID(owner, UnitRequests)], 5000.0, "a lease large enough for all of them")
+	var local []*Reservation
+	for range 5000 {
+		if r, ok := h.Reserve(req(d)); ok {
+			local = append(local, r)
+		}
+	}
+	size := reservationSize(identitySize(&local[0].Identity), 1, len(local[0].ID), len(local[0].RequestID), 0, len(model), len(endpoint))
+	require.Less(t, len(local), 5000, "the holder stops at its state's bound")
+	require.LessOrEqual(t, int64(len(local))*size, int64(holderStateBytes))
+	// One ends, one more fits.
+	_, mine, _, err := h.Reconcile(ReconcileRequest{ReservationID: local[0].ID, Outcome: OutcomeOK})
+	require.NoError(t, err)
+	require.True(t, mine)
+	_, ok := h.Reserve(req(d))
+	require.True(t, ok, "room again once a reservation ends")
+}
+
+// holderStateBytes is a state bound small enough that a few hundred
+// reservations fill it.
+const holderStateBytes = 64 << 10
