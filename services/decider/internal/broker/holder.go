@@ -33,7 +33,7 @@ type Holder struct {
 	demand  map[string]float64 // since the last renewal
 	central map[string]bool    // endpoints to forward
 	res     map[string]*heldRes
-	bytes   int64 // what res would take in a snapshot: bounded as the owner's open reservations are
+	bytes   int64               // what res would take in a snapshot: bounded as the owner's open reservations are
 	closed  map[string]*heldRes // reconciled with a deferred failure
 	idem    map[idemKey]string
 	obs     []Observation
