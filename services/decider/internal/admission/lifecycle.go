@@ -80,8 +80,9 @@ func (a *Admission) onOwnerOrHere(ctx context.Context, forward func(context.Cont
 			continue // this replica no longer owns the state: OnOwner forwards
 		}
 		err = here(hctx)
+		cut := err != nil && hctx.Err() != nil && ctx.Err() == nil
 		done()
-		if err != nil && hctx.Err() != nil && ctx.Err() == nil {
+		if cut {
 			a.o.Logger.Info("the broker's state was handed over during a call; calling the new owner")
 			continue
 		}
