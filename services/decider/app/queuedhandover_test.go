@@ -1,9 +1,6 @@
 package app
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,10 +51,8 @@ func TestStopHandsOverBeforeTheDrain(t *testing.T) {
 	t.Parallel()
 	ep := etcdtest.Start(t)
 	dir := t.TempDir()
-	p := filepath.Join(dir, "catalog.yaml")
-	y := strings.ReplaceAll(queueCatalog, "@KEY@", catalog.HashKey(demoKey))
-	require.NoError(t, os.WriteFile(p, []byte(y+testCallers()), 0o600))
-	a, ca := startDecider(t, Config{Etcd: []string{ep}, Catalog: p, DataDir: dir, ShutdownTimeout: DefaultConfig().ShutdownTimeout})
+	a, ca := startDecider(t, Config{Etcd: []string{ep}, Catalog: writeKeyed(t, dir, queueCatalog), DataDir: dir,
+		ShutdownTimeout: DefaultConfig().ShutdownTimeout})
 	defer a.Close()
 	b, cb := startDecider(t, Config{Etcd: []string{ep}, DataDir: t.TempDir()})
 	defer b.Close()
