@@ -6,7 +6,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
