@@ -392,17 +392,13 @@ func (s *system) catalogYAML() string {
 // calls of their own), the hedge budget under test, spent as hedges come,
 // the admin listener (/metrics: where admissions were made), quota leases
 // (--broker-leases) unless Options.NoLeases, and Options.DeciderArgs last
-// (a later flag wins).
-//
-// --shutdown-timeout is 1 s: a clean stop of the owner resigns only after
-// its gRPC server stopped, and the requests waiting in its admission
-// queues hold the graceful stop until this timeout cuts it, so a clean
-// handover takes as long as it (5 s: 5.1-5.3 s measured; docs/chaos.md).
+// (a later flag wins). The rest, the --shutdown-timeout among them, are
+// the product's defaults.
 func (s *system) deciderArgs(d *decider) []string {
 	args := []string{
 		"--listen=" + d.addr, "--advertise=" + d.proxy.Addr(), "--region=" + d.region,
 		"--etcd=" + s.etcdEndpoints(), "--data-dir=" + d.dir, "--catalog=" + s.catPath, "--id=" + d.id,
-		"--token-file=" + s.tokens["replica"], "--drain-delay=0s", "--shutdown-timeout=1s", "--probe-interval=0", "--exploration=-1",
+		"--token-file=" + s.tokens["replica"], "--drain-delay=0s", "--probe-interval=0", "--exploration=-1",
 		"--broker-session-ttl=" + s.sessionTTL.String(),
 		fmt.Sprintf("--hedge-budget-usd=%g", hedgeBudgetUSD), "--hedge-budget-burst=24h",
 		fmt.Sprintf("--hedge-from-tokens=%d", hedgeTokens), fmt.Sprintf("--hedge-immediate-from-tokens=%d", hedgeTokens),

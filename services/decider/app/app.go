@@ -306,12 +306,21 @@ func (d *Decider) Kill() {
 	d.Close()
 }
 
-// Close reports NOT_SERVING, waits the drain delay, ends the Report streams,
-// stops the server gracefully, and then etcd.
+// Close reports NOT_SERVING and hands the broker over when this replica
+// owns it (Admission.Handover: a request queued here is admitted by the next
+// owner), then waits the drain delay, ends the Report streams, stops the
+// server gracefully — calls still under way are forwarded to the new owner —
+// and then etcd.
 func (d *Decider) Close() {
 	d.once.Do(func() {
 		if d.health != nil {
 			d.health.Shutdown()
+		}
+		if d.adm != nil {
+			// Before the drain: the server is stopping, and another
+			// replica takes over at once with the final snapshot, so the
+			// next owner needs no learning mode.
+			d.adm.Handover()
 		}
 		if d.srv != nil {
 			if d.cfg.DrainDelay > 0 {
@@ -332,9 +341,6 @@ func (d *Decider) Close() {
 			d.healthSrv.Stop() // after the main server: probes saw NOT_SERVING while it drained
 		}
 		if d.adm != nil {
-			// After the server stopped admitting: the final snapshot of
-			// the broker and the hedge budget is complete, so the next
-			// owner needs no learning mode.
 			d.adm.Close()
 		}
 		d.cancel()

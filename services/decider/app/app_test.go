@@ -57,7 +57,9 @@ func startDecider(t testing.TB, cfg Config) (*Decider, switchboardv1.DeciderClie
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.EtcdListen = "127.0.0.1:0"
-	cfg.ShutdownTimeout = 5 * time.Second
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 5 * time.Second
+	}
 	cfg.NoDrainDelay = true // production settings otherwise; a test need not wait for load balancers
 	cfg.ID = "test"
 	cfg.Exploration = -1 // deterministic choices

@@ -39,11 +39,19 @@ tenants:
 
 func writeLimited(t testing.TB, dir string, tenantPerDay ...string) string {
 	t.Helper()
-	p := filepath.Join(dir, "catalog.yaml")
-	y := strings.ReplaceAll(limitedCatalog, "@KEY@", catalog.HashKey(demoKey))
+	y := limitedCatalog
 	if len(tenantPerDay) > 0 {
 		y = strings.Replace(y, "per: day, capacity: 5}", "per: day, capacity: "+tenantPerDay[0]+"}", 1)
 	}
+	return writeKeyed(t, dir, y)
+}
+
+// writeKeyed writes the catalog y, with demoKey's hash for @KEY@ and the
+// test's callers, as dir/catalog.yaml.
+func writeKeyed(t testing.TB, dir, y string) string {
+	t.Helper()
+	p := filepath.Join(dir, "catalog.yaml")
+	y = strings.ReplaceAll(y, "@KEY@", catalog.HashKey(demoKey))
 	require.NoError(t, os.WriteFile(p, []byte(y+testCallers()), 0o600))
 	return p
 }

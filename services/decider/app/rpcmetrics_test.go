@@ -2,7 +2,9 @@ package app
 
 import (
 	"testing"
+	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,10 +18,14 @@ func TestRPCMetricsScraped(t *testing.T) {
 	decideReserve(t, c, 0)
 	decideReserve(t, c, 1)
 
-	fams := scrape(t, d.DebugAddr())
-	decides := series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": "switchboard.v1.RouterService/Decide", "rpc_response_status_code": "OK"})
-	require.Len(t, decides, 1, "%v", fams["rpc_server_call_duration_seconds"].GetMetric())
-	require.Equal(t, uint64(2), decides[0].GetHistogram().GetSampleCount())
+	// A call is measured when the server ends it, which may be just after
+	// its client got the answer: polled.
+	var fams map[string]*dto.MetricFamily
+	require.Eventually(t, func() bool {
+		fams = scrape(t, d.DebugAddr())
+		decides := series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": "switchboard.v1.RouterService/Decide", "rpc_response_status_code": "OK"})
+		return len(decides) == 1 && decides[0].GetHistogram().GetSampleCount() == 2
+	}, 10*time.Second, 10*time.Millisecond, "two Decide calls measured")
 	for _, name := range []string{"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total"} {
 		require.Contains(t, fams, name)
 	}

@@ -152,9 +152,21 @@ type Admission struct {
 	kick  chan struct{}
 	paths paths
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed sync.Once
+	// The admission gate (lifecycle.go): the owner's work in progress
+	// (busy), which Handover cuts (handCancel) and waits for before the
+	// final snapshot; handing refuses more. gmu guards handing and busy's
+	// additions.
+	gmu        sync.Mutex
+	handing    bool
+	busy       sync.WaitGroup
+	handCtx    context.Context
+	handCancel context.CancelFunc
+	handed     sync.Once
+
+	cancel     context.CancelFunc
+	campCancel context.CancelFunc // ends the campaign alone (Handover)
+	wg         sync.WaitGroup
+	closed     sync.Once
 }
 
 // Start joins the election and returns once this replica owns the state or
@@ -178,9 +190,12 @@ func Start(ctx context.Context, o Options) (*Admission, error) {
 	}
 	a := &Admission{o: o, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
 	a.leaderSince.Store(time.Now().UnixNano())
+	a.handCtx, a.handCancel = context.WithCancel(context.Background())
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
-	a.wg.Go(func() { a.campaign(bg) })
+	camp, campCancel := context.WithCancel(bg)
+	a.campCancel = campCancel
+	a.wg.Go(func() { a.campaign(camp) })
 	a.wg.Go(func() { a.watchLeader(bg) })
 	if o.Leases {
 		a.hold, a.kick = o.Broker.NewHolder(), make(chan struct{}, 1)
@@ -208,7 +223,7 @@ func Start(ctx context.Context, o Options) (*Admission, error) {
 // campaign serves one term after another until ctx ends.
 func (a *Admission) campaign(ctx context.Context) {
 	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !a.closing() {
 		err := a.serveTerm(ctx)
 		if ctx.Err() != nil {
 			return
@@ -532,15 +547,17 @@ func (a *Admission) Reserve(ctx context.Context, req *switchboardv1.ReserveReque
 		}
 	}
 	var resp *switchboardv1.ReserveResponse
-	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
+	local, err := a.onOwnerOrHere(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.Reserve(ctx, req)
+		return err
+	}, func(ctx context.Context) (err error) {
+		resp, err = a.reserve(ctx, req)
 		return err
 	})
 	if !local {
 		a.count(resp, pathForwarded)
 		return resp, err
 	}
-	resp, err = a.reserve(ctx, req)
 	a.count(resp, pathOwner)
 	return resp, err
 }
@@ -566,28 +583,32 @@ func (a *Admission) reconcile(ctx context.Context, req *switchboardv1.ReconcileR
 		return resp, term, err
 	}
 	var resp *switchboardv1.ReconcileResponse
-	local, err := a.OnOwner(ctx, func(ctx context.Context, c OwnerClient) (err error) {
+	local, err := a.onOwnerOrHere(ctx, func(ctx context.Context, c OwnerClient) (err error) {
 		resp, err = c.Reconcile(ctx, req)
 		return err
+	}, func(ctx context.Context) error {
+		term = a.term.Load()
+		rr := broker.ReconcileRequestFromProto(req)
+		rr.Allow = allow
+		// A service moves only what its reservation's tenant sees of the
+		// provider, unless the catalog trusts it for every tenant.
+		rr.Scoped = !auth.SharesProviderState(ctx)
+		st, err := a.o.Broker.Reconcile(ctx, rr)
+		if err != nil {
+			return toStatus(err)
+		}
+		if answer {
+			resp = st.Proto()
+			resp.OwnerTerm = term
+		}
+		return nil
 	})
 	if !local {
 		return resp, resp.GetOwnerTerm(), err
 	}
-	term = a.term.Load()
-	rr := broker.ReconcileRequestFromProto(req)
-	rr.Allow = allow
-	// A service moves only what its reservation's tenant sees of the
-	// provider, unless the catalog trusts it for every tenant.
-	rr.Scoped = !auth.SharesProviderState(ctx)
-	st, err := a.o.Broker.Reconcile(ctx, rr)
 	if err != nil {
-		return nil, term, toStatus(err)
+		return nil, term, err
 	}
-	if !answer {
-		return nil, term, nil
-	}
-	resp = st.Proto()
-	resp.OwnerTerm = term
 	return resp, term, nil
 }
 
@@ -618,36 +639,14 @@ func (a *Admission) Abandon() {
 	})
 }
 
-// Close saves a final snapshot with the clean-stop marker when this replica
-// owns the state (call it after the gRPC server stopped admitting), then
-// resigns so another replica takes over at once, at full capacity. The etcd
+// Close hands the state over (Handover) when this replica owns it, then
+// stops following the owner and closes the connections to it. The etcd
 // client must still be open.
-func (a *Admission) Close() { a.closed.Do(a.close) }
-
-func (a *Admission) close() {
-	a.wmu.Lock()
-	a.stopping = true
-	owner := a.owner.Load()
-	a.setOwner(false)
-	if t := a.cur; owner && t != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		// Two fenced writes: the state, then the marker naming the
-		// revision of the snapshot (always written, so it is that of the
-		// first write).
-		a.lastBlob = ""
-		rev, ok, err := a.write(ctx, t)
-		if err == nil && ok {
-			if _, err = a.fenced(ctx, t, clientv3.OpPut(CleanKey, strconv.FormatInt(rev, 10))); err != nil {
-				a.o.Logger.Warn("broker clean-stop marker", "err", err)
-			}
-		} else if err != nil {
-			a.o.Logger.Warn("broker final snapshot", "err", err)
-		}
-		_ = t.elect.Resign(ctx)
-		cancel()
-	}
-	a.wmu.Unlock()
-	a.shutdown()
+func (a *Admission) Close() {
+	a.closed.Do(func() {
+		a.Handover()
+		a.shutdown()
+	})
 }
 
 func (a *Admission) shutdown() {

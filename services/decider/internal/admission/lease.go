@@ -139,7 +139,15 @@ func observedProto(r broker.ReconcileRequest) *switchboardv1.ReconcileRequest {
 
 // RenewLeases is the owner's answer to a replica's renewal: the
 // observations folded into their routes, then the leases renewed.
-func (a *Admission) RenewLeases(_ context.Context, req *switchboardv1.RenewLeasesRequest) (*switchboardv1.RenewLeasesResponse, error) {
+func (a *Admission) RenewLeases(ctx context.Context, req *switchboardv1.RenewLeasesRequest) (*switchboardv1.RenewLeasesResponse, error) {
+	// Within the admission gate, as every change to the owner's state: a
+	// Handover waits for a renewal under way before its final snapshot, and
+	// refuses one after, so no lease is granted that the snapshot misses.
+	_, done, ok := a.admit(ctx)
+	if !ok {
+		return nil, status.Error(codes.FailedPrecondition, "this replica is handing the rate-limit broker over")
+	}
+	defer done()
 	term := a.term.Load()
 	if !a.owner.Load() || term == 0 {
 		return nil, status.Error(codes.FailedPrecondition, "this replica does not own the rate-limit broker")
