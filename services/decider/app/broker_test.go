@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/switchboard-ai/switchboard/pkg/catalog"
 	switchboardv1 "github.com/switchboard-ai/switchboard/proto/switchboard/v1"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/admission"
+	"github.com/switchboard-ai/switchboard/services/decider/internal/broker"
 	"github.com/switchboard-ai/switchboard/services/decider/internal/testing/fakeclock"
 )
 
@@ -56,11 +58,45 @@ func writeKeyed(t testing.TB, dir, y string) string {
 	return p
 }
 
+// noQueue makes the catalog at p's interactive class refuse at once
+// rather than wait in its queue: a test whose deciders run on a stopped
+// clock needs it, as a queue's deadline is on that clock and a request
+// waiting there is never answered.
+func noQueue(t testing.TB, p string) string {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("workload_classes:\n  interactive: {max_wait: 0s}\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return p
+}
+
+// rpcTimeout bounds each call a test makes, so a call the decider never
+// answers fails that test with the call's name instead of hanging the
+// package until its timeout.
+const rpcTimeout = 20 * time.Second
+
+// decideReserve is Decide with a reservation for request n, asked again
+// while the answer is the refusal of an owner whose state is not saved
+// yet (a snapshot write slow on a loaded machine), which says nothing of
+// the limits a test checks.
 func decideReserve(t testing.TB, c switchboardv1.DeciderClient, n int) *switchboardv1.DecideResponse {
 	t.Helper()
-	resp, err := c.Decide(t.Context(), decideRequest(n))
-	require.NoError(t, err)
-	return resp
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	for {
+		resp, err := c.Decide(ctx, decideRequest(n))
+		require.NoError(t, err, "Decide of request %d", n)
+		if resp.GetRefusal().GetCode() != broker.CodeNotDurable {
+			return resp
+		}
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "the owner's state was not saved in time", "Decide of request %d", n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func decideRequest(n int) *switchboardv1.DecideRequest {
@@ -76,7 +112,7 @@ func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	dir := t.TempDir()
 	// A stopped clock: alpha's 2 a minute never refill during the test.
 	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now})
+	d, c := startDecider(t, Config{Catalog: noQueue(t, writeLimited(t, dir)), DataDir: dir, Now: clk.Now})
 	defer d.Close()
 
 	// alpha (cheapest) takes 2 requests a minute; the third goes to beta,
@@ -122,6 +158,37 @@ func TestDecideReservesAndSkipsFullEndpoints(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond)
 }
 
+// TestNotDurableRefusedAtOnceWithoutQueue: while the owner's state is not
+// saved, a Decide of a class that does not queue is refused at once with
+// broker_not_durable, and admitted once the state is saved. This is what
+// the tests on a stopped clock rely on (noQueue, decideReserve): with the
+// default interactive queue, that refusal (retry after 1 s) queues the
+// request for the endpoint that refused it first, whose capacity a stopped
+// clock never brings back, and the queue's deadline, on the same clock,
+// never comes — the Decide that was never answered.
+func TestNotDurableRefusedAtOnceWithoutQueue(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	// Snapshots hourly: none marks the state durable during the test.
+	d, c := startDecider(t, Config{Catalog: noQueue(t, writeLimited(t, dir)), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	defer d.Close()
+	require.Equal(t, "alpha", decideReserve(t, c, 0).Endpoint.Provider)
+	require.Equal(t, "alpha", decideReserve(t, c, 1).Endpoint.Provider)
+
+	d.broker.SetDurable(false) // as a failed snapshot write leaves it
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	resp, err := c.Decide(ctx, decideRequest(2))
+	require.NoError(t, err)
+	require.Nil(t, resp.Endpoint)
+	require.Nil(t, resp.Queue, "not queued")
+	require.Equal(t, broker.CodeNotDurable, resp.GetRefusal().GetCode(), "%v", resp.GetRefusal())
+
+	d.broker.SetDurable(true)
+	require.Equal(t, "beta", decideReserve(t, c, 2).Endpoint.Provider, "alpha is full")
+}
+
 // TestFailoverDoesNotOverAdmit runs two replicas on one etcd: the owner
 // grants, crashes (no clean stop), the other takes over from the snapshot in
 // learning mode and never admits beyond the capacity.
@@ -129,10 +196,11 @@ func TestFailoverDoesNotOverAdmit(t *testing.T) {
 	t.Parallel()
 	// Both replicas on a clock that stands still but for the microseconds
 	// the test moves it: alpha's 2 a minute never refill, however slowly
-	// the machine runs.
+	// the machine runs. Nothing queues (noQueue): a queue's deadline on
+	// that clock would never come.
 	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
-	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir, "100"), DataDir: dir, Now: clk.Now})
+	a, ca := startDecider(t, Config{Catalog: noQueue(t, writeLimited(t, dir, "100")), DataDir: dir, Now: clk.Now})
 	defer a.Close()
 	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), Now: clk.Now})
 	defer b.Close()
