@@ -212,6 +212,17 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	s.waitActivity(t, testKey, 3)
 	s.waitActivity(t, otherKey, 2)
+	// The calls' first-token times reach the statistics by the Report
+	// stream, apart from their activity records: waited for, so the
+	// operator's charts below have them to draw.
+	require.Eventually(t, func() bool {
+		for _, c := range s.explain(t, 100) {
+			if c.Samples > 0 {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "the calls' first-token times are in the statistics")
 
 	base := "http://" + s.decider.DebugAddr() + "/dashboard/"
 	b := startBrowser(t, base)
@@ -274,7 +285,9 @@ func TestDashboardInChromium(t *testing.T) {
 	b.waitPage("routing")
 	require.Equal(t, 3, b.count("#endpoints-table tbody tr"), "alpha, beta and gamma")
 	require.Equal(t, 4, b.count("#ttft-charts canvas"), "a chart per size bucket")
-	require.Positive(t, b.drawn("#ttft-0"), "the first-token times of prompts under 8k are drawn")
+	// Each chart is drawn once its figures are fetched: polled.
+	require.Eventually(t, func() bool { return b.drawn("#ttft-0") > 0 }, 10*time.Second, 50*time.Millisecond,
+		"the first-token times of prompts under 8k are drawn")
 	require.Equal(t, 4, b.count("#choices-table tbody tr"), "a choice per size bucket")
 	require.Contains(t, b.text("#choices-table tbody tr"), "/"+model, "the chosen endpoint is named")
 	b.noConsoleErrors("the operator's routing page")
