@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -36,20 +35,8 @@ func TestNewReplicaStartsKnowingWhatItsPeerLearned(t *testing.T) {
 	// A named conversation, decided and answered through a.
 	stream := func(e *edgeapp.Edge, body string, header ...string) (provider, route string) {
 		t.Helper()
-		body = strings.Replace(body, "{", `{"stream":true,`, 1)
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.URL()+"/chat/completions", strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+testKey)
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
-		return resp.Header.Get("X-Switchboard-Provider"), resp.Header.Get("X-Switchboard-Route")
+		provider, route, _ = postStreamed(t, e.URL()+"/chat/completions", testKey, body, header...)
+		return provider, route
 	}
 	_, _ = stream(s.edge, chat("named", 100, ""), "X-Session-Id", "conv-transfer")
 	require.Eventually(t, func() bool { return strings.Contains(sessionDryRun(t, rpcA, "conv-transfer", 100), "sticky=kept") },

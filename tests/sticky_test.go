@@ -81,8 +81,16 @@ func (s *stickySystem) post(t *testing.T, key, body string, header ...string) (p
 // the stream.
 func (s *stickySystem) postTo(t *testing.T, path, key, body string, header ...string) (provider, route, stream string) {
 	t.Helper()
+	return postStreamed(t, s.edge.URL()+path, key, body, header...)
+}
+
+// postStreamed sends body to url streamed, with key and the header pairs,
+// requires a 200, and returns the serving provider, the route summary and
+// the stream.
+func postStreamed(t *testing.T, url, key, body string, header ...string) (provider, route, stream string) {
+	t.Helper()
 	body = strings.Replace(body, "{", `{"stream":true,`, 1)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.edge.URL()+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
