@@ -189,6 +189,48 @@ func TestNotDurableRefusedAtOnceWithoutQueue(t *testing.T) {
 	require.Equal(t, "beta", decideReserve(t, c, 2).Endpoint.Provider, "alpha is full")
 }
 
+// TestNotDurableQueuedWalksAgainOnceSaved: a request refused by every
+// endpoint while the owner's state is not saved (broker_not_durable, the
+// state's refusal, not an endpoint's) waits in its class's queue for the
+// state to be saved, then is admitted on whichever endpoint has room —
+// beta here — rather than waiting on alpha, the first that refused it,
+// whose 2 a minute are used up. The clock stands still: alpha never
+// refills, and a queue deadline on that clock never comes.
+func TestNotDurableQueuedWalksAgainOnceSaved(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	// Snapshots hourly: only the test marks the state durable again.
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	defer d.Close()
+	require.Equal(t, "alpha", decideReserve(t, c, 0).Endpoint.Provider)
+	require.Equal(t, "alpha", decideReserve(t, c, 1).Endpoint.Provider)
+
+	d.broker.SetDurable(false) // as a failed snapshot write leaves it
+	type answer struct {
+		resp *switchboardv1.DecideResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+		defer cancel()
+		resp, err := c.Decide(ctx, decideRequest(2))
+		done <- answer{resp, err}
+	}()
+	// The request waits: for the state (or, as it did, in alpha's queue).
+	require.Eventually(t, func() bool {
+		return d.broker.DurableWaiters() > 0 || d.broker.QueueStats().Queued > 0
+	}, rpcTimeout, 5*time.Millisecond, "the Decide waits")
+	d.broker.SetDurable(true) // the next snapshot write succeeded
+
+	a := <-done
+	require.NoError(t, a.err)
+	require.Nil(t, a.resp.GetRefusal(), "%v", a.resp.GetRefusal())
+	require.Equal(t, "beta", a.resp.GetEndpoint().GetProvider(), "alpha is full, beta has room")
+	require.NotNil(t, a.resp.GetReservation())
+}
+
 // TestFailoverDoesNotOverAdmit runs two replicas on one etcd: the owner
 // grants, crashes (no clean stop), the other takes over from the snapshot in
 // learning mode and never admits beyond the capacity.
