@@ -207,28 +207,68 @@ func TestNotDurableQueuedWalksAgainOnceSaved(t *testing.T) {
 	require.Equal(t, "alpha", decideReserve(t, c, 1).Endpoint.Provider)
 
 	d.broker.SetDurable(false) // as a failed snapshot write leaves it
-	type answer struct {
-		resp *switchboardv1.DecideResponse
-		err  error
-	}
 	done := make(chan answer, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
-		defer cancel()
-		resp, err := c.Decide(ctx, decideRequest(2))
-		done <- answer{resp, err}
-	}()
+	go func() { done <- decide(t, c, 2) }()
 	// The request waits: for the state (or, as it did, in alpha's queue).
 	require.Eventually(t, func() bool {
 		return d.broker.DurableWaiters() > 0 || d.broker.QueueStats().Queued > 0
 	}, rpcTimeout, 5*time.Millisecond, "the Decide waits")
 	d.broker.SetDurable(true) // the next snapshot write succeeded
 
-	a := <-done
+	admittedOnBeta(t, <-done)
+}
+
+// answer is a Decide's answer.
+type answer struct {
+	resp *switchboardv1.DecideResponse
+	err  error
+}
+
+// decide is Decide with a reservation for request n, once, within
+// rpcTimeout.
+func decide(t *testing.T, c switchboardv1.DeciderClient, n int) answer {
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	resp, err := c.Decide(ctx, decideRequest(n))
+	return answer{resp, err}
+}
+
+// admittedOnBeta checks that a was admitted on beta: alpha is full, beta
+// has room.
+func admittedOnBeta(t *testing.T, a answer) {
+	t.Helper()
 	require.NoError(t, a.err)
 	require.Nil(t, a.resp.GetRefusal(), "%v", a.resp.GetRefusal())
 	require.Equal(t, "beta", a.resp.GetEndpoint().GetProvider(), "alpha is full, beta has room")
 	require.NotNil(t, a.resp.GetReservation())
+}
+
+// TestNotDurableForwardedWalksAgainOnceSaved is
+// TestNotDurableQueuedWalksAgainOnceSaved through a replica that does not
+// own the broker: it forwards each reservation to the owner, and walks
+// every endpoint again after the refusal's retry-after rather than
+// queueing on alpha there.
+func TestNotDurableForwardedWalksAgainOnceSaved(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	defer a.Close()
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	defer b.Close()
+	require.True(t, a.adm.Owner())
+	require.False(t, b.adm.Owner())
+	require.Equal(t, "alpha", decideReserve(t, ca, 0).Endpoint.Provider)
+	require.Equal(t, "alpha", decideReserve(t, ca, 1).Endpoint.Provider)
+
+	a.broker.SetDurable(false)
+	refused := a.broker.NotDurableRefusals()
+	done := make(chan answer, 1)
+	go func() { done <- decide(t, cb, 2) }()
+	// Both endpoints refused the first walk.
+	require.Eventually(t, func() bool { return a.broker.NotDurableRefusals() >= refused+2 }, rpcTimeout, 5*time.Millisecond)
+	a.broker.SetDurable(true)
+	admittedOnBeta(t, <-done)
 }
 
 // TestFailoverDoesNotOverAdmit runs two replicas on one etcd: the owner

@@ -47,10 +47,10 @@ type Broker struct {
 	undurable atomic.Bool
 	// saved is closed when the state is saved again, nil while it is
 	// (AwaitDurable); dmu orders its changes. durableWaits counts the
-	// callers waiting on it.
-	dmu          sync.Mutex
-	saved        chan struct{}
-	durableWaits atomic.Int64
+	// callers waiting on it, notDurable the refusals it caused.
+	dmu                      sync.Mutex
+	saved                    chan struct{}
+	durableWaits, notDurable atomic.Int64
 
 	// qcfg is the class contracts and tenant shares, replaced whole by
 	// Reconfigure; q holds the requests waiting for capacity.

@@ -181,12 +181,17 @@ func (b *Broker) AwaitDurable(ctx context.Context) bool {
 // DurableWaiters is how many callers wait in AwaitDurable now.
 func (b *Broker) DurableWaiters() int64 { return b.durableWaits.Load() }
 
+// NotDurableRefusals is how many reservations were refused because the
+// state was not saved (broker_not_durable) since the broker started.
+func (b *Broker) NotDurableRefusals() int64 { return b.notDurable.Load() }
+
 // durableRefusal is the refusal of a reservation while the state is not
 // saved, nil when it is.
 func (b *Broker) durableRefusal(cls WorkloadClass) *Refusal {
 	if !b.undurable.Load() {
 		return nil
 	}
+	b.notDurable.Add(1)
 	return &Refusal{
 		Reason: ReasonRetryableOverload, BucketID: "broker:durable", Scope: ScopeModelRoute, Unit: UnitRequests,
 		Class: cls, RetryAfter: time.Second, Code: CodeNotDurable,

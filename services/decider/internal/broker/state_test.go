@@ -114,11 +114,13 @@ func TestNothingIsAdmittedWhileTheStateIsNotDurable(t *testing.T) {
 	require.Nil(t, r)
 	require.Equal(t, CodeNotDurable, ref.Code)
 	require.Zero(t, b.Open())
+	require.EqualValues(t, 1, b.NotDurableRefusals())
 	b.SetDurable(true)
 	r, ref, err = b.Reserve(t.Context(), req(one))
 	require.NoError(t, err)
 	require.Nil(t, ref)
 	require.NotNil(t, r)
+	require.EqualValues(t, 1, b.NotDurableRefusals())
 }
 
 // TestAwaitDurable: AwaitDurable answers at once while the state is saved,
