@@ -194,17 +194,11 @@ func TestNotDurableRefusedAtOnceWithoutQueue(t *testing.T) {
 // state's refusal, not an endpoint's) waits in its class's queue for the
 // state to be saved, then is admitted on whichever endpoint has room —
 // beta here — rather than waiting on alpha, the first that refused it,
-// whose 2 a minute are used up. The clock stands still: alpha never
-// refills, and a queue deadline on that clock never comes.
+// whose 2 a minute are used up (startAlphaFull).
 func TestNotDurableQueuedWalksAgainOnceSaved(t *testing.T) {
 	t.Parallel()
-	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	dir := t.TempDir()
-	// Snapshots hourly: only the test marks the state durable again.
-	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	d, c, _ := startAlphaFull(t)
 	defer d.Close()
-	require.Equal(t, "alpha", decideReserve(t, c, 0).Endpoint.Provider)
-	require.Equal(t, "alpha", decideReserve(t, c, 1).Endpoint.Provider)
 
 	d.broker.SetDurable(false) // as a failed snapshot write leaves it
 	done := make(chan answer, 1)
@@ -216,6 +210,21 @@ func TestNotDurableQueuedWalksAgainOnceSaved(t *testing.T) {
 	d.broker.SetDurable(true) // the next snapshot write succeeded
 
 	admittedOnBeta(t, <-done)
+}
+
+// startAlphaFull starts a decider with the limited catalog and its default
+// interactive queue on a stopped clock (clk), alpha's 2 a minute used up
+// by requests 0 and 1: alpha never refills, and a queue deadline on that
+// clock never comes. It snapshots hourly, so only the test marks its state
+// durable again once it set it not durable.
+func startAlphaFull(t *testing.T) (*Decider, switchboardv1.DeciderClient, *fakeclock.Clock) {
+	t.Helper()
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	require.Equal(t, "alpha", decideReserve(t, c, 0).Endpoint.Provider)
+	require.Equal(t, "alpha", decideReserve(t, c, 1).Endpoint.Provider)
+	return d, c, clk
 }
 
 // answer is a Decide's answer.
@@ -250,16 +259,12 @@ func admittedOnBeta(t *testing.T, a answer) {
 // queueing on alpha there.
 func TestNotDurableForwardedWalksAgainOnceSaved(t *testing.T) {
 	t.Parallel()
-	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	dir := t.TempDir()
-	a, ca := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	a, _, clk := startAlphaFull(t)
 	defer a.Close()
 	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), Now: clk.Now, BrokerSnapshotInterval: time.Hour})
 	defer b.Close()
 	require.True(t, a.adm.Owner())
 	require.False(t, b.adm.Owner())
-	require.Equal(t, "alpha", decideReserve(t, ca, 0).Endpoint.Provider)
-	require.Equal(t, "alpha", decideReserve(t, ca, 1).Endpoint.Provider)
 
 	a.broker.SetDurable(false)
 	refused := a.broker.NotDurableRefusals()
