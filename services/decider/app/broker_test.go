@@ -189,6 +189,93 @@ func TestNotDurableRefusedAtOnceWithoutQueue(t *testing.T) {
 	require.Equal(t, "beta", decideReserve(t, c, 2).Endpoint.Provider, "alpha is full")
 }
 
+// TestNotDurableQueuedWalksAgainOnceSaved: a request refused by every
+// endpoint while the owner's state is not saved (broker_not_durable, the
+// state's refusal, not an endpoint's) waits in its class's queue for the
+// state to be saved, then is admitted on whichever endpoint has room —
+// beta here — rather than waiting on alpha, the first that refused it,
+// whose 2 a minute are used up (startAlphaFull).
+func TestNotDurableQueuedWalksAgainOnceSaved(t *testing.T) {
+	t.Parallel()
+	d, c, _ := startAlphaFull(t)
+	defer d.Close()
+
+	d.broker.SetDurable(false) // as a failed snapshot write leaves it
+	done := make(chan answer, 1)
+	go func() { done <- decide(t, c, 2) }()
+	// The request waits: for the state (or, as it did, in alpha's queue).
+	require.Eventually(t, func() bool {
+		return d.broker.DurableWaiters() > 0 || d.broker.QueueStats().Queued > 0
+	}, rpcTimeout, 5*time.Millisecond, "the Decide waits")
+	d.broker.SetDurable(true) // the next snapshot write succeeded
+
+	admittedOnBeta(t, <-done)
+}
+
+// startAlphaFull starts a decider with the limited catalog and its default
+// interactive queue on a stopped clock (clk), alpha's 2 a minute used up
+// by requests 0 and 1: alpha never refills, and a queue deadline on that
+// clock never comes. It snapshots hourly, so only the test marks its state
+// durable again once it set it not durable.
+func startAlphaFull(t *testing.T) (*Decider, switchboardv1.DeciderClient, *fakeclock.Clock) {
+	t.Helper()
+	clk := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	dir := t.TempDir()
+	d, c := startDecider(t, Config{Catalog: writeLimited(t, dir), DataDir: dir, Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	require.Equal(t, "alpha", decideReserve(t, c, 0).Endpoint.Provider)
+	require.Equal(t, "alpha", decideReserve(t, c, 1).Endpoint.Provider)
+	return d, c, clk
+}
+
+// answer is a Decide's answer.
+type answer struct {
+	resp *switchboardv1.DecideResponse
+	err  error
+}
+
+// decide is Decide with a reservation for request n, once, within
+// rpcTimeout.
+func decide(t *testing.T, c switchboardv1.DeciderClient, n int) answer {
+	ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+	defer cancel()
+	resp, err := c.Decide(ctx, decideRequest(n))
+	return answer{resp, err}
+}
+
+// admittedOnBeta checks that a was admitted on beta: alpha is full, beta
+// has room.
+func admittedOnBeta(t *testing.T, a answer) {
+	t.Helper()
+	require.NoError(t, a.err)
+	require.Nil(t, a.resp.GetRefusal(), "%v", a.resp.GetRefusal())
+	require.Equal(t, "beta", a.resp.GetEndpoint().GetProvider(), "alpha is full, beta has room")
+	require.NotNil(t, a.resp.GetReservation())
+}
+
+// TestNotDurableForwardedWalksAgainOnceSaved is
+// TestNotDurableQueuedWalksAgainOnceSaved through a replica that does not
+// own the broker: it forwards each reservation to the owner, and walks
+// every endpoint again after the refusal's retry-after rather than
+// queueing on alpha there.
+func TestNotDurableForwardedWalksAgainOnceSaved(t *testing.T) {
+	t.Parallel()
+	a, _, clk := startAlphaFull(t)
+	defer a.Close()
+	b, cb := startDecider(t, Config{Etcd: []string{a.EtcdEndpoint()}, DataDir: t.TempDir(), Now: clk.Now, BrokerSnapshotInterval: time.Hour})
+	defer b.Close()
+	require.True(t, a.adm.Owner())
+	require.False(t, b.adm.Owner())
+
+	a.broker.SetDurable(false)
+	refused := a.broker.NotDurableRefusals()
+	done := make(chan answer, 1)
+	go func() { done <- decide(t, cb, 2) }()
+	// Both endpoints refused the first walk.
+	require.Eventually(t, func() bool { return a.broker.NotDurableRefusals() >= refused+2 }, rpcTimeout, 5*time.Millisecond)
+	a.broker.SetDurable(true)
+	admittedOnBeta(t, <-done)
+}
+
 // TestFailoverDoesNotOverAdmit runs two replicas on one etcd: the owner
 // grants, crashes (no clean stop), the other takes over from the snapshot in
 // learning mode and never admits beyond the capacity.

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -102,8 +103,11 @@ func (p Policy) Reserve(ctx context.Context, req *switchboardv1.ReserveRequest, 
 // within the call's deadline, for the endpoint that refused it by the
 // caller's own limit (API key, app, tenant, partner), or else for the one
 // whose capacity comes back first; only what that wait ends with refuses
-// the client. resp is rewritten to what was admitted: the endpoint reserved
-// on and the fallbacks after it, or the refusal and no endpoint.
+// the client. A refusal by the broker's own state (broker_not_durable) is
+// no endpoint's: the request waits for the state to be saved instead, then
+// walks every endpoint again (afterDurable). resp is rewritten to what was
+// admitted: the endpoint reserved on and the fallbacks after it, or the
+// refusal and no endpoint.
 //
 // This walk is the one that chooses where a request is admitted, and the
 // only one that waits. The edge's dispatch walks the fallbacks this leaves
@@ -117,29 +121,23 @@ func (p Policy) Decide(ctx context.Context, req *switchboardv1.DecideRequest, re
 		return err
 	}
 	w := walk{p: p, req: req, resp: resp, first: resp.GetEndpoint(), fallbacks: resp.GetFallbacks()}
-	var refusal *switchboardv1.Refusal
-	at := -1 // the endpoint to wait for
-	for i := range 1 + len(w.fallbacks) {
-		rr, d, err := w.ask(ctx, i, NoWait)
-		if err != nil {
+	admitted, refusal, at, err := w.tryAll(ctx)
+	if err != nil || admitted {
+		return err
+	}
+	var wait *durationpb.Duration // the class's own
+	if refusal.GetCode() == broker.CodeNotDurable {
+		// The state refused, not an endpoint: waiting in the queue of the
+		// endpoint that refused would keep the request on it once the
+		// state is saved, however full that endpoint is. It waits for the
+		// state instead, then walks every endpoint again.
+		if admitted, refusal, at, wait, err = w.afterDurable(ctx, refusal, at); err != nil || admitted {
 			return err
-		}
-		if rr.GetAdmitted() {
-			w.admit(i, rr, d)
-			return nil
-		}
-		ref := rr.GetRefusal()
-		if callerScope(ref.GetScope()) {
-			refusal, at = ref, i
-			break
-		}
-		if refusal == nil || earlier(ref, refusal) {
-			refusal, at = ref, i
 		}
 	}
 	var queue *switchboardv1.QueueDecision
-	if at >= 0 && retryable(refusal) {
-		rr, d, err := w.ask(ctx, at, nil)
+	if at >= 0 && retryable(refusal) && refusal.GetCode() != broker.CodeNotDurable {
+		rr, d, err := w.ask(ctx, at, wait)
 		if err != nil {
 			return err
 		}
@@ -153,6 +151,72 @@ func (p Policy) Decide(ctx context.Context, req *switchboardv1.DecideRequest, re
 	resp.Endpoint, resp.Fallbacks, resp.Refusal, resp.Queue = nil, nil, refusal, queue
 	resp.Hedge = &switchboardv1.HedgePlan{Mode: switchboardv1.HedgeMode_HEDGE_MODE_NONE}
 	return nil
+}
+
+// tryAll reserves on the first endpoint in the decided order that can take
+// the request now, without waiting (admitted). Otherwise it returns the
+// refusal to wait on and the endpoint at that gave it: the caller's own
+// limit's, or else the one whose capacity comes back first.
+func (w walk) tryAll(ctx context.Context) (admitted bool, refusal *switchboardv1.Refusal, at int, _ error) {
+	at = -1
+	for i := range 1 + len(w.fallbacks) {
+		rr, d, err := w.ask(ctx, i, NoWait)
+		if err != nil {
+			return false, nil, -1, err
+		}
+		if rr.GetAdmitted() {
+			w.admit(i, rr, d)
+			return true, nil, -1, nil
+		}
+		ref := rr.GetRefusal()
+		if callerScope(ref.GetScope()) {
+			return false, ref, i, nil
+		}
+		if refusal == nil || earlier(ref, refusal) {
+			refusal, at = ref, i
+		}
+	}
+	return false, refusal, at, nil
+}
+
+// afterDurable waits, within what the class's queue would have waited, for
+// the broker's owner to save its state, and walks the endpoints again
+// (tryAll) each time it may have: the refusal broker_not_durable (ref, by
+// the at-th endpoint) says nothing of any endpoint's capacity. On the
+// owner it waits for the save itself, elsewhere the refusal's retry_after
+// between walks. A class that does not queue does not wait: ref is
+// returned as it is, as is the last not-durable refusal when the wait
+// ends first, which Decide answers without queueing. A refusal by an
+// endpoint after the state is saved is returned with what is left of the
+// wait (left), for the endpoint's queue: the request waits no longer in
+// all than its class lets it.
+func (w walk) afterDurable(ctx context.Context, ref *switchboardv1.Refusal, at int) (admitted bool, _ *switchboardv1.Refusal, _ int, left *durationpb.Duration, _ error) {
+	a := w.p.Admission
+	cc := a.o.Broker.Contract(broker.WorkloadClass(w.resp.GetIdentity().GetWorkloadClass()))
+	if cc.MaxWait <= 0 || cc.MaxDepth <= 0 {
+		return false, ref, at, nil, nil
+	}
+	wait := waitFor(ctx, durationpb.New(cc.MaxWait), time.Now())
+	if wait <= 0 {
+		return false, ref, at, nil, nil
+	}
+	end := time.Now().Add(wait)
+	wctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	for ref.GetCode() == broker.CodeNotDurable {
+		if !a.awaitDurable(wctx, ref.GetRetryAfter().AsDuration()) {
+			return false, ref, at, nil, nil
+		}
+		var err error
+		if admitted, ref, at, err = w.tryAll(ctx); err != nil || admitted {
+			return admitted, ref, at, nil, err
+		}
+	}
+	left = NoWait
+	if d := time.Until(end); d > 0 {
+		left = durationpb.New(d)
+	}
+	return false, ref, at, left, nil
 }
 
 // walk is one Decide's walk over its decided order: the endpoint, then its

@@ -106,3 +106,20 @@ func QueueProto(q *broker.QueueDecision) *switchboardv1.QueueDecision {
 	}
 	return out
 }
+
+// awaitDurable waits until the broker's state may be saved again, or ctx
+// ends (false): on the owner until it is saved, elsewhere (the owner
+// refused) for retryAfter.
+func (a *Admission) awaitDurable(ctx context.Context, retryAfter time.Duration) bool {
+	if a.Owner() {
+		return a.o.Broker.AwaitDurable(ctx)
+	}
+	t := time.NewTimer(max(retryAfter, 10*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

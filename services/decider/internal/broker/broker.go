@@ -45,6 +45,12 @@ type Broker struct {
 	stateBytes, baseBytes atomic.Int64
 	// undurable is set while the owner cannot save the state (SetDurable).
 	undurable atomic.Bool
+	// saved is closed when the state is saved again, nil while it is
+	// (AwaitDurable); dmu orders its changes. durableWaits counts the
+	// callers waiting on it, notDurable the refusals it caused.
+	dmu                      sync.Mutex
+	saved                    chan struct{}
+	durableWaits, notDurable atomic.Int64
 
 	// qcfg is the class contracts and tenant shares, replaced whole by
 	// Reconfigure; q holds the requests waiting for capacity.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -143,8 +144,46 @@ func (b *Broker) StateBytes() (used, room int64) { return b.stateBytes.Load(), b
 // SetDurable says whether the owner's state is saved. While it is not
 // (durable false), Reserve admits nothing: a reservation granted then would
 // be unknown to a next owner restoring the last saved state, so after a
-// crash it would be admitted twice. Queued requests keep waiting.
-func (b *Broker) SetDurable(durable bool) { b.undurable.Store(!durable) }
+// crash it would be admitted twice. Queued requests keep waiting, and
+// AwaitDurable's callers are released once it is saved again.
+func (b *Broker) SetDurable(durable bool) {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	b.undurable.Store(!durable)
+	switch {
+	case durable && b.saved != nil:
+		close(b.saved)
+		b.saved = nil
+	case !durable && b.saved == nil:
+		b.saved = make(chan struct{})
+	}
+}
+
+// AwaitDurable waits until the state is saved (at once when it is) or ctx
+// ends, and reports whether it is saved.
+func (b *Broker) AwaitDurable(ctx context.Context) bool {
+	b.dmu.Lock()
+	saved := b.saved
+	b.dmu.Unlock()
+	if saved == nil {
+		return true
+	}
+	b.durableWaits.Add(1)
+	defer b.durableWaits.Add(-1)
+	select {
+	case <-saved:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// DurableWaiters is how many callers wait in AwaitDurable now.
+func (b *Broker) DurableWaiters() int64 { return b.durableWaits.Load() }
+
+// NotDurableRefusals is how many reservations were refused because the
+// state was not saved (broker_not_durable) since the broker started.
+func (b *Broker) NotDurableRefusals() int64 { return b.notDurable.Load() }
 
 // durableRefusal is the refusal of a reservation while the state is not
 // saved, nil when it is.
@@ -152,6 +191,7 @@ func (b *Broker) durableRefusal(cls WorkloadClass) *Refusal {
 	if !b.undurable.Load() {
 		return nil
 	}
+	b.notDurable.Add(1)
 	return &Refusal{
 		Reason: ReasonRetryableOverload, BucketID: "broker:durable", Scope: ScopeModelRoute, Unit: UnitRequests,
 		Class: cls, RetryAfter: time.Second, Code: CodeNotDurable,

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -113,11 +114,40 @@ func TestNothingIsAdmittedWhileTheStateIsNotDurable(t *testing.T) {
 	require.Nil(t, r)
 	require.Equal(t, CodeNotDurable, ref.Code)
 	require.Zero(t, b.Open())
+	require.EqualValues(t, 1, b.NotDurableRefusals())
 	b.SetDurable(true)
 	r, ref, err = b.Reserve(t.Context(), req(one))
 	require.NoError(t, err)
 	require.Nil(t, ref)
 	require.NotNil(t, r)
+	require.EqualValues(t, 1, b.NotDurableRefusals())
+}
+
+// TestAwaitDurable: AwaitDurable answers at once while the state is saved,
+// holds a caller while it is not, releases it when it is saved again, and
+// lets it go (false) when its context ends first.
+func TestAwaitDurable(t *testing.T) {
+	b, _ := newBroker(t, hierarchy())
+	require.True(t, b.AwaitDurable(t.Context()))
+
+	b.SetDurable(false)
+	b.SetDurable(false) // a second failed write keeps the same wait
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.False(t, b.AwaitDurable(ctx))
+
+	done := make(chan bool, 1)
+	go func() { done <- b.AwaitDurable(t.Context()) }()
+	require.Eventually(t, func() bool { return b.DurableWaiters() == 1 }, 10*time.Second, time.Millisecond)
+	select {
+	case <-done:
+		require.FailNow(t, "released while the state is not saved")
+	default:
+	}
+	b.SetDurable(true)
+	require.True(t, <-done)
+	require.Zero(t, b.DurableWaiters())
+	require.True(t, b.AwaitDurable(t.Context()))
 }
 
 // TestSizesBoundTheEncoding: what entrySize and queuedSize count for a
