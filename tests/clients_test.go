@@ -61,7 +61,10 @@ func TestClients(t *testing.T) {
 	require.NoError(t, err, "the Python client's tests need Debian's python3 with python3-grpcio and python3-protobuf (.ci/run installs them)")
 
 	figures := promptFigures(t)
+	// Each client has a system and a results file of its own: the two run
+	// side by side.
 	t.Run("python", func(t *testing.T) {
+		t.Parallel()
 		d, env := startClientsSystem(t)
 		results := filepath.Join(t.TempDir(), "results.json")
 		cmd := exec.CommandContext(t.Context(), python, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
@@ -75,6 +78,7 @@ func TestClients(t *testing.T) {
 		checkClientsState(t, d, readResults(t, results))
 	})
 	t.Run("typescript", func(t *testing.T) {
+		t.Parallel()
 		node, dir, dist := buildTypeScriptClient(t)
 		d, env := startClientsSystem(t)
 		results := filepath.Join(t.TempDir(), "results.json")

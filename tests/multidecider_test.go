@@ -204,7 +204,11 @@ func TestEdgeKeepsServingWhenTwoOfThreeDecidersDie(t *testing.T) {
 		{name: "crash", crash: true},
 		{name: "clean stop", crash: false},
 	} {
-		t.Run(tt.name, func(t *testing.T) { twoOfThreeDeciders(t, tt.crash) })
+		// Each has its deciders, etcd and edge: the two run side by side.
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			twoOfThreeDeciders(t, tt.crash)
+		})
 	}
 }
 

@@ -75,6 +75,9 @@ func TestNodeSDKs(t *testing.T) {
 	require.NotEmpty(t, scripts)
 	for _, script := range scripts {
 		t.Run(strings.TrimSuffix(filepath.Base(script), ".test.mjs"), func(t *testing.T) {
+			// Each script has a system of its own: the scripts run side by
+			// side, as many at once as go test's -parallel lets.
+			t.Parallel()
 			env := startNodeSystem(t)
 			// One test at a time: a case reads the providers' counters
 			// before and after its call, which another case's calls would

@@ -189,6 +189,9 @@ func TestSDKRetriesDoNotMultiplyProviderCalls(t *testing.T) {
 	for _, tt := range tests {
 		for _, sdk := range sdkCalls {
 			t.Run(tt.name+"/"+sdk.name, func(t *testing.T) {
+				// Each case has a system of its own: they run side by side,
+				// as many at once as go test's -parallel lets.
+				t.Parallel()
 				l := startLimited(t, tt.tenantLimits, ``, nil, "--report-flush-interval=20ms")
 				if tt.prepare != nil {
 					tt.prepare(t, l)
@@ -231,6 +234,8 @@ func TestSDKRetriesWhenARetryHelps(t *testing.T) {
 	const pinned = `{"model":"` + model + `","max_tokens":4,"provider":{"only":["alpha"]},"messages":[{"role":"user","content":"hi"}]}`
 	for _, sdk := range sdkCalls {
 		t.Run(sdk.name, func(t *testing.T) {
+			// Each SDK has a system and a clock of its own.
+			t.Parallel()
 			clock := &fakeClock{}
 			l := startLimited(t, ``, ``, frozen(clock), "--report-flush-interval=20ms")
 			alpha := l.sim.Provider("alpha")
