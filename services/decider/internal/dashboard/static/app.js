@@ -57,7 +57,10 @@ function chart(id, title, times, series, yLabel, yFormat) {
   const opts = {
     title, width: 460, height: 220,
     scales: { x: { time: true } },
-    series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: false, points: { show: times.length < 3 } }))],
+    // A line needs two figures in a row: a series with few figures (an
+    // endpoint's first, between gaps) shows its points, or it would draw nothing.
+    series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: false,
+      points: { show: s.values.filter((v) => v !== null && v !== undefined).length < 3 } }))],
     axes: [{}, { label: yLabel, size: 70, values: (u, vals) => vals.map(yFormat || ((v) => v)) }],
   };
   // uPlot is loaded with defer before this script.
